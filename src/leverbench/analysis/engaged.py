@@ -1,0 +1,84 @@
+"""Did the lever engage?  An arm is credited with a lever only if it did.
+
+- prefix cache: an arm whose conditions say ``prefix_cache = true`` engaged it
+  when its calls report cached prompt tokens (usage cached_tokens or llama.cpp
+  ``timings.cache_n``) for at least 1 % of their prompt tokens.
+- drafter: an arm whose conditions name a ``drafter`` (anything but
+  none/false/off) engaged it when the drafter's acceptance
+  Σ draft_n_accepted / Σ draft_n (from timings, or the vLLM/SGLang metrics'
+  before→after delta) is at least ``engaged_acceptance_min`` (default 0.2).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .dataset import Dataset
+
+CACHE_MIN_SHARE = 0.01
+_OFF = (None, False, "none", "off", "no", "", 0)
+
+
+def declared(cond: dict[str, Any], knob: str) -> bool:
+    v = cond.get(knob)
+    return not (v in _OFF or (isinstance(v, str) and v.lower() in ("none", "off", "no", "false")))
+
+
+def _metric_delta(ds: Dataset, arm: str, name: str) -> float | None:
+    before = next((m for m in ds.metrics if m["arm"] == arm and m["when"] == "before"), None)
+    after = next((m for m in reversed(ds.metrics) if m["arm"] == arm and m["when"] == "after"), None)
+    if not before or not after:
+        return None
+    keys = [k for k in after["samples"] if k.split("{")[0] in (name, name + "_total")]
+    if not keys:
+        return None
+    return sum(after["samples"][k] - before["samples"].get(k, 0.0) for k in keys)
+
+
+def engaged(ds: Dataset) -> tuple[list[dict[str, Any]], list[str]]:
+    thr = ds.config["experiment"].get("engaged_acceptance_min", 0.2)
+    out, warnings = [], []
+    for arm in ds.arms:
+        cond = ds.conditions(arm)
+        calls = [c for c in ds.calls + ds.probes if c["arm"] == arm and c.get("error") is None]
+        prompt = sum(c.get("prompt_tokens") or 0 for c in calls)
+        cached = 0
+        seen_cache_field = False
+        dn = da = 0
+        for c in calls:
+            t = c.get("timings") or {}
+            v = c.get("cached_tokens")
+            if v is None:
+                v = t.get("cache_n")
+            if v is not None:
+                seen_cache_field = True
+                cached += v
+            dn += t.get("draft_n") or 0
+            da += t.get("draft_n_accepted") or 0
+        if dn == 0:
+            mdn = _metric_delta(ds, arm, "vllm:spec_decode_num_draft_tokens")
+            mda = _metric_delta(ds, arm, "vllm:spec_decode_num_accepted_tokens")
+            if mdn:
+                dn, da = int(mdn), int(mda or 0)
+        row: dict[str, Any] = {"arm": arm, "cached_tokens": cached if seen_cache_field else None,
+                               "prompt_tokens": prompt, "cached_share": cached / prompt if prompt and seen_cache_field else None,
+                               "draft_tokens": dn or None, "accepted_tokens": da if dn else None,
+                               "acceptance": da / dn if dn else None, "prefix_cache": None, "drafter": None}
+        if declared(cond, "prefix_cache"):
+            ok = row["cached_share"] is not None and row["cached_share"] >= CACHE_MIN_SHARE
+            row["prefix_cache"] = ok
+            if not ok:
+                what = "reports no cached-token counts" if row["cached_share"] is None else \
+                    f"cached only {row['cached_share']:.1%} of its prompt tokens"
+                warnings.append(f"lever not engaged: arm {arm!r} says prefix_cache on but {what}; "
+                                "it is not credited with the prefix cache")
+        if declared(cond, "drafter"):
+            ok = row["acceptance"] is not None and row["acceptance"] >= thr
+            row["drafter"] = ok
+            if not ok:
+                what = "reports no drafter statistics" if row["acceptance"] is None else \
+                    f"accepted only {row['acceptance']:.0%} of draft tokens (threshold {thr:.0%})"
+                warnings.append(f"lever not engaged: arm {arm!r} says drafter {cond.get('drafter')!r} but {what}; "
+                                "it is not credited with the drafter")
+        out.append(row)
+    return out, warnings

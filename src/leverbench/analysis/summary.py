@@ -1,0 +1,96 @@
+"""Everything the reports show, computed from the ledger alone.
+
+``summarize(ledger)`` returns the ``leverbench.summary/1`` dict that is written
+as ``summary.json``; every report formats it and computes nothing new.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..ledger.reader import Ledger
+from ..ledger.records import SUMMARY_SCHEMA
+from .cells import cells, multipliers, totals
+from .cost import costs
+from .dataset import dataset
+from .drift import drift
+from .engaged import engaged
+from .phases import arm_rates, cell_shares, project
+from .probes import probes
+from .regression import decomposition
+from .server import server_account
+
+
+def _largest_case_scenario(cell_list: list[dict[str, Any]], baseline: str) -> tuple[int, int] | None:
+    base = [c for c in cell_list if c["arm"] == baseline and c["input_tokens_median"] and c["output_tokens_median"]]
+    if not base:
+        return None
+    c = max(base, key=lambda c: c["input_tokens_median"])
+    return int(c["input_tokens_median"]), int(c["output_tokens_median"])
+
+
+def summarize(ledger: Ledger, *, scenario: tuple[int, int] | None = None,
+              gpu_hour_usd: float | None = None) -> dict[str, Any]:
+    ds = dataset(ledger)
+    warnings = list(ds.warnings)
+    cell_list = cells(ds)
+    total_list = totals(ds, cell_list)
+    mults = multipliers(ds, cell_list, total_list)
+    decomp = decomposition(ds)
+    probe_list, w = probes(ds, decomp)
+    warnings += w
+    eng, w = engaged(ds)
+    warnings += w
+    drift_list, w = drift(ds, mults)
+    warnings += w
+    server = server_account(ds)
+    for s in server:
+        if s["prefill_disagrees"] or s["decode_disagrees"]:
+            what = " and ".join(p for p, bad in (("prefill", s["prefill_disagrees"]), ("decode", s["decode_disagrees"])) if bad)
+            warnings.append(
+                f"client and server disagree on {what} for {s['arm']}/{s['case']}: client prefill "
+                f"{s['client_prefill_s']:.2f} s vs server {s['server_prefill_s']:.2f} s, client decode "
+                f"{s['client_decode_s']:.2f} s vs server {s['server_decode_s']:.2f} s per turn")
+    for c in cell_list:
+        if c["failed_calls"] or c["failed_turns"]:
+            warnings.append(f"{c['arm']}/{c['case']}: {c['failed_turns']} failed turn(s), {c['failed_calls']} failed call(s); "
+                            "its multipliers are not citable")
+    for m in mults:
+        if not m["controlled"] and m["scope"] == "total":
+            warnings.append(f"uncontrolled comparison: {m['arm']} vs {m['vs']} differ in {len(m['knobs'])} knobs "
+                            f"({', '.join(m['knobs'])}); the multiplier mixes their effects")
+    rates = arm_rates(ds, probe_list, decomp)
+    scen = scenario or _largest_case_scenario(cell_list, ds.baseline)
+    projection = project(ds, rates, eng, *scen) if scen else None
+    failed_calls = sum(1 for c in ds.calls + ds.probes + ds.sentinels if c.get("error") is not None)
+    arms_h = ds.header["arms"]
+    return {
+        "schema": SUMMARY_SCHEMA,
+        "run": {"run_id": ds.header.get("run_id"), "name": ds.config["experiment"]["name"],
+                "started_at": ds.header.get("started_at"), "tool_version": ds.header.get("tool_version"),
+                "host": ds.header.get("host"), "order": ds.config["experiment"].get("order"),
+                "repeats": ds.config["experiment"].get("repeats"), "concurrency": 1,
+                "calls": len(ds.calls) + len(ds.probes) + len(ds.sentinels), "failed_calls": failed_calls,
+                "resumed": sum(1 for r in ledger.records if r.get("kind") == "resume")},
+        "baseline": ds.baseline,
+        "arms": [{"name": a, "role": arms_h.get(a, {}).get("role"), "conditions": arms_h.get(a, {}).get("conditions", {}),
+                  "discovered": arms_h.get(a, {}).get("discovered", {}), "model": arms_h.get(a, {}).get("model")}
+                 for a in ds.arms],
+        "cases": ds.cases,
+        "cells": cell_list,
+        "totals": total_list,
+        "multipliers": mults,
+        "decomposition": decomp,
+        "probes": probe_list,
+        "server": server,
+        "time_shares": cell_shares(ds),
+        "engaged": eng,
+        "projection": projection,
+        "cost": costs(total_list, {a: ds.conditions(a) for a in ds.arms}, ds.baseline, gpu_hour_usd),
+        "drift": drift_list,
+        "tolerances": {"volume_cell": ds.config["experiment"].get("volume_tolerance_cell"),
+                       "volume_total": ds.config["experiment"].get("volume_tolerance_total"),
+                       "probe_agreement": (ds.config.get("probes") or {}).get("tolerance", 0.05),
+                       "drift": ds.config["experiment"].get("drift_tolerance")},
+        "warnings": warnings,
+    }

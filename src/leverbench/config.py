@@ -1,0 +1,283 @@
+"""The experiment file: TOML in, validated pydantic models out.
+
+Every problem is reported as a :class:`~leverbench.errors.ConfigError` naming
+the file, the key (dotted path, e.g. ``arms[1].engine.kind``) and what is wrong;
+unknown keys get the nearest valid key as a suggestion.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .errors import ConfigError
+
+DEFAULT_EXPERIMENT = Path("examples/agent-turns.toml")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=False)
+
+
+class ExperimentSection(_Strict):
+    name: str
+    repeats: int = Field(3, ge=1, le=1000)
+    order: Literal["interleaved", "blocked"] = "interleaved"
+    baseline: str
+    volume_tolerance_cell: float = Field(0.20, ge=0)
+    volume_tolerance_total: float = Field(0.05, ge=0)
+    store_text: bool = False
+    drift_tolerance: float = Field(0.10, gt=0)
+    sentinel_tokens: int = Field(16, ge=0, description="0 disables the drift sentinels")
+    request_timeout_s: float = Field(600.0, gt=0)
+    engaged_acceptance_min: float = Field(0.2, ge=0, le=1)
+
+
+class EngineSpec(_Strict):
+    kind: Literal["embedded"] = "embedded"
+    args: list[str] = Field(default_factory=list)
+    threads: int | None = Field(None, ge=1)
+    ctx_size: int = Field(8192, ge=256)
+    startup_timeout_s: float = Field(300.0, gt=0)
+
+
+class Arm(_Strict):
+    name: str = Field(min_length=1)
+    role: Literal["baseline", "control", "treatment"] = "treatment"
+    base_url: str | None = None
+    model: str | None = None
+    api_key_env: str | None = None
+    engine: EngineSpec | None = None
+    request: dict[str, Any] = Field(default_factory=dict)
+    conditions: dict[str, Any] = Field(default_factory=dict)
+    metrics_url: str | None = None
+
+    @model_validator(mode="after")
+    def _endpoint_xor_engine(self) -> "Arm":
+        if self.engine is None and not self.base_url:
+            raise ValueError("give either base_url (+ model) for an existing endpoint or engine = { kind = \"embedded\" }")
+        if self.engine is not None and self.base_url:
+            raise ValueError("give either base_url or engine, not both")
+        if self.base_url and not self.model:
+            raise ValueError("an arm with base_url needs model (the model id the endpoint serves)")
+        for forbidden in ("messages", "stream", "model"):
+            if forbidden in self.request:
+                raise ValueError(f"request may not set {forbidden!r}: the runner owns it")
+        return self
+
+
+class Step(_Strict):
+    prompt: str = Field(min_length=1)
+    max_tokens: int | None = Field(None, ge=1)
+
+
+class Case(_Strict):
+    name: str = Field(min_length=1)
+    system: str | None = None
+    system_file: str | None = None
+    documents: list[str] = Field(default_factory=list)
+    prompt: str = Field(min_length=1)
+    max_tokens: int = Field(256, ge=1)
+    temperature: float = Field(0.7, ge=0)
+    tools: str | None = None
+    steps: list[Step] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _one_system(self) -> "Case":
+        if self.system is not None and self.system_file is not None:
+            raise ValueError("give system or system_file, not both")
+        return self
+
+
+class Probes(_Strict):
+    output_tokens: list[int] = Field(default_factory=lambda: [128, 1024])
+    repeats: int = Field(3, ge=1)
+    case: str | None = None
+    tolerance: float = Field(0.05, gt=0)
+
+    @field_validator("output_tokens")
+    @classmethod
+    def _two_lengths(cls, v: list[int]) -> list[int]:
+        if len(v) != 2 or v[0] <= 0 or v[1] <= v[0]:
+            raise ValueError("output_tokens must be two lengths [n1, n2] with 0 < n1 < n2")
+        return v
+
+
+class Experiment(_Strict):
+    experiment: ExperimentSection
+    arms: list[Arm] = Field(min_length=1)
+    cases: list[Case] = Field(min_length=1)
+    probes: Probes | None = None
+
+    # set by load(); not part of the TOML
+    model_config = ConfigDict(extra="forbid")
+
+    def arm(self, name: str) -> Arm:
+        return next(a for a in self.arms if a.name == name)
+
+
+class LoadedExperiment(BaseModel):
+    """An experiment plus what was read from disk for it (document texts)."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+    path: Path
+    spec: Experiment
+    texts: dict[str, str]  # resolved relative path -> text
+    tools: dict[str, list[dict[str, Any]]]  # case name -> tool schemas
+
+    def snapshot(self) -> dict[str, Any]:
+        return self.spec.model_dump(mode="json")
+
+
+# ---------------------------------------------------------------- errors
+
+
+def _valid_keys(model: type[BaseModel]) -> list[str]:
+    return list(model.model_fields)
+
+
+def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The pydantic model that owns the last key of *loc* (for suggestions)."""
+    model: type[BaseModel] | None = Experiment
+    for part in loc[:-1]:
+        if isinstance(part, int) or model is None:
+            continue
+        field = model.model_fields.get(part)
+        if field is None:
+            return None
+        ann = field.annotation
+        nxt = None
+        for cand in (ExperimentSection, Arm, EngineSpec, Case, Step, Probes):
+            if ann is cand or cand in getattr(ann, "__args__", ()) or any(
+                cand in getattr(a, "__args__", ()) for a in getattr(ann, "__args__", ())
+            ):
+                nxt = cand
+                break
+        model = nxt
+    return model
+
+
+def _dotted(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def _first_error(file: str, err: ValidationError) -> ConfigError:
+    e = err.errors()[0]
+    loc = tuple(e["loc"])
+    key = _dotted(loc)
+    if e["type"] == "extra_forbidden":
+        owner = _model_at(loc)
+        hint = ""
+        if owner is not None:
+            near = difflib.get_close_matches(str(loc[-1]), _valid_keys(owner), n=1)
+            hint = f"; did you mean {near[0]!r}?" if near else f"; valid keys: {', '.join(_valid_keys(owner))}"
+        return ConfigError(file, key, f"unknown key{hint}")
+    if e["type"] == "missing":
+        return ConfigError(file, key, "required key is missing")
+    msg = e["msg"]
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, "):]
+    return ConfigError(file, key, msg)
+
+
+# ---------------------------------------------------------------- loading
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(str(path), "", "file not found") from None
+    except OSError as exc:
+        raise ConfigError(str(path), "", f"cannot read: {exc.strerror or exc}") from None
+    try:
+        return tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(str(path), "", f"not UTF-8 text (byte {exc.start})") from None
+    except tomllib.TOMLDecodeError as exc:
+        # message carries "(at line L, column C)"
+        raise ConfigError(str(path), "", f"malformed TOML: {exc}") from None
+
+
+def _check_names(file: str, spec: Experiment) -> None:
+    for what, items in (("arms", spec.arms), ("cases", spec.cases)):
+        seen: dict[str, int] = {}
+        for i, item in enumerate(items):
+            if item.name in seen:
+                raise ConfigError(file, f"{what}[{i}].name", f"duplicate name {item.name!r} (also {what}[{seen[item.name]}])")
+            seen[item.name] = i
+    names = [a.name for a in spec.arms]
+    if spec.experiment.baseline not in names:
+        near = difflib.get_close_matches(spec.experiment.baseline, names, n=1)
+        hint = f"; did you mean {near[0]!r}?" if near else ""
+        raise ConfigError(file, "experiment.baseline", f"names no arm (arms: {', '.join(names)}){hint}")
+    if spec.probes and spec.probes.case is not None and spec.probes.case not in {c.name for c in spec.cases}:
+        raise ConfigError(file, "probes.case", f"names no case ({spec.probes.case!r})")
+    for i, arm in enumerate(spec.arms):
+        if arm.name == spec.experiment.baseline and arm.role != "baseline":
+            raise ConfigError(file, f"arms[{i}].role", f"arm {arm.name!r} is the experiment's baseline, so its role must be \"baseline\"")
+
+
+def _read_text(file: str, key: str, base: Path, rel: str) -> tuple[str, str]:
+    p = (base / rel).resolve()
+    try:
+        return str(p), p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(file, key, f"file not found: {rel} (looked at {p}; paths are relative to the experiment file)") from None
+    except UnicodeDecodeError:
+        raise ConfigError(file, key, f"{rel} is not UTF-8 text") from None
+    except OSError as exc:
+        raise ConfigError(file, key, f"cannot read {rel}: {exc.strerror or exc}") from None
+
+
+def load(path: str | Path) -> LoadedExperiment:
+    """Read, validate and resolve an experiment file.  Raises ConfigError only."""
+    path = Path(path)
+    file = str(path)
+    data = _read_toml(path)
+    try:
+        spec = Experiment.model_validate(data)
+    except ValidationError as err:
+        raise _first_error(file, err) from None
+    _check_names(file, spec)
+    base = path.resolve().parent
+    texts: dict[str, str] = {}
+    tools: dict[str, list[dict[str, Any]]] = {}
+    for i, case in enumerate(spec.cases):
+        for j, doc in enumerate(case.documents):
+            key, text = _read_text(file, f"cases[{i}].documents[{j}]", base, doc)
+            texts[doc] = text
+        if case.system_file:
+            _, text = _read_text(file, f"cases[{i}].system_file", base, case.system_file)
+            texts[case.system_file] = text
+        if case.tools:
+            _, text = _read_text(file, f"cases[{i}].tools", base, case.tools)
+            try:
+                schemas = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise ConfigError(file, f"cases[{i}].tools", f"{case.tools} is not valid JSON: {exc}") from None
+            if not isinstance(schemas, list) or not all(isinstance(s, dict) for s in schemas):
+                raise ConfigError(file, f"cases[{i}].tools", f"{case.tools} must hold a JSON list of tool schemas")
+            tools[case.name] = schemas
+    return LoadedExperiment(path=path, spec=spec, texts=texts, tools=tools)
+
+
+def with_repeats(exp: LoadedExperiment, repeats: int | None) -> LoadedExperiment:
+    if repeats is None:
+        return exp
+    if repeats < 1:
+        raise ConfigError(str(exp.path), "--repeats", "must be at least 1")
+    spec = exp.spec.model_copy(deep=True)
+    spec.experiment.repeats = repeats
+    return exp.model_copy(update={"spec": spec})

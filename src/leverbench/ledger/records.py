@@ -1,0 +1,38 @@
+"""The ledger's record kinds and schema version.
+
+``ledger.jsonl`` holds one JSON object per line.  The first line is the
+``run`` header; every later line is one of the kinds below.  A record is never
+rewritten: a resumed run appends a ``resume`` record and continues.
+
+Schema ``leverbench.ledger/1``:
+
+- ``run``: schema, tool_version, run_id, started_at (ISO 8601 UTC), host{...},
+  experiment_file, config (the validated experiment, as JSON), arms{name:
+  {role, conditions (declared), discovered{...}}}.
+- ``call`` / ``probe`` / ``sentinel``: one model call each.  Keys: kind, arm,
+  case, repeat, step, t_send (epoch s), ttft_s, latency_s (send → last byte),
+  chunk_t (seconds after send at which each streamed chunk with content
+  arrived), chunk_chars, status (HTTP), error (null or {class, message}),
+  prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens,
+  token_source ("usage" or "none"), content_chars, reasoning_chars,
+  finish_reason, timings (llama.cpp's, as sent), request (JSON body sent,
+  less messages), input_sha256, output_sha256, input_chars; and when the
+  experiment says ``store_text``: input_messages, output_text, chunk_text.
+  Probes also carry ``probe_tokens`` (the forced output length).
+- ``turn``: one per finished turn (arm, case, repeat): turn_s (first send →
+  last token), calls, failed_calls, output_tokens, prompt_tokens, error.
+- ``metrics``: a Prometheus scrape of an arm's endpoint: arm, when
+  ("before" / "after"), samples{name: value}.
+- ``warmup``: a short call to each arm before the work starts (a fresh
+  server's first call is slow); kept, never analysed.
+- ``resume``: at, tool_version, completed_units, repeats.
+"""
+
+from __future__ import annotations
+
+LEDGER_SCHEMA = "leverbench.ledger/1"
+LEDGER_SCHEMA_NAME, LEDGER_SCHEMA_VERSION = LEDGER_SCHEMA.rsplit("/", 1)
+SUMMARY_SCHEMA = "leverbench.summary/1"
+
+CALL_KINDS = ("call", "probe", "sentinel")
+KINDS = ("run", "turn", "metrics", "resume", "warmup", *CALL_KINDS)

@@ -1,0 +1,51 @@
+"""The one writer of a run's ledger: append a line, flush, fsync.
+
+Following hyperfine and datasette: one owner of the file, every unit of work
+saved the moment it ends, so a crash loses nothing already measured.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+
+class LedgerWriter:
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._repair_partial_tail()
+        self._fh = open(self.path, "a", encoding="utf-8")
+
+    def _repair_partial_tail(self) -> None:
+        """A line cut by a crash is ended with a newline so that appends start clean.
+
+        The cut line itself stays (never rewritten); the reader skips it with a warning.
+        """
+        if self.path.exists() and self.path.stat().st_size > 0:
+            with open(self.path, "rb") as fh:
+                fh.seek(-1, os.SEEK_END)
+                last = fh.read(1)
+            if last != b"\n":
+                with open(self.path, "ab") as fh:
+                    fh.write(b"\n")
+                    fh.flush()
+                    os.fsync(fh.fileno())
+
+    def append(self, record: dict[str, Any]) -> None:
+        line = json.dumps(record, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        self._fh.write(line + "\n")
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+
+    def close(self) -> None:
+        if not self._fh.closed:
+            self._fh.close()
+
+    def __enter__(self) -> "LedgerWriter":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

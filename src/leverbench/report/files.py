@@ -1,0 +1,35 @@
+"""Write a run directory's computed files from its ledger."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from ..analysis.summary import summarize
+from ..ledger.reader import read_ledger
+from .markdown import render_markdown
+
+
+def write_reports(run_dir: Path, summary: dict[str, Any]) -> list[Path]:
+    run_dir = Path(run_dir)
+    paths = [run_dir / "summary.json", run_dir / "report.md"]
+    paths[0].write_text(json.dumps(finite(summary), indent=1, ensure_ascii=False, allow_nan=False) + "\n")
+    paths[1].write_text(render_markdown(summary), encoding="utf-8")
+    return paths
+
+
+def finite(o: Any) -> Any:
+    """JSON has no inf/NaN: non-finite floats become null."""
+    if isinstance(o, float):
+        return o if math.isfinite(o) else None
+    if isinstance(o, dict):
+        return {k: finite(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [finite(v) for v in o]
+    return o
+
+
+def summarize_dir(run_dir: Path, **kw: Any) -> dict[str, Any]:
+    return summarize(read_ledger(run_dir), **kw)

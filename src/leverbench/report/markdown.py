@@ -1,0 +1,64 @@
+"""``report.md``: the same tables as the terminal, as Markdown, with the prose around them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .tables import Table, all_tables
+
+_INTRO = {
+    "shares": (
+        "## Where the time goes\n\n"
+        "A model call spends its time in two phases. **Prefill** reads the whole prompt (system prompt, documents, "
+        "tool schemas, the conversation so far) before the first token can appear; a prefix cache removes the part "
+        "of it that an earlier call already computed. **Decode** writes the answer one token at a time (reasoning "
+        "tokens included, even when they are hidden); a speculative-decoding drafter speeds up this phase. Which "
+        "lever pays depends on which phase dominates your turns: long prompts with short answers are prefill-bound, "
+        "long answers are decode-bound."
+    ),
+    "decomposition": (
+        "### How decode speed and prefill were measured\n\n"
+        "Within one cell the input is nearly fixed, so regressing each call's latency on its generated tokens gives "
+        "the decode rate (1 / slope) and the time spent before decoding (intercept: prefill plus overhead)."
+    ),
+    "probes": (
+        "Independently, the probes send the same prompt with the output length forced to two values; the difference "
+        "isolates the decode rate, and what remains is prefill. The two methods should agree."
+    ),
+    "projection": (
+        "### A scenario\n\n"
+        "The measured rates, applied to one turn of the size below, show how each arm's time would split and what "
+        "each lever returns (a lever only shortens its own phase)."
+    ),
+}
+
+
+def _md_table(t: Table) -> str:
+    def esc(x: str) -> str:
+        return x.replace("|", "\\|").replace("\n", " ")
+
+    lines = [f"**{t.title}**", "", "| " + " | ".join(esc(h) for h in t.headers) + " |",
+             "|" + "---|" * len(t.headers)]
+    lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in t.rows]
+    if t.notes:
+        lines.append("")
+        lines += [f"- {esc(n)}" for n in t.notes]
+    return "\n".join(lines)
+
+
+def render_markdown(summary: dict[str, Any]) -> str:
+    run = summary["run"]
+    host = run.get("host") or {}
+    out = [f"# leverbench: {run['name']}", "",
+           f"Run {run['run_id']} started {run['started_at']} on {host.get('cpu', '?')} ({host.get('cores', '?')} cores); "
+           f"{run['repeats']} repeats, {run['order']} order, concurrency {run['concurrency']}; "
+           f"{run['calls']} model calls, {run['failed_calls']} failed. Baseline: **{summary['baseline']}**. "
+           f"Every number below is computed from `ledger.jsonl` by `leverbench report`.", ""]
+    for t in all_tables(summary):
+        if t.key in _INTRO:
+            out += [_INTRO[t.key], ""]
+        out += [_md_table(t), ""]
+    out.append("## Warnings")
+    out.append("")
+    out += [f"- {w}" for w in summary["warnings"]] or ["- none"]
+    return "\n".join(out) + "\n"

@@ -1,0 +1,211 @@
+"""The report's tables as plain rows of strings, built from ``summary.json``.
+
+Both the terminal and the Markdown report render these same tables, so the
+two never disagree.  Nothing here computes a statistic: it only formats what
+the analysis returned.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Table:
+    key: str
+    title: str
+    headers: list[str]
+    rows: list[list[str]]
+    notes: list[str] = field(default_factory=list)
+
+
+def s(x: float | None, nd: int = 1) -> str:
+    return "—" if x is None else f"{x:.{nd}f}"
+
+
+def pct(x: float | None, nd: int = 0) -> str:
+    return "—" if x is None else f"{x * 100:.{nd}f}%"
+
+
+def mult(m: dict[str, Any] | None) -> str:
+    if not m or m.get("value") is None:
+        return "—"
+    v = f"{m['value']:.2f}x"
+    return v if m["citable"] else f"({v}) not citable"
+
+
+def _arms(summary: dict[str, Any]) -> list[str]:
+    return [a["name"] for a in summary["arms"]]
+
+
+def result_table(summary: dict[str, Any]) -> Table:
+    arms = _arms(summary)
+    base = summary["baseline"]
+    cell = {(c["arm"], c["case"]): c for c in summary["cells"]}
+    rows = []
+    for case in summary["cases"]:
+        row = [case]
+        for a in arms:
+            c = cell[(a, case)]
+            if c["median_s"] is None:
+                row.append(f"no successful turn ({c['failed_turns']} failed)")
+                continue
+            txt = f"{c['median_s']:.1f} s [{c['min_s']:.1f}–{c['max_s']:.1f}] n={c['n']}"
+            if c["failed_turns"]:
+                txt += f" ({c['failed_turns']} failed)"
+            if c.get("overlaps_baseline") is False:
+                txt += " disjoint"
+            row.append(txt)
+        rows.append(row)
+    tot = {t["arm"]: t for t in summary["totals"]}
+    rows.append(["total"] + [f"{tot[a]['total_s']:.1f} s" if tot[a]["total_s"] is not None else "incomplete" for a in arms])
+    mtot = {m["arm"]: m for m in summary["multipliers"] if m["scope"] == "total"}
+    rows.append([f"vs {base}"] + ["1.00x (baseline)" if a == base else mult(mtot.get(a)) for a in arms])
+    return Table("results", "Turn time per case: median of the repeats [observed range]", ["case", *arms], rows,
+                 notes=["'disjoint': the arm's range does not overlap the baseline's."])
+
+
+def volume_table(summary: dict[str, Any]) -> Table:
+    arms = _arms(summary)
+    cell = {(c["arm"], c["case"]): c for c in summary["cells"]}
+    rows = []
+    for case in summary["cases"]:
+        rows.append([case] + [f"{s(cell[(a, case)]['output_tokens_median'], 0)} / {s(cell[(a, case)]['input_tokens_median'], 0)}"
+                              for a in arms])
+    tot = {t["arm"]: t for t in summary["totals"]}
+    rows.append(["total"] + [s(tot[a]["output_tokens"], 0) for a in arms])
+    return Table("volume", "Tokens per turn: generated (reasoning included) / input as the server counted them (medians)",
+                 ["case", *arms], rows)
+
+
+def multiplier_table(summary: dict[str, Any]) -> Table:
+    rows = []
+    for m in summary["multipliers"]:
+        rows.append([f"{m['arm']} vs {m['vs']}", m["scope"].removeprefix("case:"),
+                     "—" if m["value"] is None else f"{m['value']:.2f}x",
+                     pct(m["volume_spread"], 1), "yes" if m["citable"] else "no",
+                     m["reason"] or ("" if m["controlled"] else "uncontrolled: " + ", ".join(m["knobs"]))])
+    t = summary["tolerances"]
+    return Table("multipliers", "Multipliers (baseline time / arm time) and the output-volume guard",
+                 ["comparison", "scope", "multiplier", "volume spread", "citable", "reason"], rows,
+                 notes=[f"A cell multiplier is citable when the two arms' generated tokens differ by at most "
+                        f"{pct(t['volume_cell'])}, a total at most {pct(t['volume_total'])}; never with failed calls or "
+                        "fewer than 2 successful repeats."])
+
+
+def decomposition_table(summary: dict[str, Any]) -> Table:
+    rows = []
+    for d in summary["decomposition"]:
+        if d["points"] == 0:
+            continue
+        rng = f"{d['output_min']:g}–{d['output_max']:g}" if d["output_min"] is not None else "—"
+        if d["refused"]:
+            rows.append([d["arm"], d["case"], "refused", "—", "—", str(d["points"]), rng, d["refused"]])
+        else:
+            rows.append([d["arm"], d["case"], s(d["decode_tps"]), s(d["intercept_s"], 2), f"{d['r2']:.3f}",
+                         str(d["points"]), rng, ""])
+    return Table("decomposition", "Regression per cell: call latency = intercept + output tokens / decode rate",
+                 ["arm", "case", "decode tok/s", "intercept s", "R²", "points", "output tokens", "refused"], rows)
+
+
+def probe_table(summary: dict[str, Any]) -> Table:
+    rows = []
+    for p in summary["probes"]:
+        check = "—" if p.get("agrees") is None else ("pass" if p["agrees"] else "FAIL")
+        rows.append([p["arm"], p["case"], f"{p['n1']}/{p['n2']}", s(p.get("input_tokens"), 0),
+                     s(p.get("prefill_s"), 2), s(p.get("decode_tps")),
+                     "—" if p.get("prefill_speedup_vs_baseline") is None else f"{p['prefill_speedup_vs_baseline']:.1f}x",
+                     s(p.get("regression_decode_tps")), pct(p.get("agreement"), 1), check])
+    tol = summary["tolerances"]["probe_agreement"]
+    return Table("probes", "Fixed-length probes: the same prompt with the output forced to n1 and n2 tokens",
+                 ["arm", "case", "n1/n2", "input tokens", "prefill s", "decode tok/s", "prefill speed-up",
+                  "regression tok/s", "probe vs regression", f"check (≤{pct(tol)})"], rows)
+
+
+def server_table(summary: dict[str, Any]) -> Table:
+    rows = []
+    for r in summary["server"]:
+        flag = " ≠" if r["prefill_disagrees"] else ""
+        flagd = " ≠" if r["decode_disagrees"] else ""
+        rows.append([r["arm"], r["case"], s(r["client_prefill_s"], 2), s(r["server_prefill_s"], 2) + flag,
+                     s(r["client_decode_s"], 2), s(r["server_decode_s"], 2) + flagd, s(r["server_decode_tps"]),
+                     s(r["server_prefill_tps"]), "—" if r["server_cache_n"] is None else str(r["server_cache_n"]),
+                     "—" if not r["draft_n"] else f"{r['draft_accepted']}/{r['draft_n']}"])
+    return Table("server", "Client's and server's account, seconds per turn (≠ marks a disagreement)",
+                 ["arm", "case", "client prefill (TTFT)", "server prefill", "client decode", "server decode",
+                  "server decode tok/s", "server prefill tok/s", "cached tokens", "drafts accepted"], rows)
+
+
+def shares_table(summary: dict[str, Any]) -> Table:
+    rows = []
+    for r in summary["time_shares"]:
+        rows.append([r["arm"], r["case"], s(r["turn_s"]), f"{s(r['prefill_s'])} ({pct(r['prefill_share'])})",
+                     f"{s(r['decode_s'])} ({pct(r['decode_share'])})", f"{s(r['other_s'])} ({pct(r['other_share'])})"])
+    return Table("shares", "Where the time goes, per turn (seconds and share of the turn)",
+                 ["arm", "case", "turn s", "prefill", "decode", "other"], rows,
+                 notes=["prefill and decode come from the server's own timings where it reports them, else from the "
+                        "client (prefill ≈ time to first token); 'other' is the rest of the turn: harness, network, "
+                        "the gaps between a turn's calls."])
+
+
+def projection_table(summary: dict[str, Any]) -> Table | None:
+    p = summary.get("projection")
+    if not p:
+        return None
+    rows = []
+    for a in p["arms"]:
+        if "refused" in a:
+            rows.append([a["arm"], "—", "—", "—", a["refused"]])
+            continue
+        rows.append([a["arm"], f"{a['prefill_s']:.2f} ({pct(a['prefill_share'])})",
+                     f"{a['decode_s']:.2f} ({pct(a['decode_share'])})", f"{a['total_s']:.2f}",
+                     f"decode {a['decode_tps']:.1f} tok/s from {a['decode_source']}; prefill {a['extrapolation']}"])
+    notes = []
+    for l in p["levers"]:
+        tag = "" if l["credited"] else " — NOT credited: the lever did not engage"
+        notes.append(f"lever {l['lever']}: {l['without']} → {l['with']} returns {l['saved_s']:.2f} s "
+                     f"({pct(l['saved_share'])} of the turn, {l['speedup']:.2f}x), acting on {l['phase']}{tag}")
+    if p.get("recommendation"):
+        notes.append(p["recommendation"])
+    return Table("projection", f"Scenario: {p['input_tokens']:,} input tokens, {p['output_tokens']:,} output tokens",
+                 ["arm", "prefill s", "decode s", "total s", "from"], rows, notes)
+
+
+def cost_table(summary: dict[str, Any]) -> Table | None:
+    if not summary["cost"]:
+        return None
+    rows = []
+    for c in summary["cost"]:
+        rows.append([c["arm"], s(c["turn_s"]), "—" if c["usd_per_turn"] is None else f"${c['usd_per_turn']:.4f}",
+                     f"{c['gpu_hours_per_1000_turns']:.2f}",
+                     "—" if c["usd_per_1000_turns"] is None else f"${c['usd_per_1000_turns']:.2f}",
+                     s(c.get("gpu_hours_returned_per_1000_turns"), 2)])
+    return Table("cost", "Cost at concurrency 1 (one dedicated stream)",
+                 ["arm", "mean turn s", "$ per turn", "GPU-h per 1000 turns", "$ per 1000 turns", "GPU-h returned"], rows)
+
+
+def drift_table(summary: dict[str, Any]) -> Table | None:
+    if not summary["drift"]:
+        return None
+    rows = [[d["arm"], s(d["start_tps"]), s(d["end_tps"]), "—" if d["change"] is None else f"{d['change']:+.1%}",
+             "DRIFTED" if d["drifted"] else "ok"] for d in summary["drift"]]
+    return Table("drift", "Drift sentinels: decode rate at the start and end of each arm's block",
+                 ["arm", "start tok/s", "end tok/s", "change", f"within {pct(summary['tolerances']['drift'])}"], rows)
+
+
+def conditions_table(summary: dict[str, Any]) -> Table:
+    keys: list[str] = []
+    for a in summary["arms"]:
+        for k in a["conditions"]:
+            if k not in keys:
+                keys.append(k)
+    rows = [[a["name"], a["role"] or "", *(str(a["conditions"].get(k, "—")) for k in keys)] for a in summary["arms"]]
+    return Table("conditions", "Arms and their conditions", ["arm", "role", *keys], rows)
+
+
+def all_tables(summary: dict[str, Any]) -> list[Table]:
+    tabs = [conditions_table(summary), result_table(summary), volume_table(summary), multiplier_table(summary),
+            shares_table(summary), decomposition_table(summary), probe_table(summary), server_table(summary),
+            projection_table(summary), cost_table(summary), drift_table(summary)]
+    return [t for t in tabs if t is not None and t.rows]

@@ -1,0 +1,36 @@
+"""The terminal report: the same tables as ``report.md``, drawn with rich."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table as RichTable
+from rich.text import Text
+
+from .tables import Table, all_tables
+
+_BRIEF = ("results", "volume", "multipliers", "shares", "probes", "projection", "cost")
+
+
+def render_terminal(summary: dict[str, Any], console: Console | None = None, *, full: bool = False) -> None:
+    console = console or Console()
+    render_tables(console, [t for t in all_tables(summary) if full or t.key in _BRIEF])
+    if summary["warnings"]:
+        console.print("[bold]Warnings[/bold]")
+        for w in summary["warnings"]:
+            console.print(f"  - {w}", highlight=False, markup=False)
+
+
+def render_tables(console: Console, tables: list[Table | None]) -> None:
+    for t in tables:
+        if t is None or not t.rows:
+            continue
+        rt = RichTable(title=Text(t.title, style="bold"), title_justify="left", show_lines=False)
+        for h in t.headers:
+            rt.add_column(Text(h), overflow="fold")
+        for row in t.rows:
+            rt.add_row(*(Text(c) for c in row))
+        console.print(rt)
+        for n in t.notes:
+            console.print(f"  {n}", style="dim", highlight=False, markup=False)

@@ -1,0 +1,249 @@
+"""One streaming chat-completions call against an OpenAI-compatible endpoint.
+
+The client measures and records; it computes no statistics.  Every call ends
+as a dict ready for the ledger, with ``error`` set (never raised) when the
+call failed, so a failure is recorded exactly like a success.
+
+Error classes (``error["class"]``):
+
+==================  =============================================================
+connect             connection refused / DNS / TLS: nothing was sent
+timeout_connect     the connection was not established in time
+http_status         HTTP 4xx/5xx; ``message`` carries the body's error message
+timeout_first_token no content arrived within the first-token timeout
+timeout_idle        the stream stalled longer than the idle timeout between chunks
+timeout_total       the whole call took longer than the total timeout
+stream_cut          the stream ended without a finish reason or ``[DONE]``
+malformed           an SSE data line that is not JSON, or JSON of the wrong shape
+no_usage            the call completed but the server sent no token usage
+==================  =============================================================
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    connect_s: float = 30.0
+    first_token_s: float = 600.0
+    idle_s: float = 120.0
+    total_s: float = 600.0
+
+
+def messages_sha256(messages: list[dict[str, Any]]) -> str:
+    return hashlib.sha256(json.dumps(messages, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+
+def _error(cls: str, message: str) -> dict[str, str]:
+    return {"class": cls, "message": message[:500]}
+
+
+def _body_error_message(status: int, body: bytes) -> str:
+    text = body.decode("utf-8", "replace")
+    try:
+        obj = json.loads(text)
+        err = obj.get("error", obj) if isinstance(obj, dict) else obj
+        if isinstance(err, dict):
+            msg = err.get("message") or err.get("detail") or json.dumps(err)[:300]
+        else:
+            msg = str(err)
+    except (json.JSONDecodeError, AttributeError):
+        msg = text.strip()[:300] or "(empty body)"
+    return f"HTTP {status}: {msg}"
+
+
+class _Stream:
+    """Accumulates what the stream says, chunk by chunk."""
+
+    def __init__(self, t0: float, keep_text: bool):
+        self.t0 = t0
+        self.keep_text = keep_text
+        self.chunk_t: list[float] = []
+        self.chunk_chars: list[int] = []
+        self.chunk_text: list[str] = []
+        self.content: list[str] = []
+        self.reasoning_chars = 0
+        self.reasoning: list[str] = []
+        self.first_token_s: float | None = None
+        self.first_answer_s: float | None = None
+        self.finish_reason: str | None = None
+        self.usage: dict[str, Any] | None = None
+        self.timings: dict[str, Any] | None = None
+        self.tool_calls: dict[int, dict[str, Any]] = {}
+        self.done = False
+
+    def feed(self, obj: dict[str, Any], now: float) -> None:
+        if obj.get("usage"):
+            self.usage = obj["usage"]
+        if obj.get("timings"):
+            self.timings = obj["timings"]
+        choices = obj.get("choices") or []
+        if not isinstance(choices, list):
+            raise ValueError("choices is not a list")
+        got_any = False
+        for ch in choices:
+            delta = ch.get("delta") or ch.get("message") or {}
+            text = delta.get("content") or ""
+            reasoning = delta.get("reasoning_content") or delta.get("reasoning") or ""
+            if reasoning:
+                self.reasoning_chars += len(reasoning)
+                if self.keep_text:
+                    self.reasoning.append(reasoning)
+            if text:
+                self.content.append(text)
+                if self.first_answer_s is None:
+                    self.first_answer_s = now - self.t0
+            for tc in delta.get("tool_calls") or []:
+                idx = tc.get("index", len(self.tool_calls))
+                slot = self.tool_calls.setdefault(idx, {"id": tc.get("id"), "name": "", "arguments": ""})
+                fn = tc.get("function") or {}
+                slot["name"] += fn.get("name") or ""
+                slot["arguments"] += fn.get("arguments") or ""
+                if tc.get("id"):
+                    slot["id"] = tc["id"]
+                got_any = True
+            if text or reasoning:
+                got_any = True
+            if ch.get("finish_reason"):
+                self.finish_reason = ch["finish_reason"]
+            if got_any:
+                self.chunk_t.append(now - self.t0)
+                self.chunk_chars.append(len(text) + len(reasoning))
+                if self.keep_text:
+                    self.chunk_text.append(reasoning + text)
+                if self.first_token_s is None:
+                    self.first_token_s = now - self.t0
+
+
+def _usage_fields(usage: dict[str, Any] | None) -> dict[str, Any]:
+    if not usage:
+        return {"prompt_tokens": None, "completion_tokens": None, "cached_tokens": None, "reasoning_tokens": None,
+                "token_source": "none"}
+    ptd = usage.get("prompt_tokens_details") or {}
+    ctd = usage.get("completion_tokens_details") or {}
+    return {
+        "prompt_tokens": usage.get("prompt_tokens"),
+        "completion_tokens": usage.get("completion_tokens"),
+        "cached_tokens": ptd.get("cached_tokens"),
+        "reasoning_tokens": ctd.get("reasoning_tokens"),
+        "token_source": "usage",
+    }
+
+
+async def stream_chat(
+    session: aiohttp.ClientSession,
+    url: str,
+    body: dict[str, Any],
+    *,
+    headers: dict[str, str] | None = None,
+    timeouts: Timeouts = Timeouts(),
+    keep_text: bool = False,
+) -> dict[str, Any]:
+    """POST *body* (streaming) to *url* and return the measured call record.
+
+    Times: ``t_send`` is the epoch time the request was sent; every other time
+    is seconds after it, from ``time.perf_counter``.
+    """
+    body = {**body, "stream": True}
+    body.setdefault("stream_options", {"include_usage": True})
+    t_send = time.time()
+    t0 = time.perf_counter()
+    st = _Stream(t0, keep_text)
+    status: int | None = None
+    error: dict[str, str] | None = None
+    phase = "connect"
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeouts.connect_s, sock_read=timeouts.idle_s)
+    try:
+        async with asyncio.timeout(timeouts.first_token_s) as deadline:
+            async with session.post(url, json=body, headers=headers, timeout=timeout) as resp:
+                status = resp.status
+                if status >= 400:
+                    raw = await resp.read()
+                    error = _error("http_status", _body_error_message(status, raw))
+                else:
+                    phase = "first_token"
+                    async for raw_line in resp.content:
+                        now = time.perf_counter()
+                        line = raw_line.strip()
+                        if not line or line.startswith(b":"):
+                            continue
+                        if not line.startswith(b"data:"):
+                            continue
+                        data = line[5:].strip()
+                        if data == b"[DONE]":
+                            st.done = True
+                            break
+                        try:
+                            obj = json.loads(data)
+                            if not isinstance(obj, dict):
+                                raise ValueError("not an object")
+                            if "error" in obj and not obj.get("choices"):
+                                e = obj["error"]
+                                msg = e.get("message") if isinstance(e, dict) else str(e)
+                                error = _error("http_status", f"error event in stream: {msg}")
+                                break
+                            had_first = st.first_token_s is not None
+                            st.feed(obj, now)
+                        except (ValueError, TypeError, AttributeError) as exc:
+                            error = _error("malformed", f"bad SSE data line: {exc}: {data[:120]!r}")
+                            break
+                        if not had_first and st.first_token_s is not None:
+                            phase = "stream"
+                            deadline.reschedule(asyncio.get_running_loop().time() + max(0.0, timeouts.total_s - (now - t0)))
+    except TimeoutError:
+        if phase == "connect":
+            error = _error("timeout_first_token", f"no response within {timeouts.first_token_s:g} s")
+        elif phase == "first_token":
+            error = _error("timeout_first_token", f"no token within {timeouts.first_token_s:g} s")
+        else:
+            error = _error("timeout_total", f"call exceeded {timeouts.total_s:g} s")
+    except aiohttp.ServerTimeoutError as exc:
+        if phase == "connect" and "connect" in str(exc).lower():
+            error = _error("timeout_connect", f"connect timed out after {timeouts.connect_s:g} s")
+        else:
+            error = _error("timeout_idle", f"no data for {timeouts.idle_s:g} s")
+    except aiohttp.ClientConnectorError as exc:
+        error = _error("connect", f"cannot connect to {url}: {exc.os_error.strerror if exc.os_error else exc}")
+    except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+        error = _error("stream_cut", f"stream broken: {type(exc).__name__}: {exc}")
+    except aiohttp.ClientError as exc:
+        error = _error("connect" if status is None else "stream_cut", f"{type(exc).__name__}: {exc}")
+    t_end = time.perf_counter() - t0
+    if error is None and status is not None and status < 400:
+        if not st.done and st.finish_reason is None:
+            error = _error("stream_cut", "stream ended without a finish reason or [DONE]")
+        elif st.usage is None:
+            error = _error("no_usage", "the server sent no token usage; output volume unknown")
+    content = "".join(st.content)
+    rec: dict[str, Any] = {
+        "t_send": t_send,
+        "ttft_s": st.first_token_s,
+        "t_first_answer_s": st.first_answer_s,
+        "latency_s": t_end,
+        "chunk_t": [round(t, 6) for t in st.chunk_t],
+        "chunk_chars": st.chunk_chars,
+        "status": status,
+        "error": error,
+        **_usage_fields(st.usage),
+        "content_chars": len(content),
+        "reasoning_chars": st.reasoning_chars,
+        "finish_reason": st.finish_reason,
+        "tool_calls": [st.tool_calls[k] for k in sorted(st.tool_calls)] or None,
+        "timings": st.timings,
+        "output_sha256": hashlib.sha256(content.encode()).hexdigest(),
+    }
+    if keep_text:
+        rec["output_text"] = content
+        rec["reasoning_text"] = "".join(st.reasoning)
+        rec["chunk_text"] = st.chunk_text
+    rec["_content"] = content  # for the runner's next step; stripped before the ledger
+    return rec

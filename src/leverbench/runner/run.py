@@ -1,0 +1,304 @@
+"""Run an experiment: start engines, do the scheduled work, write the ledger.
+
+The runner measures and records; it computes no statistics (that is
+``leverbench.analysis``).  Every call is appended to the ledger the moment it
+ends, failed or not.  A turn's ``turn`` record is written when the turn ends;
+a resumed run skips every unit whose record is already there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import os
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import aiohttp
+
+from .. import __version__
+from ..config import Arm, LoadedExperiment
+from ..engines.embedded import EmbeddedEngine
+from ..errors import BadInput, ConfigError, EngineError
+from ..ledger.reader import read_ledger
+from ..ledger.records import LEDGER_SCHEMA
+from ..ledger.writer import LedgerWriter
+from ..workload.cases import case_size_chars, first_messages, next_messages, step_prompts
+from .client import Timeouts, messages_sha256, stream_chat
+from .discover import api_root, chat_url, endpoint_info, host_info, scrape_metrics
+from .schedule import SENTINEL_CASE, Unit, build_schedule
+
+SENTINEL_PROMPT = "Count upward from 1, one number per line, and keep going."
+EMBEDDED_MODEL_ID = "SmolLM2-135M-Instruct-Q4_1"
+
+
+@dataclass
+class ArmEndpoint:
+    arm: Arm
+    base_url: str
+    model: str
+    headers: dict[str, str]
+    engine: EmbeddedEngine | None = None
+    discovered: dict[str, Any] = field(default_factory=dict)
+
+
+class Interrupted(Exception):
+    """The run was stopped (Ctrl-C); what finished is in the ledger."""
+
+
+ProgressFn = Callable[[Unit, int, int], None]
+
+
+def _headers(exp: LoadedExperiment, i: int, arm: Arm) -> dict[str, str]:
+    if not arm.api_key_env:
+        return {}
+    key = os.environ.get(arm.api_key_env)
+    if not key:
+        raise ConfigError(str(exp.path), f"arms[{i}].api_key_env",
+                          f"environment variable {arm.api_key_env} is not set (it should hold the API key)")
+    return {"Authorization": f"Bearer {key}"}
+
+
+def _unit_key_of_record(rec: dict[str, Any]) -> tuple | None:
+    kind = rec.get("kind")
+    if kind == "turn":
+        return ("turn", rec["arm"], rec["case"], rec["repeat"], None, None)
+    if kind == "probe":
+        return ("probe", rec["arm"], rec["case"], rec["repeat"], rec.get("probe_tokens"), None)
+    if kind == "sentinel":
+        return ("sentinel", rec["arm"], rec["case"], rec["repeat"], rec.get("probe_tokens"), rec.get("position"))
+    return None
+
+
+class Runner:
+    def __init__(self, exp: LoadedExperiment, out_dir: Path, *, resume: bool = False,
+                 progress: ProgressFn | None = None, timeouts: Timeouts | None = None):
+        self.exp = exp
+        self.spec = exp.spec
+        self.out = Path(out_dir)
+        self.resume = resume
+        self.progress = progress
+        t = self.spec.experiment.request_timeout_s
+        self.timeouts = timeouts or Timeouts(first_token_s=t, total_s=t, idle_s=min(t, 120.0))
+        self.endpoints: dict[str, ArmEndpoint] = {}
+        self.writer: LedgerWriter | None = None
+        self.keep_text = self.spec.experiment.store_text
+
+    # ------------------------------------------------------------ set-up
+
+    def _prepare_endpoints(self) -> None:
+        for i, arm in enumerate(self.spec.arms):
+            headers = _headers(self.exp, i, arm)
+            if arm.engine is not None:
+                eng = EmbeddedEngine(arm.name, arm.engine.args, self.out / f"engine-{_safe(arm.name)}.log",
+                                     threads=arm.engine.threads, ctx_size=arm.engine.ctx_size,
+                                     startup_timeout_s=arm.engine.startup_timeout_s)
+                self.endpoints[arm.name] = ArmEndpoint(arm, "", EMBEDDED_MODEL_ID, headers, eng)
+            else:
+                self.endpoints[arm.name] = ArmEndpoint(arm, arm.base_url or "", arm.model or "", headers)
+
+    def _start_engines(self) -> None:
+        for ep in self.endpoints.values():
+            if ep.engine is not None:
+                ep.base_url = ep.engine.start()
+                ep.discovered.update(ep.engine.discover())
+
+    def stop_engines(self) -> None:
+        for ep in self.endpoints.values():
+            if ep.engine is not None:
+                ep.engine.stop()
+
+    def _completed(self) -> set[tuple]:
+        ledger_path = self.out / "ledger.jsonl"
+        if not ledger_path.exists():
+            if self.resume:
+                raise BadInput(f"{self.out}: nothing to resume (no ledger.jsonl); run without --resume")
+            return set()
+        if not self.resume:
+            raise BadInput(f"{self.out} already holds a ledger; pass --resume to continue it or choose another --out")
+        led = read_ledger(ledger_path)
+        if led.header.get("config") != self.exp.snapshot():
+            old = led.header.get("config", {}).get("experiment", {}).get("repeats")
+            new = self.spec.experiment.repeats
+            cfg_old = {**led.header.get("config", {}), "experiment": {**led.header["config"].get("experiment", {}), "repeats": new}}
+            if cfg_old != self.exp.snapshot():
+                raise BadInput(f"{self.out}: the experiment changed since this run started; resume needs the same "
+                               "experiment file (only --repeats may grow)")
+            if new < (old or 0):
+                raise BadInput(f"{self.out}: --repeats {new} is fewer than the run's {old}")
+        return {k for r in led.records if (k := _unit_key_of_record(r)) is not None}
+
+    def _header(self) -> dict[str, Any]:
+        return {
+            "kind": "run",
+            "schema": LEDGER_SCHEMA,
+            "tool_version": __version__,
+            "run_id": uuid.uuid4().hex[:12],
+            "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "host": host_info(),
+            "experiment_file": str(self.exp.path),
+            "config": self.exp.snapshot(),
+            "arms": {
+                name: {"role": ep.arm.role, "conditions": ep.arm.conditions, "discovered": ep.discovered,
+                       "endpoint": "embedded" if ep.engine else api_root(ep.base_url), "model": ep.model}
+                for name, ep in self.endpoints.items()
+            },
+        }
+
+    # ------------------------------------------------------------ calls
+
+    def _body(self, ep: ArmEndpoint, messages: list[dict[str, Any]], max_tokens: int, temperature: float,
+              extra: dict[str, Any] | None = None, tools: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": ep.model, "messages": messages, "max_tokens": max_tokens,
+                                "temperature": temperature}
+        if tools:
+            body["tools"] = tools
+        body.update(ep.arm.request)
+        if extra:
+            body.update(extra)
+        return body
+
+    async def _call(self, session: aiohttp.ClientSession, ep: ArmEndpoint, body: dict[str, Any],
+                    meta: dict[str, Any]) -> dict[str, Any]:
+        rec = await stream_chat(session, chat_url(ep.base_url), body, headers=ep.headers,
+                                timeouts=self.timeouts, keep_text=self.keep_text)
+        content = rec.pop("_content")
+        messages = body["messages"]
+        sent = {k: v for k, v in body.items() if k not in ("messages", "tools")}
+        out = {**meta, **rec, "request": sent, "input_sha256": messages_sha256(messages),
+               "input_chars": sum(len(m.get("content") or "") for m in messages), "tools_sent": len(body.get("tools") or [])}
+        if self.keep_text:
+            out["input_messages"] = messages
+        if rec["error"] is not None and ep.engine is not None and (note := ep.engine.death_note()):
+            out["error"] = {"class": "engine_died", "message": note[:2000]}
+        assert self.writer is not None
+        self.writer.append(out)
+        out["_content"] = content
+        return out
+
+    async def _turn(self, session: aiohttp.ClientSession, unit: Unit) -> None:
+        ep = self.endpoints[unit.arm]
+        case = next(c for c in self.spec.cases if c.name == unit.case)
+        tools = self.exp.tools.get(case.name)
+        turn_id = uuid.uuid4().hex[:12]
+        messages = first_messages(self.exp, case)
+        t0 = time.perf_counter()
+        t_start = time.time()
+        calls: list[dict[str, Any]] = []
+        for step, (prompt, max_tokens) in enumerate(step_prompts(case)):
+            if step > 0:
+                messages = next_messages(messages, calls[-1]["_content"], prompt)
+            body = self._body(ep, messages, max_tokens, case.temperature, tools=tools)
+            meta = {"kind": "call", "arm": unit.arm, "case": unit.case, "repeat": unit.repeat, "step": step,
+                    "turn_id": turn_id}
+            rec = await self._call(session, ep, body, meta)
+            calls.append(rec)
+            if rec["error"] is not None and rec["error"]["class"] != "no_usage":
+                break  # later steps depend on this answer
+        turn_s = time.perf_counter() - t0
+        failed = [c for c in calls if c["error"] is not None]
+        n_steps = len(step_prompts(case))
+        err = None
+        if failed:
+            err = {"class": failed[0]["error"]["class"], "message": f"{len(failed)} of {len(calls)} calls failed"}
+        elif len(calls) < n_steps:
+            err = {"class": "incomplete", "message": f"{len(calls)} of {n_steps} calls ran"}
+        assert self.writer is not None
+        self.writer.append({
+            "kind": "turn", "arm": unit.arm, "case": unit.case, "repeat": unit.repeat, "turn_id": turn_id,
+            "t_start": t_start, "turn_s": turn_s, "calls": len(calls), "planned_calls": n_steps,
+            "failed_calls": len(failed),
+            "output_tokens": _sum_or_none(c.get("completion_tokens") for c in calls),
+            "prompt_tokens": _sum_or_none(c.get("prompt_tokens") for c in calls),
+            "error": err,
+        })
+
+    async def _fixed_length(self, session: aiohttp.ClientSession, unit: Unit) -> None:
+        """A probe or sentinel: one call whose output length is forced."""
+        ep = self.endpoints[unit.arm]
+        n = unit.probe_tokens or 1
+        if unit.kind in ("sentinel", "warmup"):
+            messages = [{"role": "user", "content": SENTINEL_PROMPT}]
+        else:
+            case = next(c for c in self.spec.cases if c.name == unit.case)
+            messages = first_messages(self.exp, case)
+        force = {"ignore_eos": True, "min_tokens": n}
+        body = self._body(ep, messages, n, 0.0, extra=force)
+        meta = {"kind": unit.kind, "arm": unit.arm, "case": unit.case, "repeat": unit.repeat, "step": 0,
+                "probe_tokens": n, "position": unit.position}
+        await self._call(session, ep, body, meta)
+
+    async def _scrape(self, session: aiohttp.ClientSession, when: str) -> None:
+        for name, ep in self.endpoints.items():
+            url = ep.arm.metrics_url or (api_root(ep.base_url) + "/metrics")
+            samples = await scrape_metrics(session, url, ep.headers)
+            if samples is not None:
+                assert self.writer is not None
+                self.writer.append({"kind": "metrics", "arm": name, "when": when, "t": time.time(),
+                                    "samples": samples})
+
+    async def _main(self, units: list[Unit], done: set[tuple]) -> None:
+        conn = aiohttp.TCPConnector(limit=0, force_close=True)  # llama-server closes idle keep-alive connections; a reused stale one fails
+        async with aiohttp.ClientSession(connector=conn) as session:
+            for ep in self.endpoints.values():
+                ep.discovered.update(await endpoint_info(session, ep.base_url, ep.headers))
+            if not done:
+                assert self.writer is not None
+                self.writer.append(self._header())
+            await self._scrape(session, "before")
+            for name in self.endpoints:  # a fresh server's first call is slow; measure it, don't count it
+                await self._fixed_length(session, Unit("warmup", name, SENTINEL_CASE, 0, 8))
+            todo = [u for u in units if u.key() not in done]
+            total = len(units)
+            finished = total - len(todo)
+            for unit in todo:
+                if self.progress:
+                    self.progress(unit, finished, total)
+                if unit.kind == "turn":
+                    await self._turn(session, unit)
+                else:
+                    await self._fixed_length(session, unit)
+                finished += 1
+                dead = [ep.engine.death_note() for ep in self.endpoints.values() if ep.engine and not ep.engine.alive()]
+                if dead:
+                    raise EngineError(dead[0] or "an engine died")
+            if self.progress:
+                self.progress(Unit("done", "", "", 0), finished, total)
+            await self._scrape(session, "after")
+
+    def run(self) -> Path:
+        """Do the experiment's work; returns the ledger path.  Engines are always stopped."""
+        done = self._completed()
+        self._prepare_endpoints()
+        sizes = {c.name: case_size_chars(self.exp, c) for c in self.spec.cases}
+        units = build_schedule(self.spec, sizes)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.writer = LedgerWriter(self.out / "ledger.jsonl")
+        try:
+            if done:
+                self.writer.append({"kind": "resume", "at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                                    "tool_version": __version__, "completed_units": len(done),
+                                    "repeats": self.spec.experiment.repeats})
+            self._start_engines()
+            try:
+                asyncio.run(self._main(units, done))
+            except KeyboardInterrupt:
+                raise Interrupted(str(self.out)) from None
+        finally:
+            self.stop_engines()
+            self.writer.close()
+        return self.out / "ledger.jsonl"
+
+
+def _sum_or_none(values: Any) -> int | None:
+    vals = list(values)
+    if not vals or any(v is None for v in vals):
+        return None
+    return int(sum(vals))
+
+
+def _safe(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)

@@ -1,0 +1,74 @@
+"""The order in which the experiment's work is done.
+
+``interleaved`` (default): for each repeat, every case on every arm in turn, so
+that drift in the machine or the endpoint hits all arms alike.  ``blocked``:
+each arm's repeats and cases together (fewer cache and engine switches, but
+drift lands on one arm).  Drift sentinels open and close each arm's block (in
+interleaved order the whole run is every arm's block); probes follow the turns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..config import Experiment
+
+
+@dataclass(frozen=True)
+class Unit:
+    kind: str  # "turn" | "probe" | "sentinel"
+    arm: str
+    case: str
+    repeat: int
+    probe_tokens: int | None = None
+    position: str | None = None  # sentinels: "start" | "end"
+
+    def key(self) -> tuple:
+        return (self.kind, self.arm, self.case, self.repeat, self.probe_tokens, self.position)
+
+
+SENTINEL_CASE = "(sentinel)"
+
+
+def probe_case(spec: Experiment, sizes: dict[str, int]) -> str | None:
+    """The case whose prompt the probes use: the configured one, else the longest."""
+    if spec.probes is None:
+        return None
+    if spec.probes.case:
+        return spec.probes.case
+    return max(spec.cases, key=lambda c: sizes.get(c.name, 0)).name
+
+
+def _sentinels(spec: Experiment, arm: str, position: str) -> list[Unit]:
+    if spec.experiment.sentinel_tokens <= 0:
+        return []
+    return [Unit("sentinel", arm, SENTINEL_CASE, 0, spec.experiment.sentinel_tokens, position)]
+
+
+def _probes(spec: Experiment, arms: list[str], case: str | None) -> list[Unit]:
+    if spec.probes is None or case is None:
+        return []
+    return [Unit("probe", arm, case, r, n)
+            for r in range(spec.probes.repeats) for n in spec.probes.output_tokens for arm in arms]
+
+
+def build_schedule(spec: Experiment, case_sizes: dict[str, int]) -> list[Unit]:
+    arms = [a.name for a in spec.arms]
+    cases = [c.name for c in spec.cases]
+    pcase = probe_case(spec, case_sizes)
+    reps = range(spec.experiment.repeats)
+    units: list[Unit] = []
+    if spec.experiment.order == "interleaved":
+        for arm in arms:
+            units += _sentinels(spec, arm, "start")
+        units += [Unit("turn", arm, case, r) for r in reps for case in cases for arm in arms]
+        units += _probes(spec, arms, pcase)
+        for arm in arms:
+            units += _sentinels(spec, arm, "end")
+    else:
+        for arm in arms:
+            units += _sentinels(spec, arm, "start")
+            units += [Unit("turn", arm, case, r) for r in reps for case in cases]
+            units += _probes(spec, [arm], pcase)
+            units += _sentinels(spec, arm, "end")
+    return units
