@@ -15,7 +15,7 @@ from .cost import costs
 from .dataset import dataset
 from .drift import drift
 from .engaged import engaged
-from .phases import arm_rates, cell_shares, project
+from .phases import arm_rates, cell_shares, prefill_model, project
 from .probes import probes
 from .regression import decomposition
 from .server import server_account
@@ -27,6 +27,19 @@ def _largest_case_scenario(cell_list: list[dict[str, Any]], baseline: str) -> tu
         return None
     c = max(base, key=lambda c: c["input_tokens_median"])
     return int(c["input_tokens_median"]), int(c["output_tokens_median"])
+
+
+def rates_table(rates: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per arm, the measured rates a projection uses: prefill_s = prefill_a_s + uncached / prefill_tps."""
+    out = []
+    for arm, r in rates.items():
+        m = prefill_model(r["prefill_points"])
+        out.append({"arm": arm, "decode_tps": r["decode_tps"], "decode_source": r["decode_source"],
+                    "prefill_tps": 1.0 / m["b"] if m and m["b"] > 0 else None,
+                    "prefill_a_s": m["a"] if m else None, "prefill_source": r["prefill_source"],
+                    "prefill_input_range": [m["min_input"], m["max_input"]] if m else None,
+                    "cached_share": r["cached_share"], "cached_share_source": r["cached_share_source"]})
+    return out
 
 
 def summarize(ledger: Ledger, *, scenario: tuple[int, int] | None = None,
@@ -86,6 +99,7 @@ def summarize(ledger: Ledger, *, scenario: tuple[int, int] | None = None,
         "time_shares": cell_shares(ds),
         "engaged": eng,
         "projection": projection,
+        "rates": rates_table(rates),
         "cost": costs(total_list, {a: ds.conditions(a) for a in ds.arms}, ds.baseline, gpu_hour_usd),
         "drift": drift_list,
         "tolerances": {"volume_cell": ds.config["experiment"].get("volume_tolerance_cell"),
