@@ -1,0 +1,73 @@
+"""``leverbench sim``: run the simulator, a test instrument with set speeds.
+
+One option per :class:`~leverbench.engines.simulator.SimConfig` field, made
+from the dataclass so the two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import click
+
+from leverbench.engines import simulator
+from leverbench.engines.simulator import SimConfig
+
+_HELP = {
+    "prefill_tps": "Uncached prompt tokens computed per second.",
+    "decode_tps": "Decode steps per second per request (one token per step without a drafter).",
+    "overhead_s": "Fixed seconds per request after it gets a slot, before prefill.",
+    "slots": "Requests served at once; the rest wait first come, first served.",
+    "prefix_cache": "Reuse prompt prefixes seen before (whole blocks only).",
+    "cache_block": "Prefix-cache granularity in tokens.",
+    "output_tokens": "Tokens generated when the request does not force a length.",
+    "output_jitter": "Length varies by up to this fraction, deterministically per prompt.",
+    "draft_k": "Speculative decoding: draft tokens per step (0: no drafter).",
+    "draft_acceptance": "Fraction of the draft tokens accepted each step.",
+    "reasoning_tokens": "The first N generated tokens are sent as reasoning_content.",
+    "tool_call_rounds": "With tools, answer with a tool call until the conversation holds this many tool messages.",
+    "model": "Model name reported by the server.",
+    "seed": "Seed for fault draws and length jitter.",
+    "fault_http_500": "Probability per request of an HTTP 500.",
+    "fault_http_429": "Probability per request of an HTTP 429.",
+    "fault_cut_stream": "Probability per request of dropping the connection halfway through the answer.",
+    "fault_stall_s": "Seconds a stall lasts (before the first token).",
+    "fault_stall": "Probability per request of a stall.",
+    "fault_malformed": "Probability per request of one SSE data line that is not JSON.",
+    "fault_no_usage": "Probability per request of leaving out usage even when asked.",
+}
+
+
+def _config_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Add one click option per SimConfig field, typed and defaulted from the dataclass."""
+    for f in reversed(dataclasses.fields(SimConfig)):
+        flag = f.name.replace("_", "-")
+        if isinstance(f.default, bool):
+            decls = [f"--{flag}/--no-{flag}"]
+        else:
+            decls = [f"--{flag}"]
+        command = click.option(
+            *decls, f.name, default=f.default, type=type(f.default), show_default=True, help=_HELP[f.name]
+        )(command)
+    return command
+
+
+@click.command(name="sim")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=8090, show_default=True, type=int, help="Port to listen on (0: any free port).")
+@_config_options
+def sim_command(host: str, port: int, **settings: Any) -> None:
+    """Run the simulator: an OpenAI-compatible server with set speeds.
+
+    It is a test instrument whose prefill rate, decode rate, slots, prefix
+    cache, drafter and faults are fixed, so the true answer to every
+    measurement is known. It is not a real engine and says nothing about
+    one. Prints the base URL (without /v1), then blocks until interrupted.
+    Ground truth per request: GET /sim/truth.
+    """
+    try:
+        cfg = SimConfig(**settings)
+    except ValueError as err:
+        raise click.UsageError(str(err)) from err
+    simulator.serve(cfg, host, port, on_ready=click.echo)
