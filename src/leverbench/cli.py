@@ -24,7 +24,7 @@ console = Console() if Console().is_terminal else Console(width=150)  # pipes an
 
 
 def _fail(exc: LeverbenchError) -> None:
-    err_console.print(f"leverbench: error: {exc}", highlight=False, markup=False)
+    click.echo(f"leverbench: error: {exc}", err=True)
     sys.exit(exc.exit_code)
 
 

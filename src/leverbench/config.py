@@ -219,7 +219,8 @@ def _check_names(file: str, spec: Experiment) -> None:
             seen[item.name] = i
     names = [a.name for a in spec.arms]
     if spec.experiment.baseline not in names:
-        near = difflib.get_close_matches(spec.experiment.baseline, names, n=1)
+        near = difflib.get_close_matches(spec.experiment.baseline, names, n=1) or [
+            n for n in names if n.lower() == spec.experiment.baseline.lower()]
         hint = f"; did you mean {near[0]!r}?" if near else ""
         raise ConfigError(file, "experiment.baseline", f"names no arm (arms: {', '.join(names)}){hint}")
     if spec.probes and spec.probes.case is not None and spec.probes.case not in {c.name for c in spec.cases}:

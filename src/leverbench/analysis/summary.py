@@ -21,12 +21,15 @@ from .regression import decomposition
 from .server import server_account
 
 
-def _largest_case_scenario(cell_list: list[dict[str, Any]], baseline: str) -> tuple[int, int] | None:
-    base = [c for c in cell_list if c["arm"] == baseline and c["input_tokens_median"] and c["output_tokens_median"]]
-    if not base:
+def _largest_call_scenario(ds: Any) -> tuple[int, int] | None:
+    """Default scenario: the baseline's largest call (by prompt tokens) and its output tokens."""
+    calls = [c for c in ds.calls if c["arm"] == ds.baseline and c.get("error") is None
+             and c.get("prompt_tokens") and c.get("completion_tokens")]
+    if not calls:
         return None
-    c = max(base, key=lambda c: c["input_tokens_median"])
-    return int(c["input_tokens_median"]), int(c["output_tokens_median"])
+    big = max(calls, key=lambda c: c["prompt_tokens"])
+    same = [c["completion_tokens"] for c in calls if c["case"] == big["case"] and c["step"] == big["step"]]
+    return int(big["prompt_tokens"]), int(sorted(same)[len(same) // 2])
 
 
 def rates_table(rates: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -73,7 +76,7 @@ def summarize(ledger: Ledger, *, scenario: tuple[int, int] | None = None,
             warnings.append(f"uncontrolled comparison: {m['arm']} vs {m['vs']} differ in {len(m['knobs'])} knobs "
                             f"({', '.join(m['knobs'])}); the multiplier mixes their effects")
     rates = arm_rates(ds, probe_list, decomp)
-    scen = scenario or _largest_case_scenario(cell_list, ds.baseline)
+    scen = scenario or _largest_call_scenario(ds)
     projection = project(ds, rates, eng, *scen) if scen else None
     failed_calls = sum(1 for c in ds.calls + ds.probes + ds.sentinels if c.get("error") is not None)
     arms_h = ds.header["arms"]

@@ -1,0 +1,95 @@
+"""One end-to-end run on the real embedded engine (llama-server + SmolLM2-135M), tiny prompts.
+
+Skipped when the engine is not installed, unless LEVERBENCH_REQUIRE_ENGINE is set (CI sets it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from leverbench.cli import cli
+from leverbench.engines.embedded import binary_path, model_path
+from leverbench.errors import EngineError
+from leverbench.ledger.reader import read_ledger
+
+try:
+    binary_path(), model_path()
+    HAVE_ENGINE = True
+except EngineError:
+    HAVE_ENGINE = False
+
+pytestmark = [
+    pytest.mark.engine,
+    pytest.mark.skipif(not HAVE_ENGINE and not os.environ.get("LEVERBENCH_REQUIRE_ENGINE"),
+                       reason="embedded engine not installed (scripts/install.sh)"),
+]
+
+EXP = '''
+[experiment]
+name = "engine-smoke"
+repeats = 2
+baseline = "current"
+sentinel_tokens = 8
+
+[[arms]]
+name = "current"
+role = "baseline"
+engine = { kind = "embedded", args = [], threads = 2, ctx_size = 2048 }
+request = { cache_prompt = false }
+conditions = { prefix_cache = false, drafter = "none" }
+
+[[arms]]
+name = "cache"
+role = "control"
+engine = { kind = "embedded", args = [], threads = 2, ctx_size = 2048 }
+conditions = { prefix_cache = true, drafter = "none" }
+
+[[cases]]
+name = "tiny"
+system = "You are terse."
+documents = ["doc.txt"]
+prompt = "Repeat the first sentence."
+max_tokens = 12
+temperature = 0.0
+[[cases.steps]]
+prompt = "Again, shorter."
+max_tokens = 6
+
+[probes]
+output_tokens = [4, 16]
+repeats = 1
+'''
+
+
+def test_end_to_end_on_llama_server(tmp_path):
+    (tmp_path / "doc.txt").write_text("The ledger is append-only. Every call is recorded with its conditions. " * 6)
+    (tmp_path / "exp.toml").write_text(EXP)
+    res = CliRunner().invoke(cli, ["run", str(tmp_path / "exp.toml"), "--out", str(tmp_path / "run")],
+                             catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    led = read_ledger(tmp_path / "run")
+    calls = [r for r in led.records if r["kind"] == "call"]
+    assert len(calls) == 2 * 2 * 2
+    for c in calls:
+        assert c["error"] is None, c["error"]
+        assert c["prompt_tokens"] > 50 and 1 <= c["completion_tokens"] <= 12
+        assert c["timings"]["prompt_n"] >= 1 and c["timings"]["predicted_ms"] > 0
+        assert c["chunk_t"] and c["ttft_s"] <= c["latency_s"]
+    # the baseline computes every prompt; the cache arm reuses the turn's prefix on its second call
+    assert all(c["timings"]["cache_n"] == 0 for c in calls if c["arm"] == "current")
+    second = [c for c in calls if c["arm"] == "cache" and c["step"] == 1]
+    assert all(c["timings"]["cache_n"] > 0.5 * c["prompt_tokens"] for c in second)
+    assert led.header["arms"]["cache"]["discovered"]["engine_build"]
+    probes = [r for r in led.records if r["kind"] == "probe"]
+    assert sorted(p["completion_tokens"] for p in probes) == [4, 4, 16, 16]  # ignore_eos honoured
+    s = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert {c["n"] for c in s["cells"]} == {2}
+    assert next(e for e in s["engaged"] if e["arm"] == "cache")["prefix_cache"] is True
+    assert all(p["decode_tps"] and p["decode_tps"] > 1 for p in s["probes"])
+    assert "Turn time per case" in res.output
+    assert (tmp_path / "run" / "report.md").read_text().startswith("# leverbench: engine-smoke")

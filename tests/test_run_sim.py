@@ -1,0 +1,167 @@
+"""End-to-end runs against the simulator, whose true rates are known."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from leverbench.analysis.summary import summarize
+from leverbench.cli import cli
+from leverbench.config import load
+from leverbench.engines.simulator import SimConfig, SimulatorThread, synthetic_text
+from leverbench.ledger.reader import read_ledger
+from leverbench.runner.run import Runner
+
+PREFILL_TPS = 100_000.0
+DECODE_TPS = 400.0
+DOC_TOKENS = 6000
+
+
+def experiment(tmp: Path, arms: dict[str, str], *, repeats: int = 3, probes: bool = True, extra_arm: str = "",
+               order: str = "interleaved") -> Path:
+    (tmp / "doc.txt").write_text(synthetic_text(DOC_TOKENS, "doc"))
+    arm_toml = ""
+    for i, (name, url) in enumerate(arms.items()):
+        role = "baseline" if i == 0 else "treatment"
+        cache = "false" if name == "nocache" else "true"
+        arm_toml += f'''
+[[arms]]
+name = "{name}"
+role = "{role}"
+base_url = "{url}"
+model = "sim"
+conditions = {{ prefix_cache = {cache} }}
+'''
+    probe_toml = '[probes]\noutput_tokens = [16, 128]\nrepeats = 3\n' if probes else ""
+    p = tmp / "exp.toml"
+    p.write_text(f'''
+[experiment]
+name = "sim-e2e"
+repeats = {repeats}
+order = "{order}"
+baseline = "{next(iter(arms))}"
+sentinel_tokens = 16
+{arm_toml}{extra_arm}
+[[cases]]
+name = "read"
+documents = ["doc.txt"]
+prompt = "summarise"
+max_tokens = 96
+temperature = 0.0
+[[cases.steps]]
+prompt = "more detail please"
+max_tokens = 48
+[[cases.steps]]
+prompt = "one line"
+max_tokens = 24
+
+[[cases]]
+name = "short"
+prompt = "hello there"
+max_tokens = 32
+{probe_toml}''')
+    return p
+
+
+def sim(**kw) -> SimulatorThread:
+    return SimulatorThread(SimConfig(prefill_tps=PREFILL_TPS, decode_tps=DECODE_TPS, output_tokens=200, **kw))
+
+
+@pytest.fixture(scope="module")
+def sim_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("simrun")
+    with sim(prefix_cache=False) as a, sim(prefix_cache=True) as b:
+        exp = experiment(tmp, {"nocache": a.base_url, "cache": b.base_url})
+        res = CliRunner().invoke(cli, ["run", str(exp), "--out", str(tmp / "run")], catch_exceptions=False)
+        truth_a = a.truth()
+    assert res.exit_code == 0, res.output
+    return tmp / "run", res, truth_a
+
+
+def test_regression_recovers_decode_rate(sim_run):
+    run_dir, _, _ = sim_run
+    s = json.loads((run_dir / "summary.json").read_text())
+    d = next(x for x in s["decomposition"] if x["arm"] == "nocache" and x["case"] == "read")
+    assert d["refused"] is None and d["points"] == 9
+    assert d["decode_tps"] == pytest.approx(DECODE_TPS, rel=0.03)
+    assert d["r2"] > 0.98
+    short = next(x for x in s["decomposition"] if x["case"] == "short")
+    assert "barely vary" in short["refused"]  # same prompt, same length: no honest fit
+
+
+def test_probes_recover_prefill_and_decode(sim_run):
+    run_dir, _, truth = sim_run
+    s = json.loads((run_dir / "summary.json").read_text())
+    p = next(x for x in s["probes"] if x["arm"] == "nocache")
+    assert p["decode_tps"] == pytest.approx(DECODE_TPS, rel=0.03)
+    true_prefill = p["input_tokens"] / PREFILL_TPS
+    assert p["prefill_s"] == pytest.approx(true_prefill, rel=0.10)
+    sim_prefill = [t["prefill_s"] for t in truth if t["prompt_tokens"] == p["input_tokens"]]
+    assert sim_prefill and p["prefill_s"] == pytest.approx(sim_prefill[0], rel=0.10)
+    assert p["agrees"] is not None
+    cache = next(x for x in s["probes"] if x["arm"] == "cache")
+    assert cache["cached_tokens"] > 0.9 * cache["input_tokens"]
+    assert cache["prefill_speedup_vs_baseline"] > 3
+
+
+def test_interleaved_order(sim_run):
+    run_dir, _, _ = sim_run
+    led = read_ledger(run_dir)
+    seq = [(r["repeat"], r["case"], r["arm"]) for r in led.records if r["kind"] == "turn"]
+    expected = [(r, c, a) for r in range(3) for c in ("read", "short") for a in ("nocache", "cache")]
+    assert seq == expected
+    kinds = [r["kind"] for r in led.records if r["kind"] in ("turn", "probe", "sentinel")]
+    assert kinds[:2] == ["sentinel", "sentinel"] and kinds[-2:] == ["sentinel", "sentinel"]
+    assert kinds.index("probe") > max(i for i, k in enumerate(kinds) if k == "turn")
+
+
+def test_report_reproduces_run_from_ledger_alone(sim_run):
+    run_dir, run_res, _ = sim_run  # the simulators are stopped by now
+    written = json.loads((run_dir / "summary.json").read_text())
+    res = CliRunner().invoke(cli, ["report", str(run_dir), "--format", "json", "--no-write"], catch_exceptions=False)
+    assert res.exit_code == 0
+    assert json.loads(res.output) == written
+    table = CliRunner().invoke(cli, ["report", str(run_dir)], catch_exceptions=False)
+    assert "Turn time per case" in table.output
+    # the run printed the same cell medians
+    for c in written["cells"]:
+        assert f"{c['median_s']:.1f} s" in run_res.output
+
+
+def test_ledger_records_every_call_with_timeline(sim_run):
+    run_dir, _, truth = sim_run
+    led = read_ledger(run_dir)
+    calls = [r for r in led.records if r["kind"] == "call"]
+    assert len(calls) == 3 * 2 * (3 + 1)
+    for c in calls:
+        assert c["error"] is None and c["chunk_t"] and c["chunk_t"] == sorted(c["chunk_t"])
+        assert c["prompt_tokens"] and c["completion_tokens"] and c["timings"]
+        assert "output_text" not in c and c["output_sha256"]  # store_text is off
+    read = [c for c in calls if c["case"] == "read" and c["arm"] == "nocache"]
+    assert sorted({c["completion_tokens"] for c in read}) == [24, 48, 96]
+    assert led.header["arms"]["nocache"]["discovered"]["props"]["sim"]["decode_tps"] == DECODE_TPS
+
+
+def test_failed_calls_are_recorded_and_counted(tmp_path):
+    with sim() as a, SimulatorThread(SimConfig(decode_tps=DECODE_TPS, fault_http_500=1.0)) as bad:
+        exp = experiment(tmp_path, {"nocache": a.base_url, "broken": bad.base_url}, repeats=2, probes=False)
+        ledger = Runner(load(exp), tmp_path / "run").run()
+    s = summarize(read_ledger(ledger))
+    failed = [r for r in read_ledger(ledger).records if r["kind"] == "call" and r["error"]]
+    assert failed and all(r["error"]["class"] == "http_status" and "simulated internal error" in r["error"]["message"]
+                          for r in failed)
+    cell = next(c for c in s["cells"] if c["arm"] == "broken" and c["case"] == "read")
+    assert cell["n"] == 0 and cell["failed_turns"] == 2 and cell["failed_calls"] == 2
+    assert all(not m["citable"] for m in s["multipliers"])
+    assert s["run"]["failed_calls"] >= 4
+
+
+def test_unreachable_endpoint_is_recorded_not_fatal(tmp_path):
+    with sim() as a:
+        exp = experiment(tmp_path, {"nocache": a.base_url, "gone": "http://127.0.0.1:9"}, repeats=1, probes=False)
+        ledger = Runner(load(exp), tmp_path / "run").run()
+    recs = [r for r in read_ledger(ledger).records if r["kind"] == "call" and r["arm"] == "gone"]
+    assert recs and all(r["error"]["class"] == "connect" for r in recs)
