@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import ConfigError
+from .workload.load import LoadStage
 
 DEFAULT_EXPERIMENT = Path("examples/agent-turns.toml")
 
@@ -113,9 +114,7 @@ class Experiment(_Strict):
     arms: list[Arm] = Field(min_length=1)
     cases: list[Case] = Field(min_length=1)
     probes: Probes | None = None
-
-    # set by load(); not part of the TOML
-    model_config = ConfigDict(extra="forbid")
+    load: list[LoadStage] = Field(default_factory=list)
 
     def arm(self, name: str) -> Arm:
         return next(a for a in self.arms if a.name == name)

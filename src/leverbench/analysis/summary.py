@@ -15,6 +15,7 @@ from .cost import costs
 from .dataset import dataset
 from .drift import drift
 from .engaged import engaged
+from .load import load_summary
 from .phases import arm_rates, cell_shares, prefill_model, project
 from .probes import probes
 from .regression import decomposition
@@ -103,6 +104,7 @@ def summarize(ledger: Ledger, *, scenario: tuple[int, int] | None = None,
         "engaged": eng,
         "projection": projection,
         "rates": rates_table(rates),
+        "load": load_summary(ledger),
         "cost": costs(total_list, {a: ds.conditions(a) for a in ds.arms}, ds.baseline, gpu_hour_usd),
         "drift": drift_list,
         "tolerances": {"volume_cell": ds.config["experiment"].get("volume_tolerance_cell"),

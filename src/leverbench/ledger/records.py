@@ -19,6 +19,9 @@ Schema ``leverbench.ledger/1``:
   less messages), input_sha256, output_sha256, input_chars; and when the
   experiment says ``store_text``: input_messages, output_text, chunk_text.
   Probes also carry ``probe_tokens`` (the forced output length).
+- ``load``: one call of a load stage (issue 5): the call keys plus stage,
+  scheduled_t (epoch s at which the schedule meant to send it) and the stage's
+  parameters.
 - ``turn``: one per finished turn (arm, case, repeat): turn_s (first send →
   last token), calls, failed_calls, output_tokens, prompt_tokens, error.
 - ``metrics``: a Prometheus scrape of an arm's endpoint: arm, when
@@ -34,5 +37,5 @@ LEDGER_SCHEMA = "leverbench.ledger/1"
 LEDGER_SCHEMA_NAME, LEDGER_SCHEMA_VERSION = LEDGER_SCHEMA.rsplit("/", 1)
 SUMMARY_SCHEMA = "leverbench.summary/1"
 
-CALL_KINDS = ("call", "probe", "sentinel")
+CALL_KINDS = ("call", "probe", "sentinel", "load")
 KINDS = ("run", "turn", "metrics", "resume", "warmup", *CALL_KINDS)

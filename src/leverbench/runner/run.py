@@ -29,6 +29,7 @@ from ..ledger.writer import LedgerWriter
 from ..workload.cases import case_size_chars, first_messages, next_messages, step_prompts
 from .client import Timeouts, messages_sha256, stream_chat
 from .discover import api_root, chat_url, endpoint_info, host_info, scrape_metrics
+from .load import run_load
 from .schedule import SENTINEL_CASE, Unit, build_schedule
 
 SENTINEL_PROMPT = "Count upward from 1, one number per line, and keep going."
@@ -265,6 +266,7 @@ class Runner:
                 dead = [ep.engine.death_note() for ep in self.endpoints.values() if ep.engine and not ep.engine.alive()]
                 if dead:
                     raise EngineError(dead[0] or "an engine died")
+            await run_load(self, session)
             if self.progress:
                 self.progress(Unit("done", "", "", 0), finished, total)
             await self._scrape(session, "after")
