@@ -5,7 +5,9 @@ Exit codes: 0 ok, 1 runtime failure, 2 bad input.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import time
 import json
 import sys
 from pathlib import Path
@@ -77,19 +79,12 @@ def run(experiment: Path | None, out_dir: Path | None, repeats: int | None, resu
     out = out_dir or _default_out(exp.spec.experiment.name)
     err_console.print(f"leverbench {__version__}: {exp.spec.experiment.name}: {len(exp.spec.arms)} arms × "
                       f"{len(exp.spec.cases)} cases × {exp.spec.experiment.repeats} repeats → {out}", highlight=False)
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=err_console, transient=False) as prog:
-        task = prog.add_task("starting engines", total=None)
-
-        def progress(unit, done: int, total: int) -> None:
-            desc = "done" if unit.kind == "done" else f"{unit.kind} {unit.arm} / {unit.case} #{unit.repeat + 1}"
-            prog.update(task, description=desc, completed=done, total=total)
-
+    runner = None
+    with _progress() as progress:
         runner = Runner(exp, out, resume=resume, progress=progress)
         try:
             runner.run()
         except Interrupted:
-            prog.stop()
             err_console.print(f"\ninterrupted; everything that finished is in {out}/ledger.jsonl and the engines were "
                               f"stopped. Resume with:\n  leverbench run {experiment} --out {out} --resume",
                               highlight=False)
@@ -98,6 +93,29 @@ def run(experiment: Path | None, out_dir: Path | None, repeats: int | None, resu
     write_reports(out, summary)
     render_terminal(summary, console, full=full)
     err_console.print(f"\nwrote {out}/ledger.jsonl, summary.json, report.md", highlight=False)
+
+
+@contextlib.contextmanager
+def _progress():
+    """A progress bar on a terminal; one plain line per unit of work in logs and CI."""
+    if err_console.is_terminal:
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=err_console, transient=False) as prog:
+            task = prog.add_task("starting engines", total=None)
+
+            def bar(unit, done: int, total: int) -> None:
+                desc = "done" if unit.kind == "done" else f"{unit.kind} {unit.arm} / {unit.case} #{unit.repeat + 1}"
+                prog.update(task, description=desc, completed=done, total=total)
+
+            yield bar
+        return
+    t0 = time.monotonic()
+
+    def line(unit, done: int, total: int) -> None:
+        what = "done" if unit.kind == "done" else f"{unit.kind} {unit.arm} / {unit.case} #{unit.repeat + 1}"
+        click.echo(f"[{done}/{total} {time.monotonic() - t0:6.1f}s] {what}", err=True)
+
+    yield line
 
 
 def _bundled_example() -> Path:

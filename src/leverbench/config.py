@@ -25,6 +25,13 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=False)
 
 
+class TimeoutsSpec(_Strict):
+    connect_s: float = Field(30.0, gt=0)
+    first_token_s: float = Field(600.0, gt=0)
+    idle_s: float = Field(120.0, gt=0)
+    total_s: float = Field(1800.0, gt=0)
+
+
 class ExperimentSection(_Strict):
     name: str
     repeats: int = Field(3, ge=1, le=1000)
@@ -35,7 +42,8 @@ class ExperimentSection(_Strict):
     store_text: bool = False
     drift_tolerance: float = Field(0.10, gt=0)
     sentinel_tokens: int = Field(16, ge=0, description="0 disables the drift sentinels")
-    request_timeout_s: float = Field(600.0, gt=0)
+    timeouts: TimeoutsSpec = Field(default_factory=TimeoutsSpec)
+    retries: int = Field(0, ge=0, le=10, description="retry a failed call this many times; every attempt is recorded")
     engaged_acceptance_min: float = Field(0.2, ge=0, le=1)
 
 
@@ -151,7 +159,7 @@ def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
             return None
         ann = field.annotation
         nxt = None
-        for cand in (ExperimentSection, Arm, EngineSpec, Case, Step, Probes):
+        for cand in (ExperimentSection, TimeoutsSpec, Arm, EngineSpec, Case, Step, Probes):
             if ann is cand or cand in getattr(ann, "__args__", ()) or any(
                 cand in getattr(a, "__args__", ()) for a in getattr(ann, "__args__", ())
             ):

@@ -37,7 +37,8 @@ def cells(ds: Dataset) -> list[dict[str, Any]]:
             cell = {
                 "arm": arm, "case": case, "n": len(ok), "attempted": len(turns),
                 "failed_turns": len(turns) - len(ok),
-                "failed_calls": sum(1 for c in calls if c.get("error") is not None),
+                "failed_calls": sum(1 for c in calls if c.get("error") is not None and not c.get("retried")),
+                "retried_calls": sum(1 for c in calls if c.get("retried")),
                 "calls": len(calls),
                 "median_s": median(times) if times else None,
                 "min_s": min(times) if times else None,

@@ -83,6 +83,9 @@ def probes(ds: Dataset, decomposition: list[dict[str, Any]]) -> tuple[list[dict[
             entry["regression_decode_tps"] = r["decode_tps"]
             entry["agreement"] = d
             entry["agrees"] = d <= tol
+            if r.get("mixed_prefill") and not entry["agrees"]:
+                entry["check_note"] = ("the regression mixes calls with and without a cached prefix "
+                                       f"(uncached input {r['uncached_input_range'][0]}–{r['uncached_input_range'][1]} tokens)")
         else:
             entry["regression_decode_tps"] = r.get("decode_tps") if r else None
             entry["agreement"] = None

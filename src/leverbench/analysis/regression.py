@@ -5,7 +5,11 @@ squares.  decode_tps = 1 / b; intercept_s = a (prefill + harness overhead);
 R² = 1 − SS_res / SS_tot.  Refused, with the reason, when there are fewer than
 3 points, when the output lengths barely vary (max − min < max(8 tokens,
 10 % of the mean): the slope would be noise), or when the slope is not
-positive.
+positive.  When the points had very different prefill work (some calls found
+their prompt cached, others did not, or later steps of a turn carry a longer
+conversation) the cell is flagged ``mixed_prefill`` and, where the server's
+uncached prompt count is known for every point, that count enters the fit as a
+second regressor so that it does not bias the slope (``method``).
 """
 
 from __future__ import annotations
@@ -33,11 +37,27 @@ def fit_line(x: Sequence[float], y: Sequence[float]) -> tuple[float, float, floa
     return a, b, r2
 
 
-def regress(tokens: Sequence[float], latency: Sequence[float]) -> dict[str, Any]:
+def fit_plane(x1: Sequence[float], x2: Sequence[float], y: Sequence[float]) -> tuple[float, float, float, float]:
+    """(a, b, c, R²) of y = a + b·x1 + c·x2 by ordinary least squares."""
+    X = np.column_stack([np.ones(len(x1)), np.asarray(x1, float), np.asarray(x2, float)])
+    ya = np.asarray(y, float)
+    coef, *_ = np.linalg.lstsq(X, ya, rcond=None)
+    pred = X @ coef
+    ss_tot = float(((ya - ya.mean()) ** 2).sum())
+    r2 = 1.0 - float(((ya - pred) ** 2).sum()) / ss_tot if ss_tot > 0 else 1.0
+    return float(coef[0]), float(coef[1]), float(coef[2]), r2
+
+
+def regress(tokens: Sequence[float], latency: Sequence[float],
+            uncached: Sequence[float] | None = None) -> dict[str, Any]:
+    """Fit one cell.  With ``uncached`` (prompt tokens the server computed, per point) that
+    varies independently of the output length (:func:`separable`), the prefill work is a second regressor:
+    latency = a + b·output + c·uncached, decode_tps = 1/b, intercept_s = a + c·median(uncached)
+    (the cell's typical prefill + overhead), prefill_tps = 1/c."""
     n = len(tokens)
     out: dict[str, Any] = {"points": n, "decode_tps": None, "intercept_s": None, "r2": None,
                            "output_min": min(tokens) if n else None, "output_max": max(tokens) if n else None,
-                           "refused": None}
+                           "refused": None, "method": "latency ~ output"}
     if n < MIN_POINTS:
         out["refused"] = f"{n} point(s), fewer than {MIN_POINTS}"
         return out
@@ -46,7 +66,13 @@ def regress(tokens: Sequence[float], latency: Sequence[float]) -> dict[str, Any]
     if hi - lo < max(8.0, 0.10 * mean):
         out["refused"] = f"output lengths barely vary ({lo:g}–{hi:g} tokens)"
         return out
-    a, b, r2 = fit_line(tokens, latency)
+    if uncached is not None and len(uncached) == n and n >= MIN_POINTS + 1 and separable(tokens, uncached):
+        a, b, c, r2 = fit_plane(tokens, uncached, latency)
+        out["method"] = "latency ~ output + uncached input"
+        out["prefill_tps"] = 1.0 / c if c > 0 else None
+        a = a + c * sorted(uncached)[n // 2]
+    else:
+        a, b, r2 = fit_line(tokens, latency)
     if b <= 0:
         out["refused"] = f"slope {b:.3g} s/token is not positive"
         out["r2"] = r2
@@ -55,15 +81,48 @@ def regress(tokens: Sequence[float], latency: Sequence[float]) -> dict[str, Any]
     return out
 
 
+def uncached_input(c: dict[str, Any]) -> int | None:
+    """Prompt tokens the server had to compute: prompt − cached (llama.cpp: timings.prompt_n)."""
+    t = c.get("timings") or {}
+    if "prompt_n" in t:
+        return int(t["prompt_n"])
+    if c.get("prompt_tokens") is None:
+        return None
+    return int(c["prompt_tokens"]) - int(c.get("cached_tokens") or 0)
+
+
+def separable(tokens: Sequence[float], uncached: Sequence[float]) -> bool:
+    """Whether uncached input varies (by more than 16 tokens) and not in lock-step with the
+    output length (|Pearson r| < 0.95), so that a two-regressor fit is determined."""
+    if max(uncached) - min(uncached) <= 16:
+        return False
+    r = np.corrcoef(np.asarray(tokens, float), np.asarray(uncached, float))[0, 1]
+    return bool(np.isfinite(r) and abs(r) < 0.95)
+
+
+def mixed_prefill(uncached: list[int]) -> bool:
+    """Whether the points' prefill work differs enough to bias the slope: the uncached input
+    ranges over more than max(64 tokens, half its median)."""
+    if len(uncached) < 2:
+        return False
+    s = sorted(uncached)
+    return s[-1] - s[0] > max(64, 0.5 * s[len(s) // 2])
+
+
 def decomposition(ds: Dataset) -> list[dict[str, Any]]:
-    pts: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
+    pts: dict[tuple[str, str], list[tuple[float, float, int | None]]] = defaultdict(list)
     for c in ds.calls:
         if c.get("error") is None and c.get("completion_tokens") is not None:
-            pts[(c["arm"], c["case"])].append((c["completion_tokens"], c["latency_s"]))
+            pts[(c["arm"], c["case"])].append((c["completion_tokens"], c["latency_s"], uncached_input(c)))
     out = []
     for arm in ds.arms:
         for case in ds.cases:
             p = pts.get((arm, case), [])
-            out.append({"arm": arm, "case": case, **regress([x for x, _ in p], [y for _, y in p]),
-                        "x": [x for x, _ in p], "y": [round(y, 4) for _, y in p]})
+            unc = [u for _, _, u in p if u is not None]
+            known = len(unc) == len(p)
+            out.append({"arm": arm, "case": case,
+                        **regress([x for x, _, _ in p], [y for _, y, _ in p], unc if known else None),
+                        "uncached_input_range": [min(unc), max(unc)] if unc else None,
+                        "mixed_prefill": mixed_prefill(unc),
+                        "x": [x for x, _, _ in p], "y": [round(y, 4) for _, y, _ in p]})
     return out

@@ -20,17 +20,23 @@ from .phases import arm_rates, cell_shares, prefill_model, project
 from .probes import probes
 from .regression import decomposition
 from .server import server_account
+from .stats import median
 
 
-def _largest_call_scenario(ds: Any) -> tuple[int, int] | None:
-    """Default scenario: the baseline's largest call (by prompt tokens) and its output tokens."""
-    calls = [c for c in ds.calls if c["arm"] == ds.baseline and c.get("error") is None
-             and c.get("prompt_tokens") and c.get("completion_tokens")]
-    if not calls:
+def _largest_case_scenario(ds: Any, cell_list: list[dict[str, Any]]) -> tuple[int, int] | None:
+    """Default scenario: the baseline's largest case — its first call's prompt tokens and the
+    generated tokens of its whole turn (medians)."""
+    first: dict[str, list[int]] = {}
+    for c in ds.calls:
+        if c["arm"] == ds.baseline and c.get("step") == 0 and c.get("error") is None and c.get("prompt_tokens"):
+            first.setdefault(c["case"], []).append(c["prompt_tokens"])
+    if not first:
         return None
-    big = max(calls, key=lambda c: c["prompt_tokens"])
-    same = [c["completion_tokens"] for c in calls if c["case"] == big["case"] and c["step"] == big["step"]]
-    return int(big["prompt_tokens"]), int(sorted(same)[len(same) // 2])
+    case = max(first, key=lambda k: median(first[k]))
+    cell = next((x for x in cell_list if x["arm"] == ds.baseline and x["case"] == case), None)
+    if not cell or not cell["output_tokens_median"]:
+        return None
+    return int(median(first[case])), int(cell["output_tokens_median"])
 
 
 def rates_table(rates: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -77,9 +83,13 @@ def summarize(ledger: Ledger, *, scenario: tuple[int, int] | None = None,
             warnings.append(f"uncontrolled comparison: {m['arm']} vs {m['vs']} differ in {len(m['knobs'])} knobs "
                             f"({', '.join(m['knobs'])}); the multiplier mixes their effects")
     rates = arm_rates(ds, probe_list, decomp)
-    scen = scenario or _largest_call_scenario(ds)
+    scen = scenario or _largest_case_scenario(ds, cell_list)
     projection = project(ds, rates, eng, *scen) if scen else None
-    failed_calls = sum(1 for c in ds.calls + ds.probes + ds.sentinels if c.get("error") is not None)
+    failed_calls = sum(1 for c in ds.calls + ds.probes + ds.sentinels if c.get("error") is not None and not c.get("retried"))
+    retried = sum(1 for c in ds.calls + ds.probes + ds.sentinels if c.get("retried"))
+    if retried:
+        warnings.append(f"{retried} failed attempt(s) were retried (retries = {ds.config['experiment'].get('retries')}); "
+                        "each attempt is in the ledger")
     arms_h = ds.header["arms"]
     return {
         "schema": SUMMARY_SCHEMA,

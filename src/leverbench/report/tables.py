@@ -104,15 +104,20 @@ def decomposition_table(summary: dict[str, Any]) -> Table:
             rows.append([d["arm"], d["case"], "refused", "—", "—", str(d["points"]), rng, d["refused"]])
         else:
             rows.append([d["arm"], d["case"], s(d["decode_tps"]), s(d["intercept_s"], 2), f"{d['r2']:.3f}",
-                         str(d["points"]), rng, ""])
+                         str(d["points"]), rng, "fitted with uncached input as a 2nd regressor" if d.get("method", "").endswith("uncached input")
+                         else "mixed prefill: cached and uncached calls" if d.get("mixed_prefill") else ""])
     return Table("decomposition", "Regression per cell: call latency = intercept + output tokens / decode rate",
-                 ["arm", "case", "decode tok/s", "intercept s", "R²", "points", "output tokens", "refused"], rows)
+                 ["arm", "case", "decode tok/s", "intercept s", "R²", "points", "output tokens", "refused / note"], rows)
 
 
 def probe_table(summary: dict[str, Any]) -> Table:
     rows = []
     for p in summary["probes"]:
         check = "—" if p.get("agrees") is None else ("pass" if p["agrees"] else "FAIL")
+        if p.get("check_note"):
+            check += ": " + p["check_note"]
+        if p.get("refused"):
+            check = "refused: " + p["refused"]
         rows.append([p["arm"], p["case"], f"{p['n1']}/{p['n2']}", s(p.get("input_tokens"), 0),
                      s(p.get("prefill_s"), 2), s(p.get("decode_tps")),
                      "—" if p.get("prefill_speedup_vs_baseline") is None else f"{p['prefill_speedup_vs_baseline']:.1f}x",

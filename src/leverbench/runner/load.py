@@ -1,11 +1,498 @@
-"""Run the experiment's load stages (issue 5).  Placeholder until the load runner lands."""
+"""Run the experiment's load stages (issue 5): closed loop, open loop, trace replay.
+
+For each planned stage (sweeps expanded) and each of its arms, one after
+another, this module decides *when* each call goes out and hands it to
+``runner._call``, which streams it and appends its record to the ledger (the
+only writer).  It computes no statistics: ``leverbench.analysis.load`` does,
+from the ledger.
+
+Every call record of a stage has kind ``load`` and, besides the call's own
+keys: ``stage``, ``mode``, ``sweep`` (when part of one), ``concurrency`` /
+``rate`` + ``arrival`` / ``speed``, the SLOs, ``scheduled_t`` (epoch s at which
+the schedule meant the call to go out), ``warmup`` (bool), ``load_run`` (one id
+per execution of a stage on an arm; a resumed run re-runs its stages and the
+analysis keeps the latest execution), ``repeat`` (the request's index in the
+stage), ``step`` (the round within a trace session, else 0) and
+``loop_lag_s`` (the longest event-loop stall the client saw since the
+stage's previous send: these windows tile the stage, so their maximum is the
+client's worst stall).  The client's lag behind its schedule is
+``t_send − scheduled_t`` (no separate key: both are recorded).  Trace calls
+add ``target_input_tokens`` / ``target_output_tokens`` (what the trace asked
+for, after scaling), ``session`` and ``turn_id`` (TraceLab sessions); the first
+call sent in a trace stage carries ``trace_import`` (rows used,
+skipped and why) and ``token_check`` (the synthetic prompts' length checked
+with the engine's ``/tokenize``).
+
+Scheduling, and why latency is taken from the schedule: an open-loop stage
+sends each call at its scheduled time whether or not earlier calls have
+finished (one asyncio task per call); a call that goes out late (the client
+lagged, or ``max_in_flight`` was reached) keeps its scheduled time, so the
+delay is counted in its latency instead of being silently omitted
+("coordinated omission").  A closed-loop stage keeps ``concurrency`` calls in
+flight; a call's scheduled time is the end of its client's previous call.
+Before every stage and arm (and after), the endpoint's Prometheus metrics are
+scraped (``metrics`` records with ``when`` = ``"load-start STAGE"`` /
+``"load-end STAGE"``) so the analysis can report the server's own queue time.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import random
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import aiohttp
 
-async def run_load(runner: Any, session: Any) -> None:
-    """Execute ``runner.spec.load`` stages; every call is appended to the ledger by ``runner``."""
-    if runner.spec.load:
-        raise NotImplementedError("load stages are not implemented yet")
+from ..errors import ConfigError, EngineError
+from ..workload.load import PlannedStage, arrival_offsets, check_stages, expand
+from .discover import api_root
+
+LAG_PROBE_S = 0.005  # the loop-lag monitor's sleep
+CONNECT_FAILS_ABORT = 20  # consecutive connect failures that end a stage (the endpoint is gone)
+BLOCK_CACHE = 8192  # Mooncake block texts kept
+ROLE_TOKENS = 1  # tokens a chat message's role adds (the simulator's template; real templates add a few more)
+
+
+async def run_load(runner: Any, session: aiohttp.ClientSession) -> None:
+    """Execute ``runner.spec.load``; every call is appended to the ledger by ``runner._call``."""
+    if not runner.spec.load:
+        return
+    spec = runner.spec
+    file = str(runner.exp.path)
+    problems = check_stages(spec.load, [a.name for a in spec.arms], [c.name for c in spec.cases])
+    if problems:
+        raise ConfigError(file, *problems[0])
+    plans = expand(spec.load)
+    work = [(p, arm) for p in plans for arm in (p.stage.arms or list(runner.endpoints))]
+    for n, (plan, arm) in enumerate(work):
+        if runner.progress:
+            from .schedule import Unit  # noqa: PLC0415
+
+            runner.progress(Unit("load", arm, plan.name, 0), n, len(work))
+        await runner._scrape(session, f"load-start {plan.name}")
+        await StageRun(runner, session, plan, arm).run()
+        await runner._scrape(session, f"load-end {plan.name}")
+        ep = runner.endpoints[arm]
+        if ep.engine is not None and not ep.engine.alive():
+            raise EngineError(ep.engine.death_note() or f"the engine of arm {arm!r} died during load stage {plan.name!r}")
+
+
+# ------------------------------------------------------------------ client lag
+
+
+class LoopLag:
+    """Measures the event loop's own lag: how late a ``LAG_PROBE_S`` sleep wakes up.
+
+    ``take()`` returns the largest lag seen since the previous ``take()`` and resets it.
+    """
+
+    def __init__(self, probe_s: float = LAG_PROBE_S):
+        self.probe_s = probe_s
+        self.worst = 0.0
+        self._task: asyncio.Task | None = None
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            t = loop.time()
+            await asyncio.sleep(self.probe_s)
+            lag = loop.time() - t - self.probe_s
+            if lag > self.worst:
+                self.worst = lag
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+
+    def take(self) -> float:
+        v, self.worst = self.worst, 0.0
+        return round(v, 6)
+
+
+async def sleep_until(t_epoch: float) -> None:
+    """Sleep until the wall-clock time ``t_epoch`` (returns at once when it has passed)."""
+    delay = t_epoch - time.time()
+    if delay > 0:
+        await asyncio.sleep(delay)
+
+
+# ------------------------------------------------------------------ synthetic prompts
+
+_VOCAB: list[str] | None = None
+
+
+def vocabulary() -> list[str]:
+    """4096 distinct pseudo-words in the simulator's style (one simulator token each)."""
+    global _VOCAB
+    if _VOCAB is None:
+        from ..engines.simulator import synthetic_text  # noqa: PLC0415
+
+        words: list[str] = []
+        seen: set[str] = set()
+        for w in synthetic_text(20000, "leverbench-load-vocab").split():
+            if w not in seen:
+                seen.add(w)
+                words.append(w)
+            if len(words) == 4096:
+                break
+        _VOCAB = words
+    return _VOCAB
+
+
+def words(n: int, seed: str) -> list[str]:
+    """``n`` deterministic pseudo-words for ``seed`` (the same seed gives the same words)."""
+    if n <= 0:
+        return []
+    return random.Random(seed).choices(vocabulary(), k=n)
+
+
+class PromptBuilder:
+    """Synthetic prompt text of a given token length, for trace replay.
+
+    Lengths are in engine tokens; ``tokens_per_word`` (1 for the simulator,
+    measured with ``/tokenize`` on a real engine) converts them to words.
+    Mooncake hash blocks: block id ``h`` always becomes the same words, so two
+    requests sharing their leading ids share that prefix text exactly (and so
+    its tokens, on any tokenizer).
+    """
+
+    def __init__(self, block_tokens: int, tokens_per_word: float = 1.0, salt: str = ""):
+        self.block_tokens = max(1, block_tokens)
+        self.tokens_per_word = tokens_per_word
+        self.salt = salt
+        self._blocks: dict[int, list[str]] = {}
+
+    def n_words(self, tokens: int) -> int:
+        return max(0, round(tokens / self.tokens_per_word))
+
+    def block(self, h: int) -> list[str]:
+        w = self._blocks.get(h)
+        if w is None:
+            if len(self._blocks) >= BLOCK_CACHE:
+                self._blocks.clear()
+            w = self._blocks[h] = words(self.n_words(self.block_tokens), f"mooncake-block:{h}")
+        return w
+
+    def content(self, tokens: int, seed: str, blocks: tuple[int, ...] | None = None) -> str:
+        """Text of ``tokens`` tokens: the hash blocks' words first (when given), then unique words."""
+        need = self.n_words(tokens)
+        out: list[str] = []
+        for h in blocks or ():
+            if len(out) >= need:
+                break
+            out.extend(self.block(h))
+        del out[need:]
+        if len(out) < need:
+            out.extend(words(need - len(out), f"{self.salt}:{seed}"))
+        return " ".join(out)
+
+
+async def count_tokens(session: aiohttp.ClientSession, ep: Any, text: str) -> int | None:
+    """Tokens of ``text`` by the endpoint's tokenizer: llama.cpp / simulator ``POST /tokenize {"content"}``,
+    else vLLM / SGLang ``{"model", "prompt"}``; None when the endpoint offers neither."""
+    url = api_root(ep.base_url) + "/tokenize"
+    for body in ({"content": text}, {"model": ep.model, "prompt": text}):
+        try:
+            async with session.post(url, json=body, headers=ep.headers, timeout=aiohttp.ClientTimeout(total=30)) as r:
+                if r.status != 200:
+                    continue
+                obj = await r.json(content_type=None)
+        except (aiohttp.ClientError, TimeoutError, ValueError):
+            return None
+        if isinstance(obj, dict):
+            if isinstance(obj.get("count"), int):
+                return obj["count"]
+            if isinstance(obj.get("tokens"), list):
+                return len(obj["tokens"])
+    return None
+
+
+# ------------------------------------------------------------------ one stage on one arm
+
+
+@dataclass
+class _Req:
+    """One planned trace call."""
+
+    index: int
+    input_tokens: int
+    output_tokens: int
+    new_tokens: int  # tokens this call appends (a session's later rounds carry the earlier ones)
+    blocks: tuple[int, ...] | None
+    tool_wait_s: float
+
+
+class StageRun:
+    """One planned stage driven against one arm."""
+
+    def __init__(self, runner: Any, session: aiohttp.ClientSession, plan: PlannedStage, arm: str):
+        self.runner = runner
+        self.session = session
+        self.plan = plan
+        self.s = plan.stage
+        self.arm = arm
+        self.ep = runner.endpoints[arm]
+        self.lag = LoopLag()
+        self.run_id = uuid.uuid4().hex[:12]
+        self.base = {"kind": "load", "arm": arm, **plan.params(), "load_run": self.run_id}
+        self.first_extra: dict[str, Any] = {}
+        self.connect_fails = 0
+        self.stopped = False
+        self.sem = asyncio.Semaphore(self.s.max_in_flight) if self.s.max_in_flight else None
+
+    async def run(self) -> None:
+        self.lag.start()
+        try:
+            if self.s.mode == "closed":
+                await self._closed()
+            elif self.s.mode == "open":
+                await self._open()
+            else:
+                await self._trace()
+        finally:
+            await self.lag.stop()
+
+    # -------------------------------------------------- sending
+
+    async def _send(self, body: dict[str, Any], meta: dict[str, Any], scheduled_t: float) -> dict[str, Any]:
+        """Send one call (waiting for a ``max_in_flight`` slot first); the record comes back from the runner."""
+        if self.sem is not None:
+            await self.sem.acquire()
+        try:
+            m = {**self.base, **meta, "scheduled_t": scheduled_t, "loop_lag_s": self.lag.take()}
+            if self.first_extra:  # the stage's first call carries the trace import and token check
+                m.update(self.first_extra)
+                self.first_extra = {}
+            rec = await self.runner._call(self.session, self.ep, body, m)
+        finally:
+            if self.sem is not None:
+                self.sem.release()
+        err = rec.get("error")
+        if err is not None and err.get("class") in ("connect", "timeout_connect"):
+            self.connect_fails += 1
+            if self.connect_fails >= CONNECT_FAILS_ABORT:
+                self.stopped = True
+        else:
+            self.connect_fails = 0
+        return rec
+
+    def _case_body(self) -> tuple[dict[str, Any], str]:
+        from ..workload.cases import first_messages  # noqa: PLC0415
+
+        cases = self.runner.spec.cases
+        case = next(c for c in cases if c.name == self.s.case) if self.s.case else cases[0]
+        messages = first_messages(self.runner.exp, case)
+        tools = self.runner.exp.tools.get(case.name)
+        body = self.runner._body(self.ep, messages, self.s.max_tokens or case.max_tokens, case.temperature, tools=tools)
+        return body, case.name
+
+    # -------------------------------------------------- closed loop
+
+    async def _closed(self) -> None:
+        body, case = self._case_body()
+        s = self.s
+        t0 = time.time()
+        state = {"next": 0, "measured": 0, "m0": None}
+
+        def claim() -> tuple[int, bool] | None:
+            if self.stopped:
+                return None
+            now = time.time()
+            i = state["next"]
+            warm = state["m0"] is None and (i < s.warmup_requests or now - t0 < s.warmup_s)
+            if not warm:
+                if state["m0"] is None:
+                    state["m0"] = now
+                if s.requests is not None and state["measured"] >= s.requests:
+                    return None
+                if s.duration_s is not None and now - state["m0"] >= s.duration_s:
+                    return None
+                state["measured"] += 1
+            state["next"] = i + 1
+            return i, warm
+
+        async def client() -> None:
+            prev_end: float | None = None
+            while (c := claim()) is not None:
+                i, warm = c
+                scheduled = prev_end if prev_end is not None else time.time()
+                rec = await self._send(body, {"case": case, "repeat": i, "step": 0, "warmup": warm}, scheduled)
+                prev_end = rec["t_send"] + (rec.get("latency_s") or 0.0)
+
+        await asyncio.gather(*(client() for _ in range(self.plan.concurrency or 1)))
+
+    # -------------------------------------------------- open loop
+
+    async def _open(self) -> None:
+        body, case = self._case_body()
+        s = self.s
+        tasks: set[asyncio.Task] = set()
+        t0 = time.time() + 0.05  # a little lead so the first send is on time
+        m0: float | None = None
+        measured = 0
+        offsets = arrival_offsets(self.plan.rate or 1.0, s.arrival, s.burstiness, s.seed)
+        for i, off in enumerate(offsets):
+            if self.stopped:
+                break
+            warm = m0 is None and (i < s.warmup_requests or off < s.warmup_s)
+            if not warm:
+                if m0 is None:
+                    m0 = off
+                if s.requests is not None and measured >= s.requests:
+                    break
+                if s.duration_s is not None and off - m0 >= s.duration_s:
+                    break
+                measured += 1
+            scheduled = t0 + off
+            await sleep_until(scheduled)
+            task = asyncio.create_task(self._send(body, {"case": case, "repeat": i, "step": 0, "warmup": warm}, scheduled))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+        if tasks:
+            await asyncio.gather(*list(tasks))
+
+    # -------------------------------------------------- trace replay
+
+    def _trace_path(self) -> Path:
+        p = Path(self.s.trace or "")
+        return p if p.is_absolute() else (Path(self.runner.exp.path).resolve().parent / p)
+
+    def _plan_trace(self) -> tuple[list[tuple[float, list[_Req]]], dict[str, Any]]:
+        """Sessions as (start offset in s after the stage starts, calls in round order), and the import report."""
+        from ..workload.traces import load_traffic  # noqa: PLC0415
+
+        s = self.s
+        path = self._trace_path()
+        try:
+            tl = load_traffic(path, s.trace_format)
+        except Exception as exc:  # BadInput names the file and the problem
+            raise ConfigError(str(self.runner.exp.path), f"load[{self.s.name}].trace", str(exc)) from None
+        left_out: dict[str, int] = {}
+
+        def leave(reason: str, n: int = 1) -> None:
+            left_out[reason] = left_out.get(reason, 0) + n
+
+        calls = tl.calls
+        if s.requests is not None and len(calls) > s.warmup_requests + s.requests:
+            leave("beyond warmup_requests + requests", len(calls) - s.warmup_requests - s.requests)
+            calls = calls[: s.warmup_requests + s.requests]
+        sessions: dict[Any, list[tuple[int, Any]]] = {}
+        for idx, c in enumerate(calls):
+            key = ("s", c.session) if c.session is not None else ("r", idx)
+            sessions.setdefault(key, []).append((idx, c))
+        planned: list[tuple[float, list[_Req]]] = []
+        horizon = None if s.duration_s is None else s.warmup_s + s.duration_s
+        for rows in sessions.values():
+            rows.sort(key=lambda ic: (ic[1].round if ic[1].round is not None else 0, ic[0]))
+            first = rows[0][1]
+            if first.arrival_s is None:
+                leave("no arrival time", len(rows))
+                continue
+            start = first.arrival_s / s.speed
+            if horizon is not None and start >= horizon:
+                leave("arrives after warmup_s + duration_s", len(rows))
+                continue
+            reqs = []
+            for idx, c in rows:
+                inp = max(2, round(c.input_tokens * s.scale_input))
+                new = inp if len(reqs) == 0 else max(1, inp - round((c.cached_tokens or 0) * s.scale_input))
+                if s.max_input_tokens is not None and inp > s.max_input_tokens:
+                    if len(reqs) == 0 and c.session is None:
+                        inp = new = s.max_input_tokens  # a single call is cut to the cap
+                    else:
+                        leave("session past max_input_tokens", len(rows) - len(reqs))
+                        break
+                out = max(1, round(c.output_tokens * s.scale_output))
+                if s.max_tokens is not None:
+                    out = min(out, s.max_tokens)
+                reqs.append(_Req(idx, inp, out, new, c.prefix_blocks, (c.tool_wait_s or 0.0) / s.speed))
+            if reqs:
+                planned.append((start, reqs))
+        planned.sort(key=lambda p: p[0])
+        if planned:
+            t_first = planned[0][0]
+            planned = [(t - t_first, r) for t, r in planned]
+        report = {"path": str(self.s.trace), "fmt": tl.fmt, "rows_used": tl.used, "rows_skipped": dict(tl.skipped),
+                  "left_out": left_out, "replayed": sum(len(r) for _, r in planned), "sessions": len(planned),
+                  "notes": list(tl.notes)}
+        return planned, report
+
+    async def _token_check(self, builder: PromptBuilder, sample: list[_Req]) -> dict[str, Any]:
+        """Calibrate words per token with /tokenize and check the first prompts' lengths."""
+        probe = " ".join(words(512, "leverbench-tokenize-probe"))
+        n = await count_tokens(self.session, self.ep, probe)
+        if n is None:
+            return {"source": None, "note": "the endpoint offers no /tokenize; prompt lengths unchecked (compare "
+                                            "prompt_tokens with target_input_tokens)"}
+        tpw = n / 512
+        if abs(tpw - 1.0) > 0.02:
+            builder.tokens_per_word = tpw
+        checks = []
+        for r in sample:
+            target = r.new_tokens - ROLE_TOKENS
+            if target <= 0:
+                continue
+            text = builder.content(target, f"{r.index}", r.blocks)
+            got = await count_tokens(self.session, self.ep, text)
+            if got is not None:
+                checks.append((target, got))
+        errs = [(g - t) / t for t, g in checks]
+        return {"source": "/tokenize", "tokens_per_word": round(tpw, 4), "calibrated": builder.tokens_per_word != 1.0,
+                "samples": len(checks), "targets": [t for t, _ in checks], "measured": [g for _, g in checks],
+                "rel_error_mean": sum(errs) / len(errs) if errs else None,
+                "rel_error_max": max(errs, key=abs) if errs else None}
+
+    async def _trace(self) -> None:
+        s = self.s
+        planned, report = self._plan_trace()
+        builder = PromptBuilder(round(s.block_tokens * s.scale_input), salt=f"{self.plan.name}")
+        sample = [reqs[0] for _, reqs in planned[:3]]
+        check = await self._token_check(builder, sample)
+        self.first_extra = {"trace_import": report, "token_check": check}
+        case = "trace:" + Path(s.trace or "").stem
+        tasks: list[asyncio.Task] = []
+        t0 = time.time() + 0.05
+        for start, reqs in planned:
+            if self.stopped:
+                break
+            await sleep_until(t0 + start)
+            tasks.append(asyncio.create_task(self._session(reqs, t0 + start, t0, builder, case)))
+        if tasks:
+            await asyncio.gather(*tasks)
+
+    async def _session(self, reqs: list[_Req], scheduled: float, t0: float, builder: PromptBuilder, case: str) -> None:
+        s = self.s
+        turn_id = uuid.uuid4().hex[:12] if len(reqs) > 1 else None
+        messages: list[dict[str, Any]] = []
+        for rnd, r in enumerate(reqs):
+            if self.stopped:
+                return
+            roles = ROLE_TOKENS if rnd == 0 else 2 * ROLE_TOKENS  # (assistant +) user
+            text = builder.content(max(1, r.new_tokens - roles), f"{r.index}", r.blocks if rnd == 0 else None)
+            messages = [*messages, {"role": "user", "content": text}]
+            extra = {"ignore_eos": True, "min_tokens": r.output_tokens} if s.force_output else None
+            body = self.runner._body(self.ep, messages, r.output_tokens, 0.0, extra=extra)
+            meta: dict[str, Any] = {"case": case, "repeat": r.index, "step": rnd,
+                                    "warmup": r.index < s.warmup_requests or scheduled - t0 < s.warmup_s,
+                                    "target_input_tokens": r.input_tokens, "target_output_tokens": r.output_tokens}
+            if turn_id:
+                meta.update(session=turn_id, turn_id=turn_id)
+            rec = await self._send(body, meta, scheduled)
+            if rec.get("error") is not None and rec["error"].get("class") != "no_usage":
+                return  # later rounds build on this answer
+            if rnd + 1 < len(reqs):
+                messages = [*messages, {"role": "assistant", "content": rec.get("_content") or ""}]
+                end = rec["t_send"] + (rec.get("latency_s") or 0.0)
+                scheduled = end + r.tool_wait_s
+                await sleep_until(scheduled)

@@ -82,8 +82,8 @@ class Runner:
         self.out = Path(out_dir)
         self.resume = resume
         self.progress = progress
-        t = self.spec.experiment.request_timeout_s
-        self.timeouts = timeouts or Timeouts(first_token_s=t, total_s=t, idle_s=min(t, 120.0))
+        self.timeouts = timeouts or Timeouts(**self.spec.experiment.timeouts.model_dump())
+        self.retries = self.spec.experiment.retries
         self.endpoints: dict[str, ArmEndpoint] = {}
         self.writer: LedgerWriter | None = None
         self.keep_text = self.spec.experiment.store_text
@@ -164,19 +164,29 @@ class Runner:
 
     async def _call(self, session: aiohttp.ClientSession, ep: ArmEndpoint, body: dict[str, Any],
                     meta: dict[str, Any]) -> dict[str, Any]:
-        rec = await stream_chat(session, chat_url(ep.base_url), body, headers=ep.headers,
-                                timeouts=self.timeouts, keep_text=self.keep_text)
-        content = rec.pop("_content")
-        messages = body["messages"]
-        sent = {k: v for k, v in body.items() if k not in ("messages", "tools")}
-        out = {**meta, **rec, "request": sent, "input_sha256": messages_sha256(messages),
-               "input_chars": sum(len(m.get("content") or "") for m in messages), "tools_sent": len(body.get("tools") or [])}
-        if self.keep_text:
-            out["input_messages"] = messages
-        if rec["error"] is not None and ep.engine is not None and (note := ep.engine.death_note()):
-            out["error"] = {"class": "engine_died", "message": note[:2000]}
-        assert self.writer is not None
-        self.writer.append(out)
+        """One call, recorded; with ``retries`` set, a failed attempt is recorded and tried again."""
+        for attempt in range(self.retries + 1):
+            rec = await stream_chat(session, chat_url(ep.base_url), body, headers=ep.headers,
+                                    timeouts=self.timeouts, keep_text=self.keep_text)
+            content = rec.pop("_content")
+            messages = body["messages"]
+            sent = {k: v for k, v in body.items() if k not in ("messages", "tools")}
+            out = {**meta, **rec, "request": sent, "input_sha256": messages_sha256(messages),
+                   "input_chars": sum(len(m.get("content") or "") for m in messages),
+                   "tools_sent": len(body.get("tools") or [])}
+            if self.retries:
+                out["attempt"] = attempt
+            if self.keep_text:
+                out["input_messages"] = messages
+            if rec["error"] is not None and ep.engine is not None and (note := ep.engine.death_note()):
+                out["error"] = {"class": "engine_died", "message": note[:2000]}
+            will_retry = out["error"] is not None and attempt < self.retries and out["error"]["class"] != "engine_died"
+            if will_retry:
+                out["retried"] = True
+            assert self.writer is not None
+            self.writer.append(out)
+            if not will_retry:
+                break
         out["_content"] = content
         return out
 
