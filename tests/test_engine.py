@@ -93,3 +93,30 @@ def test_end_to_end_on_llama_server(tmp_path):
     assert all(p["decode_tps"] and p["decode_tps"] > 1 for p in s["probes"])
     assert "Turn time per case" in res.output
     assert (tmp_path / "run" / "report.md").read_text().startswith("# leverbench: engine-smoke")
+
+
+def test_engine_that_cannot_start_is_reported_with_its_log(tmp_path):
+    from leverbench.engines.embedded import EmbeddedEngine
+
+    eng = EmbeddedEngine("bad", ["--no-such-flag-xyz"], tmp_path / "engine.log", threads=1)
+    with pytest.raises(EngineError) as ei:
+        eng.start()
+    msg = str(ei.value)
+    assert "arm 'bad'" in msg and "exited with code" in msg and "no-such-flag-xyz" in msg
+
+
+def test_engine_that_dies_is_noticed_with_its_log(tmp_path):
+    import signal
+
+    from leverbench.engines.embedded import EmbeddedEngine
+
+    eng = EmbeddedEngine("victim", [], tmp_path / "engine.log", threads=1, ctx_size=512)
+    eng.start()
+    try:
+        assert eng.alive() and eng.death_note() is None
+        eng.proc.send_signal(signal.SIGKILL)
+        eng.proc.wait(timeout=10)
+        note = eng.death_note()
+        assert note and "died" in note and "last lines of" in note and "llama" in note.lower()
+    finally:
+        eng.stop()

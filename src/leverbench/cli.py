@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from . import __version__
+from .cli_analyze import analyze_command
 from .cli_sim import sim_command
 from .config import DEFAULT_EXPERIMENT, load, with_repeats
 from .errors import BadInput, LeverbenchError
@@ -203,6 +204,7 @@ def serve(port: int, threads: int | None, args: tuple[str, ...]) -> None:
 
 
 cli.add_command(sim_command)
+cli.add_command(analyze_command)
 
 
 def main() -> None:

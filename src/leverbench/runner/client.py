@@ -161,22 +161,29 @@ async def stream_chat(
     status: int | None = None
     error: dict[str, str] | None = None
     phase = "connect"
-    timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeouts.connect_s, sock_read=timeouts.idle_s)
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    total_deadline = start + timeouts.total_s
+    # which deadline the one timer is set to: the first token's, then the idle gap's or the total's
+    armed = "first_token" if timeouts.first_token_s < timeouts.total_s else "total"
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeouts.connect_s, sock_read=None)
     try:
-        async with asyncio.timeout(timeouts.first_token_s) as deadline:
+        async with asyncio.timeout_at(start + min(timeouts.first_token_s, timeouts.total_s)) as deadline:
             async with session.post(url, json=body, headers=headers, timeout=timeout) as resp:
                 status = resp.status
+                phase = "response"
                 if status >= 400:
                     raw = await resp.read()
                     error = _error("http_status", _body_error_message(status, raw))
                 else:
-                    phase = "first_token"
                     async for raw_line in resp.content:
                         now = time.perf_counter()
+                        if st.first_token_s is not None:
+                            idle_at = loop.time() + timeouts.idle_s
+                            armed = "idle" if idle_at < total_deadline else "total"
+                            deadline.reschedule(min(idle_at, total_deadline))
                         line = raw_line.strip()
-                        if not line or line.startswith(b":"):
-                            continue
-                        if not line.startswith(b"data:"):
+                        if not line or line.startswith(b":") or not line.startswith(b"data:"):
                             continue
                         data = line[5:].strip()
                         if data == b"[DONE]":
@@ -191,30 +198,27 @@ async def stream_chat(
                                 msg = e.get("message") if isinstance(e, dict) else str(e)
                                 error = _error("http_status", f"error event in stream: {msg}")
                                 break
-                            had_first = st.first_token_s is not None
                             st.feed(obj, now)
                         except (ValueError, TypeError, AttributeError) as exc:
                             error = _error("malformed", f"bad SSE data line: {exc}: {data[:120]!r}")
                             break
-                        if not had_first and st.first_token_s is not None:
-                            phase = "stream"
-                            deadline.reschedule(asyncio.get_running_loop().time() + max(0.0, timeouts.total_s - (now - t0)))
+                        if st.first_token_s is not None and armed == "first_token":
+                            armed = "idle"
+                            deadline.reschedule(min(loop.time() + timeouts.idle_s, total_deadline))
     except TimeoutError:
-        if phase == "connect":
-            error = _error("timeout_first_token", f"no response within {timeouts.first_token_s:g} s")
-        elif phase == "first_token":
+        if armed == "first_token":
             error = _error("timeout_first_token", f"no token within {timeouts.first_token_s:g} s")
+        elif armed == "idle":
+            error = _error("timeout_idle", f"no data for {timeouts.idle_s:g} s between chunks")
         else:
             error = _error("timeout_total", f"call exceeded {timeouts.total_s:g} s")
-    except aiohttp.ServerTimeoutError as exc:
-        if phase == "connect" and "connect" in str(exc).lower():
-            error = _error("timeout_connect", f"connect timed out after {timeouts.connect_s:g} s")
-        else:
-            error = _error("timeout_idle", f"no data for {timeouts.idle_s:g} s")
+    except aiohttp.ServerTimeoutError:
+        error = _error("timeout_connect", f"connect timed out after {timeouts.connect_s:g} s")
     except aiohttp.ClientConnectorError as exc:
         error = _error("connect", f"cannot connect to {url}: {exc.os_error.strerror if exc.os_error else exc}")
     except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
-        error = _error("stream_cut", f"stream broken: {type(exc).__name__}: {exc}")
+        cls = "connect" if phase == "connect" else "stream_cut"
+        error = _error(cls, f"{'cannot send' if cls == 'connect' else 'stream broken'}: {type(exc).__name__}: {exc}")
     except aiohttp.ClientError as exc:
         error = _error("connect" if status is None else "stream_cut", f"{type(exc).__name__}: {exc}")
     t_end = time.perf_counter() - t0

@@ -54,6 +54,7 @@ from .discover import api_root
 LAG_PROBE_S = 0.005  # the loop-lag monitor's sleep
 CONNECT_FAILS_ABORT = 20  # consecutive connect failures that end a stage (the endpoint is gone)
 BLOCK_CACHE = 8192  # Mooncake block texts kept
+KEEPALIVE_S = 2.0  # idle connections of load stages are closed after this
 ROLE_TOKENS = 1  # tokens a chat message's role adds (the simulator's template; real templates add a few more)
 
 
@@ -68,17 +69,24 @@ async def run_load(runner: Any, session: aiohttp.ClientSession) -> None:
         raise ConfigError(file, *problems[0])
     plans = expand(spec.load)
     work = [(p, arm) for p in plans for arm in (p.stage.arms or list(runner.endpoints))]
-    for n, (plan, arm) in enumerate(work):
-        if runner.progress:
-            from .schedule import Unit  # noqa: PLC0415
+    # Load stages reuse connections (as serving clients do): a new TCP connection per call costs the client
+    # ~0.6 ms and a burst of them serialises.  Idle connections are dropped after KEEPALIVE_S, well before
+    # servers close theirs (llama.cpp: 5 s), so a stale one is not reused.
+    keep = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S))
+    try:
+        for n, (plan, arm) in enumerate(work):
+            if runner.progress:
+                from .schedule import Unit  # noqa: PLC0415
 
-            runner.progress(Unit("load", arm, plan.name, 0), n, len(work))
-        await runner._scrape(session, f"load-start {plan.name}")
-        await StageRun(runner, session, plan, arm).run()
-        await runner._scrape(session, f"load-end {plan.name}")
-        ep = runner.endpoints[arm]
-        if ep.engine is not None and not ep.engine.alive():
-            raise EngineError(ep.engine.death_note() or f"the engine of arm {arm!r} died during load stage {plan.name!r}")
+                runner.progress(Unit("load", arm, plan.name, 0), n, len(work))
+            await runner._scrape(session, f"load-start {plan.name}")
+            await StageRun(runner, keep if plan.stage.keep_alive else session, plan, arm).run()
+            await runner._scrape(session, f"load-end {plan.name}")
+            ep = runner.endpoints[arm]
+            if ep.engine is not None and not ep.engine.alive():
+                raise EngineError(ep.engine.death_note() or f"the engine of arm {arm!r} died during load stage {plan.name!r}")
+    finally:
+        await keep.close()
 
 
 # ------------------------------------------------------------------ client lag
@@ -322,7 +330,9 @@ class StageRun:
             state["next"] = i + 1
             return i, warm
 
-        async def client() -> None:
+        async def client(k: int) -> None:
+            if s.ramp_s:
+                await sleep_until(t0 + k * s.ramp_s / n)
             prev_end: float | None = None
             while (c := claim()) is not None:
                 i, warm = c
@@ -330,7 +340,8 @@ class StageRun:
                 rec = await self._send(body, {"case": case, "repeat": i, "step": 0, "warmup": warm}, scheduled)
                 prev_end = rec["t_send"] + (rec.get("latency_s") or 0.0)
 
-        await asyncio.gather(*(client() for _ in range(self.plan.concurrency or 1)))
+        n = self.plan.concurrency or 1
+        await asyncio.gather(*(client(k) for k in range(n)))
 
     # -------------------------------------------------- open loop
 

@@ -85,6 +85,10 @@ class LoadStage(BaseModel):
     arrival: Literal["constant", "poisson", "gamma"] = "poisson"
     burstiness: float = Field(1.0, gt=0, description="gamma shape k: CV of the gaps = 1/sqrt(k)")
     seed: int = 0
+    ramp_s: float = Field(0.0, ge=0, description="closed loop: client k of N starts k·ramp_s/N after the first "
+                                                 "(0: all at once, so their sends come in bursts)")
+    keep_alive: bool = Field(True, description="reuse connections between calls (false: a new connection per call, "
+                                               "like the regular schedule)")
     max_in_flight: int | None = Field(None, ge=1, description="open/trace: cap on calls in flight (late sends still "
                                                                   "count their wait: latency is taken from the schedule)")
     # bounds
@@ -99,6 +103,8 @@ class LoadStage(BaseModel):
 
     @model_validator(mode="after")
     def _shape(self) -> "LoadStage":
+        if self.ramp_s and self.mode != "closed":
+            raise ValueError("ramp_s applies to mode = \"closed\" only")
         if self.mode == "trace":
             if not self.trace:
                 raise ValueError("a trace stage needs trace = \"FILE\" (path relative to the experiment file)")

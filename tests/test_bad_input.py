@@ -1,0 +1,141 @@
+"""Bad input gets a clear error and exit code 2; property-based tests on the config loader and ledger reader."""
+
+from __future__ import annotations
+
+import json
+import string
+import tomllib
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from leverbench.cli import cli
+from leverbench.config import load
+from leverbench.errors import ConfigError, LedgerError
+from leverbench.ledger.reader import read_ledger
+from leverbench.ledger.records import LEDGER_SCHEMA
+
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+# ----------------------------------------------------------------- config loader
+
+_keys = st.sampled_from(["name", "repeats", "order", "baseline", "role", "base_url", "model", "engine", "kind",
+                         "args", "prompt", "documents", "max_tokens", "steps", "probes", "output_tokens", "cases",
+                         "arms", "experiment", "request", "conditions", "temperature", "timeouts", "idle_s", "x"])
+_scalars = st.one_of(st.none(), st.booleans(), st.integers(-5, 5000), st.floats(-1, 1e4, allow_nan=False),
+                     st.text(string.printable, max_size=12))
+_values = st.recursive(_scalars, lambda kids: st.one_of(st.lists(kids, max_size=3),
+                                                         st.dictionaries(_keys, kids, max_size=4)), max_leaves=12)
+
+
+def _toml_value(v) -> str:
+    if v is None:
+        return '""'
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    return "{" + ", ".join(f"{json.dumps(k)} = {_toml_value(x)}" for k, x in v.items()) + "}"
+
+
+@SETTINGS
+@given(doc=st.dictionaries(_keys, _values, max_size=6))
+def test_config_loader_raises_only_config_errors_on_structures(tmp_path, doc):
+    text = "\n".join(f"{json.dumps(k)} = {_toml_value(v)}" for k, v in doc.items())
+    p = tmp_path / "exp.toml"
+    p.write_text(text)
+    try:
+        tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        pass
+    try:
+        load(p)
+    except ConfigError as e:
+        assert str(p) in str(e)
+
+
+@SETTINGS
+@given(text=st.text(max_size=300))
+def test_config_loader_raises_only_config_errors_on_text(tmp_path, text):
+    p = tmp_path / "exp.toml"
+    p.write_text(text)
+    with pytest.raises(ConfigError):
+        load(p)  # no random text is a complete experiment
+
+
+@SETTINGS
+@given(data=st.binary(max_size=200))
+def test_config_loader_on_bytes(tmp_path, data):
+    p = tmp_path / "exp.toml"
+    p.write_bytes(data)
+    with pytest.raises(ConfigError):
+        load(p)
+
+
+# ----------------------------------------------------------------- ledger reader
+
+HEADER = {"kind": "run", "schema": LEDGER_SCHEMA, "config": {}, "arms": {}}
+
+
+@SETTINGS
+@given(data=st.binary(max_size=400))
+def test_ledger_reader_on_bytes(tmp_path, data):
+    p = tmp_path / "ledger.jsonl"
+    p.write_bytes(data)
+    try:
+        read_ledger(p)
+    except LedgerError:
+        pass
+
+
+_records = st.dictionaries(st.sampled_from(["kind", "arm", "case", "x"]),
+                           st.one_of(st.sampled_from(["call", "turn", "run", "nope"]), st.integers(), st.none()),
+                           max_size=4)
+
+
+@SETTINGS
+@given(lines=st.lists(st.one_of(_records.map(json.dumps), st.text(max_size=30)), max_size=8), cut=st.integers(0, 50))
+def test_ledger_reader_on_lines_after_a_valid_header(tmp_path, lines, cut):
+    text = json.dumps(HEADER) + "\n" + "\n".join(lines)
+    p = tmp_path / "ledger.jsonl"
+    p.write_text(text[: len(text) - cut] if cut < len(text) - 80 else text)
+    try:
+        led = read_ledger(p)
+        assert all(isinstance(r, dict) for r in led.records)
+    except LedgerError as e:
+        assert "line" in str(e) or "ledger" in str(e)
+
+
+def test_newer_schema_says_what_to_do(tmp_path):
+    p = tmp_path / "ledger.jsonl"
+    p.write_text(json.dumps({**HEADER, "schema": "leverbench.ledger/99"}) + "\n")
+    with pytest.raises(LedgerError, match="newer than this leverbench understands.*upgrade"):
+        read_ledger(p)
+
+
+def test_foreign_and_unreadable_ledgers(tmp_path):
+    p = tmp_path / "ledger.jsonl"
+    p.write_text('{"some": "other tool"}\n')
+    with pytest.raises(LedgerError, match="not a leverbench run header"):
+        read_ledger(p)
+    p.write_text(json.dumps({**HEADER, "schema": "otherbench.ledger/1"}) + "\n")
+    with pytest.raises(LedgerError, match="foreign ledger schema"):
+        read_ledger(p)
+    p.write_bytes(b"\xff\xfe garbage")
+    with pytest.raises(LedgerError, match="not UTF-8"):
+        read_ledger(p)
+    with pytest.raises(LedgerError, match="no ledger here"):
+        read_ledger(tmp_path / "nowhere")
+
+
+def test_report_on_a_bad_ledger_exits_2(tmp_path):
+    (tmp_path / "ledger.jsonl").write_text("not json at all\n")
+    res = CliRunner().invoke(cli, ["report", str(tmp_path)])
+    assert res.exit_code == 2 and "line 1" in res.output
