@@ -17,7 +17,7 @@ from leverbench.runner.run import Runner
 
 PREFILL_TPS = 100_000.0
 DECODE_TPS = 400.0
-DOC_TOKENS = 6000
+DOC_TOKENS = 12000
 
 
 def experiment(tmp: Path, arms: dict[str, str], *, repeats: int = 3, probes: bool = True, extra_arm: str = "",

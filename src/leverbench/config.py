@@ -85,6 +85,20 @@ class Step(_Strict):
     max_tokens: int | None = Field(None, ge=1)
 
 
+class Variant(_Strict):
+    """A prompt-discipline variant of a case: the same turn with its first prompt changed."""
+    name: str = Field(min_length=1)
+    append: str | None = None      # text appended to the first prompt (e.g. "Answer in one sentence.")
+    prompt: str | None = None      # or a replacement first prompt
+    max_tokens: int | None = Field(None, ge=1)
+
+    @model_validator(mode="after")
+    def _one_change(self) -> "Variant":
+        if (self.append is None) == (self.prompt is None):
+            raise ValueError("give append or prompt (one of them)")
+        return self
+
+
 class Case(_Strict):
     name: str = Field(min_length=1)
     system: str | None = None
@@ -94,7 +108,13 @@ class Case(_Strict):
     max_tokens: int = Field(256, ge=1)
     temperature: float = Field(0.7, ge=0)
     tools: str | None = None
+    tool_script: str | None = None    # JSON: {"tool_name": "result" | {"result": ..., "latency_s": ...}, "default": ...}
+    tool_latency_s: float = Field(0.0, ge=0)
+    max_steps: int = Field(8, ge=1, le=200)
+    think_tags: bool = False          # the model writes its reasoning inside <think>...</think>
     steps: list[Step] = Field(default_factory=list)
+    variants: list[Variant] = Field(default_factory=list)
+    variant_of: str | None = None     # set by the loader on expanded variants; not for the file
 
     @model_validator(mode="after")
     def _one_system(self) -> "Case":
@@ -136,6 +156,7 @@ class LoadedExperiment(BaseModel):
     spec: Experiment
     texts: dict[str, str]  # resolved relative path -> text
     tools: dict[str, list[dict[str, Any]]]  # case name -> tool schemas
+    tool_scripts: dict[str, dict[str, Any]] = {}  # case name -> canned tool results
 
     def snapshot(self) -> dict[str, Any]:
         return self.spec.model_dump(mode="json")
@@ -159,7 +180,7 @@ def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
             return None
         ann = field.annotation
         nxt = None
-        for cand in (ExperimentSection, TimeoutsSpec, Arm, EngineSpec, Case, Step, Probes):
+        for cand in (ExperimentSection, TimeoutsSpec, Arm, EngineSpec, Case, Step, Variant, Probes):
             if ann is cand or cand in getattr(ann, "__args__", ()) or any(
                 cand in getattr(a, "__args__", ()) for a in getattr(ann, "__args__", ())
             ):
@@ -262,6 +283,7 @@ def load(path: str | Path) -> LoadedExperiment:
     base = path.resolve().parent
     texts: dict[str, str] = {}
     tools: dict[str, list[dict[str, Any]]] = {}
+    tool_scripts: dict[str, dict[str, Any]] = {}
     for i, case in enumerate(spec.cases):
         for j, doc in enumerate(case.documents):
             key, text = _read_text(file, f"cases[{i}].documents[{j}]", base, doc)
@@ -278,7 +300,43 @@ def load(path: str | Path) -> LoadedExperiment:
             if not isinstance(schemas, list) or not all(isinstance(s, dict) for s in schemas):
                 raise ConfigError(file, f"cases[{i}].tools", f"{case.tools} must hold a JSON list of tool schemas")
             tools[case.name] = schemas
-    return LoadedExperiment(path=path, spec=spec, texts=texts, tools=tools)
+        if case.tool_script:
+            _, text = _read_text(file, f"cases[{i}].tool_script", base, case.tool_script)
+            try:
+                script = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise ConfigError(file, f"cases[{i}].tool_script", f"{case.tool_script} is not valid JSON: {exc}") from None
+            if not isinstance(script, dict):
+                raise ConfigError(file, f"cases[{i}].tool_script", f"{case.tool_script} must hold a JSON object keyed by tool name")
+            tool_scripts[case.name] = script
+        if case.variant_of is not None:
+            raise ConfigError(file, f"cases[{i}].variant_of", "set by leverbench for [[cases.variants]]; use variants instead")
+    spec.cases = [*spec.cases, *_expand_variants(file, spec)]
+    for c in spec.cases:
+        if c.variant_of:
+            tools.update({c.name: tools[c.variant_of]} if c.variant_of in tools else {})
+            tool_scripts.update({c.name: tool_scripts[c.variant_of]} if c.variant_of in tool_scripts else {})
+    return LoadedExperiment(path=path, spec=spec, texts=texts, tools=tools, tool_scripts=tool_scripts)
+
+
+def variant_name(case: str, variant: str) -> str:
+    return f"{case} [{variant}]"
+
+
+def _expand_variants(file: str, spec: Experiment) -> list[Case]:
+    """Each variant becomes a case of its own, marked ``variant_of`` its case."""
+    out = []
+    names = {c.name for c in spec.cases}
+    for i, case in enumerate(spec.cases):
+        for j, v in enumerate(case.variants):
+            name = variant_name(case.name, v.name)
+            if name in names:
+                raise ConfigError(file, f"cases[{i}].variants[{j}].name", f"{name!r} is already a case name")
+            names.add(name)
+            prompt = v.prompt if v.prompt is not None else f"{case.prompt}\n\n{v.append}"
+            out.append(case.model_copy(update={"name": name, "prompt": prompt, "variants": [], "variant_of": case.name,
+                                               "max_tokens": v.max_tokens or case.max_tokens}))
+    return out
 
 
 def with_repeats(exp: LoadedExperiment, repeats: int | None) -> LoadedExperiment:

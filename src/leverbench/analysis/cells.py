@@ -18,7 +18,9 @@ from .guard import judge, uncontrolled_knobs
 from .stats import median, overlap
 
 
-def cells(ds: Dataset) -> list[dict[str, Any]]:
+def cells(ds: Dataset, case_names: list[str] | None = None) -> list[dict[str, Any]]:
+    """One row per (arm, case) of *case_names* (default: the engine comparison's cases)."""
+    case_names = ds.cases if case_names is None else case_names
     by: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for t in ds.turns:
         by[(t["arm"], t["case"])].append(t)
@@ -27,7 +29,7 @@ def cells(ds: Dataset) -> list[dict[str, Any]]:
         calls_by[(c["arm"], c["case"])].append(c)
     out = []
     for arm in ds.arms:
-        for case in ds.cases:
+        for case in case_names:
             turns = by.get((arm, case), [])
             ok = [t for t in turns if t.get("error") is None]
             times = [t["turn_s"] for t in ok]
@@ -45,6 +47,10 @@ def cells(ds: Dataset) -> list[dict[str, Any]]:
                 "max_s": max(times) if times else None,
                 "output_tokens_median": median(outs) if outs else None,
                 "input_tokens_median": median(ins) if ins else None,
+                "reasoning_tokens_median": median(rs) if (rs := [t.get("reasoning_tokens") or 0 for t in ok]) else None,
+                "tool_s_median": median([t.get("tool_s") or 0.0 for t in ok]) if ok else None,
+                "empty_answers": sum(1 for c in calls if c.get("empty_answer")),
+                "step_limited": sum(1 for t in turns if t.get("step_limit")),
                 "times_s": times,
             }
             out.append(cell)

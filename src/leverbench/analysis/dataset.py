@@ -23,7 +23,8 @@ class Dataset:
     sentinels: list[dict[str, Any]]
     metrics: list[dict[str, Any]]
     arms: list[str]
-    cases: list[str]
+    cases: list[str]                      # the engine comparison's cases (variants excluded)
+    variants: dict[str, str]              # variant case name -> the case it varies
     baseline: str
     config: dict[str, Any]
     warnings: list[str] = field(default_factory=list)
@@ -56,10 +57,11 @@ def dataset(ledger: Ledger) -> Dataset:
         warnings.append(f"{orphans} call(s) of turns cut off by an interrupted run are in the ledger but not counted "
                         "(their turns were run again on resume)")
     arms = [a["name"] for a in cfg.get("arms", [])]
-    cases = [c["name"] for c in cfg.get("cases", [])]
+    cases = [c["name"] for c in cfg.get("cases", []) if not c.get("variant_of")]
+    variants = {c["name"]: c["variant_of"] for c in cfg.get("cases", []) if c.get("variant_of")}
     return Dataset(
         header=h, turns=unique_turns, calls=calls,
         probes=list(ledger.of_kind("probe")), sentinels=list(ledger.of_kind("sentinel")),
-        metrics=list(ledger.of_kind("metrics")), arms=arms, cases=cases,
+        metrics=list(ledger.of_kind("metrics")), arms=arms, cases=cases, variants=variants,
         baseline=cfg["experiment"]["baseline"], config=cfg, warnings=warnings,
     )

@@ -18,6 +18,7 @@ from .engaged import engaged
 from .load import load_summary
 from .phases import arm_rates, cell_shares, prefill_model, project
 from .probes import probes
+from .reasoning import prompt_discipline, reasoning_split
 from .regression import decomposition
 from .server import server_account
 from .stats import median
@@ -82,6 +83,13 @@ def summarize(ledger: Ledger, *, scenario: tuple[int, int] | None = None,
         if not m["controlled"] and m["scope"] == "total":
             warnings.append(f"uncontrolled comparison: {m['arm']} vs {m['vs']} differ in {len(m['knobs'])} knobs "
                             f"({', '.join(m['knobs'])}); the multiplier mixes their effects")
+    variant_cells = cells(ds, list(ds.variants)) if ds.variants else []
+    for c in cell_list + variant_cells:
+        if c["empty_answers"]:
+            warnings.append(f"{c['arm']}/{c['case']}: {c['empty_answers']} call(s) used all of max_tokens and returned no "
+                            "visible answer (reasoning or nothing): the turn did not do its job")
+        if c["step_limited"]:
+            warnings.append(f"{c['arm']}/{c['case']}: {c['step_limited']} turn(s) were cut by the step limit")
     rates = arm_rates(ds, probe_list, decomp)
     scen = scenario or _largest_case_scenario(ds, cell_list)
     projection = project(ds, rates, eng, *scen) if scen else None
@@ -107,6 +115,9 @@ def summarize(ledger: Ledger, *, scenario: tuple[int, int] | None = None,
         "cells": cell_list,
         "totals": total_list,
         "multipliers": mults,
+        "variant_cells": variant_cells,
+        "prompt_discipline": prompt_discipline(ds, variant_cells, cell_list),
+        "reasoning": reasoning_split(ds),
         "decomposition": decomp,
         "probes": probe_list,
         "server": server,

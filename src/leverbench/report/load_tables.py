@@ -42,7 +42,7 @@ def load_table(summary: dict[str, Any]) -> Table | None:
         queue = "—" if not q else f"{_ms(q, 'mean')} / {_ms(q, 'p99')}" + (" queued" if r.get("queueing") else "")
         sq = r.get("server_queue_s")
         rows.append([
-            r["arm"], r["stage"] + (" ◆knee" if r.get("knee") else ""), _shape(r),
+            r["arm"], str(r["stage"]) + (" ◆knee" if r.get("knee") else ""), _shape(r),
             f"{r['ok']}" + (f" ({r['failed']} failed)" if r["failed"] else ""),
             _num(r.get("requests_per_s"), 2), _num(r.get("output_tps")), _num(r.get("total_tps")),
             _num(r.get("goodput_rps"), 2) if r.get("slo") else "—",

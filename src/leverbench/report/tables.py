@@ -54,6 +54,10 @@ def result_table(summary: dict[str, Any]) -> Table:
             txt = f"{c['median_s']:.1f} s [{c['min_s']:.1f}–{c['max_s']:.1f}] n={c['n']}"
             if c["failed_turns"]:
                 txt += f" ({c['failed_turns']} failed)"
+            if c.get("empty_answers"):
+                txt += f" ({c['empty_answers']} empty answer{'s' if c['empty_answers'] > 1 else ''})"
+            if c.get("step_limited"):
+                txt += f" ({c['step_limited']} cut by step limit)"
             if c.get("overlaps_baseline") is False:
                 txt += " disjoint"
             row.append(txt)
@@ -75,8 +79,8 @@ def volume_table(summary: dict[str, Any]) -> Table:
                               for a in arms])
     tot = {t["arm"]: t for t in summary["totals"]}
     rows.append(["total"] + [s(tot[a]["output_tokens"], 0) for a in arms])
-    return Table("volume", "Tokens per turn: generated (reasoning included) / input as the server counted them (medians)",
-                 ["case", *arms], rows)
+    return Table("volume", "Tokens per turn: generated (reasoning included: the guard's output volume) / input as the "
+                 "server counted it (system prompt and tool schemas included; medians)", ["case", *arms], rows)
 
 
 def multiplier_table(summary: dict[str, Any]) -> Table:
@@ -209,8 +213,36 @@ def conditions_table(summary: dict[str, Any]) -> Table:
     return Table("conditions", "Arms and their conditions", ["arm", "role", *keys], rows)
 
 
+def reasoning_table(summary: dict[str, Any]) -> Table | None:
+    rows = [[r["arm"], r["case"], str(r["generated_tokens"]), f"{r['reasoning_tokens']} ({pct(r['reasoning_share'])})",
+             str(r["answer_tokens"]), f"{r['reasoning_chars']} / {r['answer_chars']}", s(r["ttft_median_s"], 2),
+             s(r["first_answer_median_s"], 2), str(r["empty_answers"]), r["source"]] for r in summary.get("reasoning", [])]
+    if not rows:
+        return None
+    return Table("reasoning", "Reasoning and answer: generated tokens split where the engine says so",
+                 ["arm", "case", "generated", "reasoning", "answer", "chars reasoning / answer", "TTFT s",
+                  "first answer token s", "empty answers", "split from"], rows,
+                 notes=["An empty answer is a call that used all of max_tokens and returned no visible text."])
+
+
+def discipline_table(summary: dict[str, Any]) -> Table | None:
+    rows = [[d["arm"], d["case"], d["variant"].removeprefix(d["case"]).strip(" []"), s(d["case_s"]), s(d["variant_s"]),
+             f"{s(d['saved_s'])} ({pct(d['saved_share'])})",
+             f"{s(d['output_tokens'], 0)} → {s(d['variant_output_tokens'], 0)}", pct(d["volume_spread"], 1)]
+            for d in summary.get("prompt_discipline", [])]
+    if not rows:
+        return None
+    return Table("discipline", "Prompt discipline: the same turn with a changed instruction (median turn seconds)",
+                 ["arm", "case", "variant", "case s", "variant s", "saved", "generated tokens", "volume spread"], rows,
+                 notes=["This saving comes from generating fewer tokens, not from a faster engine; because the output "
+                        "volume differs by design it is never quoted as a multiplier."])
+
+
 def all_tables(summary: dict[str, Any]) -> list[Table]:
+    from .load_tables import load_table  # noqa: PLC0415
+
     tabs = [conditions_table(summary), result_table(summary), volume_table(summary), multiplier_table(summary),
+            discipline_table(summary), reasoning_table(summary),
             shares_table(summary), decomposition_table(summary), probe_table(summary), server_table(summary),
-            projection_table(summary), cost_table(summary), drift_table(summary)]
+            projection_table(summary), cost_table(summary), drift_table(summary), load_table(summary)]
     return [t for t in tabs if t is not None and t.rows]

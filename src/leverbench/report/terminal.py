@@ -10,7 +10,7 @@ from rich.text import Text
 
 from .tables import Table, all_tables
 
-_BRIEF = ("results", "volume", "multipliers", "shares", "probes", "projection", "cost")
+_BRIEF = ("results", "volume", "multipliers", "discipline", "reasoning", "shares", "probes", "projection", "cost", "load")
 
 
 def render_terminal(summary: dict[str, Any], console: Console | None = None, *, full: bool = False) -> None:

@@ -15,7 +15,8 @@ timeout_idle        the stream stalled longer than the idle timeout between chun
 timeout_total       the whole call took longer than the total timeout
 stream_cut          the stream ended without a finish reason or ``[DONE]``
 malformed           an SSE data line that is not JSON, or JSON of the wrong shape
-no_usage            the call completed but the server sent no token usage
+no_usage            the call completed, the server sent no token usage, and it
+                    could not be counted otherwise (see runner: /tokenize)
 ==================  =============================================================
 """
 
@@ -64,9 +65,14 @@ def _body_error_message(status: int, body: bytes) -> str:
 class _Stream:
     """Accumulates what the stream says, chunk by chunk."""
 
-    def __init__(self, t0: float, keep_text: bool):
+    def __init__(self, t0: float, keep_text: bool, think_tags: bool = False):
         self.t0 = t0
         self.keep_text = keep_text
+        self.think_tags = think_tags
+        self.reasoning_chunks = 0
+        self.answer_chunks = 0
+        self._text = ""
+        self._answer_started = False
         self.chunk_t: list[float] = []
         self.chunk_chars: list[int] = []
         self.chunk_text: list[str] = []
@@ -96,12 +102,19 @@ class _Stream:
             reasoning = delta.get("reasoning_content") or delta.get("reasoning") or ""
             if reasoning:
                 self.reasoning_chars += len(reasoning)
+                self.reasoning_chunks += 1
                 if self.keep_text:
                     self.reasoning.append(reasoning)
             if text:
                 self.content.append(text)
-                if self.first_answer_s is None:
-                    self.first_answer_s = now - self.t0
+                if self.think_tags:
+                    self._text += text
+                if self.think_tags and not self._past_think():
+                    self.reasoning_chunks += 1
+                else:
+                    self.answer_chunks += 1
+                    if self.first_answer_s is None:
+                        self.first_answer_s = now - self.t0
             for tc in delta.get("tool_calls") or []:
                 idx = tc.get("index", len(self.tool_calls))
                 slot = self.tool_calls.setdefault(idx, {"id": tc.get("id"), "name": "", "arguments": ""})
@@ -122,6 +135,32 @@ class _Stream:
                     self.chunk_text.append(reasoning + text)
                 if self.first_token_s is None:
                     self.first_token_s = now - self.t0
+
+
+    def _past_think(self) -> bool:
+        """With <think> tags: whether visible answer text has begun after </think>."""
+        if self._answer_started:
+            return True
+        head = self._text.lstrip()
+        if not head or "<think>".startswith(head[:7]) and len(head) < 7:
+            return False  # nothing yet, or still possibly the opening tag
+        if not head.startswith("<think>"):
+            self._answer_started = True  # the model did not think aloud
+            return True
+        end = head.find("</think>")
+        self._answer_started = end >= 0 and bool(head[end + 8:].strip())
+        return self._answer_started
+
+
+def split_think(content: str) -> tuple[str, str]:
+    """(reasoning, answer) of a text whose reasoning is inside <think>...</think>."""
+    start = content.find("<think>")
+    if start < 0:
+        return "", content
+    end = content.find("</think>", start)
+    if end < 0:  # cut inside the reasoning: no answer yet
+        return content[start + 7:], content[:start]
+    return content[start + 7:end], content[:start] + content[end + 8:]
 
 
 def _usage_fields(usage: dict[str, Any] | None) -> dict[str, Any]:
@@ -147,6 +186,7 @@ async def stream_chat(
     headers: dict[str, str] | None = None,
     timeouts: Timeouts = Timeouts(),
     keep_text: bool = False,
+    think_tags: bool = False,
 ) -> dict[str, Any]:
     """POST *body* (streaming) to *url* and return the measured call record.
 
@@ -157,7 +197,7 @@ async def stream_chat(
     body.setdefault("stream_options", {"include_usage": True})
     t_send = time.time()
     t0 = time.perf_counter()
-    st = _Stream(t0, keep_text)
+    st = _Stream(t0, keep_text, think_tags)
     status: int | None = None
     error: dict[str, str] | None = None
     phase = "connect"
@@ -228,6 +268,11 @@ async def stream_chat(
         elif st.usage is None:
             error = _error("no_usage", "the server sent no token usage; output volume unknown")
     content = "".join(st.content)
+    think = ""
+    if think_tags:
+        think, content = split_think(content)
+    reasoning_text = "".join(st.reasoning) + think
+    tool_calls = [st.tool_calls[k] for k in sorted(st.tool_calls)] or None
     rec: dict[str, Any] = {
         "t_send": t_send,
         "ttft_s": st.first_token_s,
@@ -239,15 +284,19 @@ async def stream_chat(
         "error": error,
         **_usage_fields(st.usage),
         "content_chars": len(content),
-        "reasoning_chars": st.reasoning_chars,
+        "reasoning_chars": st.reasoning_chars + len(think),
+        "reasoning_chunks": st.reasoning_chunks,
+        "answer_chunks": st.answer_chunks,
         "finish_reason": st.finish_reason,
-        "tool_calls": [st.tool_calls[k] for k in sorted(st.tool_calls)] or None,
+        "empty_answer": error is None and st.finish_reason == "length" and not content.strip() and not tool_calls,
+        "tool_calls": tool_calls,
         "timings": st.timings,
         "output_sha256": hashlib.sha256(content.encode()).hexdigest(),
     }
     if keep_text:
         rec["output_text"] = content
-        rec["reasoning_text"] = "".join(st.reasoning)
+        rec["reasoning_text"] = reasoning_text
         rec["chunk_text"] = st.chunk_text
     rec["_content"] = content  # for the runner's next step; stripped before the ledger
+    rec["_reasoning"] = reasoning_text
     return rec

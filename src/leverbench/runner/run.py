@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import json
 import os
 import time
 import uuid
@@ -20,7 +21,7 @@ from typing import Any, Callable
 import aiohttp
 
 from .. import __version__
-from ..config import Arm, LoadedExperiment
+from ..config import Arm, Case, LoadedExperiment
 from ..engines.embedded import EmbeddedEngine
 from ..errors import BadInput, ConfigError, EngineError
 from ..ledger.reader import read_ledger
@@ -163,12 +164,15 @@ class Runner:
         return body
 
     async def _call(self, session: aiohttp.ClientSession, ep: ArmEndpoint, body: dict[str, Any],
-                    meta: dict[str, Any]) -> dict[str, Any]:
+                    meta: dict[str, Any], *, think_tags: bool = False) -> dict[str, Any]:
         """One call, recorded; with ``retries`` set, a failed attempt is recorded and tried again."""
         for attempt in range(self.retries + 1):
             rec = await stream_chat(session, chat_url(ep.base_url), body, headers=ep.headers,
-                                    timeouts=self.timeouts, keep_text=self.keep_text)
+                                    timeouts=self.timeouts, keep_text=self.keep_text, think_tags=think_tags)
             content = rec.pop("_content")
+            reasoning = rec.pop("_reasoning")
+            if rec["error"] is not None and rec["error"]["class"] == "no_usage":
+                await count_tokens(session, ep.base_url, ep.headers, body["messages"], content + reasoning, rec)
             messages = body["messages"]
             sent = {k: v for k, v in body.items() if k not in ("messages", "tools")}
             out = {**meta, **rec, "request": sent, "input_sha256": messages_sha256(messages),
@@ -190,7 +194,24 @@ class Runner:
         out["_content"] = content
         return out
 
+    def _tool_results(self, case: Case, calls: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], float]:
+        """Answer each tool call from the case's script; returns the tool messages and their declared seconds."""
+        script = self.exp.tool_scripts.get(case.name, {})
+        msgs, seconds = [], 0.0
+        for tc in calls:
+            entry = script.get(tc.get("name") or "", script.get("default", "(no result scripted for this tool)"))
+            latency = case.tool_latency_s
+            if isinstance(entry, dict) and "result" in entry:
+                latency = float(entry.get("latency_s", latency))
+                entry = entry["result"]
+            text = entry if isinstance(entry, str) else json.dumps(entry)
+            msgs.append({"role": "tool", "tool_call_id": tc.get("id") or "", "content": text})
+            seconds += latency
+        return msgs, seconds
+
     async def _turn(self, session: aiohttp.ClientSession, unit: Unit) -> None:
+        """One agent turn: its scripted steps, each continued through tool calls until the model
+        answers without one or the case's step limit is reached."""
         ep = self.endpoints[unit.arm]
         case = next(c for c in self.spec.cases if c.name == unit.case)
         tools = self.exp.tools.get(case.name)
@@ -199,31 +220,45 @@ class Runner:
         t0 = time.perf_counter()
         t_start = time.time()
         calls: list[dict[str, Any]] = []
-        for step, (prompt, max_tokens) in enumerate(step_prompts(case)):
-            if step > 0:
+        tool_s = 0.0
+        step_limit = failed_out = False
+        scripted = step_prompts(case)
+        for k, (prompt, max_tokens) in enumerate(scripted):
+            if k > 0:
                 messages = next_messages(messages, calls[-1]["_content"], prompt)
-            body = self._body(ep, messages, max_tokens, case.temperature, tools=tools)
-            meta = {"kind": "call", "arm": unit.arm, "case": unit.case, "repeat": unit.repeat, "step": step,
-                    "turn_id": turn_id}
-            rec = await self._call(session, ep, body, meta)
-            calls.append(rec)
-            if rec["error"] is not None and rec["error"]["class"] != "no_usage":
-                break  # later steps depend on this answer
-        turn_s = time.perf_counter() - t0
+            while True:
+                body = self._body(ep, messages, max_tokens, case.temperature, tools=tools)
+                meta = {"kind": "call", "arm": unit.arm, "case": unit.case, "repeat": unit.repeat,
+                        "step": len(calls), "scripted_step": k, "turn_id": turn_id}
+                rec = await self._call(session, ep, body, meta, think_tags=case.think_tags)
+                calls.append(rec)
+                if rec["error"] is not None and rec["error"]["class"] != "no_usage":
+                    failed_out = True  # later calls depend on this answer
+                    break
+                if not (tools and rec.get("tool_calls")):
+                    break
+                if len(calls) >= case.max_steps:
+                    step_limit = True
+                    break
+                results, seconds = self._tool_results(case, rec["tool_calls"])
+                tool_s += seconds
+                messages = [*messages, assistant_tool_message(rec["_content"], rec["tool_calls"]), *results]
+            if failed_out or step_limit:
+                break
+        model_s = time.perf_counter() - t0
         failed = [c for c in calls if c["error"] is not None]
-        n_steps = len(step_prompts(case))
         err = None
         if failed:
             err = {"class": failed[0]["error"]["class"], "message": f"{len(failed)} of {len(calls)} calls failed"}
-        elif len(calls) < n_steps:
-            err = {"class": "incomplete", "message": f"{len(calls)} of {n_steps} calls ran"}
         assert self.writer is not None
         self.writer.append({
             "kind": "turn", "arm": unit.arm, "case": unit.case, "repeat": unit.repeat, "turn_id": turn_id,
-            "t_start": t_start, "turn_s": turn_s, "calls": len(calls), "planned_calls": n_steps,
-            "failed_calls": len(failed),
+            "t_start": t_start, "turn_s": model_s + tool_s, "model_s": model_s, "tool_s": tool_s,
+            "calls": len(calls), "scripted_steps": len(scripted), "failed_calls": len(failed),
+            "step_limit": step_limit, "empty_answers": sum(1 for c in calls if c.get("empty_answer")),
             "output_tokens": _sum_or_none(c.get("completion_tokens") for c in calls),
             "prompt_tokens": _sum_or_none(c.get("prompt_tokens") for c in calls),
+            "reasoning_tokens": _sum_or_none(c.get("reasoning_tokens") or 0 for c in calls),
             "error": err,
         })
 
@@ -303,6 +338,44 @@ class Runner:
             self.stop_engines()
             self.writer.close()
         return self.out / "ledger.jsonl"
+
+
+def assistant_tool_message(content: str, tool_calls: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"role": "assistant", "content": content or None,
+            "tool_calls": [{"id": tc.get("id") or f"call_{i}", "type": "function",
+                            "function": {"name": tc.get("name") or "", "arguments": tc.get("arguments") or "{}"}}
+                           for i, tc in enumerate(tool_calls)]}
+
+
+async def count_tokens(session: aiohttp.ClientSession, base_url: str, headers: dict[str, str],
+                       messages: list[dict[str, Any]], output: str, rec: dict[str, Any]) -> None:
+    """When the server sent no usage: count with its own tokenizer (llama.cpp's /apply-template +
+    /tokenize) and say so in ``token_source``; the call then counts as measured."""
+    root = api_root(base_url)
+    timeout = aiohttp.ClientTimeout(total=30)
+
+    async def post(path: str, payload: dict[str, Any]) -> Any:
+        async with session.post(root + path, json=payload, headers=headers, timeout=timeout) as resp:
+            if resp.status != 200:
+                return None
+            return await resp.json(content_type=None)
+
+    try:
+        source = "tokenize (chat template applied)"
+        tmpl = await post("/apply-template", {"messages": messages})
+        prompt = tmpl.get("prompt") if isinstance(tmpl, dict) else None
+        if not isinstance(prompt, str):
+            source = "tokenize (message contents, no chat template)"
+            prompt = "\n".join(str(m.get("content") or "") for m in messages)
+        tin = await post("/tokenize", {"content": prompt})
+        tout = await post("/tokenize", {"content": output})
+    except (aiohttp.ClientError, TimeoutError, ValueError):
+        return
+    if not (isinstance(tin, dict) and isinstance(tout, dict) and isinstance(tin.get("tokens"), list)
+            and isinstance(tout.get("tokens"), list)):
+        return
+    rec.update(prompt_tokens=len(tin["tokens"]), completion_tokens=len(tout["tokens"]), token_source=source,
+               usage_missing=True, error=None)
 
 
 def _sum_or_none(values: Any) -> int | None:

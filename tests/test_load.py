@@ -1,0 +1,273 @@
+"""Load stages (issue 5): schedules, queueing against the simulator's truth, trace replay, metrics."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from leverbench.analysis.load import (distribution, itl, knee_index, load_summary, load_warnings, sweep_curves,
+                                      tpot)
+from leverbench.config import load
+from leverbench.engines.simulator import SimConfig, SimulatorThread
+from leverbench.errors import ConfigError
+from leverbench.ledger.reader import read_ledger
+from leverbench.report.load_tables import load_table, load_tables
+from leverbench.runner.load import PromptBuilder
+from leverbench.runner.run import Runner
+from leverbench.workload.load import arrival_offsets, expand, gaps
+
+TRACES = Path("/work/shared/data/traces")
+if not TRACES.exists():  # the repository's own copy, where the shared one is not mounted
+    TRACES = Path(__file__).resolve().parents[1] / "shared" / "data" / "traces"
+
+
+def experiment(tmp: Path, arms: dict[str, str], load_toml: str, case_prompt: str = "hello there", max_tokens: int = 8) -> Path:
+    arm_toml = "".join(f'''
+[[arms]]
+name = "{name}"
+role = "{'baseline' if i == 0 else 'treatment'}"
+base_url = "{url}"
+model = "sim"
+''' for i, (name, url) in enumerate(arms.items()))
+    p = tmp / "exp.toml"
+    p.write_text(f'''
+[experiment]
+name = "load"
+repeats = 1
+baseline = "{next(iter(arms))}"
+sentinel_tokens = 0
+{arm_toml}
+[[cases]]
+name = "short"
+prompt = "{case_prompt}"
+max_tokens = {max_tokens}
+temperature = 0.0
+{load_toml}''')
+    return p
+
+
+def run(tmp: Path, arms: dict[str, str], load_toml: str, **kw) -> list[dict]:
+    exp = load(experiment(tmp, arms, load_toml, **kw))
+    Runner(exp, tmp / "run").run()
+    return load_summary(read_ledger(tmp / "run"))
+
+
+def truth_key(t: dict) -> tuple[float, float]:
+    """The simulator's timings sent with each answer identify its truth record exactly."""
+    return (t["prefill_s"] * 1000, t["decode_s"] * 1000)
+
+
+# ------------------------------------------------------------------ pure parts
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(min_value=-1e6, max_value=1e6, allow_nan=False), min_size=1, max_size=300))
+def test_distribution_matches_numpy(xs):
+    d = distribution(xs)
+    for p in (50, 90, 95, 99):
+        assert d[f"p{p}"] == pytest.approx(float(np.percentile(xs, p)), rel=1e-9, abs=1e-6)
+    assert d["mean"] == pytest.approx(float(np.mean(xs)), rel=1e-9, abs=1e-6)
+    assert d["max"] == max(xs) and d["n"] == len(xs)
+    assert distribution([None, None]) is None
+
+
+def test_arrival_processes_with_a_fixed_seed():
+    rate, n = 10.0, 20000
+    for kind, k, cv in (("poisson", 1.0, 1.0), ("gamma", 0.25, 2.0), ("gamma", 4.0, 0.5)):
+        g = gaps(rate, kind, k, seed=7)
+        xs = [next(g) for _ in range(n)]
+        assert statistics.fmean(xs) == pytest.approx(1 / rate, rel=0.04), kind
+        assert statistics.pstdev(xs) / statistics.fmean(xs) == pytest.approx(cv, rel=0.06), (kind, k)
+        g2 = gaps(rate, kind, k, seed=7)
+        assert [next(g2) for _ in range(50)] == xs[:50]  # the seed fixes the schedule
+    const = arrival_offsets(4.0, "constant")
+    assert [next(const) for _ in range(4)] == [0.0, 0.25, 0.5, 0.75]
+
+
+def test_token_counting_metrics():
+    # 3 chunks carrying 6 tokens: each gap counts as 2 tokens
+    r = {"chunk_t": [0.1, 0.3, 0.5], "completion_tokens": 6, "ttft_s": 0.1, "latency_s": 0.6}
+    assert itl(r) == pytest.approx([0.1, 0.1])
+    assert tpot(r) == pytest.approx(0.1)
+    assert tpot({**r, "completion_tokens": 1}) is None
+
+
+def test_knee():
+    # throughput saturates at stage 2 while p99 doubles after it
+    assert knee_index([1.0, 1.0, 1.1, 2.0, 4.0], [10, 20, 30, 31, 31]) == 2
+    assert knee_index([1.0, 1.2, 1.4], [10, 20, 30]) is None
+
+
+def test_stage_validation_and_sweeps(tmp_path):
+    ok = '[[load]]\nname = "r"\nmode = "closed"\nconcurrency = [1, 4]\nrequests = 5\n'
+    exp = load(experiment(tmp_path, {"a": "http://127.0.0.1:9"}, ok))
+    plans = expand(exp.spec.load)
+    assert [(p.name, p.concurrency, p.sweep) for p in plans] == [("r@c1", 1, "r"), ("r@c4", 4, "r")]
+    bad = {
+        '[[load]]\nname = "o"\nmode = "open"\nrequests = 5\n': "needs rate",
+        '[[load]]\nname = "o"\nmode = "closed"\nconcurrency = 2\n': "needs a bound",
+        '[[load]]\nname = "t"\nmode = "trace"\ntrace = "x.jsonl"\ncase = "short"\n': "does not apply",
+        '[[load]]\nname = "o"\nmode = "open"\nrate = 2\nrequests = 5\nconcurency = 3\n': "unknown key",
+        '[[load]]\nname = "o"\nmode = "open"\nrate = [2, -1]\nrequests = 5\n': "rate must be",
+    }
+    for toml, msg in bad.items():
+        with pytest.raises(ConfigError, match=msg):
+            load(experiment(tmp_path, {"a": "http://127.0.0.1:9"}, toml))
+
+
+def test_shared_hash_blocks_give_identical_leading_words():
+    b = PromptBuilder(block_tokens=32)
+    x = b.content(100, "r1", (0, 1, 2, 3)).split()
+    y = b.content(70, "r2", (0, 1, 9)).split()
+    assert len(x) == 100 and len(y) == 70
+    assert x[:64] == y[:64] and x[64:70] != y[64:70]
+
+
+# ------------------------------------------------------------------ against the simulator
+
+SLOTS = 2
+DECODE_TPS = 200.0
+OUT_TOKENS = 30  # service time 30 / 200 = 0.15 s
+
+
+def test_queueing_appears_exactly_above_the_slots_and_matches_truth(tmp_path):
+    cfg = SimConfig(prefill_tps=1_000_000, decode_tps=DECODE_TPS, slots=SLOTS, output_tokens=OUT_TOKENS,
+                    prefix_cache=False)
+    stage = ('[[load]]\nname = "ramp"\nmode = "closed"\nconcurrency = [1, 2, 3, 4]\nwarmup_requests = 4\n'
+             'requests = 16\nslo_ttft_s = 0.05\n')
+    with SimulatorThread(cfg) as sim:
+        rows = run(tmp_path, {"a": sim.base_url}, stage, max_tokens=OUT_TOKENS)
+        truth = {truth_key(t): t for t in sim.truth()}
+    led = read_ledger(tmp_path / "run")
+    by_stage = {r["stage"]: r for r in rows}
+    assert list(by_stage) == ["ramp@c1", "ramp@c2", "ramp@c3", "ramp@c4"]
+    for c in (1, 2, 3, 4):
+        row = by_stage[f"ramp@c{c}"]
+        assert row["ok"] == 16 and row["failed"] == 0 and row["warmup_requests"] == 4
+        assert row["queueing"] is (c > SLOTS), (c, row["server_wait"])
+        recs = [r for r in led.records if r["kind"] == "load" and r["stage"] == row["stage"] and not r["warmup"]]
+        true_q = [truth[(r["timings"]["prompt_ms"], r["timings"]["predicted_ms"])]["queue_s"] for r in recs]
+        mean_true = statistics.fmean(true_q)
+        if c > SLOTS:
+            # closed loop, FIFO: mean wait ≈ (c / slots − 1) × service time (less the clients' turnaround)
+            assert mean_true == pytest.approx((c / SLOTS - 1) * OUT_TOKENS / DECODE_TPS, rel=0.25)
+            assert row["server_wait"]["mean"] == pytest.approx(mean_true, rel=0.05)
+            assert row["server_queue_s"] == pytest.approx(mean_true, rel=0.25)  # its scrapes include the warm-up
+            assert row["queue"]["mean"] >= row["server_wait"]["mean"]  # + the client's own lag
+        else:
+            assert mean_true < 0.002
+        assert row["queue_source"] == "server timings"
+        assert row["itl"]["p50"] == pytest.approx(1 / DECODE_TPS, rel=0.1)
+        assert row["tpot"]["p50"] == pytest.approx(1 / DECODE_TPS, rel=0.1)
+    # throughput saturates at the slots: the knee is at concurrency 2
+    assert by_stage["ramp@c2"]["output_tps"] == pytest.approx(SLOTS * DECODE_TPS, rel=0.15)
+    assert by_stage["ramp@c4"]["output_tps"] == pytest.approx(SLOTS * DECODE_TPS, rel=0.15)
+    assert [r["stage"] for r in rows if r["knee"]] == ["ramp@c2"]
+    assert by_stage["ramp@c1"]["goodput_rps"] == pytest.approx(by_stage["ramp@c1"]["requests_per_s"])
+    assert by_stage["ramp@c4"]["goodput_rps"] == 0  # every call queued past the TTFT SLO
+    curves = sweep_curves(rows)
+    assert [p["load"] for p in curves[0]["points"]] == [1, 2, 3, 4]
+    table = load_table({"load": rows})
+    assert table is not None and len(table.rows) == 4 and "◆knee" in table.rows[1][1]
+    assert [t.key for t in load_tables({"load": rows})] == ["load", "load_sweep"]
+
+
+def test_no_coordinated_omission(tmp_path):
+    """An open loop that the server cannot keep up with: every late send counts against latency."""
+    cfg = SimConfig(prefill_tps=1_000_000, decode_tps=100, slots=1, output_tokens=10, prefix_cache=False)
+    stage = ('[[load]]\nname = "flood"\nmode = "open"\nrate = 20\narrival = "constant"\nmax_in_flight = 1\n'
+             'requests = 12\n')
+    with SimulatorThread(cfg) as sim:
+        rows = run(tmp_path, {"a": sim.base_url}, stage, max_tokens=10)
+    row = rows[0]
+    recs = [r for r in read_ledger(tmp_path / "run").records if r["kind"] == "load"]
+    sched = sorted(r["scheduled_t"] for r in recs)
+    assert [round(s - sched[0], 6) for s in sched] == [round(i * 0.05, 6) for i in range(12)]
+    # service 0.1 s, schedule every 0.05 s, one call at a time: call i goes out ≈ 0.05·i late
+    assert row["client_lag"]["max"] > 0.4
+    assert row["e2e"]["max"] > row["client_lag"]["max"] + 0.09
+    assert row["e2e"]["p99"] > 4 * max(r["latency_s"] for r in recs)
+    assert any("sent late" in w for w in load_warnings(rows))
+
+
+def test_trace_replay_mooncake_and_tracelab(tmp_path):
+    rows30 = (TRACES / "mooncake_conversation_trace.jsonl").read_text().splitlines()[:30]
+    (tmp_path / "mooncake30.jsonl").write_text("\n".join(rows30) + "\n")
+    # a conversation that grows: each request repeats the previous one's blocks
+    deep = [{"timestamp": 0, "input_length": 1552, "output_length": 5, "hash_ids": [900, 901, 902]},
+            {"timestamp": 500, "input_length": 2500, "output_length": 5, "hash_ids": [900, 901, 902, 903, 904]},
+            {"timestamp": 1000, "input_length": 2000, "output_length": 5, "hash_ids": [900, 901, 905, 906]}]
+    (tmp_path / "deep.jsonl").write_text("".join(json.dumps(d) + "\n" for d in deep))
+    sessions = (TRACES / "tracelab_replay_multi_session_large.csv").read_text().splitlines()[:11]  # sessions 0-2
+    (tmp_path / "tracelab.csv").write_text("\n".join(sessions) + "\n")
+    stages = '''
+[[load]]
+name = "moon"
+mode = "trace"
+trace = "mooncake30.jsonl"
+speed = 10.0
+scale_input = 0.0625
+max_tokens = 4
+
+[[load]]
+name = "deep"
+mode = "trace"
+trace = "deep.jsonl"
+trace_format = "mooncake"
+speed = 5.0
+scale_input = 0.0625
+
+[[load]]
+name = "agent"
+mode = "trace"
+trace = "tracelab.csv"
+speed = 4.0
+'''
+    cfg = SimConfig(prefill_tps=2_000_000, decode_tps=4000, slots=1, prefix_cache=True, cache_block=16)
+    with SimulatorThread(cfg) as sim:
+        rows = run(tmp_path, {"a": sim.base_url}, stages)
+    led = read_ledger(tmp_path / "run")
+    recs = [r for r in led.records if r["kind"] == "load"]
+    by = {r["stage"]: r for r in rows}
+
+    moon = sorted((r for r in recs if r["stage"] == "moon"), key=lambda r: r["repeat"])
+    assert len(moon) == 30 and all(r["error"] is None for r in moon)
+    assert by["moon"]["trace_import"]["rows_used"] == 30 and by["moon"]["trace_import"]["replayed"] == 30
+    assert by["moon"]["token_check"]["rel_error_mean"] == 0.0  # simulator: one token per word, exactly
+    stamps = [json.loads(line)["timestamp"] / 1000 for line in rows30]
+    t0 = moon[0]["scheduled_t"]
+    assert [round(r["scheduled_t"] - t0, 6) for r in moon] == [round(s / 10.0, 6) for s in stamps]  # speed 10
+    assert max(r["t_send"] - r["scheduled_t"] for r in moon) < 0.2
+    assert all(r["prompt_tokens"] == r["target_input_tokens"] for r in moon)
+    assert all(r["completion_tokens"] == min(4, r["target_output_tokens"]) for r in moon)
+    # every request shares hash id 0 (one 32-token block at this scale) with the first: the cache serves it
+    assert sorted(r["cached_tokens"] for r in moon) == [0] + [32] * 29
+
+    deep_recs = sorted((r for r in recs if r["stage"] == "deep"), key=lambda r: r["repeat"])
+    # blocks of 32 tokens (512 × 1/16) after the one role token; the cache holds whole 16-token blocks
+    assert [r["cached_tokens"] for r in deep_recs] == [0, 96, 64]
+
+    agent = [r for r in recs if r["stage"] == "agent"]
+    assert len(agent) == 10 and all(r["error"] is None for r in agent)
+    by_session: dict[str, list[dict]] = {}
+    for r in agent:
+        by_session.setdefault(r["session"], []).append(r)
+    assert sorted(len(v) for v in by_session.values()) == [3, 3, 4]
+    waits = [0.3, 0.154, 0.0, 0.273, 0.077, 0.0, 0.334, 0.482, 0.209, 0.154]
+    for calls in by_session.values():
+        calls.sort(key=lambda r: r["step"])
+        for prev, nxt in zip(calls, calls[1:]):
+            # the next round is scheduled when the previous answer ended plus its tool wait / speed
+            end = prev["t_send"] + prev["latency_s"]
+            assert nxt["scheduled_t"] - end == pytest.approx(waits[prev["repeat"]] / 4.0, abs=1e-6)
+            assert nxt["cached_tokens"] >= prev["prompt_tokens"] - 16  # the conversation so far was cached
+        assert all(r["prompt_tokens"] == r["target_input_tokens"] for r in calls)
+    firsts = sorted(min(v, key=lambda r: r["step"])["scheduled_t"] for v in by_session.values())
+    assert [round(f - firsts[0], 6) for f in firsts] == [0.0, round(0.276 / 4, 6), round(0.615 / 4, 6)]
