@@ -1,0 +1,96 @@
+"""Benchmark: analysis of a 1,000,000-call ledger into summary.json (target: under 10 s).
+
+Writes a synthetic ledger shaped exactly like the runner's (3 arms × 4 cases, turns of 4 calls,
+chunk timelines of 16 chunks), then times, in one run: reading it, computing the summary, and
+writing summary.json.  Prints each phase and the total.
+
+    .venv/bin/python benchmarks/analysis_speed.py [--calls 1000000] [--dir /tmp/lb-bench]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from leverbench.analysis.summary import summarize
+from leverbench.ledger.reader import read_ledger
+from leverbench.ledger.records import LEDGER_SCHEMA
+from leverbench.report.files import finite
+
+ARMS = {"current": {"prefix_cache": False, "drafter": "none"}, "cache": {"prefix_cache": True, "drafter": "none"},
+        "cache+drafter": {"prefix_cache": True, "drafter": "ngram"}}
+CASES = ["a", "b", "c", "d"]
+CALLS_PER_TURN = 4
+
+
+def write_ledger(path: Path, n_calls: int) -> None:
+    rnd = random.Random(1)
+    repeats = max(1, n_calls // (len(ARMS) * len(CASES) * CALLS_PER_TURN))
+    head = {"kind": "run", "schema": LEDGER_SCHEMA, "tool_version": "bench", "run_id": "bench", "started_at": "",
+            "host": {}, "experiment_file": "bench.toml",
+            "config": {"experiment": {"name": "bench", "repeats": repeats, "order": "interleaved", "baseline": "current",
+                                      "volume_tolerance_cell": 0.2, "volume_tolerance_total": 0.05},
+                       "arms": [{"name": a} for a in ARMS], "cases": [{"name": c} for c in CASES]},
+            "arms": {a: {"role": "baseline" if a == "current" else "treatment", "conditions": c, "discovered": {}}
+                     for a, c in ARMS.items()}}
+    speed = {"current": 1.0, "cache": 0.8, "cache+drafter": 0.4}
+    with open(path, "w") as fh:
+        fh.write(json.dumps(head) + "\n")
+        for r in range(repeats):
+            for case in CASES:
+                for arm in ARMS:
+                    tid = uuid.uuid4().hex[:12]
+                    total = 0.0
+                    for step in range(CALLS_PER_TURN):
+                        out = rnd.randint(20, 200)
+                        lat = speed[arm] * (0.5 + out / 50.0) * rnd.uniform(0.97, 1.03)
+                        total += lat
+                        chunk_t = [round(0.4 * lat + i * lat / 27, 6) for i in range(16)]
+                        fh.write(json.dumps({
+                            "kind": "call", "arm": arm, "case": case, "repeat": r, "step": step, "turn_id": tid,
+                            "t_send": 1.7e9 + total, "ttft_s": 0.4 * lat, "latency_s": lat, "chunk_t": chunk_t,
+                            "chunk_chars": [4] * 16, "status": 200, "error": None, "prompt_tokens": 1000 + 100 * step,
+                            "completion_tokens": out, "cached_tokens": 0, "reasoning_tokens": None,
+                            "token_source": "usage", "content_chars": 4 * out, "reasoning_chars": 0,
+                            "finish_reason": "stop", "tool_calls": None,
+                            "timings": {"prompt_n": 1000, "prompt_ms": 300.0 * speed[arm], "predicted_n": out,
+                                        "predicted_ms": out * 20.0 * speed[arm], "cache_n": 0},
+                            "request": {"max_tokens": 256}, "input_sha256": "0" * 64, "output_sha256": "0" * 64}) + "\n")
+                    fh.write(json.dumps({"kind": "turn", "arm": arm, "case": case, "repeat": r, "turn_id": tid,
+                                         "turn_s": total, "calls": CALLS_PER_TURN, "failed_calls": 0,
+                                         "output_tokens": 400, "prompt_tokens": 4600, "error": None}) + "\n")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--calls", type=int, default=1_000_000)
+    ap.add_argument("--dir", type=Path, default=Path("/tmp/lb-analysis-bench"))
+    a = ap.parse_args()
+    a.dir.mkdir(parents=True, exist_ok=True)
+    path = a.dir / "ledger.jsonl"
+    t = time.perf_counter()
+    write_ledger(path, a.calls)
+    print(f"wrote {path} ({path.stat().st_size / 1e6:.0f} MB) in {time.perf_counter() - t:.1f} s (not timed)")
+    t0 = time.perf_counter()
+    led = read_ledger(path)
+    t1 = time.perf_counter()
+    s = summarize(led)
+    t2 = time.perf_counter()
+    (a.dir / "summary.json").write_text(json.dumps(finite(s)))
+    t3 = time.perf_counter()
+    n = sum(1 for r in led.records if r["kind"] == "call")
+    print(f"calls: {n:,}")
+    print(f"read ledger   {t1 - t0:6.2f} s")
+    print(f"summarize     {t2 - t1:6.2f} s")
+    print(f"write json    {t3 - t2:6.2f} s")
+    print(f"total         {t3 - t0:6.2f} s   (target < 10 s: {'met' if t3 - t0 < 10 else 'NOT met'})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
