@@ -181,6 +181,18 @@ def projection_table(summary: dict[str, Any]) -> Table | None:
                  ["arm", "prefill s", "decode s", "total s", "from"], rows, notes)
 
 
+def _holds_for(summary: dict[str, Any], arm: str) -> str:
+    """The conditions a figure holds for: hardware, engine, cache, drafter, concurrency."""
+    a = next((x for x in summary["arms"] if x["name"] == arm), {"conditions": {}})
+    c = a["conditions"]
+    hw = c.get("gpu") or c.get("hardware") or (summary["run"].get("host") or {}).get("cpu") or "?"
+    gpus = f" ×{c['gpus']}" if c.get("gpus") else ""
+    parts = [f"{hw}{gpus}", str(c.get("engine", a.get("model") or "engine ?")),
+             f"prefix cache {'on' if c.get('prefix_cache') else 'off' if 'prefix_cache' in c else '?'}",
+             f"drafter {c.get('drafter', '?')}", f"concurrency {summary['run'].get('concurrency', 1)}"]
+    return ", ".join(parts)
+
+
 def cost_table(summary: dict[str, Any]) -> Table | None:
     if not summary["cost"]:
         return None
@@ -189,9 +201,12 @@ def cost_table(summary: dict[str, Any]) -> Table | None:
         rows.append([c["arm"], s(c["turn_s"]), "—" if c["usd_per_turn"] is None else f"${c['usd_per_turn']:.4f}",
                      f"{c['gpu_hours_per_1000_turns']:.2f}",
                      "—" if c["usd_per_1000_turns"] is None else f"${c['usd_per_1000_turns']:.2f}",
-                     s(c.get("gpu_hours_returned_per_1000_turns"), 2)])
-    return Table("cost", "Cost at concurrency 1 (one dedicated stream)",
-                 ["arm", "mean turn s", "$ per turn", "GPU-h per 1000 turns", "$ per 1000 turns", "GPU-h returned"], rows)
+                     s(c.get("gpu_hours_returned_per_1000_turns"), 2), _holds_for(summary, c["arm"])])
+    return Table("cost", "Cost of a turn in GPU time (one dedicated stream)",
+                 ["arm", "mean turn s", "$ per turn", "GPU-h per 1000 turns", "$ per 1000 turns", "GPU-h returned",
+                  "holds for"], rows,
+                 notes=["usd_per_turn = turn_s × gpu_hour_usd × gpus / 3600; GPU-hours per 1000 turns = "
+                        "turn_s × gpus × 1000 / 3600."])
 
 
 def drift_table(summary: dict[str, Any]) -> Table | None:
@@ -211,6 +226,21 @@ def conditions_table(summary: dict[str, Any]) -> Table:
                 keys.append(k)
     rows = [[a["name"], a["role"] or "", *(str(a["conditions"].get(k, "—")) for k in keys)] for a in summary["arms"]]
     return Table("conditions", "Arms and their conditions", ["arm", "role", *keys], rows)
+
+
+def metrics_table(summary: dict[str, Any]) -> Table | None:
+    rows_in = summary.get("server_metrics") or []
+    if not rows_in:
+        return None
+    cols = [("queue_s_per_request", "queue s/request", 3), ("prefill_s_per_request", "prefill s/request", 3),
+            ("decode_s_per_request", "decode s/request", 3), ("prefill_tps", "prefill tok/s", 1),
+            ("decode_tps", "decode tok/s", 1), ("cached_prompt_tokens", "cached prompt tokens", 0),
+            ("prefix_cache_hit_share", "prefix-cache hits", None), ("drafter_acceptance", "drafter acceptance", None),
+            ("sglang_cache_hit_rate", "cache hit rate (SGLang)", None), ("sglang_spec_accept_length", "accept length (SGLang)", 2)]
+    present = [c for c in cols if any(c[0] in r for r in rows_in)]
+    rows = [[r["arm"], *((pct(r.get(k)) if nd is None else s(r.get(k), nd)) for k, _, nd in present)] for r in rows_in]
+    return Table("metrics", "The server's own metrics over each arm's block (Prometheus, before → after)",
+                 ["arm", *(h for _, h, _ in present)], rows)
 
 
 def reasoning_table(summary: dict[str, Any]) -> Table | None:
@@ -244,5 +274,6 @@ def all_tables(summary: dict[str, Any]) -> list[Table]:
     tabs = [conditions_table(summary), result_table(summary), volume_table(summary), multiplier_table(summary),
             discipline_table(summary), reasoning_table(summary),
             shares_table(summary), decomposition_table(summary), probe_table(summary), server_table(summary),
-            projection_table(summary), cost_table(summary), drift_table(summary), load_table(summary)]
+            metrics_table(summary), projection_table(summary), cost_table(summary), drift_table(summary),
+            load_table(summary)]
     return [t for t in tabs if t is not None and t.rows]
