@@ -145,5 +145,6 @@ def test_missing_api_key_env_is_bad_input(tmp_path, monkeypatch):
 def test_bundled_demo_is_valid():
     exp = load(Path(__file__).parents[1] / "examples" / "agent-turns.toml")
     assert [a.name for a in exp.spec.arms] == ["current", "cache", "cache+drafter"]
-    assert len(exp.spec.cases) == 4 and any(c.steps for c in exp.spec.cases)
+    assert len([c for c in exp.spec.cases if not c.variant_of]) == 4 and any(c.steps for c in exp.spec.cases)
+    assert [c.name for c in exp.spec.cases if c.variant_of] == ["design audit [one sentence]"]
     assert all(c.temperature == 0.0 for c in exp.spec.cases)

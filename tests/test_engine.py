@@ -61,8 +61,8 @@ prompt = "Again, shorter."
 max_tokens = 6
 
 [probes]
-output_tokens = [4, 16]
-repeats = 1
+output_tokens = [4, 48]
+repeats = 2
 '''
 
 
@@ -86,7 +86,7 @@ def test_end_to_end_on_llama_server(tmp_path):
     assert all(c["timings"]["cache_n"] > 0.5 * c["prompt_tokens"] for c in second)
     assert led.header["arms"]["cache"]["discovered"]["engine_build"]
     probes = [r for r in led.records if r["kind"] == "probe"]
-    assert sorted(p["completion_tokens"] for p in probes) == [4, 4, 16, 16]  # ignore_eos honoured
+    assert sorted(p["completion_tokens"] for p in probes) == [4] * 4 + [48] * 4  # ignore_eos honoured
     s = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert {c["n"] for c in s["cells"]} == {2}
     assert next(e for e in s["engaged"] if e["arm"] == "cache")["prefix_cache"] is True
