@@ -16,7 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import ConfigError
-from .workload.load import LoadStage
+from .workload.load import LoadStage, check_stages, check_trace_paths
 
 DEFAULT_EXPERIMENT = Path("examples/agent-turns.toml")
 
@@ -180,7 +180,7 @@ def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
             return None
         ann = field.annotation
         nxt = None
-        for cand in (ExperimentSection, TimeoutsSpec, Arm, EngineSpec, Case, Step, Variant, Probes):
+        for cand in (ExperimentSection, TimeoutsSpec, Arm, EngineSpec, Case, Step, Variant, Probes, LoadStage):
             if ann is cand or cand in getattr(ann, "__args__", ()) or any(
                 cand in getattr(a, "__args__", ()) for a in getattr(ann, "__args__", ())
             ):
@@ -312,6 +312,10 @@ def load(path: str | Path) -> LoadedExperiment:
         if case.variant_of is not None:
             raise ConfigError(file, f"cases[{i}].variant_of", "set by leverbench for [[cases.variants]]; use variants instead")
     spec.cases = [*spec.cases, *_expand_variants(file, spec)]
+    problems = check_stages(spec.load, [a.name for a in spec.arms], [c.name for c in spec.cases])
+    problems += check_trace_paths(spec.load, base)
+    if problems:
+        raise ConfigError(file, *problems[0])
     for c in spec.cases:
         if c.variant_of:
             tools.update({c.name: tools[c.variant_of]} if c.variant_of in tools else {})

@@ -19,9 +19,14 @@ Schema ``leverbench.ledger/1``:
   less messages), input_sha256, output_sha256, input_chars; and when the
   experiment says ``store_text``: input_messages, output_text, chunk_text.
   Probes also carry ``probe_tokens`` (the forced output length).
-- ``load``: one call of a load stage (issue 5): the call keys plus stage,
-  scheduled_t (epoch s at which the schedule meant to send it) and the stage's
-  parameters.
+- ``load``: one call of a load stage: the call keys plus stage, mode, sweep,
+  the stage's parameters (concurrency, rate, arrival, speed, ...),
+  scheduled_t (epoch s at which the schedule meant to send it; the client's
+  lag is t_send − scheduled_t), warmup, load_run (which execution of the stage:
+  a resumed run repeats load stages and analysis keeps the latest), repeat
+  (request index), step, loop_lag_s; trace calls add target_input_tokens,
+  target_output_tokens, session, turn_id; a trace stage's first call carries
+  trace_import (rows used / skipped and why) and token_check (/tokenize).
 - ``turn``: one per finished turn (arm, case, repeat): turn_s (first send →
   last token), calls, failed_calls, output_tokens, prompt_tokens, error.
 - ``metrics``: a Prometheus scrape of an arm's endpoint: arm, when

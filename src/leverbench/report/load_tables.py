@@ -23,12 +23,14 @@ def _num(x: float | None, nd: int = 1) -> str:
 
 
 def _shape(r: dict[str, Any]) -> str:
-    if r["mode"] == "closed":
-        return f"closed c={r['concurrency']}"
-    if r["mode"] == "open":
-        extra = f" k={r['burstiness']:g}" if r.get("arrival") == "gamma" and r.get("burstiness") is not None else ""
-        return f"open {r['rate']:g}/s {r.get('arrival') or ''}{extra}".rstrip()
-    return f"trace ×{r['speed']:g}" if r.get("speed") is not None else "trace"
+    mode = r.get("mode")
+    if mode == "open" or (mode is None and r.get("rate") is not None):
+        k = r.get("burstiness")
+        extra = f" k={k:g}" if r.get("arrival") == "gamma" and k is not None else ""
+        return f"open {r.get('rate', 0):g}/s {r.get('arrival') or ''}{extra}".rstrip()
+    if mode == "trace":
+        return f"trace ×{r['speed']:g}" if r.get("speed") is not None else "trace"
+    return f"closed c={r.get('concurrency')}" if r.get("concurrency") is not None else (mode or "—")
 
 
 def load_table(summary: dict[str, Any]) -> Table | None:
@@ -36,31 +38,49 @@ def load_table(summary: dict[str, Any]) -> Table | None:
     rows_in = summary.get("load") or []
     if not rows_in:
         return None
+    # columns that would only repeat another are left out: TTFAT when no answer was preceded by reasoning,
+    # the server's queue when no endpoint exported one, goodput when no stage set an SLO
+    show_ttfat = any(r.get("ttfat") and r.get("ttft") and abs(r["ttfat"]["p50"] - r["ttft"]["p50"]) > 0.001
+                     for r in rows_in)
+    show_server_q = any(r.get("server_queue_s") is not None for r in rows_in)
+    show_goodput = any(r.get("slo") for r in rows_in)
+    headers = ["arm", "stage", "shape", "ok", "req/s", "out tok/s", "total tok/s"]
+    headers += ["goodput req/s"] if show_goodput else []
+    headers += ["TTFT"] + (["TTFAT"] if show_ttfat else []) + ["TPOT", "ITL", "E2E", "queue mean / p99"]
+    headers += (["server queue"] if show_server_q else []) + ["client lag p99"]
     rows = []
     for r in rows_in:
         q = r.get("queue")
         queue = "—" if not q else f"{_ms(q, 'mean')} / {_ms(q, 'p99')}" + (" queued" if r.get("queueing") else "")
         sq = r.get("server_queue_s")
-        rows.append([
-            r["arm"], str(r["stage"]) + (" ◆knee" if r.get("knee") else ""), _shape(r),
-            f"{r['ok']}" + (f" ({r['failed']} failed)" if r["failed"] else ""),
-            _num(r.get("requests_per_s"), 2), _num(r.get("output_tps")), _num(r.get("total_tps")),
-            _num(r.get("goodput_rps"), 2) if r.get("slo") else "—",
-            _pair(r.get("ttft")), _pair(r.get("ttfat")), _pair(r.get("tpot")), _pair(r.get("itl")),
-            _pair(r.get("e2e")), queue, "—" if sq is None else f"{sq * 1000:.1f}",
-            _ms(r.get("client_lag"), "p99"),
-        ])
+        failed = r.get("failed") or 0
+        row = [str(r.get("arm", "")), str(r.get("stage", "")) + (" ◆knee" if r.get("knee") else ""), _shape(r),
+               ("—" if r.get("ok") is None else str(r["ok"])) + (f" ({failed} failed)" if failed else ""),
+               _num(r.get("requests_per_s"), 2), _num(r.get("output_tps", r.get("throughput_tps"))),
+               _num(r.get("total_tps"))]
+        if show_goodput:
+            row.append(_num(r.get("goodput_rps"), 2) if r.get("slo") else "—")
+        row.append(_pair(r.get("ttft")))
+        if show_ttfat:
+            row.append(_pair(r.get("ttfat")))
+        row += [_pair(r.get("tpot")), _pair(r.get("itl")),
+                _pair(r.get("e2e")) if r.get("e2e") else _pair({"p50": r.get("p50_s"), "p99": r.get("p99_s")}), queue]
+        if show_server_q:
+            row.append("—" if sq is None else f"{sq * 1000:.1f}")
+        row.append(_ms(r.get("client_lag"), "p99"))
+        rows.append(row)
     notes = [
         "Times in ms, p50 / p99, measured from each call's scheduled send time (a late send counts against latency: "
         "no coordinated omission). TTFT: first token; TTFAT: first answer token (reasoning excluded); TPOT: "
         "(latency − TTFT) / (output tokens − 1); ITL: chunk gaps per token (a chunk carrying k tokens counts k); "
-        "E2E: schedule → last byte.",
+        "E2E: schedule → last byte; client lag: actual send − scheduled send.",
         "queue: mean / p99 of E2E minus the server's own prefill + decode time (its timings), or TTFT above the arm's "
-        "lowest TTFT where the server reports no timings; 'queued' = the part after the send (client lag excluded) averages over max(5 ms, 5 % of the service time). "
-        "server queue: the engine's own mean queue time from its metrics, where it exports them.",
-        "throughput: successful calls, generated (out) and prompt + generated (total) tokens per second of the stage; "
-        "goodput: calls per second that met every SLO of the stage. ◆knee: past this stage more load raised p99 "
-        "latency over 1.5× while throughput grew under 10 %.",
+        "lowest TTFT where the server reports no timings; 'queued': the part after the send (client lag excluded) "
+        "averages over max(5 ms, 5 % of the service time). server queue: the engine's own mean queue time from its "
+        "metrics (warm-up included).",
+        "throughput over the time the stage was sending (warm-up and drain left out): calls that ended, tokens "
+        "generated (out) and prompt + generated (total) per second; goodput: calls per second that met every SLO of "
+        "the stage. ◆knee: past this stage more load raised p99 latency over 1.5× while throughput grew under 10 %.",
     ]
     for r in rows_in:
         notes.extend(r.get("warnings") or [])
@@ -74,9 +94,7 @@ def load_table(summary: dict[str, Any]) -> Table | None:
             notes.append(f"{r['arm']}/{r['stage']}: synthetic prompt length vs the engine's /tokenize: "
                          f"{tc['rel_error_mean']:+.1%} mean over {tc['samples']} prompts"
                          + (f" (calibrated at {tc['tokens_per_word']:.2f} tokens per word)" if tc.get("calibrated") else ""))
-    return Table("load", "Load stages: throughput and latency (ms, p50 / p99)",
-                 ["arm", "stage", "shape", "ok", "req/s", "out tok/s", "total tok/s", "goodput req/s", "TTFT",
-                  "TTFAT", "TPOT", "ITL", "E2E", "queue mean / p99", "server queue", "client lag p99"], rows, notes)
+    return Table("load", "Load stages: throughput and latency (ms, p50 / p99)", headers, rows, notes)
 
 
 def sweep_table(summary: dict[str, Any]) -> Table | None:
@@ -85,8 +103,9 @@ def sweep_table(summary: dict[str, Any]) -> Table | None:
     for r in summary.get("load") or []:
         if not r.get("sweep"):
             continue
-        load = f"c={r['concurrency']}" if r["mode"] == "closed" else f"{r['rate']:g}/s"
-        rows.append([r["arm"], r["sweep"], load, _num(r.get("throughput_tps")), _num(r.get("requests_per_s"), 2),
+        load = f"{r['rate']:g}/s" if r.get("mode") == "open" else f"c={r.get('concurrency')}"
+        rows.append([str(r.get("arm", "")), str(r["sweep"]), load, _num(r.get("throughput_tps")),
+                     _num(r.get("requests_per_s"), 2),
                      "—" if r.get("p50_s") is None else f"{r['p50_s']:.3f}",
                      "—" if r.get("p99_s") is None else f"{r['p99_s']:.3f}", "◆ knee" if r.get("knee") else ""])
     if not rows:

@@ -47,14 +47,14 @@ from typing import Any
 
 import aiohttp
 
-from ..errors import ConfigError, EngineError
-from ..workload.load import PlannedStage, arrival_offsets, check_stages, expand
+from ..errors import BadInput, ConfigError, EngineError
+from ..workload.load import PlannedStage, arrival_offsets, check_stages, check_trace_paths, expand
 from .discover import api_root
 
 LAG_PROBE_S = 0.005  # the loop-lag monitor's sleep
 CONNECT_FAILS_ABORT = 20  # consecutive connect failures that end a stage (the endpoint is gone)
 BLOCK_CACHE = 8192  # Mooncake block texts kept
-KEEPALIVE_S = 2.0  # idle connections of load stages are closed after this
+IDLE_CLOSE_S = 2.0  # load stages close a connection idle this long
 ROLE_TOKENS = 1  # tokens a chat message's role adds (the simulator's template; real templates add a few more)
 
 
@@ -65,28 +65,31 @@ async def run_load(runner: Any, session: aiohttp.ClientSession) -> None:
     spec = runner.spec
     file = str(runner.exp.path)
     problems = check_stages(spec.load, [a.name for a in spec.arms], [c.name for c in spec.cases])
+    problems += check_trace_paths(spec.load, Path(runner.exp.path).resolve().parent)
     if problems:
         raise ConfigError(file, *problems[0])
     plans = expand(spec.load)
     work = [(p, arm) for p in plans for arm in (p.stage.arms or list(runner.endpoints))]
-    # Load stages reuse connections (as serving clients do): a new TCP connection per call costs the client
-    # ~0.6 ms and a burst of them serialises.  Idle connections are dropped after KEEPALIVE_S, well before
-    # servers close theirs (llama.cpp: 5 s), so a stale one is not reused.
-    keep = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S))
-    try:
-        for n, (plan, arm) in enumerate(work):
-            if runner.progress:
-                from .schedule import Unit  # noqa: PLC0415
+    for n, (plan, arm) in enumerate(work):
+        if runner.progress:
+            from .schedule import Unit  # noqa: PLC0415
 
-                runner.progress(Unit("load", arm, plan.name, 0), n, len(work))
-            await runner._scrape(session, f"load-start {plan.name}")
-            await StageRun(runner, keep if plan.stage.keep_alive else session, plan, arm).run()
-            await runner._scrape(session, f"load-end {plan.name}")
-            ep = runner.endpoints[arm]
-            if ep.engine is not None and not ep.engine.alive():
-                raise EngineError(ep.engine.death_note() or f"the engine of arm {arm!r} died during load stage {plan.name!r}")
-    finally:
-        await keep.close()
+            runner.progress(Unit("load", arm, plan.name, 0), n, len(work))
+        await runner._scrape(session, f"load-start {plan.name}")
+        if plan.stage.keep_alive:
+            # Reuse connections within the stage (as serving clients do): a new TCP connection per call costs the
+            # client ~0.6 ms and a burst of them serialises.  One pool per stage and arm, closed when it ends, so
+            # that tearing down its connections falls between stages, not into the next one's measurements; within
+            # a stage a connection idle for IDLE_CLOSE_S is dropped before a server would drop it (llama.cpp: 5 s).
+            conn = aiohttp.TCPConnector(limit=0, keepalive_timeout=IDLE_CLOSE_S)
+            async with aiohttp.ClientSession(connector=conn) as own:
+                await StageRun(runner, own, plan, arm).run()
+        else:
+            await StageRun(runner, session, plan, arm).run()
+        await runner._scrape(session, f"load-end {plan.name}")
+        ep = runner.endpoints[arm]
+        if ep.engine is not None and not ep.engine.alive():
+            raise EngineError(ep.engine.death_note() or f"the engine of arm {arm!r} died during load stage {plan.name!r}")
 
 
 # ------------------------------------------------------------------ client lag
@@ -387,8 +390,9 @@ class StageRun:
         path = self._trace_path()
         try:
             tl = load_traffic(path, s.trace_format)
-        except Exception as exc:  # BadInput names the file and the problem
-            raise ConfigError(str(self.runner.exp.path), f"load[{self.s.name}].trace", str(exc)) from None
+        except BadInput as exc:  # names the file and the problem
+            i = next((k for k, st in enumerate(self.runner.spec.load) if st is self.s), 0)
+            raise ConfigError(str(self.runner.exp.path), f"load[{i}].trace", str(exc)) from None
         left_out: dict[str, int] = {}
 
         def leave(reason: str, n: int = 1) -> None:
@@ -477,21 +481,27 @@ class StageRun:
         for start, reqs in planned:
             if self.stopped:
                 break
+            first = self._user_message(builder, reqs[0], 0)  # built before the send time, not after
             await sleep_until(t0 + start)
-            tasks.append(asyncio.create_task(self._session(reqs, t0 + start, t0, builder, case)))
+            tasks.append(asyncio.create_task(self._session(reqs, first, t0 + start, t0, builder, case)))
         if tasks:
             await asyncio.gather(*tasks)
 
-    async def _session(self, reqs: list[_Req], scheduled: float, t0: float, builder: PromptBuilder, case: str) -> None:
+    def _user_message(self, builder: PromptBuilder, r: _Req, rnd: int) -> dict[str, Any]:
+        """The round's new user message: round 0 the whole prompt (hash blocks first), later rounds what they add."""
+        roles = ROLE_TOKENS if rnd == 0 else 2 * ROLE_TOKENS  # (assistant +) user
+        text = builder.content(max(1, r.new_tokens - roles), f"{r.index}", r.blocks if rnd == 0 else None)
+        return {"role": "user", "content": text}
+
+    async def _session(self, reqs: list[_Req], first: dict[str, Any], scheduled: float, t0: float,
+                       builder: PromptBuilder, case: str) -> None:
+        """A trace session: its rounds one after another, each after the previous answer and its tool wait."""
         s = self.s
         turn_id = uuid.uuid4().hex[:12] if len(reqs) > 1 else None
-        messages: list[dict[str, Any]] = []
+        messages: list[dict[str, Any]] = [first]
         for rnd, r in enumerate(reqs):
             if self.stopped:
                 return
-            roles = ROLE_TOKENS if rnd == 0 else 2 * ROLE_TOKENS  # (assistant +) user
-            text = builder.content(max(1, r.new_tokens - roles), f"{r.index}", r.blocks if rnd == 0 else None)
-            messages = [*messages, {"role": "user", "content": text}]
             extra = {"ignore_eos": True, "min_tokens": r.output_tokens} if s.force_output else None
             body = self.runner._body(self.ep, messages, r.output_tokens, 0.0, extra=extra)
             meta: dict[str, Any] = {"case": case, "repeat": r.index, "step": rnd,
@@ -503,7 +513,8 @@ class StageRun:
             if rec.get("error") is not None and rec["error"].get("class") != "no_usage":
                 return  # later rounds build on this answer
             if rnd + 1 < len(reqs):
-                messages = [*messages, {"role": "assistant", "content": rec.get("_content") or ""}]
+                nxt = self._user_message(builder, reqs[rnd + 1], rnd + 1)
+                messages = [*messages, {"role": "assistant", "content": rec.get("_content") or ""}, nxt]
                 end = rec["t_send"] + (rec.get("latency_s") or 0.0)
                 scheduled = end + r.tool_wait_s
                 await sleep_until(scheduled)

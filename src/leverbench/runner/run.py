@@ -14,6 +14,7 @@ import json
 import os
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -87,6 +88,7 @@ class Runner:
         self.retries = self.spec.experiment.retries
         self.endpoints: dict[str, ArmEndpoint] = {}
         self.writer: LedgerWriter | None = None
+        self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ledger")
         self.keep_text = self.spec.experiment.store_text
 
     # ------------------------------------------------------------ set-up
@@ -187,12 +189,17 @@ class Runner:
             will_retry = out["error"] is not None and attempt < self.retries and out["error"]["class"] != "engine_died"
             if will_retry:
                 out["retried"] = True
-            assert self.writer is not None
-            self.writer.append(out)
+            await self._append(out)
             if not will_retry:
                 break
         out["_content"] = content
         return out
+
+    async def _append(self, record: dict[str, Any]) -> None:
+        """Append off the event loop (the fsync can stall for milliseconds on a busy disk); one
+        worker thread keeps the ledger's order and its single writer."""
+        assert self.writer is not None
+        await asyncio.get_running_loop().run_in_executor(self._io, self.writer.append, record)
 
     def _tool_results(self, case: Case, calls: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], float]:
         """Answer each tool call from the case's script; returns the tool messages and their declared seconds."""
@@ -250,8 +257,7 @@ class Runner:
         err = None
         if failed:
             err = {"class": failed[0]["error"]["class"], "message": f"{len(failed)} of {len(calls)} calls failed"}
-        assert self.writer is not None
-        self.writer.append({
+        await self._append({
             "kind": "turn", "arm": unit.arm, "case": unit.case, "repeat": unit.repeat, "turn_id": turn_id,
             "t_start": t_start, "turn_s": model_s + tool_s, "model_s": model_s, "tool_s": tool_s,
             "calls": len(calls), "scripted_steps": len(scripted), "failed_calls": len(failed),
@@ -282,8 +288,7 @@ class Runner:
             url = ep.arm.metrics_url or (api_root(ep.base_url) + "/metrics")
             samples = await scrape_metrics(session, url, ep.headers)
             if samples is not None:
-                assert self.writer is not None
-                self.writer.append({"kind": "metrics", "arm": name, "when": when, "t": time.time(),
+                await self._append({"kind": "metrics", "arm": name, "when": when, "t": time.time(),
                                     "samples": samples})
 
     async def _main(self, units: list[Unit], done: set[tuple]) -> None:
@@ -292,8 +297,7 @@ class Runner:
             for ep in self.endpoints.values():
                 ep.discovered.update(await endpoint_info(session, ep.base_url, ep.headers))
             if not done:
-                assert self.writer is not None
-                self.writer.append(self._header())
+                await self._append(self._header())
             await self._scrape(session, "before")
             for name in self.endpoints:  # a fresh server's first call is slow; measure it, don't count it
                 await self._fixed_length(session, Unit("warmup", name, SENTINEL_CASE, 0, 8))
@@ -336,6 +340,7 @@ class Runner:
                 raise Interrupted(str(self.out)) from None
         finally:
             self.stop_engines()
+            self._io.shutdown(wait=True)
             self.writer.close()
         return self.out / "ledger.jsonl"
 

@@ -52,6 +52,7 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Iterator, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -161,6 +162,8 @@ class PlannedStage:
             out["sweep"] = self.sweep
         if s.mode == "closed":
             out["concurrency"] = self.concurrency
+            if s.ramp_s:
+                out["ramp_s"] = s.ramp_s
         elif s.mode == "open":
             out.update(rate=self.rate, arrival=s.arrival)
             if s.arrival == "gamma":
@@ -211,6 +214,19 @@ def check_stages(stages: list[LoadStage], arms: list[str], cases: list[str]) -> 
                 problems.append((f"load[{i}].arms", f"names no arm ({a!r}; arms: {', '.join(arms)})"))
         if s.case is not None and s.case not in cases:
             problems.append((f"load[{i}].case", f"names no case ({s.case!r}; cases: {', '.join(cases)})"))
+    return problems
+
+
+def check_trace_paths(stages: list[LoadStage], base: Path) -> list[tuple[str, str]]:
+    """(key, problem) for each trace stage whose file does not exist (paths are relative to ``base``,
+    the experiment file's directory)."""
+    problems = []
+    for i, s in enumerate(stages):
+        if s.trace is not None:
+            p = Path(s.trace) if Path(s.trace).is_absolute() else base / s.trace
+            if not p.exists():
+                problems.append((f"load[{i}].trace", f"file not found: {s.trace} (looked at {p}; paths are relative "
+                                                     "to the experiment file)"))
     return problems
 
 
