@@ -32,16 +32,26 @@ counted them in ``usage``):
                 server's queue, plus network and the server's per-request overhead)
 - server_queue_s = Δ vllm:request_queue_time_seconds_sum / Δ _count between the scrapes around
                 the stage (SGLang: sglang:queue_time_seconds); covers warm-up calls too
-- duration    = last end (t_send + latency_s) − first scheduled_t, over the measured calls
-- requests_per_s = ok / duration;  output_tps = Σ completion_tokens / duration;
-  total_tps   = Σ (prompt_tokens + completion_tokens) / duration
-- goodput_rps = calls that succeeded and met every SLO the stage sets (ttft ≤ slo_ttft_s,
-                tpot ≤ slo_tpot_s, e2e ≤ slo_e2e_s) / duration; None without SLOs
+- window      = [first scheduled_t, last t_send] of the measured calls: the time during which the
+                stage offered its planned load (without the warm-up before it and the drain after
+                it, when fewer calls are in flight).  When that is shorter than the median e2e (a
+                stage that sends nearly everything at once has no steady state), the window runs to
+                the last measured call's end instead (``window_basis`` "whole stage").
+- output_tps  = output tokens that arrived within the window, from every call of the stage (warm-up
+                and drain included: they share the server during the window) / window length; a
+                chunk's tokens = completion_tokens / chunks
+- total_tps   = output_tps + prompt tokens of the calls whose first token arrived within the window
+                / window length
+- requests_per_s = successful calls that ended within the window / window length
+- goodput_rps = of those, the calls that met every SLO the stage sets (ttft ≤ slo_ttft_s,
+                tpot ≤ slo_tpot_s, e2e ≤ slo_e2e_s) / window length; None without SLOs
 - queueing    = mean server_wait > max(QUEUE_FLOOR_S, QUEUE_SHARE × mean service): the server
                 made calls wait (the client's own lag does not count here)
 
-Percentiles: linear interpolation between order statistics (NumPy's default):
-rank = p/100 × (n − 1).
+Percentiles: linear interpolation between order statistics (NumPy's default,
+``numpy.percentile``): rank = p/100 × (n − 1).  The metrics are computed on
+columns (NumPy arrays, one value per call; NaN where a call lacks the value),
+so a ledger of a million load calls is summarised in seconds.
 
 The knee of a sweep (stages of one ``[[load]]`` entry with a list of
 concurrencies or rates, per arm, in the order run): the first stage *i* for
@@ -52,79 +62,119 @@ more load buys latency, not throughput.
 
 from __future__ import annotations
 
-import math
+import itertools
 from collections import defaultdict
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
 
 PCTS = (50, 90, 95, 99)
 KNEE_LATENCY_FACTOR = 1.5
 KNEE_THROUGHPUT_GAIN = 0.10
-LAG_WARN_S = 0.010  # client lag (send lag or event-loop stall) p99 above this is warned about
+LAG_WARN_S = 0.010  # client lag (send lag or event-loop stall) above this is warned about
 QUEUE_FLOOR_S = 0.005
 QUEUE_SHARE = 0.05
 TOKEN_ERROR_WARN = 0.05
 _SERVER_QUEUE = (("vllm:request_queue_time_seconds_sum", "vllm:request_queue_time_seconds_count"),
                  ("sglang:queue_time_seconds_sum", "sglang:queue_time_seconds_count"))
 
+Cols = Mapping[str, np.ndarray]
+
 
 # ------------------------------------------------------------------ distributions
 
 
-def percentile_sorted(s: Sequence[float], p: float) -> float:
-    """Linear-interpolation percentile of an already sorted sample: rank = p/100 × (n − 1)."""
-    rank = p / 100.0 * (len(s) - 1)
-    lo = math.floor(rank)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (rank - lo)
-
-
-def distribution(xs: Iterable[float | None]) -> dict[str, float] | None:
-    """n, p50, p90, p95, p99 (linear interpolation), mean (Σx/n) and max of the values that are not None."""
-    s = sorted(x for x in xs if x is not None)
-    if not s:
+def distribution(xs: Iterable[float | None] | np.ndarray) -> dict[str, float] | None:
+    """n, p50, p90, p95, p99 (linear interpolation), mean (Σx/n) and max of the values that are not None/NaN."""
+    a = xs if isinstance(xs, np.ndarray) else np.array(list(xs), dtype=float)
+    a = a[~np.isnan(a)]
+    if a.size == 0:
         return None
-    out: dict[str, float] = {"n": len(s)}
-    for p in PCTS:
-        out[f"p{p}"] = percentile_sorted(s, p)
-    out["mean"] = math.fsum(s) / len(s)
-    out["max"] = s[-1]
+    ps = np.percentile(a, PCTS)
+    out: dict[str, float] = {"n": int(a.size)}
+    for p, v in zip(PCTS, ps):
+        out[f"p{p}"] = float(v)
+    out["mean"] = float(np.mean(a))
+    out["max"] = float(np.max(a))
     return out
 
 
-# ------------------------------------------------------------------ per-call metrics
+# ------------------------------------------------------------------ columns
 
 
-def client_lag(r: dict[str, Any]) -> float:
-    """How late the client sent the call: t_send − scheduled_t (0 when no schedule was recorded)."""
-    st = r.get("scheduled_t")
-    return 0.0 if st is None else r["t_send"] - st
+def columns(rs: Sequence[dict[str, Any]]) -> dict[str, np.ndarray]:
+    """The per-call values the metrics need, as float arrays (NaN where a call lacks one)."""
+    def col(key: str) -> np.ndarray:
+        return np.array([r.get(key) for r in rs], dtype=float)
+
+    timings = [r.get("timings") or {} for r in rs]
+    return {
+        "t_send": col("t_send"), "scheduled_t": col("scheduled_t"), "ttft_s": col("ttft_s"),
+        "t_first_answer_s": col("t_first_answer_s"), "latency_s": col("latency_s"),
+        "completion_tokens": col("completion_tokens"), "prompt_tokens": col("prompt_tokens"),
+        "prompt_ms": np.array([t.get("prompt_ms") for t in timings], dtype=float),
+        "predicted_ms": np.array([t.get("predicted_ms") for t in timings], dtype=float),
+    }
 
 
-def ttft(r: dict[str, Any]) -> float | None:
+# ------------------------------------------------------------------ per-call metrics (on columns)
+
+
+def client_lag(c: Cols) -> np.ndarray:
+    """How late the client sent the call: t_send − scheduled_t (0 where no schedule was recorded)."""
+    lag = c["t_send"] - c["scheduled_t"]
+    return np.where(np.isnan(lag), 0.0, lag)
+
+
+def ttft(c: Cols) -> np.ndarray:
     """Time to first token from the schedule: client_lag + ttft_s."""
-    return None if r.get("ttft_s") is None else client_lag(r) + r["ttft_s"]
+    return client_lag(c) + c["ttft_s"]
 
 
-def ttfat(r: dict[str, Any]) -> float | None:
+def ttfat(c: Cols) -> np.ndarray:
     """Time to first answer token (reasoning excluded) from the schedule: client_lag + t_first_answer_s."""
-    return None if r.get("t_first_answer_s") is None else client_lag(r) + r["t_first_answer_s"]
+    return client_lag(c) + c["t_first_answer_s"]
 
 
-def e2e(r: dict[str, Any]) -> float | None:
+def e2e(c: Cols) -> np.ndarray:
     """End-to-end latency from the schedule: client_lag + latency_s."""
-    return None if r.get("latency_s") is None else client_lag(r) + r["latency_s"]
+    return client_lag(c) + c["latency_s"]
 
 
-def tpot(r: dict[str, Any]) -> float | None:
-    """Time per output token after the first: (latency_s − ttft_s) / (completion_tokens − 1)."""
-    n = r.get("completion_tokens")
-    if not n or n < 2 or r.get("ttft_s") is None or r.get("latency_s") is None:
-        return None
-    return (r["latency_s"] - r["ttft_s"]) / (n - 1)
+def tpot(c: Cols) -> np.ndarray:
+    """Time per output token after the first: (latency_s − ttft_s) / (completion_tokens − 1), calls with ≥ 2 tokens."""
+    n = c["completion_tokens"]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(n >= 2, (c["latency_s"] - c["ttft_s"]) / (n - 1), np.nan)
+
+
+def service(c: Cols) -> np.ndarray:
+    """The server's own busy time for the call: (timings.prompt_ms + timings.predicted_ms) / 1000."""
+    return (c["prompt_ms"] + c["predicted_ms"]) / 1000.0
+
+
+def queue(c: Cols, ttft_floor: float | None) -> tuple[np.ndarray, np.ndarray]:
+    """Time waiting, not being served, from the schedule: e2e − service where the server reports timings,
+    else ttft − ttft_floor (the arm's lowest TTFT for the case).  Returns (values, True where from timings)."""
+    sv = service(c)
+    from_timings = ~np.isnan(sv)
+    fallback = ttft(c) - ttft_floor if ttft_floor is not None else np.full(sv.shape, np.nan)
+    return np.where(from_timings, e2e(c) - sv, fallback), from_timings
+
+
+def meets_slo(c: Cols, slo_ttft: float | None, slo_tpot: float | None, slo_e2e: float | None) -> np.ndarray:
+    """Whether each call met every SLO given (a metric it lacks fails that SLO)."""
+    ok = np.ones(c["t_send"].shape, dtype=bool)
+    with np.errstate(invalid="ignore"):
+        for limit, fn in ((slo_ttft, ttft), (slo_tpot, tpot), (slo_e2e, e2e)):
+            if limit is not None:
+                ok &= fn(c) <= limit  # NaN compares False
+    return ok
 
 
 def itl(r: dict[str, Any]) -> list[float]:
-    """Inter-token latencies: each chunk gap / (completion_tokens / chunks), so multi-token chunks count per token."""
+    """Inter-token latencies of one call: each chunk gap / (completion_tokens / chunks), so a chunk that
+    carries several tokens counts as several."""
     ts = r.get("chunk_t") or []
     n = r.get("completion_tokens")
     if len(ts) < 2 or not n:
@@ -133,36 +183,34 @@ def itl(r: dict[str, Any]) -> list[float]:
     return [(b - a) / per_chunk for a, b in zip(ts, ts[1:])]
 
 
-def service_s(r: dict[str, Any]) -> float | None:
-    """The server's own busy time for the call: (timings.prompt_ms + timings.predicted_ms) / 1000, or None."""
-    t = r.get("timings") or {}
-    if t.get("prompt_ms") is None or t.get("predicted_ms") is None:
-        return None
-    return (t["prompt_ms"] + t["predicted_ms"]) / 1000.0
+def itl_pooled(rs: Sequence[dict[str, Any]]) -> np.ndarray:
+    """:func:`itl` of every call, pooled into one array (vectorised)."""
+    use = [r for r in rs if r.get("completion_tokens") and len(r.get("chunk_t") or ()) >= 2]
+    if not use:
+        return np.empty(0)
+    lengths = np.array([len(r["chunk_t"]) for r in use])
+    flat = np.fromiter(itertools.chain.from_iterable(r["chunk_t"] for r in use), dtype=float, count=int(lengths.sum()))
+    per_chunk = np.array([r["completion_tokens"] for r in use], dtype=float) / lengths
+    gaps = np.diff(flat)
+    keep = np.ones(gaps.size, dtype=bool)
+    keep[np.cumsum(lengths)[:-1] - 1] = False  # the gap between one call's last chunk and the next call's first
+    return gaps[keep] / np.repeat(per_chunk, lengths - 1)
 
 
-def queue(r: dict[str, Any], ttft_floor: float | None) -> tuple[float | None, str | None]:
-    """Time waiting, not being served: e2e − service_s when the server reports timings,
-    else ttft − ttft_floor (the arm's lowest TTFT for the case).  Returns (value, source)."""
-    sv, e = service_s(r), e2e(r)
-    if sv is not None and e is not None:
-        return e - sv, "server timings"
-    t = ttft(r)
-    if t is not None and ttft_floor is not None:
-        return t - ttft_floor, "ttft above floor"
-    return None, None
-
-
-def meets_slo(r: dict[str, Any], slo_ttft: float | None, slo_tpot: float | None, slo_e2e: float | None) -> bool:
-    """Whether a successful call met every SLO given (a metric it lacks fails that SLO)."""
-    checks = ((slo_ttft, ttft), (slo_tpot, tpot), (slo_e2e, e2e))
-    for limit, fn in checks:
-        if limit is None:
-            continue
-        v = fn(r)
-        if v is None or v > limit:
-            return False
-    return True
+def tokens_in_window(rs: Sequence[dict[str, Any]], c: Cols, a: float, b: float) -> float:
+    """Output tokens that arrived within [a, b]: each call's chunks there × completion_tokens / chunks."""
+    first = np.array([(r.get("chunk_t") or (np.nan,))[0] for r in rs], dtype=float) + c["t_send"]
+    last = np.array([(r.get("chunk_t") or (np.nan,))[-1] for r in rs], dtype=float) + c["t_send"]
+    n = np.nan_to_num(c["completion_tokens"])
+    inside = (first >= a) & (last <= b)
+    total = float(n[inside].sum())
+    with np.errstate(invalid="ignore"):
+        edge = np.nonzero(~inside & (last >= a) & (first <= b) & (n > 0))[0]
+    for i in edge:  # calls that straddle an edge of the window: count their chunks inside
+        r = rs[i]
+        ts, t0 = r["chunk_t"], r["t_send"]
+        total += n[i] * sum(1 for t in ts if a <= t0 + t <= b) / len(ts)
+    return total
 
 
 # ------------------------------------------------------------------ grouping
@@ -184,8 +232,9 @@ def load_records(records: Iterable[dict[str, Any]]) -> dict[tuple[str, str], lis
     return by_pair
 
 
-def _server_queue(metrics: list[dict[str, Any]], arm: str, stage: str, t_first: float, t_last: float) -> float | None:
-    """Mean server-side queue time over the stage: Δsum / Δcount of the queue-time histogram."""
+def server_queue(metrics: list[dict[str, Any]], arm: str, stage: str, t_first: float, t_last: float) -> float | None:
+    """Mean server-side queue time over the stage: Δ queue_time_seconds_sum / Δ _count between the
+    ``load-start`` scrape before the stage's first send and the ``load-end`` scrape after its last end."""
     starts = [m for m in metrics if m.get("arm") == arm and m.get("when") == f"load-start {stage}"
               and m.get("t", 0) <= t_first]
     ends = [m for m in metrics if m.get("arm") == arm and m.get("when") == f"load-end {stage}" and m.get("t", 0) >= t_last]
@@ -200,73 +249,109 @@ def _server_queue(metrics: list[dict[str, Any]], arm: str, stage: str, t_first: 
     return None
 
 
+def window(c: Cols, measured: np.ndarray) -> tuple[float, float, str] | None:
+    """(start, end, basis) of the throughput window; see the module docstring."""
+    if not measured.any():
+        return None
+    sched = np.where(np.isnan(c["scheduled_t"]), c["t_send"], c["scheduled_t"])[measured]
+    a, b = float(sched.min()), float(c["t_send"][measured].max())
+    e = e2e(c)[measured]
+    e = e[~np.isnan(e)]
+    if e.size == 0 or b - a < float(np.median(e)):
+        b = float(np.nanmax((c["t_send"] + np.nan_to_num(c["latency_s"]))[measured]))
+        return (a, b, "whole stage") if b > a else None
+    return a, b, "sending"
+
+
 def _first(rs: list[dict[str, Any]], key: str) -> Any:
     return next((r[key] for r in rs if r.get(key) is not None), None)
 
 
 def stage_row(rs: list[dict[str, Any]], ttft_floors: dict[tuple[str, str], float],
               metrics: list[dict[str, Any]]) -> dict[str, Any]:
-    """The row of one (arm, stage) from its records (warm-up included in ``rs``; left out here)."""
+    """The row of one (arm, stage) from its records (warm-up included in ``rs``; left out of the latencies)."""
     r0 = rs[0]
     arm, stage = r0["arm"], r0["stage"]
     final = [r for r in rs if not r.get("retried")]
-    measured = [r for r in final if not r.get("warmup")]
-    ok = [r for r in measured if r.get("error") is None]
-    failed = [r for r in measured if r.get("error") is not None]
+    c = columns(final)
+    warm = np.array([bool(r.get("warmup")) for r in final], dtype=bool)
+    failed_all = np.array([r.get("error") is not None for r in final], dtype=bool)
+    measured = ~warm
+    okm = measured & ~failed_all  # measured and successful
+    ok_c = {k: v[okm] for k, v in c.items()}
+    n_measured = int(measured.sum())
+    errors: dict[str, int] = {}
+    for r in itertools.compress(final, measured & failed_all):
+        cls = (r.get("error") or {}).get("class", "?")
+        errors[cls] = errors.get(cls, 0) + 1
     row: dict[str, Any] = {
         "arm": arm, "stage": stage, "sweep": r0.get("sweep"), "mode": r0.get("mode"), "case": r0.get("case"),
         "concurrency": r0.get("concurrency"), "rate": r0.get("rate"), "arrival": r0.get("arrival"),
         "burstiness": r0.get("burstiness"), "speed": r0.get("speed"),
-        "requests": len(measured), "ok": len(ok), "failed": len(failed), "warmup_requests": len(final) - len(measured),
-        "retried_attempts": len(rs) - len(final),
-        "errors": _count_errors(failed),
+        "requests": n_measured, "ok": int(okm.sum()), "failed": n_measured - int(okm.sum()),
+        "warmup_requests": int(warm.sum()), "retried_attempts": len(rs) - len(final), "errors": errors,
     }
-    if measured:
-        start = min(r.get("scheduled_t") or r["t_send"] for r in measured)
-        end = max(r["t_send"] + (r.get("latency_s") or 0.0) for r in measured)
-        duration = end - start
-    else:
-        start = end = duration = None
-    row["duration_s"] = duration
-    out_tok = sum(r.get("completion_tokens") or 0 for r in ok)
-    in_tok = sum(r.get("prompt_tokens") or 0 for r in ok)
-    cached = sum(r.get("cached_tokens") or 0 for r in ok)
-    rate = (lambda x: x / duration) if duration else (lambda x: None)
-    row.update(requests_per_s=rate(len(ok)), output_tps=rate(out_tok), total_tps=rate(in_tok + out_tok),
-               output_tokens=out_tok, input_tokens=in_tok, cached_tokens=cached,
+    ends = c["t_send"] + np.nan_to_num(c["latency_s"])
+    sched = np.where(np.isnan(c["scheduled_t"]), c["t_send"], c["scheduled_t"])
+    row["duration_s"] = float(ends[measured].max() - sched[measured].min()) if n_measured else None
+    out_tok = float(np.nansum(ok_c["completion_tokens"]))
+    in_tok = float(np.nansum(ok_c["prompt_tokens"]))
+    cached = sum(r.get("cached_tokens") or 0 for r in itertools.compress(final, okm))
+    row.update(output_tokens=int(out_tok), input_tokens=int(in_tok), cached_tokens=int(cached),
                cached_share=cached / in_tok if in_tok else None)
     slos = {k: r0.get(k) for k in ("slo_ttft_s", "slo_tpot_s", "slo_e2e_s") if r0.get(k) is not None}
     row["slo"] = slos or None
-    if slos:
-        good = sum(1 for r in ok if meets_slo(r, slos.get("slo_ttft_s"), slos.get("slo_tpot_s"), slos.get("slo_e2e_s")))
-        row["goodput_rps"] = rate(good)
-        row["slo_met_share"] = good / len(measured) if measured else None
+    good_all = meets_slo(c, slos.get("slo_ttft_s"), slos.get("slo_tpot_s"), slos.get("slo_e2e_s")) & ~failed_all
+
+    win = window(c, measured)
+    row["window_s"] = win[1] - win[0] if win else None
+    row["window_basis"] = win[2] if win else None
+    if win:
+        a, b, _ = win
+        length = b - a
+        succ = ~failed_all
+        ended = succ & (ends >= a) & (ends <= b)
+        out_in = tokens_in_window(list(itertools.compress(final, succ)), {k: v[succ] for k, v in c.items()}, a, b)
+        with np.errstate(invalid="ignore"):
+            first_tok = c["t_send"] + c["ttft_s"]
+            prompt_in = float(np.nansum(c["prompt_tokens"][succ & (first_tok >= a) & (first_tok <= b)]))
+        row["requests_per_s"] = float(ended.sum()) / length
+        row["output_tps"] = out_in / length
+        row["total_tps"] = (out_in + prompt_in) / length
+        row["goodput_rps"] = float((ended & good_all).sum()) / length if slos else None
     else:
-        row["goodput_rps"] = None
-        row["slo_met_share"] = None
-    row["ttft"] = distribution(ttft(r) for r in ok)
-    row["ttfat"] = distribution(ttfat(r) for r in ok)
-    row["tpot"] = distribution(tpot(r) for r in ok)
-    row["itl"] = distribution(g for r in ok for g in itl(r))
-    row["e2e"] = distribution(e2e(r) for r in ok)
+        row.update(requests_per_s=None, output_tps=None, total_tps=None, goodput_rps=None)
+    row["slo_met_share"] = float((good_all & okm).sum()) / n_measured if slos and n_measured else None
+
+    row["ttft"] = distribution(ttft(ok_c))
+    row["ttfat"] = distribution(ttfat(ok_c))
+    row["tpot"] = distribution(tpot(ok_c))
+    row["itl"] = distribution(itl_pooled(list(itertools.compress(final, okm))))
+    row["e2e"] = distribution(e2e(ok_c))
     floor = ttft_floors.get((arm, r0.get("case"))) if r0.get("mode") != "trace" else None  # one prompt only
-    queues = [queue(r, floor) for r in ok]
-    row["queue"] = distribution(q for q, _ in queues)
-    row["server_wait"] = distribution(None if q is None else q - client_lag(r) for r, (q, _) in zip(ok, queues))
-    sources = {src for _, src in queues if src}
-    row["queue_source"] = ", ".join(sorted(sources)) or None
-    svc = distribution(service_s(r) for r in ok)
+    q, from_timings = queue(ok_c, floor)
+    row["queue"] = distribution(q)
+    row["server_wait"] = distribution(q - client_lag(ok_c))
+    sources = []
+    if from_timings.any():
+        sources.append("server timings")
+    if (~from_timings & ~np.isnan(q)).any():
+        sources.append("ttft above floor")
+    row["queue_source"] = ", ".join(sources) or None
+    svc = distribution(service(ok_c))
     row["service"] = svc
     mean_service = svc["mean"] if svc else (row["e2e"]["mean"] - row["queue"]["mean"] if row["e2e"] and row["queue"] else None)
     sw = row["server_wait"]
     row["queueing"] = bool(sw and mean_service is not None and sw["mean"] > max(QUEUE_FLOOR_S, QUEUE_SHARE * mean_service))
-    row["server_queue_s"] = _server_queue(metrics, arm, stage, min(r["t_send"] for r in final),
-                                          max(r["t_send"] + (r.get("latency_s") or 0.0) for r in final)) if final else None
-    row["client_lag"] = distribution(client_lag(r) for r in final)
-    row["loop_lag"] = distribution(r.get("loop_lag_s") for r in final)
-    errs = [(r["prompt_tokens"] - r["target_input_tokens"]) / r["target_input_tokens"]
-            for r in ok if r.get("target_input_tokens") and r.get("prompt_tokens") is not None]
-    row["input_token_error"] = math.fsum(errs) / len(errs) if errs else None
+    row["server_queue_s"] = server_queue(metrics, arm, stage, float(np.nanmin(c["t_send"])), float(np.nanmax(ends))) \
+        if final else None
+    row["client_lag"] = distribution(client_lag(c))
+    row["loop_lag"] = distribution(np.array([r.get("loop_lag_s") for r in final], dtype=float))
+    target = np.array([r.get("target_input_tokens") for r in itertools.compress(final, okm)], dtype=float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        err = (ok_c["prompt_tokens"] - target) / target
+    err = err[np.isfinite(err)]
+    row["input_token_error"] = float(err.mean()) if err.size else None
     row["trace_import"] = _first(rs, "trace_import")
     row["token_check"] = _first(rs, "token_check")
     row["p50_s"] = row["e2e"]["p50"] if row["e2e"] else None
@@ -275,14 +360,6 @@ def stage_row(rs: list[dict[str, Any]], ttft_floors: dict[tuple[str, str], float
     row["knee"] = False
     row["warnings"] = row_warnings(row)
     return row
-
-
-def _count_errors(failed: list[dict[str, Any]]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for r in failed:
-        cls = (r.get("error") or {}).get("class", "?")
-        out[cls] = out.get(cls, 0) + 1
-    return out
 
 
 def row_warnings(row: dict[str, Any]) -> list[str]:
@@ -322,19 +399,6 @@ def ttft_floors(by_pair: dict[tuple[str, str], list[dict[str, Any]]]) -> dict[tu
     return out
 
 
-def mark_knees(rows: list[dict[str, Any]], latency_factor: float = KNEE_LATENCY_FACTOR,
-               throughput_gain: float = KNEE_THROUGHPUT_GAIN) -> None:
-    """Set ``knee`` on each (arm, sweep)'s knee stage (see the module docstring), rows in run order."""
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
-    for r in rows:
-        if r.get("sweep"):
-            groups[(r["arm"], r["sweep"])].append(r)
-    for grp in groups.values():
-        i = knee_index([g["p99_s"] for g in grp], [g["throughput_tps"] for g in grp], latency_factor, throughput_gain)
-        if i is not None:
-            grp[i]["knee"] = True
-
-
 def knee_index(p99: Sequence[float | None], tput: Sequence[float | None], latency_factor: float = KNEE_LATENCY_FACTOR,
                throughput_gain: float = KNEE_THROUGHPUT_GAIN) -> int | None:
     """First i with a later j: p99[j] > latency_factor × p99[i] and tput[j] < (1 + throughput_gain) × tput[i]."""
@@ -349,15 +413,29 @@ def knee_index(p99: Sequence[float | None], tput: Sequence[float | None], latenc
     return None
 
 
+def mark_knees(rows: list[dict[str, Any]], latency_factor: float = KNEE_LATENCY_FACTOR,
+               throughput_gain: float = KNEE_THROUGHPUT_GAIN) -> None:
+    """Set ``knee`` on each (arm, sweep)'s knee stage (see the module docstring); rows in run order."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        if r.get("sweep"):
+            groups[(r["arm"], r["sweep"])].append(r)
+    for grp in groups.values():
+        i = knee_index([g["p99_s"] for g in grp], [g["throughput_tps"] for g in grp], latency_factor, throughput_gain)
+        if i is not None:
+            grp[i]["knee"] = True
+
+
 def load_summary(ledger: Any) -> list[dict[str, Any]]:
     """Per (arm, stage) rows, in the order the stages ran; [] when the run had no load stages."""
     by_pair = load_records(ledger.records)
+    by_pair = {k: v for k, v in by_pair.items() if v}
     if not by_pair:
         return []
     metrics = [r for r in ledger.records if r.get("kind") == "metrics" and str(r.get("when", "")).startswith("load-")]
     floors = ttft_floors(by_pair)
-    rows = [stage_row(rs, floors, metrics) for rs in by_pair.values() if rs]
-    rows.sort(key=lambda r: (min((x.get("scheduled_t") or x["t_send"]) for x in by_pair[(r["arm"], r["stage"])])))
+    first_t = {k: min(r.get("scheduled_t") or r["t_send"] for r in rs) for k, rs in by_pair.items()}
+    rows = [stage_row(rs, floors, metrics) for _, rs in sorted(by_pair.items(), key=lambda kv: first_t[kv[0]])]
     mark_knees(rows)
     return rows
 
