@@ -141,7 +141,8 @@ def report(run_dir: Path, fmt: str, write: bool, full: bool) -> None:
     """Recompute everything from RUN_DIR/ledger.jsonl alone (no server needed) and print it."""
     from .analysis.summary import summarize  # noqa: PLC0415
     from .ledger.reader import read_ledger  # noqa: PLC0415
-    from .report.files import finite, write_reports  # noqa: PLC0415
+    from .report.files import write_reports  # noqa: PLC0415
+    from .report.jsonio import finite  # noqa: PLC0415
     from .report.markdown import render_markdown  # noqa: PLC0415
     from .report.terminal import render_terminal  # noqa: PLC0415
 
@@ -168,7 +169,8 @@ def report(run_dir: Path, fmt: str, write: bool, full: bool) -> None:
 def project(run_dir: Path, input_tokens: int, output_tokens: int, gpu_hour_usd: float | None, as_json: bool) -> None:
     """Where the time would go for one turn of INPUT/OUTPUT tokens, per arm, and what each
     lever (arms that differ in one knob) would return, from RUN_DIR's measured rates."""
-    from .report.files import finite, summarize_dir  # noqa: PLC0415
+    from .report.files import summarize_dir  # noqa: PLC0415
+    from .report.jsonio import finite  # noqa: PLC0415
     from .report.tables import cost_table, projection_table  # noqa: PLC0415
     from .report.terminal import render_tables  # noqa: PLC0415
     from .analysis.cost import turn_cost  # noqa: PLC0415

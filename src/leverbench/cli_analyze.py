@@ -217,7 +217,7 @@ def analyze_command(traffic: Path, fmt: str | None, columns: str | None, rates_d
     TRAFFIC is a Mooncake, Azure, TraceLab (replay CSV or round JSONL), `vllm bench serve`
     result, AIPerf profile_export.jsonl, leverbench ledger or generic CSV/JSONL file.
     """
-    from .report.files import finite  # noqa: PLC0415
+    from .report.jsonio import finite  # noqa: PLC0415
 
     result = analyze_file(traffic, fmt=fmt, columns=columns, rates_dir=rates_dir, prefill_tps=prefill_tps,
                           prefill_a_s=prefill_a_s, decode_tps=decode_tps, drafter_speedup=drafter_speedup,

@@ -270,6 +270,14 @@ def _read_text(file: str, key: str, base: Path, rel: str) -> tuple[str, str]:
         raise ConfigError(file, key, f"cannot read {rel}: {exc.strerror or exc}") from None
 
 
+def _read_json(file: str, key: str, base: Path, rel: str) -> Any:
+    _, text = _read_text(file, key, base, rel)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(file, key, f"{rel} is not valid JSON: {exc}") from None
+
+
 def load(path: str | Path) -> LoadedExperiment:
     """Read, validate and resolve an experiment file.  Raises ConfigError only."""
     path = Path(path)
@@ -292,20 +300,12 @@ def load(path: str | Path) -> LoadedExperiment:
             _, text = _read_text(file, f"cases[{i}].system_file", base, case.system_file)
             texts[case.system_file] = text
         if case.tools:
-            _, text = _read_text(file, f"cases[{i}].tools", base, case.tools)
-            try:
-                schemas = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise ConfigError(file, f"cases[{i}].tools", f"{case.tools} is not valid JSON: {exc}") from None
+            schemas = _read_json(file, f"cases[{i}].tools", base, case.tools)
             if not isinstance(schemas, list) or not all(isinstance(s, dict) for s in schemas):
                 raise ConfigError(file, f"cases[{i}].tools", f"{case.tools} must hold a JSON list of tool schemas")
             tools[case.name] = schemas
         if case.tool_script:
-            _, text = _read_text(file, f"cases[{i}].tool_script", base, case.tool_script)
-            try:
-                script = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise ConfigError(file, f"cases[{i}].tool_script", f"{case.tool_script} is not valid JSON: {exc}") from None
+            script = _read_json(file, f"cases[{i}].tool_script", base, case.tool_script)
             if not isinstance(script, dict):
                 raise ConfigError(file, f"cases[{i}].tool_script", f"{case.tool_script} must hold a JSON object keyed by tool name")
             tool_scripts[case.name] = script

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
 from ..analysis.summary import summarize
 from ..ledger.reader import read_ledger
+from .jsonio import finite
 from .markdown import render_markdown
 
 
@@ -22,17 +22,6 @@ def write_reports(run_dir: Path, summary: dict[str, Any], ledger: Any = None) ->
     paths[1].write_text(render_markdown(summary), encoding="utf-8")
     paths[2].write_text(render_html(finite(summary), ledger), encoding="utf-8")
     return paths
-
-
-def finite(o: Any) -> Any:
-    """JSON has no inf/NaN: non-finite floats become null."""
-    if isinstance(o, float):
-        return o if math.isfinite(o) else None
-    if isinstance(o, dict):
-        return {k: finite(v) for k, v in o.items()}
-    if isinstance(o, (list, tuple)):
-        return [finite(v) for v in o]
-    return o
 
 
 def summarize_dir(run_dir: Path, **kw: Any) -> dict[str, Any]:

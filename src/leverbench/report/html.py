@@ -35,6 +35,7 @@ from markupsafe import Markup
 from ..errors import BadInput
 from ..ledger.reader import Ledger
 from . import tables as _tables
+from .jsonio import finite
 from .tables import Table, all_tables
 
 __all__ = ["render_html", "render_replay", "replay_data", "script_json", "CSP"]
@@ -73,16 +74,6 @@ def script_json(obj: Any) -> Markup:
     text = (text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
             .replace("'", "\\u0027"))
     return Markup(text)
-
-
-def _finite(o: Any) -> Any:
-    if isinstance(o, float):
-        return o if math.isfinite(o) else None
-    if isinstance(o, dict):
-        return {k: _finite(v) for k, v in o.items()}
-    if isinstance(o, (list, tuple)):
-        return [_finite(v) for v in o]
-    return o
 
 
 # ---------------------------------------------------------------- small numeric helpers
@@ -507,9 +498,9 @@ def render_html(summary: dict[str, Any], ledger: Ledger | None = None) -> str:
     if ledger is not None:
         data = replay_data(ledger, max_events=MAX_REPORT_EVENTS)
         if data["turns"]:
-            replay = {"json": script_json(_finite(data)), "data": data}
+            replay = {"json": script_json(finite(data)), "data": data}
     discovered = [{"name": a["name"], "model": a.get("model"),
-                   "json": json.dumps(_finite(a.get("discovered") or {}), indent=1, ensure_ascii=False, default=str)}
+                   "json": json.dumps(finite(a.get("discovered") or {}), indent=1, ensure_ascii=False, default=str)}
                   for a in summary["arms"]]
     page = _env.get_template("report.html.j2").render(
         csp=CSP, style=Markup(_STYLE), script=Markup(_SCRIPT), title=f"leverbench: {summary['run'].get('name')}",
@@ -684,4 +675,4 @@ def render_replay(ledger: Ledger, case: str, arms: list[str], repeat: int = 0) -
         csp=CSP, style=Markup(_STYLE), script=Markup(_SCRIPT),
         title=f"leverbench replay: {name} · {case} · repeat {repeat}", run_name=name,
         run_id=ledger.header.get("run_id"), case=case, repeat=repeat, arms=arms,
-        replay={"json": script_json(_finite(data)), "data": data})
+        replay={"json": script_json(finite(data)), "data": data})
