@@ -62,11 +62,13 @@ def _default_out(name: str) -> Path:
               help="Run directory (default: runs/NAME-YYYYmmdd-HHMMSS).")
 @click.option("--repeats", type=int, help="Override [experiment] repeats.")
 @click.option("--resume", is_flag=True, help="Continue the run in --out: completed turns, probes and sentinels are not re-run.")
-@click.option("--full", is_flag=True, help="Print every table, not only the main ones (report.md always has all).")
+@click.option("--full", is_flag=True, help="Print every table, not only the main ones (report.md and report.html always have all).")
 def run(experiment: Path | None, out_dir: Path | None, repeats: int | None, resume: bool, full: bool) -> None:
     """Run EXPERIMENT (default: the bundled examples/agent-turns.toml on the embedded
-    llama.cpp engine), write RUN_DIR/ledger.jsonl, summary.json and report.md, and
-    print the result table."""
+    llama.cpp engine), write RUN_DIR/ledger.jsonl (every call, as it ends), then
+    summary.json, report.md and report.html, and print the result tables.
+
+    Ctrl-C stops after the call in flight and prints the command to resume."""
     from .report.files import write_reports  # noqa: PLC0415
     from .report.terminal import render_terminal  # noqa: PLC0415
     from .runner.run import Interrupted, Runner  # noqa: PLC0415
