@@ -4,7 +4,10 @@ Writes a synthetic ledger shaped exactly like the runner's (3 arms × 4 cases, t
 chunk timelines of 16 chunks), then times, in one run: reading it, computing the summary, and
 writing summary.json.  Prints each phase and the total.
 
-    .venv/bin/python benchmarks/analysis_speed.py [--calls 1000000] [--dir /tmp/lb-bench]
+    .venv/bin/python benchmarks/analysis_speed.py [--calls 1000000] [--dir /tmp/lb-bench] [--reuse]
+
+``--reuse`` keeps a ledger that an earlier run with the same ``--calls`` wrote in ``--dir``.
+Reading a ledger of 128 MiB or more uses a second process (see leverbench.ledger.reader).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from pathlib import Path
 from leverbench.analysis.summary import summarize
 from leverbench.ledger.reader import read_ledger
 from leverbench.ledger.records import LEDGER_SCHEMA
-from leverbench.report.files import finite
+from leverbench.report.jsonio import finite
 
 ARMS = {"current": {"prefix_cache": False, "drafter": "none"}, "cache": {"prefix_cache": True, "drafter": "none"},
         "cache+drafter": {"prefix_cache": True, "drafter": "ngram"}}
@@ -70,12 +73,17 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--calls", type=int, default=1_000_000)
     ap.add_argument("--dir", type=Path, default=Path("/tmp/lb-analysis-bench"))
+    ap.add_argument("--reuse", action="store_true", help="keep the ledger an earlier run with the same --calls wrote")
     a = ap.parse_args()
     a.dir.mkdir(parents=True, exist_ok=True)
-    path = a.dir / "ledger.jsonl"
-    t = time.perf_counter()
-    write_ledger(path, a.calls)
-    print(f"wrote {path} ({path.stat().st_size / 1e6:.0f} MB) in {time.perf_counter() - t:.1f} s (not timed)")
+    path, stamp = a.dir / "ledger.jsonl", a.dir / "ledger.calls"
+    if a.reuse and path.exists() and stamp.exists() and stamp.read_text() == str(a.calls):
+        print(f"reusing {path} ({path.stat().st_size / 1e6:.0f} MB)")
+    else:
+        t = time.perf_counter()
+        write_ledger(path, a.calls)
+        stamp.write_text(str(a.calls))
+        print(f"wrote {path} ({path.stat().st_size / 1e6:.0f} MB) in {time.perf_counter() - t:.1f} s (not timed)")
     t0 = time.perf_counter()
     led = read_ledger(path)
     t1 = time.perf_counter()
@@ -83,8 +91,7 @@ def main() -> int:
     t2 = time.perf_counter()
     (a.dir / "summary.json").write_text(json.dumps(finite(s)))
     t3 = time.perf_counter()
-    n = sum(1 for r in led.records if r["kind"] == "call")
-    print(f"calls: {n:,}")
+    print(f"calls: {s['run']['calls']:,}")
     print(f"read ledger   {t1 - t0:6.2f} s")
     print(f"summarize     {t2 - t1:6.2f} s")
     print(f"write json    {t3 - t2:6.2f} s")

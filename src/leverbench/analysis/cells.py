@@ -10,10 +10,11 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import Any
 
-from .dataset import Dataset
+import numpy as np
+
+from .dataset import Dataset, groups, sums, zero_nan
 from .guard import judge, uncontrolled_knobs
 from .stats import median, overlap
 
@@ -21,37 +22,40 @@ from .stats import median, overlap
 def cells(ds: Dataset, case_names: list[str] | None = None) -> list[dict[str, Any]]:
     """One row per (arm, case) of *case_names* (default: the engine comparison's cases)."""
     case_names = ds.cases if case_names is None else case_names
-    by: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
-    for t in ds.turns:
-        by[(t["arm"], t["case"])].append(t)
-    calls_by: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
-    for c in ds.calls:
-        calls_by[(c["arm"], c["case"])].append(c)
+    T, C, n = ds.turn, ds.call, ds.n_cells
+    by_turn = groups(ds.cell_code(T.arm, T.case), n)
+    ccode = ds.cell_code(C.arm, C.case)
+    calls = sums(ccode, None, n)
+    failed = sums(ccode, ~C.ok & ~C.retried, n)
+    retried = sums(ccode, C.retried, n)
+    empty = sums(ccode, C.empty_answer, n)
     out = []
     for arm in ds.arms:
         for case in case_names:
-            turns = by.get((arm, case), [])
-            ok = [t for t in turns if t.get("error") is None]
-            times = [t["turn_s"] for t in ok]
-            outs = [t["output_tokens"] for t in ok if t.get("output_tokens") is not None]
-            ins = [t["prompt_tokens"] for t in ok if t.get("prompt_tokens") is not None]
-            calls = calls_by.get((arm, case), [])
+            k = ds.cell(arm, case)
+            turns = by_turn[k]
+            ok = turns[T.ok[turns]]
+            times = T.turn_s[ok]
+            outs = T.output_tokens[ok]
+            ins = T.prompt_tokens[ok]
+            outs, ins = outs[~np.isnan(outs)], ins[~np.isnan(ins)]
+            has = len(ok) > 0
             cell = {
                 "arm": arm, "case": case, "n": len(ok), "attempted": len(turns),
                 "failed_turns": len(turns) - len(ok),
-                "failed_calls": sum(1 for c in calls if c.get("error") is not None and not c.get("retried")),
-                "retried_calls": sum(1 for c in calls if c.get("retried")),
-                "calls": len(calls),
-                "median_s": median(times) if times else None,
-                "min_s": min(times) if times else None,
-                "max_s": max(times) if times else None,
-                "output_tokens_median": median(outs) if outs else None,
-                "input_tokens_median": median(ins) if ins else None,
-                "reasoning_tokens_median": median(rs) if (rs := [t.get("reasoning_tokens") or 0 for t in ok]) else None,
-                "tool_s_median": median([t.get("tool_s") or 0.0 for t in ok]) if ok else None,
-                "empty_answers": sum(1 for c in calls if c.get("empty_answer")),
-                "step_limited": sum(1 for t in turns if t.get("step_limit")),
-                "times_s": times,
+                "failed_calls": int(failed[k]),
+                "retried_calls": int(retried[k]),
+                "calls": int(calls[k]),
+                "median_s": median(times) if has else None,
+                "min_s": float(times.min()) if has else None,
+                "max_s": float(times.max()) if has else None,
+                "output_tokens_median": median(outs) if len(outs) else None,
+                "input_tokens_median": median(ins) if len(ins) else None,
+                "reasoning_tokens_median": median(zero_nan(T.reasoning_tokens[ok])) if has else None,
+                "tool_s_median": median(zero_nan(T.tool_s[ok])) if has else None,
+                "empty_answers": int(empty[k]),
+                "step_limited": int(T.step_limit[turns].sum()),
+                "times_s": times.tolist(),
             }
             out.append(cell)
     base = {c["case"]: c for c in out if c["arm"] == ds.baseline}

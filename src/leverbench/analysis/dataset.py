@@ -4,21 +4,97 @@ A call counts when it belongs to a finished turn (its ``turn_id`` has a
 ``turn`` record) or is a probe or sentinel.  Calls of a turn that an
 interrupted run cut off are not counted (the resumed run re-ran that turn), and
 the number left out is reported.
+
+The counted calls, the probes and the turns are also held as columns
+(:class:`CallTable`, :class:`TurnTable`: numpy arrays, one row per record in
+ledger order), built once per summary, so that every metric is a vectorized
+group-by over (arm, case) rather than a pass over dicts.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, fields
+from typing import Any, Iterable
 
-from ..ledger.reader import Ledger
+import numpy as np
+
+from ..ledger.reader import Columns, Ledger
+
+
+@dataclass
+class CallTable:
+    """Call records as columns, one row per record in ledger order.
+
+    ``arm``, ``case``: indices into ``Dataset.arm_names`` / ``case_names``; ``turn``: index into
+    ``Dataset.turn`` (−1 for a call of no counted turn, e.g. a probe).  ``ok``: error is null;
+    ``retried``, ``empty_answer``: the record says so; ``has_timings``: it carries llama.cpp's
+    ``timings`` object.  Every other column is float, NaN where the record lacks the field or has
+    null; ``prompt_n`` … ``draft_n_accepted`` are the fields of ``timings``.
+    """
+
+    arm: np.ndarray
+    case: np.ndarray
+    turn: np.ndarray
+    ok: np.ndarray
+    retried: np.ndarray
+    empty_answer: np.ndarray
+    has_timings: np.ndarray
+    step: np.ndarray
+    latency_s: np.ndarray
+    ttft_s: np.ndarray
+    t_first_answer_s: np.ndarray
+    prompt_tokens: np.ndarray
+    completion_tokens: np.ndarray
+    cached_tokens: np.ndarray
+    reasoning_tokens: np.ndarray
+    content_chars: np.ndarray
+    reasoning_chars: np.ndarray
+    reasoning_chunks: np.ndarray
+    answer_chunks: np.ndarray
+    prompt_n: np.ndarray
+    prompt_ms: np.ndarray
+    predicted_n: np.ndarray
+    predicted_ms: np.ndarray
+    cache_n: np.ndarray
+    draft_n: np.ndarray
+    draft_n_accepted: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.arm)
+
+    def take(self, rows: np.ndarray) -> CallTable:
+        """The rows selected by a boolean mask or an index array."""
+        return CallTable(**{f.name: getattr(self, f.name)[rows] for f in fields(self)})
+
+    def cached(self) -> np.ndarray:
+        """Cached prompt tokens: usage ``cached_tokens``, else llama.cpp ``timings.cache_n`` (NaN: neither)."""
+        return np.where(np.isnan(self.cached_tokens), self.cache_n, self.cached_tokens)
+
+
+@dataclass
+class TurnTable:
+    """Turn records as columns (ledger order).  ``arm``, ``case`` as in :class:`CallTable`;
+    ``ok``: error is null; ``step_limit``: the record says so; the rest float, NaN where null."""
+
+    arm: np.ndarray
+    case: np.ndarray
+    ok: np.ndarray
+    step_limit: np.ndarray
+    turn_s: np.ndarray
+    output_tokens: np.ndarray
+    prompt_tokens: np.ndarray
+    reasoning_tokens: np.ndarray
+    tool_s: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.arm)
 
 
 @dataclass
 class Dataset:
     header: dict[str, Any]
-    turns: list[dict[str, Any]]
-    calls: list[dict[str, Any]]          # kind "call", counted
+    turn: TurnTable                       # the turns that count (the first record of each unit)
+    call: CallTable                       # kind "call", counted
     probes: list[dict[str, Any]]
     sentinels: list[dict[str, Any]]
     metrics: list[dict[str, Any]]
@@ -27,6 +103,9 @@ class Dataset:
     variants: dict[str, str]              # variant case name -> the case it varies
     baseline: str
     config: dict[str, Any]
+    arm_names: list[Any]                  # ``arms``, then any other arm the records name
+    case_names: list[Any]                 # the configured cases and variants, then any other case the records name
+    probe: CallTable                      # the probes as columns
     warnings: list[str] = field(default_factory=list)
 
     def conditions(self, arm: str) -> dict[str, Any]:
@@ -35,33 +114,179 @@ class Dataset:
     def role(self, arm: str) -> str:
         return self.header["arms"].get(arm, {}).get("role", "")
 
+    def arm_index(self, arm: Any) -> int:
+        return self.arm_names.index(arm)
+
+    def case_index(self, case: Any) -> int:
+        return self.case_names.index(case)
+
+    def cell(self, arm: Any, case: Any) -> int:
+        """The code of one (arm, case) cell (see :meth:`cell_code`)."""
+        return self.arm_index(arm) * len(self.case_names) + self.case_index(case)
+
+    def cell_code(self, arm: np.ndarray, case: np.ndarray) -> np.ndarray:
+        """One code per (arm, case): arm × len(case_names) + case."""
+        return arm * len(self.case_names) + case
+
+    @property
+    def n_cells(self) -> int:
+        return len(self.arm_names) * len(self.case_names)
+
+
+def groups(codes: np.ndarray, n: int) -> list[np.ndarray]:
+    """For each code 0 … n−1, the ascending indices (ledger order) where *codes* has it; other
+    codes (e.g. −1) are left out."""
+    if not n:
+        return []
+    idx = np.flatnonzero((codes >= 0) & (codes < n))
+    sub = codes[idx]
+    if n < 1 << 15:
+        sub = sub.astype(np.int16)  # a stable sort of small integers is a radix sort
+    order = idx[np.argsort(sub, kind="stable")]
+    counts = np.bincount(sub, minlength=n)
+    return np.split(order, np.cumsum(counts)[:-1])
+
+
+def first_seen(by: list[np.ndarray]) -> list[int]:
+    """The codes of the non-empty groups (from :func:`groups`) in the order of their first row."""
+    firsts = [(int(g[0]), k) for k, g in enumerate(by) if len(g)]
+    return [k for _, k in sorted(firsts)]
+
+
+def turn_groups(ds: Dataset, select: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The selected calls grouped by (their cell, their turn), the groups numbered in the order of
+    their first call: (group of each call, −1 where not selected; cell of each group; turn of each group)."""
+    c, T = ds.call, ds.turn
+    cell = ds.cell_code(c.arm, c.case)
+    rows = np.flatnonzero(select)
+    turn = c.turn[rows]
+    if np.array_equal(cell[rows], ds.cell_code(T.arm, T.case)[turn]):  # as written: a turn's calls are in its cell
+        first = np.full(len(T), len(c), np.int64)
+        np.minimum.at(first, turn, rows)
+        g_turn = np.flatnonzero(first < len(c))
+        g_turn = g_turn[np.argsort(first[g_turn], kind="stable")]
+        rank = np.full(len(T), -1, np.int64)
+        rank[g_turn] = np.arange(len(g_turn))
+        g = np.full(len(c), -1, np.int64)
+        g[rows] = rank[turn]
+        return g, ds.cell_code(T.arm, T.case)[g_turn], g_turn
+    return _turn_groups_by_sorting(cell, turn, rows, len(T), len(c))
+
+
+def _turn_groups_by_sorting(cell: np.ndarray, turn: np.ndarray, rows: np.ndarray, n_turns: int,
+                            n_calls: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`turn_groups` for any calls (a call's cell need not be its turn's)."""
+    nt = max(n_turns, 1)
+    key = cell[rows] * nt + turn
+    uniq, first, inv = np.unique(key, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    g = np.full(n_calls, -1, np.int64)
+    g[rows] = rank[inv.ravel()]
+    return g, uniq[order] // nt, uniq[order] % nt
+
+
+def _relabel(cols: Columns, key: str, into: list[Any]) -> np.ndarray:
+    """The label *key* of each row as an index into *into*, appending the names it does not hold."""
+    codes, names = cols.labels[key]
+    index = {n: i for i, n in enumerate(into)}
+    remap = []
+    for name in names:
+        if name not in index:
+            index[name] = len(into)
+            into.append(name)
+        remap.append(index[name])
+    return np.array(remap, dtype=np.int64)[codes] if names else np.zeros(len(codes), np.int64)
+
+
+def call_table(cols: Columns, arm_names: list[Any], case_names: list[Any], turn: np.ndarray) -> CallTable:
+    """A :class:`CallTable` from the reader's columns (*turn*: each row's turn index, −1 for none);
+    arm and case names met for the first time are appended to *arm_names* / *case_names*."""
+    num = cols.numbers
+    return CallTable(
+        arm=_relabel(cols, "arm", arm_names), case=_relabel(cols, "case", case_names), turn=turn,
+        ok=~cols.failed, retried=cols.flags["retried"], empty_answer=cols.flags["empty_answer"],
+        has_timings=cols.has_timings,
+        **{k: num[k] for k in ("step", "latency_s", "ttft_s", "t_first_answer_s", "prompt_tokens", "completion_tokens",
+                               "cached_tokens", "reasoning_tokens", "content_chars", "reasoning_chars",
+                               "reasoning_chunks", "answer_chunks")},
+        **{k: num["timings." + k] for k in ("prompt_n", "prompt_ms", "predicted_n", "predicted_ms", "cache_n",
+                                            "draft_n", "draft_n_accepted")},
+    )
+
+
+def _first_of_each_unit(t: Columns) -> np.ndarray:
+    """Indices of the turns that count: the first record of each (arm, case, repeat)."""
+    arm, case = t.labels["arm"][0], t.labels["case"][0]
+    rep = np.nan_to_num(t.numbers["repeat"], nan=-np.inf)
+    order = np.lexsort((np.arange(t.n), rep, case, arm))
+    a, c, r = arm[order], case[order], rep[order]
+    first = np.ones(t.n, bool)
+    first[1:] = (a[1:] != a[:-1]) | (c[1:] != c[:-1]) | (r[1:] != r[:-1])
+    return np.sort(order[first])
+
+
+def _turn_of_calls(calls: Columns, turns: Columns, kept: np.ndarray) -> np.ndarray:
+    """For each call, the index (into *kept*) of the first counted turn with its turn_id; −1 for none."""
+    tcodes, tnames = turns.labels["turn_id"]
+    uniq, first = np.unique(tcodes[kept], return_index=True)
+    lookup = np.full(len(tnames) + 1, -1, np.int64)  # the last slot: names the turns do not have
+    lookup[uniq] = first
+    ccodes, cnames = calls.labels["turn_id"]
+    if cnames != tnames:  # not the reader's shared codes: map by name
+        index = {n: i for i, n in enumerate(tnames)}
+        ccodes = np.array([index.get(n, len(tnames)) for n in cnames], dtype=np.int64)[ccodes] if cnames else ccodes
+    return lookup[ccodes]
+
+
+def turn_table(t: Columns, kept: np.ndarray, arm_names: list[Any], case_names: list[Any]) -> TurnTable:
+    """The counted turns (rows *kept* of the reader's columns) as a :class:`TurnTable`."""
+    num = t.numbers
+    return TurnTable(arm=_relabel(t, "arm", arm_names)[kept], case=_relabel(t, "case", case_names)[kept],
+                     ok=~t.failed[kept], step_limit=t.flags["step_limit"][kept],
+                     **{k: num[k][kept] for k in ("turn_s", "output_tokens", "prompt_tokens", "reasoning_tokens",
+                                                   "tool_s")})
+
 
 def dataset(ledger: Ledger) -> Dataset:
     h = ledger.header
     cfg = h["config"]
-    turns = list(ledger.of_kind("turn"))
     # a turn re-run after a resume supersedes nothing: a unit is written once; keep the first of duplicates
-    seen: set[tuple] = set()
-    unique_turns = []
-    for t in turns:
-        k = (t["arm"], t["case"], t["repeat"])
-        if k not in seen:
-            seen.add(k)
-            unique_turns.append(t)
-    turn_ids = {t["turn_id"] for t in unique_turns}
-    all_calls = list(ledger.of_kind("call"))
-    calls = [c for c in all_calls if c.get("turn_id") in turn_ids]
+    turn_cols, call_cols = ledger.columns("turn"), ledger.columns("call")
+    kept = _first_of_each_unit(turn_cols)
+    arms = [a["name"] for a in cfg.get("arms", [])]
+    cases = [c["name"] for c in cfg.get("cases", []) if not c.get("variant_of")]
+    variants = {c["name"]: c["variant_of"] for c in cfg.get("cases", []) if c.get("variant_of")}
+    arm_names = list(dict.fromkeys(arms))
+    case_names = list(dict.fromkeys(c["name"] for c in cfg.get("cases", [])))
+    all_calls = call_table(call_cols, arm_names, case_names, _turn_of_calls(call_cols, turn_cols, kept))
+    counted = all_calls.turn >= 0
+    calls = all_calls if counted.all() else all_calls.take(counted)
     warnings = list(ledger.warnings)
     orphans = len(all_calls) - len(calls)
     if orphans:
         warnings.append(f"{orphans} call(s) of turns cut off by an interrupted run are in the ledger but not counted "
                         "(their turns were run again on resume)")
-    arms = [a["name"] for a in cfg.get("arms", [])]
-    cases = [c["name"] for c in cfg.get("cases", []) if not c.get("variant_of")]
-    variants = {c["name"]: c["variant_of"] for c in cfg.get("cases", []) if c.get("variant_of")}
+    probes = list(ledger.of_kind("probe"))
+    probe = call_table(Columns.of("call", probes), arm_names, case_names, np.full(len(probes), -1, np.int64))
     return Dataset(
-        header=h, turns=unique_turns, calls=calls,
-        probes=list(ledger.of_kind("probe")), sentinels=list(ledger.of_kind("sentinel")),
+        header=h, turn=turn_table(turn_cols, kept, arm_names, case_names), call=calls,
+        probes=probes, sentinels=list(ledger.of_kind("sentinel")),
         metrics=list(ledger.of_kind("metrics")), arms=arms, cases=cases, variants=variants,
-        baseline=cfg["experiment"]["baseline"], config=cfg, warnings=warnings,
+        baseline=cfg["experiment"]["baseline"], config=cfg, arm_names=arm_names, case_names=case_names,
+        probe=probe, warnings=warnings,
     )
+
+
+def sums(codes: np.ndarray, values: np.ndarray | Iterable[float] | None, n: int) -> np.ndarray:
+    """Σ of *values* per code 0 … n−1 (count of rows when *values* is None), added in row order;
+    rows with a negative code are left out."""
+    codes = np.where(codes < 0, n, codes)
+    w = None if values is None else np.asarray(values, dtype=float)
+    return np.bincount(codes, weights=w, minlength=n + 1)[:n].astype(float)
+
+
+def zero_nan(x: np.ndarray) -> np.ndarray:
+    """``x or 0`` for a column: NaN (absent or null) counts as 0."""
+    return np.where(np.isnan(x), 0.0, x)

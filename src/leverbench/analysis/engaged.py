@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .dataset import Dataset
+import numpy as np
+
+from .dataset import Dataset, sums, zero_nan
 
 CACHE_MIN_SHARE = 0.01
 _OFF = (None, False, "none", "off", "no", "", 0)
@@ -35,26 +37,30 @@ def _metric_delta(ds: Dataset, arm: str, name: str) -> float | None:
     return sum(after["samples"][k] - before["samples"].get(k, 0.0) for k in keys)
 
 
+def _per_arm(ds: Dataset) -> dict[str, np.ndarray]:
+    """Per arm (``ds.arm_names`` order), over its successful calls and probes: Σ prompt tokens,
+    Σ cached tokens (usage, else timings.cache_n), how many calls said either, Σ draft_n, Σ draft_n_accepted."""
+    n = len(ds.arm_names)
+    out = dict.fromkeys(("prompt", "cached", "cache_seen", "draft", "accepted"), np.zeros(n))
+    for t in (ds.call, ds.probe):
+        arm = np.where(t.ok, t.arm, -1)
+        cached = t.cached()
+        add = {"prompt": zero_nan(t.prompt_tokens), "cached": zero_nan(cached), "cache_seen": ~np.isnan(cached),
+               "draft": zero_nan(t.draft_n), "accepted": zero_nan(t.draft_n_accepted)}
+        out = {k: out[k] + sums(arm, v, n) for k, v in add.items()}
+    return out
+
+
 def engaged(ds: Dataset) -> tuple[list[dict[str, Any]], list[str]]:
     thr = ds.config["experiment"].get("engaged_acceptance_min", 0.2)
     out, warnings = [], []
+    totals = _per_arm(ds)
     for arm in ds.arms:
         cond = ds.conditions(arm)
-        calls = [c for c in ds.calls + ds.probes if c["arm"] == arm and c.get("error") is None]
-        prompt = sum(c.get("prompt_tokens") or 0 for c in calls)
-        cached = 0
-        seen_cache_field = False
-        dn = da = 0
-        for c in calls:
-            t = c.get("timings") or {}
-            v = c.get("cached_tokens")
-            if v is None:
-                v = t.get("cache_n")
-            if v is not None:
-                seen_cache_field = True
-                cached += v
-            dn += t.get("draft_n") or 0
-            da += t.get("draft_n_accepted") or 0
+        a = ds.arm_index(arm)
+        prompt, cached = int(totals["prompt"][a]), int(totals["cached"][a])
+        seen_cache_field = bool(totals["cache_seen"][a])
+        dn, da = int(totals["draft"][a]), int(totals["accepted"][a])
         if dn == 0:
             mdn = _metric_delta(ds, arm, "vllm:spec_decode_num_draft_tokens")
             mda = _metric_delta(ds, arm, "vllm:spec_decode_num_accepted_tokens")

@@ -23,10 +23,11 @@ that returns most.
 
 from __future__ import annotations
 
-from collections import defaultdict
-from typing import Any
+from typing import Any, Sequence
 
-from .dataset import Dataset
+import numpy as np
+
+from .dataset import CallTable, Dataset, groups, sums, turn_groups, zero_nan
 from .engaged import declared
 from .guard import uncontrolled_knobs
 from .regression import fit_line
@@ -34,50 +35,41 @@ from .stats import median
 
 
 def cell_shares(ds: Dataset) -> list[dict[str, Any]]:
-    ok_turns = {t["turn_id"]: t for t in ds.turns if t.get("error") is None}
-    by: dict[tuple[str, str], dict[str, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
-    for c in ds.calls:
-        if c.get("turn_id") in ok_turns:
-            by[(c["arm"], c["case"])][c["turn_id"]].append(c)
+    c, T = ds.call, ds.turn
+    ok = T.ok[c.turn]  # the calls of successful turns
+    server = c.has_timings & ~np.isnan(c.prompt_ms) & ~np.isnan(c.predicted_ms)
+    ttft = zero_nan(c.ttft_s)
+    pre = np.where(server, c.prompt_ms / 1000.0, ttft)
+    dec = np.where(server, c.predicted_ms / 1000.0, c.latency_s - ttft)
+    g, g_cell, g_turn = turn_groups(ds, ok)  # one group per (cell, turn)
+    n_groups = len(g_cell)
+    turn_pre, turn_dec = sums(g, pre, n_groups), sums(g, dec, n_groups)
+    g_server = sums(g, server, n_groups) == sums(g, None, n_groups)
+    by = groups(g_cell, ds.n_cells)
     out = []
     for arm in ds.arms:
         for case in ds.cases:
-            turns = by.get((arm, case))
-            if not turns:
+            turns = by[ds.cell(arm, case)]
+            if not len(turns):
                 continue
-            pre, dec, tot = [], [], []
-            server = True
-            for tid, calls in turns.items():
-                p = d = 0.0
-                for c in calls:
-                    t = c.get("timings") or {}
-                    if "prompt_ms" in t and "predicted_ms" in t:
-                        p += t["prompt_ms"] / 1000.0
-                        d += t["predicted_ms"] / 1000.0
-                    else:
-                        server = False
-                        p += c["ttft_s"] or 0.0
-                        d += c["latency_s"] - (c["ttft_s"] or 0.0)
-                pre.append(p)
-                dec.append(d)
-                tot.append(ok_turns[tid]["turn_s"])
-            n = len(tot)
-            mp, md, mt = sum(pre) / n, sum(dec) / n, sum(tot) / n
+            n = len(turns)
+            mp = sum(turn_pre[turns].tolist()) / n
+            md = sum(turn_dec[turns].tolist()) / n
+            mt = sum(T.turn_s[g_turn[turns]].tolist()) / n
             other = max(0.0, mt - mp - md)
             out.append({"arm": arm, "case": case, "turn_s": mt, "prefill_s": mp, "decode_s": md, "other_s": other,
                         "prefill_share": mp / mt if mt else None, "decode_share": md / mt if mt else None,
-                        "other_share": other / mt if mt else None, "source": "server timings" if server else "client"})
+                        "other_share": other / mt if mt else None,
+                        "source": "server timings" if g_server[turns].all() else "client"})
     return out
 
 
 MIN_PREFILL_POINT_TOKENS = 16
 
 
-def _cached(c: dict[str, Any]) -> int:
-    v = c.get("cached_tokens")
-    if v is None:
-        v = (c.get("timings") or {}).get("cache_n")
-    return int(v or 0)
+def _cached(c: CallTable) -> np.ndarray:
+    """Cached prompt tokens per call (usage, else timings.cache_n; 0 when neither says)."""
+    return np.trunc(zero_nan(c.cached()))
 
 
 def arm_rates(ds: Dataset, probes: list[dict[str, Any]], decomposition: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -87,62 +79,77 @@ def arm_rates(ds: Dataset, probes: list[dict[str, Any]], decomposition: list[dic
     call reports them, else from the client: probes' two-point prefill and each case's
     first-call TTFT, against the uncached part of the prompt.  The cached share is
     what the arm's probes (one prompt sent repeatedly) found cached, else its overall share.
+    ``prefill_points`` is (tokens, seconds), two arrays.
     """
     out: dict[str, dict[str, Any]] = {}
-    ok_turns = {t["turn_id"] for t in ds.turns if t.get("error") is None}
+    c, p = ds.call, ds.probe
+    c_use = ds.turn.ok[c.turn] & c.ok
+    c_timed = c.has_timings & ~np.isnan(c.prompt_ms)
+    p_timed = p.has_timings & ~np.isnan(p.prompt_ms)
+    c_cached, p_cached = _cached(c), _cached(p)
     for arm in ds.arms:
-        calls = [c for c in ds.calls if c["arm"] == arm and c.get("turn_id") in ok_turns and c.get("error") is None]
-        pcalls = [c for c in ds.probes if c["arm"] == arm and c.get("error") is None]
-        pr = [p for p in probes if p["arm"] == arm and p.get("decode_tps")]
+        a = ds.arm_index(arm)
+        calls, pcalls = c_use & (c.arm == a), p.ok & (p.arm == a)
+        ct, pt = calls & c_timed, pcalls & p_timed
+        pr = [x for x in probes if x["arm"] == arm and x.get("decode_tps")]
         regs = [d["decode_tps"] for d in decomposition if d["arm"] == arm and d.get("decode_tps")]
-        timed = [c for c in calls + pcalls if isinstance(c.get("timings"), dict) and "prompt_ms" in c["timings"]]
+        n_timed = int(ct.sum() + pt.sum())
+        pms = float(zero_nan(c.predicted_ms[ct]).sum()) + float(zero_nan(p.predicted_ms[pt]).sum())
         if pr:
-            decode_tps, dsrc = median([p["decode_tps"] for p in pr]), "probes"
+            decode_tps, dsrc = median([x["decode_tps"] for x in pr]), "probes"
         elif regs:
             decode_tps, dsrc = median(regs), "regression (median over cases)"
-        elif timed and sum(c["timings"].get("predicted_ms", 0) for c in timed) > 0:
-            decode_tps = sum(c["timings"].get("predicted_n", 0) for c in timed) / sum(c["timings"]["predicted_ms"] for c in timed) * 1000
-            dsrc = "server timings"
+        elif n_timed and pms > 0:
+            pn = float(zero_nan(c.predicted_n[ct]).sum()) + float(zero_nan(p.predicted_n[pt]).sum())
+            decode_tps, dsrc = pn / pms * 1000, "server timings"
         else:
             decode_tps, dsrc = None, None
-        if timed and len(timed) == len(calls) + len(pcalls):
-            points = [(c["timings"]["prompt_n"], c["timings"]["prompt_ms"] / 1000.0, "server") for c in timed
-                      if c["timings"].get("prompt_n", 0) >= MIN_PREFILL_POINT_TOKENS]
+        if n_timed and n_timed == calls.sum() + pcalls.sum():
+            n = zero_nan(np.concatenate([c.prompt_n[ct], p.prompt_n[pt]]))
+            s = np.concatenate([c.prompt_ms[ct], p.prompt_ms[pt]]) / 1000.0
+            keep = n >= MIN_PREFILL_POINT_TOKENS
+            points = (n[keep].astype(np.int64), s[keep])
             psrc = "server timings"
         else:
-            points = [(p["input_tokens"] - (p.get("cached_tokens") or 0), p["prefill_s"], "probe") for p in pr
-                      if p.get("input_tokens") and p.get("prefill_s") is not None and p["prefill_s"] >= 0]
+            usable = [x for x in pr if x.get("input_tokens") and x.get("prefill_s") is not None and x["prefill_s"] >= 0]
+            xs = [x["input_tokens"] - (x.get("cached_tokens") or 0) for x in usable]
+            ys = [x["prefill_s"] for x in usable]
+            first = calls & (c.step == 0) & ~np.isnan(c.prompt_tokens) & (c.prompt_tokens != 0)
+            by = groups(np.where(first, c.case, -1), len(ds.case_names))
             for case in ds.cases:
-                fc = [c for c in calls if c["case"] == case and c.get("step") == 0 and c.get("prompt_tokens")]
-                if fc:
-                    points.append((median([c["prompt_tokens"] - _cached(c) for c in fc]),
-                                   median([c["ttft_s"] or 0.0 for c in fc]), "first-call TTFT"))
+                fc = by[ds.case_index(case)]
+                if len(fc):
+                    xs.append(median(c.prompt_tokens[fc] - c_cached[fc]))
+                    ys.append(median(zero_nan(c.ttft_s[fc])))
+            points = (np.array(xs, dtype=float), np.array(ys, dtype=float))
             psrc = "client (probes and first-call TTFT)"
-        shares = [_cached(c) / c["prompt_tokens"] for c in pcalls if c.get("prompt_tokens")]
-        if shares:
-            hit, hsrc = median(shares), "its probes (one prompt sent again)"
+        has_prompt = pcalls & ~np.isnan(p.prompt_tokens) & (p.prompt_tokens != 0)
+        if has_prompt.any():
+            hit = median(p_cached[has_prompt] / p.prompt_tokens[has_prompt])
+            hsrc = "its probes (one prompt sent again)"
         else:
-            tot = sum(c.get("prompt_tokens") or 0 for c in calls)
-            hit, hsrc = (sum(_cached(c) for c in calls) / tot if tot else 0.0), "its calls"
+            tot = float(zero_nan(c.prompt_tokens[calls]).sum())
+            hit, hsrc = (float(c_cached[calls].sum()) / tot if tot else 0.0), "its calls"
         out[arm] = {"decode_tps": decode_tps, "decode_source": dsrc, "prefill_points": points,
                     "prefill_source": psrc, "cached_share": hit, "cached_share_source": hsrc}
     return out
 
 
-def prefill_model(points: list[tuple[float, float, str]]) -> dict[str, Any] | None:
+def prefill_model(points: tuple[Sequence[float], Sequence[float]]) -> dict[str, Any] | None:
     """Fit prefill_s = a + b·n over (uncached tokens n, seconds) points; b = 1/prefill_tps."""
-    pts = [p for p in points if p[0] > 0]
-    if not pts:
+    n, s = np.asarray(points[0]), np.asarray(points[1], dtype=float)
+    keep = n > 0
+    xs, ys = n[keep], s[keep]
+    if not len(xs):
         return None
-    xs = [p[0] for p in pts]
-    ys = [p[1] for p in pts]
-    if len(set(xs)) >= 2:
+    lo, hi = xs.min().item(), xs.max().item()
+    if lo != hi:  # at least two input lengths
         a, b, r2 = fit_line(xs, ys)
         if b > 0:
-            return {"a": max(a, 0.0), "b": b, "r2": r2, "min_input": min(xs), "max_input": max(xs), "n": len(xs)}
+            return {"a": max(a, 0.0), "b": b, "r2": r2, "min_input": lo, "max_input": hi, "n": len(xs)}
     # one input length (or a non-positive slope): proportional through zero
-    b = sum(ys) / sum(xs)
-    return {"a": 0.0, "b": b, "r2": None, "min_input": min(xs), "max_input": max(xs), "n": len(xs)}
+    b = sum(ys.tolist()) / sum(xs.tolist())
+    return {"a": 0.0, "b": b, "r2": None, "min_input": lo, "max_input": hi, "n": len(xs)}
 
 
 def project(ds: Dataset, rates: dict[str, dict[str, Any]], engaged_rows: list[dict[str, Any]],
@@ -150,7 +157,7 @@ def project(ds: Dataset, rates: dict[str, dict[str, Any]], engaged_rows: list[di
     arms = []
     for arm in ds.arms:
         r = rates.get(arm) or {}
-        model = prefill_model(r.get("prefill_points") or [])
+        model = prefill_model(r.get("prefill_points") or ([], []))
         dt = r.get("decode_tps")
         if model is None or not dt:
             arms.append({"arm": arm, "refused": "no measured prefill points or decode rate"})

@@ -15,39 +15,42 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import Any
 
-from .dataset import Dataset
+import numpy as np
+
+from .dataset import Dataset, first_seen, groups, zero_nan
 from .stats import median, spread
 
 
 def reasoning_split(ds: Dataset) -> list[dict[str, Any]]:
-    by: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
-    for c in ds.calls:
-        if c.get("error") is None:
-            by[(c["arm"], c["case"])].append(c)
+    c = ds.call
+    cell = np.where(c.ok, ds.cell_code(c.arm, c.case), -1)
+    by = groups(cell, ds.n_cells)
     out = []
-    for (arm, case), calls in by.items():
-        reasoning_seen = any((c.get("reasoning_tokens") or 0) > 0 or c.get("reasoning_chars") for c in calls)
-        if not reasoning_seen:
+    for k in first_seen(by):
+        g = by[k]
+        rt_known = ~np.isnan(c.reasoning_tokens[g])
+        reasoning_seen = (zero_nan(c.reasoning_tokens[g]) > 0) | (zero_nan(c.reasoning_chars[g]) != 0)
+        if not reasoning_seen.any():
             continue
-        gen = sum(c.get("completion_tokens") or 0 for c in calls)
-        if all(c.get("reasoning_tokens") is not None for c in calls):
-            rt, source = sum(c["reasoning_tokens"] for c in calls), "usage"
+        arm, case = ds.arm_names[k // len(ds.case_names)], ds.case_names[k % len(ds.case_names)]
+        gen = int(zero_nan(c.completion_tokens[g]).sum())
+        if rt_known.all():
+            rt, source = int(c.reasoning_tokens[g].sum()), "usage"
         else:
-            rc = sum(c.get("reasoning_chunks") or 0 for c in calls)
-            ac = sum(c.get("answer_chunks") or 0 for c in calls)
+            rc = int(zero_nan(c.reasoning_chunks[g]).sum())
+            ac = int(zero_nan(c.answer_chunks[g]).sum())
             rt, source = (round(gen * rc / (rc + ac)) if rc + ac else 0), "estimated from chunks"
-        ttft = [c["ttft_s"] for c in calls if c.get("ttft_s") is not None]
-        ttfa = [c["t_first_answer_s"] for c in calls if c.get("t_first_answer_s") is not None]
-        out.append({"arm": arm, "case": case, "calls": len(calls), "generated_tokens": gen, "reasoning_tokens": rt,
+        ttft, ttfa = c.ttft_s[g], c.t_first_answer_s[g]
+        ttft, ttfa = ttft[~np.isnan(ttft)], ttfa[~np.isnan(ttfa)]
+        out.append({"arm": arm, "case": case, "calls": len(g), "generated_tokens": gen, "reasoning_tokens": rt,
                     "answer_tokens": gen - rt, "reasoning_share": rt / gen if gen else None, "source": source,
-                    "reasoning_chars": sum(c.get("reasoning_chars") or 0 for c in calls),
-                    "answer_chars": sum(c.get("content_chars") or 0 for c in calls),
-                    "ttft_median_s": median(ttft) if ttft else None,
-                    "first_answer_median_s": median(ttfa) if ttfa else None,
-                    "empty_answers": sum(1 for c in calls if c.get("empty_answer"))})
+                    "reasoning_chars": int(zero_nan(c.reasoning_chars[g]).sum()),
+                    "answer_chars": int(zero_nan(c.content_chars[g]).sum()),
+                    "ttft_median_s": median(ttft) if len(ttft) else None,
+                    "first_answer_median_s": median(ttfa) if len(ttfa) else None,
+                    "empty_answers": int(c.empty_answer[g].sum())})
     order = {a: i for i, a in enumerate(ds.arms)}
     return sorted(out, key=lambda r: (order.get(r["arm"], 99), r["case"]))
 

@@ -10,18 +10,22 @@ their prompt cached, others did not, or later steps of a turn carry a longer
 conversation) the cell is flagged ``mixed_prefill`` and, where the server's
 uncached prompt count is known for every point, that count enters the fit as a
 second regressor so that it does not bias the slope (``method``).
+
+The cell's points are returned for plotting as ``x`` (output tokens) and ``y``
+(latency, s); beyond MAX_SCATTER_POINTS of them an evenly strided subset
+(``x_sampled: true``; ``points`` still counts them all).
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import Any, Sequence
 
 import numpy as np
 
-from .dataset import Dataset
+from .dataset import CallTable, Dataset, groups
 
 MIN_POINTS = 3
+MAX_SCATTER_POINTS = 2000
 
 
 def fit_line(x: Sequence[float], y: Sequence[float]) -> tuple[float, float, float]:
@@ -54,15 +58,15 @@ def regress(tokens: Sequence[float], latency: Sequence[float],
     varies independently of the output length (:func:`separable`), the prefill work is a second regressor:
     latency = a + b·output + c·uncached, decode_tps = 1/b, intercept_s = a + c·median(uncached)
     (the cell's typical prefill + overhead), prefill_tps = 1/c."""
-    n = len(tokens)
+    tok = np.asarray(tokens, dtype=float)
+    n = len(tok)
+    lo, hi = (_count(tok.min()), _count(tok.max())) if n else (None, None)
     out: dict[str, Any] = {"points": n, "decode_tps": None, "intercept_s": None, "r2": None,
-                           "output_min": min(tokens) if n else None, "output_max": max(tokens) if n else None,
-                           "refused": None, "method": "latency ~ output"}
+                           "output_min": lo, "output_max": hi, "refused": None, "method": "latency ~ output"}
     if n < MIN_POINTS:
         out["refused"] = f"{n} point(s), fewer than {MIN_POINTS}"
         return out
-    lo, hi = min(tokens), max(tokens)
-    mean = sum(tokens) / n
+    mean = float(tok.sum()) / n
     if hi - lo < max(8.0, 0.10 * mean):
         out["refused"] = f"output lengths barely vary ({lo:g}–{hi:g} tokens)"
         return out
@@ -70,7 +74,7 @@ def regress(tokens: Sequence[float], latency: Sequence[float],
         a, b, c, r2 = fit_plane(tokens, uncached, latency)
         out["method"] = "latency ~ output + uncached input"
         out["prefill_tps"] = 1.0 / c if c > 0 else None
-        a = a + c * sorted(uncached)[n // 2]
+        a = a + c * float(np.sort(np.asarray(uncached, dtype=float))[n // 2])
     else:
         a, b, r2 = fit_line(tokens, latency)
     if b <= 0:
@@ -81,48 +85,63 @@ def regress(tokens: Sequence[float], latency: Sequence[float],
     return out
 
 
-def uncached_input(c: dict[str, Any]) -> int | None:
-    """Prompt tokens the server had to compute: prompt − cached (llama.cpp: timings.prompt_n)."""
-    t = c.get("timings") or {}
-    if "prompt_n" in t:
-        return int(t["prompt_n"])
-    if c.get("prompt_tokens") is None:
-        return None
-    return int(c["prompt_tokens"]) - int(c.get("cached_tokens") or 0)
+def _count(v: float) -> int | float:
+    """A token count as read (an integer unless the ledger said otherwise)."""
+    v = float(v)
+    return int(v) if v.is_integer() else v
+
+
+def uncached_input(c: CallTable) -> np.ndarray:
+    """Prompt tokens the server had to compute: prompt − cached (llama.cpp: timings.prompt_n); NaN: unknown."""
+    client = np.trunc(c.prompt_tokens) - np.trunc(np.where(np.isnan(c.cached_tokens), 0.0, c.cached_tokens))
+    return np.where(np.isnan(c.prompt_n), client, np.trunc(c.prompt_n))
 
 
 def separable(tokens: Sequence[float], uncached: Sequence[float]) -> bool:
     """Whether uncached input varies (by more than 16 tokens) and not in lock-step with the
     output length (|Pearson r| < 0.95), so that a two-regressor fit is determined."""
-    if max(uncached) - min(uncached) <= 16:
+    u = np.asarray(uncached, float)
+    if u.max() - u.min() <= 16:
         return False
-    r = np.corrcoef(np.asarray(tokens, float), np.asarray(uncached, float))[0, 1]
+    r = np.corrcoef(np.asarray(tokens, float), u)[0, 1]
     return bool(np.isfinite(r) and abs(r) < 0.95)
 
 
-def mixed_prefill(uncached: list[int]) -> bool:
+def mixed_prefill(uncached: Sequence[float]) -> bool:
     """Whether the points' prefill work differs enough to bias the slope: the uncached input
     ranges over more than max(64 tokens, half its median)."""
     if len(uncached) < 2:
         return False
-    s = sorted(uncached)
-    return s[-1] - s[0] > max(64, 0.5 * s[len(s) // 2])
+    s = np.sort(np.asarray(uncached, float))
+    return bool(s[-1] - s[0] > max(64, 0.5 * s[len(s) // 2]))
+
+
+def scatter(x: np.ndarray, y: np.ndarray) -> dict[str, Any]:
+    """The points to plot: all of them, or MAX_SCATTER_POINTS evenly strided (``x_sampled``)."""
+    n = len(x)
+    out: dict[str, Any] = {}
+    if n > MAX_SCATTER_POINTS:
+        pick = np.arange(MAX_SCATTER_POINTS) * n // MAX_SCATTER_POINTS
+        x, y = x[pick], y[pick]
+        out["x_sampled"] = True
+    return {"x": [_count(v) for v in x.tolist()], "y": [round(v, 4) for v in y.tolist()], **out}
 
 
 def decomposition(ds: Dataset) -> list[dict[str, Any]]:
-    pts: dict[tuple[str, str], list[tuple[float, float, int | None]]] = defaultdict(list)
-    for c in ds.calls:
-        if c.get("error") is None and c.get("completion_tokens") is not None:
-            pts[(c["arm"], c["case"])].append((c["completion_tokens"], c["latency_s"], uncached_input(c)))
+    c = ds.call
+    point = c.ok & ~np.isnan(c.completion_tokens)
+    by = groups(np.where(point, ds.cell_code(c.arm, c.case), -1), ds.n_cells)
+    unc_all = uncached_input(c)
     out = []
     for arm in ds.arms:
         for case in ds.cases:
-            p = pts.get((arm, case), [])
-            unc = [u for _, _, u in p if u is not None]
+            p = by[ds.cell(arm, case)]
+            x, y, u = c.completion_tokens[p], c.latency_s[p], unc_all[p]
+            unc = u[~np.isnan(u)]
             known = len(unc) == len(p)
             out.append({"arm": arm, "case": case,
-                        **regress([x for x, _, _ in p], [y for _, y, _ in p], unc if known else None),
-                        "uncached_input_range": [min(unc), max(unc)] if unc else None,
+                        **regress(x, y, unc if known else None),
+                        "uncached_input_range": [_count(unc.min()), _count(unc.max())] if len(unc) else None,
                         "mixed_prefill": mixed_prefill(unc),
-                        "x": [x for x, _, _ in p], "y": [round(y, 4) for _, y, _ in p]})
+                        **scatter(x, y)})
     return out

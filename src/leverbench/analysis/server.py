@@ -10,10 +10,11 @@ more than 0.25 s.  Server decode rate = Σ predicted_n / Σ predicted_ms.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import Any
 
-from .dataset import Dataset
+import numpy as np
+
+from .dataset import Dataset, sums, turn_groups, zero_nan
 
 DISAGREE_REL = 0.25
 DISAGREE_ABS_S = 0.25
@@ -26,39 +27,43 @@ def _disagree(client: float | None, server: float | None) -> bool | None:
 
 
 def server_account(ds: Dataset) -> list[dict[str, Any]]:
-    ok_turns = {t["turn_id"] for t in ds.turns if t.get("error") is None}
-    by: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
-    for c in ds.calls:
-        if c.get("turn_id") in ok_turns:
-            by[(c["arm"], c["case"])].append(c)
+    c = ds.call
+    n = ds.n_cells
+    ok = ds.turn.ok[c.turn]  # the calls of successful turns
+    cell = np.where(ok, ds.cell_code(c.arm, c.case), -1)
+    turns = sums(turn_groups(ds, ok)[1], None, n)
+    calls = sums(cell, None, n)
+    ttft = zero_nan(c.ttft_s)
+    cp_sum, cd_sum = sums(cell, ttft, n), sums(cell, c.latency_s - ttft, n)
+    tim = c.has_timings
+
+    def timed(x: np.ndarray) -> np.ndarray:  # Σ over the calls with timings of a field (absent or null: 0)
+        return sums(cell, np.where(tim, zero_nan(x), 0.0), n)
+
+    have_all = sums(cell, tim, n) == calls
+    sp_sum, sd_sum = timed(c.prompt_ms), timed(c.predicted_ms)
+    pn, prn = timed(c.predicted_n), timed(c.prompt_n)
+    cache_n, dn, da = timed(c.cache_n), timed(c.draft_n), timed(c.draft_n_accepted)
     out = []
     for arm in ds.arms:
         for case in ds.cases:
-            calls = by.get((arm, case), [])
-            turns = len({c["turn_id"] for c in calls})
-            if not turns:
+            k = ds.cell(arm, case)
+            t = int(turns[k])
+            if not t:
                 continue
-            cp = sum(c["ttft_s"] or 0.0 for c in calls) / turns
-            cd = sum(c["latency_s"] - (c["ttft_s"] or 0.0) for c in calls) / turns
-            tim = [c["timings"] for c in calls if isinstance(c.get("timings"), dict)]
-            have = len(tim) == len(calls)
-            sp = sum(t.get("prompt_ms", 0.0) for t in tim) / 1000.0 / turns if have else None
-            sd = sum(t.get("predicted_ms", 0.0) for t in tim) / 1000.0 / turns if have else None
-            pn = sum(t.get("predicted_n", 0) for t in tim)
-            pms = sum(t.get("predicted_ms", 0.0) for t in tim)
-            prn = sum(t.get("prompt_n", 0) for t in tim)
-            prms = sum(t.get("prompt_ms", 0.0) for t in tim)
-            cache_n = sum(t.get("cache_n", 0) or 0 for t in tim)
-            dn = sum(t.get("draft_n", 0) or 0 for t in tim)
-            da = sum(t.get("draft_n_accepted", 0) or 0 for t in tim)
+            have = bool(have_all[k])
+            cp, cd = float(cp_sum[k]) / t, float(cd_sum[k]) / t
+            sp = float(sp_sum[k]) / 1000.0 / t if have else None
+            sd = float(sd_sum[k]) / 1000.0 / t if have else None
+            pms, prms = float(sd_sum[k]), float(sp_sum[k])
             out.append({
-                "arm": arm, "case": case, "turns": turns,
+                "arm": arm, "case": case, "turns": t,
                 "client_prefill_s": cp, "client_decode_s": cd,
                 "server_prefill_s": sp, "server_decode_s": sd,
-                "server_decode_tps": pn / pms * 1000.0 if have and pms > 0 else None,
-                "server_prefill_tps": prn / prms * 1000.0 if have and prms > 0 else None,
-                "server_cache_n": cache_n if have else None,
-                "draft_n": dn if have else None, "draft_accepted": da if have else None,
+                "server_decode_tps": float(pn[k]) / pms * 1000.0 if have and pms > 0 else None,
+                "server_prefill_tps": float(prn[k]) / prms * 1000.0 if have and prms > 0 else None,
+                "server_cache_n": int(cache_n[k]) if have else None,
+                "draft_n": int(dn[k]) if have else None, "draft_accepted": int(da[k]) if have else None,
                 "prefill_disagrees": _disagree(cp, sp), "decode_disagrees": _disagree(cd, sd),
             })
     return out

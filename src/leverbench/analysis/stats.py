@@ -5,15 +5,17 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
+import numpy as np
 
-def median(xs: Sequence[float]) -> float:
+
+def median(xs: Sequence[float] | np.ndarray) -> float:
     """Middle value of the sorted sample; mean of the two middle ones for even n."""
-    if not xs:
+    n = len(xs)
+    if not n:
         raise ValueError("median of an empty sample")
-    s = sorted(xs)
-    n = len(s)
+    s = np.sort(xs) if isinstance(xs, np.ndarray) else sorted(xs)
     mid = n // 2
-    return float(s[mid]) if n % 2 else (s[mid - 1] + s[mid]) / 2.0
+    return float(s[mid]) if n % 2 else float((s[mid - 1] + s[mid]) / 2.0)
 
 
 def spread(a: float, b: float) -> float:

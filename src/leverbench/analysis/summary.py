@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from ..ledger.reader import Ledger
-from ..ledger.records import SUMMARY_SCHEMA
+from ..ledger.records import KINDS, SUMMARY_SCHEMA
 from .cells import cells, multipliers, totals
 from .cost import costs
-from .dataset import dataset
+from .dataset import Dataset, dataset, first_seen, groups
 from .drift import drift
 from .engaged import engaged
 from .load import load_summary
@@ -24,20 +26,43 @@ from .server import server_account
 from .stats import median
 
 
-def _largest_case_scenario(ds: Any, cell_list: list[dict[str, Any]]) -> tuple[int, int] | None:
+def _largest_case_scenario(ds: Dataset, cell_list: list[dict[str, Any]]) -> tuple[int, int] | None:
     """Default scenario: the baseline's largest case — its first call's prompt tokens and the
     generated tokens of its whole turn (medians)."""
-    first: dict[str, list[int]] = {}
-    for c in ds.calls:
-        if c["arm"] == ds.baseline and c.get("step") == 0 and c.get("error") is None and c.get("prompt_tokens"):
-            first.setdefault(c["case"], []).append(c["prompt_tokens"])
-    if not first:
+    c = ds.call
+    if ds.baseline not in ds.arm_names:
         return None
-    case = max(first, key=lambda k: median(first[k]))
+    first = (c.arm == ds.arm_index(ds.baseline)) & (c.step == 0) & c.ok & ~np.isnan(c.prompt_tokens) & (c.prompt_tokens != 0)
+    by = groups(np.where(first, c.case, -1), len(ds.case_names))
+    order = first_seen(by)
+    if not order:
+        return None
+    medians = [median(c.prompt_tokens[by[k]]) for k in order]
+    best = max(range(len(order)), key=lambda i: medians[i])
+    case = ds.case_names[order[best]]
     cell = next((x for x in cell_list if x["arm"] == ds.baseline and x["case"] == case), None)
     if not cell or not cell["output_tokens_median"]:
         return None
-    return int(median(first[case])), int(cell["output_tokens_median"])
+    return int(medians[best]), int(cell["output_tokens_median"])
+
+
+def _failed_and_retried(ds: Dataset) -> tuple[int, int]:
+    """Calls (turns' calls, probes, sentinels) that failed and were not retried; attempts that were retried."""
+    t = ds.call
+    failed = int((~t.ok & ~t.retried).sum())
+    retried = int(t.retried.sum())
+    for c in ds.probes + ds.sentinels:
+        failed += c.get("error") is not None and not c.get("retried")
+        retried += bool(c.get("retried"))
+    return failed, retried
+
+
+def _load_view(ledger: Ledger) -> Ledger:
+    """The ledger without its turns and their calls (the bulk of a large one, which the reader may
+    hold only as columns), for :func:`load_summary`: it reads the load stages' own records (kind
+    ``load``) and metrics scrapes."""
+    return Ledger(path=ledger.path, header=ledger.header, warnings=ledger.warnings,
+                  records=list(ledger.of_kind(*(k for k in KINDS if k not in ("call", "turn")))))
 
 
 def rates_table(rates: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -93,8 +118,7 @@ def summarize(ledger: Ledger, *, scenario: tuple[int, int] | None = None,
     rates = arm_rates(ds, probe_list, decomp)
     scen = scenario or _largest_case_scenario(ds, cell_list)
     projection = project(ds, rates, eng, *scen) if scen else None
-    failed_calls = sum(1 for c in ds.calls + ds.probes + ds.sentinels if c.get("error") is not None and not c.get("retried"))
-    retried = sum(1 for c in ds.calls + ds.probes + ds.sentinels if c.get("retried"))
+    failed_calls, retried = _failed_and_retried(ds)
     if retried:
         warnings.append(f"{retried} failed attempt(s) were retried (retries = {ds.config['experiment'].get('retries')}); "
                         "each attempt is in the ledger")
@@ -105,8 +129,8 @@ def summarize(ledger: Ledger, *, scenario: tuple[int, int] | None = None,
                 "started_at": ds.header.get("started_at"), "tool_version": ds.header.get("tool_version"),
                 "host": ds.header.get("host"), "order": ds.config["experiment"].get("order"),
                 "repeats": ds.config["experiment"].get("repeats"), "concurrency": 1,
-                "calls": len(ds.calls) + len(ds.probes) + len(ds.sentinels), "failed_calls": failed_calls,
-                "resumed": sum(1 for r in ledger.records if r.get("kind") == "resume")},
+                "calls": len(ds.call) + len(ds.probes) + len(ds.sentinels), "failed_calls": failed_calls,
+                "resumed": sum(1 for _ in ledger.of_kind("resume"))},
         "baseline": ds.baseline,
         "arms": [{"name": a, "role": arms_h.get(a, {}).get("role"), "conditions": arms_h.get(a, {}).get("conditions", {}),
                   "discovered": arms_h.get(a, {}).get("discovered", {}), "model": arms_h.get(a, {}).get("model")}
@@ -125,7 +149,7 @@ def summarize(ledger: Ledger, *, scenario: tuple[int, int] | None = None,
         "engaged": eng,
         "projection": projection,
         "rates": rates_table(rates),
-        "load": load_summary(ledger),
+        "load": load_summary(_load_view(ledger)),
         "cost": costs(total_list, {a: ds.conditions(a) for a in ds.arms}, ds.baseline, gpu_hour_usd),
         "drift": drift_list,
         "tolerances": {"volume_cell": ds.config["experiment"].get("volume_tolerance_cell"),
