@@ -17,7 +17,8 @@ from .cost import costs
 from .dataset import Dataset, dataset, first_seen, groups
 from .drift import drift
 from .engaged import engaged
-from .load import load_summary
+from .load import load_summary, load_warnings, sweep_curves
+from .metrics import server_metrics
 from .phases import arm_rates, cell_shares, prefill_model, project
 from .probes import probes
 from .reasoning import prompt_discipline, reasoning_split
@@ -115,6 +116,8 @@ def summarize(ledger: Ledger, *, scenario: tuple[int, int] | None = None,
                             "visible answer (reasoning or nothing): the turn did not do its job")
         if c["step_limited"]:
             warnings.append(f"{c['arm']}/{c['case']}: {c['step_limited']} turn(s) were cut by the step limit")
+    load_rows = load_summary(_load_view(ledger))
+    warnings += load_warnings(load_rows)
     rates = arm_rates(ds, probe_list, decomp)
     scen = scenario or _largest_case_scenario(ds, cell_list)
     projection = project(ds, rates, eng, *scen) if scen else None
@@ -149,7 +152,9 @@ def summarize(ledger: Ledger, *, scenario: tuple[int, int] | None = None,
         "engaged": eng,
         "projection": projection,
         "rates": rates_table(rates),
-        "load": load_summary(_load_view(ledger)),
+        "load": load_rows,
+        "load_curves": sweep_curves(load_rows),
+        "server_metrics": server_metrics([m for m in ds.metrics if m["when"] in ("before", "after")], ds.arms),
         "cost": costs(total_list, {a: ds.conditions(a) for a in ds.arms}, ds.baseline, gpu_hour_usd),
         "drift": drift_list,
         "tolerances": {"volume_cell": ds.config["experiment"].get("volume_tolerance_cell"),
