@@ -44,7 +44,7 @@ def counted_only(led: Ledger) -> Ledger:
     """The ledger an uninterrupted run would have written with the same counted calls."""
     turn_ids = {r["turn_id"] for r in led.records if r["kind"] == "turn"}
     keep = [r for r in led.records
-            if r["kind"] not in ("resume", "warmup", "metrics") and (r["kind"] != "call" or r["turn_id"] in turn_ids)]
+            if r["kind"] not in ("resume", "warmup") and (r["kind"] != "call" or r["turn_id"] in turn_ids)]
     return Ledger(path=led.path, header=led.header, records=keep)
 
 
