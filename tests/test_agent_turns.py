@@ -9,6 +9,7 @@ from leverbench.analysis.summary import summarize
 from leverbench.config import load
 from leverbench.engines.simulator import SimConfig, SimulatorThread, chat_prompt_tokens
 from leverbench.ledger.reader import read_ledger
+from leverbench.report.html import render_html
 from leverbench.report.markdown import render_markdown
 from leverbench.runner.run import Runner
 
@@ -92,6 +93,7 @@ def test_reasoning_and_answer_are_split(tmp_path):
     r = s["reasoning"][0]
     assert (r["generated_tokens"], r["reasoning_tokens"], r["answer_tokens"]) == (80, 60, 20)
     assert r["source"] == "usage" and r["first_answer_median_s"] > r["ttft_median_s"]
+    assert "Reasoning and answer" in render_markdown(s) and "Reasoning and answer" in render_html(s)
     # the guard's volume is generated tokens, reasoning included
     assert s["cells"][0]["output_tokens_median"] == 40
 
@@ -136,3 +138,4 @@ def test_prompt_discipline_variant_is_never_a_multiplier(tmp_path):
     assert d["saved_s"] > 0 and "never a multiplier" in d["kind"]
     md = render_markdown(s)
     assert "Prompt discipline" in md and "not from a faster engine" in md
+    assert "Prompt discipline" in render_html(s)
