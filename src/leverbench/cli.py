@@ -175,20 +175,12 @@ def project(run_dir: Path, input_tokens: int, output_tokens: int, gpu_hour_usd: 
     from .report.jsonio import finite  # noqa: PLC0415
     from .report.tables import cost_table, projection_table  # noqa: PLC0415
     from .report.terminal import render_tables  # noqa: PLC0415
-    from .analysis.cost import turn_cost  # noqa: PLC0415
+    from .analysis.cost import scenario_costs  # noqa: PLC0415
 
     summary = summarize_dir(run_dir, scenario=(input_tokens, output_tokens))
     p = summary["projection"]
-    conds = {a["name"]: a["conditions"] for a in summary["arms"]}
-    costs = []
-    for a in p["arms"]:
-        if "total_s" in a:
-            c = conds.get(a["arm"], {})
-            price = c.get("gpu_hour_usd", gpu_hour_usd)
-            costs.append({"arm": a["arm"], **turn_cost(a["total_s"], price, float(c.get("gpus", 1)))})
-    base = next((c for c in costs if c["arm"] == summary["baseline"]), None)
-    for c in costs:
-        c["gpu_hours_returned_per_1000_turns"] = base["gpu_hours_per_1000_turns"] - c["gpu_hours_per_1000_turns"] if base else None
+    costs = scenario_costs(p["arms"], {a["name"]: a["conditions"] for a in summary["arms"]}, summary["baseline"],
+                           gpu_hour_usd)
     if as_json:
         click.echo(json.dumps(finite({"projection": p, "cost": costs}), indent=1))
         return

@@ -26,16 +26,34 @@ def turn_cost(turn_s: float, gpu_hour_usd: float | None, gpus: float = 1.0) -> d
 
 def costs(totals: list[dict[str, Any]], conditions: dict[str, dict[str, Any]], baseline: str,
           gpu_hour_usd: float | None = None) -> list[dict[str, Any]]:
+    """Per arm with a price or a GPU count in its conditions: the cost of its mean turn."""
     out = []
     for t in totals:
         cond = conditions.get(t["arm"], {})
         price = cond.get("gpu_hour_usd", gpu_hour_usd)
         if t["total_s"] is None or (price is None and "gpus" not in cond):
             continue
-        c = turn_cost(t["total_s"] / t["cases"], price, float(cond.get("gpus", 1)))
-        out.append({"arm": t["arm"], **c})
-    base = next((c for c in out if c["arm"] == baseline), None)
-    for c in out:
+        out.append({"arm": t["arm"], **turn_cost(t["total_s"] / t["cases"], price, float(cond.get("gpus", 1)))})
+    return _with_returned(out, baseline)
+
+
+def scenario_costs(projected: list[dict[str, Any]], conditions: dict[str, dict[str, Any]], baseline: str,
+                   gpu_hour_usd: float | None = None) -> list[dict[str, Any]]:
+    """Per projected arm (``projection.arms`` rows with ``total_s``): the cost of one scenario turn."""
+    out = []
+    for a in projected:
+        if "total_s" not in a:
+            continue
+        cond = conditions.get(a["arm"], {})
+        out.append({"arm": a["arm"], **turn_cost(a["total_s"], cond.get("gpu_hour_usd", gpu_hour_usd),
+                                                 float(cond.get("gpus", 1)))})
+    return _with_returned(out, baseline)
+
+
+def _with_returned(rows: list[dict[str, Any]], baseline: str) -> list[dict[str, Any]]:
+    """Add the GPU-hours per 1000 turns each arm returns against the baseline."""
+    base = next((c for c in rows if c["arm"] == baseline), None)
+    for c in rows:
         c["gpu_hours_returned_per_1000_turns"] = (base["gpu_hours_per_1000_turns"] - c["gpu_hours_per_1000_turns"]
                                                   if base else None)
-    return out
+    return rows

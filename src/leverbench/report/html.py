@@ -34,7 +34,6 @@ from markupsafe import Markup
 
 from ..errors import BadInput
 from ..ledger.reader import Ledger
-from . import tables as _tables
 from .jsonio import finite
 from .tables import Table, all_tables
 
@@ -389,22 +388,6 @@ def _table_view(t: Table) -> dict[str, Any]:
     return {"key": t.key, "title": t.title, "headers": t.headers, "rows": rows, "notes": t.notes}
 
 
-def load_table(summary: dict[str, Any]) -> Table | None:
-    """Load stages (only when the run had them): throughput and latency percentiles per arm and stage."""
-    fn = getattr(_tables, "load_table", None)
-    if fn is not None:
-        return fn(summary)
-    load = summary.get("load")
-    if not load:
-        return None
-    s = _tables.s
-    rows = [[st.get("arm", ""), str(st.get("stage", "")), _load_x(st), s(_num(st.get("throughput_tps"))),
-             s(_num(st.get("requests_per_s")), 2), s(_num(st.get("p50_s")), 2), s(_num(st.get("p99_s")), 2)]
-            for st in load]
-    return Table("load", "Load stages: throughput and latency per arm",
-                 ["arm", "stage", "load", "throughput tok/s", "requests/s", "p50 s", "p99 s"], rows)
-
-
 # ---------------------------------------------------------------- the report page
 
 
@@ -481,9 +464,6 @@ def render_html(summary: dict[str, Any], ledger: Ledger | None = None) -> str:
     """
     tabs: dict[str, Any] = defaultdict(lambda: None)  # a table that is absent renders as nothing
     tabs.update({t.key: _table_view(t) for t in all_tables(summary)})
-    lt = load_table(summary)
-    if lt is not None and lt.rows:
-        tabs["load"] = _table_view(lt)
     arms = [a["name"] for a in summary["arms"]]
     load = [st for st in summary.get("load") or [] if isinstance(st, dict)]
     cost = summary.get("cost") or []

@@ -269,11 +269,11 @@ def discipline_table(summary: dict[str, Any]) -> Table | None:
 
 
 def all_tables(summary: dict[str, Any]) -> list[Table]:
-    from .load_tables import load_table, sweep_table  # noqa: PLC0415
+    from .load_tables import load_tables  # noqa: PLC0415 (it imports Table from here)
 
     tabs = [conditions_table(summary), result_table(summary), volume_table(summary), multiplier_table(summary),
             discipline_table(summary), reasoning_table(summary),
             shares_table(summary), decomposition_table(summary), probe_table(summary), server_table(summary),
             metrics_table(summary), projection_table(summary), cost_table(summary), drift_table(summary),
-            load_table(summary), sweep_table(summary)]
+            *load_tables(summary)]
     return [t for t in tabs if t is not None and t.rows]

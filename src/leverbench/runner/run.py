@@ -65,17 +65,6 @@ def _headers(exp: LoadedExperiment, i: int, arm: Arm) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
 
 
-def _unit_key_of_record(rec: dict[str, Any]) -> tuple | None:
-    kind = rec.get("kind")
-    if kind == "turn":
-        return ("turn", rec["arm"], rec["case"], rec["repeat"], None, None)
-    if kind == "probe":
-        return ("probe", rec["arm"], rec["case"], rec["repeat"], rec.get("probe_tokens"), None)
-    if kind == "sentinel":
-        return ("sentinel", rec["arm"], rec["case"], rec["repeat"], rec.get("probe_tokens"), rec.get("position"))
-    return None
-
-
 class Runner:
     def __init__(self, exp: LoadedExperiment, out_dir: Path, *, resume: bool = False,
                  progress: ProgressFn | None = None, timeouts: Timeouts | None = None):
@@ -133,7 +122,7 @@ class Runner:
                                "experiment file (only --repeats may grow)")
             if new < (old or 0):
                 raise BadInput(f"{self.out}: --repeats {new} is fewer than the run's {old}")
-        return {k for r in led.records if (k := _unit_key_of_record(r)) is not None}
+        return {Unit.of_record(r).key() for r in led.records if r.get("kind") in ("turn", "probe", "sentinel")}
 
     def _header(self) -> dict[str, Any]:
         return {

@@ -26,6 +26,11 @@ class Unit:
     def key(self) -> tuple:
         return (self.kind, self.arm, self.case, self.repeat, self.probe_tokens, self.position)
 
+    @classmethod
+    def of_record(cls, rec: dict) -> "Unit":
+        """The unit a ledger record (turn, probe or sentinel) finished."""
+        return cls(rec["kind"], rec["arm"], rec["case"], rec["repeat"], rec.get("probe_tokens"), rec.get("position"))
+
 
 SENTINEL_CASE = "(sentinel)"
 
