@@ -176,11 +176,13 @@ def project(run_dir: Path, input_tokens: int, output_tokens: int, gpu_hour_usd: 
     from .report.tables import cost_table, projection_table  # noqa: PLC0415
     from .report.terminal import render_tables  # noqa: PLC0415
     from .analysis.cost import scenario_costs  # noqa: PLC0415
+    from .analysis.summary import cost_citability  # noqa: PLC0415
 
     summary = summarize_dir(run_dir, scenario=(input_tokens, output_tokens))
     p = summary["projection"]
     costs = scenario_costs(p["arms"], {a["name"]: a["conditions"] for a in summary["arms"]}, summary["baseline"],
-                           gpu_hour_usd)
+                           gpu_hour_usd, cost_citability(summary["baseline"], summary["cells"], summary["multipliers"],
+                                                         summary["drift"]))
     if as_json:
         click.echo(json.dumps(finite({"projection": p, "cost": costs}), indent=1))
         return

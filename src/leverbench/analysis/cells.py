@@ -5,7 +5,9 @@
 - Overlap: whether an arm's range and the baseline's share any point.
 - Total of an arm = Σ over cases of the cell medians (defined only when every
   case has a successful cell).
-- Multiplier = baseline time / arm time (cell or total).
+- Multiplier = reference time / arm time (cell or total), for every
+  comparison of :func:`.knobs.comparisons` (each arm against the baseline, and
+  every other pair that differs in one knob), judged by :mod:`.guard`.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from typing import Any
 import numpy as np
 
 from .dataset import Dataset, groups, sums, zero_nan
-from .guard import judge, uncontrolled_knobs
+from .guard import judge
+from .knobs import Comparison
 from .stats import median, overlap
 
 
@@ -57,6 +60,8 @@ def cells(ds: Dataset, case_names: list[str] | None = None) -> list[dict[str, An
                 "step_limited": int(T.step_limit[turns].sum()),
                 "times_s": times.tolist(),
             }
+            if retried[k]:  # the turn keeps its full wall clock; what it would have been without the retried attempts
+                cell["median_without_retries_s"] = median(times - zero_nan(T.retried_s[ok])) if has else None
             out.append(cell)
     base = {c["case"]: c for c in out if c["arm"] == ds.baseline}
     for c in out:
@@ -84,28 +89,29 @@ def totals(ds: Dataset, cell_list: list[dict[str, Any]]) -> list[dict[str, Any]]
     return out
 
 
-def multipliers(ds: Dataset, cell_list: list[dict[str, Any]], total_list: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def multipliers(ds: Dataset, cell_list: list[dict[str, Any]], total_list: list[dict[str, Any]],
+                comps: list[Comparison], drifted: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """Per comparison: one row per case and one for the total (``vs`` = the reference arm)."""
     exp = ds.config["experiment"]
     tol_cell = exp.get("volume_tolerance_cell", 0.20)
     tol_total = exp.get("volume_tolerance_total", 0.05)
-    cell_of = {(c["arm"], c["case"]): c for c in cell_list}
+    cell_of = {(c["arm"], c["case"]): {**c, "name": c["arm"]} for c in cell_list}
     total_of = {t["arm"]: t for t in total_list}
     out = []
-    for arm in ds.arms:
-        if arm == ds.baseline:
-            continue
-        knobs = uncontrolled_knobs(ds.conditions(ds.baseline), ds.conditions(arm))
+    for comp in comps:
+        arm, ref, knobs = comp.arm, comp.vs, list(comp.knobs)
+        tag = {"arm": arm, "vs": ref}
+        mine = []
         for case in ds.cases:
-            b, a = cell_of[(ds.baseline, case)], cell_of[(arm, case)]
-            out.append({"arm": arm, "vs": ds.baseline, "scope": f"case:{case}",
-                        **judge(b, a, tol_cell, knobs)})
-        tb, ta = total_of[ds.baseline], total_of[arm]
-        per_case = [m for m in out if m["arm"] == arm and m["scope"].startswith("case:")]
-        blocking = [m for m in per_case if m.get("blocks_total")]
-        out.append({"arm": arm, "vs": ds.baseline, "scope": "total",
-                    **judge({"median_s": tb["total_s"], "output_tokens_median": tb["output_tokens"], "n": None},
-                            {"median_s": ta["total_s"], "output_tokens_median": ta["output_tokens"], "n": None},
-                            tol_total, knobs, blocked_by=[m["scope"] for m in blocking])})
+            m = {**tag, "scope": f"case:{case}", **judge(cell_of[(ref, case)], cell_of[(arm, case)], tol_cell, knobs,
+                                                          drifted=drifted), "lever": comp.lever}
+            mine.append(m)
+        tr, ta = total_of[ref], total_of[arm]
+        blocking = [f"{m['scope'].removeprefix('case:')} ({m['reason']})" for m in mine if m.get("blocks_total")]
+        total = judge({"name": ref, "median_s": tr["total_s"], "output_tokens_median": tr["output_tokens"], "n": None},
+                      {"name": arm, "median_s": ta["total_s"], "output_tokens_median": ta["output_tokens"], "n": None},
+                      tol_total, knobs, blocked_by=blocking, drifted=drifted)
+        out += mine + [{**tag, "scope": "total", **total, "lever": comp.lever}]
     for m in out:
         m.pop("blocks_total", None)
     return out

@@ -19,6 +19,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from ..ledger.reader import Columns, Ledger
+from .knobs import arm_knobs
 
 
 @dataclass
@@ -85,6 +86,7 @@ class TurnTable:
     prompt_tokens: np.ndarray
     reasoning_tokens: np.ndarray
     tool_s: np.ndarray
+    retried_s: np.ndarray
 
     def __len__(self) -> int:
         return len(self.arm)
@@ -113,6 +115,10 @@ class Dataset:
 
     def role(self, arm: str) -> str:
         return self.header["arms"].get(arm, {}).get("role", "")
+
+    def knobs(self, arm: str) -> dict[str, Any]:
+        """The arm's knobs: declared conditions and discovered facts (see :mod:`.knobs`)."""
+        return arm_knobs(self.header["arms"].get(arm, {}))[0]
 
     def arm_index(self, arm: Any) -> int:
         return self.arm_names.index(arm)
@@ -246,7 +252,7 @@ def turn_table(t: Columns, kept: np.ndarray, arm_names: list[Any], case_names: l
     return TurnTable(arm=_relabel(t, "arm", arm_names)[kept], case=_relabel(t, "case", case_names)[kept],
                      ok=~t.failed[kept], step_limit=t.flags["step_limit"][kept],
                      **{k: num[k][kept] for k in ("turn_s", "output_tokens", "prompt_tokens", "reasoning_tokens",
-                                                   "tool_s")})
+                                                   "tool_s", "retried_s")})
 
 
 def dataset(ledger: Ledger) -> Dataset:

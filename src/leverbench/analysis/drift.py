@@ -4,7 +4,8 @@ A sentinel (a short fixed prompt with a forced output length) runs at the
 start and end of each arm's block.  Its decode rate is (completion_tokens −
 1) / (latency − TTFT), or the server's predicted_n / predicted_ms where given.
 change = (end − start) / start; beyond the tolerance (default 10 %) the arm
-is marked as drifting, with the multipliers that involve it.
+is marked as drifting, and every comparison that involves it is not citable
+("drifted", see :mod:`.guard`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ def sentinel_rate(rec: dict[str, Any]) -> float | None:
     return None
 
 
-def drift(ds: Dataset, multipliers: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+def drift(ds: Dataset) -> tuple[list[dict[str, Any]], list[str]]:
     tol = ds.config["experiment"].get("drift_tolerance", 0.10)
     out, warnings = [], []
     for arm in ds.arms:
@@ -40,9 +41,15 @@ def drift(ds: Dataset, multipliers: list[dict[str, Any]]) -> tuple[list[dict[str
         out.append({"arm": arm, "start_tps": r0, "end_tps": r1, "change": change, "drifted": drifted,
                     "tolerance": tol})
         if drifted:
-            touched = sorted({f"{m['arm']} vs {m['vs']}" for m in multipliers if arm in (m["arm"], m["vs"])})
             warnings.append(f"drift: arm {arm!r} decoded at {r0:.1f} tok/s at the start and {r1:.1f} tok/s at the end "
-                            f"({change:+.0%}, tolerance {tol:.0%}); this touches the multipliers {', '.join(touched)}")
+                            f"({change:+.0%}, tolerance {tol:.0%}); its comparisons are not citable")
         elif change is None:
             warnings.append(f"drift: arm {arm!r}: a sentinel failed, drift unknown")
     return out, warnings
+
+
+def drifted_arms(rows: list[dict[str, Any]]) -> dict[str, str]:
+    """Arm → what drifted, for the arms whose sentinels moved beyond tolerance (the guard's input)."""
+    return {d["arm"]: f"decode {d['start_tps']:.1f} → {d['end_tps']:.1f} tok/s, {d['change']:+.0%} "
+                      f"between its sentinels, tolerance {d['tolerance']:.0%}"
+            for d in rows if d["drifted"]}

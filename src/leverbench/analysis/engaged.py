@@ -1,12 +1,20 @@
 """Did the lever engage?  An arm is credited with a lever only if it did.
 
-- prefix cache: an arm whose conditions say ``prefix_cache = true`` engaged it
-  when its calls report cached prompt tokens (usage cached_tokens or llama.cpp
-  ``timings.cache_n``) for at least 1 % of their prompt tokens.
-- drafter: an arm whose conditions name a ``drafter`` (anything but
+- prefix cache: an arm whose knobs say ``prefix_cache`` on engaged it when
+  at least 1 % of its prompt tokens were served from the cache, by the first
+  source that reports it: its calls (usage ``cached_tokens`` or llama.cpp
+  ``timings.cache_n``), else the server's own counters over the arm's block
+  (vLLM Δ``prefix_cache_hits`` / Δ``prefix_cache_queries``; SGLang's
+  ``cache_hit_rate``) — vLLM sends no cached count in usage unless started
+  with ``--enable-prompt-tokens-details``, and a missing field is never read
+  as "nothing cached".
+- drafter: an arm whose knobs name a ``drafter`` (anything but
   none/false/off) engaged it when the drafter's acceptance
-  Σ draft_n_accepted / Σ draft_n (from timings, or the vLLM/SGLang metrics'
-  before→after delta) is at least ``engaged_acceptance_min`` (default 0.2).
+  Σ draft_n_accepted / Σ draft_n (from timings, else the server's counters:
+  vLLM ``spec_decode_num_{accepted,draft}_tokens``, llama.cpp
+  ``spec_decode_num_*_total``) is at least ``engaged_acceptance_min``
+  (default 0.2); with only SGLang's mean accept length, when it exceeds 1.
+Only counters attributed to the arm alone are used (:mod:`.metrics`).
 """
 
 from __future__ import annotations
@@ -16,25 +24,9 @@ from typing import Any
 import numpy as np
 
 from .dataset import Dataset, sums, zero_nan
+from .knobs import is_on
 
 CACHE_MIN_SHARE = 0.01
-_OFF = (None, False, "none", "off", "no", "", 0)
-
-
-def declared(cond: dict[str, Any], knob: str) -> bool:
-    v = cond.get(knob)
-    return not (v in _OFF or (isinstance(v, str) and v.lower() in ("none", "off", "no", "false")))
-
-
-def _metric_delta(ds: Dataset, arm: str, name: str) -> float | None:
-    before = next((m for m in ds.metrics if m["arm"] == arm and m["when"] == "before"), None)
-    after = next((m for m in reversed(ds.metrics) if m["arm"] == arm and m["when"] == "after"), None)
-    if not before or not after:
-        return None
-    keys = [k for k in after["samples"] if k.split("{")[0] in (name, name + "_total")]
-    if not keys:
-        return None
-    return sum(after["samples"][k] - before["samples"].get(k, 0.0) for k in keys)
 
 
 def _per_arm(ds: Dataset) -> dict[str, np.ndarray]:
@@ -51,40 +43,58 @@ def _per_arm(ds: Dataset) -> dict[str, np.ndarray]:
     return out
 
 
-def engaged(ds: Dataset) -> tuple[list[dict[str, Any]], list[str]]:
+def engaged(ds: Dataset, own_metrics: dict[str, dict[str, Any]] | None = None) -> tuple[list[dict[str, Any]], list[str]]:
+    """Per arm: cached and drafter figures with their sources, and whether each declared lever engaged.
+    *own_metrics*: the server-metrics rows attributed to one arm alone, by arm."""
     thr = ds.config["experiment"].get("engaged_acceptance_min", 0.2)
+    own_metrics = own_metrics or {}
     out, warnings = [], []
     totals = _per_arm(ds)
     for arm in ds.arms:
-        cond = ds.conditions(arm)
+        knobs = ds.knobs(arm)
+        m = own_metrics.get(arm, {})
         a = ds.arm_index(arm)
         prompt, cached = int(totals["prompt"][a]), int(totals["cached"][a])
-        seen_cache_field = bool(totals["cache_seen"][a])
+        row: dict[str, Any] = {"arm": arm, "prompt_tokens": prompt, "cached_tokens": None, "cached_share": None,
+                               "cached_share_source": None, "draft_tokens": None, "accepted_tokens": None,
+                               "acceptance": None, "acceptance_source": None, "prefix_cache": None, "drafter": None}
+        if totals["cache_seen"][a]:
+            row.update(cached_tokens=cached, cached_share=cached / prompt if prompt else None,
+                       cached_share_source="calls (usage / timings)")
+        elif m.get("prefix_cache_hit_share") is not None:
+            row.update(cached_tokens=int(m["prefix_cache_hit_tokens"]) if "prefix_cache_hit_tokens" in m else None,
+                       cached_share=m["prefix_cache_hit_share"], cached_share_source="server metrics (prefix-cache hits / queries)")
+        elif m.get("sglang_cache_hit_rate") is not None:
+            row.update(cached_share=m["sglang_cache_hit_rate"], cached_share_source="server metrics (SGLang cache_hit_rate)")
         dn, da = int(totals["draft"][a]), int(totals["accepted"][a])
-        if dn == 0:
-            mdn = _metric_delta(ds, arm, "vllm:spec_decode_num_draft_tokens")
-            mda = _metric_delta(ds, arm, "vllm:spec_decode_num_accepted_tokens")
-            if mdn:
-                dn, da = int(mdn), int(mda or 0)
-        row: dict[str, Any] = {"arm": arm, "cached_tokens": cached if seen_cache_field else None,
-                               "prompt_tokens": prompt, "cached_share": cached / prompt if prompt and seen_cache_field else None,
-                               "draft_tokens": dn or None, "accepted_tokens": da if dn else None,
-                               "acceptance": da / dn if dn else None, "prefix_cache": None, "drafter": None}
-        if declared(cond, "prefix_cache"):
+        if dn:
+            row.update(draft_tokens=dn, accepted_tokens=da, acceptance=da / dn, acceptance_source="calls (timings)")
+        elif m.get("drafter_acceptance") is not None:
+            row.update(draft_tokens=int(m["draft_tokens"]) if "draft_tokens" in m else None,
+                       accepted_tokens=int(m["accepted_tokens"]) if "accepted_tokens" in m else None,
+                       acceptance=m["drafter_acceptance"], acceptance_source="server metrics (spec decode counters)")
+        elif m.get("sglang_spec_accept_length") is not None:
+            row.update(accept_length=m["sglang_spec_accept_length"],
+                       acceptance_source="server metrics (SGLang spec_accept_length)")
+        if is_on(knobs.get("prefix_cache")):
             ok = row["cached_share"] is not None and row["cached_share"] >= CACHE_MIN_SHARE
             row["prefix_cache"] = ok
             if not ok:
-                what = "reports no cached-token counts" if row["cached_share"] is None else \
-                    f"cached only {row['cached_share']:.1%} of its prompt tokens"
+                what = ("reports no cached-token counts (neither in its calls nor in server metrics of its own)"
+                        if row["cached_share"] is None else f"cached only {row['cached_share']:.1%} of its prompt tokens")
                 warnings.append(f"lever not engaged: arm {arm!r} says prefix_cache on but {what}; "
                                 "it is not credited with the prefix cache")
-        if declared(cond, "drafter"):
-            ok = row["acceptance"] is not None and row["acceptance"] >= thr
+        if is_on(knobs.get("drafter")):
+            if row["acceptance"] is not None:
+                ok = row["acceptance"] >= thr
+            else:
+                ok = row.get("accept_length") is not None and row["accept_length"] > 1.0
             row["drafter"] = ok
             if not ok:
-                what = "reports no drafter statistics" if row["acceptance"] is None else \
-                    f"accepted only {row['acceptance']:.0%} of draft tokens (threshold {thr:.0%})"
-                warnings.append(f"lever not engaged: arm {arm!r} says drafter {cond.get('drafter')!r} but {what}; "
+                what = ("reports no drafter statistics" if row["acceptance"] is None and row.get("accept_length") is None
+                        else f"accepted only {row['acceptance']:.0%} of draft tokens (threshold {thr:.0%})"
+                        if row["acceptance"] is not None else f"has a mean accept length of {row['accept_length']:.2f}")
+                warnings.append(f"lever not engaged: arm {arm!r} says drafter {knobs.get('drafter')!r} but {what}; "
                                 "it is not credited with the drafter")
         out.append(row)
     return out, warnings

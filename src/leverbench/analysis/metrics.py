@@ -1,21 +1,34 @@
 """The server's own account from its Prometheus metrics, scraped before and after each arm's block.
 
-For a counter c, Δc = c(after) − c(before), summed over label sets.  Per arm:
+For a counter c, Δc = c(after) − c(before), summed over label sets (SGLang and
+vLLM samples carry labels such as ``tp_rank`` or ``finished_reason``; every
+label set of a name is one part of the whole).  A sample that is not a finite
+number (NaN, ±Inf: legal in the exposition format, recorded as a string) is
+left out.  Per arm:
 
 - queue, prefill, decode seconds per request = Δ<histogram>_sum / Δ<histogram>_count
   (vLLM ``vllm:request_{queue,prefill,decode}_time_seconds``; SGLang ``sglang:queue_time_seconds``);
 - prefill and decode rates = Δtokens / Δseconds (llama.cpp ``llamacpp:prompt_tokens_total`` /
   ``llamacpp:prompt_seconds_total``, ``llamacpp:tokens_predicted_total`` /
-  ``llamacpp:tokens_predicted_seconds_total``);
-- prefix-cache hit share = Δhits / Δqueries (vLLM ``vllm:prefix_cache_hits`` / ``queries``),
+  ``llamacpp:tokens_predicted_seconds_total``; vLLM prefill: uncached prompt tokens
+  (Δ``vllm:prompt_tokens`` − Δ``vllm:prefix_cache_hits``) / Δ``vllm:request_prefill_time_seconds_sum``),
+  and uncached prompt tokens per request = that numerator / Δ``vllm:request_prefill_time_seconds_count``;
+- prefix-cache hit share = Δhits / Δqueries (vLLM ``vllm:prefix_cache_hits`` / ``queries``, in tokens),
   cached prompt tokens = Δ``llamacpp:prompt_tokens_cached_total``; SGLang's ``sglang:cache_hit_rate``
   gauge as read after the block;
 - drafter acceptance = Δaccepted / Δdraft tokens (``vllm:spec_decode_num_{accepted,draft}_tokens``,
   ``llamacpp:spec_decode_num_{accepted,draft}_tokens_total``); SGLang's ``sglang:spec_accept_length`` gauge.
+
+Attribution: an arm's row covers what happened on its endpoint between its
+``before`` and ``after`` scrapes (its turns, probes and sentinels; load stages
+have their own scrapes).  When another arm shares the endpoint and its window
+overlaps (interleaved order), the counters mix both arms' calls: the row says
+``attribution: "mixed"`` with whom, and no per-arm figure is taken from it.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 _RATIO_PER_REQUEST = {
@@ -33,24 +46,30 @@ _SHARES = {  # name: (numerator counter, denominator counter)
     "llamacpp_drafter_acceptance": ("llamacpp:spec_decode_num_accepted_tokens_total",
                                     "llamacpp:spec_decode_num_draft_tokens_total"),
 }
-_DELTAS = {"cached_prompt_tokens": "llamacpp:prompt_tokens_cached_total"}
+_DELTAS = {"cached_prompt_tokens": "llamacpp:prompt_tokens_cached_total",
+           "prefix_cache_hit_tokens": "vllm:prefix_cache_hits", "prefix_cache_query_tokens": "vllm:prefix_cache_queries",
+           "draft_tokens": "vllm:spec_decode_num_draft_tokens", "accepted_tokens": "vllm:spec_decode_num_accepted_tokens"}
 _GAUGES = {"sglang_cache_hit_rate": "sglang:cache_hit_rate", "sglang_spec_accept_length": "sglang:spec_accept_length"}
 
 
-def _delta(before: dict[str, float], after: dict[str, float], name: str) -> float | None:
+def _finite(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+def _delta(before: dict[str, Any], after: dict[str, Any], name: str) -> float | None:
     """Δ of a counter over all its label sets; accepts the name with or without ``_total``."""
     names = {name, name + "_total", name.removesuffix("_total")}
-    keys = [k for k in after if k.split("{", 1)[0] in names]
+    keys = [k for k in after if k.split("{", 1)[0] in names and _finite(after[k]) is not None]
     if not keys:
         return None
-    return sum(after[k] - before.get(k, 0.0) for k in keys)
+    return sum(after[k] - (_finite(before.get(k)) or 0.0) for k in keys)
 
 
 def _ratio(num: float | None, den: float | None) -> float | None:
     return num / den if num is not None and den else None
 
 
-def arm_metrics(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+def arm_metrics(before: dict[str, Any], after: dict[str, Any]) -> dict[str, float]:
     out: dict[str, float] = {}
     for key, hists in _RATIO_PER_REQUEST.items():
         for h in hists:
@@ -61,6 +80,13 @@ def arm_metrics(before: dict[str, float], after: dict[str, float]) -> dict[str, 
     for key, (tok, sec) in _RATES.items():
         if (v := _ratio(_delta(before, after, tok), _delta(before, after, sec))) is not None:
             out[key] = v
+    prompt = _delta(before, after, "vllm:prompt_tokens")
+    if prompt is not None:
+        uncached = prompt - (_delta(before, after, "vllm:prefix_cache_hits") or 0.0)
+        if (v := _ratio(uncached, _delta(before, after, "vllm:request_prefill_time_seconds_sum"))) is not None:
+            out["prefill_tps"] = v
+        if (v := _ratio(uncached, _delta(before, after, "vllm:request_prefill_time_seconds_count"))) is not None:
+            out["uncached_prompt_tokens_per_request"] = v
     for key, (num, den) in _SHARES.items():
         if (v := _ratio(_delta(before, after, num), _delta(before, after, den))) is not None:
             out[key.removeprefix("llamacpp_")] = v
@@ -68,20 +94,52 @@ def arm_metrics(before: dict[str, float], after: dict[str, float]) -> dict[str, 
         if (v := _delta(before, after, name)) is not None:
             out[key] = v
     for key, name in _GAUGES.items():
-        vals = [v for k, v in after.items() if k.split("{", 1)[0] == name]
+        vals = [f for k, v in after.items() if k.split("{", 1)[0] == name and (f := _finite(v)) is not None]
         if vals:
             out[key] = sum(vals) / len(vals)
     return out
 
 
-def server_metrics(metrics_records: list[dict[str, Any]], arms: list[str]) -> list[dict[str, Any]]:
-    """Per arm, the server's figures over its block (first 'before' scrape → last 'after' scrape)."""
-    out = []
+def _endpoint(header_arm: dict[str, Any], metrics_url: str | None, arm: str) -> str:
+    """Which server an arm's counters come from: its metrics URL, else its endpoint (each embedded engine is its own)."""
+    ep = header_arm.get("endpoint")
+    if metrics_url:
+        return metrics_url
+    return f"embedded:{arm}" if ep in (None, "embedded") else str(ep)
+
+
+def server_metrics(metrics_records: list[dict[str, Any]], arms: list[str], header: dict[str, Any] | None = None,
+                   ) -> list[dict[str, Any]]:
+    """Per arm, the server's figures over its block (its first 'before' scrape → its last 'after' scrape),
+    with ``attribution`` "own" or "mixed" (see the module docstring) and ``window`` [t_before, t_after]."""
+    header = header or {}
+    murls = {a.get("name"): a.get("metrics_url") for a in (header.get("config") or {}).get("arms", [])}
+    endpoint = {a: _endpoint((header.get("arms") or {}).get(a, {}), murls.get(a), a) for a in arms}
+    windows = {}
     for arm in arms:
-        before = next((m for m in metrics_records if m["arm"] == arm and m["when"] == "before"), None)
         after = next((m for m in reversed(metrics_records) if m["arm"] == arm and m["when"] == "after"), None)
+        before = first_before = next((m for m in metrics_records if m["arm"] == arm and m["when"] == "before"), None)
+        if after is not None and first_before is not None and "t" in after:
+            # a resumed run restarts its engines (their counters start again): the last block before the last 'after'
+            before = next((m for m in reversed(metrics_records) if m["arm"] == arm and m["when"] == "before"
+                           and m.get("t", 0.0) <= after["t"]), first_before)
         if before and after:
-            figures = arm_metrics(before["samples"], after["samples"])
-            if figures:
-                out.append({"arm": arm, **figures})
+            windows[arm] = (before, after)
+    out = []
+    for arm, (before, after) in windows.items():
+        figures = arm_metrics(before["samples"], after["samples"])
+        if not figures:
+            continue
+        t0, t1 = before.get("t", 0.0), after.get("t", 0.0)
+        sharing = [b for b in arms if b != arm and endpoint[b] == endpoint[arm]
+                   and (b not in windows or (windows[b][0].get("t", 0.0) < t1 and t0 < windows[b][1].get("t", 0.0)))]
+        row = {"arm": arm, **figures, "window": [t0, t1], "attribution": "mixed" if sharing else "own"}
+        if sharing:
+            row["mixed_with"] = sharing
+        out.append(row)
     return out
+
+
+def own_metrics(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The rows whose counters are the arm's own, by arm (what engagement and rates may use)."""
+    return {r["arm"]: r for r in rows if r.get("attribution") == "own"}

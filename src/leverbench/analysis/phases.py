@@ -14,11 +14,22 @@ Scenario (input I tokens, output O tokens), per arm:
       timings where reported, else probes and first-call TTFTs (with a single
       length, proportional through zero);
     decode_s = O / decode_tps (probe rate, else the median regression rate);
-    total = prefill_s + decode_s.
-A lever (a condition knob in which exactly two arms differ) returns the time
-it removes: total(without) − total(with), Amdahl-style: only its own phase
-moves.  The recommendation names the baseline's dominant phase and the lever
-that returns most.
+    queue_s = the server's queue seconds per request over the arm's turns
+      (its Prometheus metrics, where it reports them and they are the arm's
+      own), else 0;
+    total = prefill_s + decode_s + queue_s.
+A lever is measured by a controlled comparison (two arms that differ in that
+one knob, :mod:`.knobs`): "without" is the reference arm, "with" the other.
+Its return is Amdahl's: the time it removes from its own phase, the other
+phase held at the reference arm's value —
+    prefill lever (a knob naming a cache):     saved = prefill_s(without) − prefill_s(with)
+    decode lever (a knob naming a draft/spec): saved = decode_s(without) − decode_s(with)
+    any other knob (engine, model, hardware):  saved = total(without) − total(with)  (both phases)
+    speedup = total(without) / (total(without) − saved).
+A lever's return is citable only if its comparison's total multiplier is
+(:mod:`.guard`), and credited only if the lever engaged (:mod:`.engaged`).
+The recommendation names the baseline's dominant phase and the credited
+lever that returns most.
 """
 
 from __future__ import annotations
@@ -28,8 +39,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .dataset import CallTable, Dataset, groups, sums, turn_groups, zero_nan
-from .engaged import declared
-from .guard import uncontrolled_knobs
+from .knobs import is_on
 from .regression import fit_line
 from .stats import median
 
@@ -72,24 +82,36 @@ def _cached(c: CallTable) -> np.ndarray:
     return np.trunc(zero_nan(c.cached()))
 
 
-def arm_rates(ds: Dataset, probes: list[dict[str, Any]], decomposition: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def arm_rates(ds: Dataset, probes: list[dict[str, Any]], decomposition: list[dict[str, Any]],
+              own_metrics: dict[str, dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
     """Per arm: decode rate, the (uncached input tokens, prefill s) points, and the cached share.
 
     Prefill points come from the server's own timings (prompt_n, prompt_ms) where every
     call reports them, else from the client: probes' two-point prefill and each case's
     first-call TTFT, against the uncached part of the prompt.  The cached share is
     what the arm's probes (one prompt sent repeatedly) found cached, else its overall share.
+
+    When no call of the arm says how many prompt tokens were cached (vLLM without
+    ``--enable-prompt-tokens-details``, SGLang without cache reports), a missing count is not
+    read as "nothing cached": the cached share comes from the server's own counters over the
+    arm's block, and the prefill rate from them too (one point: uncached prompt tokens and
+    prefill seconds per request); an arm that may cache and offers neither is refused
+    (``refused``), so that cached prompts never pass for a fast prefill.
     ``prefill_points`` is (tokens, seconds), two arrays.
     """
+    own_metrics = own_metrics or {}
     out: dict[str, dict[str, Any]] = {}
     c, p = ds.call, ds.probe
     c_use = ds.turn.ok[c.turn] & c.ok
     c_timed = c.has_timings & ~np.isnan(c.prompt_ms)
     p_timed = p.has_timings & ~np.isnan(p.prompt_ms)
     c_cached, p_cached = _cached(c), _cached(p)
+    c_known, p_known = ~np.isnan(c.cached()), ~np.isnan(p.cached())
     for arm in ds.arms:
         a = ds.arm_index(arm)
         calls, pcalls = c_use & (c.arm == a), p.ok & (p.arm == a)
+        m = own_metrics.get(arm, {})
+        refused = None
         ct, pt = calls & c_timed, pcalls & p_timed
         pr = [x for x in probes if x["arm"] == arm and x.get("decode_tps")]
         regs = [d["decode_tps"] for d in decomposition if d["arm"] == arm and d.get("decode_tps")]
@@ -110,6 +132,15 @@ def arm_rates(ds: Dataset, probes: list[dict[str, Any]], decomposition: list[dic
             keep = n >= MIN_PREFILL_POINT_TOKENS
             points = (n[keep].astype(np.int64), s[keep])
             psrc = "server timings"
+        elif not (c_known[calls].any() or p_known[pcalls].any()) and (
+                is_on(ds.knobs(arm).get("prefix_cache")) or m.get("prefix_cache_hit_share") or m.get("sglang_cache_hit_rate")):
+            if m.get("uncached_prompt_tokens_per_request") and m.get("prefill_s_per_request"):
+                points = (np.array([m["uncached_prompt_tokens_per_request"]]), np.array([m["prefill_s_per_request"]]))
+                psrc = "server metrics (uncached prompt tokens and prefill seconds per request)"
+            else:
+                points, psrc = (np.array([]), np.array([])), None
+                refused = ("no call reports its cached prompt tokens and the server's metrics give no prefill time: "
+                           "cached and computed prompt tokens cannot be told apart")
         else:
             usable = [x for x in pr if x.get("input_tokens") and x.get("prefill_s") is not None and x["prefill_s"] >= 0]
             xs = [x["input_tokens"] - (x.get("cached_tokens") or 0) for x in usable]
@@ -124,14 +155,18 @@ def arm_rates(ds: Dataset, probes: list[dict[str, Any]], decomposition: list[dic
             points = (np.array(xs, dtype=float), np.array(ys, dtype=float))
             psrc = "client (probes and first-call TTFT)"
         has_prompt = pcalls & ~np.isnan(p.prompt_tokens) & (p.prompt_tokens != 0)
-        if has_prompt.any():
+        if not (c_known[calls].any() or p_known[pcalls].any()) and (
+                m.get("prefix_cache_hit_share") is not None or m.get("sglang_cache_hit_rate") is not None):
+            hit = m["prefix_cache_hit_share"] if m.get("prefix_cache_hit_share") is not None else m["sglang_cache_hit_rate"]
+            hsrc = "the server's metrics over its block"
+        elif has_prompt.any():
             hit = median(p_cached[has_prompt] / p.prompt_tokens[has_prompt])
             hsrc = "its probes (one prompt sent again)"
         else:
             tot = float(zero_nan(c.prompt_tokens[calls]).sum())
             hit, hsrc = (float(c_cached[calls].sum()) / tot if tot else 0.0), "its calls"
         out[arm] = {"decode_tps": decode_tps, "decode_source": dsrc, "prefill_points": points,
-                    "prefill_source": psrc, "cached_share": hit, "cached_share_source": hsrc}
+                    "prefill_source": psrc, "cached_share": hit, "cached_share_source": hsrc, "refused": refused}
     return out
 
 
@@ -152,21 +187,35 @@ def prefill_model(points: tuple[Sequence[float], Sequence[float]]) -> dict[str, 
     return {"a": 0.0, "b": b, "r2": None, "min_input": lo, "max_input": hi, "n": len(xs)}
 
 
+def lever_phase(knob: str) -> str:
+    """The phase a knob's lever acts on: "prefill" (a cache), "decode" (a drafter), else "both"."""
+    k = knob.lower()
+    if "cache" in k:
+        return "prefill"
+    if "draft" in k or "spec" in k:
+        return "decode"
+    return "both"
+
+
 def project(ds: Dataset, rates: dict[str, dict[str, Any]], engaged_rows: list[dict[str, Any]],
-            input_tokens: int, output_tokens: int) -> dict[str, Any]:
+            input_tokens: int, output_tokens: int, multipliers: list[dict[str, Any]] | None = None,
+            queue_s: dict[str, float] | None = None) -> dict[str, Any]:
+    """The scenario per arm and the return of every lever that a controlled comparison measures
+    (the ``total`` rows of *multipliers* with a ``lever``)."""
     arms = []
     for arm in ds.arms:
         r = rates.get(arm) or {}
         model = prefill_model(r.get("prefill_points") or ([], []))
         dt = r.get("decode_tps")
         if model is None or not dt:
-            arms.append({"arm": arm, "refused": "no measured prefill points or decode rate"})
+            arms.append({"arm": arm, "refused": r.get("refused") or "no measured prefill points or decode rate"})
             continue
         hit = r.get("cached_share") or 0.0
         uncached = input_tokens * (1.0 - hit)
         prefill = model["a"] + model["b"] * uncached
         decode = output_tokens / dt
-        total = prefill + decode
+        queue = (queue_s or {}).get(arm, 0.0)
+        total = prefill + decode + queue
         if uncached > model["max_input"]:
             extrap = (f"extrapolated {uncached / model['max_input']:.1f}x beyond the largest measured uncached "
                       f"input ({model['max_input']:.0f} tokens)")
@@ -176,7 +225,7 @@ def project(ds: Dataset, rates: dict[str, dict[str, Any]], engaged_rows: list[di
             extrap = f"interpolated within measured uncached inputs ({model['min_input']:.0f}–{model['max_input']:.0f} tokens)"
         if hit:
             extrap += f"; {hit:.0%} of the prompt cached, as in {r.get('cached_share_source')}"
-        arms.append({"arm": arm, "prefill_s": prefill, "decode_s": decode, "total_s": total,
+        arms.append({"arm": arm, "prefill_s": prefill, "decode_s": decode, "queue_s": queue, "total_s": total,
                      "prefill_share": prefill / total, "decode_share": decode / total,
                      "decode_tps": dt, "decode_source": r.get("decode_source"),
                      "prefill_tps": 1.0 / model["b"] if model["b"] > 0 else None, "prefill_fit": model,
@@ -185,39 +234,33 @@ def project(ds: Dataset, rates: dict[str, dict[str, Any]], engaged_rows: list[di
     by = {a["arm"]: a for a in arms if "total_s" in a}
     eng = {e["arm"]: e for e in engaged_rows}
     levers = []
-    for i, x in enumerate(ds.arms):
-        for y in ds.arms[i + 1:]:
-            knobs = uncontrolled_knobs(ds.conditions(x), ds.conditions(y))
-            if len(knobs) != 1 or x not in by or y not in by:
-                continue
-            knob = knobs[0]
-            on_x, on_y = declared(ds.conditions(x), knob), declared(ds.conditions(y), knob)
-            if on_x != on_y:
-                without, with_ = (y, x) if on_x else (x, y)
-            else:  # both set (two values of one knob): the slower one is "without"
-                without, with_ = (x, y) if by[x]["total_s"] >= by[y]["total_s"] else (y, x)
-            credited = eng.get(with_, {}).get(knob) is not False
-            a, b = by[without], by[with_]
-            saved = a["total_s"] - b["total_s"]
-            phase = "prefill" if abs(a["prefill_s"] - b["prefill_s"]) >= abs(a["decode_s"] - b["decode_s"]) else "decode"
-            levers.append({"lever": knob, "without": without, "with": with_, "saved_s": saved,
-                           "saved_share": saved / a["total_s"], "speedup": a["total_s"] / b["total_s"],
-                           "phase": phase, "phase_speedup": (a[f"{phase}_s"] / b[f"{phase}_s"]) if b[f"{phase}_s"] > 0 else None,
-                           "credited": credited})
+    for m in multipliers or []:
+        knob, with_, without = m.get("lever"), m["arm"], m["vs"]
+        if m["scope"] != "total" or not knob or with_ not in by or without not in by:
+            continue
+        a, b = by[without], by[with_]
+        phase = lever_phase(knob)
+        key = "total_s" if phase == "both" else f"{phase}_s"
+        saved = a[key] - b[key]
+        rest = a["total_s"] - saved
+        levers.append({"lever": knob, "without": without, "with": with_, "phase": phase, "saved_s": saved,
+                       "saved_share": saved / a["total_s"], "speedup": a["total_s"] / rest if rest > 0 else None,
+                       "phase_speedup": a[key] / b[key] if b[key] > 0 else None,
+                       "credited": eng.get(with_, {}).get(knob) is not False,
+                       "citable": m["citable"], "reason": m["reason"]})
     base = by.get(ds.baseline)
     rec = None
     if base:
         dominant = "prefill" if base["prefill_s"] >= base["decode_s"] else "decode"
-        credited = [l for l in levers if l["credited"]]
-        best = max(credited, key=lambda l: l["saved_s"], default=None)
+        best = max((l for l in levers if l["credited"]), key=lambda l: l["saved_s"], default=None)
         share = base[f"{dominant}_share"]
+        head = (f"For {input_tokens:,} input and {output_tokens:,} output tokens, {dominant} is "
+                f"{share:.0%} of the baseline's {base['total_s']:.1f} s; ")
         if best and best["saved_s"] > 0:
-            rec = (f"For {input_tokens:,} input and {output_tokens:,} output tokens, {dominant} is "
-                   f"{share:.0%} of the baseline's {base['total_s']:.1f} s; the lever that returns most is "
-                   f"{best['lever']} ({best['without']} → {best['with']}: {best['saved_s']:.1f} s, "
-                   f"{best['speedup']:.2f}x, acting on {best['phase']}).")
+            rec = head + (f"the lever that returns most is {best['lever']} ({best['without']} → {best['with']}: "
+                          f"{best['saved_s']:.1f} s, {best['speedup']:.2f}x, acting on {best['phase']})")
+            rec += "." if best["citable"] else f" — NOT citable: {best['reason']}."
         else:
-            rec = (f"For {input_tokens:,} input and {output_tokens:,} output tokens, {dominant} is "
-                   f"{share:.0%} of the baseline's {base['total_s']:.1f} s; no measured lever returns time here.")
+            rec = head + "no measured lever returns time here."
     return {"input_tokens": input_tokens, "output_tokens": output_tokens, "arms": arms, "levers": levers,
             "recommendation": rec}

@@ -15,10 +15,13 @@ from ..ledger.records import KINDS, SUMMARY_SCHEMA
 from .cells import cells, multipliers, totals
 from .cost import costs
 from .dataset import Dataset, dataset, first_seen, groups
-from .drift import drift
+from .drift import drift, drifted_arms
 from .engaged import engaged
+from .guard import measurement_guard
+from .knobs import arm_knobs, comparisons
+from .levers import levers
 from .load import load_summary, load_warnings, sweep_curves
-from .metrics import server_metrics
+from .metrics import own_metrics, server_metrics
 from .phases import arm_rates, cell_shares, prefill_model, project
 from .probes import probes
 from .reasoning import prompt_discipline, reasoning_split
@@ -75,7 +78,21 @@ def rates_table(rates: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
                     "prefill_tps": 1.0 / m["b"] if m and m["b"] > 0 else None,
                     "prefill_a_s": m["a"] if m else None, "prefill_source": r["prefill_source"],
                     "prefill_input_range": [m["min_input"], m["max_input"]] if m else None,
-                    "cached_share": r["cached_share"], "cached_share_source": r["cached_share_source"]})
+                    "cached_share": r["cached_share"], "cached_share_source": r["cached_share_source"],
+                    "refused": r.get("refused")})
+    return out
+
+
+def cost_citability(baseline: str, cell_list: list[dict[str, Any]], mults: list[dict[str, Any]],
+                    drift_rows: list[dict[str, Any]]) -> dict[str, tuple[bool, str | None]]:
+    """Per arm, whether its cost row may be cited: the baseline by its own measurements, every other
+    arm by its total multiplier against the baseline (the comparison "GPU-hours returned" comes from).
+    Takes the summary's own rows, so a command can apply it to a summary read back."""
+    drifted = drifted_arms(drift_rows)
+    out = {baseline: measurement_guard([c for c in cell_list if c["arm"] == baseline], drifted)}
+    for m in mults:
+        if m["scope"] == "total" and m["vs"] == baseline:
+            out[m["arm"]] = (m["citable"], m["reason"])
     return out
 
 
@@ -83,15 +100,27 @@ def summarize(ledger: Ledger, *, scenario: tuple[int, int] | None = None,
               gpu_hour_usd: float | None = None) -> dict[str, Any]:
     ds = dataset(ledger)
     warnings = list(ds.warnings)
+    knobs = {}
+    for a in ds.arms:
+        knobs[a], w = arm_knobs(ds.header["arms"].get(a, {}))
+        warnings += [f"arm {a!r}: {x}" for x in w]
+    comps = comparisons(ds.arms, ds.baseline, knobs, {a: ds.role(a) for a in ds.arms})
+    drift_list, w = drift(ds)
+    warnings += w
+    drifted = drifted_arms(drift_list)
     cell_list = cells(ds)
     total_list = totals(ds, cell_list)
-    mults = multipliers(ds, cell_list, total_list)
+    mults = multipliers(ds, cell_list, total_list, comps, drifted)
     decomp = decomposition(ds)
     probe_list, w = probes(ds, decomp)
     warnings += w
-    eng, w = engaged(ds)
-    warnings += w
-    drift_list, w = drift(ds, mults)
+    metrics_rows = server_metrics([m for m in ds.metrics if m["when"] in ("before", "after")], ds.arms, ds.header)
+    own = own_metrics(metrics_rows)
+    for r in metrics_rows:
+        if r["attribution"] == "mixed":
+            warnings.append(f"server metrics of {r['arm']!r} are mixed with {', '.join(r['mixed_with'])} (one endpoint, "
+                            "overlapping blocks): no per-arm figure is taken from them")
+    eng, w = engaged(ds, own)
     warnings += w
     server = server_account(ds)
     for s in server:
@@ -118,13 +147,16 @@ def summarize(ledger: Ledger, *, scenario: tuple[int, int] | None = None,
             warnings.append(f"{c['arm']}/{c['case']}: {c['step_limited']} turn(s) were cut by the step limit")
     load_rows = load_summary(_load_view(ledger))
     warnings += load_warnings(load_rows)
-    rates = arm_rates(ds, probe_list, decomp)
+    rates = arm_rates(ds, probe_list, decomp, own)
     scen = scenario or _largest_case_scenario(ds, cell_list)
-    projection = project(ds, rates, eng, *scen) if scen else None
+    queue = {a: r["queue_s_per_request"] for a, r in own.items() if r.get("queue_s_per_request") is not None}
+    projection = project(ds, rates, eng, *scen, multipliers=mults, queue_s=queue) if scen else None
     failed_calls, retried = _failed_and_retried(ds)
     if retried:
         warnings.append(f"{retried} failed attempt(s) were retried (retries = {ds.config['experiment'].get('retries')}); "
-                        "each attempt is in the ledger")
+                        "each attempt is in the ledger, and the cells that hold them are not citable")
+    citability = cost_citability(ds.baseline, cell_list, mults, drift_list)
+    cost_rows = costs(total_list, {a: ds.conditions(a) for a in ds.arms}, ds.baseline, gpu_hour_usd, citability)
     arms_h = ds.header["arms"]
     return {
         "schema": SUMMARY_SCHEMA,
@@ -136,8 +168,10 @@ def summarize(ledger: Ledger, *, scenario: tuple[int, int] | None = None,
                 "resumed": sum(1 for _ in ledger.of_kind("resume"))},
         "baseline": ds.baseline,
         "arms": [{"name": a, "role": arms_h.get(a, {}).get("role"), "conditions": arms_h.get(a, {}).get("conditions", {}),
-                  "discovered": arms_h.get(a, {}).get("discovered", {}), "model": arms_h.get(a, {}).get("model")}
+                  "knobs": knobs[a], "discovered": arms_h.get(a, {}).get("discovered", {}),
+                  "model": arms_h.get(a, {}).get("model")}
                  for a in ds.arms],
+        "levers": levers(ds.arms, knobs, mults, eng, cost_rows),
         "cases": ds.cases,
         "cells": cell_list,
         "totals": total_list,
@@ -154,8 +188,8 @@ def summarize(ledger: Ledger, *, scenario: tuple[int, int] | None = None,
         "rates": rates_table(rates),
         "load": load_rows,
         "load_curves": sweep_curves(load_rows),
-        "server_metrics": server_metrics([m for m in ds.metrics if m["when"] in ("before", "after")], ds.arms),
-        "cost": costs(total_list, {a: ds.conditions(a) for a in ds.arms}, ds.baseline, gpu_hour_usd),
+        "server_metrics": metrics_rows,
+        "cost": cost_rows,
         "drift": drift_list,
         "tolerances": {"volume_cell": ds.config["experiment"].get("volume_tolerance_cell"),
                        "volume_total": ds.config["experiment"].get("volume_tolerance_total"),

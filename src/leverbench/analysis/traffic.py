@@ -56,8 +56,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from ..errors import BadInput
-from .engaged import declared
-from .guard import uncontrolled_knobs
+from .knobs import differing, is_on
 from .regression import fit_line, regress
 
 BUCKETS: tuple[tuple[str, float, float], ...] = (
@@ -248,13 +247,13 @@ def rates_from_summary(summary: Mapping[str, Any], label: str = "run") -> Rates:
     arms = {a["name"]: a for a in summary.get("arms") or []}
     cond = {n: dict(a.get("conditions") or {}) for n, a in arms.items()}
     rows = {r["arm"]: r for r in summary.get("rates") or [] if r.get("arm") in arms}
-    drafters = [n for n in arms if declared(cond[n], "drafter") and rows.get(n, {}).get("decode_tps")]
-    plain = [n for n in arms if not declared(cond[n], "drafter") and rows.get(n, {}).get("decode_tps")]
+    drafters = [n for n in arms if is_on(cond[n].get("drafter")) and rows.get(n, {}).get("decode_tps")]
+    plain = [n for n in arms if not is_on(cond[n].get("drafter")) and rows.get(n, {}).get("decode_tps")]
     speedup = src = None
     speedups: list[float] = []
     if drafters:
         d = drafters[0]
-        twin = next((n for n in plain if uncontrolled_knobs(cond[n], cond[d]) == ["drafter"]), base_name)
+        twin = next((n for n in plain if differing(cond[n], cond[d]) == ["drafter"]), base_name)
         if rows.get(twin, {}).get("decode_tps"):
             speedup = rows[d]["decode_tps"] / rows[twin]["decode_tps"]
             src = f"{label}: arm {d!r} ({cond[d].get('drafter')}) vs {twin!r}, decode rates from {rows[d].get('decode_source')}"

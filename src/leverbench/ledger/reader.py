@@ -64,7 +64,7 @@ CALL_NUMBERS = ("step", "latency_s", "ttft_s", "t_first_answer_s", "prompt_token
                 "answer_chunks")
 CALL_FLAGS = ("retried", "empty_answer")
 CALL_TIMINGS = ("prompt_n", "prompt_ms", "predicted_n", "predicted_ms", "cache_n", "draft_n", "draft_n_accepted")
-TURN_NUMBERS = ("repeat", "turn_s", "output_tokens", "prompt_tokens", "reasoning_tokens", "tool_s")
+TURN_NUMBERS = ("repeat", "turn_s", "output_tokens", "prompt_tokens", "reasoning_tokens", "tool_s", "retried_s")
 TURN_FLAGS = ("step_limit",)
 COLUMN_KINDS = {"call": (CALL_NUMBERS, CALL_FLAGS, "timings", CALL_TIMINGS),
                 "turn": (TURN_NUMBERS, TURN_FLAGS, None, ())}

@@ -70,6 +70,25 @@ def result_table(summary: dict[str, Any]) -> Table:
                  notes=["'disjoint': the arm's range does not overlap the baseline's."])
 
 
+def levers_table(summary: dict[str, Any]) -> Table:
+    """The headline: each lever, the controlled comparison that measures it, and whether it may be cited."""
+    rows = []
+    for l in summary.get("levers") or []:
+        if l["arm"] is None:
+            rows.append([l["lever"], "none", "—", "—", "—", "—", l["reason"]])
+            continue
+        value = "—" if l["multiplier"] is None else f"{l['multiplier']:.2f}x"
+        engaged = "—" if l["engaged"] is None else ("yes" if l["engaged"] else "NO")
+        rows.append([l["lever"], f"{l['arm']} vs {l['vs']}", value if l["citable"] else f"({value}) not citable",
+                     "yes" if l["citable"] else "no", engaged, s(l.get("gpu_hours_returned_per_1000_turns"), 2),
+                     l["reason"] or ""])
+    return Table("levers", "Levers: each measured by two arms that differ in that knob only (total time, reference / arm)",
+                 ["lever", "measured by", "multiplier", "citable", "engaged", "GPU-h returned per 1000 turns", "reason"],
+                 rows, notes=["Knobs are the arms' declared conditions and what leverbench discovered from their "
+                              "endpoints (engine and version, model, served flags). A comparison that differs in more "
+                              "than one knob mixes their effects: it is shown under Multipliers, marked uncontrolled."])
+
+
 def volume_table(summary: dict[str, Any]) -> Table:
     arms = _arms(summary)
     cell = {(c["arm"], c["case"]): c for c in summary["cells"]}
@@ -86,16 +105,17 @@ def volume_table(summary: dict[str, Any]) -> Table:
 def multiplier_table(summary: dict[str, Any]) -> Table:
     rows = []
     for m in summary["multipliers"]:
+        knobs = ", ".join(m["knobs"]) or "none"
         rows.append([f"{m['arm']} vs {m['vs']}", m["scope"].removeprefix("case:"),
                      "—" if m["value"] is None else f"{m['value']:.2f}x",
                      pct(m["volume_spread"], 1), "yes" if m["citable"] else "no",
-                     m["reason"] or ("" if m["controlled"] else "uncontrolled: " + ", ".join(m["knobs"]))])
+                     f"controlled: {knobs}" if m["controlled"] else f"UNCONTROLLED: {knobs}", m["reason"] or ""])
     t = summary["tolerances"]
-    return Table("multipliers", "Multipliers (baseline time / arm time) and the output-volume guard",
-                 ["comparison", "scope", "multiplier", "volume spread", "citable", "reason"], rows,
+    return Table("multipliers", "Multipliers (reference time / arm time) and the guard",
+                 ["comparison", "scope", "multiplier", "volume spread", "citable", "knobs that differ", "reason"], rows,
                  notes=[f"A cell multiplier is citable when the two arms' generated tokens differ by at most "
-                        f"{pct(t['volume_cell'])}, a total at most {pct(t['volume_total'])}; never with failed calls or "
-                        "fewer than 2 successful repeats."])
+                        f"{pct(t['volume_cell'])}, a total at most {pct(t['volume_total'])}; never with failed calls, "
+                        "retried attempts, fewer than 2 successful repeats or an arm that drifted."])
 
 
 def decomposition_table(summary: dict[str, Any]) -> Table:
@@ -173,8 +193,12 @@ def projection_table(summary: dict[str, Any]) -> Table | None:
     notes = []
     for l in p["levers"]:
         tag = "" if l["credited"] else " — NOT credited: the lever did not engage"
+        if not l.get("citable", True):
+            tag += f" — NOT citable: {l['reason']}"
+        speed = "—" if l["speedup"] is None else f"{l['speedup']:.2f}x"
+        phase = "both phases" if l["phase"] == "both" else f"its own phase, {l['phase']}"
         notes.append(f"lever {l['lever']}: {l['without']} → {l['with']} returns {l['saved_s']:.2f} s "
-                     f"({pct(l['saved_share'])} of the turn, {l['speedup']:.2f}x), acting on {l['phase']}{tag}")
+                     f"({pct(l['saved_share'])} of the turn, {speed}), acting on {phase}{tag}")
     if p.get("recommendation"):
         notes.append(p["recommendation"])
     return Table("projection", f"Scenario: {p['input_tokens']:,} input tokens, {p['output_tokens']:,} output tokens",
@@ -198,13 +222,16 @@ def cost_table(summary: dict[str, Any]) -> Table | None:
         return None
     rows = []
     for c in summary["cost"]:
+        citable = c.get("citable")
         rows.append([c["arm"], s(c["turn_s"]), "—" if c["usd_per_turn"] is None else f"${c['usd_per_turn']:.4f}",
                      f"{c['gpu_hours_per_1000_turns']:.2f}",
                      "—" if c["usd_per_1000_turns"] is None else f"${c['usd_per_1000_turns']:.2f}",
-                     s(c.get("gpu_hours_returned_per_1000_turns"), 2), _holds_for(summary, c["arm"])])
+                     s(c.get("gpu_hours_returned_per_1000_turns"), 2),
+                     "—" if citable is None else "yes" if citable else "no", c.get("reason") or "",
+                     _holds_for(summary, c["arm"])])
     return Table("cost", "Cost of a turn in GPU time (one dedicated stream)",
                  ["arm", "mean turn s", "$ per turn", "GPU-h per 1000 turns", "$ per 1000 turns", "GPU-h returned",
-                  "holds for"], rows,
+                  "citable", "reason", "holds for"], rows,
                  notes=["usd_per_turn = turn_s × gpu_hour_usd × gpus / 3600; GPU-hours per 1000 turns = "
                         "turn_s × gpus × 1000 / 3600."])
 
@@ -221,11 +248,19 @@ def drift_table(summary: dict[str, Any]) -> Table | None:
 def conditions_table(summary: dict[str, Any]) -> Table:
     keys: list[str] = []
     for a in summary["arms"]:
-        for k in a["conditions"]:
+        for k in a.get("knobs", a["conditions"]):
             if k not in keys:
                 keys.append(k)
-    rows = [[a["name"], a["role"] or "", *(str(a["conditions"].get(k, "—")) for k in keys)] for a in summary["arms"]]
-    return Table("conditions", "Arms and their conditions", ["arm", "role", *keys], rows)
+
+    def value(a: dict[str, Any], k: str) -> str:
+        knobs = a.get("knobs", a["conditions"])
+        if k not in knobs:
+            return "—"
+        return str(knobs[k]) + ("" if k in a["conditions"] else " *")
+
+    rows = [[a["name"], a["role"] or "", *(value(a, k) for k in keys)] for a in summary["arms"]]
+    return Table("conditions", "Arms and their knobs", ["arm", "role", *keys], rows,
+                 notes=["Declared in the experiment's conditions; * discovered from the endpoint (not declared)."])
 
 
 def metrics_table(summary: dict[str, Any]) -> Table | None:
@@ -238,9 +273,13 @@ def metrics_table(summary: dict[str, Any]) -> Table | None:
             ("prefix_cache_hit_share", "prefix-cache hits", None), ("drafter_acceptance", "drafter acceptance", None),
             ("sglang_cache_hit_rate", "cache hit rate (SGLang)", None), ("sglang_spec_accept_length", "accept length (SGLang)", 2)]
     present = [c for c in cols if any(c[0] in r for r in rows_in)]
-    rows = [[r["arm"], *((pct(r.get(k)) if nd is None else s(r.get(k), nd)) for k, _, nd in present)] for r in rows_in]
-    return Table("metrics", "The server's own metrics over each arm's block (Prometheus, before → after)",
-                 ["arm", *(h for _, h, _ in present)], rows)
+    rows = [[r["arm"], *((pct(r.get(k)) if nd is None else s(r.get(k), nd)) for k, _, nd in present),
+             "own" if r.get("attribution", "own") == "own" else "MIXED with " + ", ".join(r.get("mixed_with", []))]
+            for r in rows_in]
+    return Table("metrics", "The server's own metrics over each arm's turns, probes and sentinels (Prometheus counters, "
+                 "scraped before and after; load stages excluded)", ["arm", *(h for _, h, _ in present), "attribution"],
+                 rows, notes=["'MIXED': another arm used the same server during this arm's block, so its counters are "
+                              "not this arm's alone and no per-arm figure is taken from them."])
 
 
 def reasoning_table(summary: dict[str, Any]) -> Table | None:
@@ -271,7 +310,7 @@ def discipline_table(summary: dict[str, Any]) -> Table | None:
 def all_tables(summary: dict[str, Any]) -> list[Table]:
     from .load_tables import load_tables  # noqa: PLC0415 (it imports Table from here)
 
-    tabs = [conditions_table(summary), result_table(summary), volume_table(summary), multiplier_table(summary),
+    tabs = [levers_table(summary), conditions_table(summary), result_table(summary), volume_table(summary), multiplier_table(summary),
             discipline_table(summary), reasoning_table(summary),
             shares_table(summary), decomposition_table(summary), probe_table(summary), server_table(summary),
             metrics_table(summary), projection_table(summary), cost_table(summary), drift_table(summary),

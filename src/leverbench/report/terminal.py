@@ -10,7 +10,7 @@ from rich.text import Text
 
 from .tables import Table, all_tables
 
-_BRIEF = ("results", "volume", "multipliers", "discipline", "reasoning", "shares", "probes", "projection", "cost", "load", "load_sweep")
+_BRIEF = ("levers", "results", "volume", "multipliers", "discipline", "reasoning", "shares", "probes", "projection", "cost", "load", "load_sweep")
 
 
 def render_terminal(summary: dict[str, Any], console: Console | None = None, *, full: bool = False) -> None:

@@ -156,7 +156,9 @@ class Runner:
 
     async def _call(self, session: aiohttp.ClientSession, ep: ArmEndpoint, body: dict[str, Any],
                     meta: dict[str, Any], *, think_tags: bool = False) -> dict[str, Any]:
-        """One call, recorded; with ``retries`` set, a failed attempt is recorded and tried again."""
+        """One call, recorded; with ``retries`` set, a failed attempt is recorded and tried again
+        (``_retried_s`` on the returned record: the seconds its retried attempts took)."""
+        retried_s = 0.0
         for attempt in range(self.retries + 1):
             rec = await stream_chat(session, chat_url(ep.base_url), body, headers=ep.headers,
                                     timeouts=self.timeouts, keep_text=self.keep_text, think_tags=think_tags)
@@ -178,10 +180,12 @@ class Runner:
             will_retry = out["error"] is not None and attempt < self.retries and out["error"]["class"] != "engine_died"
             if will_retry:
                 out["retried"] = True
+                retried_s += out["latency_s"]
             await self._append(out)
             if not will_retry:
                 break
         out["_content"] = content
+        out["_retried_s"] = retried_s
         return out
 
     async def _append(self, record: dict[str, Any]) -> None:
@@ -251,6 +255,7 @@ class Runner:
             "t_start": t_start, "turn_s": model_s + tool_s, "model_s": model_s, "tool_s": tool_s,
             "calls": len(calls), "scripted_steps": len(scripted), "failed_calls": len(failed),
             "step_limit": step_limit, "empty_answers": sum(1 for c in calls if c.get("empty_answer")),
+            "retried_s": sum(c["_retried_s"] for c in calls),
             "output_tokens": _sum_or_none(c.get("completion_tokens") for c in calls),
             "prompt_tokens": _sum_or_none(c.get("prompt_tokens") for c in calls),
             "reasoning_tokens": _sum_or_none(c.get("reasoning_tokens") or 0 for c in calls),
@@ -272,8 +277,11 @@ class Runner:
                 "probe_tokens": n, "position": unit.position}
         await self._call(session, ep, body, meta)
 
-    async def _scrape(self, session: aiohttp.ClientSession, when: str) -> None:
+    async def _scrape(self, session: aiohttp.ClientSession, when: str, arms: list[str] | None = None) -> None:
+        """Scrape each arm's (or the given arms') Prometheus metrics into a ``metrics`` record."""
         for name, ep in self.endpoints.items():
+            if arms is not None and name not in arms:
+                continue
             url = ep.arm.metrics_url or (api_root(ep.base_url) + "/metrics")
             samples = await scrape_metrics(session, url, ep.headers)
             if samples is not None:
@@ -287,13 +295,23 @@ class Runner:
                 ep.discovered.update(await endpoint_info(session, ep.base_url, ep.headers))
             if not done:
                 await self._append(self._header())
-            await self._scrape(session, "before")
             for name in self.endpoints:  # a fresh server's first call is slow; measure it, don't count it
                 await self._fixed_length(session, Unit("warmup", name, SENTINEL_CASE, 0, 8))
             todo = [u for u in units if u.key() not in done]
             total = len(units)
             finished = total - len(todo)
+            # The server's counters are scraped around each arm's block: in blocked order around each arm's
+            # own units (so arms sharing one endpoint are told apart), else around all of them.
+            blocked = self.spec.experiment.order == "blocked"
+            block_arm: str | None = None
+            if not blocked:
+                await self._scrape(session, "before")
             for unit in todo:
+                if blocked and unit.arm != block_arm:
+                    if block_arm is not None:
+                        await self._scrape(session, "after", [block_arm])
+                    block_arm = unit.arm
+                    await self._scrape(session, "before", [block_arm])
                 if self.progress:
                     self.progress(unit, finished, total)
                 if unit.kind == "turn":
@@ -304,10 +322,13 @@ class Runner:
                 dead = [ep.engine.death_note() for ep in self.endpoints.values() if ep.engine and not ep.engine.alive()]
                 if dead:
                     raise EngineError(dead[0] or "an engine died")
+            if not blocked:
+                await self._scrape(session, "after")
+            elif block_arm is not None:
+                await self._scrape(session, "after", [block_arm])
             await run_load(self, session)
             if self.progress:
                 self.progress(Unit("done", "", "", 0), finished, total)
-            await self._scrape(session, "after")
 
     def run(self) -> Path:
         """Do the experiment's work; returns the ledger path.  Engines are always stopped."""

@@ -1,0 +1,42 @@
+"""The headline: for each lever, the controlled comparison that measures it.
+
+A lever is a knob (:mod:`.knobs`) in which some two arms differ.  For each,
+in the order the arms first differ in it: every controlled comparison that
+measures it (two arms that differ in that knob only) with its total
+multiplier (reference time / arm time) and the guard's verdict on it, whether
+the lever engaged on the arm that has it, and the GPU-hours per 1000 turns it
+returns (reference − arm, where both arms have a cost row) — citable exactly
+when the multiplier is.  When no controlled comparison measures a lever, the
+row says so and which arm would make one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .knobs import differing, suggestion
+
+
+def levers(arms: list[str], knobs: dict[str, dict[str, Any]], multipliers: list[dict[str, Any]],
+           engaged_rows: list[dict[str, Any]], cost_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    names: list[str] = []
+    for i, x in enumerate(arms):
+        for y in arms[i + 1:]:
+            names += [k for k in differing(knobs[x], knobs[y]) if k not in names]
+    eng = {e["arm"]: e for e in engaged_rows}
+    cost = {c["arm"]: c for c in cost_rows}
+    out = []
+    for knob in names:
+        pairs = [m for m in multipliers if m["scope"] == "total" and m.get("lever") == knob]
+        if not pairs:
+            out.append({"lever": knob, "arm": None, "vs": None, "multiplier": None, "citable": False,
+                        "reason": suggestion(knob, arms, knobs), "engaged": None,
+                        "gpu_hours_returned_per_1000_turns": None})
+            continue
+        for m in pairs:
+            ca, cr = cost.get(m["arm"]), cost.get(m["vs"])
+            returned = (cr["gpu_hours_per_1000_turns"] - ca["gpu_hours_per_1000_turns"]) if ca and cr else None
+            out.append({"lever": knob, "arm": m["arm"], "vs": m["vs"], "multiplier": m["value"],
+                        "citable": m["citable"], "reason": m["reason"], "engaged": eng.get(m["arm"], {}).get(knob),
+                        "gpu_hours_returned_per_1000_turns": returned})
+    return out

@@ -1,0 +1,278 @@
+"""Issue 11: one-knob comparisons, the guard over everything derived from a comparison, Amdahl's projection,
+and engagement from the server's own counters.  Hand-made ledgers; every expected number is worked out here."""
+
+from __future__ import annotations
+
+import pytest
+from ledgers import call, header, ledger, turn
+
+from leverbench.analysis.knobs import arm_knobs, comparisons, suggestion
+from leverbench.analysis.summary import summarize
+
+THREE = {"base": {"prefix_cache": False, "drafter": "none"},
+         "control": {"prefix_cache": True, "drafter": "none"},
+         "treatment": {"prefix_cache": True, "drafter": "ngram"}}
+
+
+def _three_arm_ledger(times: dict[str, tuple[float, ...]], outs: dict[str, int] | None = None, **exp) -> tuple:
+    outs = outs or {}
+    head = header(THREE, ["c"], **exp)
+    for a, role in (("control", "control"), ("treatment", "treatment")):
+        head["arms"][a]["role"] = role
+    recs = []
+    for r in range(len(times["base"])):
+        for arm in THREE:
+            recs += turn(arm, "c", r, times[arm][r], outs.get(arm, 100))
+    return head, recs
+
+
+def _m(s, arm, vs, scope="total"):
+    return next(m for m in s["multipliers"] if m["arm"] == arm and m["vs"] == vs and m["scope"] == scope)
+
+
+def test_treatment_is_compared_with_control_not_only_baseline():
+    head, recs = _three_arm_ledger({"base": (10.0, 10.0, 10.0), "control": (8.0, 8.0, 8.0),
+                                    "treatment": (4.0, 4.0, 4.0)})
+    s = summarize(ledger(head, recs))
+    drafter = _m(s, "treatment", "control")
+    assert drafter["value"] == pytest.approx(8.0 / 4.0) and drafter["controlled"] is True
+    assert drafter["knobs"] == ["drafter"] and drafter["lever"] == "drafter" and drafter["citable"] is True
+    # the baseline comparisons stay: control vs base measures the cache; treatment vs base mixes two knobs
+    assert _m(s, "control", "base")["value"] == pytest.approx(10.0 / 8.0)
+    assert _m(s, "control", "base")["lever"] == "prefix_cache"
+    both = _m(s, "treatment", "base")
+    assert both["controlled"] is False and both["knobs"] == ["drafter", "prefix_cache"] and both["lever"] is None
+    # the headline names each lever's controlled pair
+    lev = {l["lever"]: l for l in s["levers"]}
+    assert (lev["drafter"]["arm"], lev["drafter"]["vs"]) == ("treatment", "control")
+    assert lev["drafter"]["multiplier"] == pytest.approx(2.0)
+    assert (lev["prefix_cache"]["arm"], lev["prefix_cache"]["vs"]) == ("control", "base")
+
+
+def test_an_undeclared_engine_version_makes_the_comparison_uncontrolled():
+    head, recs = _three_arm_ledger({"base": (10.0,) * 3, "control": (8.0,) * 3, "treatment": (4.0,) * 3})
+    head["arms"]["base"]["discovered"] = {"knobs": {"engine": "vllm", "engine_version": "0.31.0"}}
+    for a in ("control", "treatment"):
+        head["arms"][a]["discovered"] = {"knobs": {"engine": "vllm", "engine_version": "0.32.0"}}
+    s = summarize(ledger(head, recs))
+    cache = _m(s, "control", "base")
+    assert cache["controlled"] is False and cache["knobs"] == ["engine_version", "prefix_cache"]
+    assert "uncontrolled comparison: control vs base differ in 2 knobs (engine_version, prefix_cache)" in " ".join(s["warnings"])
+    assert _m(s, "treatment", "control")["controlled"] is True  # same version on both
+    lev = {l["lever"]: l for l in s["levers"]}
+    assert lev["prefix_cache"]["arm"] is None and lev["prefix_cache"]["citable"] is False
+    assert "an arm like control with engine_version = '0.31.0' would differ from base in prefix_cache only" \
+        in lev["prefix_cache"]["reason"]
+    conditions = next(t for t in __import__("leverbench.report.tables", fromlist=["all_tables"]).all_tables(s)
+                      if t.key == "conditions")
+    assert "0.32.0 *" in " ".join(" ".join(r) for r in conditions.rows)  # discovered, not declared
+
+
+def test_declared_knob_contradicted_by_the_endpoint_is_a_warning():
+    knobs, warnings = arm_knobs({"conditions": {"drafter": "none", "gpu_hour_usd": 2.0},
+                                 "discovered": {"knobs": {"drafter": True, "engine": "llama.cpp"}}})
+    assert knobs == {"drafter": "none", "engine": "llama.cpp"}  # declared wins; price is not a knob
+    assert warnings == ["declared drafter = 'none', but the endpoint says on"]
+
+
+def test_direction_of_a_pair_where_both_set_the_knob():
+    knobs = {"a": {"drafter": "K=3"}, "b": {"drafter": "K=7"}, "base": {"drafter": "none"}}
+    comps = comparisons(["base", "a", "b"], "base", knobs, {"base": "baseline", "a": "control", "b": "treatment"})
+    assert [(c.arm, c.vs, c.knobs) for c in comps] == [("a", "base", ("drafter",)), ("b", "base", ("drafter",)),
+                                                        ("b", "a", ("drafter",))]
+    assert suggestion("x", ["a"], {"a": {}}) == "no two arms differ in x"
+
+
+def _probes(head, arms):
+    """Probes at 32 and 256 tokens on every arm (1000 prompt tokens at 1000 tok/s, decode 50 tok/s), so the
+    scenario projection has rates to work with."""
+    head["config"]["probes"] = {"output_tokens": [32, 256], "repeats": 2, "case": "c", "tolerance": 0.05}
+    return [_timed(a, "c", r, kind="probe", prompt=1000, cached=990 if arms[a].get("prefix_cache") and r else 0, out=n,
+                   prefill_tps=1000.0, decode_tps=50.0, probe_tokens=n) for r in (0, 1) for n in (32, 256) for a in arms]
+
+
+def _retried_turn(arm, r, t, out):
+    """A turn whose one call failed once and succeeded on the retry: both attempts in the ledger."""
+    first = call(arm, "c", r, latency=2.0, out=None, error={"class": "http_status", "message": "HTTP 500"},
+                 retried=True, attempt=0)
+    ok = call(arm, "c", r, latency=t - 2.0, out=out, attempt=1)
+    recs = turn(arm, "c", r, t, out, calls=[first, ok])
+    recs[-1]["error"] = None
+    recs[-1]["failed_calls"] = 0
+    recs[-1]["retried_s"] = 2.0
+    return recs
+
+
+def test_retried_cell_is_not_citable_in_multipliers_cost_and_projection():
+    arms = {"base": {"prefix_cache": False, "gpu_hour_usd": 5.5}, "cached": {"prefix_cache": True, "gpu_hour_usd": 5.5}}
+    recs = []
+    for r in range(3):
+        recs += turn("base", "c", r, 10.0, 100)
+        recs += turn("cached", "c", r, 5.0, 100) if r == 0 else _retried_turn("cached", r, 5.0 + r, 100)
+    head = header(arms, ["c"])
+    s = summarize(ledger(head, recs + _probes(head, arms)), scenario=(100, 100))
+    cell = next(c for c in s["cells"] if c["arm"] == "cached")
+    assert cell["n"] == 3 and cell["retried_calls"] == 2 and cell["failed_calls"] == 0
+    # turn times 5, 6, 7 s: the full wall clock of the retried turns is kept (median 6)
+    assert cell["median_s"] == 6.0 and cell["max_s"] == 7.0
+    # without the 2 s of each retried attempt: 5, 4, 5 → median 5
+    assert cell["median_without_retries_s"] == 5.0
+    m = _m(s, "cached", "base", "case:c")
+    assert m["citable"] is False and "retries inside the measured time" in m["reason"]
+    assert _m(s, "cached", "base")["citable"] is False
+    cost = {c["arm"]: c for c in s["cost"]}
+    assert cost["cached"]["citable"] is False and "retries inside the measured time" in cost["cached"]["reason"]
+    assert cost["base"]["citable"] is True
+    lever = s["projection"]["levers"][0]
+    assert lever["citable"] is False and "retries inside the measured time" in lever["reason"]
+
+
+def _sentinel(arm, position, tps):
+    return call(arm, "(sentinel)", 0, kind="sentinel", latency=0.1 + 16 / tps, ttft=0.1, out=17, position=position,
+                probe_tokens=16)
+
+
+def test_drifted_arm_is_not_citable_anywhere():
+    arms = {"base": {"prefix_cache": False, "gpus": 1}, "cached": {"prefix_cache": True, "gpus": 1}}
+    recs = []
+    for r in range(3):
+        recs += turn("base", "c", r, 10.0, 100) + turn("cached", "c", r, 5.0, 100)
+    recs += [_sentinel("base", "start", 100.0), _sentinel("base", "end", 101.0),
+             _sentinel("cached", "start", 100.0), _sentinel("cached", "end", 60.0)]  # −40 %
+    head = header(arms, ["c"])
+    s = summarize(ledger(head, recs + _probes(head, arms)), scenario=(100, 100))
+    assert {d["arm"]: d["drifted"] for d in s["drift"]} == {"base": False, "cached": True}
+    for m in (_m(s, "cached", "base"), _m(s, "cached", "base", "case:c")):
+        assert m["citable"] is False and "cached drifted (decode 100.0 → 60.0 tok/s, -40%" in m["reason"]
+    cost = {c["arm"]: c for c in s["cost"]}
+    assert cost["cached"]["citable"] is False and "drifted" in cost["cached"]["reason"]
+    assert s["projection"]["levers"][0]["citable"] is False
+
+
+def test_refused_multiplier_refuses_cost_and_projection():
+    arms = {"base": {"prefix_cache": False, "gpus": 1}, "cached": {"prefix_cache": True, "gpus": 1}}
+    recs = []
+    for r in range(3):
+        recs += turn("base", "c", r, 10.0, 100) + turn("cached", "c", r, 5.0, 150)  # 50 % more output
+    head = header(arms, ["c"])
+    s = summarize(ledger(head, recs + _probes(head, arms)), scenario=(20_000, 100))
+    assert _m(s, "cached", "base")["reason"] == "output volume spread 50.0% > 5%"
+    cost = {c["arm"]: c for c in s["cost"]}
+    assert cost["cached"]["citable"] is False and cost["cached"]["reason"] == "output volume spread 50.0% > 5%"
+    assert cost["cached"]["gpu_hours_returned_per_1000_turns"] == pytest.approx((10.0 - 5.0) * 1000 / 3600)
+    lever = s["projection"]["levers"][0]
+    assert lever["citable"] is False and "NOT citable: output volume spread 50.0% > 5%" in s["projection"]["recommendation"]
+    assert next(l for l in s["levers"] if l["lever"] == "prefix_cache")["citable"] is False
+
+
+def _timed(arm, case, r, *, prompt, cached, out, prefill_tps, decode_tps, kind="call", **kw):
+    prefill, decode = (prompt - cached) / prefill_tps, out / decode_tps
+    return call(arm, case, r, kind=kind, prompt=prompt, cached=cached, out=out, ttft=prefill, latency=prefill + decode,
+                timings={"prompt_n": prompt - cached, "prompt_ms": prefill * 1000, "predicted_n": out,
+                         "predicted_ms": decode * 1000, "cache_n": cached}, **kw)
+
+
+def test_projection_is_amdahls_a_cache_moves_prefill_only():
+    # Both arms prefill at 1000 tok/s; the cache arm happens to decode slower (50 vs 40 tok/s: noise, another
+    # phase). The cache's return must be the prefill it removes, with decode held at the reference arm's value.
+    arms = {"base": {"prefix_cache": False}, "cached": {"prefix_cache": True}}
+    recs = []
+    for r in range(3):
+        for arm, dt in (("base", 50.0), ("cached", 40.0)):
+            for case, prompt in (("short", 1000), ("long", 3000)):
+                cached = prompt - 10 if arm == "cached" and r > 0 else 0
+                c = _timed(arm, case, r, prompt=prompt, cached=cached, out=100 + 50 * r, prefill_tps=1000.0, decode_tps=dt)
+                recs += turn(arm, case, r, c["latency_s"], c["completion_tokens"], calls=[c])
+    for n in (32, 256):
+        for arm, dt in (("base", 50.0), ("cached", 40.0)):
+            recs.append(_timed(arm, "long", 0, kind="probe", prompt=3000, cached=2990 if arm == "cached" else 0, out=n,
+                               prefill_tps=1000.0, decode_tps=dt, probe_tokens=n))
+    head = header(arms, ["short", "long"])
+    head["config"]["probes"] = {"output_tokens": [32, 256], "repeats": 1, "case": "long", "tolerance": 0.05}
+    s = summarize(ledger(head, recs), scenario=(20_000, 1_000))
+    lever = s["projection"]["levers"][0]
+    # base: prefill 20,000 / 1000 = 20 s, decode 1000 / 50 = 20 s; cached: prefill 20,000 × (10/3000) / 1000 = 0.0667 s
+    assert lever["phase"] == "prefill"
+    assert lever["saved_s"] == pytest.approx(20.0 - 20_000 * 10 / 3000 / 1000, rel=1e-6)
+    # total without = 40 s; with = 40 − saved (decode stays at the base's 20 s, not the cached arm's 25 s)
+    assert lever["speedup"] == pytest.approx(40.0 / (40.0 - lever["saved_s"]), rel=1e-6)
+    p = {a["arm"]: a for a in s["projection"]["arms"]}
+    assert p["cached"]["decode_s"] == pytest.approx(25.0)  # its own decode, still reported
+
+
+def _metrics(arm, when, t, **samples):
+    return {"kind": "metrics", "arm": arm, "when": when, "t": t, "samples": samples}
+
+
+def _vllm_ledger(*, shared_endpoint: bool = False):
+    """A vLLM endpoint with default flags: usage carries no cached_tokens and there are no timings."""
+    arms = {"nocache": {"prefix_cache": False}, "cache": {"prefix_cache": True}}
+    head = header(arms, ["doc"])
+    for a in arms:
+        head["arms"][a]["endpoint"] = "http://gpu:8000" if shared_endpoint else f"http://{a}:8000"
+    recs = [_metrics("nocache", "before", 1.0), _metrics("cache", "before", 1.0)]
+    for r in range(3):
+        for arm in arms:
+            ttft = 2.0 if arm == "nocache" or r == 0 else 0.05
+            c = call(arm, "doc", r, latency=ttft + 2.0, ttft=ttft, out=100, prompt=2000, cached=None)
+            recs += turn(arm, "doc", r, c["latency_s"], 100, calls=[c])
+    for n in (32, 256):  # probes (cached on the cache arm: TTFT 0.05 s) give the decode rate, 50 tok/s
+        for arm in arms:
+            ttft = 2.0 if arm == "nocache" else 0.05
+            recs.append(call(arm, "doc", 0, kind="probe", probe_tokens=n, out=n, prompt=2000, cached=None, ttft=ttft,
+                             latency=ttft + n / 50.0))
+    head["config"]["probes"] = {"output_tokens": [32, 256], "repeats": 1, "case": "doc", "tolerance": 0.05}
+    # the cache arm's counters: 6000 prompt tokens queried, 3 × 1 uncached + 2 × 1984 hits... in tokens:
+    # hits 3968 (two calls of 1984 cached tokens), queries 6000; prefill seconds 2.0 + 0.05 + 0.05 over 3 requests
+    recs += [_metrics("nocache", "after", 100.0, **{
+                 "vllm:prompt_tokens_total": 6000.0, "vllm:prefix_cache_queries_total": 0.0,
+                 "vllm:request_prefill_time_seconds_sum": 6.0, "vllm:request_prefill_time_seconds_count": 3.0}),
+             _metrics("cache", "after", 100.0, **{
+                 "vllm:prompt_tokens_total": 6000.0, "vllm:prefix_cache_queries_total": 6000.0,
+                 "vllm:prefix_cache_hits_total": 3968.0, "vllm:prefix_cache_hits_total{engine=1}": "NaN",
+                 "vllm:request_prefill_time_seconds_sum": 2.1, "vllm:request_prefill_time_seconds_count": 3.0,
+                 "vllm:request_queue_time_seconds_sum": 0.03, "vllm:request_queue_time_seconds_count": 3.0})]
+    return head, recs
+
+
+def test_cache_engagement_and_prefill_rate_come_from_metrics_when_usage_lacks_them():
+    head, recs = _vllm_ledger()
+    s = summarize(ledger(head, recs), scenario=(2000, 100))
+    eng = {e["arm"]: e for e in s["engaged"]}
+    assert eng["cache"]["prefix_cache"] is True
+    assert eng["cache"]["cached_share"] == pytest.approx(3968 / 6000)
+    assert eng["cache"]["cached_share_source"].startswith("server metrics")
+    rates = {r["arm"]: r for r in s["rates"]}
+    # uncached tokens per request (6000 − 3968) / 3 = 677.3 in 2.1 / 3 = 0.7 s → 967.6 tok/s, not 2000 / 0.05 = 40,000
+    assert rates["cache"]["prefill_tps"] == pytest.approx((6000 - 3968) / 3 / 0.7, rel=1e-6)
+    assert rates["cache"]["prefill_source"].startswith("server metrics")
+    assert rates["nocache"]["prefill_tps"] == pytest.approx(1000.0)  # no cache, no counts needed: 2000 tokens in 2 s
+    lever = s["projection"]["levers"][0]
+    assert lever["lever"] == "prefix_cache" and lever["credited"] is True
+    queue = {a["arm"]: a for a in s["projection"]["arms"]}["cache"]["queue_s"]
+    assert queue == pytest.approx(0.01)  # the server's own queue seconds per request enter the projection
+    assert not any("not engaged" in w for w in s["warnings"])
+
+
+def test_metrics_of_a_shared_endpoint_in_interleaved_order_are_mixed_and_not_used():
+    head, recs = _vllm_ledger(shared_endpoint=True)
+    s = summarize(ledger(head, recs), scenario=(2000, 100))
+    rows = {r["arm"]: r for r in s["server_metrics"]}
+    assert rows["cache"]["attribution"] == "mixed" and rows["cache"]["mixed_with"] == ["nocache"]
+    eng = {e["arm"]: e for e in s["engaged"]}
+    assert eng["cache"]["prefix_cache"] is False and eng["cache"]["cached_share"] is None
+    rates = {r["arm"]: r for r in s["rates"]}
+    assert rates["cache"]["prefill_tps"] is None and "cannot be told apart" in rates["cache"]["refused"]
+    assert any("mixed with nocache" in w for w in s["warnings"])
+
+
+def test_sglang_samples_with_extra_labels_are_summed():
+    from leverbench.analysis.metrics import arm_metrics
+    before = {"sglang:queue_time_seconds_sum{tp_rank=0}": 1.0, "sglang:queue_time_seconds_sum{tp_rank=1}": 1.0,
+              "sglang:queue_time_seconds_count{tp_rank=0}": 10.0, "sglang:queue_time_seconds_count{tp_rank=1}": 10.0}
+    after = {"sglang:queue_time_seconds_sum{tp_rank=0}": 3.0, "sglang:queue_time_seconds_sum{tp_rank=1}": 5.0,
+             "sglang:queue_time_seconds_count{tp_rank=0}": 20.0, "sglang:queue_time_seconds_count{tp_rank=1}": 20.0,
+             "sglang:cache_hit_rate{tp_rank=0}": 0.5, "sglang:cache_hit_rate{tp_rank=1}": 0.7}
+    m = arm_metrics(before, after)
+    assert m["queue_s_per_request"] == pytest.approx((2.0 + 4.0) / (10.0 + 10.0))
+    assert m["sglang_cache_hit_rate"] == pytest.approx(0.6)
