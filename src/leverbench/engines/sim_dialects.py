@@ -56,6 +56,7 @@ simulator, so discovery never presents it as a real engine.
 from __future__ import annotations
 
 import math
+from dataclasses import asdict
 from typing import Any
 
 DIALECTS = ("llama.cpp", "vllm", "sglang", "openai")
@@ -121,8 +122,6 @@ def usage(dialect: str, prompt_tokens_details: bool, t: Any) -> dict:
 
 def models_body(cfg: Any, created: int) -> dict:
     """``GET BASE_PATH/models`` in the dialect's shape, with the simulator's ``"sim"`` marker."""
-    from dataclasses import asdict  # noqa: PLC0415
-
     entry: dict[str, Any] = {"id": cfg.model, "object": "model", "created": created}
     if cfg.dialect == "llama.cpp":
         entry.update(owned_by="llamacpp", meta={"n_ctx": CONTEXT_LENGTH})
@@ -306,7 +305,6 @@ class LlamaCppMetrics(EngineMetrics):
         for name, text in self.GAUGES.items():
             self.reg.declare("gauge", "llamacpp:" + name, text)
         self.reg.declare("counter", self.PER_POS, "Speculative: accepted draft tokens per draft position")
-        self._busy = 0
 
     def prefilled(self, t: Any, rank: int) -> None:
         self.reg.inc("llamacpp:prompt_tokens_total", t.prompt_tokens - t.cached_tokens)
@@ -315,7 +313,6 @@ class LlamaCppMetrics(EngineMetrics):
 
     def step(self, t: Any, rank: int, size: int) -> None:
         self.reg.inc("llamacpp:n_decode_total")
-        self._busy += 1
         if self.cfg.draft_k:
             self.reg.inc("llamacpp:spec_decode_num_drafts_total")
             self.reg.inc("llamacpp:spec_decode_num_draft_tokens_total", self.cfg.draft_k)
@@ -371,7 +368,7 @@ class VllmMetrics(EngineMetrics):
         "vllm:spec_decode_num_accepted_tokens_total": "Number of accepted tokens.",
     }
     PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
-    FINISHED = ("stop", "length", "abort", "tool_calls")
+    FINISHED = ("stop", "length", "abort")
 
     def __init__(self, cfg: Any):
         super().__init__(cfg)
@@ -434,7 +431,7 @@ class VllmMetrics(EngineMetrics):
         self.reg.observe("vllm:request_inference_time_seconds", t.overhead_s + t.prefill_s + t.decode_s, **self.labels)
         if t.end is not None:
             self.reg.observe("vllm:e2e_request_latency_seconds", t.end - t.arrival, **self.labels)
-        reason = t.finish_reason if t.finish_reason in self.FINISHED else "abort"
+        reason = {"stop": "stop", "tool_calls": "stop", "length": "length"}.get(t.finish_reason, "abort")
         self.reg.inc("vllm:request_success_total", 1, **self.labels, finished_reason=reason)
 
     def render(self, phases: dict[int, tuple[int, int]]) -> str:
@@ -471,9 +468,10 @@ class SglangMetrics(EngineMetrics):
         self.model = {"model_name": cfg.model}
         for name, text in self.TOKENIZER.items():
             self.reg.declare("counter", name, text)
-        self.reg.declare("histogram", "sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds.")
-        self.reg.declare("histogram", "sglang:e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds")
-        self.reg.declare("histogram", "sglang:queue_time_seconds", "Histogram of queueing time in seconds.")
+        for name, text in (("sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds."),
+                           ("sglang:e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds"),
+                           ("sglang:queue_time_seconds", "Histogram of queueing time in seconds.")):
+            self.reg.declare("histogram", name, text)
         for name, text in self.GAUGES.items():
             self.reg.declare("gauge", name, text)
         zero = {"prompt": 0, "cached": 0, "steps": 0, "draft": 0, "accepted": 0}

@@ -160,8 +160,8 @@ def knobs(raw: dict[str, Any]) -> dict[str, Any]:
       ``version``;
     - ``simulator``: true when the answer carries the simulator's ``sim`` marker (a test
       instrument: never report it as the engine it imitates);
-    - ``model`` (the served id; a filesystem path cut to its last part), ``model_file`` (llama.cpp ``model_path``'s file name, vLLM/SGLang
-      model ``root`` / ``model_path``; a filesystem path is cut to its last part);
+    - ``model`` (the served id), ``model_file`` (llama.cpp ``model_path``, vLLM/SGLang model
+      ``root`` / ``model_path``); a filesystem path is cut to its last part, a hub id kept whole;
     - ``prefix_cache``: vLLM ``vllm:cache_config_info{enable_prefix_caching}``, SGLang
       ``not disable_radix_cache``; ``block_size`` from the same vLLM labels;
     - ``drafter``: llama.cpp /slots ``speculative`` or the embedded engine's ``--spec-type`` /
@@ -178,7 +178,8 @@ def knobs(raw: dict[str, Any]) -> dict[str, Any]:
     owners = {m.get("owned_by") for m in models}
     prefixes = {name.split(":", 1)[0] for name in metrics}
     k: dict[str, Any] = {}
-    if isinstance(props, dict) or "llamacpp" in owners or "llamacpp" in prefixes or "llama.cpp" in str(known.get("engine")):
+    llamacpp = "llamacpp" in owners or "llamacpp" in prefixes or "llama.cpp" in str(known.get("engine"))
+    if isinstance(props, dict) or llamacpp:
         k["engine"] = "llama.cpp"
     elif "vllm" in owners or "vllm" in prefixes:
         k["engine"] = "vllm"
