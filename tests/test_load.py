@@ -195,7 +195,7 @@ def test_queueing_appears_exactly_above_the_slots_and_matches_truth(tmp_path, mo
             # closed loop, FIFO: mean wait ≈ (c / slots − 1) × service time (less the clients' turnaround)
             assert mean_true == pytest.approx((c / SLOTS - 1) * OUT_TOKENS / DECODE_TPS, rel=0.25)
             assert row["server_wait"]["mean"] == pytest.approx(mean_true, rel=0.05)
-            assert row["server_queue_s"] == pytest.approx(mean_true, rel=0.25)  # its scrapes include the warm-up
+            assert row["server_queue_s"] is None  # llama.cpp exports no queue histogram (vLLM/SGLang: test_dialects)
             assert row["queue"]["mean"] >= row["server_wait"]["mean"]  # + the client's own lag
         else:
             assert mean_true < 0.002

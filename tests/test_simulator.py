@@ -321,8 +321,8 @@ def test_drafter_sends_several_tokens_per_chunk():
     timings = got.chunks[-1]["timings"]
     assert (timings["draft_n"], timings["draft_n_accepted"], timings["predicted_n"]) == (16, 6, 10)
     assert len(truth[0]["chunk_times"]) == 4
-    assert metrics["vllm:spec_decode_num_draft_tokens_total"] == 16
-    assert metrics["vllm:spec_decode_num_accepted_tokens_total"] == 6
+    assert metrics["llamacpp:spec_decode_num_draft_tokens_total"] == 16
+    assert metrics["llamacpp:spec_decode_num_accepted_tokens_total"] == 6
 
 
 def test_step_sizes_cover_the_answer():
@@ -389,7 +389,7 @@ def test_http_500_fault():
         status, raw = request(s.base_url, "/v1/chat/completions", {"messages": user("hi")})
         truth = s.truth()
     assert status == 500
-    assert json.loads(raw) == {"error": {"message": "simulated internal error", "type": "server_error"}}
+    assert json.loads(raw) == {"error": {"code": 500, "message": "simulated internal error", "type": "server_error"}}
     assert truth[0]["fault"] == "http_500" and truth[0]["completion_tokens"] == 0
 
 
@@ -534,6 +534,7 @@ def _metric_values(text: str) -> dict[str, float]:
 
 
 def test_metrics_parse_and_agree_with_truth():
+    """The default (llama.cpp) dialect exports llama-server's own unlabelled families."""
     prompt = user(synthetic_text(49, "metrics"))
     with sim(draft_k=3, draft_acceptance=1.0) as s:
         for _ in range(3):
@@ -542,19 +543,21 @@ def test_metrics_parse_and_agree_with_truth():
         truth = s.truth()
     assert status == 200
     families = {f.name: f.type for f in text_string_to_metric_families(raw.decode())}
-    for name in ("request_queue_time_seconds", "request_prefill_time_seconds", "request_decode_time_seconds"):
-        assert families["vllm:" + name] == "histogram"
-    for name in ("prefix_cache_queries", "prefix_cache_hits", "spec_decode_num_draft_tokens"):
-        assert families["vllm:" + name] == "counter"
-    assert families["vllm:spec_decode_num_accepted_tokens"] == "counter"
+    assert not any(name.startswith("vllm:") for name in families)
+    for name in ("prompt_tokens", "prompt_tokens_cached", "prompt_seconds", "tokens_predicted", "n_decode",
+                 "spec_decode_num_draft_tokens", "spec_decode_num_accepted_tokens", "spec_decode_num_drafts"):
+        assert families["llamacpp:" + name] == "counter"
     values = _metric_values(raw.decode())
-    assert values["vllm:request_queue_time_seconds_count"] == 3
-    assert values["vllm:prefix_cache_queries_total"] == 3 * 50
-    assert values["vllm:prefix_cache_hits_total"] == sum(r["cached_tokens"] for r in truth) == 2 * 48
-    assert values["vllm:spec_decode_num_draft_tokens_total"] == sum(r["draft_tokens"] for r in truth) == 3 * 4 * 3
-    assert values["vllm:spec_decode_num_accepted_tokens_total"] == 3 * (16 - 4)
-    assert values["vllm:num_requests_running"] == 0 and values["vllm:num_requests_waiting"] == 0
-    assert values["vllm:request_prefill_time_seconds_sum"] == pytest.approx(sum(r["prefill_s"] for r in truth))
+    assert values["llamacpp:prompt_tokens_total"] == 50 + 2 + 2  # only the tokens computed
+    assert values["llamacpp:prompt_tokens_cached_total"] == sum(r["cached_tokens"] for r in truth) == 2 * 48
+    assert values["llamacpp:tokens_predicted_total"] == 3 * 16
+    assert values["llamacpp:n_decode_total"] == 3 * 4
+    assert values["llamacpp:spec_decode_num_draft_tokens_total"] == sum(r["draft_tokens"] for r in truth) == 3 * 4 * 3
+    assert values["llamacpp:spec_decode_num_accepted_tokens_total"] == 3 * (16 - 4)
+    assert values["llamacpp:spec_decode_num_drafts_total"] == 3 * 4
+    assert values["llamacpp:requests_processing"] == 0 and values["llamacpp:requests_deferred"] == 0
+    assert values["llamacpp:prompt_seconds_total"] == pytest.approx(sum(r["prefill_s"] for r in truth))
+    assert values["llamacpp:tokens_predicted_seconds_total"] == pytest.approx(sum(r["decode_s"] for r in truth))
 
 
 def test_info_endpoints():

@@ -12,6 +12,7 @@ from typing import Any, Callable
 import click
 
 from leverbench.engines import simulator
+from leverbench.engines.sim_dialects import DIALECTS
 from leverbench.engines.simulator import SimConfig
 
 _HELP = {
@@ -28,6 +29,13 @@ _HELP = {
     "reasoning_tokens": "The first N generated tokens are sent as reasoning_content.",
     "tool_call_rounds": "With tools, answer with a tool call until the conversation holds this many tool messages.",
     "model": "Model name reported by the server.",
+    "dialect": "Speak as this engine does with its default flags: usage fields, timings, errors, "
+               "endpoints, /metrics names (openai: a strict API that rejects unknown request fields).",
+    "engine_version": "Version the engine reports (llama.cpp build_info, vLLM /version, SGLang /get_server_info).",
+    "prompt_tokens_details": "vllm/sglang: report usage.prompt_tokens_details.cached_tokens, as with vLLM's "
+                             "--enable-prompt-tokens-details or SGLang's --enable-cache-report.",
+    "base_path": "API path: chat at BASE_PATH/chat/completions, models at BASE_PATH/models (e.g. /v1beta/openai).",
+    "model_path": "Model file or directory the engine reports (llama.cpp model_path, vLLM/SGLang root).",
     "seed": "Seed for fault draws and length jitter.",
     "fault_http_500": "Probability per request of an HTTP 500.",
     "fault_http_429": "Probability per request of an HTTP 429.",
@@ -47,8 +55,9 @@ def _config_options(command: Callable[..., Any]) -> Callable[..., Any]:
             decls = [f"--{flag}/--no-{flag}"]
         else:
             decls = [f"--{flag}"]
+        kind = click.Choice(DIALECTS) if f.name == "dialect" else type(f.default)
         command = click.option(
-            *decls, f.name, default=f.default, type=type(f.default), show_default=True, help=_HELP[f.name]
+            *decls, f.name, default=f.default, type=kind, show_default=True, help=_HELP[f.name]
         )(command)
     return command
 
@@ -63,8 +72,11 @@ def sim_command(host: str, port: int, **settings: Any) -> None:
     It is a test instrument whose prefill rate, decode rate, slots, prefix
     cache, drafter and faults are fixed, so the true answer to every
     measurement is known. It is not a real engine and says nothing about
-    one. Prints the base URL (without /v1), then blocks until interrupted.
-    Ground truth per request: GET /sim/truth.
+    one. --dialect sets how it speaks (llama.cpp, vllm, sglang or a strict
+    openai API) without changing its speeds; its model list carries a "sim"
+    object that marks it as the simulator. Prints the base URL (without the
+    base path), then blocks until interrupted. Ground truth per request:
+    GET /sim/truth.
     """
     try:
         cfg = SimConfig(**settings)

@@ -47,8 +47,9 @@ def arm_knobs(arm: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     found = (arm.get("discovered") or {}).get("knobs") or {}
     warnings = []
     for k, v in found.items():
-        if k in declared and isinstance(v, bool) and is_on(declared[k]) != v:
-            warnings.append(f"declared {k} = {declared[k]!r}, but the endpoint says {'on' if v else 'off'}")
+        if k in declared and isinstance(v, (bool, str)) and is_on(declared[k]) != is_on(v):
+            warnings.append(f"declared {k} = {declared[k]!r}, but the endpoint says {'on' if is_on(v) else 'off'}"
+                            + ("" if isinstance(v, bool) else f" ({v!r})"))
     return {**found, **declared}, warnings
 
 

@@ -45,7 +45,7 @@ def probes(ds: Dataset, decomposition: list[dict[str, Any]]) -> tuple[list[dict[
         n1, n2 = ns[0], ns[-1]
         rows = {}
         for n in (n1, n2):
-            recs = by[(arm, case, n)]
+            recs = [r for r in by[(arm, case, n)] if not r.get("retried")]  # an attempt sent again is not a probe
             ok = [r for r in recs if r.get("error") is None and r.get("completion_tokens") is not None]
             failed = len(recs) - len(ok)
             if failed:

@@ -51,13 +51,14 @@ def _largest_case_scenario(ds: Dataset, cell_list: list[dict[str, Any]]) -> tupl
 
 
 def _failed_and_retried(ds: Dataset) -> tuple[int, int]:
-    """Calls (turns' calls, probes, sentinels) that failed and were not retried; attempts that were retried."""
+    """Calls (turns' calls, probes, sentinels) that failed and were not retried; attempts that were retried
+    (a probe the endpoint rejected for its length-forcing fields, sent again by prompt, is neither)."""
     t = ds.call
     failed = int((~t.ok & ~t.retried).sum())
     retried = int(t.retried.sum())
     for c in ds.probes + ds.sentinels:
         failed += c.get("error") is not None and not c.get("retried")
-        retried += bool(c.get("retried"))
+        retried += bool(c.get("retried")) and not c.get("rejected_fields")
     return failed, retried
 
 

@@ -157,37 +157,8 @@ class EmbeddedEngine:
             self.proc.wait(timeout=5)
 
     def discover(self) -> dict[str, Any]:
-        """Facts about the running engine: its build, /props, model, and its knobs (see ``llama_knobs``)."""
-        build = build_info()
-        out: dict[str, Any] = {"engine": "llama.cpp llama-server", "engine_build": build,
+        """Facts about the running engine: its build, arguments and model (discovery adds its knobs)."""
+        out: dict[str, Any] = {"engine": "llama.cpp llama-server", "engine_build": build_info(),
                                "engine_args": self.args, "threads": self.threads, "ctx_size": self.ctx_size,
                                "model_file": model_path().name}
-        out["knobs"] = {"engine": "llama.cpp", "engine_version": str(build.get("package_version") or "unknown"),
-                        "model_file": model_path().name, **llama_knobs(self.args)}
         return out
-
-
-# llama-server flags that configure a drafter (speculative decoding), with whether each takes a value
-_DRAFTER_FLAGS = {"--spec-type": True, "--spec-draft-n-max": True, "--spec-draft-n-min": True, "--draft-max": True,
-                  "--draft-min": True, "--draft-p-min": True, "--draft": True, "--model-draft": True, "-md": True,
-                  "--spec-ngram-size-n": True, "--spec-ngram-size-m": True}
-
-
-def llama_knobs(args: list[str]) -> dict[str, Any]:
-    """The knobs an arm's extra llama-server flags set: ``drafter`` (true when any drafter flag is
-    given) and ``server_args`` (the other flags, as one string; absent when there are none).
-    The drafter's own settings are its declared value (e.g. ``drafter = "ngram-mod K=7"``)."""
-    rest, drafter, i = [], False, 0
-    while i < len(args):
-        a = args[i]
-        flag = a.split("=", 1)[0]
-        if flag in _DRAFTER_FLAGS:
-            drafter = True
-            i += 2 if _DRAFTER_FLAGS[flag] and "=" not in a else 1
-            continue
-        rest.append(a)
-        i += 1
-    out: dict[str, Any] = {"drafter": drafter}
-    if rest:
-        out["server_args"] = " ".join(rest)
-    return out

@@ -46,6 +46,13 @@ Ground truth
     finished or faulted request, in completion order; see :class:`_Trace`.
     ``fault`` names the faults that took effect, comma-joined, plus
     ``client_disconnect`` when the client went away mid-stream.
+
+Dialects
+    ``SimConfig.dialect`` (``llama.cpp``, ``vllm``, ``sglang``, ``openai``)
+    sets how the simulator *speaks*: usage fields, ``timings``, errors, which
+    request fields it honours, ignores or rejects, its info endpoints and
+    ``/metrics`` names (see :mod:`leverbench.engines.sim_dialects`).  The
+    timing model and the ground truth are the same in every dialect.
 """
 
 from __future__ import annotations
@@ -62,12 +69,14 @@ from typing import Any, Callable
 
 from aiohttp import web
 
+from . import sim_dialects as dialects
+from .sim_dialects import DIALECTS
+
 TRUTH_LIMIT = 100_000  # ground-truth records kept (the most recent)
 CACHE_CAPACITY_BLOCKS = 1_000_000  # prefix-cache entries kept (least recently used go first)
 TOOL_CALL_TOKENS = 8  # generated tokens of a tool-call answer
 TOKEN_ID_SPACE = 50_000  # /tokenize ids are stable hashes modulo this
 FAULT_NAMES = ("http_500", "http_429", "cut_stream", "stall", "malformed", "no_usage")
-_HISTOGRAM_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 _SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 
 
@@ -91,6 +100,11 @@ class SimConfig:
     reasoning_tokens: int = 0  # the first N generated tokens are reasoning_content
     tool_call_rounds: int = 0  # with tools, call a tool until the conversation has this many tool messages
     model: str = "sim"
+    dialect: str = "llama.cpp"  # how it speaks: llama.cpp, vllm, sglang or openai (see sim_dialects)
+    engine_version: str = "sim"  # llama.cpp build_info, vLLM /version, SGLang /get_server_info version
+    prompt_tokens_details: bool = False  # vLLM --enable-prompt-tokens-details / SGLang --enable-cache-report
+    base_path: str = "/v1"  # chat at BASE_PATH/chat/completions, models at BASE_PATH/models
+    model_path: str = "sim"  # llama.cpp /props model_path, vLLM/SGLang model root
     seed: int = 0
     fault_http_500: float = 0.0  # probability: answer HTTP 500
     fault_http_429: float = 0.0  # probability: answer HTTP 429
@@ -105,6 +119,10 @@ class SimConfig:
         problems += [f"{name} must be >= 1" for name in ("slots", "cache_block") if getattr(self, name) < 1]
         problems += [f"{name} must be >= 0" for name in _NON_NEGATIVE_FIELDS if getattr(self, name) < 0]
         problems += [f"{name} must be in [0, 1]" for name in _FRACTION_FIELDS if not 0 <= getattr(self, name) <= 1]
+        if self.dialect not in DIALECTS:
+            problems.append(f"dialect must be one of {', '.join(DIALECTS)}")
+        if self.base_path and (not self.base_path.startswith("/") or self.base_path.endswith("/")):
+            problems.append('base_path must be empty or start with "/" and not end with "/" (e.g. "/v1")')
         if problems:
             raise ValueError("; ".join(problems))
 
@@ -269,66 +287,6 @@ class FifoSlots:
         self._free += 1
 
 
-class _Histogram:
-    def __init__(self) -> None:
-        self.bucket_counts = [0] * len(_HISTOGRAM_BUCKETS)
-        self.total = 0.0
-        self.count = 0
-
-    def observe(self, value: float) -> None:
-        self.total += value
-        self.count += 1
-        for i, bound in enumerate(_HISTOGRAM_BUCKETS):
-            if value <= bound:
-                self.bucket_counts[i] += 1
-
-
-class SimMetrics:
-    """vLLM-style Prometheus metrics, written by hand in the text exposition format."""
-
-    HISTOGRAMS = {
-        "vllm:request_queue_time_seconds": "Time requests waited for a slot.",
-        "vllm:request_prefill_time_seconds": "Time requests spent in prefill.",
-        "vllm:request_decode_time_seconds": "Time requests spent decoding.",
-    }
-    COUNTERS = {
-        "vllm:prefix_cache_queries": "Prompt tokens looked up in the prefix cache.",
-        "vllm:prefix_cache_hits": "Prompt tokens found in the prefix cache.",
-        "vllm:spec_decode_num_draft_tokens": "Draft tokens proposed.",
-        "vllm:spec_decode_num_accepted_tokens": "Draft tokens accepted.",
-        "vllm:prompt_tokens": "Prompt tokens of admitted requests.",
-        "vllm:generation_tokens": "Generated tokens.",
-    }
-
-    def __init__(self) -> None:
-        self.histograms = {name: _Histogram() for name in self.HISTOGRAMS}
-        self.counters = dict.fromkeys(self.COUNTERS, 0)
-
-    def observe(self, name: str, seconds: float) -> None:
-        self.histograms["vllm:request_" + name + "_time_seconds"].observe(seconds)
-
-    def add(self, name: str, amount: int) -> None:
-        self.counters["vllm:" + name] += amount
-
-    def render(self, model: str, running: int, waiting: int) -> str:
-        label = 'model_name="%s"' % model.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-        lines: list[str] = []
-        for name, histogram in self.histograms.items():
-            lines += [f"# HELP {name} {self.HISTOGRAMS[name]}", f"# TYPE {name} histogram"]
-            for bound, count in zip(_HISTOGRAM_BUCKETS, histogram.bucket_counts):
-                lines.append(f'{name}_bucket{{{label},le="{bound}"}} {count}')
-            lines.append(f'{name}_bucket{{{label},le="+Inf"}} {histogram.count}')
-            lines.append(f"{name}_sum{{{label}}} {histogram.total!r}")
-            lines.append(f"{name}_count{{{label}}} {histogram.count}")
-        for name, value in self.counters.items():
-            lines += [f"# HELP {name} {self.COUNTERS[name]}", f"# TYPE {name} counter"]
-            lines.append(f"{name}_total{{{label}}} {value}")
-        for name, value in (("vllm:num_requests_running", running), ("vllm:num_requests_waiting", waiting)):
-            lines += [f"# HELP {name} Requests {name.rsplit('_', 1)[1]}.", f"# TYPE {name} gauge"]
-            lines.append(f"{name}{{{label}}} {value}")
-        return "\n".join(lines) + "\n"
-
-
 class SimState:
     """Everything one simulator instance shares across requests."""
 
@@ -337,13 +295,23 @@ class SimState:
         self.rng = random.Random(cfg.seed)
         self.cache = PrefixCache(cfg.cache_block)
         self.slots = FifoSlots(cfg.slots)
-        self.metrics = SimMetrics()
+        self.metrics = dialects.metrics_for(cfg)  # None: the dialect has no /metrics
+        self.phases: dict[str, tuple[int, str]] = {}  # request id -> (scheduler rank, "waiting" | "running")
         self.truth: deque[dict] = deque(maxlen=TRUTH_LIMIT)
+        self.started = int(time.time())
         self._requests = 0
 
     def next_id(self) -> str:
         self._requests += 1
         return f"chatcmpl-sim-{self._requests}"
+
+    def phase_counts(self) -> dict[int, tuple[int, int]]:
+        """(running, waiting) requests per scheduler rank."""
+        out: dict[int, tuple[int, int]] = {}
+        for rank, phase in self.phases.values():
+            running, waiting = out.get(rank, (0, 0))
+            out[rank] = (running + (phase == "running"), waiting + (phase == "waiting"))
+        return out
 
     def draw_faults(self) -> frozenset[str]:
         """One draw per fault kind, always all of them, so the sequence depends only on arrival order."""
@@ -384,10 +352,16 @@ class ChatRequest:
     last_user_text: str = ""
 
 
-def parse_chat_request(body: Any) -> ChatRequest:
-    """Validate a request body; raises ``ValueError`` with a message fit for a 400."""
+def parse_chat_request(body: Any, dialect: str = "llama.cpp") -> ChatRequest:
+    """Validate a request body; raises ``ValueError`` with a message fit for a 400.
+
+    The ``openai`` dialect rejects fields outside OpenAI's schema; only ``llama.cpp``
+    honours ``cache_prompt`` (vLLM and SGLang ignore fields they do not know).
+    """
     if not isinstance(body, dict):
         raise ValueError("request body must be a JSON object")
+    if dialect == "openai" and (unknown := dialects.unknown_fields(body)):
+        raise ValueError(dialects.unknown_fields_message(unknown))
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
         raise ValueError("messages must be a non-empty list of objects")
@@ -403,7 +377,7 @@ def parse_chat_request(body: Any) -> ChatRequest:
         max_tokens=_optional_count(body, "max_completion_tokens", "max_tokens"),
         min_tokens=_optional_count(body, "min_tokens") or 0,
         ignore_eos=bool(body.get("ignore_eos", False)),
-        cache_prompt=body.get("cache_prompt", True) is not False,
+        cache_prompt=dialect != "llama.cpp" or body.get("cache_prompt", True) is not False,
         tools=tools,
         tool_messages=sum(1 for m in messages if m.get("role") == "tool"),
         last_user_text=message_text(users[-1].get("content")) if users else "",
@@ -570,8 +544,8 @@ async def _sleep_until(target: float) -> None:
         await asyncio.sleep(delay)
 
 
-def _error(status: int, message: str, kind: str) -> web.Response:
-    return web.json_response({"error": {"message": message, "type": kind}}, status=status)
+def _error(status: int, message: str, kind: str, dialect: str = "llama.cpp") -> web.Response:
+    return web.json_response(dialects.error_body(dialect, status, message, kind), status=status)
 
 
 def _dumps(obj: Any) -> str:
@@ -590,6 +564,13 @@ class _Exchange:
         self.answer = plan_answer(req, state.cfg)
         self.response: web.StreamResponse | None = None
         self.created = int(trace.arrival)
+        self.rank = dialects.dp_rank(int(trace.id.rsplit("-", 1)[1]))
+        state.phases[trace.id] = (self.rank, "waiting")
+
+    def _event(self, name: str, *args: Any) -> None:
+        """Tell the dialect's metrics exporter (if any) what just happened."""
+        if self.state.metrics is not None:
+            getattr(self.state.metrics, name)(self.trace, self.rank, *args)
 
     async def run(self) -> web.StreamResponse:
         try:
@@ -622,7 +603,8 @@ class _Exchange:
     def _admitted(self) -> None:
         self.trace.admitted = time.time()
         self.trace.queue_s = self.loop.time() - self.arrival_mono
-        self.state.metrics.observe("queue", self.trace.queue_s)
+        self.state.phases[self.trace.id] = (self.rank, "running")
+        self._event("admitted")
 
     async def _overhead_and_prefill(self) -> None:
         cfg, prompt = self.cfg, self.req.prompt
@@ -631,13 +613,10 @@ class _Exchange:
         self.trace.overhead_s = self.loop.time() - started
         cached = self.state.cache.lookup(prompt) if cfg.prefix_cache and self.req.cache_prompt else 0
         self.trace.cached_tokens = cached
-        self.state.metrics.add("prefix_cache_queries", len(prompt))
-        self.state.metrics.add("prefix_cache_hits", cached)
-        self.state.metrics.add("prompt_tokens", len(prompt))
         started = self.loop.time()
         await _sleep_until(started + (len(prompt) - cached) / cfg.prefill_tps)
         self.trace.prefill_s = self.loop.time() - started
-        self.state.metrics.observe("prefill", self.trace.prefill_s)
+        self._event("prefilled")
         if cfg.prefix_cache:
             self.state.cache.insert(prompt)
 
@@ -655,48 +634,45 @@ class _Exchange:
         malformed_after = max(1, len(sizes) // 2) if "malformed" in self.faults else None
         cut = "cut_stream" in self.faults
         start, step_s, emitted = self.loop.time(), 1.0 / self.cfg.decode_tps, 0
-        try:
-            for index, size in enumerate(sizes, 1):
-                if cut and (emitted >= n // 2 or emitted + size >= n):
-                    return False  # half sent, and never the final chunk
-                await _sleep_until(start + index * step_s)
-                pieces = self.answer.pieces[emitted : emitted + size]
-                emitted += size
-                self._count_step(size, emitted, start)
-                await self._emit(index, pieces, last=emitted == n)
-                if index == malformed_after and self.req.stream:
-                    self.applied.append("malformed")
-                    await self._write_line('{"id": "' + self.trace.id + '", "choices": [{"delta": {"content": "x')
-            return True
-        finally:
-            self.state.metrics.observe("decode", self.trace.decode_s)
+        for index, size in enumerate(sizes, 1):
+            if cut and (emitted >= n // 2 or emitted + size >= n):
+                return False  # half sent, and never the final chunk
+            await _sleep_until(start + index * step_s)
+            pieces = self.answer.pieces[emitted : emitted + size]
+            emitted += size
+            self._count_step(size, emitted, start)
+            await self._emit(index, pieces, last=emitted == n)
+            if index == malformed_after and self.req.stream:
+                self.applied.append("malformed")
+                await self._write_line('{"id": "' + self.trace.id + '", "choices": [{"delta": {"content": "x')
+        return True
 
     def _count_step(self, size: int, emitted: int, start: float) -> None:
         trace = self.trace
         trace.completion_tokens = emitted
         trace.reasoning_tokens = min(emitted, self.answer.reasoning_tokens)  # reasoning comes first
         trace.decode_s = self.loop.time() - start
-        self.state.metrics.add("generation_tokens", size)
         if self.cfg.draft_k:
             trace.draft_tokens += self.cfg.draft_k
             trace.accepted_tokens += size - 1
-            self.state.metrics.add("spec_decode_num_draft_tokens", self.cfg.draft_k)
-            self.state.metrics.add("spec_decode_num_accepted_tokens", size - 1)
+        self._event("step", size)
 
     async def _emit(self, index: int, pieces: list[tuple[str, str]], last: bool) -> None:
         if not self.req.stream:
             if index == 1:
                 self.trace.first_token = time.time()
+                self._event("first_token")
             return
         choice = {"index": 0, "delta": chunk_delta(pieces, self.answer, index == 1), "finish_reason": None}
         chunk = self._envelope("chat.completion.chunk", choices=[choice])
         if last:
             choice["finish_reason"] = self.answer.finish_reason
-            chunk["timings"] = self._timings()
+            chunk.update(self._timings())
         stamp = time.time()
         self.trace.chunk_times.append(stamp)
         if index == 1:
             self.trace.first_token = stamp
+            self._event("first_token")
         await self.response.write(f"data: {_dumps(chunk)}\n\n".encode())
 
     async def _write_line(self, data: str) -> None:
@@ -707,8 +683,7 @@ class _Exchange:
             if "no_usage" in self.faults:
                 self.applied.append("no_usage")
             else:
-                chunk = self._envelope("chat.completion.chunk", choices=[], usage=self._usage())
-                chunk["timings"] = self._timings()
+                chunk = self._envelope("chat.completion.chunk", choices=[], usage=self._usage(), **self._timings())
                 await self._write_line(_dumps(chunk))
         await self._write_line("[DONE]")
         await self.response.write_eof()
@@ -716,7 +691,7 @@ class _Exchange:
 
     async def _respond(self) -> web.Response:
         choice = {"index": 0, "message": full_message(self.answer), "finish_reason": self.answer.finish_reason}
-        body = self._envelope("chat.completion", choices=[choice], usage=self._usage(), timings=self._timings())
+        body = self._envelope("chat.completion", choices=[choice], usage=self._usage(), **self._timings())
         if "no_usage" in self.faults:
             self.applied.append("no_usage")
             del body["usage"]
@@ -730,20 +705,16 @@ class _Exchange:
         return {"id": self.trace.id, "object": obj, "created": self.created, "model": self.cfg.model, **fields}
 
     def _usage(self) -> dict:
-        t = self.trace
-        return {
-            "prompt_tokens": t.prompt_tokens,
-            "completion_tokens": t.completion_tokens,
-            "total_tokens": t.prompt_tokens + t.completion_tokens,
-            "prompt_tokens_details": {"cached_tokens": t.cached_tokens},
-            "completion_tokens_details": {"reasoning_tokens": t.reasoning_tokens},
-        }
+        return dialects.usage(self.cfg.dialect, self.cfg.prompt_tokens_details, self.trace)
 
     def _timings(self) -> dict:
-        """llama.cpp-style timings, from the simulator's own measurements."""
+        """``{"timings": ...}``: llama.cpp's timings from the simulator's own measurements; other
+        dialects send none (``{}``)."""
+        if self.cfg.dialect != "llama.cpp":
+            return {}
         t = self.trace
         prompt_n = t.prompt_tokens - t.cached_tokens
-        return {
+        return {"timings": {
             "prompt_n": prompt_n,
             "prompt_ms": t.prefill_s * 1000,
             "prompt_per_second": prompt_n / t.prefill_s if t.prefill_s > 0 else 0.0,
@@ -753,13 +724,15 @@ class _Exchange:
             "cache_n": t.cached_tokens,
             "draft_n": t.draft_tokens,
             "draft_n_accepted": t.accepted_tokens,
-        }
+        }}
 
     def _finish(self) -> None:
         self.trace.end = time.time()
         if self.trace.completion_tokens == self.answer.n_tokens:
             self.trace.finish_reason = self.answer.finish_reason
         self.trace.fault = _fault_label(self.applied)
+        self.state.phases.pop(self.trace.id, None)
+        self._event("finished")
         self.state.truth.append(asdict(self.trace))
 
 
@@ -770,12 +743,13 @@ def _fault_label(applied: list[str]) -> str | None:
 
 async def handle_chat(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
+    dialect = state.cfg.dialect
     trace = _Trace(id=state.next_id(), arrival=time.time())
     faults = state.draw_faults()  # before any await: draws follow arrival order
     try:
-        req = parse_chat_request(await request.json())
+        req = parse_chat_request(await request.json(), dialect)
     except ValueError as err:  # includes json.JSONDecodeError
-        return _error(400, str(err), "invalid_request_error")
+        return _error(400, str(err), "invalid_request_error", dialect)
     trace.prompt_tokens, trace.stream = len(req.prompt), req.stream
     for fault, status, message, kind in (
         ("http_500", 500, "simulated internal error", "server_error"),
@@ -784,46 +758,86 @@ async def handle_chat(request: web.Request) -> web.StreamResponse:
         if fault in faults:
             trace.fault, trace.end = fault, time.time()
             state.truth.append(asdict(trace))
-            return _error(status, message, kind)
+            return _error(status, message, kind, dialect)
     return await _Exchange(state, request, req, trace, faults).run()
 
 
 async def handle_health(request: web.Request) -> web.Response:
-    return web.json_response({"status": "ok"})
+    if request.app[STATE].cfg.dialect == "llama.cpp":
+        return web.json_response({"status": "ok"})
+    return web.Response(status=200)  # vLLM and SGLang answer 200 with an empty body
 
 
 async def handle_models(request: web.Request) -> web.Response:
-    model = request.app[STATE].cfg.model
-    return web.json_response({"object": "list", "data": [{"id": model, "object": "model", "owned_by": "leverbench"}]})
+    state = request.app[STATE]
+    return web.json_response(dialects.models_body(state.cfg, state.started))
 
 
 async def handle_props(request: web.Request) -> web.Response:
+    """llama.cpp's ``/props`` (the fields leverbench reads), plus ``sim``: the whole config."""
     cfg = request.app[STATE].cfg
     return web.json_response(
         {
-            "model_path": "sim",
+            "default_generation_settings": {"n_ctx": dialects.CONTEXT_LENGTH},
+            "model_path": cfg.model_path,
             "model_alias": cfg.model,
             "total_slots": cfg.slots,
-            "build_info": "leverbench simulator (a test instrument, not an engine)",
+            "build_info": cfg.engine_version,
             "sim": asdict(cfg),
         }
     )
 
 
+async def handle_slots(request: web.Request) -> web.Response:
+    """llama.cpp's ``/slots``: per slot, whether a drafter is loaded (``speculative``)."""
+    cfg = request.app[STATE].cfg
+    slots = [{"id": i, "n_ctx": dialects.CONTEXT_LENGTH, "speculative": bool(cfg.draft_k), "is_processing": False}
+             for i in range(cfg.slots)]
+    return web.json_response(slots)
+
+
 async def handle_tokenize(request: web.Request) -> web.Response:
+    """llama.cpp: ``{"content"}`` → ``{"tokens"}``; vLLM and SGLang: ``{"model", "prompt"}`` or
+    ``{"model", "messages"}`` → ``{"count", "max_model_len", "tokens"}``."""
+    cfg = request.app[STATE].cfg
     try:
         body = await request.json()
-        content = body["content"]
-        if not isinstance(content, str):
+        if cfg.dialect == "llama.cpp":
+            content = body["content"]
+            if not isinstance(content, str):
+                raise TypeError
+            return web.json_response({"tokens": token_ids(content)})
+        if isinstance(body.get("messages"), list):
+            ids = [_stable_int(w) % TOKEN_ID_SPACE for w in chat_prompt_tokens(body["messages"])]
+        elif isinstance(body.get("prompt"), str):
+            ids = token_ids(body["prompt"])
+        else:
             raise TypeError
-    except (ValueError, KeyError, TypeError):
-        return _error(400, 'body must be {"content": "<text>"}', "invalid_request_error")
-    return web.json_response({"tokens": token_ids(content)})
+    except (ValueError, KeyError, TypeError, AttributeError):
+        shape = '{"content": "<text>"}' if cfg.dialect == "llama.cpp" else '{"model": ..., "prompt": "<text>"}'
+        return _error(400, f"body must be {shape}", "invalid_request_error", cfg.dialect)
+    return web.json_response({"count": len(ids), "max_model_len": dialects.CONTEXT_LENGTH, "tokens": ids,
+                              "token_strs": None})
+
+
+async def handle_version(request: web.Request) -> web.Response:
+    return web.json_response({"version": request.app[STATE].cfg.engine_version})
+
+
+async def handle_model_info(request: web.Request) -> web.Response:
+    cfg = request.app[STATE].cfg
+    return web.json_response({"model_path": cfg.model_path, "tokenizer_path": cfg.model_path, "is_generation": True,
+                              "preferred_sampling_params": None, "weight_version": "default"})
+
+
+async def handle_server_info(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    return web.json_response(dialects.sglang_server_info(state.cfg, state.slots.running, state.slots.waiting))
 
 
 async def handle_metrics(request: web.Request) -> web.Response:
     state = request.app[STATE]
-    text = state.metrics.render(state.cfg.model, state.slots.running, state.slots.waiting)
+    text = state.metrics.render(state.phase_counts())
     return web.Response(text=text, content_type="text/plain", charset="utf-8")
 
 
@@ -836,16 +850,27 @@ async def handle_reset(request: web.Request) -> web.Response:
     return web.json_response({"status": "ok"})
 
 
+_ENGINE_ROUTES: dict[str, list[tuple[str, str, Callable[..., Any]]]] = {
+    "llama.cpp": [("GET", "/health", handle_health), ("GET", "/props", handle_props), ("GET", "/slots", handle_slots),
+                  ("POST", "/tokenize", handle_tokenize), ("GET", "/metrics", handle_metrics)],
+    "vllm": [("GET", "/health", handle_health), ("GET", "/version", handle_version),
+             ("POST", "/tokenize", handle_tokenize), ("GET", "/metrics", handle_metrics)],
+    "sglang": [("GET", "/health", handle_health), ("GET", "/get_model_info", handle_model_info),
+               ("GET", "/get_server_info", handle_server_info), ("POST", "/tokenize", handle_tokenize),
+               ("GET", "/metrics", handle_metrics)],
+    "openai": [],
+}
+
+
 def build_app(cfg: SimConfig) -> web.Application:
-    """The simulator as an aiohttp application (state in ``app[STATE]``)."""
+    """The simulator as an aiohttp application (state in ``app[STATE]``): chat and the model list
+    under ``cfg.base_path``, the dialect's engine endpoints at the root, ``/sim/*`` always."""
     app = web.Application(client_max_size=256 * 1024**2)
     app[STATE] = SimState(cfg)
-    app.router.add_post("/v1/chat/completions", handle_chat)
-    app.router.add_get("/health", handle_health)
-    app.router.add_get("/v1/models", handle_models)
-    app.router.add_get("/props", handle_props)
-    app.router.add_post("/tokenize", handle_tokenize)
-    app.router.add_get("/metrics", handle_metrics)
+    app.router.add_post(cfg.base_path + "/chat/completions", handle_chat)
+    app.router.add_get(cfg.base_path + "/models", handle_models)
+    for method, path, handler in _ENGINE_ROUTES[cfg.dialect]:
+        app.router.add_route(method, path, handler)
     app.router.add_get("/sim/truth", handle_truth)
     app.router.add_post("/sim/reset", handle_reset)
     return app

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import platform
+from pathlib import PurePath
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
@@ -32,14 +34,41 @@ def host_info() -> dict[str, Any]:
     }
 
 
+def _split(base_url: str) -> tuple[str, str]:
+    """(scheme://host:port, path without a trailing slash) of a base URL; a full
+    ``.../chat/completions`` URL counts as its base."""
+    parts = urlsplit(base_url.strip())
+    path = parts.path.rstrip("/").removesuffix("/chat/completions")
+    return f"{parts.scheme}://{parts.netloc}", path
+
+
+def api_base(base_url: str) -> str:
+    """Where the OpenAI-style API lives (``/chat/completions``, ``/models``).
+
+    ``http://h:p`` → ``http://h:p/v1`` (a bare server: the engines' convention);
+    any base with a path is used as given, OpenAI's convention: ``http://h:p/v1``,
+    ``https://h/v1beta/openai``, ``http://proxy/llama/v1``.
+    """
+    origin, path = _split(base_url)
+    return origin + (path or "/v1")
+
+
 def api_root(base_url: str) -> str:
-    """``http://h:p/v1`` → ``http://h:p`` (where /health, /props and /metrics live)."""
-    url = base_url.rstrip("/")
-    return url[:-3] if url.endswith("/v1") else url
+    """Where the engine's own endpoints live (/health, /props, /metrics, /tokenize, /version).
+
+    The base without a trailing ``/v1`` (``http://proxy/llama/v1`` → ``http://proxy/llama``);
+    a base whose path ends otherwise (``https://h/v1beta/openai``) → scheme, host and port.
+    """
+    origin, path = _split(base_url)
+    return origin + path.removesuffix("/v1") if not path or path.endswith("/v1") else origin
 
 
 def chat_url(base_url: str) -> str:
-    return api_root(base_url) + "/v1/chat/completions"
+    return api_base(base_url) + "/chat/completions"
+
+
+def models_url(base_url: str) -> str:
+    return api_base(base_url) + "/models"
 
 
 async def _get_json(session: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> Any | None:
@@ -52,24 +81,190 @@ async def _get_json(session: aiohttp.ClientSession, url: str, headers: dict[str,
         return None
 
 
-async def endpoint_info(session: aiohttp.ClientSession, base_url: str, headers: dict[str, str]) -> dict[str, Any]:
+async def _get_text(session: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> str | None:
+    try:
+        async with session.get(url, headers=headers, timeout=aiohttp.ClientTimeout(total=10)) as resp:
+            return await resp.text() if resp.status == 200 else None
+    except (aiohttp.ClientError, TimeoutError, UnicodeDecodeError):
+        return None
+
+
+async def endpoint_info(session: aiohttp.ClientSession, base_url: str, headers: dict[str, str], *,
+                        metrics_url: str | None = None, known: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What the endpoint says about itself: llama.cpp ``/props`` and ``/slots``, vLLM ``/version``,
+    SGLang ``/get_server_info``, the model list, one ``/metrics`` scrape; and from all of it
+    (plus ``known``: what the runner knows already, e.g. the embedded engine's build) the
+    normalised serving condition ``knobs`` (see :func:`knobs`).  Endpoints that do not answer
+    200 with JSON are simply absent."""
     root = api_root(base_url)
     out: dict[str, Any] = {}
+    raw: dict[str, Any] = {"known": known or {}}
     props = await _get_json(session, root + "/props", headers)
     if isinstance(props, dict):
+        raw["props"] = props
         out["props"] = {k: props[k] for k in _PROPS_KEEP if k in props}
         gen = props.get("default_generation_settings")
         if isinstance(gen, dict):
             out["props"]["n_ctx"] = gen.get("n_ctx", out["props"].get("n_ctx"))
         if "sim" in props:
             out["props"]["sim"] = props["sim"]
+        raw["slots"] = await _get_json(session, root + "/slots", headers)
     version = await _get_json(session, root + "/version", headers)
     if isinstance(version, dict):
-        out["version"] = version
-    models = await _get_json(session, root + "/v1/models", headers)
+        out["version"] = raw["version"] = version
+    server_info = await _get_json(session, root + "/get_server_info", headers)
+    if isinstance(server_info, dict):
+        raw["server_info"] = server_info
+        out["server_info"] = {k: server_info[k] for k in _SERVER_INFO_KEEP if k in server_info}
+    models = await _get_json(session, models_url(base_url), headers)
     if isinstance(models, dict) and isinstance(models.get("data"), list):
-        out["models"] = [m.get("id") for m in models["data"] if isinstance(m, dict)]
+        raw["models"] = [m for m in models["data"] if isinstance(m, dict)]
+        out["models"] = [m.get("id") for m in raw["models"]]
+        if isinstance(models.get("sim"), dict):
+            out["sim"] = raw["sim"] = models["sim"]
+    text = await _get_text(session, metrics_url or root + "/metrics", headers)
+    raw["metrics"] = metric_labels(text) if text is not None else None
+    if raw["metrics"] and "vllm:cache_config_info" in raw["metrics"]:
+        out["cache_config"] = raw["metrics"]["vllm:cache_config_info"][0]
+    out["knobs"] = knobs(raw)
     return out
+
+
+def metric_labels(text: str) -> dict[str, list[dict[str, str]]] | None:
+    """Engine metric samples (vLLM, SGLang, llama.cpp names) → their label sets, by sample name;
+    None when the text is not a Prometheus exposition."""
+    out: dict[str, list[dict[str, str]]] = {}
+    try:
+        for fam in text_string_to_metric_families(text):
+            for s in fam.samples:
+                if s.name.startswith(METRIC_PREFIXES):
+                    out.setdefault(s.name, []).append(dict(s.labels))
+    except Exception:  # noqa: BLE001 - a malformed exposition is simply not used
+        return None
+    return out
+
+
+def knobs(raw: dict[str, Any]) -> dict[str, Any]:
+    """The serving condition as the endpoint states it, normalised across engines; only what was found.
+
+    ``raw``: ``props`` (llama.cpp /props), ``slots`` (/slots), ``version`` (vLLM /version),
+    ``server_info`` (SGLang /get_server_info), ``models`` (model-list entries), ``sim`` (the
+    simulator's marker), ``metrics`` (:func:`metric_labels` of one scrape), ``known`` (the
+    embedded engine's own facts: ``engine_build``, ``engine_args``, ``model_file``).
+
+    - ``engine``: ``llama.cpp`` (a /props answer, models owned by ``llamacpp`` or ``llamacpp:``
+      metrics), ``vllm`` (owned by ``vllm`` or ``vllm:`` metrics), ``sglang`` (owned by ``sglang``,
+      ``sglang:`` metrics or a /get_server_info answer);
+    - ``engine_version``: llama.cpp ``build_info`` (not the placeholder ``b0-...`` of a build
+      without git data; then ``b`` + the embedded package's version), vLLM /version, SGLang's
+      ``version``;
+    - ``simulator``: true when the answer carries the simulator's ``sim`` marker (a test
+      instrument: never report it as the engine it imitates);
+    - ``model`` (the served id), ``model_file`` (llama.cpp ``model_path``, vLLM/SGLang model
+      ``root`` / ``model_path``); a filesystem path is cut to its last part, a hub id kept whole;
+    - ``prefix_cache``: vLLM ``vllm:cache_config_info{enable_prefix_caching}``, SGLang
+      ``not disable_radix_cache``; ``block_size`` from the same vLLM labels;
+    - ``drafter``: llama.cpp /slots ``speculative`` or the embedded engine's ``--spec-type`` /
+      draft-model arguments; vLLM: whether ``vllm:spec_decode_*`` families exist (vLLM registers
+      them only with a drafter); SGLang ``speculative_algorithm``; the method's name as the value
+      where it is named (else true), so that one drafter is one knob;
+    - ``slots`` (llama.cpp ``total_slots``, SGLang ``max_running_requests``), ``context_length``
+      (llama.cpp ``n_ctx``, vLLM/SGLang ``max_model_len``), ``tensor_parallel`` /
+      ``data_parallel`` (SGLang ``tp_size`` / ``dp_size``), ``device`` (SGLang).
+    No engine states its GPU model; that stays a declared condition.
+    """
+    props, slots = raw.get("props"), raw.get("slots")
+    version, info = raw.get("version") or {}, raw.get("server_info")
+    models, metrics, known = raw.get("models") or [], raw.get("metrics") or {}, raw.get("known") or {}
+    owners = {m.get("owned_by") for m in models}
+    prefixes = {name.split(":", 1)[0] for name in metrics}
+    k: dict[str, Any] = {}
+    llamacpp = "llamacpp" in owners or "llamacpp" in prefixes or "llama.cpp" in str(known.get("engine"))
+    if isinstance(props, dict) or llamacpp:
+        k["engine"] = "llama.cpp"
+    elif "vllm" in owners or "vllm" in prefixes:
+        k["engine"] = "vllm"
+    elif "sglang" in owners or "sglang" in prefixes or isinstance(info, dict):
+        k["engine"] = "sglang"
+    engine = k.get("engine")
+    if engine == "llama.cpp":
+        _llamacpp_knobs(k, props if isinstance(props, dict) else {}, slots, known)
+    elif engine == "vllm":
+        _put(k, "engine_version", version.get("version"))
+        cache = (metrics.get("vllm:cache_config_info") or [{}])[0]
+        if "enable_prefix_caching" in cache:
+            k["prefix_cache"] = cache["enable_prefix_caching"] == "True"
+        _put(k, "block_size", _int(cache.get("block_size")))
+        if metrics:
+            k["drafter"] = any(name.startswith("vllm:spec_decode") for name in metrics)
+    elif engine == "sglang" and isinstance(info, dict):
+        _put(k, "engine_version", info.get("version"))
+        if "disable_radix_cache" in info:
+            k["prefix_cache"] = not info["disable_radix_cache"]
+        if "speculative_algorithm" in info:
+            k["drafter"] = info["speculative_algorithm"] or False
+        _put(k, "slots", _int(info.get("max_running_requests")))
+        _put(k, "tensor_parallel", _int(info.get("tp_size")))
+        _put(k, "data_parallel", _int(info.get("dp_size")))
+        _put(k, "device", info.get("device"))
+    if isinstance(raw.get("sim"), dict) or (isinstance(props, dict) and isinstance(props.get("sim"), dict)):
+        k["simulator"] = True
+    if models:
+        _put(k, "model", _file_name(models[0].get("id")))
+        if engine in ("vllm", "sglang"):
+            _put(k, "model_file", _file_name(models[0].get("root")))
+        _put(k, "context_length", _int(models[0].get("max_model_len")))
+    if engine == "sglang" and isinstance(info, dict):
+        k.setdefault("model_file", _file_name(info.get("model_path")))
+    return {key: v for key, v in k.items() if v is not None}
+
+
+def _llamacpp_knobs(k: dict[str, Any], props: dict[str, Any], slots: Any, known: dict[str, Any]) -> None:
+    build = props.get("build_info")
+    if isinstance(build, str) and build and not build.startswith("b0-") and build != "unknown":
+        k["engine_version"] = build
+    elif (pkg := (known.get("engine_build") or {}).get("package_version")) and str(pkg).split(".")[0].isdigit():
+        k["engine_version"] = "b" + str(pkg).split(".")[0]
+    _put(k, "model", _file_name(props.get("model_alias")))
+    _put(k, "model_file", _file_name(props.get("model_path")) or known.get("model_file"))
+    _put(k, "slots", _int(props.get("total_slots")))
+    gen = props.get("default_generation_settings")
+    _put(k, "context_length", _int(gen.get("n_ctx")) if isinstance(gen, dict) else None)
+    args = [str(a) for a in known.get("engine_args") or []]
+    spec = [a for a in args if a in _LLAMACPP_DRAFT_ARGS]
+    if spec:
+        k["drafter"] = True
+        if "--spec-type" in args and args.index("--spec-type") + 1 < len(args):
+            k["drafter"] = args[args.index("--spec-type") + 1]
+    elif isinstance(slots, list) and slots and all(isinstance(s, dict) and "speculative" in s for s in slots):
+        k["drafter"] = any(bool(s["speculative"]) for s in slots)
+
+
+_LLAMACPP_DRAFT_ARGS = {"--spec-type", "-md", "--model-draft", "-hfd", "--hf-repo-draft"}
+_SERVER_INFO_KEEP = ("version", "model_path", "served_model_name", "tp_size", "dp_size", "pp_size",
+                     "disable_radix_cache", "speculative_algorithm", "speculative_num_draft_tokens",
+                     "max_running_requests", "enable_cache_report", "enable_metrics", "device", "page_size")
+
+
+def _put(k: dict[str, Any], key: str, value: Any) -> None:
+    if value is not None and value != "" and key not in k:
+        k[key] = value
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(value) if value is not None and not isinstance(value, bool) else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _file_name(path: Any) -> str | None:
+    """A model path's last part when it is a filesystem path; a hub id (``org/name``) as given."""
+    if not isinstance(path, str) or not path:
+        return None
+    if path.startswith(("/", "./", "../", "~")) or "\\" in path:
+        return PurePath(path.replace("\\", "/")).name
+    return path
 
 
 async def scrape_metrics(session: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> dict[str, float] | None:

@@ -35,6 +35,11 @@ from .load import run_load
 from .schedule import SENTINEL_CASE, Unit, build_schedule
 
 SENTINEL_PROMPT = "Count upward from 1, one number per line, and keep going."
+FORCE_FIELDS = ("ignore_eos", "min_tokens")  # how a probe forces its output length, where the engine allows it
+LONG_ANSWER = ("Answer at great length: write many long, detailed paragraphs and keep writing; "
+               "do not stop early or summarise.")
+LENGTH_BY_FIELDS = "ignore_eos"
+LENGTH_BY_PROMPT = "prompt (engine rejected ignore_eos)"
 EMBEDDED_MODEL_ID = "SmolLM2-135M-Instruct-Q4_1"
 
 
@@ -46,6 +51,7 @@ class ArmEndpoint:
     headers: dict[str, str]
     engine: EmbeddedEngine | None = None
     discovered: dict[str, Any] = field(default_factory=dict)
+    length_by_prompt: bool = False  # the endpoint rejected ignore_eos/min_tokens: probes ask for length instead
 
 
 class Interrupted(Exception):
@@ -157,7 +163,9 @@ class Runner:
     async def _call(self, session: aiohttp.ClientSession, ep: ArmEndpoint, body: dict[str, Any],
                     meta: dict[str, Any], *, think_tags: bool = False) -> dict[str, Any]:
         """One call, recorded; with ``retries`` set, a failed attempt is recorded and tried again
-        (``_retried_s`` on the returned record: the seconds its retried attempts took)."""
+        (``_retried_s`` on the returned record: the seconds its retried attempts took).
+        A fixed-length call (``meta`` has ``length_method``) gets :func:`length_check`'s fields; one
+        the endpoint rejected for its forcing fields is not tried again (the caller falls back)."""
         retried_s = 0.0
         for attempt in range(self.retries + 1):
             rec = await stream_chat(session, chat_url(ep.base_url), body, headers=ep.headers,
@@ -177,7 +185,10 @@ class Runner:
                 out["input_messages"] = messages
             if rec["error"] is not None and ep.engine is not None and (note := ep.engine.death_note()):
                 out["error"] = {"class": "engine_died", "message": note[:2000]}
-            will_retry = out["error"] is not None and attempt < self.retries and out["error"]["class"] != "engine_died"
+            if "length_method" in meta:
+                out.update(length_check(out, body, meta["probe_tokens"]))
+            will_retry = (out["error"] is not None and attempt < self.retries and out["error"]["class"] != "engine_died"
+                          and not out.get("rejected_fields"))
             if will_retry:
                 out["retried"] = True
                 retried_s += out["latency_s"]
@@ -263,7 +274,11 @@ class Runner:
         })
 
     async def _fixed_length(self, session: aiohttp.ClientSession, unit: Unit) -> None:
-        """A probe or sentinel: one call whose output length is forced."""
+        """A probe or sentinel: one call whose output length is forced with ``ignore_eos`` +
+        ``min_tokens`` (``max_tokens`` = n).  An endpoint that rejects those fields (HTTP 400/422)
+        gets the same prompt again without them, with :data:`LONG_ANSWER` appended so that
+        ``max_tokens`` ends the answer; the rejected attempt stays in the ledger (``retried``,
+        ``rejected_fields``), and the arm's later probes ask that way straight away."""
         ep = self.endpoints[unit.arm]
         n = unit.probe_tokens or 1
         if unit.kind in ("sentinel", "warmup"):
@@ -271,11 +286,17 @@ class Runner:
         else:
             case = next(c for c in self.spec.cases if c.name == unit.case)
             messages = first_messages(self.exp, case)
-        force = {"ignore_eos": True, "min_tokens": n}
-        body = self._body(ep, messages, n, 0.0, extra=force)
         meta = {"kind": unit.kind, "arm": unit.arm, "case": unit.case, "repeat": unit.repeat, "step": 0,
                 "probe_tokens": n, "position": unit.position}
-        await self._call(session, ep, body, meta)
+        if not ep.length_by_prompt:
+            body = self._body(ep, messages, n, 0.0, extra={"ignore_eos": True, "min_tokens": n})
+            rec = await self._call(session, ep, body, {**meta, "length_method": LENGTH_BY_FIELDS})
+            if not rec.get("rejected_fields"):
+                return
+        body = self._body(ep, ask_at_length(messages), n, 0.0)
+        rec = await self._call(session, ep, body, {**meta, "length_method": LENGTH_BY_PROMPT})
+        if rec["error"] is None:
+            ep.length_by_prompt = True
 
     async def _scrape(self, session: aiohttp.ClientSession, when: str, arms: list[str] | None = None) -> None:
         """Scrape each arm's (or the given arms') Prometheus metrics into a ``metrics`` record."""
@@ -292,7 +313,8 @@ class Runner:
         conn = aiohttp.TCPConnector(limit=0, force_close=True)  # llama-server closes idle keep-alive connections; a reused stale one fails
         async with aiohttp.ClientSession(connector=conn) as session:
             for ep in self.endpoints.values():
-                ep.discovered.update(await endpoint_info(session, ep.base_url, ep.headers))
+                ep.discovered.update(await endpoint_info(session, ep.base_url, ep.headers,
+                                                         metrics_url=ep.arm.metrics_url, known=ep.discovered))
             if not done:
                 await self._append(self._header())
             for name in self.endpoints:  # a fresh server's first call is slow; measure it, don't count it
@@ -391,6 +413,33 @@ async def count_tokens(session: aiohttp.ClientSession, base_url: str, headers: d
         return
     rec.update(prompt_tokens=len(tin["tokens"]), completion_tokens=len(tout["tokens"]), token_source=source,
                usage_missing=True, error=None)
+
+
+def length_check(rec: dict[str, Any], body: dict[str, Any], n: int) -> dict[str, Any]:
+    """Fields for a fixed-length call's record: ``rejected_fields`` (+ ``retried``) when the endpoint
+    refused a body that carried :data:`FORCE_FIELDS` with HTTP 400 or 422 (a strict API); else,
+    for a call that succeeded, ``length_verified`` = the engine generated exactly ``n`` tokens."""
+    sent = [f for f in FORCE_FIELDS if f in body]
+    if rec["error"] is not None and rec.get("status") in (400, 422) and sent:
+        return {"rejected_fields": sent, "retried": True}
+    if rec["error"] is None:
+        return {"length_verified": rec.get("completion_tokens") == n}
+    return {}
+
+
+def ask_at_length(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The same conversation with :data:`LONG_ANSWER` appended to its last user message (or added
+    as one), so that the prompt, and the prefill it costs, stay nearly the same."""
+    out = [dict(m) for m in messages]
+    last = out[-1] if out else None
+    if last is None or last.get("role") != "user":
+        return [*out, {"role": "user", "content": LONG_ANSWER}]
+    content = last.get("content")
+    if isinstance(content, list):
+        last["content"] = [*content, {"type": "text", "text": LONG_ANSWER}]
+    else:
+        last["content"] = f"{content or ''}\n\n{LONG_ANSWER}"
+    return out
 
 
 def _sum_or_none(values: Any) -> int | None:
