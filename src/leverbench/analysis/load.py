@@ -68,6 +68,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from .metrics import arm_metrics
+
 PCTS = (50, 90, 95, 99)
 KNEE_LATENCY_FACTOR = 1.5
 KNEE_THROUGHPUT_GAIN = 0.10
@@ -75,8 +77,6 @@ LAG_WARN_S = 0.010  # client lag (send lag or event-loop stall) above this is wa
 QUEUE_FLOOR_S = 0.005
 QUEUE_SHARE = 0.05
 TOKEN_ERROR_WARN = 0.05
-_SERVER_QUEUE = (("vllm:request_queue_time_seconds_sum", "vllm:request_queue_time_seconds_count"),
-                 ("sglang:queue_time_seconds_sum", "sglang:queue_time_seconds_count"))
 
 Cols = Mapping[str, np.ndarray]
 
@@ -233,20 +233,16 @@ def load_records(records: Iterable[dict[str, Any]]) -> dict[tuple[str, str], lis
 
 
 def server_queue(metrics: list[dict[str, Any]], arm: str, stage: str, t_first: float, t_last: float) -> float | None:
-    """Mean server-side queue time over the stage: Δ queue_time_seconds_sum / Δ _count between the
-    ``load-start`` scrape before the stage's first send and the ``load-end`` scrape after its last end."""
+    """Mean server-side queue time over the stage: Δ queue_time_seconds_sum / Δ _count (summed over label
+    sets, :func:`.metrics.arm_metrics`) between the ``load-start`` scrape before the stage's first send and the
+    ``load-end`` scrape after its last end."""
     starts = [m for m in metrics if m.get("arm") == arm and m.get("when") == f"load-start {stage}"
               and m.get("t", 0) <= t_first]
     ends = [m for m in metrics if m.get("arm") == arm and m.get("when") == f"load-end {stage}" and m.get("t", 0) >= t_last]
     if not starts or not ends:
         return None
-    a, b = starts[-1]["samples"], ends[0]["samples"]
-    for s_key, c_key in _SERVER_QUEUE:
-        if c_key in b:
-            dc = b[c_key] - a.get(c_key, 0.0)
-            if dc > 0:
-                return (b.get(s_key, 0.0) - a.get(s_key, 0.0)) / dc
-    return None
+    figures = arm_metrics(starts[-1]["samples"], ends[0]["samples"])
+    return figures.get("queue_s_per_request")
 
 
 def window(c: Cols, measured: np.ndarray) -> tuple[float, float, str] | None:

@@ -1,0 +1,106 @@
+"""Issue 11, end to end against the simulator: knobs discovered from the endpoints (not declared) decide which
+comparison is controlled, and vLLM's default flags (no cached tokens in usage) still credit the prefix cache."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from leverbench.analysis.summary import summarize
+from leverbench.cli import cli
+from leverbench.engines.simulator import SimConfig, SimulatorThread, synthetic_text
+from leverbench.ledger.reader import read_ledger
+
+PREFILL_TPS = 4000.0
+DECODE_TPS = 400.0
+DOC_TOKENS = 1500
+
+
+def _experiment(tmp, urls: dict[str, str]) -> str:
+    (tmp / "doc.txt").write_text(synthetic_text(DOC_TOKENS, "verdicts"))
+    roles = {"base": "baseline", "control": "control", "treatment": "treatment"}
+    arms = "".join(f'''
+[[arms]]
+name = "{a}"
+role = "{roles[a]}"
+base_url = "{url}/v1"
+model = "sim"
+''' for a, url in urls.items())  # no conditions declared: every knob is discovered
+    p = tmp / "exp.toml"
+    p.write_text(f'''
+[experiment]
+name = "verdicts"
+repeats = 3
+baseline = "base"
+sentinel_tokens = 16
+{arms}
+[[cases]]
+name = "read"
+documents = ["doc.txt"]
+prompt = "summarise"
+max_tokens = 64
+[[cases.steps]]
+prompt = "more"
+max_tokens = 96
+
+[probes]
+output_tokens = [16, 128]
+repeats = 2
+''')
+    return str(p)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("verdicts")
+    common = dict(dialect="vllm", prefill_tps=PREFILL_TPS, decode_tps=DECODE_TPS, output_tokens=200, cache_block=16)
+    with SimulatorThread(SimConfig(engine_version="1", prefix_cache=False, **common)) as base, \
+            SimulatorThread(SimConfig(engine_version="2", prefix_cache=True, **common)) as control, \
+            SimulatorThread(SimConfig(engine_version="2", prefix_cache=True, draft_k=4, draft_acceptance=0.75,
+                                      **common)) as treatment:
+        exp = _experiment(tmp, {"base": base.base_url, "control": control.base_url, "treatment": treatment.base_url})
+        res = CliRunner().invoke(cli, ["run", exp, "--out", str(tmp / "run")], catch_exceptions=False)
+        assert res.exit_code == 0, res.output
+        truth = {"control": control.truth()}
+    return summarize(read_ledger(tmp / "run")), truth
+
+
+def _total(s, arm, vs):
+    return next(m for m in s["multipliers"] if m["arm"] == arm and m["vs"] == vs and m["scope"] == "total")
+
+
+def test_discovered_knobs_decide_the_controlled_pair(run):
+    s, _ = run
+    knobs = {a["name"]: a["knobs"] for a in s["arms"]}
+    assert knobs["base"]["engine"] == "vllm" and knobs["base"]["engine_version"] == "1"
+    assert (knobs["control"]["engine_version"], knobs["control"]["prefix_cache"]) == ("2", True)
+    assert knobs["treatment"]["drafter"] is True and all(a["conditions"] == {} for a in s["arms"])
+    drafter = _total(s, "treatment", "control")
+    assert drafter["controlled"] is True and drafter["knobs"] == ["drafter"]
+    # 4 tokens per decode step instead of 1: the turn's decode is ~4x faster, prefill the same
+    assert drafter["value"] > 2.0
+    cache = _total(s, "control", "base")
+    assert cache["controlled"] is False and cache["knobs"] == ["engine_version", "prefix_cache"]
+    levers = {l["lever"]: l for l in s["levers"]}
+    assert (levers["drafter"]["arm"], levers["drafter"]["vs"]) == ("treatment", "control")
+    assert levers["prefix_cache"]["arm"] is None and "engine_version = '1'" in levers["prefix_cache"]["reason"]
+    assert levers["engine_version"]["arm"] is None  # version and cache changed together: nothing measures either
+
+
+def test_vllm_default_flags_cache_is_engaged_from_its_counters(run):
+    s, truth = run
+    eng = {e["arm"]: e for e in s["engaged"]}
+    # usage carries no cached_tokens on vLLM's default flags: the share comes from its counters
+    assert eng["control"]["prefix_cache"] is True
+    assert eng["control"]["cached_share_source"].startswith("server metrics")
+    served = [t for t in truth["control"]]
+    want = sum(t["cached_tokens"] for t in served) / sum(t["prompt_tokens"] for t in served)
+    assert eng["control"]["cached_share"] == pytest.approx(want, abs=0.02)
+    assert eng["treatment"]["drafter"] is True and eng["treatment"]["acceptance"] == pytest.approx(0.75, abs=0.01)
+    rates = {r["arm"]: r for r in s["rates"]}
+    # a sane prefill rate: the simulator's own, not prompt tokens / cached TTFT (tens of thousands of tok/s)
+    assert rates["control"]["prefill_tps"] == pytest.approx(PREFILL_TPS, rel=0.15)
+    assert rates["base"]["prefill_tps"] == pytest.approx(PREFILL_TPS, rel=0.15)
+    assert not any("not engaged" in w for w in s["warnings"])
+    lever = next(l for l in s["projection"]["levers"] if l["lever"] == "drafter")
+    assert lever["credited"] is True and lever["phase"] == "decode"
