@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from .dataset import Dataset, sums, zero_nan
+from .metrics import numeric
 
 CACHE_MIN_SHARE = 0.01
 _OFF = (None, False, "none", "off", "no", "", 0)
@@ -31,7 +32,8 @@ def _metric_delta(ds: Dataset, arm: str, name: str) -> float | None:
     after = next((m for m in reversed(ds.metrics) if m["arm"] == arm and m["when"] == "after"), None)
     if not before or not after:
         return None
-    keys = [k for k in after["samples"] if k.split("{")[0] in (name, name + "_total")]
+    keys = [k for k in after["samples"] if k.split("{")[0] in (name, name + "_total")
+            and numeric(after["samples"][k]) and numeric(before["samples"].get(k, 0.0))]
     if not keys:
         return None
     return sum(after["samples"][k] - before["samples"].get(k, 0.0) for k in keys)

@@ -68,6 +68,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from .metrics import numeric
+
 PCTS = (50, 90, 95, 99)
 KNEE_LATENCY_FACTOR = 1.5
 KNEE_THROUGHPUT_GAIN = 0.10
@@ -234,7 +236,8 @@ def load_records(records: Iterable[dict[str, Any]]) -> dict[tuple[str, str], lis
 
 def server_queue(metrics: list[dict[str, Any]], arm: str, stage: str, t_first: float, t_last: float) -> float | None:
     """Mean server-side queue time over the stage: Δ queue_time_seconds_sum / Δ _count between the
-    ``load-start`` scrape before the stage's first send and the ``load-end`` scrape after its last end."""
+    ``load-start`` scrape before the stage's first send and the ``load-end`` scrape after its last end
+    (None where a sample is not a finite number: see :func:`~leverbench.analysis.metrics.numeric`)."""
     starts = [m for m in metrics if m.get("arm") == arm and m.get("when") == f"load-start {stage}"
               and m.get("t", 0) <= t_first]
     ends = [m for m in metrics if m.get("arm") == arm and m.get("when") == f"load-end {stage}" and m.get("t", 0) >= t_last]
@@ -242,7 +245,7 @@ def server_queue(metrics: list[dict[str, Any]], arm: str, stage: str, t_first: f
         return None
     a, b = starts[-1]["samples"], ends[0]["samples"]
     for s_key, c_key in _SERVER_QUEUE:
-        if c_key in b:
+        if c_key in b and all(numeric(v) for v in (b[c_key], a.get(c_key, 0.0), b.get(s_key, 0.0), a.get(s_key, 0.0))):
             dc = b[c_key] - a.get(c_key, 0.0)
             if dc > 0:
                 return (b.get(s_key, 0.0) - a.get(s_key, 0.0)) / dc

@@ -12,10 +12,15 @@ For a counter c, Δc = c(after) − c(before), summed over label sets.  Per arm:
   gauge as read after the block;
 - drafter acceptance = Δaccepted / Δdraft tokens (``vllm:spec_decode_num_{accepted,draft}_tokens``,
   ``llamacpp:spec_decode_num_{accepted,draft}_tokens_total``); SGLang's ``sglang:spec_accept_length`` gauge.
+
+A sample that is not a finite number (the ledger keeps NaN/±Inf as "NaN", "+Inf", "-Inf") is skipped:
+a label set with such a value before or after is left out of Δc, and a figure none of whose samples
+are numbers is absent.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 _RATIO_PER_REQUEST = {
@@ -37,10 +42,15 @@ _DELTAS = {"cached_prompt_tokens": "llamacpp:prompt_tokens_cached_total"}
 _GAUGES = {"sglang_cache_hit_rate": "sglang:cache_hit_rate", "sglang_spec_accept_length": "sglang:spec_accept_length"}
 
 
-def _delta(before: dict[str, float], after: dict[str, float], name: str) -> float | None:
-    """Δ of a counter over all its label sets; accepts the name with or without ``_total``."""
+def numeric(v: Any) -> bool:
+    """Whether a scraped sample is a finite number (not "NaN", "+Inf", "-Inf", nor anything else)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _delta(before: dict[str, Any], after: dict[str, Any], name: str) -> float | None:
+    """Δ of a counter over its label sets with numeric samples; accepts the name with or without ``_total``."""
     names = {name, name + "_total", name.removesuffix("_total")}
-    keys = [k for k in after if k.split("{", 1)[0] in names]
+    keys = [k for k in after if k.split("{", 1)[0] in names and numeric(after[k]) and numeric(before.get(k, 0.0))]
     if not keys:
         return None
     return sum(after[k] - before.get(k, 0.0) for k in keys)
@@ -50,7 +60,7 @@ def _ratio(num: float | None, den: float | None) -> float | None:
     return num / den if num is not None and den else None
 
 
-def arm_metrics(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+def arm_metrics(before: dict[str, Any], after: dict[str, Any]) -> dict[str, float]:
     out: dict[str, float] = {}
     for key, hists in _RATIO_PER_REQUEST.items():
         for h in hists:
@@ -68,7 +78,7 @@ def arm_metrics(before: dict[str, float], after: dict[str, float]) -> dict[str, 
         if (v := _delta(before, after, name)) is not None:
             out[key] = v
     for key, name in _GAUGES.items():
-        vals = [v for k, v in after.items() if k.split("{", 1)[0] == name]
+        vals = [v for k, v in after.items() if k.split("{", 1)[0] == name and numeric(v)]
         if vals:
             out[key] = sum(vals) / len(vals)
     return out

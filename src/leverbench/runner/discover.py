@@ -9,6 +9,8 @@ from typing import Any
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+from ..ledger.records import json_number
+
 METRIC_PREFIXES = ("vllm:", "sglang:", "llamacpp:")
 _PROPS_KEEP = ("model_path", "total_slots", "build_info", "n_ctx", "chat_template_caps", "modalities")
 
@@ -72,8 +74,12 @@ async def endpoint_info(session: aiohttp.ClientSession, base_url: str, headers: 
     return out
 
 
-async def scrape_metrics(session: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> dict[str, float] | None:
-    """Serving-engine Prometheus samples (vLLM, SGLang, llama.cpp names), or None if not offered."""
+async def scrape_metrics(session: aiohttp.ClientSession, url: str,
+                         headers: dict[str, str]) -> dict[str, float | str] | None:
+    """Serving-engine Prometheus samples (vLLM, SGLang, llama.cpp names), or None if not offered.
+
+    A sample's label sets other than ``model_name`` / ``engine`` stay apart; those two are summed over.
+    A NaN or infinite value (legal in the exposition format) is kept as "NaN", "+Inf" or "-Inf"."""
     try:
         async with session.get(url, headers=headers, timeout=aiohttp.ClientTimeout(total=10)) as resp:
             if resp.status != 200:
@@ -92,4 +98,4 @@ async def scrape_metrics(session: aiohttp.ClientSession, url: str, headers: dict
                 samples[key] = samples.get(key, 0.0) + float(s.value)
     except Exception:  # noqa: BLE001 - a malformed exposition is simply not used
         return None
-    return samples or None
+    return {k: json_number(v) for k, v in samples.items()} or None
