@@ -100,7 +100,7 @@ def test_ctrl_c_records_the_call_in_flight_as_cancelled(tmp_path):
 
 @pytest.mark.parametrize("mode, shape", [
     ("closed", "concurrency = 4\nrequests = 8"),  # four clients, each waiting for its call
-    ("open", "rate = 2.0\narrival = \"constant\"\nrequests = 8"),  # a send every 0.5 s: Ctrl-C lands between sends
+    ("open", "rate = 1.0\narrival = \"constant\"\nrequests = 8"),  # a send a second: Ctrl-C lands between sends
 ])
 def test_ctrl_c_records_every_load_call_in_flight(tmp_path, mode, shape):
     stage = f'''
