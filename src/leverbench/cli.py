@@ -68,7 +68,8 @@ def run(experiment: Path | None, out_dir: Path | None, repeats: int | None, resu
     llama.cpp engine), write RUN_DIR/ledger.jsonl (every call, as it ends), then
     summary.json, report.md and report.html, and print the result tables.
 
-    Ctrl-C stops after the call in flight and prints the command to resume."""
+    Ctrl-C stops at once: the calls in flight are recorded (error class cancelled, with
+    what had arrived), the engines are stopped, and the command to resume is printed."""
     from .report.files import write_reports  # noqa: PLC0415
     from .report.terminal import render_terminal  # noqa: PLC0415
     from .runner.run import Interrupted, Runner  # noqa: PLC0415
@@ -89,9 +90,9 @@ def run(experiment: Path | None, out_dir: Path | None, repeats: int | None, resu
         try:
             runner.run()
         except Interrupted:
-            err_console.print(f"\ninterrupted; everything that finished is in {out}/ledger.jsonl and the engines were "
-                              f"stopped. Resume with:\n  leverbench run {experiment} --out {out} --resume",
-                              highlight=False)
+            err_console.print(f"\ninterrupted; every call is in {out}/ledger.jsonl (those cut off in flight as "
+                              f"'cancelled') and the engines were stopped. Resume with:\n"
+                              f"  leverbench run {experiment} --out {out} --resume", highlight=False)
             sys.exit(130)
     ledger = read_ledger(out)
     summary = summarize(ledger)

@@ -12,10 +12,12 @@ import json
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import ConfigError
+from .redact import redact_url
 from .workload.load import LoadStage, check_stages, check_trace_paths
 
 DEFAULT_EXPERIMENT = Path("examples/agent-turns.toml")
@@ -65,6 +67,7 @@ class Arm(_Strict):
     request: dict[str, Any] = Field(default_factory=dict)
     conditions: dict[str, Any] = Field(default_factory=dict)
     metrics_url: str | None = None
+    metrics_send_key: bool = False  # send the api_key_env key to a metrics_url on another origin too
 
     @model_validator(mode="after")
     def _endpoint_xor_engine(self) -> "Arm":
@@ -77,6 +80,10 @@ class Arm(_Strict):
         for forbidden in ("messages", "stream", "model"):
             if forbidden in self.request:
                 raise ValueError(f"request may not set {forbidden!r}: the runner owns it")
+        if self.metrics_send_key and not (self.metrics_url and self.api_key_env):
+            raise ValueError("metrics_send_key sends the api_key_env key to metrics_url: give both, or drop it")
+        if self.api_key_env and self.base_url and "@" in urlsplit(self.base_url).netloc:
+            raise ValueError("base_url carries credentials (user:password@) and api_key_env is set: give one of them")
         return self
 
 
@@ -159,7 +166,14 @@ class LoadedExperiment(BaseModel):
     tool_scripts: dict[str, dict[str, Any]] = {}  # case name -> canned tool results
 
     def snapshot(self) -> dict[str, Any]:
-        return self.spec.model_dump(mode="json")
+        """The validated experiment as JSON, for the ledger's header: the arms' URLs redacted
+        (:func:`~leverbench.redact.redact_url`), so credentials in them are never written."""
+        snap = self.spec.model_dump(mode="json")
+        for arm in snap["arms"]:
+            for key in ("base_url", "metrics_url"):
+                if arm.get(key):
+                    arm[key] = redact_url(arm[key])
+        return snap
 
 
 # ---------------------------------------------------------------- errors

@@ -24,6 +24,10 @@ Attribution: an arm's row covers what happened on its endpoint between its
 have their own scrapes).  When another arm shares the endpoint and its window
 overlaps (interleaved order), the counters mix both arms' calls: the row says
 ``attribution: "mixed"`` with whom, and no per-arm figure is taken from it.
+
+A sample that is not a finite number (the ledger keeps NaN/±Inf as "NaN", "+Inf", "-Inf") is skipped:
+a label set with such a value before or after is left out of Δc, and a figure none of whose samples
+are numbers is absent.
 """
 
 from __future__ import annotations
@@ -52,17 +56,18 @@ _DELTAS = {"cached_prompt_tokens": "llamacpp:prompt_tokens_cached_total",
 _GAUGES = {"sglang_cache_hit_rate": "sglang:cache_hit_rate", "sglang_spec_accept_length": "sglang:spec_accept_length"}
 
 
-def _finite(v: Any) -> float | None:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+def numeric(v: Any) -> bool:
+    """Whether a scraped sample is a finite number (not "NaN", "+Inf", "-Inf", nor anything else)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def _delta(before: dict[str, Any], after: dict[str, Any], name: str) -> float | None:
-    """Δ of a counter over all its label sets; accepts the name with or without ``_total``."""
+    """Δ of a counter over its label sets with numeric samples; accepts the name with or without ``_total``."""
     names = {name, name + "_total", name.removesuffix("_total")}
-    keys = [k for k in after if k.split("{", 1)[0] in names and _finite(after[k]) is not None]
+    keys = [k for k in after if k.split("{", 1)[0] in names and numeric(after[k]) and numeric(before.get(k, 0.0))]
     if not keys:
         return None
-    return sum(after[k] - (_finite(before.get(k)) or 0.0) for k in keys)
+    return sum(after[k] - before.get(k, 0.0) for k in keys)
 
 
 def _ratio(num: float | None, den: float | None) -> float | None:
@@ -94,7 +99,7 @@ def arm_metrics(before: dict[str, Any], after: dict[str, Any]) -> dict[str, floa
         if (v := _delta(before, after, name)) is not None:
             out[key] = v
     for key, name in _GAUGES.items():
-        vals = [f for k, v in after.items() if k.split("{", 1)[0] == name and (f := _finite(v)) is not None]
+        vals = [v for k, v in after.items() if k.split("{", 1)[0] == name and numeric(v)]
         if vals:
             out[key] = sum(vals) / len(vals)
     return out

@@ -12,6 +12,7 @@ import numpy as np
 
 from ..ledger.reader import Ledger
 from ..ledger.records import KINDS, SUMMARY_SCHEMA
+from ..redact import redact_tree
 from .cells import cells, multipliers, totals
 from .cost import costs
 from .dataset import Dataset, dataset, first_seen, groups
@@ -169,7 +170,7 @@ def summarize(ledger: Ledger, *, scenario: tuple[int, int] | None = None,
                 "resumed": sum(1 for _ in ledger.of_kind("resume"))},
         "baseline": ds.baseline,
         "arms": [{"name": a, "role": arms_h.get(a, {}).get("role"), "conditions": arms_h.get(a, {}).get("conditions", {}),
-                  "knobs": knobs[a], "discovered": arms_h.get(a, {}).get("discovered", {}),
+                  "knobs": knobs[a], "discovered": redact_tree(arms_h.get(a, {}).get("discovered", {})),
                   "model": arms_h.get(a, {}).get("model")}
                  for a in ds.arms],
         "levers": levers(ds.arms, knobs, mults, eng, cost_rows),

@@ -30,13 +30,21 @@ Schema ``leverbench.ledger/1``:
 - ``turn``: one per finished turn (arm, case, repeat): turn_s (first send →
   last token), calls, failed_calls, output_tokens, prompt_tokens, error.
 - ``metrics``: a Prometheus scrape of an arm's endpoint: arm, when
-  ("before" / "after"), samples{name: value}.
+  ("before" / "after"), samples{name: value}; a NaN or infinite sample (legal
+  in the exposition format) is the string "NaN", "+Inf" or "-Inf".
 - ``warmup``: a short call to each arm before the work starts (a fresh
   server's first call is slow); kept, never analysed.
 - ``resume``: at, tool_version, completed_units, repeats.
+
+JSON has no NaN or infinity: wherever a record holds one (a server's sample
+or ``timings``), the writer stores the string "NaN", "+Inf" or "-Inf"
+(:func:`json_number`; ``float()`` reads each back).
 """
 
 from __future__ import annotations
+
+import math
+from typing import Any
 
 LEDGER_SCHEMA = "leverbench.ledger/1"
 LEDGER_SCHEMA_NAME, LEDGER_SCHEMA_VERSION = LEDGER_SCHEMA.rsplit("/", 1)
@@ -44,3 +52,21 @@ SUMMARY_SCHEMA = "leverbench.summary/1"
 
 CALL_KINDS = ("call", "probe", "sentinel", "load")
 KINDS = ("run", "turn", "metrics", "resume", "warmup", *CALL_KINDS)
+
+
+def json_number(v: float) -> float | str:
+    """*v* as the ledger stores it: itself when finite, else "NaN", "+Inf" or "-Inf" (Prometheus' spelling)."""
+    if math.isfinite(v):
+        return v
+    return "NaN" if math.isnan(v) else ("+Inf" if v > 0 else "-Inf")
+
+
+def json_safe(obj: Any) -> Any:
+    """*obj* with every non-finite float (in dicts, lists and tuples) replaced by :func:`json_number`'s string."""
+    if isinstance(obj, float):
+        return json_number(obj)
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    return obj

@@ -11,6 +11,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from .records import json_safe
+
 
 class LedgerWriter:
     def __init__(self, path: Path):
@@ -35,7 +37,12 @@ class LedgerWriter:
                     os.fsync(fh.fileno())
 
     def append(self, record: dict[str, Any]) -> None:
-        line = json.dumps(record, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        """Write *record* as one line and fsync; a NaN or infinity in it is written as a string (see
+        :func:`~leverbench.ledger.records.json_safe`), never as invalid JSON and never as an error."""
+        try:
+            line = json.dumps(record, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        except ValueError:  # a non-finite float
+            line = json.dumps(json_safe(record), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
         self._fh.write(line + "\n")
         self._fh.flush()
         os.fsync(self._fh.fileno())

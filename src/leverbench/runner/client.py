@@ -14,9 +14,13 @@ timeout_first_token no content arrived within the first-token timeout
 timeout_idle        the stream stalled longer than the idle timeout between chunks
 timeout_total       the whole call took longer than the total timeout
 stream_cut          the stream ended without a finish reason or ``[DONE]``
-malformed           an SSE data line that is not JSON, or JSON of the wrong shape
+malformed           an SSE data line that is not JSON, or JSON of the wrong shape, or a
+                    line longer than ``MAX_SSE_LINE_BYTES`` (the message gives its size)
 no_usage            the call completed, the server sent no token usage, and it
                     could not be counted otherwise (see runner: /tokenize)
+cancelled           the run was interrupted (Ctrl-C) while the call was in flight;
+                    the record keeps what had arrived (chunks, partial usage, the
+                    latency so far) and :class:`CallCancelled` carries it out
 ==================  =============================================================
 """
 
@@ -26,10 +30,13 @@ import asyncio
 import hashlib
 import json
 import time
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
+
+from ..redact import redact_text
 
 
 @dataclass(frozen=True)
@@ -45,7 +52,71 @@ def messages_sha256(messages: list[dict[str, Any]]) -> str:
 
 
 def _error(cls: str, message: str) -> dict[str, str]:
-    return {"class": cls, "message": message[:500]}
+    """An error record; URLs and query values in *message* redacted (:func:`~leverbench.redact.redact_text`)."""
+    return {"class": cls, "message": redact_text(message)[:500]}
+
+
+class CallCancelled(asyncio.CancelledError):
+    """The task was cancelled (Ctrl-C) during a call; ``record`` is the call's record, class ``cancelled``.
+
+    A :class:`asyncio.CancelledError`, so the cancellation goes on for callers that do not record it.
+    """
+
+    def __init__(self, record: dict[str, Any]):
+        super().__init__("call cancelled")
+        self.record = record
+
+
+MAX_SSE_LINE_BYTES = 8 * 2**20  # a longer SSE line is recorded as malformed
+
+
+class SSELineTooLong(Exception):
+    """An SSE line longer than :data:`MAX_SSE_LINE_BYTES`; ``size`` is how much of it had arrived."""
+
+    def __init__(self, size: int):
+        super().__init__(f"an SSE line longer than {MAX_SSE_LINE_BYTES} bytes ({size} bytes without a line end)")
+        self.size = size
+
+
+class SSELines:
+    """The lines of a response body as they arrive (without their ``\\n``), split here rather than by
+    aiohttp's ``readline``, which raises past twice its read buffer (``ValueError("Chunk too big")``
+    past 128 KiB in older aiohttp, ``http_exceptions.LineTooLong`` past 512 KiB in 3.14): lines up to
+    ``limit`` bytes are returned whole; a longer one raises :class:`SSELineTooLong`."""
+
+    def __init__(self, content: aiohttp.StreamReader, limit: int = MAX_SSE_LINE_BYTES):
+        self.content = content
+        self.limit = limit
+        self.lines: deque[bytes] = deque()
+        self.head: list[bytes] = []  # the start of a line still waiting for its end
+        self.head_size = 0
+        self.eof = False
+
+    def __aiter__(self) -> "SSELines":
+        return self
+
+    async def __anext__(self) -> bytes:
+        while not self.lines:
+            if self.head_size > self.limit:
+                raise SSELineTooLong(self.head_size)
+            if self.eof:
+                raise StopAsyncIteration
+            data = await self.content.readany()
+            if not data:
+                self.eof = True
+                if self.head_size:
+                    self.lines.append(b"".join(self.head))
+                continue
+            parts = data.split(b"\n")
+            if len(parts) > 1:
+                if self.head:
+                    parts[0] = b"".join((*self.head, parts[0]))
+                    self.head, self.head_size = [], 0
+                self.lines.extend(parts[:-1])
+            if parts[-1]:
+                self.head.append(parts[-1])
+                self.head_size += len(parts[-1])
+        return self.lines.popleft()
 
 
 def _body_error_message(status: int, body: bytes) -> str:
@@ -216,7 +287,7 @@ async def stream_chat(
                     raw = await resp.read()
                     error = _error("http_status", _body_error_message(status, raw))
                 else:
-                    async for raw_line in resp.content:
+                    async for raw_line in SSELines(resp.content):
                         now = time.perf_counter()
                         if st.first_token_s is not None:
                             idle_at = loop.time() + timeouts.idle_s
@@ -245,6 +316,12 @@ async def stream_chat(
                         if st.first_token_s is not None and armed == "first_token":
                             armed = "idle"
                             deadline.reschedule(min(loop.time() + timeouts.idle_s, total_deadline))
+    except asyncio.CancelledError:  # Ctrl-C: record what arrived, then let the cancellation go on (below)
+        error = _error("cancelled", "the run was interrupted while the call was in flight")
+    except SSELineTooLong as exc:
+        error = _error("malformed", str(exc))
+    except aiohttp.ServerTimeoutError:  # before TimeoutError, which it subclasses on Python 3.11+
+        error = _error("timeout_connect", f"connect timed out after {timeouts.connect_s:g} s")
     except TimeoutError:
         if armed == "first_token":
             error = _error("timeout_first_token", f"no token within {timeouts.first_token_s:g} s")
@@ -252,8 +329,6 @@ async def stream_chat(
             error = _error("timeout_idle", f"no data for {timeouts.idle_s:g} s between chunks")
         else:
             error = _error("timeout_total", f"call exceeded {timeouts.total_s:g} s")
-    except aiohttp.ServerTimeoutError:
-        error = _error("timeout_connect", f"connect timed out after {timeouts.connect_s:g} s")
     except aiohttp.ClientConnectorError as exc:
         error = _error("connect", f"cannot connect to {url}: {exc.os_error.strerror if exc.os_error else exc}")
     except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
@@ -299,4 +374,6 @@ async def stream_chat(
         rec["chunk_text"] = st.chunk_text
     rec["_content"] = content  # for the runner's next step; stripped before the ledger
     rec["_reasoning"] = reasoning_text
+    if error is not None and error["class"] == "cancelled":
+        raise CallCancelled(rec)
     return rec

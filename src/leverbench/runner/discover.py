@@ -11,6 +11,8 @@ from urllib.parse import urlsplit
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+from ..ledger.records import json_number
+
 METRIC_PREFIXES = ("vllm:", "sglang:", "llamacpp:")
 _PROPS_KEEP = ("model_path", "total_slots", "build_info", "n_ctx", "chat_template_caps", "modalities")
 
@@ -90,12 +92,14 @@ async def _get_text(session: aiohttp.ClientSession, url: str, headers: dict[str,
 
 
 async def endpoint_info(session: aiohttp.ClientSession, base_url: str, headers: dict[str, str], *,
-                        metrics_url: str | None = None, known: dict[str, Any] | None = None) -> dict[str, Any]:
+                        metrics_url: str | None = None, metrics_headers: dict[str, str] | None = None,
+                        known: dict[str, Any] | None = None) -> dict[str, Any]:
     """What the endpoint says about itself: llama.cpp ``/props`` and ``/slots``, vLLM ``/version``,
     SGLang ``/get_server_info``, the model list, one ``/metrics`` scrape; and from all of it
     (plus ``known``: what the runner knows already, e.g. the embedded engine's build) the
     normalised serving condition ``knobs`` (see :func:`knobs`).  Endpoints that do not answer
-    200 with JSON are simply absent."""
+    200 with JSON are simply absent.  ``metrics_headers``: what to send to ``metrics_url`` (the
+    runner passes the key only where the arm allows it; default: ``headers``)."""
     root = api_root(base_url)
     out: dict[str, Any] = {}
     raw: dict[str, Any] = {"known": known or {}}
@@ -122,7 +126,8 @@ async def endpoint_info(session: aiohttp.ClientSession, base_url: str, headers: 
         out["models"] = [m.get("id") for m in raw["models"]]
         if isinstance(models.get("sim"), dict):
             out["sim"] = raw["sim"] = models["sim"]
-    text = await _get_text(session, metrics_url or root + "/metrics", headers)
+    text = await _get_text(session, metrics_url or root + "/metrics",
+                           headers if metrics_headers is None else metrics_headers)
     raw["metrics"] = metric_labels(text) if text is not None else None
     if raw["metrics"] and "vllm:cache_config_info" in raw["metrics"]:
         out["cache_config"] = raw["metrics"]["vllm:cache_config_info"][0]
@@ -267,8 +272,12 @@ def _file_name(path: Any) -> str | None:
     return path
 
 
-async def scrape_metrics(session: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> dict[str, float] | None:
-    """Serving-engine Prometheus samples (vLLM, SGLang, llama.cpp names), or None if not offered."""
+async def scrape_metrics(session: aiohttp.ClientSession, url: str,
+                         headers: dict[str, str]) -> dict[str, float | str] | None:
+    """Serving-engine Prometheus samples (vLLM, SGLang, llama.cpp names), or None if not offered.
+
+    A sample's label sets other than ``model_name`` / ``engine`` stay apart; those two are summed over.
+    A NaN or infinite value (legal in the exposition format) is kept as "NaN", "+Inf" or "-Inf"."""
     try:
         async with session.get(url, headers=headers, timeout=aiohttp.ClientTimeout(total=10)) as resp:
             if resp.status != 200:
@@ -287,4 +296,4 @@ async def scrape_metrics(session: aiohttp.ClientSession, url: str, headers: dict
                 samples[key] = samples.get(key, 0.0) + float(s.value)
     except Exception:  # noqa: BLE001 - a malformed exposition is simply not used
         return None
-    return samples or None
+    return {k: json_number(v) for k, v in samples.items()} or None

@@ -260,6 +260,7 @@ class StageRun:
         self.first_extra: dict[str, Any] = {}
         self.connect_fails = 0
         self.stopped = False
+        self.sending: set[asyncio.Task] = set()  # the tasks inside _send (waiting for a slot or in a call)
         self.sem = asyncio.Semaphore(self.s.max_in_flight) if self.s.max_in_flight else None
 
     async def run(self) -> None:
@@ -271,6 +272,12 @@ class StageRun:
                 await self._open()
             else:
                 await self._trace()
+        except asyncio.CancelledError:  # Ctrl-C: every call in flight records itself (cancelled) before we stop
+            rest = [t for t in self.sending if t is not asyncio.current_task()]
+            for t in rest:
+                t.cancel()
+            await asyncio.gather(*rest, return_exceptions=True)
+            raise
         finally:
             await self.lag.stop()
 
@@ -278,6 +285,8 @@ class StageRun:
 
     async def _send(self, body: dict[str, Any], meta: dict[str, Any], scheduled_t: float) -> dict[str, Any]:
         """Send one call (waiting for a ``max_in_flight`` slot first); the record comes back from the runner."""
+        me = asyncio.current_task()
+        self.sending.add(me)
         if self.sem is not None:
             await self.sem.acquire()
         try:
@@ -287,6 +296,7 @@ class StageRun:
                 self.first_extra = {}
             rec = await self.runner._call(self.session, self.ep, body, m)
         finally:
+            self.sending.discard(me)
             if self.sem is not None:
                 self.sem.release()
         err = rec.get("error")

@@ -28,8 +28,9 @@ from ..errors import BadInput, ConfigError, EngineError
 from ..ledger.reader import read_ledger
 from ..ledger.records import LEDGER_SCHEMA
 from ..ledger.writer import LedgerWriter
+from ..redact import redact_tree, redact_url, same_origin
 from ..workload.cases import case_size_chars, first_messages, next_messages, step_prompts
-from .client import Timeouts, messages_sha256, stream_chat
+from .client import CallCancelled, Timeouts, messages_sha256, stream_chat
 from .discover import api_root, chat_url, endpoint_info, host_info, scrape_metrics
 from .load import run_load
 from .schedule import SENTINEL_CASE, Unit, build_schedule
@@ -53,9 +54,16 @@ class ArmEndpoint:
     discovered: dict[str, Any] = field(default_factory=dict)
     length_by_prompt: bool = False  # the endpoint rejected ignore_eos/min_tokens: probes ask for length instead
 
+    def headers_for(self, url: str) -> dict[str, str]:
+        """The key's headers for a request to *url*: only on the arm's own origin (scheme, host and
+        port of base_url), or to its metrics_url when the arm sets ``metrics_send_key``; else none."""
+        if same_origin(url, self.base_url) or (self.arm.metrics_send_key and url == self.arm.metrics_url):
+            return self.headers
+        return {}
+
 
 class Interrupted(Exception):
-    """The run was stopped (Ctrl-C); what finished is in the ledger."""
+    """The run was stopped (Ctrl-C); what finished, and the calls in flight (class cancelled), are in the ledger."""
 
 
 ProgressFn = Callable[[Unit, int, int], None]
@@ -141,8 +149,8 @@ class Runner:
             "experiment_file": str(self.exp.path),
             "config": self.exp.snapshot(),
             "arms": {
-                name: {"role": ep.arm.role, "conditions": ep.arm.conditions, "discovered": ep.discovered,
-                       "endpoint": "embedded" if ep.engine else api_root(ep.base_url), "model": ep.model}
+                name: {"role": ep.arm.role, "conditions": ep.arm.conditions, "discovered": redact_tree(ep.discovered),
+                       "endpoint": "embedded" if ep.engine else redact_url(api_root(ep.base_url)), "model": ep.model}
                 for name, ep in self.endpoints.items()
             },
         }
@@ -168,8 +176,12 @@ class Runner:
         the endpoint rejected for its forcing fields is not tried again (the caller falls back)."""
         retried_s = 0.0
         for attempt in range(self.retries + 1):
-            rec = await stream_chat(session, chat_url(ep.base_url), body, headers=ep.headers,
-                                    timeouts=self.timeouts, keep_text=self.keep_text, think_tags=think_tags)
+            cancelled: CallCancelled | None = None
+            try:
+                rec = await stream_chat(session, chat_url(ep.base_url), body, headers=ep.headers,
+                                        timeouts=self.timeouts, keep_text=self.keep_text, think_tags=think_tags)
+            except CallCancelled as exc:  # Ctrl-C: the call in flight is recorded (class cancelled), then we stop
+                rec, cancelled = exc.record, exc
             content = rec.pop("_content")
             reasoning = rec.pop("_reasoning")
             if rec["error"] is not None and rec["error"]["class"] == "no_usage":
@@ -183,6 +195,9 @@ class Runner:
                 out["attempt"] = attempt
             if self.keep_text:
                 out["input_messages"] = messages
+            if cancelled is not None:
+                self._append_now(out)
+                raise cancelled
             if rec["error"] is not None and ep.engine is not None and (note := ep.engine.death_note()):
                 out["error"] = {"class": "engine_died", "message": note[:2000]}
             if "length_method" in meta:
@@ -204,6 +219,13 @@ class Runner:
         worker thread keeps the ledger's order and its single writer."""
         assert self.writer is not None
         await asyncio.get_running_loop().run_in_executor(self._io, self.writer.append, record)
+
+    def _append_now(self, record: dict[str, Any]) -> None:
+        """Append and wait for the write, blocking the loop: for a record written while the run is being
+        cancelled, which must be on disk before the run's task ends and the engines are stopped.  The same
+        single worker thread as :meth:`_append` keeps the ledger's order."""
+        assert self.writer is not None
+        self._io.submit(self.writer.append, record).result()
 
     def _tool_results(self, case: Case, calls: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], float]:
         """Answer each tool call from the case's script; returns the tool messages and their declared seconds."""
@@ -304,7 +326,7 @@ class Runner:
             if arms is not None and name not in arms:
                 continue
             url = ep.arm.metrics_url or (api_root(ep.base_url) + "/metrics")
-            samples = await scrape_metrics(session, url, ep.headers)
+            samples = await scrape_metrics(session, url, ep.headers_for(url))
             if samples is not None:
                 await self._append({"kind": "metrics", "arm": name, "when": when, "t": time.time(),
                                     "samples": samples})
@@ -313,8 +335,10 @@ class Runner:
         conn = aiohttp.TCPConnector(limit=0, force_close=True)  # llama-server closes idle keep-alive connections; a reused stale one fails
         async with aiohttp.ClientSession(connector=conn) as session:
             for ep in self.endpoints.values():
-                ep.discovered.update(await endpoint_info(session, ep.base_url, ep.headers,
-                                                         metrics_url=ep.arm.metrics_url, known=ep.discovered))
+                murl = ep.arm.metrics_url
+                ep.discovered.update(await endpoint_info(session, ep.base_url, ep.headers, metrics_url=murl,
+                                                         metrics_headers=ep.headers_for(murl) if murl else None,
+                                                         known=ep.discovered))
             if not done:
                 await self._append(self._header())
             for name in self.endpoints:  # a fresh server's first call is slow; measure it, don't count it
