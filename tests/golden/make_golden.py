@@ -5,7 +5,8 @@
     .venv/bin/python tests/golden/make_golden.py summaries  # (re)write NAME.summary.json from NAME.ledger.jsonl
 
 ``demo1`` / ``demo2`` are copies of real runs' ledgers (runs/demo1, runs/demo2: the embedded
-llama.cpp engine).  ``handmade`` is written here, record by record, to reach the corners of the
+llama.cpp engine), with the checkout's absolute path cut from the recorded model path (it now reads
+``.venv/lib/…``) in the ledger and its summary alike, so that the repository names no machine path.  ``handmade`` is written here, record by record, to reach the corners of the
 analysis: failed, retried and orphaned calls, duplicate turns, probes (one disobeyed, one failed),
 sentinels (one drifting, one failed), metrics scrapes, tool calls, reasoning (from usage and
 estimated from chunks), empty answers, step limits, prompt-discipline variants, arms with and
