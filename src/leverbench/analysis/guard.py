@@ -4,7 +4,8 @@ Output volume = generated tokens, reasoning included (``usage.completion_tokens`
 spread = (max − min) / min of the two arms' volumes.  A cell multiplier is
 citable only if spread ≤ volume_tolerance_cell (0.20), a total only if
 spread ≤ volume_tolerance_total (0.05); also never with fewer than 2
-successful repeats, failed calls, or an unknown volume.  A refused multiplier
+successful repeats, failed calls, retried calls (the retried turn's time holds
+the failed attempt and the retry), or an unknown volume.  A refused multiplier
 is still reported, with ``citable: false`` and the reason.
 
 Controlled comparison: two arms whose recorded conditions differ in more than
@@ -28,7 +29,8 @@ def uncontrolled_knobs(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
 
 def judge(base: dict[str, Any], arm: dict[str, Any], tol: float, knobs: list[str],
           blocked_by: list[str] | None = None) -> dict[str, Any]:
-    """Multiplier of *arm* against *base* (dicts with median_s, output_tokens_median, n, failed_calls)."""
+    """Multiplier of *arm* against *base* (dicts with median_s, output_tokens_median, n, failed_calls,
+    retried_calls)."""
     reasons: list[str] = []
     blocks_total = False
     bt, at = base.get("median_s"), arm.get("median_s")
@@ -42,6 +44,9 @@ def judge(base: dict[str, Any], arm: dict[str, Any], tol: float, knobs: list[str
             blocks_total = True
         if cell.get("failed_calls"):
             reasons.append(f"{who} has {cell['failed_calls']} failed call(s)")
+            blocks_total = True
+        if cell.get("retried_calls"):
+            reasons.append(f"{who} has {cell['retried_calls']} retried call(s)")
             blocks_total = True
     if blocked_by:
         reasons.append("cells without a usable comparison: " + ", ".join(s.removeprefix("case:") for s in blocked_by))
