@@ -18,6 +18,8 @@ from leverbench.errors import ConfigError, LedgerError
 from leverbench.ledger.reader import read_ledger
 from leverbench.ledger.records import LEDGER_SCHEMA
 
+import ledgers
+
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 # ----------------------------------------------------------------- config loader
@@ -113,6 +115,20 @@ def test_ledger_reader_on_lines_after_a_valid_header(tmp_path, lines, cut):
         assert "line" in str(e) or "ledger" in str(e)
 
 
+@SETTINGS
+@given(lines=st.lists(st.one_of(_records.map(json.dumps), st.text(max_size=30)), max_size=8), cut=st.integers(0, 50))
+def test_salvage_reads_every_record_and_names_every_other_line(tmp_path, lines, cut):
+    """With salvage, nothing after a valid header stops the reading: each non-blank line is a record
+    or named in exactly one warning."""
+    text = json.dumps(HEADER) + "\n" + "\n".join(lines)
+    text = text[: len(text) - cut] if cut < len(text) - 80 else text
+    p = tmp_path / "ledger.jsonl"
+    p.write_text(text)
+    led = read_ledger(p, salvage=True)
+    assert all(isinstance(r, dict) for r in led.records)
+    assert len(led.records) + len(led.warnings) == sum(1 for x in text.split("\n")[1:] if x.strip())
+
+
 def test_newer_schema_says_what_to_do(tmp_path):
     p = tmp_path / "ledger.jsonl"
     p.write_text(json.dumps({**HEADER, "schema": "leverbench.ledger/99"}) + "\n")
@@ -133,6 +149,53 @@ def test_foreign_and_unreadable_ledgers(tmp_path):
         read_ledger(p)
     with pytest.raises(LedgerError, match="no ledger here"):
         read_ledger(tmp_path / "nowhere")
+
+
+def _damaged_run(tmp_path: Path) -> Path:
+    """A run of two arms × 3 repeats whose ledger has base's repeat-1 turn record (line 7) cut short
+    in the middle of the file, with nothing resumed after it: damage, not a crash."""
+    head = ledgers.header({"base": {"prefix_cache": False}, "fast": {"prefix_cache": True}}, ["c"])
+    recs = []
+    for r in range(3):
+        recs += ledgers.turn("base", "c", r, 2.0 + r, 10, prompt=1000)
+        recs += ledgers.turn("fast", "c", r, 1.0 + r, 10, prompt=1000)
+    run = ledgers.write(tmp_path / "run", head, recs)
+    path = run / "ledger.jsonl"
+    lines = path.read_text().splitlines(keepends=True)
+    assert json.loads(lines[6])["kind"] == "turn" and json.loads(lines[6])["repeat"] == 1  # line 7
+    lines[6] = lines[6][:50] + "\n"
+    path.write_text("".join(lines))
+    return run
+
+
+@pytest.mark.parametrize("command", [
+    ["report", "{run}", "--format", "json", "--no-write"],
+    ["replay", "{run}", "--case", "c", "--out", "{tmp}/replay.html"],
+    ["project", "{run}", "--input-tokens", "1000", "--output-tokens", "10", "--json"],
+    ["analyze", "{run}/ledger.jsonl", "--prefill-tps", "1000", "--decode-tps", "50", "--json"],
+], ids=lambda c: c[0])
+def test_a_corrupt_line_in_the_middle_stops_every_command_until_salvage(tmp_path, command):
+    run = _damaged_run(tmp_path)
+    args = [a.format(run=run, tmp=tmp_path) for a in command]
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 2, res.output
+    assert f"{run / 'ledger.jsonl'}: line 7 is not valid JSON" in res.output and "--salvage" in res.output
+    res = CliRunner().invoke(cli, [*args, "--salvage"])
+    assert res.exit_code == 0, res.output
+
+
+def test_salvage_reads_past_the_corrupt_line_and_says_so(tmp_path):
+    run = _damaged_run(tmp_path)
+    with pytest.raises(LedgerError, match=r"line 7 is not valid JSON.*--salvage") as exc:
+        read_ledger(run)
+    assert exc.value.exit_code == 2
+    res = CliRunner().invoke(cli, ["report", str(run), "--format", "json", "--no-write", "--salvage"])
+    s = json.loads(res.output)
+    cells = {c["arm"]: c for c in s["cells"]}
+    # base lost its repeat-1 turn record: its call is an orphan, its cell has repeats 0 and 2 (2.0 s, 4.0 s)
+    assert (cells["base"]["n"], cells["base"]["times_s"]) == (2, [2.0, 4.0])
+    assert (cells["fast"]["n"], cells["fast"]["times_s"]) == (3, [1.0, 2.0, 3.0])
+    assert f"{run / 'ledger.jsonl'}: line 7 is not valid JSON; skipped (--salvage)" in s["warnings"]
 
 
 def test_report_on_a_bad_ledger_exits_2(tmp_path):

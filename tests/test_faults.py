@@ -79,13 +79,29 @@ def test_retries_are_recorded_as_such(tmp_path):
         exp = experiment(tmp_path, {"nocache": sim.base_url}, repeats=2, probes=False)
         exp.write_text(exp.read_text().replace("sentinel_tokens = 16", "sentinel_tokens = 16\nretries = 3"))
         Runner(load(exp), tmp_path / "run").run()
+        truth = sim.truth()
     led = read_ledger(tmp_path / "run")
+    # every HTTP 500 the simulator sent is one failed attempt in the ledger, and nothing else failed
+    chat = [r for r in led.records if r["kind"] in ("call", "sentinel", "probe", "warmup")]
+    assert len(chat) == len(truth)
+    assert sum(1 for r in chat if r["error"]) == sum(1 for t in truth if t["fault"] == "http_500") > 0
     calls = [r for r in led.records if r["kind"] == "call"]
     retried = [c for c in calls if c.get("retried")]
     assert retried, "with a 50 % fault rate some attempts must have failed"
     assert all(c["error"]["class"] == "http_status" and "attempt" in c for c in retried)
+    # attempts of one call are numbered 0, 1, … in the ledger's order; only the last may be unretried
+    by_call: dict[tuple, list[dict]] = {}
+    for r in chat:
+        by_call.setdefault((r["kind"], r["arm"], r["case"], r["repeat"], r.get("step"), r.get("probe_tokens"),
+                            r.get("position")), []).append(r)
+    for attempts in by_call.values():
+        assert [a["attempt"] for a in attempts] == list(range(len(attempts)))
+        assert all(a.get("retried") for a in attempts[:-1]) and not attempts[-1].get("retried")
+        assert len(attempts) <= 4  # retries = 3
     s = summarize(led)
     finals = [c for c in calls if not c.get("retried")]
     assert s["run"]["failed_calls"] == sum(1 for c in finals if c["error"]) + sum(
         1 for r in led.records if r["kind"] in ("sentinel", "probe") and r["error"] and not r.get("retried"))
-    assert any("retried" in w for w in s["warnings"])
+    assert sum(c["retried_calls"] for c in s["cells"]) == len(retried)
+    counted = sum(1 for r in led.records if r["kind"] in ("call", "sentinel", "probe") and r.get("retried"))
+    assert any(w.startswith(f"{counted} failed attempt(s) were retried (retries = 3)") for w in s["warnings"])

@@ -28,9 +28,7 @@ from leverbench.runner.load import PromptBuilder
 from leverbench.runner.run import Runner
 from leverbench.workload.load import arrival_offsets, expand, gaps
 
-TRACES = Path("/work/shared/data/traces")
-if not TRACES.exists():  # the repository's own copy, where the shared one is not mounted
-    TRACES = Path(__file__).resolve().parents[1] / "shared" / "data" / "traces"
+TRACES = Path(__file__).parent / "data" / "traces"  # slices of public traces: see its README.md
 
 
 def experiment(tmp: Path, arms: dict[str, str], load_toml: str, case_prompt: str = "hello there", max_tokens: int = 8) -> Path:

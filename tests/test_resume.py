@@ -40,34 +40,58 @@ def unit_keys(led: Ledger) -> list[tuple]:
             for r in led.records if r["kind"] in ("turn", "probe", "sentinel")]
 
 
-def counted_only(led: Ledger) -> Ledger:
-    """The ledger an uninterrupted run would have written with the same counted calls."""
-    turn_ids = {r["turn_id"] for r in led.records if r["kind"] == "turn"}
-    keep = [r for r in led.records
-            if r["kind"] not in ("resume", "warmup") and (r["kind"] != "call" or r["turn_id"] in turn_ids)]
-    return Ledger(path=led.path, header=led.header, records=keep)
+def complete_records(out: Path) -> list[dict]:
+    """The records of the whole lines written so far (the run may be writing the next one)."""
+    p = out / "ledger.jsonl"
+    if not p.exists():
+        return []
+    return [json.loads(line) for line in p.read_text().splitlines(keepends=True)[1:] if line.endswith("\n")]
 
 
-def comparable(s: dict) -> dict:
-    s = dict(s)
-    s.pop("warnings")
-    s["run"] = {k: v for k, v in s["run"].items() if k not in ("resumed", "calls")}
-    return s
+def orphans(records: list[dict]) -> list[dict]:
+    """Calls whose turn has no turn record (yet)."""
+    turn_ids = {r["turn_id"] for r in records if r["kind"] == "turn"}
+    return [r for r in records if r["kind"] == "call" and r["turn_id"] not in turn_ids]
 
 
-def test_sigkill_mid_stream_then_resume(tmp_path):
+def wait_for_a_turn_in_flight(out: Path, after_turns: int, timeout: float = 60.0) -> None:
+    """Until *after_turns* turns are done and a later 'read' turn has written its first or second call:
+    its next call (48 or 24 tokens at 150 tok/s, 0.16 s or more) is in flight, and the turn is not done."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        recs = complete_records(out)
+        if (sum(1 for r in recs if r["kind"] == "turn") >= after_turns
+                and any(r["case"] == "read" and r["step"] < 2 for r in orphans(recs))):
+            return
+        time.sleep(0.01)
+    raise AssertionError("the run did not progress")
+
+
+def cell_facts(s: dict) -> dict:
+    """What a resumed run must have exactly as an uninterrupted one: per cell the repeats, calls and volumes."""
+    return {(c["arm"], c["case"]): (c["n"], c["attempted"], c["failed_calls"], c["calls"], c["output_tokens_median"],
+                                    c["input_tokens_median"]) for c in s["cells"]}
+
+
+def test_sigkill_mid_turn_then_resume_matches_an_uninterrupted_run(tmp_path):
+    """Killed in the middle of a turn (SIGKILL), then resumed: the same cells, repeats, calls and output
+    volumes as an uninterrupted run of the same experiment against the same simulators, times within
+    noise; the cut-off turn's calls stay in the ledger, reported and not counted."""
+    with SimulatorThread(SimConfig(**SLOW, prefix_cache=False)) as a, SimulatorThread(SimConfig(**SLOW)) as b:
+        exp = experiment(tmp_path, {"nocache": a.base_url, "cache": b.base_url}, repeats=3)
+        ref = tmp_path / "uninterrupted"
+        assert start_run(exp, ref).wait(timeout=120) == 0
     with SimulatorThread(SimConfig(**SLOW, prefix_cache=False)) as a, SimulatorThread(SimConfig(**SLOW)) as b:
         exp = experiment(tmp_path, {"nocache": a.base_url, "cache": b.base_url}, repeats=3)
         out = tmp_path / "run"
         proc = start_run(exp, out)
-        wait_for_turns(out, 3)
-        time.sleep(0.15)  # somewhere inside a streamed call
+        wait_for_a_turn_in_flight(out, 3)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
-        # every complete line is valid; a partial last line is tolerated with a warning
         before = read_ledger(out)
         done_before = len([r for r in before.records if r["kind"] == "turn"])
-        assert 3 <= done_before < 12
+        cut_off = orphans(before.records)
+        assert 3 <= done_before < 12 and cut_off
         res = start_run(exp, out, "--resume")
         stdout, stderr = res.communicate(timeout=120)
         assert res.returncode == 0, stderr
@@ -76,11 +100,37 @@ def test_sigkill_mid_stream_then_resume(tmp_path):
     assert len(keys) == len(set(keys)), "a unit was run twice"
     assert sum(1 for k in keys if k[0] == "turn") == 2 * 2 * 3
     assert [r for r in led.records if r["kind"] == "resume"][0]["completed_units"] >= done_before
-    s = summarize(led)
-    assert {c["n"] for c in s["cells"]} == {3}
-    # equals what an uninterrupted run computes over the same calls
-    assert comparable(s) == comparable(summarize(counted_only(led)))
-    assert json.loads((out / "summary.json").read_text())["run"]["resumed"] == 1
+    # the cut-off turn's calls are still in the ledger, not counted, and the report says how many
+    assert orphans(led.records) == cut_off
+    resumed = json.loads((out / "summary.json").read_text())
+    assert f"{len(cut_off)} call(s) of turns cut off by an interrupted run are in the ledger but not counted " \
+           "(their turns were run again on resume)" in resumed["warnings"]
+    assert resumed["run"]["resumed"] == 1
+    whole = json.loads((ref / "summary.json").read_text())
+    assert whole["run"]["resumed"] == 0 and not any("cut off" in w for w in whole["warnings"])
+    # the same work, counted the same way
+    assert cell_facts(resumed) == cell_facts(whole)
+    assert {c["n"] for c in resumed["cells"]} == {3}
+    assert resumed["run"]["calls"] == whole["run"]["calls"] and resumed["run"]["failed_calls"] == 0
+    assert [(t["arm"], t["output_tokens"]) for t in resumed["totals"]] == [(t["arm"], t["output_tokens"]) for t in whole["totals"]]
+    assert [(d["arm"], d["case"], d["points"]) for d in resumed["decomposition"]] == \
+           [(d["arm"], d["case"], d["points"]) for d in whole["decomposition"]]
+    assert [(p["arm"], p["n1"], p["n2"], p["repeats"]) for p in resumed["probes"]] == \
+           [(p["arm"], p["n1"], p["n2"], p["repeats"]) for p in whole["probes"]]
+    # and the same times, within run-to-run noise (the simulator's rates are fixed)
+    for got, want in zip(resumed["cells"], whole["cells"]):
+        assert got["median_s"] == pytest.approx(want["median_s"], rel=0.25), (got["arm"], got["case"])
+    for got, want in zip(resumed["decomposition"], whole["decomposition"]):
+        if want["decode_tps"]:
+            assert got["decode_tps"] == pytest.approx(want["decode_tps"], rel=0.10), (got["arm"], got["case"])
+    for got, want in zip(resumed["probes"], whole["probes"]):
+        assert got["decode_tps"] == pytest.approx(want["decode_tps"], rel=0.10), got["arm"]
+    m_res = {(m["arm"], m["scope"]): m for m in resumed["multipliers"]}
+    m_whole = {(m["arm"], m["scope"]): m for m in whole["multipliers"]}
+    assert sorted(m_res) == sorted(m_whole)
+    for k, m in m_whole.items():
+        assert m_res[k]["value"] == pytest.approx(m["value"], rel=0.25), k
+        assert m_res[k]["volume_spread"] == m["volume_spread"], k
 
 
 def test_partial_last_line_is_ignored_with_a_warning(tmp_path):

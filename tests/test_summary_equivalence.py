@@ -156,15 +156,15 @@ def test_a_call_outside_its_turns_cell_is_grouped_by_its_own_cell():
     assert shares["c"]["decode_s"] == pytest.approx((0.9 + 1.8) / 2)
 
 
-def _read_all_ways(path: Path, monkeypatch) -> list:
+def _read_all_ways(path: Path, monkeypatch, salvage: bool = False) -> list:
     """read_ledger of *path* as a small ledger, as a large one, and as a large one parsed in two
-    processes: (records, warnings) or the error message, each."""
+    processes: (header, records, warnings) or the error message, each."""
     out = []
     for lazy, parallel in ((1 << 40, 1 << 40), (0, 1 << 40), (0, 0)):
         monkeypatch.setattr(reader, "LAZY_MIN_BYTES", lazy)
         monkeypatch.setattr(reader, "PARALLEL_MIN_BYTES", parallel)
         try:
-            led = read_ledger(path)
+            led = read_ledger(path, salvage=salvage)
             out.append((led.header, led.records, led.warnings))
         except reader.LedgerError as exc:
             out.append(str(exc))
@@ -190,20 +190,44 @@ def test_a_failed_helper_is_replaced_by_this_process(monkeypatch):
 
 
 LINES = (GOLDEN / "handmade.ledger.jsonl").read_bytes().split(b"\n")[:-1]
+RESUME = b'{"kind":"resume","at":"2026-01-01T00:00:00+00:00","tool_version":"test","completed_units":3,"repeats":4}'
+UNICODE = b'{"kind":"metrics","arm":"base","when":"before","t":1.0,"samples":{"note":"caf\xc3\xa9 \xe2\x80\x94 done"}}'
+
+# case -> (what is done to the hand-made ledger's lines, the lines (1-based) the reader must name without
+# --salvage (error) and with it (warnings), and whether it is a cut write (read with a note either way)).
+# A crash can cut only the last line written; the writer ends it with a newline when a run resumes, and the
+# resumed run's first record is a resume record (or, when nothing was done, a fresh run header).
 
 
-@pytest.mark.parametrize("case", ["cut_last", "cut_then_resumed", "blank_lines", "unknown_kind_late", "not_utf8_late",
-                                  "bad_line_early_not_utf8_late", "not_a_dict_late", "no_newline_at_end"])
-def test_bad_lines_read_the_same_every_way(case, tmp_path, monkeypatch):
-    lines = list(LINES)
+def _damage(case: str, lines: list[bytes]) -> tuple[list[bytes], bool]:
+    """The lines of *case* and whether the file ends with a newline."""
     n = len(lines)
+    late = n * 3 // 5  # beyond the middle: in the helper process's part when the file is read in two
     if case == "cut_last":
         lines[-1] = lines[-1][:40]
+    elif case == "cut_last_inside_a_character":
+        lines[-1] = UNICODE[:UNICODE.index(b"\xe2") + 1]  # the first byte of a 3-byte character
     elif case == "cut_then_resumed":
         lines[n // 2] = lines[n // 2][:55]
+        lines.insert(n // 2 + 1, RESUME)
+    elif case == "cut_then_resumed_late":
+        lines[late] = lines[late][:30]
+        lines.insert(late + 1, RESUME)
+    elif case == "cut_then_fresh_header":  # resumed before any unit was done: the run writes its header again
+        lines[n // 2] = lines[n // 2][:55]
+        lines.insert(n // 2 + 1, lines[0])
+    elif case == "cut_in_the_middle":  # cut, but no resumed run wrote after it: damage
+        lines[n // 2] = lines[n // 2][:55]
+    elif case == "garbage_in_the_middle":
+        lines[5] = b"%%% this is not json"
+    elif case == "garbage_late_and_cut_last":
+        lines[late] = b'{"kind": "call", "arm": "base", oops}'
+        lines[-1] = lines[-1][:40]
     elif case == "blank_lines":
         lines[3:3] = [b"", b"  "]
         lines[-5:-5] = [b"\t"]
+    elif case == "unicode_record":
+        lines.insert(n - 2, UNICODE)
     elif case == "unknown_kind_late":
         lines[n - 3] = b'{"kind": "nope"}'
     elif case == "not_utf8_late":
@@ -213,11 +237,57 @@ def test_bad_lines_read_the_same_every_way(case, tmp_path, monkeypatch):
         lines[n - 2] = lines[n - 2][:30] + b"\xc3" + lines[n - 2][31:]
     elif case == "not_a_dict_late":
         lines[n - 4] = b"[1, 2]"
-    data = b"\n".join(lines) + (b"" if case in ("cut_last", "no_newline_at_end") else b"\n")
-    (tmp_path / "ledger.jsonl").write_bytes(data)
-    one, large, two = _read_all_ways(tmp_path / "ledger.jsonl", monkeypatch)
+    return lines, case not in ("cut_last", "cut_last_inside_a_character", "no_newline_at_end")
+
+
+N, LATE = len(LINES), len(LINES) * 3 // 5
+# case -> (lines named as damage, lines noted as cut writes), 1-based
+EXPECTED = {
+    "cut_last": ([], [N]),
+    "cut_last_inside_a_character": ([], [N]),
+    "cut_then_resumed": ([], [N // 2 + 1]),
+    "cut_then_resumed_late": ([], [LATE + 1]),
+    "cut_then_fresh_header": ([], [N // 2 + 1]),
+    "cut_in_the_middle": ([N // 2 + 1], []),
+    "garbage_in_the_middle": ([6], []),
+    "garbage_late_and_cut_last": ([LATE + 1], [N]),
+    "blank_lines": ([], []),
+    "unicode_record": ([], []),
+    "unknown_kind_late": ([N - 2], []),
+    "not_utf8_late": ([N - 1], []),
+    "bad_line_early_not_utf8_late": ([3, N - 1], []),
+    "not_a_dict_late": ([N - 3], []),
+    "no_newline_at_end": ([], []),
+}
+
+
+@pytest.mark.parametrize("salvage", [False, True], ids=["strict", "salvage"])
+@pytest.mark.parametrize("case", list(EXPECTED))
+def test_bad_lines_read_the_same_every_way(case, salvage, tmp_path, monkeypatch):
+    """A cut last write is read with a note; any other bad line is an error naming the file and the line
+    and telling of --salvage, or with --salvage a warning naming it.  The small, the large and the
+    two-process reader agree on every case."""
+    lines, newline_at_end = _damage(case, list(LINES))
+    (tmp_path / "ledger.jsonl").write_bytes(b"\n".join(lines) + (b"\n" if newline_at_end else b""))
+    one, large, two = _read_all_ways(tmp_path / "ledger.jsonl", monkeypatch, salvage)
     assert one == large == two
-    if isinstance(one, str):
-        assert case in ("unknown_kind_late", "not_utf8_late", "bad_line_early_not_utf8_late", "not_a_dict_late")
-    if case == "bad_line_early_not_utf8_late":
-        assert "not UTF-8" in one
+    damaged, cut = EXPECTED[case]
+    path = tmp_path / "ledger.jsonl"
+    if damaged and not salvage:
+        assert isinstance(one, str), f"read a damaged ledger: {one[2] if not isinstance(one, str) else ''}"
+        # bytes that are not UTF-8 are named first, wherever they are (the file may be no text at all)
+        first = damaged[-1] if case == "bad_line_early_not_utf8_late" else damaged[0]
+        assert one.startswith(f"{path}: line {first} ")
+        assert "--salvage" in one
+        return
+    assert not isinstance(one, str), one
+    _, records, warnings = one
+    assert len(warnings) == len(damaged) + len(cut), warnings
+    for line in cut:
+        assert any(w.startswith(f"{path}: line {line} is incomplete") for w in warnings), warnings
+    for line in damaged:
+        assert any(w.startswith(f"{path}: line {line} ") and w.endswith("skipped (--salvage)") for w in warnings)
+    nonblank = sum(1 for x in lines if x.strip())
+    assert len(records) == nonblank - 1 - len(damaged) - len(cut)  # every other line after the header is read
+    if case == "unicode_record":
+        assert records[-3]["samples"]["note"] == "café — done"

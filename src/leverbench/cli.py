@@ -140,8 +140,13 @@ def _bundled_example() -> Path:
 @click.option("--write/--no-write", default=True, show_default=True,
               help="Also (re)write summary.json, report.md and report.html in RUN_DIR.")
 @click.option("--full", is_flag=True, help="With --format table: every table.")
-def report(run_dir: Path, fmt: str, write: bool, full: bool) -> None:
-    """Recompute everything from RUN_DIR/ledger.jsonl alone (no server needed) and print it."""
+@click.option("--salvage", is_flag=True,
+              help="Read a damaged ledger past its bad lines (each one reported) instead of stopping at the first.")
+def report(run_dir: Path, fmt: str, write: bool, full: bool, salvage: bool) -> None:
+    """Recompute everything from RUN_DIR/ledger.jsonl alone (no server needed) and print it.
+
+    A ledger whose last line was cut by a crash is read with a note; a bad line
+    anywhere else stops with an error naming it, unless --salvage."""
     from .analysis.summary import summarize  # noqa: PLC0415
     from .ledger.reader import read_ledger  # noqa: PLC0415
     from .report.files import write_reports  # noqa: PLC0415
@@ -149,7 +154,7 @@ def report(run_dir: Path, fmt: str, write: bool, full: bool) -> None:
     from .report.markdown import render_markdown  # noqa: PLC0415
     from .report.terminal import render_terminal  # noqa: PLC0415
 
-    ledger = read_ledger(run_dir)
+    ledger = read_ledger(run_dir, salvage=salvage)
     summary = summarize(ledger)
     if (write or fmt == "html") and Path(run_dir).is_dir():
         write_reports(run_dir, summary, ledger)
@@ -169,7 +174,10 @@ def report(run_dir: Path, fmt: str, write: bool, full: bool) -> None:
 @click.option("--output-tokens", type=click.IntRange(min=1), required=True, help="Generated tokens (reasoning included).")
 @click.option("--gpu-hour-usd", type=float, help="Price per GPU-hour when the arms' conditions give none.")
 @click.option("--json", "as_json", is_flag=True, help="Print the projection as JSON.")
-def project(run_dir: Path, input_tokens: int, output_tokens: int, gpu_hour_usd: float | None, as_json: bool) -> None:
+@click.option("--salvage", is_flag=True,
+              help="Read a damaged ledger past its bad lines (each one reported) instead of stopping at the first.")
+def project(run_dir: Path, input_tokens: int, output_tokens: int, gpu_hour_usd: float | None, as_json: bool,
+            salvage: bool) -> None:
     """Where the time would go for one turn of INPUT/OUTPUT tokens, per arm, and what each
     lever (arms that differ in one knob) would return, from RUN_DIR's measured rates."""
     from .report.files import summarize_dir  # noqa: PLC0415
@@ -179,7 +187,7 @@ def project(run_dir: Path, input_tokens: int, output_tokens: int, gpu_hour_usd: 
     from .analysis.cost import scenario_costs  # noqa: PLC0415
     from .analysis.summary import cost_citability  # noqa: PLC0415
 
-    summary = summarize_dir(run_dir, scenario=(input_tokens, output_tokens))
+    summary = summarize_dir(run_dir, scenario=(input_tokens, output_tokens), salvage=salvage)
     p = summary["projection"]
     costs = scenario_costs(p["arms"], {a["name"]: a["conditions"] for a in summary["arms"]}, summary["baseline"],
                            gpu_hour_usd, cost_citability(summary["baseline"], summary["cells"], summary["multipliers"],

@@ -37,21 +37,22 @@ def analyze_file(traffic: str | Path, *, fmt: str | None = None, columns: str | 
                  rates_dir: str | Path | None = None, prefill_tps: float | None = None,
                  prefill_a_s: float = 0.0, decode_tps: float | None = None, drafter_speedup: float | None = None,
                  answer_cap: int | None = None, cached_share: float | None = None, gpus: float | None = None,
-                 gpu_hour_usd: float | None = None) -> dict[str, Any]:
+                 gpu_hour_usd: float | None = None, salvage: bool = False) -> dict[str, Any]:
     """Read ``traffic`` and the rates, analyse, and return the JSON-ready result.
 
     The result is :func:`~leverbench.analysis.traffic.analyze_traffic`'s, plus
     ``input`` (file, format, rows used and skipped with reasons, notes),
     ``fits`` (the per-model fits when rates were fitted from the traffic) and
-    ``rates_used`` (in words).
+    ``rates_used`` (in words).  *salvage*: read a leverbench ledger (TRAFFIC or ``rates_dir``) past
+    its bad lines.
     """
-    load = load_traffic(traffic, fmt, columns=columns)
+    load = load_traffic(traffic, fmt, columns=columns, salvage=salvage)
     hand = hand_rates(prefill_tps, decode_tps, prefill_a_s)
     run = None
     if rates_dir is not None:
         from .report.files import summarize_dir  # noqa: PLC0415
 
-        summary = summarize_dir(Path(rates_dir))
+        summary = summarize_dir(Path(rates_dir), salvage=salvage)
         run = rates_from_summary(summary, f"run {rates_dir}")
         run_gpus, run_usd = _run_cost_defaults(summary)
         gpus = gpus if gpus is not None else run_gpus
@@ -207,10 +208,12 @@ def render(result: dict[str, Any], console: Console) -> None:
 @click.option("--gpus", type=float, help="GPUs per server (default: the run's, else 1).")
 @click.option("--gpu-hour-usd", type=float, help="Price of a GPU-hour, for $ per 1,000 calls.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option("--salvage", is_flag=True,
+              help="Read a damaged leverbench ledger (TRAFFIC or --rates) past its bad lines, each one reported.")
 def analyze_command(traffic: Path, fmt: str | None, columns: str | None, rates_dir: Path | None,
                     prefill_tps: float | None, prefill_a_s: float, decode_tps: float | None,
                     drafter_speedup: float | None, answer_cap: int | None, cached_share: float | None,
-                    gpus: float | None, gpu_hour_usd: float | None, as_json: bool) -> None:
+                    gpus: float | None, gpu_hour_usd: float | None, as_json: bool, salvage: bool) -> None:
     """Where the time of recorded traffic goes (prefill, decode, queueing), and which lever
     (prefix cache, drafter, shorter answers) to try first.
 
@@ -221,7 +224,8 @@ def analyze_command(traffic: Path, fmt: str | None, columns: str | None, rates_d
 
     result = analyze_file(traffic, fmt=fmt, columns=columns, rates_dir=rates_dir, prefill_tps=prefill_tps,
                           prefill_a_s=prefill_a_s, decode_tps=decode_tps, drafter_speedup=drafter_speedup,
-                          answer_cap=answer_cap, cached_share=cached_share, gpus=gpus, gpu_hour_usd=gpu_hour_usd)
+                          answer_cap=answer_cap, cached_share=cached_share, gpus=gpus, gpu_hour_usd=gpu_hour_usd,
+                          salvage=salvage)
     if as_json:
         click.echo(json.dumps(finite(result), indent=1, ensure_ascii=False, allow_nan=False))
         return

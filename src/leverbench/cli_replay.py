@@ -25,7 +25,9 @@ def default_out(run_dir: Path, case: str) -> Path:
 @click.option("--repeat", "repeat", default=0, show_default=True, type=int, help="Which repeat (0 is the first).")
 @click.option("--out", "out", type=click.Path(dir_okay=False, path_type=Path),
               help="Output file (default: RUN_DIR/replay-CASE.html).")
-def replay_command(run_dir: Path, case: str, arms: str | None, repeat: int, out: Path | None) -> None:
+@click.option("--salvage", is_flag=True,
+              help="Read a damaged ledger past its bad lines (each one reported) instead of stopping at the first.")
+def replay_command(run_dir: Path, case: str, arms: str | None, repeat: int, out: Path | None, salvage: bool) -> None:
     """Write a self-contained HTML page replaying one turn of RUN_DIR side by side.
 
     The chosen arms' answers stream into adjacent panes at the chunk times
@@ -38,7 +40,7 @@ def replay_command(run_dir: Path, case: str, arms: str | None, repeat: int, out:
     from .report.html import render_replay  # noqa: PLC0415
 
     try:
-        ledger = read_ledger(run_dir)
+        ledger = read_ledger(run_dir, salvage=salvage)
         if arms is None:
             arm_list = [a["name"] for a in (ledger.header.get("config") or {}).get("arms", [])]
         else:

@@ -5,15 +5,19 @@
     .venv/bin/python tests/golden/make_golden.py summaries  # (re)write NAME.summary.json from NAME.ledger.jsonl
 
 ``demo1`` / ``demo2`` are copies of real runs' ledgers (runs/demo1, runs/demo2: the embedded
-llama.cpp engine).  ``handmade`` is written here, record by record, to reach the corners of the
-analysis: failed, retried and orphaned calls, duplicate turns, probes (one disobeyed, one failed),
+llama.cpp engine), with the checkout's absolute path cut from the recorded model path (it now
+reads ``.venv/lib/…``) in the ledger and its summary alike, so that the repository names no machine
+path.  ``handmade`` is written here, record by record, to reach the corners of the analysis: failed, retried and orphaned calls, duplicate turns, probes (one disobeyed, one failed),
 sentinels (one drifting, one failed), metrics scrapes, tool calls, reasoning (from usage and
 estimated from chunks), empty answers, step limits, prompt-discipline variants, arms with and
 without llama.cpp timings, refused regressions.  ``sim`` is a run of the runner against the
 simulator (reasoning, tool calls, output jitter, HTTP 500s with retries, a drafter).
 
 The summaries are the output of ``summarize`` *before* the analysis was vectorized; regenerate
-them only when a change of output is intended.
+them only when a change of output is intended.  Since then only the ``multipliers`` of ``handmade``
+and ``sim`` were rewritten, when the guard began refusing cells with retried calls (DESIGN.md); the
+rest of each file is as first computed.  These files catch change; tests/test_oracles.py checks the
+headline numbers against hand computation.
 """
 
 from __future__ import annotations

@@ -1,7 +1,17 @@
 """Read a ledger back: validated header, records, and what had to be skipped.
 
-Every complete line is parsed and checked when the ledger is read (valid JSON,
-an object of a known kind).  How the records are kept depends on the size:
+Every line is parsed and checked when the ledger is read (UTF-8, valid JSON,
+an object of a known kind).  The writer only ever appends whole lines, so one
+bad line is expected: the write a crash cut short.  Such a line is ignored
+with a note (``Ledger.warnings``) when it is the last non-blank line, or when
+the line right after it opens a resumed run (a ``resume`` record, or the run
+header a resume that found nothing done writes): the writer ended the cut line
+with a newline and went on.  A bad line anywhere else means the file was
+damaged: :class:`LedgerError` (exit code 2) naming the file and the line, and
+nothing is read, unless the caller asks to *salvage*: then every bad line after
+the header is skipped with one warning each (``leverbench report --salvage``).
+
+How the records are kept depends on the size:
 
 - below ``LAZY_MIN_BYTES``: every record as a dict (``Ledger.records``);
 - from ``LAZY_MIN_BYTES`` on: a large ledger is nearly all ``call`` and ``turn``
@@ -328,9 +338,16 @@ class _BadLine(Exception):
 
 
 class _NotUtf8(Exception):
-    def __init__(self, at: int) -> None:
-        super().__init__(at)
-        self.at = at
+    def __init__(self, at: int, index: int) -> None:
+        super().__init__(at, index)
+        self.at, self.index = at, index
+
+
+NOT_JSON = "is not valid JSON"
+UNKNOWN_KIND = "is not a ledger record of a known kind"
+RESTART_KINDS = ("resume", "run")  # what a resumed run writes first after ending a cut line
+SALVAGE_HINT = ("the ledger is damaged (a crash cuts only the last line written); nothing was read. "
+                "To read past bad lines, each one reported, pass --salvage (leverbench report, replay, project, analyze)")
 
 
 _CONTINUED: dict[str, Any] = {"kind": "run"}  # the header of a scan that starts after it
@@ -338,19 +355,25 @@ _CONTINUED: dict[str, Any] = {"kind": "run"}  # the header of a scan that starts
 
 class _Scan:
     """One pass over (part of) the file: parse and check every line, keep the records (or columns).
-    Errors are held (``error``: the first bad line; ``utf8_error``: the first byte that is not
-    UTF-8), to be raised once the whole file was seen (:meth:`raise_errors`)."""
+    Errors are held (``error``: the first line that is no record; ``utf8_error``: the first byte
+    that is not UTF-8), to be raised once the whole file was seen (:meth:`raise_errors`).  Lines
+    that are not JSON (``bad``, with why) are judged once the whole file was seen: a cut write or
+    damage (:meth:`judge`).  With *salvage*, a record of no known kind and a line that is not
+    UTF-8 are bad lines too."""
 
-    def __init__(self, path: Path, lazy: bool, *, continued: bool = False, offset: int = 0) -> None:
+    def __init__(self, path: Path, lazy: bool, *, continued: bool = False, offset: int = 0,
+                 salvage: bool = False) -> None:
         self.path = path
         self.lazy = lazy
+        self.salvage = salvage
         self.header: dict[str, Any] | None = _CONTINUED if continued else None
         self.records: list[dict[str, Any]] = []  # all records, or (lazy) those not kept as columns
         index: dict[str, dict[Any, int]] = {k: {} for k in LABELS}  # calls and turns share label codes
         self.columns = {kind: Columns(kind, index) for kind in COLUMN_KINDS} if lazy else {}
         self.in_columns = 0
-        self.skip: set[int] = set()  # line indices not holding a record: the header, unparseable lines
-        self.bad: list[int] = []
+        self.skip: set[int] = set()  # line indices not holding a record: the header, bad lines
+        self.bad: dict[int, str] = {}  # line index -> what is wrong with it (NOT_JSON, UNKNOWN_KIND)
+        self.restarts: set[int] = set()  # line indices of records of RESTART_KINDS (after the header)
         self.last_nonblank = -1
         self.line = 0  # index of the next line
         self.offset = offset  # file offset of the next line
@@ -372,29 +395,40 @@ class _Scan:
                     self.error = exc
             for lines, _, nbytes, ascii in blocks:
                 self.utf8(lines, nbytes, ascii)
+                self.line += len(lines)
         except _NotUtf8 as exc:
-            self.utf8_error = exc.at
+            self.utf8_error = (exc.at, exc.index)
 
     def feed(self, lines: list[bytes], last: bool, nbytes: int, ascii: bool) -> None:
         """Take the next block of lines (see :func:`_blocks`)."""
         self.utf8(lines, nbytes, ascii)
         first = self.line
         self.line += len(lines)
-        if self.header is not None and not last and self._fast(lines):
+        if self.header is not None and not last and self._fast(lines, first):
             self.last_nonblank = self.line - 1
             return
         self._slow(lines, first)
 
     def utf8(self, lines: list[bytes], nbytes: int, ascii: bool) -> None:
-        """Raise :class:`_NotUtf8` at the first byte of *lines* that is not UTF-8."""
+        """Raise :class:`_NotUtf8` at the first byte of *lines* (starting at line ``self.line``) that
+        is not UTF-8, except where a line ends in the first bytes of a character (a write cut
+        there) or, with *salvage*, anywhere: such a line fails to parse and is judged as a bad line."""
         if not ascii:
             try:
                 b"\n".join(lines).decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise _NotUtf8(self.offset + exc.start) from None
+            except UnicodeDecodeError:
+                at = self.offset
+                for j, line in enumerate(lines):
+                    try:
+                        line.decode("utf-8")
+                    except UnicodeDecodeError as exc:
+                        cut = exc.end == len(line) and exc.reason == "unexpected end of data"
+                        if not (cut or self.salvage):
+                            raise _NotUtf8(at + exc.start, self.line + j) from None
+                    at += len(line) + 1
         self.offset += nbytes
 
-    def _fast(self, lines: list[bytes]) -> bool:
+    def _fast(self, lines: list[bytes], first: int) -> bool:
         """The common case: every line a record of a known kind.  False (nothing kept) otherwise."""
         try:
             objs = list(map(_loads, lines))
@@ -403,6 +437,8 @@ class _Scan:
                 return False
         except (ValueError, TypeError, KeyError, RecursionError):
             return False
+        if "resume" in kinds or "run" in kinds:
+            self.restarts.update(first + j for j, k in enumerate(kinds) if k in RESTART_KINDS)
         self._keep(objs, kinds)
         return True
 
@@ -439,7 +475,7 @@ class _Scan:
             except (ValueError, RecursionError):
                 if self.header is None:
                     raise _BadLine(i, "{path}: line {line} is not JSON; not a leverbench ledger") from None
-                self.bad.append(i)
+                self.bad[i] = NOT_JSON
                 self.skip.add(i)
                 continue
             if self.header is None:
@@ -450,15 +486,22 @@ class _Scan:
                 self.skip.add(i)
                 continue
             if not isinstance(obj, dict) or obj.get("kind") not in KINDS:
-                raise _BadLine(i, "{path}: line {line}: not a ledger record of a known kind")
+                if not self.salvage:
+                    raise _BadLine(i, "{path}: line {line} " + UNKNOWN_KIND + "; " + SALVAGE_HINT)
+                self.bad[i] = UNKNOWN_KIND
+                self.skip.add(i)
+                continue
+            if obj["kind"] in RESTART_KINDS:
+                self.restarts.add(i)
             objs.append(obj)
         self._keep(objs, [o["kind"] for o in objs])
 
     def merge(self, after: _Scan) -> None:
         """Take in the scan of the part of the file that follows this one's."""
         base = self.line
-        self.bad += [i + base for i in after.bad]
+        self.bad.update((i + base, why) for i, why in after.bad.items())
         self.skip |= {i + base for i in after.skip}
+        self.restarts |= {i + base for i in after.restarts}
         if after.last_nonblank >= 0:
             self.last_nonblank = after.last_nonblank + base
         self.line += after.line
@@ -470,31 +513,55 @@ class _Scan:
                 self.columns[kind].extend(after.columns[kind])
             else:
                 del self.columns[kind]
-        if self.utf8_error is None:
-            self.utf8_error = after.utf8_error
+        if self.utf8_error is None and after.utf8_error is not None:
+            at, index = after.utf8_error
+            self.utf8_error = (at, index + base)
         if self.error is None and after.error is not None:
             e = after.error
             self.error = _BadLine(None if e.index is None else e.index + base, e.message)
 
     def raise_errors(self) -> None:
         if self.utf8_error is not None:
-            raise LedgerError(f"{self.path}: not UTF-8 text (byte {self.utf8_error}); not a leverbench ledger")
+            at, index = self.utf8_error
+            what = "not a leverbench ledger" if index == 0 else SALVAGE_HINT  # (the header may be unparsed yet)
+            raise LedgerError(f"{self.path}: line {index + 1} is not UTF-8 text (byte {at}); {what}")
+        damaged = [] if self.salvage else [i for i, cut in self.judge().items() if cut is None]
+        first = min(damaged, default=None)
+        if self.error is not None and self.error.index is not None and (first is None or self.error.index < first):
+            first = None
+        if first is not None:
+            raise LedgerError(f"{self.path}: line {first + 1} {self.bad[first]} and is not the last line written "
+                              f"before a crash; {SALVAGE_HINT}")
         if self.error is not None:
             line = None if self.error.index is None else self.error.index + 1
             raise LedgerError(self.error.message.format(path=self.path, line=line) if line else self.error.message)
         if self.header is None:
             raise LedgerError(f"{self.path}: empty ledger (no run header)")
 
+    def judge(self) -> dict[int, str | None]:
+        """Per bad line: "last" (the last non-blank line: a write cut by a crash), "resumed" (a cut
+        line that a resumed run ended with a newline and wrote after: the next line opens the
+        resumed run) or None (damage)."""
+        out: dict[int, str | None] = {}
+        for i, why in sorted(self.bad.items()):
+            if why == NOT_JSON and i >= self.last_nonblank:
+                out[i] = "last"
+            elif why == NOT_JSON and i + 1 in self.restarts:
+                out[i] = "resumed"
+            else:
+                out[i] = None
+        return out
+
     def warnings(self) -> list[str]:
-        last_index = self.line - 1
+        """One per bad line that did not stop the reading: a cut write, or a line salvaged past."""
         out = []
-        for i in self.bad:
-            complete = i < last_index  # it ends with a newline
-            followed = self.last_nonblank > i
-            if not complete or not followed:
+        for i, cut in self.judge().items():
+            if cut == "last":
                 out.append(f"{self.path}: line {i + 1} is incomplete (a run cut off while writing); ignored")
-            else:  # a cut line that a resumed run ended with a newline and wrote after
+            elif cut == "resumed":
                 out.append(f"{self.path}: line {i + 1} is incomplete (cut off, then resumed); ignored")
+            else:
+                out.append(f"{self.path}: line {i + 1} {self.bad[i]}; skipped (--salvage)")
         return out
 
 
@@ -515,12 +582,12 @@ class _Helper:
         return cores >= 2 and bool(sys.executable)
 
     @classmethod
-    def start(cls, path: Path, start: int, end: int, ident: tuple[int, int]) -> _Helper | None:
+    def start(cls, path: Path, start: int, end: int, ident: tuple[int, int], salvage: bool) -> _Helper | None:
         env = dict(os.environ)
         src = str(Path(__file__).resolve().parents[2])  # where this leverbench is imported from
         env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         cmd = [sys.executable, "-P", "-c", "from leverbench.ledger.reader import _helper_main; _helper_main()",
-               str(path), str(start), str(end), str(ident[0]), str(ident[1])]
+               str(path), str(start), str(end), str(ident[0]), str(ident[1]), str(int(salvage))]
         try:
             proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                     env=env)
@@ -549,21 +616,21 @@ class _Helper:
 
 def _helper_main() -> None:
     """The helper process: scan the part given on the command line, write the pickled scan to stdout."""
-    path, start, end, dev, ino = sys.argv[1:6]
+    path, start, end, dev, ino, salvage = sys.argv[1:7]
     with _gc_paused():
-        scan = _scan_part(Path(path), int(start), int(end), (int(dev), int(ino)))
+        scan = _scan_part(Path(path), int(start), int(end), (int(dev), int(ino)), salvage == "1")
         sys.stdout.buffer.write(pickle.dumps(scan, protocol=pickle.HIGHEST_PROTOCOL))
     sys.stdout.buffer.flush()
 
 
-def _scan_part(path: Path, start: int, end: int, ident: tuple[int, int]) -> _Scan:
+def _scan_part(path: Path, start: int, end: int, ident: tuple[int, int], salvage: bool) -> _Scan:
     """Scan bytes [start, end) of a large ledger (start: just after a newline, past the header)."""
     with open(path, "rb") as fh:
         st = os.fstat(fh.fileno())
         if (st.st_dev, st.st_ino) != ident:
             raise OSError("the ledger was replaced while it was read")
         fh.seek(start)
-        scan = _Scan(path, lazy=True, continued=True, offset=start)
+        scan = _Scan(path, lazy=True, continued=True, offset=start, salvage=salvage)
         scan.run(fh, end - start)
     for c in scan.columns.values():
         c.done()
@@ -581,13 +648,16 @@ def _split_point(fh: Any, size: int) -> int | None:
     return mid + cut + 1 if 0 <= cut and mid + cut + 1 < size else None
 
 
-def read_ledger(path: str | Path) -> Ledger:
+def read_ledger(path: str | Path, *, salvage: bool = False) -> Ledger:
     """Parse ``ledger.jsonl`` (or a run directory holding one).
 
-    Complete lines must be valid JSON objects of a known kind; a partial last
-    line (a crash mid-write) is skipped with a warning.  Anything else raises
-    :class:`LedgerError` naming the line.  A file of PARALLEL_MIN_BYTES or more
-    is parsed in two parts at once, the second by a helper process.
+    Lines must be UTF-8 JSON objects of a known kind, but for a write cut by a
+    crash: the last non-blank line, or a line right before the record that
+    opens a resumed run; it is ignored with a warning.  Any other bad line
+    raises :class:`LedgerError` naming the file and the line, and telling of
+    *salvage*: with it, every bad line after the header is skipped with a
+    warning naming it.  A file of PARALLEL_MIN_BYTES or more is parsed in two
+    parts at once, the second by a helper process.
     """
     path = Path(path)
     if path.is_dir():
@@ -606,8 +676,8 @@ def read_ledger(path: str | Path) -> Ledger:
             lazy = size >= LAZY_MIN_BYTES
             split = _split_point(fh, size) if lazy and size >= PARALLEL_MIN_BYTES and _Helper.can_start() else None
             if split is not None:
-                helper = _Helper.start(path, split, size, ident)
-            scan = _Scan(path, lazy)
+                helper = _Helper.start(path, split, size, ident, salvage)
+            scan = _Scan(path, lazy, salvage=salvage)
             if helper is None:
                 scan.run(fh)
             else:

@@ -24,5 +24,5 @@ def write_reports(run_dir: Path, summary: dict[str, Any], ledger: Any = None) ->
     return paths
 
 
-def summarize_dir(run_dir: Path, **kw: Any) -> dict[str, Any]:
-    return summarize(read_ledger(run_dir), **kw)
+def summarize_dir(run_dir: Path, *, salvage: bool = False, **kw: Any) -> dict[str, Any]:
+    return summarize(read_ledger(run_dir, salvage=salvage), **kw)

@@ -647,10 +647,10 @@ def _load_aiperf(path: Path, text: str, **_: Any) -> TrafficLoad:
     return rows.load(path, "aiperf")
 
 
-def _load_leverbench(path: Path, text: str | None = None, **_: Any) -> TrafficLoad:
+def _load_leverbench(path: Path, text: str | None = None, *, salvage: bool = False, **_: Any) -> TrafficLoad:
     from ..ledger.reader import read_ledger  # noqa: PLC0415
 
-    ledger = read_ledger(path)  # raises LedgerError (bad input) for a foreign or broken ledger
+    ledger = read_ledger(path, salvage=salvage)  # raises LedgerError (bad input) for a foreign or broken ledger
     rows = _Rows()
     stamps: list[float | None] = []
     for i, r in enumerate(ledger.records, start=2):
@@ -796,12 +796,14 @@ _LOADERS: dict[str, Callable[..., TrafficLoad]] = {
 }
 
 
-def load_traffic(path: str | Path, fmt: str | None = None, *, columns: str | Mapping[str, str] | None = None) -> TrafficLoad:
+def load_traffic(path: str | Path, fmt: str | None = None, *, columns: str | Mapping[str, str] | None = None,
+                 salvage: bool = False) -> TrafficLoad:
     """Import ``path`` (format ``fmt``, or detected) into a :class:`TrafficLoad`.
 
     ``columns`` (generic format only) names the columns: ``"input=COL,output=COL"``
-    or a mapping.  Raises BadInput for an unknown format, an unreadable file or
-    one without a usable row.
+    or a mapping.  *salvage* (a leverbench ledger only): read past its bad lines
+    (see :func:`~leverbench.ledger.reader.read_ledger`).  Raises BadInput for an
+    unknown format, an unreadable file or one without a usable row.
     """
     path = Path(path)
     if fmt is not None and fmt not in _LOADERS:
@@ -813,9 +815,9 @@ def load_traffic(path: str | Path, fmt: str | None = None, *, columns: str | Map
         elif fmt != "leverbench":
             raise BadInput(f"{path}: is a directory; format {fmt!r} reads a file")
     if fmt == "leverbench":
-        return _load_leverbench(path)
+        return _load_leverbench(path, salvage=salvage)
     text = _read_text(path)
     fmt = fmt or _detect_text(path, text)
     if columns and fmt != "generic":
         raise BadInput(f"--columns applies to --format generic only (this file reads as {fmt!r})")
-    return _LOADERS[fmt](path, text, columns=columns)
+    return _LOADERS[fmt](path, text, columns=columns, salvage=salvage)
