@@ -31,7 +31,9 @@ from leverbench.workload.load import arrival_offsets, expand, gaps
 TRACES = Path(__file__).parent / "data" / "traces"  # slices of public traces: see its README.md
 
 
-def experiment(tmp: Path, arms: dict[str, str], load_toml: str, case_prompt: str = "hello there", max_tokens: int = 8) -> Path:
+def experiment(tmp: Path, arms: dict[str, str], load_toml: str, case_prompt: str = "hello there", max_tokens: int = 8,
+               *, steps: int = 0, temperature: float | None = 0.0) -> Path:
+    """One case (with ``steps`` more calls in its turn; ``temperature`` None: the default) on the arms."""
     arm_toml = "".join(f'''
 [[arms]]
 name = "{name}"
@@ -39,6 +41,7 @@ role = "{'baseline' if i == 0 else 'treatment'}"
 base_url = "{url}"
 model = "sim"
 ''' for i, (name, url) in enumerate(arms.items()))
+    step_toml = "".join(f'[[cases.steps]]\nprompt = "and then {k}"\nmax_tokens = {max_tokens}\n' for k in range(steps))
     p = tmp / "exp.toml"
     p.write_text(f'''
 [experiment]
@@ -51,8 +54,8 @@ sentinel_tokens = 0
 name = "short"
 prompt = "{case_prompt}"
 max_tokens = {max_tokens}
-temperature = 0.0
-{load_toml}''')
+{"" if temperature is None else f"temperature = {temperature}"}
+{step_toml}{load_toml}''')
     return p
 
 
@@ -301,7 +304,7 @@ speed = 4.0
         calls.sort(key=lambda r: r["step"])
         for prev, nxt in zip(calls, calls[1:]):
             # the next round is scheduled when the previous answer ended plus its tool wait / speed
-            end = prev["t_send"] + prev["latency_s"]
+            end = prev["t_send"] + prev["connect_s"] + prev["latency_s"]  # its times count from connection ready
             assert nxt["scheduled_t"] - end == pytest.approx(waits[prev["repeat"]] / 4.0, abs=1e-6)
             assert nxt["cached_tokens"] >= prev["prompt_tokens"] - 16  # the conversation so far was cached
         assert all(r["prompt_tokens"] == r["target_input_tokens"] for r in calls)

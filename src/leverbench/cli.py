@@ -61,7 +61,9 @@ def _default_out(name: str) -> Path:
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               help="Run directory (default: runs/NAME-YYYYmmdd-HHMMSS).")
 @click.option("--repeats", type=int, help="Override [experiment] repeats.")
-@click.option("--resume", is_flag=True, help="Continue the run in --out: completed turns, probes and sentinels are not re-run.")
+@click.option("--resume", is_flag=True, help="Continue the run in --out: completed turns, probes and sentinels are not "
+              "re-run; those that failed (e.g. while the endpoint was down) are re-run, their failed records kept in the "
+              "ledger, superseded.")
 @click.option("--full", is_flag=True, help="Print every table, not only the main ones (report.md and report.html always have all).")
 def run(experiment: Path | None, out_dir: Path | None, repeats: int | None, resume: bool, full: bool) -> None:
     """Run EXPERIMENT (default: the bundled examples/agent-turns.toml on the embedded

@@ -38,6 +38,9 @@ import aiohttp
 
 from ..redact import redact_text
 
+IDLE_CLOSE_S = 2.0  # a kept-alive connection idle this long is closed by us, before a server would (llama.cpp: ~5 s)
+DRAIN_S = 0.05  # how long a stream's end after [DONE] is waited for (outside the call's time), to reuse its connection
+
 
 @dataclass(frozen=True)
 class Timeouts:
@@ -45,6 +48,99 @@ class Timeouts:
     first_token_s: float = 600.0
     idle_s: float = 120.0
     total_s: float = 600.0
+
+
+class ConnectTiming:
+    """What the session's trace hooks saw of one request's connection (pass as ``trace_request_ctx``)."""
+
+    __slots__ = ("start", "end", "reused", "stale")
+
+    def __init__(self) -> None:
+        self.start: float | None = None
+        self.end: float | None = None
+        self.reused = False
+        self.stale = False  # a reused connection turned out closed by the server; the call went out on a new one
+
+    @property
+    def connect_s(self) -> float | None:
+        """Seconds spent opening a new connection (DNS, TCP, TLS): create_end − create_start
+        (``time.perf_counter``; after a stale connection, create_start is the call's start, so the
+        failed try counts here too); 0.0 on a reused one; None when no connection was made or the
+        session has no :func:`client_session` hooks (nothing measured)."""
+        if self.reused:
+            return 0.0
+        if self.start is not None and self.end is not None:
+            return self.end - self.start
+        return None
+
+
+def _timing(ctx: Any) -> ConnectTiming | None:
+    t = getattr(ctx, "trace_request_ctx", None)
+    return t if isinstance(t, ConnectTiming) else None
+
+
+async def _on_create_start(session: Any, ctx: Any, params: Any) -> None:
+    if (t := _timing(ctx)) is not None and not t.stale:  # after a stale connection: from the call's start
+        t.start = time.perf_counter()
+
+
+async def _on_create_end(session: Any, ctx: Any, params: Any) -> None:
+    if (t := _timing(ctx)) is not None:
+        t.end = time.perf_counter()
+
+
+async def _on_reuse(session: Any, ctx: Any, params: Any) -> None:
+    if (t := _timing(ctx)) is not None:
+        t.reused = True
+
+
+def client_session(*, keep_alive: bool = True, **connector_kw: Any) -> aiohttp.ClientSession:
+    """The HTTP session leverbench calls an endpoint with: its connect time measured apart.
+
+    ``keep_alive`` (the runner's default, for turns and load stages alike): connections are reused,
+    and one idle for ``IDLE_CLOSE_S`` is closed by us first, so that a server's own idle close
+    (uvicorn, llama.cpp: after ~5 s) never hands us a stale connection; one a server closed right
+    after its response, unannounced, is met by :func:`_post`.  ``keep_alive=False``: a new
+    connection per call.  Either way the trace hooks fill the :class:`ConnectTiming` that
+    :func:`stream_chat` passes with each request.  Create it inside a running event loop.
+    """
+    trace = aiohttp.TraceConfig()
+    trace.on_connection_create_start.append(_on_create_start)
+    trace.on_connection_create_end.append(_on_create_end)
+    trace.on_connection_reuseconn.append(_on_reuse)
+    kw: dict[str, Any] = {"force_close": True} if not keep_alive else {"keepalive_timeout": IDLE_CLOSE_S}
+    conn = aiohttp.TCPConnector(limit=0, **kw, **connector_kw)
+    return aiohttp.ClientSession(connector=conn, trace_configs=[trace])
+
+
+async def _post(session: aiohttp.ClientSession, url: str, body: dict[str, Any], headers: dict[str, str] | None,
+                timeout: aiohttp.ClientTimeout, conn: ConnectTiming, t0: float) -> aiohttp.ClientResponse:
+    """POST, and once more on a new connection when a kept-alive one turns out stale.
+
+    A server may close a connection right after a response without saying so (llama.cpp's
+    llama-server does after every streamed one, though it sends ``Keep-Alive``); a request sent on it
+    before its close arrived fails before any response (cannot write, or the server disconnects).
+    The server never answered it, so it goes out again on a new connection (``conn.stale``), as
+    HTTP clients do for a request on a reused connection that got nothing back.
+    """
+    try:
+        return await session.post(url, json=body, headers=headers, timeout=timeout, trace_request_ctx=conn)
+    except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError):
+        if not conn.reused:
+            raise
+    conn.reused, conn.stale, conn.start = False, True, t0
+    return await session.post(url, json=body, headers=headers, timeout=timeout, trace_request_ctx=conn)
+
+
+async def _drain(resp: aiohttp.ClientResponse) -> None:
+    """Read what a stream sends after ``[DONE]`` (the end of its chunked body) for at most ``DRAIN_S``,
+    so that its connection can go back to the pool: one left unread is closed.  A server that keeps
+    the stream open after ``[DONE]`` just loses its connection."""
+    try:
+        async with asyncio.timeout(DRAIN_S):
+            await resp.content.read()
+    except (TimeoutError, aiohttp.ClientError):
+        pass
 
 
 def messages_sha256(messages: list[dict[str, Any]]) -> str:
@@ -261,14 +357,19 @@ async def stream_chat(
 ) -> dict[str, Any]:
     """POST *body* (streaming) to *url* and return the measured call record.
 
-    Times: ``t_send`` is the epoch time the request was sent; every other time
-    is seconds after it, from ``time.perf_counter``.
+    Times: ``t_send`` is the epoch time the call started; ``connect_s`` the seconds it spent
+    opening a new connection (0.0 on a reused one; None when none was made or the session is not
+    a :func:`client_session`); every other time (``ttft_s``, ``latency_s``, ``chunk_t``) is seconds
+    after the connection was ready, i.e. after start + connect_s (``time.perf_counter``), so that
+    connect and TLS time never hide in them: the call's full time is connect_s + latency_s.
     """
     body = {**body, "stream": True}
     body.setdefault("stream_options", {"include_usage": True})
     t_send = time.time()
     t0 = time.perf_counter()
     st = _Stream(t0, keep_text, think_tags)
+    conn = ConnectTiming()
+    t_done: float | None = None
     status: int | None = None
     error: dict[str, str] | None = None
     phase = "connect"
@@ -280,7 +381,8 @@ async def stream_chat(
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeouts.connect_s, sock_read=None)
     try:
         async with asyncio.timeout_at(start + min(timeouts.first_token_s, timeouts.total_s)) as deadline:
-            async with session.post(url, json=body, headers=headers, timeout=timeout) as resp:
+            async with await _post(session, url, body, headers, timeout, conn, t0) as resp:
+                st.t0 = t0 + (conn.connect_s or 0.0)  # chunk times count from when the connection was ready
                 status = resp.status
                 phase = "response"
                 if status >= 400:
@@ -316,6 +418,10 @@ async def stream_chat(
                         if st.first_token_s is not None and armed == "first_token":
                             armed = "idle"
                             deadline.reschedule(min(loop.time() + timeouts.idle_s, total_deadline))
+                    if st.done:  # the call's time ends here; what follows [DONE] is read outside it
+                        t_done = time.perf_counter()
+                        deadline.reschedule(None)
+                        await _drain(resp)
     except asyncio.CancelledError:  # Ctrl-C: record what arrived, then let the cancellation go on (below)
         error = _error("cancelled", "the run was interrupted while the call was in flight")
     except SSELineTooLong as exc:
@@ -336,7 +442,7 @@ async def stream_chat(
         error = _error(cls, f"{'cannot send' if cls == 'connect' else 'stream broken'}: {type(exc).__name__}: {exc}")
     except aiohttp.ClientError as exc:
         error = _error("connect" if status is None else "stream_cut", f"{type(exc).__name__}: {exc}")
-    t_end = time.perf_counter() - t0
+    t_end = (t_done if t_done is not None else time.perf_counter()) - (t0 + (conn.connect_s or 0.0))
     if error is None and status is not None and status < 400:
         if not st.done and st.finish_reason is None:
             error = _error("stream_cut", "stream ended without a finish reason or [DONE]")
@@ -350,6 +456,8 @@ async def stream_chat(
     tool_calls = [st.tool_calls[k] for k in sorted(st.tool_calls)] or None
     rec: dict[str, Any] = {
         "t_send": t_send,
+        "connect_s": conn.connect_s,
+        **({"stale_connection": True} if conn.stale else {}),
         "ttft_s": st.first_token_s,
         "t_first_answer_s": st.first_answer_s,
         "latency_s": t_end,

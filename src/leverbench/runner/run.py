@@ -1,23 +1,37 @@
 """Run an experiment: start engines, do the scheduled work, write the ledger.
 
 The runner measures and records; it computes no statistics (that is
-``leverbench.analysis``).  Every call is appended to the ledger the moment it
-ends, failed or not.  A turn's ``turn`` record is written when the turn ends;
-a resumed run skips every unit whose record is already there.
+``leverbench.analysis``).  Every call is handed to the ledger's writer the
+moment it ends, failed or not; the writer (one thread) appends and fsyncs it
+while the next call goes out, so the fsync never sits inside a measured
+interval.  The run waits for the writer only between units of work (after
+each turn, probe or sentinel; at the end of each load stage; at the end of the
+run, and in any case before it returns or raises).  A turn's ``turn`` record
+is written when the turn ends.  A resumed run skips every unit that already
+has a successful record and re-runs the units whose every record failed (the
+failed records stay in the ledger, superseded: the analysis counts each unit's
+first successful attempt).
+
+Connections: each arm has its own kept-alive pool (see
+:func:`~leverbench.runner.client.client_session`), used by its turns, probes
+and sentinels; each load stage opens its own pool per arm the same way.  The
+time to open a connection is recorded apart as ``connect_s``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import json
 import os
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, AsyncIterator, Callable
 
 import aiohttp
 
@@ -30,7 +44,7 @@ from ..ledger.records import LEDGER_SCHEMA
 from ..ledger.writer import LedgerWriter
 from ..redact import redact_tree, redact_url, same_origin
 from ..workload.cases import case_size_chars, first_messages, next_messages, step_prompts
-from .client import CallCancelled, Timeouts, messages_sha256, stream_chat
+from .client import CallCancelled, Timeouts, client_session, messages_sha256, stream_chat
 from .discover import api_root, chat_url, endpoint_info, host_info, scrape_metrics
 from .load import run_load
 from .schedule import SENTINEL_CASE, Unit, build_schedule
@@ -92,6 +106,9 @@ class Runner:
         self.endpoints: dict[str, ArmEndpoint] = {}
         self.writer: LedgerWriter | None = None
         self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ledger")
+        self._pending: deque[Future] = deque()  # appends handed to the writer thread, oldest first
+        self._pools: dict[str, aiohttp.ClientSession] = {}  # per arm: its turns', probes' and sentinels' connections
+        self._failed: set[tuple] = set()  # on resume: units whose every record failed (run again)
         self.keep_text = self.spec.experiment.store_text
 
     # ------------------------------------------------------------ set-up
@@ -119,6 +136,7 @@ class Runner:
                 ep.engine.stop()
 
     def _completed(self) -> set[tuple]:
+        """The units a resumed run skips: those with a successful record (a failed unit is run again)."""
         ledger_path = self.out / "ledger.jsonl"
         if not ledger_path.exists():
             if self.resume:
@@ -136,7 +154,11 @@ class Runner:
                                "experiment file (only --repeats may grow)")
             if new < (old or 0):
                 raise BadInput(f"{self.out}: --repeats {new} is fewer than the run's {old}")
-        return {Unit.of_record(r).key() for r in led.records if r.get("kind") in ("turn", "probe", "sentinel")}
+        units = [(Unit.of_record(r).key(), r.get("error") is None) for r in led.records
+                 if r.get("kind") in ("turn", "probe", "sentinel")]
+        done = {k for k, ok in units if ok}
+        self._failed = {k for k, _ in units} - done
+        return done
 
     def _header(self) -> dict[str, Any]:
         return {
@@ -206,8 +228,8 @@ class Runner:
                           and not out.get("rejected_fields"))
             if will_retry:
                 out["retried"] = True
-                retried_s += out["latency_s"]
-            await self._append(out)
+                retried_s += (out.get("connect_s") or 0.0) + out["latency_s"]
+            await self._append(out)  # returns at once: the next call is not held up by the fsync
             if not will_retry:
                 break
         out["_content"] = content
@@ -215,10 +237,33 @@ class Runner:
         return out
 
     async def _append(self, record: dict[str, Any]) -> None:
-        """Append off the event loop (the fsync can stall for milliseconds on a busy disk); one
-        worker thread keeps the ledger's order and its single writer."""
+        """Hand a copy of *record* to the ledger's writer thread and return at once.
+
+        The fsync can stall for milliseconds on a busy disk (100 ms and more on a shared one); it must
+        not delay the next call.  One worker thread keeps the ledger's order and its single writer;
+        :meth:`_flush` waits for it at the safe points.  A failed earlier append (disk full) is raised
+        here or there.  The copy is shallow: what the record holds must not be changed afterwards."""
         assert self.writer is not None
-        await asyncio.get_running_loop().run_in_executor(self._io, self.writer.append, record)
+        self._reap()
+        self._pending.append(self._io.submit(self.writer.append, dict(record)))
+
+    def _reap(self) -> None:
+        """Forget the appends that are done, oldest first; raise the first one that failed."""
+        while self._pending and self._pending[0].done():
+            self._pending.popleft().result()
+
+    async def _flush(self) -> None:
+        """Wait until every record handed over so far is written and fsync'd.  Called only outside
+        measured intervals: after each unit, at the end of each load stage and of the run."""
+        if self._pending:  # one thread, in order: when the last is done, all are
+            await asyncio.wait([asyncio.wrap_future(self._pending[-1])])
+        self._reap()
+
+    def pool(self, arm: str) -> aiohttp.ClientSession:
+        """The arm's kept-alive connection pool (for its turns, probes and sentinels)."""
+        if arm not in self._pools:
+            self._pools[arm] = client_session()
+        return self._pools[arm]
 
     def _append_now(self, record: dict[str, Any]) -> None:
         """Append and wait for the write, blocking the loop: for a record written while the run is being
@@ -244,7 +289,8 @@ class Runner:
 
     async def _turn(self, session: aiohttp.ClientSession, unit: Unit) -> None:
         """One agent turn: its scripted steps, each continued through tool calls until the model
-        answers without one or the case's step limit is reached."""
+        answers without one or the case's step limit is reached.  ``turn_s`` is the full wall clock
+        (connect time included); each call's own times are in its record."""
         ep = self.endpoints[unit.arm]
         case = next(c for c in self.spec.cases if c.name == unit.case)
         tools = self.exp.tools.get(case.name)
@@ -332,17 +378,18 @@ class Runner:
                                     "samples": samples})
 
     async def _main(self, units: list[Unit], done: set[tuple]) -> None:
-        conn = aiohttp.TCPConnector(limit=0, force_close=True)  # llama-server closes idle keep-alive connections; a reused stale one fails
-        async with aiohttp.ClientSession(connector=conn) as session:
+        # discovery, metrics scrapes: a connection each; model calls go through each arm's kept-alive pool
+        async with client_session(keep_alive=False) as session, self._arm_pools():
             for ep in self.endpoints.values():
                 murl = ep.arm.metrics_url
                 ep.discovered.update(await endpoint_info(session, ep.base_url, ep.headers, metrics_url=murl,
                                                          metrics_headers=ep.headers_for(murl) if murl else None,
                                                          known=ep.discovered))
-            if not done:
+            if not self.resume:
                 await self._append(self._header())
             for name in self.endpoints:  # a fresh server's first call is slow; measure it, don't count it
-                await self._fixed_length(session, Unit("warmup", name, SENTINEL_CASE, 0, 8))
+                await self._fixed_length(self.pool(name), Unit("warmup", name, SENTINEL_CASE, 0, 8))
+            await self._flush()
             todo = [u for u in units if u.key() not in done]
             total = len(units)
             finished = total - len(todo)
@@ -361,9 +408,10 @@ class Runner:
                 if self.progress:
                     self.progress(unit, finished, total)
                 if unit.kind == "turn":
-                    await self._turn(session, unit)
+                    await self._turn(self.pool(unit.arm), unit)
                 else:
-                    await self._fixed_length(session, unit)
+                    await self._fixed_length(self.pool(unit.arm), unit)
+                await self._flush()  # between units: nothing is being measured
                 finished += 1
                 dead = [ep.engine.death_note() for ep in self.endpoints.values() if ep.engine and not ep.engine.alive()]
                 if dead:
@@ -375,6 +423,17 @@ class Runner:
             await run_load(self, session)
             if self.progress:
                 self.progress(Unit("done", "", "", 0), finished, total)
+            await self._flush()
+
+    @contextlib.asynccontextmanager
+    async def _arm_pools(self) -> AsyncIterator[None]:
+        """Close the arms' connection pools (see :meth:`pool`) when the work ends, however it ends."""
+        try:
+            yield
+        finally:
+            for pool in self._pools.values():
+                await pool.close()
+            self._pools.clear()
 
     def run(self) -> Path:
         """Do the experiment's work; returns the ledger path.  Engines are always stopped."""
@@ -385,10 +444,11 @@ class Runner:
         self.out.mkdir(parents=True, exist_ok=True)
         self.writer = LedgerWriter(self.out / "ledger.jsonl")
         try:
-            if done:
+            if self.resume:
+                failed = sum(1 for u in units if u.key() in self._failed)
                 self.writer.append({"kind": "resume", "at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                                     "tool_version": __version__, "completed_units": len(done),
-                                    "repeats": self.spec.experiment.repeats})
+                                    "failed_units_rerun": failed, "repeats": self.spec.experiment.repeats})
             self._start_engines()
             try:
                 asyncio.run(self._main(units, done))
@@ -396,8 +456,9 @@ class Runner:
                 raise Interrupted(str(self.out)) from None
         finally:
             self.stop_engines()
-            self._io.shutdown(wait=True)
+            self._io.shutdown(wait=True)  # every record handed to the writer is written, whatever ended the run
             self.writer.close()
+        self._reap()  # a normal end: a failed append is an error
         return self.out / "ledger.jsonl"
 
 
