@@ -310,3 +310,31 @@ speed = 4.0
         assert all(r["prompt_tokens"] == r["target_input_tokens"] for r in calls)
     firsts = sorted(min(v, key=lambda r: r["step"])["scheduled_t"] for v in by_session.values())
     assert [round(f - firsts[0], 6) for f in firsts] == [0.0, round(0.276 / 4, 6), round(0.615 / 4, 6)]
+
+
+def test_trace_replay_on_a_strict_api_sends_no_forcing_fields(tmp_path):
+    """A strict OpenAI-compatible API rejects ignore_eos/min_tokens: the warm-up finds that out, and a trace
+    stage then sends max_tokens alone (recorded), instead of failing every call with HTTP 400."""
+    rows = (TRACES / "mooncake_conversation_trace.jsonl").read_text().splitlines()[:6]
+    (tmp_path / "m.jsonl").write_text("\n".join(rows) + "\n")
+    stage = '''
+[[load]]
+name = "moon"
+mode = "trace"
+trace = "m.jsonl"
+speed = 50.0
+scale_input = 0.0625
+max_tokens = 4
+'''
+    cfg = SimConfig(dialect="openai", prefill_tps=2_000_000, decode_tps=4000, output_tokens=500)
+    with SimulatorThread(cfg) as sim:
+        run(tmp_path, {"a": sim.base_url + "/v1"}, stage)
+        truth = sim.truth()
+    recs = [r for r in read_ledger(tmp_path / "run").records if r["kind"] == "load"]
+    assert len(recs) == 6 and all(r["error"] is None for r in recs)
+    assert {r["length_method"] for r in recs} == {"max_tokens only (engine rejected ignore_eos)"}
+    assert all("ignore_eos" not in r["request"] for r in recs)
+    # max_tokens (the stage's cap of 4, or the trace's shorter length) ends each answer; the simulator would say 500
+    assert all(r["completion_tokens"] == min(4, r["target_output_tokens"]) for r in recs)
+    # served: the stage's 6 calls, the warm-up that found the fallback and the case's turn; no rejected stage call
+    assert len(truth) == 6 + 1 + 1

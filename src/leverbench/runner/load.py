@@ -586,11 +586,16 @@ class StageRun:
         for rnd, r in enumerate(reqs):
             if self.stopped:
                 return
-            extra = {"ignore_eos": True, "min_tokens": r.output_tokens} if s.force_output else None
+            # an endpoint that rejected ignore_eos/min_tokens (a strict API: see Runner._fixed_length, which the
+            # warm-up ran first) gets max_tokens alone: the answer may then end before the trace's length
+            force = s.force_output and not self.ep.length_by_prompt
+            extra = {"ignore_eos": True, "min_tokens": r.output_tokens} if force else None
             body = self.runner._body(self.ep, messages, r.output_tokens, 0.0, extra=extra)
             meta: dict[str, Any] = {"case": case, "repeat": r.index, "step": rnd,
                                     "warmup": r.index < s.warmup_requests or scheduled - t0 < s.warmup_s,
                                     "target_input_tokens": r.input_tokens, "target_output_tokens": r.output_tokens}
+            if s.force_output:
+                meta["length_method"] = "ignore_eos" if force else "max_tokens only (engine rejected ignore_eos)"
             if turn_id:
                 meta.update(session=turn_id, turn_id=turn_id)
             rec = await self._send(body, meta, scheduled)

@@ -194,7 +194,7 @@ class Runner:
                     meta: dict[str, Any], *, think_tags: bool = False) -> dict[str, Any]:
         """One call, recorded; with ``retries`` set, a failed attempt is recorded and tried again
         (``_retried_s`` on the returned record: the seconds its retried attempts took).
-        A fixed-length call (``meta`` has ``length_method``) gets :func:`length_check`'s fields; one
+        A fixed-length call (``meta`` has ``length_method`` and ``probe_tokens``) gets :func:`length_check`'s fields; one
         the endpoint rejected for its forcing fields is not tried again (the caller falls back)."""
         retried_s = 0.0
         for attempt in range(self.retries + 1):
@@ -222,7 +222,7 @@ class Runner:
                 raise cancelled
             if rec["error"] is not None and ep.engine is not None and (note := ep.engine.death_note()):
                 out["error"] = {"class": "engine_died", "message": note[:2000]}
-            if "length_method" in meta:
+            if "length_method" in meta and "probe_tokens" in meta:
                 out.update(length_check(out, body, meta["probe_tokens"]))
             will_retry = (out["error"] is not None and attempt < self.retries and out["error"]["class"] != "engine_died"
                           and not out.get("rejected_fields"))
