@@ -25,20 +25,23 @@ def expected(t: dict) -> tuple[str | None, str]:
     """The error class (None: success) the client must record for a request the simulator handled as *t*
     says, and why.  An HTTP fault answers at once; a stall (0.5 s) outlasts the 0.3 s first-token timeout;
     a malformed line comes mid-stream, before a cut (which drops the second half); a missing usage is
-    counted by the simulator's tokenizer.  Without a fault, a call can still time out waiting for its
-    first token while every slot is busy (then the simulator's first token came late)."""
+    counted by the simulator's tokenizer.  Any call but an HTTP fault can time out waiting for its first
+    token while every slot is busy (then the simulator's first token came late): the fault in its stream
+    never reached the client."""
     faults = set((t["fault"] or "").split(",")) - {"", "client_disconnect"}
     for name in ("http_500", "http_429"):
         if name in faults:
             return "http_status", name
     if "stall" in faults:
         return "timeout_first_token", "stall"
+    late = t["first_token"] is None or t["first_token"] - t["arrival"] > FIRST_TOKEN_S - 0.05
+    if late:  # the client gave up before the stream (and any fault in it) began
+        return "timeout_first_token", "queued past the first-token timeout"
     if "malformed" in faults:
         return "malformed", "malformed"
     if "cut_stream" in faults:
         return "stream_cut", "cut_stream"
-    late = t["first_token"] is None or t["first_token"] - t["arrival"] > FIRST_TOKEN_S - 0.05
-    return ("timeout_first_token" if late else None), "queued past the first-token timeout" if late else "none"
+    return None, "none"
 
 
 def settled_truth(sim: SimulatorThread, n: int, timeout: float = 10.0) -> list[dict]:
