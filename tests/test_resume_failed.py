@@ -81,3 +81,24 @@ def test_each_unit_counts_its_first_success_else_its_latest_attempt():
     assert any(w.startswith("3 turn(s), 2 probe(s) superseded") and "(3 call(s) of superseded turns" in w
                for w in ds.warnings), ds.warnings
     assert not any("cut off" in w for w in ds.warnings)
+
+
+def test_resume_does_not_run_finished_load_stages_again(tmp_path):
+    """A load stage that finished on an arm wrote its stage_end record: resuming the run sends none of its calls
+    again (a stage with no stage_end, cut short, is run again whole)."""
+    from one_arm import one_arm_experiment
+
+    stage = '[[load]]\nname = "loop"\nmode = "closed"\nconcurrency = 2\nrequests = 4\n'
+    with SimulatorThread(SimConfig(prefill_tps=100_000.0, decode_tps=2000.0, output_tokens=4)) as s:
+        exp = one_arm_experiment(tmp_path, s.base_url, tail=stage)
+        out = tmp_path / "run"
+        Runner(load(exp), out).run()
+        first = read_ledger(out)
+        assert [(r["stage"], r["arm"], r["calls"]) for r in first.of_kind("stage_end")] == [("loop", "sim", 4)]
+        served = len(s.truth())
+        Runner(load(exp), out, resume=True).run()
+        again = read_ledger(out)
+        assert len(s.truth()) == served + 1  # the resumed run's warm-up only
+    assert sum(1 for r in again.records if r["kind"] == "load") == 4
+    row = next(r for r in summarize(again)["load"] if r["stage"] == "loop")
+    assert row["requests"] == 4 and row["ok"] == 4

@@ -124,8 +124,12 @@ class Dataset:
         return self.header["arms"].get(arm, {}).get("role", "")
 
     def knobs(self, arm: str) -> dict[str, Any]:
-        """The arm's knobs: declared conditions and discovered facts (see :mod:`.knobs`)."""
-        return arm_knobs(self.header["arms"].get(arm, {}))[0]
+        """The arm's knobs: discovered facts, what its requests send, declared conditions (see :mod:`.knobs`)."""
+        return self.knobs_and_contradictions(arm)[0]
+
+    def knobs_and_contradictions(self, arm: str) -> tuple[dict[str, Any], dict[str, str]]:
+        request = next((a.get("request") for a in self.config.get("arms", []) if a.get("name") == arm), None)
+        return arm_knobs(self.header["arms"].get(arm, {}), request)
 
     def arm_index(self, arm: Any) -> int:
         return self.arm_names.index(arm)

@@ -43,7 +43,10 @@ time it spent opening one, so from the schedule it is added back:
                 stage that sends nearly everything at once has no steady state), the window runs to
                 the last measured call's end instead (``window_basis`` "whole stage").
 - cached_share = Σ cached_tokens / Σ prompt_tokens of the measured successful calls (compare
-                ``prefix_sharing``, the share of each prompt the stage's requests have in common)
+                ``prefix_sharing``, the share of each prompt the stage's requests have in common);
+                where no call reports cached tokens (vLLM's default flags), the server's own
+                prefix-cache counters over the stage (warm-up included), else unknown
+                (``cached_share_source``)
 - output_tps  = output tokens that arrived within the window, from every call of the stage (warm-up
                 and drain included: they share the server during the window) / window length; a
                 chunk's tokens = completion_tokens / chunks
@@ -251,17 +254,16 @@ def load_records(records: Iterable[dict[str, Any]]) -> dict[tuple[str, str], lis
     return by_pair
 
 
-def server_queue(metrics: list[dict[str, Any]], arm: str, stage: str, t_first: float, t_last: float) -> float | None:
-    """Mean server-side queue time over the stage: Δ queue_time_seconds_sum / Δ _count (summed over label
-    sets, :func:`.metrics.arm_metrics`) between the ``load-start`` scrape before the stage's first send and the
-    ``load-end`` scrape after its last end."""
+def stage_metrics(metrics: list[dict[str, Any]], arm: str, stage: str, t_first: float, t_last: float) -> dict[str, float]:
+    """The server's figures over the stage (:func:`.metrics.arm_metrics`: counters summed over label sets)
+    between the ``load-start`` scrape before the stage's first send and the ``load-end`` scrape after its
+    last end; {} without them."""
     starts = [m for m in metrics if m.get("arm") == arm and m.get("when") == f"load-start {stage}"
               and m.get("t", 0) <= t_first]
     ends = [m for m in metrics if m.get("arm") == arm and m.get("when") == f"load-end {stage}" and m.get("t", 0) >= t_last]
     if not starts or not ends:
-        return None
-    figures = arm_metrics(starts[-1]["samples"], ends[0]["samples"])
-    return figures.get("queue_s_per_request")
+        return {}
+    return arm_metrics(starts[-1]["samples"], ends[0]["samples"])
 
 
 def window(c: Cols, measured: np.ndarray) -> tuple[float, float, str] | None:
@@ -311,9 +313,18 @@ def stage_row(rs: list[dict[str, Any]], ttft_floors: dict[tuple[str, str, Any], 
     row["duration_s"] = float(ends[measured].max() - sched[measured].min()) if n_measured else None
     out_tok = float(np.nansum(ok_c["completion_tokens"]))
     in_tok = float(np.nansum(ok_c["prompt_tokens"]))
-    cached = sum(r.get("cached_tokens") or 0 for r in itertools.compress(final, okm))
-    row.update(output_tokens=int(out_tok), input_tokens=int(in_tok), cached_tokens=int(cached),
-               cached_share=cached / in_tok if in_tok else None)
+    figures = stage_metrics(metrics, arm, stage, float(np.nanmin(c["t_send"])), float(np.nanmax(ends))) if final else {}
+    said = [r.get("cached_tokens") if r.get("cached_tokens") is not None else (r.get("timings") or {}).get("cache_n")
+            for r in itertools.compress(final, okm)]
+    if any(v is not None for v in said):
+        cached = sum(v or 0 for v in said)
+        row.update(cached_tokens=int(cached), cached_share=cached / in_tok if in_tok else None,
+                   cached_share_source="calls")
+    else:  # no call said (vLLM's default flags): never read as "nothing cached"
+        share = figures.get("prefix_cache_hit_share")
+        row.update(cached_tokens=None, cached_share=share,
+                   cached_share_source="server counters over the stage" if share is not None else "not reported")
+    row.update(output_tokens=int(out_tok), input_tokens=int(in_tok))
     slos = {k: r0.get(k) for k in ("slo_ttft_s", "slo_tpot_s", "slo_e2e_s") if r0.get(k) is not None}
     row["slo"] = slos or None
     good_all = meets_slo(c, slos.get("slo_ttft_s"), slos.get("slo_tpot_s"), slos.get("slo_e2e_s")) & ~failed_all
@@ -358,8 +369,7 @@ def stage_row(rs: list[dict[str, Any]], ttft_floors: dict[tuple[str, str, Any], 
     mean_service = svc["mean"] if svc else (row["e2e"]["mean"] - row["queue"]["mean"] if row["e2e"] and row["queue"] else None)
     sw = row["server_wait"]
     row["queueing"] = bool(sw and mean_service is not None and sw["mean"] > max(QUEUE_FLOOR_S, QUEUE_SHARE * mean_service))
-    row["server_queue_s"] = server_queue(metrics, arm, stage, float(np.nanmin(c["t_send"])), float(np.nanmax(ends))) \
-        if final else None
+    row["server_queue_s"] = figures.get("queue_s_per_request")
     conn = connect(ok_c)
     row["connect"] = distribution(conn[conn > 0])
     row["new_connections"] = int((conn > 0).sum())

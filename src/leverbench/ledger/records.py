@@ -47,6 +47,10 @@ Schema ``leverbench.ledger/1``:
 - ``metrics``: a Prometheus scrape of an arm's endpoint: arm, when
   ("before" / "after"), samples{name: value}; a NaN or infinite sample (legal
   in the exposition format) is the string "NaN", "+Inf" or "-Inf".
+- ``stage_end``: one per load stage finished on an arm: stage, arm, load_run,
+  calls (records the stage wrote).  A resumed run skips the (stage, arm)
+  pairs that have one and runs the others again (a stage is one measurement:
+  one cut short is repeated whole; the analysis keeps the latest execution).
 - ``warmup``: a short call to each arm before the work starts (a fresh
   server's first call is slow); kept, never analysed.
 - ``resume``: at, tool_version, completed_units (units with a successful
@@ -68,7 +72,7 @@ LEDGER_SCHEMA_NAME, LEDGER_SCHEMA_VERSION = LEDGER_SCHEMA.rsplit("/", 1)
 SUMMARY_SCHEMA = "leverbench.summary/1"
 
 CALL_KINDS = ("call", "probe", "sentinel", "load")
-KINDS = ("run", "turn", "metrics", "resume", "warmup", *CALL_KINDS)
+KINDS = ("run", "turn", "metrics", "resume", "warmup", "stage_end", *CALL_KINDS)
 
 
 def json_number(v: float) -> float | str:

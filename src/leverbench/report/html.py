@@ -417,6 +417,9 @@ def _scenario_groups(summary: dict[str, Any]) -> list[tuple[str, list[dict[str, 
     for a in p["arms"]:
         if "refused" in a:
             rs.append({"arm": a["arm"], "note": f"refused: {a['refused']}"})
+        elif a["total_s"] is None:
+            rs.append({"arm": a["arm"], "note": "only one phase projected: "
+                                                + (a.get("prefill_refused") or a.get("decode_refused") or "")})
         else:
             rs.append({"arm": a["arm"], "total": _num(a["total_s"]),
                        "segments": [("prefill", _num(a["prefill_s"])), ("decode", _num(a["decode_s"]))]})

@@ -77,6 +77,8 @@ async def run_load(runner: Any, session: aiohttp.ClientSession) -> None:
     plans = expand(spec.load)
     work = [(p, arm) for p in plans for arm in (p.stage.arms or list(runner.endpoints))]
     for n, (plan, arm) in enumerate(work):
+        if (plan.name, arm) in runner.stages_done:  # a resumed run: this stage finished on this arm
+            continue
         if runner.progress:
             from .schedule import Unit  # noqa: PLC0415
 
@@ -88,9 +90,13 @@ async def run_load(runner: Any, session: aiohttp.ClientSession) -> None:
         # measurements; a connection idle for client.IDLE_CLOSE_S is dropped before a server would drop it.  A call that
         # opens a connection records that time apart (connect_s).  keep_alive = false: a new connection per call.
         async with client_session(keep_alive=plan.stage.keep_alive) as own:
-            await StageRun(runner, own, plan, arm).run()
-        await runner._flush()  # the stage's records, written while it ran, are all on disk before the next
+            stage = StageRun(runner, own, plan, arm)
+            await stage.run()
+            # the stage's records (and the token counts deferred on its pool) are all on disk before the next
+            await runner._flush()
         await runner._scrape(session, f"load-end {plan.name}")
+        await runner._append({"kind": "stage_end", "stage": plan.name, "arm": arm, "load_run": stage.run_id,
+                              "calls": stage.sent, "stopped": stage.stopped})
         ep = runner.endpoints[arm]
         if ep.engine is not None and not ep.engine.alive():
             raise EngineError(ep.engine.death_note() or f"the engine of arm {arm!r} died during load stage {plan.name!r}")
@@ -323,6 +329,7 @@ class StageRun:
         self.first_extra: dict[str, Any] = {}
         self.connect_fails = 0
         self.stopped = False
+        self.sent = 0  # calls sent (each one record)
         self.sending: set[asyncio.Task] = set()  # the tasks inside _send (waiting for a slot or in a call)
         self.sem = asyncio.Semaphore(self.s.max_in_flight) if self.s.max_in_flight else None
 
@@ -357,7 +364,8 @@ class StageRun:
             if self.first_extra:  # the stage's first call carries the trace import and token check
                 m.update(self.first_extra)
                 self.first_extra = {}
-            rec = await self.runner._call(self.session, self.ep, body, m)
+            self.sent += 1
+            rec = await self.runner._call(self.session, self.ep, body, m, defer_counting=True)
         finally:
             self.sending.discard(me)
             if self.sem is not None:

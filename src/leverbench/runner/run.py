@@ -25,6 +25,8 @@ import contextlib
 import datetime as dt
 import json
 import os
+import signal
+import threading
 import time
 import uuid
 from collections import deque
@@ -107,8 +109,11 @@ class Runner:
         self.writer: LedgerWriter | None = None
         self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ledger")
         self._pending: deque[Future] = deque()  # appends handed to the writer thread, oldest first
+        self._background: set[asyncio.Task] = set()  # deferred token counts, each appending its record when done
         self._pools: dict[str, aiohttp.ClientSession] = {}  # per arm: its turns', probes' and sentinels' connections
         self._failed: set[tuple] = set()  # on resume: units whose every record failed (run again)
+        self._fresh = False  # --resume found a ledger that holds no run yet: start it afresh
+        self.stages_done: set[tuple[str, str]] = set()  # on resume: (load stage, arm) pairs that finished
         self.keep_text = self.spec.experiment.store_text
 
     # ------------------------------------------------------------ set-up
@@ -131,13 +136,24 @@ class Runner:
                 ep.discovered.update(ep.engine.discover())
 
     def stop_engines(self) -> None:
-        for ep in self.endpoints.values():
-            if ep.engine is not None:
-                ep.engine.stop()
+        """Stop every engine the tool started; a second Ctrl-C (or a SIGTERM) meanwhile waits until they are
+        (they run in their own session: the terminal's SIGINT never reaches them)."""
+        held = _hold_signals()
+        try:
+            for ep in self.endpoints.values():
+                if ep.engine is not None:
+                    ep.engine.stop()
+        finally:
+            _release_signals(held)
 
     def _completed(self) -> set[tuple]:
         """The units a resumed run skips: those with a successful record (a failed unit is run again)."""
         ledger_path = self.out / "ledger.jsonl"
+        if ledger_path.exists() and not holds_a_run(ledger_path):
+            # stopped before its first record (engine start, discovery): nothing measured, nothing to keep
+            ledger_path.unlink()
+            self._fresh = True
+            return set()
         if not ledger_path.exists():
             if self.resume:
                 raise BadInput(f"{self.out}: nothing to resume (no ledger.jsonl); run without --resume")
@@ -156,6 +172,7 @@ class Runner:
                 raise BadInput(f"{self.out}: --repeats {new} is fewer than the run's {old}")
         units = [(Unit.of_record(r).key(), r.get("error") is None) for r in led.records
                  if r.get("kind") in ("turn", "probe", "sentinel")]
+        self.stages_done = {(r.get("stage"), r.get("arm")) for r in led.of_kind("stage_end")}
         done = {k for k, ok in units if ok}
         self._failed = {k for k, _ in units} - done
         return done
@@ -191,14 +208,20 @@ class Runner:
         return body
 
     async def _call(self, session: aiohttp.ClientSession, ep: ArmEndpoint, body: dict[str, Any],
-                    meta: dict[str, Any], *, think_tags: bool = False) -> dict[str, Any]:
+                    meta: dict[str, Any], *, think_tags: bool = False, defer_counting: bool = False) -> dict[str, Any]:
         """One call, recorded; with ``retries`` set, a failed attempt is recorded and tried again
         (``_retried_s`` on the returned record: the seconds its retried attempts took).
         A fixed-length call (``meta`` has ``length_method`` and ``probe_tokens``) gets :func:`length_check`'s fields; one
-        the endpoint rejected for its forcing fields is not tried again (the caller falls back)."""
+        the endpoint rejected for its forcing fields is not tried again (the caller falls back).
+
+        A call the server sent no usage for is counted with its tokenizer (:func:`count_tokens`): harness
+        time that must not enter a measurement.  It is recorded as ``harness_s`` (a turn leaves it out of
+        its time); with *defer_counting* (load stages, whose next send must not wait for it) the counting
+        and the record's append happen in the background (:meth:`_flush` waits for them) and the record
+        comes back without its counts."""
         retried_s = 0.0
         for attempt in range(self.retries + 1):
-            cancelled: CallCancelled | None = None
+            cancelled: asyncio.CancelledError | None = None
             try:
                 rec = await stream_chat(session, chat_url(ep.base_url), body, headers=ep.headers,
                                         timeouts=self.timeouts, keep_text=self.keep_text, think_tags=think_tags)
@@ -206,8 +229,14 @@ class Runner:
                 rec, cancelled = exc.record, exc
             content = rec.pop("_content")
             reasoning = rec.pop("_reasoning")
-            if rec["error"] is not None and rec["error"]["class"] == "no_usage":
-                await count_tokens(session, ep.base_url, ep.headers, body["messages"], content + reasoning, rec)
+            uncounted = rec["error"] is not None and rec["error"]["class"] == "no_usage"
+            if uncounted and not defer_counting:
+                h0 = time.perf_counter()
+                try:
+                    await count_tokens(session, ep.base_url, ep.headers, body["messages"], content + reasoning, rec)
+                except asyncio.CancelledError as exc:  # Ctrl-C while counting: recorded uncounted (below), then stop
+                    cancelled = exc
+                rec["harness_s"] = time.perf_counter() - h0
             messages = body["messages"]
             sent = {k: v for k, v in body.items() if k not in ("messages", "tools")}
             out = {**meta, **rec, "request": sent, "input_sha256": messages_sha256(messages),
@@ -229,7 +258,11 @@ class Runner:
             if will_retry:
                 out["retried"] = True
                 retried_s += (out.get("connect_s") or 0.0) + out["latency_s"]
-            await self._append(out)  # returns at once: the next call is not held up by the fsync
+            if uncounted and defer_counting:
+                self._background.add(asyncio.create_task(self._count_then_append(
+                    session, ep, body["messages"], content + reasoning, out)))
+            else:
+                await self._append(out)  # returns at once: the next call is not held up by the fsync
             if not will_retry:
                 break
         out["_content"] = content
@@ -252,9 +285,26 @@ class Runner:
         while self._pending and self._pending[0].done():
             self._pending.popleft().result()
 
+    async def _count_then_append(self, session: aiohttp.ClientSession, ep: ArmEndpoint,
+                                 messages: list[dict[str, Any]], output: str, out: dict[str, Any]) -> None:
+        """A deferred :func:`count_tokens` (see :meth:`_call`): count, then append the record."""
+        record = dict(out)
+        h0 = time.perf_counter()
+        try:
+            await count_tokens(session, ep.base_url, ep.headers, messages, output, record)
+        except asyncio.CancelledError:  # Ctrl-C while counting: the call is recorded all the same, uncounted
+            self._append_now(out)
+            raise
+        record["harness_s"] = time.perf_counter() - h0
+        await self._append(record)
+
     async def _flush(self) -> None:
         """Wait until every record handed over so far is written and fsync'd.  Called only outside
-        measured intervals: after each unit, at the end of each load stage and of the run."""
+        measured intervals: after each unit, at the end of each load stage and of the run.  Deferred
+        token counts (:meth:`_call`) are waited for first."""
+        while self._background:
+            await asyncio.gather(*list(self._background))
+            self._background = {t for t in self._background if not t.done()}
         if self._pending:  # one thread, in order: when the last is done, all are
             await asyncio.wait([asyncio.wrap_future(self._pending[-1])])
         self._reap()
@@ -324,7 +374,7 @@ class Runner:
                 messages = [*messages, assistant_tool_message(rec["_content"], rec["tool_calls"]), *results]
             if failed_out or step_limit:
                 break
-        model_s = time.perf_counter() - t0
+        model_s = time.perf_counter() - t0 - sum(c.get("harness_s") or 0.0 for c in calls)  # not the tokenizer's
         failed = [c for c in calls if c["error"] is not None]
         err = None
         if failed:
@@ -378,6 +428,8 @@ class Runner:
                                     "samples": samples})
 
     async def _main(self, units: list[Unit], done: set[tuple]) -> None:
+        # SIGTERM (kill, timeout) stops the run as Ctrl-C does: the calls in flight are recorded as cancelled
+        _on_main_thread(asyncio.get_running_loop().add_signal_handler, signal.SIGTERM, asyncio.current_task().cancel)
         # discovery, metrics scrapes: a connection each; model calls go through each arm's kept-alive pool
         async with client_session(keep_alive=False) as session, self._arm_pools():
             for ep in self.endpoints.values():
@@ -385,7 +437,7 @@ class Runner:
                 ep.discovered.update(await endpoint_info(session, ep.base_url, ep.headers, metrics_url=murl,
                                                          metrics_headers=ep.headers_for(murl) if murl else None,
                                                          known=ep.discovered))
-            if not self.resume:
+            if not self.resume or self._fresh:
                 await self._append(self._header())
             for name in self.endpoints:  # a fresh server's first call is slow; measure it, don't count it
                 await self._fixed_length(self.pool(name), Unit("warmup", name, SENTINEL_CASE, 0, 8))
@@ -393,18 +445,21 @@ class Runner:
             todo = [u for u in units if u.key() not in done]
             total = len(units)
             finished = total - len(todo)
-            # The server's counters are scraped around each arm's block: in blocked order around each arm's
-            # own units (so arms sharing one endpoint are told apart), else around all of them.
+            # The server's counters are scraped around each arm's block (its turns, probes and sentinels: in
+            # blocked order around each arm's own units, so arms sharing one endpoint are told apart, else
+            # around all of them) and around each run of probes (one prompt sent again: what a cache finds).
             blocked = self.spec.experiment.order == "blocked"
-            block_arm: str | None = None
-            if not blocked:
-                await self._scrape(session, "before")
-            for unit in todo:
-                if blocked and unit.arm != block_arm:
-                    if block_arm is not None:
-                        await self._scrape(session, "after", [block_arm])
-                    block_arm = unit.arm
-                    await self._scrape(session, "before", [block_arm])
+
+            def block_arms(u: Unit) -> list[str] | None:  # whose endpoints a scrape around *u* covers
+                return [u.arm] if blocked else None
+            for k, unit in enumerate(todo):
+                prev = todo[k - 1] if k else None
+                if prev is None or (blocked and unit.arm != prev.arm):
+                    if prev is not None:
+                        await self._scrape(session, "after", block_arms(prev))
+                    await self._scrape(session, "before", block_arms(unit))
+                if unit.kind == "probe" and (prev is None or prev.kind != "probe" or (blocked and prev.arm != unit.arm)):
+                    await self._scrape(session, "probes-before", block_arms(unit))
                 if self.progress:
                     self.progress(unit, finished, total)
                 if unit.kind == "turn":
@@ -413,13 +468,14 @@ class Runner:
                     await self._fixed_length(self.pool(unit.arm), unit)
                 await self._flush()  # between units: nothing is being measured
                 finished += 1
+                nxt = todo[k + 1] if k + 1 < len(todo) else None
+                if unit.kind == "probe" and (nxt is None or nxt.kind != "probe" or (blocked and nxt.arm != unit.arm)):
+                    await self._scrape(session, "probes-after", block_arms(unit))
                 dead = [ep.engine.death_note() for ep in self.endpoints.values() if ep.engine and not ep.engine.alive()]
                 if dead:
                     raise EngineError(dead[0] or "an engine died")
-            if not blocked:
-                await self._scrape(session, "after")
-            elif block_arm is not None:
-                await self._scrape(session, "after", [block_arm])
+            if todo:
+                await self._scrape(session, "after", block_arms(todo[-1]))
             await run_load(self, session)
             if self.progress:
                 self.progress(Unit("done", "", "", 0), finished, total)
@@ -442,24 +498,60 @@ class Runner:
         sizes = {c.name: case_size_chars(self.exp, c) for c in self.spec.cases}
         units = build_schedule(self.spec, sizes)
         self.out.mkdir(parents=True, exist_ok=True)
-        self.writer = LedgerWriter(self.out / "ledger.jsonl")
+        keys = tuple(h.removeprefix("Bearer ") for ep in self.endpoints.values() for h in ep.headers.values())
+        self.writer = LedgerWriter(self.out / "ledger.jsonl", secrets=keys)
         try:
-            if self.resume:
+            if self.resume and not self._fresh:
                 failed = sum(1 for u in units if u.key() in self._failed)
                 self.writer.append({"kind": "resume", "at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                                     "tool_version": __version__, "completed_units": len(done),
                                     "failed_units_rerun": failed, "repeats": self.spec.experiment.repeats})
-            self._start_engines()
+            previous = _on_main_thread(signal.signal, signal.SIGTERM, _sigterm_as_interrupt)  # outside the loop
             try:
+                self._start_engines()
                 asyncio.run(self._main(units, done))
-            except KeyboardInterrupt:
+            except (KeyboardInterrupt, asyncio.CancelledError):  # Ctrl-C, or SIGTERM (see _main)
                 raise Interrupted(str(self.out)) from None
+            finally:
+                if previous is not None:
+                    signal.signal(signal.SIGTERM, previous)
         finally:
             self.stop_engines()
             self._io.shutdown(wait=True)  # every record handed to the writer is written, whatever ended the run
             self.writer.close()
         self._reap()  # a normal end: a failed append is an error
         return self.out / "ledger.jsonl"
+
+
+def holds_a_run(path: Path) -> bool:
+    """Whether a ledger holds its run header: a first line written whole.  A file without one (empty, or a
+    header cut by a crash) is what a run stopped before its first record leaves: no measurement in it."""
+    with open(path, "rb") as fh:
+        return fh.readline().endswith(b"\n")
+
+
+def _sigterm_as_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+_HELD = (signal.SIGINT, signal.SIGTERM)
+
+
+def _on_main_thread(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` where signals can be handled (the main thread); elsewhere (a test's thread) None."""
+    return fn(*args) if threading.current_thread() is threading.main_thread() else None
+
+
+def _hold_signals() -> dict[int, Any]:
+    """Ignore Ctrl-C and SIGTERM (on the main thread), returning the handlers to put back."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {s: signal.signal(s, signal.SIG_IGN) for s in _HELD}
+
+
+def _release_signals(held: dict[int, Any]) -> None:
+    for s, handler in held.items():
+        signal.signal(s, handler)
 
 
 def assistant_tool_message(content: str, tool_calls: list[dict[str, Any]]) -> dict[str, Any]:
