@@ -28,7 +28,7 @@ def load(path: Path, **_: Any) -> TrafficLoad:
     plan = col.Plan(fields, columns={c: pl.col(c) for c in ("input", "output", "arrival")},
                     soft={"unreadable TIMESTAMP (arrival unknown)": pl.col("arrival").is_null()},
                     notes=["no prefix or cached-token information in this trace"])
-    return col.read(path, "azure", plan, col.stream(col.csv_source(path, fields, header, short_rows=False)))
+    return col.read(path, "azure", plan, col.csv_sources(path, fields, header))
 
 
 def detect(s: Sniff) -> bool:

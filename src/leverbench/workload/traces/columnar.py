@@ -94,16 +94,22 @@ def _stamp(c: pl.Expr, scale: float) -> pl.Expr:
     return pl.when(~_bad_number(x)).then(x * scale).otherwise((us // 1_000_000) + (us % 1_000_000) / 1e6)
 
 
-def checked(fields: list[Field], reason: pl.Expr | None = None) -> tuple[pl.Expr, list[pl.Expr]]:
-    """(the skip reason, null for a usable row; the parsed columns) of raw text columns named by ``Field.name``."""
+NUMERIC = ("count", "opt_count", "seconds")
+
+
+def checked(fields: list[Field], reason: pl.Expr | None = None, *, typed: bool = False) -> tuple[pl.Expr, list[pl.Expr]]:
+    """(the skip reason, null for a usable row; the parsed columns) of the raw columns named by ``Field.name``:
+    text, or with ``typed`` the NUMERIC kinds already parsed as Float64 (null: missing)."""
     whens: list[tuple[pl.Expr, str]] = []
     cols: list[pl.Expr] = []
     for f in fields:
         c = pl.col(f.name)
-        x = _number(c)
+        numeric = typed and f.kind in NUMERIC
+        x = c if numeric else _number(c)
         if f.kind == "count":
-            whens += [(_missing(c), f"missing {f.what}"), (_bad_number(x), f"non-numeric {f.what}"),
-                      (x < 0, f"negative {f.what}"), (x != x.floor(), f"fractional {f.what}")]
+            whens += [(c.is_null() if numeric else _missing(c), f"missing {f.what}"),
+                      (_bad_number(x), f"non-numeric {f.what}"), (x < 0, f"negative {f.what}"),
+                      (x != x.floor(), f"fractional {f.what}")]
             cols.append(x.cast(pl.Int64, strict=False).alias(f.name))
         elif f.kind == "opt_count":
             cols.append(pl.when(_is_count(x)).then(x.cast(pl.Int64, strict=False)).alias(f.name))
@@ -126,12 +132,18 @@ def checked(fields: list[Field], reason: pl.Expr | None = None) -> tuple[pl.Expr
 # ---------------------------------------------------------------- sources: raw text columns with line numbers
 
 
-def csv_source(path: Path, fields: list[Field], header: list[str], *, short_rows: bool) -> pl.LazyFrame:
-    """The CSV's columns named by ``fields`` as text, ``line`` and, with ``short_rows``, ``reason`` for a row with
-    fewer cells than the header; rows whose cells are all blank are dropped, as the csv module's readers skip them."""
-    raw = pl.scan_csv(path, infer_schema=False, new_columns=header, raise_if_empty=False, encoding="utf8")
-    parts = [raw.select(*[pl.col(f.key).alias(f.name) for f in fields], blank=pl.all_horizontal(
-        pl.all().is_null() | (pl.all().str.strip_chars() == "")))]
+def csv_source(path: Path, fields: list[Field], header: list[str], *, short_rows: bool,
+               typed: bool = False) -> pl.LazyFrame:
+    """The CSV's columns named by ``fields`` as text (with ``typed``: the NUMERIC kinds as Float64, and a cell
+    that is not a number an error), ``line`` and, with ``short_rows``, ``reason`` for a row with fewer cells than
+    the header; rows whose cells are all blank are dropped, as the csv module's readers skip them."""
+    numeric = {f.key for f in fields if typed and f.kind in NUMERIC}
+    raw = pl.scan_csv(path, infer_schema=False, new_columns=header, raise_if_empty=False, encoding="utf8",
+                      schema_overrides=dict.fromkeys(numeric, pl.Float64))
+    blank = [pl.col(h).is_null() if h in numeric else pl.col(h).is_null() | (pl.col(h).str.strip_chars() == "")
+             for h in header]
+    parts = [raw.select(*[(pl.col(f.key) if f.key in header else pl.lit(None, pl.String)).alias(f.name)
+                          for f in fields], blank=pl.all_horizontal(blank))]
     if short_rows:
         sep = (pl.scan_csv(path, has_header=False, skip_rows=1, separator="\x1f", quote_char=None,
                            new_columns=["text"], schema={"text": pl.String}, raise_if_empty=False)
@@ -143,20 +155,20 @@ def csv_source(path: Path, fields: list[Field], header: list[str], *, short_rows
         reason=pl.when(short).then(pl.lit("fewer cells than the header")).otherwise(pl.lit(None, pl.String)))
 
 
-def _json_schema(keys: list[str]) -> dict[str, Any]:
-    """A polars schema reading each dotted key as text, nested objects as structs."""
+def _json_schema(keys: dict[str, Any]) -> dict[str, Any]:
+    """A polars schema reading each dotted key as its type, nested objects as structs."""
     tree: dict[str, Any] = {}
-    for k in keys:
+    for k, dtype in keys.items():
         node = tree
         parts = k.split(".")
         for p in parts[:-1]:
             node = node.setdefault(p, {})
             if not isinstance(node, dict):
                 raise BadInput(f"JSON key {k!r} reads into {p!r}, which another column reads as a value")
-        node.setdefault(parts[-1], None)
+        node.setdefault(parts[-1], dtype)
 
     def conv(t: dict[str, Any]) -> dict[str, Any]:
-        return {k: pl.String if v is None else pl.Struct(conv(v)) for k, v in t.items()}
+        return {k: pl.Struct(conv(v)) if isinstance(v, dict) else v for k, v in t.items()}
 
     return conv(tree)
 
@@ -169,9 +181,11 @@ def _json_get(key: str) -> pl.Expr:
     return e
 
 
-def jsonl_source(path: Path, fields: list[Field]) -> pl.LazyFrame:
-    """The JSON lines' values at ``fields``' keys as text, and ``line`` (the record number; blank lines are skipped)."""
-    lf = pl.scan_ndjson(path, schema=_json_schema([f.key for f in fields]))
+def jsonl_source(path: Path, fields: list[Field], *, typed: bool = False) -> pl.LazyFrame:
+    """The JSON lines' values at ``fields``' keys as text (with ``typed``: the NUMERIC kinds as Float64, and any
+    other JSON value there an error), and ``line`` (the record number; blank lines are skipped)."""
+    lf = pl.scan_ndjson(path, schema=_json_schema(
+        {f.key: pl.Float64 if typed and f.kind in NUMERIC else pl.String for f in fields}))
     return lf.select(*[_json_get(f.key).alias(f.name) for f in fields]).with_row_index("line", offset=1).with_columns(
         reason=pl.lit(None, pl.String))
 
@@ -266,32 +280,48 @@ class Plan:
     cached_served: bool = False
 
 
-def read(path: Path, fmt: str, plan: Plan, batches: Callable[[], Iterator[pl.DataFrame]],
-         fallback: Callable[[], Iterator[pl.DataFrame]] | None = None) -> TrafficLoad:
-    """One pass over ``batches()`` (raw text columns, ``line``, ``reason``): the checked, usable calls and the counts.
+@dataclass
+class Source:
+    """One way to read a file: raw columns with ``line`` and ``reason``, as a LazyFrame (``lazy()``, checked
+    inside polars' streaming engine) or as ``frames()``; ``typed``: the NUMERIC fields come parsed
+    (checked(typed=True)); ``records``: ``line`` counts records, not lines."""
 
-    ``fallback`` (the careful path, with exact line numbers) is read instead when polars cannot parse the file in
-    bulk; with a fallback, ``line`` from ``batches()`` counts records, and the first line of each skip reason is
-    looked up again.
+    lazy: Callable[[], pl.LazyFrame] | None = None
+    frames: Callable[[], Iterator[pl.DataFrame]] | None = None
+    typed: bool = False
+    records: bool = False
+
+    def checked(self, plan: "Plan") -> Iterator[pl.DataFrame]:
+        """Batches of ``line``, ``reason`` and the parsed fields."""
+        reason, parsed = checked(plan.fields, pl.col("reason"), typed=self.typed)
+        if self.lazy is not None:
+            return iter(self.lazy().select("line", reason, *parsed).collect_batches())
+        assert self.frames is not None
+        return (df.lazy().select("line", reason, *parsed).collect() for df in self.frames())
+
+
+def read(path: Path, fmt: str, plan: Plan, sources: list[Source]) -> TrafficLoad:
+    """One pass over the first of ``sources`` that polars can parse: the checked, usable calls and the counts.
+
+    The fast sources come first (typed columns; a cell of another type is an error, and the next source, which
+    reads text and names each bad row's reason, takes over), the careful last.  Where a source counts records,
+    the first line of each skip reason is looked up again.
     """
-    try:
-        load = _read(path, fmt, plan, batches())
-        if fallback is not None and load.first_skipped_line:
-            load.first_skipped_line = _record_lines(path, load.first_skipped_line)
-        return load
-    except pl.exceptions.PolarsError as exc:
-        if fallback is None:
-            raise BadInput(f"{path}: cannot read as {fmt}: {str(exc).splitlines()[0]}") from None
-    try:
-        return _read(path, fmt, plan, fallback())
-    except pl.exceptions.PolarsError as exc:
-        raise BadInput(f"{path}: cannot read as {fmt}: {str(exc).splitlines()[0]}") from None
-    except OSError as exc:
-        raise BadInput(f"{path}: cannot read: {exc.strerror or exc}") from None
+    for i, src in enumerate(sources):
+        try:
+            load = _read(path, fmt, plan, src.checked(plan))
+            if src.records and load.first_skipped_line:
+                load.first_skipped_line = _record_lines(path, load.first_skipped_line)
+            return load
+        except pl.exceptions.PolarsError as exc:
+            if i == len(sources) - 1:
+                raise BadInput(f"{path}: cannot read as {fmt}: {str(exc).splitlines()[0]}") from None
+        except OSError as exc:
+            raise BadInput(f"{path}: cannot read: {exc.strerror or exc}") from None
+    raise AssertionError("no source")
 
 
 def _read(path: Path, fmt: str, plan: Plan, batches: Iterator[pl.DataFrame]) -> TrafficLoad:
-    reason, parsed = checked(plan.fields, pl.col("reason"))
     schema = {k: v for k, v in COLUMNS.items() if k in plan.columns}
     skipped: Counter[str] = Counter()
     first: dict[str, int] = {}
@@ -299,8 +329,7 @@ def _read(path: Path, fmt: str, plan: Plan, batches: Iterator[pl.DataFrame]) -> 
     sink = _Sink()
     used = 0
     t0: float | None = None
-    for raw in batches:
-        df = raw.lazy().select("line", reason, *parsed).collect()
+    for df in batches:
         bad = df.filter(pl.col("reason").is_not_null()).group_by("reason").agg(n=pl.len(), first=pl.col("line").min())
         for r, n, line in bad.iter_rows():
             skipped[r] += n
@@ -334,6 +363,14 @@ def _record_lines(path: Path, records: dict[str, int]) -> dict[str, int]:
     return {r: int(at.get(n, n)) for r, n in records.items()}
 
 
-def stream(lf: pl.LazyFrame) -> Callable[[], Iterator[pl.DataFrame]]:
-    """Batches of a lazy source, read by polars' streaming engine."""
-    return lambda: iter(lf.collect_batches(chunk_size=BATCH_ROWS))
+def csv_sources(path: Path, fields: list[Field], header: list[str], *, short_rows: bool = False) -> list[Source]:
+    """Typed, then as text: a CSV's ways to be read (a field whose column is absent reads as missing)."""
+    return [Source(lambda: csv_source(path, fields, header, short_rows=short_rows, typed=True), typed=True),
+            Source(lambda: csv_source(path, fields, header, short_rows=short_rows))]
+
+
+def jsonl_sources(path: Path, fields: list[Field]) -> list[Source]:
+    """Typed, as text, then line by line (bad JSON, values of any shape): a JSON-lines file's ways to be read."""
+    return [Source(lambda: jsonl_source(path, fields, typed=True), typed=True, records=True),
+            Source(lambda: jsonl_source(path, fields), records=True),
+            Source(frames=lambda: jsonl_lines(path, fields))]

@@ -123,13 +123,8 @@ def load(path: Path, columns: str | Mapping[str, str] | None = None, **_: Any) -
         exprs["cached"] = pl.when(cached.is_not_null()).then(pl.min_horizontal(cached, pl.col("input")))
     used = ", ".join(f"{role}={c}" for role, c in chosen.items())
     plan = col.Plan(fields, columns=exprs, soft={}, notes=[f"columns: {used}"], cached_served=True)
-    if is_json:
-        return col.read(path, "generic", plan, col.stream(col.jsonl_source(path, fields)),
-                        fallback=lambda: col.jsonl_lines(path, fields))
-    present = [f for f in fields if f.key in header]
-    source = col.csv_source(path, present, header, short_rows=True).with_columns(
-        *[pl.lit(None, pl.String).alias(f.name) for f in fields if f.key not in header])
-    return col.read(path, "generic", plan, col.stream(source))
+    sources = col.jsonl_sources(path, fields) if is_json else col.csv_sources(path, fields, header, short_rows=True)
+    return col.read(path, "generic", plan, sources)
 
 
 def detect(s: Sniff) -> bool:

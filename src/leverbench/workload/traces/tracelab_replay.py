@@ -51,7 +51,7 @@ def load(path: Path, **_: Any) -> TrafficLoad:
     plan = col.Plan(fields, columns=columns, soft={}, notes=[
         "input = prefix_len + input_len (input_len is the tokens appended this round); cached = prefix_len; "
         "rounds after a session's first have no fixed arrival (closed loop)"])
-    return col.read(path, "tracelab-replay", plan, col.stream(col.csv_source(path, fields, header, short_rows=False)))
+    return col.read(path, "tracelab-replay", plan, col.csv_sources(path, fields, header))
 
 
 def detect(s: Sniff) -> bool:
