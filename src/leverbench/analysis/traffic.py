@@ -53,7 +53,7 @@ prefill_tps = 1/b', prefill_a_s = max(a', 0).
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import polars as pl
@@ -66,7 +66,7 @@ from .traffic_sums import (BUCKETS, NO_MODEL, as_frame, collect, distribution_of
                            rate_table, total, value_counts)
 
 __all__ = ["BUCKETS", "PHASES", "Rates", "analyze_traffic", "bucket_of", "choose_rates", "conditions", "distribution",
-           "fit_rates", "hand_rates", "rates_for", "rates_from_summary", "recommend", "summarize_skips", "with_drafter"]
+           "fit_rates", "hand_rates", "has_latencies", "rates_for", "rates_from_summary", "recommend", "summarize_skips", "with_drafter"]
 
 RANGE_MIN_CALL_SHARE = 0.05
 PHASES = ("prefill", "decode", "queue")
@@ -409,13 +409,11 @@ def _gain(l: Mapping[str, Any], result: Mapping[str, Any]) -> str:
     return s
 
 
+def has_latencies(calls: Any) -> bool:
+    """Whether any call records its latency (so rates can be fitted from the traffic)."""
+    return bool(collect(as_frame(calls).select(pl.col("latency").is_not_null().any()))[0].item())
+
+
 def summarize_skips(skipped: Mapping[str, int]) -> str:
     return ", ".join(f"{n} {r}" for r, n in sorted(skipped.items(), key=lambda kv: -kv[1])) or "none"
-
-
-def calls_by_model(calls: Iterable[Any]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for c in calls:
-        out[c.model or "(unnamed)"] = out.get(c.model or "(unnamed)", 0) + 1
-    return out
 

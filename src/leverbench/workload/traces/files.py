@@ -69,7 +69,7 @@ def first_json(path: Path, head: str) -> Any:
             return json.loads(read_text(path))  # one indented JSON document
         except json.JSONDecodeError:
             pass
-    raise BadInput(f"{path}: line 1 is not valid JSON; is this a JSONL trace? (or name --format)")
+    raise BadInput(f"{path}: line 1 is not valid JSON; is this a JSONL trace? (or name --trace-format)")
 
 
 def jsonl(text: str, rows: Rows) -> Iterator[tuple[int, dict[str, Any]]]:

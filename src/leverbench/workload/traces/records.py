@@ -115,7 +115,7 @@ def no_usable_rows(path: Path, fmt: str, skipped: dict[str, int], first_line: di
     """The error for a file without a usable row, naming the reasons rows were skipped."""
     reasons = "; ".join(f"{r}: {n} (first at line {first_line[r]})" for r, n in skipped.items())
     return BadInput(f"{path}: no usable rows as format {fmt!r}" + (f" ({reasons})" if reasons else " (empty)")
-                    + f"; check the file, or name its format with --format ({', '.join(FORMATS)})"
+                    + f"; check the file, or name its format with --trace-format ({', '.join(FORMATS)})"
                     + (" and its columns with --columns" if fmt == "generic" else ""))
 
 

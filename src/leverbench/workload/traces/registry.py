@@ -47,14 +47,14 @@ def detect_format(path: str | Path) -> str:
     if first.lstrip().startswith(("{", "[")):
         obj = first_json(path, head)
         if not isinstance(obj, dict):
-            raise BadInput(f"{path}: line 1 is a JSON {type(obj).__name__}, not an object; name the format with --format")
+            raise BadInput(f"{path}: line 1 is a JSON {type(obj).__name__}, not an object; name the format with --trace-format")
         sniff = Sniff(obj=obj)
     else:
         sniff = Sniff(header=frozenset(h.strip() for h in next(csv.reader([first]))))
     for f in REGISTRY.values():
         if f.detect(sniff):
             return f.name
-    raise BadInput(f"{path}: line 1: not a known trace header ({first[:80]!r}); name the format with --format "
+    raise BadInput(f"{path}: line 1: not a known trace header ({first[:80]!r}); name the format with --trace-format "
                    f"({', '.join(FORMATS)})")
 
 
