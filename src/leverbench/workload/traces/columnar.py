@@ -257,7 +257,7 @@ class _Sink:
                 self.dir = tempfile.TemporaryDirectory(prefix="leverbench-traffic-")
             for f in self.frames:
                 name = os.path.join(self.dir.name, f"{len(self.files):06d}.arrow")
-                f.write_ipc(name)
+                f.write_ipc(name, compression="lz4")
                 self.files.append(name)
             self.frames = []
 
