@@ -5,7 +5,8 @@ a JSON-lines file of ``--calls`` calls, three integer columns each (input_tokens
 lengths drawn like a chat service's: log-normal inputs around 2k tokens, outputs around 150), then times, as a user
 would run it, ``leverbench analyze FILE --prefill-tps 2000 --decode-tps 50 --format json`` (a fresh process each
 time: start-up, reading, analysis and output), ``--repeats`` times each, and prints every time, the median, the
-child's peak RSS and the load average (this machine is shared: read the medians with the load beside them).
+child's CPU time (user + system) and peak RSS, and the load average.  On a shared machine the wall time includes
+waiting for a core; the CPU time does not, and bounds the wall time on two free cores from above.
 
 ``--engines`` also times the same read and reduction (sums per input bucket, value counts of the output lengths)
 done in process by polars (what leverbench uses), pyarrow and DuckDB, where installed, on the same files.
@@ -55,8 +56,8 @@ def write_log(path: Path, n: int, kind: str, seed: int = 1) -> None:
                 df.write_ndjson(fh)
 
 
-def run_analyze(path: Path, env: dict[str, str], address_space_mb: int | None = None) -> tuple[float, float, int]:
-    """(wall seconds, peak RSS MiB, exit code) of one ``leverbench analyze`` process."""
+def run_analyze(path: Path, env: dict[str, str], address_space_mb: int | None = None) -> tuple[float, float, float, int]:
+    """(wall seconds, CPU seconds (user + system), peak RSS MiB, exit code) of one ``leverbench analyze`` process."""
     cmd = [sys.executable, "-m", "leverbench.cli", "analyze", str(path), "--prefill-tps", "2000", "--decode-tps", "50",
            "--format", "json"]
 
@@ -73,7 +74,7 @@ def run_analyze(path: Path, env: dict[str, str], address_space_mb: int | None = 
     p.returncode = os.waitstatus_to_exitcode(status)
     if p.returncode:
         print(f"    analyze exited {p.returncode}: {err.strip()[-400:]}")
-    return wall, usage.ru_maxrss / 1024, p.returncode
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, p.returncode
 
 
 def load() -> str:
@@ -82,16 +83,17 @@ def load() -> str:
 
 def time_cli(path: Path, repeats: int, env: dict[str, str]) -> None:
     size = path.stat().st_size / 1e6
-    walls, rss = [], []
+    walls, cpus, rss = [], [], []
     for _ in range(repeats):
         before = load()
-        w, r, rc = run_analyze(path, env)
+        w, c, r, rc = run_analyze(path, env)
         walls.append(w)
+        cpus.append(c)
         rss.append(r)
-        print(f"  {path.name} ({size:,.0f} MB): {w:6.2f} s, peak RSS {r:,.0f} MiB{'' if rc == 0 else ' FAILED'}"
-              f"  [{before}]", flush=True)
-    print(f"  {path.name}: median {statistics.median(walls):.2f} s of {repeats} "
-          f"(min {min(walls):.2f}, max {max(walls):.2f}); peak RSS {max(rss):,.0f} MiB  [{load()}]", flush=True)
+        print(f"  {path.name} ({size:,.0f} MB): {w:6.2f} s wall, {c:6.2f} s CPU, peak RSS {r:,.0f} MiB"
+              f"{'' if rc == 0 else ' FAILED'}  [{before}]", flush=True)
+    print(f"  {path.name}: median {statistics.median(walls):.2f} s wall (min {min(walls):.2f}, max {max(walls):.2f}), "
+          f"{statistics.median(cpus):.2f} s CPU, of {repeats}; peak RSS {max(rss):,.0f} MiB  [{load()}]", flush=True)
 
 
 # ---------------------------------------------------------------- the same reduction in three engines
@@ -149,16 +151,18 @@ def time_engines(paths: list[Path], repeats: int) -> None:
             engines[name] = fn
         except ImportError:
             print(f"  {name}: not installed, left out")
-    print("\nThe same read + reduction in process (median of %d; seconds):" % repeats)
+    print("\nThe same read + reduction in process (medians of %d):" % repeats)
     for path in paths:
         for name, fn in engines.items():
-            times, check = [], None
+            times, cpus, check = [], [], None
             for _ in range(repeats):
-                t = time.perf_counter()
+                t, r = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
                 check = fn(path)
                 times.append(time.perf_counter() - t)
-            print(f"  {path.name:>14} {name:>8}: {statistics.median(times):6.2f} s  (Σ input {check:.6g})  [{load()}]",
-                  flush=True)
+                u = resource.getrusage(resource.RUSAGE_SELF)
+                cpus.append(u.ru_utime + u.ru_stime - r.ru_utime - r.ru_stime)
+            print(f"  {path.name:>14} {name:>8}: {statistics.median(times):6.2f} s wall, "
+                  f"{statistics.median(cpus):6.2f} s CPU  (Σ input {check:.6g})  [{load()}]", flush=True)
 
 
 def main() -> int:
@@ -205,8 +209,8 @@ def main() -> int:
             limit = f", address space limited to {a.address_space_mb:,} MiB" if a.address_space_mb else ""
             print(f"leverbench analyze {p.name} with {a.memory_mb:g} MiB of rows in memory{limit}  [{load()}]",
                   flush=True)
-            w, r, rc = run_analyze(p, big_env, a.address_space_mb)
-            print(f"  {w:.1f} s, peak RSS {r:,.0f} MiB for a {size / 2**20:,.0f} MiB log"
+            w, c, r, rc = run_analyze(p, big_env, a.address_space_mb)
+            print(f"  {w:.1f} s wall, {c:.1f} s CPU, peak RSS {r:,.0f} MiB for a {size / 2**20:,.0f} MiB log"
                   f" ({'ok' if rc == 0 else 'FAILED'})  [{load()}]")
             if rc:
                 return 1

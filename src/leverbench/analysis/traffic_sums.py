@@ -124,16 +124,5 @@ def phase_sums(lf: pl.LazyFrame, rates: pl.DataFrame, *, cap: float, assumed_sha
         beyond=(inp > pl.col("hi")).sum())
 
 
-def moments(lf: pl.LazyFrame, x: pl.Expr, y: pl.Expr, mean_x: pl.Expr, mean_y: pl.Expr) -> dict[str, pl.Expr]:
-    """Centred second moments of x and y about the given means (Σ(x − x̄)², Σ(x − x̄)(y − ȳ), Σ(y − ȳ)²)."""
-    dx, dy = x - mean_x, y - mean_y
-    return {"sxx": (dx * dx).sum(), "sxy": (dx * dy).sum(), "syy": (dy * dy).sum()}
-
-
-def by_model(df: pl.DataFrame) -> dict[str, dict[str, Any]]:
-    """The rows of a per-model aggregation, keyed by model."""
-    return {r["model"]: r for r in df.iter_rows(named=True)}
-
-
 def total(rows: Iterable[Mapping[str, Any]], key: str) -> float:
     return float(sum(r[key] or 0.0 for r in rows))

@@ -1,19 +1,23 @@
 """The columnar reader: CSV and JSON-lines logs through polars, in bounded memory.
 
 One pass over the file: polars parses it in batches (``scan_csv`` /
-``scan_ndjson``, every source column read as text), expressions check each
-row as the row-by-row importers do (the same skip reasons: missing,
-non-numeric, negative or fractional token counts, a CSV row with fewer cells
-than the header, bad JSON), the skip counts and the first line of each reason
-are summed batch by batch, and the usable rows, in the canonical columns
+``scan_ndjson``, streaming), expressions inside its engine check each row as
+the row-by-row importers do (the same skip reasons: missing, non-numeric,
+negative or fractional token counts, a CSV row with fewer cells than the
+header, bad JSON), the skip counts and the first line of each reason are
+summed batch by batch, and the usable rows, in the canonical columns
 (``records.COLUMNS``), are kept in memory up to ``memory_budget()`` bytes and
-past it written batch by batch to temporary Arrow IPC files that the analysis
-scans lazily.  So a log larger than memory is read without loading it whole.
+past it written batch by batch to temporary Arrow IPC files (lz4) that the
+analysis scans lazily.  So a log larger than memory is read without loading
+it whole.
+
+The passes (``Source``), tried in order until one parses the whole file:
+typed (number columns parsed as numbers by polars: the fast one, for clean
+logs), as text (every cell as text: a cell that is not a number gets its skip
+reason) and, for JSON lines, line by line (a line that is not JSON at all).
 
 Line numbers: a CSV row's is its record number + 1 (a quoted cell spanning
-lines shifts the later ones); a JSON line's is exact.  A JSON-lines file that
-polars cannot parse in bulk (a bad line, a value of the wrong shape) is read
-line by line instead, batch by batch: slower, same result.
+lines shifts the later ones); a JSON line's is exact (blank lines counted).
 """
 
 from __future__ import annotations
