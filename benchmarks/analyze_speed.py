@@ -11,14 +11,16 @@ waiting for a core; the CPU time does not, and bounds the wall time on two free 
 ``--engines`` also times the same read and reduction (sums per input bucket, value counts of the output lengths)
 done in process by polars (what leverbench uses), pyarrow and DuckDB, where installed, on the same files.
 
-``--big-calls N --memory-mb M`` shows a log larger than memory analysed without loading it whole: it writes a CSV of
-N calls, then runs ``analyze`` on it with at most M MiB of usable rows kept in memory
-(``LEVERBENCH_TRAFFIC_MEMORY_MB``; the rest spills to temporary Arrow files scanned lazily) and, with
-``--address-space-mb A``, under an address-space limit (RLIMIT_AS, as ``ulimit -v``) of A MiB: the file is larger
-than A, so it cannot be read whole.  Peak RSS is printed beside the file size.
+``--big-calls N --memory-mb M --data-limit-mb D`` shows a log larger than memory analysed without loading it
+whole: it writes a CSV of N calls, then runs ``analyze`` on it with at most M MiB of usable rows kept in memory
+(``LEVERBENCH_TRAFFIC_MEMORY_MB``; the rest spills to temporary Arrow files scanned lazily) under a limit of D MiB
+on the process's data (RLIMIT_DATA, as ``ulimit -d``: heap and private mappings, which is where a loaded log would
+go), smaller than the file; the peak anonymous RSS (sampled from /proc) is printed beside the file size.  The
+same run with the spill budget above the file's size (the rows held in memory, as before) shows the limit bites.
+(An address-space limit, ``ulimit -v``, does not fit: polars maps the file and reserves memory for its threads.)
 
     .venv/bin/python benchmarks/analyze_speed.py [--calls 10000000] [--repeats 3] [--engines]
-    .venv/bin/python benchmarks/analyze_speed.py --calls 0 --big-calls 250000000 --memory-mb 256 --address-space-mb 3072
+    .venv/bin/python benchmarks/analyze_speed.py --calls 0 --big-calls 160000000 --memory-mb 64 --data-limit-mb 1024
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Callable
@@ -56,18 +59,35 @@ def write_log(path: Path, n: int, kind: str, seed: int = 1) -> None:
                 df.write_ndjson(fh)
 
 
-def run_analyze(path: Path, env: dict[str, str], address_space_mb: int | None = None) -> tuple[float, float, float, int]:
-    """(wall seconds, CPU seconds (user + system), peak RSS MiB, exit code) of one ``leverbench analyze`` process."""
+def _peak_anon(pid: int, out: list[int]) -> None:
+    """Sample /proc/PID/status every 20 ms: out[0] = the peak RssAnon in KiB (memory that is no file's page cache)."""
+    while True:
+        try:
+            with open(f"/proc/{pid}/status") as fh:
+                for line in fh:
+                    if line.startswith("RssAnon:"):
+                        out[0] = max(out[0], int(line.split()[1]))
+        except OSError:
+            return
+        time.sleep(0.02)
+
+
+def run_analyze(path: Path, env: dict[str, str], data_limit_mb: int | None = None,
+                anon: list[int] | None = None) -> tuple[float, float, float, int]:
+    """(wall seconds, CPU seconds (user + system), peak RSS MiB, exit code) of one ``leverbench analyze`` process;
+    ``anon`` receives the peak anonymous RSS (KiB)."""
     cmd = [sys.executable, "-m", "leverbench.cli", "analyze", str(path), "--prefill-tps", "2000", "--decode-tps", "50",
            "--format", "json"]
 
     def limit() -> None:
-        if address_space_mb:
-            b = address_space_mb << 20
-            resource.setrlimit(resource.RLIMIT_AS, (b, b))
+        if data_limit_mb:
+            b = data_limit_mb << 20
+            resource.setrlimit(resource.RLIMIT_DATA, (b, b))
 
     t = time.perf_counter()
     p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=limit)
+    if anon is not None:
+        threading.Thread(target=_peak_anon, args=(p.pid, anon), daemon=True).start()
     _, status, usage = os.wait4(p.pid, 0)
     wall = time.perf_counter() - t
     err = p.stderr.read().decode(errors="replace") if p.stderr else ""
@@ -173,7 +193,7 @@ def main() -> int:
     ap.add_argument("--engines", action="store_true", help="also time polars, pyarrow and DuckDB on the same files")
     ap.add_argument("--big-calls", type=int, default=0, help="calls in the out-of-core log (0: no such run)")
     ap.add_argument("--memory-mb", type=float, default=256, help="LEVERBENCH_TRAFFIC_MEMORY_MB for the big run")
-    ap.add_argument("--address-space-mb", type=int, help="RLIMIT_AS for the big run (MiB)")
+    ap.add_argument("--data-limit-mb", type=int, help="RLIMIT_DATA for the big run (MiB)")
     ap.add_argument("--dir", type=Path, help="where to write the logs (default: a temporary directory, removed)")
     a = ap.parse_args()
     env = {**os.environ, "POLARS_MAX_THREADS": str(a.threads), "OPENBLAS_NUM_THREADS": "1",
@@ -206,12 +226,21 @@ def main() -> int:
             print(f"\nwrote {p.name}: {a.big_calls:,} calls, {size / 2**20:,.0f} MiB in {time.perf_counter() - t:.1f} s",
                   flush=True)
             big_env = {**env, "LEVERBENCH_TRAFFIC_MEMORY_MB": str(a.memory_mb), "TMPDIR": str(d)}
-            limit = f", address space limited to {a.address_space_mb:,} MiB" if a.address_space_mb else ""
+            limit = f", data limited to {a.data_limit_mb:,} MiB (ulimit -d)" if a.data_limit_mb else ""
             print(f"leverbench analyze {p.name} with {a.memory_mb:g} MiB of rows in memory{limit}  [{load()}]",
                   flush=True)
-            w, c, r, rc = run_analyze(p, big_env, a.address_space_mb)
-            print(f"  {w:.1f} s wall, {c:.1f} s CPU, peak RSS {r:,.0f} MiB for a {size / 2**20:,.0f} MiB log"
-                  f" ({'ok' if rc == 0 else 'FAILED'})  [{load()}]")
+            anon = [0]
+            w, c, r, rc = run_analyze(p, big_env, a.data_limit_mb, anon)
+            print(f"  {w:.1f} s wall, {c:.1f} s CPU, peak RSS {r:,.0f} MiB, peak anonymous RSS {anon[0] / 1024:,.0f} MiB"
+                  f" for a {size / 2**20:,.0f} MiB log ({'ok' if rc == 0 else 'FAILED'})  [{load()}]", flush=True)
+            if a.data_limit_mb:
+                held = {**big_env, "LEVERBENCH_TRAFFIC_MEMORY_MB": str(2 * size / 2**20)}
+                print(f"the same, every row held in memory (LEVERBENCH_TRAFFIC_MEMORY_MB={2 * size / 2**20:,.0f})",
+                      flush=True)
+                anon = [0]
+                w, c, r2, rc2 = run_analyze(p, held, a.data_limit_mb, anon)
+                print(f"  {w:.1f} s wall, peak anonymous RSS {anon[0] / 1024:,.0f} MiB: "
+                      f"{'ok' if rc2 == 0 else 'FAILED, as it must under the limit'}  [{load()}]", flush=True)
             if rc:
                 return 1
     return 0

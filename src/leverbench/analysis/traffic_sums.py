@@ -47,8 +47,9 @@ def as_frame(calls: Any) -> pl.LazyFrame:
 
 
 def collect(*frames: pl.LazyFrame) -> list[pl.DataFrame]:
-    """Collect several aggregations in one go, with the streaming engine."""
-    return pl.collect_all(list(frames), engine="streaming")
+    """Collect several aggregations at once, with the streaming engine, each scanning the frame itself (a scan
+    shared between them would be cached whole, in memory)."""
+    return pl.collect_all(list(frames), engine="streaming", optimizations=pl.QueryOptFlags(comm_subplan_elim=False))
 
 
 def bucket_expr(col: str = "input") -> pl.Expr:

@@ -136,27 +136,30 @@ def checked(fields: list[Field], reason: pl.Expr | None = None, *, typed: bool =
 # ---------------------------------------------------------------- sources: raw text columns with line numbers
 
 
-def csv_source(path: Path, fields: list[Field], header: list[str], *, short_rows: bool,
+def csv_source(path: Path, fields: list[Field], header: list[str], *, short_rows: str = "no",
                typed: bool = False) -> pl.LazyFrame:
     """The CSV's columns named by ``fields`` as text (with ``typed``: the NUMERIC kinds as Float64, and a cell
-    that is not a number an error), ``line`` and, with ``short_rows``, ``reason`` for a row with fewer cells than
-    the header; rows whose cells are all blank are dropped, as the csv module's readers skip them."""
+    that is not a number an error), ``line`` and ``reason``; rows whose cells are all blank are dropped, as the
+    csv module's readers skip them.  ``short_rows``: ``count`` reads each line's cells again (a second, text scan)
+    and gives a row with fewer cells than the header its reason; ``guard`` only marks ``maybe_short`` the rows
+    whose last cell is empty (which a short row's is), for the caller to count them in a later pass."""
     numeric = {f.key for f in fields if typed and f.kind in NUMERIC}
     raw = pl.scan_csv(path, infer_schema=False, new_columns=header, raise_if_empty=False, encoding="utf8",
                       schema_overrides=dict.fromkeys(numeric, pl.Float64))
     blank = [pl.col(h).is_null() if h in numeric else pl.col(h).is_null() | (pl.col(h).str.strip_chars() == "")
              for h in header]
     parts = [raw.select(*[(pl.col(f.key) if f.key in header else pl.lit(None, pl.String)).alias(f.name)
-                          for f in fields], blank=pl.all_horizontal(blank))]
-    if short_rows:
+                          for f in fields], blank=pl.all_horizontal(blank), maybe_short=pl.col(header[-1]).is_null())]
+    if short_rows == "count":
         sep = (pl.scan_csv(path, has_header=False, skip_rows=1, separator="\x1f", quote_char=None,
                            new_columns=["text"], schema={"text": pl.String}, raise_if_empty=False)
                .select(cells=pl.col("text").str.count_matches(",", literal=True) + 1))
         parts.append(sep)
     lf = pl.concat(parts, how="horizontal").with_row_index("line", offset=2)
-    short = (pl.col("cells") < len(header)) if short_rows else pl.lit(False)
-    return lf.filter(~pl.col("blank")).with_columns(
+    short = (pl.col("cells") < len(header)) if short_rows == "count" else pl.lit(False)
+    lf = lf.filter(~pl.col("blank")).with_columns(
         reason=pl.when(short).then(pl.lit("fewer cells than the header")).otherwise(pl.lit(None, pl.String)))
+    return lf if short_rows == "guard" else lf.drop("maybe_short")
 
 
 def _json_schema(keys: dict[str, Any]) -> dict[str, Any]:
@@ -284,6 +287,10 @@ class Plan:
     cached_served: bool = False
 
 
+class _Retry(Exception):
+    """This pass cannot tell what it met: the next one reads the file."""
+
+
 @dataclass
 class Source:
     """One way to read a file: raw columns with ``line`` and ``reason``, as a LazyFrame (``lazy()``, checked
@@ -294,12 +301,14 @@ class Source:
     frames: Callable[[], Iterator[pl.DataFrame]] | None = None
     typed: bool = False
     records: bool = False
+    guarded: bool = False  # the frame has ``maybe_short``: a row that may be short sends the import to the next pass
 
     def checked(self, plan: "Plan") -> Iterator[pl.DataFrame]:
-        """Batches of ``line``, ``reason`` and the parsed fields."""
+        """Batches of ``line``, ``reason`` and the parsed fields (and ``maybe_short``, when guarded)."""
         reason, parsed = checked(plan.fields, pl.col("reason"), typed=self.typed)
         if self.lazy is not None:
-            return iter(self.lazy().select("line", reason, *parsed).collect_batches())
+            extra = ["maybe_short"] if self.guarded else []
+            return iter(self.lazy().select("line", reason, *parsed, *extra).collect_batches())
         assert self.frames is not None
         return (df.lazy().select("line", reason, *parsed).collect() for df in self.frames())
 
@@ -317,7 +326,7 @@ def read(path: Path, fmt: str, plan: Plan, sources: list[Source]) -> TrafficLoad
             if src.records and load.first_skipped_line:
                 load.first_skipped_line = _record_lines(path, load.first_skipped_line)
             return load
-        except pl.exceptions.PolarsError as exc:
+        except (pl.exceptions.PolarsError, _Retry) as exc:
             if i == len(sources) - 1:
                 raise BadInput(f"{path}: cannot read as {fmt}: {str(exc).splitlines()[0]}") from None
         except OSError as exc:
@@ -334,6 +343,10 @@ def _read(path: Path, fmt: str, plan: Plan, batches: Iterator[pl.DataFrame]) -> 
     used = 0
     t0: float | None = None
     for df in batches:
+        if "maybe_short" in df.columns:
+            if df.get_column("maybe_short").any():
+                raise _Retry("a row whose last cell is empty may have fewer cells than the header")
+            df = df.drop("maybe_short")
         bad = df.filter(pl.col("reason").is_not_null()).group_by("reason").agg(n=pl.len(), first=pl.col("line").min())
         for r, n, line in bad.iter_rows():
             skipped[r] += n
@@ -368,9 +381,14 @@ def _record_lines(path: Path, records: dict[str, int]) -> dict[str, int]:
 
 
 def csv_sources(path: Path, fields: list[Field], header: list[str], *, short_rows: bool = False) -> list[Source]:
-    """Typed, then as text: a CSV's ways to be read (a field whose column is absent reads as missing)."""
-    return [Source(lambda: csv_source(path, fields, header, short_rows=short_rows, typed=True), typed=True),
-            Source(lambda: csv_source(path, fields, header, short_rows=short_rows))]
+    """Typed, then as text: a CSV's ways to be read (a field whose column is absent reads as missing).  With
+    ``short_rows``, the first typed pass only guards against rows with fewer cells than the header; a file with
+    a row whose last cell is empty is read again, counting every line's cells."""
+    count = "count" if short_rows else "no"
+    typed = [Source(lambda: csv_source(path, fields, header, short_rows="guard", typed=True), typed=True,
+                    guarded=True)] if short_rows else []
+    return typed + [Source(lambda: csv_source(path, fields, header, short_rows=count, typed=True), typed=True),
+                    Source(lambda: csv_source(path, fields, header, short_rows=count))]
 
 
 def jsonl_sources(path: Path, fields: list[Field]) -> list[Source]:
