@@ -360,6 +360,7 @@ def _read(path: Path, fmt: str, plan: Plan, batches: Iterator[pl.DataFrame]) -> 
             t0 = float(known[0]) if len(known) else None
         used += ok.height
         sink.add(ok)
+    skipped = Counter(dict(sorted(skipped.items(), key=lambda kv: first[kv[0]])))  # as met, like the row readers
     if used == 0:
         raise no_usable_rows(path, fmt, dict(skipped), first)
     frame = sink.frame(schema)
