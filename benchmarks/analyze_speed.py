@@ -20,7 +20,7 @@ same run with the spill budget above the file's size (the rows held in memory, a
 (An address-space limit, ``ulimit -v``, does not fit: polars maps the file and reserves memory for its threads.)
 
     .venv/bin/python benchmarks/analyze_speed.py [--calls 10000000] [--repeats 3] [--engines]
-    .venv/bin/python benchmarks/analyze_speed.py --calls 0 --big-calls 160000000 --memory-mb 64 --data-limit-mb 1024
+    .venv/bin/python benchmarks/analyze_speed.py --calls 0 --big-calls 160000000 --memory-mb 64 --data-limit-mb 1536
 """
 
 from __future__ import annotations
