@@ -134,6 +134,8 @@ def analyze_command(traffic: Path, fmt: str | None, columns: str | None, rates_d
         fmt, out_fmt = fmt or out_fmt, "table"
     if as_json:
         out_fmt = "json"
+    if out_path is not None and out_fmt == "table":
+        raise click.UsageError("--out writes --format md, json or html")
     result = analyze_file(traffic, fmt=fmt, columns=columns, rates_dir=rates_dir, prefill_tps=prefill_tps,
                           prefill_a_s=prefill_a_s, decode_tps=decode_tps, drafter_speedup=drafter_speedup,
                           answer_cap=answer_cap, cached_share=cached_share, gpus=gpus, gpu_hour_usd=gpu_hour_usd,
