@@ -56,7 +56,8 @@ def write_ledger(path: Path, n_calls: int) -> None:
     with open(path, "w") as fh:
         fh.write(json.dumps(head) + "\n")
         for arm in ARMS:
-            fh.write(json.dumps({"kind": "warmup", "arm": arm, "case": CASES[0], "latency_s": 0.5, "error": None}) + "\n")
+            fh.write(json.dumps({"kind": "warmup", "arm": arm, "case": CASES[0], "latency_s": 0.5,
+                                 "error": None}) + "\n")
         fh.write(scrapes("before"))
         for r in range(repeats):
             for case in CASES:
