@@ -66,13 +66,15 @@ def test_summary_matches_golden(name):
     same(as_json(summarize(read_ledger(GOLDEN / f"{name}.ledger.jsonl"))), want)
 
 
-def read_as_columns(monkeypatch, checked: bool = False) -> None:
+def read_as_columns(monkeypatch, checked: bool = False, chunk: int = 997) -> None:
     """Make read_ledger take the columnar path for any file; *checked*: as if polars refused the
-    file at first, so that it is checked line by line and polars reads the lines kept."""
+    whole file, so that it reads chunks (small ones: lines straddle them) and checks line by line
+    each chunk it refuses."""
     monkeypatch.setattr(reader, "COLUMNAR_MIN_BYTES", 0)
     if checked:
         frame = reader._frame
         monkeypatch.setattr(reader, "_frame", lambda source: None if isinstance(source, Path) else frame(source))
+        monkeypatch.setattr(reader, "CHUNK_BYTES", chunk)
 
 
 def digest(cols: Columns) -> dict:
@@ -96,7 +98,7 @@ def same_columns(led: Ledger, kind: str) -> None:
     assert got["label_dtypes"] == ["int64"] and got["failed"][0] == got["has_timings"][0] == "bool"
 
 
-@pytest.mark.parametrize("checked", [False, True], ids=["columns", "checked"])
+@pytest.mark.parametrize("checked", [False, True], ids=["columns", "chunks"])
 @pytest.mark.parametrize("name", NAMES)
 def test_columnar_path_matches_golden(name, checked, monkeypatch):
     """A ledger read as a large one (polars' columns for calls and turns, records parsed again on
@@ -206,16 +208,16 @@ def test_a_call_outside_its_turns_cell_is_grouped_by_its_own_cell():
     assert shares["c"]["decode_s"] == pytest.approx((0.9 + 1.8) / 2)
 
 
-WAYS = {"lines": (1 << 40, False), "columns": (0, False), "checked": (0, True)}
+WAYS = {"lines": (1 << 40, False), "columns": (0, False), "chunks": (0, True)}
 
 
-def _read_all_ways(path: Path, monkeypatch, salvage: bool = False) -> list:
-    """read_ledger of *path* line by line, as columns, and as columns after the line-by-line check:
+def _read_all_ways(path: Path, monkeypatch, salvage: bool = False, chunk: int = 997) -> list:
+    """read_ledger of *path* line by line, as columns, and as columns by chunks of *chunk* bytes:
     (header, records, warnings, the columns' digest) or the error message, each."""
     out = []
     for size, checked in WAYS.values():
         with monkeypatch.context() as m:
-            read_as_columns(m, checked)
+            read_as_columns(m, checked, chunk)
             m.setattr(reader, "COLUMNAR_MIN_BYTES", size)
             try:
                 led = read_ledger(path, salvage=salvage)
@@ -233,8 +235,8 @@ def test_what_polars_refuses_after_the_check_is_read_as_dicts(tmp_path, monkeypa
     rec = json.loads(lines[-1])
     lines.append(json.dumps({**rec, "arm": 7, "retried": 1}))
     (tmp_path / "ledger.jsonl").write_text("\n".join(lines) + "\n")
-    small, large, checked = _read_all_ways(tmp_path / "ledger.jsonl", monkeypatch)
-    assert small == large == checked
+    small, large, chunks = _read_all_ways(tmp_path / "ledger.jsonl", monkeypatch)
+    assert small == large == chunks
     read_as_columns(monkeypatch)
     led = read_ledger(tmp_path)
     assert led._records is not None and not led._columns  # read as dicts
@@ -249,8 +251,8 @@ def test_numbers_stored_as_strings_stay_in_columns(tmp_path, monkeypatch):
     for i, (field, value) in zip(calls, [("latency_s", "+Inf"), ("ttft_s", "NaN"), ("step", "-Inf")]):
         lines[i] = json.dumps({**json.loads(lines[i]), field: value, "timings": {"prompt_ms": value, "cache_n": 1}})
     (tmp_path / "ledger.jsonl").write_text("\n".join(lines) + "\n")
-    small, large, checked = _read_all_ways(tmp_path / "ledger.jsonl", monkeypatch)
-    assert small == large == checked
+    small, large, chunks = _read_all_ways(tmp_path / "ledger.jsonl", monkeypatch)
+    assert small == large == chunks
     read_as_columns(monkeypatch)
     led = read_ledger(tmp_path)
     assert led._records is None and sorted(led._columns) == ["call", "turn"]
@@ -339,8 +341,8 @@ def test_bad_lines_read_the_same_every_way(case, salvage, tmp_path, monkeypatch)
     columnar reader agree on every case (records, warnings, columns, or the error)."""
     lines, newline_at_end = _damage(case, list(LINES))
     (tmp_path / "ledger.jsonl").write_bytes(b"\n".join(lines) + (b"\n" if newline_at_end else b""))
-    one, large, checked = _read_all_ways(tmp_path / "ledger.jsonl", monkeypatch, salvage)
-    assert one == large == checked
+    one, large, chunks = _read_all_ways(tmp_path / "ledger.jsonl", monkeypatch, salvage)
+    assert one == large == chunks
     damaged, cut = EXPECTED[case]
     path = tmp_path / "ledger.jsonl"
     if damaged and not salvage:
@@ -383,11 +385,12 @@ FUZZ_HEADER = json.dumps({"kind": "run", "schema": LEDGER_SCHEMA, "config": {}, 
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(lines=st.lists(_line, max_size=12), newline_at_end=st.booleans(), salvage=st.booleans())
-def test_random_ledgers_read_the_same_every_way(tmp_path_factory, monkeypatch, lines, newline_at_end, salvage):
-    """Line by line, as columns, and as columns after the check: the same records, warnings and
-    columns, or the same error."""
+@given(lines=st.lists(_line, max_size=12), newline_at_end=st.booleans(), salvage=st.booleans(),
+       chunk=st.integers(1, 300))
+def test_random_ledgers_read_the_same_every_way(tmp_path_factory, monkeypatch, lines, newline_at_end, salvage, chunk):
+    """Line by line, as columns, and as columns by chunks of *chunk* bytes: the same records,
+    warnings and columns, or the same error."""
     path = tmp_path_factory.mktemp("fuzz") / "ledger.jsonl"
     path.write_text("\n".join([FUZZ_HEADER, *lines]) + ("\n" if newline_at_end else ""))
-    small, large, checked = _read_all_ways(path, monkeypatch, salvage)
-    assert small == large == checked
+    small, large, chunks = _read_all_ways(path, monkeypatch, salvage, chunk)
+    assert small == large == chunks

@@ -23,16 +23,18 @@ line (orjson), every record a dict.  A larger one is nearly all call and turn re
 from every line only the fields of the columns, with one schema for all kinds (a field a record lacks
 is null; a label that is not text, a number or flag of another type, is refused).  The few records of
 other kinds are parsed again from the file when asked for, and ``records`` on first use (the file is
-only ever appended to).  A file polars refuses goes through the line-by-line check, which judges its
-bad lines; polars then reads the lines kept, and what it still refuses is read as dicts.  (polars
-takes two things orjson refuses, and no writer makes: a repeated key, an escaped lone surrogate.)
+only ever appended to).  A file polars refuses whole (a cut line, a number stored as "NaN") is read
+again ``CHUNK_BYTES`` at a time: a chunk polars refuses goes through the line-by-line check, which
+judges its bad lines, and polars reads the lines kept; what it still refuses is read as dicts.
+(polars takes two things orjson refuses, and no writer makes: a repeated key, an escaped lone
+surrogate.)
 """
 
 from __future__ import annotations
 
 import io
 import os
-from itertools import takewhile
+from contextlib import suppress
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -44,6 +46,7 @@ from .records import (CALL_FLAGS, CALL_NUMBERS, CALL_TIMINGS, KINDS, LABELS, LED
                       LEDGER_SCHEMA_VERSION, TURN_FLAGS, TURN_NUMBERS)
 
 COLUMNAR_MIN_BYTES = 16 << 20  # from this file size on, polars reads the call and turn records as columns
+CHUNK_BYTES = 64 << 20  # what polars reads at a time of a file it refused whole
 COLUMN_KINDS = {"call": (CALL_NUMBERS, CALL_FLAGS, CALL_TIMINGS), "turn": (TURN_NUMBERS, TURN_FLAGS, ())}
 NOT_JSON = "is not valid JSON"
 UNKNOWN_KIND = "is not a ledger record of a known kind"
@@ -165,14 +168,21 @@ class _Source:
         """The records (of *rows*, ascending, when given) as dicts."""
         out: list[dict[str, Any]] = []
         try:
-            j = k = 0  # the first record of the block; the next of *rows* to parse
-            for block in self._blocks():
-                if rows is None:
-                    out += map(orjson.loads, block)
-                while rows is not None and k < len(rows) and rows[k] < j + len(block):
-                    out.append(orjson.loads(block[rows[k] - j]))
-                    k += 1
-                j += len(block)
+            with open(self.path, "rb") as fh:
+                st = os.fstat(fh.fileno())
+                if (st.st_dev, st.st_ino) == self.ident and st.st_size >= self.size:
+                    line = j = k = 0  # the chunk's first line and first record; the next of *rows* to parse
+                    for chunk in _chunks(fh, self.size):
+                        lines = chunk.removesuffix(b"\n").split(b"\n")
+                        for i in self.skip:
+                            if line <= i < line + len(lines):
+                                lines[i - line] = b""
+                        block, line = list(filter(bytes.strip, lines)), line + len(lines)
+                        out += map(orjson.loads, block) if rows is None else []
+                        while rows is not None and k < len(rows) and rows[k] < j + len(block):
+                            out.append(orjson.loads(block[rows[k] - j]))
+                            k += 1
+                        j += len(block)
         except OSError as exc:
             raise LedgerError(f"{self.path}: cannot read: {exc.strerror or exc}") from None
         except ValueError:
@@ -182,22 +192,21 @@ class _Source:
                               "read it again")
         return out
 
-    def _blocks(self) -> Iterator[list[bytes]]:
-        """The lines of the records, a block at a time."""
-        with open(self.path, "rb") as fh:
-            st = os.fstat(fh.fileno())
-            if (st.st_dev, st.st_ino) != self.ident or st.st_size < self.size:
-                raise ValueError("replaced or cut")
-            first, rest, left = 0, b"", self.size  # the index of the block's first line
-            while left > 0 and (buf := fh.read(min(1 << 20, left))):
-                left -= len(buf)
-                lines = (rest + buf).split(b"\n")
-                rest = lines.pop() if left else b""
-                for i in self.skip:
-                    if first <= i < first + len(lines):
-                        lines[i - first] = b""
-                first += len(lines)
-                yield list(filter(bytes.strip, lines))
+
+def _chunks(fh: Any, size: int) -> Iterator[bytes]:
+    """The next *size* bytes of *fh* about CHUNK_BYTES at a time, cut after a newline (the last chunk
+    may end without one)."""
+    rest = b""
+    while True:
+        buf = fh.read(max(0, min(CHUNK_BYTES, size)))
+        size -= len(buf)
+        chunk = rest + buf
+        cut = chunk.rfind(b"\n") + 1 if buf else len(chunk)
+        chunk, rest = chunk[:cut], chunk[cut:]
+        if chunk:
+            yield chunk
+        if not buf:
+            return
 
 
 def _check_header(path: Path, header: Any) -> dict[str, Any]:
@@ -225,23 +234,28 @@ class _Scan:
     """The line-by-line check: every line parsed (orjson), the records (or, with *keep_lines*, their
     lines) kept in ``kept``.  The first line that makes the file no ledger stops it (``error``: line
     index or None, message), but for a look for bytes that are not UTF-8 (``utf8_error``: byte offset,
-    line index); bad lines (``bad``: index → why) are judged once all was seen (:meth:`judge`)."""
+    line index); bad lines (``bad``: index → why) are judged once all was seen (:meth:`judge`).
+    ``line``, ``offset``: the index and file offset of the next line to check."""
 
     def __init__(self, path: Path, salvage: bool, keep_lines: bool = False) -> None:
         self.path, self.salvage, self.keep_lines = path, salvage, keep_lines
         self.header: dict[str, Any] | None = None
         self.kept: list[Any] = []
-        self.skip: set[int] = set()  # line indices not holding a record: the header, bad lines
+        self.header_line = -1  # its index
         self.bad: dict[int, str] = {}
         self.restarts: set[int] = set()  # line indices of records of RESTART_KINDS
         self.last_nonblank = -1
         self.error: tuple[int | None, str] | None = None
         self.utf8_error: tuple[int, int] | None = None
+        self.line = self.offset = 0
 
     def run(self, lines: Iterable[bytes]) -> None:
-        at = 0
-        for i, line in enumerate(lines):
-            start, at = at, at + len(line)
+        """Check the next *lines* (each with its newline, but a last line without one)."""
+        for line in lines:
+            if self.utf8_error is not None:
+                return
+            i, start = self.line, self.offset
+            self.line, self.offset = i + 1, start + len(line)
             line = line.removesuffix(b"\n")
             if self.error is not None:
                 if not self._utf8(line, i, start):
@@ -259,26 +273,33 @@ class _Scan:
                     self.error = (i, "{path}: line {line} is not JSON; not a leverbench ledger")
                 else:
                     self.bad[i] = NOT_JSON
-                    self.skip.add(i)
                 continue
             if self.header is None:
                 try:
-                    self.header = _check_header(self.path, obj)
+                    self.header, self.header_line = _check_header(self.path, obj), i
                 except LedgerError as exc:
                     self.error = (None, str(exc))
-                self.skip.add(i)
                 continue
             kind = obj.get("kind") if isinstance(obj, dict) else None
             if kind not in KINDS:
                 if self.salvage:
                     self.bad[i] = UNKNOWN_KIND
-                    self.skip.add(i)
                 else:
                     self.error = (i, "{path}: line {line} " + UNKNOWN_KIND + "; " + SALVAGE_HINT)
                 continue
             if kind in RESTART_KINDS:
                 self.restarts.add(i)
             self.kept.append(line if self.keep_lines else obj)
+
+    def passed(self, chunk: bytes) -> None:
+        """Take *chunk* (the next lines, whole, each a record or blank: polars read them) as checked."""
+        end = len(chunk)
+        while end and chunk[end - 1] in b" \t\n\r\x0b\x0c":
+            end -= 1
+        if end:
+            self.last_nonblank = self.line + chunk.count(b"\n", 0, end)
+        self.line += chunk.count(b"\n")  # (a chunk without a last newline ends the file)
+        self.offset += len(chunk)
 
     def _utf8(self, line: bytes, i: int, start: int) -> bool:
         """False (and ``utf8_error`` set) when *line* is not UTF-8, but where it ends in the first bytes of
@@ -325,12 +346,13 @@ class _Scan:
 
 
 def _frame(source: Path | bytes) -> Any:
-    """Polars' reading of *source* (the file, or its kept lines): kind, labels, numbers, flags, error
-    and timings of every record (numbers as Float64, else as text converted strictly: a number the
-    writer stored as "NaN", "+Inf", "-Inf"); None when polars refuses a line."""
+    """Polars' reading of *source* (the file, or lines of it): kind, labels, numbers, flags, error and
+    timings of every record; None when polars refuses a line.  Numbers are read as Float64, else (for
+    lines, not the whole file: a few lines have it) as text converted strictly: a number the writer
+    stored as "NaN", "+Inf", "-Inf"."""
     import polars as pl  # noqa: PLC0415 (a small ledger never loads polars)
 
-    for number in (pl.Float64, pl.String):
+    for number in (pl.Float64,) if isinstance(source, Path) else (pl.Float64, pl.String):
         schema = {"kind": pl.Categorical, **dict.fromkeys(LABELS, pl.Categorical),
                   **dict.fromkeys(CALL_NUMBERS + TURN_NUMBERS, number),
                   **dict.fromkeys(CALL_FLAGS + TURN_FLAGS, pl.Boolean), "error": pl.String,
@@ -340,35 +362,74 @@ def _frame(source: Path | bytes) -> Any:
             if number == pl.String:
                 frame = frame.cast({**dict.fromkeys(CALL_NUMBERS + TURN_NUMBERS, pl.Float64),
                                     "timings": pl.Struct(dict.fromkeys(CALL_TIMINGS, pl.Float64))}, strict=True)
-            return frame
+            if frame["kind"].cast(pl.String).is_in(list(KINDS)).fill_null(False).all():
+                return frame
         except (pl.exceptions.PolarsError, pl.exceptions.PanicException):
             continue
     return None
 
 
-def _read_columnar(path: Path, fh: Any, salvage: bool) -> Ledger:
-    """:func:`read_ledger` of a large file with polars (see the module's docstring)."""
+def _frame_by_chunks(fh: Any, size: int, scan: _Scan) -> Any:
+    """The records from the file's position to *size*, read by polars a chunk at a time (:func:`_chunks`);
+    a chunk polars refuses is checked line by line (*scan*, raising what it finds) and polars reads
+    the lines kept.  None when polars refuses those too."""
     import polars as pl  # noqa: PLC0415 (a small ledger never loads polars)
 
-    st, frame, scan = os.fstat(fh.fileno()), _frame(path), _Scan(path, salvage, keep_lines=True)
-    kinds = frame["kind"].cast(pl.String) if frame is not None else pl.Series([], dtype=pl.String)
-    if len(kinds) and kinds[0] == "run" and kinds.is_in(list(KINDS)).fill_null(False).all():
-        scan.run(takewhile(lambda _: scan.last_nonblank < 0, fh))  # the lines up to the header, to check it
-    if scan.header is None or scan.error is not None or scan.utf8_error is not None:  # check each line
-        fh.seek(0)
-        scan = _Scan(path, salvage, keep_lines=True)
+    frames = [_frame(b"")]
+    for chunk in _chunks(fh, size - fh.tell()):
+        if scan.line - 1 in scan.bad:  # after a bad line: does a resumed run start here?
+            with suppress(ValueError, AttributeError):
+                if orjson.loads(chunk.split(b"\n", 1)[0]).get("kind") in RESTART_KINDS:
+                    scan.restarts.add(scan.line)
+        if scan.error is None and (part := _frame(chunk)) is not None:
+            scan.passed(chunk)
+            frames.append(part)
+            continue
+        scan.run(io.BytesIO(chunk))
+        if scan.utf8_error is not None:
+            break
+        if scan.error is None:
+            part, scan.kept = _frame(b"\n".join(scan.kept)), []
+            if part is None:
+                return None
+            frames.append(part)
+    scan.raise_errors()
+    return pl.concat(frames)
+
+
+def _read_columnar(path: Path, fh: Any, salvage: bool) -> Ledger:
+    """:func:`read_ledger` of a large file with polars (see the module's docstring): the whole file at
+    once, else (polars refused a line) chunk by chunk."""
+    import polars as pl  # noqa: PLC0415 (a small ledger never loads polars)
+
+    st, scan = os.fstat(fh.fileno()), _Scan(path, salvage, keep_lines=True)
+    for line in fh:
+        scan.run([line])
+        if scan.last_nonblank >= 0:  # the header, checked
+            break
+    if scan.header is None or scan.error is not None or scan.utf8_error is not None:
         scan.run(fh)
         scan.raise_errors()
-        if (frame := _frame(b"\n".join(scan.kept))) is None:
-            return Ledger(path, scan.header, [orjson.loads(x) for x in scan.kept], scan.warnings())
-        kinds = frame["kind"].cast(pl.String)
-    else:
-        frame, kinds = frame[1:], kinds[1:]
+    frame = _frame(path)
+    if frame is not None and len(frame) and frame["kind"][0] == "run":
+        frame = frame[1:]
+    elif (frame := _frame_by_chunks(fh, st.st_size, scan)) is None:  # a record polars cannot type: read dicts
+        fh.seek(0)
+        return _read_lines(path, fh, salvage)
     assert scan.header is not None
+    kinds = frame["kind"].cast(pl.String)
     others = np.flatnonzero(~kinds.is_in(list(COLUMN_KINDS)).to_numpy()).tolist()
     return Ledger(path, scan.header, warnings=scan.warnings(), _columns={k: Columns._of_frame(k, frame, kinds == k)
                                                                          for k in COLUMN_KINDS},
-                  _source=_Source(path, st, scan.skip, len(frame), others))
+                  _source=_Source(path, st, {scan.header_line, *scan.bad}, len(frame), others))
+
+
+def _read_lines(path: Path, fh: Any, salvage: bool) -> Ledger:
+    scan = _Scan(path, salvage)
+    scan.run(fh)
+    scan.raise_errors()
+    assert scan.header is not None
+    return Ledger(path, scan.header, scan.kept, scan.warnings())
 
 
 def read_ledger(path: str | Path, *, salvage: bool = False) -> Ledger:
@@ -380,12 +441,8 @@ def read_ledger(path: str | Path, *, salvage: bool = False) -> Ledger:
         with open(path, "rb") as fh:
             if os.fstat(fh.fileno()).st_size >= COLUMNAR_MIN_BYTES:
                 return _read_columnar(path, fh, salvage)
-            scan = _Scan(path, salvage)
-            scan.run(fh)
+            return _read_lines(path, fh, salvage)
     except FileNotFoundError:
         raise LedgerError(f"{path}: no ledger here (expected a run directory or its ledger.jsonl)") from None
     except OSError as exc:
         raise LedgerError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    scan.raise_errors()
-    assert scan.header is not None
-    return Ledger(path=path, header=scan.header, records=scan.kept, warnings=scan.warnings())
