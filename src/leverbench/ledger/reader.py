@@ -172,8 +172,10 @@ class _Source:
                 st = os.fstat(fh.fileno())
                 if (st.st_dev, st.st_ino) == self.ident and st.st_size >= self.size:
                     line = j = k = 0  # the chunk's first line and first record; the next of *rows* to parse
-                    for chunk in _chunks(fh, self.size):
-                        lines = chunk.removesuffix(b"\n").split(b"\n")
+                    for chunk in _chunks(fh, self.size, min(CHUNK_BYTES, 1 << 20)):
+                        lines = chunk.split(b"\n")
+                        if chunk.endswith(b"\n"):
+                            lines.pop()
                         for i in self.skip:
                             if line <= i < line + len(lines):
                                 lines[i - line] = b""
@@ -193,16 +195,19 @@ class _Source:
         return out
 
 
-def _chunks(fh: Any, size: int) -> Iterator[bytes]:
-    """The next *size* bytes of *fh* about CHUNK_BYTES at a time, cut after a newline (the last chunk
-    may end without one)."""
+def _chunks(fh: Any, size: int, block: int) -> Iterator[bytes]:
+    """The next *size* bytes of *fh* about *block* bytes at a time, cut after a newline (the last
+    chunk may end without one)."""
     rest = b""
     while True:
-        buf = fh.read(max(0, min(CHUNK_BYTES, size)))
+        buf = fh.read(max(0, min(block, size)))
         size -= len(buf)
-        chunk = rest + buf
-        cut = chunk.rfind(b"\n") + 1 if buf else len(chunk)
-        chunk, rest = chunk[:cut], chunk[cut:]
+        if not buf:
+            chunk, rest = rest, b""
+        elif cut := buf.rfind(b"\n") + 1:
+            chunk, rest = rest + memoryview(buf)[:cut], buf[cut:]
+        else:  # no line ends in it
+            chunk, rest = b"", rest + buf
         if chunk:
             yield chunk
         if not buf:
@@ -376,7 +381,7 @@ def _frame_by_chunks(fh: Any, size: int, scan: _Scan) -> Any:
     import polars as pl  # noqa: PLC0415 (a small ledger never loads polars)
 
     frames = [_frame(b"")]
-    for chunk in _chunks(fh, size - fh.tell()):
+    for chunk in _chunks(fh, size - fh.tell(), CHUNK_BYTES):
         if scan.line - 1 in scan.bad:  # after a bad line: does a resumed run start here?
             with suppress(ValueError, AttributeError):
                 if orjson.loads(chunk.split(b"\n", 1)[0]).get("kind") in RESTART_KINDS:
