@@ -143,6 +143,26 @@ def test_records_parsed_later_come_from_the_file_as_read(tmp_path, monkeypatch):
             led.records
 
 
+def test_a_cut_line_is_read_by_chunks_without_a_whole_file_attempt(tmp_path, monkeypatch):
+    """A line the writer did not end with "}" (a crash cut it) sends polars to chunks at once: reading
+    the whole file would be refused after all the work.  Records with white space before them and
+    blank lines keep their columns."""
+    lines = (GOLDEN / "demo1.ledger.jsonl").read_text().splitlines()
+    lines[5], lines[9:9] = "  " + lines[5], ["", " \t"]
+    (tmp_path / "ledger.jsonl").write_text("\n".join([*lines, lines[-1][:30]]) + "\n")
+    read_as_columns(monkeypatch)
+    sources = []
+    frame = reader._frame
+    monkeypatch.setattr(reader, "_frame", lambda source: sources.append(type(source)) or frame(source))
+    led = read_ledger(tmp_path)
+    assert sources and bytes in sources and not any(issubclass(t, Path) for t in sources)
+    assert led._records is None and sorted(led._columns) == ["call", "turn"]
+    assert led.warnings == [f"{tmp_path / 'ledger.jsonl'}: line {len(lines) + 1} is incomplete (a run cut off while "
+                            "writing); ignored"]
+    for kind in ("call", "turn"):
+        same_columns(led, kind)
+
+
 def test_a_small_ledger_does_not_load_polars():
     """Reading hundreds of records costs no columnar library start-up."""
     code = ("import sys; from leverbench.ledger.reader import read_ledger; "
@@ -366,20 +386,24 @@ def test_bad_lines_read_the_same_every_way(case, salvage, tmp_path, monkeypatch)
 
 
 # Random ledgers for the two readers: records of several kinds whose fields take the values the
-# writer stores (text, numbers, null, "NaN"/"+Inf"/"-Inf", objects) and some it never does (a label
-# that is a number, a flag that is 1, a number that is true), among lines cut short, noise and blanks.
-_number = st.one_of(st.none(), st.integers(-5, 10**20), st.floats(allow_nan=False), st.booleans(),
-                    st.sampled_from(["NaN", "+Inf", "-Inf"]))
-_fields = {**dict.fromkeys(LABELS, st.one_of(st.none(), st.sampled_from(["a", "b", "5", "é"]), st.integers(0, 2))),
+# writer stores (text, numbers, null, "NaN"/"+Inf"/"-Inf", objects) or, in wild records, also some it
+# never does (a label that is a number, a flag that is 1, a number that is true), among lines cut
+# short, noise and blanks.
+_number = st.one_of(st.none(), st.integers(-5, 10**20), st.floats(allow_nan=False), st.sampled_from(["NaN", "+Inf"]))
+_timings = st.one_of(st.none(), st.dictionaries(st.sampled_from(CALL_TIMINGS), _number, max_size=3))
+_fields = {**dict.fromkeys(LABELS, st.one_of(st.none(), st.sampled_from(["a", "b", "5", "é"]))),
            **dict.fromkeys(CALL_NUMBERS + TURN_NUMBERS, _number),
-           **dict.fromkeys(CALL_FLAGS + TURN_FLAGS, st.one_of(st.none(), st.booleans(), st.integers(0, 1))),
-           "error": st.one_of(st.none(), st.just({"class": "timeout", "message": "slow"}), st.just("boom")),
-           "timings": st.one_of(st.none(), st.dictionaries(st.sampled_from(CALL_TIMINGS), _number, max_size=3)),
+           **dict.fromkeys(CALL_FLAGS + TURN_FLAGS, st.one_of(st.none(), st.booleans())),
+           "error": st.one_of(st.none(), st.just({"class": "timeout", "message": "slow"})), "timings": _timings,
            "note": st.text(max_size=8)}
-_record = st.builds(lambda kind, rest: {"kind": kind, **rest},
-                    st.sampled_from(["call", "call", "turn", "probe", "metrics", "resume", "run", "nope"]),
-                    st.fixed_dictionaries({}, optional=_fields)).map(json.dumps)
-_line = st.one_of(_record, _record, _record, st.tuples(_record, st.integers(1, 30)).map(lambda r: r[0][:r[1]]),
+_wild = {**dict.fromkeys(LABELS, st.integers(0, 2)), "step": st.booleans(), "retried": st.integers(0, 1),
+         "error": st.just("boom"), "timings": st.just([1]), "kind": st.just("nope")}
+_record = st.builds(lambda kind, rest: {"kind": kind, **rest}, st.sampled_from(["call", "call", "turn", "probe",
+                    "metrics", "resume", "run"]), st.fixed_dictionaries({}, optional=_fields))
+_wild_record = st.builds(lambda rec, extra: {**rec, **extra},
+                         _record, st.one_of(*(st.fixed_dictionaries({k: v}) for k, v in _wild.items())))
+_line = st.one_of(*[_record.map(json.dumps)] * 4, _wild_record.map(json.dumps),
+                  st.tuples(_record.map(json.dumps), st.integers(1, 30)).map(lambda r: r[0][:r[1]]),
                   st.text(max_size=12), st.sampled_from(["", "  ", "[1]", "null"]))
 FUZZ_HEADER = json.dumps({"kind": "run", "schema": LEDGER_SCHEMA, "config": {}, "arms": {}})
 

@@ -21,18 +21,20 @@ The contract (:func:`read_ledger`):
 How: a ledger under ``COLUMNAR_MIN_BYTES`` (hundreds of records, the common case) is parsed line by
 line (orjson), every record a dict.  A larger one is nearly all call and turn records: polars reads
 from every line only the fields of the columns, with one schema for all kinds (a field a record lacks
-is null; a label that is not text, a number or flag of another type, is refused).  The few records of
-other kinds are parsed again from the file when asked for, and ``records`` on first use (the file is
-only ever appended to).  A file polars refuses whole (a cut line, a number stored as "NaN") is read
-again ``CHUNK_BYTES`` at a time: a chunk polars refuses goes through the line-by-line check, which
-judges its bad lines, and polars reads the lines kept; what it still refuses is read as dicts.
-(polars takes two things orjson refuses, and no writer makes: a repeated key, an escaped lone
-surrogate.)
+is null; a label that is not text, a number or flag of another type, is refused).  Where each line
+lies is found first (numpy over the memory-mapped file): the few records of other kinds are parsed
+from there when asked for, and ``records`` on first use (the file is only ever appended to).  A file
+with a line the writer did not end (a crash cut it), or that polars refuses whole (a number stored
+as "NaN"), is read ``CHUNK_BYTES`` at a time: a chunk polars refuses goes through the line-by-line
+check, which judges its bad lines, and polars reads the lines kept; what it still refuses is read as
+dicts.  (polars takes two things orjson refuses, and no writer makes: a repeated key, an escaped
+lone surrogate.)
 """
 
 from __future__ import annotations
 
 import io
+import mmap
 import os
 from contextlib import suppress
 from pathlib import Path
@@ -46,7 +48,7 @@ from .records import (CALL_FLAGS, CALL_NUMBERS, CALL_TIMINGS, KINDS, LABELS, LED
                       LEDGER_SCHEMA_VERSION, TURN_FLAGS, TURN_NUMBERS)
 
 COLUMNAR_MIN_BYTES = 16 << 20  # from this file size on, polars reads the call and turn records as columns
-CHUNK_BYTES = 64 << 20  # what polars reads at a time of a file it refused whole
+CHUNK_BYTES = 64 << 20  # what polars reads at a time of a file it does not read whole
 COLUMN_KINDS = {"call": (CALL_NUMBERS, CALL_FLAGS, CALL_TIMINGS), "turn": (TURN_NUMBERS, TURN_FLAGS, ())}
 NOT_JSON = "is not valid JSON"
 UNKNOWN_KIND = "is not a ledger record of a known kind"
@@ -156,62 +158,44 @@ class Ledger:
 
 
 class _Source:
-    """Where a ledger read as columns parses its records again: the file's first *size* bytes less
-    blank lines and the lines in *skip* (the header, bad lines); record j is polars' row j.
-    ``others``: the rows of the kinds not kept as columns."""
+    """Where a ledger read as columns parses its records again: record j is the file's bytes
+    ``starts[j]:ends[j]`` (the file as read: *st*); ``others``: the records of the kinds not kept as columns."""
 
-    def __init__(self, path: Path, st: os.stat_result, skip: set[int], n: int, others: list[int]) -> None:
+    def __init__(self, path: Path, st: os.stat_result, starts: np.ndarray, ends: np.ndarray, others: list[int]) -> None:
         self.path, self.size, self.ident = path, st.st_size, (st.st_dev, st.st_ino)
-        self.skip, self.n, self.others = skip, n, others
+        self.starts, self.ends, self.others = starts, ends, others
 
     def parse(self, rows: list[int] | None = None) -> list[dict[str, Any]]:
-        """The records (of *rows*, ascending, when given) as dicts."""
-        out: list[dict[str, Any]] = []
+        """The records (of *rows*, when given) as dicts."""
+        pick: Any = slice(None) if rows is None else rows
         try:
             with open(self.path, "rb") as fh:
                 st = os.fstat(fh.fileno())
                 if (st.st_dev, st.st_ino) == self.ident and st.st_size >= self.size:
-                    line = j = k = 0  # the chunk's first line and first record; the next of *rows* to parse
-                    for chunk in _chunks(fh, self.size, min(CHUNK_BYTES, 1 << 20)):
-                        lines = chunk.split(b"\n")
-                        if chunk.endswith(b"\n"):
-                            lines.pop()
-                        for i in self.skip:
-                            if line <= i < line + len(lines):
-                                lines[i - line] = b""
-                        block, line = list(filter(bytes.strip, lines)), line + len(lines)
-                        out += map(orjson.loads, block) if rows is None else []
-                        while rows is not None and k < len(rows) and rows[k] < j + len(block):
-                            out.append(orjson.loads(block[rows[k] - j]))
-                            k += 1
-                        j += len(block)
+                    with mmap.mmap(fh.fileno(), self.size, access=mmap.ACCESS_READ) as mm:
+                        return [orjson.loads(mm[a:b]) for a, b in zip(self.starts[pick].tolist(), self.ends[pick].tolist())]
         except OSError as exc:
             raise LedgerError(f"{self.path}: cannot read: {exc.strerror or exc}") from None
         except ValueError:
-            out = []
-        if len(out) != (self.n if rows is None else len(rows)):
-            raise LedgerError(f"{self.path}: the ledger changed since it was read (it is only ever appended to); "
-                              "read it again")
-        return out
+            pass
+        raise LedgerError(f"{self.path}: the ledger changed since it was read (it is only ever appended to); "
+                          "read it again")
 
 
-def _chunks(fh: Any, size: int, block: int) -> Iterator[bytes]:
-    """The next *size* bytes of *fh* about *block* bytes at a time, cut after a newline (the last
-    chunk may end without one)."""
-    rest = b""
-    while True:
-        buf = fh.read(max(0, min(block, size)))
-        size -= len(buf)
-        if not buf:
-            chunk, rest = rest, b""
-        elif cut := buf.rfind(b"\n") + 1:
-            chunk, rest = rest + memoryview(buf)[:cut], buf[cut:]
-        else:  # no line ends in it
-            chunk, rest = b"", rest + buf
-        if chunk:
-            yield chunk
-        if not buf:
-            return
+def _lines(mm: mmap.mmap) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(starts, ends, nonblank, closed) of the lines of *mm*: line i is ``mm[starts[i]:ends[i]]``
+    (its newline at ``ends[i]``), ``nonblank[i]``: it holds more than ASCII white space, ``closed[i]``:
+    its last byte is "}" (as every line the writer ends)."""
+    buf = np.frombuffer(mm, np.uint8)
+    ends = np.concatenate([np.zeros(0, np.int64), *(np.flatnonzero(buf[at:at + CHUNK_BYTES] == 10) + at
+                                                    for at in range(0, len(buf), CHUNK_BYTES))])
+    if len(buf) and buf[-1] != 10:
+        ends = np.append(ends, len(buf))
+    starts = np.concatenate(([0], ends[:-1] + 1)).astype(np.int64)[:len(ends)]
+    nonblank = buf[np.minimum(starts, len(buf) - 1)] == ord("{")
+    for i in np.flatnonzero(~nonblank).tolist():
+        nonblank[i] = bool(mm[starts[i]:ends[i]].strip())
+    return starts, ends, nonblank, buf[np.maximum(ends - 1, 0)] == ord("}")
 
 
 def _check_header(path: Path, header: Any) -> dict[str, Any]:
@@ -296,16 +280,6 @@ class _Scan:
                 self.restarts.add(i)
             self.kept.append(line if self.keep_lines else obj)
 
-    def passed(self, chunk: bytes) -> None:
-        """Take *chunk* (the next lines, whole, each a record or blank: polars read them) as checked."""
-        end = len(chunk)
-        while end and chunk[end - 1] in b" \t\n\r\x0b\x0c":
-            end -= 1
-        if end:
-            self.last_nonblank = self.line + chunk.count(b"\n", 0, end)
-        self.line += chunk.count(b"\n")  # (a chunk without a last newline ends the file)
-        self.offset += len(chunk)
-
     def _utf8(self, line: bytes, i: int, start: int) -> bool:
         """False (and ``utf8_error`` set) when *line* is not UTF-8, but where it ends in the first bytes of
         a character (a write cut there) or with *salvage*: such a line is judged as a bad line."""
@@ -374,51 +348,58 @@ def _frame(source: Path | bytes) -> Any:
     return None
 
 
-def _frame_by_chunks(fh: Any, size: int, scan: _Scan) -> Any:
-    """The records from the file's position to *size*, read by polars a chunk at a time (:func:`_chunks`);
-    a chunk polars refuses is checked line by line (*scan*, raising what it finds) and polars reads
-    the lines kept.  None when polars refuses those too."""
+def _frame_by_chunks(mm: mmap.mmap, starts: np.ndarray, ends: np.ndarray, nonblank: np.ndarray, scan: _Scan) -> Any:
+    """The records from *scan*'s next line on, read by polars CHUNK_BYTES of whole lines at a time; a
+    chunk polars refuses is checked line by line (*scan*, raising what it finds) and polars reads the
+    lines kept.  None when polars refuses those too."""
     import polars as pl  # noqa: PLC0415 (a small ledger never loads polars)
 
-    frames = [_frame(b"")]
-    for chunk in _chunks(fh, size - fh.tell(), CHUNK_BYTES):
-        if scan.line - 1 in scan.bad:  # after a bad line: does a resumed run start here?
+    frames, a = [_frame(b"")], scan.line
+    while a < len(starts) and scan.utf8_error is None:
+        b = max(a + 1, int(np.searchsorted(starts, starts[a] + CHUNK_BYTES)))  # lines a … b-1
+        chunk = mm[starts[a]:ends[b - 1] + 1]
+        if a - 1 in scan.bad:  # after a bad line: does a resumed run start here?
             with suppress(ValueError, AttributeError):
-                if orjson.loads(chunk.split(b"\n", 1)[0]).get("kind") in RESTART_KINDS:
-                    scan.restarts.add(scan.line)
+                if orjson.loads(mm[starts[a]:ends[a]]).get("kind") in RESTART_KINDS:
+                    scan.restarts.add(a)
         if scan.error is None and (part := _frame(chunk)) is not None:
-            scan.passed(chunk)
             frames.append(part)
-            continue
-        scan.run(io.BytesIO(chunk))
-        if scan.utf8_error is not None:
-            break
-        if scan.error is None:
-            part, scan.kept = _frame(b"\n".join(scan.kept)), []
-            if part is None:
-                return None
-            frames.append(part)
+            if nonblank[a:b].any():
+                scan.last_nonblank = a + int(np.flatnonzero(nonblank[a:b])[-1])
+            scan.line, scan.offset = b, int(ends[b - 1]) + 1
+        else:
+            scan.run(io.BytesIO(chunk))
+            if scan.error is None and scan.utf8_error is None:
+                part, scan.kept = _frame(b"\n".join(scan.kept)), []
+                if part is None:
+                    return None
+                frames.append(part)
+        a = b
     scan.raise_errors()
     return pl.concat(frames)
 
 
 def _read_columnar(path: Path, fh: Any, salvage: bool) -> Ledger:
     """:func:`read_ledger` of a large file with polars (see the module's docstring): the whole file at
-    once, else (polars refused a line) chunk by chunk."""
+    once, else (a line the writer did not end, or polars refused one) chunk by chunk."""
     import polars as pl  # noqa: PLC0415 (a small ledger never loads polars)
 
     st, scan = os.fstat(fh.fileno()), _Scan(path, salvage, keep_lines=True)
-    for line in fh:
-        scan.run([line])
-        if scan.last_nonblank >= 0:  # the header, checked
-            break
-    if scan.header is None or scan.error is not None or scan.utf8_error is not None:
-        scan.run(fh)
-        scan.raise_errors()
-    frame = _frame(path)
-    if frame is not None and len(frame) and frame["kind"][0] == "run":
-        frame = frame[1:]
-    elif (frame := _frame_by_chunks(fh, st.st_size, scan)) is None:  # a record polars cannot type: read dicts
+    with mmap.mmap(fh.fileno(), st.st_size, access=mmap.ACCESS_READ) as mm:
+        starts, ends, nonblank, closed = _lines(mm)
+        head = int(np.argmax(nonblank)) if nonblank.any() else len(starts) - 1
+        scan.run(mm[starts[i]:ends[i] + 1] for i in range(head + 1))
+        if scan.header is None or scan.error is not None or scan.utf8_error is not None:
+            scan.run(mm[starts[i]:ends[i] + 1] for i in range(head + 1, len(starts)))
+            scan.raise_errors()
+        frame = _frame(path) if closed[nonblank].all() else None
+        if frame is not None and len(frame) and frame["kind"][0] == "run":
+            frame = frame[1:]
+        else:
+            frame = _frame_by_chunks(mm, starts, ends, nonblank, scan)
+    rows = np.flatnonzero(nonblank)
+    rows = rows[~np.isin(rows, [scan.header_line, *scan.bad])]
+    if frame is None or len(frame) != len(rows):  # a record polars cannot type: read dicts
         fh.seek(0)
         return _read_lines(path, fh, salvage)
     assert scan.header is not None
@@ -426,7 +407,7 @@ def _read_columnar(path: Path, fh: Any, salvage: bool) -> Ledger:
     others = np.flatnonzero(~kinds.is_in(list(COLUMN_KINDS)).to_numpy()).tolist()
     return Ledger(path, scan.header, warnings=scan.warnings(), _columns={k: Columns._of_frame(k, frame, kinds == k)
                                                                          for k in COLUMN_KINDS},
-                  _source=_Source(path, st, {scan.header_line, *scan.bad}, len(frame), others))
+                  _source=_Source(path, st, starts[rows], ends[rows], others))
 
 
 def _read_lines(path: Path, fh: Any, salvage: bool) -> Ledger:
@@ -444,7 +425,7 @@ def read_ledger(path: str | Path, *, salvage: bool = False) -> Ledger:
         path = path / "ledger.jsonl"
     try:
         with open(path, "rb") as fh:
-            if os.fstat(fh.fileno()).st_size >= COLUMNAR_MIN_BYTES:
+            if os.fstat(fh.fileno()).st_size >= max(COLUMNAR_MIN_BYTES, 1):
                 return _read_columnar(path, fh, salvage)
             return _read_lines(path, fh, salvage)
     except FileNotFoundError:
