@@ -14,7 +14,7 @@ from ..ledger.reader import Ledger
 from ..ledger.records import KINDS, SUMMARY_SCHEMA
 from ..redact import redact_tree
 from .cells import cells, multipliers, totals
-from .cost import costs
+from .cost import costs, scenario_costs
 from .dataset import Dataset, dataset, first_seen, groups
 from .drift import drift, drifted_arms
 from .engaged import engaged
@@ -119,6 +119,15 @@ def cost_citability(baseline: str, cell_list: list[dict[str, Any]], mults: list[
         if m["scope"] == "total" and m["vs"] == baseline:
             out[m["arm"]] = (m["citable"], m["reason"])
     return out
+
+
+def projection_costs(summary: dict[str, Any], gpu_hour_usd: float | None = None) -> list[dict[str, Any]]:
+    """What one turn of the summary's projected scenario costs per arm (:func:`.cost.scenario_costs`;
+    *gpu_hour_usd* where an arm's conditions give no price), each row cited as :func:`cost_citability`
+    allows.  Reads only the summary, so it applies to one read back."""
+    cite = cost_citability(summary["baseline"], summary["cells"], summary["multipliers"], summary["drift"])
+    return scenario_costs(summary["projection"]["arms"], {a["name"]: a["conditions"] for a in summary["arms"]},
+                          summary["baseline"], gpu_hour_usd, cite)
 
 
 def summarize(ledger: Ledger, *, scenario: tuple[int, int] | None = None,
