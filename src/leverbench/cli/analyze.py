@@ -26,7 +26,8 @@ OUTPUTS = ("table", "md", "json", "html")
 @click.option("--columns", help="Generic CSV/JSONL columns: input=COL,output=COL,cached=COL,latency=COL,ttft=COL,"
                                 "model=COL,arrival=COL,session=COL (COL:ms for milliseconds).")
 @click.option("--rates", "rates_dir", type=click.Path(path_type=Path),
-              help="A leverbench run directory whose measured rates to use (its baseline arm; its drafter arm's speedup).")
+              help="A leverbench run whose measured rates to use (its baseline arm; its drafter arm's speedup): a run "
+                   "directory (its ledger, else its summary.json) or a summary.json file.")
 @click.option("--prefill-tps", type=float, help="Prefill rate by hand, tokens/s (overrides --rates and fits).")
 @click.option("--prefill-a-s", type=float, default=0.0, show_default=True,
               help="Fixed seconds per call before prefill, with --prefill-tps.")

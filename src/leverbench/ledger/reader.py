@@ -33,6 +33,7 @@ thousand are then frozen out of its view (``gc.freeze``).
 from __future__ import annotations
 
 import gc
+import io
 import json
 import os
 import pickle
@@ -46,7 +47,8 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 
 from ..errors import LedgerError
-from .records import KINDS, LEDGER_SCHEMA_NAME, LEDGER_SCHEMA_VERSION
+from . import upgrade
+from .records import KINDS
 
 try:  # orjson parses a large ledger several times faster; the stdlib is the fallback
     import orjson
@@ -310,18 +312,7 @@ def _blocks(fh: Any, size: int | None = None, tail: bool = True) -> Iterator[tup
 def _check_header(path: Path, header: Any) -> dict[str, Any]:
     if not isinstance(header, dict) or header.get("kind") != "run" or not isinstance(header.get("schema"), str):
         raise LedgerError(f"{path}: line 1 is not a leverbench run header; is this a leverbench ledger?")
-    name, _, version = header["schema"].rpartition("/")
-    if name != LEDGER_SCHEMA_NAME:
-        raise LedgerError(f"{path}: foreign ledger schema {header['schema']!r} (expected {LEDGER_SCHEMA_NAME}/{LEDGER_SCHEMA_VERSION})")
-    try:
-        v = int(version)
-    except ValueError:
-        raise LedgerError(f"{path}: unreadable schema version {version!r}") from None
-    if v > int(LEDGER_SCHEMA_VERSION):
-        raise LedgerError(
-            f"{path}: ledger schema version {v} is newer than this leverbench understands "
-            f"({LEDGER_SCHEMA_VERSION}); upgrade leverbench (pip install -U leverbench) to read it"
-        )
+    upgrade.schema_version(path, header["schema"])  # foreign, newer or unreachable: refused
     for key in ("arms", "config"):
         if not isinstance(header.get(key), dict):
             raise LedgerError(f"{path}: run header lacks {key!r}")
@@ -648,6 +639,15 @@ def _split_point(fh: Any, size: int) -> int | None:
     return mid + cut + 1 if 0 <= cut and mid + cut + 1 < size else None
 
 
+def _read_upgraded(path: Path, fh: Any, version: int, salvage: bool) -> Ledger:
+    """A ledger of an older schema: its lines upgraded in memory (:mod:`.upgrade`), then read whole."""
+    scan = _Scan(path, False, salvage=salvage)
+    scan.run(io.BytesIO(upgrade.upgrade_lines(fh.read(), version)))
+    scan.raise_errors()
+    assert scan.header is not None
+    return Ledger(path=path, header=scan.header, records=scan.records, warnings=scan.warnings())
+
+
 def read_ledger(path: str | Path, *, salvage: bool = False) -> Ledger:
     """Parse ``ledger.jsonl`` (or a run directory holding one).
 
@@ -657,7 +657,8 @@ def read_ledger(path: str | Path, *, salvage: bool = False) -> Ledger:
     raises :class:`LedgerError` naming the file and the line, and telling of
     *salvage*: with it, every bad line after the header is skipped with a
     warning naming it.  A file of PARALLEL_MIN_BYTES or more is parsed in two
-    parts at once, the second by a helper process.
+    parts at once, the second by a helper process.  A ledger of an older schema
+    is upgraded as it is read (:mod:`.upgrade`); a newer one is refused.
     """
     path = Path(path)
     if path.is_dir():
@@ -671,6 +672,9 @@ def read_ledger(path: str | Path, *, salvage: bool = False) -> Ledger:
     helper = None
     try:
         with fh, _gc_paused():
+            old = upgrade.older_version(path, fh)
+            if old is not None:
+                return _read_upgraded(path, fh, old, salvage)
             st = os.fstat(fh.fileno())
             size, ident = st.st_size, (st.st_dev, st.st_ino)
             lazy = size >= LAZY_MIN_BYTES

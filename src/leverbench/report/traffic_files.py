@@ -4,7 +4,8 @@
 and the rates, and calls the pure analysis in :mod:`leverbench.analysis.traffic`;
 :mod:`leverbench.report.traffic` renders its result.  Rates come from where they
 are best known, field by field: by hand (``--prefill-tps``/``--decode-tps``) >
-a run (``--rates RUN_DIR``) > fitted from the traffic's own latencies.
+a run (``--rates RUN_DIR``: its ledger, else its summary.json, checked) > fitted from
+the traffic's own latencies.
 """
 
 from __future__ import annotations
@@ -17,6 +18,16 @@ from ..analysis.traffic import (analyze_traffic, choose_rates, fit_rates, hand_r
 from ..errors import BadInput
 from ..workload.traces import load_traffic
 from .files import summarize_dir
+from .summary_file import read_summary
+
+
+def run_summary(run: Path, *, salvage: bool = False) -> dict[str, Any]:
+    """A run's summary: computed from its ledger (RUN: a run directory that has one, or the ledger), else
+    read back from its summary.json and checked (RUN: a run directory without a ledger, or a .json file)."""
+    run = Path(run)
+    if run.suffix == ".json" or (run.is_dir() and not (run / "ledger.jsonl").exists() and (run / "summary.json").exists()):
+        return read_summary(run)
+    return summarize_dir(run, salvage=salvage)
 
 
 def _run_cost_defaults(summary: dict[str, Any]) -> tuple[float | None, float | None]:
@@ -45,7 +56,7 @@ def analyze_file(traffic: str | Path, *, fmt: str | None = None, columns: str | 
     hand = hand_rates(prefill_tps, decode_tps, prefill_a_s)
     run = None
     if rates_dir is not None:
-        summary = summarize_dir(Path(rates_dir), salvage=salvage)
+        summary = run_summary(Path(rates_dir), salvage=salvage)
         run = rates_from_summary(summary, f"run {rates_dir}")
         run_gpus, run_usd = _run_cost_defaults(summary)
         gpus = gpus if gpus is not None else run_gpus
