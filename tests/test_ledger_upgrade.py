@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from ledgers import call, header, turn, write
+from ledgers import header, turn, write
 
 from leverbench.analysis.summary import summarize
 from leverbench.errors import LedgerError

@@ -67,7 +67,7 @@ def test_reports_group_warnings_by_kind():
     headings = re.findall(r"^### (.+) \(`(\w+)`\)$", md, flags=re.M)
     assert [k for _, k in headings] == [k for k, _, _ in warning_groups(s)]
     # each text sits under its own kind's heading
-    sections = dict(zip([k for _, k in headings], re.split(r"^### .+$", md, flags=re.M)[1:]))
+    sections = dict(zip([k for _, k in headings], re.split(r"^### .+$", md, flags=re.M)[1:], strict=True))
     for w in s["warning_items"]:
         assert f"- {w['text']}" in sections[w["kind"]]
     html = render_html(s)

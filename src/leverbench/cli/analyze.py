@@ -16,7 +16,6 @@ from ..errors import BadInput
 from ..workload.traces.names import FORMATS
 from .common import Command, console
 
-
 OUTPUTS = ("table", "md", "json", "html")
 
 
