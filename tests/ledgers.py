@@ -62,3 +62,10 @@ def write(path: Path, head: dict[str, Any], records: list[dict[str, Any]]) -> Pa
         for r in [head, *records]:
             fh.write(json.dumps(r) + "\n")
     return path
+
+
+def warned(summary: dict[str, Any], kind: str, arm: str | None = None, case: str | None = None) -> list[dict[str, Any]]:
+    """The summary's warning items of *kind* (a :class:`~leverbench.analysis.warning_kinds.WarningKind`), for *arm*
+    and *case* when given: tests check which warnings fired by kind, not by wording."""
+    return [w for w in summary["warning_items"] if w["kind"] == kind and arm in (None, w["arm"])
+            and case in (None, w["case"])]

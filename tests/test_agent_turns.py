@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ledgers import warned
+
 from leverbench.analysis.summary import summarize
+from leverbench.analysis.warning_kinds import WarningKind as W
 from leverbench.config import load
 from leverbench.engines.simulator import SimConfig, SimulatorThread, chat_prompt_tokens
 from leverbench.ledger.reader import read_ledger
@@ -80,7 +83,7 @@ def test_step_limit_cuts_the_turn_and_is_flagged(tmp_path):
     turns = [r for r in recs if r["kind"] == "turn"]
     assert all(t["step_limit"] and t["calls"] == 3 for t in turns)
     assert s["cells"][0]["step_limited"] == 2
-    assert any("step limit" in w for w in s["warnings"])
+    assert warned(s, W.STEP_LIMIT, s["cells"][0]["arm"], s["cells"][0]["case"])
     assert "cut by step limit" in render_markdown(s)
 
 
@@ -104,7 +107,7 @@ def test_all_reasoning_truncated_call_is_flagged(tmp_path):
     assert all(c["finish_reason"] == "length" and c["content_chars"] == 0 and c["empty_answer"] for c in calls)
     cell = s["cells"][0]
     assert cell["empty_answers"] == 2
-    assert any("no visible answer" in w for w in s["warnings"])
+    assert warned(s, W.EMPTY_ANSWER, cell["arm"], cell["case"])
     assert "empty answers" in render_markdown(s)
 
 

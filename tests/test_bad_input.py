@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from leverbench.analysis.warning_kinds import WarningKind as W
 from leverbench.cli import cli
 from leverbench.config import load
 from leverbench.errors import ConfigError, LedgerError
@@ -196,7 +197,9 @@ def test_salvage_reads_past_the_corrupt_line_and_says_so(tmp_path):
     # base lost its repeat-1 turn record: its call is an orphan, its cell has repeats 0 and 2 (2.0 s, 4.0 s)
     assert (cells["base"]["n"], cells["base"]["times_s"]) == (2, [2.0, 4.0])
     assert (cells["fast"]["n"], cells["fast"]["times_s"]) == (3, [1.0, 2.0, 3.0])
-    assert f"{run / 'ledger.jsonl'}: line 7 is not valid JSON; skipped (--salvage)" in s["warnings"]
+    # the wording matters here: it names the file and the line
+    assert [(w["kind"], w["text"]) for w in s["warning_items"] if w["kind"] == W.LEDGER_REPAIR] == \
+        [(W.LEDGER_REPAIR, f"{run / 'ledger.jsonl'}: line 7 is not valid JSON; skipped (--salvage)")]
 
 
 def test_report_on_a_bad_ledger_exits_2(tmp_path):

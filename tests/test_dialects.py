@@ -17,12 +17,15 @@ import aiohttp
 import pytest
 from aiohttp import web
 from click.testing import CliRunner
+from ledgers import warned
 from prometheus_client.parser import text_string_to_metric_families
 from test_simulator import FAST, chat, get_json, in_threads, request, stream_chat, user
 
-from leverbench import cli_sim
 from leverbench.analysis.metrics import arm_metrics
+from leverbench.analysis.warning_kinds import WarningKind as W
 from leverbench.cli import cli
+from leverbench.cli import sim as cli_sim
+from leverbench.engines import simulator
 from leverbench.engines.sim_dialects import DIALECTS, SGLANG_DP_SIZE
 from leverbench.engines.simulator import SimConfig, SimulatorThread, synthetic_text
 from leverbench.ledger.reader import read_ledger
@@ -273,7 +276,7 @@ def test_ground_truth_is_the_same_in_every_dialect():
 
 def test_cli_takes_the_dialect_and_rejects_unknown_ones(monkeypatch):
     got = {}
-    monkeypatch.setattr(cli_sim.simulator, "serve", lambda cfg, host, port, on_ready=None: got.update(cfg=cfg))
+    monkeypatch.setattr(simulator, "serve", lambda cfg, host, port, on_ready=None: got.update(cfg=cfg))
     res = CliRunner().invoke(cli_sim.sim_command, ["--dialect", "vllm", "--prompt-tokens-details",
                                                    "--engine-version", "0.9", "--base-path", "/v2"])
     assert res.exit_code == 0, res.output
@@ -479,5 +482,5 @@ repeats = 3
     assert rest and all(r["length_method"] == LENGTH_BY_PROMPT and r["error"] is None for r in rest)
     assert all(r["length_verified"] for r in rest) and all("ignore_eos" not in r["request"] for r in rest)
     assert summary["run"]["failed_calls"] == 0  # the rejected attempt was retried, not failed
-    assert not [w for w in summary.get("warnings", []) if "probe" in w and "failed" in w]
+    assert not warned(summary, W.PROBE_FAILED)
     assert led.header["arms"]["hosted"]["discovered"]["knobs"] == {"simulator": True, "model": "sim"}

@@ -6,9 +6,11 @@ import asyncio
 
 import aiohttp
 import pytest
+from ledgers import warned
 from test_run_sim import experiment
 
 from leverbench.analysis.summary import summarize
+from leverbench.analysis.warning_kinds import WarningKind as W
 from leverbench.config import load
 from leverbench.engines.simulator import SimConfig, SimulatorThread
 from leverbench.ledger.reader import read_ledger
@@ -104,4 +106,5 @@ def test_retries_are_recorded_as_such(tmp_path):
         1 for r in led.records if r["kind"] in ("sentinel", "probe") and r["error"] and not r.get("retried"))
     assert sum(c["retried_calls"] for c in s["cells"]) == len(retried)
     counted = sum(1 for r in led.records if r["kind"] in ("call", "sentinel", "probe") and r.get("retried"))
-    assert any(w.startswith(f"{counted} failed attempt(s) were retried (retries = 3)") for w in s["warnings"])
+    [w] = warned(s, W.RETRIED)
+    assert w["text"].startswith(f"{counted} failed attempt(s) were retried (retries = 3)")  # the count

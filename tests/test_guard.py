@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from ledgers import call, header, ledger, turn
+from ledgers import call, header, ledger, turn, warned
 
 from leverbench.analysis.summary import summarize
+from leverbench.analysis.warning_kinds import WarningKind as W
 
 ARMS = {"base": {"prefix_cache": False, "drafter": "none"}, "fast": {"prefix_cache": False, "drafter": "ngram"}}
 
@@ -68,7 +69,7 @@ def test_failed_call_is_kept_and_counted_and_blocks_citation():
     assert s["run"]["failed_calls"] == 1
     m = _mult(s, "case:c")
     assert m["citable"] is False and "failed call" in m["reason"]
-    assert any("failed" in w for w in s["warnings"])
+    assert warned(s, W.FAILED_CALLS, "fast", "c")
 
 
 def test_fewer_than_two_repeats_is_not_citable():
@@ -85,7 +86,7 @@ def test_uncontrolled_comparison_names_the_knobs():
     s = summarize(ledger(header(arms, ["c"]), recs))
     m = _mult(s, "total")
     assert m["controlled"] is False and m["knobs"] == ["drafter", "prefix_cache"]
-    assert any("uncontrolled comparison" in w for w in s["warnings"])
+    assert warned(s, W.UNCONTROLLED, "both")
 
 
 def test_orphan_calls_of_a_cut_turn_are_not_counted():
@@ -94,4 +95,4 @@ def test_orphan_calls_of_a_cut_turn_are_not_counted():
     s = summarize(ledger(header({"base": {}}, ["c"]), recs))
     cell = s["cells"][0]
     assert cell["n"] == 2 and cell["max_s"] == 10.0
-    assert any("not counted" in w for w in s["warnings"])
+    assert [w["kind"] for w in s["warning_items"]] == [W.ORPHAN_CALLS]

@@ -20,7 +20,7 @@ import pytest
 from click.testing import CliRunner
 
 from leverbench.analysis.summary import summarize
-from leverbench.cli_replay import replay_command
+from leverbench.cli.replay import replay_command
 from leverbench.errors import BadInput
 from leverbench.ledger.reader import read_ledger
 from leverbench.report.html import CSP, render_html, render_replay, replay_data, script_json

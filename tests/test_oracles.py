@@ -8,11 +8,12 @@ modules' docstrings.
 from __future__ import annotations
 
 import pytest
-from ledgers import call, header, ledger, turn
+from ledgers import call, header, ledger, turn, warned
 
 from leverbench.analysis.load import load_summary
 from leverbench.analysis.stats import median, percentile
 from leverbench.analysis.summary import summarize
+from leverbench.analysis.warning_kinds import WarningKind as W
 
 # ------------------------------------------------------------------ the article's two arms, four turns
 
@@ -196,7 +197,8 @@ def test_a_retried_call_refuses_the_multiplier(guarded):
     assert y["citable"] is False and y["reason"] == "treat has 1 retried attempt(s): retries inside the measured time"
     assert "y" in m[("treat", "total")]["reason"].split("cells without a usable comparison: ")[1]
     assert guarded["run"]["failed_calls"] == 3  # treat/x 1 + other/x 2: the retried attempt is not one of them
-    assert any("1 failed attempt(s) were retried" in w for w in guarded["warnings"])
+    [retried] = warned(guarded, W.RETRIED)
+    assert retried["text"].startswith("1 failed attempt(s) were retried")  # the count
 
 
 def test_overlap_and_an_uncontrolled_comparison(guarded):

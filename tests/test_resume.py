@@ -11,9 +11,11 @@ import time
 from pathlib import Path
 
 import pytest
+from ledgers import warned
 from test_run_sim import experiment
 
 from leverbench.analysis.summary import summarize
+from leverbench.analysis.warning_kinds import WarningKind as W
 from leverbench.engines.simulator import SimConfig, SimulatorThread
 from leverbench.ledger.reader import Ledger, read_ledger
 
@@ -103,11 +105,11 @@ def test_sigkill_mid_turn_then_resume_matches_an_uninterrupted_run(tmp_path):
     # the cut-off turn's calls are still in the ledger, not counted, and the report says how many
     assert orphans(led.records) == cut_off
     resumed = json.loads((out / "summary.json").read_text())
-    assert f"{len(cut_off)} call(s) of turns cut off by an interrupted run are in the ledger but not counted " \
-           "(their turns were run again on resume)" in resumed["warnings"]
+    [w] = warned(resumed, W.ORPHAN_CALLS)
+    assert w["text"].startswith(f"{len(cut_off)} call(s) of turns cut off")  # the count
     assert resumed["run"]["resumed"] == 1
     whole = json.loads((ref / "summary.json").read_text())
-    assert whole["run"]["resumed"] == 0 and not any("cut off" in w for w in whole["warnings"])
+    assert whole["run"]["resumed"] == 0 and not warned(whole, W.ORPHAN_CALLS)
     # the same work, counted the same way
     assert cell_facts(resumed) == cell_facts(whole)
     assert {c["n"] for c in resumed["cells"]} == {3}
@@ -143,7 +145,7 @@ def test_partial_last_line_is_ignored_with_a_warning(tmp_path):
         fh.write('{"kind":"call","arm":"noc')  # a write cut by a crash
     led = read_ledger(out)
     assert any("incomplete" in w for w in led.warnings)
-    assert any("incomplete" in w for w in summarize(led)["warnings"])
+    assert warned(summarize(led), W.LEDGER_REPAIR)
 
 
 def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tmp_path):

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import socket
 
+from ledgers import warned
 from test_run_sim import DECODE_TPS, PREFILL_TPS, experiment, sim
 
 from leverbench.analysis.dataset import dataset
 from leverbench.analysis.summary import summarize
+from leverbench.analysis.warning_kinds import WarningKind as W
 from leverbench.config import load
 from leverbench.engines.simulator import SimConfig, SimulatorThread
 from leverbench.ledger.reader import read_ledger
@@ -54,8 +56,9 @@ def test_resume_reruns_the_units_that_failed_while_the_endpoint_was_down(tmp_pat
     ds = dataset(led)
     assert len([p for p in ds.probes if p["arm"] == "flaky"]) == 6 and all(p["error"] is None for p in ds.probes)
     assert len(ds.sentinels) == 4 and all(x["error"] is None for x in ds.sentinels)
-    assert any("4 turn(s), 6 probe(s), 2 sentinel(s) superseded" in w for w in s["warnings"]), s["warnings"]
-    assert not any("cut off by an interrupted run" in w for w in s["warnings"])
+    [w] = warned(s, W.SUPERSEDED)
+    assert w["text"].startswith("4 turn(s), 6 probe(s), 2 sentinel(s) superseded"), w  # the counts
+    assert not warned(s, W.ORPHAN_CALLS)
     assert {p["arm"] for p in s["probes"]} >= {"flaky"}
 
 
@@ -78,9 +81,9 @@ def test_each_unit_counts_its_first_success_else_its_latest_attempt():
     assert sorted(ds.turn.turn_s.tolist()) == [1.0, 2.0, 3.0]
     assert sorted(ds.call.latency_s.tolist()) == [1.0, 2.0, 3.0]  # the calls of the counted turns only
     assert [p["latency_s"] for p in ds.probes] == [0.5, 6.0, 0.6]  # a counted attempt keeps its retried tries
-    assert any(w.startswith("3 turn(s), 2 probe(s) superseded") and "(3 call(s) of superseded turns" in w
-               for w in ds.warnings), ds.warnings
-    assert not any("cut off" in w for w in ds.warnings)
+    [w] = [w for w in ds.warnings if w.kind == W.SUPERSEDED]
+    assert w.text.startswith("3 turn(s), 2 probe(s) superseded") and "(3 call(s) of superseded turns" in w.text, w
+    assert W.ORPHAN_CALLS not in [w.kind for w in ds.warnings]
 
 
 def test_resume_does_not_run_finished_load_stages_again(tmp_path):

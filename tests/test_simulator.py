@@ -27,7 +27,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from leverbench import cli_sim
+from leverbench.cli import sim as cli_sim
 from leverbench.engines import simulator
 from leverbench.engines.simulator import (
     PrefixCache,

@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from leverbench.analysis.regression import regress
 from leverbench.analysis.traffic import Rates, analyze_traffic, fit_rates
 from leverbench.analysis.traffic_sums import percentiles
-from leverbench.cli_analyze import analyze_command, analyze_file
+from leverbench.cli.analyze import analyze_command
+from leverbench.report.traffic_files import analyze_file
 from leverbench.workload.traces import TrafficCall, load_traffic, records
 
 TRACES = Path(__file__).parent / "data" / "traces"  # slices of public traces: see its README.md

@@ -4,10 +4,11 @@ and engagement from the server's own counters.  Hand-made ledgers; every expecte
 from __future__ import annotations
 
 import pytest
-from ledgers import call, header, ledger, turn
+from ledgers import call, header, ledger, turn, warned
 
 from leverbench.analysis.knobs import arm_knobs, comparisons, suggestion
 from leverbench.analysis.summary import summarize
+from leverbench.analysis.warning_kinds import WarningKind as W
 
 THREE = {"base": {"prefix_cache": False, "drafter": "none"},
          "control": {"prefix_cache": True, "drafter": "none"},
@@ -60,7 +61,8 @@ def test_an_undeclared_engine_version_makes_the_comparison_uncontrolled():
     s = summarize(ledger(head, recs))
     cache = _m(s, "control", "base")
     assert cache["controlled"] is False and cache["knobs"] == ["engine_version", "prefix_cache"]
-    assert "uncontrolled comparison: control vs base differ in 2 knobs (engine_version, prefix_cache)" in " ".join(s["warnings"])
+    [w] = warned(s, W.UNCONTROLLED, "control")
+    assert "differ in 2 knobs (engine_version, prefix_cache)" in w["text"]  # the knobs named
     assert _m(s, "treatment", "control")["controlled"] is True  # same version on both
     lev = {l["lever"]: l for l in s["levers"]}
     assert lev["prefix_cache"]["arm"] is None and lev["prefix_cache"]["citable"] is False
@@ -254,7 +256,7 @@ def test_cache_engagement_and_prefill_rate_come_from_metrics_when_usage_lacks_th
     assert lever["lever"] == "prefix_cache" and lever["credited"] is True
     queue = {a["arm"]: a for a in s["projection"]["arms"]}["cache"]["queue_s"]
     assert queue == pytest.approx(0.01)  # the server's own queue seconds per request enter the projection
-    assert not any("not engaged" in w for w in s["warnings"])
+    assert not warned(s, W.NOT_ENGAGED)
 
 
 def test_metrics_of_a_shared_endpoint_in_interleaved_order_are_mixed_and_not_used():
@@ -265,10 +267,11 @@ def test_metrics_of_a_shared_endpoint_in_interleaved_order_are_mixed_and_not_use
     eng = {e["arm"]: e for e in s["engaged"]}
     # nothing of its own reports cached tokens: engagement unknown (not "not engaged"), the lever still credited
     assert eng["cache"]["prefix_cache"] is None and eng["cache"]["cached_share"] is None
-    assert any("engagement unknown: arm 'cache'" in w for w in s["warnings"])
+    assert warned(s, W.ENGAGEMENT_UNKNOWN, "cache")
     rates = {r["arm"]: r for r in s["rates"]}
     assert rates["cache"]["prefill_tps"] is None and "cannot be told apart" in rates["cache"]["refused"]
-    assert any("mixed with nocache" in w for w in s["warnings"])
+    [mixed] = warned(s, W.MIXED_METRICS, "cache")
+    assert "mixed with nocache" in mixed["text"]  # names the other arm
 
 
 def test_sglang_samples_with_extra_labels_are_summed():

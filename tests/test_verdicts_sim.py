@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import pytest
 from click.testing import CliRunner
+from ledgers import warned
 
 from leverbench.analysis.summary import summarize
+from leverbench.analysis.warning_kinds import WarningKind as W
 from leverbench.cli import cli
 from leverbench.engines.simulator import SimConfig, SimulatorThread, synthetic_text
 from leverbench.ledger.reader import read_ledger
@@ -101,7 +103,7 @@ def test_vllm_default_flags_cache_is_engaged_from_its_counters(run):
     # a sane prefill rate: the simulator's own, not prompt tokens / cached TTFT (tens of thousands of tok/s)
     assert rates["control"]["prefill_tps"] == pytest.approx(PREFILL_TPS, rel=0.15)
     assert rates["base"]["prefill_tps"] == pytest.approx(PREFILL_TPS, rel=0.15)
-    assert not any("not engaged" in w for w in s["warnings"])
+    assert not warned(s, W.NOT_ENGAGED)
     lever = next(l for l in s["projection"]["levers"] if l["lever"] == "drafter")
     assert lever["credited"] is True and lever["phase"] == "decode"
 

@@ -27,6 +27,7 @@ import numpy as np
 
 from ..ledger.reader import Columns, Ledger
 from .knobs import arm_knobs
+from .warning_kinds import RunWarning, WarningKind
 
 
 @dataclass
@@ -115,7 +116,7 @@ class Dataset:
     arm_names: list[Any]                  # ``arms``, then any other arm the records name
     case_names: list[Any]                 # the configured cases and variants, then any other case the records name
     probe: CallTable                      # the probes as columns
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[RunWarning] = field(default_factory=list)
 
     def conditions(self, arm: str) -> dict[str, Any]:
         return dict(self.header["arms"].get(arm, {}).get("conditions", {}))
@@ -318,21 +319,22 @@ def dataset(ledger: Ledger) -> Dataset:
     all_calls = call_table(call_cols, arm_names, case_names, _turn_of_calls(call_cols, turn_cols, kept))
     counted = all_calls.turn >= 0
     calls = all_calls if counted.all() else all_calls.take(counted)
-    warnings = list(ledger.warnings)
+    warnings = [RunWarning(WarningKind.LEDGER_REPAIR, w) for w in ledger.warnings]
     all_probes, all_sentinels = list(ledger.of_kind("probe")), list(ledger.of_kind("sentinel"))
     probes, sentinels = counted_records(all_probes), counted_records(all_sentinels)
     superseded_calls = _calls_of_superseded_turns(call_cols, turn_cols, kept)
     orphans = len(all_calls) - len(calls) - superseded_calls
     if orphans:
-        warnings.append(f"{orphans} call(s) of turns cut off by an interrupted run are in the ledger but not counted "
-                        "(their turns were run again on resume)")
+        warnings.append(RunWarning(WarningKind.ORPHAN_CALLS, f"{orphans} call(s) of turns cut off by an interrupted "
+                                   "run are in the ledger but not counted (their turns were run again on resume)"))
     superseded = {"turn": turn_cols.n - len(kept), "probe": len(all_probes) - len(probes),
                   "sentinel": len(all_sentinels) - len(sentinels)}
     if any(superseded.values()):
         what = ", ".join(f"{n} {k}(s)" for k, n in superseded.items() if n)
-        warnings.append(f"{what} superseded: another attempt of the same unit counts (its first success, else its "
-                        "latest; a resumed run re-runs the units that failed); the superseded records "
-                        f"({superseded_calls} call(s) of superseded turns included) stay in the ledger, not counted")
+        warnings.append(RunWarning(WarningKind.SUPERSEDED, f"{what} superseded: another attempt of the same unit counts "
+                                   "(its first success, else its latest; a resumed run re-runs the units that failed); "
+                                   f"the superseded records ({superseded_calls} call(s) of superseded turns included) "
+                                   "stay in the ledger, not counted"))
     probe = call_table(Columns.of("call", probes), arm_names, case_names, np.full(len(probes), -1, np.int64))
     return Dataset(
         header=h, turn=turn_table(turn_cols, kept, arm_names, case_names), call=calls,

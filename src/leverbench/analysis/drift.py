@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from .dataset import Dataset
+from .warning_kinds import RunWarning, WarningKind
 
 
 def sentinel_rate(rec: dict[str, Any]) -> float | None:
@@ -27,9 +28,10 @@ def sentinel_rate(rec: dict[str, Any]) -> float | None:
     return None
 
 
-def drift(ds: Dataset) -> tuple[list[dict[str, Any]], list[str]]:
+def drift(ds: Dataset) -> tuple[list[dict[str, Any]], list[RunWarning]]:
     tol = ds.config["experiment"].get("drift_tolerance", 0.10)
-    out, warnings = [], []
+    out: list[dict[str, Any]] = []
+    warnings: list[RunWarning] = []
     for arm in ds.arms:
         recs = {s.get("position"): s for s in ds.sentinels if s["arm"] == arm}
         start, end = recs.get("start"), recs.get("end")
@@ -41,10 +43,12 @@ def drift(ds: Dataset) -> tuple[list[dict[str, Any]], list[str]]:
         out.append({"arm": arm, "start_tps": r0, "end_tps": r1, "change": change, "drifted": drifted,
                     "tolerance": tol})
         if drifted:
-            warnings.append(f"drift: arm {arm!r} decoded at {r0:.1f} tok/s at the start and {r1:.1f} tok/s at the end "
-                            f"({change:+.0%}, tolerance {tol:.0%}); its comparisons are not citable")
+            warnings.append(RunWarning(WarningKind.DRIFT, f"drift: arm {arm!r} decoded at {r0:.1f} tok/s at the start "
+                                       f"and {r1:.1f} tok/s at the end ({change:+.0%}, tolerance {tol:.0%}); its "
+                                       "comparisons are not citable", arm))
         elif change is None:
-            warnings.append(f"drift: arm {arm!r}: a sentinel failed, drift unknown")
+            warnings.append(RunWarning(WarningKind.DRIFT_UNKNOWN, f"drift: arm {arm!r}: a sentinel failed, drift unknown",
+                                       arm))
     return out, warnings
 
 

@@ -29,6 +29,7 @@ import numpy as np
 
 from .dataset import Dataset, sums, zero_nan
 from .knobs import is_on
+from .warning_kinds import RunWarning, WarningKind
 
 CACHE_MIN_SHARE = 0.01
 
@@ -48,7 +49,7 @@ def _per_arm(ds: Dataset) -> dict[str, np.ndarray]:
 
 
 def engaged(ds: Dataset, own_metrics: dict[str, dict[str, Any]] | None = None,
-            knobs: dict[str, dict[str, Any]] | None = None) -> tuple[list[dict[str, Any]], list[str]]:
+            knobs: dict[str, dict[str, Any]] | None = None) -> tuple[list[dict[str, Any]], list[RunWarning]]:
     """Per arm: cached and drafter figures with their sources; whether it used each lever (``cache_used``,
     ``drafter_used``: true, false, or None when nothing reports it), and for an arm whose knobs turn a lever
     on, whether it engaged (``prefix_cache``, ``drafter``; None: unknown, never read as "not engaged").
@@ -56,7 +57,8 @@ def engaged(ds: Dataset, own_metrics: dict[str, dict[str, Any]] | None = None,
     thr = ds.config["experiment"].get("engaged_acceptance_min", 0.2)
     own_metrics = own_metrics or {}
     knobs_by_arm = knobs
-    out, warnings = [], []
+    out: list[dict[str, Any]] = []
+    warnings: list[RunWarning] = []
     totals = _per_arm(ds)
     for arm in ds.arms:
         knobs = (knobs_by_arm or {}).get(arm) or ds.knobs(arm)
@@ -90,21 +92,24 @@ def engaged(ds: Dataset, own_metrics: dict[str, dict[str, Any]] | None = None,
         if is_on(knobs.get("prefix_cache")):
             row["prefix_cache"] = row["cache_used"]
             if row["cache_used"] is False:
-                warnings.append(f"lever not engaged: arm {arm!r} says prefix_cache on but cached only "
-                                f"{row['cached_share']:.1%} of its prompt tokens; it is not credited with the prefix cache")
+                warnings.append(RunWarning(WarningKind.NOT_ENGAGED, f"lever not engaged: arm {arm!r} says prefix_cache on "
+                                           f"but cached only {row['cached_share']:.1%} of its prompt tokens; it is not "
+                                           "credited with the prefix cache", arm))
             elif row["cache_used"] is None:
-                warnings.append(f"engagement unknown: arm {arm!r} says prefix_cache on, but neither its calls nor server "
-                                "metrics of its own report cached tokens (vLLM: --enable-prompt-tokens-details or "
-                                "/metrics; SGLang: --enable-cache-report or --enable-metrics)")
+                warnings.append(RunWarning(WarningKind.ENGAGEMENT_UNKNOWN, f"engagement unknown: arm {arm!r} says "
+                                           "prefix_cache on, but neither its calls nor server metrics of its own report "
+                                           "cached tokens (vLLM: --enable-prompt-tokens-details or /metrics; SGLang: "
+                                           "--enable-cache-report or --enable-metrics)", arm))
         if is_on(knobs.get("drafter")):
             row["drafter"] = row["drafter_used"]
             if row["drafter_used"] is False:
                 what = (f"accepted only {row['acceptance']:.0%} of draft tokens (threshold {thr:.0%})"
                         if row["acceptance"] is not None else f"has a mean accept length of {row['accept_length']:.2f}")
-                warnings.append(f"lever not engaged: arm {arm!r} says drafter {knobs.get('drafter')!r} but {what}; "
-                                "it is not credited with the drafter")
+                warnings.append(RunWarning(WarningKind.NOT_ENGAGED, f"lever not engaged: arm {arm!r} says drafter "
+                                           f"{knobs.get('drafter')!r} but {what}; it is not credited with the drafter", arm))
             elif row["drafter_used"] is None:
-                warnings.append(f"engagement unknown: arm {arm!r} says drafter {knobs.get('drafter')!r}, but neither its "
-                                "calls nor server metrics of its own report drafter statistics")
+                warnings.append(RunWarning(WarningKind.ENGAGEMENT_UNKNOWN, f"engagement unknown: arm {arm!r} says drafter "
+                                           f"{knobs.get('drafter')!r}, but neither its calls nor server metrics of its own "
+                                           "report drafter statistics", arm))
         out.append(row)
     return out, warnings

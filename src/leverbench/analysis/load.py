@@ -79,6 +79,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from .metrics import arm_metrics
+from .warning_kinds import RunWarning, WarningKind
 
 PCTS = (50, 90, 95, 99)
 KNEE_LATENCY_FACTOR = 1.5
@@ -386,32 +387,38 @@ def stage_row(rs: list[dict[str, Any]], ttft_floors: dict[tuple[str, str, Any], 
     row["p99_s"] = row["e2e"]["p99"] if row["e2e"] else None
     row["throughput_tps"] = row["output_tps"]
     row["knee"] = False
-    row["warnings"] = row_warnings(row)
+    row["warnings"] = [w.text for w in row_warnings(row)]
     return row
 
 
-def row_warnings(row: dict[str, Any]) -> list[str]:
-    """Actionable warnings for one (arm, stage) row."""
-    w: list[str] = []
+def row_warnings(row: dict[str, Any]) -> list[RunWarning]:
+    """Actionable warnings for one (arm, stage) row (its ``warnings`` keeps their texts)."""
+    w: list[RunWarning] = []
     where = f"load {row['arm']}/{row['stage']}"
+
+    def warn(kind: WarningKind, text: str) -> None:
+        w.append(RunWarning(kind, f"{where}: {text}", row["arm"], row.get("case")))
+
     lag = row.get("client_lag")
     if lag and lag["p99"] > LAG_WARN_S:
-        w.append(f"{where}: the client sent late (lag behind schedule p99 {lag['p99'] * 1000:.1f} ms, max "
-                 f"{lag['max'] * 1000:.1f} ms > {LAG_WARN_S * 1000:.0f} ms); latencies count the delay from the "
-                 "schedule, but the load offered was lower than planned: lower the load, raise max_in_flight, or "
-                 "run the client on a less busy machine")
+        warn(WarningKind.LOAD_CLIENT_LAG, f"the client sent late (lag behind schedule p99 {lag['p99'] * 1000:.1f} ms, max "
+             f"{lag['max'] * 1000:.1f} ms > {LAG_WARN_S * 1000:.0f} ms); latencies count the delay from the "
+             "schedule, but the load offered was lower than planned: lower the load, raise max_in_flight, or "
+             "run the client on a less busy machine")
     loop = row.get("loop_lag")
     if loop and loop["max"] > LAG_WARN_S:
-        w.append(f"{where}: the client's event loop stalled up to {loop['max'] * 1000:.1f} ms (p99 of the per-call "
-                 f"windows {loop['p99'] * 1000:.1f} ms); its timestamps (TTFT, inter-token gaps) may be late by as much")
+        warn(WarningKind.LOAD_LOOP_STALL, f"the client's event loop stalled up to {loop['max'] * 1000:.1f} ms (p99 of "
+             f"the per-call windows {loop['p99'] * 1000:.1f} ms); its timestamps (TTFT, inter-token gaps) may be late "
+             "by as much")
     if row["failed"]:
         errs = ", ".join(f"{k} {v}" for k, v in sorted(row["errors"].items()))
-        w.append(f"{where}: {row['failed']} of {row['requests']} calls failed ({errs})")
+        warn(WarningKind.LOAD_FAILED, f"{row['failed']} of {row['requests']} calls failed ({errs})")
     if row["requests"] == 0:
-        w.append(f"{where}: no measured calls (only warm-up, or the stage was cut short)")
+        warn(WarningKind.LOAD_NO_CALLS, "no measured calls (only warm-up, or the stage was cut short)")
     e = row.get("input_token_error")
     if e is not None and abs(e) > TOKEN_ERROR_WARN:
-        w.append(f"{where}: prompts were {e:+.1%} off the trace's input lengths on average (engine's count vs target)")
+        warn(WarningKind.LOAD_TOKEN_ERROR, f"prompts were {e:+.1%} off the trace's input lengths on average (engine's "
+             "count vs target)")
     return w
 
 
@@ -474,9 +481,9 @@ def load_summary(ledger: Any) -> list[dict[str, Any]]:
     return rows
 
 
-def load_warnings(rows: list[dict[str, Any]]) -> list[str]:
-    """Every row's warnings, for the summary's ``warnings`` list."""
-    return [w for r in rows for w in r.get("warnings", [])]
+def load_warnings(rows: list[dict[str, Any]]) -> list[RunWarning]:
+    """Every row's warnings, in row order, for the summary's warnings."""
+    return [w for r in rows for w in row_warnings(r)]
 
 
 def sweep_curves(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

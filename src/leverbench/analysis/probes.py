@@ -18,6 +18,7 @@ from typing import Any
 
 from .dataset import Dataset
 from .stats import median, rel_diff
+from .warning_kinds import RunWarning, WarningKind
 
 
 def two_point(c1: float, t1: float, c2: float, t2: float) -> tuple[float, float] | None:
@@ -28,10 +29,10 @@ def two_point(c1: float, t1: float, c2: float, t2: float) -> tuple[float, float]
     return t1 - c1 / tps, tps
 
 
-def probes(ds: Dataset, decomposition: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+def probes(ds: Dataset, decomposition: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[RunWarning]]:
     cfg = ds.config.get("probes") or {}
     tol = cfg.get("tolerance", 0.05)
-    warnings: list[str] = []
+    warnings: list[RunWarning] = []
     by: dict[tuple[str, str, int], list[dict[str, Any]]] = defaultdict(list)
     for p in ds.probes:
         by[(p["arm"], p["case"], p["probe_tokens"])].append(p)
@@ -49,12 +50,14 @@ def probes(ds: Dataset, decomposition: list[dict[str, Any]]) -> tuple[list[dict[
             ok = [r for r in recs if r.get("error") is None and r.get("completion_tokens") is not None]
             failed = len(recs) - len(ok)
             if failed:
-                warnings.append(f"probe {arm}/{case} at {n} tokens: {failed} of {len(recs)} call(s) failed")
+                warnings.append(RunWarning(WarningKind.PROBE_FAILED, f"probe {arm}/{case} at {n} tokens: {failed} of "
+                                           f"{len(recs)} call(s) failed", arm, case))
             disobeyed = [r["completion_tokens"] for r in ok if r["completion_tokens"] != n]
             if disobeyed:
-                warnings.append(f"probe {arm}/{case}: asked for {n} output tokens, the engine generated "
-                                f"{sorted(set(disobeyed))} in {len(disobeyed)} of {len(ok)} call(s) "
-                                "(it did not honour ignore_eos/min_tokens); the actual counts were used")
+                warnings.append(RunWarning(WarningKind.PROBE_DISOBEYED, f"probe {arm}/{case}: asked for {n} output tokens, "
+                                           f"the engine generated {sorted(set(disobeyed))} in {len(disobeyed)} of "
+                                           f"{len(ok)} call(s) (it did not honour ignore_eos/min_tokens); the actual "
+                                           "counts were used", arm, case))
             rows[n] = ok
         entry: dict[str, Any] = {"arm": arm, "case": case, "n1": n1, "n2": n2, "repeats": min(len(rows[n1]), len(rows[n2])),
                                  "prefill_s": None, "decode_tps": None, "input_tokens": None, "cached_tokens": None}
@@ -75,8 +78,9 @@ def probes(ds: Dataset, decomposition: list[dict[str, Any]]) -> tuple[list[dict[
             else:
                 entry["prefill_s"], entry["decode_tps"] = sol
                 if entry["prefill_s"] < 0:
-                    warnings.append(f"probe {arm}/{case}: solved prefill is negative ({entry['prefill_s']:.3f} s); "
-                                    "decode is not linear in output length here (timing noise or context-length effects)")
+                    warnings.append(RunWarning(WarningKind.PROBE_NEGATIVE_PREFILL, f"probe {arm}/{case}: solved prefill is "
+                                               f"negative ({entry['prefill_s']:.3f} s); decode is not linear in output "
+                                               "length here (timing noise or context-length effects)", arm, case))
         r = reg.get((arm, case))
         if r and r.get("decode_tps") and entry["decode_tps"]:
             d = rel_diff(entry["decode_tps"], r["decode_tps"])

@@ -14,7 +14,7 @@ from ..ledger.reader import Ledger
 from ..ledger.records import KINDS, SUMMARY_SCHEMA
 from ..redact import redact_tree
 from .cells import cells, multipliers, totals
-from .cost import costs
+from .cost import costs, scenario_costs
 from .dataset import Dataset, dataset, first_seen, groups
 from .drift import drift, drifted_arms
 from .engaged import engaged
@@ -29,6 +29,7 @@ from .reasoning import prompt_discipline, reasoning_split
 from .regression import decomposition
 from .server import server_account
 from .stats import median
+from .warning_kinds import RunWarning, WarningKind
 
 
 def _largest_case_scenario(ds: Dataset, cell_list: list[dict[str, Any]]) -> tuple[int, int] | None:
@@ -121,20 +122,31 @@ def cost_citability(baseline: str, cell_list: list[dict[str, Any]], mults: list[
     return out
 
 
+def projection_costs(summary: dict[str, Any], gpu_hour_usd: float | None = None) -> list[dict[str, Any]]:
+    """What one turn of the summary's projected scenario costs per arm (:func:`.cost.scenario_costs`;
+    *gpu_hour_usd* where an arm's conditions give no price), each row cited as :func:`cost_citability`
+    allows.  Reads only the summary, so it applies to one read back."""
+    cite = cost_citability(summary["baseline"], summary["cells"], summary["multipliers"], summary["drift"])
+    return scenario_costs(summary["projection"]["arms"], {a["name"]: a["conditions"] for a in summary["arms"]},
+                          summary["baseline"], gpu_hour_usd, cite)
+
+
 def summarize(ledger: Ledger, *, scenario: tuple[int, int] | None = None,
               gpu_hour_usd: float | None = None) -> dict[str, Any]:
     ds = dataset(ledger)
-    warnings = list(ds.warnings)
+    warnings: list[RunWarning] = list(ds.warnings)
     knobs, contradictions = {}, {}
     for a in ds.arms:
         knobs[a], contradictions[a] = ds.knobs_and_contradictions(a)
-        warnings += [f"arm {a!r}: {x}; the comparisons in which {k} differs are not citable"
+        warnings += [RunWarning(WarningKind.CONTRADICTION,
+                                f"arm {a!r}: {x}; the comparisons in which {k} differs are not citable", a)
                      for k, x in contradictions[a].items()]
     comps = comparisons(ds.arms, ds.baseline, knobs, {a: ds.role(a) for a in ds.arms})
     for c in comps:
         if not c.knobs:
-            warnings.append(f"arms {c.arm!r} and {c.vs!r} differ in no knob (same engine, flags, requests and "
-                            "declared conditions): a replicate, not a lever; declare what differs in their conditions")
+            warnings.append(RunWarning(WarningKind.REPLICATE, f"arms {c.arm!r} and {c.vs!r} differ in no knob (same "
+                                       "engine, flags, requests and declared conditions): a replicate, not a lever; "
+                                       "declare what differs in their conditions", c.arm))
     drift_list, w = drift(ds)
     warnings += w
     drifted = drifted_arms(drift_list)
@@ -142,8 +154,9 @@ def summarize(ledger: Ledger, *, scenario: tuple[int, int] | None = None,
     own = own_metrics(metrics_rows)
     for r in metrics_rows:
         if r["attribution"] == "mixed":
-            warnings.append(f"server metrics of {r['arm']!r} are mixed with {', '.join(r['mixed_with'])} (one endpoint, "
-                            "overlapping blocks): no per-arm figure is taken from them")
+            warnings.append(RunWarning(WarningKind.MIXED_METRICS, f"server metrics of {r['arm']!r} are mixed with "
+                                       f"{', '.join(r['mixed_with'])} (one endpoint, overlapping blocks): no per-arm "
+                                       "figure is taken from them", r["arm"]))
     probe_own = own_metrics(server_metrics(ds.metrics, ds.arms, ds.header, "probes-before", "probes-after"))
     eng, w = engaged(ds, own, knobs)
     warnings += w
@@ -157,25 +170,30 @@ def summarize(ledger: Ledger, *, scenario: tuple[int, int] | None = None,
     for s in server:
         if s["prefill_disagrees"] or s["decode_disagrees"]:
             what = " and ".join(p for p, bad in (("prefill", s["prefill_disagrees"]), ("decode", s["decode_disagrees"])) if bad)
-            warnings.append(
+            warnings.append(RunWarning(
+                WarningKind.CLIENT_SERVER_DISAGREE,
                 f"client and server disagree on {what} for {s['arm']}/{s['case']}: client prefill "
                 f"{s['client_prefill_s']:.2f} s vs server {s['server_prefill_s']:.2f} s, client decode "
-                f"{s['client_decode_s']:.2f} s vs server {s['server_decode_s']:.2f} s per turn")
+                f"{s['client_decode_s']:.2f} s vs server {s['server_decode_s']:.2f} s per turn", s["arm"], s["case"]))
     for c in cell_list:
         if c["failed_calls"] or c["failed_turns"]:
-            warnings.append(f"{c['arm']}/{c['case']}: {c['failed_turns']} failed turn(s), {c['failed_calls']} failed call(s); "
-                            "its multipliers are not citable")
+            warnings.append(RunWarning(WarningKind.FAILED_CALLS, f"{c['arm']}/{c['case']}: {c['failed_turns']} failed "
+                                       f"turn(s), {c['failed_calls']} failed call(s); its multipliers are not citable",
+                                       c["arm"], c["case"]))
     for m in mults:
         if not m["controlled"] and m["scope"] == "total":
-            warnings.append(f"uncontrolled comparison: {m['arm']} vs {m['vs']} differ in {len(m['knobs'])} knobs "
-                            f"({', '.join(m['knobs'])}); the multiplier mixes their effects")
+            warnings.append(RunWarning(WarningKind.UNCONTROLLED, f"uncontrolled comparison: {m['arm']} vs {m['vs']} "
+                                       f"differ in {len(m['knobs'])} knobs ({', '.join(m['knobs'])}); the multiplier "
+                                       "mixes their effects", m["arm"]))
     variant_cells = cells(ds, list(ds.variants)) if ds.variants else []
     for c in cell_list + variant_cells:
         if c["empty_answers"]:
-            warnings.append(f"{c['arm']}/{c['case']}: {c['empty_answers']} call(s) used all of max_tokens and returned no "
-                            "visible answer (reasoning or nothing): the turn did not do its job")
+            warnings.append(RunWarning(WarningKind.EMPTY_ANSWER, f"{c['arm']}/{c['case']}: {c['empty_answers']} call(s) "
+                                       "used all of max_tokens and returned no visible answer (reasoning or nothing): "
+                                       "the turn did not do its job", c["arm"], c["case"]))
         if c["step_limited"]:
-            warnings.append(f"{c['arm']}/{c['case']}: {c['step_limited']} turn(s) were cut by the step limit")
+            warnings.append(RunWarning(WarningKind.STEP_LIMIT, f"{c['arm']}/{c['case']}: {c['step_limited']} turn(s) were "
+                                       "cut by the step limit", c["arm"], c["case"]))
     load_rows = load_summary(_load_view(ledger))
     warnings += load_warnings(load_rows)
     rates = arm_rates(ds, probe_list, decomp, own, probe_own)
@@ -184,8 +202,9 @@ def summarize(ledger: Ledger, *, scenario: tuple[int, int] | None = None,
     projection = project(ds, rates, eng, *scen, multipliers=mults, queue_s=queue) if scen else None
     failed_calls, retried = _failed_and_retried(ds)
     if retried:
-        warnings.append(f"{retried} failed attempt(s) were retried (retries = {ds.config['experiment'].get('retries')}); "
-                        "each attempt is in the ledger, and the cells that hold them are not citable")
+        warnings.append(RunWarning(WarningKind.RETRIED, f"{retried} failed attempt(s) were retried (retries = "
+                                   f"{ds.config['experiment'].get('retries')}); each attempt is in the ledger, and the "
+                                   "cells that hold them are not citable"))
     citability = cost_citability(ds.baseline, cell_list, mults, drift_list)
     cost_rows = costs(total_list, {a: ds.conditions(a) for a in ds.arms}, ds.baseline, gpu_hour_usd, citability)
     arms_h = ds.header["arms"]
@@ -226,5 +245,6 @@ def summarize(ledger: Ledger, *, scenario: tuple[int, int] | None = None,
                        "volume_total": ds.config["experiment"].get("volume_tolerance_total"),
                        "probe_agreement": (ds.config.get("probes") or {}).get("tolerance", 0.05),
                        "drift": ds.config["experiment"].get("drift_tolerance")},
-        "warnings": warnings,
+        "warnings": [w.text for w in warnings],
+        "warning_items": [w.as_dict() for w in warnings],
     }

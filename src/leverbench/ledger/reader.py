@@ -44,6 +44,7 @@ import numpy as np
 import orjson
 
 from ..errors import LedgerError
+from . import upgrade
 from .records import (CALL_FLAGS, CALL_NUMBERS, CALL_TIMINGS, KINDS, LABELS, LEDGER_SCHEMA_NAME,
                       LEDGER_SCHEMA_VERSION, TURN_FLAGS, TURN_NUMBERS)
 
@@ -201,18 +202,7 @@ def _lines(mm: mmap.mmap) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarra
 def _check_header(path: Path, header: Any) -> dict[str, Any]:
     if not isinstance(header, dict) or header.get("kind") != "run" or not isinstance(header.get("schema"), str):
         raise LedgerError(f"{path}: line 1 is not a leverbench run header; is this a leverbench ledger?")
-    name, _, version = header["schema"].rpartition("/")
-    if name != LEDGER_SCHEMA_NAME:
-        raise LedgerError(f"{path}: foreign ledger schema {header['schema']!r} (expected {LEDGER_SCHEMA_NAME}/{LEDGER_SCHEMA_VERSION})")
-    try:
-        v = int(version)
-    except ValueError:
-        raise LedgerError(f"{path}: unreadable schema version {version!r}") from None
-    if v > int(LEDGER_SCHEMA_VERSION):
-        raise LedgerError(
-            f"{path}: ledger schema version {v} is newer than this leverbench understands "
-            f"({LEDGER_SCHEMA_VERSION}); upgrade leverbench (pip install -U leverbench) to read it"
-        )
+    upgrade.schema_version(path, header["schema"])  # foreign, newer or unreachable: refused
     for key in ("arms", "config"):
         if not isinstance(header.get(key), dict):
             raise LedgerError(f"{path}: run header lacks {key!r}")
@@ -418,6 +408,11 @@ def _read_lines(path: Path, fh: Any, salvage: bool) -> Ledger:
     return Ledger(path, scan.header, scan.kept, scan.warnings())
 
 
+def _read_upgraded(path: Path, fh: Any, version: int, salvage: bool) -> Ledger:
+    """A ledger of an older schema: its lines upgraded in memory (:mod:`.upgrade`), then read line by line."""
+    return _read_lines(path, io.BytesIO(upgrade.upgrade_lines(fh.read(), version)), salvage)
+
+
 def read_ledger(path: str | Path, *, salvage: bool = False) -> Ledger:
     """Parse ``ledger.jsonl`` (or a run directory holding one): see the module's docstring."""
     path = Path(path)
@@ -425,6 +420,9 @@ def read_ledger(path: str | Path, *, salvage: bool = False) -> Ledger:
         path = path / "ledger.jsonl"
     try:
         with open(path, "rb") as fh:
+            old = upgrade.older_version(path, fh)
+            if old is not None:  # an older schema: upgraded as it is read (a newer one is refused by the header check)
+                return _read_upgraded(path, fh, old, salvage)
             if os.fstat(fh.fileno()).st_size >= max(COLUMNAR_MIN_BYTES, 1):
                 return _read_columnar(path, fh, salvage)
             return _read_lines(path, fh, salvage)

@@ -1,21 +1,26 @@
-"""Write a run directory's computed files from its ledger."""
+"""A run directory's files: its summary computed from the ledger, the reports written from it, the replay page.
+
+The library functions behind ``leverbench run``, ``report``, ``project`` and
+``replay``; the commands only parse options and print.
+"""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 from ..analysis.summary import summarize
-from ..ledger.reader import read_ledger
+from ..errors import RuntimeFailure
+from ..ledger.reader import Ledger, read_ledger
+from .html import render_html, render_replay
 from .jsonio import finite
 from .markdown import render_markdown
 
 
 def write_reports(run_dir: Path, summary: dict[str, Any], ledger: Any = None) -> list[Path]:
     """Write summary.json, report.md and report.html (with the replay when *ledger* is given)."""
-    from .html import render_html  # noqa: PLC0415 (jinja2 only when writing)
-
     run_dir = Path(run_dir)
     paths = [run_dir / "summary.json", run_dir / "report.md", run_dir / "report.html"]
     paths[0].write_text(json.dumps(finite(summary), indent=1, ensure_ascii=False, allow_nan=False) + "\n")
@@ -25,4 +30,41 @@ def write_reports(run_dir: Path, summary: dict[str, Any], ledger: Any = None) ->
 
 
 def summarize_dir(run_dir: Path, *, salvage: bool = False, **kw: Any) -> dict[str, Any]:
+    """The summary of RUN_DIR's ledger (*kw*: :func:`summarize`'s scenario and price)."""
     return summarize(read_ledger(run_dir, salvage=salvage), **kw)
+
+
+def report_dir(run_dir: Path, *, salvage: bool = False, write: bool = True) -> tuple[dict[str, Any], Ledger]:
+    """Summarize RUN_DIR's ledger and, when *write* and RUN_DIR is a directory (not a bare ledger
+    file), (re)write its summary.json, report.md and report.html; return the summary and the ledger."""
+    ledger = read_ledger(run_dir, salvage=salvage)
+    summary = summarize(ledger)
+    if write and Path(run_dir).is_dir():
+        write_reports(run_dir, summary, ledger)
+    return summary, ledger
+
+
+def replay_path(run_dir: Path, case: str) -> Path:
+    """RUN_DIR/replay-CASE.html, the case name made safe for a file name."""
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", case).strip("-.") or "case"
+    return Path(run_dir) / f"replay-{slug}.html"
+
+
+def write_replay(run_dir: Path, case: str, arms: list[str] | None = None, repeat: int = 0, out: Path | None = None,
+                 *, salvage: bool = False) -> tuple[Path, bool]:
+    """Write the replay page of one turn (*arms*: default every arm of the run, in the experiment's
+    order) to *out* (default :func:`replay_path`); return its path and whether the run stored the
+    answers' text (without it the page replays the timing only)."""
+    ledger = read_ledger(run_dir, salvage=salvage)
+    config = ledger.header.get("config") or {}
+    if arms is None:
+        arms = [a["name"] for a in config.get("arms", [])]
+    page = render_replay(ledger, case, arms, repeat)
+    path = out or replay_path(run_dir, case)
+    try:
+        path.write_text(page, encoding="utf-8")
+    except OSError as exc:
+        raise RuntimeFailure(f"cannot write {path}: {exc.strerror or exc}") from None
+    stored = bool((config.get("experiment") or {}).get("store_text")) or any("chunk_text" in c
+                                                                               for c in ledger.of_kind("call"))
+    return path, stored

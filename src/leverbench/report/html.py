@@ -32,6 +32,7 @@ from typing import Any, Iterable
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup
 
+from ..analysis.warning_kinds import warning_groups
 from ..errors import BadInput
 from ..ledger.reader import Ledger
 from .jsonio import finite
@@ -491,7 +492,7 @@ def render_html(summary: dict[str, Any], ledger: Ledger | None = None) -> str:
         shares_svg=svg_stacked_bars(shares, label="where the time goes, per case and arm") if shares else None,
         scenario_svg=svg_stacked_bars(scen, label="where the time would go in the scenario") if scen else None,
         scatters=_scatters(summary), load=load, load_svg=svg_load(load, arms) if load else None,
-        cost_svg=cost_svg, warnings=summary.get("warnings") or [], replay=replay, has_ledger=ledger is not None,
+        cost_svg=cost_svg, warnings=warning_groups(summary), replay=replay, has_ledger=ledger is not None,
         phase_colors=PHASE_COLORS)
     return page
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..analysis.warning_kinds import warning_groups
 from .tables import Table, all_tables
 
 _INTRO = {
@@ -58,7 +59,10 @@ def render_markdown(summary: dict[str, Any]) -> str:
         if t.key in _INTRO:
             out += [_INTRO[t.key], ""]
         out += [_md_table(t), ""]
-    out.append("## Warnings")
-    out.append("")
-    out += [f"- {w}" for w in summary["warnings"]] or ["- none"]
-    return "\n".join(out) + "\n"
+    groups = warning_groups(summary)
+    out += ["## Warnings", ""]
+    for kind, heading, texts in groups:
+        out += [f"### {heading}" + (f" (`{kind}`)" if kind else ""), "", *(f"- {w}" for w in texts), ""]
+    if not groups:
+        out += ["- none", ""]
+    return "\n".join(out[:-1]) + "\n"

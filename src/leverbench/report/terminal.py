@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table as RichTable
 from rich.text import Text
 
+from ..analysis.warning_kinds import warning_groups
 from .tables import Table, all_tables
 
 _BRIEF = ("levers", "results", "volume", "multipliers", "discipline", "reasoning", "shares", "probes", "projection", "cost", "load", "load_sweep")
@@ -16,10 +17,13 @@ _BRIEF = ("levers", "results", "volume", "multipliers", "discipline", "reasoning
 def render_terminal(summary: dict[str, Any], console: Console | None = None, *, full: bool = False) -> None:
     console = console or Console()
     render_tables(console, [t for t in all_tables(summary) if full or t.key in _BRIEF])
-    if summary["warnings"]:
+    groups = warning_groups(summary)
+    if groups:
         console.print("[bold]Warnings[/bold]")
-        for w in summary["warnings"]:
-            console.print(f"  - {w}", highlight=False, markup=False)
+    for kind, heading, texts in groups:
+        console.print(Text(f"  {heading}" + (f" [{kind}]" if kind else ""), style="bold"))
+        for w in texts:
+            console.print(f"    - {w}", highlight=False, markup=False)
 
 
 def render_tables(console: Console, tables: list[Table | None]) -> None:

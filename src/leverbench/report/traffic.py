@@ -1,6 +1,6 @@
 """``leverbench analyze``'s output: its tables, and the terminal, Markdown, JSON and HTML renderings of them.
 
-Built from the result :func:`leverbench.cli_analyze.analyze_file` returns (the
+Built from the result :func:`leverbench.report.traffic_files.analyze_file` returns (the
 analysis of :mod:`leverbench.analysis.traffic` plus the import's counts);
 nothing here computes a statistic, it only formats.  The four formats show the
 same tables, as ``report`` does for runs; the HTML page is one self-contained

@@ -1,6 +1,6 @@
 """``leverbench sim``: run the simulator, a test instrument with set speeds.
 
-One option per :class:`~leverbench.engines.simulator.SimConfig` field, made
+One option per :class:`~leverbench.engines.sim_config.SimConfig` field, made
 from the dataclass so the two cannot drift apart.
 """
 
@@ -11,9 +11,10 @@ from typing import Any, Callable
 
 import click
 
-from leverbench.engines import simulator
-from leverbench.engines.sim_dialects import DIALECTS
-from leverbench.engines.simulator import SimConfig
+from ..engines.sim_config import SimConfig
+from ..engines.sim_dialects import DIALECTS
+from ..errors import BadInput
+from .common import Command
 
 _HELP = {
     "prefill_tps": "Uncached prompt tokens computed per second.",
@@ -63,7 +64,7 @@ def _config_options(command: Callable[..., Any]) -> Callable[..., Any]:
     return command
 
 
-@click.command(name="sim")
+@click.command(name="sim", cls=Command)
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=8090, show_default=True, type=int, help="Port to listen on (0: any free port).")
 @_config_options
@@ -82,5 +83,7 @@ def sim_command(host: str, port: int, **settings: Any) -> None:
     try:
         cfg = SimConfig(**settings)
     except ValueError as err:
-        raise click.UsageError(str(err)) from err
+        raise BadInput(str(err)) from None
+    from ..engines import simulator  # noqa: PLC0415 (aiohttp: ~0.17 s)
+
     simulator.serve(cfg, host, port, on_ready=click.echo)

@@ -1,0 +1,40 @@
+"""``leverbench report``: recompute a run's reports from its ledger alone."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from ..report.jsonio import finite
+from ..report.markdown import render_markdown
+from ..report.terminal import render_terminal
+from .common import SALVAGE_HELP, Command, console
+
+
+@click.command(name="report", cls=Command)
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(["table", "md", "json", "html"]), default="table", show_default=True,
+              help="table: terminal tables; md: report.md to stdout; json: summary.json to stdout; "
+                   "html: write RUN_DIR/report.html (self-contained, with the side-by-side replay) and print its path.")
+@click.option("--write/--no-write", default=True, show_default=True,
+              help="Also (re)write summary.json, report.md and report.html in RUN_DIR.")
+@click.option("--full", is_flag=True, help="With --format table: every table.")
+@click.option("--salvage", is_flag=True, help=SALVAGE_HELP)
+def report_command(run_dir: Path, fmt: str, write: bool, full: bool, salvage: bool) -> None:
+    """Recompute everything from RUN_DIR/ledger.jsonl alone (no server needed) and print it.
+
+    A ledger whose last line was cut by a crash is read with a note; a bad line
+    anywhere else stops with an error naming it, unless --salvage."""
+    from ..report.files import report_dir  # noqa: PLC0415 (numpy and the analysis: ~0.13 s)
+
+    summary, _ = report_dir(run_dir, salvage=salvage, write=write or fmt == "html")
+    if fmt == "html":
+        click.echo(str(Path(run_dir) / "report.html"))
+    elif fmt == "json":
+        click.echo(json.dumps(finite(summary), indent=1, ensure_ascii=False))
+    elif fmt == "md":
+        click.echo(render_markdown(summary))
+    else:
+        render_terminal(summary, console, full=full)

@@ -1,0 +1,101 @@
+"""``leverbench run``: run an experiment, then write and print its reports."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import click
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from .. import __version__
+from ..errors import BadInput
+from ..report.terminal import render_terminal
+from .common import Command, console, err_console
+
+
+@click.command(name="run", cls=Command)
+@click.argument("experiment", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Run directory (default: runs/NAME-YYYYmmdd-HHMMSS).")
+@click.option("--repeats", type=int, help="Override [experiment] repeats.")
+@click.option("--resume", is_flag=True, help="Continue the run in --out: completed turns, probes, sentinels and load "
+              "stages are not re-run; those that failed (e.g. while the endpoint was down) or were cut short are re-run, "
+              "their records kept in the ledger, superseded.")
+@click.option("--full", is_flag=True, help="Print every table, not only the main ones (report.md and report.html always have all).")
+def run_command(experiment: Path | None, out_dir: Path | None, repeats: int | None, resume: bool, full: bool) -> None:
+    """Run EXPERIMENT (default: the bundled examples/agent-turns.toml on the embedded
+    llama.cpp engine), write RUN_DIR/ledger.jsonl (every call, as it ends), then
+    summary.json, report.md and report.html, and print the result tables.
+
+    Ctrl-C (or SIGTERM) stops at once: the calls in flight are recorded (error class
+    cancelled, with what had arrived), the engines are stopped, and the command to resume
+    is printed (exit code 130)."""
+    from ..config import DEFAULT_EXPERIMENT, load, with_repeats  # noqa: PLC0415 (pydantic models: ~0.13 s)
+    from ..report.files import report_dir  # noqa: PLC0415 (numpy and the analysis: ~0.13 s)
+    from ..runner.run import Interrupted, Runner  # noqa: PLC0415 (aiohttp, numpy: ~0.4 s)
+
+    if experiment is None:
+        experiment = bundled_example(DEFAULT_EXPERIMENT)
+    exp = with_repeats(load(experiment), repeats)
+    if resume and out_dir is None:
+        raise BadInput("--resume needs --out RUN_DIR (the run to continue)")
+    out = out_dir or default_run_dir(exp.spec.experiment.name)
+    err_console.print(f"leverbench {__version__}: {exp.spec.experiment.name}: {len(exp.spec.arms)} arms × "
+                      f"{len(exp.spec.cases)} cases × {exp.spec.experiment.repeats} repeats → {out}", highlight=False)
+    with _progress() as progress:
+        try:
+            Runner(exp, out, resume=resume, progress=progress).run()
+        except Interrupted:
+            err_console.print(f"\ninterrupted; every call is in {out}/ledger.jsonl (those cut off in flight as "
+                              f"'cancelled') and the engines were stopped. Resume with:\n"
+                              f"  leverbench run {experiment} --out {out} --resume", highlight=False)
+            sys.exit(130)
+    summary, _ = report_dir(out)
+    render_terminal(summary, console, full=full)
+    err_console.print(f"\nwrote {out}/ledger.jsonl, summary.json, report.md, report.html", highlight=False)
+
+
+def default_run_dir(name: str) -> Path:
+    """runs/NAME-YYYYmmdd-HHMMSS, in local time."""
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path("runs") / f"{name}-{stamp}"
+
+
+def bundled_example(relative: Path) -> Path:
+    """The bundled experiment (*relative* to the repository root), from the working directory or this checkout's root."""
+    for cand in (relative, Path(__file__).resolve().parents[3] / relative):
+        if cand.exists():
+            return cand
+    raise BadInput(f"no experiment given and the bundled {relative} was not found; "
+                   "run from the repository root or pass an experiment file")
+
+
+@contextlib.contextmanager
+def _progress() -> Iterator[Any]:
+    """A progress bar on a terminal; one plain line per unit of work in logs and CI."""
+    if err_console.is_terminal:
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=err_console, transient=False) as prog:
+            task = prog.add_task("starting engines", total=None)
+
+            def bar(unit: Any, done: int, total: int) -> None:
+                prog.update(task, description=_what(unit), completed=done, total=total)
+
+            yield bar
+        return
+    t0 = time.monotonic()
+
+    def line(unit: Any, done: int, total: int) -> None:
+        click.echo(f"[{done}/{total} {time.monotonic() - t0:6.1f}s] {_what(unit)}", err=True)
+
+    yield line
+
+
+def _what(unit: Any) -> str:
+    """One unit of work in words: 'done', or KIND ARM / CASE #REPEAT."""
+    return "done" if unit.kind == "done" else f"{unit.kind} {unit.arm} / {unit.case} #{unit.repeat + 1}"

@@ -1,0 +1,29 @@
+"""``leverbench serve``: the embedded engine, started by hand."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+
+from ..engines.embedded import EmbeddedEngine
+from .common import Command, err_console
+
+
+@click.command(name="serve", cls=Command)
+@click.option("--port", type=int, default=8080, show_default=True)
+@click.option("--threads", type=int, help="CPU threads (default: all cores, at most 8).")
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def serve_command(port: int, threads: int | None, args: tuple[str, ...]) -> None:
+    """Start the embedded engine (llama.cpp llama-server with SmolLM2-135M-Instruct Q4_1)
+    on 127.0.0.1:PORT for manual use; extra ARGS after -- go to llama-server. Ctrl-C stops it."""
+    eng = EmbeddedEngine("serve", list(args), Path("/dev/null"), threads=threads)
+    eng.port = port
+    cmd = eng.command()
+    err_console.print("$ " + " ".join(cmd), highlight=False)
+    try:
+        sys.exit(subprocess.call(cmd))
+    except KeyboardInterrupt:
+        sys.exit(0)

@@ -1,0 +1,88 @@
+"""The library function behind ``leverbench analyze``: a traffic log and rates in, the traffic analysis out.
+
+:func:`analyze_file` reads the traffic (columnar: :mod:`leverbench.workload.traces`)
+and the rates, and calls the pure analysis in :mod:`leverbench.analysis.traffic`;
+:mod:`leverbench.report.traffic` renders its result.  Rates come from where they
+are best known, field by field: by hand (``--prefill-tps``/``--decode-tps``) >
+a run (``--rates RUN_DIR``: its ledger, else its summary.json, checked) > fitted from
+the traffic's own latencies.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..analysis.traffic import (analyze_traffic, choose_rates, fit_rates, hand_rates, has_latencies, rates_from_summary,
+                                with_drafter)
+from ..errors import BadInput
+from ..workload.traces import load_traffic
+from .files import summarize_dir
+from .summary_file import read_summary
+
+
+def run_summary(run: Path, *, salvage: bool = False) -> dict[str, Any]:
+    """A run's summary: computed from its ledger (RUN: a run directory that has one, or the ledger), else
+    read back from its summary.json and checked (RUN: a run directory without a ledger, or a .json file)."""
+    run = Path(run)
+    if run.suffix == ".json" or (run.is_dir() and not (run / "ledger.jsonl").exists() and (run / "summary.json").exists()):
+        return read_summary(run)
+    return summarize_dir(run, salvage=salvage)
+
+
+def _run_cost_defaults(summary: dict[str, Any]) -> tuple[float | None, float | None]:
+    """(gpus, gpu_hour_usd) declared in the run's baseline arm conditions, if any."""
+    base = next((a for a in summary.get("arms") or [] if a.get("name") == summary.get("baseline")), {})
+    cond = base.get("conditions") or {}
+    gpus = cond.get("gpus")
+    usd = cond.get("gpu_hour_usd")
+    return (float(gpus) if gpus is not None else None), (float(usd) if usd is not None else None)
+
+
+def analyze_file(traffic: str | Path, *, fmt: str | None = None, columns: str | None = None,
+                 rates_dir: str | Path | None = None, prefill_tps: float | None = None,
+                 prefill_a_s: float = 0.0, decode_tps: float | None = None, drafter_speedup: float | None = None,
+                 answer_cap: int | None = None, cached_share: float | None = None, gpus: float | None = None,
+                 gpu_hour_usd: float | None = None, salvage: bool = False) -> dict[str, Any]:
+    """Read ``traffic`` and the rates, analyse, and return the JSON-ready result.
+
+    The result is :func:`~leverbench.analysis.traffic.analyze_traffic`'s, plus
+    ``input`` (file, format, rows used and skipped with reasons, notes),
+    ``fits`` (the per-model fits when rates were fitted from the traffic) and
+    ``rates_used`` (in words).  *salvage*: read a leverbench ledger (TRAFFIC or ``rates_dir``) past
+    its bad lines.
+    """
+    load = load_traffic(traffic, fmt, columns=columns, salvage=salvage)
+    hand = hand_rates(prefill_tps, decode_tps, prefill_a_s)
+    run = None
+    if rates_dir is not None:
+        summary = run_summary(Path(rates_dir), salvage=salvage)
+        run = rates_from_summary(summary, f"run {rates_dir}")
+        run_gpus, run_usd = _run_cost_defaults(summary)
+        gpus = gpus if gpus is not None else run_gpus
+        gpu_hour_usd = gpu_hour_usd if gpu_hour_usd is not None else run_usd
+    fitted, fits = None, []
+    need_fit = run is None and not ("prefill_tps" in hand and "decode_tps" in hand)
+    if need_fit and has_latencies(load.frame):
+        fitted, fits = fit_rates(load.frame, cached_served=load.cached_served)
+        if not fitted and not hand:
+            reasons = "; ".join(f"{f['model']}: {f.get('refused') or f.get('prefill_refused')}" for f in fits)
+            raise BadInput(f"{load.path}: could not fit rates from the traffic's latencies ({reasons}); "
+                           "give --rates RUN_DIR or --prefill-tps and --decode-tps")
+    book = with_drafter(choose_rates(hand, run, fitted), drafter_speedup)
+    # queueing cannot be told apart from prefill when the prefill rate was fitted from these same TTFTs
+    fitted_prefill = any(r.source.startswith("fitted") and "prefill_tps by hand" not in r.source for r in book.values())
+    result = analyze_traffic(load.frame, book, cached_served=load.cached_served, queue_from_ttft=not fitted_prefill,
+                             answer_cap=answer_cap, assumed_cached_share=cached_share,
+                             gpus=gpus if gpus is not None else 1.0, gpu_hour_usd=gpu_hour_usd,
+                             cached_meaning=_cached_note(load.notes))
+    result["input"] = {"path": str(load.path), "format": load.fmt, "rows": load.rows, "used": load.used,
+                       "skipped": load.skipped, "first_skipped_line": load.first_skipped_line, "notes": load.notes}
+    result["fits"] = fits
+    result["rates_used"] = sorted({r.source for r in book.values()})
+    return result
+
+
+def _cached_note(notes: list[str]) -> str | None:
+    """The importer's note on what cached tokens mean, for the conditions."""
+    return next((n for n in notes if "cached" in n), None)

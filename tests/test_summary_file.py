@@ -1,0 +1,85 @@
+"""A summary.json read back (``analyze --rates``) is checked against leverbench.summary/1 first."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from leverbench.cli import cli
+from leverbench.errors import BadInput
+from leverbench.report.summary_file import check_summary, read_summary
+from leverbench.report.traffic_files import analyze_file
+
+GOLDEN = Path(__file__).parent / "golden"
+AZURE = Path(__file__).parent / "data" / "traces" / "AzureLLMInferenceTrace_code.csv"
+
+
+@pytest.mark.parametrize("name", ["demo1", "demo2", "handmade", "sim"])
+def test_the_golden_summaries_pass(name):
+    path = GOLDEN / f"{name}.summary.json"
+    assert read_summary(path) == json.loads(path.read_text())
+
+
+def _runs(tmp_path: Path) -> tuple[Path, Path]:
+    """The same run twice: with its ledger, and as its summary.json alone (as written by ``report``)."""
+    full = tmp_path / "full"
+    full.mkdir()
+    shutil.copy(GOLDEN / "handmade.ledger.jsonl", full / "ledger.jsonl")
+    assert CliRunner().invoke(cli, ["report", str(full), "--format", "json"]).exit_code == 0
+    only = tmp_path / "only"
+    only.mkdir()
+    shutil.copy(full / "summary.json", only / "summary.json")
+    return full, only
+
+
+def test_rates_come_from_a_summary_when_the_run_has_no_ledger(tmp_path):
+    full, only = _runs(tmp_path)
+    want = json.dumps(analyze_file(AZURE, rates_dir=full)).replace(str(full), "RUN")
+    assert "run RUN, baseline arm 'base'" in want
+    for source in (only / "summary.json", only):
+        assert json.dumps(analyze_file(AZURE, rates_dir=source)).replace(str(source), "RUN") == want
+
+
+def _broken(tmp_path: Path, change) -> Path:
+    data = json.loads((GOLDEN / "handmade.summary.json").read_text())
+    change(data)
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda d: d.pop("rates"), "rates: Field required"),
+    (lambda d: d["rates"][1].update(decode_tps="fast"), "rates[1].decode_tps: Input should be a valid number"),
+    (lambda d: d["arms"][0].pop("name"), "arms[0].name: Field required"),
+    (lambda d: d.update(baseline="nobody"), "baseline 'nobody' is none of the arms ('base', 'cache'"),
+    (lambda d: d.update(schema="leverbench.summary/2"), "schema: summary schema version 2 is newer than this leverbench"),
+    (lambda d: d.update(schema="other.summary/1"), "schema: not a leverbench summary schema: 'other.summary/1'"),
+    (lambda d: d["drift"][0].update(drifted="maybe"), "drift[0].drifted: Input should be a valid boolean"),
+    (lambda d: d["warning_items"][0].pop("kind"), "warning_items[0].kind: Field required"),
+])
+def test_a_bad_summary_is_refused_naming_the_file_the_place_and_the_problem(tmp_path, change, message):
+    path = _broken(tmp_path, change)
+    with pytest.raises(BadInput) as exc:
+        read_summary(path)
+    assert str(exc.value).startswith(f"{path}: not a valid leverbench.summary/1: ") and message in str(exc.value)
+    res = CliRunner().invoke(cli, ["analyze", str(AZURE), "--rates", str(path)])
+    assert res.exit_code == 2 and f"leverbench: error: {path}: not a valid leverbench.summary/1" in res.output
+
+
+def test_a_summary_that_is_no_json_object_is_refused(tmp_path):
+    path = tmp_path / "summary.json"
+    path.write_text("[1, 2]")
+    with pytest.raises(BadInput, match="not a leverbench summary"):
+        read_summary(path)
+    path.write_text("{cut")
+    with pytest.raises(BadInput, match=r"summary.json: not JSON"):
+        read_summary(path)
+    with pytest.raises(BadInput, match="no summary here"):
+        read_summary(tmp_path / "nothing")
+    with pytest.raises(BadInput, match="not a leverbench summary"):
+        check_summary(None, "x")
