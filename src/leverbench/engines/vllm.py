@@ -215,9 +215,13 @@ class VllmEngine(EngineProcess):
 
 
 def main(argv: list[str]) -> int:
-    """``python -m leverbench.engines.vllm convert``: convert the model now (install.sh --vllm runs it)."""
+    """``python -m leverbench.engines.vllm convert``: convert the model now (install.sh --vllm runs it);
+    ``... path``: print the converted checkpoint's directory (e.g. for ``vllm bench serve --tokenizer``)."""
+    if argv == ["path"]:
+        print(hf_model_dir())
+        return 0
     if argv != ["convert"]:
-        print("usage: python -m leverbench.engines.vllm convert", file=sys.stderr)
+        print("usage: python -m leverbench.engines.vllm convert|path", file=sys.stderr)
         return 2
     try:
         dest = ensure_hf_model(say=lambda line: print("    " + line, flush=True))
