@@ -15,18 +15,27 @@ exact), and the differences are printed side by side:
                    client adds to time to first token (connect, send, read);
 - gap error      = client gap between chunks i−1 and i − the simulator's gap
                    between writing them (absolute value);
-- stamp error    = (client t_send + chunk_t[i]) − sim chunk_times[i]: how late
-                   the client saw each token after the server wrote it;
+- stamp error    = (client t_send + connect_s + chunk_t[i]) − sim chunk_times[i]:
+                   how late the client saw each token after the server wrote it;
 - send lag       = t_send − scheduled_t (closed loop: the client's turnaround
                    between one call's end and its next send) and the event-loop
-                   stall the runner itself recorded (loop_lag_s).
+                   stall the runner itself recorded (loop_lag_s);
+- e2e            = send lag + connect_s + latency_s: the latency the load
+                   analysis reports (from the schedule).
+
+``--fsync both`` runs the sweep against the same simulator with the ledger's
+fsync per record and with it patched out, ``--rounds`` times each in ABBA
+order (on, off, off, on, ...: drift of a shared machine falls on both alike),
+and prints their latencies side by side: the writer thread appends while the
+next call goes out, so the two should agree within the noise.
 
 The highest concurrency whose TTFT and gap errors both stay within 1 ms at p99
 is the load this client sustains on this machine.
 
     .venv/bin/python benchmarks/client_overhead.py            # ~1-2 minutes
     .venv/bin/python benchmarks/client_overhead.py --levels 1,8,64 --duration 3
-    .venv/bin/python benchmarks/client_overhead.py --no-fsync  # the ledger's fsync per call patched out
+    .venv/bin/python benchmarks/client_overhead.py --fsync off  # the ledger's fsync per call patched out
+    .venv/bin/python benchmarks/client_overhead.py --fsync both --rounds 2 --levels 1,4,16  # on and off, side by side
 
 Nothing here is a test: the figures depend on the machine and on what else runs on it.
 """
@@ -34,6 +43,7 @@ Nothing here is a test: the figures depend on the machine and on what else runs 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -140,21 +150,23 @@ def compare(records: list[dict], truths: list[dict]) -> dict[str, dict]:
         if r.get("kind") != "load" or r.get("warmup") or r.get("error") is not None:
             continue
         st = out.setdefault(r["stage"], {"c": r["concurrency"], "sweep": r["sweep"], "ttft": [], "gap": [], "stamp": [], "lag": [],
-                                         "loop": [], "n": 0, "unmatched": 0, "t": []})
+                                         "loop": [], "e2e": [], "n": 0, "unmatched": 0, "t": []})
         tm = r.get("timings") or {}
         t = by_key.get((tm.get("prompt_ms"), tm.get("predicted_ms")))
         if t is None or len(t["chunk_times"]) != len(r["chunk_t"]):
             st["unmatched"] += 1
             continue
         st["n"] += 1
-        st["t"].append(r["t_send"] + r["latency_s"])
+        ready = r["t_send"] + (r.get("connect_s") or 0.0)  # the call's own times count from here
+        st["t"].append(ready + r["latency_s"])
         st["t"].append(r["scheduled_t"])
         st["ttft"].append((r["ttft_s"] - (t["first_token"] - t["arrival"])) * 1000)
         ct, tt = r["chunk_t"], t["chunk_times"]
         for i in range(1, len(ct)):
             st["gap"].append(abs((ct[i] - ct[i - 1]) - (tt[i] - tt[i - 1])) * 1000)
-        st["stamp"].extend(((r["t_send"] + c) - s) * 1000 for c, s in zip(ct, tt))
+        st["stamp"].extend(((ready + c) - s) * 1000 for c, s in zip(ct, tt))
         st["lag"].append((r["t_send"] - r["scheduled_t"]) * 1000)
+        st["e2e"].append((ready + r["latency_s"] - r["scheduled_t"]) * 1000)
         st["loop"].append((r.get("loop_lag_s") or 0.0) * 1000)
     return out
 
@@ -188,42 +200,92 @@ def main() -> None:
     ap.add_argument("--warmup", type=float, default=1.0, help="seconds of warm-up per level")
     ap.add_argument("--duration", type=float, default=6.0, help="measured seconds per level")
     ap.add_argument("--threshold-ms", type=float, default=1.0)
-    ap.add_argument("--no-fsync", action="store_true", help="patch out the ledger's fsync per record (to see its cost)")
+    ap.add_argument("--fsync", choices=("on", "off", "both"), default="on",
+                    help="the ledger's fsync per record: on, patched out, or both (two sweeps, compared side by side)")
+    ap.add_argument("--rounds", type=int, default=1, help="sweeps per fsync mode (with --fsync both: ABBA order)")
     args = ap.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
-    if args.no_fsync:
-        import leverbench.ledger.writer as w
-
-        class _NoSync:  # the writer calls os.fsync through its module's ``os``
-            def __getattr__(self, name):
-                return getattr(os, name)
-
-            @staticmethod
-            def fsync(fd):
-                return None
-
-        w.os = _NoSync()
+    modes = ["on", "off"] if args.fsync == "both" else [args.fsync]
+    order = [m for r in range(args.rounds) for m in (modes if r % 2 == 0 else modes[::-1])]
     proc, url = start_sim(args.decode_tps, args.prefill_tps, slots=max(levels) * 2)
     t_start = time.time()
     cpu0 = time.process_time()
     sampler = CpuSampler()
     sampler.start()
+    records: dict[str, list[dict]] = {m: [] for m in modes}
     try:
         with tempfile.TemporaryDirectory() as d:
             tmp = Path(d)
             ramp = OUTPUT_TOKENS / args.decode_tps  # one service time: the clients' sends spread evenly
             exp = load_experiment(experiment(tmp, url, levels, args.warmup, args.duration, ramp))
-            Runner(exp, tmp / "run").run()
-            records = read_ledger(tmp / "run").records
-            stats = compare(records, truth(url))
+            for k, mode in enumerate(order):
+                with fsync_patched_out(mode == "off"):
+                    Runner(exp, tmp / f"run-{k}").run()
+                records[mode] += read_ledger(tmp / f"run-{k}").records
+            truths = truth(url)
     finally:
         sampler.halt.set()
         proc.terminate()
         proc.wait(timeout=10)
-    print(f"client-overhead benchmark: leverbench client (Runner/run_load/stream_chat, one event loop, ledger fsync "
-          f"{'OFF' if args.no_fsync else 'on'}) vs the simulator's own stamps (separate process)")
+    print(f"client-overhead benchmark: leverbench client (Runner/run_load/stream_chat, one event loop) vs the "
+          "simulator's own stamps (separate process)")
     print(f"machine: {os.cpu_count()} cores; prompt {PROMPT_TOKENS} tokens, {OUTPUT_TOKENS} output tokens, "
-          f"decode {args.decode_tps:g} tok/s per request; {args.warmup:g} s warm-up + {args.duration:g} s per level")
+          f"decode {args.decode_tps:g} tok/s per request; {args.warmup:g} s warm-up + {args.duration:g} s per level; "
+          f"order of the sweeps: {', '.join('fsync ' + m for m in order)}")
+    by_mode = {mode: compare(records[mode], truths) for mode in modes}
+    for mode in modes:
+        print(f"\n=== ledger fsync per record {mode.upper()} ===")
+        print_tables(by_mode[mode], sampler, args.threshold_ms)
+    if len(modes) == 2:
+        print_fsync_comparison(by_mode["on"], by_mode["off"])
+    cpu = time.process_time() - cpu0
+    print(f"\nwall clock {time.time() - t_start:.0f} s; client process CPU {cpu:.1f} s; load average now "
+          f"{os.getloadavg()[0]:.1f}")
+
+
+@contextlib.contextmanager
+def fsync_patched_out(off: bool):
+    """With *off*, the ledger writer's ``os.fsync`` does nothing (the writer calls it through its module's ``os``)."""
+    import leverbench.ledger.writer as w  # noqa: PLC0415
+
+    if not off:
+        yield
+        return
+
+    class _NoSync:
+        def __getattr__(self, name):
+            return getattr(os, name)
+
+        @staticmethod
+        def fsync(fd):
+            return None
+
+    real, w.os = w.os, _NoSync()
+    try:
+        yield
+    finally:
+        w.os = real
+
+
+def print_fsync_comparison(on: dict[str, dict], off: dict[str, dict]) -> None:
+    """Per stage, the latencies with the ledger's fsync and without it (ms)."""
+    print("\n=== fsync on vs off: the latencies the analysis reports (ms, from the schedule) ===")
+    hdr = (f"{'sweep':>9} {'conc':>5} | {'e2e p50 on':>10} {'off':>7} | {'e2e p99 on':>10} {'off':>7} | "
+           f"{'TTFT err p99 on':>15} {'off':>6} | {'send lag p99 on':>15} {'off':>6} | {'calls on':>8} {'off':>5}")
+    print(hdr)
+    print("-" * len(hdr))
+    for stage in on:
+        a, b = on[stage], off.get(stage)
+        if b is None:
+            continue
+        print(f"{a['sweep']:>9} {a['c']:>5} | {pct(a['e2e'], 50):>10.1f} {pct(b['e2e'], 50):>7.1f} | "
+              f"{pct(a['e2e'], 99):>10.1f} {pct(b['e2e'], 99):>7.1f} | {pct(a['ttft'], 99):>15.2f} "
+              f"{pct(b['ttft'], 99):>6.2f} | {pct(a['lag'], 99):>15.2f} {pct(b['lag'], 99):>6.2f} | "
+              f"{a['n']:>8} {b['n']:>5}")
+
+
+def print_tables(stats: dict[str, dict], sampler: CpuSampler, thr: float) -> None:
+    """The per-level error tables of one sweep."""
     hdr = (f"{'conc':>5} {'calls':>6} {'req/s':>7} {'chunks/s':>9} | {'TTFT err ms p50':>15} {'p99':>7} | "
            f"{'gap err ms p50':>14} {'p99':>7} | {'stamp err p50':>13} {'p99':>7} | {'send lag p99':>12} "
            f"{'loop stall max':>14} {'client CPU':>10}")
@@ -235,7 +297,6 @@ def main() -> None:
         print(f"{sweep}: {title}")
         print(hdr)
         print("-" * len(hdr))
-        thr = args.threshold_ms
         for st in rows:
             span = (max(st["t"]) - min(st["t"])) if st["t"] else math.nan
             rps = st["n"] / span if span else math.nan
@@ -253,9 +314,6 @@ def main() -> None:
                     break
             print(f"=> highest concurrency (every level up to it) with {what} p99 <= {thr:g} ms: "
                   f"{best if best is not None else 'none'}")
-    cpu = time.process_time() - cpu0
-    print(f"\nwall clock {time.time() - t_start:.0f} s; client process CPU {cpu:.1f} s; load average now "
-          f"{os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

@@ -2,8 +2,8 @@
 # Mutation check: the test suite must fail when a hand-picked bug is put into the code.
 #
 # For each mutation below: copy this checkout's files (tracked and untracked-but-not-ignored, as they
-# are in the working tree) to a temporary directory, apply the mutation there with `git apply` (an
-# exact patch: if it no longer applies, the script stops with an error and the patch must be updated),
+# are in the working tree) to a temporary directory, apply the mutation there (an exact text replaced:
+# if the text no longer occurs exactly once, the script stops with an error and the mutation must be updated),
 # run the tests chosen to catch it (a subset, so the whole check takes a few minutes), and report
 # KILLED (a test failed) or SURVIVED (every test passed: a test is missing).  Before the mutations,
 # the same tests must pass on the unmutated copy.
@@ -37,124 +37,35 @@ MUTATIONS=(
   "e|HTML autoescape off|tests/test_html_report.py"
 )
 
-patch_of() {
-  case "$1" in
-    a) cat <<'PATCH'
---- a/src/leverbench/analysis/guard.py
-+++ b/src/leverbench/analysis/guard.py
-@@ -60,7 +60,7 @@
-             reasons.append(f"output volume spread {sp:.1%} > {tol:.0%}")
-     return {
-         "value": value,
--        "citable": not reasons,
-+        "citable": True,
-         "reason": "; ".join(reasons) if reasons else None,
-         "volume_spread": sp,
-         "controlled": len(knobs) <= 1,
-PATCH
-    ;;
-    b1) cat <<'PATCH'
---- a/src/leverbench/analysis/stats.py
-+++ b/src/leverbench/analysis/stats.py
-@@ -37,7 +37,7 @@
-         raise ValueError("percentile of an empty sample")
-     s = sorted(xs)
-     rank = p / 100.0 * (len(s) - 1)
--    lo = math.floor(rank)
-+    lo = min(math.floor(rank) + 1, len(s) - 1)
-     hi = min(lo + 1, len(s) - 1)
-     return s[lo] + (s[hi] - s[lo]) * (rank - lo)
- 
-PATCH
-    ;;
-    b2) cat <<'PATCH'
---- a/src/leverbench/analysis/load.py
-+++ b/src/leverbench/analysis/load.py
-@@ -90,7 +90,7 @@
-     a = a[~np.isnan(a)]
-     if a.size == 0:
-         return None
--    ps = np.percentile(a, PCTS)
-+    ps = np.percentile(a, PCTS, method="higher")
-     out: dict[str, float] = {"n": int(a.size)}
-     for p, v in zip(PCTS, ps):
-         out[f"p{p}"] = float(v)
-PATCH
-    ;;
-    c1) cat <<'PATCH'
---- a/src/leverbench/analysis/guard.py
-+++ b/src/leverbench/analysis/guard.py
-@@ -45,9 +45,6 @@
-         if cell.get("failed_calls"):
-             reasons.append(f"{who} has {cell['failed_calls']} failed call(s)")
-             blocks_total = True
--        if cell.get("retried_calls"):
--            reasons.append(f"{who} has {cell['retried_calls']} retried call(s)")
--            blocks_total = True
-     if blocked_by:
-         reasons.append("cells without a usable comparison: " + ", ".join(s.removeprefix("case:") for s in blocked_by))
-     vb, va = base.get("output_tokens_median"), arm.get("output_tokens_median")
-PATCH
-    ;;
-    c2) cat <<'PATCH'
---- a/src/leverbench/analysis/dataset.py
-+++ b/src/leverbench/analysis/dataset.py
-@@ -206,7 +206,7 @@
-     num = cols.numbers
-     return CallTable(
-         arm=_relabel(cols, "arm", arm_names), case=_relabel(cols, "case", case_names), turn=turn,
--        ok=~cols.failed, retried=cols.flags["retried"], empty_answer=cols.flags["empty_answer"],
-+        ok=~cols.failed | cols.flags["retried"], retried=cols.flags["retried"], empty_answer=cols.flags["empty_answer"],
-         has_timings=cols.has_timings,
-         **{k: num[k] for k in ("step", "latency_s", "ttft_s", "t_first_answer_s", "prompt_tokens", "completion_tokens",
-                                "cached_tokens", "reasoning_tokens", "content_chars", "reasoning_chars",
-PATCH
-    ;;
-    c3) cat <<'PATCH'
---- a/src/leverbench/analysis/load.py
-+++ b/src/leverbench/analysis/load.py
-@@ -272,7 +272,7 @@
-     """The row of one (arm, stage) from its records (warm-up included in ``rs``; left out of the latencies)."""
-     r0 = rs[0]
-     arm, stage = r0["arm"], r0["stage"]
--    final = [r for r in rs if not r.get("retried")]
-+    final = list(rs)
-     c = columns(final)
-     warm = np.array([bool(r.get("warmup")) for r in final], dtype=bool)
-     failed_all = np.array([r.get("error") is not None for r in final], dtype=bool)
-PATCH
-    ;;
-    d) cat <<'PATCH'
---- a/src/leverbench/runner/run.py
-+++ b/src/leverbench/runner/run.py
-@@ -178,7 +178,8 @@
-             will_retry = out["error"] is not None and attempt < self.retries and out["error"]["class"] != "engine_died"
-             if will_retry:
-                 out["retried"] = True
--            await self._append(out)
-+            if out["error"] is None:
-+                await self._append(out)
-             if not will_retry:
-                 break
-         out["_content"] = content
-PATCH
-    ;;
-    e) cat <<'PATCH'
---- a/src/leverbench/report/html.py
-+++ b/src/leverbench/report/html.py
-@@ -40,7 +40,7 @@
- __all__ = ["render_html", "render_replay", "replay_data", "script_json", "CSP"]
- 
- _TEMPLATES = Path(__file__).with_name("templates")
--_env = Environment(loader=FileSystemLoader(str(_TEMPLATES)), autoescape=True, undefined=StrictUndefined,
-+_env = Environment(loader=FileSystemLoader(str(_TEMPLATES)), autoescape=False, undefined=StrictUndefined,
-                    trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
- 
- _SCRIPT = (_TEMPLATES / "replay.js").read_text(encoding="utf-8")
-PATCH
-    ;;
-    *) echo "mutation-check: unknown mutation $1" >&2; exit 2 ;;
-  esac
+# Each mutation: the file, the exact text to replace (it must occur exactly once: if the code changed so
+# that it does not, the check stops and the mutation must be updated), and the mutated text.
+mutate() {  # mutate NAME DIR
+  "$PY" - "$1" "$2" <<'PY'
+import sys
+from pathlib import Path
+
+MUTATIONS = {
+    "a": ("src/leverbench/analysis/guard.py", '"citable": not reasons,', '"citable": True,'),
+    "b1": ("src/leverbench/analysis/stats.py", "    lo = math.floor(rank)\n",
+           "    lo = min(math.floor(rank) + 1, len(s) - 1)\n"),
+    "b2": ("src/leverbench/analysis/load.py", "ps = np.percentile(a, PCTS)", 'ps = np.percentile(a, PCTS, method="higher")'),
+    "c1": ("src/leverbench/analysis/guard.py", "        if cell.get(\"retried_calls\"):", "        if False:"),
+    "c2": ("src/leverbench/analysis/dataset.py", 'ok=~cols.failed, retried=cols.flags["retried"]',
+           'ok=~cols.failed | cols.flags["retried"], retried=cols.flags["retried"]'),
+    "c3": ("src/leverbench/analysis/load.py", '    final = [r for r in rs if not r.get("retried")]', "    final = list(rs)"),
+    "d": ("src/leverbench/runner/run.py",
+          "                await self._append(out)  # returns at once: the next call is not held up by the fsync",
+          "                if out[\"error\"] is None:\n                    await self._append(out)"),
+    "e": ("src/leverbench/report/html.py", "autoescape=True", "autoescape=False"),
+}
+name, root = sys.argv[1], Path(sys.argv[2])
+rel, old, new = MUTATIONS[name]
+path = root / rel
+text = path.read_text(encoding="utf-8")
+if text.count(old) != 1:
+    sys.exit(f"mutation {name}: {old!r} occurs {text.count(old)} times in {rel}, not once: update it in scripts/mutation-check.sh")
+path.write_text(text.replace(old, new), encoding="utf-8")
+PY
 }
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/leverbench-mutation.XXXXXX")"
@@ -195,8 +106,8 @@ for m in "${MUTATIONS[@]}"; do
   want "$name" || continue
   dir="$WORK/$name"
   copy_tree "$dir"
-  if ! patch_of "$name" | (cd "$dir" && git apply -C1 --whitespace=nowarn -) 2>"$dir.apply"; then
-    echo "mutation-check: mutation $name ($what) no longer applies; update its patch in $0:" >&2
+  if ! mutate "$name" "$dir" 2>"$dir.apply"; then
+    echo "mutation-check: mutation $name ($what) no longer applies:" >&2
     cat "$dir.apply" >&2
     exit 2
   fi

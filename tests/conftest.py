@@ -32,3 +32,15 @@ def pytest_runtest_makereport(item, call):
             "LEVERBENCH_REQUIRE_ENGINE and LEVERBENCH_REQUIRE_CHROMIUM are"
         rep.outcome = "failed"
         rep.longrepr = f"skipped although {what} set (CI runs every test): {reason}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    """The same at collection: a module that skips itself whole (``pytest.importorskip``, a module-level
+    ``pytest.skip``) is a failure in CI."""
+    outcome = yield
+    rep = outcome.get_result()
+    if REQUIRE_ALL and rep.outcome == "skipped":
+        rep.outcome = "failed"
+        rep.longrepr = (f"{collector.nodeid}: skipped at collection although LEVERBENCH_REQUIRE_ENGINE and "
+                        f"LEVERBENCH_REQUIRE_CHROMIUM are set (CI runs every test): {rep.longrepr}")

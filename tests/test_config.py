@@ -55,7 +55,7 @@ def test_good_file_loads_with_defaults(tmp_path):
     exp = load(write(tmp_path, GOOD))
     e = exp.spec.experiment
     assert (e.repeats, e.order, e.volume_tolerance_cell, e.volume_tolerance_total) == (3, "interleaved", 0.20, 0.05)
-    assert exp.spec.cases[0].temperature == 0.7 and len(exp.spec.cases[0].steps) == 1
+    assert exp.spec.cases[0].temperature == 0.0 and len(exp.spec.cases[0].steps) == 1
     assert exp.texts["doc.md"] == "a document"
     assert exp.spec.arms[1].engine.args == ["--spec-type", "ngram-mod"]
 

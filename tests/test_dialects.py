@@ -189,7 +189,7 @@ def test_sglang_dialect_usage_and_endpoints():
 
 
 def test_sglang_dialect_metrics_come_in_several_label_sets_that_sum_to_the_truth():
-    with sim(dialect="sglang", draft_k=2, draft_acceptance=0.5) as s:
+    with sim(dialect="sglang", metrics="on", draft_k=2, draft_acceptance=0.5) as s:
         before = asyncio.run(_scrape(s.base_url))
         for _ in range(4):
             chat(s.base_url, messages=PROMPT)
@@ -208,6 +208,18 @@ def test_sglang_dialect_metrics_come_in_several_label_sets_that_sum_to_the_truth
     # the analysis sums each counter over its label sets
     figures = arm_metrics(before or {}, after)
     assert figures["queue_s_per_request"] == pytest.approx(sum(t["queue_s"] for t in truth) / 4)
+    # the block's cached share comes from the counters; SGLang's cache_hit_rate gauge is its last prefill batch's
+    assert figures["prefix_cache_hit_share"] == pytest.approx(3 * 32 / (4 * 40))
+    rates = [v for n, _, v in metric_samples(text) if n == "sglang:cache_hit_rate"]
+    assert sorted(rates) == [32 / 40, 32 / 40]  # each rank's last request found 32 of its 40 tokens cached
+
+
+def test_sglang_serves_no_metrics_by_default_like_sglang():
+    with sim(dialect="sglang") as s:
+        chat(s.base_url, messages=PROMPT)
+        status = request(s.base_url, "/metrics")[0]
+        info = get_json(s.base_url, "/get_server_info")
+    assert status == 404 and info["enable_metrics"] is False
 
 
 async def _scrape(base: str) -> dict[str, float] | None:
@@ -293,6 +305,13 @@ def test_cli_takes_the_dialect_and_rejects_unknown_ones(monkeypatch):
 def test_base_urls(base, chat, root):
     assert chat_url(base) == chat and api_root(base) == root
     assert models_url(base) == api_base(base) + "/models" and chat == api_base(base) + "/chat/completions"
+
+
+def test_a_base_urls_query_goes_with_every_api_call():
+    """Azure OpenAI takes its API version in the query string of every call."""
+    base = "https://r.openai.azure.com/openai/deployments/d?api-version=2024-10-21"
+    assert chat_url(base) == "https://r.openai.azure.com/openai/deployments/d/chat/completions?api-version=2024-10-21"
+    assert models_url(base) == "https://r.openai.azure.com/openai/deployments/d/models?api-version=2024-10-21"
 
 
 # ----------------------------------------------------------------------------- discovery

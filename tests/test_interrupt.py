@@ -126,3 +126,38 @@ max_tokens = 400
     assert len(load) == 4, [r["error"] for r in load]
     assert [r["error"]["class"] for r in load] == ["cancelled"] * 4
     assert all(r["latency_s"] > 0 and r["stage"] == "stage" for r in load)
+
+
+def test_sigterm_stops_the_run_like_ctrl_c(tmp_path):
+    """kill and timeout send SIGTERM: the call in flight is recorded, the resume command printed."""
+    with SimulatorThread(SLOW) as sim:
+        exp = _experiment(tmp_path, sim.base_url)
+        out = tmp_path / "run"
+        proc = _start(exp, out)
+        _wait_in_flight(sim, proc, 1)
+        t_end = time.monotonic() + 30
+        while time.monotonic() < t_end and not any(r["kind"] == "warmup" for r in _records(out)):
+            time.sleep(0.05)
+        _wait_in_flight(sim, proc, 1)  # the turn's first call (400 tokens: 20 s)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert "--resume" in err
+    calls = [r for r in _records(out) if r["kind"] == "call"]
+    assert [c["error"]["class"] for c in calls] == ["cancelled"]
+
+
+def test_a_run_stopped_before_its_first_record_resumes_afresh(tmp_path):
+    """Ctrl-C during engine start or discovery leaves a ledger without a run header: --resume (the printed
+    command) and a new run on the same --out both start the run afresh instead of refusing it."""
+    with SimulatorThread(SimConfig(prefill_tps=100_000.0, decode_tps=2000.0, output_tokens=4)) as sim:
+        exp = _experiment(tmp_path, sim.base_url)
+        for args in (["--resume"], []):
+            out = tmp_path / f"run{len(args)}"
+            out.mkdir()
+            (out / "ledger.jsonl").write_text("")  # what a run stopped before its header leaves
+            res = subprocess.run([sys.executable, "-m", "leverbench.cli", "run", str(exp), "--out", str(out), *args],
+                                 capture_output=True, text=True, timeout=120)
+            assert res.returncode == 0, res.stderr
+            recs = _records(out)
+            assert recs[0]["kind"] == "run" and sum(r["kind"] == "turn" for r in recs) == 1

@@ -31,7 +31,9 @@ from leverbench.workload.load import arrival_offsets, expand, gaps
 TRACES = Path(__file__).parent / "data" / "traces"  # slices of public traces: see its README.md
 
 
-def experiment(tmp: Path, arms: dict[str, str], load_toml: str, case_prompt: str = "hello there", max_tokens: int = 8) -> Path:
+def experiment(tmp: Path, arms: dict[str, str], load_toml: str, case_prompt: str = "hello there", max_tokens: int = 8,
+               *, steps: int = 0, temperature: float | None = 0.0) -> Path:
+    """One case (with ``steps`` more calls in its turn; ``temperature`` None: the default) on the arms."""
     arm_toml = "".join(f'''
 [[arms]]
 name = "{name}"
@@ -39,6 +41,7 @@ role = "{'baseline' if i == 0 else 'treatment'}"
 base_url = "{url}"
 model = "sim"
 ''' for i, (name, url) in enumerate(arms.items()))
+    step_toml = "".join(f'[[cases.steps]]\nprompt = "and then {k}"\nmax_tokens = {max_tokens}\n' for k in range(steps))
     p = tmp / "exp.toml"
     p.write_text(f'''
 [experiment]
@@ -51,8 +54,8 @@ sentinel_tokens = 0
 name = "short"
 prompt = "{case_prompt}"
 max_tokens = {max_tokens}
-temperature = 0.0
-{load_toml}''')
+{"" if temperature is None else f"temperature = {temperature}"}
+{step_toml}{load_toml}''')
     return p
 
 
@@ -301,9 +304,37 @@ speed = 4.0
         calls.sort(key=lambda r: r["step"])
         for prev, nxt in zip(calls, calls[1:]):
             # the next round is scheduled when the previous answer ended plus its tool wait / speed
-            end = prev["t_send"] + prev["latency_s"]
+            end = prev["t_send"] + prev["connect_s"] + prev["latency_s"]  # its times count from connection ready
             assert nxt["scheduled_t"] - end == pytest.approx(waits[prev["repeat"]] / 4.0, abs=1e-6)
             assert nxt["cached_tokens"] >= prev["prompt_tokens"] - 16  # the conversation so far was cached
         assert all(r["prompt_tokens"] == r["target_input_tokens"] for r in calls)
     firsts = sorted(min(v, key=lambda r: r["step"])["scheduled_t"] for v in by_session.values())
     assert [round(f - firsts[0], 6) for f in firsts] == [0.0, round(0.276 / 4, 6), round(0.615 / 4, 6)]
+
+
+def test_trace_replay_on_a_strict_api_sends_no_forcing_fields(tmp_path):
+    """A strict OpenAI-compatible API rejects ignore_eos/min_tokens: the warm-up finds that out, and a trace
+    stage then sends max_tokens alone (recorded), instead of failing every call with HTTP 400."""
+    rows = (TRACES / "mooncake_conversation_trace.jsonl").read_text().splitlines()[:6]
+    (tmp_path / "m.jsonl").write_text("\n".join(rows) + "\n")
+    stage = '''
+[[load]]
+name = "moon"
+mode = "trace"
+trace = "m.jsonl"
+speed = 50.0
+scale_input = 0.0625
+max_tokens = 4
+'''
+    cfg = SimConfig(dialect="openai", prefill_tps=2_000_000, decode_tps=4000, output_tokens=500)
+    with SimulatorThread(cfg) as sim:
+        run(tmp_path, {"a": sim.base_url + "/v1"}, stage)
+        truth = sim.truth()
+    recs = [r for r in read_ledger(tmp_path / "run").records if r["kind"] == "load"]
+    assert len(recs) == 6 and all(r["error"] is None for r in recs)
+    assert {r["length_method"] for r in recs} == {"max_tokens only (engine rejected ignore_eos)"}
+    assert all("ignore_eos" not in r["request"] for r in recs)
+    # max_tokens (the stage's cap of 4, or the trace's shorter length) ends each answer; the simulator would say 500
+    assert all(r["completion_tokens"] == min(4, r["target_output_tokens"]) for r in recs)
+    # served: the stage's 6 calls, the warm-up that found the fallback and the case's turn; no rejected stage call
+    assert len(truth) == 6 + 1 + 1

@@ -168,3 +168,23 @@ def test_redact_text_finds_urls_and_echoed_queries():
     msg = "cannot connect to http://u:p@h:9/v1?token=t1, then 404 for /v1/x?key=k2&api-version=3 (x=1)"
     assert redact_text(msg) == ("cannot connect to http://***@h:9/v1?token=***, then 404 for "
                                 "/v1/x?key=***&api-version=3 (x=1)")
+
+
+def test_a_key_the_server_echoes_is_never_written(tmp_path):
+    """A 401 body that quotes the Authorization header (some gateways do) carries the key into the error
+    message: the ledger writer writes it as ***."""
+    async def chat(request: web.Request) -> web.Response:
+        return web.json_response({"error": {"message": f"bad token: {request.headers.get('Authorization')}"}},
+                                 status=401)
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    with serve(app) as url:
+        exp = one_arm_experiment(tmp_path, url + "/v1", arm='api_key_env = "LB_PLANTED_KEY"')
+        env = {**os.environ, "LB_PLANTED_KEY": KEY}
+        res = subprocess.run([sys.executable, "-m", "leverbench.cli", "run", str(exp), "--out", str(tmp_path / "run")],
+                             env=env, capture_output=True, text=True, timeout=120)
+    ledger = (tmp_path / "run" / "ledger.jsonl").read_text()
+    assert "bad token: Bearer ***" in ledger  # the error is recorded, the key is not
+    for text in (ledger, res.stdout, res.stderr, *(p.read_text() for p in (tmp_path / "run").glob("report.*"))):
+        assert KEY not in text

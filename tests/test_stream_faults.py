@@ -21,7 +21,7 @@ from leverbench.cli import cli
 from leverbench.config import load
 from leverbench.engines.simulator import SimConfig, SimulatorThread
 from leverbench.ledger.writer import LedgerWriter
-from leverbench.runner.client import MAX_SSE_LINE_BYTES, Timeouts, stream_chat
+from leverbench.runner.client import MAX_SSE_LINE_BYTES, Timeouts, client_session, stream_chat
 from leverbench.runner.load import CONNECT_FAILS_ABORT, run_load
 from leverbench.runner.run import Runner
 
@@ -233,12 +233,13 @@ def test_nan_metric_samples_are_recorded_and_the_run_goes_on(tmp_path):
     assert len([r for r in recs if r["kind"] == "turn" and r["error"] is None]) == 2
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     (row,) = summary["server_metrics"]
-    figures = {k: v for k, v in row.items() if k not in ("arm", "window", "attribution")}
+    figures = {k: v for k, v in row.items() if k not in ("arm", "window", "windows", "attribution")}
     # no queue time (its sum is NaN), no drafter acceptance (+Inf draft tokens); the scrapes counted 1 → 2
     assert figures == {"prefix_cache_hit_share": 0.5, "prefix_cache_hit_tokens": 1.0, "prefix_cache_query_tokens": 2.0,
                        "accepted_tokens": 1.0}
     row = next(e for e in summary["engaged"] if e["arm"] == "sim")
-    assert row["draft_tokens"] is None and row["drafter"] is False  # the +Inf draft count is not a measurement
+    # the +Inf draft count is not a measurement: the drafter's engagement is unknown, not measured as none
+    assert row["draft_tokens"] is None and row["drafter"] is None
 
 
 def test_ledger_writer_stores_non_finite_floats_as_strings(tmp_path):
@@ -247,3 +248,122 @@ def test_ledger_writer_stores_non_finite_floats_as_strings(tmp_path):
                   "v": float("-inf")})
     rec = json.loads((tmp_path / "l.jsonl").read_text())
     assert rec == {"kind": "call", "timings": {"predicted_per_second": "NaN", "x": ["+Inf", 1.5]}, "v": "-Inf"}
+
+
+# ------------------------------------------------------------------ odd payloads are recorded, never raised
+
+_END = [_chunk({"choices": [{"delta": {}, "finish_reason": "stop"}]}),
+        _chunk({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2}}), b"data: [DONE]\n\n"]
+_HI = _chunk({"choices": [{"delta": {"content": "hi"}}]})
+_STOP = _chunk({"choices": [{"delta": {}, "finish_reason": "stop"}]})
+ODD = {  # what a server sends → the error class leverbench records (None: a success)
+    "usage is a number": ([_HI, _STOP, _chunk({"choices": [], "usage": 5}), b"data: [DONE]\n\n"], "malformed"),
+    "counts are strings": ([_HI, _STOP, _chunk({"choices": [], "usage": {"prompt_tokens": "3", "completion_tokens": "2"}}),
+                            b"data: [DONE]\n\n"], "malformed"),
+    "count is NaN": ([_HI, _STOP, b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":NaN}}\n\n',
+                      b"data: [DONE]\n\n"], "malformed"),
+    "count is 1e400": ([_HI, _STOP, b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":1e400}}\n\n',
+                        b"data: [DONE]\n\n"], "malformed"),
+    "details are a string": ([_HI, _STOP, _chunk({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2,
+                                                                             "prompt_tokens_details": "x"}}),
+                              b"data: [DONE]\n\n"], "malformed"),
+    "nested 100,000 deep": ([b"data: " + b"[" * 100_000 + b"\n\n", *_END], "malformed"),
+    "finish reason an object": ([_HI, _chunk({"choices": [{"delta": {}, "finish_reason": {"x": 1}}]}), *_END[1:]],
+                                "malformed"),
+    "tool arguments an object": ([_chunk({"choices": [{"delta": {"tool_calls": [
+        {"index": 0, "id": "a", "function": {"name": "f", "arguments": {"a": 1}}}]}}]}), *_END], "malformed"),
+    "content as text parts": ([_chunk({"choices": [{"delta": {"content": [{"type": "text", "text": "hi"}]}}]}), *_END],
+                              None),
+}
+
+
+def odd_app() -> web.Application:
+    """Streams the ODD case named by the request's model."""
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for part in ODD[body["model"]][0]:
+            await resp.write(part)
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    return app
+
+
+def test_odd_payloads_are_recorded_with_a_class_never_raised():
+    """The client's promise: every call ends as a record, failed or not (a usage of the wrong shape, counts that
+    are not token counts, JSON nested past Python's recursion limit used to escape as exceptions)."""
+    async def go(url: str) -> dict:
+        async with aiohttp.ClientSession() as s:
+            return {name: await stream_chat(s, url + "/v1/chat/completions", {**BODY, "model": name}) for name in ODD}
+
+    with serve(odd_app()) as url:
+        recs = asyncio.run(go(url))
+    got = {name: (r["error"] or {}).get("class") for name, r in recs.items()}
+    assert got == {name: cls for name, (_, cls) in ODD.items()}
+    assert recs["content as text parts"]["completion_tokens"] == 2 and recs["content as text parts"]["content_chars"] == 2
+
+
+def test_a_run_meets_an_odd_usage_and_goes_on(tmp_path):
+    with serve(odd_app()) as url:
+        exp = one_arm_experiment(tmp_path, url + "/v1", repeats=2)
+        exp.write_text(exp.read_text().replace('model = "sim"', 'model = "counts are strings"'))
+        res = CliRunner().invoke(cli, ["run", str(exp), "--out", str(tmp_path / "run")])
+    assert res.exit_code == 0, res.output
+    recs = [json.loads(line) for line in (tmp_path / "run" / "ledger.jsonl").read_text().splitlines()]
+    calls = [r for r in recs if r["kind"] == "call"]
+    assert len(calls) == 2 and {r["error"]["class"] for r in calls} == {"malformed"}
+
+
+# ------------------------------------------------------------------ failures after the request went out
+
+
+@contextmanager
+def raw_server(kind: str) -> Iterator[str]:
+    """A server that reads the whole request, then: "close" after 0.5 s of work, or "garbage" (a status line
+    that is not HTTP)."""
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += await reader.read(65536)
+        head, _, body = data.partition(b"\r\n\r\n")
+        n = int(next(line for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")).split(b":")[1])
+        while len(body) < n:
+            body += await reader.read(65536)
+        if kind == "close":
+            await asyncio.sleep(0.5)
+        else:
+            writer.write(b"HTTP/1.1 abc\r\n\r\n")
+            await writer.drain()
+        writer.close()
+
+    loop = asyncio.new_event_loop()
+    srv = loop.run_until_complete(asyncio.start_server(handle, "127.0.0.1", 0))
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{srv.sockets[0].getsockname()[1]}"
+    finally:
+        loop.call_soon_threadsafe(srv.close)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+
+
+def test_a_server_that_took_the_request_and_closed_is_not_a_connect_failure():
+    """``connect`` means nothing was sent (it counts towards a load stage's dead-endpoint abort); a server
+    that received the request, worked 0.5 s and closed did not fail to connect."""
+    async def go(url: str) -> dict:
+        async with client_session() as s:  # the runner's session: its hooks see the request go out
+            return await stream_chat(s, url + "/v1/chat/completions", BODY,
+                                     timeouts=Timeouts(connect_s=2, first_token_s=5, idle_s=5, total_s=10))
+
+    with raw_server("close") as url:
+        rec = asyncio.run(go(url))
+    assert rec["error"]["class"] == "stream_cut" and "0.5" in rec["error"]["message"]
+    assert "after the request was sent" in rec["error"]["message"] and not rec.get("stale_connection")
+    with raw_server("garbage") as url:
+        rec = asyncio.run(go(url))
+    assert rec["error"]["class"] == "malformed"

@@ -69,10 +69,10 @@ def test_an_undeclared_engine_version_makes_the_comparison_uncontrolled():
 
 
 def test_declared_knob_contradicted_by_the_endpoint_is_a_warning():
-    knobs, warnings = arm_knobs({"conditions": {"drafter": "none", "gpu_hour_usd": 2.0},
-                                 "discovered": {"knobs": {"drafter": True, "engine": "llama.cpp"}}})
+    knobs, contradictions = arm_knobs({"conditions": {"drafter": "none", "gpu_hour_usd": 2.0},
+                                       "discovered": {"knobs": {"drafter": True, "engine": "llama.cpp"}}})
     assert knobs == {"drafter": "none", "engine": "llama.cpp"}  # declared wins; price is not a knob
-    assert warnings == ["declared drafter = 'none', but the endpoint says on"]
+    assert contradictions == {"drafter": "declared drafter = 'none', but the endpoint says on"}
 
 
 def test_direction_of_a_pair_where_both_set_the_knob():
@@ -260,7 +260,9 @@ def test_metrics_of_a_shared_endpoint_in_interleaved_order_are_mixed_and_not_use
     rows = {r["arm"]: r for r in s["server_metrics"]}
     assert rows["cache"]["attribution"] == "mixed" and rows["cache"]["mixed_with"] == ["nocache"]
     eng = {e["arm"]: e for e in s["engaged"]}
-    assert eng["cache"]["prefix_cache"] is False and eng["cache"]["cached_share"] is None
+    # nothing of its own reports cached tokens: engagement unknown (not "not engaged"), the lever still credited
+    assert eng["cache"]["prefix_cache"] is None and eng["cache"]["cached_share"] is None
+    assert any("engagement unknown: arm 'cache'" in w for w in s["warnings"])
     rates = {r["arm"]: r for r in s["rates"]}
     assert rates["cache"]["prefill_tps"] is None and "cannot be told apart" in rates["cache"]["refused"]
     assert any("mixed with nocache" in w for w in s["warnings"])

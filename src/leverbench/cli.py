@@ -61,15 +61,18 @@ def _default_out(name: str) -> Path:
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               help="Run directory (default: runs/NAME-YYYYmmdd-HHMMSS).")
 @click.option("--repeats", type=int, help="Override [experiment] repeats.")
-@click.option("--resume", is_flag=True, help="Continue the run in --out: completed turns, probes and sentinels are not re-run.")
+@click.option("--resume", is_flag=True, help="Continue the run in --out: completed turns, probes, sentinels and load "
+              "stages are not re-run; those that failed (e.g. while the endpoint was down) or were cut short are re-run, "
+              "their records kept in the ledger, superseded.")
 @click.option("--full", is_flag=True, help="Print every table, not only the main ones (report.md and report.html always have all).")
 def run(experiment: Path | None, out_dir: Path | None, repeats: int | None, resume: bool, full: bool) -> None:
     """Run EXPERIMENT (default: the bundled examples/agent-turns.toml on the embedded
     llama.cpp engine), write RUN_DIR/ledger.jsonl (every call, as it ends), then
     summary.json, report.md and report.html, and print the result tables.
 
-    Ctrl-C stops at once: the calls in flight are recorded (error class cancelled, with
-    what had arrived), the engines are stopped, and the command to resume is printed."""
+    Ctrl-C (or SIGTERM) stops at once: the calls in flight are recorded (error class
+    cancelled, with what had arrived), the engines are stopped, and the command to resume
+    is printed (exit code 130)."""
     from .report.files import write_reports  # noqa: PLC0415
     from .report.terminal import render_terminal  # noqa: PLC0415
     from .runner.run import Interrupted, Runner  # noqa: PLC0415

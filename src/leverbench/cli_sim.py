@@ -29,6 +29,7 @@ _HELP = {
     "reasoning_tokens": "The first N generated tokens are sent as reasoning_content.",
     "tool_call_rounds": "With tools, answer with a tool call until the conversation holds this many tool messages.",
     "model": "Model name reported by the server.",
+    "metrics": "Serve /metrics: on, off, or default (the engine's own default: vLLM and llama.cpp on, SGLang off).",
     "dialect": "Speak as this engine does with its default flags: usage fields, timings, errors, "
                "endpoints, /metrics names (openai: a strict API that rejects unknown request fields).",
     "engine_version": "Version the engine reports (llama.cpp build_info, vLLM /version, SGLang /get_server_info).",

@@ -127,7 +127,7 @@ class Case(_Strict):
     documents: list[str] = Field(default_factory=list)
     prompt: str = Field(min_length=1)
     max_tokens: int = Field(256, ge=1)
-    temperature: float = Field(0.7, ge=0)
+    temperature: float = Field(0.0, ge=0)  # greedy by default: sampling makes arms generate different volumes
     tools: str | None = None
     tool_script: str | None = None    # JSON: {"tool_name": "result" | {"result": ..., "latency_s": ...}, "default": ...}
     tool_latency_s: float = Field(0.0, ge=0)

@@ -90,8 +90,10 @@ def totals(ds: Dataset, cell_list: list[dict[str, Any]]) -> list[dict[str, Any]]
 
 
 def multipliers(ds: Dataset, cell_list: list[dict[str, Any]], total_list: list[dict[str, Any]],
-                comps: list[Comparison], drifted: dict[str, str] | None = None) -> list[dict[str, Any]]:
-    """Per comparison: one row per case and one for the total (``vs`` = the reference arm)."""
+                comps: list[Comparison], drifted: dict[str, str] | None = None,
+                also: dict[tuple[str, str], list[str]] | None = None) -> list[dict[str, Any]]:
+    """Per comparison: one row per case and one for the total (``vs`` = the reference arm); *also*: the
+    comparison's own reasons not to cite it, by (arm, vs)."""
     exp = ds.config["experiment"]
     tol_cell = exp.get("volume_tolerance_cell", 0.20)
     tol_total = exp.get("volume_tolerance_total", 0.05)
@@ -101,16 +103,17 @@ def multipliers(ds: Dataset, cell_list: list[dict[str, Any]], total_list: list[d
     for comp in comps:
         arm, ref, knobs = comp.arm, comp.vs, list(comp.knobs)
         tag = {"arm": arm, "vs": ref}
+        extra = (also or {}).get((arm, ref), [])
         mine = []
         for case in ds.cases:
             m = {**tag, "scope": f"case:{case}", **judge(cell_of[(ref, case)], cell_of[(arm, case)], tol_cell, knobs,
-                                                          drifted=drifted), "lever": comp.lever}
+                                                          drifted=drifted, also=extra), "lever": comp.lever}
             mine.append(m)
         tr, ta = total_of[ref], total_of[arm]
         blocking = [f"{m['scope'].removeprefix('case:')} ({m['reason']})" for m in mine if m.get("blocks_total")]
         total = judge({"name": ref, "median_s": tr["total_s"], "output_tokens_median": tr["output_tokens"], "n": None},
                       {"name": arm, "median_s": ta["total_s"], "output_tokens_median": ta["output_tokens"], "n": None},
-                      tol_total, knobs, blocked_by=blocking, drifted=drifted)
+                      tol_total, knobs, blocked_by=blocking, drifted=drifted, also=extra)
         out += mine + [{**tag, "scope": "total", **total, "lever": comp.lever}]
     for m in out:
         m.pop("blocks_total", None)

@@ -49,7 +49,7 @@ def scenario_costs(projected: list[dict[str, Any]], conditions: dict[str, dict[s
     """Per projected arm (``projection.arms`` rows with ``total_s``): the cost of one scenario turn."""
     out = []
     for a in projected:
-        if "total_s" not in a:
+        if a.get("total_s") is None:
             continue
         cond = conditions.get(a["arm"], {})
         out.append({"arm": a["arm"], **turn_cost(a["total_s"], cond.get("gpu_hour_usd", gpu_hour_usd),

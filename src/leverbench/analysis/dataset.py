@@ -1,9 +1,16 @@
 """The ledger as analysis sees it: which records count.
 
-A call counts when it belongs to a finished turn (its ``turn_id`` has a
-``turn`` record) or is a probe or sentinel.  Calls of a turn that an
-interrupted run cut off are not counted (the resumed run re-ran that turn), and
-the number left out is reported.
+A call counts when it belongs to a counted turn (its ``turn_id`` has the
+counted ``turn`` record) or is a counted probe or sentinel.  Each unit (a
+turn: arm, case, repeat; a probe or sentinel: also its length and position)
+counts one attempt: its first successful one, or, when every attempt failed,
+its latest — as the runner decides what a resumed run skips (a unit with a
+success) and re-runs (a unit whose attempts all failed).  The failed attempts
+a re-run leaves behind stay in the ledger, superseded, and their number is
+reported.  (A probe's or sentinel's attempt is its call with any retried
+tries before it.)  Calls of a turn that an interrupted run cut off are not
+counted (the resumed run re-ran that turn), and the number left out is
+reported.
 
 The counted calls, the probes and the turns are also held as columns
 (:class:`CallTable`, :class:`TurnTable`: numpy arrays, one row per record in
@@ -95,10 +102,10 @@ class TurnTable:
 @dataclass
 class Dataset:
     header: dict[str, Any]
-    turn: TurnTable                       # the turns that count (the first record of each unit)
+    turn: TurnTable                       # the turns that count (one attempt of each unit)
     call: CallTable                       # kind "call", counted
-    probes: list[dict[str, Any]]
-    sentinels: list[dict[str, Any]]
+    probes: list[dict[str, Any]]          # the counted attempt of each probe unit (with its retried tries)
+    sentinels: list[dict[str, Any]]       # likewise for sentinels
     metrics: list[dict[str, Any]]
     arms: list[str]
     cases: list[str]                      # the engine comparison's cases (variants excluded)
@@ -117,8 +124,12 @@ class Dataset:
         return self.header["arms"].get(arm, {}).get("role", "")
 
     def knobs(self, arm: str) -> dict[str, Any]:
-        """The arm's knobs: declared conditions and discovered facts (see :mod:`.knobs`)."""
-        return arm_knobs(self.header["arms"].get(arm, {}))[0]
+        """The arm's knobs: discovered facts, what its requests send, declared conditions (see :mod:`.knobs`)."""
+        return self.knobs_and_contradictions(arm)[0]
+
+    def knobs_and_contradictions(self, arm: str) -> tuple[dict[str, Any], dict[str, str]]:
+        request = next((a.get("request") for a in self.config.get("arms", []) if a.get("name") == arm), None)
+        return arm_knobs(self.header["arms"].get(arm, {}), request)
 
     def arm_index(self, arm: Any) -> int:
         return self.arm_names.index(arm)
@@ -222,15 +233,41 @@ def call_table(cols: Columns, arm_names: list[Any], case_names: list[Any], turn:
     )
 
 
-def _first_of_each_unit(t: Columns) -> np.ndarray:
-    """Indices of the turns that count: the first record of each (arm, case, repeat)."""
+def _counted_of_each_unit(t: Columns) -> np.ndarray:
+    """Indices of the turns that count: of each (arm, case, repeat), the first successful record in
+    ledger order, else (every attempt failed) the last."""
+    if not t.n:
+        return np.zeros(0, np.int64)
     arm, case = t.labels["arm"][0], t.labels["case"][0]
     rep = np.nan_to_num(t.numbers["repeat"], nan=-np.inf)
     order = np.lexsort((np.arange(t.n), rep, case, arm))
     a, c, r = arm[order], case[order], rep[order]
-    first = np.ones(t.n, bool)
-    first[1:] = (a[1:] != a[:-1]) | (c[1:] != c[:-1]) | (r[1:] != r[:-1])
-    return np.sort(order[first])
+    start = np.ones(t.n, bool)
+    start[1:] = (a[1:] != a[:-1]) | (c[1:] != c[:-1]) | (r[1:] != r[:-1])
+    unit = np.cumsum(start) - 1
+    pick = np.flatnonzero(np.append(start[1:], True))  # each unit's last record (positions in *order*)
+    ok = np.flatnonzero(~t.failed[order])
+    units_ok, first_ok = np.unique(unit[ok], return_index=True)
+    pick[units_ok] = ok[first_ok]
+    return np.sort(order[pick])
+
+
+def counted_records(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Of each probe or sentinel unit (kind, arm, case, repeat, probe_tokens, position), the records of
+    the attempt that counts, in ledger order: the first attempt whose final try succeeded, else the
+    latest.  An attempt is its tries up to the first one not marked ``retried``."""
+    attempts: dict[tuple, list[list[int]]] = {}
+    recs = list(records)
+    for i, r in enumerate(recs):
+        runs = attempts.setdefault((r.get("kind"), r.get("arm"), r.get("case"), r.get("repeat"),
+                                    r.get("probe_tokens"), r.get("position")), [])
+        if not runs or not recs[runs[-1][-1]].get("retried"):
+            runs.append([])
+        runs[-1].append(i)
+    keep: list[int] = []
+    for runs in attempts.values():
+        keep += next((run for run in runs if recs[run[-1]].get("error") is None), runs[-1])
+    return [recs[i] for i in sorted(keep)]
 
 
 def _turn_of_calls(calls: Columns, turns: Columns, kept: np.ndarray) -> np.ndarray:
@@ -246,6 +283,18 @@ def _turn_of_calls(calls: Columns, turns: Columns, kept: np.ndarray) -> np.ndarr
     return lookup[ccodes]
 
 
+def _calls_of_superseded_turns(calls: Columns, turns: Columns, kept: np.ndarray) -> int:
+    """How many calls belong to a turn record that is not counted (a superseded attempt)."""
+    if turns.n == len(kept):
+        return 0
+    names = turns.labels["turn_id"][1]
+    gone = set(turns.labels["turn_id"][0].tolist()) - set(turns.labels["turn_id"][0][kept].tolist())
+    gone_names = {names[i] for i in gone}
+    ccodes, cnames = calls.labels["turn_id"]
+    hit = np.array([n in gone_names for n in cnames], dtype=bool)
+    return int(hit[ccodes].sum()) if len(cnames) else 0
+
+
 def turn_table(t: Columns, kept: np.ndarray, arm_names: list[Any], case_names: list[Any]) -> TurnTable:
     """The counted turns (rows *kept* of the reader's columns) as a :class:`TurnTable`."""
     num = t.numbers
@@ -258,9 +307,9 @@ def turn_table(t: Columns, kept: np.ndarray, arm_names: list[Any], case_names: l
 def dataset(ledger: Ledger) -> Dataset:
     h = ledger.header
     cfg = h["config"]
-    # a turn re-run after a resume supersedes nothing: a unit is written once; keep the first of duplicates
+    # a unit re-run after a resume (it had failed) supersedes its failed records
     turn_cols, call_cols = ledger.columns("turn"), ledger.columns("call")
-    kept = _first_of_each_unit(turn_cols)
+    kept = _counted_of_each_unit(turn_cols)
     arms = [a["name"] for a in cfg.get("arms", [])]
     cases = [c["name"] for c in cfg.get("cases", []) if not c.get("variant_of")]
     variants = {c["name"]: c["variant_of"] for c in cfg.get("cases", []) if c.get("variant_of")}
@@ -270,15 +319,24 @@ def dataset(ledger: Ledger) -> Dataset:
     counted = all_calls.turn >= 0
     calls = all_calls if counted.all() else all_calls.take(counted)
     warnings = list(ledger.warnings)
-    orphans = len(all_calls) - len(calls)
+    all_probes, all_sentinels = list(ledger.of_kind("probe")), list(ledger.of_kind("sentinel"))
+    probes, sentinels = counted_records(all_probes), counted_records(all_sentinels)
+    superseded_calls = _calls_of_superseded_turns(call_cols, turn_cols, kept)
+    orphans = len(all_calls) - len(calls) - superseded_calls
     if orphans:
         warnings.append(f"{orphans} call(s) of turns cut off by an interrupted run are in the ledger but not counted "
                         "(their turns were run again on resume)")
-    probes = list(ledger.of_kind("probe"))
+    superseded = {"turn": turn_cols.n - len(kept), "probe": len(all_probes) - len(probes),
+                  "sentinel": len(all_sentinels) - len(sentinels)}
+    if any(superseded.values()):
+        what = ", ".join(f"{n} {k}(s)" for k, n in superseded.items() if n)
+        warnings.append(f"{what} superseded: another attempt of the same unit counts (its first success, else its "
+                        "latest; a resumed run re-runs the units that failed); the superseded records "
+                        f"({superseded_calls} call(s) of superseded turns included) stay in the ledger, not counted")
     probe = call_table(Columns.of("call", probes), arm_names, case_names, np.full(len(probes), -1, np.int64))
     return Dataset(
         header=h, turn=turn_table(turn_cols, kept, arm_names, case_names), call=calls,
-        probes=probes, sentinels=list(ledger.of_kind("sentinel")),
+        probes=probes, sentinels=sentinels,
         metrics=list(ledger.of_kind("metrics")), arms=arms, cases=cases, variants=variants,
         baseline=cfg["experiment"]["baseline"], config=cfg, arm_names=arm_names, case_names=case_names,
         probe=probe, warnings=warnings,

@@ -14,7 +14,11 @@
   vLLM ``spec_decode_num_{accepted,draft}_tokens``, llama.cpp
   ``spec_decode_num_*_total``) is at least ``engaged_acceptance_min``
   (default 0.2); with only SGLang's mean accept length, when it exceeds 1.
-Only counters attributed to the arm alone are used (:mod:`.metrics`).
+Only counters attributed to the arm alone are used (:mod:`.metrics`).  When
+no source reports it, engagement is unknown (None, with a warning naming the
+flag that would report it), never "not engaged".  Every arm's use of each
+lever is also judged (``cache_used``, ``drafter_used``), so that a reference
+arm that used the lever it is meant to lack is caught (:mod:`.guard`).
 """
 
 from __future__ import annotations
@@ -43,15 +47,19 @@ def _per_arm(ds: Dataset) -> dict[str, np.ndarray]:
     return out
 
 
-def engaged(ds: Dataset, own_metrics: dict[str, dict[str, Any]] | None = None) -> tuple[list[dict[str, Any]], list[str]]:
-    """Per arm: cached and drafter figures with their sources, and whether each declared lever engaged.
-    *own_metrics*: the server-metrics rows attributed to one arm alone, by arm."""
+def engaged(ds: Dataset, own_metrics: dict[str, dict[str, Any]] | None = None,
+            knobs: dict[str, dict[str, Any]] | None = None) -> tuple[list[dict[str, Any]], list[str]]:
+    """Per arm: cached and drafter figures with their sources; whether it used each lever (``cache_used``,
+    ``drafter_used``: true, false, or None when nothing reports it), and for an arm whose knobs turn a lever
+    on, whether it engaged (``prefix_cache``, ``drafter``; None: unknown, never read as "not engaged").
+    *own_metrics*: the server-metrics rows attributed to one arm alone, by arm; *knobs*: by arm."""
     thr = ds.config["experiment"].get("engaged_acceptance_min", 0.2)
     own_metrics = own_metrics or {}
+    knobs_by_arm = knobs
     out, warnings = [], []
     totals = _per_arm(ds)
     for arm in ds.arms:
-        knobs = ds.knobs(arm)
+        knobs = (knobs_by_arm or {}).get(arm) or ds.knobs(arm)
         m = own_metrics.get(arm, {})
         a = ds.arm_index(arm)
         prompt, cached = int(totals["prompt"][a]), int(totals["cached"][a])
@@ -64,8 +72,6 @@ def engaged(ds: Dataset, own_metrics: dict[str, dict[str, Any]] | None = None) -
         elif m.get("prefix_cache_hit_share") is not None:
             row.update(cached_tokens=int(m["prefix_cache_hit_tokens"]) if "prefix_cache_hit_tokens" in m else None,
                        cached_share=m["prefix_cache_hit_share"], cached_share_source="server metrics (prefix-cache hits / queries)")
-        elif m.get("sglang_cache_hit_rate") is not None:
-            row.update(cached_share=m["sglang_cache_hit_rate"], cached_share_source="server metrics (SGLang cache_hit_rate)")
         dn, da = int(totals["draft"][a]), int(totals["accepted"][a])
         if dn:
             row.update(draft_tokens=dn, accepted_tokens=da, acceptance=da / dn, acceptance_source="calls (timings)")
@@ -76,25 +82,29 @@ def engaged(ds: Dataset, own_metrics: dict[str, dict[str, Any]] | None = None) -
         elif m.get("sglang_spec_accept_length") is not None:
             row.update(accept_length=m["sglang_spec_accept_length"],
                        acceptance_source="server metrics (SGLang spec_accept_length)")
+        row["cache_used"] = None if row["cached_share"] is None else row["cached_share"] >= CACHE_MIN_SHARE
+        if row["acceptance"] is not None:
+            row["drafter_used"] = row["acceptance"] >= thr
+        else:
+            row["drafter_used"] = None if row.get("accept_length") is None else row["accept_length"] > 1.0
         if is_on(knobs.get("prefix_cache")):
-            ok = row["cached_share"] is not None and row["cached_share"] >= CACHE_MIN_SHARE
-            row["prefix_cache"] = ok
-            if not ok:
-                what = ("reports no cached-token counts (neither in its calls nor in server metrics of its own)"
-                        if row["cached_share"] is None else f"cached only {row['cached_share']:.1%} of its prompt tokens")
-                warnings.append(f"lever not engaged: arm {arm!r} says prefix_cache on but {what}; "
-                                "it is not credited with the prefix cache")
+            row["prefix_cache"] = row["cache_used"]
+            if row["cache_used"] is False:
+                warnings.append(f"lever not engaged: arm {arm!r} says prefix_cache on but cached only "
+                                f"{row['cached_share']:.1%} of its prompt tokens; it is not credited with the prefix cache")
+            elif row["cache_used"] is None:
+                warnings.append(f"engagement unknown: arm {arm!r} says prefix_cache on, but neither its calls nor server "
+                                "metrics of its own report cached tokens (vLLM: --enable-prompt-tokens-details or "
+                                "/metrics; SGLang: --enable-cache-report or --enable-metrics)")
         if is_on(knobs.get("drafter")):
-            if row["acceptance"] is not None:
-                ok = row["acceptance"] >= thr
-            else:
-                ok = row.get("accept_length") is not None and row["accept_length"] > 1.0
-            row["drafter"] = ok
-            if not ok:
-                what = ("reports no drafter statistics" if row["acceptance"] is None and row.get("accept_length") is None
-                        else f"accepted only {row['acceptance']:.0%} of draft tokens (threshold {thr:.0%})"
+            row["drafter"] = row["drafter_used"]
+            if row["drafter_used"] is False:
+                what = (f"accepted only {row['acceptance']:.0%} of draft tokens (threshold {thr:.0%})"
                         if row["acceptance"] is not None else f"has a mean accept length of {row['accept_length']:.2f}")
                 warnings.append(f"lever not engaged: arm {arm!r} says drafter {knobs.get('drafter')!r} but {what}; "
                                 "it is not credited with the drafter")
+            elif row["drafter_used"] is None:
+                warnings.append(f"engagement unknown: arm {arm!r} says drafter {knobs.get('drafter')!r}, but neither its "
+                                "calls nor server metrics of its own report drafter statistics")
         out.append(row)
     return out, warnings

@@ -5,15 +5,18 @@ spread = (max − min) / min of the two arms' volumes.  A cell multiplier is
 citable only if spread ≤ volume_tolerance_cell (0.20), a total only if
 spread ≤ volume_tolerance_total (0.05).  Also never citable, for a cell or a
 total: fewer than 2 successful repeats, failed calls, retried attempts (their
-time is inside the measured turn), an unknown volume, or an arm whose decode
-rate drifted beyond tolerance between its sentinels.  A refused multiplier is
+time is inside the measured turn), an unknown volume, an arm whose decode
+rate drifted beyond tolerance between its sentinels, a knob that differs and
+whose value is contradicted (declared off, discovered on), or — for the
+comparison that measures a lever — a lever that did not engage on the arm
+that has it, or that the reference arm used too.  A refused multiplier is
 still reported, with ``citable: false`` and the reason.  Everything derived
 from a comparison (cost returned, a lever's projected return) carries the
 citability of the multiplier it comes from.
 
-Controlled comparison: two arms whose knobs (see :mod:`.knobs`) differ in more
-than one are still compared, but the comparison is marked uncontrolled and the
-knobs are named.
+Controlled comparison: two arms whose knobs (see :mod:`.knobs`) differ in
+exactly one.  Others are still compared, but marked uncontrolled with the
+knobs named (none: a replicate of one configuration).
 """
 
 from __future__ import annotations
@@ -26,9 +29,11 @@ MIN_REPEATS = 2
 
 
 def judge(ref: dict[str, Any], arm: dict[str, Any], tol: float, knobs: list[str],
-          blocked_by: list[str] | None = None, drifted: dict[str, str] | None = None) -> dict[str, Any]:
+          blocked_by: list[str] | None = None, drifted: dict[str, str] | None = None,
+          also: list[str] | None = None) -> dict[str, Any]:
     """Multiplier of *arm* against the reference *ref* (dicts with median_s, output_tokens_median, n,
-    failed_calls, retried_calls and ``name``); *drifted*: arm name → what drifted."""
+    failed_calls, retried_calls and ``name``); *drifted*: arm name → what drifted; *also*: reasons of the
+    comparison itself (a contradicted knob, a lever that did not engage or that the reference also used)."""
     reasons: list[str] = []
     blocks_total = False
     bt, at = ref.get("median_s"), arm.get("median_s")
@@ -50,6 +55,7 @@ def judge(ref: dict[str, Any], arm: dict[str, Any], tol: float, knobs: list[str]
     for who in dict.fromkeys((ref.get("name"), arm.get("name"))):
         if who and drifted and who in drifted:
             reasons.append(f"{who} drifted ({drifted[who]})")
+    reasons += also or []
     if blocked_by:
         reasons.append("cells without a usable comparison: " + "; ".join(blocked_by))
     vb, va = ref.get("output_tokens_median"), arm.get("output_tokens_median")
@@ -65,7 +71,7 @@ def judge(ref: dict[str, Any], arm: dict[str, Any], tol: float, knobs: list[str]
         "citable": not reasons,
         "reason": "; ".join(reasons) if reasons else None,
         "volume_spread": sp,
-        "controlled": len(knobs) <= 1,
+        "controlled": len(knobs) == 1,
         "knobs": knobs,
         "blocks_total": blocks_total,
     }

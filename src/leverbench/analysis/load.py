@@ -12,20 +12,25 @@ for ``max_in_flight``) then adds its delay to the latency instead of hiding it
 (no "coordinated omission").  ``client_lag`` reports that delay by itself.
 
 Definitions (per successful call; times in seconds; tokens as the server
-counted them in ``usage``):
+counted them in ``usage``).  A call's ``ttft_s``, ``t_first_answer_s``,
+``latency_s`` and ``chunk_t`` count from when its connection was ready;
+``connect_s`` (0 on a reused connection, and where the record has none) is the
+time it spent opening one, so from the schedule it is added back:
 
 - client_lag  = t_send − scheduled_t
-- ttft        = client_lag + ttft_s            (first streamed token, reasoning included)
-- ttfat       = client_lag + t_first_answer_s  (first token of the answer proper)
-- e2e         = client_lag + latency_s         (scheduled send → last byte)
+- ready       = t_send + connect_s             (epoch the connection was ready; chunk i arrived at ready + chunk_t[i])
+- ttft        = client_lag + connect_s + ttft_s            (first streamed token, reasoning included)
+- ttfat       = client_lag + connect_s + t_first_answer_s  (first token of the answer proper)
+- e2e         = client_lag + connect_s + latency_s         (scheduled send → last byte)
+- connect     = connect_s, over the calls that opened a connection (``new_connections`` counts them)
 - tpot        = (latency_s − ttft_s) / (completion_tokens − 1)   (calls with ≥ 2 tokens)
 - itl         = each gap between consecutive streamed chunks / (completion_tokens / chunks):
                 a chunk that carries several tokens (a drafter's step) counts as several
                 tokens; pooled over all the stage's calls
 - queue       = e2e − service, service = (timings.prompt_ms + timings.predicted_ms) / 1000
                 when the server reports llama.cpp-style timings ("server timings"); otherwise
-                queue = ttft − the arm's lowest ttft_s for the same case ("ttft above floor"; closed and
-                open stages only, whose calls all send the same prompt).  All the time the call
+                queue = ttft − the arm's lowest ttft_s for the same case and prefix_sharing ("ttft above
+                floor"; closed and open stages only, whose calls all send prompts of one length and share).  All the time the call
                 waited from its scheduled send time without being served: client lag + network +
                 the server's queue and overhead
 - server_wait = queue − client_lag: the part of the wait after the call left the client (the
@@ -37,6 +42,11 @@ counted them in ``usage``):
                 it, when fewer calls are in flight).  When that is shorter than the median e2e (a
                 stage that sends nearly everything at once has no steady state), the window runs to
                 the last measured call's end instead (``window_basis`` "whole stage").
+- cached_share = Σ cached_tokens / Σ prompt_tokens of the measured successful calls (compare
+                ``prefix_sharing``, the share of each prompt the stage's requests have in common);
+                where no call reports cached tokens (vLLM's default flags), the server's own
+                prefix-cache counters over the stage (warm-up included), else unknown
+                (``cached_share_source``)
 - output_tps  = output tokens that arrived within the window, from every call of the stage (warm-up
                 and drain included: they share the server during the window) / window length; a
                 chunk's tokens = completion_tokens / chunks
@@ -109,7 +119,7 @@ def columns(rs: Sequence[dict[str, Any]]) -> dict[str, np.ndarray]:
 
     timings = [r.get("timings") or {} for r in rs]
     return {
-        "t_send": col("t_send"), "scheduled_t": col("scheduled_t"), "ttft_s": col("ttft_s"),
+        "t_send": col("t_send"), "connect_s": col("connect_s"), "scheduled_t": col("scheduled_t"), "ttft_s": col("ttft_s"),
         "t_first_answer_s": col("t_first_answer_s"), "latency_s": col("latency_s"),
         "completion_tokens": col("completion_tokens"), "prompt_tokens": col("prompt_tokens"),
         "prompt_ms": np.array([t.get("prompt_ms") for t in timings], dtype=float),
@@ -126,19 +136,29 @@ def client_lag(c: Cols) -> np.ndarray:
     return np.where(np.isnan(lag), 0.0, lag)
 
 
+def connect(c: Cols) -> np.ndarray:
+    """Seconds the call spent opening a connection: connect_s (0 where reused, absent or null)."""
+    return np.nan_to_num(c["connect_s"], nan=0.0)
+
+
+def ready(c: Cols) -> np.ndarray:
+    """Epoch at which the call's connection was ready, from which its own times count: t_send + connect_s."""
+    return c["t_send"] + connect(c)
+
+
 def ttft(c: Cols) -> np.ndarray:
-    """Time to first token from the schedule: client_lag + ttft_s."""
-    return client_lag(c) + c["ttft_s"]
+    """Time to first token from the schedule: client_lag + connect_s + ttft_s."""
+    return client_lag(c) + connect(c) + c["ttft_s"]
 
 
 def ttfat(c: Cols) -> np.ndarray:
-    """Time to first answer token (reasoning excluded) from the schedule: client_lag + t_first_answer_s."""
-    return client_lag(c) + c["t_first_answer_s"]
+    """Time to first answer token (reasoning excluded) from the schedule: client_lag + connect_s + t_first_answer_s."""
+    return client_lag(c) + connect(c) + c["t_first_answer_s"]
 
 
 def e2e(c: Cols) -> np.ndarray:
-    """End-to-end latency from the schedule: client_lag + latency_s."""
-    return client_lag(c) + c["latency_s"]
+    """End-to-end latency from the schedule: client_lag + connect_s + latency_s."""
+    return client_lag(c) + connect(c) + c["latency_s"]
 
 
 def tpot(c: Cols) -> np.ndarray:
@@ -198,9 +218,11 @@ def itl_pooled(rs: Sequence[dict[str, Any]]) -> np.ndarray:
 
 
 def tokens_in_window(rs: Sequence[dict[str, Any]], c: Cols, a: float, b: float) -> float:
-    """Output tokens that arrived within [a, b]: each call's chunks there × completion_tokens / chunks."""
-    first = np.array([(r.get("chunk_t") or (np.nan,))[0] for r in rs], dtype=float) + c["t_send"]
-    last = np.array([(r.get("chunk_t") or (np.nan,))[-1] for r in rs], dtype=float) + c["t_send"]
+    """Output tokens that arrived within [a, b]: each call's chunks there × completion_tokens / chunks
+    (chunk i arrived at ready + chunk_t[i])."""
+    t0s = ready(c)
+    first = np.array([(r.get("chunk_t") or (np.nan,))[0] for r in rs], dtype=float) + t0s
+    last = np.array([(r.get("chunk_t") or (np.nan,))[-1] for r in rs], dtype=float) + t0s
     n = np.nan_to_num(c["completion_tokens"])
     inside = (first >= a) & (last <= b)
     total = float(n[inside].sum())
@@ -208,7 +230,7 @@ def tokens_in_window(rs: Sequence[dict[str, Any]], c: Cols, a: float, b: float) 
         edge = np.nonzero(~inside & (last >= a) & (first <= b) & (n > 0))[0]
     for i in edge:  # calls that straddle an edge of the window: count their chunks inside
         r = rs[i]
-        ts, t0 = r["chunk_t"], r["t_send"]
+        ts, t0 = r["chunk_t"], t0s[i]
         total += n[i] * sum(1 for t in ts if a <= t0 + t <= b) / len(ts)
     return total
 
@@ -232,17 +254,16 @@ def load_records(records: Iterable[dict[str, Any]]) -> dict[tuple[str, str], lis
     return by_pair
 
 
-def server_queue(metrics: list[dict[str, Any]], arm: str, stage: str, t_first: float, t_last: float) -> float | None:
-    """Mean server-side queue time over the stage: Δ queue_time_seconds_sum / Δ _count (summed over label
-    sets, :func:`.metrics.arm_metrics`) between the ``load-start`` scrape before the stage's first send and the
-    ``load-end`` scrape after its last end."""
+def stage_metrics(metrics: list[dict[str, Any]], arm: str, stage: str, t_first: float, t_last: float) -> dict[str, float]:
+    """The server's figures over the stage (:func:`.metrics.arm_metrics`: counters summed over label sets)
+    between the ``load-start`` scrape before the stage's first send and the ``load-end`` scrape after its
+    last end; {} without them."""
     starts = [m for m in metrics if m.get("arm") == arm and m.get("when") == f"load-start {stage}"
               and m.get("t", 0) <= t_first]
     ends = [m for m in metrics if m.get("arm") == arm and m.get("when") == f"load-end {stage}" and m.get("t", 0) >= t_last]
     if not starts or not ends:
-        return None
-    figures = arm_metrics(starts[-1]["samples"], ends[0]["samples"])
-    return figures.get("queue_s_per_request")
+        return {}
+    return arm_metrics(starts[-1]["samples"], ends[0]["samples"])
 
 
 def window(c: Cols, measured: np.ndarray) -> tuple[float, float, str] | None:
@@ -254,7 +275,7 @@ def window(c: Cols, measured: np.ndarray) -> tuple[float, float, str] | None:
     e = e2e(c)[measured]
     e = e[~np.isnan(e)]
     if e.size == 0 or b - a < float(np.median(e)):
-        b = float(np.nanmax((c["t_send"] + np.nan_to_num(c["latency_s"]))[measured]))
+        b = float(np.nanmax((ready(c) + np.nan_to_num(c["latency_s"]))[measured]))
         return (a, b, "whole stage") if b > a else None
     return a, b, "sending"
 
@@ -263,7 +284,7 @@ def _first(rs: list[dict[str, Any]], key: str) -> Any:
     return next((r[key] for r in rs if r.get(key) is not None), None)
 
 
-def stage_row(rs: list[dict[str, Any]], ttft_floors: dict[tuple[str, str], float],
+def stage_row(rs: list[dict[str, Any]], ttft_floors: dict[tuple[str, str, Any], float],
               metrics: list[dict[str, Any]]) -> dict[str, Any]:
     """The row of one (arm, stage) from its records (warm-up included in ``rs``; left out of the latencies)."""
     r0 = rs[0]
@@ -283,18 +304,27 @@ def stage_row(rs: list[dict[str, Any]], ttft_floors: dict[tuple[str, str], float
     row: dict[str, Any] = {
         "arm": arm, "stage": stage, "sweep": r0.get("sweep"), "mode": r0.get("mode"), "case": r0.get("case"),
         "concurrency": r0.get("concurrency"), "rate": r0.get("rate"), "arrival": r0.get("arrival"),
-        "burstiness": r0.get("burstiness"), "speed": r0.get("speed"),
+        "burstiness": r0.get("burstiness"), "speed": r0.get("speed"), "prefix_sharing": r0.get("prefix_sharing"),
         "requests": n_measured, "ok": int(okm.sum()), "failed": n_measured - int(okm.sum()),
         "warmup_requests": int(warm.sum()), "retried_attempts": len(rs) - len(final), "errors": errors,
     }
-    ends = c["t_send"] + np.nan_to_num(c["latency_s"])
+    ends = ready(c) + np.nan_to_num(c["latency_s"])
     sched = np.where(np.isnan(c["scheduled_t"]), c["t_send"], c["scheduled_t"])
     row["duration_s"] = float(ends[measured].max() - sched[measured].min()) if n_measured else None
     out_tok = float(np.nansum(ok_c["completion_tokens"]))
     in_tok = float(np.nansum(ok_c["prompt_tokens"]))
-    cached = sum(r.get("cached_tokens") or 0 for r in itertools.compress(final, okm))
-    row.update(output_tokens=int(out_tok), input_tokens=int(in_tok), cached_tokens=int(cached),
-               cached_share=cached / in_tok if in_tok else None)
+    figures = stage_metrics(metrics, arm, stage, float(np.nanmin(c["t_send"])), float(np.nanmax(ends))) if final else {}
+    said = [r.get("cached_tokens") if r.get("cached_tokens") is not None else (r.get("timings") or {}).get("cache_n")
+            for r in itertools.compress(final, okm)]
+    if any(v is not None for v in said):
+        cached = sum(v or 0 for v in said)
+        row.update(cached_tokens=int(cached), cached_share=cached / in_tok if in_tok else None,
+                   cached_share_source="calls")
+    else:  # no call said (vLLM's default flags): never read as "nothing cached"
+        share = figures.get("prefix_cache_hit_share")
+        row.update(cached_tokens=None, cached_share=share,
+                   cached_share_source="server counters over the stage" if share is not None else "not reported")
+    row.update(output_tokens=int(out_tok), input_tokens=int(in_tok))
     slos = {k: r0.get(k) for k in ("slo_ttft_s", "slo_tpot_s", "slo_e2e_s") if r0.get(k) is not None}
     row["slo"] = slos or None
     good_all = meets_slo(c, slos.get("slo_ttft_s"), slos.get("slo_tpot_s"), slos.get("slo_e2e_s")) & ~failed_all
@@ -309,7 +339,7 @@ def stage_row(rs: list[dict[str, Any]], ttft_floors: dict[tuple[str, str], float
         ended = succ & (ends >= a) & (ends <= b)
         out_in = tokens_in_window(list(itertools.compress(final, succ)), {k: v[succ] for k, v in c.items()}, a, b)
         with np.errstate(invalid="ignore"):
-            first_tok = c["t_send"] + c["ttft_s"]
+            first_tok = ready(c) + c["ttft_s"]
             prompt_in = float(np.nansum(c["prompt_tokens"][succ & (first_tok >= a) & (first_tok <= b)]))
         row["requests_per_s"] = float(ended.sum()) / length
         row["output_tps"] = out_in / length
@@ -324,7 +354,7 @@ def stage_row(rs: list[dict[str, Any]], ttft_floors: dict[tuple[str, str], float
     row["tpot"] = distribution(tpot(ok_c))
     row["itl"] = distribution(itl_pooled(list(itertools.compress(final, okm))))
     row["e2e"] = distribution(e2e(ok_c))
-    floor = ttft_floors.get((arm, r0.get("case"))) if r0.get("mode") != "trace" else None  # one prompt only
+    floor = ttft_floors.get(floor_key(r0)) if r0.get("mode") != "trace" else None  # one prompt size and share only
     q, from_timings = queue(ok_c, floor)
     row["queue"] = distribution(q)
     row["server_wait"] = distribution(q - client_lag(ok_c))
@@ -339,8 +369,10 @@ def stage_row(rs: list[dict[str, Any]], ttft_floors: dict[tuple[str, str], float
     mean_service = svc["mean"] if svc else (row["e2e"]["mean"] - row["queue"]["mean"] if row["e2e"] and row["queue"] else None)
     sw = row["server_wait"]
     row["queueing"] = bool(sw and mean_service is not None and sw["mean"] > max(QUEUE_FLOOR_S, QUEUE_SHARE * mean_service))
-    row["server_queue_s"] = server_queue(metrics, arm, stage, float(np.nanmin(c["t_send"])), float(np.nanmax(ends))) \
-        if final else None
+    row["server_queue_s"] = figures.get("queue_s_per_request")
+    conn = connect(ok_c)
+    row["connect"] = distribution(conn[conn > 0])
+    row["new_connections"] = int((conn > 0).sum())
     row["client_lag"] = distribution(client_lag(c))
     row["loop_lag"] = distribution(np.array([r.get("loop_lag_s") for r in final], dtype=float))
     target = np.array([r.get("target_input_tokens") for r in itertools.compress(final, okm)], dtype=float)
@@ -383,13 +415,19 @@ def row_warnings(row: dict[str, Any]) -> list[str]:
     return w
 
 
-def ttft_floors(by_pair: dict[tuple[str, str], list[dict[str, Any]]]) -> dict[tuple[str, str], float]:
-    """Per (arm, case): the lowest client TTFT (ttft_s, lag excluded) over all its load calls, warm-up included."""
-    out: dict[tuple[str, str], float] = {}
+def floor_key(r: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """The calls that share a TTFT floor: (arm, case, prefix_sharing) (a prompt more shared is cached more)."""
+    return r["arm"], r.get("case"), r.get("prefix_sharing")
+
+
+def ttft_floors(by_pair: dict[tuple[str, str], list[dict[str, Any]]]) -> dict[tuple[Any, Any, Any], float]:
+    """Per (arm, case, prefix_sharing): the lowest client TTFT (ttft_s: lag and connect time excluded) over all
+    its load calls, warm-up included."""
+    out: dict[tuple[Any, Any, Any], float] = {}
     for rs in by_pair.values():
         for r in rs:
             if r.get("error") is None and r.get("ttft_s") is not None:
-                k = (r["arm"], r.get("case"))
+                k = floor_key(r)
                 if k not in out or r["ttft_s"] < out[k]:
                     out[k] = r["ttft_s"]
     return out

@@ -16,9 +16,10 @@ left out.  Per arm:
   vLLM decode: (Δ``vllm:generation_tokens`` − Δ``vllm:request_decode_time_seconds_count``) /
   Δ``vllm:request_decode_time_seconds_sum`` (vLLM's decode phase runs from the first token, which the
   prefill produced, to the last: a request's n tokens take n − 1 of it);
-- prefix-cache hit share = Δhits / Δqueries (vLLM ``vllm:prefix_cache_hits`` / ``queries``, in tokens),
-  cached prompt tokens = Δ``llamacpp:prompt_tokens_cached_total``; SGLang's ``sglang:cache_hit_rate``
-  gauge as read after the block;
+- prefix-cache hit share = Δhits / Δqueries (vLLM ``vllm:prefix_cache_hits`` / ``queries``, in tokens;
+  SGLang Δ``sglang:cached_tokens_total`` / Δ``sglang:prompt_tokens_total``), cached prompt tokens =
+  Δ``llamacpp:prompt_tokens_cached_total``; SGLang's ``sglang:cache_hit_rate`` gauge as read after the
+  block (its last prefill batch's rate: shown, not used as the block's share);
 - drafter acceptance = Δaccepted / Δdraft tokens (``vllm:spec_decode_num_{accepted,draft}_tokens``,
   ``llamacpp:spec_decode_num_{accepted,draft}_tokens_total``); SGLang's ``sglang:spec_accept_length`` gauge.
 
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 import math
 from typing import Any
+from urllib.parse import urlsplit
 
 _RATIO_PER_REQUEST = {
     "queue_s_per_request": ("vllm:request_queue_time_seconds", "sglang:queue_time_seconds"),
@@ -47,8 +49,9 @@ _RATES = {  # name: (tokens counter, seconds counter)
     "prefill_tps": ("llamacpp:prompt_tokens_total", "llamacpp:prompt_seconds_total"),
     "decode_tps": ("llamacpp:tokens_predicted_total", "llamacpp:tokens_predicted_seconds_total"),
 }
-_SHARES = {  # name: (numerator counter, denominator counter)
+_SHARES = {  # name: (numerator counter, denominator counter); the first that both engines' counters give wins
     "prefix_cache_hit_share": ("vllm:prefix_cache_hits", "vllm:prefix_cache_queries"),
+    "sglang_prefix_cache_hit_share": ("sglang:cached_tokens", "sglang:prompt_tokens"),
     "drafter_acceptance": ("vllm:spec_decode_num_accepted_tokens", "vllm:spec_decode_num_draft_tokens"),
     "llamacpp_drafter_acceptance": ("llamacpp:spec_decode_num_accepted_tokens_total",
                                     "llamacpp:spec_decode_num_draft_tokens_total"),
@@ -101,8 +104,11 @@ def arm_metrics(before: dict[str, Any], after: dict[str, Any]) -> dict[str, floa
         if (v := _ratio(generated - decoded, _delta(before, after, "vllm:request_decode_time_seconds_sum"))) is not None:
             out["decode_tps"] = v
     for key, (num, den) in _SHARES.items():
-        if (v := _ratio(_delta(before, after, num), _delta(before, after, den))) is not None:
-            out[key.removeprefix("llamacpp_")] = v
+        n = _delta(before, after, num)
+        if n is None and key.startswith("sglang_"):
+            n = 0.0  # SGLang writes a counter's first sample at its first increment: absent means none yet
+        if (v := _ratio(n, _delta(before, after, den))) is not None:
+            out.setdefault(key.removeprefix("llamacpp_").removeprefix("sglang_"), v)
     for key, name in _DELTAS.items():
         if (v := _delta(before, after, name)) is not None:
             out[key] = v
@@ -113,40 +119,73 @@ def arm_metrics(before: dict[str, Any], after: dict[str, Any]) -> dict[str, floa
     return out
 
 
+_LOOPBACK = {"localhost", "127.0.0.1", "::1", "[::1]", "0.0.0.0", "ip6-localhost"}
+
+
 def _endpoint(header_arm: dict[str, Any], metrics_url: str | None, arm: str) -> str:
-    """Which server an arm's counters come from: its metrics URL, else its endpoint (each embedded engine is its own)."""
-    ep = header_arm.get("endpoint")
-    if metrics_url:
-        return metrics_url
-    return f"embedded:{arm}" if ep in (None, "embedded") else str(ep)
+    """Which server an arm's counters come from: its metrics URL, else its endpoint (each embedded engine is
+    its own); the host's loopback spellings (localhost, 127.0.0.1, ::1) are one, and case does not count."""
+    ep = metrics_url or header_arm.get("endpoint")
+    if ep in (None, "embedded"):
+        return f"embedded:{arm}"
+    parts = urlsplit(str(ep))
+    host = (parts.hostname or "").lower()
+    host = "loopback" if host in _LOOPBACK or host.startswith("127.") else host
+    port = parts.port or {"https": 443, "http": 80}.get(parts.scheme, 0)
+    return f"{host}:{port}{parts.path.rstrip('/') if metrics_url else ''}"
+
+
+def windows(metrics_records: list[dict[str, Any]], arm: str, start: str, end: str) -> list[tuple[dict, dict]]:
+    """The arm's (start, end) scrape pairs: each *start* scrape with the next *end* scrape of the same arm
+    (a resumed run adds a window; one whose engine restarted starts its counters again, which a window
+    never spans)."""
+    out, opened = [], None
+    for m in metrics_records:
+        if m.get("arm") != arm:
+            continue
+        if m.get("when") == start:
+            opened = m
+        elif m.get("when") == end and opened is not None:
+            out.append((opened, m))
+            opened = None
+    return out
+
+
+def summed(pairs: list[tuple[dict, dict]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(before, after) samples whose counters' Δ is the sum of the windows' Δs (a sample not a finite number
+    in a window leaves that window out for it); gauges as read at the last window's end."""
+    after: dict[str, Any] = {}
+    for b, a in pairs:
+        for k, v in a["samples"].items():
+            if numeric(v) and numeric(b["samples"].get(k, 0.0)):
+                after[k] = after.get(k, 0.0) + v - b["samples"].get(k, 0.0)
+    if pairs:
+        for k, v in pairs[-1][1]["samples"].items():
+            if k.split("{", 1)[0] in _GAUGES.values():
+                after[k] = v
+    return {}, after
 
 
 def server_metrics(metrics_records: list[dict[str, Any]], arms: list[str], header: dict[str, Any] | None = None,
-                   ) -> list[dict[str, Any]]:
-    """Per arm, the server's figures over its block (its first 'before' scrape → its last 'after' scrape),
-    with ``attribution`` "own" or "mixed" (see the module docstring) and ``window`` [t_before, t_after]."""
+                   start: str = "before", end: str = "after") -> list[dict[str, Any]]:
+    """Per arm, the server's figures over its blocks (every *start* → next *end* scrape pair, Δs summed), with
+    ``attribution`` "own" or "mixed" (see the module docstring), ``windows`` (how many) and ``window``
+    [first start, last end]."""
     header = header or {}
     murls = {a.get("name"): a.get("metrics_url") for a in (header.get("config") or {}).get("arms", [])}
     endpoint = {a: _endpoint((header.get("arms") or {}).get(a, {}), murls.get(a), a) for a in arms}
-    windows = {}
-    for arm in arms:
-        after = next((m for m in reversed(metrics_records) if m["arm"] == arm and m["when"] == "after"), None)
-        before = first_before = next((m for m in metrics_records if m["arm"] == arm and m["when"] == "before"), None)
-        if after is not None and first_before is not None and "t" in after:
-            # a resumed run restarts its engines (their counters start again): the last block before the last 'after'
-            before = next((m for m in reversed(metrics_records) if m["arm"] == arm and m["when"] == "before"
-                           and m.get("t", 0.0) <= after["t"]), first_before)
-        if before and after:
-            windows[arm] = (before, after)
+    pairs = {a: w for a in arms if (w := windows(metrics_records, a, start, end))}
     out = []
-    for arm, (before, after) in windows.items():
-        figures = arm_metrics(before["samples"], after["samples"])
+    for arm, ws in pairs.items():
+        figures = arm_metrics(*summed(ws))
         if not figures:
             continue
-        t0, t1 = before.get("t", 0.0), after.get("t", 0.0)
-        sharing = [b for b in arms if b != arm and endpoint[b] == endpoint[arm]
-                   and (b not in windows or (windows[b][0].get("t", 0.0) < t1 and t0 < windows[b][1].get("t", 0.0)))]
-        row = {"arm": arm, **figures, "window": [t0, t1], "attribution": "mixed" if sharing else "own"}
+        spans = [(b.get("t", 0.0), a.get("t", 0.0)) for b, a in ws]
+        sharing = [o for o in arms if o != arm and endpoint[o] == endpoint[arm]
+                   and (o not in pairs or any(b0 < a1 and a0 < b1 for a0, a1 in spans
+                                              for b0, b1 in ((x.get("t", 0.0), y.get("t", 0.0)) for x, y in pairs[o])))]
+        row = {"arm": arm, **figures, "windows": len(ws), "window": [spans[0][0], spans[-1][1]],
+               "attribution": "mixed" if sharing else "own"}
         if sharing:
             row["mixed_with"] = sharing
         out.append(row)

@@ -39,7 +39,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .dataset import CallTable, Dataset, groups, sums, turn_groups, zero_nan
-from .knobs import is_on
+from .knobs import is_on, lever_phase
 from .regression import fit_line
 from .stats import median
 
@@ -83,13 +83,16 @@ def _cached(c: CallTable) -> np.ndarray:
 
 
 def arm_rates(ds: Dataset, probes: list[dict[str, Any]], decomposition: list[dict[str, Any]],
-              own_metrics: dict[str, dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
+              own_metrics: dict[str, dict[str, Any]] | None = None,
+              probe_metrics: dict[str, dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
     """Per arm: decode rate, the (uncached input tokens, prefill s) points, and the cached share.
 
     Prefill points come from the server's own timings (prompt_n, prompt_ms) where every
     call reports them, else from the client: probes' two-point prefill and each case's
     first-call TTFT, against the uncached part of the prompt.  The cached share is
-    what the arm's probes (one prompt sent repeatedly) found cached, else its overall share.
+    what the arm's probes (one prompt sent repeatedly) found cached, else its overall share;
+    where no call reports cached counts, the server's counters over its probes (*probe_metrics*),
+    else over its block (*own_metrics*), else none for an arm without a cache, else unknown (None).
 
     When no call of the arm says how many prompt tokens were cached (vLLM without
     ``--enable-prompt-tokens-details``, SGLang without cache reports), a missing count is not
@@ -133,7 +136,7 @@ def arm_rates(ds: Dataset, probes: list[dict[str, Any]], decomposition: list[dic
             points = (n[keep].astype(np.int64), s[keep])
             psrc = "server timings"
         elif not (c_known[calls].any() or p_known[pcalls].any()) and (
-                is_on(ds.knobs(arm).get("prefix_cache")) or m.get("prefix_cache_hit_share") or m.get("sglang_cache_hit_rate")):
+                is_on(ds.knobs(arm).get("prefix_cache")) or m.get("prefix_cache_hit_share")):
             if m.get("uncached_prompt_tokens_per_request") and m.get("prefill_s_per_request"):
                 points = (np.array([m["uncached_prompt_tokens_per_request"]]), np.array([m["prefill_s_per_request"]]))
                 psrc = "server metrics (uncached prompt tokens and prefill seconds per request)"
@@ -155,16 +158,22 @@ def arm_rates(ds: Dataset, probes: list[dict[str, Any]], decomposition: list[dic
             points = (np.array(xs, dtype=float), np.array(ys, dtype=float))
             psrc = "client (probes and first-call TTFT)"
         has_prompt = pcalls & ~np.isnan(p.prompt_tokens) & (p.prompt_tokens != 0)
-        if not (c_known[calls].any() or p_known[pcalls].any()) and (
-                m.get("prefix_cache_hit_share") is not None or m.get("sglang_cache_hit_rate") is not None):
-            hit = m["prefix_cache_hit_share"] if m.get("prefix_cache_hit_share") is not None else m["sglang_cache_hit_rate"]
-            hsrc = "the server's metrics over its block"
-        elif has_prompt.any():
+        known = bool(c_known[calls].any() or p_known[pcalls].any())
+        mp = (probe_metrics or {}).get(arm, {})
+        if known and has_prompt.any():
             hit = median(p_cached[has_prompt] / p.prompt_tokens[has_prompt])
             hsrc = "its probes (one prompt sent again)"
-        else:
+        elif known:
             tot = float(zero_nan(c.prompt_tokens[calls]).sum())
             hit, hsrc = (float(c_cached[calls].sum()) / tot if tot else 0.0), "its calls"
+        elif mp.get("prefix_cache_hit_share") is not None:
+            hit, hsrc = mp["prefix_cache_hit_share"], "the server's counters over its probes (one prompt sent again)"
+        elif m.get("prefix_cache_hit_share") is not None:
+            hit, hsrc = m["prefix_cache_hit_share"], "the server's counters over its block"
+        elif not is_on(ds.knobs(arm).get("prefix_cache")):
+            hit, hsrc = 0.0, "none (no prefix cache in its knobs, none reported)"
+        else:
+            hit, hsrc = None, "not reported"
         out[arm] = {"decode_tps": decode_tps, "decode_source": dsrc, "prefill_points": points,
                     "prefill_source": psrc, "cached_share": hit, "cached_share_source": hsrc, "refused": refused}
     return out
@@ -187,51 +196,49 @@ def prefill_model(points: tuple[Sequence[float], Sequence[float]]) -> dict[str, 
     return {"a": 0.0, "b": b, "r2": None, "min_input": lo, "max_input": hi, "n": len(xs)}
 
 
-def lever_phase(knob: str) -> str:
-    """The phase a knob's lever acts on: "prefill" (a cache), "decode" (a drafter), else "both"."""
-    k = knob.lower()
-    if "cache" in k:
-        return "prefill"
-    if "draft" in k or "spec" in k:
-        return "decode"
-    return "both"
-
-
 def project(ds: Dataset, rates: dict[str, dict[str, Any]], engaged_rows: list[dict[str, Any]],
             input_tokens: int, output_tokens: int, multipliers: list[dict[str, Any]] | None = None,
             queue_s: dict[str, float] | None = None) -> dict[str, Any]:
     """The scenario per arm and the return of every lever that a controlled comparison measures
-    (the ``total`` rows of *multipliers* with a ``lever``)."""
+    (the ``total`` rows of *multipliers* with a ``lever``).  An arm whose prefill (or decode) cannot
+    be projected keeps its other phase (``prefill_refused`` / ``decode_refused``; no total), so a
+    lever that acts on the phase it has is still projected."""
     arms = []
     for arm in ds.arms:
         r = rates.get(arm) or {}
         model = prefill_model(r.get("prefill_points") or ([], []))
-        dt = r.get("decode_tps")
-        if model is None or not dt:
-            arms.append({"arm": arm, "refused": r.get("refused") or "no measured prefill points or decode rate"})
-            continue
-        hit = r.get("cached_share") or 0.0
-        uncached = input_tokens * (1.0 - hit)
-        prefill = model["a"] + model["b"] * uncached
-        decode = output_tokens / dt
-        queue = (queue_s or {}).get(arm, 0.0)
-        total = prefill + decode + queue
-        if uncached > model["max_input"]:
-            extrap = (f"extrapolated {uncached / model['max_input']:.1f}x beyond the largest measured uncached "
-                      f"input ({model['max_input']:.0f} tokens)")
-        elif uncached < model["min_input"]:
-            extrap = f"extrapolated below the smallest measured uncached input ({model['min_input']:.0f} tokens)"
+        dt, hit = r.get("decode_tps"), r.get("cached_share")
+        row: dict[str, Any] = {"arm": arm, "prefill_s": None, "decode_s": None, "queue_s": (queue_s or {}).get(arm, 0.0),
+                               "total_s": None, "prefill_share": None, "decode_share": None}
+        if model is not None and hit is not None:
+            uncached = input_tokens * (1.0 - hit)
+            row["prefill_s"] = model["a"] + model["b"] * uncached
+            if uncached > model["max_input"]:
+                extrap = (f"extrapolated {uncached / model['max_input']:.1f}x beyond the largest measured uncached "
+                          f"input ({model['max_input']:.0f} tokens)")
+            elif uncached < model["min_input"]:
+                extrap = f"extrapolated below the smallest measured uncached input ({model['min_input']:.0f} tokens)"
+            else:
+                extrap = f"interpolated within measured uncached inputs ({model['min_input']:.0f}–{model['max_input']:.0f} tokens)"
+            if hit:
+                extrap += f"; {hit:.0%} of the prompt cached, as in {r.get('cached_share_source')}"
+            row.update(prefill_tps=1.0 / model["b"] if model["b"] > 0 else None, prefill_fit=model,
+                       prefill_source=r.get("prefill_source"), cached_share=hit, extrapolation=extrap)
         else:
-            extrap = f"interpolated within measured uncached inputs ({model['min_input']:.0f}–{model['max_input']:.0f} tokens)"
-        if hit:
-            extrap += f"; {hit:.0%} of the prompt cached, as in {r.get('cached_share_source')}"
-        arms.append({"arm": arm, "prefill_s": prefill, "decode_s": decode, "queue_s": queue, "total_s": total,
-                     "prefill_share": prefill / total, "decode_share": decode / total,
-                     "decode_tps": dt, "decode_source": r.get("decode_source"),
-                     "prefill_tps": 1.0 / model["b"] if model["b"] > 0 else None, "prefill_fit": model,
-                     "prefill_source": r.get("prefill_source"), "cached_share": hit,
-                     "extrapolation": extrap})
-    by = {a["arm"]: a for a in arms if "total_s" in a}
+            row["prefill_refused"] = (r.get("refused") or "no measured prefill points" if model is None
+                                      else "the share of the prompt it finds cached is unknown")
+        if dt:
+            row.update(decode_s=output_tokens / dt, decode_tps=dt, decode_source=r.get("decode_source"))
+        else:
+            row["decode_refused"] = "no measured decode rate"
+        if row["prefill_s"] is None and row["decode_s"] is None:
+            arms.append({"arm": arm, "refused": f"{row['prefill_refused']}; {row['decode_refused']}"})
+            continue
+        if row["prefill_s"] is not None and row["decode_s"] is not None:
+            total = row["prefill_s"] + row["decode_s"] + row["queue_s"]
+            row.update(total_s=total, prefill_share=row["prefill_s"] / total, decode_share=row["decode_s"] / total)
+        arms.append(row)
+    by = {a["arm"]: a for a in arms if "refused" not in a}
     eng = {e["arm"]: e for e in engaged_rows}
     levers = []
     for m in multipliers or []:
@@ -241,24 +248,32 @@ def project(ds: Dataset, rates: dict[str, dict[str, Any]], engaged_rows: list[di
         a, b = by[without], by[with_]
         phase = lever_phase(knob)
         key = "total_s" if phase == "both" else f"{phase}_s"
+        if a[key] is None or b[key] is None:
+            continue
         saved = a[key] - b[key]
-        rest = a["total_s"] - saved
+        whole = a["total_s"]
+        rest = whole - saved if whole is not None else None
         levers.append({"lever": knob, "without": without, "with": with_, "phase": phase, "saved_s": saved,
-                       "saved_share": saved / a["total_s"], "speedup": a["total_s"] / rest if rest > 0 else None,
+                       "saved_share": saved / whole if whole else None,
+                       "speedup": whole / rest if rest and rest > 0 else None,
                        "phase_speedup": a[key] / b[key] if b[key] > 0 else None,
                        "credited": eng.get(with_, {}).get(knob) is not False,
                        "citable": m["citable"], "reason": m["reason"]})
     base = by.get(ds.baseline)
+    best = max((l for l in levers if l["credited"]), key=lambda l: l["saved_s"], default=None)
     rec = None
     if base:
-        dominant = "prefill" if base["prefill_s"] >= base["decode_s"] else "decode"
-        best = max((l for l in levers if l["credited"]), key=lambda l: l["saved_s"], default=None)
-        share = base[f"{dominant}_share"]
-        head = (f"For {input_tokens:,} input and {output_tokens:,} output tokens, {dominant} is "
-                f"{share:.0%} of the baseline's {base['total_s']:.1f} s; ")
+        if base["total_s"] is not None:
+            dominant = "prefill" if base["prefill_s"] >= base["decode_s"] else "decode"
+            head = (f"For {input_tokens:,} input and {output_tokens:,} output tokens, {dominant} is "
+                    f"{base[f'{dominant}_share']:.0%} of the baseline's {base['total_s']:.1f} s; ")
+        else:
+            head = (f"For {input_tokens:,} input and {output_tokens:,} output tokens, the baseline's dominant phase "
+                    f"is unknown ({base.get('prefill_refused') or base.get('decode_refused')}); ")
         if best and best["saved_s"] > 0:
+            speed = f", {best['speedup']:.2f}x" if best["speedup"] else ""
             rec = head + (f"the lever that returns most is {best['lever']} ({best['without']} → {best['with']}: "
-                          f"{best['saved_s']:.1f} s, {best['speedup']:.2f}x, acting on {best['phase']})")
+                          f"{best['saved_s']:.1f} s{speed}, acting on {best['phase']})")
             rec += "." if best["citable"] else f" — NOT citable: {best['reason']}."
         else:
             rec = head + "no measured lever returns time here."

@@ -19,7 +19,7 @@ from .dataset import Dataset, dataset, first_seen, groups
 from .drift import drift, drifted_arms
 from .engaged import engaged
 from .guard import measurement_guard
-from .knobs import arm_knobs, comparisons
+from .knobs import Comparison, comparisons
 from .levers import levers
 from .load import load_summary, load_warnings, sweep_curves
 from .metrics import own_metrics, server_metrics
@@ -85,6 +85,29 @@ def rates_table(rates: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+_USED = {"prefix_cache": "cache_used", "drafter": "drafter_used"}
+
+
+def comparison_reasons(comps: list[Comparison], contradictions: dict[str, dict[str, str]],
+                       engaged_rows: list[dict[str, Any]]) -> dict[tuple[str, str], list[str]]:
+    """Per comparison (arm, vs): why it may not be cited beyond the guard's own rules — a knob in which
+    the two arms differ whose value one arm contradicts; and for the comparison that measures a lever, that
+    lever not engaging on the arm that has it, or the reference arm using it too (measured, not unknown)."""
+    used = {e["arm"]: e for e in engaged_rows}
+    out: dict[tuple[str, str], list[str]] = {}
+    for c in comps:
+        reasons = [f"{a}: {contradictions[a][k]}" for k in c.knobs for a in (c.vs, c.arm) if k in contradictions[a]]
+        field = _USED.get(c.lever or "")
+        if field:
+            if used.get(c.arm, {}).get(field) is False:
+                reasons.append(f"the lever {c.lever} did not engage on {c.arm}")
+            if used.get(c.vs, {}).get(field) is True:
+                reasons.append(f"the reference {c.vs} used {c.lever} too (it is meant to lack it)")
+        if reasons:
+            out[(c.arm, c.vs)] = reasons
+    return out
+
+
 def cost_citability(baseline: str, cell_list: list[dict[str, Any]], mults: list[dict[str, Any]],
                     drift_rows: list[dict[str, Any]]) -> dict[str, tuple[bool, str | None]]:
     """Per arm, whether its cost row may be cited: the baseline by its own measurements, every other
@@ -102,27 +125,33 @@ def summarize(ledger: Ledger, *, scenario: tuple[int, int] | None = None,
               gpu_hour_usd: float | None = None) -> dict[str, Any]:
     ds = dataset(ledger)
     warnings = list(ds.warnings)
-    knobs = {}
+    knobs, contradictions = {}, {}
     for a in ds.arms:
-        knobs[a], w = arm_knobs(ds.header["arms"].get(a, {}))
-        warnings += [f"arm {a!r}: {x}" for x in w]
+        knobs[a], contradictions[a] = ds.knobs_and_contradictions(a)
+        warnings += [f"arm {a!r}: {x}; the comparisons in which {k} differs are not citable"
+                     for k, x in contradictions[a].items()]
     comps = comparisons(ds.arms, ds.baseline, knobs, {a: ds.role(a) for a in ds.arms})
+    for c in comps:
+        if not c.knobs:
+            warnings.append(f"arms {c.arm!r} and {c.vs!r} differ in no knob (same engine, flags, requests and "
+                            "declared conditions): a replicate, not a lever; declare what differs in their conditions")
     drift_list, w = drift(ds)
     warnings += w
     drifted = drifted_arms(drift_list)
-    cell_list = cells(ds)
-    total_list = totals(ds, cell_list)
-    mults = multipliers(ds, cell_list, total_list, comps, drifted)
-    decomp = decomposition(ds)
-    probe_list, w = probes(ds, decomp)
-    warnings += w
     metrics_rows = server_metrics([m for m in ds.metrics if m["when"] in ("before", "after")], ds.arms, ds.header)
     own = own_metrics(metrics_rows)
     for r in metrics_rows:
         if r["attribution"] == "mixed":
             warnings.append(f"server metrics of {r['arm']!r} are mixed with {', '.join(r['mixed_with'])} (one endpoint, "
                             "overlapping blocks): no per-arm figure is taken from them")
-    eng, w = engaged(ds, own)
+    probe_own = own_metrics(server_metrics(ds.metrics, ds.arms, ds.header, "probes-before", "probes-after"))
+    eng, w = engaged(ds, own, knobs)
+    warnings += w
+    cell_list = cells(ds)
+    total_list = totals(ds, cell_list)
+    mults = multipliers(ds, cell_list, total_list, comps, drifted, comparison_reasons(comps, contradictions, eng))
+    decomp = decomposition(ds)
+    probe_list, w = probes(ds, decomp)
     warnings += w
     server = server_account(ds)
     for s in server:
@@ -149,7 +178,7 @@ def summarize(ledger: Ledger, *, scenario: tuple[int, int] | None = None,
             warnings.append(f"{c['arm']}/{c['case']}: {c['step_limited']} turn(s) were cut by the step limit")
     load_rows = load_summary(_load_view(ledger))
     warnings += load_warnings(load_rows)
-    rates = arm_rates(ds, probe_list, decomp, own)
+    rates = arm_rates(ds, probe_list, decomp, own, probe_own)
     scen = scenario or _largest_case_scenario(ds, cell_list)
     queue = {a: r["queue_s_per_request"] for a, r in own.items() if r.get("queue_s_per_request") is not None}
     projection = project(ds, rates, eng, *scen, multipliers=mults, queue_s=queue) if scen else None

@@ -177,7 +177,7 @@ def sglang_server_info(cfg: Any, running: int, waiting: int) -> dict:
         "max_running_requests": cfg.slots, "disable_radix_cache": not cfg.prefix_cache, "page_size": cfg.cache_block,
         "speculative_algorithm": "NGRAM" if cfg.draft_k else None,
         "speculative_num_draft_tokens": cfg.draft_k or None,
-        "enable_metrics": True, "enable_cache_report": cfg.prompt_tokens_details,
+        "enable_metrics": serves_metrics(cfg), "enable_cache_report": cfg.prompt_tokens_details,
         "max_total_num_tokens": CONTEXT_LENGTH,
         "internal_states": [{"num_running_reqs": running, "num_queue_reqs": waiting}],
         "version": cfg.engine_version,
@@ -539,7 +539,8 @@ class VllmMetrics(EngineMetrics):
 class SglangMetrics(EngineMetrics):
     """SGLang's ``sglang:*`` families: tokenizer-side counters labelled ``model_name`` (written when a
     request finishes, so absent before the first), scheduler-side families labelled per scheduler
-    rank (``dp_rank`` 0 and 1).  ``cache_hit_rate`` = cached / prompt tokens of the rank's requests;
+    rank (``dp_rank`` 0 and 1).  ``cache_hit_rate`` = cached / prompt tokens of the rank's last prefill
+    batch (one request here: SGLang sets it per batch in ``log_prefill_stats``, not since start);
     ``spec_accept_length`` = tokens per verify step (accepted drafts + 1), 0 without a drafter."""
 
     TOKENIZER = {
@@ -581,8 +582,8 @@ class SglangMetrics(EngineMetrics):
         self.reg.observe("sglang:queue_time_seconds", t.queue_s, **self.scheduler(self.cfg.model, rank))
 
     def prefilled(self, t: Any, rank: int) -> None:
-        self.per_rank[rank]["prompt"] += t.prompt_tokens
-        self.per_rank[rank]["cached"] += t.cached_tokens
+        self.per_rank[rank]["prompt"] = t.prompt_tokens  # the last prefill batch's, as SGLang's gauge
+        self.per_rank[rank]["cached"] = t.cached_tokens
 
     def step(self, t: Any, rank: int, size: int) -> None:
         if self.cfg.draft_k:
@@ -619,9 +620,23 @@ class SglangMetrics(EngineMetrics):
         return self.reg.render()
 
 
+METRICS_BY_DEFAULT = {"llama.cpp": True, "vllm": True, "sglang": False, "openai": False}
+
+
+def serves_metrics(cfg: Any) -> bool:
+    """Whether ``/metrics`` is offered: ``cfg.metrics`` "on"/"off", else the engine's default — vLLM on,
+    SGLang off (it needs ``--enable-metrics``), llama.cpp on (the embedded engine passes ``--metrics``;
+    a bare llama-server needs it too), a strict API never."""
+    if cfg.dialect == "openai":
+        return False
+    return METRICS_BY_DEFAULT[cfg.dialect] if cfg.metrics == "default" else cfg.metrics == "on"
+
+
 def metrics_for(cfg: Any) -> EngineMetrics | None:
-    """The dialect's ``/metrics`` exporter, or None where the engine offers none (the strict API)."""
-    return {"llama.cpp": LlamaCppMetrics, "vllm": VllmMetrics, "sglang": SglangMetrics}.get(cfg.dialect, lambda c: None)(cfg)
+    """The dialect's ``/metrics`` exporter, or None where the engine offers none (see :func:`serves_metrics`)."""
+    if not serves_metrics(cfg):
+        return None
+    return {"llama.cpp": LlamaCppMetrics, "vllm": VllmMetrics, "sglang": SglangMetrics}[cfg.dialect](cfg)
 
 
 def dp_rank(request_number: int) -> int:

@@ -105,6 +105,7 @@ class SimConfig:
     prompt_tokens_details: bool = False  # vLLM --enable-prompt-tokens-details / SGLang --enable-cache-report
     base_path: str = "/v1"  # chat at BASE_PATH/chat/completions, models at BASE_PATH/models
     model_path: str = "sim"  # llama.cpp /props model_path, vLLM/SGLang model root
+    metrics: str = "default"  # /metrics: "on", "off", or the engine's default (SGLang: off without --enable-metrics)
     seed: int = 0
     fault_http_500: float = 0.0  # probability: answer HTTP 500
     fault_http_429: float = 0.0  # probability: answer HTTP 429
@@ -121,6 +122,8 @@ class SimConfig:
         problems += [f"{name} must be in [0, 1]" for name in _FRACTION_FIELDS if not 0 <= getattr(self, name) <= 1]
         if self.dialect not in DIALECTS:
             problems.append(f"dialect must be one of {', '.join(DIALECTS)}")
+        if self.metrics not in ("default", "on", "off"):
+            problems.append('metrics must be "default", "on" or "off"')
         if self.base_path and (not self.base_path.startswith("/") or self.base_path.endswith("/")):
             problems.append('base_path must be empty or start with "/" and not end with "/" (e.g. "/v1")')
         if problems:
@@ -838,6 +841,8 @@ async def handle_server_info(request: web.Request) -> web.Response:
 
 async def handle_metrics(request: web.Request) -> web.Response:
     state = request.app[STATE]
+    if state.metrics is None:  # not started with metrics on (SGLang's default)
+        return web.Response(status=404, text="Not Found")
     text = state.metrics.render(state.phase_counts())
     return web.Response(text=text, content_type="text/plain", charset="utf-8")
 

@@ -15,8 +15,12 @@ from .records import json_safe
 
 
 class LedgerWriter:
-    def __init__(self, path: Path):
+    """*secrets*: strings never to be written (the runner's API keys): a server that echoes one in an error
+    body, or anything else that carries it, has it written as ``***``."""
+
+    def __init__(self, path: Path, secrets: tuple[str, ...] = ()):
         self.path = Path(path)
+        self.secrets = tuple(s for s in secrets if s)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._repair_partial_tail()
         self._fh = open(self.path, "a", encoding="utf-8")
@@ -43,6 +47,8 @@ class LedgerWriter:
             line = json.dumps(record, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
         except ValueError:  # a non-finite float
             line = json.dumps(json_safe(record), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        for secret in self.secrets:
+            line = line.replace(secret, "***")
         self._fh.write(line + "\n")
         self._fh.flush()
         os.fsync(self._fh.fileno())

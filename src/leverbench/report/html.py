@@ -417,6 +417,9 @@ def _scenario_groups(summary: dict[str, Any]) -> list[tuple[str, list[dict[str, 
     for a in p["arms"]:
         if "refused" in a:
             rs.append({"arm": a["arm"], "note": f"refused: {a['refused']}"})
+        elif a["total_s"] is None:
+            rs.append({"arm": a["arm"], "note": "only one phase projected: "
+                                                + (a.get("prefill_refused") or a.get("decode_refused") or "")})
         else:
             rs.append({"arm": a["arm"], "total": _num(a["total_s"]),
                        "segments": [("prefill", _num(a["prefill_s"])), ("decode", _num(a["decode_s"]))]})
@@ -553,6 +556,7 @@ def _turn_view(turn: dict[str, Any], calls: list[dict[str, Any]]) -> dict[str, A
     end = 0.0
     for c in calls:
         start = (c["t_send"] - t0) if t0 is not None and _num(c.get("t_send")) is not None else 0.0
+        start += _num(c.get("connect_s")) or 0.0  # its chunk times count from when its connection was ready
         texts = _chunks_text(c)
         if texts is None:
             text_ok = False
@@ -580,8 +584,8 @@ def replay_data(ledger: Ledger, *, cases: list[str] | None = None, arms: list[st
                 repeats: list[int] | None = None, max_events: int | None = None) -> dict[str, Any]:
     """The replay's data: for each finished turn (arm, case, repeat), its calls' chunk times and texts.
 
-    Call k of a turn starts at its t_send − the turn's first t_send; chunk times are seconds after that call's
-    send.  ``text_stored`` is False when the ledger holds no text (then the replay shows timing only).
+    Call k of a turn starts at its t_send + connect_s − the turn's first t_send; chunk times are seconds after
+    that (after its connection was ready).  ``text_stored`` is False when the ledger holds no text (then the replay shows timing only).
     With ``max_events``, whole repeats are added in order while the chunk count stays under it.
     """
     all_arms, all_cases = _names(ledger)
@@ -590,8 +594,8 @@ def replay_data(ledger: Ledger, *, cases: list[str] | None = None, arms: list[st
     turns: dict[tuple[str, str, int], dict[str, Any]] = {}
     for t in ledger.of_kind("turn"):
         k = (t.get("arm"), t.get("case"), t.get("repeat"))
-        if k[0] in want_arms and k[1] in want_cases and (repeats is None or k[2] in repeats) and k not in turns:
-            turns[k] = t
+        if k[0] in want_arms and k[1] in want_cases and (repeats is None or k[2] in repeats):
+            turns[k] = t  # the latest attempt of a unit (a failed one re-run on resume supersedes it)
     by_id: dict[str, list[dict[str, Any]]] = {}
     ids = {t.get("turn_id") for t in turns.values()}
     for c in ledger.of_kind("call"):

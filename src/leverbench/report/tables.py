@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..analysis.knobs import is_on
+
 
 @dataclass
 class Table:
@@ -64,7 +66,7 @@ def result_table(summary: dict[str, Any]) -> Table:
         rows.append(row)
     tot = {t["arm"]: t for t in summary["totals"]}
     rows.append(["total"] + [f"{tot[a]['total_s']:.1f} s" if tot[a]["total_s"] is not None else "incomplete" for a in arms])
-    mtot = {m["arm"]: m for m in summary["multipliers"] if m["scope"] == "total"}
+    mtot = {m["arm"]: m for m in summary["multipliers"] if m["scope"] == "total" and m["vs"] == base}
     rows.append([f"vs {base}"] + ["1.00x (baseline)" if a == base else mult(mtot.get(a)) for a in arms])
     return Table("results", "Turn time per case: median of the repeats [observed range]", ["case", *arms], rows,
                  notes=["'disjoint': the arm's range does not overlap the baseline's."])
@@ -187,9 +189,15 @@ def projection_table(summary: dict[str, Any]) -> Table | None:
         if "refused" in a:
             rows.append([a["arm"], "—", "—", "—", a["refused"]])
             continue
-        rows.append([a["arm"], f"{a['prefill_s']:.2f} ({pct(a['prefill_share'])})",
-                     f"{a['decode_s']:.2f} ({pct(a['decode_share'])})", f"{a['total_s']:.2f}",
-                     f"decode {a['decode_tps']:.1f} tok/s from {a['decode_source']}; prefill {a['extrapolation']}"])
+        pre = f"{a['prefill_s']:.2f}" + (f" ({pct(a['prefill_share'])})" if a["prefill_share"] is not None else "") \
+            if a["prefill_s"] is not None else "—"
+        dec = f"{a['decode_s']:.2f}" + (f" ({pct(a['decode_share'])})" if a["decode_share"] is not None else "") \
+            if a["decode_s"] is not None else "—"
+        src = [f"decode {a['decode_tps']:.1f} tok/s from {a['decode_source']}" if a["decode_s"] is not None
+               else f"decode not projected: {a['decode_refused']}",
+               f"prefill {a['extrapolation']}" if a["prefill_s"] is not None
+               else f"prefill not projected: {a['prefill_refused']}"]
+        rows.append([a["arm"], pre, dec, "—" if a["total_s"] is None else f"{a['total_s']:.2f}", "; ".join(src)])
     notes = []
     for l in p["levers"]:
         tag = "" if l["credited"] else " — NOT credited: the lever did not engage"
@@ -197,8 +205,9 @@ def projection_table(summary: dict[str, Any]) -> Table | None:
             tag += f" — NOT citable: {l['reason']}"
         speed = "—" if l["speedup"] is None else f"{l['speedup']:.2f}x"
         phase = "both phases" if l["phase"] == "both" else f"its own phase, {l['phase']}"
+        share = "" if l["saved_share"] is None else f"{pct(l['saved_share'])} of the turn, "
         notes.append(f"lever {l['lever']}: {l['without']} → {l['with']} returns {l['saved_s']:.2f} s "
-                     f"({pct(l['saved_share'])} of the turn, {speed}), acting on {phase}{tag}")
+                     f"({share}{speed}), acting on {phase}{tag}")
     if p.get("recommendation"):
         notes.append(p["recommendation"])
     return Table("projection", f"Scenario: {p['input_tokens']:,} input tokens, {p['output_tokens']:,} output tokens",
@@ -206,14 +215,16 @@ def projection_table(summary: dict[str, Any]) -> Table | None:
 
 
 def _holds_for(summary: dict[str, Any], arm: str) -> str:
-    """The conditions a figure holds for: hardware, engine, cache, drafter, concurrency."""
+    """The conditions a figure holds for: hardware, engine, cache, drafter, concurrency (declared or discovered)."""
     a = next((x for x in summary["arms"] if x["name"] == arm), {"conditions": {}})
-    c = a["conditions"]
-    hw = c.get("gpu") or c.get("hardware") or (summary["run"].get("host") or {}).get("cpu") or "?"
+    c = a.get("knobs") or a["conditions"]
+    hw = c.get("gpu") or c.get("hardware") or c.get("device") or (summary["run"].get("host") or {}).get("cpu") or "?"
     gpus = f" ×{c['gpus']}" if c.get("gpus") else ""
-    parts = [f"{hw}{gpus}", str(c.get("engine", a.get("model") or "engine ?")),
-             f"prefix cache {'on' if c.get('prefix_cache') else 'off' if 'prefix_cache' in c else '?'}",
-             f"drafter {c.get('drafter', '?')}", f"concurrency {summary['run'].get('concurrency', 1)}"]
+    engine = " ".join(str(x) for x in (c.get("engine"), c.get("engine_version")) if x) or a.get("model") or "engine ?"
+    parts = [f"{hw}{gpus}", engine,
+             f"prefix cache {'on' if is_on(c.get('prefix_cache')) else 'off' if 'prefix_cache' in c else '?'}",
+             f"drafter {c.get('drafter') if is_on(c.get('drafter')) else 'none' if 'drafter' in c else '?'}",
+             f"concurrency {summary['run'].get('concurrency', 1)}"]
     return ", ".join(parts)
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import math
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -38,6 +39,10 @@ import aiohttp
 
 from ..redact import redact_text
 
+IDLE_CLOSE_S = 2.0  # a kept-alive connection idle this long is closed by us, before a server would (llama.cpp: ~5 s)
+STALE_MAX_S = 0.25  # a reused connection that fails this soon after the request went out was stale (sent again)
+DRAIN_S = 0.05  # how long a stream's end after [DONE] is waited for (outside the call's time), to reuse its connection
+
 
 @dataclass(frozen=True)
 class Timeouts:
@@ -45,6 +50,108 @@ class Timeouts:
     first_token_s: float = 600.0
     idle_s: float = 120.0
     total_s: float = 600.0
+
+
+class ConnectTiming:
+    """What the session's trace hooks saw of one request's connection (pass as ``trace_request_ctx``)."""
+
+    __slots__ = ("start", "end", "reused", "stale", "sent_at")
+
+    def __init__(self) -> None:
+        self.start: float | None = None
+        self.end: float | None = None
+        self.reused = False
+        self.stale = False  # a reused connection turned out closed by the server; the call went out on a new one
+        self.sent_at: float | None = None  # when the request's headers went out (time.perf_counter)
+
+    @property
+    def connect_s(self) -> float | None:
+        """Seconds spent opening a new connection (DNS, TCP, TLS): create_end − create_start
+        (``time.perf_counter``; after a stale connection, create_start is the call's start, so the
+        failed try counts here too); 0.0 on a reused one; None when no connection was made or the
+        session has no :func:`client_session` hooks (nothing measured)."""
+        if self.reused:
+            return 0.0
+        if self.start is not None and self.end is not None:
+            return self.end - self.start
+        return None
+
+
+def _timing(ctx: Any) -> ConnectTiming | None:
+    t = getattr(ctx, "trace_request_ctx", None)
+    return t if isinstance(t, ConnectTiming) else None
+
+
+async def _on_create_start(session: Any, ctx: Any, params: Any) -> None:
+    if (t := _timing(ctx)) is not None and not t.stale:  # after a stale connection: from the call's start
+        t.start = time.perf_counter()
+
+
+async def _on_create_end(session: Any, ctx: Any, params: Any) -> None:
+    if (t := _timing(ctx)) is not None:
+        t.end = time.perf_counter()
+
+
+async def _on_headers_sent(session: Any, ctx: Any, params: Any) -> None:
+    if (t := _timing(ctx)) is not None:
+        t.sent_at = time.perf_counter()
+
+
+async def _on_reuse(session: Any, ctx: Any, params: Any) -> None:
+    if (t := _timing(ctx)) is not None:
+        t.reused = True
+
+
+def client_session(*, keep_alive: bool = True, **connector_kw: Any) -> aiohttp.ClientSession:
+    """The HTTP session leverbench calls an endpoint with: its connect time measured apart.
+
+    ``keep_alive`` (the runner's default, for turns and load stages alike): connections are reused,
+    and one idle for ``IDLE_CLOSE_S`` is closed by us first, so that a server's own idle close
+    (uvicorn, llama.cpp: after ~5 s) never hands us a stale connection; one a server closed right
+    after its response, unannounced, is met by :func:`_post`.  ``keep_alive=False``: a new
+    connection per call.  Either way the trace hooks fill the :class:`ConnectTiming` that
+    :func:`stream_chat` passes with each request.  Create it inside a running event loop.
+    """
+    trace = aiohttp.TraceConfig()
+    trace.on_connection_create_start.append(_on_create_start)
+    trace.on_connection_create_end.append(_on_create_end)
+    trace.on_connection_reuseconn.append(_on_reuse)
+    trace.on_request_headers_sent.append(_on_headers_sent)
+    kw: dict[str, Any] = {"force_close": True} if not keep_alive else {"keepalive_timeout": IDLE_CLOSE_S}
+    conn = aiohttp.TCPConnector(limit=0, **kw, **connector_kw)
+    return aiohttp.ClientSession(connector=conn, trace_configs=[trace])
+
+
+async def _post(session: aiohttp.ClientSession, url: str, body: dict[str, Any], headers: dict[str, str] | None,
+                timeout: aiohttp.ClientTimeout, conn: ConnectTiming, t0: float) -> aiohttp.ClientResponse:
+    """POST, and once more on a new connection when a kept-alive one turns out stale.
+
+    A server may close a connection right after a response without saying so (llama.cpp's
+    llama-server does after every streamed one, though it sends ``Keep-Alive``); a request sent on it
+    before its close arrived fails before any response (cannot write, or the server disconnects).
+    The server never answered it, so it goes out again on a new connection (``conn.stale``), as
+    HTTP clients do for a request on a reused connection that got nothing back.
+    """
+    try:
+        return await session.post(url, json=body, headers=headers, timeout=timeout, trace_request_ctx=conn)
+    except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError):
+        # stale: the failure came at once (a server that took the request and worked on it before closing
+        # did answer it, in its way: that is not sent again)
+        if not conn.reused or (conn.sent_at is not None and time.perf_counter() - conn.sent_at > STALE_MAX_S):
+            raise
+    conn.reused, conn.stale, conn.start, conn.sent_at = False, True, t0, None
+    return await session.post(url, json=body, headers=headers, timeout=timeout, trace_request_ctx=conn)
+
+
+async def _drain(resp: aiohttp.ClientResponse) -> None:
+    """Read what a stream sends after ``[DONE]`` (the end of its chunked body) for at most ``DRAIN_S``,
+    so that its connection can go back to the pool: one left unread is closed.  A server that keeps
+    the stream open after ``[DONE]`` just loses its connection."""
+    try:
+        async with asyncio.timeout(DRAIN_S):
+            await resp.content.read()
+    except (TimeoutError, aiohttp.ClientError):
+        pass
 
 
 def messages_sha256(messages: list[dict[str, Any]]) -> str:
@@ -159,18 +266,25 @@ class _Stream:
         self.done = False
 
     def feed(self, obj: dict[str, Any], now: float) -> None:
+        """Take one SSE chunk.  Anything of the wrong shape raises ValueError (the call is then
+        ``malformed``): a usage whose counts are not token counts, content that is neither text nor
+        text parts, choices or tool calls that are not objects."""
         if obj.get("usage"):
-            self.usage = obj["usage"]
+            self.usage = checked_usage(obj["usage"])
         if obj.get("timings"):
+            if not isinstance(obj["timings"], dict):
+                raise ValueError(f"timings is not an object: {obj['timings']!r:.80}")
             self.timings = obj["timings"]
         choices = obj.get("choices") or []
-        if not isinstance(choices, list):
-            raise ValueError("choices is not a list")
+        if not isinstance(choices, list) or not all(isinstance(ch, dict) for ch in choices):
+            raise ValueError("choices is not a list of objects")
         got_any = False
         for ch in choices:
             delta = ch.get("delta") or ch.get("message") or {}
-            text = delta.get("content") or ""
-            reasoning = delta.get("reasoning_content") or delta.get("reasoning") or ""
+            if not isinstance(delta, dict):
+                raise ValueError(f"delta is not an object: {delta!r:.80}")
+            text = as_text(delta.get("content"), "content")
+            reasoning = as_text(delta.get("reasoning_content") or delta.get("reasoning"), "reasoning")
             if reasoning:
                 self.reasoning_chars += len(reasoning)
                 self.reasoning_chunks += 1
@@ -186,7 +300,10 @@ class _Stream:
                     self.answer_chunks += 1
                     if self.first_answer_s is None:
                         self.first_answer_s = now - self.t0
-            for tc in delta.get("tool_calls") or []:
+            calls = delta.get("tool_calls") or []
+            if not isinstance(calls, list) or not all(isinstance(tc, dict) for tc in calls):
+                raise ValueError("tool_calls is not a list of objects")
+            for tc in calls:
                 idx = tc.get("index", len(self.tool_calls))
                 slot = self.tool_calls.setdefault(idx, {"id": tc.get("id"), "name": "", "arguments": ""})
                 fn = tc.get("function") or {}
@@ -198,6 +315,8 @@ class _Stream:
             if text or reasoning:
                 got_any = True
             if ch.get("finish_reason"):
+                if not isinstance(ch["finish_reason"], str):
+                    raise ValueError(f"finish_reason is not a string: {ch['finish_reason']!r:.80}")
                 self.finish_reason = ch["finish_reason"]
             if got_any:
                 self.chunk_t.append(now - self.t0)
@@ -234,6 +353,47 @@ def split_think(content: str) -> tuple[str, str]:
     return content[start + 7:end], content[:start] + content[end + 8:]
 
 
+def as_text(value: Any, what: str) -> str:
+    """A delta's text: a string, null, or a list of OpenAI content parts (their ``text``); else ValueError."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(p, dict) for p in value):
+        return "".join(str(p.get("text") or "") for p in value if p.get("type", "text") == "text")
+    raise ValueError(f"{what} is neither text nor a list of text parts: {value!r:.80}")
+
+
+def token_count(value: Any, where: str) -> int | None:
+    """A usage count as an int (null stays None); a value that is not a whole, finite, non-negative number
+    raises ValueError."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or value < 0 or value != int(value):
+        raise ValueError(f"{where} is not a token count: {value!r:.40}")
+    return int(value)
+
+
+def checked_usage(usage: Any) -> dict[str, Any]:
+    """The usage object with its counts checked (:func:`token_count`); ValueError when it is of the wrong shape."""
+    if not isinstance(usage, dict):
+        raise ValueError(f"usage is not an object: {usage!r:.80}")
+    out = dict(usage)
+    for k in ("prompt_tokens", "completion_tokens", "total_tokens"):
+        if k in out:
+            out[k] = token_count(out[k], f"usage.{k}")
+    for details, key in (("prompt_tokens_details", "cached_tokens"), ("completion_tokens_details", "reasoning_tokens")):
+        d = out.get(details)
+        if d is None:
+            continue
+        if not isinstance(d, dict):
+            raise ValueError(f"usage.{details} is not an object: {d!r:.80}")
+        if key in d:
+            out[details] = {**d, key: token_count(d[key], f"usage.{details}.{key}")}
+    return out
+
+
 def _usage_fields(usage: dict[str, Any] | None) -> dict[str, Any]:
     if not usage:
         return {"prompt_tokens": None, "completion_tokens": None, "cached_tokens": None, "reasoning_tokens": None,
@@ -261,14 +421,19 @@ async def stream_chat(
 ) -> dict[str, Any]:
     """POST *body* (streaming) to *url* and return the measured call record.
 
-    Times: ``t_send`` is the epoch time the request was sent; every other time
-    is seconds after it, from ``time.perf_counter``.
+    Times: ``t_send`` is the epoch time the call started; ``connect_s`` the seconds it spent
+    opening a new connection (0.0 on a reused one; None when none was made or the session is not
+    a :func:`client_session`); every other time (``ttft_s``, ``latency_s``, ``chunk_t``) is seconds
+    after the connection was ready, i.e. after start + connect_s (``time.perf_counter``), so that
+    connect and TLS time never hide in them: the call's full time is connect_s + latency_s.
     """
     body = {**body, "stream": True}
     body.setdefault("stream_options", {"include_usage": True})
     t_send = time.time()
     t0 = time.perf_counter()
     st = _Stream(t0, keep_text, think_tags)
+    conn = ConnectTiming()
+    t_done: float | None = None
     status: int | None = None
     error: dict[str, str] | None = None
     phase = "connect"
@@ -277,10 +442,13 @@ async def stream_chat(
     total_deadline = start + timeouts.total_s
     # which deadline the one timer is set to: the first token's, then the idle gap's or the total's
     armed = "first_token" if timeouts.first_token_s < timeouts.total_s else "total"
-    timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeouts.connect_s, sock_read=None)
+    # connect covers the whole connection's establishment, DNS included (sock_connect only the TCP part)
+    timeout = aiohttp.ClientTimeout(total=None, connect=timeouts.connect_s, sock_connect=timeouts.connect_s,
+                                    sock_read=None)
     try:
         async with asyncio.timeout_at(start + min(timeouts.first_token_s, timeouts.total_s)) as deadline:
-            async with session.post(url, json=body, headers=headers, timeout=timeout) as resp:
+            async with await _post(session, url, body, headers, timeout, conn, t0) as resp:
+                st.t0 = t0 + (conn.connect_s or 0.0)  # chunk times count from when the connection was ready
                 status = resp.status
                 phase = "response"
                 if status >= 400:
@@ -310,12 +478,16 @@ async def stream_chat(
                                 error = _error("http_status", f"error event in stream: {msg}")
                                 break
                             st.feed(obj, now)
-                        except (ValueError, TypeError, AttributeError) as exc:
+                        except (ValueError, TypeError, AttributeError, RecursionError) as exc:
                             error = _error("malformed", f"bad SSE data line: {exc}: {data[:120]!r}")
                             break
                         if st.first_token_s is not None and armed == "first_token":
                             armed = "idle"
                             deadline.reschedule(min(loop.time() + timeouts.idle_s, total_deadline))
+                    if st.done:  # the call's time ends here; what follows [DONE] is read outside it
+                        t_done = time.perf_counter()
+                        deadline.reschedule(None)
+                        await _drain(resp)
     except asyncio.CancelledError:  # Ctrl-C: record what arrived, then let the cancellation go on (below)
         error = _error("cancelled", "the run was interrupted while the call was in flight")
     except SSELineTooLong as exc:
@@ -332,11 +504,20 @@ async def stream_chat(
     except aiohttp.ClientConnectorError as exc:
         error = _error("connect", f"cannot connect to {url}: {exc.os_error.strerror if exc.os_error else exc}")
     except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
-        cls = "connect" if phase == "connect" else "stream_cut"
-        error = _error(cls, f"{'cannot send' if cls == 'connect' else 'stream broken'}: {type(exc).__name__}: {exc}")
+        if phase == "connect" and conn.sent_at is None:
+            error = _error("connect", f"cannot send: {type(exc).__name__}: {exc}")
+        elif phase == "connect":  # the request went out; the server closed without a response
+            error = _error("stream_cut", f"no response: the connection closed "
+                                         f"{time.perf_counter() - conn.sent_at:.2f} s after the request was sent "
+                                         f"({type(exc).__name__}: {exc})")
+        else:
+            error = _error("stream_cut", f"stream broken: {type(exc).__name__}: {exc}")
+    except aiohttp.ClientResponseError as exc:  # not HTTP (a garbage status line, bad headers)
+        error = _error("malformed", f"not an HTTP response: {type(exc).__name__}: {exc}")
     except aiohttp.ClientError as exc:
-        error = _error("connect" if status is None else "stream_cut", f"{type(exc).__name__}: {exc}")
-    t_end = time.perf_counter() - t0
+        error = _error("connect" if status is None and conn.sent_at is None else "stream_cut",
+                       f"{type(exc).__name__}: {exc}")
+    t_end = (t_done if t_done is not None else time.perf_counter()) - (t0 + (conn.connect_s or 0.0))
     if error is None and status is not None and status < 400:
         if not st.done and st.finish_reason is None:
             error = _error("stream_cut", "stream ended without a finish reason or [DONE]")
@@ -350,6 +531,8 @@ async def stream_chat(
     tool_calls = [st.tool_calls[k] for k in sorted(st.tool_calls)] or None
     rec: dict[str, Any] = {
         "t_send": t_send,
+        "connect_s": conn.connect_s,
+        **({"stale_connection": True} if conn.stale else {}),
         "ttft_s": st.first_token_s,
         "t_first_answer_s": st.first_answer_s,
         "latency_s": t_end,

@@ -66,12 +66,18 @@ def api_root(base_url: str) -> str:
     return origin + path.removesuffix("/v1") if not path or path.endswith("/v1") else origin
 
 
+def _with_query(url: str, base_url: str) -> str:
+    """*url* with the base URL's query string kept (Azure OpenAI needs its ``?api-version=...`` on every call)."""
+    query = urlsplit(base_url.strip()).query
+    return f"{url}?{query}" if query else url
+
+
 def chat_url(base_url: str) -> str:
-    return api_base(base_url) + "/chat/completions"
+    return _with_query(api_base(base_url) + "/chat/completions", base_url)
 
 
 def models_url(base_url: str) -> str:
-    return api_base(base_url) + "/models"
+    return _with_query(api_base(base_url) + "/models", base_url)
 
 
 async def _get_json(session: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> Any | None:
@@ -92,6 +98,20 @@ async def _get_text(session: aiohttp.ClientSession, url: str, headers: dict[str,
         return None
 
 
+REACH_TIMEOUT_S = 5.0  # discovery's first look at an endpoint: no answer within this, and it is left out
+
+
+async def reachable(session: aiohttp.ClientSession, root: str, headers: dict[str, str]) -> bool:
+    """Whether anything answers HTTP at *root* (any status counts) within ``REACH_TIMEOUT_S``."""
+    try:
+        async with session.get(root + "/health", headers=headers,
+                               timeout=aiohttp.ClientTimeout(total=REACH_TIMEOUT_S)) as resp:
+            await resp.read()
+            return True
+    except (aiohttp.ClientError, TimeoutError, ValueError):
+        return False
+
+
 async def endpoint_info(session: aiohttp.ClientSession, base_url: str, headers: dict[str, str], *,
                         metrics_url: str | None = None, metrics_headers: dict[str, str] | None = None,
                         known: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -102,6 +122,8 @@ async def endpoint_info(session: aiohttp.ClientSession, base_url: str, headers: 
     200 with JSON are simply absent.  ``metrics_headers``: what to send to ``metrics_url`` (the
     runner passes the key only where the arm allows it; default: ``headers``)."""
     root = api_root(base_url)
+    if not await reachable(session, root, headers):  # don't spend a minute of timeouts on a host that is not there
+        return {"unreachable": True, "knobs": {}}
     out: dict[str, Any] = {}
     raw: dict[str, Any] = {"known": known or {}}
     props = await _get_json(session, root + "/props", headers)

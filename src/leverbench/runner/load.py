@@ -8,7 +8,9 @@ from the ledger.
 
 Every call record of a stage has kind ``load`` and, besides the call's own
 keys: ``stage``, ``mode``, ``sweep`` (when part of one), ``concurrency`` /
-``rate`` + ``arrival`` / ``speed``, the SLOs, ``scheduled_t`` (epoch s at which
+``rate`` + ``arrival`` / ``speed``, ``prefix_sharing`` (closed/open: the
+share of the prompt common to all the stage's requests, see
+:class:`SharedPrefix`), the SLOs, ``scheduled_t`` (epoch s at which
 the schedule meant the call to go out), ``warmup`` (bool), ``load_run`` (one id
 per execution of a stage on an arm; a resumed run re-runs its stages and the
 analysis keeps the latest execution), ``repeat`` (the request's index in the
@@ -29,7 +31,9 @@ finished (one asyncio task per call); a call that goes out late (the client
 lagged, or ``max_in_flight`` was reached) keeps its scheduled time, so the
 delay is counted in its latency instead of being silently omitted
 ("coordinated omission").  A closed-loop stage keeps ``concurrency`` calls in
-flight; a call's scheduled time is the end of its client's previous call.
+flight; a call's scheduled time is the end of its client's previous call
+(t_send + connect_s + latency_s), and it is sent then: the runner hands the
+previous record to the ledger's writer thread without waiting for its fsync.
 Before every stage and arm (and after), the endpoint's Prometheus metrics are
 scraped (``metrics`` records with ``when`` = ``"load-start STAGE"`` /
 ``"load-end STAGE"``) so the analysis can report the server's own queue time.
@@ -39,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import re
 import time
 import uuid
 from dataclasses import dataclass
@@ -49,13 +54,14 @@ import aiohttp
 
 from ..errors import BadInput, ConfigError, EngineError
 from ..workload.load import PlannedStage, arrival_offsets, check_stages, check_trace_paths, expand
+from .client import client_session
 from .discover import api_root
 
 LAG_PROBE_S = 0.005  # the loop-lag monitor's sleep
 CONNECT_FAILS_ABORT = 20  # consecutive connect failures that end a stage (the endpoint is gone)
 BLOCK_CACHE = 8192  # Mooncake block texts kept
-IDLE_CLOSE_S = 2.0  # load stages close a connection idle this long
 ROLE_TOKENS = 1  # tokens a chat message's role adds (the simulator's template; real templates add a few more)
+UNIQUE_WORDS = 4  # words of the seeded unique part that makes a closed/open stage's prompts distinct
 
 
 async def run_load(runner: Any, session: aiohttp.ClientSession) -> None:
@@ -71,22 +77,26 @@ async def run_load(runner: Any, session: aiohttp.ClientSession) -> None:
     plans = expand(spec.load)
     work = [(p, arm) for p in plans for arm in (p.stage.arms or list(runner.endpoints))]
     for n, (plan, arm) in enumerate(work):
+        if (plan.name, arm) in runner.stages_done:  # a resumed run: this stage finished on this arm
+            continue
         if runner.progress:
             from .schedule import Unit  # noqa: PLC0415
 
             runner.progress(Unit("load", arm, plan.name, 0), n, len(work))
         await runner._scrape(session, f"load-start {plan.name}")
-        if plan.stage.keep_alive:
-            # Reuse connections within the stage (as serving clients do): a new TCP connection per call costs the
-            # client ~0.6 ms and a burst of them serialises.  One pool per stage and arm, closed when it ends, so
-            # that tearing down its connections falls between stages, not into the next one's measurements; within
-            # a stage a connection idle for IDLE_CLOSE_S is dropped before a server would drop it (llama.cpp: 5 s).
-            conn = aiohttp.TCPConnector(limit=0, keepalive_timeout=IDLE_CLOSE_S)
-            async with aiohttp.ClientSession(connector=conn) as own:
-                await StageRun(runner, own, plan, arm).run()
-        else:
-            await StageRun(runner, session, plan, arm).run()
+        # Reuse connections within the stage (as serving clients do, and as the turns do): a new TCP connection
+        # per call costs the client ~0.6 ms and a burst of them serialises.  One pool per stage and arm, closed
+        # when it ends, so that tearing down its connections falls between stages, not into the next one's
+        # measurements; a connection idle for client.IDLE_CLOSE_S is dropped before a server would drop it.  A call that
+        # opens a connection records that time apart (connect_s).  keep_alive = false: a new connection per call.
+        async with client_session(keep_alive=plan.stage.keep_alive) as own:
+            stage = StageRun(runner, own, plan, arm)
+            await stage.run()
+            # the stage's records (and the token counts deferred on its pool) are all on disk before the next
+            await runner._flush()
         await runner._scrape(session, f"load-end {plan.name}")
+        await runner._append({"kind": "stage_end", "stage": plan.name, "arm": arm, "load_run": stage.run_id,
+                              "calls": stage.sent, "stopped": stage.stopped})
         ep = runner.endpoints[arm]
         if ep.engine is not None and not ep.engine.alive():
             raise EngineError(ep.engine.death_note() or f"the engine of arm {arm!r} died during load stage {plan.name!r}")
@@ -129,6 +139,11 @@ class LoopLag:
     def take(self) -> float:
         v, self.worst = self.worst, 0.0
         return round(v, 6)
+
+
+def call_end(rec: dict[str, Any]) -> float:
+    """Epoch time a recorded call ended: t_send + connect_s + latency_s (None counts as 0)."""
+    return rec["t_send"] + (rec.get("connect_s") or 0.0) + (rec.get("latency_s") or 0.0)
 
 
 async def sleep_until(t_epoch: float) -> None:
@@ -209,6 +224,60 @@ class PromptBuilder:
         return " ".join(out)
 
 
+class SharedPrefix:
+    """A closed/open stage's prompts: the case's first messages, with a seeded unique part inserted
+    so that the leading ``fraction`` of each prompt's tokens is shared by all requests.
+
+    Tokens as the simulator counts them: per message, ``ROLE_TOKENS`` for its role, then one per
+    whitespace word of its (string) content.  With T = those tokens + ``UNIQUE_WORDS``, the unique
+    words go where k = round(fraction × T) tokens precede them (at a word boundary; never inside a
+    role), so shared / total = k / T exactly in simulator tokens (at most (T − UNIQUE_WORDS) / T:
+    the unique words come last), and the prompt grows by ``UNIQUE_WORDS`` words only.
+    fraction = 1: no unique part (every request the same prompt).
+    The original text is kept as it is around the inserted words.
+    """
+
+    def __init__(self, messages: list[dict[str, Any]], fraction: float, salt: str):
+        self.messages = messages
+        self.salt = salt
+        self.at: tuple[int, int] | None = None  # (message index, character offset) of the unique part
+        self.shared_tokens = self.total_tokens = sum(ROLE_TOKENS + len(_text(m).split()) for m in messages)
+        if fraction >= 1.0 or not messages:
+            return
+        self.total_tokens += UNIQUE_WORDS
+        k = round(fraction * self.total_tokens)
+        pos = 0
+        for i, m in enumerate(messages):
+            text = _text(m)
+            starts = [w.start() for w in re.finditer(r"\S+", text)]
+            pos += ROLE_TOKENS
+            last = i == len(messages) - 1
+            if isinstance(m.get("content"), str) and (k <= pos + len(starts) or last):
+                j = min(max(0, k - pos), len(starts))
+                self.at = (i, starts[j] if j < len(starts) else len(text))
+                self.shared_tokens = pos + j
+                return
+            pos += len(starts)
+
+    def for_request(self, i: int) -> list[dict[str, Any]]:
+        """Request *i*'s messages (the same list for every *i* when nothing is unique)."""
+        if self.at is None:
+            return self.messages
+        mi, off = self.at
+        text = self.messages[mi]["content"]
+        unique = " ".join(words(UNIQUE_WORDS, f"{self.salt}:{i}"))
+        sep_before = " " if off > 0 and not text[off - 1].isspace() else ""
+        sep_after = " " if off < len(text) else ""
+        msgs = list(self.messages)
+        msgs[mi] = {**msgs[mi], "content": text[:off] + sep_before + unique + sep_after + text[off:]}
+        return msgs
+
+
+def _text(m: dict[str, Any]) -> str:
+    c = m.get("content")
+    return c if isinstance(c, str) else ""
+
+
 async def count_tokens(session: aiohttp.ClientSession, ep: Any, text: str) -> int | None:
     """Tokens of ``text`` by the endpoint's tokenizer: llama.cpp / simulator ``POST /tokenize {"content"}``,
     else vLLM / SGLang ``{"model", "prompt"}``; None when the endpoint offers neither."""
@@ -260,6 +329,7 @@ class StageRun:
         self.first_extra: dict[str, Any] = {}
         self.connect_fails = 0
         self.stopped = False
+        self.sent = 0  # calls sent (each one record)
         self.sending: set[asyncio.Task] = set()  # the tasks inside _send (waiting for a slot or in a call)
         self.sem = asyncio.Semaphore(self.s.max_in_flight) if self.s.max_in_flight else None
 
@@ -294,7 +364,8 @@ class StageRun:
             if self.first_extra:  # the stage's first call carries the trace import and token check
                 m.update(self.first_extra)
                 self.first_extra = {}
-            rec = await self.runner._call(self.session, self.ep, body, m)
+            self.sent += 1
+            rec = await self.runner._call(self.session, self.ep, body, m, defer_counting=True)
         finally:
             self.sending.discard(me)
             if self.sem is not None:
@@ -308,7 +379,11 @@ class StageRun:
             self.connect_fails = 0
         return rec
 
-    def _case_body(self) -> tuple[dict[str, Any], str]:
+    def _case_body(self) -> tuple[Any, str]:
+        """(request index → body, case name): the case's first call, made distinct per request as the
+        stage's ``prefix_sharing`` says (see :class:`SharedPrefix`; the unique words are seeded by the
+        stage's seed, this execution's ``load_run`` id and the request index, so that no two requests —
+        nor a request of an earlier run against the same server — share them)."""
         from ..workload.cases import first_messages  # noqa: PLC0415
 
         cases = self.runner.spec.cases
@@ -316,12 +391,17 @@ class StageRun:
         messages = first_messages(self.runner.exp, case)
         tools = self.runner.exp.tools.get(case.name)
         body = self.runner._body(self.ep, messages, self.s.max_tokens or case.max_tokens, case.temperature, tools=tools)
-        return body, case.name
+        shared = SharedPrefix(messages, self.s.prefix_sharing, f"{self.s.seed}:{self.run_id}")
+
+        def body_for(i: int) -> dict[str, Any]:
+            return body if shared.at is None else {**body, "messages": shared.for_request(i)}
+
+        return body_for, case.name
 
     # -------------------------------------------------- closed loop
 
     async def _closed(self) -> None:
-        body, case = self._case_body()
+        body_for, case = self._case_body()
         s = self.s
         t0 = time.time()
         state = {"next": 0, "measured": 0, "m0": None}
@@ -350,8 +430,9 @@ class StageRun:
             while (c := claim()) is not None:
                 i, warm = c
                 scheduled = prev_end if prev_end is not None else time.time()
+                body = body_for(i)
                 rec = await self._send(body, {"case": case, "repeat": i, "step": 0, "warmup": warm}, scheduled)
-                prev_end = rec["t_send"] + (rec.get("latency_s") or 0.0)
+                prev_end = call_end(rec)
 
         n = self.plan.concurrency or 1
         await asyncio.gather(*(client(k) for k in range(n)))
@@ -359,7 +440,7 @@ class StageRun:
     # -------------------------------------------------- open loop
 
     async def _open(self) -> None:
-        body, case = self._case_body()
+        body_for, case = self._case_body()
         s = self.s
         tasks: set[asyncio.Task] = set()
         t0 = time.time() + 0.05  # a little lead so the first send is on time
@@ -379,6 +460,7 @@ class StageRun:
                     break
                 measured += 1
             scheduled = t0 + off
+            body = body_for(i)  # built before the send time, not after
             await sleep_until(scheduled)
             task = asyncio.create_task(self._send(body, {"case": case, "repeat": i, "step": 0, "warmup": warm}, scheduled))
             tasks.add(task)
@@ -512,11 +594,16 @@ class StageRun:
         for rnd, r in enumerate(reqs):
             if self.stopped:
                 return
-            extra = {"ignore_eos": True, "min_tokens": r.output_tokens} if s.force_output else None
+            # an endpoint that rejected ignore_eos/min_tokens (a strict API: see Runner._fixed_length, which the
+            # warm-up ran first) gets max_tokens alone: the answer may then end before the trace's length
+            force = s.force_output and not self.ep.length_by_prompt
+            extra = {"ignore_eos": True, "min_tokens": r.output_tokens} if force else None
             body = self.runner._body(self.ep, messages, r.output_tokens, 0.0, extra=extra)
             meta: dict[str, Any] = {"case": case, "repeat": r.index, "step": rnd,
                                     "warmup": r.index < s.warmup_requests or scheduled - t0 < s.warmup_s,
                                     "target_input_tokens": r.input_tokens, "target_output_tokens": r.output_tokens}
+            if s.force_output:
+                meta["length_method"] = "ignore_eos" if force else "max_tokens only (engine rejected ignore_eos)"
             if turn_id:
                 meta.update(session=turn_id, turn_id=turn_id)
             rec = await self._send(body, meta, scheduled)
@@ -525,6 +612,5 @@ class StageRun:
             if rnd + 1 < len(reqs):
                 nxt = self._user_message(builder, reqs[rnd + 1], rnd + 1)
                 messages = [*messages, {"role": "assistant", "content": rec.get("_content") or ""}, nxt]
-                end = rec["t_send"] + (rec.get("latency_s") or 0.0)
-                scheduled = end + r.tool_wait_s
+                scheduled = call_end(rec) + r.tool_wait_s
                 await sleep_until(scheduled)

@@ -1,23 +1,39 @@
 """Run an experiment: start engines, do the scheduled work, write the ledger.
 
 The runner measures and records; it computes no statistics (that is
-``leverbench.analysis``).  Every call is appended to the ledger the moment it
-ends, failed or not.  A turn's ``turn`` record is written when the turn ends;
-a resumed run skips every unit whose record is already there.
+``leverbench.analysis``).  Every call is handed to the ledger's writer the
+moment it ends, failed or not; the writer (one thread) appends and fsyncs it
+while the next call goes out, so the fsync never sits inside a measured
+interval.  The run waits for the writer only between units of work (after
+each turn, probe or sentinel; at the end of each load stage; at the end of the
+run, and in any case before it returns or raises).  A turn's ``turn`` record
+is written when the turn ends.  A resumed run skips every unit that already
+has a successful record and re-runs the units whose every record failed (the
+failed records stay in the ledger, superseded: the analysis counts each unit's
+first successful attempt).
+
+Connections: each arm has its own kept-alive pool (see
+:func:`~leverbench.runner.client.client_session`), used by its turns, probes
+and sentinels; each load stage opens its own pool per arm the same way.  The
+time to open a connection is recorded apart as ``connect_s``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import json
 import os
+import signal
+import threading
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, AsyncIterator, Callable
 
 import aiohttp
 
@@ -30,7 +46,7 @@ from ..ledger.records import LEDGER_SCHEMA
 from ..ledger.writer import LedgerWriter
 from ..redact import redact_tree, redact_url, same_origin
 from ..workload.cases import case_size_chars, first_messages, next_messages, step_prompts
-from .client import CallCancelled, Timeouts, messages_sha256, stream_chat
+from .client import CallCancelled, Timeouts, client_session, messages_sha256, stream_chat
 from .discover import api_root, chat_url, endpoint_info, host_info, scrape_metrics
 from .load import run_load
 from .schedule import SENTINEL_CASE, Unit, build_schedule
@@ -91,6 +107,12 @@ class Runner:
         self.endpoints: dict[str, ArmEndpoint] = {}
         self.writer: LedgerWriter | None = None
         self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ledger")
+        self._pending: deque[Future] = deque()  # appends handed to the writer thread, oldest first
+        self._background: set[asyncio.Task] = set()  # deferred token counts, each appending its record when done
+        self._pools: dict[str, aiohttp.ClientSession] = {}  # per arm: its turns', probes' and sentinels' connections
+        self._failed: set[tuple] = set()  # on resume: units whose every record failed (run again)
+        self._fresh = False  # --resume found a ledger that holds no run yet: start it afresh
+        self.stages_done: set[tuple[str, str]] = set()  # on resume: (load stage, arm) pairs that finished
         self.keep_text = self.spec.experiment.store_text
 
     # ------------------------------------------------------------ set-up
@@ -111,12 +133,24 @@ class Runner:
                 ep.discovered.update(ep.engine.discover())
 
     def stop_engines(self) -> None:
-        for ep in self.endpoints.values():
-            if ep.engine is not None:
-                ep.engine.stop()
+        """Stop every engine the tool started; a second Ctrl-C (or a SIGTERM) meanwhile waits until they are
+        (they run in their own session: the terminal's SIGINT never reaches them)."""
+        held = _hold_signals()
+        try:
+            for ep in self.endpoints.values():
+                if ep.engine is not None:
+                    ep.engine.stop()
+        finally:
+            _release_signals(held)
 
     def _completed(self) -> set[tuple]:
+        """The units a resumed run skips: those with a successful record (a failed unit is run again)."""
         ledger_path = self.out / "ledger.jsonl"
+        if ledger_path.exists() and not holds_a_run(ledger_path):
+            # stopped before its first record (engine start, discovery): nothing measured, nothing to keep
+            ledger_path.unlink()
+            self._fresh = True
+            return set()
         if not ledger_path.exists():
             if self.resume:
                 raise BadInput(f"{self.out}: nothing to resume (no ledger.jsonl); run without --resume")
@@ -133,7 +167,12 @@ class Runner:
                                "experiment file (only --repeats may grow)")
             if new < (old or 0):
                 raise BadInput(f"{self.out}: --repeats {new} is fewer than the run's {old}")
-        return {Unit.of_record(r).key() for r in led.records if r.get("kind") in ("turn", "probe", "sentinel")}
+        units = [(Unit.of_record(r).key(), r.get("error") is None) for r in led.records
+                 if r.get("kind") in ("turn", "probe", "sentinel")]
+        self.stages_done = {(r.get("stage"), r.get("arm")) for r in led.of_kind("stage_end")}
+        done = {k for k, ok in units if ok}
+        self._failed = {k for k, _ in units} - done
+        return done
 
     def _header(self) -> dict[str, Any]:
         return {
@@ -166,14 +205,20 @@ class Runner:
         return body
 
     async def _call(self, session: aiohttp.ClientSession, ep: ArmEndpoint, body: dict[str, Any],
-                    meta: dict[str, Any], *, think_tags: bool = False) -> dict[str, Any]:
+                    meta: dict[str, Any], *, think_tags: bool = False, defer_counting: bool = False) -> dict[str, Any]:
         """One call, recorded; with ``retries`` set, a failed attempt is recorded and tried again
         (``_retried_s`` on the returned record: the seconds its retried attempts took).
-        A fixed-length call (``meta`` has ``length_method``) gets :func:`length_check`'s fields; one
-        the endpoint rejected for its forcing fields is not tried again (the caller falls back)."""
+        A fixed-length call (``meta`` has ``length_method`` and ``probe_tokens``) gets :func:`length_check`'s fields; one
+        the endpoint rejected for its forcing fields is not tried again (the caller falls back).
+
+        A call the server sent no usage for is counted with its tokenizer (:func:`count_tokens`): harness
+        time that must not enter a measurement.  It is recorded as ``harness_s`` (a turn leaves it out of
+        its time); with *defer_counting* (load stages, whose next send must not wait for it) the counting
+        and the record's append happen in the background (:meth:`_flush` waits for them) and the record
+        comes back without its counts."""
         retried_s = 0.0
         for attempt in range(self.retries + 1):
-            cancelled: CallCancelled | None = None
+            cancelled: asyncio.CancelledError | None = None
             try:
                 rec = await stream_chat(session, chat_url(ep.base_url), body, headers=ep.headers,
                                         timeouts=self.timeouts, keep_text=self.keep_text, think_tags=think_tags)
@@ -181,8 +226,14 @@ class Runner:
                 rec, cancelled = exc.record, exc
             content = rec.pop("_content")
             reasoning = rec.pop("_reasoning")
-            if rec["error"] is not None and rec["error"]["class"] == "no_usage":
-                await count_tokens(session, ep.base_url, ep.headers, body["messages"], content + reasoning, rec)
+            uncounted = rec["error"] is not None and rec["error"]["class"] == "no_usage"
+            if uncounted and not defer_counting:
+                h0 = time.perf_counter()
+                try:
+                    await count_tokens(session, ep.base_url, ep.headers, body["messages"], content + reasoning, rec)
+                except asyncio.CancelledError as exc:  # Ctrl-C while counting: recorded uncounted (below), then stop
+                    cancelled = exc
+                rec["harness_s"] = time.perf_counter() - h0
             messages = body["messages"]
             sent = {k: v for k, v in body.items() if k not in ("messages", "tools")}
             out = {**meta, **rec, "request": sent, "input_sha256": messages_sha256(messages),
@@ -197,14 +248,18 @@ class Runner:
                 raise cancelled
             if rec["error"] is not None and ep.engine is not None and (note := ep.engine.death_note()):
                 out["error"] = {"class": "engine_died", "message": note[:2000]}
-            if "length_method" in meta:
+            if "length_method" in meta and "probe_tokens" in meta:
                 out.update(length_check(out, body, meta["probe_tokens"]))
             will_retry = (out["error"] is not None and attempt < self.retries and out["error"]["class"] != "engine_died"
                           and not out.get("rejected_fields"))
             if will_retry:
                 out["retried"] = True
-                retried_s += out["latency_s"]
-            await self._append(out)
+                retried_s += (out.get("connect_s") or 0.0) + out["latency_s"]
+            if uncounted and defer_counting:
+                self._background.add(asyncio.create_task(self._count_then_append(
+                    session, ep, body["messages"], content + reasoning, out)))
+            else:
+                await self._append(out)  # returns at once: the next call is not held up by the fsync
             if not will_retry:
                 break
         out["_content"] = content
@@ -212,10 +267,50 @@ class Runner:
         return out
 
     async def _append(self, record: dict[str, Any]) -> None:
-        """Append off the event loop (the fsync can stall for milliseconds on a busy disk); one
-        worker thread keeps the ledger's order and its single writer."""
+        """Hand a copy of *record* to the ledger's writer thread and return at once.
+
+        The fsync can stall for milliseconds on a busy disk (100 ms and more on a shared one); it must
+        not delay the next call.  One worker thread keeps the ledger's order and its single writer;
+        :meth:`_flush` waits for it at the safe points.  A failed earlier append (disk full) is raised
+        here or there.  The copy is shallow: what the record holds must not be changed afterwards."""
         assert self.writer is not None
-        await asyncio.get_running_loop().run_in_executor(self._io, self.writer.append, record)
+        self._reap()
+        self._pending.append(self._io.submit(self.writer.append, dict(record)))
+
+    def _reap(self) -> None:
+        """Forget the appends that are done, oldest first; raise the first one that failed."""
+        while self._pending and self._pending[0].done():
+            self._pending.popleft().result()
+
+    async def _count_then_append(self, session: aiohttp.ClientSession, ep: ArmEndpoint,
+                                 messages: list[dict[str, Any]], output: str, out: dict[str, Any]) -> None:
+        """A deferred :func:`count_tokens` (see :meth:`_call`): count, then append the record."""
+        record = dict(out)
+        h0 = time.perf_counter()
+        try:
+            await count_tokens(session, ep.base_url, ep.headers, messages, output, record)
+        except asyncio.CancelledError:  # Ctrl-C while counting: the call is recorded all the same, uncounted
+            self._append_now(out)
+            raise
+        record["harness_s"] = time.perf_counter() - h0
+        await self._append(record)
+
+    async def _flush(self) -> None:
+        """Wait until every record handed over so far is written and fsync'd.  Called only outside
+        measured intervals: after each unit, at the end of each load stage and of the run.  Deferred
+        token counts (:meth:`_call`) are waited for first."""
+        while self._background:
+            await asyncio.gather(*list(self._background))
+            self._background = {t for t in self._background if not t.done()}
+        if self._pending:  # one thread, in order: when the last is done, all are
+            await asyncio.wait([asyncio.wrap_future(self._pending[-1])])
+        self._reap()
+
+    def pool(self, arm: str) -> aiohttp.ClientSession:
+        """The arm's kept-alive connection pool (for its turns, probes and sentinels)."""
+        if arm not in self._pools:
+            self._pools[arm] = client_session()
+        return self._pools[arm]
 
     def _append_now(self, record: dict[str, Any]) -> None:
         """Append and wait for the write, blocking the loop: for a record written while the run is being
@@ -241,7 +336,8 @@ class Runner:
 
     async def _turn(self, session: aiohttp.ClientSession, unit: Unit) -> None:
         """One agent turn: its scripted steps, each continued through tool calls until the model
-        answers without one or the case's step limit is reached."""
+        answers without one or the case's step limit is reached.  ``turn_s`` is the full wall clock
+        (connect time included); each call's own times are in its record."""
         ep = self.endpoints[unit.arm]
         case = next(c for c in self.spec.cases if c.name == unit.case)
         tools = self.exp.tools.get(case.name)
@@ -275,7 +371,7 @@ class Runner:
                 messages = [*messages, assistant_tool_message(rec["_content"], rec["tool_calls"]), *results]
             if failed_out or step_limit:
                 break
-        model_s = time.perf_counter() - t0
+        model_s = time.perf_counter() - t0 - sum(c.get("harness_s") or 0.0 for c in calls)  # not the tokenizer's
         failed = [c for c in calls if c["error"] is not None]
         err = None
         if failed:
@@ -329,49 +425,68 @@ class Runner:
                                     "samples": samples})
 
     async def _main(self, units: list[Unit], done: set[tuple]) -> None:
-        conn = aiohttp.TCPConnector(limit=0, force_close=True)  # llama-server closes idle keep-alive connections; a reused stale one fails
-        async with aiohttp.ClientSession(connector=conn) as session:
+        # SIGTERM (kill, timeout) stops the run as Ctrl-C does: the calls in flight are recorded as cancelled
+        _on_main_thread(asyncio.get_running_loop().add_signal_handler, signal.SIGTERM, asyncio.current_task().cancel)
+        # discovery, metrics scrapes: a connection each; model calls go through each arm's kept-alive pool
+        async with client_session(keep_alive=False) as session, self._arm_pools():
             for ep in self.endpoints.values():
                 murl = ep.arm.metrics_url
                 ep.discovered.update(await endpoint_info(session, ep.base_url, ep.headers, metrics_url=murl,
                                                          metrics_headers=ep.headers_for(murl) if murl else None,
                                                          known=ep.discovered))
-            if not done:
+            if not self.resume or self._fresh:
                 await self._append(self._header())
             for name in self.endpoints:  # a fresh server's first call is slow; measure it, don't count it
-                await self._fixed_length(session, Unit("warmup", name, SENTINEL_CASE, 0, 8))
+                await self._fixed_length(self.pool(name), Unit("warmup", name, SENTINEL_CASE, 0, 8))
+            await self._flush()
             todo = [u for u in units if u.key() not in done]
             total = len(units)
             finished = total - len(todo)
-            # The server's counters are scraped around each arm's block: in blocked order around each arm's
-            # own units (so arms sharing one endpoint are told apart), else around all of them.
+            # The server's counters are scraped around each arm's block (its turns, probes and sentinels: in
+            # blocked order around each arm's own units, so arms sharing one endpoint are told apart, else
+            # around all of them) and around each run of probes (one prompt sent again: what a cache finds).
             blocked = self.spec.experiment.order == "blocked"
-            block_arm: str | None = None
-            if not blocked:
-                await self._scrape(session, "before")
-            for unit in todo:
-                if blocked and unit.arm != block_arm:
-                    if block_arm is not None:
-                        await self._scrape(session, "after", [block_arm])
-                    block_arm = unit.arm
-                    await self._scrape(session, "before", [block_arm])
+
+            def block_arms(u: Unit) -> list[str] | None:  # whose endpoints a scrape around *u* covers
+                return [u.arm] if blocked else None
+            for k, unit in enumerate(todo):
+                prev = todo[k - 1] if k else None
+                if prev is None or (blocked and unit.arm != prev.arm):
+                    if prev is not None:
+                        await self._scrape(session, "after", block_arms(prev))
+                    await self._scrape(session, "before", block_arms(unit))
+                if unit.kind == "probe" and (prev is None or prev.kind != "probe" or (blocked and prev.arm != unit.arm)):
+                    await self._scrape(session, "probes-before", block_arms(unit))
                 if self.progress:
                     self.progress(unit, finished, total)
                 if unit.kind == "turn":
-                    await self._turn(session, unit)
+                    await self._turn(self.pool(unit.arm), unit)
                 else:
-                    await self._fixed_length(session, unit)
+                    await self._fixed_length(self.pool(unit.arm), unit)
+                await self._flush()  # between units: nothing is being measured
                 finished += 1
+                nxt = todo[k + 1] if k + 1 < len(todo) else None
+                if unit.kind == "probe" and (nxt is None or nxt.kind != "probe" or (blocked and nxt.arm != unit.arm)):
+                    await self._scrape(session, "probes-after", block_arms(unit))
                 dead = [ep.engine.death_note() for ep in self.endpoints.values() if ep.engine and not ep.engine.alive()]
                 if dead:
                     raise EngineError(dead[0] or "an engine died")
-            if not blocked:
-                await self._scrape(session, "after")
-            elif block_arm is not None:
-                await self._scrape(session, "after", [block_arm])
+            if todo:
+                await self._scrape(session, "after", block_arms(todo[-1]))
             await run_load(self, session)
             if self.progress:
                 self.progress(Unit("done", "", "", 0), finished, total)
+            await self._flush()
+
+    @contextlib.asynccontextmanager
+    async def _arm_pools(self) -> AsyncIterator[None]:
+        """Close the arms' connection pools (see :meth:`pool`) when the work ends, however it ends."""
+        try:
+            yield
+        finally:
+            for pool in self._pools.values():
+                await pool.close()
+            self._pools.clear()
 
     def run(self) -> Path:
         """Do the experiment's work; returns the ledger path.  Engines are always stopped."""
@@ -380,22 +495,60 @@ class Runner:
         sizes = {c.name: case_size_chars(self.exp, c) for c in self.spec.cases}
         units = build_schedule(self.spec, sizes)
         self.out.mkdir(parents=True, exist_ok=True)
-        self.writer = LedgerWriter(self.out / "ledger.jsonl")
+        keys = tuple(h.removeprefix("Bearer ") for ep in self.endpoints.values() for h in ep.headers.values())
+        self.writer = LedgerWriter(self.out / "ledger.jsonl", secrets=keys)
         try:
-            if done:
+            if self.resume and not self._fresh:
+                failed = sum(1 for u in units if u.key() in self._failed)
                 self.writer.append({"kind": "resume", "at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                                     "tool_version": __version__, "completed_units": len(done),
-                                    "repeats": self.spec.experiment.repeats})
-            self._start_engines()
+                                    "failed_units_rerun": failed, "repeats": self.spec.experiment.repeats})
+            previous = _on_main_thread(signal.signal, signal.SIGTERM, _sigterm_as_interrupt)  # outside the loop
             try:
+                self._start_engines()
                 asyncio.run(self._main(units, done))
-            except KeyboardInterrupt:
+            except (KeyboardInterrupt, asyncio.CancelledError):  # Ctrl-C, or SIGTERM (see _main)
                 raise Interrupted(str(self.out)) from None
+            finally:
+                if previous is not None:
+                    signal.signal(signal.SIGTERM, previous)
         finally:
             self.stop_engines()
-            self._io.shutdown(wait=True)
+            self._io.shutdown(wait=True)  # every record handed to the writer is written, whatever ended the run
             self.writer.close()
+        self._reap()  # a normal end: a failed append is an error
         return self.out / "ledger.jsonl"
+
+
+def holds_a_run(path: Path) -> bool:
+    """Whether a ledger holds its run header: a first line written whole.  A file without one (empty, or a
+    header cut by a crash) is what a run stopped before its first record leaves: no measurement in it."""
+    with open(path, "rb") as fh:
+        return fh.readline().endswith(b"\n")
+
+
+def _sigterm_as_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+_HELD = (signal.SIGINT, signal.SIGTERM)
+
+
+def _on_main_thread(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` where signals can be handled (the main thread); elsewhere (a test's thread) None."""
+    return fn(*args) if threading.current_thread() is threading.main_thread() else None
+
+
+def _hold_signals() -> dict[int, Any]:
+    """Ignore Ctrl-C and SIGTERM (on the main thread), returning the handlers to put back."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {s: signal.signal(s, signal.SIG_IGN) for s in _HELD}
+
+
+def _release_signals(held: dict[int, Any]) -> None:
+    for s, handler in held.items():
+        signal.signal(s, handler)
 
 
 def assistant_tool_message(content: str, tool_calls: list[dict[str, Any]]) -> dict[str, Any]:

@@ -21,7 +21,16 @@ A stage drives one or more arms with many calls at once, in one of three modes:
     has arrived and its tool wait (also divided by ``speed``) is over.
 
 closed and open stages send the first call of ``case`` (default: the first
-case).  Each stage has an optional warm-up (``warmup_requests`` requests and/or
+case), each request with a **distinct prompt** by default: a short seeded
+unique part (a few words) is inserted so that only the leading
+``prefix_sharing`` fraction of the prompt's tokens (0.0–1.0, default 0.0) is
+the same in all requests of the stage — the shared part first, then the
+unique part and the rest of the case's text, which a prefix cache cannot reuse
+after the unique part.  1.0 sends the identical prompt every time (a
+cache-hit benchmark on a server with a prefix cache).  Tokens are counted as
+the simulator counts them (a message's role, then one per whitespace word), so
+on a real tokenizer the share is approximate; tool schemas, which chat
+templates put first, are shared whatever the setting.  Each stage has an optional warm-up (``warmup_requests`` requests and/or
 ``warmup_s`` seconds, sent but marked ``warmup`` and left out of the
 analysis) and a bound after the warm-up: ``requests`` and/or ``duration_s``,
 whichever comes first.  A list in ``concurrency`` or ``rate`` is a sweep: one
@@ -71,6 +80,8 @@ class LoadStage(BaseModel):
     arms: list[str] | None = Field(None, description="arms to drive, one after another (default: all)")
     # what to send
     case: str | None = Field(None, description="closed/open: the case whose first call is sent (default: the first)")
+    prefix_sharing: float = Field(0.0, ge=0.0, le=1.0, description="closed/open: fraction of each prompt's tokens "
+                                  "shared by all the stage's requests (shared part first; 0: all distinct, 1: identical)")
     trace: str | None = Field(None, description="trace mode: traffic file, relative to the experiment file")
     trace_format: Literal[TRACE_FORMATS] | None = None  # type: ignore[valid-type]
     speed: float = Field(1.0, gt=0, description="trace mode: arrival times and tool waits are divided by this")
@@ -88,8 +99,8 @@ class LoadStage(BaseModel):
     seed: int = 0
     ramp_s: float = Field(0.0, ge=0, description="closed loop: client k of N starts k·ramp_s/N after the first "
                                                  "(0: all at once, so their sends come in bursts)")
-    keep_alive: bool = Field(True, description="reuse connections between calls (false: a new connection per call, "
-                                               "like the regular schedule)")
+    keep_alive: bool = Field(True, description="reuse connections between calls, as the turns do (false: a new "
+                                               "connection per call); connect time is recorded apart (connect_s)")
     max_in_flight: int | None = Field(None, ge=1, description="open/trace: cap on calls in flight (late sends still "
                                                                   "count their wait: latency is taken from the schedule)")
     # bounds
@@ -112,6 +123,9 @@ class LoadStage(BaseModel):
             for k in ("case", "concurrency", "rate"):
                 if getattr(self, k) is not None:
                     raise ValueError(f"{k} does not apply to a trace stage (the trace sets what and when)")
+            if "prefix_sharing" in self.model_fields_set:
+                raise ValueError("prefix_sharing does not apply to a trace stage (its prompts share what the trace's "
+                                 "hash ids share)")
             return self
         if self.trace is not None:
             raise ValueError("trace applies to mode = \"trace\" only")
@@ -168,6 +182,8 @@ class PlannedStage:
             out.update(rate=self.rate, arrival=s.arrival)
             if s.arrival == "gamma":
                 out["burstiness"] = s.burstiness
+        if s.mode != "trace":
+            out["prefix_sharing"] = s.prefix_sharing
         else:
             out["speed"] = s.speed
         for k in ("slo_ttft_s", "slo_tpot_s", "slo_e2e_s"):
