@@ -206,8 +206,8 @@ class VllmEngine(EngineProcess):
         """Facts about the started server: vLLM's distribution and version, its arguments and model."""
         dist = distribution() or ("vllm", "unknown")
         out: dict[str, Any] = {"engine": "vllm", "engine_build": {"distribution": dist[0], "version": dist[1]},
-                               "engine_args": self.args, "ctx_size": self.ctx_size, "model_file": self.model_dir.name
-                               if self.model_dir else None}
+                               "engine_args": self.args, "ctx_size": self.ctx_size,
+                               "model_file": self.model_dir.name if self.model_dir else None}
         source = self.model_dir / SOURCE_FILE if self.model_dir else None
         if source and source.is_file():
             out["model_source"] = json.loads(source.read_text()).get("gguf")
