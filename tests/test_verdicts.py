@@ -23,6 +23,9 @@ def _three_arm_ledger(times: dict[str, tuple[float, ...]], outs: dict[str, int] 
     for r in range(len(times["base"])):
         for arm in THREE:
             recs += turn(arm, "c", r, times[arm][r], outs.get(arm, 100))
+    for rec in recs:  # the cache arms' calls found half their prompt cached: the lever engaged
+        if rec["kind"] == "call" and THREE[rec["arm"]]["prefix_cache"]:
+            rec["cached_tokens"] = rec["prompt_tokens"] // 2
     return head, recs
 
 
@@ -278,3 +281,131 @@ def test_sglang_samples_with_extra_labels_are_summed():
     m = arm_metrics(before, after)
     assert m["queue_s_per_request"] == pytest.approx((2.0 + 4.0) / (10.0 + 10.0))
     assert m["sglang_cache_hit_rate"] == pytest.approx(0.6)
+
+
+# ------------------------------------------------------------------ review findings: each a test
+
+
+def test_the_results_tables_vs_baseline_row_is_the_baseline_comparison():
+    from leverbench.report.tables import result_table
+    head, recs = _three_arm_ledger({"base": (10.0,) * 3, "control": (8.0,) * 3, "treatment": (4.0,) * 3})
+    s = summarize(ledger(head, recs))
+    row = next(r for r in result_table(s).rows if r[0] == "vs base")
+    assert row[1:] == ["1.00x (baseline)", "1.25x", "2.50x"]  # 10/8 and 10/4, not treatment vs control's 2.00x
+
+
+def test_off_values_are_one_value_and_absent_is_off():
+    from leverbench.analysis.knobs import differing
+    assert differing({"drafter": "none"}, {}) == []
+    assert differing({"drafter": "none", "prefix_cache": False}, {"drafter": False, "prefix_cache": "off"}) == []
+    assert differing({"drafter": "none"}, {"drafter": "ngram"}) == ["drafter"]
+    assert differing({"engine_version": "1"}, {}) == ["engine_version"]
+
+
+def test_a_request_switch_is_a_knob_and_two_arms_differing_in_nothing_are_a_replicate():
+    """llama.cpp's cache is switched off per request (cache_prompt = false): that is the prefix_cache knob."""
+    arms = {"nocache": {}, "cache": {}, "twin": {}}
+    head = header(arms, ["c"])
+    head["config"]["arms"][0]["request"] = {"cache_prompt": False}
+    for a in arms:
+        head["arms"][a]["discovered"] = {"knobs": {"engine": "llama.cpp", "prefix_cache": True}}
+    recs = []
+    for r in range(2):
+        for a, t in (("nocache", 10.0), ("cache", 5.0), ("twin", 5.1)):
+            recs += turn(a, "c", r, t, 100)
+    for rec in recs:
+        if rec["kind"] == "call" and rec["arm"] != "nocache":
+            rec["cached_tokens"] = 90
+    s = summarize(ledger(head, recs))
+    cache = _m(s, "cache", "nocache")
+    assert cache["knobs"] == ["prefix_cache"] and cache["lever"] == "prefix_cache" and cache["controlled"] is True
+    twin = _m(s, "twin", "nocache")
+    assert twin["lever"] == "prefix_cache"
+    replicate = next(m for m in s["multipliers"] if {m["arm"], m["vs"]} == {"cache", "twin"}) \
+        if any({m["arm"], m["vs"]} == {"cache", "twin"} for m in s["multipliers"]) else None
+    assert replicate is None  # not a lever: no comparison is made for it beyond the baseline's
+    assert not any(m["controlled"] and not m["knobs"] for m in s["multipliers"])
+    assert {(m["arm"], m["vs"]) for m in s["multipliers"] if m["scope"] == "total"} == {("cache", "nocache"),
+                                                                                        ("twin", "nocache")}
+
+
+def test_a_baseline_with_the_lever_on_is_measured_the_other_way_round():
+    """prod has the cache; the experiment's other arm turns it off: the lever's multiplier is prod vs nocache."""
+    arms = {"prod": {"prefix_cache": True}, "nocache": {"prefix_cache": False}}
+    recs = []
+    for r in range(3):
+        recs += turn("prod", "c", r, 4.0, 100) + turn("nocache", "c", r, 8.0, 100)
+    for rec in recs:
+        if rec["kind"] == "call" and rec["arm"] == "prod":
+            rec["cached_tokens"] = 90
+    s = summarize(ledger(header(arms, ["c"]), recs))
+    base_row = _m(s, "nocache", "prod")  # the baseline comparison stays, in no lever's direction
+    assert base_row["value"] == pytest.approx(0.5) and base_row["lever"] is None
+    lever = _m(s, "prod", "nocache")
+    assert lever["value"] == pytest.approx(2.0) and lever["lever"] == "prefix_cache"
+    (row,) = [l for l in s["levers"] if l["lever"] == "prefix_cache"]
+    assert (row["arm"], row["vs"], row["multiplier"], row["engaged"]) == ("prod", "nocache", pytest.approx(2.0), True)
+
+
+def test_a_contradicted_knob_or_a_reference_that_used_the_lever_refuses_it():
+    arms = {"base": {"prefix_cache": False}, "cache": {"prefix_cache": True}}
+    recs = []
+    for r in range(3):
+        recs += turn("base", "c", r, 5.0, 100) + turn("cache", "c", r, 5.0, 100)
+    for rec in recs:
+        if rec["kind"] == "call":
+            rec["cached_tokens"] = 80  # both arms served 80 % of their prompts from a cache
+    head = header(arms, ["c"])
+    head["arms"]["base"]["discovered"] = {"knobs": {"prefix_cache": True}}  # and the base's server says it caches
+    s = summarize(ledger(head, recs))
+    m = _m(s, "cache", "base")
+    assert m["citable"] is False
+    assert "base: declared prefix_cache = False, but the endpoint says on" in m["reason"]
+    assert "the reference base used prefix_cache too" in m["reason"]
+
+
+def _window(arm, when, t, hits, queries):
+    return _metrics(arm, when, t, **{"vllm:prefix_cache_hits_total": hits, "vllm:prefix_cache_queries_total": queries})
+
+
+def test_metrics_windows_of_a_resumed_run_add_up():
+    """Each before → after pair is a window (a resumed run adds one; an engine restart resets counters, which a
+    window never spans); the arm's figures are the windows' deltas summed."""
+    from leverbench.analysis.metrics import server_metrics
+    recs = [_window("a", "before", 1, 0, 0), _window("a", "after", 2, 60, 100),  # first run: 60 of 100
+            _window("a", "before", 3, 5, 10), _window("a", "after", 4, 25, 110),  # resumed, restarted: 20 of 100
+            _window("a", "before", 5, 25, 110), _window("a", "after", 6, 25, 110)]  # resumed with nothing left
+    (row,) = server_metrics(recs, ["a"], {})
+    assert row["prefix_cache_hit_share"] == pytest.approx((60 + 20) / (100 + 100)) and row["windows"] == 3
+
+
+def test_one_server_under_two_spellings_is_one_endpoint():
+    from leverbench.analysis.metrics import server_metrics
+    head = {"arms": {"a": {"endpoint": "http://localhost:8000"}, "b": {"endpoint": "http://127.0.0.1:8000/"}},
+            "config": {"arms": [{"name": "a"}, {"name": "b"}]}}
+    recs = [_window("a", "before", 1, 0, 0), _window("b", "before", 1, 0, 0),
+            _window("a", "after", 2, 5, 10), _window("b", "after", 2, 5, 10)]
+    assert {r["attribution"] for r in server_metrics(recs, ["a", "b"], head)} == {"mixed"}
+
+
+def test_a_drafter_lever_is_projected_when_prefill_cannot_be():
+    """Amdahl's drafter needs the pair's decode rates only: an arm whose prefill is refused keeps its decode."""
+    head, recs = _vllm_ledger()
+    head["arms"]["cache"]["conditions"]["drafter"] = "ngram"
+    head["arms"]["nocache"]["conditions"]["prefix_cache"] = True  # now the pair differs in the drafter only
+    recs = [r for r in recs if r["kind"] != "metrics"]  # no counters: the cache arm's prefill cannot be projected
+    for r in recs:
+        if r["kind"] == "probe" and r["arm"] == "cache":
+            r["latency_s"] = r["ttft_s"] + r["completion_tokens"] / 100.0  # the drafter decodes at 100 tok/s
+    s = summarize(ledger(head, recs), scenario=(2000, 1000))
+    p = {a["arm"]: a for a in s["projection"]["arms"]}
+    assert p["cache"]["prefill_s"] is None and "cannot be told apart" in p["cache"]["prefill_refused"]
+    assert p["cache"]["decode_s"] == pytest.approx(10.0)
+    (lever,) = s["projection"]["levers"]
+    assert lever["lever"] == "drafter" and lever["saved_s"] == pytest.approx(1000 / 50 - 1000 / 100)
+
+
+def test_the_phase_of_a_lever_is_known_by_its_name_not_guessed():
+    from leverbench.analysis.knobs import lever_phase
+    assert [lever_phase(k) for k in ("prefix_cache", "drafter", "kv_cache_dtype", "gpu_spec", "engine_version")] == \
+        ["prefill", "decode", "both", "both", "both"]

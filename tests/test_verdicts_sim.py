@@ -104,3 +104,45 @@ def test_vllm_default_flags_cache_is_engaged_from_its_counters(run):
     assert not any("not engaged" in w for w in s["warnings"])
     lever = next(l for l in s["projection"]["levers"] if l["lever"] == "drafter")
     assert lever["credited"] is True and lever["phase"] == "decode"
+
+
+def test_a_load_stages_cached_share_on_vllm_defaults_comes_from_its_counters(tmp_path):
+    """vLLM's default flags put no cached tokens in usage: the stage's share is the server's own counters',
+    never 0 for "not reported"."""
+    from one_arm import one_arm_experiment
+    from leverbench.analysis.load import load_summary
+    from leverbench.config import load
+    from leverbench.runner.run import Runner
+
+    stage = ('[[load]]\nname = "half"\nmode = "closed"\nconcurrency = 2\nrequests = 12\nprefix_sharing = 0.5\n'
+             'warmup_requests = 2\n')
+    cfg = SimConfig(dialect="vllm", prefill_tps=200_000.0, decode_tps=2000.0, output_tokens=4, cache_block=4)
+    with SimulatorThread(cfg) as s:
+        exp = one_arm_experiment(tmp_path, s.base_url + "/v1", tail=stage)
+        long_prompt = synthetic_text(400, "share")  # 400 words: each request's 4 unique ones replace a few
+        exp.write_text(exp.read_text().replace('prompt = "hi"', f'prompt = "{long_prompt}"'))
+        Runner(load(exp), tmp_path / "run").run()
+        truth = s.truth()
+    row = next(r for r in load_summary(read_ledger(tmp_path / "run")) if r["stage"] == "half")
+    assert row["cached_share_source"] == "server counters over the stage" and row["cached_tokens"] is None
+    stage_truth = truth[-14:]  # the stage's 2 warm-up and 12 measured requests (its counters cover all 14)
+    want = sum(t["cached_tokens"] for t in stage_truth) / sum(t["prompt_tokens"] for t in stage_truth)
+    assert row["cached_share"] == pytest.approx(want, abs=1e-9) and row["cached_share"] == pytest.approx(0.5, abs=0.05)
+
+
+def test_counting_tokens_for_a_server_without_usage_stays_out_of_the_turn(tmp_path):
+    from one_arm import one_arm_experiment
+    from leverbench.config import load
+    from leverbench.runner.run import Runner
+
+    with SimulatorThread(SimConfig(prefill_tps=200_000.0, decode_tps=400.0, output_tokens=8, fault_no_usage=1.0)) as s:
+        exp = one_arm_experiment(tmp_path, s.base_url + "/v1", tail='[[cases.steps]]\nprompt = "more"\nmax_tokens = 8\n')
+        Runner(load(exp), tmp_path / "run").run()
+    recs = read_ledger(tmp_path / "run").records
+    calls = [r for r in recs if r["kind"] == "call"]
+    (turn,) = [r for r in recs if r["kind"] == "turn"]
+    assert all(c["usage_missing"] and c["harness_s"] > 0 and c["error"] is None for c in calls)
+    wall = sum((c["connect_s"] or 0) + c["latency_s"] for c in calls)
+    # the turn is its calls' time (plus microseconds between them), not their tokenizer round trips too
+    assert turn["turn_s"] == pytest.approx(wall, abs=0.005)
+    assert turn["turn_s"] < wall + sum(c["harness_s"] for c in calls) - 0.001

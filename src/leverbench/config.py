@@ -43,7 +43,8 @@ class ExperimentSection(_Strict):
     volume_tolerance_total: float = Field(0.05, ge=0)
     store_text: bool = False
     drift_tolerance: float = Field(0.10, gt=0)
-    sentinel_tokens: int = Field(16, ge=0, description="0 disables the drift sentinels")
+    sentinel_tokens: int = Field(48, ge=0, description="tokens each drift sentinel decodes (more: a steadier rate); "
+                                                       "0 disables them")
     timeouts: TimeoutsSpec = Field(default_factory=TimeoutsSpec)
     retries: int = Field(0, ge=0, le=10, description="retry a failed call this many times; every attempt is recorded")
     engaged_acceptance_min: float = Field(0.2, ge=0, le=1)

@@ -66,8 +66,7 @@ from typing import Iterator, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-TRACE_FORMATS = ("mooncake", "azure", "tracelab-replay", "tracelab-round", "vllm-bench", "aiperf", "leverbench",
-                 "generic")
+from .traces.names import FORMATS as TRACE_FORMATS
 
 
 class LoadStage(BaseModel):

@@ -1,0 +1,101 @@
+"""Reading traffic files: whole text (small formats), the head (detection), JSON lines and CSV rows."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from ...errors import BadInput
+from .records import Rows
+
+#: Bytes read to detect a format (the first record of a log is far shorter).
+HEAD_BYTES = 1 << 16
+#: A file whose first line is not a JSON document is read whole as one (an indented result) only below this size.
+MAX_DOCUMENT_BYTES = 1 << 28
+
+
+def _open_error(path: Path, exc: OSError) -> BadInput:
+    if isinstance(exc, FileNotFoundError):
+        return BadInput(f"{path}: no such file")
+    if isinstance(exc, IsADirectoryError):
+        return BadInput(f"{path}: is a directory; give a traffic file (or a leverbench run directory)")
+    return BadInput(f"{path}: cannot read: {exc.strerror or exc}")
+
+
+def _decode(path: Path, raw: bytes, cut: bool = False) -> str:
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        if cut and exc.start >= len(raw) - 3:  # a character split by the end of the head
+            return raw[:exc.start].decode("utf-8-sig")
+        raise BadInput(f"{path}: not UTF-8 text (byte {exc.start}); traffic files are CSV, JSON or JSONL") from None
+
+
+def read_text(path: Path) -> str:
+    """The whole file as text; BadInput for a missing, unreadable or non-UTF-8 file."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise _open_error(path, exc) from None
+    return _decode(path, raw)
+
+
+def read_head(path: Path) -> str:
+    """The first HEAD_BYTES of the file as text (a whole first line unless the line is longer)."""
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(HEAD_BYTES)
+    except OSError as exc:
+        raise _open_error(path, exc) from None
+    return _decode(path, raw, cut=len(raw) == HEAD_BYTES)
+
+
+def first_line(text: str) -> str:
+    return next((line for line in text.splitlines() if line.strip()), "")
+
+
+def first_json(path: Path, head: str) -> Any:
+    """The first JSON value of the file: its first line, else the whole file as one document."""
+    first = first_line(head)
+    try:
+        return json.loads(first)
+    except json.JSONDecodeError:
+        pass
+    if path.stat().st_size <= MAX_DOCUMENT_BYTES:
+        try:
+            return json.loads(read_text(path))  # one indented JSON document
+        except json.JSONDecodeError:
+            pass
+    raise BadInput(f"{path}: line 1 is not valid JSON; is this a JSONL trace? (or name --trace-format)")
+
+
+def jsonl(text: str, rows: Rows) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) for each JSON-object line; bad lines are counted as skipped."""
+    for i, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except (json.JSONDecodeError, RecursionError):
+            rows.skip("bad JSON", i)
+            continue
+        if not isinstance(obj, dict):
+            rows.skip("not a JSON object", i)
+            continue
+        yield i, obj
+
+
+def csv_header(path: Path, text: str, required: Iterable[str] = ()) -> list[str]:
+    """The header of a CSV text (cells stripped); BadInput when it is empty or a required column is missing."""
+    try:
+        header = [h.strip() for h in next(csv.reader(io.StringIO(text, newline="")))]
+    except StopIteration:
+        raise BadInput(f"{path}: empty file") from None
+    missing = [c for c in required if c not in header]
+    if missing:
+        raise BadInput(f"{path}: line 1: missing column(s) {', '.join(missing)} (header: {', '.join(header)}); "
+                       "is this the right --format?")
+    return header

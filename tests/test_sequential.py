@@ -1,0 +1,300 @@
+"""Issue 16, the statistical core: the anytime-valid interval of a comparison's mean log-ratio, its verdict,
+the fixed design it is measured against, and the simulation study (leverbench.analysis.sequential_study).
+
+Seeds here (16_001 …) differ from those the method was chosen on (12345, 555) and from the benchmark's (2026 …).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from scipy.integrate import trapezoid
+
+from leverbench.analysis.sequential import (MIXTURE_G, confidence_sequence, decide, fixed_design_repeats,
+                                            fixed_interval, fixed_power, log_ratios, mixture_evalue,
+                                            paired_log_ratios, t_half_width, verdict_of)
+from leverbench.analysis.sequential_study import (Model, cs_method, experiment_looks, fixed, matched_fixed_n,
+                                                  sequential)
+from leverbench.errors import BadInput
+
+M11 = 1.10
+D3 = {"a": [0.1, 0.2, 0.3], "b": [0.2, 0.2, 0.2], "c": [0.0, 0.1, 0.2]}
+
+
+# ---- the interval, by hand ----
+
+def test_confidence_sequence_by_hand():
+    """3 cases × 3 pairs.  θ̂ = (0.2 + 0.2 + 0.1)/3 = 1/6; W = 0.02 + 0 + 0.02 = 0.04; ν = 9 − 3 = 6;
+    M = 3²/(3 · 1/3) = 9.  g = 1, α = 0.05: G = 1 + 9 = 10, A = (√10/0.05)^(2/7) = 63.2456^(0.285714)
+    = 3.270243, u = (A − 1)/(1 − A/G) = 2.270243/0.672976 = 3.373439, half-width = √(u·W/M) =
+    √(3.373439 · 0.04/9) = 0.1224462."""
+    iv = confidence_sequence(D3, 0.95)
+    assert MIXTURE_G == 1.0
+    assert iv.estimate == pytest.approx(1 / 6, abs=1e-12)
+    assert (iv.df, iv.information, iv.pairs) == (6, 9.0, {"a": 3, "b": 3, "c": 3})
+    assert iv.sd == pytest.approx(math.sqrt(0.04 / 6), rel=1e-12)
+    assert iv.estimate - iv.low == pytest.approx(0.1224462, abs=1e-7)
+    assert iv.high - iv.estimate == pytest.approx(0.1224462, abs=1e-7)
+    assert iv.ratio == pytest.approx(math.exp(1 / 6))
+    assert (iv.ratio_low, iv.ratio_high) == pytest.approx((math.exp(1 / 6 - 0.1224462), math.exp(1 / 6 + 0.1224462)))
+    assert iv.anytime is True
+
+
+def test_fixed_interval_by_hand():
+    """The same pairs, the classical t-interval: t_{0.975, 6} = 2.446912, se = √(0.04/6/9) = 0.0272166,
+    half-width 0.0665965 — narrower than the anytime one (the price of looking after every repeat)."""
+    iv = fixed_interval(D3, 0.95)
+    assert iv.estimate - iv.low == pytest.approx(0.0665965, abs=1e-7)
+    assert iv.anytime is False
+    assert iv.high - iv.low < confidence_sequence(D3).high - confidence_sequence(D3).low
+
+
+def test_endpoints_are_where_the_evidence_reaches_one_over_alpha():
+    iv = confidence_sequence(D3, 0.90)
+    assert mixture_evalue(D3, iv.low) == pytest.approx(10.0, rel=1e-9)
+    assert mixture_evalue(D3, iv.high) == pytest.approx(10.0, rel=1e-9)
+    assert mixture_evalue(D3, iv.estimate) < 10.0
+    assert mixture_evalue(D3, iv.high + 0.01) > 10.0
+
+
+def test_closed_form_matches_the_mixture_integral_with_unequal_cases():
+    """B(θ0) = ∫∫∫ L(θ0 + a_c + δσ, σ) N(δ; 0, g) dδ da dσ/σ ÷ ∫∫ L(θ0 + a_c, σ) da dσ/σ, the case shifts a
+    (sum 0) flat and σ right-Haar, integrated numerically for 2 cases with 3 and 2 pairs (so M = 4/(1/3 + 1/2)
+    = 4.8, ν = 3) — the closed form's unbalanced M and its degrees of freedom checked against the definition."""
+    y = {"a": [0.31, 0.12, 0.25], "b": [0.05, 0.22]}
+    theta0, g = 0.02, 1.0
+    u = np.linspace(math.log(0.003), math.log(3.0), 241)[:, None, None]  # log σ: dσ/σ = du
+    a = np.linspace(-1.5, 1.5, 241)[None, :, None]
+    s = np.exp(u)
+
+    def likelihood(delta):
+        q = sum((v - theta0 - a - delta * s) ** 2 for v in y["a"]) + sum((v - theta0 + a - delta * s) ** 2 for v in y["b"])
+        return s ** -5.0 * np.exp(-q / (2 * s * s))
+
+    d = np.linspace(-8.0, 8.0, 241)[None, None, :]
+    prior = np.exp(-d * d / (2 * g)) / math.sqrt(2 * math.pi * g)
+    num = trapezoid(trapezoid(trapezoid(likelihood(d) * prior, d.ravel(), axis=2), a.ravel(), axis=1), u.ravel())
+    den = trapezoid(trapezoid(likelihood(np.zeros((1, 1, 1)))[:, :, 0], a.ravel(), axis=1), u.ravel())
+    assert mixture_evalue(y, theta0, g) == pytest.approx(num / den, rel=1e-3)
+    iv = confidence_sequence(y)
+    assert (iv.df, iv.information) == (3, pytest.approx(4.8))
+
+
+# ---- edge cases ----
+
+def test_fewer_than_two_pairs_gives_no_interval():
+    for d in ({"a": [0.2]}, {"a": [0.2], "b": [0.1]}, {"a": []}):
+        iv = confidence_sequence(d)
+        assert (iv.low, iv.high) == (-math.inf, math.inf), d
+        assert iv.sd is None
+    out = decide({"a": [0.2], "b": [0.1]}, repeats=1, max_repeats=12)
+    assert (out["verdict"], out["stop"], out["fixed_design_repeats"]) == ("open", False, None)
+    assert decide({"a": [0.2]}, repeats=12, max_repeats=12)["verdict"] == "undecided"
+
+
+def test_zero_spread_is_a_point_once_the_evidence_can_exclude():
+    """W = 0: B(θ0 ≠ θ̂) = G^(ν/2).  2 cases × 3 pairs: ν = 4, M = 6, G = 7, 7² = 49 ≥ 20 → the point θ̂.
+    One case × 2 pairs: ν = 1, M = 2, G = 3, √3 < 20 → still the whole line."""
+    iv = confidence_sequence({"a": [0.2, 0.2, 0.2], "b": [0.1, 0.1, 0.1]})
+    assert iv.low == pytest.approx(0.15, abs=1e-12) and iv.high == pytest.approx(0.15, abs=1e-12)
+    iv = confidence_sequence({"a": [0.2, 0.2]})
+    assert (iv.low, iv.high) == (-math.inf, math.inf)
+
+
+def test_a_failed_turn_drops_its_pair_only():
+    ref = {"a": [10.0, 11.0, 12.0], "b": [20.0, 21.0, 22.0]}
+    arm = {"a": [8.0, None, 9.0], "b": [16.0, 17.0, float("nan")]}
+    d = paired_log_ratios(ref, arm)
+    assert d == {"a": [math.log(10 / 8), math.log(12 / 9)], "b": [math.log(20 / 16), math.log(21 / 17)]}
+    iv = confidence_sequence(d)
+    assert (iv.pairs, iv.df, iv.information) == ({"a": 2, "b": 2}, 2, 4.0)
+    # repeats by number (a resumed run may skip one): only repeats both arms have pair up
+    assert log_ratios({0: 10.0, 2: 12.0, 3: 5.0}, {0: 8.0, 1: 7.0, 2: 9.0}) == [math.log(10 / 8), math.log(12 / 9)]
+
+
+def test_unequal_pairs_per_case_weigh_cases_equally():
+    """The estimand is the mean over cases, not over pairs: case a (2 pairs at 0.1) and b (4 pairs at 0.3)
+    give θ̂ = 0.2 (not 0.233); M = 4/(1/2 + 1/4) = 5.333."""
+    iv = confidence_sequence({"a": [0.09, 0.11], "b": [0.29, 0.31, 0.29, 0.31]})
+    assert iv.estimate == pytest.approx(0.2)
+    assert iv.information == pytest.approx(16 / 3)
+    assert iv.df == 4
+
+
+def test_all_cases_identical():
+    """Three identical cases [0.1, 0.2, 0.3]: θ̂ = 0.2, W = 0.06, ν = 6, M = 9 (the same G and A as the hand
+    test, u = 3.373439): half-width √(3.373439 · 0.06/9) = 0.1499653 — while one such case alone (ν = 2,
+    M = 3, A = 40^(2/3) = 11.70 ≥ G = 4) has no bound yet."""
+    iv = confidence_sequence({c: [0.1, 0.2, 0.3] for c in "abc"})
+    assert iv.estimate == pytest.approx(0.2)
+    assert iv.high - iv.estimate == pytest.approx(0.1499653, abs=1e-7)
+    assert confidence_sequence({"a": [0.1, 0.2, 0.3]}).high == math.inf
+
+
+def test_a_case_without_pairs_is_left_out_and_named():
+    iv = confidence_sequence({"a": [0.1, 0.2, 0.3], "b": [0.2, 0.2, 0.2], "c": [0.0, 0.1, 0.2], "d": []})
+    ref = confidence_sequence(D3)
+    assert (iv.estimate, iv.low, iv.high) == pytest.approx((ref.estimate, ref.low, ref.high))
+    assert iv.missing_cases == ["d"] and iv.pairs["d"] == 0
+
+
+@pytest.mark.parametrize("call, what", [
+    (lambda: verdict_of(0.9, 1.2, 1.0), "min_effect"),
+    (lambda: confidence_sequence(D3, 1.5), "confidence"),
+    (lambda: log_ratios([10.0, -1.0], [8.0, 9.0]), "positive"),
+    (lambda: decide(D3, repeats=3, max_repeats=1), "max_repeats"),
+    (lambda: fixed_design_repeats(0.2, 0.1, 4, 1.1, power=1.0), "power"),
+    (lambda: confidence_sequence({"a": [0.1, float("inf")]}), "finite"),
+])
+def test_bad_input_names_what_is_wrong(call, what):
+    with pytest.raises(BadInput, match=what):
+        call()
+
+
+# ---- the verdict and the decision ----
+
+@pytest.mark.parametrize("low, high, verdict", [
+    (1.15, 1.40, "pays"),
+    (0.95, 1.05, "equivalent"),        # also below min_effect: "equivalent" is checked first, it says more
+    (0.85, 1.05, "does not pay"),      # may be slower by more than the margin
+    (0.80, 0.88, "does not pay"),      # slower
+    (1.05, 1.20, None),
+    (0.90, 1.20, None),
+    (1.10, 1.30, None),                # low must exceed min_effect
+    (0.95, 1.10, None),                # high must be below it
+    (0.905, 1.05, "does not pay"),     # low must exceed 1/min_effect = 0.909 for "equivalent"
+])
+def test_verdict_order(low, high, verdict):
+    assert verdict_of(low, high, M11) == verdict
+
+
+def test_no_verdict_before_min_repeats_and_undecided_when_the_budget_is_spent():
+    clear = {c: [0.5 + e for e in (0.0, 0.01, -0.01)] for c in "abcd"}  # ratio ≈ 1.65 with little noise
+    assert decide(clear, repeats=3, max_repeats=12, min_repeats=4)["verdict"] == "open"
+    out = decide(clear, repeats=4, max_repeats=12, min_repeats=4)
+    assert (out["verdict"], out["stop"]) == ("pays", True)
+    straddling = {c: [0.05, 0.15, 0.0, 0.2] for c in "ab"}
+    assert decide(straddling, repeats=4, max_repeats=12)["verdict"] == "open"
+    assert decide(straddling, repeats=4, max_repeats=12, budget_spent=True)["verdict"] == "undecided"
+    assert decide(straddling, repeats=12, max_repeats=12)["stop"] is True
+
+
+def test_a_refused_comparison_never_pays():
+    clear = {c: [0.5, 0.51, 0.49] for c in "abcd"}
+    out = decide(clear, repeats=3, max_repeats=12, refused="output volume spread 30.0% > 20%")
+    assert (out["verdict"], out["stop"]) == ("undecided", True)
+    assert "never pays" in out["reason"] and "30.0%" in out["reason"]
+    flat = {c: [0.0, 0.01, -0.01] for c in "abcd"}
+    out = decide(flat, repeats=3, max_repeats=12, refused="b has 1 failed call(s)")
+    assert out["verdict"] == "equivalent" and out["reason"] == "not citable: b has 1 failed call(s)"
+
+
+# ---- the fixed design ----
+
+def test_fixed_design_large_n_agrees_with_the_normal_approximation():
+    """Δ = 0.1 above the margin, one pair's sd 1, 4 cases, 95 % / 90 %: N = K·n ≈ (z_.975 + z_.9)²/Δ² + z_.975²/2
+    (Guenther's t correction) = 1050.74 + 1.92 = 1052.66 pairs → n = ⌈263.16⌉ = 264."""
+    assert fixed_design_repeats(math.log(M11) + 0.1, 1.0, 4, M11, 0.95, 0.90) == 264
+
+
+def test_fixed_design_power_matches_simulation():
+    """At 1.3x, cv 10 % (one pair's log sd √(2·log 1.01) = 0.1411), no drift: 3 repeats reach 90 % power, 2 do
+    not; the noncentral-t power agrees with the simulated fixed design within 3 standard errors."""
+    sd = math.sqrt(2 * math.log1p(0.01))
+    est = math.log(1.3)
+    assert fixed_design_repeats(est, sd, 4, M11, 0.95, 0.90) == 3
+    lk = experiment_looks(Model(effect=1.3, drift=0.0, case_offsets=(0.0,) * 4), 20000, 3, seed=16_001)
+    for n in (2, 3):
+        simulated = fixed(lk, n, M11).rate("pays")
+        p = fixed_power(n, est, sd, 4, M11, 0.95, "pays")
+        assert simulated == pytest.approx(p, abs=3 * math.sqrt(p * (1 - p) / 20000))
+    assert fixed_power(2, est, sd, 4, M11) < 0.90 <= fixed_power(3, est, sd, 4, M11)
+
+
+def test_fixed_design_edges():
+    assert fixed_design_repeats(math.log(M11), 0.1, 4, M11) is None  # at the margin: no n decides
+    assert fixed_design_repeats(0.3, 0.0, 4, M11) == 2
+    n = fixed_design_repeats(0.0, 0.1411, 4, M11, verdict="equivalent")
+    assert fixed_power(n, 0.0, 0.1411, 4, M11, verdict="equivalent") >= 0.90
+    assert fixed_power(n - 1, 0.0, 0.1411, 4, M11, verdict="equivalent") < 0.90
+    assert fixed_design_repeats(0.0, 0.1411, 4, M11) == fixed_design_repeats(0.0, 0.1411, 4, M11, verdict="does not pay")
+
+
+# ---- the simulation study (the issue's "done when") ----
+
+E = 4000
+ISSUE = Model()  # 4 cases, lognormal 10 % CV, drift 10 % over the run, counterbalanced, 12 repeats at most
+
+
+def _run(model: Model, seed: int, experiments: int = E, repeats: int = 12, method=None):
+    lk = experiment_looks(model, experiments, repeats, seed)
+    return lk, sequential(lk, M11, 0.95, 2, 12, method, truth=math.log(model.effect))
+
+
+def test_no_true_effect_rarely_pays():
+    """No effect: "pays" in at most 5 % (the issue); at the margin itself (true ratio = min_effect, the
+    hardest case) at most α/2 = 2.5 %, and the truth leaves the interval at some look in at most α = 5 %."""
+    _, none = _run(ISSUE, 16_002)
+    assert none.rate("pays") <= 0.05
+    assert none.repeats.min() >= 2
+    _, margin = _run(replace(ISSUE, effect=M11), 16_003)
+    assert margin.rate("pays") <= 0.025
+    assert np.mean(margin.missed) <= 0.05
+
+
+def test_peeking_at_a_fixed_interval_fails_the_same_check():
+    """The check can fail: the classical 95 % t-interval looked at after every repeat "pays" at the margin
+    far more often than 2.5 % (and misses the truth more often than 5 %)."""
+    _, margin = _run(replace(ISSUE, effect=M11), 16_003, method=t_half_width)
+    assert margin.rate("pays") > 0.05
+    assert np.mean(margin.missed) > 0.10
+
+
+def test_a_true_effect_of_1_3_pays():
+    _, o = _run(replace(ISSUE, effect=1.3), 16_004)
+    assert o.rate("pays") >= 0.90
+
+
+def test_fewer_repeats_than_the_fixed_design_with_the_same_error_rates():
+    """The fixed design with the same error rates: the smallest fixed n whose "pays" rate under 1.3x is at
+    least the sequential design's and whose "pays" rate under no effect is at most 5 %, found on the same
+    simulated experiments (their first n repeats, the t-interval once).  The sequential design's mean repeats
+    under 1.3x are at most 60 % of it."""
+    experiments, sim_r = 20000, 16
+    lk13, seq = _run(replace(ISSUE, effect=1.3), 16_005, experiments, sim_r)
+    lk10, _ = _run(ISSUE, 16_006, experiments, sim_r)
+    pays = {n: fixed(lk13, n, M11).rate("pays") for n in range(2, sim_r + 1)}
+    false = {n: fixed(lk10, n, M11).rate("pays") for n in range(2, sim_r + 1)}
+    n_fixed = matched_fixed_n(seq.rate("pays"), pays, false)
+    assert n_fixed is not None
+    assert seq.mean_repeats <= 0.60 * n_fixed, (seq.mean_repeats, n_fixed)
+
+
+def test_counterbalanced_order_cancels_drift_that_blocked_order_does_not():
+    """A strong drift (50 % over the run) and little noise (cv 5 %), true ratio at the margin: in blocked
+    order (each repeat: all cases on the arm, then on the reference) drift inflates the ratio and "pays" comes
+    well over 2.5 %; counterbalanced, it stays under, and the estimate after 12 repeats is unbiased."""
+    strong = replace(ISSUE, effect=M11, cv=0.05, drift=0.5)
+    lk_b, blocked = _run(replace(strong, order="blocked"), 16_007)
+    lk_c, balanced = _run(strong, 16_008)
+    assert blocked.rate("pays") > 0.05
+    assert balanced.rate("pays") <= 0.025
+    assert abs(float(np.mean(lk_c.est[:, -1])) - math.log(M11)) < 0.001
+    assert float(np.mean(lk_b.est[:, -1])) - math.log(M11) > 0.01
+
+
+def test_the_study_uses_the_module_interval():
+    """The study's vectorised looks give the module's own interval for one simulated experiment."""
+    rng_model = replace(ISSUE, effect=1.2)
+    from leverbench.analysis.sequential_study import simulate
+
+    t_ref, t_arm = simulate(rng_model, 1, 5, np.random.default_rng(16_009))
+    lk = experiment_looks(rng_model, 1, 5, 16_009)
+    d = {str(c): [math.log(t_ref[0, r, c] / t_arm[0, r, c]) for r in range(5)] for c in range(4)}
+    iv = confidence_sequence(d)
+    hw = cs_method()(lk.w, lk.nu, lk.m, 0.95)
+    assert lk.est[0, 4] == pytest.approx(iv.estimate, rel=1e-12)
+    assert hw[0, 4] == pytest.approx(iv.high - iv.estimate, rel=1e-9)
