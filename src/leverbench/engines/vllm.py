@@ -18,8 +18,9 @@ runs, CI steps and fresh clones on the same machine.
 
 The server's environment keeps it offline and inside the run directory:
 ``HF_HUB_OFFLINE``, ``TRANSFORMERS_OFFLINE``, ``VLLM_NO_USAGE_STATS``,
-``DO_NOT_TRACK`` (each only where the caller has not set it), and ``TMPDIR``
-and ``VLLM_CACHE_ROOT`` in ``engine-ARM.d/`` beside the log; on the CPU
+``DO_NOT_TRACK`` (each only where the caller has not set it), and ``TMPDIR``,
+``VLLM_CACHE_ROOT`` and ``VLLM_RPC_BASE_PATH`` (its sockets; see
+:meth:`VllmEngine.rpc_dir`) in ``engine-ARM.d/`` beside the log; on the CPU
 build ``VLLM_CPU_KVCACHE_SPACE`` = :data:`CPU_KV_CACHE_GIB` GiB unless set.
 """
 
@@ -32,6 +33,7 @@ import json
 import os
 import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -46,6 +48,7 @@ CPU_KV_CACHE_GIB = 1  # VLLM_CPU_KVCACHE_SPACE when unset: ~46,000 tokens of Smo
 DEFAULT_ARGS = ("--dtype", "bfloat16", "--enforce-eager")
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
 SOURCE_FILE = "leverbench-source.json"  # written last into a converted checkpoint: its GGUF and how long it took
+SOCKET_PATH_MAX = 107  # characters of a Unix socket's path (sizeof(sockaddr_un.sun_path) - 1)
 
 
 def distribution() -> tuple[str, str] | None:
@@ -174,6 +177,7 @@ class VllmEngine(EngineProcess):
         self.ctx_size = ctx_size
         self.model_dir = model_dir
         self.work_dir = self.log_path.with_suffix(".d")  # engine-ARM.d/: its TMPDIR and VLLM_CACHE_ROOT
+        self._rpc_tmp: Path | None = None  # the short socket directory when engine-ARM.d/rpc is too long
 
     def command(self) -> list[str]:
         return [
@@ -189,12 +193,33 @@ class VllmEngine(EngineProcess):
         for key, sub in (("TMPDIR", "tmp"), ("VLLM_CACHE_ROOT", "cache")):
             (self.work_dir / sub).mkdir(parents=True, exist_ok=True)
             env[key] = str(self.work_dir / sub)
+        env.setdefault("VLLM_RPC_BASE_PATH", str(self.rpc_dir()))
         dist = distribution()
         if dist and dist[0] == "vllm-cpu":
             env.setdefault("VLLM_TARGET_DEVICE", "cpu")
             env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(CPU_KV_CACHE_GIB))
             env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "auto")
         return env
+
+    def rpc_dir(self) -> Path:
+        """Where vLLM puts its ZeroMQ sockets (``VLLM_RPC_BASE_PATH``; it names them BASE/uuid4): in
+        ``engine-ARM.d/rpc`` when such a path fits a Unix socket's :data:`SOCKET_PATH_MAX` characters,
+        else a short private directory under /tmp, removed when the engine stops (a run directory
+        deep in a tree would otherwise stop vLLM from starting: "ipc path ... is longer than 107
+        characters")."""
+        rpc = self.work_dir / "rpc"
+        if len(str(rpc)) + 1 + 36 > SOCKET_PATH_MAX:
+            if self._rpc_tmp is None:
+                self._rpc_tmp = Path(tempfile.mkdtemp(prefix="lbv-", dir="/tmp" if os.path.isdir("/tmp") else None))
+            return self._rpc_tmp
+        rpc.mkdir(parents=True, exist_ok=True)
+        return rpc
+
+    def stop(self) -> None:
+        super().stop()
+        if self._rpc_tmp is not None:
+            shutil.rmtree(self._rpc_tmp, ignore_errors=True)
+            self._rpc_tmp = None
 
     def start(self) -> str:
         require_vllm()
