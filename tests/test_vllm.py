@@ -282,8 +282,11 @@ temperature = 0.0
 def test_a_vllm_that_cannot_start_is_reported_with_its_log(tmp_path):
     from leverbench.errors import EngineError  # noqa: PLC0415
 
-    eng = VllmEngine("bad", ["--no-such-flag-xyz"], tmp_path / "engine-bad.log")
+    eng = VllmEngine("bad", ["--no-such-flag-xyz"], tmp_path / ("deep-" * 20) / "engine-bad.log")
+    sockets = eng.rpc_dir()  # under /tmp: the run directory is too deep for a socket path
+    assert sockets.is_dir()
     with pytest.raises(EngineError) as ei:
         eng.start()
     msg = str(ei.value)
     assert "arm 'bad'" in msg and "vLLM exited with code" in msg and "no-such-flag-xyz" in msg
+    assert not sockets.exists()  # cleaned up although it never ran

@@ -225,7 +225,11 @@ class VllmEngine(EngineProcess):
         require_vllm()
         if self.model_dir is None:
             self.model_dir = ensure_hf_model()
-        return super().start()
+        try:
+            return super().start()
+        except BaseException:
+            self.stop()  # what it left: its engine core, the socket directory
+            raise
 
     def discover(self) -> dict[str, Any]:
         """Facts about the started server: vLLM's distribution and version, its arguments and model."""
