@@ -199,7 +199,10 @@ def test_vllm_engine_command_and_environment(tmp_path, monkeypatch):
     assert cmd[cmd.index("--max-model-len") + 1] == "2048" and cmd[cmd.index("--port") + 1] == "1234"
     assert all(a in cmd for a in DEFAULT_ARGS) and cmd[-2:] == ["--max-num-seqs", "2"]  # the arm's args come last
     assert "--enable-prompt-tokens-details" not in cmd  # vLLM's defaults: the point
-    env = eng.environment()
+    try:
+        env = eng.environment()
+    finally:
+        eng.stop()  # never started: removes a socket directory made under /tmp (pytest's tmp_path is deep)
     assert env["HF_HUB_OFFLINE"] == "1" and env["TRANSFORMERS_OFFLINE"] == "1" and env["DO_NOT_TRACK"] == "0"
     assert env["TMPDIR"] == str(tmp_path / "engine-arm.d" / "tmp") and Path(env["TMPDIR"]).is_dir()
     assert env["VLLM_CACHE_ROOT"] == str(tmp_path / "engine-arm.d" / "cache")
