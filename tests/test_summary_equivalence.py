@@ -11,16 +11,22 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from ledgers import call, header, ledger, turn
 
 from leverbench.analysis.regression import MAX_SCATTER_POINTS
 from leverbench.analysis.summary import summarize
 from leverbench.ledger import reader
-from leverbench.ledger.reader import Ledger, read_ledger
+from leverbench.ledger.reader import Columns, Ledger, read_ledger
+from leverbench.ledger.records import (CALL_FLAGS, CALL_NUMBERS, CALL_TIMINGS, LABELS, LEDGER_SCHEMA, TURN_FLAGS,
+                                       TURN_NUMBERS)
 
 GOLDEN = Path(__file__).parent / "golden"
 NAMES = sorted(p.name.removesuffix(".ledger.jsonl") for p in GOLDEN.glob("*.ledger.jsonl"))
@@ -60,22 +66,109 @@ def test_summary_matches_golden(name):
     same(as_json(summarize(read_ledger(GOLDEN / f"{name}.ledger.jsonl"))), want)
 
 
+def read_as_columns(monkeypatch, checked: bool = False, chunk: int = 997) -> None:
+    """Make read_ledger take the columnar path for any file; *checked*: as if polars refused the
+    whole file, so that it reads chunks (small ones: lines straddle them) and checks line by line
+    each chunk it refuses."""
+    monkeypatch.setattr(reader, "COLUMNAR_MIN_BYTES", 0)
+    if checked:
+        frame = reader._frame
+        monkeypatch.setattr(reader, "_frame", lambda source: None if isinstance(source, Path) else frame(source))
+        monkeypatch.setattr(reader, "CHUNK_BYTES", chunk)
+
+
+def digest(cols: Columns) -> dict:
+    """*cols* as plain values per row (labels decoded, NaN as None), with each array's dtype."""
+    out = {k: [names[i] for i in codes.tolist()] for k, (codes, names) in cols.labels.items()}
+    arrays = {**cols.numbers, **cols.flags, "failed": cols.failed, "has_timings": cols.has_timings}
+    for k, v in arrays.items():
+        out[k] = (str(v.dtype), [None if x != x else x for x in v.tolist()])
+    out["label_dtypes"] = sorted({str(codes.dtype) for codes, _ in cols.labels.values()})
+    return out
+
+
+def same_columns(led: Ledger, kind: str) -> None:
+    """The reader's columns of *kind* are those built from its records (dicts)."""
+    records = [r for r in led.records if r["kind"] == kind]
+    got, want = digest(led.columns(kind)), digest(Columns.of(kind, records))
+    assert got == want
+    assert led.columns(kind).n == len(records)
+    for k in LABELS:
+        assert got[k] == [r.get(k) for r in records]
+    assert got["label_dtypes"] == ["int64"] and got["failed"][0] == got["has_timings"][0] == "bool"
+
+
+@pytest.mark.parametrize("checked", [False, True], ids=["columns", "chunks"])
 @pytest.mark.parametrize("name", NAMES)
-def test_large_ledger_path_matches_golden(name, monkeypatch):
-    """A ledger read as a large one (calls kept as columns, records parsed again on demand, small
-    read blocks) summarizes the same, and its records are the ones read at once."""
+def test_columnar_path_matches_golden(name, checked, monkeypatch):
+    """A ledger read as a large one (polars' columns for calls and turns, records parsed again on
+    demand) summarizes the same, and its records are the ones read line by line."""
     path = GOLDEN / f"{name}.ledger.jsonl"
-    monkeypatch.setattr(reader, "LAZY_MIN_BYTES", 0)
-    monkeypatch.setattr(reader, "BLOCK_BYTES", 997)
+    read_as_columns(monkeypatch, checked)
     led = read_ledger(path)
-    assert led._records is None  # nothing materialized yet
+    assert led._records is None and sorted(led._columns) == ["call", "turn"]  # nothing parsed as dicts yet
     want = json.loads((GOLDEN / f"{name}.summary.json").read_text())
     same(as_json(summarize(led)), want)
     assert led._records is None  # summarize did not need the call records as dicts
-    monkeypatch.setattr(reader, "LAZY_MIN_BYTES", 1 << 40)
+    monkeypatch.setattr(reader, "COLUMNAR_MIN_BYTES", 1 << 40)
     eager = read_ledger(path)
+    others = ("run", "probe", "sentinel", "metrics", "warmup", "resume")
+    assert list(led.of_kind(*others)) == list(eager.of_kind(*others)) and led._records is None
     assert led.records == eager.records and led.warnings == eager.warnings
     assert list(led.of_kind("turn")) == list(eager.of_kind("turn"))
+    for kind in ("call", "turn"):
+        same_columns(led, kind)
+
+
+def test_records_parsed_later_come_from_the_file_as_read(tmp_path, monkeypatch):
+    """A ledger read as columns parses its records on first use: lines appended since are not among
+    them; a file cut or replaced since is an error that says to read it again."""
+    path = tmp_path / "ledger.jsonl"
+    path.write_bytes((GOLDEN / "sim.ledger.jsonl").read_bytes())
+    read_as_columns(monkeypatch)
+    want = read_ledger(path).records
+    led = read_ledger(path)
+    with open(path, "a") as fh:
+        fh.write(json.dumps({"kind": "resume", "at": "later"}) + "\n")
+    assert led.records == want
+    for change in ("cut", "replaced"):
+        led = read_ledger(path)
+        data = path.read_bytes()
+        if change == "cut":
+            path.write_bytes(data[: len(data) // 2])
+        else:  # another file of the same size moved into its place
+            (tmp_path / "other.jsonl").write_bytes(data)
+            (tmp_path / "other.jsonl").replace(path)
+        with pytest.raises(reader.LedgerError, match="changed since it was read.*read it again"):
+            led.records
+
+
+def test_a_cut_line_is_read_by_chunks_without_a_whole_file_attempt(tmp_path, monkeypatch):
+    """A line the writer did not end with "}" (a crash cut it) sends polars to chunks at once: reading
+    the whole file would be refused after all the work.  Records with white space before them and
+    blank lines keep their columns."""
+    lines = (GOLDEN / "demo1.ledger.jsonl").read_text().splitlines()
+    lines[5], lines[9:9] = "  " + lines[5], ["", " \t"]
+    (tmp_path / "ledger.jsonl").write_text("\n".join([*lines, lines[-1][:30]]) + "\n")
+    read_as_columns(monkeypatch)
+    sources = []
+    frame = reader._frame
+    monkeypatch.setattr(reader, "_frame", lambda source: sources.append(type(source)) or frame(source))
+    led = read_ledger(tmp_path)
+    assert sources and bytes in sources and not any(issubclass(t, Path) for t in sources)
+    assert led._records is None and sorted(led._columns) == ["call", "turn"]
+    assert led.warnings == [f"{tmp_path / 'ledger.jsonl'}: line {len(lines) + 1} is incomplete (a run cut off while "
+                            "writing); ignored"]
+    for kind in ("call", "turn"):
+        same_columns(led, kind)
+
+
+def test_a_small_ledger_does_not_load_polars():
+    """Reading hundreds of records costs no columnar library start-up."""
+    code = ("import sys; from leverbench.ledger.reader import read_ledger; "
+            f"read_ledger({str(GOLDEN / 'demo2.ledger.jsonl')!r}).columns('call'); print('polars' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -84,27 +177,6 @@ def test_in_memory_ledger_matches_golden(name):
     led = read_ledger(GOLDEN / f"{name}.ledger.jsonl")
     mem = Ledger(path=led.path, header=led.header, records=list(led.records), warnings=led.warnings)
     same(as_json(summarize(mem)), json.loads((GOLDEN / f"{name}.summary.json").read_text()))
-
-
-@pytest.mark.parametrize("kind", ["call", "turn"])
-def test_columns_of_reader_and_of_records_agree(kind, monkeypatch):
-    monkeypatch.setattr(reader, "LAZY_MIN_BYTES", 0)
-    monkeypatch.setattr(reader, "BLOCK_BYTES", 512)
-    for name in NAMES:
-        led = read_ledger(GOLDEN / f"{name}.ledger.jsonl")
-        a = led.columns(kind)
-        b = reader.Columns.of(kind, led.of_kind(kind))
-        assert a.n == b.n == len(list(led.of_kind(kind)))
-        for k in reader.LABELS:
-            (ca, na), (cb, nb) = a.labels[k], b.labels[k]
-            assert [na[i] for i in ca] == [nb[i] for i in cb] == [r.get(k) for r in led.of_kind(kind)]
-        assert sorted(a.numbers) == sorted(b.numbers) and sorted(a.flags) == sorted(b.flags)
-        for k in a.numbers:
-            np.testing.assert_array_equal(a.numbers[k], b.numbers[k])
-        for k in a.flags:
-            np.testing.assert_array_equal(a.flags[k], b.flags[k])
-        np.testing.assert_array_equal(a.failed, b.failed)
-        np.testing.assert_array_equal(a.has_timings, b.has_timings)
 
 
 def test_scatter_points_are_capped_evenly():
@@ -156,37 +228,57 @@ def test_a_call_outside_its_turns_cell_is_grouped_by_its_own_cell():
     assert shares["c"]["decode_s"] == pytest.approx((0.9 + 1.8) / 2)
 
 
-def _read_all_ways(path: Path, monkeypatch, salvage: bool = False) -> list:
-    """read_ledger of *path* as a small ledger, as a large one, and as a large one parsed in two
-    processes: (header, records, warnings) or the error message, each."""
+WAYS = {"lines": (1 << 40, False), "columns": (0, False), "chunks": (0, True)}
+
+
+def _read_all_ways(path: Path, monkeypatch, salvage: bool = False, chunk: int = 997) -> list:
+    """read_ledger of *path* line by line, as columns, and as columns by chunks of *chunk* bytes:
+    (header, records, warnings, the columns' digest) or the error message, each."""
     out = []
-    for lazy, parallel in ((1 << 40, 1 << 40), (0, 1 << 40), (0, 0)):
-        monkeypatch.setattr(reader, "LAZY_MIN_BYTES", lazy)
-        monkeypatch.setattr(reader, "PARALLEL_MIN_BYTES", parallel)
-        try:
-            led = read_ledger(path, salvage=salvage)
-            out.append((led.header, led.records, led.warnings))
-        except reader.LedgerError as exc:
-            out.append(str(exc))
+    for size, checked in WAYS.values():
+        with monkeypatch.context() as m:
+            read_as_columns(m, checked, chunk)
+            m.setattr(reader, "COLUMNAR_MIN_BYTES", size)
+            try:
+                led = read_ledger(path, salvage=salvage)
+                cols = {kind: digest(led.columns(kind)) for kind in ("call", "turn")}
+                out.append((led.header, led.records, led.warnings, cols))
+            except reader.LedgerError as exc:
+                out.append(str(exc))
     return out
 
 
-def test_two_processes_read_what_one_reads(monkeypatch):
-    path = GOLDEN / "demo2.ledger.jsonl"
-    used = []
-    result = reader._Helper.result
-    monkeypatch.setattr(reader._Helper, "result", lambda self: used.append(r := result(self)) or r)
-    one, large, two = _read_all_ways(path, monkeypatch)
-    assert used and used[0] is not None  # the helper process did its part
-    assert one == large == two
-    monkeypatch.setattr(reader, "LAZY_MIN_BYTES", 0)
-    same(as_json(summarize(read_ledger(path))), json.loads((GOLDEN / "demo2.summary.json").read_text()))
+def test_what_polars_refuses_after_the_check_is_read_as_dicts(tmp_path, monkeypatch):
+    """A record polars cannot type (a label that is not text, a flag that is not true or false) is
+    read the way the line-by-line reader reads it; such a ledger summarizes the same."""
+    lines = (GOLDEN / "handmade.ledger.jsonl").read_text().splitlines()
+    rec = json.loads(lines[-1])
+    lines.append(json.dumps({**rec, "arm": 7, "retried": 1}))
+    (tmp_path / "ledger.jsonl").write_text("\n".join(lines) + "\n")
+    small, large, chunks = _read_all_ways(tmp_path / "ledger.jsonl", monkeypatch)
+    assert small == large == chunks
+    read_as_columns(monkeypatch)
+    led = read_ledger(tmp_path)
+    assert led._records is not None and not led._columns  # read as dicts
+    assert summarize(led) == summarize(Ledger(path=led.path, header=led.header, records=led.records))
 
 
-def test_a_failed_helper_is_replaced_by_this_process(monkeypatch):
-    monkeypatch.setattr(reader._Helper, "result", lambda self: None)
-    one, large, two = _read_all_ways(GOLDEN / "demo1.ledger.jsonl", monkeypatch)
-    assert one == large == two
+def test_numbers_stored_as_strings_stay_in_columns(tmp_path, monkeypatch):
+    """The writer stores a NaN or infinity as "NaN", "+Inf", "-Inf": the columnar reader keeps its
+    columns and reads them as float() does."""
+    lines = (GOLDEN / "demo1.ledger.jsonl").read_text().splitlines()
+    calls = [i for i, x in enumerate(lines) if json.loads(x)["kind"] == "call"]
+    for i, (field, value) in zip(calls, [("latency_s", "+Inf"), ("ttft_s", "NaN"), ("step", "-Inf")]):
+        lines[i] = json.dumps({**json.loads(lines[i]), field: value, "timings": {"prompt_ms": value, "cache_n": 1}})
+    (tmp_path / "ledger.jsonl").write_text("\n".join(lines) + "\n")
+    small, large, chunks = _read_all_ways(tmp_path / "ledger.jsonl", monkeypatch)
+    assert small == large == chunks
+    read_as_columns(monkeypatch)
+    led = read_ledger(tmp_path)
+    assert led._records is None and sorted(led._columns) == ["call", "turn"]
+    c = led.columns("call")
+    assert c.numbers["latency_s"][0] == np.inf and np.isnan(c.numbers["ttft_s"][1]) and c.numbers["step"][2] == -np.inf
+    assert c.numbers["timings.prompt_ms"][0] == np.inf and c.numbers["timings.cache_n"][:3].tolist() == [1, 1, 1]
 
 
 LINES = (GOLDEN / "handmade.ledger.jsonl").read_bytes().split(b"\n")[:-1]
@@ -202,7 +294,7 @@ UNICODE = b'{"kind":"metrics","arm":"base","when":"before","t":1.0,"samples":{"n
 def _damage(case: str, lines: list[bytes]) -> tuple[list[bytes], bool]:
     """The lines of *case* and whether the file ends with a newline."""
     n = len(lines)
-    late = n * 3 // 5  # beyond the middle: in the helper process's part when the file is read in two
+    late = n * 3 // 5  # beyond the middle
     if case == "cut_last":
         lines[-1] = lines[-1][:40]
     elif case == "cut_last_inside_a_character":
@@ -265,12 +357,12 @@ EXPECTED = {
 @pytest.mark.parametrize("case", list(EXPECTED))
 def test_bad_lines_read_the_same_every_way(case, salvage, tmp_path, monkeypatch):
     """A cut last write is read with a note; any other bad line is an error naming the file and the line
-    and telling of --salvage, or with --salvage a warning naming it.  The small, the large and the
-    two-process reader agree on every case."""
+    and telling of --salvage, or with --salvage a warning naming it.  The line-by-line and the
+    columnar reader agree on every case (records, warnings, columns, or the error)."""
     lines, newline_at_end = _damage(case, list(LINES))
     (tmp_path / "ledger.jsonl").write_bytes(b"\n".join(lines) + (b"\n" if newline_at_end else b""))
-    one, large, two = _read_all_ways(tmp_path / "ledger.jsonl", monkeypatch, salvage)
-    assert one == large == two
+    one, large, chunks = _read_all_ways(tmp_path / "ledger.jsonl", monkeypatch, salvage)
+    assert one == large == chunks
     damaged, cut = EXPECTED[case]
     path = tmp_path / "ledger.jsonl"
     if damaged and not salvage:
@@ -281,7 +373,7 @@ def test_bad_lines_read_the_same_every_way(case, salvage, tmp_path, monkeypatch)
         assert "--salvage" in one
         return
     assert not isinstance(one, str), one
-    _, records, warnings = one
+    _, records, warnings, _ = one
     assert len(warnings) == len(damaged) + len(cut), warnings
     for line in cut:
         assert any(w.startswith(f"{path}: line {line} is incomplete") for w in warnings), warnings
@@ -291,3 +383,38 @@ def test_bad_lines_read_the_same_every_way(case, salvage, tmp_path, monkeypatch)
     assert len(records) == nonblank - 1 - len(damaged) - len(cut)  # every other line after the header is read
     if case == "unicode_record":
         assert records[-3]["samples"]["note"] == "café — done"
+
+
+# Random ledgers for the two readers: records of several kinds whose fields take the values the
+# writer stores (text, numbers, null, "NaN"/"+Inf"/"-Inf", objects) or, in wild records, also some it
+# never does (a label that is a number, a flag that is 1, a number that is true), among lines cut
+# short, noise and blanks.
+_number = st.one_of(st.none(), st.integers(-5, 10**20), st.floats(allow_nan=False), st.sampled_from(["NaN", "+Inf"]))
+_timings = st.one_of(st.none(), st.dictionaries(st.sampled_from(CALL_TIMINGS), _number, max_size=3))
+_fields = {**dict.fromkeys(LABELS, st.one_of(st.none(), st.sampled_from(["a", "b", "5", "é"]))),
+           **dict.fromkeys(CALL_NUMBERS + TURN_NUMBERS, _number),
+           **dict.fromkeys(CALL_FLAGS + TURN_FLAGS, st.one_of(st.none(), st.booleans())),
+           "error": st.one_of(st.none(), st.just({"class": "timeout", "message": "slow"})), "timings": _timings,
+           "note": st.text(max_size=8)}
+_wild = {**dict.fromkeys(LABELS, st.integers(0, 2)), "step": st.booleans(), "retried": st.integers(0, 1),
+         "error": st.just("boom"), "timings": st.just([1]), "kind": st.just("nope")}
+_record = st.builds(lambda kind, rest: {"kind": kind, **rest}, st.sampled_from(["call", "call", "turn", "probe",
+                    "metrics", "resume", "run"]), st.fixed_dictionaries({}, optional=_fields))
+_wild_record = st.builds(lambda rec, extra: {**rec, **extra},
+                         _record, st.one_of(*(st.fixed_dictionaries({k: v}) for k, v in _wild.items())))
+_line = st.one_of(*[_record.map(json.dumps)] * 4, _wild_record.map(json.dumps),
+                  st.tuples(_record.map(json.dumps), st.integers(1, 30)).map(lambda r: r[0][:r[1]]),
+                  st.text(max_size=12), st.sampled_from(["", "  ", "[1]", "null"]))
+FUZZ_HEADER = json.dumps({"kind": "run", "schema": LEDGER_SCHEMA, "config": {}, "arms": {}})
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lines=st.lists(_line, max_size=12), newline_at_end=st.booleans(), salvage=st.booleans(),
+       chunk=st.integers(1, 300))
+def test_random_ledgers_read_the_same_every_way(tmp_path_factory, monkeypatch, lines, newline_at_end, salvage, chunk):
+    """Line by line, as columns, and as columns by chunks of *chunk* bytes: the same records,
+    warnings and columns, or the same error."""
+    path = tmp_path_factory.mktemp("fuzz") / "ledger.jsonl"
+    path.write_text("\n".join([FUZZ_HEADER, *lines]) + ("\n" if newline_at_end else ""))
+    small, large, chunks = _read_all_ways(path, monkeypatch, salvage, chunk)
+    assert small == large == chunks

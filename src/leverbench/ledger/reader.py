@@ -1,310 +1,201 @@
 """Read a ledger back: validated header, records, and what had to be skipped.
 
-Every line is parsed and checked when the ledger is read (UTF-8, valid JSON,
-an object of a known kind).  The writer only ever appends whole lines, so one
-bad line is expected: the write a crash cut short.  Such a line is ignored
-with a note (``Ledger.warnings``) when it is the last non-blank line, or when
-the line right after it opens a resumed run (a ``resume`` record, or the run
-header a resume that found nothing done writes): the writer ended the cut line
-with a newline and went on.  A bad line anywhere else means the file was
-damaged: :class:`LedgerError` (exit code 2) naming the file and the line, and
-nothing is read, unless the caller asks to *salvage*: then every bad line after
-the header is skipped with one warning each (``leverbench report --salvage``).
+The contract (:func:`read_ledger`):
 
-How the records are kept depends on the size:
+- The first non-blank line is the ``run`` header: schema ``leverbench.ledger/N``, N no newer than this
+  leverbench's (a newer ledger is refused, saying to upgrade), with ``arms`` and ``config`` objects.
+- Every later non-blank line (blank: ASCII white space only) must be UTF-8 JSON: an object of a known
+  kind (``records.KINDS``).  The writer only appends whole lines, so one bad line is expected: the
+  write a crash cut short.  Such a line is ignored with a note (``Ledger.warnings``) when it is the
+  last non-blank line, or when the line right after it opens a resumed run (a ``resume`` record, or
+  the run header a resume that found nothing done writes): the writer ended the cut line with a
+  newline and went on.  A bad line anywhere else means the file was damaged: :class:`LedgerError`
+  (exit code 2) naming the file and the line, and nothing is read, unless the caller asks to
+  *salvage*: then every bad line after the header is skipped with one warning each (``leverbench
+  report --salvage``).  Bytes that are not UTF-8 are named first, wherever they are, but for a line
+  cut inside a character (a bad line like any other).
+- :class:`Ledger`: ``header``, ``warnings``, ``records`` (every record after the header, complete, in
+  file order), ``of_kind(*kinds)`` and ``columns(kind)``: the ``call`` or ``turn`` records as
+  :class:`Columns`, the fields analysis reads.
 
-- below ``LAZY_MIN_BYTES``: every record as a dict (``Ledger.records``);
-- from ``LAZY_MIN_BYTES`` on: a large ledger is nearly all ``call`` and ``turn``
-  records, and as dicts a 1,000,000-call ledger takes ~3.5 GB, whose allocation
-  costs more than its parsing.  Those two kinds are kept as columns
-  (:class:`Columns`: the fields the analysis reads), the other kinds as dicts;
-  ``Ledger.records`` (every record, complete, in file order) is parsed again
-  from the file when first used (the file is only ever appended to);
-- from ``PARALLEL_MIN_BYTES`` on, with a second core: a helper process (the
-  same Python) parses the second part of the file at the same time and sends
-  its columns back.
-
-The cyclic garbage collector is paused while parsing: parsed JSON holds no
-cycles, and collections triggered by millions of new containers cost more
-than the parse.  For the same reason records materialized by the hundred
-thousand are then frozen out of its view (``gc.freeze``).
+How: a ledger under ``COLUMNAR_MIN_BYTES`` (hundreds of records, the common case) is parsed line by
+line (orjson), every record a dict.  A larger one is nearly all call and turn records: polars reads
+from every line only the fields of the columns, with one schema for all kinds (a field a record lacks
+is null; a label that is not text, a number or flag of another type, is refused).  Where each line
+lies is found first (numpy over the memory-mapped file): the few records of other kinds are parsed
+from there when asked for, and ``records`` on first use (the file is only ever appended to).  A file
+with a line the writer did not end (a crash cut it), or that polars refuses whole (a number stored
+as "NaN"), is read ``CHUNK_BYTES`` at a time: a chunk polars refuses goes through the line-by-line
+check, which judges its bad lines, and polars reads the lines kept; what it still refuses is read as
+dicts.  (polars takes two things orjson refuses, and no writer makes: a repeated key, an escaped
+lone surrogate.)
 """
 
 from __future__ import annotations
 
-import gc
-import json
+import io
+import mmap
 import os
-import pickle
-import subprocess
-import sys
-from itertools import compress, repeat
-from operator import eq, is_not, itemgetter
+from contextlib import suppress
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 import numpy as np
+import orjson
 
 from ..errors import LedgerError
-from .records import KINDS, LEDGER_SCHEMA_NAME, LEDGER_SCHEMA_VERSION
+from .records import (CALL_FLAGS, CALL_NUMBERS, CALL_TIMINGS, KINDS, LABELS, LEDGER_SCHEMA_NAME,
+                      LEDGER_SCHEMA_VERSION, TURN_FLAGS, TURN_NUMBERS)
 
-try:  # orjson parses a large ledger several times faster; the stdlib is the fallback
-    import orjson
-
-    _loads = orjson.loads
-except ImportError:  # pragma: no cover
-    _loads = json.loads
-
-BLOCK_BYTES = 1 << 18           # read this much at a time (small: what is parsed from it stays in the CPU cache)
-LAZY_MIN_BYTES = 64 << 20       # from this file size on, call and turn records are kept as columns
-PARALLEL_MIN_BYTES = 128 << 20  # from this file size on, a helper process parses part of the file
-FREEZE_MIN_RECORDS = 100_000    # records materialized at once beyond which they leave the cyclic GC's view
-
-_KINDS = frozenset(KINDS)
-_KIND = itemgetter("kind")
-_get = dict.get
-_EMPTY: dict[str, Any] = {}
-
-# The fields of call and turn records kept as columns (:class:`Columns`): labels (any hashable
-# value), numbers (float64, NaN where the record lacks the field or has null), flags (the value's
-# truth), whether ``error`` is null, and for calls the numbers inside llama.cpp's ``timings`` object.
-LABELS = ("arm", "case", "turn_id")
-CALL_NUMBERS = ("step", "latency_s", "ttft_s", "t_first_answer_s", "prompt_tokens", "completion_tokens",
-                "cached_tokens", "reasoning_tokens", "content_chars", "reasoning_chars", "reasoning_chunks",
-                "answer_chunks")
-CALL_FLAGS = ("retried", "empty_answer")
-CALL_TIMINGS = ("prompt_n", "prompt_ms", "predicted_n", "predicted_ms", "cache_n", "draft_n", "draft_n_accepted")
-TURN_NUMBERS = ("repeat", "turn_s", "output_tokens", "prompt_tokens", "reasoning_tokens", "tool_s", "retried_s")
-TURN_FLAGS = ("step_limit",)
-COLUMN_KINDS = {"call": (CALL_NUMBERS, CALL_FLAGS, "timings", CALL_TIMINGS),
-                "turn": (TURN_NUMBERS, TURN_FLAGS, None, ())}
+COLUMNAR_MIN_BYTES = 16 << 20  # from this file size on, polars reads the call and turn records as columns
+CHUNK_BYTES = 64 << 20  # what polars reads at a time of a file it does not read whole
+COLUMN_KINDS = {"call": (CALL_NUMBERS, CALL_FLAGS, CALL_TIMINGS), "turn": (TURN_NUMBERS, TURN_FLAGS, ())}
+NOT_JSON = "is not valid JSON"
+UNKNOWN_KIND = "is not a ledger record of a known kind"
+RESTART_KINDS = ("resume", "run")  # what a resumed run writes first after ending a cut line
+SALVAGE_HINT = ("the ledger is damaged (a crash cuts only the last line written); nothing was read. "
+                "To read past bad lines, each one reported, pass --salvage (leverbench report, replay, project, analyze)")
 
 
-def field_values(recs: list[dict[str, Any]], keys: tuple[str, ...], template: dict[str, Any]) -> dict[str, Any]:
-    """Per key, the sequence of its values in *recs* (dicts; None where a record lacks the key), or
-    None when no record has the key.  Keys that *template* has are read in one pass over the records."""
-    out: dict[str, Any] = {}
-    common = [k for k in keys if k in template]
-    try:
-        if len(common) > 1:
-            out.update(zip(common, zip(*map(itemgetter(*common), recs))))
-        elif common:
-            out[common[0]] = list(map(itemgetter(common[0]), recs))
-    except KeyError:  # a record lacks one of them: read key by key
-        out.clear()
-    for k in keys:
-        if k not in out:
-            out[k] = list(map(_get, recs, repeat(k))) if any(map(dict.__contains__, recs, repeat(k))) else None
-    return out
-
-
-def as_floats(values: Any, m: int) -> np.ndarray:
-    """*values* (numbers or None; None for a missing column) as m floats, NaN for None."""
-    return np.full(m, np.nan) if values is None else np.array(values, dtype=float)
+def _codes(values: list[Any]) -> tuple[np.ndarray, list[Any]]:
+    """(codes, names): ``names[codes[i]] == values[i]``, names in order of first appearance."""
+    index: dict[Any, int] = {}
+    return np.array([index.setdefault(v, len(index)) for v in values], dtype=np.int64), list(index)
 
 
 class Columns:
-    """Records of one kind (``call`` or ``turn``, :data:`COLUMN_KINDS`) as columns, one row per record
-    in ledger order.
+    """Records of one kind (``call`` or ``turn``) as columns, one row per record in ledger order.
 
-    - ``labels[k]`` for k in :data:`LABELS`: (codes, names), ``names[codes[i]]`` = record i's value;
-    - ``numbers[k]``: float64, NaN where the record lacks the field or has null; for calls also
-      ``numbers["timings." + k]`` for k in :data:`CALL_TIMINGS`;
+    - ``labels[k]`` for k in ``records.LABELS``: (codes, names), ``names[codes[i]]`` = record i's value
+      (None: absent or null);
+    - ``numbers[k]``: float64, NaN where the record lacks the field or has null (a number the writer
+      stored as a string, "NaN", "+Inf", "-Inf", as ``float()`` reads it); for calls also
+      ``numbers["timings." + k]`` for k in ``records.CALL_TIMINGS``;
     - ``flags[k]``: the field's value is true (absent: false);
     - ``failed``: ``error`` is not null; ``has_timings``: (calls) ``timings`` is an object.
     """
 
-    def __init__(self, kind: str, index: dict[str, dict[Any, int]] | None = None) -> None:
-        self.kind = kind
-        self.n = 0
-        self.labels: dict[str, tuple[np.ndarray, list[Any]]] = {}
-        self.numbers: dict[str, np.ndarray] = {}
-        self.flags: dict[str, np.ndarray] = {}
-        self.failed = np.zeros(0, bool)
-        self.has_timings = np.zeros(0, bool)
-        self._numbers, self._flags, self._nested, self._nested_numbers = COLUMN_KINDS[kind]
-        self._fields = (*LABELS, "error", *self._numbers, *self._flags, *((self._nested,) if self._nested else ()))
-        self._index = index if index is not None else {k: {} for k in LABELS}  # may be shared between kinds
-        self._parts: dict[str, list[np.ndarray]] = {}
+    def __init__(self, kind: str, labels: dict[str, tuple[np.ndarray, list[Any]]], numbers: dict[str, np.ndarray],
+                 flags: dict[str, np.ndarray], failed: np.ndarray, has_timings: np.ndarray) -> None:
+        self.kind, self.n = kind, len(failed)
+        self.labels, self.numbers, self.flags = labels, numbers, flags
+        self.failed, self.has_timings = failed, has_timings
 
     @classmethod
     def of(cls, kind: str, records: Iterable[dict[str, Any]]) -> Columns:
-        cols = cls(kind)
-        cols.add(list(records))
-        return cols.done()
+        """From record dicts (of *kind*)."""
+        recs = list(records)
+        numbers, flags, timings = COLUMN_KINDS[kind]
+        nested = [r.get("timings") if timings else None for r in recs]
+        nested = [t if isinstance(t, dict) else None for t in nested]
+        nums = {k: np.array([r.get(k) for r in recs], dtype=float) for k in numbers}
+        nums.update({f"timings.{k}": np.array([None if t is None else t.get(k) for t in nested], dtype=float)
+                     for k in timings})
+        return cls(kind, {k: _codes([r.get(k) for r in recs]) for k in LABELS}, nums,
+                   {k: np.array([bool(r.get(k)) for r in recs], dtype=bool) for k in flags},
+                   np.array([r.get("error") is not None for r in recs], dtype=bool),
+                   np.array([t is not None for t in nested], dtype=bool))
 
-    def add(self, recs: list[dict[str, Any]]) -> None:
-        """Append records (dicts)."""
-        m = len(recs)
-        if not m:
-            return
-        f = field_values(recs, self._fields, recs[0])
-        put = self._put
+    @classmethod
+    def _of_frame(cls, kind: str, frame: Any, rows: Any) -> Columns:
+        """From the *rows* (a mask) of polars' frame that hold records of *kind* (see :func:`_frame`)."""
+        import polars as pl  # noqa: PLC0415 (a small ledger never loads polars)
+
+        def col(k: str, field: str | None = None) -> Any:  # one column at a time: the frame is large
+            return (frame[k] if field is None else frame[k].struct.field(field)).filter(rows)
+
+        numbers, flags, timings = COLUMN_KINDS[kind]
+        labels = {}
         for k in LABELS:
-            vals = f[k] if f[k] is not None else [None] * m
-            index = self._index[k]
-            for v in set(vals).difference(index):
-                index[v] = len(index)
-            put(k, np.fromiter(map(index.__getitem__, vals), np.int64, m))
-        for k in self._numbers:
-            put(k, as_floats(f[k], m))
-        for k in self._flags:
-            put(k, np.zeros(m, bool) if f[k] is None else np.fromiter(map(bool, f[k]), bool, m))
-        errors = f["error"] if f["error"] is not None else [None] * m
-        put("failed", np.fromiter(map(is_not, errors, repeat(None)), bool, m))
-        if self._nested:
-            nested = f[self._nested] if f[self._nested] is not None else [None] * m
-            put("has_" + self._nested, np.fromiter(map(isinstance, nested, repeat(dict)), bool, m))
-            nested = [t if t.__class__ is dict else _EMPTY for t in nested]
-            g = field_values(nested, self._nested_numbers, next(filter(None, nested), _EMPTY))
-            for k in self._nested_numbers:
-                put(f"{self._nested}.{k}", as_floats(g[k], m))
-        self.n += m
-
-    def extend(self, other: Columns) -> None:
-        """Append the rows of *other* (of the same kind, finished with :meth:`done`)."""
-        for k in LABELS:
-            codes, names = other.labels[k]
-            index = self._index[k]
-            remap = np.array([index.setdefault(v, len(index)) for v in names], dtype=np.int64)
-            self._put(k, remap[codes] if len(names) else codes)
-        for k, v in (*other.numbers.items(), *other.flags.items()):
-            self._put(k, v)
-        self._put("failed", other.failed)
-        if self._nested:
-            self._put("has_" + self._nested, other.has_timings)
-        self.n += other.n
-
-    def _put(self, key: str, part: np.ndarray) -> None:
-        self._parts.setdefault(key, []).append(part)
-
-    def done(self) -> Columns:
-        """Join what was added into the columns."""
-        cat = {k: np.concatenate(v) for k, v in self._parts.items()}
-        for k in LABELS:
-            self.labels[k] = (cat.pop(k, np.zeros(0, np.int64)), list(self._index[k]))
-        self.failed = cat.pop("failed", np.zeros(0, bool))
-        if self._nested:
-            self.has_timings = cat.pop("has_" + self._nested, np.zeros(0, bool))
-        for k in self._numbers:
-            self.numbers[k] = cat.pop(k, np.zeros(0))
-        for k in self._flags:
-            self.flags[k] = cat.pop(k, np.zeros(0, bool))
-        for k in self._nested_numbers:
-            self.numbers[f"{self._nested}.{k}"] = cat.pop(f"{self._nested}.{k}", np.zeros(0))
-        self._parts = {}
-        return self
+            s = col(k)
+            names = s.drop_nulls().unique(maintain_order=True).cast(pl.String)
+            codes = s.cast(pl.Enum(names)).to_physical().cast(pl.Int64).fill_null(len(names))
+            labels[k] = (codes.to_numpy(writable=True), names.to_list() + [None] * bool(s.null_count()))
+        nums = {k: col(k).to_numpy(writable=True) for k in numbers}
+        nums.update({f"timings.{k}": col("timings", k).to_numpy(writable=True) for k in timings})
+        has_timings = col("timings").is_not_null() if timings else pl.repeat(False, int(rows.sum()), eager=True)
+        return cls(kind, labels, nums, {k: col(k).fill_null(False).to_numpy(writable=True) for k in flags},
+                   col("error").is_not_null().to_numpy(writable=True), has_timings.to_numpy(writable=True))
 
 
 class Ledger:
     """A ledger as read: ``header``, ``records`` (every record after the header, complete, in file
-    order) and ``warnings`` (what had to be skipped)."""
+    order) and ``warnings`` (what had to be skipped).  Read as columns, it parses records again from
+    the file only when asked for: the other kinds' for :meth:`of_kind`, all for ``records``."""
 
     def __init__(self, path: Path, header: dict[str, Any], records: list[dict[str, Any]] | None = None,
-                 warnings: list[str] | None = None, *, _lazy: _Lazy | None = None) -> None:
+                 warnings: list[str] | None = None, *, _source: _Source | None = None,
+                 _columns: dict[str, Columns] | None = None) -> None:
         self.path = path
         self.header = header
         self.warnings = warnings if warnings is not None else []
-        self._records = records if records is not None or _lazy is not None else []
-        self._lazy = _lazy
+        self._records = records if records is not None or _source is not None else []
+        self._source, self._columns = _source, _columns or {}
+        self._others: list[dict[str, Any]] | None = None
 
     @property
     def records(self) -> list[dict[str, Any]]:
         if self._records is None:
-            assert self._lazy is not None
-            self._records, self._lazy = self._lazy.materialize(self.path), None
+            assert self._source is not None
+            self._records = self._source.parse()
         return self._records
 
-    @records.setter
-    def records(self, value: list[dict[str, Any]]) -> None:
-        self._records, self._lazy = value, None
-
     def of_kind(self, *kinds: str) -> Iterator[dict[str, Any]]:
-        if self._records is None and self._lazy is not None and not set(kinds) & set(COLUMN_KINDS):
-            return (r for r in self._lazy.others if r.get("kind") in kinds)
+        if self._records is None and self._source is not None and not set(kinds) & set(self._columns):
+            if self._others is None:
+                self._others = self._source.parse(self._source.others)
+            return (r for r in self._others if r.get("kind") in kinds)
         return (r for r in self.records if r.get("kind") in kinds)
 
     def columns(self, kind: str) -> Columns:
-        """The records of *kind* (``call`` or ``turn``) as columns: kept by the reader for a large
-        ledger (then without parsing the records again), else built now."""
-        if self._records is None and self._lazy is not None and kind in self._lazy.columns:
-            return self._lazy.columns[kind]
+        """The records of *kind* (``call`` or ``turn``) as columns."""
+        if kind in self._columns:
+            return self._columns[kind]
         return Columns.of(kind, self.of_kind(kind))
 
     def __repr__(self) -> str:
         return f"Ledger(path={self.path!r}, warnings={len(self.warnings)})"
 
 
-class _Lazy:
-    """What a large ledger's reader kept: the call and turn records as columns, the other records,
-    and what it takes to parse the records again (the bytes read, the lines that were skipped)."""
+class _Source:
+    """Where a ledger read as columns parses its records again: record j is the file's bytes
+    ``starts[j]:ends[j]`` (the file as read: *st*); ``others``: the records of the kinds not kept as columns."""
 
-    def __init__(self, others: list[dict[str, Any]], columns: dict[str, Columns], size: int,
-                 ident: tuple[int, int], skip: set[int], count: int) -> None:
-        self.others, self.columns, self.size, self.ident, self.skip, self.count = others, columns, size, ident, skip, count
+    def __init__(self, path: Path, st: os.stat_result, starts: np.ndarray, ends: np.ndarray, others: list[int]) -> None:
+        self.path, self.size, self.ident = path, st.st_size, (st.st_dev, st.st_ino)
+        self.starts, self.ends, self.others = starts, ends, others
 
-    def materialize(self, path: Path) -> list[dict[str, Any]]:
-        changed = LedgerError(f"{path}: the ledger changed since it was read (it is only ever appended to); read it again")
+    def parse(self, rows: list[int] | None = None) -> list[dict[str, Any]]:
+        """The records (of *rows*, when given) as dicts."""
+        pick: Any = slice(None) if rows is None else rows
         try:
-            with open(path, "rb") as fh:
+            with open(self.path, "rb") as fh:
                 st = os.fstat(fh.fileno())
-                if (st.st_dev, st.st_ino) != self.ident or st.st_size < self.size:
-                    raise changed
-                records: list[dict[str, Any]] = []
-                with _gc_paused():
-                    i = 0
-                    for lines, *_ in _blocks(fh, self.size):
-                        for line in lines:
-                            if i not in self.skip and line.strip():
-                                records.append(_loads(line))
-                            i += 1
-                    if len(records) >= FREEZE_MIN_RECORDS:
-                        gc.freeze()
+                if (st.st_dev, st.st_ino) == self.ident and st.st_size >= self.size:
+                    with mmap.mmap(fh.fileno(), self.size, access=mmap.ACCESS_READ) as mm:
+                        return [orjson.loads(mm[a:b]) for a, b in zip(self.starts[pick].tolist(), self.ends[pick].tolist())]
         except OSError as exc:
-            raise LedgerError(f"{path}: cannot read: {exc.strerror or exc}") from None
+            raise LedgerError(f"{self.path}: cannot read: {exc.strerror or exc}") from None
         except ValueError:
-            raise changed from None
-        if len(records) != self.count:
-            raise changed
-        return records
+            pass
+        raise LedgerError(f"{self.path}: the ledger changed since it was read (it is only ever appended to); "
+                          "read it again")
 
 
-class _gc_paused:
-    """Parsing creates millions of containers and no garbage cycles: the cyclic GC only slows it."""
-
-    def __enter__(self) -> None:
-        self.was = gc.isenabled()
-        gc.disable()
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.was:
-            gc.enable()
-
-
-def _blocks(fh: Any, size: int | None = None, tail: bool = True) -> Iterator[tuple[list[bytes], bool, int, bool]]:
-    """(lines, last, nbytes, ascii): the file's lines (split at b"\\n", without it) in blocks of whole
-    lines, then (with *tail*), with ``last`` true, the text after the last newline (b"" when the file
-    ends with one); ``nbytes``: the bytes they took in the file; ``ascii``: they are all ASCII.
-    Reads at most *size* bytes from the current position."""
-    rest, rest_ascii = b"", True
-    left = size
-    while True:
-        buf = fh.read(BLOCK_BYTES if left is None else min(BLOCK_BYTES, left))
-        if not buf:
-            break
-        if left is not None:
-            left -= len(buf)
-        lines = buf.split(b"\n")
-        ascii = rest_ascii and buf.isascii()
-        lines[0] = rest + lines[0] if rest else lines[0]
-        nbytes = len(rest) + len(buf)
-        rest = lines.pop()
-        nbytes -= len(rest)
-        rest_ascii = ascii or rest.isascii()
-        if lines:
-            yield lines, False, nbytes, ascii
-    if tail:
-        yield [rest], True, len(rest), rest_ascii
+def _lines(mm: mmap.mmap) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(starts, ends, nonblank, closed) of the lines of *mm*: line i is ``mm[starts[i]:ends[i]]``
+    (its newline at ``ends[i]``), ``nonblank[i]``: it holds more than ASCII white space, ``closed[i]``:
+    its last byte is "}" (as every line the writer ends)."""
+    buf = np.frombuffer(mm, np.uint8)
+    ends = np.concatenate([np.zeros(0, np.int64), *(np.flatnonzero(buf[at:at + CHUNK_BYTES] == 10) + at
+                                                    for at in range(0, len(buf), CHUNK_BYTES))])
+    if len(buf) and buf[-1] != 10:
+        ends = np.append(ends, len(buf))
+    starts = np.concatenate(([0], ends[:-1] + 1)).astype(np.int64)[:len(ends)]
+    nonblank = buf[np.minimum(starts, len(buf) - 1)] == ord("{")
+    for i in np.flatnonzero(~nonblank).tolist():
+        nonblank[i] = bool(mm[starts[i]:ends[i]].strip())
+    return starts, ends, nonblank, buf[np.maximum(ends - 1, 0)] == ord("}")
 
 
 def _check_header(path: Path, header: Any) -> dict[str, Any]:
@@ -328,377 +219,216 @@ def _check_header(path: Path, header: Any) -> dict[str, Any]:
     return header
 
 
-class _BadLine(Exception):
-    """A line that makes the file no ledger: *message* names it as ``{line}`` (1-based) unless
-    *index* is None."""
-
-    def __init__(self, index: int | None, message: str) -> None:
-        super().__init__(index, message)
-        self.index, self.message = index, message
-
-
-class _NotUtf8(Exception):
-    def __init__(self, at: int, index: int) -> None:
-        super().__init__(at, index)
-        self.at, self.index = at, index
-
-
-NOT_JSON = "is not valid JSON"
-UNKNOWN_KIND = "is not a ledger record of a known kind"
-RESTART_KINDS = ("resume", "run")  # what a resumed run writes first after ending a cut line
-SALVAGE_HINT = ("the ledger is damaged (a crash cuts only the last line written); nothing was read. "
-                "To read past bad lines, each one reported, pass --salvage (leverbench report, replay, project, analyze)")
-
-
-_CONTINUED: dict[str, Any] = {"kind": "run"}  # the header of a scan that starts after it
-
-
 class _Scan:
-    """One pass over (part of) the file: parse and check every line, keep the records (or columns).
-    Errors are held (``error``: the first line that is no record; ``utf8_error``: the first byte
-    that is not UTF-8), to be raised once the whole file was seen (:meth:`raise_errors`).  Lines
-    that are not JSON (``bad``, with why) are judged once the whole file was seen: a cut write or
-    damage (:meth:`judge`).  With *salvage*, a record of no known kind and a line that is not
-    UTF-8 are bad lines too."""
+    """The line-by-line check: every line parsed (orjson), the records (or, with *keep_lines*, their
+    lines) kept in ``kept``.  The first line that makes the file no ledger stops it (``error``: line
+    index or None, message), but for a look for bytes that are not UTF-8 (``utf8_error``: byte offset,
+    line index); bad lines (``bad``: index → why) are judged once all was seen (:meth:`judge`).
+    ``line``, ``offset``: the index and file offset of the next line to check."""
 
-    def __init__(self, path: Path, lazy: bool, *, continued: bool = False, offset: int = 0,
-                 salvage: bool = False) -> None:
-        self.path = path
-        self.lazy = lazy
-        self.salvage = salvage
-        self.header: dict[str, Any] | None = _CONTINUED if continued else None
-        self.records: list[dict[str, Any]] = []  # all records, or (lazy) those not kept as columns
-        index: dict[str, dict[Any, int]] = {k: {} for k in LABELS}  # calls and turns share label codes
-        self.columns = {kind: Columns(kind, index) for kind in COLUMN_KINDS} if lazy else {}
-        self.in_columns = 0
-        self.skip: set[int] = set()  # line indices not holding a record: the header, bad lines
-        self.bad: dict[int, str] = {}  # line index -> what is wrong with it (NOT_JSON, UNKNOWN_KIND)
-        self.restarts: set[int] = set()  # line indices of records of RESTART_KINDS (after the header)
+    def __init__(self, path: Path, salvage: bool, keep_lines: bool = False) -> None:
+        self.path, self.salvage, self.keep_lines = path, salvage, keep_lines
+        self.header: dict[str, Any] | None = None
+        self.kept: list[Any] = []
+        self.header_line = -1  # its index
+        self.bad: dict[int, str] = {}
+        self.restarts: set[int] = set()  # line indices of records of RESTART_KINDS
         self.last_nonblank = -1
-        self.line = 0  # index of the next line
-        self.offset = offset  # file offset of the next line
-        self.error: _BadLine | None = None
-        self.utf8_error: int | None = None
+        self.error: tuple[int | None, str] | None = None
+        self.utf8_error: tuple[int, int] | None = None
+        self.line = self.offset = 0
 
-    def run(self, fh: Any, size: int | None = None, tail: bool = True) -> None:
-        """Scan *size* bytes from the file's position (see :func:`_blocks`); after a bad line, only
-        check that the rest is UTF-8 (a file that is not is reported as such, wherever that shows)."""
-        if self.utf8_error is not None:
-            return
-        blocks = _blocks(fh, size, tail)
-        try:
-            if self.error is None:
-                try:
-                    for block in blocks:
-                        self.feed(*block)
-                except _BadLine as exc:
-                    self.error = exc
-            for lines, _, nbytes, ascii in blocks:
-                self.utf8(lines, nbytes, ascii)
-                self.line += len(lines)
-        except _NotUtf8 as exc:
-            self.utf8_error = (exc.at, exc.index)
-
-    def feed(self, lines: list[bytes], last: bool, nbytes: int, ascii: bool) -> None:
-        """Take the next block of lines (see :func:`_blocks`)."""
-        self.utf8(lines, nbytes, ascii)
-        first = self.line
-        self.line += len(lines)
-        if self.header is not None and not last and self._fast(lines, first):
-            self.last_nonblank = self.line - 1
-            return
-        self._slow(lines, first)
-
-    def utf8(self, lines: list[bytes], nbytes: int, ascii: bool) -> None:
-        """Raise :class:`_NotUtf8` at the first byte of *lines* (starting at line ``self.line``) that
-        is not UTF-8, except where a line ends in the first bytes of a character (a write cut
-        there) or, with *salvage*, anywhere: such a line fails to parse and is judged as a bad line."""
-        if not ascii:
-            try:
-                b"\n".join(lines).decode("utf-8")
-            except UnicodeDecodeError:
-                at = self.offset
-                for j, line in enumerate(lines):
-                    try:
-                        line.decode("utf-8")
-                    except UnicodeDecodeError as exc:
-                        cut = exc.end == len(line) and exc.reason == "unexpected end of data"
-                        if not (cut or self.salvage):
-                            raise _NotUtf8(at + exc.start, self.line + j) from None
-                    at += len(line) + 1
-        self.offset += nbytes
-
-    def _fast(self, lines: list[bytes], first: int) -> bool:
-        """The common case: every line a record of a known kind.  False (nothing kept) otherwise."""
-        try:
-            objs = list(map(_loads, lines))
-            kinds = list(map(_KIND, objs))
-            if not _KINDS.issuperset(kinds):
-                return False
-        except (ValueError, TypeError, KeyError, RecursionError):
-            return False
-        if "resume" in kinds or "run" in kinds:
-            self.restarts.update(first + j for j, k in enumerate(kinds) if k in RESTART_KINDS)
-        self._keep(objs, kinds)
-        return True
-
-    def _keep(self, objs: list[dict[str, Any]], kinds: list[str]) -> None:
-        if not self.lazy:
-            self.records.extend(objs)
-            return
-        if kinds.count("call") == len(objs):
-            by_kind = {"call": objs}
-        else:
-            by_kind = {kind: list(compress(objs, map(eq, kinds, repeat(kind)))) for kind in self.columns}
-            self.records.extend(compress(objs, map(_not_in, kinds, repeat(self.columns))))
-        for kind, recs in by_kind.items():
-            cols = self.columns.get(kind)
-            if cols is not None:
-                try:
-                    cols.add(recs)
-                    self.in_columns += len(recs)
-                    continue
-                except (TypeError, ValueError, OverflowError):
-                    # a field of an unexpected type: analysis will build the columns from the records
-                    del self.columns[kind]
-            self.records.extend(recs)
-
-    def _slow(self, lines: list[bytes], first: int) -> None:
-        objs: list[dict[str, Any]] = []
-        for j, line in enumerate(lines):
-            i = first + j
+    def run(self, lines: Iterable[bytes]) -> None:
+        """Check the next *lines* (each with its newline, but a last line without one)."""
+        for line in lines:
+            if self.utf8_error is not None:
+                return
+            i, start = self.line, self.offset
+            self.line, self.offset = i + 1, start + len(line)
+            line = line.removesuffix(b"\n")
+            if self.error is not None:
+                if not self._utf8(line, i, start):
+                    return
+                continue
             if not line.strip():
                 continue
             self.last_nonblank = i
             try:
-                obj = _loads(line)
-            except (ValueError, RecursionError):
+                obj = orjson.loads(line)
+            except ValueError:
+                if not self._utf8(line, i, start):
+                    return
                 if self.header is None:
-                    raise _BadLine(i, "{path}: line {line} is not JSON; not a leverbench ledger") from None
-                self.bad[i] = NOT_JSON
-                self.skip.add(i)
+                    self.error = (i, "{path}: line {line} is not JSON; not a leverbench ledger")
+                else:
+                    self.bad[i] = NOT_JSON
                 continue
             if self.header is None:
                 try:
-                    self.header = _check_header(self.path, obj)
+                    self.header, self.header_line = _check_header(self.path, obj), i
                 except LedgerError as exc:
-                    raise _BadLine(None, str(exc)) from None
-                self.skip.add(i)
+                    self.error = (None, str(exc))
                 continue
-            if not isinstance(obj, dict) or obj.get("kind") not in KINDS:
-                if not self.salvage:
-                    raise _BadLine(i, "{path}: line {line} " + UNKNOWN_KIND + "; " + SALVAGE_HINT)
-                self.bad[i] = UNKNOWN_KIND
-                self.skip.add(i)
+            kind = obj.get("kind") if isinstance(obj, dict) else None
+            if kind not in KINDS:
+                if self.salvage:
+                    self.bad[i] = UNKNOWN_KIND
+                else:
+                    self.error = (i, "{path}: line {line} " + UNKNOWN_KIND + "; " + SALVAGE_HINT)
                 continue
-            if obj["kind"] in RESTART_KINDS:
+            if kind in RESTART_KINDS:
                 self.restarts.add(i)
-            objs.append(obj)
-        self._keep(objs, [o["kind"] for o in objs])
+            self.kept.append(line if self.keep_lines else obj)
 
-    def merge(self, after: _Scan) -> None:
-        """Take in the scan of the part of the file that follows this one's."""
-        base = self.line
-        self.bad.update((i + base, why) for i, why in after.bad.items())
-        self.skip |= {i + base for i in after.skip}
-        self.restarts |= {i + base for i in after.restarts}
-        if after.last_nonblank >= 0:
-            self.last_nonblank = after.last_nonblank + base
-        self.line += after.line
-        self.offset = after.offset
-        self.records += after.records
-        self.in_columns += after.in_columns
-        for kind in list(self.columns):
-            if kind in after.columns:
-                self.columns[kind].extend(after.columns[kind])
-            else:
-                del self.columns[kind]
-        if self.utf8_error is None and after.utf8_error is not None:
-            at, index = after.utf8_error
-            self.utf8_error = (at, index + base)
-        if self.error is None and after.error is not None:
-            e = after.error
-            self.error = _BadLine(None if e.index is None else e.index + base, e.message)
+    def _utf8(self, line: bytes, i: int, start: int) -> bool:
+        """False (and ``utf8_error`` set) when *line* is not UTF-8, but where it ends in the first bytes of
+        a character (a write cut there) or with *salvage*: such a line is judged as a bad line."""
+        if line.isascii():
+            return True
+        try:
+            line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            cut = exc.end == len(line) and exc.reason == "unexpected end of data"
+            if not (cut or self.salvage):
+                self.utf8_error = (start + exc.start, i)
+                return False
+        return True
+
+    def judge(self) -> dict[int, str | None]:
+        """Per bad line: "last" (the last non-blank line: a write cut by a crash), "resumed" (a cut
+        line that a resumed run ended with a newline and wrote after: the next line opens the
+        resumed run) or None (damage)."""
+        return {i: "last" if why == NOT_JSON and i >= self.last_nonblank else
+                "resumed" if why == NOT_JSON and i + 1 in self.restarts else None
+                for i, why in sorted(self.bad.items())}
 
     def raise_errors(self) -> None:
         if self.utf8_error is not None:
             at, index = self.utf8_error
             what = "not a leverbench ledger" if index == 0 else SALVAGE_HINT  # (the header may be unparsed yet)
             raise LedgerError(f"{self.path}: line {index + 1} is not UTF-8 text (byte {at}); {what}")
-        damaged = [] if self.salvage else [i for i, cut in self.judge().items() if cut is None]
-        first = min(damaged, default=None)
-        if self.error is not None and self.error.index is not None and (first is None or self.error.index < first):
-            first = None
-        if first is not None:
+        first = None if self.salvage else min((i for i, cut in self.judge().items() if cut is None), default=None)
+        if first is not None and not (self.error and self.error[0] is not None and self.error[0] < first):
             raise LedgerError(f"{self.path}: line {first + 1} {self.bad[first]} and is not the last line written "
                               f"before a crash; {SALVAGE_HINT}")
         if self.error is not None:
-            line = None if self.error.index is None else self.error.index + 1
-            raise LedgerError(self.error.message.format(path=self.path, line=line) if line else self.error.message)
+            index, message = self.error
+            raise LedgerError(message if index is None else message.format(path=self.path, line=index + 1))
         if self.header is None:
             raise LedgerError(f"{self.path}: empty ledger (no run header)")
 
-    def judge(self) -> dict[int, str | None]:
-        """Per bad line: "last" (the last non-blank line: a write cut by a crash), "resumed" (a cut
-        line that a resumed run ended with a newline and wrote after: the next line opens the
-        resumed run) or None (damage)."""
-        out: dict[int, str | None] = {}
-        for i, why in sorted(self.bad.items()):
-            if why == NOT_JSON and i >= self.last_nonblank:
-                out[i] = "last"
-            elif why == NOT_JSON and i + 1 in self.restarts:
-                out[i] = "resumed"
-            else:
-                out[i] = None
-        return out
-
     def warnings(self) -> list[str]:
         """One per bad line that did not stop the reading: a cut write, or a line salvaged past."""
-        out = []
-        for i, cut in self.judge().items():
-            if cut == "last":
-                out.append(f"{self.path}: line {i + 1} is incomplete (a run cut off while writing); ignored")
-            elif cut == "resumed":
-                out.append(f"{self.path}: line {i + 1} is incomplete (cut off, then resumed); ignored")
-            else:
-                out.append(f"{self.path}: line {i + 1} {self.bad[i]}; skipped (--salvage)")
-        return out
+        why = {"last": "is incomplete (a run cut off while writing); ignored",
+               "resumed": "is incomplete (cut off, then resumed); ignored", None: "{}; skipped (--salvage)"}
+        return [f"{self.path}: line {i + 1} " + why[cut].format(self.bad[i]) for i, cut in self.judge().items()]
 
 
-def _not_in(k: Any, container: Any) -> bool:
-    return k not in container
+def _frame(source: Path | bytes) -> Any:
+    """Polars' reading of *source* (the file, or lines of it): kind, labels, numbers, flags, error and
+    timings of every record; None when polars refuses a line.  Numbers are read as Float64, else (for
+    lines, not the whole file: a few lines have it) as text converted strictly: a number the writer
+    stored as "NaN", "+Inf", "-Inf"."""
+    import polars as pl  # noqa: PLC0415 (a small ledger never loads polars)
 
-
-class _Helper:
-    """A second Python process that scans the second part of a large file while this one scans the
-    first, and sends its :class:`_Scan` back (pickled, through its stdout)."""
-
-    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
-        self.proc = proc
-
-    @staticmethod
-    def can_start() -> bool:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        return cores >= 2 and bool(sys.executable)
-
-    @classmethod
-    def start(cls, path: Path, start: int, end: int, ident: tuple[int, int], salvage: bool) -> _Helper | None:
-        env = dict(os.environ)
-        src = str(Path(__file__).resolve().parents[2])  # where this leverbench is imported from
-        env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        cmd = [sys.executable, "-P", "-c", "from leverbench.ledger.reader import _helper_main; _helper_main()",
-               str(path), str(start), str(end), str(ident[0]), str(ident[1]), str(int(salvage))]
+    for number in (pl.Float64,) if isinstance(source, Path) else (pl.Float64, pl.String):
+        schema = {"kind": pl.Categorical, **dict.fromkeys(LABELS, pl.Categorical),
+                  **dict.fromkeys(CALL_NUMBERS + TURN_NUMBERS, number),
+                  **dict.fromkeys(CALL_FLAGS + TURN_FLAGS, pl.Boolean), "error": pl.String,
+                  "timings": pl.Struct(dict.fromkeys(CALL_TIMINGS, number))}
         try:
-            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                    env=env)
-        except OSError:
-            return None
-        return cls(proc)
-
-    def result(self) -> _Scan | None:
-        """The helper's scan, or None if it failed."""
-        try:
-            assert self.proc.stdout is not None
-            data = self.proc.stdout.read()
-            ok = self.proc.wait() == 0 and data
-            scan = pickle.loads(data) if ok else None
-            return scan if isinstance(scan, _Scan) else None
-        except Exception:
-            return None
-
-    def cancel(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
+            frame = pl.read_ndjson(source if isinstance(source, Path) else io.BytesIO(source), schema=schema)
+            if number == pl.String:
+                frame = frame.cast({**dict.fromkeys(CALL_NUMBERS + TURN_NUMBERS, pl.Float64),
+                                    "timings": pl.Struct(dict.fromkeys(CALL_TIMINGS, pl.Float64))}, strict=True)
+            if frame["kind"].cast(pl.String).is_in(list(KINDS)).fill_null(False).all():
+                return frame
+        except (pl.exceptions.PolarsError, pl.exceptions.PanicException):
+            continue
+    return None
 
 
-def _helper_main() -> None:
-    """The helper process: scan the part given on the command line, write the pickled scan to stdout."""
-    path, start, end, dev, ino, salvage = sys.argv[1:7]
-    with _gc_paused():
-        scan = _scan_part(Path(path), int(start), int(end), (int(dev), int(ino)), salvage == "1")
-        sys.stdout.buffer.write(pickle.dumps(scan, protocol=pickle.HIGHEST_PROTOCOL))
-    sys.stdout.buffer.flush()
+def _frame_by_chunks(mm: mmap.mmap, starts: np.ndarray, ends: np.ndarray, nonblank: np.ndarray, scan: _Scan) -> Any:
+    """The records from *scan*'s next line on, read by polars CHUNK_BYTES of whole lines at a time; a
+    chunk polars refuses is checked line by line (*scan*, raising what it finds) and polars reads the
+    lines kept.  None when polars refuses those too."""
+    import polars as pl  # noqa: PLC0415 (a small ledger never loads polars)
+
+    frames, a = [_frame(b"")], scan.line
+    while a < len(starts) and scan.utf8_error is None:
+        b = max(a + 1, int(np.searchsorted(starts, starts[a] + CHUNK_BYTES)))  # lines a … b-1
+        chunk = mm[starts[a]:ends[b - 1] + 1]
+        if a - 1 in scan.bad:  # after a bad line: does a resumed run start here?
+            with suppress(ValueError, AttributeError):
+                if orjson.loads(mm[starts[a]:ends[a]]).get("kind") in RESTART_KINDS:
+                    scan.restarts.add(a)
+        if scan.error is None and (part := _frame(chunk)) is not None:
+            frames.append(part)
+            if nonblank[a:b].any():
+                scan.last_nonblank = a + int(np.flatnonzero(nonblank[a:b])[-1])
+            scan.line, scan.offset = b, int(ends[b - 1]) + 1
+        else:
+            scan.run(io.BytesIO(chunk))
+            if scan.error is None and scan.utf8_error is None:
+                part, scan.kept = _frame(b"\n".join(scan.kept)), []
+                if part is None:
+                    return None
+                frames.append(part)
+        a = b
+    scan.raise_errors()
+    return pl.concat(frames)
 
 
-def _scan_part(path: Path, start: int, end: int, ident: tuple[int, int], salvage: bool) -> _Scan:
-    """Scan bytes [start, end) of a large ledger (start: just after a newline, past the header)."""
-    with open(path, "rb") as fh:
-        st = os.fstat(fh.fileno())
-        if (st.st_dev, st.st_ino) != ident:
-            raise OSError("the ledger was replaced while it was read")
-        fh.seek(start)
-        scan = _Scan(path, lazy=True, continued=True, offset=start, salvage=salvage)
-        scan.run(fh, end - start)
-    for c in scan.columns.values():
-        c.done()
-    return scan
+def _read_columnar(path: Path, fh: Any, salvage: bool) -> Ledger:
+    """:func:`read_ledger` of a large file with polars (see the module's docstring): the whole file at
+    once, else (a line the writer did not end, or polars refused one) chunk by chunk."""
+    import polars as pl  # noqa: PLC0415 (a small ledger never loads polars)
+
+    st, scan = os.fstat(fh.fileno()), _Scan(path, salvage, keep_lines=True)
+    with mmap.mmap(fh.fileno(), st.st_size, access=mmap.ACCESS_READ) as mm:
+        starts, ends, nonblank, closed = _lines(mm)
+        head = int(np.argmax(nonblank)) if nonblank.any() else len(starts) - 1
+        scan.run(mm[starts[i]:ends[i] + 1] for i in range(head + 1))
+        if scan.header is None or scan.error is not None or scan.utf8_error is not None:
+            scan.run(mm[starts[i]:ends[i] + 1] for i in range(head + 1, len(starts)))
+            scan.raise_errors()
+        frame = _frame(path) if closed[nonblank].all() else None
+        if frame is not None and len(frame) and frame["kind"][0] == "run":
+            frame = frame[1:]
+        else:
+            frame = _frame_by_chunks(mm, starts, ends, nonblank, scan)
+    rows = np.flatnonzero(nonblank)
+    rows = rows[~np.isin(rows, [scan.header_line, *scan.bad])]
+    if frame is None or len(frame) != len(rows):  # a record polars cannot type: read dicts
+        fh.seek(0)
+        return _read_lines(path, fh, salvage)
+    assert scan.header is not None
+    kinds = frame["kind"].cast(pl.String)
+    others = np.flatnonzero(~kinds.is_in(list(COLUMN_KINDS)).to_numpy()).tolist()
+    return Ledger(path, scan.header, warnings=scan.warnings(), _columns={k: Columns._of_frame(k, frame, kinds == k)
+                                                                         for k in COLUMN_KINDS},
+                  _source=_Source(path, st, starts[rows], ends[rows], others))
 
 
-def _split_point(fh: Any, size: int) -> int | None:
-    """A line start a little after the middle of the file (the helper also has to start, and to send
-    what it found)."""
-    mid = size * 11 // 20
-    fh.seek(mid)
-    window = fh.read(1 << 20)
-    fh.seek(0)
-    cut = window.find(b"\n")
-    return mid + cut + 1 if 0 <= cut and mid + cut + 1 < size else None
+def _read_lines(path: Path, fh: Any, salvage: bool) -> Ledger:
+    scan = _Scan(path, salvage)
+    scan.run(fh)
+    scan.raise_errors()
+    assert scan.header is not None
+    return Ledger(path, scan.header, scan.kept, scan.warnings())
 
 
 def read_ledger(path: str | Path, *, salvage: bool = False) -> Ledger:
-    """Parse ``ledger.jsonl`` (or a run directory holding one).
-
-    Lines must be UTF-8 JSON objects of a known kind, but for a write cut by a
-    crash: the last non-blank line, or a line right before the record that
-    opens a resumed run; it is ignored with a warning.  Any other bad line
-    raises :class:`LedgerError` naming the file and the line, and telling of
-    *salvage*: with it, every bad line after the header is skipped with a
-    warning naming it.  A file of PARALLEL_MIN_BYTES or more is parsed in two
-    parts at once, the second by a helper process.
-    """
+    """Parse ``ledger.jsonl`` (or a run directory holding one): see the module's docstring."""
     path = Path(path)
     if path.is_dir():
         path = path / "ledger.jsonl"
     try:
-        fh = open(path, "rb")
+        with open(path, "rb") as fh:
+            if os.fstat(fh.fileno()).st_size >= max(COLUMNAR_MIN_BYTES, 1):
+                return _read_columnar(path, fh, salvage)
+            return _read_lines(path, fh, salvage)
     except FileNotFoundError:
         raise LedgerError(f"{path}: no ledger here (expected a run directory or its ledger.jsonl)") from None
     except OSError as exc:
         raise LedgerError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    helper = None
-    try:
-        with fh, _gc_paused():
-            st = os.fstat(fh.fileno())
-            size, ident = st.st_size, (st.st_dev, st.st_ino)
-            lazy = size >= LAZY_MIN_BYTES
-            split = _split_point(fh, size) if lazy and size >= PARALLEL_MIN_BYTES and _Helper.can_start() else None
-            if split is not None:
-                helper = _Helper.start(path, split, size, ident, salvage)
-            scan = _Scan(path, lazy, salvage=salvage)
-            if helper is None:
-                scan.run(fh)
-            else:
-                scan.run(fh, split, tail=False)
-                second = helper.result()
-                if second is None or (scan.header is None and scan.error is None):
-                    # the child failed, or the first part was blank (the second is no continuation)
-                    fh.seek(split)
-                    scan.run(fh, size - split)
-                else:
-                    scan.merge(second)
-    except OSError as exc:
-        raise LedgerError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    finally:
-        if helper is not None:
-            helper.cancel()
-    scan.raise_errors()
-    assert scan.header is not None
-    warnings = scan.warnings()
-    if not scan.lazy:
-        return Ledger(path=path, header=scan.header, records=scan.records, warnings=warnings)
-    lazy_part = _Lazy(scan.records, {k: c.done() for k, c in scan.columns.items()}, scan.offset, ident, scan.skip,
-                      scan.in_columns + len(scan.records))
-    return Ledger(path=path, header=scan.header, warnings=warnings, _lazy=lazy_part)

@@ -74,6 +74,18 @@ SUMMARY_SCHEMA = "leverbench.summary/1"
 CALL_KINDS = ("call", "probe", "sentinel", "load")
 KINDS = ("run", "turn", "metrics", "resume", "warmup", "stage_end", *CALL_KINDS)
 
+# The fields of call and turn records that analysis reads as columns (the reader's ``Columns``):
+# labels (text), numbers (float64, NaN where the record lacks the field or has null), flags (true or
+# not), and for calls the numbers inside llama.cpp's ``timings`` object.
+LABELS = ("arm", "case", "turn_id")
+CALL_NUMBERS = ("step", "latency_s", "ttft_s", "t_first_answer_s", "prompt_tokens", "completion_tokens",
+                "cached_tokens", "reasoning_tokens", "content_chars", "reasoning_chars", "reasoning_chunks",
+                "answer_chunks")
+CALL_FLAGS = ("retried", "empty_answer")
+CALL_TIMINGS = ("prompt_n", "prompt_ms", "predicted_n", "predicted_ms", "cache_n", "draft_n", "draft_n_accepted")
+TURN_NUMBERS = ("repeat", "turn_s", "output_tokens", "prompt_tokens", "reasoning_tokens", "tool_s", "retried_s")
+TURN_FLAGS = ("step_limit",)
+
 
 def json_number(v: float) -> float | str:
     """*v* as the ledger stores it: itself when finite, else "NaN", "+Inf" or "-Inf" (Prometheus' spelling)."""
