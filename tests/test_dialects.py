@@ -94,10 +94,14 @@ def test_vllm_dialect_usage_has_no_cached_tokens_unless_the_flag_is_set():
         assert truth[1]["cached_tokens"] == 32  # the cache worked either way
         assert "timings" not in second.usage_chunk and all("timings" not in c for c in second.chunks)
         assert "timings" not in plain
+        # as vLLM 0.32 answers (tests/data/engines/vllm-0.32.0/): 40 tokens = 2 whole blocks of 16, both cached
         if flag:
-            assert usage["prompt_tokens_details"] == {"cached_tokens": 32}
+            assert usage["prompt_tokens_details"] == {"cached_tokens": 32, "created_cache_tokens": 0}
+            assert plain["usage"]["prompt_tokens_details"] == {"cached_tokens": 32, "created_cache_tokens": 0,
+                                                               "multimodal_tokens": None}
         else:
-            assert "prompt_tokens_details" not in usage and "prompt_tokens_details" not in plain["usage"]
+            assert "prompt_tokens_details" not in usage and plain["usage"]["prompt_tokens_details"] is None
+        assert plain["usage"]["completion_tokens_details"] is None and "completion_tokens_details" not in usage
         assert (usage["prompt_tokens"], usage["completion_tokens"], usage["total_tokens"]) == (40, 16, 56)
 
 

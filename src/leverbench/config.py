@@ -51,11 +51,24 @@ class ExperimentSection(_Strict):
 
 
 class EngineSpec(_Strict):
-    kind: Literal["embedded"] = "embedded"
+    """An engine the tool starts and stops for the arm.  ``kind``: ``embedded`` = llama.cpp's
+    llama-server (the name predates a second engine and is kept), ``vllm`` = vLLM's OpenAI server
+    (``scripts/install.sh --vllm``).  ``args`` go to the server after the tool's own flags;
+    ``ctx_size`` is llama.cpp's ``--ctx-size`` and vLLM's ``--max-model-len``; ``threads`` is
+    llama.cpp's (vLLM's CPU build binds its threads itself: ``VLLM_CPU_OMP_THREADS_BIND``)."""
+
+    kind: Literal["embedded", "vllm"] = "embedded"
     args: list[str] = Field(default_factory=list)
     threads: int | None = Field(None, ge=1)
     ctx_size: int = Field(8192, ge=256)
     startup_timeout_s: float = Field(300.0, gt=0)
+
+    @model_validator(mode="after")
+    def _threads_for_llamacpp(self) -> "EngineSpec":
+        if self.kind == "vllm" and self.threads is not None:
+            raise ValueError("threads is llama.cpp's setting; vLLM's CPU build binds its own threads "
+                             "(set VLLM_CPU_OMP_THREADS_BIND in the environment instead)")
+        return self
 
 
 class Arm(_Strict):
@@ -73,7 +86,8 @@ class Arm(_Strict):
     @model_validator(mode="after")
     def _endpoint_xor_engine(self) -> "Arm":
         if self.engine is None and not self.base_url:
-            raise ValueError("give either base_url (+ model) for an existing endpoint or engine = { kind = \"embedded\" }")
+            raise ValueError("give either base_url (+ model) for an existing endpoint or engine = { kind = \"embedded\" } "
+                             "(llama.cpp) or { kind = \"vllm\" }")
         if self.engine is not None and self.base_url:
             raise ValueError("give either base_url or engine, not both")
         if self.base_url and not self.model:

@@ -13,6 +13,9 @@ left out.  Per arm:
   ``llamacpp:tokens_predicted_seconds_total``; vLLM prefill: uncached prompt tokens
   (Δ``vllm:prompt_tokens`` − Δ``vllm:prefix_cache_hits``) / Δ``vllm:request_prefill_time_seconds_sum``),
   and uncached prompt tokens per request = that numerator / Δ``vllm:request_prefill_time_seconds_count``;
+  vLLM decode: (Δ``vllm:generation_tokens`` − Δ``vllm:request_decode_time_seconds_count``) /
+  Δ``vllm:request_decode_time_seconds_sum`` (vLLM's decode phase runs from the first token, which the
+  prefill produced, to the last: a request's n tokens take n − 1 of it);
 - prefix-cache hit share = Δhits / Δqueries (vLLM ``vllm:prefix_cache_hits`` / ``queries``, in tokens;
   SGLang Δ``sglang:cached_tokens_total`` / Δ``sglang:prompt_tokens_total``), cached prompt tokens =
   Δ``llamacpp:prompt_tokens_cached_total``; SGLang's ``sglang:cache_hit_rate`` gauge as read after the
@@ -95,6 +98,11 @@ def arm_metrics(before: dict[str, Any], after: dict[str, Any]) -> dict[str, floa
             out["prefill_tps"] = v
         if (v := _ratio(uncached, _delta(before, after, "vllm:request_prefill_time_seconds_count"))) is not None:
             out["uncached_prompt_tokens_per_request"] = v
+    generated = _delta(before, after, "vllm:generation_tokens")
+    decoded = _delta(before, after, "vllm:request_decode_time_seconds_count")
+    if generated is not None and decoded is not None:
+        if (v := _ratio(generated - decoded, _delta(before, after, "vllm:request_decode_time_seconds_sum"))) is not None:
+            out["decode_tps"] = v
     for key, (num, den) in _SHARES.items():
         n = _delta(before, after, num)
         if n is None and key.startswith("sglang_"):

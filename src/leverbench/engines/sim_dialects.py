@@ -15,17 +15,30 @@ and from runs of the real servers (``tests/data/engines/``).
     ``llamacpp:*`` counters (``prompt_tokens_total`` counts only the tokens
     computed, ``prompt_tokens_cached_total`` the reused ones,
     ``spec_decode_num_{draft,accepted}_tokens_total``, ...).
-``vllm``
-    No ``timings``; usage carries ``prompt_tokens_details.cached_tokens`` only
-    with ``--enable-prompt-tokens-details`` (``SimConfig.prompt_tokens_details``);
-    ignores ``cache_prompt`` and other unknown fields; honours ``ignore_eos`` and
-    ``min_tokens``.  ``/version``, ``/v1/models`` (``root``, ``max_model_len``),
-    ``/tokenize {"model", "prompt"}`` → ``{"count", "max_model_len", "tokens"}``,
-    no ``/props``.  ``/metrics``: ``vllm:*`` with labels ``model_name`` and
-    ``engine="0"``; ``vllm:prefix_cache_{queries,hits}_total`` count prompt
-    tokens (zero while the prefix cache is off); ``vllm:spec_decode_*`` exist
-    only with a drafter; ``vllm:cache_config_info`` carries the cache flags as
-    labels (``enable_prefix_caching="True"``, ``block_size``).
+``vllm`` (0.32.0 as it answered: ``tests/data/engines/vllm-0.32.0/``)
+    No ``timings``; usage carries ``prompt_tokens_details`` only with
+    ``--enable-prompt-tokens-details`` (``SimConfig.prompt_tokens_details``):
+    ``{"cached_tokens", "created_cache_tokens"}`` (the whole blocks this
+    request wrote into the cache), plus ``"multimodal_tokens": null`` in a
+    non-streamed answer, whose usage also says ``"prompt_tokens_details":
+    null`` (flag off) and ``"completion_tokens_details": null``; a streamed
+    usage leaves out what is null.  Ignores ``cache_prompt`` and other unknown
+    fields; honours ``ignore_eos`` and ``min_tokens``.  Errors as
+    ``{"error": {"message", "type", "param", "code"}}`` with vLLM's type names
+    (``BadRequestError``, ``NotFoundError``, ...).  ``/version``,
+    ``/v1/models`` (``root``, ``max_model_len``, ``permission``), ``/tokenize
+    {"model", "prompt"}`` → ``{"count", "max_model_len", "tokens",
+    "token_strs"}``, no ``/props``.  ``/metrics``: ``vllm:*`` with labels
+    ``model_name`` and ``engine="0"``, each counter and histogram with its
+    ``_created`` timestamp (Python's prometheus_client); ``vllm:prefix_cache_{queries,hits}_total``
+    count prompt tokens (zero while the prefix cache is off), as do
+    ``vllm:prompt_tokens_by_source_total{source}`` and
+    ``vllm:prompt_tokens_cached_total``; ``vllm:spec_decode_*`` exist only
+    with a drafter (from the start); ``vllm:cache_config_info`` carries the
+    cache configuration as labels (``enable_prefix_caching="True"``,
+    ``block_size``, ``num_gpu_blocks``, ...).  Phases as vLLM times them:
+    prefill = admission → first token (the prefill makes it), decode = first
+    → last token (a request's other n − 1 tokens), inference = their sum.
 ``sglang``
     Usage with ``prompt_tokens_details`` null unless ``--enable-cache-report``
     (``SimConfig.prompt_tokens_details``), plus ``reasoning_tokens``;
@@ -56,7 +69,9 @@ simulator, so discovery never presents it as a real engine.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import asdict
+from http import HTTPStatus
 from typing import Any
 
 DIALECTS = ("llama.cpp", "vllm", "sglang", "openai")
@@ -90,14 +105,23 @@ def error_body(dialect: str, status: int, message: str, kind: str) -> dict:
     if dialect == "llama.cpp":
         return {"error": {"code": status, "message": message, "type": kind}}
     if dialect == "vllm":
-        return {"error": {"message": message, "type": kind, "param": None, "code": status}}
+        return {"error": {"message": message, "type": vllm_error_type(status), "param": None, "code": status}}
     if dialect == "sglang":
         return {"object": "error", "message": message, "type": kind, "param": None, "code": status}
     return {"error": {"message": message, "type": kind, "param": None, "code": None}}
 
 
-def usage(dialect: str, prompt_tokens_details: bool, t: Any) -> dict:
-    """The ``usage`` object for trace ``t`` (a simulator ``_Trace``) in the dialect's shape."""
+def vllm_error_type(status: int) -> str:
+    """vLLM's error ``type`` for an HTTP status (its ``create_error_response``)."""
+    names = {400: "BadRequestError", 404: "NotFoundError", 422: "UnprocessableEntityError",
+             500: "InternalServerError", 501: "NotImplementedError", 503: "ServiceUnavailableError"}
+    return names.get(status) or HTTPStatus(status).phrase
+
+
+def usage(dialect: str, prompt_tokens_details: bool, t: Any, cache_block: int = 0) -> dict:
+    """The ``usage`` object for trace ``t`` (a simulator ``_Trace``) in the dialect's shape.
+    ``cache_block``: the prefix cache's block (0: no prefix cache), for vLLM's ``created_cache_tokens``
+    = the prompt's whole blocks − the cached ones."""
     out: dict[str, Any] = {
         "prompt_tokens": t.prompt_tokens,
         "completion_tokens": t.completion_tokens,
@@ -108,8 +132,16 @@ def usage(dialect: str, prompt_tokens_details: bool, t: Any) -> dict:
         out["prompt_tokens_details"] = cached
         out["completion_tokens_details"] = {"reasoning_tokens": t.reasoning_tokens}
     elif dialect == "vllm":
+        details = None
         if prompt_tokens_details:
-            out["prompt_tokens_details"] = cached
+            created = max(0, t.prompt_tokens // cache_block * cache_block - t.cached_tokens) if cache_block else 0
+            details = {**cached, "created_cache_tokens": created}
+            if not t.stream:
+                details["multimodal_tokens"] = None
+        if details is not None or not t.stream:
+            out["prompt_tokens_details"] = details
+        if not t.stream:
+            out["completion_tokens_details"] = None
     elif dialect == "sglang":
         out["prompt_tokens_details"] = cached if prompt_tokens_details else None
         out["reasoning_tokens"] = t.reasoning_tokens
@@ -127,6 +159,11 @@ def models_body(cfg: Any, created: int) -> dict:
         entry.update(owned_by="llamacpp", meta={"n_ctx": CONTEXT_LENGTH})
     elif cfg.dialect in ("vllm", "sglang"):
         entry.update(owned_by=cfg.dialect, root=cfg.model_path, parent=None, max_model_len=CONTEXT_LENGTH)
+        if cfg.dialect == "vllm":
+            entry["permission"] = [{"id": "modelperm-sim", "object": "model_permission", "created": created,
+                                    "allow_create_engine": False, "allow_sampling": True, "allow_logprobs": True,
+                                    "allow_search_indices": False, "allow_view": True, "allow_fine_tuning": False,
+                                    "organization": "*", "group": None, "is_blocking": False}]
     else:
         entry["owned_by"] = "system"
     return {"object": "list", "data": [entry], "sim": asdict(cfg)}
@@ -180,14 +217,19 @@ class Registry:
 
     A family is declared once (kind, sample name, help); its label sets appear
     when first written.  ``strip_total``: the ``# TYPE`` line names a counter
-    without ``_total``, as Python's prometheus_client writes it (vLLM, SGLang);
-    llama.cpp names it in full.  Both parse the same.
+    without ``_total``, as older Python prometheus_client releases write it
+    (SGLang here); llama.cpp and vLLM 0.32 name it in full.  Both parse the
+    same.  ``created``: after each counter and histogram, its ``_created``
+    timestamps as a gauge family of their own, as prometheus_client writes
+    them in the text format (vLLM).
     """
 
-    def __init__(self, strip_total: bool = True):
+    def __init__(self, strip_total: bool = True, created: bool = False):
         self.strip_total = strip_total
+        self.created = created  # write each counter's and histogram's _created timestamp (prometheus_client does)
         self._kinds: dict[str, tuple[str, str]] = {}
         self._values: dict[str, dict[tuple[tuple[str, str], ...], Any]] = {}
+        self._created: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
 
     def declare(self, kind: str, name: str, help_text: str) -> None:
         self._kinds[name] = (kind, help_text)
@@ -198,6 +240,7 @@ class Registry:
         values = self._values[name]
         if key not in values:
             values[key] = make()
+            self._created[(name, key)] = time.time()
         return key, values
 
     def inc(self, name: str, amount: float = 1.0, **labels: str) -> None:
@@ -232,6 +275,11 @@ class Registry:
                     lines += self._histogram_lines(name, key, value)
                 else:
                     lines.append(f"{name}{{{_label_text(key)}}} {_num(value)}" if key else f"{name} {_num(value)}")
+            if self.created and kind in ("counter", "histogram"):
+                created = (name.removesuffix("_total") if kind == "counter" else name) + "_created"
+                lines += [f"# HELP {created} {help_text}", f"# TYPE {created} gauge"]
+                lines += [f"{created}{{{_label_text(key)}}} {self._created[(name, key)]!r}" if key
+                          else f"{created} {self._created[(name, key)]!r}" for key in values]
         return "\n".join(lines) + "\n"
 
     @staticmethod
@@ -343,42 +391,60 @@ class LlamaCppMetrics(EngineMetrics):
 
 
 class VllmMetrics(EngineMetrics):
-    """vLLM's ``vllm:*`` families, labelled ``model_name`` and ``engine="0"``; the spec-decode
-    families only with a drafter; the prefix-cache counters stay at zero while the cache is off."""
+    """vLLM 0.32's ``vllm:*`` families (``tests/data/engines/vllm-0.32.0/metrics.txt``), labelled
+    ``model_name`` and ``engine="0"``, each counter and histogram with its ``_created`` gauge; the
+    spec-decode families only with a drafter; the prefix-cache counters stay at zero while the cache
+    is off.  Phases as vLLM times them: prefill = admission → first token, decode = first → last token."""
 
     HISTOGRAMS = {
-        "vllm:request_queue_time_seconds": "Histogram of time spent in WAITING phase for request.",
+        "vllm:request_prompt_tokens": "Number of prefill tokens processed.",
+        "vllm:request_generation_tokens": "Number of generation tokens processed.",
+        "vllm:iteration_tokens_total": "Histogram of number of tokens per engine_step.",
         "vllm:time_to_first_token_seconds": "Histogram of time to first token in seconds.",
+        "vllm:inter_token_latency_seconds": "Histogram of inter-token latency in seconds.",
+        "vllm:request_time_per_output_token_seconds": "Histogram of time_per_output_token_seconds per request.",
         "vllm:e2e_request_latency_seconds": "Histogram of e2e request latency in seconds.",
+        "vllm:request_queue_time_seconds": "Histogram of time spent in WAITING phase for request.",
+        "vllm:request_inference_time_seconds": "Histogram of time spent in RUNNING phase for request.",
         "vllm:request_prefill_time_seconds": "Histogram of time spent in PREFILL phase for request.",
         "vllm:request_decode_time_seconds": "Histogram of time spent in DECODE phase for request.",
-        "vllm:request_inference_time_seconds": "Histogram of time spent in RUNNING phase for request.",
     }
     COUNTERS = {
-        "vllm:prompt_tokens_total": "Number of prefill tokens processed.",
-        "vllm:generation_tokens_total": "Number of generation tokens processed.",
         "vllm:prefix_cache_queries_total": "Prefix cache queries, in terms of number of queried tokens.",
         "vllm:prefix_cache_hits_total": "Prefix cache hits, in terms of number of cached tokens.",
-        "vllm:prompt_tokens_cached_total": "Number of cached prompt tokens (local prefix cache hits).",
         "vllm:num_preemptions_total": "Cumulative number of preemption from the engine.",
+        "vllm:prompt_tokens_total": "Number of prefill tokens processed.",
+        "vllm:prompt_tokens_cached_total": "Number of cached prompt tokens (local + external).",
+        "vllm:generation_tokens_total": "Number of generation tokens processed.",
     }
+    BY_SOURCE = ("vllm:prompt_tokens_by_source_total", "Number of prompt tokens by source.",
+                 ("local_compute", "local_cache_hit", "external_kv_transfer"))
     SPEC = {
         "vllm:spec_decode_num_drafts_total": "Number of spec decoding drafts.",
         "vllm:spec_decode_num_draft_tokens_total": "Number of draft tokens.",
         "vllm:spec_decode_num_accepted_tokens_total": "Number of accepted tokens.",
     }
     PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
-    FINISHED = ("stop", "length", "abort")
+    FINISHED = ("stop", "length", "abort", "error", "repetition")
 
     def __init__(self, cfg: Any):
         super().__init__(cfg)
-        self.labels = {"model_name": cfg.model, "engine": "0"}
-        for name, text in self.HISTOGRAMS.items():
-            self.reg.declare("histogram", name, text)
+        self.reg = Registry(strip_total=False, created=True)
+        self.labels = {"engine": "0", "model_name": cfg.model}
+        self._first: dict[str, float] = {}  # request id → its first token (time.time())
+        self._last: dict[str, float] = {}  # request id → its last decode step
+        for name, text in (("vllm:num_requests_running", "Number of requests in model execution batches."),
+                           ("vllm:num_requests_waiting", "Number of requests waiting to be processed."),
+                           ("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.")):
+            self.reg.declare("gauge", name, text)
         counters = {**self.COUNTERS, **(self.SPEC if cfg.draft_k else {})}
         for name, text in counters.items():
             self.reg.declare("counter", name, text)
             self.reg.inc(name, 0.0, **self.labels)
+        name, text, sources = self.BY_SOURCE
+        self.reg.declare("counter", name, text)
+        for source in sources:
+            self.reg.inc(name, 0.0, **self.labels, source=source)
         self.reg.declare("counter", "vllm:request_success_total", "Count of successfully processed requests.")
         for reason in self.FINISHED:
             self.reg.inc("vllm:request_success_total", 0.0, **self.labels, finished_reason=reason)
@@ -386,37 +452,59 @@ class VllmMetrics(EngineMetrics):
             self.reg.declare("counter", self.PER_POS, "Accepted tokens per draft position.")
             for pos in range(cfg.draft_k):
                 self.reg.inc(self.PER_POS, 0.0, **self.labels, position=str(pos))
-        for name, text in (("vllm:num_requests_running", "Number of requests in model execution batches."),
-                           ("vllm:num_requests_waiting", "Number of requests waiting to be processed."),
-                           ("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.")):
-            self.reg.declare("gauge", name, text)
+        for name, text in self.HISTOGRAMS.items():
+            self.reg.declare("histogram", name, text)
         self.reg.declare("gauge", "vllm:cache_config_info", "Information of the LLMEngine CacheConfig")
         self.reg.set("vllm:cache_config_info", 1.0, **self.cache_config())
 
     def cache_config(self) -> dict[str, str]:
-        """``vllm:cache_config_info``'s labels: the served cache flags, stringified as vLLM does."""
-        return {"block_size": str(self.cfg.cache_block), "cache_dtype": "auto", "calculate_kv_scales": "False",
-                "cpu_offload_gb": "0", "enable_prefix_caching": str(bool(self.cfg.prefix_cache)), "engine": "0",
-                "gpu_memory_utilization": "0.9", "num_cpu_blocks": "None",
-                "num_gpu_blocks": str(CONTEXT_LENGTH // self.cfg.cache_block), "prefix_caching_hash_algo": "sha256",
-                "sliding_window": "None"}
+        """``vllm:cache_config_info``'s labels: the served cache configuration, stringified as vLLM does
+        (vLLM 0.32's full label set; the values a CPU server with a 1 GiB KV cache reports, with the
+        simulator's block size, prefix-cache flag and context)."""
+        block = self.cfg.cache_block
+        return {"_block_size_resolved": "True", "block_size": str(block), "cache_dtype": "auto",
+                "cache_hit_alignment_tokens": "None", "effective_attention_block_size": str(block),
+                "enable_mamba_shared_prefix_checkpoint": "False",
+                "enable_prefix_caching": str(bool(self.cfg.prefix_cache)), "engine": "0",
+                "gpu_memory_utilization": "0.92", "hash_block_size": "None", "is_attention_free": "False",
+                "kv_cache_dtype_skip_layers": "[]", "kv_cache_layout": "None", "kv_cache_max_concurrency": "1.0",
+                "kv_cache_memory_bytes": "1073741824", "kv_cache_size_tokens": str(CONTEXT_LENGTH),
+                "kv_offloading_backend": "native", "kv_offloading_size": "None", "kv_sharing_fast_prefill": "False",
+                "mamba_block_size": "None", "mamba_cache_dtype": "auto", "mamba_cache_mode": "none",
+                "mamba_page_size_padded": "None", "mamba_ssm_cache_dtype": "float32", "num_cpu_blocks": "None",
+                "num_gpu_blocks": str(CONTEXT_LENGTH // block), "num_gpu_blocks_override": "None",
+                "prefix_cache_retention_interval": "0", "prefix_caching_hash_algo": "sha256",
+                "prefix_match_unit": "None", "replayssm_buffer_len": "16", "skip_page_size_padded": "None",
+                "sliding_window": "None", "swa_bounded_replay": "True", "use_kda_recoverssm": "False",
+                "use_replayssm": "False", "user_specified_block_size": "False"}
 
     def admitted(self, t: Any, rank: int) -> None:
         self.reg.observe("vllm:request_queue_time_seconds", t.queue_s, **self.labels)
 
     def prefilled(self, t: Any, rank: int) -> None:
+        computed = t.prompt_tokens - t.cached_tokens
         self.reg.inc("vllm:prompt_tokens_total", t.prompt_tokens, **self.labels)
         self.reg.inc("vllm:prompt_tokens_cached_total", t.cached_tokens, **self.labels)
+        self.reg.inc("vllm:prompt_tokens_by_source_total", computed, **self.labels, source="local_compute")
+        self.reg.inc("vllm:prompt_tokens_by_source_total", t.cached_tokens, **self.labels, source="local_cache_hit")
         if self.cfg.prefix_cache:
             self.reg.inc("vllm:prefix_cache_queries_total", t.prompt_tokens, **self.labels)
             self.reg.inc("vllm:prefix_cache_hits_total", t.cached_tokens, **self.labels)
-        self.reg.observe("vllm:request_prefill_time_seconds", t.overhead_s + t.prefill_s, **self.labels)
+        self.reg.observe("vllm:request_prompt_tokens", t.prompt_tokens, **self.labels)
 
     def first_token(self, t: Any, rank: int) -> None:
+        self._first[t.id] = t.first_token
         self.reg.observe("vllm:time_to_first_token_seconds", t.first_token - t.arrival, **self.labels)
+        if t.admitted is not None:
+            self.reg.observe("vllm:request_prefill_time_seconds", t.first_token - t.admitted, **self.labels)
 
     def step(self, t: Any, rank: int, size: int) -> None:
+        now = time.time()
+        if t.id in self._last:
+            self.reg.observe("vllm:inter_token_latency_seconds", now - self._last[t.id], **self.labels)
+        self._last[t.id] = now
         self.reg.inc("vllm:generation_tokens_total", size, **self.labels)
+        self.reg.observe("vllm:iteration_tokens_total", size, **self.labels)
         if self.cfg.draft_k:
             self.reg.inc("vllm:spec_decode_num_drafts_total", 1, **self.labels)
             self.reg.inc("vllm:spec_decode_num_draft_tokens_total", self.cfg.draft_k, **self.labels)
@@ -425,10 +513,17 @@ class VllmMetrics(EngineMetrics):
                 self.reg.inc(self.PER_POS, 1, **self.labels, position=str(pos))
 
     def finished(self, t: Any, rank: int) -> None:
+        first, last = self._first.pop(t.id, None), self._last.pop(t.id, None)
         if t.admitted is None:
             return
-        self.reg.observe("vllm:request_decode_time_seconds", t.decode_s, **self.labels)
-        self.reg.observe("vllm:request_inference_time_seconds", t.overhead_s + t.prefill_s + t.decode_s, **self.labels)
+        if first is not None and last is not None:
+            decode = max(0.0, last - first)
+            self.reg.observe("vllm:request_decode_time_seconds", decode, **self.labels)
+            self.reg.observe("vllm:request_inference_time_seconds", max(last, first) - t.admitted, **self.labels)
+            if t.completion_tokens > 1:
+                self.reg.observe("vllm:request_time_per_output_token_seconds", decode / (t.completion_tokens - 1),
+                                 **self.labels)
+        self.reg.observe("vllm:request_generation_tokens", t.completion_tokens, **self.labels)
         if t.end is not None:
             self.reg.observe("vllm:e2e_request_latency_seconds", t.end - t.arrival, **self.labels)
         reason = {"stop": "stop", "tool_calls": "stop", "length": "length"}.get(t.finish_reason, "abort")

@@ -652,7 +652,8 @@ class _Exchange:
         return {"id": self.trace.id, "object": obj, "created": self.created, "model": self.cfg.model, **fields}
 
     def _usage(self) -> dict:
-        return dialects.usage(self.cfg.dialect, self.cfg.prompt_tokens_details, self.trace)
+        return dialects.usage(self.cfg.dialect, self.cfg.prompt_tokens_details, self.trace,
+                              self.cfg.cache_block if self.cfg.prefix_cache else 0)
 
     def _timings(self) -> dict:
         """``{"timings": ...}``: llama.cpp's timings from the simulator's own measurements; other

@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 import platform
 from pathlib import PurePath
-from typing import Any
+from typing import Any, Iterator
 from urllib.parse import urlsplit
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+from ..engines.vllm import speculative_method
 from ..ledger.records import json_number
 
 METRIC_PREFIXES = ("vllm:", "sglang:", "llamacpp:")
@@ -157,15 +158,26 @@ async def endpoint_info(session: aiohttp.ClientSession, base_url: str, headers: 
     return out
 
 
+def engine_samples(text: str) -> Iterator[Any]:
+    """The engine samples (vLLM, SGLang, llama.cpp names) of a Prometheus exposition, without the
+    ``_created`` timestamps Python's prometheus_client writes for every counter and histogram (in the
+    text format as a gauge family ``NAME_created`` of its own, as vLLM's ``/metrics`` shows them: a
+    Unix time, not a measurement).  Raises ValueError (or the parser's error) on a malformed text."""
+    families = list(text_string_to_metric_families(text))
+    created = {f.name + "_created" for f in families if f.type in ("counter", "histogram", "summary")}
+    for fam in families:
+        for s in fam.samples:
+            if s.name.startswith(METRIC_PREFIXES) and s.name not in created:
+                yield s
+
+
 def metric_labels(text: str) -> dict[str, list[dict[str, str]]] | None:
     """Engine metric samples (vLLM, SGLang, llama.cpp names) → their label sets, by sample name;
     None when the text is not a Prometheus exposition."""
     out: dict[str, list[dict[str, str]]] = {}
     try:
-        for fam in text_string_to_metric_families(text):
-            for s in fam.samples:
-                if s.name.startswith(METRIC_PREFIXES):
-                    out.setdefault(s.name, []).append(dict(s.labels))
+        for s in engine_samples(text):
+            out.setdefault(s.name, []).append(dict(s.labels))
     except Exception:  # noqa: BLE001 - a malformed exposition is simply not used
         return None
     return out
@@ -193,7 +205,8 @@ def knobs(raw: dict[str, Any]) -> dict[str, Any]:
       ``not disable_radix_cache``; ``block_size`` from the same vLLM labels;
     - ``drafter``: llama.cpp /slots ``speculative`` or the embedded engine's ``--spec-type`` /
       draft-model arguments; vLLM: whether ``vllm:spec_decode_*`` families exist (vLLM registers
-      them only with a drafter); SGLang ``speculative_algorithm``; the method's name as the value
+      them only with a drafter; they are there from the start), named by the ``method`` of the
+      ``--speculative-config`` the tool started its own vLLM with; SGLang ``speculative_algorithm``; the method's name as the value
       where it is named (else true), so that one drafter is one knob;
     - ``slots`` (llama.cpp ``total_slots``, SGLang ``max_running_requests``), ``context_length``
       (llama.cpp ``n_ctx``, vLLM/SGLang ``max_model_len``), ``tensor_parallel`` /
@@ -224,6 +237,9 @@ def knobs(raw: dict[str, Any]) -> dict[str, Any]:
         _put(k, "block_size", _int(cache.get("block_size")))
         if metrics:
             k["drafter"] = any(name.startswith("vllm:spec_decode") for name in metrics)
+        method = speculative_method([str(a) for a in known.get("engine_args") or []]) if known.get("engine") == "vllm" else None
+        if k.get("drafter") is not False and method:
+            k["drafter"] = method
     elif engine == "sglang" and isinstance(info, dict):
         _put(k, "engine_version", info.get("version"))
         if "disable_radix_cache" in info:
@@ -299,6 +315,8 @@ async def scrape_metrics(session: aiohttp.ClientSession, url: str,
     """Serving-engine Prometheus samples (vLLM, SGLang, llama.cpp names), or None if not offered.
 
     A sample's label sets other than ``model_name`` / ``engine`` stay apart; those two are summed over.
+    The ``_created`` samples Python's prometheus_client adds to every counter and histogram (vLLM's:
+    a Unix timestamp, not a measurement) are left out.
     A NaN or infinite value (legal in the exposition format) is kept as "NaN", "+Inf" or "-Inf"."""
     try:
         async with session.get(url, headers=headers, timeout=aiohttp.ClientTimeout(total=10)) as resp:
@@ -309,13 +327,10 @@ async def scrape_metrics(session: aiohttp.ClientSession, url: str,
         return None
     samples: dict[str, float] = {}
     try:
-        for fam in text_string_to_metric_families(text):
-            for s in fam.samples:
-                if not s.name.startswith(METRIC_PREFIXES):
-                    continue
-                labels = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items()) if k not in ("model_name", "engine"))
-                key = f"{s.name}{{{labels}}}" if labels else s.name
-                samples[key] = samples.get(key, 0.0) + float(s.value)
+        for s in engine_samples(text):
+            labels = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items()) if k not in ("model_name", "engine"))
+            key = f"{s.name}{{{labels}}}" if labels else s.name
+            samples[key] = samples.get(key, 0.0) + float(s.value)
     except Exception:  # noqa: BLE001 - a malformed exposition is simply not used
         return None
     return {k: json_number(v) for k, v in samples.items()} or None

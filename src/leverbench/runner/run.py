@@ -39,7 +39,7 @@ import aiohttp
 
 from .. import __version__
 from ..config import Arm, Case, LoadedExperiment
-from ..engines.embedded import EmbeddedEngine
+from ..engines import EngineProcess, make_engine
 from ..errors import BadInput, ConfigError, EngineError
 from ..ledger.reader import read_ledger
 from ..ledger.records import LEDGER_SCHEMA
@@ -57,7 +57,6 @@ LONG_ANSWER = ("Answer at great length: write many long, detailed paragraphs and
                "do not stop early or summarise.")
 LENGTH_BY_FIELDS = "ignore_eos"
 LENGTH_BY_PROMPT = "prompt (engine rejected ignore_eos)"
-EMBEDDED_MODEL_ID = "SmolLM2-135M-Instruct-Q4_1"
 
 
 @dataclass
@@ -66,7 +65,7 @@ class ArmEndpoint:
     base_url: str
     model: str
     headers: dict[str, str]
-    engine: EmbeddedEngine | None = None
+    engine: EngineProcess | None = None
     discovered: dict[str, Any] = field(default_factory=dict)
     length_by_prompt: bool = False  # the endpoint rejected ignore_eos/min_tokens: probes ask for length instead
 
@@ -122,10 +121,8 @@ class Runner:
         for i, arm in enumerate(self.spec.arms):
             headers = _headers(self.exp, i, arm)
             if arm.engine is not None:
-                eng = EmbeddedEngine(arm.name, arm.engine.args, self.out / f"engine-{_safe(arm.name)}.log",
-                                     threads=arm.engine.threads, ctx_size=arm.engine.ctx_size,
-                                     startup_timeout_s=arm.engine.startup_timeout_s)
-                self.endpoints[arm.name] = ArmEndpoint(arm, "", EMBEDDED_MODEL_ID, headers, eng)
+                eng = make_engine(arm.name, arm.engine, self.out / f"engine-{_safe(arm.name)}.log")
+                self.endpoints[arm.name] = ArmEndpoint(arm, "", eng.model_id, headers, eng)
             else:
                 self.endpoints[arm.name] = ArmEndpoint(arm, arm.base_url or "", arm.model or "", headers)
 

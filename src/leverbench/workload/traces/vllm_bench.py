@@ -2,7 +2,9 @@
 
 Per-request arrays ``input_lens``, ``output_lens``, ``ttfts`` (s), ``itls``
 (lists, s), ``errors``, optionally ``start_times`` and ``e2els``/``latencies``
-(s).  latency_s = e2els[i] if present, else ttfts[i] + Σ itls[i].
+(s; vLLM 0.32 writes ``latencies``, and ``queue_times``: the client's own wait
+for ``--max-concurrency``, not used).  latency_s = e2els[i] if present, else
+ttfts[i] + Σ itls[i].
 """
 
 from __future__ import annotations
@@ -52,7 +54,8 @@ def load(path: Path, **_: Any) -> TrafficLoad:
         return v if isinstance(v, list) and len(v) >= n else None
 
     ttfts, itls, starts = arr("ttfts"), arr("itls"), arr("start_times")
-    e2els = arr("e2els") or arr("latencies")
+    e2e_key = "e2els" if arr("e2els") else "latencies" if arr("latencies") else None
+    e2els = arr(e2e_key) if e2e_key else None
     errors = obj.get("errors") if isinstance(obj.get("errors"), list) and len(obj["errors"]) == n else None
     for i in range(n):
         try:
@@ -66,7 +69,7 @@ def load(path: Path, **_: Any) -> TrafficLoad:
         ttft = opt_seconds(ttfts[i]) if ttfts else None
         rows.add(TrafficCall(input_tokens=inp, output_tokens=out, ttft_s=ttft, latency_s=_latency(e2els, ttft, itls, i),
                              model=opt_str(obj.get("model_id"))), opt_seconds(starts[i]) if starts else None)
-    notes = ["latency = ttft + Σ inter-token latencies" if not e2els else "latency = e2els (s)"]
+    notes = ["latency = ttft + Σ inter-token latencies" if not e2els else f"latency = {e2e_key} (s)"]
     if obj.get("max_concurrency") not in (None, 1) or obj.get("request_rate") not in (None, 1):
         notes.append(f"measured at max_concurrency={obj.get('max_concurrency')}, request_rate={obj.get('request_rate')}")
     return rows.load(path, "vllm-bench", notes=notes)

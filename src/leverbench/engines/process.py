@@ -1,0 +1,130 @@
+"""What every engine the tool starts has in common: a server process for one arm.
+
+An engine (llama.cpp's ``llama-server``, vLLM's OpenAI server) is started on a
+free loopback port with its output in a log file, is healthy when ``/health``
+answers 200, and is stopped with its whole process group.  A subclass gives
+:meth:`EngineProcess.command` (the argument vector, port included),
+:meth:`EngineProcess.environment` (None: the tool's own), ``label`` (how
+messages name the program), ``model_id`` (the model name its chat endpoint
+serves) and :meth:`EngineProcess.discover` (facts about itself for the ledger's
+header; discovery adds what the endpoint says).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from ..errors import EngineError
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def log_tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+class EngineProcess:
+    """One server process for one arm: ``start()`` → base URL, ``alive()``, ``death_note()``, ``stop()``."""
+
+    label = "engine"
+    model_id = ""
+    stop_timeout_s = 10.0
+
+    def __init__(self, name: str, args: list[str], log_path: Path, *, startup_timeout_s: float = 300.0):
+        self.name = name
+        self.args = list(args)
+        self.log_path = Path(log_path)
+        self.startup_timeout_s = startup_timeout_s
+        self.port: int | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def command(self) -> list[str]:
+        raise NotImplementedError
+
+    def environment(self) -> dict[str, str] | None:
+        """The process's environment; None: the tool's own."""
+        return None
+
+    def discover(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def start(self) -> str:
+        """Start on a free loopback port and wait until ``/health`` answers 200; returns the base URL.
+        A process that exits while starting, or is not healthy within ``startup_timeout_s``, raises
+        :class:`EngineError` with the log's last lines."""
+        self.port = free_port()
+        cmd = self.command()
+        env = self.environment()
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab")
+        log.write(("$ " + " ".join(cmd) + "\n").encode())
+        log.flush()
+        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     start_new_session=True, env=env)
+        log.close()
+        deadline = time.monotonic() + self.startup_timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise EngineError(
+                    f"arm {self.name!r}: {self.label} exited with code {self.proc.returncode} while starting; "
+                    f"last lines of {self.log_path}:\n{log_tail(self.log_path)}"
+                )
+            try:
+                with urllib.request.urlopen(self.base_url + "/health", timeout=2) as resp:  # noqa: S310
+                    if resp.status == 200:
+                        return self.base_url
+            except (urllib.error.URLError, OSError, ValueError):
+                pass
+            time.sleep(0.2)
+        self.stop()
+        raise EngineError(f"arm {self.name!r}: {self.label} not healthy after {self.startup_timeout_s:g} s; "
+                          f"last lines of {self.log_path}:\n{log_tail(self.log_path)}")
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def death_note(self) -> str | None:
+        """None while running; otherwise why it stopped, with the log's tail."""
+        if self.proc is None or self.proc.poll() is None:
+            return None
+        return (f"arm {self.name!r}: {self.label} died (exit code {self.proc.returncode}); "
+                f"last lines of {self.log_path}:\n{log_tail(self.log_path)}")
+
+    def stop(self) -> None:
+        """SIGTERM to the process group, SIGKILL after ``stop_timeout_s``; a group whose leader has
+        exited already gets SIGKILL (a child it left behind, e.g. vLLM's engine core, holds the memory)."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is not None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=self.stop_timeout_s)
+        except (ProcessLookupError, PermissionError):
+            pass
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=5)
