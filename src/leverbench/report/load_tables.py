@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .tables import Table
+from .table import Table
 
 
 def _ms(d: dict[str, Any] | None, key: str) -> str:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .tables import Table, all_tables
+from .table import Table
+from .tables import all_tables
 
 _INTRO = {
     "shares": (

@@ -7,19 +7,11 @@ the analysis returned.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from ..analysis.knobs import is_on
-
-
-@dataclass
-class Table:
-    key: str
-    title: str
-    headers: list[str]
-    rows: list[list[str]]
-    notes: list[str] = field(default_factory=list)
+from .load_tables import load_tables
+from .table import Table
 
 
 def s(x: float | None, nd: int = 1) -> str:
@@ -319,8 +311,6 @@ def discipline_table(summary: dict[str, Any]) -> Table | None:
 
 
 def all_tables(summary: dict[str, Any]) -> list[Table]:
-    from .load_tables import load_tables  # noqa: PLC0415 (it imports Table from here)
-
     tabs = [levers_table(summary), conditions_table(summary), result_table(summary), volume_table(summary), multiplier_table(summary),
             discipline_table(summary), reasoning_table(summary),
             shares_table(summary), decomposition_table(summary), probe_table(summary), server_table(summary),

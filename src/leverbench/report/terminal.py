@@ -8,7 +8,8 @@ from rich.console import Console
 from rich.table import Table as RichTable
 from rich.text import Text
 
-from .tables import Table, all_tables
+from .table import Table
+from .tables import all_tables
 
 _BRIEF = ("levers", "results", "volume", "multipliers", "discipline", "reasoning", "shares", "probes", "projection", "cost", "load", "load_sweep")
 
