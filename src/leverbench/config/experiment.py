@@ -1,4 +1,4 @@
-"""The experiment file: TOML in, validated pydantic models out.
+"""The experiment file: TOML in, validated pydantic models out (the ``[[load]]`` stages: :mod:`.stages`).
 
 Every problem is reported as a :class:`~leverbench.errors.ConfigError` naming
 the file, the key (dotted path, e.g. ``arms[1].engine.kind``) and what is wrong;
@@ -16,9 +16,9 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .errors import ConfigError
-from .redact import redact_url
-from .workload.load import LoadStage, check_stages, check_trace_paths
+from ..errors import ConfigError
+from ..redact import redact_url
+from .stages import LoadStage, check_stages, check_trace_paths
 
 DEFAULT_EXPERIMENT = Path("examples/agent-turns.toml")
 
@@ -28,6 +28,9 @@ class _Strict(BaseModel):
 
 
 class TimeoutsSpec(_Strict):
+    """A call's time limits in seconds (``[experiment] timeouts``); the one definition of their defaults,
+    which the client (:func:`leverbench.runner.client.stream_chat`) uses as its ``Timeouts`` too."""
+
     connect_s: float = Field(30.0, gt=0)
     first_token_s: float = Field(600.0, gt=0)
     idle_s: float = Field(120.0, gt=0)
