@@ -1,0 +1,70 @@
+"""The simulator's settings: :class:`SimConfig` (speeds, cache, drafter, dialect, faults), validated."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..sim_dialects import DIALECTS
+
+FAULT_NAMES = ("http_500", "http_429", "cut_stream", "stall", "malformed", "no_usage")
+
+
+@dataclass
+class SimConfig:
+    """The simulator's set speeds and behaviours (see the module docstring)."""
+
+    prefill_tps: float = 2000.0  # uncached prompt tokens per second
+    decode_tps: float = 200.0  # decode steps per second per request
+    overhead_s: float = 0.0  # fixed per-request overhead after admission, before prefill
+    slots: int = 1  # requests served at once; the rest queue FIFO
+    prefix_cache: bool = True  # reuse previously seen prompt prefixes
+    cache_block: int = 16  # prefix-cache granularity in tokens
+    output_tokens: int = 64  # generated tokens when the request does not force a length
+    output_jitter: float = 0.0  # fraction: length = output_tokens * (1 + u * jitter), u in [-1, 1]
+    draft_k: int = 0  # speculative decoding: draft tokens per step (0 = no drafter)
+    draft_acceptance: float = 0.0  # fraction of the draft tokens accepted each step
+    reasoning_tokens: int = 0  # the first N generated tokens are reasoning_content
+    tool_call_rounds: int = 0  # with tools, call a tool until the conversation has this many tool messages
+    model: str = "sim"
+    dialect: str = "llama.cpp"  # how it speaks: llama.cpp, vllm, sglang or openai (see sim_dialects)
+    engine_version: str = "sim"  # llama.cpp build_info, vLLM /version, SGLang /get_server_info version
+    prompt_tokens_details: bool = False  # vLLM --enable-prompt-tokens-details / SGLang --enable-cache-report
+    base_path: str = "/v1"  # chat at BASE_PATH/chat/completions, models at BASE_PATH/models
+    model_path: str = "sim"  # llama.cpp /props model_path, vLLM/SGLang model root
+    metrics: str = "default"  # /metrics: "on", "off", or the engine's default (SGLang: off without --enable-metrics)
+    seed: int = 0
+    fault_http_500: float = 0.0  # probability: answer HTTP 500
+    fault_http_429: float = 0.0  # probability: answer HTTP 429
+    fault_cut_stream: float = 0.0  # probability: send half the tokens, then drop the connection
+    fault_stall_s: float = 0.0  # length of a stall before the first token
+    fault_stall: float = 0.0  # probability: stall
+    fault_malformed: float = 0.0  # probability: one SSE data line that is not JSON, mid-stream
+    fault_no_usage: float = 0.0  # probability: omit usage even when asked
+
+    def __post_init__(self) -> None:
+        problems = [f"{name} must be > 0" for name in ("prefill_tps", "decode_tps") if not getattr(self, name) > 0]
+        problems += [f"{name} must be >= 1" for name in ("slots", "cache_block") if getattr(self, name) < 1]
+        problems += [f"{name} must be >= 0" for name in _NON_NEGATIVE_FIELDS if getattr(self, name) < 0]
+        problems += [f"{name} must be in [0, 1]" for name in _FRACTION_FIELDS if not 0 <= getattr(self, name) <= 1]
+        if self.dialect not in DIALECTS:
+            problems.append(f"dialect must be one of {', '.join(DIALECTS)}")
+        if self.metrics not in ("default", "on", "off"):
+            problems.append('metrics must be "default", "on" or "off"')
+        if self.base_path and (not self.base_path.startswith("/") or self.base_path.endswith("/")):
+            problems.append('base_path must be empty or start with "/" and not end with "/" (e.g. "/v1")')
+        if problems:
+            raise ValueError("; ".join(problems))
+
+
+_NON_NEGATIVE_FIELDS = (
+    "overhead_s", "fault_stall_s", "output_tokens", "draft_k", "reasoning_tokens", "tool_call_rounds"
+)  # fmt: skip
+_FRACTION_FIELDS = (
+    "output_jitter", "draft_acceptance", "fault_http_500", "fault_http_429", "fault_cut_stream", "fault_stall",
+    "fault_malformed", "fault_no_usage",
+)  # fmt: skip
+
+
+def tokens_per_step(cfg: SimConfig) -> int:
+    """Tokens one decode step emits: 1, plus the accepted drafts when a drafter is set."""
+    return 1 + round(cfg.draft_k * cfg.draft_acceptance) if cfg.draft_k else 1
