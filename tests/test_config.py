@@ -160,3 +160,5 @@ def test_one_definition_of_the_timeouts(tmp_path):
         exp.spec.experiment.timeouts.model_dump() == {"connect_s": 30.0, "first_token_s": 600.0, "idle_s": 120.0,
                                                       "total_s": 1800.0}
     assert Timeouts(connect_s=0.3, first_token_s=5, idle_s=5, total_s=10).total_s == 10
+    with pytest.raises(ValueError, match="frozen"):  # one instance is every call's default
+        client.total_s = 10

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from one_arm import one_arm_experiment
-
 from leverbench.engines.simulator import SimConfig, SimulatorThread
+
+from one_arm import one_arm_experiment
 
 SLOW = SimConfig(prefill_tps=100_000.0, decode_tps=20.0, output_tokens=400, slots=8)  # 20 s per 400-token call
 
@@ -37,7 +37,8 @@ def _start(exp: Path, out: Path) -> subprocess.Popen:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         return subprocess.Popen([sys.executable, "-m", "leverbench.cli", "run", str(exp), "--out", str(out)],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "COLUMNS": "400"})
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env={**os.environ, "COLUMNS": "400"})
     finally:
         if prev == signal.SIG_IGN:
             signal.signal(signal.SIGINT, prev)

@@ -31,11 +31,12 @@ after the unique part.  1.0 sends the identical prompt every time (a
 cache-hit benchmark on a server with a prefix cache).  Tokens are counted as
 the simulator counts them (a message's role, then one per whitespace word), so
 on a real tokenizer the share is approximate; tool schemas, which chat
-templates put first, are shared whatever the setting.  Each stage has an optional warm-up (``warmup_requests`` requests and/or
-``warmup_s`` seconds, sent but marked ``warmup`` and left out of the
-analysis) and a bound after the warm-up: ``requests`` and/or ``duration_s``,
-whichever comes first.  A list in ``concurrency`` or ``rate`` is a sweep: one
-stage per value, run in the order given, named ``NAME@c4`` / ``NAME@2.5rps``.
+templates put first, are shared whatever the setting.  Each stage has an
+optional warm-up (``warmup_requests`` requests and/or ``warmup_s`` seconds,
+sent but marked ``warmup`` and left out of the analysis) and a bound after
+the warm-up: ``requests`` and/or ``duration_s``, whichever comes first.  A
+list in ``concurrency`` or ``rate`` is a sweep: one stage per value, run in
+the order given, named ``NAME@c4`` / ``NAME@2.5rps``.
 
 Example::
 
@@ -84,7 +85,8 @@ class LoadStage(BaseModel):
     # what to send
     case: str | None = Field(None, description="closed/open: the case whose first call is sent (default: the first)")
     prefix_sharing: float = Field(0.0, ge=0.0, le=1.0, description="closed/open: fraction of each prompt's tokens "
-                                  "shared by all the stage's requests (shared part first; 0: all distinct, 1: identical)")
+                                  "shared by all the stage's requests (shared part first; 0: all distinct, "
+                                  "1: identical)")
     trace: str | None = Field(None, description="trace mode: traffic file, relative to the experiment file")
     trace_format: Literal[TRACE_FORMATS] | None = None  # type: ignore[valid-type]
     speed: float = Field(1.0, gt=0, description="trace mode: arrival times and tool waits are divided by this")
@@ -92,7 +94,8 @@ class LoadStage(BaseModel):
     scale_output: float = Field(1.0, gt=0, description="trace mode: output lengths times this")
     max_input_tokens: int | None = Field(None, ge=2, description="trace mode: cap on a call's input tokens")
     max_tokens: int | None = Field(None, ge=1, description="cap on generated tokens (closed/open: replaces the case's)")
-    force_output: bool = Field(True, description="trace mode: force the trace's output length (ignore_eos + min_tokens)")
+    force_output: bool = Field(True, description="trace mode: force the trace's output length "
+                                                 "(ignore_eos + min_tokens)")
     block_tokens: int = Field(512, ge=1, description="trace mode: tokens per Mooncake hash block (before scale_input)")
     # shape
     concurrency: int | list[int] | None = None
@@ -104,8 +107,9 @@ class LoadStage(BaseModel):
                                                  "(0: all at once, so their sends come in bursts)")
     keep_alive: bool = Field(True, description="reuse connections between calls, as the turns do (false: a new "
                                                "connection per call); connect time is recorded apart (connect_s)")
-    max_in_flight: int | None = Field(None, ge=1, description="open/trace: cap on calls in flight (late sends still "
-                                                                  "count their wait: latency is taken from the schedule)")
+    max_in_flight: int | None = Field(None, ge=1, description="open/trace: cap on calls in flight (late sends "
+                                                              "still count their wait: latency is taken from the "
+                                                              "schedule)")
     # bounds
     warmup_requests: int = Field(0, ge=0)
     warmup_s: float = Field(0.0, ge=0)
@@ -207,7 +211,8 @@ def expand(stages: list[LoadStage]) -> list[PlannedStage]:
             vals = _as_list(s.concurrency if s.concurrency is not None else 1)
             sweep = isinstance(s.concurrency, list)
             for c in vals:
-                out.append(PlannedStage(s, f"{s.name}@c{c}" if sweep else s.name, s.name if sweep else None, int(c), None))
+                out.append(PlannedStage(s, f"{s.name}@c{c}" if sweep else s.name, s.name if sweep else None, int(c),
+                                        None))
         elif s.mode == "open":
             vals = _as_list(s.rate)
             sweep = isinstance(s.rate, list)

@@ -167,7 +167,8 @@ def _run_facts(summary: dict[str, Any]) -> list[tuple[str, str]]:
     host = run.get("host") or {}
     facts = [("run", f"{run.get('name')} ({run.get('run_id')})"), ("started", str(run.get("started_at"))),
              ("host", f"{host.get('cpu', '?')}, {host.get('cores', '?')} cores, {host.get('os', '?')}"),
-             ("schedule", f"{run.get('repeats')} repeats, {run.get('order')} order, concurrency {run.get('concurrency')}"),
+             ("schedule",
+              f"{run.get('repeats')} repeats, {run.get('order')} order, concurrency {run.get('concurrency')}"),
              ("calls", f"{run.get('calls')} model calls, {run.get('failed_calls')} failed"),
              ("baseline", str(summary["baseline"])), ("tool", f"leverbench {run.get('tool_version')}")]
     if run.get("resumed"):

@@ -104,7 +104,8 @@ def replay_data(ledger: Ledger, *, cases: list[str] | None = None, arms: list[st
     """The replay's data: for each finished turn (arm, case, repeat), its calls' chunk times and texts.
 
     Call k of a turn starts at its t_send + connect_s − the turn's first t_send; chunk times are seconds after
-    that (after its connection was ready).  ``text_stored`` is False when the ledger holds no text (then the replay shows timing only).
+    that (after its connection was ready).  ``text_stored`` is False when the ledger holds no text (then the
+    replay shows timing only).
     With ``max_events``, whole repeats are added in order while the chunk count stays under it.
     """
     all_arms, all_cases = _names(ledger)
@@ -170,6 +171,7 @@ def replay_choice(ledger: Ledger, case: str, arms: list[str], repeat: int = 0) -
     if missing:
         reps = sorted({t.get("repeat") for t in ledger.of_kind("turn") if t.get("case") == case
                        and t.get("arm") in arms and isinstance(t.get("repeat"), int)})
-        raise BadInput(f"no finished turn of case {case!r}, repeat {repeat} for arm(s) {', '.join(map(repr, missing))}; "
+        raise BadInput(f"no finished turn of case {case!r}, repeat {repeat} for arm(s) "
+                       f"{', '.join(map(repr, missing))}; "
                        f"repeats recorded for this case: {', '.join(map(str, reps)) or 'none'}")
     return data

@@ -279,8 +279,8 @@ def svg_load(load: list[dict[str, Any]], arms: list[str]) -> Markup:
                 tip = M("{} {} · {:.1f} tok/s · {} {:.2f} s").format(arm, _load_x(s), s["throughput_tps"],
                                                                       key[:3], v)
                 if shape == "c":
-                    parts.append(M('<circle cx="{:.1f}" cy="{:.1f}" r="3.5" fill="{}"><title>{}</title></circle>').format(
-                        X(s["throughput_tps"]), Y(v), c, tip))
+                    parts.append(M('<circle cx="{:.1f}" cy="{:.1f}" r="3.5" fill="{}"><title>{}</title></circle>'
+                                   ).format(X(s["throughput_tps"]), Y(v), c, tip))
                 else:
                     parts.append(M('<rect x="{:.1f}" y="{:.1f}" width="6" height="6" fill="{}"><title>{}</title></rect>'
                                    ).format(X(s["throughput_tps"]) - 3, Y(v) - 3, c, tip))

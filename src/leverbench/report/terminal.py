@@ -11,7 +11,8 @@ from rich.text import Text
 from .table import Table
 from .tables import all_tables
 
-_BRIEF = ("levers", "results", "volume", "multipliers", "discipline", "reasoning", "shares", "probes", "projection", "cost", "load", "load_sweep")
+_BRIEF = ("levers", "results", "volume", "multipliers", "discipline", "reasoning", "shares", "probes", "projection",
+          "cost", "load", "load_sweep")
 
 
 def render_terminal(summary: dict[str, Any], console: Console | None = None, *, full: bool = False) -> None:
