@@ -11,7 +11,7 @@ Public API: :func:`svg_stacked_bars`, :func:`svg_hbars`, :func:`svg_scatter`, :f
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from markupsafe import Markup
@@ -170,6 +170,23 @@ def svg_hbars(items: list[tuple[str, float | None, str]], *, label: str, axis: s
     return Markup("").join(parts)
 
 
+def _axes(X: Callable[[float], float], Y: Callable[[float], float], xt: list[float], yt: list[float],
+          box: tuple[float, float, float, float], *, tick_gap: tuple[int, int]) -> list[Markup]:
+    """A plot's grid lines with their tick labels on both axes, then its frame.  ``X``/``Y`` map values to
+    the page; ``box`` = (left, top, width, height) of the plot area; ``tick_gap`` = (how far below the
+    area the x labels sit, how far left of it the y labels end)."""
+    l, t, pw, ph = box
+    below, left = tick_gap
+    out = [M('<line x1="{:.1f}" y1="{}" x2="{:.1f}" y2="{}" class="grid"/>'
+             '<text x="{:.1f}" y="{}" class="tick" text-anchor="middle">{}</text>').format(
+        X(v), t, X(v), t + ph, X(v), t + ph + below, _fmt_tick(v)) for v in xt]
+    out += [M('<line x1="{}" y1="{:.1f}" x2="{}" y2="{:.1f}" class="grid"/>'
+              '<text x="{}" y="{:.1f}" class="tick" text-anchor="end">{}</text>').format(
+        l, Y(v), l + pw, Y(v), l - left, Y(v) + 3, _fmt_tick(v)) for v in yt]
+    out.append(M('<rect x="{}" y="{}" width="{}" height="{}" class="frame"/>').format(l, t, pw, ph))
+    return out
+
+
 def svg_scatter(d: dict[str, Any], color: str, xmax: float, ymax: float) -> Markup:
     """One cell's calls: latency against output tokens, with the fitted line when the fit was not refused.
 
@@ -204,15 +221,7 @@ def svg_scatter(d: dict[str, Any], color: str, xmax: float, ymax: float) -> Mark
              M('<text x="{}" y="12" class="st">{}</text><text x="{}" y="24" class="ss">{}</text>'
                '<text x="{}" y="35" class="ss">{}</text>').format(
                  4, _clip(title, 40), 4, _clip(sub, 52), 4, _clip(sub2, 52))]
-    for v in xt:
-        parts.append(M('<line x1="{:.1f}" y1="{}" x2="{:.1f}" y2="{}" class="grid"/>'
-                       '<text x="{:.1f}" y="{}" class="tick" text-anchor="middle">{}</text>').format(
-            X(v), t, X(v), t + ph, X(v), t + ph + 12, _fmt_tick(v)))
-    for v in yt:
-        parts.append(M('<line x1="{}" y1="{:.1f}" x2="{}" y2="{:.1f}" class="grid"/>'
-                       '<text x="{}" y="{:.1f}" class="tick" text-anchor="end">{}</text>').format(
-            l, Y(v), l + pw, Y(v), l - 3, Y(v) + 3, _fmt_tick(v)))
-    parts.append(M('<rect x="{}" y="{}" width="{}" height="{}" class="frame"/>').format(l, t, pw, ph))
+    parts += _axes(X, Y, xt, yt, (l, t, pw, ph), tick_gap=(12, 3))
     if not d.get("refused") and number(d.get("decode_tps")) and number(d.get("intercept_s")) is not None:
         a, bslope = d["intercept_s"], 1.0 / d["decode_tps"]
         x0, x1 = d.get("output_min") or 0, d.get("output_max") or xmax
@@ -251,15 +260,7 @@ def svg_load(load: list[dict[str, Any]], arms: list[str]) -> Markup:
     colors = arm_colors(names)
     parts = [M('<svg class="plot" viewBox="0 0 {} {}" width="{}" role="img" aria-label="throughput against latency">'
                '<title>throughput against latency</title>').format(W, H, W)]
-    for v in xt:
-        parts.append(M('<line x1="{:.1f}" y1="{}" x2="{:.1f}" y2="{}" class="grid"/>'
-                       '<text x="{:.1f}" y="{}" class="tick" text-anchor="middle">{}</text>').format(
-            X(v), t, X(v), t + ph, X(v), t + ph + 13, _fmt_tick(v)))
-    for v in yt:
-        parts.append(M('<line x1="{}" y1="{:.1f}" x2="{}" y2="{:.1f}" class="grid"/>'
-                       '<text x="{}" y="{:.1f}" class="tick" text-anchor="end">{}</text>').format(
-            l, Y(v), l + pw, Y(v), l - 4, Y(v) + 3, _fmt_tick(v)))
-    parts.append(M('<rect x="{}" y="{}" width="{}" height="{}" class="frame"/>').format(l, t, pw, ph))
+    parts += _axes(X, Y, xt, yt, (l, t, pw, ph), tick_gap=(13, 4))
     ly = t + 10
     for arm in names:
         mine = sorted((s for s in pts if s["arm"] == arm), key=lambda s: s["throughput_tps"])
