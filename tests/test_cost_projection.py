@@ -6,12 +6,11 @@ import json
 
 import pytest
 from click.testing import CliRunner
+from ledgers import call, header, ledger, turn, write
 
 from leverbench.analysis.cost import costs, turn_cost
 from leverbench.analysis.summary import summarize
 from leverbench.cli import cli
-
-from ledgers import call, header, ledger, turn, write
 
 
 def test_cost_reproduces_the_articles_figures():

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from ledgers import call, header, ledger, turn
 
 from leverbench.analysis.summary import summarize
-
-from ledgers import call, header, ledger, turn
 
 ARMS = {"base": {"prefix_cache": False, "drafter": "none"}, "fast": {"prefix_cache": False, "drafter": "ngram"}}
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from test_load import experiment as load_experiment
 
 from leverbench.analysis.load import load_summary
 from leverbench.config import load
@@ -22,8 +23,6 @@ from leverbench.ledger.writer import LedgerWriter
 from leverbench.runner.client import client_session, stream_chat
 from leverbench.runner.load import UNIQUE_WORDS, SharedPrefix, call_end
 from leverbench.runner.run import Runner
-
-from test_load import experiment as load_experiment
 
 FAST = dict(prefill_tps=1_000_000.0, decode_tps=200.0, output_tokens=10)  # a call: 10 / 200 = 0.05 s
 

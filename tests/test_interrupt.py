@@ -15,10 +15,9 @@ import time
 from pathlib import Path
 
 import pytest
+from one_arm import one_arm_experiment
 
 from leverbench.engines.simulator import SimConfig, SimulatorThread
-
-from one_arm import one_arm_experiment
 
 SLOW = SimConfig(prefill_tps=100_000.0, decode_tps=20.0, output_tokens=400, slots=8)  # 20 s per 400-token call
 

@@ -8,12 +8,11 @@ modules' docstrings.
 from __future__ import annotations
 
 import pytest
+from ledgers import call, header, ledger, turn
 
 from leverbench.analysis.load import load_summary
 from leverbench.analysis.stats import median, percentile
 from leverbench.analysis.summary import summarize
-
-from ledgers import call, header, ledger, turn
 
 # ------------------------------------------------------------------ the article's two arms, four turns
 

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 from aiohttp import web
+from one_arm import one_arm_experiment
 from test_run_sim import experiment
 from test_stream_faults import serve
 
@@ -17,8 +18,6 @@ from leverbench.engines.simulator import SimConfig, SimulatorThread
 from leverbench.errors import ConfigError
 from leverbench.redact import redact_text, redact_url
 from leverbench.runner.run import ArmEndpoint, Runner
-
-from one_arm import one_arm_experiment
 
 KEY = "sk-planted-5f0c2e9d-never-print-me"
 

@@ -14,6 +14,7 @@ from typing import Iterator
 import aiohttp
 from aiohttp import web
 from click.testing import CliRunner
+from one_arm import one_arm_experiment
 
 from leverbench.analysis.metrics import arm_metrics
 from leverbench.cli import cli
@@ -23,8 +24,6 @@ from leverbench.ledger.writer import LedgerWriter
 from leverbench.runner.client import MAX_SSE_LINE_BYTES, Timeouts, client_session, stream_chat
 from leverbench.runner.load import CONNECT_FAILS_ABORT, run_load
 from leverbench.runner.run import Runner
-
-from one_arm import one_arm_experiment
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
 

@@ -15,13 +15,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from ledgers import call, header, ledger, turn
 
 from leverbench.analysis.regression import MAX_SCATTER_POINTS
 from leverbench.analysis.summary import summarize
 from leverbench.ledger import reader
 from leverbench.ledger.reader import Ledger, read_ledger
-
-from ledgers import call, header, ledger, turn
 
 GOLDEN = Path(__file__).parent / "golden"
 NAMES = sorted(p.name.removesuffix(".ledger.jsonl") for p in GOLDEN.glob("*.ledger.jsonl"))

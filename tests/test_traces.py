@@ -6,6 +6,7 @@ import hashlib
 import json
 from pathlib import Path
 
+import ledgers
 import pytest
 
 from leverbench.errors import BadInput
@@ -17,8 +18,6 @@ from leverbench.workload.traces import (
     parse_columns,
     shared_prefix_tokens,
 )
-
-import ledgers
 
 TRACES = Path(__file__).parent / "data" / "traces"  # slices of public traces: see its README.md
 

@@ -4,11 +4,10 @@ and engagement from the server's own counters.  Hand-made ledgers; every expecte
 from __future__ import annotations
 
 import pytest
+from ledgers import call, header, ledger, turn
 
 from leverbench.analysis.knobs import arm_knobs, comparisons, suggestion
 from leverbench.analysis.summary import summarize
-
-from ledgers import call, header, ledger, turn
 
 THREE = {"base": {"prefix_cache": False, "drafter": "none"},
          "control": {"prefix_cache": True, "drafter": "none"},
