@@ -35,8 +35,17 @@ from scipy.stats import norm
 from scipy.stats import t as student_t
 
 from leverbench.analysis.sequential import fixed_design_repeats
-from leverbench.analysis.sequential_study import (NAMES, Looks, Model, Outcome, cs_method, experiment_looks, fixed,
-                                                  matched_fixed_n, sequential)
+from leverbench.analysis.sequential_study import (
+    NAMES,
+    Looks,
+    Model,
+    Outcome,
+    cs_method,
+    experiment_looks,
+    fixed,
+    matched_fixed_n,
+    sequential,
+)
 
 MIN_EFFECT, CONF, MAX_R, MIN_R = 1.10, 0.95, 12, 2
 SIM_R = 24  # repeats simulated per experiment: fixed designs may need more than MAX_R
@@ -99,7 +108,8 @@ def candidates(cases: int) -> dict[str, object]:
         "CS mixture g=0.3": cs_method(0.3),
         "CS mixture g=3": cs_method(3.0),
         "Bonferroni t, α/11 per look": t_at_levels(bonf),
-        "Lan-DeMets Pocock-type, t": t_at_levels(spending_levels(lambda f: math.log(1 + (math.e - 1) * f), MAX_R, alpha)),
+        "Lan-DeMets Pocock-type, t": t_at_levels(spending_levels(
+            lambda f: math.log(1 + (math.e - 1) * f), MAX_R, alpha)),
         "Lan-DeMets OBF-type, t": t_at_levels(spending_levels(
             lambda f: 2 * norm.sf(norm.isf(alpha / 2) / math.sqrt(f)) / alpha, MAX_R, alpha)),
         "asymptotic CS, tight at 3 repeats": asymptotic_cs(3 * cases),
@@ -180,14 +190,15 @@ def main(argv: list[str] | None = None) -> int:
     for name, method in candidates(4).items():
         o = {eff: sequential(lk, MIN_EFFECT, CONF, MIN_R, MAX_R, method, truth=math.log(eff))
              for eff, lk in looks_by.items()}
-        hard = [sequential(lk, MIN_EFFECT, CONF, MIN_R, MAX_R, method, truth=math.log(MIN_EFFECT)) for lk in stressed.values()]
+        hard = [sequential(lk, MIN_EFFECT, CONF, MIN_R, MAX_R, method, truth=math.log(MIN_EFFECT))
+                for lk in stressed.values()]
         n_m = matched_fixed_n(o[1.3].rate("pays"), fixed13, false_pays_fixed)
         rows.append([name, pct(o[1.0].rate("pays")), pct(o[1.1].rate("pays")), pct(float(np.mean(o[1.1].missed))),
                      *(pct(float(np.mean(h.missed))) for h in hard),
                      pct(o[1.3].rate("pays")), f"{o[1.3].mean_repeats:.2f}", f"{o[1.0].mean_repeats:.2f}", str(n_m),
                      f"{o[1.3].mean_repeats / n_m:.2f}" if n_m else "-"])
-    table(rows, ["method", "pays@1.0 %", "pays@1.1 %", "miss@1.1 %", "miss, unequal CVs %", "miss, blocked+drift 50 % %",
-                 "pays@1.3 %", "rep@1.3", "rep@1.0", "fixed n", "rep/fixed"])
+    table(rows, ["method", "pays@1.0 %", "pays@1.1 %", "miss@1.1 %", "miss, unequal CVs %",
+                 "miss, blocked+drift 50 % %", "pays@1.3 %", "rep@1.3", "rep@1.0", "fixed n", "rep/fixed"])
 
     print("# 3. Noise × drift × order (chosen method)\n")
     rows = []

@@ -42,8 +42,9 @@ def write_ledger(path: Path, n_calls: int) -> None:
     repeats = max(1, n_calls // (len(ARMS) * len(CASES) * CALLS_PER_TURN))
     head = {"kind": "run", "schema": LEDGER_SCHEMA, "tool_version": "bench", "run_id": "bench", "started_at": "",
             "host": {}, "experiment_file": "bench.toml",
-            "config": {"experiment": {"name": "bench", "repeats": repeats, "order": "interleaved", "baseline": "current",
-                                      "volume_tolerance_cell": 0.2, "volume_tolerance_total": 0.05},
+            "config": {"experiment": {"name": "bench", "repeats": repeats, "order": "interleaved",
+                                      "baseline": "current", "volume_tolerance_cell": 0.2,
+                                      "volume_tolerance_total": 0.05},
                        "arms": [{"name": a} for a in ARMS], "cases": [{"name": c} for c in CASES]},
             "arms": {a: {"role": "baseline" if a == "current" else "treatment", "conditions": c, "discovered": {}}
                      for a, c in ARMS.items()}}
@@ -78,7 +79,8 @@ def write_ledger(path: Path, n_calls: int) -> None:
                             "finish_reason": "stop", "tool_calls": None,
                             "timings": {"prompt_n": 1000, "prompt_ms": 300.0 * speed[arm], "predicted_n": out,
                                         "predicted_ms": out * 20.0 * speed[arm], "cache_n": 0},
-                            "request": {"max_tokens": 256}, "input_sha256": "0" * 64, "output_sha256": "0" * 64}) + "\n")
+                            "request": {"max_tokens": 256}, "input_sha256": "0" * 64,
+                            "output_sha256": "0" * 64}) + "\n")
                     fh.write(json.dumps({"kind": "turn", "arm": arm, "case": case, "repeat": r, "turn_id": tid,
                                          "turn_s": total, "calls": CALLS_PER_TURN, "failed_calls": 0,
                                          "output_tokens": 400, "prompt_tokens": 4600, "error": None}) + "\n")

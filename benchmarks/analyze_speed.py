@@ -223,16 +223,17 @@ def main() -> int:
             t = time.perf_counter()
             write_log(p, a.big_calls, "csv", seed=2)
             size = p.stat().st_size
-            print(f"\nwrote {p.name}: {a.big_calls:,} calls, {size / 2**20:,.0f} MiB in {time.perf_counter() - t:.1f} s",
-                  flush=True)
+            print(f"\nwrote {p.name}: {a.big_calls:,} calls, {size / 2**20:,.0f} MiB "
+                  f"in {time.perf_counter() - t:.1f} s", flush=True)
             big_env = {**env, "LEVERBENCH_TRAFFIC_MEMORY_MB": str(a.memory_mb), "TMPDIR": str(d)}
             limit = f", data limited to {a.data_limit_mb:,} MiB (ulimit -d)" if a.data_limit_mb else ""
             print(f"leverbench analyze {p.name} with {a.memory_mb:g} MiB of rows in memory{limit}  [{load()}]",
                   flush=True)
             anon = [0]
             w, c, r, rc = run_analyze(p, big_env, a.data_limit_mb, anon)
-            print(f"  {w:.1f} s wall, {c:.1f} s CPU, peak RSS {r:,.0f} MiB, peak anonymous RSS {anon[0] / 1024:,.0f} MiB"
-                  f" for a {size / 2**20:,.0f} MiB log ({'ok' if rc == 0 else 'FAILED'})  [{load()}]", flush=True)
+            print(f"  {w:.1f} s wall, {c:.1f} s CPU, peak RSS {r:,.0f} MiB, "
+                  f"peak anonymous RSS {anon[0] / 1024:,.0f} MiB for a {size / 2**20:,.0f} MiB log "
+                  f"({'ok' if rc == 0 else 'FAILED'})  [{load()}]", flush=True)
             if a.data_limit_mb:
                 held = {**big_env, "LEVERBENCH_TRAFFIC_MEMORY_MB": str(2 * size / 2**20)}
                 print(f"the same, every row held in memory (LEVERBENCH_TRAFFIC_MEMORY_MB={2 * size / 2**20:,.0f})",

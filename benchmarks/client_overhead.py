@@ -149,8 +149,9 @@ def compare(records: list[dict], truths: list[dict]) -> dict[str, dict]:
     for r in records:
         if r.get("kind") != "load" or r.get("warmup") or r.get("error") is not None:
             continue
-        st = out.setdefault(r["stage"], {"c": r["concurrency"], "sweep": r["sweep"], "ttft": [], "gap": [], "stamp": [], "lag": [],
-                                         "loop": [], "e2e": [], "n": 0, "unmatched": 0, "t": []})
+        st = out.setdefault(r["stage"], {"c": r["concurrency"], "sweep": r["sweep"], "ttft": [], "gap": [],
+                                         "stamp": [], "lag": [], "loop": [], "e2e": [], "n": 0, "unmatched": 0,
+                                         "t": []})
         tm = r.get("timings") or {}
         t = by_key.get((tm.get("prompt_ms"), tm.get("predicted_ms")))
         if t is None or len(t["chunk_times"]) != len(r["chunk_t"]):
@@ -227,7 +228,7 @@ def main() -> None:
         sampler.halt.set()
         proc.terminate()
         proc.wait(timeout=10)
-    print(f"client-overhead benchmark: leverbench client (Runner/run_load/stream_chat, one event loop) vs the "
+    print("client-overhead benchmark: leverbench client (Runner/run_load/stream_chat, one event loop) vs the "
           "simulator's own stamps (separate process)")
     print(f"machine: {os.cpu_count()} cores; prompt {PROMPT_TOKENS} tokens, {OUTPUT_TOKENS} output tokens, "
           f"decode {args.decode_tps:g} tok/s per request; {args.warmup:g} s warm-up + {args.duration:g} s per level; "

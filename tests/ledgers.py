@@ -18,7 +18,8 @@ def header(arms: dict[str, dict[str, Any]], cases: list[str], *, baseline: str |
            "volume_tolerance_cell": 0.20, "volume_tolerance_total": 0.05, "drift_tolerance": 0.10,
            "engaged_acceptance_min": 0.2, **experiment}
     return {
-        "kind": "run", "schema": LEDGER_SCHEMA, "tool_version": "test", "run_id": "test", "started_at": "2026-01-01T00:00:00+00:00",
+        "kind": "run", "schema": LEDGER_SCHEMA, "tool_version": "test", "run_id": "test",
+        "started_at": "2026-01-01T00:00:00+00:00",
         "host": {"cpu": "test", "cores": 2}, "experiment_file": "x.toml",
         "config": {"experiment": exp, "arms": [{"name": a} for a in arms], "cases": [{"name": c} for c in cases]},
         "arms": {a: {"role": "baseline" if a == baseline else "treatment", "conditions": c, "discovered": {}}

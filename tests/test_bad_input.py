@@ -7,6 +7,7 @@ import string
 import tomllib
 from pathlib import Path
 
+import ledgers
 import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
@@ -18,8 +19,6 @@ from leverbench.config import load
 from leverbench.errors import ConfigError, LedgerError
 from leverbench.ledger.reader import read_ledger
 from leverbench.ledger.records import LEDGER_SCHEMA
-
-import ledgers
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 

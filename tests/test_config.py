@@ -148,3 +148,17 @@ def test_bundled_demo_is_valid():
     assert len([c for c in exp.spec.cases if not c.variant_of]) == 4 and any(c.steps for c in exp.spec.cases)
     assert [c.name for c in exp.spec.cases if c.variant_of] == ["design audit [one sentence]"]
     assert all(c.temperature == 0.0 for c in exp.spec.cases)
+
+
+def test_one_definition_of_the_timeouts(tmp_path):
+    """The client's default time limits are the experiment file's (they were 600 s against 1800 s total)."""
+    from leverbench.runner.client import Timeouts
+
+    exp = load(write(tmp_path, GOOD))
+    client = Timeouts()
+    assert {k: getattr(client, k) for k in ("connect_s", "first_token_s", "idle_s", "total_s")} == \
+        exp.spec.experiment.timeouts.model_dump() == {"connect_s": 30.0, "first_token_s": 600.0, "idle_s": 120.0,
+                                                      "total_s": 1800.0}
+    assert Timeouts(connect_s=0.3, first_token_s=5, idle_s=5, total_s=10).total_s == 10
+    with pytest.raises(ValueError, match="frozen"):  # one instance is every call's default
+        client.total_s = 10

@@ -90,5 +90,6 @@ def test_project_command(tmp_path):
     out = json.loads(res.output)
     base = next(c for c in out["cost"] if c["arm"] == "base")
     assert base["usd_per_turn"] == pytest.approx(183.0 * 5.5 / 3600, rel=1e-6)
-    table = CliRunner().invoke(cli, ["project", str(tmp_path / "run"), "--input-tokens", "83000", "--output-tokens", "5000"])
+    table = CliRunner().invoke(cli, ["project", str(tmp_path / "run"), "--input-tokens", "83000",
+                                     "--output-tokens", "5000"])
     assert "Scenario: 83,000 input tokens, 5,000 output tokens" in table.output and "prefix_cache" in table.output

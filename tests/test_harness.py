@@ -14,12 +14,12 @@ import aiohttp
 import pytest
 from test_load import experiment as load_experiment
 
+from leverbench.analysis.load import load_summary
 from leverbench.config import load
 from leverbench.engines.simulator import SimConfig, SimulatorThread, chat_prompt_tokens, synthetic_text
 from leverbench.errors import ConfigError
 from leverbench.ledger.reader import read_ledger
 from leverbench.ledger.writer import LedgerWriter
-from leverbench.analysis.load import load_summary
 from leverbench.runner.client import client_session, stream_chat
 from leverbench.runner.load import UNIQUE_WORDS, SharedPrefix, call_end
 from leverbench.runner.run import Runner
@@ -161,8 +161,10 @@ def test_c_shared_prefix_is_the_set_fraction_of_simulator_tokens(fraction):
 
 
 def test_c_prefix_sharing_is_validated(tmp_path):
-    for toml, msg in (('[[load]]\nname = "x"\nmode = "closed"\nrequests = 2\nprefix_sharing = 1.5\n', "prefix_sharing"),
-                      ('[[load]]\nname = "x"\nmode = "closed"\nrequests = 2\nprefix_sharing = -0.1\n', "prefix_sharing"),
+    for toml, msg in (('[[load]]\nname = "x"\nmode = "closed"\nrequests = 2\nprefix_sharing = 1.5\n',
+                       "prefix_sharing"),
+                      ('[[load]]\nname = "x"\nmode = "closed"\nrequests = 2\nprefix_sharing = -0.1\n',
+                       "prefix_sharing"),
                       ('[[load]]\nname = "t"\nmode = "trace"\ntrace = "x.jsonl"\nprefix_sharing = 0.5\n',
                        "does not apply to a trace")):
         with pytest.raises(ConfigError, match=msg):
@@ -199,10 +201,12 @@ async def _closes_after_each_response(reader: asyncio.StreamReader, writer: asyn
     connection when the next request arrives on it, without answering."""
     try:
         head = await reader.readuntil(b"\r\n\r\n")
-        length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length"))
+        length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                      if line.lower().startswith(b"content-length"))
         await reader.readexactly(length)
         events = [{"choices": [{"delta": {"content": "hi"}}]},
-                  {"choices": [{"delta": {}, "finish_reason": "stop"}], "usage": {"prompt_tokens": 3, "completion_tokens": 1}}]
+                  {"choices": [{"delta": {}, "finish_reason": "stop"}],
+                   "usage": {"prompt_tokens": 3, "completion_tokens": 1}}]
         body = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events) + b"data: [DONE]\n\n"
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
                      b"Keep-Alive: timeout=5, max=100\r\n\r\n" + b"%x\r\n" % len(body) + body + b"\r\n0\r\n\r\n")

@@ -96,7 +96,8 @@ def write_ledger(run_dir: Path, *, store_text: bool = True, repeats: int = 3) ->
                 ttft0, dt, ttft1 = speed[arm]
                 filler = " more" * (rep * 4)
                 if case == CASE:
-                    texts = [(PAYLOAD if arm == "base" and rep == 0 else "A plain first answer about the doc.") + filler,
+                    first = PAYLOAD if arm == "base" and rep == 0 else "A plain first answer about the doc."
+                    texts = [first + filler,
                              "Second step answer: the document says what it says, quoted line by line, with a "
                              "tail long enough to keep streaming for a while." + filler]
                 else:

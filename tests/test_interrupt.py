@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from one_arm import one_arm_experiment
 
 from leverbench.engines.simulator import SimConfig, SimulatorThread
@@ -37,7 +36,8 @@ def _start(exp: Path, out: Path) -> subprocess.Popen:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         return subprocess.Popen([sys.executable, "-m", "leverbench.cli", "run", str(exp), "--out", str(out)],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "COLUMNS": "400"})
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env={**os.environ, "COLUMNS": "400"})
     finally:
         if prev == signal.SIG_IGN:
             signal.signal(signal.SIGINT, prev)

@@ -16,8 +16,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from leverbench.analysis.load import (columns, distribution, itl, itl_pooled, knee_index, load_summary, load_warnings,
-                                      sweep_curves, tpot)
+from leverbench.analysis.load import (
+    columns,
+    distribution,
+    itl,
+    itl_pooled,
+    knee_index,
+    load_summary,
+    load_warnings,
+    sweep_curves,
+    tpot,
+)
 from leverbench.analysis.stats import percentile
 from leverbench.analysis.warning_kinds import WarningKind as W
 from leverbench.config import load

@@ -134,7 +134,8 @@ requests = 300
     assert all(want[c] == got[c] for c in want if c not in movable and c != "timeout_first_token"), (want, got)
     assert got["timeout_first_token"] - want["timeout_first_token"] == sum(moved.values()), (want, got)
     for name, message in HTTP_MESSAGE.items():
-        assert sum(1 for t in rest if expected(t)[1] == name) == sum(1 for r in failed if message in r["error"]["message"])
+        assert (sum(1 for t in rest if expected(t)[1] == name)
+                == sum(1 for r in failed if message in r["error"]["message"]))
     # the seed makes every kind of fault fire at least once in 302 requests
     assert {expected(t)[1] for t in rest} >= {"http_500", "http_429", "stall", "malformed", "cut_stream"}
     assert any("no_usage" in (t["fault"] or "") for t in truth if t["id"] in matched)

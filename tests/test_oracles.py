@@ -290,7 +290,8 @@ def test_load_percentiles_by_hand():
     recs.append(_load_call(11, 7.0, error=HTTP_500, retried=True))  # an attempt that was retried: left out
     recs.append(_load_call(12, 6.0, error=HTTP_500))  # a measured call that failed: counted, not in latencies
     row = next(r for r in load_summary(ledger(header({"base": {}}, ["r"]), recs)) if r["stage"] == "s")
-    assert (row["requests"], row["ok"], row["failed"], row["warmup_requests"], row["retried_attempts"]) == (11, 10, 1, 1, 1)
+    assert (row["requests"], row["ok"], row["failed"], row["warmup_requests"],
+            row["retried_attempts"]) == (11, 10, 1, 1, 1)
     assert row["errors"] == {"http_status": 1}
     e2e = row["e2e"]
     assert e2e["n"] == 10

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -114,7 +113,8 @@ def test_sigkill_mid_turn_then_resume_matches_an_uninterrupted_run(tmp_path):
     assert cell_facts(resumed) == cell_facts(whole)
     assert {c["n"] for c in resumed["cells"]} == {3}
     assert resumed["run"]["calls"] == whole["run"]["calls"] and resumed["run"]["failed_calls"] == 0
-    assert [(t["arm"], t["output_tokens"]) for t in resumed["totals"]] == [(t["arm"], t["output_tokens"]) for t in whole["totals"]]
+    assert ([(t["arm"], t["output_tokens"]) for t in resumed["totals"]]
+            == [(t["arm"], t["output_tokens"]) for t in whole["totals"]])
     assert [(d["arm"], d["case"], d["points"]) for d in resumed["decomposition"]] == \
            [(d["arm"], d["case"], d["points"]) for d in whole["decomposition"]]
     assert [(p["arm"], p["n1"], p["n2"], p["repeats"]) for p in resumed["probes"]] == \

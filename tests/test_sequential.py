@@ -13,11 +13,20 @@ import numpy as np
 import pytest
 from scipy.integrate import trapezoid
 
-from leverbench.analysis.sequential import (MIXTURE_G, confidence_sequence, decide, fixed_design_repeats,
-                                            fixed_interval, fixed_power, log_ratios, mixture_evalue,
-                                            paired_log_ratios, t_half_width, verdict_of)
-from leverbench.analysis.sequential_study import (Model, cs_method, experiment_looks, fixed, matched_fixed_n,
-                                                  sequential)
+from leverbench.analysis.sequential import (
+    MIXTURE_G,
+    confidence_sequence,
+    decide,
+    fixed_design_repeats,
+    fixed_interval,
+    fixed_power,
+    log_ratios,
+    mixture_evalue,
+    paired_log_ratios,
+    t_half_width,
+    verdict_of,
+)
+from leverbench.analysis.sequential_study import Model, cs_method, experiment_looks, fixed, matched_fixed_n, sequential
 from leverbench.errors import BadInput
 
 M11 = 1.10
@@ -71,7 +80,8 @@ def test_closed_form_matches_the_mixture_integral_with_unequal_cases():
     s = np.exp(u)
 
     def likelihood(delta):
-        q = sum((v - theta0 - a - delta * s) ** 2 for v in y["a"]) + sum((v - theta0 + a - delta * s) ** 2 for v in y["b"])
+        q = (sum((v - theta0 - a - delta * s) ** 2 for v in y["a"])
+             + sum((v - theta0 + a - delta * s) ** 2 for v in y["b"]))
         return s ** -5.0 * np.exp(-q / (2 * s * s))
 
     d = np.linspace(-8.0, 8.0, 241)[None, None, :]
@@ -220,7 +230,8 @@ def test_fixed_design_edges():
     n = fixed_design_repeats(0.0, 0.1411, 4, M11, verdict="equivalent")
     assert fixed_power(n, 0.0, 0.1411, 4, M11, verdict="equivalent") >= 0.90
     assert fixed_power(n - 1, 0.0, 0.1411, 4, M11, verdict="equivalent") < 0.90
-    assert fixed_design_repeats(0.0, 0.1411, 4, M11) == fixed_design_repeats(0.0, 0.1411, 4, M11, verdict="does not pay")
+    assert (fixed_design_repeats(0.0, 0.1411, 4, M11)
+            == fixed_design_repeats(0.0, 0.1411, 4, M11, verdict="does not pay"))
 
 
 # ---- the simulation study (the "done when") ----

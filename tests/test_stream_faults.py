@@ -258,7 +258,8 @@ _HI = _chunk({"choices": [{"delta": {"content": "hi"}}]})
 _STOP = _chunk({"choices": [{"delta": {}, "finish_reason": "stop"}]})
 ODD = {  # what a server sends → the error class leverbench records (None: a success)
     "usage is a number": ([_HI, _STOP, _chunk({"choices": [], "usage": 5}), b"data: [DONE]\n\n"], "malformed"),
-    "counts are strings": ([_HI, _STOP, _chunk({"choices": [], "usage": {"prompt_tokens": "3", "completion_tokens": "2"}}),
+    "counts are strings": ([_HI, _STOP,
+                            _chunk({"choices": [], "usage": {"prompt_tokens": "3", "completion_tokens": "2"}}),
                             b"data: [DONE]\n\n"], "malformed"),
     "count is NaN": ([_HI, _STOP, b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":NaN}}\n\n',
                       b"data: [DONE]\n\n"], "malformed"),
@@ -304,7 +305,8 @@ def test_odd_payloads_are_recorded_with_a_class_never_raised():
         recs = asyncio.run(go(url))
     got = {name: (r["error"] or {}).get("class") for name, r in recs.items()}
     assert got == {name: cls for name, (_, cls) in ODD.items()}
-    assert recs["content as text parts"]["completion_tokens"] == 2 and recs["content as text parts"]["content_chars"] == 2
+    parts = recs["content as text parts"]
+    assert parts["completion_tokens"] == 2 and parts["content_chars"] == 2
 
 
 def test_a_run_meets_an_odd_usage_and_goes_on(tmp_path):

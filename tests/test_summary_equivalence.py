@@ -25,8 +25,15 @@ from leverbench.analysis.regression import MAX_SCATTER_POINTS
 from leverbench.analysis.summary import summarize
 from leverbench.ledger import reader
 from leverbench.ledger.reader import Columns, Ledger, read_ledger
-from leverbench.ledger.records import (CALL_FLAGS, CALL_NUMBERS, CALL_TIMINGS, LABELS, LEDGER_SCHEMA, TURN_FLAGS,
-                                       TURN_NUMBERS)
+from leverbench.ledger.records import (
+    CALL_FLAGS,
+    CALL_NUMBERS,
+    CALL_TIMINGS,
+    LABELS,
+    LEDGER_SCHEMA,
+    TURN_FLAGS,
+    TURN_NUMBERS,
+)
 
 GOLDEN = Path(__file__).parent / "golden"
 NAMES = sorted(p.name.removesuffix(".ledger.jsonl") for p in GOLDEN.glob("*.ledger.jsonl"))

@@ -6,13 +6,18 @@ import hashlib
 import json
 from pathlib import Path
 
+import ledgers
 import pytest
 
 from leverbench.errors import BadInput
-from leverbench.workload.traces import (BLOCK_TOKENS, TrafficCall, detect_format, load_traffic, parse_columns,
-                                        shared_prefix_tokens)
-
-import ledgers
+from leverbench.workload.traces import (
+    BLOCK_TOKENS,
+    TrafficCall,
+    detect_format,
+    load_traffic,
+    parse_columns,
+    shared_prefix_tokens,
+)
 
 TRACES = Path(__file__).parent / "data" / "traces"  # slices of public traces: see its README.md
 
@@ -100,7 +105,8 @@ def test_mooncake_hand_made_file_with_bad_rows(tmp_path: Path) -> None:
 def test_azure_last_row_without_newline_and_timestamps() -> None:
     calls = load_traffic(TRACES / "AzureLLMInferenceTrace_code.csv").calls
     assert (calls[0].input_tokens, calls[0].output_tokens) == (4808, 10)
-    # the row after which the file ends, without a line end (as the public file does): 2023-11-16 18:20:40.8181990,176,88
+    # the row after which the file ends, without a line end (as the public file does):
+    # 2023-11-16 18:20:40.8181990,176,88
     assert (calls[-1].input_tokens, calls[-1].output_tokens) == (176, 88)
     assert not (TRACES / "AzureLLMInferenceTrace_code.csv").read_bytes().endswith(b"\n")
     assert calls[1].arrival_s == pytest.approx(0.052, abs=1e-6)  # 18:17:04.0319600 − 18:17:03.9799600
@@ -178,7 +184,8 @@ def test_aiperf_records(tmp_path: Path) -> None:
                       "output_sequence_length": {"value": 9, "unit": "tokens"},
                       "request_latency": {"value": 297.5, "unit": "ms"},
                       "time_to_first_token": {"value": 255.9, "unit": "ms"}}, "error": None}
-    failed = {"metadata": {"request_start_ns": 1_000_000_000}, "metrics": {"error_isl": {"value": 550, "unit": "tokens"}},
+    failed = {"metadata": {"request_start_ns": 1_000_000_000},
+              "metrics": {"error_isl": {"value": 550, "unit": "tokens"}},
               "error": {"code": 499, "type": "RequestCancellationError", "message": "cancelled"}}
     p = tmp_path / "profile_export.jsonl"
     p.write_text(json.dumps(ok) + "\n" + json.dumps(failed) + "\n{not json\n")

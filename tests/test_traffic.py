@@ -9,11 +9,19 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from leverbench.analysis.traffic import (Rates, analyze_traffic, bucket_of, choose_rates, fit_rates, hand_rates,
-                                         rates_from_summary, with_drafter)
+from leverbench.analysis.traffic import (
+    Rates,
+    analyze_traffic,
+    bucket_of,
+    choose_rates,
+    fit_rates,
+    hand_rates,
+    rates_from_summary,
+    with_drafter,
+)
 from leverbench.cli.analyze import analyze_command
-from leverbench.report.traffic_files import analyze_file
 from leverbench.errors import BadInput
+from leverbench.report.traffic_files import analyze_file
 from leverbench.workload.traces import TrafficCall, load_traffic
 
 TRACES = Path(__file__).parent / "data" / "traces"  # slices of public traces: see its README.md
@@ -110,8 +118,10 @@ def test_unknown_levers_and_assumed_share() -> None:
 def _summary(base_prefill: float = 2000.0, base_decode: float = 50.0, drafter_decode: float = 100.0) -> dict:
     """A summary.json shaped like leverbench's: baseline, a cache arm and a cache+drafter arm."""
     arms = [
-        {"name": "current", "role": "baseline", "conditions": {"prefix_cache": False, "drafter": "none", "hardware": "gpu-x"}},
-        {"name": "cache", "role": "control", "conditions": {"prefix_cache": True, "drafter": "none", "hardware": "gpu-x"}},
+        {"name": "current", "role": "baseline",
+         "conditions": {"prefix_cache": False, "drafter": "none", "hardware": "gpu-x"}},
+        {"name": "cache", "role": "control",
+         "conditions": {"prefix_cache": True, "drafter": "none", "hardware": "gpu-x"}},
         {"name": "cache+drafter", "role": "treatment",
          "conditions": {"prefix_cache": True, "drafter": "ngram K=7", "hardware": "gpu-x"}},
     ]
@@ -120,7 +130,8 @@ def _summary(base_prefill: float = 2000.0, base_decode: float = 50.0, drafter_de
          "prefill_a_s": 0.0, "prefill_source": "server timings", "prefill_input_range": [500, 90000]},
         {"arm": "cache", "decode_tps": base_decode * 1.1, "decode_source": "probes", "prefill_tps": base_prefill * 0.8,
          "prefill_a_s": 0.0, "prefill_source": "server timings", "prefill_input_range": [20, 90000]},
-        {"arm": "cache+drafter", "decode_tps": drafter_decode, "decode_source": "probes", "prefill_tps": base_prefill * 0.9,
+        {"arm": "cache+drafter", "decode_tps": drafter_decode, "decode_source": "probes",
+         "prefill_tps": base_prefill * 0.9,
          "prefill_a_s": 0.0, "prefill_source": "server timings", "prefill_input_range": [20, 90000]},
     ]
     return {"baseline": "current", "arms": arms, "rates": rates, "run": {"concurrency": 1, "host": {"cpu": "x"}},
@@ -241,7 +252,8 @@ def test_mooncake_prefix_cache_saving_from_hash_ids() -> None:
     assert lever["estimated"]
     assert lever["saved_s"] == pytest.approx(sum(cached) / 5000.0)
     assert lever["saved_share"] == pytest.approx(sum(cached) / 5000.0 / res["overall"]["total_s"])
-    assert res["distribution"]["cached_share_of_input"] == pytest.approx(sum(cached) / sum(c.input_tokens for c in load.calls))
+    assert res["distribution"]["cached_share_of_input"] == pytest.approx(
+        sum(cached) / sum(c.input_tokens for c in load.calls))
     # on this slice (the first 200 rows): row 0 finds nothing cached, 192 rows reuse only the system-prompt
     # block and 7 continue an earlier conversation by 2, 5, 14, 18, 26, 27 and 38 blocks: 192 + 130 = 322 blocks
     # of 512 tokens, over 2,782,179 input tokens (none capped at input − 1)

@@ -116,7 +116,8 @@ def test_typed_pass_falls_back_to_text_and_lines(tmp_path: Path) -> None:
     clean = tmp_path / "clean.jsonl"
     clean.write_text("".join(json.dumps(r) + "\n" for r in good))
     typed = tmp_path / "typed.jsonl"  # blank lines: record numbers are not line numbers
-    typed.write_text("\n\n".join(json.dumps(r) for r in good) + "\n" + json.dumps({"input_tokens": -1, "output_tokens": 1}))
+    typed.write_text("\n\n".join(json.dumps(r) for r in good) + "\n"
+                     + json.dumps({"input_tokens": -1, "output_tokens": 1}))
     text = tmp_path / "text.jsonl"  # a string where a number goes: polars cannot type it
     text.write_text("".join(json.dumps(r) + "\n" for r in good) + json.dumps({"input_tokens": "x", "output_tokens": 1}))
     lines = tmp_path / "lines.jsonl"  # a line that is no JSON at all
@@ -124,16 +125,19 @@ def test_typed_pass_falls_back_to_text_and_lines(tmp_path: Path) -> None:
     base = [(c.input_tokens, c.output_tokens) for c in load_traffic(clean).calls]
     t = load_traffic(typed)
     assert [(c.input_tokens, c.output_tokens) for c in t.calls] == base
-    assert t.skipped == {"negative input (input_tokens)": 1} and t.first_skipped_line == {"negative input (input_tokens)": 10}
+    assert t.skipped == {"negative input (input_tokens)": 1}
+    assert t.first_skipped_line == {"negative input (input_tokens)": 10}
     x = load_traffic(text)
-    assert x.skipped == {"non-numeric input (input_tokens)": 1} and x.first_skipped_line["non-numeric input (input_tokens)"] == 6
+    assert x.skipped == {"non-numeric input (input_tokens)": 1}
+    assert x.first_skipped_line["non-numeric input (input_tokens)"] == 6
     b = load_traffic(lines)
     assert b.skipped == {"bad JSON": 1} and b.first_skipped_line["bad JSON"] == 6
     assert [(c.input_tokens, c.output_tokens) for c in b.calls] == base
     csv = tmp_path / "padded.csv"
     csv.write_text("input_tokens,output_tokens,cached_tokens\n100,1, 7 \n200,2,\n 300 ,1e1,x\n")
     calls = load_traffic(csv).calls  # padded numbers and 1e1 as the csv module reads them; x is not a count
-    assert [(c.input_tokens, c.output_tokens, c.cached_tokens) for c in calls] == [(100, 1, 7), (200, 2, None), (300, 10, None)]
+    assert ([(c.input_tokens, c.output_tokens, c.cached_tokens) for c in calls]
+            == [(100, 1, 7), (200, 2, None), (300, 10, None)])
 
 
 def test_analyze_formats(tmp_path: Path) -> None:

@@ -92,8 +92,9 @@ def _probes(head, arms):
     """Probes at 32 and 256 tokens on every arm (1000 prompt tokens at 1000 tok/s, decode 50 tok/s), so the
     scenario projection has rates to work with."""
     head["config"]["probes"] = {"output_tokens": [32, 256], "repeats": 2, "case": "c", "tolerance": 0.05}
-    return [_timed(a, "c", r, kind="probe", prompt=1000, cached=990 if arms[a].get("prefix_cache") and r else 0, out=n,
-                   prefill_tps=1000.0, decode_tps=50.0, probe_tokens=n) for r in (0, 1) for n in (32, 256) for a in arms]
+    return [_timed(a, "c", r, kind="probe", prompt=1000, cached=990 if arms[a].get("prefix_cache") and r else 0,
+                   out=n, prefill_tps=1000.0, decode_tps=50.0, probe_tokens=n)
+            for r in (0, 1) for n in (32, 256) for a in arms]
 
 
 def _retried_turn(arm, r, t, out):
@@ -186,7 +187,8 @@ def test_projection_is_amdahls_a_cache_moves_prefill_only():
         for arm, dt in (("base", 50.0), ("cached", 40.0)):
             for case, prompt in (("short", 1000), ("long", 3000)):
                 cached = prompt - 10 if arm == "cached" and r > 0 else 0
-                c = _timed(arm, case, r, prompt=prompt, cached=cached, out=100 + 50 * r, prefill_tps=1000.0, decode_tps=dt)
+                c = _timed(arm, case, r, prompt=prompt, cached=cached, out=100 + 50 * r, prefill_tps=1000.0,
+                           decode_tps=dt)
                 recs += turn(arm, case, r, c["latency_s"], c["completion_tokens"], calls=[c])
     for n in (32, 256):
         for arm, dt in (("base", 50.0), ("cached", 40.0)):

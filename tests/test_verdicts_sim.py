@@ -112,6 +112,7 @@ def test_a_load_stages_cached_share_on_vllm_defaults_comes_from_its_counters(tmp
     """vLLM's default flags put no cached tokens in usage: the stage's share is the server's own counters',
     never 0 for "not reported"."""
     from one_arm import one_arm_experiment
+
     from leverbench.analysis.load import load_summary
     from leverbench.config import load
     from leverbench.runner.run import Runner
@@ -134,11 +135,13 @@ def test_a_load_stages_cached_share_on_vllm_defaults_comes_from_its_counters(tmp
 
 def test_counting_tokens_for_a_server_without_usage_stays_out_of_the_turn(tmp_path):
     from one_arm import one_arm_experiment
+
     from leverbench.config import load
     from leverbench.runner.run import Runner
 
     with SimulatorThread(SimConfig(prefill_tps=200_000.0, decode_tps=400.0, output_tokens=8, fault_no_usage=1.0)) as s:
-        exp = one_arm_experiment(tmp_path, s.base_url + "/v1", tail='[[cases.steps]]\nprompt = "more"\nmax_tokens = 8\n')
+        exp = one_arm_experiment(tmp_path, s.base_url + "/v1",
+                                 tail='[[cases.steps]]\nprompt = "more"\nmax_tokens = 8\n')
         Runner(load(exp), tmp_path / "run").run()
     recs = read_ledger(tmp_path / "run").records
     calls = [r for r in recs if r["kind"] == "call"]

@@ -7,10 +7,11 @@
 ``demo1`` / ``demo2`` are copies of real runs' ledgers (runs/demo1, runs/demo2: the embedded
 llama.cpp engine), with the checkout's absolute path cut from the recorded model path (it now
 reads ``.venv/lib/…``) in the ledger and its summary alike, so that the repository names no machine
-path.  ``handmade`` is written here, record by record, to reach the corners of the analysis: failed, retried and orphaned calls, duplicate turns, probes (one disobeyed, one failed),
-sentinels (one drifting, one failed), metrics scrapes, tool calls, reasoning (from usage and
-estimated from chunks), empty answers, step limits, prompt-discipline variants, arms with and
-without llama.cpp timings, refused regressions.  ``sim`` is a run of the runner against the
+path.  ``handmade`` is written here, record by record, to reach the corners of the analysis: failed,
+retried and orphaned calls, duplicate turns, probes (one disobeyed, one failed), sentinels (one
+drifting, one failed), metrics scrapes, tool calls, reasoning (from usage and estimated from
+chunks), empty answers, step limits, prompt-discipline variants, arms with and without llama.cpp
+timings, refused regressions.  ``sim`` is a run of the runner against the
 simulator (reasoning, tool calls, output jitter, HTTP 500s with retries, a drafter).
 
 The summaries are the output of ``summarize`` *before* the analysis was vectorized; regenerate
@@ -75,7 +76,8 @@ def handmade() -> list[dict]:
         rec = {"kind": kind, "arm": arm, "case": case, "repeat": rep, "step": step,
                **({"turn_id": turn_id} if turn_id is not None else {}),
                "t_send": t_send, "ttft_s": ttft if error is None else None, "latency_s": lat,
-               "chunk_t": [round(ttft + i * (lat - ttft) / n_chunks, 6) for i in range(n_chunks)] if error is None else [],
+               "chunk_t": [round(ttft + i * (lat - ttft) / n_chunks, 6) for i in range(n_chunks)]
+               if error is None else [],
                "chunk_chars": [4] * n_chunks if error is None else [],
                "status": 200 if error is None else 500, "error": error,
                "prompt_tokens": prompt if error is None else None, "completion_tokens": out if error is None else None,
@@ -101,7 +103,8 @@ def handmade() -> list[dict]:
     def turn_rec(arm: str, case: str, rep: int, turn_id: str, calls: list[dict], **extra) -> dict:
         failed = [c for c in calls if c["error"] is not None and not c.get("retried")]
         outs = [c["completion_tokens"] for c in calls if not c.get("retried")]
-        return {"kind": "turn", "arm": arm, "case": case, "repeat": rep, "turn_id": turn_id, "t_start": calls[0]["t_send"],
+        return {"kind": "turn", "arm": arm, "case": case, "repeat": rep, "turn_id": turn_id,
+                "t_start": calls[0]["t_send"],
                 "turn_s": sum(c["latency_s"] for c in calls) + extra.get("tool_s", 0.0) + 0.02,
                 "model_s": sum(c["latency_s"] for c in calls) + 0.02, "tool_s": 0.0, "calls": len(calls),
                 "scripted_steps": 2, "failed_calls": len(failed), "step_limit": False,
@@ -152,7 +155,8 @@ def handmade() -> list[dict]:
                         kw.update(finish_reason="length", content_chars=0, empty_answer=True)
                     if arm == "flaky" and case == "long" and step == 0 and rep in (1, 3):
                         # a failed attempt, retried
-                        calls.append(call("call", arm, case, rep, step, t_id, out, error=err500, retried=True, attempt=0))
+                        calls.append(call("call", arm, case, rep, step, t_id, out, error=err500, retried=True,
+                                          attempt=0))
                         kw["attempt"] = 1
                     c = call("call", arm, case, rep, step, t_id, out, **kw)
                     if arm == "eagle" and case == "tools":
@@ -214,19 +218,22 @@ def sim_ledger(tmp: Path) -> Path:
     from leverbench.runner.run import Runner
 
     tools = [{"type": "function", "function": {"name": "search_docs", "description": "search",
-                                                "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}]
+                                                "parameters": {"type": "object",
+                                                               "properties": {"q": {"type": "string"}}}}}]
     (tmp / "tools.json").write_text(json.dumps(tools))
     (tmp / "script.json").write_text(json.dumps({"search_docs": {"result": "found", "latency_s": 0.05}}))
     (tmp / "doc.txt").write_text(" ".join(f"w{i}" for i in range(3000)))
     base = dict(prefill_tps=50_000.0, decode_tps=800.0, output_tokens=40, output_jitter=0.5, reasoning_tokens=10)
     with SimulatorThread(SimConfig(**base, prefix_cache=False, fault_http_500=0.15, seed=5)) as a, \
             SimulatorThread(SimConfig(**base, prefix_cache=True, seed=6)) as b, \
-            SimulatorThread(SimConfig(**base, prefix_cache=True, draft_k=4, draft_acceptance=0.5, tool_call_rounds=2, seed=7)) as c:
+            SimulatorThread(SimConfig(**base, prefix_cache=True, draft_k=4, draft_acceptance=0.5, tool_call_rounds=2,
+                                      seed=7)) as c:
         arms = ""
         for name, sim, cond in (("nocache", a, "prefix_cache = false"), ("cache", b, "prefix_cache = true"),
                                 ("drafter", c, 'prefix_cache = true, drafter = "sim K=4"')):
             role = "baseline" if name == "nocache" else "treatment"
-            arms += f'[[arms]]\nname = "{name}"\nrole = "{role}"\nbase_url = "{sim.base_url}"\nmodel = "sim"\nconditions = {{ {cond} }}\n'
+            arms += (f'[[arms]]\nname = "{name}"\nrole = "{role}"\nbase_url = "{sim.base_url}"\nmodel = "sim"\n'
+                     f'conditions = {{ {cond} }}\n')
         (tmp / "exp.toml").write_text(f'''
 [experiment]
 name = "golden-sim"

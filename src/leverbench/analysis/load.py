@@ -1,3 +1,5 @@
+# size: one idea, the load metrics of a stage (issue 5): a sixth of it is their definitions (the
+# docstring), the per-call formulas sit next to the row that combines them and its warnings.
 """Load metrics from the ledger (issue 5): pure functions over ``load`` records.
 
 One row per (arm, stage): counts, throughput, goodput, and for each latency

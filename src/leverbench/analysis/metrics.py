@@ -57,8 +57,10 @@ _SHARES = {  # name: (numerator counter, denominator counter); the first that bo
                                     "llamacpp:spec_decode_num_draft_tokens_total"),
 }
 _DELTAS = {"cached_prompt_tokens": "llamacpp:prompt_tokens_cached_total",
-           "prefix_cache_hit_tokens": "vllm:prefix_cache_hits", "prefix_cache_query_tokens": "vllm:prefix_cache_queries",
-           "draft_tokens": "vllm:spec_decode_num_draft_tokens", "accepted_tokens": "vllm:spec_decode_num_accepted_tokens"}
+           "prefix_cache_hit_tokens": "vllm:prefix_cache_hits",
+           "prefix_cache_query_tokens": "vllm:prefix_cache_queries",
+           "draft_tokens": "vllm:spec_decode_num_draft_tokens",
+           "accepted_tokens": "vllm:spec_decode_num_accepted_tokens"}
 _GAUGES = {"sglang_cache_hit_rate": "sglang:cache_hit_rate", "sglang_spec_accept_length": "sglang:spec_accept_length"}
 
 

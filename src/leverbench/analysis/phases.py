@@ -208,8 +208,9 @@ def project(ds: Dataset, rates: dict[str, dict[str, Any]], engaged_rows: list[di
         r = rates.get(arm) or {}
         model = prefill_model(r.get("prefill_points") or ([], []))
         dt, hit = r.get("decode_tps"), r.get("cached_share")
-        row: dict[str, Any] = {"arm": arm, "prefill_s": None, "decode_s": None, "queue_s": (queue_s or {}).get(arm, 0.0),
-                               "total_s": None, "prefill_share": None, "decode_share": None}
+        row: dict[str, Any] = {"arm": arm, "prefill_s": None, "decode_s": None,
+                               "queue_s": (queue_s or {}).get(arm, 0.0), "total_s": None, "prefill_share": None,
+                               "decode_share": None}
         if model is not None and hit is not None:
             uncached = input_tokens * (1.0 - hit)
             row["prefill_s"] = model["a"] + model["b"] * uncached
@@ -219,7 +220,8 @@ def project(ds: Dataset, rates: dict[str, dict[str, Any]], engaged_rows: list[di
             elif uncached < model["min_input"]:
                 extrap = f"extrapolated below the smallest measured uncached input ({model['min_input']:.0f} tokens)"
             else:
-                extrap = f"interpolated within measured uncached inputs ({model['min_input']:.0f}–{model['max_input']:.0f} tokens)"
+                extrap = (f"interpolated within measured uncached inputs "
+                          f"({model['min_input']:.0f}–{model['max_input']:.0f} tokens)")
             if hit:
                 extrap += f"; {hit:.0%} of the prompt cached, as in {r.get('cached_share_source')}"
             row.update(prefill_tps=1.0 / model["b"] if model["b"] > 0 else None, prefill_fit=model,

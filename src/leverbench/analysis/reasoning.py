@@ -55,7 +55,8 @@ def reasoning_split(ds: Dataset) -> list[dict[str, Any]]:
     return sorted(out, key=lambda r: (order.get(r["arm"], 99), r["case"]))
 
 
-def prompt_discipline(ds: Dataset, variant_cells: list[dict[str, Any]], base_cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def prompt_discipline(ds: Dataset, variant_cells: list[dict[str, Any]],
+                      base_cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
     base = {(c["arm"], c["case"]): c for c in base_cells}
     out = []
     for v in variant_cells:

@@ -45,10 +45,11 @@ covers θ at every look at once with probability ≥ 1 − α (α = 1 − confid
 hence at any data-dependent stopping time.  This is the scale-invariant
 Gaussian-mixture t-test martingale of Wang & Ramdas, "Anytime-valid t-tests and
 confidence sequences for Gaussian means with unknown variance" (arXiv:2310.03722,
-2023), which refines Lai, "On confidence sequences" (Ann. Statist. 4, 1976); the closed form is the fixed-g Bayes factor of Rouder
-et al., "Bayesian t tests" (Psychon. Bull. Rev. 16, 2009); the case effects are
-handled as a further invariance (right Haar = flat over shifts; Pérez-Ortiz,
-Lardy, de Heide & Grünwald, "E-statistics, group invariance and anytime-valid
+2023), which refines Lai, "On confidence sequences" (Ann. Statist. 4, 1976);
+the closed form is the fixed-g Bayes factor of Rouder et al., "Bayesian t
+tests" (Psychon. Bull. Rev. 16, 2009); the case effects are handled as a
+further invariance (right Haar = flat over shifts; Pérez-Ortiz, Lardy,
+de Heide & Grünwald, "E-statistics, group invariance and anytime-valid
 testing", Ann. Statist., 2024), which turns one sample of N pairs into
 ν = N − K degrees of freedom and precision M (tests/test_sequential.py checks
 the closed form against numerical integration).  g = :data:`MIXTURE_G` = 1

@@ -60,10 +60,19 @@ import polars as pl
 
 from ..errors import BadInput
 from .traffic_fit import fit_rates
-from .traffic_rates import (Rates, RateBook, choose_rates, hand_rates, rates_for, rates_from_summary,  # noqa: F401
-                            with_drafter)
-from .traffic_sums import (BUCKETS, NO_MODEL, as_frame, collect, distribution_of_counts, percentiles, phase_sums,
-                           rate_table, total, value_counts)
+from .traffic_rates import RateBook, Rates, choose_rates, hand_rates, rates_for, rates_from_summary, with_drafter  # noqa: F401
+from .traffic_sums import (
+    BUCKETS,
+    NO_MODEL,
+    as_frame,
+    collect,
+    distribution_of_counts,
+    percentiles,
+    phase_sums,
+    rate_table,
+    total,
+    value_counts,
+)
 
 __all__ = ["BUCKETS", "PHASES", "Rates", "analyze_traffic", "bucket_of", "choose_rates", "conditions", "distribution",
            "fit_rates", "hand_rates", "has_latencies", "rates_for", "rates_from_summary", "recommend", "summarize_skips", "with_drafter"]

@@ -109,13 +109,15 @@ def choose_rates(hand: Mapping[str, Any], run: Rates | None, fitted: RateBook | 
             kw.update(decode_tps=hand["decode_tps"], decode_source="given by hand")
         if kw:
             alts = {n: v for n, v in r.alternatives.items() if n not in kw}
-            kw["source"] = r.source + " (" + ", ".join(f"{n} by hand" for n in ("prefill_tps", "decode_tps") if n in kw) + ")"
+            by_hand = ", ".join(f"{n} by hand" for n in ("prefill_tps", "decode_tps") if n in kw)
+            kw["source"] = r.source + " (" + by_hand + ")"
             r = replace(r, alternatives=alts, **kw)
         out[k] = r
     return out
 
 
-def with_drafter(book: RateBook, speedup: float | None, source: str = "--drafter-speedup, given by hand") -> dict[str | None, Rates]:
+def with_drafter(book: RateBook, speedup: float | None,
+                 source: str = "--drafter-speedup, given by hand") -> dict[str | None, Rates]:
     """Every model's rates with the drafter speedup set (``--drafter-speedup``)."""
     if speedup is None:
         return dict(book)
@@ -156,7 +158,8 @@ def rates_from_summary(summary: Mapping[str, Any], label: str = "run") -> Rates:
         twin = next((n for n in plain if differing(cond[n], cond[d]) == ["drafter"]), base_name)
         if rows.get(twin, {}).get("decode_tps"):
             speedup = rows[d]["decode_tps"] / rows[twin]["decode_tps"]
-            src = f"{label}: arm {d!r} ({cond[d].get('drafter')}) vs {twin!r}, decode rates from {rows[d].get('decode_source')}"
+            src = (f"{label}: arm {d!r} ({cond[d].get('drafter')}) vs {twin!r}, "
+                   f"decode rates from {rows[d].get('decode_source')}")
         speedups = [rows[d]["decode_tps"] / rows[n]["decode_tps"] for n in plain]
     alts = {
         "prefill_tps": tuple(r["prefill_tps"] for r in rows.values() if r.get("prefill_tps")),
@@ -175,12 +178,14 @@ def rates_from_summary(summary: Mapping[str, Any], label: str = "run") -> Rates:
     conditions.append(f"concurrency {run.get('concurrency', 1)}")
     drifted = [d["arm"] for d in summary.get("drift") or [] if d.get("drifted")]
     if drifted:
-        conditions.append(f"the run flagged decode-rate drift on arm(s) {', '.join(drifted)}: its rates moved while measured")
+        conditions.append(f"the run flagged decode-rate drift on arm(s) {', '.join(drifted)}: "
+                          "its rates moved while measured")
     rng = base.get("prefill_input_range")
     return Rates(prefill_tps=float(base["prefill_tps"]), decode_tps=float(base["decode_tps"]),
                  prefill_a_s=float(base.get("prefill_a_s") or 0.0),
                  source=f"{label}, baseline arm {base_name!r}",
-                 prefill_source=str(base.get("prefill_source") or ""), decode_source=str(base.get("decode_source") or ""),
+                 prefill_source=str(base.get("prefill_source") or ""),
+                 decode_source=str(base.get("decode_source") or ""),
                  drafter_speedup=speedup, drafter_source=src,
                  prefill_input_range=(float(rng[0]), float(rng[1])) if rng else None,
                  alternatives={k: v for k, v in alts.items() if len(v) > 1},

@@ -34,7 +34,7 @@ NO_MODEL = ""  # the group of calls whose model is not recorded
 
 def as_frame(calls: Any) -> pl.LazyFrame:
     """The calls as a LazyFrame of the canonical columns: a TrafficLoad's frame, a (Lazy)DataFrame, or records."""
-    if hasattr(calls, "frame") and isinstance(getattr(calls, "frame"), pl.LazyFrame):
+    if hasattr(calls, "frame") and isinstance(calls.frame, pl.LazyFrame):
         lf = calls.frame
     elif isinstance(calls, pl.LazyFrame):
         lf = calls
@@ -55,7 +55,7 @@ def collect(*frames: pl.LazyFrame) -> list[pl.DataFrame]:
 def bucket_expr(col: str = "input") -> pl.Expr:
     """The input-length bucket of each call (BUCKETS), by its name."""
     e = pl.when(pl.col(col) < BUCKETS[0][2]).then(pl.lit(BUCKETS[0][0]))
-    for name, lo, hi in BUCKETS[1:-1]:
+    for name, _lo, hi in BUCKETS[1:-1]:
         e = e.when(pl.col(col) < hi).then(pl.lit(name))
     return e.otherwise(pl.lit(BUCKETS[-1][0]))
 
@@ -112,7 +112,8 @@ def phase_sums(lf: pl.LazyFrame, rates: pl.DataFrame, *, cap: float, assumed_sha
     a, ptps, dtps, sp = pl.col("a"), pl.col("ptps"), pl.col("dtps"), pl.col("speedup")
     lever_cached = cached if assumed_share is None else cached.fill_null((assumed_share * inp).floor())
     served = cached.fill_null(0.0) if cached_served else pl.lit(0.0)
-    q = (pl.when(pl.col("ttft").is_not_null()).then(pl.max_horizontal(0.0, pl.col("ttft") - (a + (inp - served) / ptps)))
+    q = (pl.when(pl.col("ttft").is_not_null())
+         .then(pl.max_horizontal(0.0, pl.col("ttft") - (a + (inp - served) / ptps)))
          .otherwise(0.0)) if queue else pl.lit(0.0)
     joined = (lf.with_columns(pl.col("model").fill_null(NO_MODEL), bucket=bucket_expr())
               .join(rates.lazy(), on="model", how="left"))

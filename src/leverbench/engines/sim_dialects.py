@@ -1,3 +1,6 @@
+# size: one idea, what each engine says (its responses, then its /metrics), each fact checked against
+# the engine's recorded answers; the Prometheus exporters (Registry onwards) are the seam to split at,
+# left whole while the vLLM 0.32 dialect work rewrites them.
 """How the simulator speaks each engine's dialect: usage, errors, info endpoints and ``/metrics``.
 
 The simulator's timing model and ground truth are the same in every dialect

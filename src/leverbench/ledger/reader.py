@@ -45,8 +45,15 @@ import orjson
 
 from ..errors import LedgerError
 from . import upgrade
-from .records import (CALL_FLAGS, CALL_NUMBERS, CALL_TIMINGS, KINDS, LABELS, LEDGER_SCHEMA_NAME,
-                      LEDGER_SCHEMA_VERSION, TURN_FLAGS, TURN_NUMBERS)
+from .records import (
+    CALL_FLAGS,
+    CALL_NUMBERS,
+    CALL_TIMINGS,
+    KINDS,
+    LABELS,
+    TURN_FLAGS,
+    TURN_NUMBERS,
+)
 
 COLUMNAR_MIN_BYTES = 16 << 20  # from this file size on, polars reads the call and turn records as columns
 CHUNK_BYTES = 64 << 20  # what polars reads at a time of a file it does not read whole

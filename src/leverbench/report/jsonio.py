@@ -15,3 +15,8 @@ def finite(o: Any) -> Any:
     if isinstance(o, (list, tuple)):
         return [finite(v) for v in o]
     return o
+
+
+def number(x: Any) -> float | None:
+    """A JSON value as a finite float, or None when it is not a finite number (null, text, a bool, inf, NaN)."""
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else None

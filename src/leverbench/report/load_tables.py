@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .tables import Table
+from .table import Table
 
 
 def _ms(d: dict[str, Any] | None, key: str) -> str:
@@ -86,14 +86,16 @@ def load_table(summary: dict[str, Any]) -> Table | None:
         notes.extend(r.get("warnings") or [])
         ti = r.get("trace_import")
         if ti:
-            skipped = ", ".join(f"{k}: {v}" for k, v in {**ti.get("rows_skipped", {}), **ti.get("left_out", {})}.items())
+            skipped = ", ".join(f"{k}: {v}"
+                                for k, v in {**ti.get("rows_skipped", {}), **ti.get("left_out", {})}.items())
             notes.append(f"{r['arm']}/{r['stage']}: trace {ti['path']} ({ti['fmt']}): {ti['rows_used']} rows read, "
                          f"{ti['replayed']} calls replayed" + (f"; left out: {skipped}" if skipped else ""))
         tc = r.get("token_check")
         if tc and tc.get("source") and tc.get("rel_error_mean") is not None:
             notes.append(f"{r['arm']}/{r['stage']}: synthetic prompt length vs the engine's /tokenize: "
                          f"{tc['rel_error_mean']:+.1%} mean over {tc['samples']} prompts"
-                         + (f" (calibrated at {tc['tokens_per_word']:.2f} tokens per word)" if tc.get("calibrated") else ""))
+                         + (f" (calibrated at {tc['tokens_per_word']:.2f} tokens per word)"
+                            if tc.get("calibrated") else ""))
     return Table("load", "Load stages: throughput and latency (ms, p50 / p99)", headers, rows, notes)
 
 

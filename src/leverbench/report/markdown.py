@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..analysis.warning_kinds import warning_groups
-from .tables import Table, all_tables
+from .table import Table
+from .tables import all_tables
 
 _INTRO = {
     "shares": (
@@ -51,7 +52,8 @@ def render_markdown(summary: dict[str, Any]) -> str:
     run = summary["run"]
     host = run.get("host") or {}
     out = [f"# leverbench: {run['name']}", "",
-           f"Run {run['run_id']} started {run['started_at']} on {host.get('cpu', '?')} ({host.get('cores', '?')} cores); "
+           f"Run {run['run_id']} started {run['started_at']} on {host.get('cpu', '?')} "
+           f"({host.get('cores', '?')} cores); "
            f"{run['repeats']} repeats, {run['order']} order, concurrency {run['concurrency']}; "
            f"{run['calls']} model calls, {run['failed_calls']} failed. Baseline: **{summary['baseline']}**. "
            f"Every number below is computed from `ledger.jsonl` by `leverbench report`.", ""]

@@ -7,19 +7,11 @@ the analysis returned.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from ..analysis.knobs import is_on
-
-
-@dataclass
-class Table:
-    key: str
-    title: str
-    headers: list[str]
-    rows: list[list[str]]
-    notes: list[str] = field(default_factory=list)
+from .load_tables import load_tables
+from .table import Table
 
 
 def s(x: float | None, nd: int = 1) -> str:
@@ -65,7 +57,8 @@ def result_table(summary: dict[str, Any]) -> Table:
             row.append(txt)
         rows.append(row)
     tot = {t["arm"]: t for t in summary["totals"]}
-    rows.append(["total"] + [f"{tot[a]['total_s']:.1f} s" if tot[a]["total_s"] is not None else "incomplete" for a in arms])
+    rows.append(["total"] + [f"{tot[a]['total_s']:.1f} s" if tot[a]["total_s"] is not None else "incomplete"
+                             for a in arms])
     mtot = {m["arm"]: m for m in summary["multipliers"] if m["scope"] == "total" and m["vs"] == base}
     rows.append([f"vs {base}"] + ["1.00x (baseline)" if a == base else mult(mtot.get(a)) for a in arms])
     return Table("results", "Turn time per case: median of the repeats [observed range]", ["case", *arms], rows,
@@ -84,8 +77,10 @@ def levers_table(summary: dict[str, Any]) -> Table:
         rows.append([l["lever"], f"{l['arm']} vs {l['vs']}", value if l["citable"] else f"({value}) not citable",
                      "yes" if l["citable"] else "no", engaged, s(l.get("gpu_hours_returned_per_1000_turns"), 2),
                      l["reason"] or ""])
-    return Table("levers", "Levers: each measured by two arms that differ in that knob only (total time, reference / arm)",
-                 ["lever", "measured by", "multiplier", "citable", "engaged", "GPU-h returned per 1000 turns", "reason"],
+    return Table("levers",
+                 "Levers: each measured by two arms that differ in that knob only (total time, reference / arm)",
+                 ["lever", "measured by", "multiplier", "citable", "engaged", "GPU-h returned per 1000 turns",
+                  "reason"],
                  rows, notes=["Knobs are the arms' declared conditions and what leverbench discovered from their "
                               "endpoints (engine and version, model, served flags). A comparison that differs in more "
                               "than one knob mixes their effects: it is shown under Multipliers, marked uncontrolled."])
@@ -96,8 +91,8 @@ def volume_table(summary: dict[str, Any]) -> Table:
     cell = {(c["arm"], c["case"]): c for c in summary["cells"]}
     rows = []
     for case in summary["cases"]:
-        rows.append([case] + [f"{s(cell[(a, case)]['output_tokens_median'], 0)} / {s(cell[(a, case)]['input_tokens_median'], 0)}"
-                              for a in arms])
+        rows.append([case] + [f"{s(cell[(a, case)]['output_tokens_median'], 0)} / "
+                              f"{s(cell[(a, case)]['input_tokens_median'], 0)}" for a in arms])
     tot = {t["arm"]: t for t in summary["totals"]}
     rows.append(["total"] + [s(tot[a]["output_tokens"], 0) for a in arms])
     return Table("volume", "Tokens per turn: generated (reasoning included: the guard's output volume) / input as the "
@@ -130,10 +125,13 @@ def decomposition_table(summary: dict[str, Any]) -> Table:
             rows.append([d["arm"], d["case"], "refused", "—", "—", str(d["points"]), rng, d["refused"]])
         else:
             rows.append([d["arm"], d["case"], s(d["decode_tps"]), s(d["intercept_s"], 2), f"{d['r2']:.3f}",
-                         str(d["points"]), rng, "fitted with uncached input as a 2nd regressor" if d.get("method", "").endswith("uncached input")
+                         str(d["points"]), rng,
+                         "fitted with uncached input as a 2nd regressor"
+                         if d.get("method", "").endswith("uncached input")
                          else "mixed prefill: cached and uncached calls" if d.get("mixed_prefill") else ""])
     return Table("decomposition", "Regression per cell: call latency = intercept + output tokens / decode rate",
-                 ["arm", "case", "decode tok/s", "intercept s", "R²", "points", "output tokens", "refused / note"], rows)
+                 ["arm", "case", "decode tok/s", "intercept s", "R²", "points", "output tokens", "refused / note"],
+                 rows)
 
 
 def probe_table(summary: dict[str, Any]) -> Table:
@@ -146,7 +144,8 @@ def probe_table(summary: dict[str, Any]) -> Table:
             check = "refused: " + p["refused"]
         rows.append([p["arm"], p["case"], f"{p['n1']}/{p['n2']}", s(p.get("input_tokens"), 0),
                      s(p.get("prefill_s"), 2), s(p.get("decode_tps")),
-                     "—" if p.get("prefill_speedup_vs_baseline") is None else f"{p['prefill_speedup_vs_baseline']:.1f}x",
+                     "—" if p.get("prefill_speedup_vs_baseline") is None
+                     else f"{p['prefill_speedup_vs_baseline']:.1f}x",
                      s(p.get("regression_decode_tps")), pct(p.get("agreement"), 1), check])
     tol = summary["tolerances"]["probe_agreement"]
     return Table("probes", "Fixed-length probes: the same prompt with the output forced to n1 and n2 tokens",
@@ -282,13 +281,15 @@ def metrics_table(summary: dict[str, Any]) -> Table | None:
             ("decode_s_per_request", "decode s/request", 3), ("prefill_tps", "prefill tok/s", 1),
             ("decode_tps", "decode tok/s", 1), ("cached_prompt_tokens", "cached prompt tokens", 0),
             ("prefix_cache_hit_share", "prefix-cache hits", None), ("drafter_acceptance", "drafter acceptance", None),
-            ("sglang_cache_hit_rate", "cache hit rate (SGLang)", None), ("sglang_spec_accept_length", "accept length (SGLang)", 2)]
+            ("sglang_cache_hit_rate", "cache hit rate (SGLang)", None),
+            ("sglang_spec_accept_length", "accept length (SGLang)", 2)]
     present = [c for c in cols if any(c[0] in r for r in rows_in)]
     rows = [[r["arm"], *((pct(r.get(k)) if nd is None else s(r.get(k), nd)) for k, _, nd in present),
              "own" if r.get("attribution", "own") == "own" else "MIXED with " + ", ".join(r.get("mixed_with", []))]
             for r in rows_in]
-    return Table("metrics", "The server's own metrics over each arm's turns, probes and sentinels (Prometheus counters, "
-                 "scraped before and after; load stages excluded)", ["arm", *(h for _, h, _ in present), "attribution"],
+    return Table("metrics", "The server's own metrics over each arm's turns, probes and sentinels (Prometheus "
+                 "counters, scraped before and after; load stages excluded)",
+                 ["arm", *(h for _, h, _ in present), "attribution"],
                  rows, notes=["'MIXED': another arm used the same server during this arm's block, so its counters are "
                               "not this arm's alone and no per-arm figure is taken from them."])
 
@@ -296,7 +297,8 @@ def metrics_table(summary: dict[str, Any]) -> Table | None:
 def reasoning_table(summary: dict[str, Any]) -> Table | None:
     rows = [[r["arm"], r["case"], str(r["generated_tokens"]), f"{r['reasoning_tokens']} ({pct(r['reasoning_share'])})",
              str(r["answer_tokens"]), f"{r['reasoning_chars']} / {r['answer_chars']}", s(r["ttft_median_s"], 2),
-             s(r["first_answer_median_s"], 2), str(r["empty_answers"]), r["source"]] for r in summary.get("reasoning", [])]
+             s(r["first_answer_median_s"], 2), str(r["empty_answers"]), r["source"]]
+            for r in summary.get("reasoning", [])]
     if not rows:
         return None
     return Table("reasoning", "Reasoning and answer: generated tokens split where the engine says so",
@@ -319,10 +321,8 @@ def discipline_table(summary: dict[str, Any]) -> Table | None:
 
 
 def all_tables(summary: dict[str, Any]) -> list[Table]:
-    from .load_tables import load_tables  # noqa: PLC0415 (it imports Table from here)
-
-    tabs = [levers_table(summary), conditions_table(summary), result_table(summary), volume_table(summary), multiplier_table(summary),
-            discipline_table(summary), reasoning_table(summary),
+    tabs = [levers_table(summary), conditions_table(summary), result_table(summary), volume_table(summary),
+            multiplier_table(summary), discipline_table(summary), reasoning_table(summary),
             shares_table(summary), decomposition_table(summary), probe_table(summary), server_table(summary),
             metrics_table(summary), projection_table(summary), cost_table(summary), drift_table(summary),
             *load_tables(summary)]

@@ -9,9 +9,11 @@ from rich.table import Table as RichTable
 from rich.text import Text
 
 from ..analysis.warning_kinds import warning_groups
-from .tables import Table, all_tables
+from .table import Table
+from .tables import all_tables
 
-_BRIEF = ("levers", "results", "volume", "multipliers", "discipline", "reasoning", "shares", "probes", "projection", "cost", "load", "load_sweep")
+_BRIEF = ("levers", "results", "volume", "multipliers", "discipline", "reasoning", "shares", "probes", "projection",
+          "cost", "load", "load_sweep")
 
 
 def render_terminal(summary: dict[str, Any], console: Console | None = None, *, full: bool = False) -> None:

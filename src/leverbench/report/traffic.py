@@ -168,7 +168,7 @@ def render_json(result: dict[str, Any]) -> str:
 
 def render_html(result: dict[str, Any]) -> str:
     """One self-contained page: the headline, a bar of the phase shares per input bucket, the tables."""
-    from .html import CSP, _STYLE, _env, _table_view, svg_hbars, svg_stacked_bars  # noqa: PLC0415 (jinja2 on use)
+    from .html import _STYLE, CSP, _env, _table_view, svg_hbars, svg_stacked_bars  # noqa: PLC0415 (jinja2 on use)
 
     shown = [p for p in PHASES if p != "queue" or result["queue"]["measured"]]
     rows = [{"arm": b["bucket"], "total": None,

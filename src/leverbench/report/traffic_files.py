@@ -13,8 +13,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..analysis.traffic import (analyze_traffic, choose_rates, fit_rates, hand_rates, has_latencies, rates_from_summary,
-                                with_drafter)
+from ..analysis.traffic import (
+    analyze_traffic,
+    choose_rates,
+    fit_rates,
+    hand_rates,
+    has_latencies,
+    rates_from_summary,
+    with_drafter,
+)
 from ..errors import BadInput
 from ..workload.traces import load_traffic
 from .files import summarize_dir

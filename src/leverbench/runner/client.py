@@ -32,24 +32,16 @@ import json
 import math
 import time
 from collections import deque
-from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 
+from ..config import TimeoutsSpec as Timeouts  # a call's time limits, defined once with the experiment file's
 from ..redact import redact_text
 
 IDLE_CLOSE_S = 2.0  # a kept-alive connection idle this long is closed by us, before a server would (llama.cpp: ~5 s)
 STALE_MAX_S = 0.25  # a reused connection that fails this soon after the request went out was stale (sent again)
 DRAIN_S = 0.05  # how long a stream's end after [DONE] is waited for (outside the call's time), to reuse its connection
-
-
-@dataclass(frozen=True)
-class Timeouts:
-    connect_s: float = 30.0
-    first_token_s: float = 600.0
-    idle_s: float = 120.0
-    total_s: float = 600.0
 
 
 class ConnectTiming:

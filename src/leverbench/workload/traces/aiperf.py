@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
+from .base import Format, Sniff
 from .files import jsonl, read_text
 from .records import Rows, Skip, TrafficCall, TrafficLoad, count, opt_count, opt_seconds, opt_str
-from .base import Format, Sniff
 
 TIME_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "sec": 1.0}
 

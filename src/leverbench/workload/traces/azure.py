@@ -13,9 +13,9 @@ from typing import Any
 import polars as pl
 
 from . import columnar as col
+from .base import Format, Sniff
 from .files import csv_header, read_head
 from .records import TrafficLoad
-from .base import Format, Sniff
 
 REQUIRED = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 

@@ -101,7 +101,8 @@ def _stamp(c: pl.Expr, scale: float) -> pl.Expr:
 NUMERIC = ("count", "opt_count", "seconds")
 
 
-def checked(fields: list[Field], reason: pl.Expr | None = None, *, typed: bool = False) -> tuple[pl.Expr, list[pl.Expr]]:
+def checked(fields: list[Field], reason: pl.Expr | None = None, *,
+            typed: bool = False) -> tuple[pl.Expr, list[pl.Expr]]:
     """(the skip reason, null for a usable row; the parsed columns) of the raw columns named by ``Field.name``:
     text, or with ``typed`` the NUMERIC kinds already parsed as Float64 (null: missing)."""
     whens: list[tuple[pl.Expr, str]] = []
@@ -236,7 +237,8 @@ def jsonl_lines(path: Path, fields: list[Field]) -> Iterator[pl.DataFrame]:
             for f in fields:
                 cols[f.name].append(_text(_path(obj, f.key)) if reason is None else None)
             if len(cols["line"]) >= BATCH_ROWS:
-                yield pl.DataFrame(cols, schema={"line": pl.Int64, "reason": pl.String, **dict.fromkeys(names, pl.String)})
+                yield pl.DataFrame(cols, schema={"line": pl.Int64, "reason": pl.String,
+                                                 **dict.fromkeys(names, pl.String)})
                 cols = {n: [] for n in cols}
     yield pl.DataFrame(cols, schema={"line": pl.Int64, "reason": pl.String, **dict.fromkeys(names, pl.String)})
 

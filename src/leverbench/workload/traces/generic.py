@@ -20,9 +20,9 @@ import polars as pl
 from ...errors import BadInput
 from . import columnar as col
 from .aiperf import TIME_UNITS
+from .base import Format, Sniff
 from .files import csv_header, first_line, read_head
 from .records import TrafficLoad
-from .base import Format, Sniff
 
 GENERIC_DEFAULTS: dict[str, tuple[str, ...]] = {
     "input": ("input_tokens", "prompt_tokens", "input_len", "input_length", "prompt_len", "num_prompt_tokens",

@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .records import Rows, Skip, TrafficCall, TrafficLoad, count, opt_count, opt_seconds, opt_str
 from .base import Format, Sniff
+from .records import Rows, Skip, TrafficCall, TrafficLoad, count, opt_count, opt_seconds, opt_str
 
 
 def load(path: Path, *, salvage: bool = False, **_: Any) -> TrafficLoad:
@@ -42,7 +42,8 @@ def load(path: Path, *, salvage: bool = False, **_: Any) -> TrafficLoad:
 
 
 def detect(s: Sniff) -> bool:
-    return s.obj is not None and s.obj.get("kind") == "run" and str(s.obj.get("schema", "")).startswith("leverbench.ledger/")
+    return (s.obj is not None and s.obj.get("kind") == "run"
+            and str(s.obj.get("schema", "")).startswith("leverbench.ledger/"))
 
 
 FORMAT = Format("leverbench", detect, load, directory="ledger.jsonl")

@@ -14,9 +14,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from .base import Format, Sniff
 from .files import jsonl, read_text
 from .records import Rows, Skip, TrafficCall, TrafficLoad, count, opt_seconds
-from .base import Format, Sniff
 
 BLOCK_TOKENS = 512
 

@@ -1,9 +1,9 @@
-"""The traffic formats' names, in the order the docs and ``--format`` list them.
-
-Kept apart from the readers (no polars here), so the experiment file's schema
-and the command line can name the formats without loading them; the registry
-checks that every name has its module and every module its name.
+"""The traffic formats' names (:data:`leverbench.trace_formats.TRACE_FORMATS`, which ``[[load]]
+trace_format`` takes), apart from the readers (no polars here), so the schema and the command line can
+name the formats without loading them; the registry checks that every name has its module and every
+module its name.
 """
 
-FORMATS: tuple[str, ...] = ("mooncake", "azure", "tracelab-replay", "tracelab-round", "vllm-bench", "aiperf",
-                            "leverbench", "generic")
+from ...trace_formats import TRACE_FORMATS as FORMATS
+
+__all__ = ["FORMATS"]

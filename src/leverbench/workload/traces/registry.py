@@ -47,7 +47,8 @@ def detect_format(path: str | Path) -> str:
     if first.lstrip().startswith(("{", "[")):
         obj = first_json(path, head)
         if not isinstance(obj, dict):
-            raise BadInput(f"{path}: line 1 is a JSON {type(obj).__name__}, not an object; name the format with --trace-format")
+            raise BadInput(f"{path}: line 1 is a JSON {type(obj).__name__}, not an object; "
+                           "name the format with --trace-format")
         sniff = Sniff(obj=obj)
     else:
         sniff = Sniff(header=frozenset(h.strip() for h in next(csv.reader([first]))))

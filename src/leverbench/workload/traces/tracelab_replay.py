@@ -21,9 +21,9 @@ import polars as pl
 
 from ...errors import BadInput
 from . import columnar as col
+from .base import Format, Sniff
 from .files import csv_header, read_head
 from .records import TrafficLoad
-from .base import Format, Sniff
 
 
 def load(path: Path, **_: Any) -> TrafficLoad:
@@ -55,7 +55,8 @@ def load(path: Path, **_: Any) -> TrafficLoad:
 
 
 def detect(s: Sniff) -> bool:
-    return s.header is not None and {"prefix_len", "input_len", "output_len"} <= s.header and bool(s.header & {"session_id", "id"})
+    return (s.header is not None and {"prefix_len", "input_len", "output_len"} <= s.header
+            and bool(s.header & {"session_id", "id"}))
 
 
 FORMAT = Format("tracelab-replay", detect, load)

@@ -13,9 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from .base import Format, Sniff
 from .files import jsonl, read_text
 from .records import Rows, Skip, TrafficCall, TrafficLoad, count, opt_count, opt_str, timestamp
-from .base import Format, Sniff
 
 _INPUT_EVENTS = {"user_message", "tool_result"}
 
@@ -75,7 +75,8 @@ def load(path: Path, **_: Any) -> TrafficLoad:
 
 
 def detect(s: Sniff) -> bool:
-    return s.obj is not None and "input_tokens_total" in s.obj and ("prefix_tokens" in s.obj or "timing_events" in s.obj)
+    return (s.obj is not None and "input_tokens_total" in s.obj
+            and ("prefix_tokens" in s.obj or "timing_events" in s.obj))
 
 
 FORMAT = Format("tracelab-round", detect, load)

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import BadInput
+from .base import Format, Sniff
 from .files import read_text
 from .records import Rows, Skip, TrafficCall, TrafficLoad, count, opt_seconds, opt_str
-from .base import Format, Sniff
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -25,7 +25,8 @@ def _read(path: Path) -> dict[str, Any]:
     except json.JSONDecodeError as exc:
         raise BadInput(f"{path}: line {exc.lineno}: not valid JSON ({exc.msg}); "
                        "expected the file `vllm bench serve --save-result` wrote") from None
-    if not isinstance(obj, dict) or not isinstance(obj.get("input_lens"), list) or not isinstance(obj.get("output_lens"), list):
+    if (not isinstance(obj, dict) or not isinstance(obj.get("input_lens"), list)
+            or not isinstance(obj.get("output_lens"), list)):
         raise BadInput(f"{path}: no per-request arrays input_lens/output_lens; "
                        "run `vllm bench serve` with --save-result (and without --save-detailed off)")
     return obj
@@ -71,7 +72,8 @@ def load(path: Path, **_: Any) -> TrafficLoad:
                              model=opt_str(obj.get("model_id"))), opt_seconds(starts[i]) if starts else None)
     notes = ["latency = ttft + Σ inter-token latencies" if not e2els else f"latency = {e2e_key} (s)"]
     if obj.get("max_concurrency") not in (None, 1) or obj.get("request_rate") not in (None, 1):
-        notes.append(f"measured at max_concurrency={obj.get('max_concurrency')}, request_rate={obj.get('request_rate')}")
+        notes.append(f"measured at max_concurrency={obj.get('max_concurrency')}, "
+                     f"request_rate={obj.get('request_rate')}")
     return rows.load(path, "vllm-bench", notes=notes)
 
 

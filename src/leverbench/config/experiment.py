@@ -1,4 +1,4 @@
-"""The experiment file: TOML in, validated pydantic models out.
+"""The experiment file: TOML in, validated pydantic models out (the ``[[load]]`` stages: :mod:`.stages`).
 
 Every problem is reported as a :class:`~leverbench.errors.ConfigError` naming
 the file, the key (dotted path, e.g. ``arms[1].engine.kind``) and what is wrong;
@@ -16,9 +16,9 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .errors import ConfigError
-from .redact import redact_url
-from .workload.load import LoadStage, check_stages, check_trace_paths
+from ..errors import ConfigError
+from ..redact import redact_url
+from .stages import LoadStage, check_stages, check_trace_paths
 
 DEFAULT_EXPERIMENT = Path("examples/agent-turns.toml")
 
@@ -28,6 +28,12 @@ class _Strict(BaseModel):
 
 
 class TimeoutsSpec(_Strict):
+    """A call's time limits in seconds (``[experiment] timeouts``); the one definition of their defaults,
+    which the client (:func:`leverbench.runner.client.stream_chat`) uses as its ``Timeouts`` too.  Frozen:
+    one instance serves as the client's default for every call."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
     connect_s: float = Field(30.0, gt=0)
     first_token_s: float = Field(600.0, gt=0)
     idle_s: float = Field(120.0, gt=0)
@@ -130,7 +136,8 @@ class Case(_Strict):
     max_tokens: int = Field(256, ge=1)
     temperature: float = Field(0.0, ge=0)  # greedy by default: sampling makes arms generate different volumes
     tools: str | None = None
-    tool_script: str | None = None    # JSON: {"tool_name": "result" | {"result": ..., "latency_s": ...}, "default": ...}
+    # JSON: {"tool_name": "result" | {"result": ..., "latency_s": ...}, "default": ...}
+    tool_script: str | None = None
     tool_latency_s: float = Field(0.0, ge=0)
     max_steps: int = Field(8, ge=1, le=200)
     think_tags: bool = False          # the model writes its reasoning inside <think>...</think>
@@ -272,7 +279,8 @@ def _check_names(file: str, spec: Experiment) -> None:
         seen: dict[str, int] = {}
         for i, item in enumerate(items):
             if item.name in seen:
-                raise ConfigError(file, f"{what}[{i}].name", f"duplicate name {item.name!r} (also {what}[{seen[item.name]}])")
+                raise ConfigError(file, f"{what}[{i}].name",
+                                  f"duplicate name {item.name!r} (also {what}[{seen[item.name]}])")
             seen[item.name] = i
     names = [a.name for a in spec.arms]
     if spec.experiment.baseline not in names:
@@ -284,7 +292,8 @@ def _check_names(file: str, spec: Experiment) -> None:
         raise ConfigError(file, "probes.case", f"names no case ({spec.probes.case!r})")
     for i, arm in enumerate(spec.arms):
         if arm.name == spec.experiment.baseline and arm.role != "baseline":
-            raise ConfigError(file, f"arms[{i}].role", f"arm {arm.name!r} is the experiment's baseline, so its role must be \"baseline\"")
+            raise ConfigError(file, f"arms[{i}].role",
+                              f"arm {arm.name!r} is the experiment's baseline, so its role must be \"baseline\"")
 
 
 def _read_text(file: str, key: str, base: Path, rel: str) -> tuple[str, str]:
@@ -292,7 +301,8 @@ def _read_text(file: str, key: str, base: Path, rel: str) -> tuple[str, str]:
     try:
         return str(p), p.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ConfigError(file, key, f"file not found: {rel} (looked at {p}; paths are relative to the experiment file)") from None
+        raise ConfigError(file, key, f"file not found: {rel} (looked at {p}; paths are relative to the "
+                                     "experiment file)") from None
     except UnicodeDecodeError:
         raise ConfigError(file, key, f"{rel} is not UTF-8 text") from None
     except OSError as exc:
@@ -336,10 +346,12 @@ def load(path: str | Path) -> LoadedExperiment:
         if case.tool_script:
             script = _read_json(file, f"cases[{i}].tool_script", base, case.tool_script)
             if not isinstance(script, dict):
-                raise ConfigError(file, f"cases[{i}].tool_script", f"{case.tool_script} must hold a JSON object keyed by tool name")
+                raise ConfigError(file, f"cases[{i}].tool_script",
+                                  f"{case.tool_script} must hold a JSON object keyed by tool name")
             tool_scripts[case.name] = script
         if case.variant_of is not None:
-            raise ConfigError(file, f"cases[{i}].variant_of", "set by leverbench for [[cases.variants]]; use variants instead")
+            raise ConfigError(file, f"cases[{i}].variant_of",
+                              "set by leverbench for [[cases.variants]]; use variants instead")
     spec.cases = [*spec.cases, *_expand_variants(file, spec)]
     problems = check_stages(spec.load, [a.name for a in spec.arms], [c.name for c in spec.cases])
     problems += check_trace_paths(spec.load, base)

@@ -1,0 +1,250 @@
+"""Load shapes of the experiment file: the ``[[load]]`` stages (issue 5), their sweeps and cross-checks.
+
+A stage drives one or more arms with many calls at once, in one of three modes:
+
+``closed``
+    Closed loop: ``concurrency`` clients, each sending its next request the
+    moment its previous one ends (so N calls are always in flight).  The
+    request's scheduled send time is the end of the client's previous call.
+``open``
+    Open loop: requests are sent at scheduled times, ``rate`` per second on
+    average, whether or not earlier ones have finished.  Inter-arrival gaps
+    are ``constant`` (1/rate), ``poisson`` (exponential, mean 1/rate) or
+    ``gamma`` (shape k = ``burstiness``, scale 1/(rate·k): mean 1/rate,
+    coefficient of variation 1/√k; k = 1 is Poisson, k < 1 burstier, k > 1
+    more regular).  ``seed`` fixes the draws (:mod:`leverbench.workload.load`
+    draws them).
+``trace``
+    Replay of recorded traffic (``trace`` = a file, read by
+    :func:`leverbench.workload.traces.load_traffic`) at its own arrival times
+    divided by ``speed`` (2 = twice as fast).  TraceLab sessions are replayed
+    as multi-call turns: a round goes out when the previous round's answer
+    has arrived and its tool wait (also divided by ``speed``) is over.
+
+closed and open stages send the first call of ``case`` (default: the first
+case), each request with a **distinct prompt** by default: a short seeded
+unique part (a few words) is inserted so that only the leading
+``prefix_sharing`` fraction of the prompt's tokens (0.0–1.0, default 0.0) is
+the same in all requests of the stage — the shared part first, then the
+unique part and the rest of the case's text, which a prefix cache cannot reuse
+after the unique part.  1.0 sends the identical prompt every time (a
+cache-hit benchmark on a server with a prefix cache).  Tokens are counted as
+the simulator counts them (a message's role, then one per whitespace word), so
+on a real tokenizer the share is approximate; tool schemas, which chat
+templates put first, are shared whatever the setting.  Each stage has an
+optional warm-up (``warmup_requests`` requests and/or ``warmup_s`` seconds,
+sent but marked ``warmup`` and left out of the analysis) and a bound after
+the warm-up: ``requests`` and/or ``duration_s``, whichever comes first.  A
+list in ``concurrency`` or ``rate`` is a sweep: one stage per value, run in
+the order given, named ``NAME@c4`` / ``NAME@2.5rps``.
+
+Example::
+
+    [[load]]
+    name = "ramp"
+    mode = "closed"
+    case = "short"
+    concurrency = [1, 2, 4, 8]
+    warmup_requests = 4
+    requests = 64
+    duration_s = 60
+    slo_ttft_s = 0.5
+
+    [[load]]
+    name = "mooncake"
+    mode = "trace"
+    trace = "traces/mooncake_conversation_trace.jsonl"   # relative to this file
+    speed = 4.0
+    requests = 200
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from ..trace_formats import TRACE_FORMATS
+
+
+class LoadStage(BaseModel):
+    """One ``[[load]]`` entry (before sweep expansion); see the module docstring."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1)
+    mode: Literal["closed", "open", "trace"] = "closed"
+    arms: list[str] | None = Field(None, description="arms to drive, one after another (default: all)")
+    # what to send
+    case: str | None = Field(None, description="closed/open: the case whose first call is sent (default: the first)")
+    prefix_sharing: float = Field(0.0, ge=0.0, le=1.0, description="closed/open: fraction of each prompt's tokens "
+                                  "shared by all the stage's requests (shared part first; 0: all distinct, "
+                                  "1: identical)")
+    trace: str | None = Field(None, description="trace mode: traffic file, relative to the experiment file")
+    trace_format: Literal[TRACE_FORMATS] | None = None  # type: ignore[valid-type]
+    speed: float = Field(1.0, gt=0, description="trace mode: arrival times and tool waits are divided by this")
+    scale_input: float = Field(1.0, gt=0, description="trace mode: input lengths (and prefix blocks) times this")
+    scale_output: float = Field(1.0, gt=0, description="trace mode: output lengths times this")
+    max_input_tokens: int | None = Field(None, ge=2, description="trace mode: cap on a call's input tokens")
+    max_tokens: int | None = Field(None, ge=1, description="cap on generated tokens (closed/open: replaces the case's)")
+    force_output: bool = Field(True, description="trace mode: force the trace's output length "
+                                                 "(ignore_eos + min_tokens)")
+    block_tokens: int = Field(512, ge=1, description="trace mode: tokens per Mooncake hash block (before scale_input)")
+    # shape
+    concurrency: int | list[int] | None = None
+    rate: float | list[float] | None = None
+    arrival: Literal["constant", "poisson", "gamma"] = "poisson"
+    burstiness: float = Field(1.0, gt=0, description="gamma shape k: CV of the gaps = 1/sqrt(k)")
+    seed: int = 0
+    ramp_s: float = Field(0.0, ge=0, description="closed loop: client k of N starts k·ramp_s/N after the first "
+                                                 "(0: all at once, so their sends come in bursts)")
+    keep_alive: bool = Field(True, description="reuse connections between calls, as the turns do (false: a new "
+                                               "connection per call); connect time is recorded apart (connect_s)")
+    max_in_flight: int | None = Field(None, ge=1, description="open/trace: cap on calls in flight (late sends "
+                                                              "still count their wait: latency is taken from the "
+                                                              "schedule)")
+    # bounds
+    warmup_requests: int = Field(0, ge=0)
+    warmup_s: float = Field(0.0, ge=0)
+    requests: int | None = Field(None, ge=1, description="measured requests after the warm-up (trace: calls replayed)")
+    duration_s: float | None = Field(None, gt=0, description="seconds after the warm-up during which requests are sent")
+    # service-level objectives for goodput
+    slo_ttft_s: float | None = Field(None, gt=0)
+    slo_tpot_s: float | None = Field(None, gt=0)
+    slo_e2e_s: float | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _shape(self) -> "LoadStage":
+        if self.ramp_s and self.mode != "closed":
+            raise ValueError("ramp_s applies to mode = \"closed\" only")
+        if self.mode == "trace":
+            if not self.trace:
+                raise ValueError("a trace stage needs trace = \"FILE\" (path relative to the experiment file)")
+            for k in ("case", "concurrency", "rate"):
+                if getattr(self, k) is not None:
+                    raise ValueError(f"{k} does not apply to a trace stage (the trace sets what and when)")
+            if "prefix_sharing" in self.model_fields_set:
+                raise ValueError("prefix_sharing does not apply to a trace stage (its prompts share what the trace's "
+                                 "hash ids share)")
+            return self
+        if self.trace is not None:
+            raise ValueError("trace applies to mode = \"trace\" only")
+        if self.requests is None and self.duration_s is None:
+            raise ValueError("a closed or open stage needs a bound: requests and/or duration_s")
+        if self.mode == "closed":
+            if self.rate is not None:
+                raise ValueError("rate applies to mode = \"open\"; a closed stage sets concurrency")
+            vals = _as_list(self.concurrency if self.concurrency is not None else 1)
+            if not vals or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in vals):
+                raise ValueError("concurrency must be a whole number >= 1 or a list of them")
+        else:
+            if self.concurrency is not None:
+                raise ValueError("concurrency applies to mode = \"closed\"; an open stage sets rate "
+                                 "(cap calls in flight with max_in_flight)")
+            if self.rate is None:
+                raise ValueError("an open stage needs rate (requests per second, or a list for a sweep)")
+            vals = _as_list(self.rate)
+            if not vals or any(not (isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+                                    and math.isfinite(v)) for v in vals):
+                raise ValueError("rate must be a number > 0 or a list of them")
+        return self
+
+    @property
+    def is_sweep(self) -> bool:
+        return isinstance(self.concurrency, list) or isinstance(self.rate, list)
+
+
+def _as_list(v: object) -> list:
+    return list(v) if isinstance(v, list) else [v]
+
+
+@dataclass(frozen=True)
+class PlannedStage:
+    """One stage as run: a sweep's value filled in.  ``sweep`` names the [[load]] entry it came from."""
+
+    stage: LoadStage
+    name: str
+    sweep: str | None
+    concurrency: int | None
+    rate: float | None
+
+    def params(self) -> dict:
+        """The stage's parameters as recorded with every call."""
+        s = self.stage
+        out: dict = {"stage": self.name, "mode": s.mode}
+        if self.sweep:
+            out["sweep"] = self.sweep
+        if s.mode == "closed":
+            out["concurrency"] = self.concurrency
+            if s.ramp_s:
+                out["ramp_s"] = s.ramp_s
+        elif s.mode == "open":
+            out.update(rate=self.rate, arrival=s.arrival)
+            if s.arrival == "gamma":
+                out["burstiness"] = s.burstiness
+        if s.mode != "trace":
+            out["prefix_sharing"] = s.prefix_sharing
+        else:
+            out["speed"] = s.speed
+        for k in ("slo_ttft_s", "slo_tpot_s", "slo_e2e_s"):
+            if getattr(s, k) is not None:
+                out[k] = getattr(s, k)
+        return out
+
+
+def _fmt_rate(r: float) -> str:
+    return f"{r:g}"
+
+
+def expand(stages: list[LoadStage]) -> list[PlannedStage]:
+    """Sweeps into one stage per value (order kept); names ``NAME@cN`` / ``NAME@Rrps``."""
+    out: list[PlannedStage] = []
+    for s in stages:
+        if s.mode == "closed":
+            vals = _as_list(s.concurrency if s.concurrency is not None else 1)
+            sweep = isinstance(s.concurrency, list)
+            for c in vals:
+                out.append(PlannedStage(s, f"{s.name}@c{c}" if sweep else s.name, s.name if sweep else None, int(c),
+                                        None))
+        elif s.mode == "open":
+            vals = _as_list(s.rate)
+            sweep = isinstance(s.rate, list)
+            for r in vals:
+                out.append(PlannedStage(s, f"{s.name}@{_fmt_rate(float(r))}rps" if sweep else s.name,
+                                        s.name if sweep else None, None, float(r)))
+        else:
+            out.append(PlannedStage(s, s.name, None, None, None))
+    return out
+
+
+def check_stages(stages: list[LoadStage], arms: list[str], cases: list[str]) -> list[tuple[str, str]]:
+    """Cross-checks against the experiment: (key, problem) for each bad reference or duplicate stage name."""
+    problems: list[tuple[str, str]] = []
+    seen: dict[str, int] = {}
+    for i, s in enumerate(stages):
+        for p in expand([s]):
+            if p.name in seen and seen[p.name] != i:
+                problems.append((f"load[{i}].name", f"duplicate stage name {p.name!r} (also load[{seen[p.name]}])"))
+            seen.setdefault(p.name, i)
+        for a in s.arms or []:
+            if a not in arms:
+                problems.append((f"load[{i}].arms", f"names no arm ({a!r}; arms: {', '.join(arms)})"))
+        if s.case is not None and s.case not in cases:
+            problems.append((f"load[{i}].case", f"names no case ({s.case!r}; cases: {', '.join(cases)})"))
+    return problems
+
+
+def check_trace_paths(stages: list[LoadStage], base: Path) -> list[tuple[str, str]]:
+    """(key, problem) for each trace stage whose file does not exist (paths are relative to ``base``,
+    the experiment file's directory)."""
+    problems = []
+    for i, s in enumerate(stages):
+        if s.trace is not None:
+            p = Path(s.trace) if Path(s.trace).is_absolute() else base / s.trace
+            if not p.exists():
+                problems.append((f"load[{i}].trace", f"file not found: {s.trace} (looked at {p}; paths are relative "
+                                                     "to the experiment file)"))
+    return problems

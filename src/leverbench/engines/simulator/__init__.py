@@ -1,0 +1,98 @@
+"""The simulator: an OpenAI-compatible chat server whose speeds are set exactly.
+
+It is a test instrument with known ground truth, never a stand-in for a real
+engine.  Every quantity leverbench tries to measure (queue time, prefill time,
+decode rate, prefix-cache hits, drafter acceptance) is fixed by a
+:class:`SimConfig`, and every request leaves a ground-truth record that tests
+can compare a measurement against.
+
+Tokenizer
+    One token per whitespace-separated word (``text.split()``).  A chat
+    request's prompt is, in order: the words of ``json.dumps(tools)`` when the
+    request has tools (first, where chat templates put them, so that a growing
+    conversation keeps its prefix), then for each message its role as one token
+    (``"system"``, ``"user"``, ``"assistant"``, ``"tool"``) followed by the
+    words of its content.  Content may be a string, null, or a list of OpenAI
+    content parts (only ``text`` parts count); ``tool_calls`` inside assistant
+    messages do not count.  See :func:`chat_prompt_tokens`.
+
+Timing model (real ``asyncio.sleep``)
+    wait FIFO for one of ``slots`` (queue) -> ``overhead_s`` -> prefill of the
+    uncached prompt tokens at ``prefill_tps`` -> decode steps.  Step ``i``
+    (1-based) ends at ``start + i / decode_tps`` on the loop clock (no drift)
+    and emits ``1 + round(draft_k * draft_acceptance)`` tokens (Python's
+    ``round``; at most what remains) as one SSE chunk; without a drafter, one
+    token.  So the first token arrives one step after prefill, and decoding
+    ``n`` tokens takes ``ceil(n / tokens_per_step) / decode_tps`` seconds.
+
+Prefix cache
+    One cache shared by all slots, holding hashes of prompt prefixes that end
+    at multiples of ``cache_block``.  A request reuses the longest whole-block
+    prefix seen before, always leaving at least one token to compute; it reuses
+    nothing when ``prefix_cache`` is off or the request says
+    ``"cache_prompt": false``.  After prefill, every request's block prefixes
+    enter the cache (also with ``cache_prompt: false``: the KV was computed).
+
+Faults
+    Per request, in arrival order, one ``random.Random(seed)`` draw per fault
+    kind decides which faults fire (a request later rejected with 400 still
+    used its draws).  HTTP 500 wins over 429; both answer at once, before
+    queueing.  Without streaming, ``cut_stream`` drops the connection without
+    a response and ``malformed`` sends half a JSON body.  ``/sim/reset``
+    reseeds the generator.
+
+Ground truth
+    ``GET /sim/truth`` (or :meth:`SimulatorThread.truth`) lists one record per
+    finished or faulted request, in completion order; see :class:`.exchange.Trace`.
+    ``fault`` names the faults that took effect, comma-joined, plus
+    ``client_disconnect`` when the client went away mid-stream.
+
+Dialects
+    ``SimConfig.dialect`` (``llama.cpp``, ``vllm``, ``sglang``, ``openai``)
+    sets how the simulator *speaks*: usage fields, ``timings``, errors, which
+    request fields it honours, ignores or rejects, its info endpoints and
+    ``/metrics`` names (see :mod:`leverbench.engines.sim_dialects`).  The
+    timing model and the ground truth are the same in every dialect.
+
+Modules
+    :mod:`.config` (:class:`SimConfig`), :mod:`.tokens` (the tokenizer),
+    :mod:`.state` (prefix cache, FIFO slots, the shared state),
+    :mod:`.answer` (parsing a request, planning its answer),
+    :mod:`.exchange` (one request from admission to its last byte, and its
+    ground truth), :mod:`.server` (the routes, the app, running it).  This
+    package's names below are the simulator's API.
+"""
+
+from .answer import (
+    TOOL_CALL_TOKENS,
+    Answer,
+    ChatRequest,
+    answer_length,
+    chunk_delta,
+    full_message,
+    jittered_length,
+    parse_chat_request,
+    plan_answer,
+    step_sizes,
+)
+from .config import FAULT_NAMES, SimConfig, tokens_per_step
+from .exchange import Trace
+from .server import STATE, SimulatorThread, build_app, serve
+from .state import CACHE_CAPACITY_BLOCKS, TRUTH_LIMIT, FifoSlots, PrefixCache, SimState
+from .tokens import (
+    TOKEN_ID_SPACE,
+    chat_prompt_tokens,
+    count_tokens,
+    message_text,
+    synthetic_text,
+    token_ids,
+    tokenize,
+)
+
+__all__ = [
+    "CACHE_CAPACITY_BLOCKS", "FAULT_NAMES", "STATE", "TOKEN_ID_SPACE", "TOOL_CALL_TOKENS", "TRUTH_LIMIT", "Answer",
+    "ChatRequest", "FifoSlots", "PrefixCache", "SimConfig", "SimState", "SimulatorThread", "Trace", "answer_length",
+    "build_app", "chat_prompt_tokens", "chunk_delta", "count_tokens", "full_message", "jittered_length",
+    "message_text", "parse_chat_request", "plan_answer", "serve", "step_sizes", "synthetic_text", "token_ids",
+    "tokenize", "tokens_per_step",
+]

@@ -1,0 +1,283 @@
+"""The simulator's HTTP side: its routes per dialect, the aiohttp app, and running it (a process or a thread)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Any
+
+from aiohttp import web
+
+from .. import sim_dialects as dialects
+from .answer import parse_chat_request
+from .config import SimConfig
+from .exchange import Exchange, Trace
+from .state import SimState
+from .tokens import TOKEN_ID_SPACE, chat_prompt_tokens, stable_int, token_ids
+
+STATE = web.AppKey("sim_state", SimState)
+
+
+def _error(status: int, message: str, kind: str, dialect: str = "llama.cpp") -> web.Response:
+    return web.json_response(dialects.error_body(dialect, status, message, kind), status=status)
+
+
+async def handle_chat(request: web.Request) -> web.StreamResponse:
+    state = request.app[STATE]
+    dialect = state.cfg.dialect
+    trace = Trace(id=state.next_id(), arrival=time.time())
+    faults = state.draw_faults()  # before any await: draws follow arrival order
+    try:
+        req = parse_chat_request(await request.json(), dialect)
+    except ValueError as err:  # includes json.JSONDecodeError
+        return _error(400, str(err), "invalid_request_error", dialect)
+    trace.prompt_tokens, trace.stream = len(req.prompt), req.stream
+    for fault, status, message, kind in (
+        ("http_500", 500, "simulated internal error", "server_error"),
+        ("http_429", 429, "simulated rate limit", "rate_limit_error"),
+    ):
+        if fault in faults:
+            trace.fault, trace.end = fault, time.time()
+            state.truth.append(asdict(trace))
+            return _error(status, message, kind, dialect)
+    return await Exchange(state, request, req, trace, faults).run()
+
+
+async def handle_health(request: web.Request) -> web.Response:
+    if request.app[STATE].cfg.dialect == "llama.cpp":
+        return web.json_response({"status": "ok"})
+    return web.Response(status=200)  # vLLM and SGLang answer 200 with an empty body
+
+
+async def handle_models(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    return web.json_response(dialects.models_body(state.cfg, state.started))
+
+
+async def handle_props(request: web.Request) -> web.Response:
+    """llama.cpp's ``/props`` (the fields leverbench reads), plus ``sim``: the whole config."""
+    cfg = request.app[STATE].cfg
+    return web.json_response(
+        {
+            "default_generation_settings": {"n_ctx": dialects.CONTEXT_LENGTH},
+            "model_path": cfg.model_path,
+            "model_alias": cfg.model,
+            "total_slots": cfg.slots,
+            "build_info": cfg.engine_version,
+            "sim": asdict(cfg),
+        }
+    )
+
+
+async def handle_slots(request: web.Request) -> web.Response:
+    """llama.cpp's ``/slots``: per slot, whether a drafter is loaded (``speculative``)."""
+    cfg = request.app[STATE].cfg
+    slots = [{"id": i, "n_ctx": dialects.CONTEXT_LENGTH, "speculative": bool(cfg.draft_k), "is_processing": False}
+             for i in range(cfg.slots)]
+    return web.json_response(slots)
+
+
+async def handle_tokenize(request: web.Request) -> web.Response:
+    """llama.cpp: ``{"content"}`` → ``{"tokens"}``; vLLM and SGLang: ``{"model", "prompt"}`` or
+    ``{"model", "messages"}`` → ``{"count", "max_model_len", "tokens"}``."""
+    cfg = request.app[STATE].cfg
+    try:
+        body = await request.json()
+        if cfg.dialect == "llama.cpp":
+            content = body["content"]
+            if not isinstance(content, str):
+                raise TypeError
+            return web.json_response({"tokens": token_ids(content)})
+        if isinstance(body.get("messages"), list):
+            ids = [stable_int(w) % TOKEN_ID_SPACE for w in chat_prompt_tokens(body["messages"])]
+        elif isinstance(body.get("prompt"), str):
+            ids = token_ids(body["prompt"])
+        else:
+            raise TypeError
+    except (ValueError, KeyError, TypeError, AttributeError):
+        shape = '{"content": "<text>"}' if cfg.dialect == "llama.cpp" else '{"model": ..., "prompt": "<text>"}'
+        return _error(400, f"body must be {shape}", "invalid_request_error", cfg.dialect)
+    return web.json_response({"count": len(ids), "max_model_len": dialects.CONTEXT_LENGTH, "tokens": ids,
+                              "token_strs": None})
+
+
+async def handle_version(request: web.Request) -> web.Response:
+    return web.json_response({"version": request.app[STATE].cfg.engine_version})
+
+
+async def handle_model_info(request: web.Request) -> web.Response:
+    cfg = request.app[STATE].cfg
+    return web.json_response({"model_path": cfg.model_path, "tokenizer_path": cfg.model_path, "is_generation": True,
+                              "preferred_sampling_params": None, "weight_version": "default"})
+
+
+async def handle_server_info(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    return web.json_response(dialects.sglang_server_info(state.cfg, state.slots.running, state.slots.waiting))
+
+
+async def handle_metrics(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    if state.metrics is None:  # not started with metrics on (SGLang's default)
+        return web.Response(status=404, text="Not Found")
+    text = state.metrics.render(state.phase_counts())
+    return web.Response(text=text, content_type="text/plain", charset="utf-8")
+
+
+async def handle_truth(request: web.Request) -> web.Response:
+    return web.json_response(list(request.app[STATE].truth))
+
+
+async def handle_reset(request: web.Request) -> web.Response:
+    request.app[STATE].reset()
+    return web.json_response({"status": "ok"})
+
+
+_ENGINE_ROUTES: dict[str, list[tuple[str, str, Callable[..., Any]]]] = {
+    "llama.cpp": [("GET", "/health", handle_health), ("GET", "/props", handle_props), ("GET", "/slots", handle_slots),
+                  ("POST", "/tokenize", handle_tokenize), ("GET", "/metrics", handle_metrics)],
+    "vllm": [("GET", "/health", handle_health), ("GET", "/version", handle_version),
+             ("POST", "/tokenize", handle_tokenize), ("GET", "/metrics", handle_metrics)],
+    "sglang": [("GET", "/health", handle_health), ("GET", "/get_model_info", handle_model_info),
+               ("GET", "/get_server_info", handle_server_info), ("POST", "/tokenize", handle_tokenize),
+               ("GET", "/metrics", handle_metrics)],
+    "openai": [],
+}
+
+
+def build_app(cfg: SimConfig) -> web.Application:
+    """The simulator as an aiohttp application (state in ``app[STATE]``): chat and the model list
+    under ``cfg.base_path``, the dialect's engine endpoints at the root, ``/sim/*`` always."""
+    app = web.Application(client_max_size=256 * 1024**2)
+    app[STATE] = SimState(cfg)
+    app.router.add_post(cfg.base_path + "/chat/completions", handle_chat)
+    app.router.add_get(cfg.base_path + "/models", handle_models)
+    for method, path, handler in _ENGINE_ROUTES[cfg.dialect]:
+        app.router.add_route(method, path, handler)
+    app.router.add_get("/sim/truth", handle_truth)
+    app.router.add_post("/sim/reset", handle_reset)
+    return app
+
+
+# ---------------------------------------------------------------------- running
+
+
+def _base_url(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+async def _start(app: web.Application, host: str, port: int, shutdown_timeout: float) -> tuple[web.AppRunner, str]:
+    """Bind and start ``app``; returns the runner and the base URL with the real port."""
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=shutdown_timeout)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, host, port).start()
+    except BaseException:
+        await runner.cleanup()
+        raise
+    return runner, _base_url(host, runner.addresses[0][1])
+
+
+def serve(
+    cfg: SimConfig, host: str = "127.0.0.1", port: int = 8090, *, on_ready: Callable[[str], None] | None = None
+) -> None:
+    """Run the simulator until interrupted; ``on_ready(base_url)`` (default: print it) once bound."""
+
+    async def main() -> None:
+        runner, url = await _start(build_app(cfg), host, port, shutdown_timeout=5.0)
+        (on_ready or (lambda u: print(u, flush=True)))(url)
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await runner.cleanup()
+
+    try:
+        asyncio.run(main())
+    except KeyboardInterrupt:
+        pass
+
+
+class SimulatorThread:
+    """Runs a simulator on 127.0.0.1 in a background thread with its own event loop.
+
+    >>> with SimulatorThread(SimConfig(decode_tps=500)) as sim:
+    ...     url = sim.base_url + "/v1/chat/completions"   # doctest: +SKIP
+    """
+
+    def __init__(self, cfg: SimConfig | None = None, host: str = "127.0.0.1", port: int = 0):
+        self.cfg = cfg or SimConfig()
+        self.host, self.port = host, port
+        self.app = build_app(self.cfg)
+        self.base_url = ""
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+
+    @property
+    def state(self) -> SimState:
+        return self.app[STATE]
+
+    def __enter__(self) -> SimulatorThread:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="leverbench-sim", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(timeout=30):
+            raise RuntimeError("simulator did not start within 30 s")
+        if self._error is not None:
+            self._thread.join()
+            raise RuntimeError(f"simulator failed to start: {self._error}") from self._error
+
+    def _run(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        try:
+            self._loop.run_until_complete(self._main())
+        finally:
+            self._loop.close()
+
+    async def _main(self) -> None:
+        self._stop = asyncio.Event()
+        try:
+            runner, self.base_url = await _start(self.app, self.host, self.port, shutdown_timeout=1.0)
+        except BaseException as err:  # reported by start() in the caller's thread
+            self._error = err
+            return
+        finally:
+            self._ready.set()
+        try:
+            await self._stop.wait()
+        finally:
+            await runner.cleanup()
+
+    def stop(self) -> None:
+        """Stop the server and join the thread; safe to call twice."""
+        if self._thread is None or not self._thread.is_alive():
+            return
+        self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(timeout=30)
+
+    def _call(self, fn: Callable[[], Any]) -> Any:
+        """Run ``fn`` on the simulator's loop (its state is not thread-safe) and return its result."""
+
+        async def call() -> Any:
+            return fn()
+
+        return asyncio.run_coroutine_threadsafe(call(), self._loop).result(timeout=30)
+
+    def truth(self) -> list[dict]:
+        """The ground-truth records so far, in completion order."""
+        return self._call(lambda: list(self.state.truth))
+
+    def reset(self) -> None:
+        """Same as ``POST /sim/reset``."""
+        self._call(self.state.reset)

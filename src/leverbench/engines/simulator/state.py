@@ -1,0 +1,145 @@
+"""What one simulator shares across requests: the prefix cache, the FIFO slots, the fault draws, the truth."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import random
+import time
+from collections import OrderedDict, deque
+
+from .. import sim_dialects as dialects
+from .config import FAULT_NAMES, SimConfig
+
+TRUTH_LIMIT = 100_000  # ground-truth records kept (the most recent)
+CACHE_CAPACITY_BLOCKS = 1_000_000  # prefix-cache entries kept (least recently used go first)
+
+
+class PrefixCache:
+    """Hashes of prompt prefixes ending at block boundaries, shared by all slots.
+
+    Keys chain: block k's key hashes block k-1's key with block k's tokens, so
+    one key stands for the whole prefix up to that block.
+    """
+
+    def __init__(self, block: int, capacity: int = CACHE_CAPACITY_BLOCKS):
+        self.block = block
+        self.capacity = capacity
+        self._keys: OrderedDict[bytes, None] = OrderedDict()
+
+    def block_keys(self, tokens: list[str]) -> list[bytes]:
+        keys: list[bytes] = []
+        previous = b""
+        for end in range(self.block, len(tokens) + 1, self.block):
+            digest = hashlib.blake2b(previous, digest_size=16)
+            digest.update(" ".join(tokens[end - self.block : end]).encode())
+            previous = digest.digest()
+            keys.append(previous)
+        return keys
+
+    def lookup(self, tokens: list[str]) -> int:
+        """Cached tokens: the longest seen whole-block prefix shorter than the prompt."""
+        hits = 0
+        for key in self.block_keys(tokens):
+            if (hits + 1) * self.block >= len(tokens) or key not in self._keys:
+                break
+            self._keys.move_to_end(key)
+            hits += 1
+        return hits * self.block
+
+    def insert(self, tokens: list[str]) -> None:
+        for key in self.block_keys(tokens):
+            self._keys[key] = None
+            self._keys.move_to_end(key)
+        while len(self._keys) > self.capacity:
+            self._keys.popitem(last=False)
+
+    def clear(self) -> None:
+        self._keys.clear()
+
+
+class FifoSlots:
+    """A counting semaphore that admits waiters strictly first come, first served."""
+
+    def __init__(self, slots: int):
+        self.total = slots
+        self._free = slots
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    @property
+    def running(self) -> int:
+        return self.total - self._free
+
+    @property
+    def waiting(self) -> int:
+        return sum(1 for waiter in self._waiters if not waiter.done())
+
+    async def acquire(self) -> None:
+        if self._free > 0 and not self._waiters:
+            self._free -= 1
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self.release()  # the slot was handed to us as we were cancelled: pass it on
+            elif waiter in self._waiters:
+                self._waiters.remove(waiter)
+            raise
+
+    def release(self) -> None:
+        """Hand the slot to the longest waiter, or free it."""
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+        self._free += 1
+
+
+class SimState:
+    """Everything one simulator instance shares across requests."""
+
+    def __init__(self, cfg: SimConfig):
+        self.cfg = cfg
+        self.rng = random.Random(cfg.seed)
+        self.cache = PrefixCache(cfg.cache_block)
+        self.slots = FifoSlots(cfg.slots)
+        self.metrics = dialects.metrics_for(cfg)  # None: the dialect has no /metrics
+        self.phases: dict[str, tuple[int, str]] = {}  # request id -> (scheduler rank, "waiting" | "running")
+        self.truth: deque[dict] = deque(maxlen=TRUTH_LIMIT)
+        self.started = int(time.time())
+        self._requests = 0
+
+    def next_id(self) -> str:
+        self._requests += 1
+        return f"chatcmpl-sim-{self._requests}"
+
+    def phase_counts(self) -> dict[int, tuple[int, int]]:
+        """(running, waiting) requests per scheduler rank."""
+        out: dict[int, tuple[int, int]] = {}
+        for rank, phase in self.phases.values():
+            running, waiting = out.get(rank, (0, 0))
+            out[rank] = (running + (phase == "running"), waiting + (phase == "waiting"))
+        return out
+
+    def draw_faults(self) -> frozenset[str]:
+        """One draw per fault kind, always all of them, so the sequence depends only on arrival order."""
+        cfg = self.cfg
+        probabilities = (
+            cfg.fault_http_500,
+            cfg.fault_http_429,
+            cfg.fault_cut_stream,
+            cfg.fault_stall,
+            cfg.fault_malformed,
+            cfg.fault_no_usage,
+        )
+        return frozenset(name for name, p in zip(FAULT_NAMES, probabilities) if self.rng.random() < p)
+
+    def reset(self) -> None:
+        """Forget truth and cache, and reseed the fault draws; metrics stay monotonic."""
+        self.truth.clear()
+        self.cache.clear()
+        self.rng = random.Random(self.cfg.seed)
