@@ -126,7 +126,8 @@ def test_vllm_dialect_info_endpoints():
         assert request(s.base_url, "/health") == (200, b"")
     assert version == {"version": "0.11.2"}
     entry = models["data"][0]
-    assert (entry["id"], entry["owned_by"], entry["root"], entry["max_model_len"]) == ("served", "vllm", "/models/smol-hf", 32768)
+    assert (entry["id"], entry["owned_by"], entry["root"], entry["max_model_len"]) \
+        == ("served", "vllm", "/models/smol-hf", 32768)
     tok = json.loads(raw)
     assert status == 200 and tok["count"] == 3 == len(tok["tokens"]) and tok["max_model_len"] == 32768
     assert bad == 400
@@ -164,7 +165,8 @@ def test_vllm_dialect_without_drafter_or_cache():
         text = request(s.base_url, "/metrics")[1].decode()
     names = {n for n, _, _ in metric_samples(text)}
     assert not any(n.startswith("vllm:spec_decode") for n in names)  # vLLM registers them only with a drafter
-    assert metric_total(text, "vllm:prefix_cache_queries_total") == 0 == metric_total(text, "vllm:prefix_cache_hits_total")
+    assert metric_total(text, "vllm:prefix_cache_queries_total") == 0 \
+        == metric_total(text, "vllm:prefix_cache_hits_total")
     info = [labels for n, labels, _ in metric_samples(text) if n == "vllm:cache_config_info"]
     assert info[0]["enable_prefix_caching"] == "False"
 
@@ -245,7 +247,8 @@ def test_openai_dialect_rejects_unknown_fields_like_openai():
         truth = s.truth()
     assert one == (400, {"error": {"message": "Unrecognized request argument supplied: ignore_eos",
                                    "type": "invalid_request_error", "param": None, "code": None}})
-    assert two[0] == 400 and two[1]["error"]["message"] == "Unrecognized request arguments supplied: cache_prompt, min_tokens"
+    assert (two[0] == 400
+            and two[1]["error"]["message"] == "Unrecognized request arguments supplied: cache_prompt, min_tokens")
     assert ok[0] == 200 and ok[1]["usage"]["completion_tokens"] == 4
     assert again[1]["usage"]["prompt_tokens_details"]["cached_tokens"] == 32  # OpenAI reports cached tokens
     assert missing == [404] * 4 and tokenize == 404
@@ -333,7 +336,8 @@ def test_discovery_knobs_per_dialect():
         llama = discover(s.base_url)["knobs"]
     with sim(engine_version="b5001-abc", draft_k=3, draft_acceptance=0.5) as s:
         llama_drafter = discover(s.base_url + "/v1")["knobs"]
-    with sim(dialect="vllm", engine_version="0.11.0", model="served", model_path="/hf/SmolLM2-135M", cache_block=32) as s:
+    with sim(dialect="vllm", engine_version="0.11.0", model="served", model_path="/hf/SmolLM2-135M",
+             cache_block=32) as s:
         vllm = discover(s.base_url + "/v1")
     with sim(dialect="vllm", prefix_cache=False, draft_k=2) as s:
         vllm_other = discover(s.base_url)["knobs"]

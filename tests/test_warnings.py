@@ -46,7 +46,8 @@ def test_items_carry_kind_arm_case_and_the_texts_in_order():
 
 def test_an_item_is_json_ready():
     w = RunWarning(WarningKind.DRIFT, "drift: arm 'a' ...", "a")
-    assert json.loads(json.dumps(w.as_dict())) == {"kind": "drift", "arm": "a", "case": None, "text": "drift: arm 'a' ..."}
+    assert json.loads(json.dumps(w.as_dict())) == {"kind": "drift", "arm": "a", "case": None,
+                                                   "text": "drift: arm 'a' ..."}
 
 
 def test_groups_keep_first_raised_order_and_each_text_under_its_kind():

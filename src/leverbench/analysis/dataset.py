@@ -331,7 +331,8 @@ def dataset(ledger: Ledger) -> Dataset:
                   "sentinel": len(all_sentinels) - len(sentinels)}
     if any(superseded.values()):
         what = ", ".join(f"{n} {k}(s)" for k, n in superseded.items() if n)
-        warnings.append(RunWarning(WarningKind.SUPERSEDED, f"{what} superseded: another attempt of the same unit counts "
+        warnings.append(RunWarning(WarningKind.SUPERSEDED,
+                                   f"{what} superseded: another attempt of the same unit counts "
                                    "(its first success, else its latest; a resumed run re-runs the units that failed); "
                                    f"the superseded records ({superseded_calls} call(s) of superseded turns included) "
                                    "stay in the ledger, not counted"))

@@ -47,8 +47,8 @@ def drift(ds: Dataset) -> tuple[list[dict[str, Any]], list[RunWarning]]:
                                        f"and {r1:.1f} tok/s at the end ({change:+.0%}, tolerance {tol:.0%}); its "
                                        "comparisons are not citable", arm))
         elif change is None:
-            warnings.append(RunWarning(WarningKind.DRIFT_UNKNOWN, f"drift: arm {arm!r}: a sentinel failed, drift unknown",
-                                       arm))
+            warnings.append(RunWarning(WarningKind.DRIFT_UNKNOWN,
+                                       f"drift: arm {arm!r}: a sentinel failed, drift unknown", arm))
     return out, warnings
 
 

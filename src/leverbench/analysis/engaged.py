@@ -73,7 +73,8 @@ def engaged(ds: Dataset, own_metrics: dict[str, dict[str, Any]] | None = None,
                        cached_share_source="calls (usage / timings)")
         elif m.get("prefix_cache_hit_share") is not None:
             row.update(cached_tokens=int(m["prefix_cache_hit_tokens"]) if "prefix_cache_hit_tokens" in m else None,
-                       cached_share=m["prefix_cache_hit_share"], cached_share_source="server metrics (prefix-cache hits / queries)")
+                       cached_share=m["prefix_cache_hit_share"],
+                       cached_share_source="server metrics (prefix-cache hits / queries)")
         dn, da = int(totals["draft"][a]), int(totals["accepted"][a])
         if dn:
             row.update(draft_tokens=dn, accepted_tokens=da, acceptance=da / dn, acceptance_source="calls (timings)")
@@ -92,24 +93,28 @@ def engaged(ds: Dataset, own_metrics: dict[str, dict[str, Any]] | None = None,
         if is_on(knobs.get("prefix_cache")):
             row["prefix_cache"] = row["cache_used"]
             if row["cache_used"] is False:
-                warnings.append(RunWarning(WarningKind.NOT_ENGAGED, f"lever not engaged: arm {arm!r} says prefix_cache on "
+                warnings.append(RunWarning(WarningKind.NOT_ENGAGED,
+                                           f"lever not engaged: arm {arm!r} says prefix_cache on "
                                            f"but cached only {row['cached_share']:.1%} of its prompt tokens; it is not "
                                            "credited with the prefix cache", arm))
             elif row["cache_used"] is None:
-                warnings.append(RunWarning(WarningKind.ENGAGEMENT_UNKNOWN, f"engagement unknown: arm {arm!r} says "
-                                           "prefix_cache on, but neither its calls nor server metrics of its own report "
-                                           "cached tokens (vLLM: --enable-prompt-tokens-details or /metrics; SGLang: "
-                                           "--enable-cache-report or --enable-metrics)", arm))
+                warnings.append(RunWarning(WarningKind.ENGAGEMENT_UNKNOWN,
+                                           f"engagement unknown: arm {arm!r} says prefix_cache on, but neither its "
+                                           "calls nor server metrics of its own report cached tokens (vLLM: "
+                                           "--enable-prompt-tokens-details or /metrics; SGLang: --enable-cache-report "
+                                           "or --enable-metrics)", arm))
         if is_on(knobs.get("drafter")):
             row["drafter"] = row["drafter_used"]
             if row["drafter_used"] is False:
                 what = (f"accepted only {row['acceptance']:.0%} of draft tokens (threshold {thr:.0%})"
                         if row["acceptance"] is not None else f"has a mean accept length of {row['accept_length']:.2f}")
-                warnings.append(RunWarning(WarningKind.NOT_ENGAGED, f"lever not engaged: arm {arm!r} says drafter "
-                                           f"{knobs.get('drafter')!r} but {what}; it is not credited with the drafter", arm))
+                warnings.append(RunWarning(WarningKind.NOT_ENGAGED,
+                                           f"lever not engaged: arm {arm!r} says drafter {knobs.get('drafter')!r} "
+                                           f"but {what}; it is not credited with the drafter", arm))
             elif row["drafter_used"] is None:
-                warnings.append(RunWarning(WarningKind.ENGAGEMENT_UNKNOWN, f"engagement unknown: arm {arm!r} says drafter "
-                                           f"{knobs.get('drafter')!r}, but neither its calls nor server metrics of its own "
-                                           "report drafter statistics", arm))
+                warnings.append(RunWarning(WarningKind.ENGAGEMENT_UNKNOWN,
+                                           f"engagement unknown: arm {arm!r} says drafter {knobs.get('drafter')!r}, "
+                                           "but neither its calls nor server metrics of its own report drafter "
+                                           "statistics", arm))
         out.append(row)
     return out, warnings

@@ -32,9 +32,9 @@ time it spent opening one, so from the schedule it is added back:
 - queue       = e2e − service, service = (timings.prompt_ms + timings.predicted_ms) / 1000
                 when the server reports llama.cpp-style timings ("server timings"); otherwise
                 queue = ttft − the arm's lowest ttft_s for the same case and prefix_sharing ("ttft above
-                floor"; closed and open stages only, whose calls all send prompts of one length and share).  All the time the call
-                waited from its scheduled send time without being served: client lag + network +
-                the server's queue and overhead
+                floor"; closed and open stages only, whose calls all send prompts of one length and
+                share).  All the time the call waited from its scheduled send time without being
+                served: client lag + network + the server's queue and overhead
 - server_wait = queue − client_lag: the part of the wait after the call left the client (the
                 server's queue, plus network and the server's per-request overhead)
 - server_queue_s = Δ vllm:request_queue_time_seconds_sum / Δ _count between the scrapes around
@@ -122,8 +122,8 @@ def columns(rs: Sequence[dict[str, Any]]) -> dict[str, np.ndarray]:
 
     timings = [r.get("timings") or {} for r in rs]
     return {
-        "t_send": col("t_send"), "connect_s": col("connect_s"), "scheduled_t": col("scheduled_t"), "ttft_s": col("ttft_s"),
-        "t_first_answer_s": col("t_first_answer_s"), "latency_s": col("latency_s"),
+        "t_send": col("t_send"), "connect_s": col("connect_s"), "scheduled_t": col("scheduled_t"),
+        "ttft_s": col("ttft_s"), "t_first_answer_s": col("t_first_answer_s"), "latency_s": col("latency_s"),
         "completion_tokens": col("completion_tokens"), "prompt_tokens": col("prompt_tokens"),
         "prompt_ms": np.array([t.get("prompt_ms") for t in timings], dtype=float),
         "predicted_ms": np.array([t.get("predicted_ms") for t in timings], dtype=float),
@@ -257,13 +257,15 @@ def load_records(records: Iterable[dict[str, Any]]) -> dict[tuple[str, str], lis
     return by_pair
 
 
-def stage_metrics(metrics: list[dict[str, Any]], arm: str, stage: str, t_first: float, t_last: float) -> dict[str, float]:
+def stage_metrics(metrics: list[dict[str, Any]], arm: str, stage: str, t_first: float,
+                  t_last: float) -> dict[str, float]:
     """The server's figures over the stage (:func:`.metrics.arm_metrics`: counters summed over label sets)
     between the ``load-start`` scrape before the stage's first send and the ``load-end`` scrape after its
     last end; {} without them."""
     starts = [m for m in metrics if m.get("arm") == arm and m.get("when") == f"load-start {stage}"
               and m.get("t", 0) <= t_first]
-    ends = [m for m in metrics if m.get("arm") == arm and m.get("when") == f"load-end {stage}" and m.get("t", 0) >= t_last]
+    ends = [m for m in metrics if m.get("arm") == arm and m.get("when") == f"load-end {stage}"
+            and m.get("t", 0) >= t_last]
     if not starts or not ends:
         return {}
     return arm_metrics(starts[-1]["samples"], ends[0]["samples"])
@@ -369,9 +371,11 @@ def stage_row(rs: list[dict[str, Any]], ttft_floors: dict[tuple[str, str, Any], 
     row["queue_source"] = ", ".join(sources) or None
     svc = distribution(service(ok_c))
     row["service"] = svc
-    mean_service = svc["mean"] if svc else (row["e2e"]["mean"] - row["queue"]["mean"] if row["e2e"] and row["queue"] else None)
+    mean_service = svc["mean"] if svc else (row["e2e"]["mean"] - row["queue"]["mean"]
+                                            if row["e2e"] and row["queue"] else None)
     sw = row["server_wait"]
-    row["queueing"] = bool(sw and mean_service is not None and sw["mean"] > max(QUEUE_FLOOR_S, QUEUE_SHARE * mean_service))
+    row["queueing"] = bool(sw and mean_service is not None
+                           and sw["mean"] > max(QUEUE_FLOOR_S, QUEUE_SHARE * mean_service))
     row["server_queue_s"] = figures.get("queue_s_per_request")
     conn = connect(ok_c)
     row["connect"] = distribution(conn[conn > 0])
@@ -403,7 +407,8 @@ def row_warnings(row: dict[str, Any]) -> list[RunWarning]:
 
     lag = row.get("client_lag")
     if lag and lag["p99"] > LAG_WARN_S:
-        warn(WarningKind.LOAD_CLIENT_LAG, f"the client sent late (lag behind schedule p99 {lag['p99'] * 1000:.1f} ms, max "
+        warn(WarningKind.LOAD_CLIENT_LAG,
+             f"the client sent late (lag behind schedule p99 {lag['p99'] * 1000:.1f} ms, max "
              f"{lag['max'] * 1000:.1f} ms > {LAG_WARN_S * 1000:.0f} ms); latencies count the delay from the "
              "schedule, but the load offered was lower than planned: lower the load, raise max_in_flight, or "
              "run the client on a less busy machine")

@@ -103,7 +103,8 @@ def arm_metrics(before: dict[str, Any], after: dict[str, Any]) -> dict[str, floa
     generated = _delta(before, after, "vllm:generation_tokens")
     decoded = _delta(before, after, "vllm:request_decode_time_seconds_count")
     if generated is not None and decoded is not None:
-        if (v := _ratio(generated - decoded, _delta(before, after, "vllm:request_decode_time_seconds_sum"))) is not None:
+        if (v := _ratio(generated - decoded,
+                        _delta(before, after, "vllm:request_decode_time_seconds_sum"))) is not None:
             out["decode_tps"] = v
     for key, (num, den) in _SHARES.items():
         n = _delta(before, after, num)

@@ -54,21 +54,25 @@ def probes(ds: Dataset, decomposition: list[dict[str, Any]]) -> tuple[list[dict[
                                            f"{len(recs)} call(s) failed", arm, case))
             disobeyed = [r["completion_tokens"] for r in ok if r["completion_tokens"] != n]
             if disobeyed:
-                warnings.append(RunWarning(WarningKind.PROBE_DISOBEYED, f"probe {arm}/{case}: asked for {n} output tokens, "
+                warnings.append(RunWarning(WarningKind.PROBE_DISOBEYED,
+                                           f"probe {arm}/{case}: asked for {n} output tokens, "
                                            f"the engine generated {sorted(set(disobeyed))} in {len(disobeyed)} of "
                                            f"{len(ok)} call(s) (it did not honour ignore_eos/min_tokens); the actual "
                                            "counts were used", arm, case))
             rows[n] = ok
-        entry: dict[str, Any] = {"arm": arm, "case": case, "n1": n1, "n2": n2, "repeats": min(len(rows[n1]), len(rows[n2])),
-                                 "prefill_s": None, "decode_tps": None, "input_tokens": None, "cached_tokens": None}
+        entry: dict[str, Any] = {"arm": arm, "case": case, "n1": n1, "n2": n2,
+                                 "repeats": min(len(rows[n1]), len(rows[n2])), "prefill_s": None, "decode_tps": None,
+                                 "input_tokens": None, "cached_tokens": None}
         if rows[n1] and rows[n2]:
             c1 = median([r["completion_tokens"] for r in rows[n1]])
             c2 = median([r["completion_tokens"] for r in rows[n2]])
             t1 = median([r["latency_s"] for r in rows[n1]])
             t2 = median([r["latency_s"] for r in rows[n2]])
             entry.update(t1_s=t1, t2_s=t2, c1=c1, c2=c2)
-            entry["input_tokens"] = median([r["prompt_tokens"] for r in rows[n1] + rows[n2] if r.get("prompt_tokens") is not None] or [0]) or None
-            cached = [r["cached_tokens"] if r.get("cached_tokens") is not None else (r.get("timings") or {}).get("cache_n")
+            entry["input_tokens"] = median([r["prompt_tokens"] for r in rows[n1] + rows[n2]
+                                            if r.get("prompt_tokens") is not None] or [0]) or None
+            cached = [r["cached_tokens"] if r.get("cached_tokens") is not None
+                      else (r.get("timings") or {}).get("cache_n")
                       for r in rows[n1] + rows[n2]]
             cached = [c for c in cached if c is not None]
             entry["cached_tokens"] = median(cached) if cached else None
@@ -78,7 +82,8 @@ def probes(ds: Dataset, decomposition: list[dict[str, Any]]) -> tuple[list[dict[
             else:
                 entry["prefill_s"], entry["decode_tps"] = sol
                 if entry["prefill_s"] < 0:
-                    warnings.append(RunWarning(WarningKind.PROBE_NEGATIVE_PREFILL, f"probe {arm}/{case}: solved prefill is "
+                    warnings.append(RunWarning(WarningKind.PROBE_NEGATIVE_PREFILL,
+                                               f"probe {arm}/{case}: solved prefill is "
                                                f"negative ({entry['prefill_s']:.3f} s); decode is not linear in output "
                                                "length here (timing noise or context-length effects)", arm, case))
         r = reg.get((arm, case))
@@ -89,7 +94,8 @@ def probes(ds: Dataset, decomposition: list[dict[str, Any]]) -> tuple[list[dict[
             entry["agrees"] = d <= tol
             if r.get("mixed_prefill") and not entry["agrees"] and r.get("method") == "latency ~ output":
                 entry["check_note"] = ("the regression mixes calls with and without a cached prefix "
-                                       f"(uncached input {r['uncached_input_range'][0]}–{r['uncached_input_range'][1]} tokens)")
+                                       f"(uncached input {r['uncached_input_range'][0]}–"
+                                       f"{r['uncached_input_range'][1]} tokens)")
         else:
             entry["regression_decode_tps"] = r.get("decode_tps") if r else None
             entry["agreement"] = None

@@ -38,7 +38,8 @@ def _largest_case_scenario(ds: Dataset, cell_list: list[dict[str, Any]]) -> tupl
     c = ds.call
     if ds.baseline not in ds.arm_names:
         return None
-    first = (c.arm == ds.arm_index(ds.baseline)) & (c.step == 0) & c.ok & ~np.isnan(c.prompt_tokens) & (c.prompt_tokens != 0)
+    first = ((c.arm == ds.arm_index(ds.baseline)) & (c.step == 0) & c.ok
+             & ~np.isnan(c.prompt_tokens) & (c.prompt_tokens != 0))
     by = groups(np.where(first, c.case, -1), len(ds.case_names))
     order = first_seen(by)
     if not order:
@@ -169,7 +170,8 @@ def summarize(ledger: Ledger, *, scenario: tuple[int, int] | None = None,
     server = server_account(ds)
     for s in server:
         if s["prefill_disagrees"] or s["decode_disagrees"]:
-            what = " and ".join(p for p, bad in (("prefill", s["prefill_disagrees"]), ("decode", s["decode_disagrees"])) if bad)
+            what = " and ".join(p for p, bad in (("prefill", s["prefill_disagrees"]), ("decode", s["decode_disagrees"]))
+                                if bad)
             warnings.append(RunWarning(
                 WarningKind.CLIENT_SERVER_DISAGREE,
                 f"client and server disagree on {what} for {s['arm']}/{s['case']}: client prefill "
@@ -188,11 +190,13 @@ def summarize(ledger: Ledger, *, scenario: tuple[int, int] | None = None,
     variant_cells = cells(ds, list(ds.variants)) if ds.variants else []
     for c in cell_list + variant_cells:
         if c["empty_answers"]:
-            warnings.append(RunWarning(WarningKind.EMPTY_ANSWER, f"{c['arm']}/{c['case']}: {c['empty_answers']} call(s) "
+            warnings.append(RunWarning(WarningKind.EMPTY_ANSWER,
+                                       f"{c['arm']}/{c['case']}: {c['empty_answers']} call(s) "
                                        "used all of max_tokens and returned no visible answer (reasoning or nothing): "
                                        "the turn did not do its job", c["arm"], c["case"]))
         if c["step_limited"]:
-            warnings.append(RunWarning(WarningKind.STEP_LIMIT, f"{c['arm']}/{c['case']}: {c['step_limited']} turn(s) were "
+            warnings.append(RunWarning(WarningKind.STEP_LIMIT,
+                                       f"{c['arm']}/{c['case']}: {c['step_limited']} turn(s) were "
                                        "cut by the step limit", c["arm"], c["case"]))
     load_rows = load_summary(_load_view(ledger))
     warnings += load_warnings(load_rows)
@@ -217,8 +221,9 @@ def summarize(ledger: Ledger, *, scenario: tuple[int, int] | None = None,
                 "calls": len(ds.call) + len(ds.probes) + len(ds.sentinels), "failed_calls": failed_calls,
                 "resumed": sum(1 for _ in ledger.of_kind("resume"))},
         "baseline": ds.baseline,
-        "arms": [{"name": a, "role": arms_h.get(a, {}).get("role"), "conditions": arms_h.get(a, {}).get("conditions", {}),
-                  "knobs": knobs[a], "discovered": redact_tree(arms_h.get(a, {}).get("discovered", {})),
+        "arms": [{"name": a, "role": arms_h.get(a, {}).get("role"),
+                  "conditions": arms_h.get(a, {}).get("conditions", {}), "knobs": knobs[a],
+                  "discovered": redact_tree(arms_h.get(a, {}).get("discovered", {})),
                   "model": arms_h.get(a, {}).get("model")}
                  for a in ds.arms],
         "levers": levers(ds.arms, knobs, mults, eng, cost_rows),

@@ -75,7 +75,8 @@ from .traffic_sums import (
 )
 
 __all__ = ["BUCKETS", "PHASES", "Rates", "analyze_traffic", "bucket_of", "choose_rates", "conditions", "distribution",
-           "fit_rates", "hand_rates", "has_latencies", "rates_for", "rates_from_summary", "recommend", "summarize_skips", "with_drafter"]
+           "fit_rates", "hand_rates", "has_latencies", "rates_for", "rates_from_summary", "recommend",
+           "summarize_skips", "with_drafter"]
 
 RANGE_MIN_CALL_SHARE = 0.05
 PHASES = ("prefill", "decode", "queue")
@@ -207,12 +208,14 @@ def _lever_range(name: str, rows: Sequence[Row], rates: Mapping[str, Rates], n: 
 def _lever_row(name: str, rows: Sequence[Row], rates: Mapping[str, Rates], book: RateBook, overall: Mapping[str, Any],
                n: int, cap: float, cap_default: bool, cached: Mapping[str, float], assumed_share: float | None,
                gpus: float, gpu_hour_usd: float | None) -> dict[str, Any]:
-    row: dict[str, Any] = {"lever": name, "phase": LEVER_PHASE[name], "ceiling_share": overall[f"{LEVER_PHASE[name]}_share"]}
+    row: dict[str, Any] = {"lever": name, "phase": LEVER_PHASE[name],
+                           "ceiling_share": overall[f"{LEVER_PHASE[name]}_share"]}
     if name == "answer cap":
         row["parameter"] = f"cap {cap:.0f} tokens" + (", the median output" if cap_default else "")
     elif name == "drafter":
         sp = [r.drafter_speedup for r in book.values() if r.drafter_speedup]
-        row["parameter"] = (f"speedup {min(sp):.2f}x" + (f"–{max(sp):.2f}x" if max(sp) != min(sp) else "")) if sp else None
+        row["parameter"] = ((f"speedup {min(sp):.2f}x" + (f"–{max(sp):.2f}x" if max(sp) != min(sp) else ""))
+                            if sp else None)
     else:
         row["parameter"] = (f"cached share {cached['cached'] / cached['all_input']:.1%} of input tokens "
                             f"({cached['calls']} calls)" if cached["calls"] else None)
@@ -255,7 +258,8 @@ def analyze_traffic(calls: Any, book: RateBook, *, cached_served: bool = False,
         lf.group_by(pl.col("model").fill_null(NO_MODEL)).agg(n=pl.len(), ttft=pl.col("ttft").is_not_null().sum()),
         value_counts(lf, "input"), value_counts(lf, "output"), value_counts(lf, "cached"),
         lf.filter(pl.col("cached").is_not_null()).select(
-            calls=pl.len(), cached=pl.col("cached").cast(pl.Float64).sum(), input=pl.col("input").cast(pl.Float64).sum()))
+            calls=pl.len(), cached=pl.col("cached").cast(pl.Float64).sum(),
+            input=pl.col("input").cast(pl.Float64).sum()))
     n = int(per_model.get_column("n").sum())
     if n == 0:
         raise BadInput("no calls to analyse")
@@ -312,7 +316,8 @@ def analyze_traffic(calls: Any, book: RateBook, *, cached_served: bool = False,
         "levers": levers,
         "ranking": [l["lever"] for l in est],
         "cost": {"gpus": gpus, "gpu_hour_usd": gpu_hour_usd, "seconds_per_call": per_call,
-                 "gpu_hours_per_1000_calls": gh, "usd_per_1000_calls": gh * gpu_hour_usd if gpu_hour_usd is not None else None},
+                 "gpu_hours_per_1000_calls": gh,
+                 "usd_per_1000_calls": gh * gpu_hour_usd if gpu_hour_usd is not None else None},
         "answer_cap": cap, "answer_cap_default": cap_default,
         "cached_meaning": cached_meaning,
         "extrapolation": _extrapolation(rows, rates, n),
@@ -344,7 +349,8 @@ def conditions(result: Mapping[str, Any], book: RateBook) -> list[str]:
     for key, r in book.items():
         who = "" if len(book) == 1 else "all other calls: " if key is None else f"{key}: "
         fit = f" (R² {r.fit['r2']:.2f})" if r.fit and r.fit.get("r2") is not None else ""
-        per.append(f"{who}prefill {r.prefill_tps:,.0f} tok/s + {r.prefill_a_s:.3g} s, decode {r.decode_tps:,.1f} tok/s{fit}")
+        per.append(f"{who}prefill {r.prefill_tps:,.0f} tok/s + {r.prefill_a_s:.3g} s, "
+                   f"decode {r.decode_tps:,.1f} tok/s{fit}")
     sources = dict.fromkeys(f"{r.source} (prefill: {r.prefill_source or 'n/a'}; decode: {r.decode_source or 'n/a'})"
                             + (f"; {', '.join(r.conditions)}" if r.conditions else "") for r in book.values())
     out: list[str] = ["rates " + "; ".join(per) + " — " + "; ".join(sources)]
@@ -382,9 +388,11 @@ def recommend(result: Mapping[str, Any]) -> str:
     target = next((l for l in levers if l["phase"] == dom and l["lever"] != "answer cap"), None)
     if dom == "queue":
         text.append("No lever here targets queueing: add capacity or batching first.")
-    elif target is not None and not target["estimated"] and (best is None or (target["ceiling_share"] or 0) > best["saved_share"]):
-        text.append(f"Try a {target['lever']} first: it targets the dominant phase, but {target['reason'].split(';')[0]}, "
-                    f"so its gain is somewhere between 0 and {_pct(target['ceiling_share'])} (all of {dom}).")
+    elif (target is not None and not target["estimated"]
+          and (best is None or (target["ceiling_share"] or 0) > best["saved_share"])):
+        text.append(f"Try a {target['lever']} first: it targets the dominant phase, but "
+                    f"{target['reason'].split(';')[0]}, so its gain is somewhere between 0 and "
+                    f"{_pct(target['ceiling_share'])} (all of {dom}).")
         if best is not None:
             text.append(f"Of the levers this traffic lets us estimate, the {_lever_words(best)} would remove "
                         f"{_gain(best, result)}.")

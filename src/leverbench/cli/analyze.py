@@ -32,8 +32,10 @@ OUTPUTS = ("table", "md", "json", "html")
               help="Fixed seconds per call before prefill, with --prefill-tps.")
 @click.option("--decode-tps", type=float, help="Decode rate by hand, tokens/s (overrides --rates and fits).")
 @click.option("--drafter-speedup", type=float, help="Decode speedup of a drafter (overrides the run's).")
-@click.option("--answer-cap", type=click.IntRange(min=0), help="Answer-length cap in tokens (default: the median output).")
-@click.option("--cached-share", type=float, help="Assume this share of each prompt is cached where the traffic records none.")
+@click.option("--answer-cap", type=click.IntRange(min=0),
+              help="Answer-length cap in tokens (default: the median output).")
+@click.option("--cached-share", type=float,
+              help="Assume this share of each prompt is cached where the traffic records none.")
 @click.option("--gpus", type=float, help="GPUs per server (default: the run's, else 1).")
 @click.option("--gpu-hour-usd", type=float, help="Price of a GPU-hour, for $ per 1,000 calls.")
 @click.option("--format", "out_fmt", type=click.Choice(OUTPUTS + FORMATS), default="table", show_default=True,

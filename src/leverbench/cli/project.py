@@ -16,7 +16,8 @@ from .common import SALVAGE_HELP, Command, console
 @click.command(name="project", cls=Command)
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @click.option("--input-tokens", type=click.IntRange(min=1), required=True, help="Prompt length of the scenario.")
-@click.option("--output-tokens", type=click.IntRange(min=1), required=True, help="Generated tokens (reasoning included).")
+@click.option("--output-tokens", type=click.IntRange(min=1), required=True,
+              help="Generated tokens (reasoning included).")
 @click.option("--gpu-hour-usd", type=float, help="Price per GPU-hour when the arms' conditions give none.")
 @click.option("--json", "as_json", is_flag=True, help="Print the projection as JSON.")
 @click.option("--salvage", is_flag=True, help=SALVAGE_HELP)

@@ -24,9 +24,10 @@ from .common import Command, console, err_console
               help="Run directory (default: runs/NAME-YYYYmmdd-HHMMSS).")
 @click.option("--repeats", type=int, help="Override [experiment] repeats.")
 @click.option("--resume", is_flag=True, help="Continue the run in --out: completed turns, probes, sentinels and load "
-              "stages are not re-run; those that failed (e.g. while the endpoint was down) or were cut short are re-run, "
-              "their records kept in the ledger, superseded.")
-@click.option("--full", is_flag=True, help="Print every table, not only the main ones (report.md and report.html always have all).")
+              "stages are not re-run; those that failed (e.g. while the endpoint was down) or were cut short are "
+              "re-run, their records kept in the ledger, superseded.")
+@click.option("--full", is_flag=True,
+              help="Print every table, not only the main ones (report.md and report.html always have all).")
 def run_command(experiment: Path | None, out_dir: Path | None, repeats: int | None, resume: bool, full: bool) -> None:
     """Run EXPERIMENT (default: the bundled examples/agent-turns.toml on the embedded
     llama.cpp engine), write RUN_DIR/ledger.jsonl (every call, as it ends), then
@@ -67,7 +68,8 @@ def default_run_dir(name: str) -> Path:
 
 
 def bundled_example(relative: Path) -> Path:
-    """The bundled experiment (*relative* to the repository root), from the working directory or this checkout's root."""
+    """The bundled experiment (*relative* to the repository root), from the working directory or this
+    checkout's root."""
     for cand in (relative, Path(__file__).resolve().parents[3] / relative):
         if cand.exists():
             return cand

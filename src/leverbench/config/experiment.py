@@ -92,8 +92,8 @@ class Arm(_Strict):
     @model_validator(mode="after")
     def _endpoint_xor_engine(self) -> "Arm":
         if self.engine is None and not self.base_url:
-            raise ValueError("give either base_url (+ model) for an existing endpoint or engine = { kind = \"embedded\" } "
-                             "(llama.cpp) or { kind = \"vllm\" }")
+            raise ValueError("give either base_url (+ model) for an existing endpoint or "
+                             "engine = { kind = \"embedded\" } (llama.cpp) or { kind = \"vllm\" }")
         if self.engine is not None and self.base_url:
             raise ValueError("give either base_url or engine, not both")
         if self.base_url and not self.model:

@@ -198,7 +198,8 @@ def _label_text(labels: tuple[tuple[str, str], ...]) -> str:
 
 
 def _num(value: float) -> str:
-    return repr(float(value)) if math.isfinite(value) else ("+Inf" if value > 0 else "NaN" if value != value else "-Inf")
+    return (repr(float(value)) if math.isfinite(value)
+            else "+Inf" if value > 0 else "NaN" if value != value else "-Inf")
 
 
 class _Histogram:
@@ -288,7 +289,8 @@ class Registry:
     @staticmethod
     def _histogram_lines(name: str, key: tuple, h: _Histogram) -> list[str]:
         prefix = _label_text(key) + "," if key else ""
-        out = [f'{name}_bucket{{{prefix}le="{bound}"}} {count}' for bound, count in zip(HISTOGRAM_BUCKETS, h.bucket_counts)]
+        out = [f'{name}_bucket{{{prefix}le="{bound}"}} {count}'
+               for bound, count in zip(HISTOGRAM_BUCKETS, h.bucket_counts)]
         out.append(f'{name}_bucket{{{prefix}le="+Inf"}} {h.count}')
         labels = f"{{{_label_text(key)}}}" if key else ""
         return out + [f"{name}_count{labels} {h.count}", f"{name}_sum{labels} {h.total!r}"]
@@ -332,7 +334,8 @@ class LlamaCppMetrics(EngineMetrics):
         "prompt_seconds_total": "Total time spent processing prompts",
         "tokens_predicted_total": "Number of generation tokens processed",
         "tokens_predicted_seconds_total": "Total time spent generating tokens",
-        "n_decode_total": "Total number of llama_decode() calls, excluding speculative decoding and multimodal decoding",
+        "n_decode_total": ("Total number of llama_decode() calls, excluding speculative decoding and "
+                           "multimodal decoding"),
         "n_tokens_max": "Largest observed sequence length (prompt + generation)",
         "spec_decode_num_draft_tokens_total": "Speculative: Total draft tokens generated",
         "spec_decode_num_accepted_tokens_total": "Speculative: Total draft tokens accepted by the target model",
@@ -614,10 +617,12 @@ class SglangMetrics(EngineMetrics):
             running, waiting = phases.get(rank, (0, 0))
             self.reg.set("sglang:num_running_reqs", running, **labels)
             self.reg.set("sglang:num_queue_reqs", waiting, **labels)
-            self.reg.set("sglang:cache_hit_rate", stats["cached"] / stats["prompt"] if stats["prompt"] else 0.0, **labels)
+            self.reg.set("sglang:cache_hit_rate", stats["cached"] / stats["prompt"] if stats["prompt"] else 0.0,
+                         **labels)
             steps = stats["steps"]
             self.reg.set("sglang:spec_accept_length", (stats["accepted"] + steps) / steps if steps else 0.0, **labels)
-            self.reg.set("sglang:spec_accept_rate", stats["accepted"] / stats["draft"] if stats["draft"] else 0.0, **labels)
+            self.reg.set("sglang:spec_accept_rate", stats["accepted"] / stats["draft"] if stats["draft"] else 0.0,
+                         **labels)
             self.reg.set("sglang:token_usage", 0.0, **labels)
             self.reg.set("sglang:max_total_num_tokens", CONTEXT_LENGTH, **labels)
         return self.reg.render()

@@ -77,7 +77,8 @@ def _fits(result: dict[str, Any]) -> Table | None:
             for f in result["fits"]]
     return Table("fits", "Fits from the traffic (decode: least squares on latency; prefill: on TTFT, else on "
                  "latency − output/decode_tps, against uncached input)",
-                 ["model", "points", "decode fit", "decode tok/s", "R²", "prefill tok/s", "prefill R²", "refused"], rows)
+                 ["model", "points", "decode fit", "decode tok/s", "R²", "prefill tok/s", "prefill R²",
+                  "refused"], rows)
 
 
 def _lengths(result: dict[str, Any]) -> Table:
@@ -96,7 +97,8 @@ def _phases(result: dict[str, Any]) -> Table:
         shares = [_p(b[f"{p}_share"]) if p in shown else "–" for p in PHASES]
         return [label, f"{b['calls']:,}", _p(call_share), *secs, *shares, b["dominant"] or "–"]
 
-    rows = [row("all calls", result["overall"], 1.0)] + [row(b["bucket"], b, b["call_share"]) for b in result["buckets"]]
+    rows = ([row("all calls", result["overall"], 1.0)]
+            + [row(b["bucket"], b, b["call_share"]) for b in result["buckets"]])
     return Table("phases", f"Where the time goes, by input length (queue: {q['note']})",
                  ["input", "calls", "of calls", "prefill s", "decode s", "queue s", "prefill", "decode", "queue",
                   "dominant"], rows)

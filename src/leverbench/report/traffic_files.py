@@ -32,7 +32,8 @@ def run_summary(run: Path, *, salvage: bool = False) -> dict[str, Any]:
     """A run's summary: computed from its ledger (RUN: a run directory that has one, or the ledger), else
     read back from its summary.json and checked (RUN: a run directory without a ledger, or a .json file)."""
     run = Path(run)
-    if run.suffix == ".json" or (run.is_dir() and not (run / "ledger.jsonl").exists() and (run / "summary.json").exists()):
+    if run.suffix == ".json" or (run.is_dir() and not (run / "ledger.jsonl").exists()
+                                 and (run / "summary.json").exists()):
         return read_summary(run)
     return summarize_dir(run, salvage=salvage)
 
