@@ -1,27 +1,13 @@
 """One streaming chat-completions call against an OpenAI-compatible endpoint.
 
 The client measures and records; it computes no statistics.  Every call ends
-as a dict ready for the ledger, with ``error`` set (never raised) when the
-call failed, so a failure is recorded exactly like a success.
-
-Error classes (``error["class"]``):
-
-==================  =============================================================
-connect             connection refused / DNS / TLS: nothing was sent
-timeout_connect     the connection was not established in time
-http_status         HTTP 4xx/5xx; ``message`` carries the body's error message
-timeout_first_token no content arrived within the first-token timeout
-timeout_idle        the stream stalled longer than the idle timeout between chunks
-timeout_total       the whole call took longer than the total timeout
-stream_cut          the stream ended without a finish reason or ``[DONE]``
-malformed           an SSE data line that is not JSON, or JSON of the wrong shape, or a
-                    line longer than ``MAX_SSE_LINE_BYTES`` (the message gives its size)
-no_usage            the call completed, the server sent no token usage, and it
-                    could not be counted otherwise (see runner: /tokenize)
-cancelled           the run was interrupted (Ctrl-C) while the call was in flight;
-                    the record keeps what had arrived (chunks, partial usage, the
-                    latency so far) and :class:`CallCancelled` carries it out
-==================  =============================================================
+as a :class:`~leverbench.ledger.records.CallRecord`, its measured fields
+filled, with ``error`` set (never raised) when the call failed, so a failure
+is recorded exactly like a success.  The error classes, and what each means,
+are :class:`~leverbench.ledger.records.ErrorClass` (the client produces all
+but ``engine_died``, which the runner sets).  A call cancelled (Ctrl-C) while
+in flight raises :class:`CallCancelled`, which carries its record (class
+``cancelled``: what had arrived, the latency so far).
 """
 
 from __future__ import annotations
@@ -33,10 +19,11 @@ import math
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import aiohttp
 
+from ..ledger.records import CallError, CallRecord, ErrorClass
 from ..redact import redact_text
 
 IDLE_CLOSE_S = 2.0  # a kept-alive connection idle this long is closed by us, before a server would (llama.cpp: ~5 s)
@@ -158,20 +145,30 @@ def messages_sha256(messages: list[dict[str, Any]]) -> str:
     return hashlib.sha256(json.dumps(messages, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
 
-def _error(cls: str, message: str) -> dict[str, str]:
-    """An error record; URLs and query values in *message* redacted (:func:`~leverbench.redact.redact_text`)."""
-    return {"class": cls, "message": redact_text(message)[:500]}
+def _error(cls: ErrorClass, message: str) -> CallError:
+    """A call's error; URLs and query values in *message* redacted (:func:`~leverbench.redact.redact_text`)."""
+    return CallError(cls, redact_text(message)[:500])
+
+
+class Streamed(NamedTuple):
+    """What :func:`stream_chat` returns: the call's record, and beside it the text the runner's next step
+    needs (the conversation goes on with the answer; an uncounted call is counted from both)."""
+
+    record: CallRecord
+    content: str  # the answer (a <think> part taken out)
+    reasoning: str  # the reasoning text (reasoning_content, or the <think> part)
 
 
 class CallCancelled(asyncio.CancelledError):
-    """The task was cancelled (Ctrl-C) during a call; ``record`` is the call's record, class ``cancelled``.
+    """The task was cancelled (Ctrl-C) during a call; ``streamed`` is what :func:`stream_chat` had, its
+    record of class ``cancelled``.
 
     A :class:`asyncio.CancelledError`, so the cancellation goes on for callers that do not record it.
     """
 
-    def __init__(self, record: dict[str, Any]):
+    def __init__(self, streamed: Streamed):
         super().__init__("call cancelled")
-        self.record = record
+        self.streamed = streamed
 
 
 MAX_SSE_LINE_BYTES = 8 * 2**20  # a longer SSE line is recorded as malformed
@@ -394,19 +391,17 @@ def checked_usage(usage: Any) -> dict[str, Any]:
     return out
 
 
-def _usage_fields(usage: dict[str, Any] | None) -> dict[str, Any]:
+def _set_usage(rec: CallRecord, usage: dict[str, Any] | None) -> None:
+    """The record's token counts from the stream's (checked) usage; none sent: all None, token_source "none"."""
     if not usage:
-        return {"prompt_tokens": None, "completion_tokens": None, "cached_tokens": None, "reasoning_tokens": None,
-                "token_source": "none"}
-    ptd = usage.get("prompt_tokens_details") or {}
-    ctd = usage.get("completion_tokens_details") or {}
-    return {
-        "prompt_tokens": usage.get("prompt_tokens"),
-        "completion_tokens": usage.get("completion_tokens"),
-        "cached_tokens": ptd.get("cached_tokens"),
-        "reasoning_tokens": ctd.get("reasoning_tokens"),
-        "token_source": "usage",
-    }
+        rec.prompt_tokens = rec.completion_tokens = rec.cached_tokens = rec.reasoning_tokens = None
+        rec.token_source = "none"
+        return
+    rec.prompt_tokens = usage.get("prompt_tokens")
+    rec.completion_tokens = usage.get("completion_tokens")
+    rec.cached_tokens = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+    rec.reasoning_tokens = (usage.get("completion_tokens_details") or {}).get("reasoning_tokens")
+    rec.token_source = "usage"
 
 
 async def stream_chat(
@@ -418,8 +413,10 @@ async def stream_chat(
     timeouts: Timeouts = Timeouts(),
     keep_text: bool = False,
     think_tags: bool = False,
-) -> dict[str, Any]:
-    """POST *body* (streaming) to *url* and return the measured call record.
+    record: CallRecord | None = None,
+) -> Streamed:
+    """POST *body* (streaming) to *url*; the measured fields of *record* (a new :class:`CallRecord` when
+    None: the caller sets the head, who the call is) are filled, and it comes back with the answer's text.
 
     Times: ``t_send`` is the epoch time the call started; ``connect_s`` the seconds it spent
     opening a new connection (0.0 on a reused one; None when none was made or the session is not
@@ -435,7 +432,7 @@ async def stream_chat(
     conn = ConnectTiming()
     t_done: float | None = None
     status: int | None = None
-    error: dict[str, str] | None = None
+    error: CallError | None = None
     phase = "connect"
     loop = asyncio.get_running_loop()
     start = loop.time()
@@ -453,7 +450,7 @@ async def stream_chat(
                 phase = "response"
                 if status >= 400:
                     raw = await resp.read()
-                    error = _error("http_status", _body_error_message(status, raw))
+                    error = _error(ErrorClass.HTTP_STATUS, _body_error_message(status, raw))
                 else:
                     async for raw_line in SSELines(resp.content):
                         now = time.perf_counter()
@@ -475,11 +472,11 @@ async def stream_chat(
                             if "error" in obj and not obj.get("choices"):
                                 e = obj["error"]
                                 msg = e.get("message") if isinstance(e, dict) else str(e)
-                                error = _error("http_status", f"error event in stream: {msg}")
+                                error = _error(ErrorClass.HTTP_STATUS, f"error event in stream: {msg}")
                                 break
                             st.feed(obj, now)
                         except (ValueError, TypeError, AttributeError, RecursionError) as exc:
-                            error = _error("malformed", f"bad SSE data line: {exc}: {data[:120]!r}")
+                            error = _error(ErrorClass.MALFORMED, f"bad SSE data line: {exc}: {data[:120]!r}")
                             break
                         if st.first_token_s is not None and armed == "first_token":
                             armed = "idle"
@@ -489,74 +486,72 @@ async def stream_chat(
                         deadline.reschedule(None)
                         await _drain(resp)
     except asyncio.CancelledError:  # Ctrl-C: record what arrived, then let the cancellation go on (below)
-        error = _error("cancelled", "the run was interrupted while the call was in flight")
+        error = _error(ErrorClass.CANCELLED, "the run was interrupted while the call was in flight")
     except SSELineTooLong as exc:
-        error = _error("malformed", str(exc))
+        error = _error(ErrorClass.MALFORMED, str(exc))
     except aiohttp.ServerTimeoutError:  # before TimeoutError, which it subclasses on Python 3.11+
-        error = _error("timeout_connect", f"connect timed out after {timeouts.connect_s:g} s")
+        error = _error(ErrorClass.TIMEOUT_CONNECT, f"connect timed out after {timeouts.connect_s:g} s")
     except TimeoutError:
         if armed == "first_token":
-            error = _error("timeout_first_token", f"no token within {timeouts.first_token_s:g} s")
+            error = _error(ErrorClass.TIMEOUT_FIRST_TOKEN, f"no token within {timeouts.first_token_s:g} s")
         elif armed == "idle":
-            error = _error("timeout_idle", f"no data for {timeouts.idle_s:g} s between chunks")
+            error = _error(ErrorClass.TIMEOUT_IDLE, f"no data for {timeouts.idle_s:g} s between chunks")
         else:
-            error = _error("timeout_total", f"call exceeded {timeouts.total_s:g} s")
+            error = _error(ErrorClass.TIMEOUT_TOTAL, f"call exceeded {timeouts.total_s:g} s")
     except aiohttp.ClientConnectorError as exc:
-        error = _error("connect", f"cannot connect to {url}: {exc.os_error.strerror if exc.os_error else exc}")
+        error = _error(ErrorClass.CONNECT, f"cannot connect to {url}: {exc.os_error.strerror if exc.os_error else exc}")
     except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
         if phase == "connect" and conn.sent_at is None:
-            error = _error("connect", f"cannot send: {type(exc).__name__}: {exc}")
+            error = _error(ErrorClass.CONNECT, f"cannot send: {type(exc).__name__}: {exc}")
         elif phase == "connect":  # the request went out; the server closed without a response
-            error = _error("stream_cut", f"no response: the connection closed "
-                                         f"{time.perf_counter() - conn.sent_at:.2f} s after the request was sent "
-                                         f"({type(exc).__name__}: {exc})")
+            error = _error(ErrorClass.STREAM_CUT, f"no response: the connection closed "
+                                                  f"{time.perf_counter() - conn.sent_at:.2f} s after the request was "
+                                                  f"sent ({type(exc).__name__}: {exc})")
         else:
-            error = _error("stream_cut", f"stream broken: {type(exc).__name__}: {exc}")
+            error = _error(ErrorClass.STREAM_CUT, f"stream broken: {type(exc).__name__}: {exc}")
     except aiohttp.ClientResponseError as exc:  # not HTTP (a garbage status line, bad headers)
-        error = _error("malformed", f"not an HTTP response: {type(exc).__name__}: {exc}")
+        error = _error(ErrorClass.MALFORMED, f"not an HTTP response: {type(exc).__name__}: {exc}")
     except aiohttp.ClientError as exc:
-        error = _error("connect" if status is None and conn.sent_at is None else "stream_cut",
+        error = _error(ErrorClass.CONNECT if status is None and conn.sent_at is None else ErrorClass.STREAM_CUT,
                        f"{type(exc).__name__}: {exc}")
     t_end = (t_done if t_done is not None else time.perf_counter()) - (t0 + (conn.connect_s or 0.0))
     if error is None and status is not None and status < 400:
         if not st.done and st.finish_reason is None:
-            error = _error("stream_cut", "stream ended without a finish reason or [DONE]")
+            error = _error(ErrorClass.STREAM_CUT, "stream ended without a finish reason or [DONE]")
         elif st.usage is None:
-            error = _error("no_usage", "the server sent no token usage; output volume unknown")
+            error = _error(ErrorClass.NO_USAGE, "the server sent no token usage; output volume unknown")
     content = "".join(st.content)
     think = ""
     if think_tags:
         think, content = split_think(content)
     reasoning_text = "".join(st.reasoning) + think
     tool_calls = [st.tool_calls[k] for k in sorted(st.tool_calls)] or None
-    rec: dict[str, Any] = {
-        "t_send": t_send,
-        "connect_s": conn.connect_s,
-        **({"stale_connection": True} if conn.stale else {}),
-        "ttft_s": st.first_token_s,
-        "t_first_answer_s": st.first_answer_s,
-        "latency_s": t_end,
-        "chunk_t": [round(t, 6) for t in st.chunk_t],
-        "chunk_chars": st.chunk_chars,
-        "status": status,
-        "error": error,
-        **_usage_fields(st.usage),
-        "content_chars": len(content),
-        "reasoning_chars": st.reasoning_chars + len(think),
-        "reasoning_chunks": st.reasoning_chunks,
-        "answer_chunks": st.answer_chunks,
-        "finish_reason": st.finish_reason,
-        "empty_answer": error is None and st.finish_reason == "length" and not content.strip() and not tool_calls,
-        "tool_calls": tool_calls,
-        "timings": st.timings,
-        "output_sha256": hashlib.sha256(content.encode()).hexdigest(),
-    }
+    rec = record if record is not None else CallRecord()
+    rec.t_send = t_send
+    rec.connect_s = conn.connect_s
+    rec.stale_connection = True if conn.stale else None
+    rec.ttft_s = st.first_token_s
+    rec.t_first_answer_s = st.first_answer_s
+    rec.latency_s = t_end
+    rec.chunk_t = [round(t, 6) for t in st.chunk_t]
+    rec.chunk_chars = st.chunk_chars
+    rec.status = status
+    rec.error = error
+    _set_usage(rec, st.usage)
+    rec.content_chars = len(content)
+    rec.reasoning_chars = st.reasoning_chars + len(think)
+    rec.reasoning_chunks = st.reasoning_chunks
+    rec.answer_chunks = st.answer_chunks
+    rec.finish_reason = st.finish_reason
+    rec.empty_answer = error is None and st.finish_reason == "length" and not content.strip() and not tool_calls
+    rec.tool_calls = tool_calls
+    rec.timings = st.timings
+    rec.output_sha256 = hashlib.sha256(content.encode()).hexdigest()
     if keep_text:
-        rec["output_text"] = content
-        rec["reasoning_text"] = reasoning_text
-        rec["chunk_text"] = st.chunk_text
-    rec["_content"] = content  # for the runner's next step; stripped before the ledger
-    rec["_reasoning"] = reasoning_text
-    if error is not None and error["class"] == "cancelled":
-        raise CallCancelled(rec)
-    return rec
+        rec.output_text = content
+        rec.reasoning_text = reasoning_text
+        rec.chunk_text = st.chunk_text
+    streamed = Streamed(rec, content, reasoning_text)
+    if error is not None and error.cls == ErrorClass.CANCELLED:
+        raise CallCancelled(streamed)
+    return streamed
