@@ -21,7 +21,7 @@ from leverbench.ledger.reader import read_ledger
 from leverbench.ledger.writer import LedgerWriter
 from leverbench.analysis.load import load_summary
 from leverbench.runner.client import client_session, stream_chat
-from leverbench.runner.load import UNIQUE_WORDS, SharedPrefix
+from leverbench.runner.prompts import UNIQUE_WORDS, SharedPrefix
 from leverbench.runner.run import Runner
 
 FAST = dict(prefill_tps=1_000_000.0, decode_tps=200.0, output_tokens=10)  # a call: 10 / 200 = 0.05 s

@@ -12,6 +12,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from test_agent_turns import exp as agent_experiment
 
 import leverbench.runner.load as load_module
 from leverbench.config import load
@@ -29,7 +30,9 @@ from leverbench.ledger.records import (
 )
 from leverbench.runner.load import StageRun, stage_work
 from leverbench.runner.run import Runner
+from leverbench.runner.schedule import Unit
 from leverbench.runner.send import Sent
+from leverbench.runner.turn import run_turn
 from leverbench.workload.load import arrival_offsets
 from leverbench.workload.traces import load_traffic
 
@@ -216,6 +219,50 @@ def test_a_trace_replay_sends_each_call_at_its_arrival(tmp_path, monkeypatch):
     assert len(recs) == 40 and all(r.step == 0 and r.turn_id is None for r in recs)
     assert [t - sends[0] for t in sends] == pytest.approx([(a - arrivals[0]) / 4.0 for a in arrivals], abs=1e-9)
     assert all(r.t_send == pytest.approx(r.extra["scheduled_t"], abs=1e-9) for r in recs)
+
+
+class ToolCallingSender(FakeSender):
+    """Answers every call with a tool call; the call numbered *fail_at* (from 0) fails with HTTP 500."""
+
+    def __init__(self, fail_at: int | None = None):
+        super().__init__(0.1)
+        self.fail_at = fail_at
+        self.bodies: list[dict] = []
+
+    async def send(self, body, head, **kw):
+        self.bodies.append(body)
+        sent = await super().send(body, head, **kw)
+        if len(self.records) - 1 == self.fail_at:
+            sent.record.error, sent.record.status = CallError(ErrorClass.HTTP_STATUS, "HTTP 500: oops"), 500
+        else:
+            sent.record.tool_calls = [{"id": f"c{len(self.records)}", "name": "search_docs", "arguments": "{}"}]
+            sent.record.completion_tokens = 5
+        return sent
+
+
+def test_a_turn_follows_tool_calls_to_its_step_limit(tmp_path, monkeypatch):
+    exp = load(agent_experiment(tmp_path, "http://127.0.0.1:9/v1",
+                                'tools = "tools.json"\ntool_script = "script.json"\nmax_steps = 3\n'))
+    sender = ToolCallingSender()
+    turn = run_virtual(run_turn(sender, exp, Unit("turn", "a", "turn", 1)), monkeypatch)
+    assert [(r.kind, r.step, r.turn_id, r.extra) for r in sender.records] == [
+        ("call", k, turn.turn_id, {"scripted_step": 0}) for k in range(3)]
+    assert (turn.calls, turn.step_limit, turn.failed_calls, turn.error) == (3, True, 0, None)
+    assert turn.tool_s == pytest.approx(2 * 0.25)  # the script's latency, for the two tool calls answered
+    assert turn.output_tokens == 15 and turn.turn_s == pytest.approx(turn.model_s + turn.tool_s)
+    last = sender.bodies[-1]["messages"]  # the conversation carries each answer and its tool result
+    assert [m["role"] for m in last[-4:]] == ["assistant", "tool", "assistant", "tool"]
+    assert last[-1]["content"] == "found: the cache helps prefill"
+
+
+def test_a_turn_stops_at_a_failed_call(tmp_path, monkeypatch):
+    exp = load(agent_experiment(tmp_path, "http://127.0.0.1:9/v1",
+                                'tools = "tools.json"\ntool_script = "script.json"\nmax_steps = 5\n'))
+    sender = ToolCallingSender(fail_at=1)
+    turn = run_virtual(run_turn(sender, exp, Unit("turn", "a", "turn", 0)), monkeypatch)
+    assert (turn.calls, turn.failed_calls, turn.step_limit) == (2, 1, False)
+    assert turn.error == CallError(ErrorClass.HTTP_STATUS, "1 of 2 calls failed")
+    assert turn.output_tokens is None  # a call without its count: the turn's sum is unknown
 
 
 # ------------------------------------------------------------------ the typed record

@@ -21,9 +21,10 @@ from leverbench.cli import cli
 from leverbench.config import load
 from leverbench.engines.simulator import SimConfig, SimulatorThread
 from leverbench.ledger.writer import LedgerWriter
-from leverbench.runner.client import MAX_SSE_LINE_BYTES, Timeouts, client_session, stream_chat
+from leverbench.runner.client import Timeouts, client_session, stream_chat
 from leverbench.runner.load import CONNECT_FAILS_ABORT
 from leverbench.runner.run import Runner
+from leverbench.runner.sse import MAX_SSE_LINE_BYTES
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
 

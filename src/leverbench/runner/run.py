@@ -25,10 +25,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
-import json
 import os
 import signal
-import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -38,20 +36,22 @@ from typing import Any, AsyncIterator, Callable
 import aiohttp
 
 from .. import __version__
-from ..config import Arm, Case, LoadedExperiment
+from ..config import Arm, LoadedExperiment
 from ..engines.embedded import EmbeddedEngine
 from ..errors import BadInput, ConfigError, EngineError
 from ..ledger.reader import read_ledger
-from ..ledger.records import LEDGER_SCHEMA, CallError, CallRecord, ErrorClass, TurnRecord
+from ..ledger.records import LEDGER_SCHEMA, CallRecord
 from ..ledger.writer import LedgerWriter
 from ..redact import redact_tree, redact_url, same_origin
-from ..workload.cases import case_size_chars, first_messages, next_messages, step_prompts
+from ..workload.cases import case_size_chars, first_messages
 from .client import Timeouts, client_session
 from .discover import api_root, endpoint_info, host_info, scrape_metrics
 from .load import StageRun, stage_work
 from .recorder import Recorder
 from .schedule import SENTINEL_CASE, Unit, build_schedule
-from .send import ArmSender, Sent
+from .send import ArmSender
+from .signals import hold_signals, on_main_thread, release_signals, sigterm_as_interrupt
+from .turn import run_turn
 
 SENTINEL_PROMPT = "Count upward from 1, one number per line, and keep going."
 LONG_ANSWER = ("Answer at great length: write many long, detailed paragraphs and keep writing; "
@@ -146,13 +146,13 @@ class Runner:
     def stop_engines(self) -> None:
         """Stop every engine the tool started; a second Ctrl-C (or a SIGTERM) meanwhile waits until they are
         (they run in their own session: the terminal's SIGINT never reaches them)."""
-        held = _hold_signals()
+        held = hold_signals()
         try:
             for ep in self.endpoints.values():
                 if ep.engine is not None:
                     ep.engine.stop()
         finally:
-            _release_signals(held)
+            release_signals(held)
 
     def _completed(self) -> set[tuple]:
         """The units a resumed run skips: those with a successful record (a failed unit is run again)."""
@@ -235,73 +235,9 @@ class Runner:
             self._pools[arm] = client_session()
         return self._pools[arm]
 
-    def _tool_results(self, case: Case, calls: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], float]:
-        """Answer each tool call from the case's script; returns the tool messages and their declared seconds."""
-        script = self.exp.tool_scripts.get(case.name, {})
-        msgs, seconds = [], 0.0
-        for tc in calls:
-            entry = script.get(tc.get("name") or "", script.get("default", "(no result scripted for this tool)"))
-            latency = case.tool_latency_s
-            if isinstance(entry, dict) and "result" in entry:
-                latency = float(entry.get("latency_s", latency))
-                entry = entry["result"]
-            text = entry if isinstance(entry, str) else json.dumps(entry)
-            msgs.append({"role": "tool", "tool_call_id": tc.get("id") or "", "content": text})
-            seconds += latency
-        return msgs, seconds
-
     async def _turn(self, session: aiohttp.ClientSession, unit: Unit) -> None:
-        """One agent turn: its scripted steps, each continued through tool calls until the model
-        answers without one or the case's step limit is reached.  ``turn_s`` is the full wall clock
-        (connect time included); each call's own times are in its record."""
-        sender = self.sender(unit.arm, session)
-        case = next(c for c in self.spec.cases if c.name == unit.case)
-        tools = self.exp.tools.get(case.name)
-        turn_id = uuid.uuid4().hex[:12]
-        messages = first_messages(self.exp, case)
-        t0 = time.perf_counter()
-        t_start = time.time()
-        calls: list[Sent] = []
-        tool_s = 0.0
-        step_limit = failed_out = False
-        scripted = step_prompts(case)
-        for k, (prompt, max_tokens) in enumerate(scripted):
-            if k > 0:
-                messages = next_messages(messages, calls[-1].content, prompt)
-            while True:
-                body = sender.body(messages, max_tokens, case.temperature, tools=tools)
-                head = CallRecord(kind="call", arm=unit.arm, case=unit.case, repeat=unit.repeat, step=len(calls),
-                                  turn_id=turn_id, extra={"scripted_step": k})
-                sent = await sender.send(body, head, think_tags=case.think_tags)
-                calls.append(sent)
-                rec = sent.record
-                if rec.error is not None and rec.error.cls != ErrorClass.NO_USAGE:
-                    failed_out = True  # later calls depend on this answer
-                    break
-                if not (tools and rec.tool_calls):
-                    break
-                if len(calls) >= case.max_steps:
-                    step_limit = True
-                    break
-                results, seconds = self._tool_results(case, rec.tool_calls)
-                tool_s += seconds
-                messages = [*messages, assistant_tool_message(sent.content, rec.tool_calls), *results]
-            if failed_out or step_limit:
-                break
-        recs = [c.record for c in calls]
-        model_s = time.perf_counter() - t0 - sum(r.harness_s or 0.0 for r in recs)  # not the tokenizer's
-        failed = [r.error for r in recs if r.error is not None]
-        self.recorder.append(TurnRecord(
-            arm=unit.arm, case=unit.case, repeat=unit.repeat, turn_id=turn_id,
-            t_start=t_start, turn_s=model_s + tool_s, model_s=model_s, tool_s=tool_s,
-            calls=len(recs), scripted_steps=len(scripted), failed_calls=len(failed),
-            step_limit=step_limit, empty_answers=sum(1 for r in recs if r.empty_answer),
-            retried_s=sum(c.retried_s for c in calls),
-            output_tokens=_sum_or_none(r.completion_tokens for r in recs),
-            prompt_tokens=_sum_or_none(r.prompt_tokens for r in recs),
-            reasoning_tokens=_sum_or_none(r.reasoning_tokens or 0 for r in recs),
-            error=CallError(failed[0].cls, f"{len(failed)} of {len(recs)} calls failed") if failed else None,
-        ))
+        """One agent turn (:func:`~leverbench.runner.turn.run_turn`) on the arm's pool; its record appended."""
+        self.recorder.append(await run_turn(self.sender(unit.arm, session), self.exp, unit))
 
     async def _fixed_length(self, session: aiohttp.ClientSession, unit: Unit) -> None:
         """A probe or sentinel: one call whose output length is forced with ``ignore_eos`` +
@@ -344,7 +280,7 @@ class Runner:
 
     async def _main(self, units: list[Unit], done: set[tuple]) -> None:
         # SIGTERM (kill, timeout) stops the run as Ctrl-C does: the calls in flight are recorded as cancelled
-        _on_main_thread(asyncio.get_running_loop().add_signal_handler, signal.SIGTERM, asyncio.current_task().cancel)
+        on_main_thread(asyncio.get_running_loop().add_signal_handler, signal.SIGTERM, asyncio.current_task().cancel)
         # discovery, metrics scrapes: a connection each; model calls go through each arm's kept-alive pool
         async with client_session(keep_alive=False) as session, self._arm_pools():
             for ep in self.endpoints.values():
@@ -454,7 +390,7 @@ class Runner:
                 self.writer.append({"kind": "resume", "at": at, "tool_version": __version__,
                                     "completed_units": len(done), "failed_units_rerun": failed,
                                     "repeats": self.spec.experiment.repeats})
-            previous = _on_main_thread(signal.signal, signal.SIGTERM, _sigterm_as_interrupt)  # outside the loop
+            previous = on_main_thread(signal.signal, signal.SIGTERM, sigterm_as_interrupt)  # outside the loop
             try:
                 self._start_engines()
                 asyncio.run(self._main(units, done))
@@ -477,37 +413,6 @@ def holds_a_run(path: Path) -> bool:
         return fh.readline().endswith(b"\n")
 
 
-def _sigterm_as_interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
-
-
-_HELD = (signal.SIGINT, signal.SIGTERM)
-
-
-def _on_main_thread(fn: Callable[..., Any], *args: Any) -> Any:
-    """``fn(*args)`` where signals can be handled (the main thread); elsewhere (a test's thread) None."""
-    return fn(*args) if threading.current_thread() is threading.main_thread() else None
-
-
-def _hold_signals() -> dict[int, Any]:
-    """Ignore Ctrl-C and SIGTERM (on the main thread), returning the handlers to put back."""
-    if threading.current_thread() is not threading.main_thread():
-        return {}
-    return {s: signal.signal(s, signal.SIG_IGN) for s in _HELD}
-
-
-def _release_signals(held: dict[int, Any]) -> None:
-    for s, handler in held.items():
-        signal.signal(s, handler)
-
-
-def assistant_tool_message(content: str, tool_calls: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"role": "assistant", "content": content or None,
-            "tool_calls": [{"id": tc.get("id") or f"call_{i}", "type": "function",
-                            "function": {"name": tc.get("name") or "", "arguments": tc.get("arguments") or "{}"}}
-                           for i, tc in enumerate(tool_calls)]}
-
-
 def ask_at_length(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The same conversation with :data:`LONG_ANSWER` appended to its last user message (or added
     as one), so that the prompt, and the prefill it costs, stay nearly the same."""
@@ -521,13 +426,6 @@ def ask_at_length(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     else:
         last["content"] = f"{content or ''}\n\n{LONG_ANSWER}"
     return out
-
-
-def _sum_or_none(values: Any) -> int | None:
-    vals = list(values)
-    if not vals or any(v is None for v in vals):
-        return None
-    return int(sum(vals))
 
 
 def _safe(name: str) -> str:
