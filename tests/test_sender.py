@@ -13,6 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 from test_agent_turns import exp as agent_experiment
+from test_load import experiment as load_experiment
 
 import leverbench.runner.load as load_module
 from leverbench.config import load
@@ -108,29 +109,7 @@ class FakeSender:
 
 def stage(tmp: Path, stage_toml: str) -> tuple:
     """The experiment's one load stage, planned, and the experiment (its arm's endpoint is never called)."""
-    p = tmp / "exp.toml"
-    p.write_text(f'''
-[experiment]
-name = "seams"
-repeats = 1
-baseline = "a"
-sentinel_tokens = 0
-
-[[arms]]
-name = "a"
-role = "baseline"
-base_url = "http://127.0.0.1:9/v1"
-model = "m"
-
-[[cases]]
-name = "short"
-prompt = "hello there"
-max_tokens = 8
-
-[[load]]
-name = "s"
-{stage_toml}''')
-    exp = load(p)
+    exp = load(load_experiment(tmp, {"a": "http://127.0.0.1:9/v1"}, '[[load]]\nname = "s"\n' + stage_toml))
     [(plan, arm)] = stage_work(exp, ["a"])
     return exp, plan, arm
 
@@ -323,33 +302,10 @@ def test_a_load_call_counted_later_keeps_no_private_key(tmp_path):
     """A load call the server sent no usage for is counted after the stage moved on; its record used to be
     copied only then, when the runner had already put its answer text (``_content``) and ``_retried_s``
     in it: they reached the ledger, the answer written though store_text was off."""
-    p = tmp_path / "exp.toml"
+    stage_toml = '[[load]]\nname = "s"\nmode = "closed"\nconcurrency = 2\nrequests = 4\n'
     with SimulatorThread(SimConfig(prefill_tps=100_000.0, decode_tps=2000.0, output_tokens=8,
                                    fault_no_usage=1.0)) as sim:
-        p.write_text(f'''
-[experiment]
-name = "no-usage"
-repeats = 1
-baseline = "a"
-sentinel_tokens = 0
-
-[[arms]]
-name = "a"
-role = "baseline"
-base_url = "{sim.base_url}"
-model = "sim"
-
-[[cases]]
-name = "short"
-prompt = "hello there"
-max_tokens = 8
-
-[[load]]
-name = "s"
-mode = "closed"
-concurrency = 2
-requests = 4
-''')
+        p = load_experiment(tmp_path, {"a": sim.base_url}, stage_toml)
         Runner(load(p), tmp_path / "run").run()
     recs = [r for r in read_ledger(tmp_path / "run").records if r["kind"] in ("call", "load", "warmup", "turn")]
     loads = [r for r in recs if r["kind"] == "load"]

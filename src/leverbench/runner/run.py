@@ -6,9 +6,9 @@ The runner measures and records; it computes no statistics (that is
 which hands its record to the ledger's writer the moment it ends, failed or
 not; the writer (one thread, :class:`~leverbench.runner.recorder.Recorder`)
 appends and fsyncs it while the next call goes out, so the fsync never sits
-inside a measured interval.  The run waits for the writer only between units of work (after
-each turn, probe or sentinel; at the end of each load stage; at the end of the
-run, and in any case before it returns or raises).  A turn's ``turn`` record
+inside a measured interval.  The run waits for the writer only between units
+of work (after each turn, probe or sentinel; at the end of each load stage; at
+the end of the run, and in any case before it returns or raises).  A turn's ``turn`` record
 is written when the turn ends.  A resumed run skips every unit that already
 has a successful record and re-runs the units whose every record failed (the
 failed records stay in the ledger, superseded: the analysis counts each unit's
