@@ -114,8 +114,8 @@ def test_all_reasoning_truncated_call_is_flagged(tmp_path):
 def test_think_tags_split_reasoning_in_content(tmp_path):
     # with think_tags the client splits <think>…</think> out of the content; the sim writes plain words,
     # so nothing is reasoning there — the split logic itself is covered here on a hand-made stream
-    from leverbench.runner.client import _Stream, split_think
-    st = _Stream(0.0, False, True)
+    from leverbench.runner.sse import StreamState, split_think
+    st = StreamState(0.0, False, True)
     for i, t in enumerate(["<think>", "let me ", "see", "</think>", "Yes."]):
         st.feed({"choices": [{"delta": {"content": t}}]}, float(i))
     assert st.first_answer_s == 4.0 and st.first_token_s == 0.0

@@ -29,8 +29,10 @@ from leverbench.engines import simulator
 from leverbench.engines.sim_dialects import DIALECTS, SGLANG_DP_SIZE
 from leverbench.engines.simulator import SimConfig, SimulatorThread, synthetic_text
 from leverbench.ledger.reader import read_ledger
+from leverbench.ledger.records import CallError, CallRecord, ErrorClass
 from leverbench.runner.discover import api_base, api_root, chat_url, endpoint_info, models_url, scrape_metrics
-from leverbench.runner.run import LENGTH_BY_FIELDS, LENGTH_BY_PROMPT, LONG_ANSWER, ask_at_length, length_check
+from leverbench.runner.run import LENGTH_BY_FIELDS, LENGTH_BY_PROMPT, LONG_ANSWER, ask_at_length
+from leverbench.runner.send import length_check
 
 DATA = Path(__file__).parent / "data" / "engines"
 
@@ -423,13 +425,14 @@ def test_discovery_survives_an_endpoint_that_answers_nothing():
 
 def test_length_check_and_long_answer_prompt():
     forced = {"messages": [], "ignore_eos": True, "min_tokens": 8}
-    rejected = {"error": {"class": "http_status", "message": "HTTP 400: ..."}, "status": 400}
-    assert length_check(rejected, forced, 8) == {"rejected_fields": ["ignore_eos", "min_tokens"], "retried": True}
-    assert length_check({**rejected, "status": 422}, forced, 8)["rejected_fields"] == ["ignore_eos", "min_tokens"]
-    assert length_check({**rejected, "status": 500}, forced, 8) == {}
-    assert length_check(rejected, {"messages": []}, 8) == {}  # a 400 to a plain body is not a rejected field
-    assert length_check({"error": None, "completion_tokens": 8}, forced, 8) == {"length_verified": True}
-    assert length_check({"error": None, "completion_tokens": 5}, {}, 8) == {"length_verified": False}
+    def rejected(status: int) -> CallRecord:
+        return CallRecord(error=CallError(ErrorClass.HTTP_STATUS, "HTTP 400: ..."), status=status)
+    assert length_check(rejected(400), forced, 8) == {"rejected_fields": ["ignore_eos", "min_tokens"], "retried": True}
+    assert length_check(rejected(422), forced, 8)["rejected_fields"] == ["ignore_eos", "min_tokens"]
+    assert length_check(rejected(500), forced, 8) == {}
+    assert length_check(rejected(400), {"messages": []}, 8) == {}  # a 400 to a plain body is not a rejected field
+    assert length_check(CallRecord(error=None, completion_tokens=8), forced, 8) == {"length_verified": True}
+    assert length_check(CallRecord(error=None, completion_tokens=5), {}, 8) == {"length_verified": False}
     msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "q"}]
     assert ask_at_length(msgs) == [msgs[0], {"role": "user", "content": "q\n\n" + LONG_ANSWER}]
     assert msgs[1]["content"] == "q"  # not changed in place

@@ -24,7 +24,8 @@ FAST = dict(prefill_tps=100_000.0, decode_tps=500.0, output_tokens=8)
 def one_call(base_url: str, timeouts: Timeouts = Timeouts(), body: dict | None = None) -> dict:
     async def go():
         async with aiohttp.ClientSession() as s:
-            return await stream_chat(s, base_url + "/v1/chat/completions", body or BODY, timeouts=timeouts)
+            got = await stream_chat(s, base_url + "/v1/chat/completions", body or BODY, timeouts=timeouts)
+            return got.record.to_dict()  # as the ledger holds it
     return asyncio.run(go())
 
 

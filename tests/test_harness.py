@@ -21,10 +21,15 @@ from leverbench.errors import ConfigError
 from leverbench.ledger.reader import read_ledger
 from leverbench.ledger.writer import LedgerWriter
 from leverbench.runner.client import client_session, stream_chat
-from leverbench.runner.load import UNIQUE_WORDS, SharedPrefix, call_end
+from leverbench.runner.prompts import UNIQUE_WORDS, SharedPrefix
 from leverbench.runner.run import Runner
 
 FAST = dict(prefill_tps=1_000_000.0, decode_tps=200.0, output_tokens=10)  # a call: 10 / 200 = 0.05 s
+
+
+def call_end(rec: dict) -> float:
+    """Epoch time a recorded call ended: t_send + connect_s + latency_s."""
+    return rec["t_send"] + (rec.get("connect_s") or 0.0) + (rec.get("latency_s") or 0.0)
 
 
 def experiment(tmp: Path, arms: dict[str, str], load_toml: str = "", *, prompt: str = "hello there",
@@ -90,7 +95,8 @@ def test_b_connect_time_is_recorded_apart_and_out_of_ttft():
 
     async def two_calls(url: str) -> tuple[dict, dict]:
         async with client_session(resolver=SlowResolver()) as session:
-            return await stream_chat(session, url, body), await stream_chat(session, url, body)
+            first, second = await stream_chat(session, url, body), await stream_chat(session, url, body)
+            return first.record.to_dict(), second.record.to_dict()  # as the ledger holds them
 
     with SimulatorThread(SimConfig(**FAST)) as sim:
         url = sim.base_url.replace("127.0.0.1", "localhost") + "/v1/chat/completions"
@@ -223,7 +229,7 @@ def test_b_a_connection_the_server_closed_is_not_a_failed_call():
         server = await asyncio.start_server(_closes_after_each_response, "127.0.0.1", 0)
         url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1/chat/completions"
         async with server, client_session() as session:
-            return [await stream_chat(session, url, body) for _ in range(4)]
+            return [(await stream_chat(session, url, body)).record.to_dict() for _ in range(4)]
 
     recs = asyncio.run(calls())
     assert [r["error"] for r in recs] == [None] * 4

@@ -34,7 +34,7 @@ from leverbench.engines.simulator import SimConfig, SimulatorThread
 from leverbench.errors import ConfigError
 from leverbench.ledger.reader import read_ledger
 from leverbench.report.load_tables import load_table, load_tables
-from leverbench.runner.load import PromptBuilder
+from leverbench.runner.prompts import PromptBuilder
 from leverbench.runner.run import Runner
 from leverbench.workload.load import arrival_offsets, expand, gaps
 

@@ -21,9 +21,10 @@ from leverbench.cli import cli
 from leverbench.config import load
 from leverbench.engines.simulator import SimConfig, SimulatorThread
 from leverbench.ledger.writer import LedgerWriter
-from leverbench.runner.client import MAX_SSE_LINE_BYTES, Timeouts, client_session, stream_chat
-from leverbench.runner.load import CONNECT_FAILS_ABORT, run_load
+from leverbench.runner.client import Timeouts, client_session, stream_chat
+from leverbench.runner.load import CONNECT_FAILS_ABORT
 from leverbench.runner.run import Runner
+from leverbench.runner.sse import MAX_SSE_LINE_BYTES
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
 
@@ -31,7 +32,7 @@ BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_toke
 def one_call(url: str, timeouts: Timeouts = Timeouts()) -> dict:
     async def go():
         async with aiohttp.ClientSession() as s:
-            return await stream_chat(s, url, BODY, timeouts=timeouts)
+            return (await stream_chat(s, url, BODY, timeouts=timeouts)).record.to_dict()  # as the ledger holds it
     return asyncio.run(go())
 
 
@@ -88,16 +89,15 @@ def test_load_stage_against_a_blackholed_host_aborts(tmp_path):
             tail=f'[[load]]\nname = "dead"\nmode = "closed"\nconcurrency = 1\nrequests = {requests}\n')
         runner = Runner(load(p), tmp_path / "run")
         runner._prepare_endpoints()
-        runner.writer = LedgerWriter(tmp_path / "run" / "ledger.jsonl")
+        runner.open_ledger()
 
         async def go():
             async with aiohttp.ClientSession() as s:
-                await run_load(runner, s)
+                await runner.run_load(s)
         try:
             asyncio.run(go())
         finally:
-            runner._io.shutdown(wait=True)
-            runner.writer.close()
+            runner.close_ledger()
     recs = [json.loads(x) for x in (tmp_path / "run" / "ledger.jsonl").read_text().splitlines()]
     load_recs = [r for r in recs if r["kind"] == "load"]
     assert [r["error"]["class"] for r in load_recs] == ["timeout_connect"] * CONNECT_FAILS_ABORT
@@ -299,7 +299,8 @@ def test_odd_payloads_are_recorded_with_a_class_never_raised():
     are not token counts, JSON nested past Python's recursion limit used to escape as exceptions)."""
     async def go(url: str) -> dict:
         async with aiohttp.ClientSession() as s:
-            return {name: await stream_chat(s, url + "/v1/chat/completions", {**BODY, "model": name}) for name in ODD}
+            return {name: (await stream_chat(s, url + "/v1/chat/completions", {**BODY, "model": name})).record.to_dict()
+                    for name in ODD}
 
     with serve(odd_app()) as url:
         recs = asyncio.run(go(url))
@@ -359,8 +360,9 @@ def test_a_server_that_took_the_request_and_closed_is_not_a_connect_failure():
     that received the request, worked 0.5 s and closed did not fail to connect."""
     async def go(url: str) -> dict:
         async with client_session() as s:  # the runner's session: its hooks see the request go out
-            return await stream_chat(s, url + "/v1/chat/completions", BODY,
-                                     timeouts=Timeouts(connect_s=2, first_token_s=5, idle_s=5, total_s=10))
+            got = await stream_chat(s, url + "/v1/chat/completions", BODY,
+                                    timeouts=Timeouts(connect_s=2, first_token_s=5, idle_s=5, total_s=10))
+            return got.record.to_dict()
 
     with raw_server("close") as url:
         rec = asyncio.run(go(url))

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ledgers import call, header, ledger, turn
 
-from leverbench.analysis.regression import MAX_SCATTER_POINTS
+from leverbench.analysis.regression import SCATTER_POINTS_KEPT
 from leverbench.analysis.summary import summarize
 from leverbench.ledger import reader
 from leverbench.ledger.reader import Columns, Ledger, read_ledger
@@ -189,7 +189,7 @@ def test_in_memory_ledger_matches_golden(name):
 def test_scatter_points_are_capped_evenly():
     arms = {"base": {"prefix_cache": False}, "fast": {"prefix_cache": False, "drafter": "x"}}
     recs = []
-    n = 3 * MAX_SCATTER_POINTS + 7
+    n = 3 * SCATTER_POINTS_KEPT + 7
     for r in range(3):
         for arm in arms:
             calls = [call(arm, "c", r, latency=0.1 + (i % 50) / 100.0, out=10 + i % 50, step=i)
@@ -198,9 +198,9 @@ def test_scatter_points_are_capped_evenly():
     s = summarize(ledger(header(arms, ["c"]), recs))
     for d in s["decomposition"]:
         assert d["points"] == n
-        assert d["x_sampled"] is True and len(d["x"]) == len(d["y"]) == MAX_SCATTER_POINTS
+        assert d["x_sampled"] is True and len(d["x"]) == len(d["y"]) == SCATTER_POINTS_KEPT
         every = [c for c in recs if c["kind"] == "call" and c["arm"] == d["arm"]]
-        pick = [i * n // MAX_SCATTER_POINTS for i in range(MAX_SCATTER_POINTS)]
+        pick = [i * n // SCATTER_POINTS_KEPT for i in range(SCATTER_POINTS_KEPT)]
         assert d["x"] == [every[i]["completion_tokens"] for i in pick]
         assert d["y"] == [round(every[i]["latency_s"], 4) for i in pick]
         assert d["decode_tps"] == pytest.approx(100.0)

@@ -20,84 +20,65 @@ group-by over (arm, case) rather than a pass over dicts.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, make_dataclass
 from typing import Any, Iterable
 
 import numpy as np
 
 from ..ledger.reader import Columns, Ledger
+from ..ledger.records import CALL_FLAGS, CALL_NUMBERS, CALL_TIMINGS, TURN_FLAGS, TURN_NUMBERS
 from .knobs import arm_knobs
 from .warning_kinds import RunWarning, WarningKind
 
 
-@dataclass
-class CallTable:
-    """Call records as columns, one row per record in ledger order.
+class _CallColumns:
+    """What :data:`CallTable` does besides holding its columns."""
 
-    ``arm``, ``case``: indices into ``Dataset.arm_names`` / ``case_names``; ``turn``: index into
-    ``Dataset.turn`` (−1 for a call of no counted turn, e.g. a probe).  ``ok``: error is null;
-    ``retried``, ``empty_answer``: the record says so; ``has_timings``: it carries llama.cpp's
-    ``timings`` object.  Every other column is float, NaN where the record lacks the field or has
-    null; ``prompt_n`` … ``draft_n_accepted`` are the fields of ``timings``.
-    """
-
-    arm: np.ndarray
-    case: np.ndarray
-    turn: np.ndarray
-    ok: np.ndarray
-    retried: np.ndarray
-    empty_answer: np.ndarray
-    has_timings: np.ndarray
-    step: np.ndarray
-    latency_s: np.ndarray
-    ttft_s: np.ndarray
-    t_first_answer_s: np.ndarray
-    prompt_tokens: np.ndarray
-    completion_tokens: np.ndarray
-    cached_tokens: np.ndarray
-    reasoning_tokens: np.ndarray
-    content_chars: np.ndarray
-    reasoning_chars: np.ndarray
-    reasoning_chunks: np.ndarray
-    answer_chunks: np.ndarray
-    prompt_n: np.ndarray
-    prompt_ms: np.ndarray
-    predicted_n: np.ndarray
-    predicted_ms: np.ndarray
-    cache_n: np.ndarray
-    draft_n: np.ndarray
-    draft_n_accepted: np.ndarray
+    __slots__ = ()
 
     def __len__(self) -> int:
-        return len(self.arm)
+        return len(self.arm)  # type: ignore[attr-defined]
 
     def take(self, rows: np.ndarray) -> CallTable:
         """The rows selected by a boolean mask or an index array."""
-        return CallTable(**{f.name: getattr(self, f.name)[rows] for f in fields(self)})
+        return CallTable(**{f.name: getattr(self, f.name)[rows] for f in fields(self)})  # type: ignore[arg-type]
 
     def cached(self) -> np.ndarray:
         """Cached prompt tokens: usage ``cached_tokens``, else llama.cpp ``timings.cache_n`` (NaN: neither)."""
-        return np.where(np.isnan(self.cached_tokens), self.cache_n, self.cached_tokens)
+        return np.where(np.isnan(self.cached_tokens), self.cache_n, self.cached_tokens)  # type: ignore[attr-defined]
 
 
-@dataclass
-class TurnTable:
-    """Turn records as columns (ledger order).  ``arm``, ``case`` as in :class:`CallTable`;
-    ``ok``: error is null; ``step_limit``: the record says so; the rest float, NaN where null."""
+#: The columns of :data:`CallTable`: ``arm``, ``case`` (indices into ``Dataset.arm_names`` /
+#: ``case_names``), ``turn`` (index into ``Dataset.turn``, −1 for a call of no counted turn, e.g. a
+#: probe), ``ok`` (error is null), ``has_timings`` (the record carries llama.cpp's ``timings``), then
+#: one per column the call record declares (:mod:`leverbench.ledger.records`): its flags (bool: the
+#: record says so), its numbers and the numbers of ``timings`` (float, NaN where the record lacks the
+#: field or has null).
+CALL_TABLE_COLUMNS = ("arm", "case", "turn", "ok", "has_timings", *CALL_FLAGS, *CALL_NUMBERS, *CALL_TIMINGS)
 
-    arm: np.ndarray
-    case: np.ndarray
-    ok: np.ndarray
-    step_limit: np.ndarray
-    turn_s: np.ndarray
-    output_tokens: np.ndarray
-    prompt_tokens: np.ndarray
-    reasoning_tokens: np.ndarray
-    tool_s: np.ndarray
-    retried_s: np.ndarray
+#: Call records as columns (numpy arrays), one row per record in ledger order: :data:`CALL_TABLE_COLUMNS`.
+CallTable = make_dataclass("CallTable", [(k, np.ndarray) for k in CALL_TABLE_COLUMNS], bases=(_CallColumns,),
+                           slots=True)
+CallTable.__module__ = __name__
+CallTable.__doc__ = "Call records as columns, one row per record in ledger order (see CALL_TABLE_COLUMNS)."
+
+#: The columns of :data:`TurnTable`: ``arm``, ``case`` as in :data:`CallTable`, ``ok`` (error is null),
+#: then the turn record's flags and numbers (:mod:`leverbench.ledger.records`).
+TURN_TABLE_COLUMNS = ("arm", "case", "ok", *TURN_FLAGS, *TURN_NUMBERS)
+
+
+class _TurnColumns:
+    __slots__ = ()
 
     def __len__(self) -> int:
-        return len(self.arm)
+        return len(self.arm)  # type: ignore[attr-defined]
+
+
+#: Turn records as columns (ledger order): :data:`TURN_TABLE_COLUMNS`.
+TurnTable = make_dataclass("TurnTable", [(k, np.ndarray) for k in TURN_TABLE_COLUMNS], bases=(_TurnColumns,),
+                           slots=True)
+TurnTable.__module__ = __name__
+TurnTable.__doc__ = "Turn records as columns, one row per record in ledger order (see TURN_TABLE_COLUMNS)."
 
 
 @dataclass
@@ -224,13 +205,9 @@ def call_table(cols: Columns, arm_names: list[Any], case_names: list[Any], turn:
     num = cols.numbers
     return CallTable(
         arm=_relabel(cols, "arm", arm_names), case=_relabel(cols, "case", case_names), turn=turn,
-        ok=~cols.failed, retried=cols.flags["retried"], empty_answer=cols.flags["empty_answer"],
-        has_timings=cols.has_timings,
-        **{k: num[k] for k in ("step", "latency_s", "ttft_s", "t_first_answer_s", "prompt_tokens", "completion_tokens",
-                               "cached_tokens", "reasoning_tokens", "content_chars", "reasoning_chars",
-                               "reasoning_chunks", "answer_chunks")},
-        **{k: num["timings." + k] for k in ("prompt_n", "prompt_ms", "predicted_n", "predicted_ms", "cache_n",
-                                            "draft_n", "draft_n_accepted")},
+        ok=~cols.failed, has_timings=cols.has_timings,
+        **{k: cols.flags[k] for k in CALL_FLAGS}, **{k: num[k] for k in CALL_NUMBERS},
+        **{k: num["timings." + k] for k in CALL_TIMINGS},
     )
 
 
@@ -298,11 +275,9 @@ def _calls_of_superseded_turns(calls: Columns, turns: Columns, kept: np.ndarray)
 
 def turn_table(t: Columns, kept: np.ndarray, arm_names: list[Any], case_names: list[Any]) -> TurnTable:
     """The counted turns (rows *kept* of the reader's columns) as a :class:`TurnTable`."""
-    num = t.numbers
     return TurnTable(arm=_relabel(t, "arm", arm_names)[kept], case=_relabel(t, "case", case_names)[kept],
-                     ok=~t.failed[kept], step_limit=t.flags["step_limit"][kept],
-                     **{k: num[k][kept] for k in ("turn_s", "output_tokens", "prompt_tokens", "reasoning_tokens",
-                                                   "tool_s", "retried_s")})
+                     ok=~t.failed[kept], **{k: t.flags[k][kept] for k in TURN_FLAGS},
+                     **{k: t.numbers[k][kept] for k in TURN_NUMBERS})
 
 
 def dataset(ledger: Ledger) -> Dataset:

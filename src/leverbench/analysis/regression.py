@@ -12,7 +12,7 @@ uncached prompt count is known for every point, that count enters the fit as a
 second regressor so that it does not bias the slope (``method``).
 
 The cell's points are returned for plotting as ``x`` (output tokens) and ``y``
-(latency, s); beyond MAX_SCATTER_POINTS of them an evenly strided subset
+(latency, s); beyond SCATTER_POINTS_KEPT of them an evenly strided subset
 (``x_sampled: true``; ``points`` still counts them all).
 """
 
@@ -25,7 +25,7 @@ import numpy as np
 from .dataset import CallTable, Dataset, groups
 
 MIN_POINTS = 3
-MAX_SCATTER_POINTS = 2000
+SCATTER_POINTS_KEPT = 2000  # a cell's points that summary.json keeps (the HTML report draws fewer)
 
 
 def fit_line(x: Sequence[float], y: Sequence[float]) -> tuple[float, float, float]:
@@ -117,11 +117,11 @@ def mixed_prefill(uncached: Sequence[float]) -> bool:
 
 
 def scatter(x: np.ndarray, y: np.ndarray) -> dict[str, Any]:
-    """The points to plot: all of them, or MAX_SCATTER_POINTS evenly strided (``x_sampled``)."""
+    """The points to plot: all of them, or SCATTER_POINTS_KEPT evenly strided (``x_sampled``)."""
     n = len(x)
     out: dict[str, Any] = {}
-    if n > MAX_SCATTER_POINTS:
-        pick = np.arange(MAX_SCATTER_POINTS) * n // MAX_SCATTER_POINTS
+    if n > SCATTER_POINTS_KEPT:
+        pick = np.arange(SCATTER_POINTS_KEPT) * n // SCATTER_POINTS_KEPT
         x, y = x[pick], y[pick]
         out["x_sampled"] = True
     return {"x": [_count(v) for v in x.tolist()], "y": [round(v, 4) for v in y.tolist()], **out}

@@ -55,7 +55,6 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-import numpy as np
 import polars as pl
 
 from ..errors import BadInput
@@ -74,7 +73,7 @@ from .traffic_sums import (
     value_counts,
 )
 
-__all__ = ["BUCKETS", "PHASES", "Rates", "analyze_traffic", "bucket_of", "choose_rates", "conditions", "distribution",
+__all__ = ["BUCKETS", "PHASES", "Rates", "analyze_traffic", "bucket_of", "choose_rates", "conditions",
            "fit_rates", "hand_rates", "has_latencies", "rates_for", "rates_from_summary", "recommend",
            "summarize_skips", "with_drafter"]
 
@@ -121,15 +120,6 @@ def bucket_of(input_tokens: float) -> str:
         if lo <= input_tokens < hi:
             return name
     return BUCKETS[-1][0]
-
-
-def distribution(xs: Sequence[float] | np.ndarray) -> dict[str, float] | None:
-    """p50, p90, p99 (linear interpolation, NumPy's default), mean and max."""
-    a = np.asarray(xs, dtype=float)
-    if a.size == 0:
-        return None
-    p50, p90, p99 = np.percentile(a, [50, 90, 99])
-    return {"p50": float(p50), "p90": float(p90), "p99": float(p99), "mean": float(a.mean()), "max": float(a.max())}
 
 
 # ---------------------------------------------------------------- the analysis, from sums per (model, bucket)

@@ -9,41 +9,26 @@ Schema ``leverbench.ledger/1``:
 - ``run``: schema, tool_version, run_id, started_at (ISO 8601 UTC), host{...},
   experiment_file, config (the validated experiment, as JSON), arms{name:
   {role, conditions (declared), discovered{...}}}.
-- ``call`` / ``probe`` / ``sentinel``: one model call each.  Keys: kind, arm,
-  case, repeat, step, t_send (epoch s at which the call started), connect_s
-  (seconds spent opening a new connection: DNS, TCP, TLS; 0.0 when an arm's
-  kept-alive connection was reused; null when no connection was made),
-  ttft_s, latency_s (→ the stream's ``[DONE]``, or its end) and chunk_t (seconds at which each streamed
-  chunk with content arrived), all three counted from when the connection was
-  ready, i.e. from t_send + connect_s, so that connect time never hides in
-  them (a call's full time is connect_s + latency_s); stale_connection (true
-  when a kept-alive connection turned out closed by the server and the call
-  went out on a new one: its connect_s counts from the call's start),
-  chunk_chars, status
-  (HTTP), error (null or {class, message}),
-  prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens,
-  token_source ("usage" or "none"), content_chars, reasoning_chars,
-  finish_reason, timings (llama.cpp's, as sent), request (JSON body sent,
-  less messages: model, max_tokens, temperature, the arm's extra fields, ...),
-  input_sha256, output_sha256, input_chars; and when the
-  experiment says ``store_text``: input_messages, output_text, chunk_text.
-  Probes also carry ``probe_tokens`` (the forced output length).
-- ``load``: one call of a load stage: the call keys plus stage, mode, sweep,
-  the stage's parameters (concurrency, rate, arrival, speed, ...;
+- ``call`` / ``probe`` / ``sentinel`` / ``warmup``: one model call each, a
+  :class:`CallRecord` (its fields are documented there, once): who (kind, arm,
+  case, repeat, step, turn_id), the per-kind keys of ``extra`` (a turn's
+  calls: scripted_step; probes, sentinels and warm-ups: ``probe_tokens``, the
+  forced output length, ``position`` and ``length_method``), what the client
+  measured, and what was sent.
+- ``load``: one call of a load stage, a :class:`CallRecord` whose ``extra``
+  holds stage, mode, sweep, the stage's parameters (concurrency, rate, arrival, speed, ...;
   closed/open stages: prefix_sharing, the fraction of the prompt's tokens all
   the stage's requests share — the rest is made unique per request),
   scheduled_t (epoch s at which the schedule meant to send it; the client's
   lag is t_send − scheduled_t), warmup, load_run (which execution of the stage:
   a resumed run repeats load stages and analysis keeps the latest), repeat
   (request index), step, loop_lag_s; trace calls add target_input_tokens,
-  target_output_tokens, session, turn_id; a trace stage's first call carries
+  target_output_tokens, session (and turn_id); a trace stage's first call carries
   trace_import (rows used / skipped and why) and token_check (/tokenize).
-- ``turn``: one per finished turn (arm, case, repeat): turn_s (the turn's
-  full wall clock: first call's start → last token, connect times included),
-  calls, failed_calls, output_tokens, prompt_tokens, error.  A turn, probe or
-  sentinel whose record has an error is run again by a resumed run; the
-  failed record stays, superseded (the analysis counts a unit's first
-  successful attempt, else its latest).
+- ``turn``: one per finished turn, a :class:`TurnRecord` (its fields are
+  documented there).  A turn, probe or sentinel whose record has an error is
+  run again by a resumed run; the failed record stays, superseded (the
+  analysis counts a unit's first successful attempt, else its latest).
 - ``metrics``: a Prometheus scrape of an arm's endpoint: arm, when
   ("before" / "after"), samples{name: value}; a NaN or infinite sample (legal
   in the exposition format) is the string "NaN", "+Inf" or "-Inf".
@@ -65,6 +50,8 @@ or ``timings``), the writer stores the string "NaN", "+Inf" or "-Inf"
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field, fields
+from enum import StrEnum
 from typing import Any
 
 LEDGER_SCHEMA = "leverbench.ledger/1"
@@ -74,17 +61,214 @@ SUMMARY_SCHEMA = "leverbench.summary/1"
 CALL_KINDS = ("call", "probe", "sentinel", "load")
 KINDS = ("run", "turn", "metrics", "resume", "warmup", "stage_end", *CALL_KINDS)
 
-# The fields of call and turn records that analysis reads as columns (the reader's ``Columns``):
-# labels (text), numbers (float64, NaN where the record lacks the field or has null), flags (true or
-# not), and for calls the numbers inside llama.cpp's ``timings`` object.
-LABELS = ("arm", "case", "turn_id")
-CALL_NUMBERS = ("step", "latency_s", "ttft_s", "t_first_answer_s", "prompt_tokens", "completion_tokens",
-                "cached_tokens", "reasoning_tokens", "content_chars", "reasoning_chars", "reasoning_chunks",
-                "answer_chunks")
-CALL_FLAGS = ("retried", "empty_answer")
-CALL_TIMINGS = ("prompt_n", "prompt_ms", "predicted_n", "predicted_ms", "cache_n", "draft_n", "draft_n_accepted")
-TURN_NUMBERS = ("repeat", "turn_s", "output_tokens", "prompt_tokens", "reasoning_tokens", "tool_s", "retried_s")
-TURN_FLAGS = ("step_limit",)
+
+class ErrorClass(StrEnum):
+    """What went wrong with a call (its record's ``error["class"]``); every failure is recorded, never raised."""
+
+    CONNECT = "connect"  # connection refused / DNS / TLS: nothing was sent
+    TIMEOUT_CONNECT = "timeout_connect"  # the connection (DNS included) was not established within connect_s
+    TIMEOUT_FIRST_TOKEN = "timeout_first_token"  # no content arrived within the first-token timeout
+    TIMEOUT_IDLE = "timeout_idle"  # the stream stalled longer than the idle timeout between chunks
+    TIMEOUT_TOTAL = "timeout_total"  # the whole call took longer than the total timeout
+    CANCELLED = "cancelled"  # the run was interrupted (Ctrl-C, SIGTERM) while the call was in flight; the record
+    #                          keeps what had arrived (chunks, partial usage, the latency so far)
+    HTTP_STATUS = "http_status"  # HTTP 4xx/5xx, or an error event in the stream; the message carries the server's
+    STREAM_CUT = "stream_cut"  # the stream broke or ended without a finish reason or [DONE], or the connection
+    #                            closed after the request was sent without a response
+    MALFORMED = "malformed"  # not an HTTP response, an SSE line over MAX_SSE_LINE_BYTES (with its size), a data line
+    #                          that is not JSON or of the wrong shape (a usage whose counts are not token counts, ...)
+    NO_USAGE = "no_usage"  # the call completed, the server sent no token usage, and /tokenize could not count it
+    ENGINE_DIED = "engine_died"  # an engine the tool started died; the message holds the tail of its log
+
+
+@dataclass(frozen=True, slots=True)
+class CallError:
+    """A failed call's (or turn's) ``error``: written as ``{"class": cls, "message": message}``."""
+
+    cls: ErrorClass
+    message: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"class": self.cls.value, "message": self.message}
+
+
+# A field's role, in its metadata: HEAD, the call's identity, set by whoever sends it (the rest is the
+# sender's and the client's); OMIT_NONE, written only when not None (else always written, null included);
+# COLUMN, how analysis reads it as a column (the reader's ``Columns``, ``analysis.dataset.CallTable``):
+# a label (text), a number (float64, NaN where the record lacks the field or has null), a flag (true or
+# not), or for ``timings`` the numbers of its keys TIMINGS.
+HEAD, OMIT_NONE, COLUMN, TIMINGS = "head", "omit_none", "column", "timings"
+LABEL, NUMBER, FLAG = "label", "number", "flag"
+
+
+def _f(default: Any = None, *, factory: Any = None, head: bool = False, omit_none: bool = False,
+       column: str | None = None, **meta: Any) -> Any:
+    md = {HEAD: head, OMIT_NONE: omit_none, COLUMN: column, **meta}
+    return field(default_factory=factory, metadata=md) if factory is not None else field(default=default, metadata=md)
+
+
+@dataclass(slots=True)
+class CallRecord:
+    """One model call, as the ledger holds it (kinds ``call``, ``probe``, ``sentinel``, ``warmup``, ``load``).
+
+    Written by :meth:`to_dict`: the fields in this order (a field made with ``omit_none=True`` only when
+    it is not None), the keys of ``extra`` right after the head (``turn_id``).  Times: ``t_send`` is
+    epoch seconds; ``ttft_s``, ``t_first_answer_s``, ``latency_s`` and ``chunk_t`` count from when the
+    connection was ready, i.e. from t_send + connect_s, so that connect time never hides in them (a
+    call's full time is connect_s + latency_s; it ended at :attr:`t_end`).
+    """
+
+    # -- who: set by the caller (the turn runner, a probe, a load stage)
+    kind: str = _f("call", head=True)
+    arm: str = _f("", head=True, column=LABEL)
+    case: str = _f("", head=True, column=LABEL)
+    repeat: int = _f(0, head=True)  # the turn's or probe's repeat; a load stage's request index
+    step: int = _f(0, head=True, column=NUMBER)  # the call's index in its turn (a trace session's round)
+    turn_id: str | None = _f(head=True, omit_none=True, column=LABEL)  # the turn (trace session) it belongs to
+    # -- what the client measured (runner.client.stream_chat)
+    t_send: float = _f(0.0)  # epoch s at which the call started
+    connect_s: float | None = _f()  # s opening a new connection (DNS, TCP, TLS); 0.0 reused; null: none made
+    stale_connection: bool | None = _f(omit_none=True)  # true: a kept-alive connection the server had closed;
+    #                                                     the call went out on a new one (connect_s from the start)
+    ttft_s: float | None = _f(column=NUMBER)  # → the first chunk with content (reasoning included)
+    t_first_answer_s: float | None = _f(column=NUMBER)  # → the first chunk of the visible answer
+    latency_s: float | None = _f(column=NUMBER)  # → the stream's [DONE], or its end
+    chunk_t: list[float] = _f(factory=list)  # s at which each streamed chunk with content arrived
+    chunk_chars: list[int] = _f(factory=list)  # characters of each such chunk
+    status: int | None = _f()  # HTTP status; null: no response
+    error: CallError | None = _f()  # null: the call succeeded
+    prompt_tokens: int | None = _f(column=NUMBER)  # the server's usage (or /tokenize's count: token_source)
+    completion_tokens: int | None = _f(column=NUMBER)
+    cached_tokens: int | None = _f(column=NUMBER)  # usage.prompt_tokens_details.cached_tokens
+    reasoning_tokens: int | None = _f(column=NUMBER)  # usage.completion_tokens_details.reasoning_tokens
+    token_source: str = _f("none")  # "usage", "tokenize (...)" or "none"
+    content_chars: int = _f(0, column=NUMBER)  # characters of the answer (a <think> part not included)
+    reasoning_chars: int = _f(0, column=NUMBER)
+    reasoning_chunks: int = _f(0, column=NUMBER)
+    answer_chunks: int = _f(0, column=NUMBER)
+    finish_reason: str | None = _f()
+    empty_answer: bool = _f(False, column=FLAG)  # cut by max_tokens before any visible answer or tool call
+    tool_calls: list[dict[str, Any]] | None = _f()  # [{id, name, arguments}] as streamed
+    timings: dict[str, Any] | None = _f(column=TIMINGS, keys=(
+        "prompt_n", "prompt_ms", "predicted_n", "predicted_ms", "cache_n", "draft_n", "draft_n_accepted"))
+    #                                   llama.cpp's, as sent
+    output_sha256: str = _f("")
+    output_text: str | None = _f(omit_none=True)  # these three with the experiment's store_text
+    reasoning_text: str | None = _f(omit_none=True)
+    chunk_text: list[str] | None = _f(omit_none=True)
+    # -- what the sender added (runner.send)
+    usage_missing: bool | None = _f(omit_none=True)  # true: no usage came; /tokenize counted the tokens
+    harness_s: float | None = _f(omit_none=True)  # s the tokenizer took (harness time, out of every measurement)
+    request: dict[str, Any] = _f(factory=dict)  # the JSON body sent, less messages and tools
+    input_sha256: str = _f("")
+    input_chars: int = _f(0)
+    tools_sent: int = _f(0)
+    attempt: int | None = _f(omit_none=True)  # with retries: the attempt's index
+    input_messages: list[dict[str, Any]] | None = _f(omit_none=True)  # with store_text
+    rejected_fields: list[str] | None = _f(omit_none=True)  # the endpoint refused a probe's forcing fields
+    length_verified: bool | None = _f(omit_none=True)  # a probe generated exactly its forced length
+    retried: bool | None = _f(omit_none=True, column=FLAG)  # true: this attempt failed and was tried again
+    # -- the keys the record's kind adds (see the module's docstring); none may name a field
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def t_end(self) -> float:
+        """Epoch time the call ended: t_send + connect_s + latency_s (None counts as 0)."""
+        return self.t_send + (self.connect_s or 0.0) + (self.latency_s or 0.0)
+
+    def failed_as(self, *classes: ErrorClass) -> bool:
+        """Whether the call failed with one of *classes* (any class when none is given)."""
+        return self.error is not None and (not classes or self.error.cls in classes)
+
+    def fresh(self) -> CallRecord:
+        """A new record with this one's head fields and a copy of its ``extra`` (one per attempt)."""
+        return CallRecord(**{k: getattr(self, k) for k in _CALL_HEAD}, extra=dict(self.extra))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ledger's JSON object (see the class docstring); ValueError when ``extra`` names a field."""
+        out: dict[str, Any] = {}
+        _put(out, self, _CALL_HEAD_WRITE)
+        if self.extra:
+            if not _CALL_FIELDS.isdisjoint(self.extra):
+                named = sorted(_CALL_FIELDS & set(self.extra))
+                raise ValueError(f"a call record's extra keys name its fields: {named}")
+            out.update(self.extra)
+        _put(out, self, _CALL_REST_WRITE)
+        return out
+
+
+@dataclass(slots=True)
+class TurnRecord:
+    """One finished turn (kind ``turn``): its calls, one after another, continued through tool calls."""
+
+    kind: str = _f("turn")
+    arm: str = _f("", column=LABEL)
+    case: str = _f("", column=LABEL)
+    repeat: int = _f(0, column=NUMBER)
+    turn_id: str | None = _f(column=LABEL)  # its calls carry the same
+    t_start: float = _f(0.0)  # epoch s
+    turn_s: float = _f(0.0, column=NUMBER)  # the turn's full wall clock: model_s + tool_s
+    model_s: float = _f(0.0)  # first call's start → last token, connect times included, harness_s left out
+    tool_s: float = _f(0.0, column=NUMBER)  # the tool results' scripted latencies
+    calls: int = _f(0)
+    scripted_steps: int = _f(0)
+    failed_calls: int = _f(0)
+    step_limit: bool = _f(False, column=FLAG)  # cut at the case's max_steps
+    empty_answers: int = _f(0)
+    retried_s: float = _f(0.0, column=NUMBER)  # s its calls' retried attempts took (not in turn_s)
+    output_tokens: int | None = _f(column=NUMBER)  # Σ of its calls' (null when one lacks it)
+    prompt_tokens: int | None = _f(column=NUMBER)
+    reasoning_tokens: int | None = _f(column=NUMBER)
+    error: CallError | None = _f()  # the first failed call's class, "N of M calls failed"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ledger's JSON object: every field, in this order."""
+        out: dict[str, Any] = {}
+        _put(out, self, _TURN_WRITE)
+        return out
+
+
+def _write_plan(cls: type) -> tuple[tuple[str, bool], ...]:
+    """(name, omitted when None) of each field *cls* writes, in order (``extra`` is not one)."""
+    return tuple((f.name, f.metadata[OMIT_NONE]) for f in fields(cls) if f.name != "extra")
+
+
+_CALL_HEAD = tuple(f.name for f in fields(CallRecord) if f.metadata.get(HEAD))
+_CALL_HEAD_WRITE = _write_plan(CallRecord)[:len(_CALL_HEAD)]
+_CALL_REST_WRITE = _write_plan(CallRecord)[len(_CALL_HEAD):]
+_CALL_FIELDS = frozenset(f.name for f in fields(CallRecord))
+_TURN_WRITE = _write_plan(TurnRecord)
+
+
+def _put(out: dict[str, Any], rec: Any, plan: tuple[tuple[str, bool], ...]) -> None:
+    """Add *rec*'s fields of *plan* to *out* as the ledger writes them: a CallError as its dict, a None
+    left out where the field says so."""
+    for name, omit_none in plan:
+        v = getattr(rec, name)
+        if v is None:
+            if omit_none:
+                continue
+        elif name == "error":
+            v = v.to_dict()
+        out[name] = v
+
+
+def columns_of(cls: type, column: str) -> tuple[str, ...]:
+    """The fields of *cls* that analysis reads as columns of the kind *column* (LABEL, NUMBER, FLAG)."""
+    return tuple(f.name for f in fields(cls) if f.metadata.get(COLUMN) == column)
+
+
+# The columns the reader builds (``ledger.reader.Columns``) and analysis reads (``analysis.dataset``),
+# derived from the records' fields.  Calls and turns share their labels.
+LABELS = columns_of(CallRecord, LABEL)
+CALL_NUMBERS = columns_of(CallRecord, NUMBER)
+CALL_FLAGS = columns_of(CallRecord, FLAG)
+CALL_TIMINGS: tuple[str, ...] = next(f.metadata["keys"] for f in fields(CallRecord)
+                                     if f.metadata.get(COLUMN) == TIMINGS)
+TURN_NUMBERS = columns_of(TurnRecord, NUMBER)
+TURN_FLAGS = columns_of(TurnRecord, FLAG)
+if columns_of(TurnRecord, LABEL) != LABELS:  # the reader reads both kinds' labels with one list
+    raise AssertionError("call and turn records must share their label columns")
 
 
 def json_number(v: float) -> float | str:

@@ -1,27 +1,13 @@
 """One streaming chat-completions call against an OpenAI-compatible endpoint.
 
 The client measures and records; it computes no statistics.  Every call ends
-as a dict ready for the ledger, with ``error`` set (never raised) when the
-call failed, so a failure is recorded exactly like a success.
-
-Error classes (``error["class"]``):
-
-==================  =============================================================
-connect             connection refused / DNS / TLS: nothing was sent
-timeout_connect     the connection was not established in time
-http_status         HTTP 4xx/5xx; ``message`` carries the body's error message
-timeout_first_token no content arrived within the first-token timeout
-timeout_idle        the stream stalled longer than the idle timeout between chunks
-timeout_total       the whole call took longer than the total timeout
-stream_cut          the stream ended without a finish reason or ``[DONE]``
-malformed           an SSE data line that is not JSON, or JSON of the wrong shape, or a
-                    line longer than ``MAX_SSE_LINE_BYTES`` (the message gives its size)
-no_usage            the call completed, the server sent no token usage, and it
-                    could not be counted otherwise (see runner: /tokenize)
-cancelled           the run was interrupted (Ctrl-C) while the call was in flight;
-                    the record keeps what had arrived (chunks, partial usage, the
-                    latency so far) and :class:`CallCancelled` carries it out
-==================  =============================================================
+as a :class:`~leverbench.ledger.records.CallRecord`, its measured fields
+filled, with ``error`` set (never raised) when the call failed, so a failure
+is recorded exactly like a success.  The error classes, and what each means,
+are :class:`~leverbench.ledger.records.ErrorClass` (the client produces all
+but ``engine_died``, which the runner sets).  A call cancelled (Ctrl-C) while
+in flight raises :class:`CallCancelled`, which carries its record (class
+``cancelled``: what had arrived, the latency so far).
 """
 
 from __future__ import annotations
@@ -29,15 +15,15 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import math
 import time
-from collections import deque
-from typing import Any
+from typing import Any, NamedTuple
 
 import aiohttp
 
 from ..config import TimeoutsSpec as Timeouts  # a call's time limits, defined once with the experiment file's
+from ..ledger.records import CallError, CallRecord, ErrorClass
 from ..redact import redact_text
+from .sse import SSELines, SSELineTooLong, StreamState, split_think
 
 IDLE_CLOSE_S = 2.0  # a kept-alive connection idle this long is closed by us, before a server would (llama.cpp: ~5 s)
 STALE_MAX_S = 0.25  # a reused connection that fails this soon after the request went out was stale (sent again)
@@ -150,72 +136,30 @@ def messages_sha256(messages: list[dict[str, Any]]) -> str:
     return hashlib.sha256(json.dumps(messages, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
 
-def _error(cls: str, message: str) -> dict[str, str]:
-    """An error record; URLs and query values in *message* redacted (:func:`~leverbench.redact.redact_text`)."""
-    return {"class": cls, "message": redact_text(message)[:500]}
+def _error(cls: ErrorClass, message: str) -> CallError:
+    """A call's error; URLs and query values in *message* redacted (:func:`~leverbench.redact.redact_text`)."""
+    return CallError(cls, redact_text(message)[:500])
+
+
+class Streamed(NamedTuple):
+    """What :func:`stream_chat` returns: the call's record, and beside it the text the runner's next step
+    needs (the conversation goes on with the answer; an uncounted call is counted from both)."""
+
+    record: CallRecord
+    content: str  # the answer (a <think> part taken out)
+    reasoning: str  # the reasoning text (reasoning_content, or the <think> part)
 
 
 class CallCancelled(asyncio.CancelledError):
-    """The task was cancelled (Ctrl-C) during a call; ``record`` is the call's record, class ``cancelled``.
+    """The task was cancelled (Ctrl-C) during a call; ``streamed`` is what :func:`stream_chat` had, its
+    record of class ``cancelled``.
 
     A :class:`asyncio.CancelledError`, so the cancellation goes on for callers that do not record it.
     """
 
-    def __init__(self, record: dict[str, Any]):
+    def __init__(self, streamed: Streamed):
         super().__init__("call cancelled")
-        self.record = record
-
-
-MAX_SSE_LINE_BYTES = 8 * 2**20  # a longer SSE line is recorded as malformed
-
-
-class SSELineTooLong(Exception):
-    """An SSE line longer than :data:`MAX_SSE_LINE_BYTES`; ``size`` is how much of it had arrived."""
-
-    def __init__(self, size: int):
-        super().__init__(f"an SSE line longer than {MAX_SSE_LINE_BYTES} bytes ({size} bytes without a line end)")
-        self.size = size
-
-
-class SSELines:
-    """The lines of a response body as they arrive (without their ``\\n``), split here rather than by
-    aiohttp's ``readline``, which raises past twice its read buffer (``ValueError("Chunk too big")``
-    past 128 KiB in older aiohttp, ``http_exceptions.LineTooLong`` past 512 KiB in 3.14): lines up to
-    ``limit`` bytes are returned whole; a longer one raises :class:`SSELineTooLong`."""
-
-    def __init__(self, content: aiohttp.StreamReader, limit: int = MAX_SSE_LINE_BYTES):
-        self.content = content
-        self.limit = limit
-        self.lines: deque[bytes] = deque()
-        self.head: list[bytes] = []  # the start of a line still waiting for its end
-        self.head_size = 0
-        self.eof = False
-
-    def __aiter__(self) -> "SSELines":
-        return self
-
-    async def __anext__(self) -> bytes:
-        while not self.lines:
-            if self.head_size > self.limit:
-                raise SSELineTooLong(self.head_size)
-            if self.eof:
-                raise StopAsyncIteration
-            data = await self.content.readany()
-            if not data:
-                self.eof = True
-                if self.head_size:
-                    self.lines.append(b"".join(self.head))
-                continue
-            parts = data.split(b"\n")
-            if len(parts) > 1:
-                if self.head:
-                    parts[0] = b"".join((*self.head, parts[0]))
-                    self.head, self.head_size = [], 0
-                self.lines.extend(parts[:-1])
-            if parts[-1]:
-                self.head.append(parts[-1])
-                self.head_size += len(parts[-1])
-        return self.lines.popleft()
+        self.streamed = streamed
 
 
 def _body_error_message(status: int, body: bytes) -> str:
@@ -232,173 +176,17 @@ def _body_error_message(status: int, body: bytes) -> str:
     return f"HTTP {status}: {msg}"
 
 
-class _Stream:
-    """Accumulates what the stream says, chunk by chunk."""
-
-    def __init__(self, t0: float, keep_text: bool, think_tags: bool = False):
-        self.t0 = t0
-        self.keep_text = keep_text
-        self.think_tags = think_tags
-        self.reasoning_chunks = 0
-        self.answer_chunks = 0
-        self._text = ""
-        self._answer_started = False
-        self.chunk_t: list[float] = []
-        self.chunk_chars: list[int] = []
-        self.chunk_text: list[str] = []
-        self.content: list[str] = []
-        self.reasoning_chars = 0
-        self.reasoning: list[str] = []
-        self.first_token_s: float | None = None
-        self.first_answer_s: float | None = None
-        self.finish_reason: str | None = None
-        self.usage: dict[str, Any] | None = None
-        self.timings: dict[str, Any] | None = None
-        self.tool_calls: dict[int, dict[str, Any]] = {}
-        self.done = False
-
-    def feed(self, obj: dict[str, Any], now: float) -> None:
-        """Take one SSE chunk.  Anything of the wrong shape raises ValueError (the call is then
-        ``malformed``): a usage whose counts are not token counts, content that is neither text nor
-        text parts, choices or tool calls that are not objects."""
-        if obj.get("usage"):
-            self.usage = checked_usage(obj["usage"])
-        if obj.get("timings"):
-            if not isinstance(obj["timings"], dict):
-                raise ValueError(f"timings is not an object: {obj['timings']!r:.80}")
-            self.timings = obj["timings"]
-        choices = obj.get("choices") or []
-        if not isinstance(choices, list) or not all(isinstance(ch, dict) for ch in choices):
-            raise ValueError("choices is not a list of objects")
-        got_any = False
-        for ch in choices:
-            delta = ch.get("delta") or ch.get("message") or {}
-            if not isinstance(delta, dict):
-                raise ValueError(f"delta is not an object: {delta!r:.80}")
-            text = as_text(delta.get("content"), "content")
-            reasoning = as_text(delta.get("reasoning_content") or delta.get("reasoning"), "reasoning")
-            if reasoning:
-                self.reasoning_chars += len(reasoning)
-                self.reasoning_chunks += 1
-                if self.keep_text:
-                    self.reasoning.append(reasoning)
-            if text:
-                self.content.append(text)
-                if self.think_tags:
-                    self._text += text
-                if self.think_tags and not self._past_think():
-                    self.reasoning_chunks += 1
-                else:
-                    self.answer_chunks += 1
-                    if self.first_answer_s is None:
-                        self.first_answer_s = now - self.t0
-            calls = delta.get("tool_calls") or []
-            if not isinstance(calls, list) or not all(isinstance(tc, dict) for tc in calls):
-                raise ValueError("tool_calls is not a list of objects")
-            for tc in calls:
-                idx = tc.get("index", len(self.tool_calls))
-                slot = self.tool_calls.setdefault(idx, {"id": tc.get("id"), "name": "", "arguments": ""})
-                fn = tc.get("function") or {}
-                slot["name"] += fn.get("name") or ""
-                slot["arguments"] += fn.get("arguments") or ""
-                if tc.get("id"):
-                    slot["id"] = tc["id"]
-                got_any = True
-            if text or reasoning:
-                got_any = True
-            if ch.get("finish_reason"):
-                if not isinstance(ch["finish_reason"], str):
-                    raise ValueError(f"finish_reason is not a string: {ch['finish_reason']!r:.80}")
-                self.finish_reason = ch["finish_reason"]
-            if got_any:
-                self.chunk_t.append(now - self.t0)
-                self.chunk_chars.append(len(text) + len(reasoning))
-                if self.keep_text:
-                    self.chunk_text.append(reasoning + text)
-                if self.first_token_s is None:
-                    self.first_token_s = now - self.t0
-
-
-    def _past_think(self) -> bool:
-        """With <think> tags: whether visible answer text has begun after </think>."""
-        if self._answer_started:
-            return True
-        head = self._text.lstrip()
-        if not head or "<think>".startswith(head[:7]) and len(head) < 7:
-            return False  # nothing yet, or still possibly the opening tag
-        if not head.startswith("<think>"):
-            self._answer_started = True  # the model did not think aloud
-            return True
-        end = head.find("</think>")
-        self._answer_started = end >= 0 and bool(head[end + 8:].strip())
-        return self._answer_started
-
-
-def split_think(content: str) -> tuple[str, str]:
-    """(reasoning, answer) of a text whose reasoning is inside <think>...</think>."""
-    start = content.find("<think>")
-    if start < 0:
-        return "", content
-    end = content.find("</think>", start)
-    if end < 0:  # cut inside the reasoning: no answer yet
-        return content[start + 7:], content[:start]
-    return content[start + 7:end], content[:start] + content[end + 8:]
-
-
-def as_text(value: Any, what: str) -> str:
-    """A delta's text: a string, null, or a list of OpenAI content parts (their ``text``); else ValueError."""
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, list) and all(isinstance(p, dict) for p in value):
-        return "".join(str(p.get("text") or "") for p in value if p.get("type", "text") == "text")
-    raise ValueError(f"{what} is neither text nor a list of text parts: {value!r:.80}")
-
-
-def token_count(value: Any, where: str) -> int | None:
-    """A usage count as an int (null stays None); a value that is not a whole, finite, non-negative number
-    raises ValueError."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or value < 0 or value != int(value):
-        raise ValueError(f"{where} is not a token count: {value!r:.40}")
-    return int(value)
-
-
-def checked_usage(usage: Any) -> dict[str, Any]:
-    """The usage object with its counts checked (:func:`token_count`); ValueError when it is of the wrong shape."""
-    if not isinstance(usage, dict):
-        raise ValueError(f"usage is not an object: {usage!r:.80}")
-    out = dict(usage)
-    for k in ("prompt_tokens", "completion_tokens", "total_tokens"):
-        if k in out:
-            out[k] = token_count(out[k], f"usage.{k}")
-    for details, key in (("prompt_tokens_details", "cached_tokens"), ("completion_tokens_details", "reasoning_tokens")):
-        d = out.get(details)
-        if d is None:
-            continue
-        if not isinstance(d, dict):
-            raise ValueError(f"usage.{details} is not an object: {d!r:.80}")
-        if key in d:
-            out[details] = {**d, key: token_count(d[key], f"usage.{details}.{key}")}
-    return out
-
-
-def _usage_fields(usage: dict[str, Any] | None) -> dict[str, Any]:
+def _set_usage(rec: CallRecord, usage: dict[str, Any] | None) -> None:
+    """The record's token counts from the stream's (checked) usage; none sent: all None, token_source "none"."""
     if not usage:
-        return {"prompt_tokens": None, "completion_tokens": None, "cached_tokens": None, "reasoning_tokens": None,
-                "token_source": "none"}
-    ptd = usage.get("prompt_tokens_details") or {}
-    ctd = usage.get("completion_tokens_details") or {}
-    return {
-        "prompt_tokens": usage.get("prompt_tokens"),
-        "completion_tokens": usage.get("completion_tokens"),
-        "cached_tokens": ptd.get("cached_tokens"),
-        "reasoning_tokens": ctd.get("reasoning_tokens"),
-        "token_source": "usage",
-    }
+        rec.prompt_tokens = rec.completion_tokens = rec.cached_tokens = rec.reasoning_tokens = None
+        rec.token_source = "none"
+        return
+    rec.prompt_tokens = usage.get("prompt_tokens")
+    rec.completion_tokens = usage.get("completion_tokens")
+    rec.cached_tokens = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+    rec.reasoning_tokens = (usage.get("completion_tokens_details") or {}).get("reasoning_tokens")
+    rec.token_source = "usage"
 
 
 async def stream_chat(
@@ -410,8 +198,10 @@ async def stream_chat(
     timeouts: Timeouts = Timeouts(),
     keep_text: bool = False,
     think_tags: bool = False,
-) -> dict[str, Any]:
-    """POST *body* (streaming) to *url* and return the measured call record.
+    record: CallRecord | None = None,
+) -> Streamed:
+    """POST *body* (streaming) to *url*; the measured fields of *record* (a new :class:`CallRecord` when
+    None: the caller sets the head, who the call is) are filled, and it comes back with the answer's text.
 
     Times: ``t_send`` is the epoch time the call started; ``connect_s`` the seconds it spent
     opening a new connection (0.0 on a reused one; None when none was made or the session is not
@@ -423,11 +213,11 @@ async def stream_chat(
     body.setdefault("stream_options", {"include_usage": True})
     t_send = time.time()
     t0 = time.perf_counter()
-    st = _Stream(t0, keep_text, think_tags)
+    st = StreamState(t0, keep_text, think_tags)
     conn = ConnectTiming()
     t_done: float | None = None
     status: int | None = None
-    error: dict[str, str] | None = None
+    error: CallError | None = None
     phase = "connect"
     loop = asyncio.get_running_loop()
     start = loop.time()
@@ -445,7 +235,7 @@ async def stream_chat(
                 phase = "response"
                 if status >= 400:
                     raw = await resp.read()
-                    error = _error("http_status", _body_error_message(status, raw))
+                    error = _error(ErrorClass.HTTP_STATUS, _body_error_message(status, raw))
                 else:
                     async for raw_line in SSELines(resp.content):
                         now = time.perf_counter()
@@ -467,11 +257,11 @@ async def stream_chat(
                             if "error" in obj and not obj.get("choices"):
                                 e = obj["error"]
                                 msg = e.get("message") if isinstance(e, dict) else str(e)
-                                error = _error("http_status", f"error event in stream: {msg}")
+                                error = _error(ErrorClass.HTTP_STATUS, f"error event in stream: {msg}")
                                 break
                             st.feed(obj, now)
                         except (ValueError, TypeError, AttributeError, RecursionError) as exc:
-                            error = _error("malformed", f"bad SSE data line: {exc}: {data[:120]!r}")
+                            error = _error(ErrorClass.MALFORMED, f"bad SSE data line: {exc}: {data[:120]!r}")
                             break
                         if st.first_token_s is not None and armed == "first_token":
                             armed = "idle"
@@ -481,74 +271,72 @@ async def stream_chat(
                         deadline.reschedule(None)
                         await _drain(resp)
     except asyncio.CancelledError:  # Ctrl-C: record what arrived, then let the cancellation go on (below)
-        error = _error("cancelled", "the run was interrupted while the call was in flight")
+        error = _error(ErrorClass.CANCELLED, "the run was interrupted while the call was in flight")
     except SSELineTooLong as exc:
-        error = _error("malformed", str(exc))
+        error = _error(ErrorClass.MALFORMED, str(exc))
     except aiohttp.ServerTimeoutError:  # before TimeoutError, which it subclasses on Python 3.11+
-        error = _error("timeout_connect", f"connect timed out after {timeouts.connect_s:g} s")
+        error = _error(ErrorClass.TIMEOUT_CONNECT, f"connect timed out after {timeouts.connect_s:g} s")
     except TimeoutError:
         if armed == "first_token":
-            error = _error("timeout_first_token", f"no token within {timeouts.first_token_s:g} s")
+            error = _error(ErrorClass.TIMEOUT_FIRST_TOKEN, f"no token within {timeouts.first_token_s:g} s")
         elif armed == "idle":
-            error = _error("timeout_idle", f"no data for {timeouts.idle_s:g} s between chunks")
+            error = _error(ErrorClass.TIMEOUT_IDLE, f"no data for {timeouts.idle_s:g} s between chunks")
         else:
-            error = _error("timeout_total", f"call exceeded {timeouts.total_s:g} s")
+            error = _error(ErrorClass.TIMEOUT_TOTAL, f"call exceeded {timeouts.total_s:g} s")
     except aiohttp.ClientConnectorError as exc:
-        error = _error("connect", f"cannot connect to {url}: {exc.os_error.strerror if exc.os_error else exc}")
+        error = _error(ErrorClass.CONNECT, f"cannot connect to {url}: {exc.os_error.strerror if exc.os_error else exc}")
     except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
         if phase == "connect" and conn.sent_at is None:
-            error = _error("connect", f"cannot send: {type(exc).__name__}: {exc}")
+            error = _error(ErrorClass.CONNECT, f"cannot send: {type(exc).__name__}: {exc}")
         elif phase == "connect":  # the request went out; the server closed without a response
-            error = _error("stream_cut", f"no response: the connection closed "
-                                         f"{time.perf_counter() - conn.sent_at:.2f} s after the request was sent "
-                                         f"({type(exc).__name__}: {exc})")
+            error = _error(ErrorClass.STREAM_CUT, f"no response: the connection closed "
+                                                  f"{time.perf_counter() - conn.sent_at:.2f} s after the request was "
+                                                  f"sent ({type(exc).__name__}: {exc})")
         else:
-            error = _error("stream_cut", f"stream broken: {type(exc).__name__}: {exc}")
+            error = _error(ErrorClass.STREAM_CUT, f"stream broken: {type(exc).__name__}: {exc}")
     except aiohttp.ClientResponseError as exc:  # not HTTP (a garbage status line, bad headers)
-        error = _error("malformed", f"not an HTTP response: {type(exc).__name__}: {exc}")
+        error = _error(ErrorClass.MALFORMED, f"not an HTTP response: {type(exc).__name__}: {exc}")
     except aiohttp.ClientError as exc:
-        error = _error("connect" if status is None and conn.sent_at is None else "stream_cut",
+        error = _error(ErrorClass.CONNECT if status is None and conn.sent_at is None else ErrorClass.STREAM_CUT,
                        f"{type(exc).__name__}: {exc}")
     t_end = (t_done if t_done is not None else time.perf_counter()) - (t0 + (conn.connect_s or 0.0))
     if error is None and status is not None and status < 400:
         if not st.done and st.finish_reason is None:
-            error = _error("stream_cut", "stream ended without a finish reason or [DONE]")
+            error = _error(ErrorClass.STREAM_CUT, "stream ended without a finish reason or [DONE]")
         elif st.usage is None:
-            error = _error("no_usage", "the server sent no token usage; output volume unknown")
+            error = _error(ErrorClass.NO_USAGE, "the server sent no token usage; output volume unknown")
     content = "".join(st.content)
     think = ""
     if think_tags:
         think, content = split_think(content)
     reasoning_text = "".join(st.reasoning) + think
     tool_calls = [st.tool_calls[k] for k in sorted(st.tool_calls)] or None
-    rec: dict[str, Any] = {
-        "t_send": t_send,
-        "connect_s": conn.connect_s,
-        **({"stale_connection": True} if conn.stale else {}),
-        "ttft_s": st.first_token_s,
-        "t_first_answer_s": st.first_answer_s,
-        "latency_s": t_end,
-        "chunk_t": [round(t, 6) for t in st.chunk_t],
-        "chunk_chars": st.chunk_chars,
-        "status": status,
-        "error": error,
-        **_usage_fields(st.usage),
-        "content_chars": len(content),
-        "reasoning_chars": st.reasoning_chars + len(think),
-        "reasoning_chunks": st.reasoning_chunks,
-        "answer_chunks": st.answer_chunks,
-        "finish_reason": st.finish_reason,
-        "empty_answer": error is None and st.finish_reason == "length" and not content.strip() and not tool_calls,
-        "tool_calls": tool_calls,
-        "timings": st.timings,
-        "output_sha256": hashlib.sha256(content.encode()).hexdigest(),
-    }
+    rec = record if record is not None else CallRecord()
+    rec.t_send = t_send
+    rec.connect_s = conn.connect_s
+    rec.stale_connection = True if conn.stale else None
+    rec.ttft_s = st.first_token_s
+    rec.t_first_answer_s = st.first_answer_s
+    rec.latency_s = t_end
+    rec.chunk_t = [round(t, 6) for t in st.chunk_t]
+    rec.chunk_chars = st.chunk_chars
+    rec.status = status
+    rec.error = error
+    _set_usage(rec, st.usage)
+    rec.content_chars = len(content)
+    rec.reasoning_chars = st.reasoning_chars + len(think)
+    rec.reasoning_chunks = st.reasoning_chunks
+    rec.answer_chunks = st.answer_chunks
+    rec.finish_reason = st.finish_reason
+    rec.empty_answer = error is None and st.finish_reason == "length" and not content.strip() and not tool_calls
+    rec.tool_calls = tool_calls
+    rec.timings = st.timings
+    rec.output_sha256 = hashlib.sha256(content.encode()).hexdigest()
     if keep_text:
-        rec["output_text"] = content
-        rec["reasoning_text"] = reasoning_text
-        rec["chunk_text"] = st.chunk_text
-    rec["_content"] = content  # for the runner's next step; stripped before the ledger
-    rec["_reasoning"] = reasoning_text
-    if error is not None and error["class"] == "cancelled":
-        raise CallCancelled(rec)
-    return rec
+        rec.output_text = content
+        rec.reasoning_text = reasoning_text
+        rec.chunk_text = st.chunk_text
+    streamed = Streamed(rec, content, reasoning_text)
+    if error is not None and error.cls == ErrorClass.CANCELLED:
+        raise CallCancelled(streamed)
+    return streamed

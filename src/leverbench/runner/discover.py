@@ -206,8 +206,8 @@ def knobs(raw: dict[str, Any]) -> dict[str, Any]:
     - ``drafter``: llama.cpp /slots ``speculative`` or the embedded engine's ``--spec-type`` /
       draft-model arguments; vLLM: whether ``vllm:spec_decode_*`` families exist (vLLM registers
       them only with a drafter; they are there from the start), named by the ``method`` of the
-      ``--speculative-config`` the tool started its own vLLM with; SGLang ``speculative_algorithm``; the method's name as the value
-      where it is named (else true), so that one drafter is one knob;
+      ``--speculative-config`` the tool started its own vLLM with; SGLang ``speculative_algorithm``;
+      the method's name as the value where it is named (else true), so that one drafter is one knob;
     - ``slots`` (llama.cpp ``total_slots``, SGLang ``max_running_requests``), ``context_length``
       (llama.cpp ``n_ctx``, vLLM/SGLang ``max_model_len``), ``tensor_parallel`` /
       ``data_parallel`` (SGLang ``tp_size`` / ``dp_size``), ``device`` (SGLang).
@@ -237,7 +237,8 @@ def knobs(raw: dict[str, Any]) -> dict[str, Any]:
         _put(k, "block_size", _int(cache.get("block_size")))
         if metrics:
             k["drafter"] = any(name.startswith("vllm:spec_decode") for name in metrics)
-        method = speculative_method([str(a) for a in known.get("engine_args") or []]) if known.get("engine") == "vllm" else None
+        args = [str(a) for a in known.get("engine_args") or []]
+        method = speculative_method(args) if known.get("engine") == "vllm" else None
         if k.get("drafter") is not False and method:
             k["drafter"] = method
     elif engine == "sglang" and isinstance(info, dict):

@@ -1,26 +1,27 @@
 """Run the experiment's load stages (issue 5): closed loop, open loop, trace replay.
 
 For each planned stage (sweeps expanded) and each of its arms, one after
-another, this module decides *when* each call goes out and hands it to
-``runner._call``, which streams it and appends its record to the ledger (the
+another, this module decides *when* each call goes out and hands it to a
+:class:`~leverbench.runner.send.Sender` (the stage's own, on its own
+connection pool), which streams it and appends its record to the ledger (the
 only writer).  It computes no statistics: ``leverbench.analysis.load`` does,
 from the ledger.
 
 Every call record of a stage has kind ``load`` and, besides the call's own
-keys: ``stage``, ``mode``, ``sweep`` (when part of one), ``concurrency`` /
-``rate`` + ``arrival`` / ``speed``, ``prefix_sharing`` (closed/open: the
-share of the prompt common to all the stage's requests, see
-:class:`SharedPrefix`), the SLOs, ``scheduled_t`` (epoch s at which
-the schedule meant the call to go out), ``warmup`` (bool), ``load_run`` (one id
+fields, in its ``extra``: ``stage``, ``mode``, ``sweep`` (when part of one),
+``concurrency`` / ``rate`` + ``arrival`` / ``speed``, ``prefix_sharing``
+(closed/open: the share of the prompt common to all the stage's requests, see
+:class:`SharedPrefix`), the SLOs, ``scheduled_t`` (epoch s at which the
+schedule meant the call to go out), ``warmup`` (bool), ``load_run`` (one id
 per execution of a stage on an arm; a resumed run re-runs its stages and the
-analysis keeps the latest execution), ``repeat`` (the request's index in the
-stage), ``step`` (the round within a trace session, else 0) and
-``loop_lag_s`` (the longest event-loop stall the client saw since the
-stage's previous send: these windows tile the stage, so their maximum is the
-client's worst stall).  The client's lag behind its schedule is
-``t_send − scheduled_t`` (no separate key: both are recorded).  Trace calls
-add ``target_input_tokens`` / ``target_output_tokens`` (what the trace asked
-for, after scaling), ``session`` and ``turn_id`` (TraceLab sessions); the first
+analysis keeps the latest execution) and ``loop_lag_s`` (the longest
+event-loop stall the client saw since the stage's previous send: these
+windows tile the stage, so their maximum is the client's worst stall).  The client's lag behind its schedule is
+``t_send − scheduled_t`` (no separate key: both are recorded).  Its
+``repeat`` is the request's index in the stage, its ``step`` the round within
+a trace session (else 0).  Trace calls add ``target_input_tokens`` /
+``target_output_tokens`` (what the trace asked for, after scaling),
+``session`` (and the field ``turn_id``: TraceLab sessions); the first
 call sent in a trace stage carries ``trace_import`` (rows used,
 skipped and why) and ``token_check`` (the synthetic prompts' length checked
 with the engine's ``/tokenize``).
@@ -42,64 +43,32 @@ scraped (``metrics`` records with ``when`` = ``"load-start STAGE"`` /
 from __future__ import annotations
 
 import asyncio
-import random
-import re
 import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-import aiohttp
-
-from ..errors import BadInput, ConfigError, EngineError
+from ..config import LoadedExperiment
+from ..errors import BadInput, ConfigError
+from ..ledger.records import CallRecord, ErrorClass
 from ..workload.load import PlannedStage, arrival_offsets, check_stages, check_trace_paths, expand
-from .client import client_session
-from .discover import api_root
+from .prompts import ROLE_TOKENS, PromptBuilder, SharedPrefix, words
+from .send import Sender, Sent
 
 LAG_PROBE_S = 0.005  # the loop-lag monitor's sleep
 CONNECT_FAILS_ABORT = 20  # consecutive connect failures that end a stage (the endpoint is gone)
-BLOCK_CACHE = 8192  # Mooncake block texts kept
-ROLE_TOKENS = 1  # tokens a chat message's role adds (the simulator's template; real templates add a few more)
-UNIQUE_WORDS = 4  # words of the seeded unique part that makes a closed/open stage's prompts distinct
 
 
-async def run_load(runner: Any, session: aiohttp.ClientSession) -> None:
-    """Execute ``runner.spec.load``; every call is appended to the ledger by ``runner._call``."""
-    if not runner.spec.load:
-        return
-    spec = runner.spec
-    file = str(runner.exp.path)
+def stage_work(exp: LoadedExperiment, arms: list[str]) -> list[tuple[PlannedStage, str]]:
+    """The experiment's load stages (sweeps expanded), each with each of its arms (default: all *arms*),
+    in the order they run; ConfigError for a stage the experiment file gets wrong."""
+    spec = exp.spec
     problems = check_stages(spec.load, [a.name for a in spec.arms], [c.name for c in spec.cases])
-    problems += check_trace_paths(spec.load, Path(runner.exp.path).resolve().parent)
+    problems += check_trace_paths(spec.load, Path(exp.path).resolve().parent)
     if problems:
-        raise ConfigError(file, *problems[0])
-    plans = expand(spec.load)
-    work = [(p, arm) for p in plans for arm in (p.stage.arms or list(runner.endpoints))]
-    for n, (plan, arm) in enumerate(work):
-        if (plan.name, arm) in runner.stages_done:  # a resumed run: this stage finished on this arm
-            continue
-        if runner.progress:
-            from .schedule import Unit  # noqa: PLC0415
-
-            runner.progress(Unit("load", arm, plan.name, 0), n, len(work))
-        await runner._scrape(session, f"load-start {plan.name}")
-        # Reuse connections within the stage (as serving clients do, and as the turns do): a new TCP connection
-        # per call costs the client ~0.6 ms and a burst of them serialises.  One pool per stage and arm, closed
-        # when it ends, so that tearing down its connections falls between stages, not into the next one's
-        # measurements; a connection idle for client.IDLE_CLOSE_S is dropped before a server would drop it.  A call that
-        # opens a connection records that time apart (connect_s).  keep_alive = false: a new connection per call.
-        async with client_session(keep_alive=plan.stage.keep_alive) as own:
-            stage = StageRun(runner, own, plan, arm)
-            await stage.run()
-            # the stage's records (and the token counts deferred on its pool) are all on disk before the next
-            await runner._flush()
-        await runner._scrape(session, f"load-end {plan.name}")
-        await runner._append({"kind": "stage_end", "stage": plan.name, "arm": arm, "load_run": stage.run_id,
-                              "calls": stage.sent, "stopped": stage.stopped})
-        ep = runner.endpoints[arm]
-        if ep.engine is not None and not ep.engine.alive():
-            raise EngineError(ep.engine.death_note() or f"the engine of arm {arm!r} died during load stage {plan.name!r}")
+        raise ConfigError(str(exp.path), *problems[0])
+    return [(p, arm) for p in expand(spec.load) for arm in (p.stage.arms or arms)]
 
 
 # ------------------------------------------------------------------ client lag
@@ -141,161 +110,11 @@ class LoopLag:
         return round(v, 6)
 
 
-def call_end(rec: dict[str, Any]) -> float:
-    """Epoch time a recorded call ended: t_send + connect_s + latency_s (None counts as 0)."""
-    return rec["t_send"] + (rec.get("connect_s") or 0.0) + (rec.get("latency_s") or 0.0)
-
-
 async def sleep_until(t_epoch: float) -> None:
     """Sleep until the wall-clock time ``t_epoch`` (returns at once when it has passed)."""
     delay = t_epoch - time.time()
     if delay > 0:
         await asyncio.sleep(delay)
-
-
-# ------------------------------------------------------------------ synthetic prompts
-
-_VOCAB: list[str] | None = None
-
-
-def vocabulary() -> list[str]:
-    """4096 distinct pseudo-words in the simulator's style (one simulator token each)."""
-    global _VOCAB
-    if _VOCAB is None:
-        from ..engines.simulator import synthetic_text  # noqa: PLC0415
-
-        words: list[str] = []
-        seen: set[str] = set()
-        for w in synthetic_text(20000, "leverbench-load-vocab").split():
-            if w not in seen:
-                seen.add(w)
-                words.append(w)
-            if len(words) == 4096:
-                break
-        _VOCAB = words
-    return _VOCAB
-
-
-def words(n: int, seed: str) -> list[str]:
-    """``n`` deterministic pseudo-words for ``seed`` (the same seed gives the same words)."""
-    if n <= 0:
-        return []
-    return random.Random(seed).choices(vocabulary(), k=n)
-
-
-class PromptBuilder:
-    """Synthetic prompt text of a given token length, for trace replay.
-
-    Lengths are in engine tokens; ``tokens_per_word`` (1 for the simulator,
-    measured with ``/tokenize`` on a real engine) converts them to words.
-    Mooncake hash blocks: block id ``h`` always becomes the same words, so two
-    requests sharing their leading ids share that prefix text exactly (and so
-    its tokens, on any tokenizer).
-    """
-
-    def __init__(self, block_tokens: int, tokens_per_word: float = 1.0, salt: str = ""):
-        self.block_tokens = max(1, block_tokens)
-        self.tokens_per_word = tokens_per_word
-        self.salt = salt
-        self._blocks: dict[int, list[str]] = {}
-
-    def n_words(self, tokens: int) -> int:
-        return max(0, round(tokens / self.tokens_per_word))
-
-    def block(self, h: int) -> list[str]:
-        w = self._blocks.get(h)
-        if w is None:
-            if len(self._blocks) >= BLOCK_CACHE:
-                self._blocks.clear()
-            w = self._blocks[h] = words(self.n_words(self.block_tokens), f"mooncake-block:{h}")
-        return w
-
-    def content(self, tokens: int, seed: str, blocks: tuple[int, ...] | None = None) -> str:
-        """Text of ``tokens`` tokens: the hash blocks' words first (when given), then unique words."""
-        need = self.n_words(tokens)
-        out: list[str] = []
-        for h in blocks or ():
-            if len(out) >= need:
-                break
-            out.extend(self.block(h))
-        del out[need:]
-        if len(out) < need:
-            out.extend(words(need - len(out), f"{self.salt}:{seed}"))
-        return " ".join(out)
-
-
-class SharedPrefix:
-    """A closed/open stage's prompts: the case's first messages, with a seeded unique part inserted
-    so that the leading ``fraction`` of each prompt's tokens is shared by all requests.
-
-    Tokens as the simulator counts them: per message, ``ROLE_TOKENS`` for its role, then one per
-    whitespace word of its (string) content.  With T = those tokens + ``UNIQUE_WORDS``, the unique
-    words go where k = round(fraction × T) tokens precede them (at a word boundary; never inside a
-    role), so shared / total = k / T exactly in simulator tokens (at most (T − UNIQUE_WORDS) / T:
-    the unique words come last), and the prompt grows by ``UNIQUE_WORDS`` words only.
-    fraction = 1: no unique part (every request the same prompt).
-    The original text is kept as it is around the inserted words.
-    """
-
-    def __init__(self, messages: list[dict[str, Any]], fraction: float, salt: str):
-        self.messages = messages
-        self.salt = salt
-        self.at: tuple[int, int] | None = None  # (message index, character offset) of the unique part
-        self.shared_tokens = self.total_tokens = sum(ROLE_TOKENS + len(_text(m).split()) for m in messages)
-        if fraction >= 1.0 or not messages:
-            return
-        self.total_tokens += UNIQUE_WORDS
-        k = round(fraction * self.total_tokens)
-        pos = 0
-        for i, m in enumerate(messages):
-            text = _text(m)
-            starts = [w.start() for w in re.finditer(r"\S+", text)]
-            pos += ROLE_TOKENS
-            last = i == len(messages) - 1
-            if isinstance(m.get("content"), str) and (k <= pos + len(starts) or last):
-                j = min(max(0, k - pos), len(starts))
-                self.at = (i, starts[j] if j < len(starts) else len(text))
-                self.shared_tokens = pos + j
-                return
-            pos += len(starts)
-
-    def for_request(self, i: int) -> list[dict[str, Any]]:
-        """Request *i*'s messages (the same list for every *i* when nothing is unique)."""
-        if self.at is None:
-            return self.messages
-        mi, off = self.at
-        text = self.messages[mi]["content"]
-        unique = " ".join(words(UNIQUE_WORDS, f"{self.salt}:{i}"))
-        sep_before = " " if off > 0 and not text[off - 1].isspace() else ""
-        sep_after = " " if off < len(text) else ""
-        msgs = list(self.messages)
-        msgs[mi] = {**msgs[mi], "content": text[:off] + sep_before + unique + sep_after + text[off:]}
-        return msgs
-
-
-def _text(m: dict[str, Any]) -> str:
-    c = m.get("content")
-    return c if isinstance(c, str) else ""
-
-
-async def count_tokens(session: aiohttp.ClientSession, ep: Any, text: str) -> int | None:
-    """Tokens of ``text`` by the endpoint's tokenizer: llama.cpp / simulator ``POST /tokenize {"content"}``,
-    else vLLM / SGLang ``{"model", "prompt"}``; None when the endpoint offers neither."""
-    url = api_root(ep.base_url) + "/tokenize"
-    for body in ({"content": text}, {"model": ep.model, "prompt": text}):
-        try:
-            async with session.post(url, json=body, headers=ep.headers, timeout=aiohttp.ClientTimeout(total=30)) as r:
-                if r.status != 200:
-                    continue
-                obj = await r.json(content_type=None)
-        except (aiohttp.ClientError, TimeoutError, ValueError):
-            return None
-        if isinstance(obj, dict):
-            if isinstance(obj.get("count"), int):
-                return obj["count"]
-            if isinstance(obj.get("tokens"), list):
-                return len(obj["tokens"])
-    return None
 
 
 # ------------------------------------------------------------------ one stage on one arm
@@ -314,18 +133,17 @@ class _Req:
 
 
 class StageRun:
-    """One planned stage driven against one arm."""
+    """One planned stage of *exp* driven against one arm: its calls go out through *sender*, which records them."""
 
-    def __init__(self, runner: Any, session: aiohttp.ClientSession, plan: PlannedStage, arm: str):
-        self.runner = runner
-        self.session = session
+    def __init__(self, sender: Sender, exp: LoadedExperiment, plan: PlannedStage, arm: str):
+        self.sender = sender
+        self.exp = exp
         self.plan = plan
         self.s = plan.stage
         self.arm = arm
-        self.ep = runner.endpoints[arm]
         self.lag = LoopLag()
         self.run_id = uuid.uuid4().hex[:12]
-        self.base = {"kind": "load", "arm": arm, **plan.params(), "load_run": self.run_id}
+        self.base = {**plan.params(), "load_run": self.run_id}  # every call's extra starts with these
         self.first_extra: dict[str, Any] = {}
         self.connect_fails = 0
         self.stopped = False
@@ -353,44 +171,46 @@ class StageRun:
 
     # -------------------------------------------------- sending
 
-    async def _send(self, body: dict[str, Any], meta: dict[str, Any], scheduled_t: float) -> dict[str, Any]:
-        """Send one call (waiting for a ``max_in_flight`` slot first); the record comes back from the runner."""
+    async def _send(self, body: dict[str, Any], case: str, repeat: int, step: int, extra: dict[str, Any],
+                    scheduled_t: float, turn_id: str | None = None) -> Sent:
+        """Send one call (waiting for a ``max_in_flight`` slot first), its record's ``extra`` the stage's
+        keys, then *extra*, then its schedule; the record comes back from the sender."""
         me = asyncio.current_task()
         self.sending.add(me)
         if self.sem is not None:
             await self.sem.acquire()
         try:
-            m = {**self.base, **meta, "scheduled_t": scheduled_t, "loop_lag_s": self.lag.take()}
+            head = CallRecord(kind="load", arm=self.arm, case=case, repeat=repeat, step=step, turn_id=turn_id,
+                              extra={**self.base, **extra, "scheduled_t": scheduled_t, "loop_lag_s": self.lag.take()})
             if self.first_extra:  # the stage's first call carries the trace import and token check
-                m.update(self.first_extra)
+                head.extra.update(self.first_extra)
                 self.first_extra = {}
             self.sent += 1
-            rec = await self.runner._call(self.session, self.ep, body, m, defer_counting=True)
+            sent = await self.sender.send(body, head, defer_counting=True)
         finally:
             self.sending.discard(me)
             if self.sem is not None:
                 self.sem.release()
-        err = rec.get("error")
-        if err is not None and err.get("class") in ("connect", "timeout_connect"):
+        if sent.record.failed_as(ErrorClass.CONNECT, ErrorClass.TIMEOUT_CONNECT):
             self.connect_fails += 1
             if self.connect_fails >= CONNECT_FAILS_ABORT:
                 self.stopped = True
         else:
             self.connect_fails = 0
-        return rec
+        return sent
 
-    def _case_body(self) -> tuple[Any, str]:
+    def _case_body(self) -> tuple[Callable[[int], dict[str, Any]], str]:
         """(request index → body, case name): the case's first call, made distinct per request as the
         stage's ``prefix_sharing`` says (see :class:`SharedPrefix`; the unique words are seeded by the
         stage's seed, this execution's ``load_run`` id and the request index, so that no two requests —
         nor a request of an earlier run against the same server — share them)."""
         from ..workload.cases import first_messages  # noqa: PLC0415
 
-        cases = self.runner.spec.cases
+        cases = self.exp.spec.cases
         case = next(c for c in cases if c.name == self.s.case) if self.s.case else cases[0]
-        messages = first_messages(self.runner.exp, case)
-        tools = self.runner.exp.tools.get(case.name)
-        body = self.runner._body(self.ep, messages, self.s.max_tokens or case.max_tokens, case.temperature, tools=tools)
+        messages = first_messages(self.exp, case)
+        tools = self.exp.tools.get(case.name)
+        body = self.sender.body(messages, self.s.max_tokens or case.max_tokens, case.temperature, tools=tools)
         shared = SharedPrefix(messages, self.s.prefix_sharing, f"{self.s.seed}:{self.run_id}")
 
         def body_for(i: int) -> dict[str, Any]:
@@ -431,8 +251,8 @@ class StageRun:
                 i, warm = c
                 scheduled = prev_end if prev_end is not None else time.time()
                 body = body_for(i)
-                rec = await self._send(body, {"case": case, "repeat": i, "step": 0, "warmup": warm}, scheduled)
-                prev_end = call_end(rec)
+                sent = await self._send(body, case, i, 0, {"warmup": warm}, scheduled)
+                prev_end = sent.record.t_end
 
         n = self.plan.concurrency or 1
         await asyncio.gather(*(client(k) for k in range(n)))
@@ -462,7 +282,7 @@ class StageRun:
             scheduled = t0 + off
             body = body_for(i)  # built before the send time, not after
             await sleep_until(scheduled)
-            task = asyncio.create_task(self._send(body, {"case": case, "repeat": i, "step": 0, "warmup": warm}, scheduled))
+            task = asyncio.create_task(self._send(body, case, i, 0, {"warmup": warm}, scheduled))
             tasks.add(task)
             task.add_done_callback(tasks.discard)
         if tasks:
@@ -472,7 +292,7 @@ class StageRun:
 
     def _trace_path(self) -> Path:
         p = Path(self.s.trace or "")
-        return p if p.is_absolute() else (Path(self.runner.exp.path).resolve().parent / p)
+        return p if p.is_absolute() else (Path(self.exp.path).resolve().parent / p)
 
     def _plan_trace(self) -> tuple[list[tuple[float, list[_Req]]], dict[str, Any]]:
         """Sessions as (start offset in s after the stage starts, calls in round order), and the import report."""
@@ -483,8 +303,8 @@ class StageRun:
         try:
             tl = load_traffic(path, s.trace_format)
         except BadInput as exc:  # names the file and the problem
-            i = next((k for k, st in enumerate(self.runner.spec.load) if st is self.s), 0)
-            raise ConfigError(str(self.runner.exp.path), f"load[{i}].trace", str(exc)) from None
+            i = next((k for k, st in enumerate(self.exp.spec.load) if st is self.s), 0)
+            raise ConfigError(str(self.exp.path), f"load[{i}].trace", str(exc)) from None
         left_out: dict[str, int] = {}
 
         def leave(reason: str, n: int = 1) -> None:
@@ -538,7 +358,7 @@ class StageRun:
     async def _token_check(self, builder: PromptBuilder, sample: list[_Req]) -> dict[str, Any]:
         """Calibrate words per token with /tokenize and check the first prompts' lengths."""
         probe = " ".join(words(512, "leverbench-tokenize-probe"))
-        n = await count_tokens(self.session, self.ep, probe)
+        n = await self.sender.count_text_tokens(probe)
         if n is None:
             return {"source": None, "note": "the endpoint offers no /tokenize; prompt lengths unchecked (compare "
                                             "prompt_tokens with target_input_tokens)"}
@@ -551,7 +371,7 @@ class StageRun:
             if target <= 0:
                 continue
             text = builder.content(target, f"{r.index}", r.blocks)
-            got = await count_tokens(self.session, self.ep, text)
+            got = await self.sender.count_text_tokens(text)
             if got is not None:
                 checks.append((target, got))
         errs = [(g - t) / t for t, g in checks]
@@ -596,21 +416,20 @@ class StageRun:
                 return
             # an endpoint that rejected ignore_eos/min_tokens (a strict API: see Runner._fixed_length, which the
             # warm-up ran first) gets max_tokens alone: the answer may then end before the trace's length
-            force = s.force_output and not self.ep.length_by_prompt
-            extra = {"ignore_eos": True, "min_tokens": r.output_tokens} if force else None
-            body = self.runner._body(self.ep, messages, r.output_tokens, 0.0, extra=extra)
-            meta: dict[str, Any] = {"case": case, "repeat": r.index, "step": rnd,
-                                    "warmup": r.index < s.warmup_requests or scheduled - t0 < s.warmup_s,
-                                    "target_input_tokens": r.input_tokens, "target_output_tokens": r.output_tokens}
+            force = s.force_output and not self.sender.length_by_prompt
+            forced = {"ignore_eos": True, "min_tokens": r.output_tokens} if force else None
+            body = self.sender.body(messages, r.output_tokens, 0.0, extra=forced)
+            extra: dict[str, Any] = {"warmup": r.index < s.warmup_requests or scheduled - t0 < s.warmup_s,
+                                     "target_input_tokens": r.input_tokens, "target_output_tokens": r.output_tokens}
             if s.force_output:
-                meta["length_method"] = "ignore_eos" if force else "max_tokens only (engine rejected ignore_eos)"
+                extra["length_method"] = "ignore_eos" if force else "max_tokens only (engine rejected ignore_eos)"
             if turn_id:
-                meta.update(session=turn_id, turn_id=turn_id)
-            rec = await self._send(body, meta, scheduled)
-            if rec.get("error") is not None and rec["error"].get("class") != "no_usage":
+                extra["session"] = turn_id
+            sent = await self._send(body, case, r.index, rnd, extra, scheduled, turn_id)
+            if sent.record.error is not None and sent.record.error.cls != ErrorClass.NO_USAGE:
                 return  # later rounds build on this answer
             if rnd + 1 < len(reqs):
                 nxt = self._user_message(builder, reqs[rnd + 1], rnd + 1)
-                messages = [*messages, {"role": "assistant", "content": rec.get("_content") or ""}, nxt]
-                scheduled = call_end(rec) + r.tool_wait_s
+                messages = [*messages, {"role": "assistant", "content": sent.content}, nxt]
+                scheduled = sent.record.t_end + r.tool_wait_s
                 await sleep_until(scheduled)

@@ -1,0 +1,70 @@
+"""Records handed to the ledger's writer without holding up the next call.
+
+The fsync of every append can stall for milliseconds on a busy disk (100 ms and more on a shared
+one); it must not sit inside a measured interval.  One worker thread appends (it keeps the ledger's
+order and its single writer); the run waits for it only at the safe points (:meth:`Recorder.flush`:
+after each unit of work, at the end of each load stage and of the run).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Coroutine
+
+from ..ledger.records import CallRecord, TurnRecord
+from ..ledger.writer import LedgerWriter
+
+Record = CallRecord | TurnRecord | dict[str, Any]
+
+
+def as_line(record: Record) -> dict[str, Any]:
+    """The record's ledger object, taken now: a typed record's :meth:`to_dict`, a copy of a dict."""
+    return dict(record) if isinstance(record, dict) else record.to_dict()
+
+
+class Recorder:
+    """Hands records to *writer* on its own thread (see the module's docstring)."""
+
+    def __init__(self, writer: LedgerWriter):
+        self.writer = writer
+        self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ledger")
+        self._pending: deque[Future] = deque()  # appends handed to the writer thread, oldest first
+        self._background: set[asyncio.Task] = set()  # deferred work, each appending its record when done
+
+    def append(self, record: Record) -> None:
+        """Hand *record* (as it is now: :func:`as_line`) to the writer thread and return at once.  A failed
+        earlier append (disk full) is raised here or at :meth:`flush`."""
+        self.reap()
+        self._pending.append(self._io.submit(self.writer.append, as_line(record)))
+
+    def append_now(self, record: Record) -> None:
+        """Append and wait for the write, blocking the loop: for a record written while the run is being
+        cancelled, which must be on disk before the run's task ends and the engines are stopped.  The same
+        single worker thread as :meth:`append` keeps the ledger's order."""
+        self._io.submit(self.writer.append, as_line(record)).result()
+
+    def defer(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run *work* (which appends its record when done) in the background; :meth:`flush` waits for it."""
+        self._background.add(asyncio.create_task(work))
+
+    async def flush(self) -> None:
+        """Wait until every record handed over so far is written and fsync'd, deferred work first.  Called
+        only outside measured intervals."""
+        while self._background:
+            await asyncio.gather(*list(self._background))
+            self._background = {t for t in self._background if not t.done()}
+        if self._pending:  # one thread, in order: when the last is done, all are
+            await asyncio.wait([asyncio.wrap_future(self._pending[-1])])
+        self.reap()
+
+    def reap(self) -> None:
+        """Forget the appends that are done, oldest first; raise the first one that failed."""
+        while self._pending and self._pending[0].done():
+            self._pending.popleft().result()
+
+    def close(self) -> None:
+        """Wait until every record handed over is written, however the run ended (a failed append is
+        raised by :meth:`reap` after)."""
+        self._io.shutdown(wait=True)

@@ -1,0 +1,199 @@
+"""Sending one call to one arm and recording it: the seam between what is sent and when.
+
+Turns, probes and load stages decide *what* to send and *when*; a :class:`Sender` does the rest:
+the request body, the call (:func:`~leverbench.runner.client.stream_chat`), retries, the tokens of
+a call the server sent no usage for, the ledger append of every attempt, and the cancel path (a
+call cut by Ctrl-C is recorded, class ``cancelled``, before the cancellation goes on).
+:class:`ArmSender` is the runner's; a test's fake sender returns synthetic records, so that
+scheduling is tested without HTTP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from typing import Any, NamedTuple, Protocol
+
+import aiohttp
+
+from ..ledger.records import CallError, CallRecord, ErrorClass
+from .client import CallCancelled, Streamed, Timeouts, messages_sha256, stream_chat
+from .discover import chat_url
+from .recorder import Recorder
+from .tokens import Endpoint, count_chat_tokens, count_text_tokens
+
+FORCE_FIELDS = ("ignore_eos", "min_tokens")  # how a probe forces its output length, where the engine allows it
+
+
+class Sent(NamedTuple):
+    """A sent call: its (last attempt's) record, and beside it what its caller goes on with."""
+
+    record: CallRecord
+    content: str  # the answer's text, for the conversation's next message
+    retried_s: float  # seconds its retried attempts took (connect + latency of each)
+
+
+class Sender(Protocol):
+    """Sends one arm's calls and records every attempt in the ledger."""
+
+    @property
+    def length_by_prompt(self) -> bool:
+        """The arm rejected ignore_eos/min_tokens: a forced length is asked for in the prompt instead."""
+        ...
+
+    def body(self, messages: list[dict[str, Any]], max_tokens: int, temperature: float,
+             extra: dict[str, Any] | None = None, tools: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        """The request body: model, messages, max_tokens, temperature, tools, the arm's fields, *extra*."""
+        ...
+
+    async def send(self, body: dict[str, Any], head: CallRecord, *, think_tags: bool = False,
+                   defer_counting: bool = False, forced_tokens: int | None = None) -> Sent:
+        """Send *body*; each attempt's record is *head* (who the call is: see ``CallRecord``'s head and
+        ``extra``) with what was measured and sent, appended to the ledger.  *forced_tokens*: the output
+        length the body forces (a probe: :func:`length_check`).  Cancelled: the call is recorded, then
+        the cancellation goes on."""
+        ...
+
+    async def count_text_tokens(self, text: str) -> int | None:
+        """Tokens of *text* by the arm's tokenizer; None when it offers none."""
+        ...
+
+
+class ArmEndpointLike(Endpoint, Protocol):
+    """What :class:`ArmSender` reads of the runner's ``ArmEndpoint``."""
+
+    length_by_prompt: bool
+    request: dict[str, Any]  # the arm's extra request fields
+
+    def death_note(self) -> str | None:
+        """Why the arm's engine died (the tail of its log); None while it lives or when there is none."""
+        ...
+
+
+class ArmSender:
+    """The runner's :class:`Sender`: one arm, through one connection pool (*session*)."""
+
+    def __init__(self, recorder: Recorder, session: aiohttp.ClientSession, ep: ArmEndpointLike, *,
+                 timeouts: Timeouts, retries: int, keep_text: bool):
+        self.recorder = recorder
+        self.session = session
+        self.ep = ep
+        self.timeouts = timeouts
+        self.retries = retries
+        self.keep_text = keep_text
+
+    @property
+    def length_by_prompt(self) -> bool:
+        return self.ep.length_by_prompt
+
+    def body(self, messages: list[dict[str, Any]], max_tokens: int, temperature: float,
+             extra: dict[str, Any] | None = None, tools: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": self.ep.model, "messages": messages, "max_tokens": max_tokens,
+                                "temperature": temperature}
+        if tools:
+            body["tools"] = tools
+        body.update(self.ep.request)
+        if extra:
+            body.update(extra)
+        return body
+
+    async def count_text_tokens(self, text: str) -> int | None:
+        return await count_text_tokens(self.session, self.ep, text)
+
+    async def send(self, body: dict[str, Any], head: CallRecord, *, think_tags: bool = False,
+                   defer_counting: bool = False, forced_tokens: int | None = None) -> Sent:
+        """One call, recorded; with ``retries`` set, a failed attempt is recorded and tried again.  A
+        fixed-length call (*forced_tokens*) gets :func:`length_check`'s fields; one the endpoint rejected
+        for its forcing fields is not tried again (the caller falls back).
+
+        A call the server sent no usage for is counted with its tokenizer (:func:`count_chat_tokens`):
+        harness time that must not enter a measurement.  It is recorded as ``harness_s`` (a turn leaves
+        it out of its time); with *defer_counting* (load stages, whose next send must not wait for it) the
+        counting and the record's append happen in the background (:meth:`Recorder.flush` waits for them)
+        and the record comes back without its counts."""
+        retried_s = 0.0
+        messages = body["messages"]
+        for attempt in range(self.retries + 1):
+            rec = head.fresh()
+            cancelled: asyncio.CancelledError | None = None
+            try:
+                got = await stream_chat(self.session, chat_url(self.ep.base_url), body, headers=self.ep.headers,
+                                        timeouts=self.timeouts, keep_text=self.keep_text, think_tags=think_tags,
+                                        record=rec)
+            except CallCancelled as exc:  # Ctrl-C: the call in flight is recorded (class cancelled), then we stop
+                got, cancelled = exc.streamed, exc
+            uncounted = rec.failed_as(ErrorClass.NO_USAGE)
+            if uncounted and not defer_counting:
+                h0 = time.perf_counter()
+                try:
+                    _counted(rec, await count_chat_tokens(self.session, self.ep, messages, got.content + got.reasoning))
+                except asyncio.CancelledError as exc:  # Ctrl-C while counting: recorded uncounted (below), then stop
+                    cancelled = exc
+                rec.harness_s = time.perf_counter() - h0
+            _sent(rec, body, attempt if self.retries else None, self.keep_text)
+            if cancelled is not None:
+                self.recorder.append_now(rec)
+                raise cancelled
+            if rec.error is not None and (note := self.ep.death_note()):
+                rec.error = CallError(ErrorClass.ENGINE_DIED, note[:2000])
+            if forced_tokens is not None:
+                for k, v in length_check(rec, body, forced_tokens).items():
+                    setattr(rec, k, v)
+            will_retry = (rec.error is not None and attempt < self.retries and rec.error.cls != ErrorClass.ENGINE_DIED
+                          and not rec.rejected_fields)
+            if will_retry:
+                rec.retried = True
+                retried_s += (rec.connect_s or 0.0) + (rec.latency_s or 0.0)
+            if uncounted and defer_counting:
+                self.recorder.defer(self._count_then_append(messages, got, rec))
+            else:
+                self.recorder.append(rec)  # returns at once: the next call is not held up by the fsync
+            if not will_retry:
+                break
+        return Sent(rec, got.content, retried_s)
+
+    async def _count_then_append(self, messages: list[dict[str, Any]], got: Streamed, rec: CallRecord) -> None:
+        """A deferred :func:`count_chat_tokens` (see :meth:`send`): count, then append (a copy of) the record."""
+        counted = dataclasses.replace(rec)
+        h0 = time.perf_counter()
+        try:
+            _counted(counted, await count_chat_tokens(self.session, self.ep, messages, got.content + got.reasoning))
+        except asyncio.CancelledError:  # Ctrl-C while counting: the call is recorded all the same, uncounted
+            self.recorder.append_now(rec)
+            raise
+        counted.harness_s = time.perf_counter() - h0
+        self.recorder.append(counted)
+
+
+def _counted(rec: CallRecord, tokens: Any) -> None:
+    """A call counted by its tokenizer (*tokens*: a ChatTokens, or None when it could not) counts as measured."""
+    if tokens is None:
+        return
+    rec.prompt_tokens, rec.completion_tokens, rec.token_source = (tokens.prompt_tokens, tokens.completion_tokens,
+                                                                  tokens.source)
+    rec.usage_missing, rec.error = True, None
+
+
+def _sent(rec: CallRecord, body: dict[str, Any], attempt: int | None, keep_text: bool) -> None:
+    """The record's fields of what was sent: the body less messages and tools, the input's hash and size."""
+    messages = body["messages"]
+    rec.request = {k: v for k, v in body.items() if k not in ("messages", "tools")}
+    rec.input_sha256 = messages_sha256(messages)
+    rec.input_chars = sum(len(m.get("content") or "") for m in messages)
+    rec.tools_sent = len(body.get("tools") or [])
+    rec.attempt = attempt
+    if keep_text:
+        rec.input_messages = messages
+
+
+def length_check(rec: CallRecord, body: dict[str, Any], n: int) -> dict[str, Any]:
+    """Fields for a fixed-length call's record: ``rejected_fields`` (+ ``retried``) when the endpoint
+    refused a body that carried :data:`FORCE_FIELDS` with HTTP 400 or 422 (a strict API); else,
+    for a call that succeeded, ``length_verified`` = the engine generated exactly ``n`` tokens."""
+    sent = [f for f in FORCE_FIELDS if f in body]
+    if rec.error is not None and rec.status in (400, 422) and sent:
+        return {"rejected_fields": sent, "retried": True}
+    if rec.error is None:
+        return {"length_verified": rec.completion_tokens == n}
+    return {}

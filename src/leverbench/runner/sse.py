@@ -1,0 +1,221 @@
+"""What a streamed chat completion says, read as it arrives: its SSE lines, and its chunks accumulated.
+
+:class:`SSELines` splits the response body into lines (long ones too, up to ``MAX_SSE_LINE_BYTES``);
+:class:`StreamState` takes each data line's JSON chunk: content and reasoning text, tool calls, usage
+(its counts checked: :func:`checked_usage`), llama.cpp's ``timings``, finish reason, and when each
+chunk with content arrived.  Anything of the wrong shape raises ValueError, which the client records
+as ``malformed``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import Any
+
+import aiohttp
+
+MAX_SSE_LINE_BYTES = 8 * 2**20  # a longer SSE line is recorded as malformed
+
+
+class SSELineTooLong(Exception):
+    """An SSE line longer than :data:`MAX_SSE_LINE_BYTES`; ``size`` is how much of it had arrived."""
+
+    def __init__(self, size: int):
+        super().__init__(f"an SSE line longer than {MAX_SSE_LINE_BYTES} bytes ({size} bytes without a line end)")
+        self.size = size
+
+
+class SSELines:
+    """The lines of a response body as they arrive (without their ``\\n``), split here rather than by
+    aiohttp's ``readline``, which raises past twice its read buffer (``ValueError("Chunk too big")``
+    past 128 KiB in older aiohttp, ``http_exceptions.LineTooLong`` past 512 KiB in 3.14): lines up to
+    ``limit`` bytes are returned whole; a longer one raises :class:`SSELineTooLong`."""
+
+    def __init__(self, content: aiohttp.StreamReader, limit: int = MAX_SSE_LINE_BYTES):
+        self.content = content
+        self.limit = limit
+        self.lines: deque[bytes] = deque()
+        self.head: list[bytes] = []  # the start of a line still waiting for its end
+        self.head_size = 0
+        self.eof = False
+
+    def __aiter__(self) -> "SSELines":
+        return self
+
+    async def __anext__(self) -> bytes:
+        while not self.lines:
+            if self.head_size > self.limit:
+                raise SSELineTooLong(self.head_size)
+            if self.eof:
+                raise StopAsyncIteration
+            data = await self.content.readany()
+            if not data:
+                self.eof = True
+                if self.head_size:
+                    self.lines.append(b"".join(self.head))
+                continue
+            parts = data.split(b"\n")
+            if len(parts) > 1:
+                if self.head:
+                    parts[0] = b"".join((*self.head, parts[0]))
+                    self.head, self.head_size = [], 0
+                self.lines.extend(parts[:-1])
+            if parts[-1]:
+                self.head.append(parts[-1])
+                self.head_size += len(parts[-1])
+        return self.lines.popleft()
+
+
+class StreamState:
+    """Accumulates what the stream says, chunk by chunk."""
+
+    def __init__(self, t0: float, keep_text: bool, think_tags: bool = False):
+        self.t0 = t0
+        self.keep_text = keep_text
+        self.think_tags = think_tags
+        self.reasoning_chunks = 0
+        self.answer_chunks = 0
+        self._text = ""
+        self._answer_started = False
+        self.chunk_t: list[float] = []
+        self.chunk_chars: list[int] = []
+        self.chunk_text: list[str] = []
+        self.content: list[str] = []
+        self.reasoning_chars = 0
+        self.reasoning: list[str] = []
+        self.first_token_s: float | None = None
+        self.first_answer_s: float | None = None
+        self.finish_reason: str | None = None
+        self.usage: dict[str, Any] | None = None
+        self.timings: dict[str, Any] | None = None
+        self.tool_calls: dict[int, dict[str, Any]] = {}
+        self.done = False
+
+    def feed(self, obj: dict[str, Any], now: float) -> None:
+        """Take one SSE chunk.  Anything of the wrong shape raises ValueError (the call is then
+        ``malformed``): a usage whose counts are not token counts, content that is neither text nor
+        text parts, choices or tool calls that are not objects."""
+        if obj.get("usage"):
+            self.usage = checked_usage(obj["usage"])
+        if obj.get("timings"):
+            if not isinstance(obj["timings"], dict):
+                raise ValueError(f"timings is not an object: {obj['timings']!r:.80}")
+            self.timings = obj["timings"]
+        choices = obj.get("choices") or []
+        if not isinstance(choices, list) or not all(isinstance(ch, dict) for ch in choices):
+            raise ValueError("choices is not a list of objects")
+        got_any = False
+        for ch in choices:
+            delta = ch.get("delta") or ch.get("message") or {}
+            if not isinstance(delta, dict):
+                raise ValueError(f"delta is not an object: {delta!r:.80}")
+            text = as_text(delta.get("content"), "content")
+            reasoning = as_text(delta.get("reasoning_content") or delta.get("reasoning"), "reasoning")
+            if reasoning:
+                self.reasoning_chars += len(reasoning)
+                self.reasoning_chunks += 1
+                if self.keep_text:
+                    self.reasoning.append(reasoning)
+            if text:
+                self.content.append(text)
+                if self.think_tags:
+                    self._text += text
+                if self.think_tags and not self._past_think():
+                    self.reasoning_chunks += 1
+                else:
+                    self.answer_chunks += 1
+                    if self.first_answer_s is None:
+                        self.first_answer_s = now - self.t0
+            calls = delta.get("tool_calls") or []
+            if not isinstance(calls, list) or not all(isinstance(tc, dict) for tc in calls):
+                raise ValueError("tool_calls is not a list of objects")
+            for tc in calls:
+                idx = tc.get("index", len(self.tool_calls))
+                slot = self.tool_calls.setdefault(idx, {"id": tc.get("id"), "name": "", "arguments": ""})
+                fn = tc.get("function") or {}
+                slot["name"] += fn.get("name") or ""
+                slot["arguments"] += fn.get("arguments") or ""
+                if tc.get("id"):
+                    slot["id"] = tc["id"]
+                got_any = True
+            if text or reasoning:
+                got_any = True
+            if ch.get("finish_reason"):
+                if not isinstance(ch["finish_reason"], str):
+                    raise ValueError(f"finish_reason is not a string: {ch['finish_reason']!r:.80}")
+                self.finish_reason = ch["finish_reason"]
+            if got_any:
+                self.chunk_t.append(now - self.t0)
+                self.chunk_chars.append(len(text) + len(reasoning))
+                if self.keep_text:
+                    self.chunk_text.append(reasoning + text)
+                if self.first_token_s is None:
+                    self.first_token_s = now - self.t0
+
+
+    def _past_think(self) -> bool:
+        """With <think> tags: whether visible answer text has begun after </think>."""
+        if self._answer_started:
+            return True
+        head = self._text.lstrip()
+        if not head or "<think>".startswith(head[:7]) and len(head) < 7:
+            return False  # nothing yet, or still possibly the opening tag
+        if not head.startswith("<think>"):
+            self._answer_started = True  # the model did not think aloud
+            return True
+        end = head.find("</think>")
+        self._answer_started = end >= 0 and bool(head[end + 8:].strip())
+        return self._answer_started
+
+
+def split_think(content: str) -> tuple[str, str]:
+    """(reasoning, answer) of a text whose reasoning is inside <think>...</think>."""
+    start = content.find("<think>")
+    if start < 0:
+        return "", content
+    end = content.find("</think>", start)
+    if end < 0:  # cut inside the reasoning: no answer yet
+        return content[start + 7:], content[:start]
+    return content[start + 7:end], content[:start] + content[end + 8:]
+
+
+def as_text(value: Any, what: str) -> str:
+    """A delta's text: a string, null, or a list of OpenAI content parts (their ``text``); else ValueError."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(p, dict) for p in value):
+        return "".join(str(p.get("text") or "") for p in value if p.get("type", "text") == "text")
+    raise ValueError(f"{what} is neither text nor a list of text parts: {value!r:.80}")
+
+
+def token_count(value: Any, where: str) -> int | None:
+    """A usage count as an int (null stays None); a value that is not a whole, finite, non-negative number
+    raises ValueError."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or value < 0 or value != int(value):
+        raise ValueError(f"{where} is not a token count: {value!r:.40}")
+    return int(value)
+
+
+def checked_usage(usage: Any) -> dict[str, Any]:
+    """The usage object with its counts checked (:func:`token_count`); ValueError when it is of the wrong shape."""
+    if not isinstance(usage, dict):
+        raise ValueError(f"usage is not an object: {usage!r:.80}")
+    out = dict(usage)
+    for k in ("prompt_tokens", "completion_tokens", "total_tokens"):
+        if k in out:
+            out[k] = token_count(out[k], f"usage.{k}")
+    for details, key in (("prompt_tokens_details", "cached_tokens"), ("completion_tokens_details", "reasoning_tokens")):
+        d = out.get(details)
+        if d is None:
+            continue
+        if not isinstance(d, dict):
+            raise ValueError(f"usage.{details} is not an object: {d!r:.80}")
+        if key in d:
+            out[details] = {**d, key: token_count(d[key], f"usage.{details}.{key}")}
+    return out
