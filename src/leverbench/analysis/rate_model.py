@@ -1,0 +1,52 @@
+"""An arm's rate model: what prefill and decode cost at a given context (issue 15).
+
+The contract the scenario projection and ``leverbench whatif`` read (``summary.json`` ``rate_models[]``,
+one per arm)::
+
+    prefill_s(n, k) = a + b·n + c·n·(k + n/2)      n uncached prompt tokens after k cached ones
+                                                    (attention: the i-th new token attends to k + i
+                                                    earlier ones; Σ over the n new tokens ≈ n·(k + n/2))
+    decode_s(L, O)  = Σ_{i<O} (d0 + d1·(L + i))     O tokens generated from a context of L tokens
+                    = O·d0 + d1·(O·L + O·(O − 1)/2)
+    under load:       per-token time × slowdown(concurrency), ``batch`` (measured in load stages)
+
+Fields (seconds, tokens): ``prefill`` {a_s, b_s_per_token, c_s_per_token2, source, points, r2,
+range_uncached [lo, hi], range_cached [lo, hi]}; ``decode`` {d0_s_per_token, d1_s_per_token_per_ctx,
+source, points, r2, range_context [lo, hi], acceptance}; ``batch`` {concurrency [...], slowdown [...]}
+or None; ``slots`` (requests served at once, when known) or None.  A model derived from the flat
+``rates[]`` table (:func:`from_rates_row`) has c = d1 = 0 and no batch: one prefill rate, one decode
+rate, as the article's method assumes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def prefill_seconds(model: dict[str, Any], uncached: float, cached: float = 0.0) -> float:
+    """prefill_s(n, k) = a + b·n + c·n·(k + n/2) (see the module docstring)."""
+    p = model["prefill"]
+    n = max(float(uncached), 0.0)
+    return p["a_s"] + p["b_s_per_token"] * n + p.get("c_s_per_token2", 0.0) * n * (float(cached) + n / 2.0)
+
+
+def decode_seconds(model: dict[str, Any], context: float, output: float) -> float:
+    """decode_s(L, O) = O·d0 + d1·(O·L + O·(O − 1)/2) (see the module docstring)."""
+    d = model["decode"]
+    o = max(float(output), 0.0)
+    return o * d["d0_s_per_token"] + d.get("d1_s_per_token_per_ctx", 0.0) * (o * float(context) + o * (o - 1.0) / 2.0)
+
+
+def from_rates_row(row: dict[str, Any]) -> dict[str, Any] | None:
+    """A flat model from a ``summary.json`` ``rates[]`` row (one prefill rate and intercept, one decode rate),
+    or None when the row lacks either rate."""
+    if not row.get("prefill_tps") or not row.get("decode_tps"):
+        return None
+    return {"arm": row["arm"],
+            "prefill": {"a_s": row.get("prefill_a_s") or 0.0, "b_s_per_token": 1.0 / row["prefill_tps"],
+                        "c_s_per_token2": 0.0, "source": row.get("prefill_source"), "points": None, "r2": None,
+                        "range_uncached": row.get("prefill_input_range"), "range_cached": None},
+            "decode": {"d0_s_per_token": 1.0 / row["decode_tps"], "d1_s_per_token_per_ctx": 0.0,
+                       "source": row.get("decode_source"), "points": None, "r2": None, "range_context": None,
+                       "acceptance": None},
+            "batch": None, "slots": None}
