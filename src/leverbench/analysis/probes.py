@@ -33,7 +33,8 @@ from collections import defaultdict
 from typing import Any
 
 from .dataset import Dataset
-from .rate_model import has_drafter, is_natural, prefill_seconds, tokens_per_second_at
+from .rate_fit import has_drafter, is_natural
+from .rate_model import prefill_seconds, tokens_per_second_at
 from .stats import median
 from .warning_kinds import RunWarning, WarningKind
 

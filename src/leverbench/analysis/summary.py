@@ -25,7 +25,7 @@ from .load import load_summary, load_warnings, sweep_curves
 from .metrics import own_metrics, server_metrics
 from .phases import arm_rates, cell_shares, prefill_model, project
 from .probes import probes
-from .rate_model import rate_models
+from .rate_fit import rate_models
 from .reasoning import prompt_discipline, reasoning_split
 from .regression import decomposition
 from .server import server_account
