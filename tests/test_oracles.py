@@ -253,8 +253,8 @@ def test_regression_by_hand(decomposed):
 
 def test_probes_by_the_two_point_formula(decomposed):
     """Decode time f = latency − TTFT: at 16 tokens 0.30 0.30 0.31 (median 0.30), at 128 tokens 2.68 2.56 2.56
-    (median 2.56); decode_tps = (c2 − c1)/(f2 − f1) = 112/2.26 = 49.557522 tok/s; prefill_s = median TTFT of
-    the six calls (0.20 0.20 0.21 0.22 0.24 0.25) = 0.215 s; context = 1000 + (16 + 128 − 1)/2 = 1071.5.
+    (median 2.56); decode_tps = (c2 − c1)/(f2 − f1) = 112/2.26 = 49.557522 tok/s; prefill_s = t1 − c1/decode_tps
+    = 0.52 − 16·2.26/112 = 0.52 − 0.322857 = 0.197143 s; context = 1000 + (16 + 128 − 1)/2 = 1071.5.
     The regression (prompt 100 every call, outputs 100 200 300 400, mean 250) measured its rate at
     γ = cov(O, X)/var(O) with X = (O − 1)·100 + O(O − 1)/2: 100 + 250 − 0.5 = 349.5 tokens; moved to the
     probe's context with the model's d1: 1/(1/51.0204 + d1·(1071.5 − 349.5)).  No server timings: two
@@ -263,7 +263,7 @@ def test_probes_by_the_two_point_formula(decomposed):
     assert (p["n1"], p["n2"], p["repeats"]) == (16, 128, 3)
     assert (p["t1_s"], p["t2_s"]) == (0.52, 2.80)
     assert p["decode_tps"] == pytest.approx(49.5575221, rel=1e-7)
-    assert p["prefill_s"] == pytest.approx(0.215, rel=1e-9)
+    assert p["prefill_s"] == pytest.approx(0.1971429, rel=1e-6)
     assert p["input_tokens"] == 1000 and p["context_tokens"] == pytest.approx(1071.5)
     assert p["regression_context"] == pytest.approx(349.5, rel=1e-9)
     d1 = next(m for m in decomposed["rate_models"] if m["arm"] == "base")["decode"]["d1_s_per_token_per_ctx"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from ledgers import call, header, ledger, turn
 
 from leverbench.analysis.rate_fit import batch_slowdown, fit_decode, fit_prefill
 from leverbench.analysis.rate_model import (
@@ -12,6 +13,7 @@ from leverbench.analysis.rate_model import (
     prefill_seconds,
     tokens_per_second_at,
 )
+from leverbench.analysis.summary import summarize
 
 MODEL = {"prefill": {"a_s": 0.1, "b_s_per_token": 0.001, "c_s_per_token2": 1e-6},
          "decode": {"d0_s_per_token": 0.02, "d1_s_per_token_per_ctx": 1e-5}}
@@ -117,3 +119,47 @@ def test_models_by_arm_falls_back_to_the_flat_rates():
     got = models_by_arm(summary)
     assert got["a"]["prefill"] is None  # its own model, as fitted
     assert got["b"]["decode"]["d0_s_per_token"] == pytest.approx(0.02)  # the flat model of its rates row
+
+
+# ------------------------------------------------------------------ the cross-check at one context
+
+D0, D1 = 0.010, 1e-5  # s per token, s per token per context token: decode slows as the context grows
+
+
+def _llama_call(case: str, r: int, *, prompt: int, out: int, kind: str = "call", **kw) -> dict:
+    """A call as llama.cpp times it, on a context-dependent engine: prefill 1 ms a token, the first token at
+    its end, then out − 1 tokens from context prompt + 1, each d0 + d1·(its context)."""
+    prefill = prompt * 0.001
+    decode = sum(D0 + D1 * (prompt + i) for i in range(1, out))
+    return call("base", case, r, kind=kind, prompt=prompt, out=out, ttft=0.05 + prefill,
+                latency=0.05 + prefill + decode,
+                timings={"prompt_n": prompt, "prompt_ms": prefill * 1000, "predicted_n": out,
+                         "predicted_ms": decode * 1000, "cache_n": 0}, **kw)
+
+
+def test_probe_regression_and_server_timings_agree_at_the_probes_context():
+    """Turns at a 500-token prompt, a probe at a 3,000-token depth: decode there is much slower
+    (1/(10 ms + 1e-5·3,071.5) = 24.6 tok/s against 1/(10 ms + 1e-5·~600) = 62.5 tok/s in the turns).  Compared
+    as measured, probe and regression are 150 % apart; at the probe's context (the regression moved with the
+    server's fitted d1) the three views are the same rate."""
+    head = header({"base": {"prefix_cache": False}}, ["r"], repeats=4)
+    head["config"]["probes"] = {"output_tokens": [16, 128], "repeats": 2, "case": "r", "tolerance": 0.05,
+                                "depths": [3000]}
+    recs = []
+    for rep, out in enumerate((40, 80, 120, 160)):
+        c = _llama_call("r", rep, prompt=500, out=out)
+        recs += turn("base", "r", rep, c["latency_s"], out, calls=[c])
+    for rep in range(2):
+        for n in (16, 128):
+            recs.append(_llama_call("r", rep, prompt=3000, out=n, kind="probe", probe_tokens=n, probe_depth=3000,
+                                    length_method="ignore_eos"))
+    s = summarize(ledger(head, recs))
+    p = s["probes"][0]
+    at = 1.0 / (D0 + D1 * 3071.5)
+    assert p["depth"] == 3000 and p["context_tokens"] == pytest.approx(3071.5)
+    assert p["decode_tps"] == pytest.approx(at, rel=1e-9)
+    assert p["server_decode_tps"] == pytest.approx(at, rel=1e-6)
+    assert p["regression_decode_tps"] == pytest.approx(at, rel=1e-6)
+    assert p["agrees"] is True and p["agreement"] < 1e-6
+    m = s["rate_models"][0]["decode"]
+    assert (m["d0_s_per_token"], m["d1_s_per_token_per_ctx"]) == (pytest.approx(D0), pytest.approx(D1))

@@ -8,11 +8,12 @@ generated counts (normally n1 and n2) and, per length, the medians of the calls'
 f = latency − TTFT (first token → end of stream) and of their TTFT:
 
     decode_tps = (c2 − c1) / (f2 − f1)          (the tokens c1+1 … c2, at contexts L + c1 … L + c2 − 1)
-    prefill_s  = median TTFT of both lengths    (the same prompt: prefill plus overhead)
+    prefill_s  = t1 − c1 / decode_tps           (t1 the median latency at n1: what is left before decoding)
     context_tokens = L + (c1 + c2 − 1) / 2      (L: the median prompt tokens; the mean context of those tokens)
 
-Without TTFT (a call that was not streamed) the latencies t1, t2 stand in: decode_tps = (c2 − c1) / (t2 − t1),
-prefill_s = t1 − c1 / decode_tps.
+Taking the decode time rather than the latency keeps the prefill's noise (a long prompt's, uncached) out
+of the decode rate.  Without TTFT (a call that was not streamed) the latencies stand in:
+decode_tps = (c2 − c1) / (t2 − t1).
 
 **The check** compares three independent views of the arm's decode speed at the probe's context,
 through the arm's rate model (:mod:`.rate_model`: per-token time d0 + d1·L):
@@ -97,7 +98,7 @@ def measure(rows1: list[dict[str, Any]], rows2: list[dict[str, Any]]) -> dict[st
         out["method"] = "stream: decode time (latency − TTFT) at two lengths"
         if c2 > c1 and f2 > f1:
             out["decode_tps"] = (c2 - c1) / (f2 - f1)
-            out["prefill_s"] = median([r["ttft_s"] for r in both])
+            out["prefill_s"] = t1 - c1 / out["decode_tps"]
     else:
         out["method"] = "latency at two lengths"
         sol = two_point(c1, t1, c2, t2)
