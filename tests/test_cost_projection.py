@@ -27,13 +27,15 @@ def test_cost_reproduces_the_articles_figures():
 
 def _timed_call(arm, case, r, *, prompt, out, prefill_tps, decode_tps, overhead=0.05, kind="call", cached=0,
                 step=0, **kw):
+    """A call as llama.cpp times it: its first token one step after prefill, ``predicted_ms`` from the first
+    token to the last (out − 1 steps)."""
     uncached = prompt - cached
     prefill = uncached / prefill_tps
     decode = out / decode_tps
-    return call(arm, case, r, kind=kind, step=step, prompt=prompt, out=out, cached=cached, ttft=overhead + prefill,
-                latency=overhead + prefill + decode,
+    return call(arm, case, r, kind=kind, step=step, prompt=prompt, out=out, cached=cached,
+                ttft=overhead + prefill + 1 / decode_tps, latency=overhead + prefill + decode,
                 timings={"prompt_n": uncached, "prompt_ms": prefill * 1000, "predicted_n": out,
-                         "predicted_ms": decode * 1000, "cache_n": cached}, **kw)
+                         "predicted_ms": (out - 1) / decode_tps * 1000, "cache_n": cached}, **kw)
 
 
 def _ledger():
@@ -75,9 +77,10 @@ def test_projection_matches_hand_computation():
     assert lever["saved_s"] == pytest.approx(83.0 - 83_000 * (1 - hit) / 1000.0, rel=1e-6)
     assert lever["phase"] == "prefill" and lever["credited"] is True
     assert "decode is 55%" in s["projection"]["recommendation"]
-    # the probes' two-point solution and the regression agree on this exactly linear ledger
+    # the probes' two-point solution, the regression and the server's timings agree on this exactly linear ledger
     pr = next(x for x in s["probes"] if x["arm"] == "base")
     assert pr["decode_tps"] == pytest.approx(50.0) and pr["prefill_s"] == pytest.approx(0.05 + 3.0)
+    assert pr["server_decode_tps"] == pytest.approx(50.0) and pr["regression_decode_tps"] == pytest.approx(50.0)
     assert pr["agrees"] is True
 
 

@@ -218,6 +218,7 @@ def test_overlap_and_an_uncontrolled_comparison(guarded):
 # One cell of four turns, one call each: (output tokens, latency s) in repeat order.
 POINTS = [(300, 6.8), (100, 3.0), (400, 9.0), (200, 5.2)]
 PROBE_LATENCY = {16: [0.55, 0.50, 0.52], 128: [2.90, 2.76, 2.80]}  # medians 0.52 and 2.80
+PROBE_TTFT = {16: [0.25, 0.20, 0.21], 128: [0.22, 0.20, 0.24]}
 
 
 @pytest.fixture(scope="module")
@@ -229,7 +230,8 @@ def decomposed() -> dict:
         recs += _retried_turn("base", "r", rep, lat, out) if rep == 1 else turn("base", "r", rep, lat, out)
     for n, lats in PROBE_LATENCY.items():
         for i, lat in enumerate(lats):
-            recs.append(call("base", "r", i, latency=lat, out=n, prompt=1000, kind="probe", probe_tokens=n))
+            recs.append(call("base", "r", i, latency=lat, ttft=PROBE_TTFT[n][i], out=n, prompt=1000, kind="probe",
+                             probe_tokens=n))
     return summarize(ledger(head, recs))
 
 
@@ -250,17 +252,26 @@ def test_regression_by_hand(decomposed):
 
 
 def test_probes_by_the_two_point_formula(decomposed):
-    """decode_tps = (c2 − c1)/(t2 − t1) = (128 − 16)/(2.80 − 0.52) = 112/2.28 = 49.1228 tok/s;
-    prefill_s = t1 − c1/decode_tps = 0.52 − 16·2.28/112 = 0.52 − 0.325714 = 0.194286 s;
-    against the regression: |49.1228 − 51.0204| / 51.0204 = 0.037193 ≤ 0.05 → agrees."""
+    """Decode time f = latency − TTFT: at 16 tokens 0.30 0.30 0.31 (median 0.30), at 128 tokens 2.68 2.56 2.56
+    (median 2.56); decode_tps = (c2 − c1)/(f2 − f1) = 112/2.26 = 49.557522 tok/s; prefill_s = t1 − c1/decode_tps
+    = 0.52 − 16·2.26/112 = 0.52 − 0.322857 = 0.197143 s; context = 1000 + (16 + 128 − 1)/2 = 1071.5.
+    The regression (prompt 100 every call, outputs 100 200 300 400, mean 250) measured its rate at
+    γ = cov(O, X)/var(O) with X = (O − 1)·100 + O(O − 1)/2: 100 + 250 − 0.5 = 349.5 tokens; moved to the
+    probe's context with the model's d1: 1/(1/51.0204 + d1·(1071.5 − 349.5)).  No server timings: two
+    views, agreement = max/min − 1."""
     p = next(x for x in decomposed["probes"] if x["arm"] == "base")
     assert (p["n1"], p["n2"], p["repeats"]) == (16, 128, 3)
     assert (p["t1_s"], p["t2_s"]) == (0.52, 2.80)
-    assert p["decode_tps"] == pytest.approx(49.1228070, rel=1e-7)
-    assert p["prefill_s"] == pytest.approx(0.1942857, rel=1e-6)
-    assert p["input_tokens"] == 1000
-    assert p["agreement"] == pytest.approx(0.0371930, rel=1e-5)
-    assert p["agrees"] is True
+    assert p["decode_tps"] == pytest.approx(49.5575221, rel=1e-7)
+    assert p["prefill_s"] == pytest.approx(0.1971429, rel=1e-6)
+    assert p["input_tokens"] == 1000 and p["context_tokens"] == pytest.approx(1071.5)
+    assert p["regression_context"] == pytest.approx(349.5, rel=1e-9)
+    d1 = next(m for m in decomposed["rate_models"] if m["arm"] == "base")["decode"]["d1_s_per_token_per_ctx"]
+    reg = 1.0 / (0.0196 + d1 * (1071.5 - 349.5))
+    assert p["regression_decode_tps"] == pytest.approx(reg, rel=1e-9)
+    assert p["server_decode_tps"] is None and p["views"] == ["probe", "regression"]
+    assert p["agreement"] == pytest.approx(max(reg, 49.5575221) / min(reg, 49.5575221) - 1, rel=1e-6)
+    assert p["agrees"] is (p["agreement"] <= 0.05)
 
 
 # ------------------------------------------------------------------ load percentiles

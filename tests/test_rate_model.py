@@ -3,8 +3,17 @@
 from __future__ import annotations
 
 import pytest
+from ledgers import call, header, ledger, turn
 
-from leverbench.analysis.rate_model import decode_seconds, from_rates_row, prefill_seconds
+from leverbench.analysis.rate_fit import batch_slowdown, fit_decode, fit_prefill
+from leverbench.analysis.rate_model import (
+    decode_seconds,
+    from_rates_row,
+    models_by_arm,
+    prefill_seconds,
+    tokens_per_second_at,
+)
+from leverbench.analysis.summary import summarize
 
 MODEL = {"prefill": {"a_s": 0.1, "b_s_per_token": 0.001, "c_s_per_token2": 1e-6},
          "decode": {"d0_s_per_token": 0.02, "d1_s_per_token_per_ctx": 1e-5}}
@@ -26,3 +35,131 @@ def test_a_flat_model_from_the_rates_table():
     assert prefill_seconds(m, 2000, 10_000) == pytest.approx(0.05 + 2.0)  # no position term
     assert decode_seconds(m, 5000, 100) == pytest.approx(2.0)  # no context term
     assert from_rates_row({"arm": "a", "prefill_tps": None, "decode_tps": 50.0}) is None
+
+
+# ------------------------------------------------------------------ fitting, on exact points
+
+def test_fit_prefill_recovers_a_b_c_from_exact_points():
+    """s = 0.02 + 0.001·n + 2e-7·n·(k + n/2) at (n, k) with both n and k varying: exact recovery, R² = 1."""
+    pts = [(100, 0), (500, 0), (1000, 0), (2000, 0), (10, 1000), (50, 3000), (400, 1500)]
+    n, k = [p[0] for p in pts], [p[1] for p in pts]
+    s = [0.02 + 0.001 * a + 2e-7 * a * (b + a / 2) for a, b in pts]
+    p = fit_prefill(n, k, s, "server timings")
+    assert p["a_s"] == pytest.approx(0.02, rel=1e-6) and p["b_s_per_token"] == pytest.approx(0.001, rel=1e-6)
+    assert p["c_s_per_token2"] == pytest.approx(2e-7, rel=1e-6) and p["quadratic"] is True
+    assert p["r2"] == pytest.approx(1.0) and p["points"] == 7 and p["outliers"] == 0
+    assert (p["range_uncached"], p["range_cached"]) == ([10, 2000], [0, 3000])
+
+
+def test_fit_prefill_without_the_quadratic_term_when_it_is_not_determined():
+    """Two prompt lengths, k = 0: n²/2 is a combination of 1 and n over two points, so c is not fitted
+    (0, quadratic false) and the line through them is a + b·n: a = 0.1, b = (1.1 − 0.6)/500 = 0.001."""
+    p = fit_prefill([500, 1000, 500, 1000], [0, 0, 0, 0], [0.6, 1.1, 0.6, 1.1])
+    assert p["quadratic"] is False and p["c_s_per_token2"] == 0.0
+    assert p["a_s"] == pytest.approx(0.1) and p["b_s_per_token"] == pytest.approx(0.001)
+    # one prompt length: proportional through zero, b = Σs / Σn = 1.2 / 2000
+    one = fit_prefill([1000, 1000], [0, 0], [0.5, 0.7])
+    assert one["a_s"] == 0.0 and one["b_s_per_token"] == pytest.approx(0.0006) and one["r2"] is None
+    assert fit_prefill([0, 0], [10, 10], [0.01, 0.01]) is None  # nothing computed: no prefill point
+
+
+def test_fit_decode_recovers_d0_d1_from_exact_points():
+    """m tokens from context L take Σ (d0 + d1·(L + i)) = m·(d0 + d1·(L + (m − 1)/2)); d0 = 10 ms, d1 = 5e-6."""
+    pts = [(20, 500), (80, 500), (40, 2000), (60, 4000), (10, 8000)]
+    m, L = [p[0] for p in pts], [p[1] for p in pts]
+    s = [a * (0.01 + 5e-6 * (b + (a - 1) / 2)) for a, b in pts]
+    d = fit_decode(m, L, s, "server timings")
+    assert d["d0_s_per_token"] == pytest.approx(0.01, rel=1e-6)
+    assert d["d1_s_per_token_per_ctx"] == pytest.approx(5e-6, rel=1e-6)
+    assert d["r2"] == pytest.approx(1.0) and d["context_fitted"] is True
+    assert d["range_context"] == [500, 8009]  # the last point's tokens reach 8000 + 10 − 1
+    # its decode_s agrees with the points it was fitted on
+    model = {"decode": d}
+    assert decode_seconds(model, 500, 80) == pytest.approx(80 * (0.01 + 5e-6 * (500 + 79 / 2)), rel=1e-6)
+    assert tokens_per_second_at(model, 2000) == pytest.approx(1 / (0.01 + 5e-6 * 2000), rel=1e-6)
+
+
+def test_fit_decode_at_one_context_fits_no_slope():
+    """Contexts within MIN_CONTEXT_SPAN of each other: d1 = 0, d0 the weighted mean per-token time
+    Σs / Σm = (0.2 + 0.44) / (20 + 40) = 0.010667."""
+    d = fit_decode([20, 40], [1000, 1010], [0.2, 0.44])
+    assert d["context_fitted"] is False and d["d1_s_per_token_per_ctx"] == 0.0 and d["r2"] is None
+    assert d["d0_s_per_token"] == pytest.approx(0.64 / 60)
+
+
+def test_a_stall_is_left_out_and_counted():
+    """Nine calls on the line d0 = 10 ms, d1 = 5e-6, one of them stalled 30 s (a shared machine): it is an
+    outlier (residual far beyond 5 robust standard deviations and 25 % of its prediction), left out, and the
+    fit on the other eight is exact."""
+    pts = [(50, 500), (50, 1000), (50, 1500), (50, 2000), (50, 2500), (50, 3000), (50, 3500), (50, 4000), (50, 700)]
+    s = [a * (0.01 + 5e-6 * (b + (a - 1) / 2)) for a, b in pts]
+    s[-1] += 30.0
+    d = fit_decode([p[0] for p in pts], [p[1] for p in pts], s)
+    assert d["outliers"] == 1 and d["points"] == 8
+    assert d["d0_s_per_token"] == pytest.approx(0.01, rel=1e-6)
+    assert d["d1_s_per_token_per_ctx"] == pytest.approx(5e-6, rel=1e-6)
+
+
+def test_batch_slowdown_from_the_load_stages():
+    """TPOT p50 at concurrency 1, 2, 4: 10, 12, 18 ms → slowdown 1, 1.2, 1.8 (the sweep with most points)."""
+    rows = [{"arm": "a", "stage": f"ramp-c{c}", "sweep": "ramp", "mode": "closed", "concurrency": c,
+             "tpot": {"p50": t}} for c, t in ((1, 0.010), (2, 0.012), (4, 0.018))]
+    rows.append({"arm": "a", "stage": "bursty", "sweep": None, "mode": "open", "concurrency": None,
+                 "tpot": {"p50": 0.05}})
+    b = batch_slowdown(rows, "a")
+    assert b["concurrency"] == [1, 2, 4] and b["reference_concurrency"] == 1
+    assert b["slowdown"] == pytest.approx([1.0, 1.2, 1.8])
+    assert batch_slowdown(rows, "other") is None
+
+
+def test_models_by_arm_falls_back_to_the_flat_rates():
+    summary = {"rate_models": [{"arm": "a", "prefill": None, "decode": None}],
+               "rates": [{"arm": "a", "prefill_tps": 10.0, "decode_tps": 5.0},
+                         {"arm": "b", "prefill_tps": 1000.0, "prefill_a_s": 0.0, "decode_tps": 50.0}]}
+    got = models_by_arm(summary)
+    assert got["a"]["prefill"] is None  # its own model, as fitted
+    assert got["b"]["decode"]["d0_s_per_token"] == pytest.approx(0.02)  # the flat model of its rates row
+
+
+# ------------------------------------------------------------------ the cross-check at one context
+
+D0, D1 = 0.010, 1e-5  # s per token, s per token per context token: decode slows as the context grows
+
+
+def _llama_call(case: str, r: int, *, prompt: int, out: int, kind: str = "call", **kw) -> dict:
+    """A call as llama.cpp times it, on a context-dependent engine: prefill 1 ms a token, the first token at
+    its end, then out − 1 tokens from context prompt + 1, each d0 + d1·(its context)."""
+    prefill = prompt * 0.001
+    decode = sum(D0 + D1 * (prompt + i) for i in range(1, out))
+    return call("base", case, r, kind=kind, prompt=prompt, out=out, ttft=0.05 + prefill,
+                latency=0.05 + prefill + decode,
+                timings={"prompt_n": prompt, "prompt_ms": prefill * 1000, "predicted_n": out,
+                         "predicted_ms": decode * 1000, "cache_n": 0}, **kw)
+
+
+def test_probe_regression_and_server_timings_agree_at_the_probes_context():
+    """Turns at a 500-token prompt, a probe at a 3,000-token depth: decode there is much slower
+    (1/(10 ms + 1e-5·3,071.5) = 24.6 tok/s against 1/(10 ms + 1e-5·~600) = 62.5 tok/s in the turns).  Compared
+    as measured, probe and regression are 150 % apart; at the probe's context (the regression moved with the
+    server's fitted d1) the three views are the same rate."""
+    head = header({"base": {"prefix_cache": False}}, ["r"], repeats=4)
+    head["config"]["probes"] = {"output_tokens": [16, 128], "repeats": 2, "case": "r", "tolerance": 0.05,
+                                "depths": [3000]}
+    recs = []
+    for rep, out in enumerate((40, 80, 120, 160)):
+        c = _llama_call("r", rep, prompt=500, out=out)
+        recs += turn("base", "r", rep, c["latency_s"], out, calls=[c])
+    for rep in range(2):
+        for n in (16, 128):
+            recs.append(_llama_call("r", rep, prompt=3000, out=n, kind="probe", probe_tokens=n, probe_depth=3000,
+                                    length_method="ignore_eos"))
+    s = summarize(ledger(head, recs))
+    p = s["probes"][0]
+    at = 1.0 / (D0 + D1 * 3071.5)
+    assert p["depth"] == 3000 and p["context_tokens"] == pytest.approx(3071.5)
+    assert p["decode_tps"] == pytest.approx(at, rel=1e-9)
+    assert p["server_decode_tps"] == pytest.approx(at, rel=1e-6)
+    assert p["regression_decode_tps"] == pytest.approx(at, rel=1e-6)
+    assert p["agrees"] is True and p["agreement"] < 1e-6
+    m = s["rate_models"][0]["decode"]
+    assert (m["d0_s_per_token"], m["d1_s_per_token_per_ctx"]) == (pytest.approx(D0), pytest.approx(D1))

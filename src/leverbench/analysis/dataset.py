@@ -231,14 +231,14 @@ def _counted_of_each_unit(t: Columns) -> np.ndarray:
 
 
 def counted_records(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Of each probe or sentinel unit (kind, arm, case, repeat, probe_tokens, position), the records of
+    """Of each probe or sentinel unit (kind, arm, case, repeat, probe_tokens, position, probe_depth), the records of
     the attempt that counts, in ledger order: the first attempt whose final try succeeded, else the
     latest.  An attempt is its tries up to the first one not marked ``retried``."""
     attempts: dict[tuple, list[list[int]]] = {}
     recs = list(records)
     for i, r in enumerate(recs):
         runs = attempts.setdefault((r.get("kind"), r.get("arm"), r.get("case"), r.get("repeat"),
-                                    r.get("probe_tokens"), r.get("position")), [])
+                                    r.get("probe_tokens"), r.get("position"), r.get("probe_depth")), [])
         if not runs or not recs[runs[-1][-1]].get("retried"):
             runs.append([])
         runs[-1].append(i)

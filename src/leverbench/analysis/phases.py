@@ -7,13 +7,18 @@ decode (harness, network, gaps between calls; queueing once measured).
 share = phase / turn time.
 
 Scenario (input I tokens, output O tokens), per arm:
-    uncached = I × (1 − h), h = the share of the prompt the arm found cached
-      when the same prompt came again (its probes), 0 without a cache;
-    prefill_s = a + uncached / prefill_tps, fitted by least squares on the
+    uncached n = I × (1 − h), cached k = I × h, h = the share of the prompt the arm found
+      cached when the same prompt came again (its probes), 0 without a cache;
+    prefill_s = the arm's rate model (:mod:`.rate_model`) where it has a prefill fit:
+      a + b·n + c·n·(k + n/2); else the flat fit a + n / prefill_tps, by least squares on the
       arm's measured (uncached tokens, prefill seconds) points: the server's
       timings where reported, else probes and first-call TTFTs (with a single
       length, proportional through zero);
-    decode_s = O / decode_tps (probe rate, else the median regression rate);
+    decode_s = the rate model where it has a decode fit: O·d0 + d1·(O·I + O·(O − 1)/2) (decode slows
+      as the context grows from I to I + O); else O / decode_tps (probe rate, else the median
+      regression rate);
+    ``extrapolation`` / ``decode_extrapolation`` say where the scenario lies outside the ranges the
+      model was fitted on (uncached and cached tokens; contexts);
     queue_s = the server's queue seconds per request over the arm's turns
       (its Prometheus metrics, where it reports them and they are the arm's
       own), else 0;
@@ -40,6 +45,7 @@ import numpy as np
 
 from .dataset import CallTable, Dataset, groups, sums, turn_groups, zero_nan
 from .knobs import is_on, lever_phase
+from .rate_model import decode_seconds, prefill_seconds
 from .regression import fit_line
 from .stats import median
 
@@ -116,7 +122,7 @@ def arm_rates(ds: Dataset, probes: list[dict[str, Any]], decomposition: list[dic
         m = own_metrics.get(arm, {})
         refused = None
         ct, pt = calls & c_timed, pcalls & p_timed
-        pr = [x for x in probes if x["arm"] == arm and x.get("decode_tps")]
+        pr = [x for x in probes if x["arm"] == arm and x.get("decode_tps") and not x.get("forced_on_drafter")]
         regs = [d["decode_tps"] for d in decomposition if d["arm"] == arm and d.get("decode_tps")]
         n_timed = int(ct.sum() + pt.sum())
         pms = float(zero_nan(c.predicted_ms[ct]).sum()) + float(zero_nan(p.predicted_ms[pt]).sum())
@@ -196,22 +202,66 @@ def prefill_model(points: tuple[Sequence[float], Sequence[float]]) -> dict[str, 
     return {"a": 0.0, "b": b, "r2": None, "min_input": lo, "max_input": hi, "n": len(xs)}
 
 
+def _outside(what: str, x: float, rng: list[float] | None) -> str | None:
+    """Where *x* lies against the fitted range [lo, hi] of *what*: None when inside."""
+    if not rng:
+        return None
+    lo, hi = rng
+    if x > hi:
+        return f"{what} {x:,.0f} beyond the largest fitted ({hi:,.0f}" + (f", {x / hi:.1f}x)" if hi > 0 else ")")
+    if x < lo:
+        return f"{what} {x:,.0f} below the smallest fitted ({lo:,.0f})"
+    return None
+
+
+def model_prefill(model: dict[str, Any], input_tokens: int, hit: float) -> tuple[float, str]:
+    """(prefill seconds, where it stands against the fitted ranges) of the scenario's prompt on a rate model."""
+    n, k = input_tokens * (1.0 - hit), input_tokens * hit
+    p = model["prefill"]
+    out = [x for x in (_outside("uncached", n, p.get("range_uncached")), _outside("cached", k, p.get("range_cached")))
+           if x]
+    note = ("rate model extrapolated: " + "; ".join(out)) if out else (
+        f"rate model, within fitted ranges (uncached {p['range_uncached'][0]:,}–{p['range_uncached'][1]:,})")
+    return prefill_seconds(model, n, k), note
+
+
+def model_decode(model: dict[str, Any], input_tokens: int, output_tokens: int) -> tuple[float, str]:
+    """(decode seconds, where it stands against the fitted contexts) of the scenario on a rate model."""
+    rng = model["decode"].get("range_context")
+    out = [x for x in (_outside("context", input_tokens, rng), _outside("context", input_tokens + output_tokens, rng))
+           if x]
+    note = ("rate model extrapolated: " + out[-1]) if out else (
+        f"rate model, within fitted contexts ({rng[0]:,}–{rng[1]:,})" if rng else "rate model")
+    return decode_seconds(model, input_tokens, output_tokens), note
+
+
 def project(ds: Dataset, rates: dict[str, dict[str, Any]], engaged_rows: list[dict[str, Any]],
             input_tokens: int, output_tokens: int, multipliers: list[dict[str, Any]] | None = None,
-            queue_s: dict[str, float] | None = None) -> dict[str, Any]:
+            queue_s: dict[str, float] | None = None, models: dict[str, dict[str, Any]] | None = None
+            ) -> dict[str, Any]:
     """The scenario per arm and the return of every lever that a controlled comparison measures
     (the ``total`` rows of *multipliers* with a ``lever``).  An arm whose prefill (or decode) cannot
     be projected keeps its other phase (``prefill_refused`` / ``decode_refused``; no total), so a
-    lever that acts on the phase it has is still projected."""
+    lever that acts on the phase it has is still projected.  *models*: the arms' rate models
+    (``rate_models[]`` by arm), used for each phase they fitted."""
     arms = []
     for arm in ds.arms:
         r = rates.get(arm) or {}
+        rm = (models or {}).get(arm) or {}
         model = prefill_model(r.get("prefill_points") or ([], []))
         dt, hit = r.get("decode_tps"), r.get("cached_share")
         row: dict[str, Any] = {"arm": arm, "prefill_s": None, "decode_s": None,
                                "queue_s": (queue_s or {}).get(arm, 0.0), "total_s": None, "prefill_share": None,
                                "decode_share": None}
-        if model is not None and hit is not None:
+        if rm.get("prefill") and hit is not None:
+            row["prefill_s"], extrap = model_prefill(rm, input_tokens, hit)
+            if hit:
+                extrap += f"; {hit:.0%} of the prompt cached, as in {r.get('cached_share_source')}"
+            uncached = input_tokens * (1.0 - hit)
+            row.update(prefill_tps=uncached / row["prefill_s"] if row["prefill_s"] > 0 and uncached else None,
+                       prefill_source=f"rate model ({rm['prefill']['source']})", cached_share=hit,
+                       extrapolation=extrap)
+        elif model is not None and hit is not None:
             uncached = input_tokens * (1.0 - hit)
             row["prefill_s"] = model["a"] + model["b"] * uncached
             if uncached > model["max_input"]:
@@ -229,7 +279,11 @@ def project(ds: Dataset, rates: dict[str, dict[str, Any]], engaged_rows: list[di
         else:
             row["prefill_refused"] = (r.get("refused") or "no measured prefill points" if model is None
                                       else "the share of the prompt it finds cached is unknown")
-        if dt:
+        if rm.get("decode") and output_tokens > 0:
+            row["decode_s"], row["decode_extrapolation"] = model_decode(rm, input_tokens, output_tokens)
+            row.update(decode_tps=output_tokens / row["decode_s"] if row["decode_s"] > 0 else None,
+                       decode_source=f"rate model ({rm['decode']['source']})")
+        elif dt:
             row.update(decode_s=output_tokens / dt, decode_tps=dt, decode_source=r.get("decode_source"))
         else:
             row["decode_refused"] = "no measured decode rate"

@@ -1,14 +1,31 @@
-"""Fixed-length probes: prefill and decode from two forced output lengths.
+"""Fixed-length probes: prefill and decode from two output lengths, checked at the same context.
 
-The same prompt is sent with the output forced to n1 and n2 tokens.  With t1,
-t2 the median latencies and c1, c2 the generated counts the engine reported
-(normally n1 and n2):
+The same prompt (the probe case's, or that prompt cut or padded to each of ``[probes] depths`` tokens) is
+sent with the output forced to n1 and n2 tokens (``ignore_eos``).  A drafter arm's probes are not forced
+(``length_method`` "natural ..."): a drafter predicts the repetitive text that a forced answer produces
+past its end unnaturally well, so its decode rate is measured on natural answers.  With c1, c2 the
+generated counts (normally n1 and n2) and, per length, the medians of the calls' decode time
+f = latency − TTFT (first token → end of stream) and of their TTFT:
 
-    decode_tps = (c2 − c1) / (t2 − t1)
-    prefill_s  = t1 − c1 / decode_tps
+    decode_tps = (c2 − c1) / (f2 − f1)          (the tokens c1+1 … c2, at contexts L + c1 … L + c2 − 1)
+    prefill_s  = t1 − c1 / decode_tps           (t1 the median latency at n1: what is left before decoding)
+    context_tokens = L + (c1 + c2 − 1) / 2      (L: the median prompt tokens; the mean context of those tokens)
 
-The check against the regression passes when |probe − regression| /
-regression ≤ tolerance (default 5 %) for the same arm and case.
+Taking the decode time rather than the latency keeps the prefill's noise (a long prompt's, uncached) out
+of the decode rate.  Without TTFT (a call that was not streamed) the latencies stand in:
+decode_tps = (c2 − c1) / (t2 − t1).
+
+**The check** compares three independent views of the arm's decode speed at the probe's context,
+through the arm's rate model (:mod:`.rate_model`: per-token time d0 + d1·L):
+
+- probe: ``decode_tps`` as measured (left out of the check when it was forced on a drafter arm);
+- regression: the probe case's cell regression (:mod:`.regression`), measured at its ``decode_context``
+  γ, moved to the probe's context with the model's d1: 1 / (1/decode_tps_reg + d1·(context − γ));
+- server: the model fitted on the server's own per-call timings (llama.cpp ``predicted_ms``), at the
+  probe's context: 1 / (d0 + d1·context) (only when the model's decode comes from server timings).
+
+``agreement`` = max / min − 1 over the views present (at least two); ``agrees`` when it is at most the
+tolerance (``[probes] tolerance``, default 5 %).
 """
 
 from __future__ import annotations
@@ -17,7 +34,9 @@ from collections import defaultdict
 from typing import Any
 
 from .dataset import Dataset
-from .stats import median, rel_diff
+from .rate_fit import has_drafter, is_natural
+from .rate_model import prefill_seconds, tokens_per_second_at
+from .stats import median
 from .warning_kinds import RunWarning, WarningKind
 
 
@@ -29,81 +48,145 @@ def two_point(c1: float, t1: float, c2: float, t2: float) -> tuple[float, float]
     return t1 - c1 / tps, tps
 
 
-def probes(ds: Dataset, decomposition: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[RunWarning]]:
+def spread(values: list[float]) -> float | None:
+    """max / min − 1 of positive values (None for fewer than two)."""
+    if len(values) < 2:
+        return None
+    return max(values) / min(values) - 1.0
+
+
+def _tokens(r: dict[str, Any], key: str) -> float | None:
+    return r.get(key) if r.get(key) is not None else (r.get("timings") or {}).get(
+        {"cached_tokens": "cache_n"}.get(key, key))
+
+
+def _length_rows(recs: list[dict[str, Any]], arm: str, case: str, n: int, natural: bool,
+                 warnings: list[RunWarning]) -> list[dict[str, Any]]:
+    """The probe calls of one length that count (successful, with a count), warning about the others."""
+    recs = [r for r in recs if not r.get("retried")]  # an attempt sent again is not a probe
+    ok = [r for r in recs if r.get("error") is None and r.get("completion_tokens") is not None]
+    failed = len(recs) - len(ok)
+    if failed:
+        warnings.append(RunWarning(WarningKind.PROBE_FAILED, f"probe {arm}/{case} at {n} tokens: {failed} of "
+                                   f"{len(recs)} call(s) failed", arm, case))
+    disobeyed = [r["completion_tokens"] for r in ok if r["completion_tokens"] != n]
+    if disobeyed and not natural:
+        warnings.append(RunWarning(WarningKind.PROBE_DISOBEYED,
+                                   f"probe {arm}/{case}: asked for {n} output tokens, "
+                                   f"the engine generated {sorted(set(disobeyed))} in {len(disobeyed)} of "
+                                   f"{len(ok)} call(s) (it did not honour ignore_eos/min_tokens); the actual "
+                                   "counts were used", arm, case))
+    return ok
+
+
+def measure(rows1: list[dict[str, Any]], rows2: list[dict[str, Any]]) -> dict[str, Any]:
+    """The two-point measurement of one probe (see the module docstring) from its calls at n1 and n2."""
+    c1 = median([r["completion_tokens"] for r in rows1])
+    c2 = median([r["completion_tokens"] for r in rows2])
+    t1 = median([r["latency_s"] for r in rows1])
+    t2 = median([r["latency_s"] for r in rows2])
+    out: dict[str, Any] = {"t1_s": t1, "t2_s": t2, "c1": c1, "c2": c2, "prefill_s": None, "decode_tps": None}
+    both = rows1 + rows2
+    prompts = [r["prompt_tokens"] for r in both if r.get("prompt_tokens") is not None]
+    out["input_tokens"] = median(prompts) if prompts else None
+    cached = [c for c in (_tokens(r, "cached_tokens") for r in both) if c is not None]
+    out["cached_tokens"] = median(cached) if cached else None
+    out["context_tokens"] = out["input_tokens"] + (c1 + c2 - 1) / 2.0 if out["input_tokens"] else None
+    if all(r.get("ttft_s") is not None for r in both):
+        f1 = median([r["latency_s"] - r["ttft_s"] for r in rows1])
+        f2 = median([r["latency_s"] - r["ttft_s"] for r in rows2])
+        out["method"] = "stream: decode time (latency − TTFT) at two lengths"
+        if c2 > c1 and f2 > f1:
+            out["decode_tps"] = (c2 - c1) / (f2 - f1)
+            out["prefill_s"] = t1 - c1 / out["decode_tps"]
+    else:
+        out["method"] = "latency at two lengths"
+        sol = two_point(c1, t1, c2, t2)
+        if sol is not None:
+            out["prefill_s"], out["decode_tps"] = sol
+    if out["decode_tps"] is None:
+        out["refused"] = "the longer probe was not slower: cannot separate prefill from decode"
+    return out
+
+
+def check(entry: dict[str, Any], reg: dict[str, Any] | None, model: dict[str, Any] | None, tol: float) -> None:
+    """Add the three views at the probe's context, their ``agreement`` and ``agrees`` (module docstring)."""
+    ctx = entry.get("context_tokens")
+    dec = (model or {}).get("decode")
+    d1 = dec["d1_s_per_token_per_ctx"] if dec else 0.0
+    entry["regression_decode_tps"] = reg.get("decode_tps") if reg else None
+    entry["regression_context"] = reg.get("decode_context") if reg else None
+    if entry["regression_decode_tps"] and ctx is not None and entry["regression_context"] is not None:
+        t = 1.0 / entry["regression_decode_tps"] + d1 * (ctx - entry["regression_context"])
+        entry["regression_decode_tps"] = 1.0 / t if t > 0 else None
+    entry["server_decode_tps"] = None
+    if dec and dec.get("source") == "server timings" and ctx is not None:
+        entry["server_decode_tps"] = tokens_per_second_at(model, ctx)
+        lo, hi = dec["range_context"]
+        entry["server_extrapolated"] = not lo <= ctx <= hi
+    views = {"probe": None if entry.get("forced_on_drafter") else entry["decode_tps"],
+             "regression": entry["regression_decode_tps"], "server": entry["server_decode_tps"]}
+    present = {k: v for k, v in views.items() if v}
+    entry["views"] = sorted(present)
+    entry["agreement"] = spread(list(present.values()))
+    entry["agrees"] = None if entry["agreement"] is None else entry["agreement"] <= tol
+    if model and model.get("prefill") and entry.get("input_tokens"):
+        k = entry.get("cached_tokens") or 0
+        entry["model_prefill_s"] = prefill_seconds(model, entry["input_tokens"] - k, k)
+
+
+def probes(ds: Dataset, decomposition: list[dict[str, Any]], models: list[dict[str, Any]] | None = None
+           ) -> tuple[list[dict[str, Any]], list[RunWarning]]:
     cfg = ds.config.get("probes") or {}
     tol = cfg.get("tolerance", 0.05)
     warnings: list[RunWarning] = []
-    by: dict[tuple[str, str, int], list[dict[str, Any]]] = defaultdict(list)
+    by: dict[tuple[str, str, Any], dict[int, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
     for p in ds.probes:
-        by[(p["arm"], p["case"], p["probe_tokens"])].append(p)
+        by[(p["arm"], p["case"], p.get("probe_depth"))][p["probe_tokens"]].append(p)
     reg = {(d["arm"], d["case"]): d for d in decomposition}
+    model_of = {m["arm"]: m for m in models or []}
     out = []
-    keys = sorted({(a, c) for a, c, _ in by}, key=lambda k: (ds.arms.index(k[0]) if k[0] in ds.arms else 99, k[1]))
-    for arm, case in keys:
-        ns = sorted({n for a, c, n in by if (a, c) == (arm, case)})
-        if len(ns) < 2:
+    keys = sorted(by, key=lambda k: (ds.arms.index(k[0]) if k[0] in ds.arms else 99, k[1], k[2] or 0))
+    for arm, case, depth in keys:
+        lengths = by[(arm, case, depth)]
+        if len(lengths) < 2:
             continue
-        n1, n2 = ns[0], ns[-1]
-        rows = {}
-        for n in (n1, n2):
-            recs = [r for r in by[(arm, case, n)] if not r.get("retried")]  # an attempt sent again is not a probe
-            ok = [r for r in recs if r.get("error") is None and r.get("completion_tokens") is not None]
-            failed = len(recs) - len(ok)
-            if failed:
-                warnings.append(RunWarning(WarningKind.PROBE_FAILED, f"probe {arm}/{case} at {n} tokens: {failed} of "
-                                           f"{len(recs)} call(s) failed", arm, case))
-            disobeyed = [r["completion_tokens"] for r in ok if r["completion_tokens"] != n]
-            if disobeyed:
-                warnings.append(RunWarning(WarningKind.PROBE_DISOBEYED,
-                                           f"probe {arm}/{case}: asked for {n} output tokens, "
-                                           f"the engine generated {sorted(set(disobeyed))} in {len(disobeyed)} of "
-                                           f"{len(ok)} call(s) (it did not honour ignore_eos/min_tokens); the actual "
-                                           "counts were used", arm, case))
-            rows[n] = ok
-        entry: dict[str, Any] = {"arm": arm, "case": case, "n1": n1, "n2": n2,
-                                 "repeats": min(len(rows[n1]), len(rows[n2])), "prefill_s": None, "decode_tps": None,
-                                 "input_tokens": None, "cached_tokens": None}
+        n1, n2 = min(lengths), max(lengths)
+        natural = all(is_natural(r) for n in (n1, n2) for r in lengths[n])
+        rows = {n: _length_rows(lengths[n], arm, case, n, natural, warnings) for n in (n1, n2)}
+        drafter = arm in ds.arm_names and has_drafter(ds, arm)
+        entry: dict[str, Any] = {"arm": arm, "case": case, "depth": depth, "n1": n1, "n2": n2,
+                                 "repeats": min(len(rows[n1]), len(rows[n2])), "prefill_s": None,
+                                 "decode_tps": None, "input_tokens": None, "cached_tokens": None,
+                                 "context_tokens": None, "natural": natural,
+                                 "forced_on_drafter": drafter and not natural}
         if rows[n1] and rows[n2]:
-            c1 = median([r["completion_tokens"] for r in rows[n1]])
-            c2 = median([r["completion_tokens"] for r in rows[n2]])
-            t1 = median([r["latency_s"] for r in rows[n1]])
-            t2 = median([r["latency_s"] for r in rows[n2]])
-            entry.update(t1_s=t1, t2_s=t2, c1=c1, c2=c2)
-            entry["input_tokens"] = median([r["prompt_tokens"] for r in rows[n1] + rows[n2]
-                                            if r.get("prompt_tokens") is not None] or [0]) or None
-            cached = [r["cached_tokens"] if r.get("cached_tokens") is not None
-                      else (r.get("timings") or {}).get("cache_n")
-                      for r in rows[n1] + rows[n2]]
-            cached = [c for c in cached if c is not None]
-            entry["cached_tokens"] = median(cached) if cached else None
-            sol = two_point(c1, t1, c2, t2)
-            if sol is None:
-                entry["refused"] = "the longer probe was not slower: cannot separate prefill from decode"
-            else:
-                entry["prefill_s"], entry["decode_tps"] = sol
-                if entry["prefill_s"] < 0:
-                    warnings.append(RunWarning(WarningKind.PROBE_NEGATIVE_PREFILL,
-                                               f"probe {arm}/{case}: solved prefill is "
-                                               f"negative ({entry['prefill_s']:.3f} s); decode is not linear in output "
-                                               "length here (timing noise or context-length effects)", arm, case))
+            entry.update(measure(rows[n1], rows[n2]))
+            if entry["decode_tps"] is None and natural:
+                entry["refused"] = ("the natural answers were not longer at n2 than at n1 (they ended before "
+                                    f"{n1} tokens): no decode rate")
+            if entry["prefill_s"] is not None and entry["prefill_s"] < 0:
+                warnings.append(RunWarning(WarningKind.PROBE_NEGATIVE_PREFILL,
+                                           f"probe {arm}/{case}: solved prefill is "
+                                           f"negative ({entry['prefill_s']:.3f} s); decode is not linear in output "
+                                           "length here (timing noise or context-length effects)", arm, case))
+            if drafter:
+                drafts = [r.get("timings") or {} for n in (n1, n2) for r in rows[n]]
+                dn = sum(t.get("draft_n") or 0 for t in drafts)
+                entry["acceptance"] = sum(t.get("draft_n_accepted") or 0 for t in drafts) / dn if dn else None
+        check(entry, reg.get((arm, case)), model_of.get(arm), tol)
         r = reg.get((arm, case))
-        if r and r.get("decode_tps") and entry["decode_tps"]:
-            d = rel_diff(entry["decode_tps"], r["decode_tps"])
-            entry["regression_decode_tps"] = r["decode_tps"]
-            entry["agreement"] = d
-            entry["agrees"] = d <= tol
-            if r.get("mixed_prefill") and not entry["agrees"] and r.get("method") == "latency ~ output":
-                entry["check_note"] = ("the regression mixes calls with and without a cached prefix "
-                                       f"(uncached input {r['uncached_input_range'][0]}–"
-                                       f"{r['uncached_input_range'][1]} tokens)")
-        else:
-            entry["regression_decode_tps"] = r.get("decode_tps") if r else None
-            entry["agreement"] = None
-            entry["agrees"] = None
+        if r and r.get("mixed_prefill") and entry["agrees"] is False and r.get("method") == "latency ~ output":
+            entry["check_note"] = ("the regression mixes calls with and without a cached prefix "
+                                   f"(uncached input {r['uncached_input_range'][0]}–"
+                                   f"{r['uncached_input_range'][1]} tokens)")
+        if entry["forced_on_drafter"]:
+            entry["check_note"] = ("forced past end-of-sequence on a drafter arm: its decode rate is not a natural "
+                                   "one and is left out of the check")
         out.append(entry)
-    base = {p["case"]: p for p in out if p["arm"] == ds.baseline}
+    base = {(p["case"], p["depth"]): p for p in out if p["arm"] == ds.baseline}
     for p in out:
-        b = base.get(p["case"])
+        b = base.get((p["case"], p["depth"]))
         if b and b.get("prefill_s") and p.get("prefill_s") and p["prefill_s"] > 0 and b["prefill_s"] > 0:
             p["prefill_speedup_vs_baseline"] = b["prefill_s"] / p["prefill_s"]
         else:

@@ -13,9 +13,14 @@ one per arm)::
 Fields (seconds, tokens): ``prefill`` {a_s, b_s_per_token, c_s_per_token2, source, points, r2,
 range_uncached [lo, hi], range_cached [lo, hi]}; ``decode`` {d0_s_per_token, d1_s_per_token_per_ctx,
 source, points, r2, range_context [lo, hi], acceptance}; ``batch`` {concurrency [...], slowdown [...]}
-or None; ``slots`` (requests served at once, when known) or None.  A model derived from the flat
+or None; ``slots`` (requests served at once, when known) or None.  Fitted models also carry ``prefill``
+``quadratic`` (c fitted) and ``outliers``, ``decode`` ``context_fitted`` (d1 fitted) and ``outliers``,
+``batch`` ``tpot_s`` and ``reference_concurrency``, and ``drafter``; a phase that could not be fitted is
+None, with its reason in ``prefill_refused`` / ``decode_refused``.  A model derived from the flat
 ``rates[]`` table (:func:`from_rates_row`) has c = d1 = 0 and no batch: one prefill rate, one decode
 rate, as the article's method assumes.
+
+How a model is fitted from the ledger: :mod:`.rate_fit`.
 """
 
 from __future__ import annotations
@@ -50,3 +55,22 @@ def from_rates_row(row: dict[str, Any]) -> dict[str, Any] | None:
                        "source": row.get("decode_source"), "points": None, "r2": None, "range_context": None,
                        "acceptance": None},
             "batch": None, "slots": None}
+
+
+def tokens_per_second_at(model: dict[str, Any], context: float) -> float | None:
+    """The decode rate at a context of L tokens: 1 / (d0 + d1·L); None when that time is not positive."""
+    d = model["decode"]
+    t = d["d0_s_per_token"] + d.get("d1_s_per_token_per_ctx", 0.0) * float(context)
+    return 1.0 / t if t > 0 else None
+
+
+def models_by_arm(summary: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per arm, the rate model a summary carries: its ``rate_models[]`` entry, else the flat model of its
+    ``rates[]`` row (:func:`from_rates_row`: a summary written before the context-aware model)."""
+    out = {m["arm"]: m for m in summary.get("rate_models") or []}
+    for row in summary.get("rates") or []:
+        if row["arm"] not in out:
+            flat = from_rates_row(row)
+            if flat is not None:
+                out[row["arm"]] = flat
+    return out

@@ -11,6 +11,13 @@ conversation) the cell is flagged ``mixed_prefill`` and, where the server's
 uncached prompt count is known for every point, that count enters the fit as a
 second regressor so that it does not bias the slope (``method``).
 
+The slope is a per-token time at a context: decode slows as the context grows (the rate model,
+:mod:`.rate_model`: the i-th token after the first costs d0 + d1·(L + i) from a prompt of L tokens), so
+a call's decode carries X = (O − 1)·L + O·(O − 1)/2 context-token-steps, and under that model the fitted
+slope is d0 + d1·γ, γ the coefficient on O when X is regressed on the same design (1, O and, where used,
+the uncached input).  γ is the cell's ``decode_context``: the context at which its rate was measured
+(≈ mean prompt + mean output), so that the rate can be compared with another measured elsewhere.
+
 The cell's points are returned for plotting as ``x`` (output tokens) and ``y``
 (latency, s); beyond SCATTER_POINTS_KEPT of them an evenly strided subset
 (``x_sampled: true``; ``points`` still counts them all).
@@ -53,16 +60,18 @@ def fit_plane(x1: Sequence[float], x2: Sequence[float], y: Sequence[float]) -> t
 
 
 def regress(tokens: Sequence[float], latency: Sequence[float],
-            uncached: Sequence[float] | None = None) -> dict[str, Any]:
+            uncached: Sequence[float] | None = None, prompt: Sequence[float] | None = None) -> dict[str, Any]:
     """Fit one cell.  With ``uncached`` (prompt tokens the server computed, per point) that
     varies independently of the output length (:func:`separable`), the prefill work is a second regressor:
     latency = a + b·output + c·uncached, decode_tps = 1/b, intercept_s = a + c·median(uncached)
-    (the cell's typical prefill + overhead), prefill_tps = 1/c."""
+    (the cell's typical prefill + overhead), prefill_tps = 1/c.  With ``prompt`` (each point's prompt
+    tokens, all known), ``decode_context`` (see the module docstring), else None."""
     tok = np.asarray(tokens, dtype=float)
     n = len(tok)
     lo, hi = (_count(tok.min()), _count(tok.max())) if n else (None, None)
     out: dict[str, Any] = {"points": n, "decode_tps": None, "intercept_s": None, "r2": None,
-                           "output_min": lo, "output_max": hi, "refused": None, "method": "latency ~ output"}
+                           "output_min": lo, "output_max": hi, "refused": None, "method": "latency ~ output",
+                           "decode_context": None}
     if n < MIN_POINTS:
         out["refused"] = f"{n} point(s), fewer than {MIN_POINTS}"
         return out
@@ -70,13 +79,18 @@ def regress(tokens: Sequence[float], latency: Sequence[float],
     if hi - lo < max(8.0, 0.10 * mean):
         out["refused"] = f"output lengths barely vary ({lo:g}–{hi:g} tokens)"
         return out
-    if uncached is not None and len(uncached) == n and n >= MIN_POINTS + 1 and separable(tokens, uncached):
+    plane = uncached is not None and len(uncached) == n and n >= MIN_POINTS + 1 and separable(tokens, uncached)
+    if plane:
         a, b, c, r2 = fit_plane(tokens, uncached, latency)
         out["method"] = "latency ~ output + uncached input"
         out["prefill_tps"] = 1.0 / c if c > 0 else None
         a = a + c * float(np.sort(np.asarray(uncached, dtype=float))[n // 2])
     else:
         a, b, r2 = fit_line(tokens, latency)
+    if prompt is not None and len(prompt) == n and not np.isnan(np.asarray(prompt, float)).any():
+        L = np.asarray(prompt, float)
+        steps = (tok - 1.0) * L + tok * (tok - 1.0) / 2.0
+        out["decode_context"] = (fit_plane(tokens, uncached, steps)[1] if plane else fit_line(tokens, steps)[1])
     if b <= 0:
         out["refused"] = f"slope {b:.3g} s/token is not positive"
         out["r2"] = r2
@@ -140,7 +154,7 @@ def decomposition(ds: Dataset) -> list[dict[str, Any]]:
             unc = u[~np.isnan(u)]
             known = len(unc) == len(p)
             out.append({"arm": arm, "case": case,
-                        **regress(x, y, unc if known else None),
+                        **regress(x, y, unc if known else None, c.prompt_tokens[p]),
                         "uncached_input_range": [_count(unc.min()), _count(unc.max())] if len(unc) else None,
                         "mixed_prefill": mixed_prefill(unc),
                         **scatter(x, y)})

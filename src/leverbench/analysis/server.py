@@ -5,7 +5,10 @@ and harness overhead), decode = latency − TTFT.  Server side, where the engine
 reports llama.cpp ``timings``: prefill = prompt_ms, decode = predicted_ms.
 Both are summed over a turn's calls and averaged over the cell's successful
 turns.  A disagreement is flagged when the two differ by more than 25 % and
-more than 0.25 s.  Server decode rate = Σ predicted_n / Σ predicted_ms.
+more than 0.25 s.  Server decode rate = Σ (predicted_n − 1) / Σ predicted_ms: llama.cpp starts its
+generation clock when it samples the first token, at the end of the prompt's evaluation, so
+``predicted_ms`` spans the tokens after it (its own ``predicted_per_second`` = n / ms overstates the rate by
+n / (n − 1)).
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ def server_account(ds: Dataset) -> list[dict[str, Any]]:
 
     have_all = sums(cell, tim, n) == calls
     sp_sum, sd_sum = timed(c.prompt_ms), timed(c.predicted_ms)
-    pn, prn = timed(c.predicted_n), timed(c.prompt_n)
+    pn, prn = timed(np.maximum(c.predicted_n - 1.0, 0.0)), timed(c.prompt_n)
     cache_n, dn, da = timed(c.cache_n), timed(c.draft_n), timed(c.draft_n_accepted)
     out = []
     for arm in ds.arms:

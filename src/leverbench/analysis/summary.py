@@ -25,6 +25,7 @@ from .load import load_summary, load_warnings, sweep_curves
 from .metrics import own_metrics, server_metrics
 from .phases import arm_rates, cell_shares, prefill_model, project
 from .probes import probes
+from .rate_fit import rate_models
 from .reasoning import prompt_discipline, reasoning_split
 from .regression import decomposition
 from .server import server_account
@@ -164,8 +165,10 @@ def summarize(ledger: Ledger, *, scenario: tuple[int, int] | None = None,
     cell_list = cells(ds)
     total_list = totals(ds, cell_list)
     mults = multipliers(ds, cell_list, total_list, comps, drifted, comparison_reasons(comps, contradictions, eng))
+    load_rows = load_summary(_load_view(ledger))
+    models = rate_models(ds, load_rows, own)
     decomp = decomposition(ds)
-    probe_list, w = probes(ds, decomp)
+    probe_list, w = probes(ds, decomp, models)
     warnings += w
     server = server_account(ds)
     for s in server:
@@ -198,12 +201,12 @@ def summarize(ledger: Ledger, *, scenario: tuple[int, int] | None = None,
             warnings.append(RunWarning(WarningKind.STEP_LIMIT,
                                        f"{c['arm']}/{c['case']}: {c['step_limited']} turn(s) were "
                                        "cut by the step limit", c["arm"], c["case"]))
-    load_rows = load_summary(_load_view(ledger))
     warnings += load_warnings(load_rows)
     rates = arm_rates(ds, probe_list, decomp, own, probe_own)
     scen = scenario or _largest_case_scenario(ds, cell_list)
     queue = {a: r["queue_s_per_request"] for a, r in own.items() if r.get("queue_s_per_request") is not None}
-    projection = project(ds, rates, eng, *scen, multipliers=mults, queue_s=queue) if scen else None
+    projection = project(ds, rates, eng, *scen, multipliers=mults, queue_s=queue,
+                         models={m["arm"]: m for m in models}) if scen else None
     failed_calls, retried = _failed_and_retried(ds)
     if retried:
         warnings.append(RunWarning(WarningKind.RETRIED, f"{retried} failed attempt(s) were retried (retries = "
@@ -241,6 +244,7 @@ def summarize(ledger: Ledger, *, scenario: tuple[int, int] | None = None,
         "engaged": eng,
         "projection": projection,
         "rates": rates_table(rates),
+        "rate_models": models,
         "load": load_rows,
         "load_curves": sweep_curves(load_rows),
         "server_metrics": metrics_rows,

@@ -19,6 +19,10 @@ from .common import Command
 _HELP = {
     "prefill_tps": "Uncached prompt tokens computed per second.",
     "decode_tps": "Decode steps per second per request (one token per step without a drafter).",
+    "prefill_quadratic": "Context-dependent prefill, s per token²: n uncached tokens after k cached ones take "
+                         "n / prefill-tps + this × n·(k + n/2) (attention over earlier tokens).",
+    "decode_slowdown_per_ctx": "Context-dependent decode, s per context token: a step at a context of L tokens "
+                               "takes 1 / decode-tps + this × L.",
     "overhead_s": "Fixed seconds per request after it gets a slot, before prefill.",
     "slots": "Requests served at once; the rest wait first come, first served.",
     "prefix_cache": "Reuse prompt prefixes seen before (whole blocks only).",

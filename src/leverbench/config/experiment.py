@@ -157,12 +157,20 @@ class Probes(_Strict):
     repeats: int = Field(3, ge=1)
     case: str | None = None
     tolerance: float = Field(0.05, gt=0)
+    depths: list[int] = Field(default_factory=list)  # prompt lengths in tokens; empty: the case's own prompt
 
     @field_validator("output_tokens")
     @classmethod
     def _two_lengths(cls, v: list[int]) -> list[int]:
         if len(v) != 2 or v[0] <= 0 or v[1] <= v[0]:
             raise ValueError("output_tokens must be two lengths [n1, n2] with 0 < n1 < n2")
+        return v
+
+    @field_validator("depths")
+    @classmethod
+    def _increasing_depths(cls, v: list[int]) -> list[int]:
+        if any(d <= 0 for d in v) or any(b <= a for a, b in zip(v, v[1:])):
+            raise ValueError("depths must be prompt lengths in tokens, each > 0, in increasing order")
         return v
 
 

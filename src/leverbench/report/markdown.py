@@ -24,8 +24,14 @@ _INTRO = {
         "the decode rate (1 / slope) and the time spent before decoding (intercept: prefill plus overhead)."
     ),
     "probes": (
-        "Independently, the probes send the same prompt with the output length forced to two values; the difference "
-        "isolates the decode rate, and what remains is prefill. The two methods should agree."
+        "Independently, the probes send the same prompt with the output length forced to two values (a drafter arm's "
+        "answers are left natural); the difference isolates the decode rate, and what remains is prefill. Decode "
+        "slows as the context grows, so the probe, the regression and the server's own timings are compared at the "
+        "probe's context through the arm's rate model, and should agree."
+    ),
+    "rate_model": (
+        "The rate model below is what the scenario projection (and `leverbench whatif`) applies: prefill as a "
+        "function of uncached tokens and their position, decode per token as a function of the context."
     ),
     "projection": (
         "### A scenario\n\n"

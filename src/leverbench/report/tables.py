@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..analysis.knobs import is_on
+from ..analysis.rate_model import tokens_per_second_at
 from .load_tables import load_tables
 from .table import Table
 
@@ -137,20 +138,72 @@ def decomposition_table(summary: dict[str, Any]) -> Table:
 def probe_table(summary: dict[str, Any]) -> Table:
     rows = []
     for p in summary["probes"]:
-        check = "—" if p.get("agrees") is None else ("pass" if p["agrees"] else "FAIL")
+        check = "—" if p.get("agrees") is None else ("PASS" if p["agrees"] else "FAIL")
         if p.get("check_note"):
             check += ": " + p["check_note"]
         if p.get("refused"):
             check = "refused: " + p["refused"]
-        rows.append([p["arm"], p["case"], f"{p['n1']}/{p['n2']}", s(p.get("input_tokens"), 0),
-                     s(p.get("prefill_s"), 2), s(p.get("decode_tps")),
+        probe = s(p.get("decode_tps")) + (" (forced, drafter)" if p.get("forced_on_drafter") else "")
+        if p.get("acceptance") is not None:
+            probe += f", {pct(p['acceptance'])} accepted"
+        reg = s(p.get("regression_decode_tps"))
+        if p.get("regression_context") is not None and p.get("regression_decode_tps"):
+            reg += f" (measured at {p['regression_context']:,.0f})"
+        server = s(p.get("server_decode_tps")) + (" extrapolated" if p.get("server_extrapolated") else "")
+        rows.append([p["arm"], p["case"], "case prompt" if p.get("depth") is None else f"{p['depth']:,}",
+                     f"{p['n1']}/{p['n2']}" + (" natural" if p.get("natural") else ""),
+                     s(p.get("context_tokens"), 0), s(p.get("prefill_s"), 2), s(p.get("model_prefill_s"), 2),
                      "—" if p.get("prefill_speedup_vs_baseline") is None
                      else f"{p['prefill_speedup_vs_baseline']:.1f}x",
-                     s(p.get("regression_decode_tps")), pct(p.get("agreement"), 1), check])
+                     probe, reg, server, pct(p.get("agreement"), 1), check])
     tol = summary["tolerances"]["probe_agreement"]
-    return Table("probes", "Fixed-length probes: the same prompt with the output forced to n1 and n2 tokens",
-                 ["arm", "case", "n1/n2", "input tokens", "prefill s", "decode tok/s", "prefill speed-up",
-                  "regression tok/s", "probe vs regression", f"check (≤{pct(tol)})"], rows)
+    return Table("probes", "Decode speed at the same context: probes, the regression and the server's own timings",
+                 ["arm", "case", "depth", "n1/n2", "context", "prefill s (TTFT)", "model prefill s",
+                  "prefill speed-up", "probe tok/s", "regression tok/s", "server timings tok/s", "spread",
+                  f"check (≤{pct(tol)})"], rows,
+                 notes=["Each view at the probe's context (prompt + the mean position of the tokens the two lengths "
+                        "differ by): the regression moved from the context it measured at with the rate model's "
+                        "per-context slope d1, the server's per-call timings through the rate model fitted on them. "
+                        "spread = fastest / slowest − 1.",
+                        "A drafter arm's probes are natural answers (not forced past end-of-sequence): a drafter "
+                        "predicts a forced answer's repetitive text unnaturally well."])
+
+
+def rate_model_table(summary: dict[str, Any]) -> Table | None:
+    rows = []
+    for m in summary.get("rate_models") or []:
+        p, d, b = m.get("prefill"), m.get("decode"), m.get("batch")
+        if p:
+            pre = (f"{p['a_s']:.3f} s + n / {1 / p['b_s_per_token']:,.0f} tok/s" if p["b_s_per_token"] > 0
+                   else f"{p['a_s']:.3f} s") + (f" + {p['c_s_per_token2']:.3g}·n·(k + n/2)" if p["quadratic"] else "")
+            pfit = (f"R² {s(p['r2'], 3)}, {p['points']} points" + (f" ({p['outliers']} outliers)" if p["outliers"]
+                                                                    else "")
+                    + f"; n {p['range_uncached'][0]:,}–{p['range_uncached'][1]:,}, "
+                      f"k {p['range_cached'][0]:,}–{p['range_cached'][1]:,}; {p['source']}")
+        else:
+            pre, pfit = "—", m.get("prefill_refused") or "—"
+        if d:
+            lo, hi = d["range_context"]
+            dec = (f"{s(1 / d['d0_s_per_token'] if d['d0_s_per_token'] > 0 else None)} tok/s at 0"
+                   + (f", d1 {d['d1_s_per_token_per_ctx']:.3g} s/token/ctx" if d["context_fitted"] else ""))
+            at = [tokens_per_second_at(m, lo), tokens_per_second_at(m, hi)]
+            dfit = (f"{s(at[0])} → {s(at[1])} tok/s over contexts {lo:,}–{hi:,}; R² {s(d['r2'], 3)}, "
+                    f"{d['points']} points" + (f" ({d['outliers']} outliers)" if d["outliers"] else "")
+                    + f"; {d['source']}" + (f"; acceptance {pct(d['acceptance'])}" if d.get("acceptance") is not None
+                                            else ""))
+        else:
+            dec, dfit = "—", m.get("decode_refused") or "—"
+        batch = ("—" if not b else ", ".join(f"×{x:.2f} at {c}" for c, x in zip(b["concurrency"], b["slowdown"])))
+        rows.append([m["arm"], pre, pfit, dec, dfit, batch])
+    if not rows:
+        return None
+    return Table("rate_model", "Rate model per arm: prefill and decode at a context",
+                 ["arm", "prefill_s(n, k)", "prefill fit", "decode per token", "decode fit", "per-token slowdown "
+                  "by concurrency"], rows,
+                 notes=["prefill_s(n, k) = a + b·n + c·n·(k + n/2) for n uncached tokens after k cached; decode_s(L, O)"
+                        " = O·d0 + d1·(O·L + O·(O − 1)/2) for O tokens from a context of L (a per-token time "
+                        "d0 + d1·L); under load, per-token time × the slowdown measured at that concurrency.",
+                        "A drafter arm's decode is fitted on its natural answers, with its acceptance beside it."])
 
 
 def server_table(summary: dict[str, Any]) -> Table:
@@ -192,8 +245,9 @@ def projection_table(summary: dict[str, Any]) -> Table | None:
             if a["prefill_s"] is not None else "—"
         dec = f"{a['decode_s']:.2f}" + (f" ({pct(a['decode_share'])})" if a["decode_share"] is not None else "") \
             if a["decode_s"] is not None else "—"
-        src = [f"decode {a['decode_tps']:.1f} tok/s from {a['decode_source']}" if a["decode_s"] is not None
-               else f"decode not projected: {a['decode_refused']}",
+        src = [f"decode {s(a['decode_tps'])} tok/s from {a['decode_source']}"
+               + (f" ({a['decode_extrapolation']})" if a.get("decode_extrapolation") else "")
+               if a["decode_s"] is not None else f"decode not projected: {a['decode_refused']}",
                f"prefill {a['extrapolation']}" if a["prefill_s"] is not None
                else f"prefill not projected: {a['prefill_refused']}"]
         rows.append([a["arm"], pre, dec, "—" if a["total_s"] is None else f"{a['total_s']:.2f}", "; ".join(src)])
@@ -323,7 +377,8 @@ def discipline_table(summary: dict[str, Any]) -> Table | None:
 def all_tables(summary: dict[str, Any]) -> list[Table]:
     tabs = [levers_table(summary), conditions_table(summary), result_table(summary), volume_table(summary),
             multiplier_table(summary), discipline_table(summary), reasoning_table(summary),
-            shares_table(summary), decomposition_table(summary), probe_table(summary), server_table(summary),
+            shares_table(summary), decomposition_table(summary), probe_table(summary), rate_model_table(summary),
+            server_table(summary),
             metrics_table(summary), projection_table(summary), cost_table(summary), drift_table(summary),
             *load_tables(summary)]
     return [t for t in tabs if t is not None and t.rows]

@@ -43,10 +43,11 @@ from ..ledger.reader import read_ledger
 from ..ledger.records import LEDGER_SCHEMA, CallRecord
 from ..ledger.writer import LedgerWriter
 from ..redact import redact_tree, redact_url, same_origin
-from ..workload.cases import case_size_chars, first_messages
+from ..workload.cases import case_size_chars
 from .client import Timeouts, client_session
 from .discover import api_root, endpoint_info, host_info, scrape_metrics
 from .load import StageRun, stage_work
+from .probe_prompt import probe_messages, serves_with_drafter
 from .recorder import Recorder
 from .schedule import SENTINEL_CASE, Unit, build_schedule
 from .send import ArmSender
@@ -58,6 +59,7 @@ LONG_ANSWER = ("Answer at great length: write many long, detailed paragraphs and
                "do not stop early or summarise.")
 LENGTH_BY_FIELDS = "ignore_eos"
 LENGTH_BY_PROMPT = "prompt (engine rejected ignore_eos)"
+LENGTH_NATURAL = "natural (drafter arm: not forced past end-of-sequence)"
 
 
 @dataclass
@@ -69,6 +71,7 @@ class ArmEndpoint:
     engine: EngineProcess | None = None
     discovered: dict[str, Any] = field(default_factory=dict)
     length_by_prompt: bool = False  # the endpoint rejected ignore_eos/min_tokens: probes ask for length instead
+    depth_prompts: dict[tuple[str, int], list[dict[str, Any]]] = field(default_factory=dict)  # (case, depth)
 
     def headers_for(self, url: str) -> dict[str, str]:
         """The key's headers for a request to *url*: only on the arm's own origin (scheme, host and
@@ -241,7 +244,10 @@ class Runner:
         ``min_tokens`` (``max_tokens`` = n).  An endpoint that rejects those fields (HTTP 400/422)
         gets the same prompt again without them, with :data:`LONG_ANSWER` appended so that
         ``max_tokens`` ends the answer; the rejected attempt stays in the ledger (``retried``,
-        ``rejected_fields``), and the arm's later probes ask that way straight away."""
+        ``rejected_fields``), and the arm's later probes ask that way straight away.  A probe on an arm
+        with a drafter is not forced (:data:`LENGTH_NATURAL`: ``max_tokens`` = n only), so that its decode
+        is that of a natural answer.  A probe with a ``depth`` sends its case's prompt cut or padded to
+        that many tokens (:mod:`.probe_prompt`, measured once per arm, case and depth)."""
         ep = self.endpoints[unit.arm]
         sender = self.sender(unit.arm, session)
         n = unit.probe_tokens or 1
@@ -249,11 +255,16 @@ class Runner:
             messages = [{"role": "user", "content": SENTINEL_PROMPT}]
         else:
             case = next(c for c in self.spec.cases if c.name == unit.case)
-            messages = first_messages(self.exp, case)
+            messages = await probe_messages(session, ep, self.exp, case, unit.depth)
+        depth = {"probe_depth": unit.depth} if unit.depth is not None else {}
 
         def head(length_method: str) -> CallRecord:
             return CallRecord(kind=unit.kind, arm=unit.arm, case=unit.case, repeat=unit.repeat, step=0,
-                              extra={"probe_tokens": n, "position": unit.position, "length_method": length_method})
+                              extra={"probe_tokens": n, "position": unit.position, "length_method": length_method,
+                                     **depth})
+        if unit.kind == "probe" and serves_with_drafter(ep.arm.conditions, ep.discovered):
+            await sender.send(sender.body(messages, n, 0.0), head(LENGTH_NATURAL))
+            return
         if not ep.length_by_prompt:
             body = sender.body(messages, n, 0.0, extra={"ignore_eos": True, "min_tokens": n})
             sent = await sender.send(body, head(LENGTH_BY_FIELDS), forced_tokens=n)

@@ -4,7 +4,8 @@
 that drift in the machine or the endpoint hits all arms alike.  ``blocked``:
 each arm's repeats and cases together (fewer cache and engine switches, but
 drift lands on one arm).  Drift sentinels open and close each arm's block (in
-interleaved order the whole run is every arm's block); probes follow the turns.
+interleaved order the whole run is every arm's block); probes follow the turns: per repeat, each
+depth (``[probes] depths``; none: the case's own prompt), each output length, each arm.
 """
 
 from __future__ import annotations
@@ -22,14 +23,16 @@ class Unit:
     repeat: int
     probe_tokens: int | None = None
     position: str | None = None  # sentinels: "start" | "end"
+    depth: int | None = None  # probes: the prompt's length in tokens ([probes] depths); None: the case's own
 
     def key(self) -> tuple:
-        return (self.kind, self.arm, self.case, self.repeat, self.probe_tokens, self.position)
+        return (self.kind, self.arm, self.case, self.repeat, self.probe_tokens, self.position, self.depth)
 
     @classmethod
     def of_record(cls, rec: dict) -> "Unit":
         """The unit a ledger record (turn, probe or sentinel) finished."""
-        return cls(rec["kind"], rec["arm"], rec["case"], rec["repeat"], rec.get("probe_tokens"), rec.get("position"))
+        return cls(rec["kind"], rec["arm"], rec["case"], rec["repeat"], rec.get("probe_tokens"), rec.get("position"),
+                   rec.get("probe_depth"))
 
 
 SENTINEL_CASE = "(sentinel)"
@@ -53,8 +56,9 @@ def _sentinels(spec: Experiment, arm: str, position: str) -> list[Unit]:
 def _probes(spec: Experiment, arms: list[str], case: str | None) -> list[Unit]:
     if spec.probes is None or case is None:
         return []
-    return [Unit("probe", arm, case, r, n)
-            for r in range(spec.probes.repeats) for n in spec.probes.output_tokens for arm in arms]
+    return [Unit("probe", arm, case, r, n, depth=d)
+            for r in range(spec.probes.repeats) for d in spec.probes.depths or [None]
+            for n in spec.probes.output_tokens for arm in arms]
 
 
 def build_schedule(spec: Experiment, case_sizes: dict[str, int]) -> list[Unit]:

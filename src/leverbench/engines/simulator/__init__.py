@@ -24,6 +24,15 @@ Timing model (real ``asyncio.sleep``)
     ``round``; at most what remains) as one SSE chunk; without a drafter, one
     token.  So the first token arrives one step after prefill, and decoding
     ``n`` tokens takes ``ceil(n / tokens_per_step) / decode_tps`` seconds.
+    Context-dependent mode (both 0 by default): prefill of n uncached tokens
+    after k cached ones takes n / prefill_tps + ``prefill_quadratic`` ·
+    n·(k + n/2), and a decode step at a context of L tokens (the prompt plus
+    the tokens emitted before it) ``1 / decode_tps + decode_slowdown_per_ctx ·
+    L`` — the rate model's prefill_s(n, k) and decode_s(L, O) with a = 0,
+    b = 1 / prefill_tps, c = prefill_quadratic, d0 = 1 / decode_tps,
+    d1 = decode_slowdown_per_ctx (:mod:`leverbench.analysis.rate_model`).
+    The llama.cpp dialect's ``timings`` count as llama.cpp does: ``prompt_ms``
+    the prefill, ``predicted_ms`` from the first token to the last.
 
 Prefix cache
     One cache shared by all slots, holding hashes of prompt prefixes that end

@@ -68,6 +68,7 @@ class Exchange:
         self.loop = asyncio.get_running_loop()
         self.arrival_mono = self.loop.time()
         self.applied: list[str] = []  # faults that took effect
+        self.first_step_s = 0.0  # decode time until the first token (llama.cpp's generation clock starts after it)
         self.answer = plan_answer(req, state.cfg)
         self.response: web.StreamResponse | None = None
         self.created = int(trace.arrival)
@@ -121,7 +122,8 @@ class Exchange:
         cached = self.state.cache.lookup(prompt) if cfg.prefix_cache and self.req.cache_prompt else 0
         self.trace.cached_tokens = cached
         started = self.loop.time()
-        await _sleep_until(started + (len(prompt) - cached) / cfg.prefill_tps)
+        n = len(prompt) - cached
+        await _sleep_until(started + n / cfg.prefill_tps + cfg.prefill_quadratic * n * (cached + n / 2.0))
         self.trace.prefill_s = self.loop.time() - started
         self._event("prefilled")
         if cfg.prefix_cache:
@@ -140,14 +142,18 @@ class Exchange:
         sizes = step_sizes(n, tokens_per_step(self.cfg))
         malformed_after = max(1, len(sizes) // 2) if "malformed" in self.faults else None
         cut = "cut_stream" in self.faults
-        start, step_s, emitted = self.loop.time(), 1.0 / self.cfg.decode_tps, 0
+        start, step_s, emitted, due = self.loop.time(), 1.0 / self.cfg.decode_tps, 0, 0.0
+        context = len(self.req.prompt)
         for index, size in enumerate(sizes, 1):
             if cut and (emitted >= n // 2 or emitted + size >= n):
                 return False  # half sent, and never the final chunk
-            await _sleep_until(start + index * step_s)
+            due += step_s + self.cfg.decode_slowdown_per_ctx * (context + emitted)
+            await _sleep_until(start + due)
             pieces = self.answer.pieces[emitted : emitted + size]
             emitted += size
             self._count_step(size, emitted, start)
+            if index == 1:  # the steps after the first token are paced from it (llama.cpp's generation clock)
+                due = self.first_step_s
             await self._emit(index, pieces, last=emitted == n)
             if index == malformed_after and self.req.stream:
                 self.applied.append("malformed")
@@ -159,6 +165,8 @@ class Exchange:
         trace.completion_tokens = emitted
         trace.reasoning_tokens = min(emitted, self.answer.reasoning_tokens)  # reasoning comes first
         trace.decode_s = self.loop.time() - start
+        if emitted == size:
+            self.first_step_s = trace.decode_s
         if self.cfg.draft_k:
             trace.draft_tokens += self.cfg.draft_k
             trace.accepted_tokens += size - 1
@@ -222,13 +230,14 @@ class Exchange:
             return {}
         t = self.trace
         prompt_n = t.prompt_tokens - t.cached_tokens
+        generating = t.decode_s - self.first_step_s  # as llama.cpp: from the first token to the last
         return {"timings": {
             "prompt_n": prompt_n,
             "prompt_ms": t.prefill_s * 1000,
             "prompt_per_second": prompt_n / t.prefill_s if t.prefill_s > 0 else 0.0,
             "predicted_n": t.completion_tokens,
-            "predicted_ms": t.decode_s * 1000,
-            "predicted_per_second": t.completion_tokens / t.decode_s if t.decode_s > 0 else 0.0,
+            "predicted_ms": generating * 1000,
+            "predicted_per_second": t.completion_tokens / generating if generating > 0 else 0.0,
             "cache_n": t.cached_tokens,
             "draft_n": t.draft_tokens,
             "draft_n_accepted": t.accepted_tokens,
