@@ -102,6 +102,10 @@ def test_plan_scales_caps_and_chains_sessions_as_replay_does() -> None:
     assert r1.pieces == (*by[3].pieces, by[3].out_piece, (("u", 4), 10))
     p = plan_calls(calls, requests=2)
     assert len(p.calls) == 2 and p.left_out == {"beyond --requests": 3}
+    # a chat template of 30 tokens: every first prompt 30 longer, its first piece common to all calls
+    p = plan_calls([TrafficCall(100, 5, arrival_s=0.0), TrafficCall(100, 5, arrival_s=1.0)], template_tokens=30)
+    assert [c.input_tokens for c in p.calls] == [130, 130] and p.calls[1].pieces[0] == (("t",), 30)
+    assert cache_pass(p, math.inf, 1)["hit_tokens"] == 30
 
 
 # ---------------------------------------------------------------- the simulation, by hand
@@ -319,6 +323,7 @@ def test_whatif_verify_stores_its_error_and_later_forecasts_carry_it(tmp_path: P
         assert e == pytest.approx(r["e2e_p50_s"] / r["measured"]["e2e_p50_s"] - 1)
         assert abs(e) < 0.5  # rates measured on the same simulator: the forecast is near
     assert res["arms"][1]["measured"]["cached_share"] > 0 and res["arms"][0]["measured"]["cached_share"] == 0
+    assert res["arms"][0]["measured"]["template_tokens"] == 0  # the simulator's prompt is the target's length
     assert isinstance(res["ranking_matches"], bool) and res["ranking_measured"]
     verify_exp = json.loads((tmp_path / "v" / "experiment.json").read_text())
     assert verify_exp["load"][0]["speed"] == 20.0 and verify_exp["load"][0]["scale_input"] == 0.05

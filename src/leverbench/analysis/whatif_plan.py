@@ -23,6 +23,9 @@ the text (:class:`leverbench.runner.prompts.PromptBuilder`):
     assumed share s     (``assumed_share``, for calls that record no sharing) the leading ⌊s · I⌋ tokens are
                         text common to every call, in chunks of ``chunk_tokens``; then the unique rest
     otherwise           one unique piece: nothing to reuse
+    a chat template     (``template_tokens`` T) replay sends the trace's length as the message's content, and
+                        the engine's chat template adds T tokens to it (a system prompt, the roles): a first
+                        prompt is then T + I tokens, its first piece the template, common to every call
 
 ``served_cached`` keeps the trace's cached tokens (× scale_input) where the serving stack reported them
 as read from its cache (``cached_served``): a cache was already on when the trace was recorded.
@@ -94,7 +97,7 @@ def _first_pieces(call: Any, index: int, inp: int, block: int, assumed_share: fl
 def plan_calls(calls: Sequence[Any], *, speed: float = 1.0, scale_input: float = 1.0, scale_output: float = 1.0,
                requests: int | None = None, max_input_tokens: int | None = None, max_tokens: int | None = None,
                block_tokens: int = 512, cached_served: bool = False, assumed_share: float | None = None,
-               chunk_tokens: int = 16) -> Plan:
+               chunk_tokens: int = 16, template_tokens: int = 0) -> Plan:
     """The calls as trace replay would send them, with their prompts' pieces (see the module docstring).
 
     Calls without any arrival time (a log that records none) are kept, each a session starting when the
@@ -139,6 +142,8 @@ def plan_calls(calls: Sequence[Any], *, speed: float = 1.0, scale_input: float =
                         break
                     inp = max_input_tokens
                 pieces = _first_pieces(c, idx, inp, block, assumed_share, chunk_tokens)
+                if template_tokens > 0:
+                    pieces, inp = ((("t",), template_tokens), *pieces), inp + template_tokens
                 pc = PlannedCall(idx, 0, 0, inp, out, pieces, start_s=start,
                                  served_cached=min(served, inp) if served is not None else None)
             else:
@@ -164,5 +169,6 @@ def plan_calls(calls: Sequence[Any], *, speed: float = 1.0, scale_input: float =
         session[0].start_s = start - t0
         sessions.append(session)
     opts = {"speed": speed, "scale_input": scale_input, "scale_output": scale_output, "requests": requests,
-            "max_input_tokens": max_input_tokens, "max_tokens": max_tokens, "block_tokens": block_tokens}
+            "max_input_tokens": max_input_tokens, "max_tokens": max_tokens, "block_tokens": block_tokens,
+            "template_tokens": template_tokens}
     return Plan(sessions, left, opts, has_arrivals)

@@ -11,6 +11,8 @@ latencies):
                    server had at least one of them
     GPU-h per 1000 calls = busy_s / n × gpus × 1000 / 3600
     cached_share   Σ cached tokens / Σ prompt tokens (what the engine's cache served)
+    template_tokens  mean of prompt tokens − target input tokens: what the engine's chat template added to
+                   each replayed prompt (whatif --template-tokens)
 
     error          = forecast / measured − 1, per figure (+10 %: the forecast 10 % too high)
 
@@ -59,13 +61,16 @@ def measured_row(rs: Sequence[dict[str, Any]], gpus: float = 1.0) -> dict[str, A
     n = len(final)
     prompt = float(np.nansum(c["prompt_tokens"])) if ok else 0.0
     cached = sum(float(r.get("cached_tokens") or 0) for r in ok)
+    extra = [r["prompt_tokens"] - r["target_input_tokens"] for r in ok
+             if r.get("prompt_tokens") is not None and r.get("target_input_tokens") is not None and r.get("step") == 0]
     gh = busy / n * gpus * 1000.0 / 3600.0 if n else None
     return {"calls": n, "failed": n - len(ok),
             "ttft_p50_s": t["p50"] if t else None, "ttft_p99_s": t["p99"] if t else None,
             "e2e_p50_s": e["p50"] if e else None, "e2e_p99_s": e["p99"] if e else None,
             "output_tps": float(np.nansum(c["completion_tokens"])) / span if span > 0 else None,
             "busy_s": busy, "gpu_hours_per_1000_calls": gh,
-            "prompt_tokens": prompt, "cached_share": cached / prompt if prompt else None}
+            "prompt_tokens": prompt, "cached_share": cached / prompt if prompt else None,
+            "template_tokens": sum(extra) / len(extra) if extra else None}
 
 
 def measured(records: Iterable[dict[str, Any]], stage: str, gpus: Mapping[str, float] | None = None

@@ -48,7 +48,9 @@ def verify_table(result: dict[str, Any]) -> Table | None:
                          ("gpu_hours_per_1000_calls", "GPU-h/1000 calls")):
             rows.append([r["arm"], label, _s(r.get(k)), _s(m.get(k)), _p(e.get(k), sign=True)])
     notes = [f"{r['arm']}: measured {r['measured']['calls']} calls, {r['measured']['failed']} failed; "
-             f"cache served {_p(r['measured']['cached_share'])} of the prompt tokens"
+             f"cache served {_p(r['measured']['cached_share'])} of the prompt tokens; the chat template added "
+             f"{_s(r['measured']['template_tokens'])} tokens to each first prompt (forecast with "
+             f"--template-tokens {result['plan'].get('template_tokens', 0)})"
              for r in result["arms"] if r.get("measured")]
     return Table("verify", "Forecast vs measured (error = forecast / measured − 1)",
                  ["arm", "figure", "forecast", "measured", "error"], rows, notes=notes)

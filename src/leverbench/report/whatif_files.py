@@ -57,7 +57,7 @@ def whatif_file(traffic: str | Path, rates: str | Path, *, arms: Sequence[str] |
                 scale_output: float = 1.0, requests: int | None = None, max_input_tokens: int | None = None,
                 max_tokens: int | None = None, cache_tokens: float | None = None, block_tokens: int | None = None,
                 cached_share: float | None = None, gpus: float | None = None, gpu_hour_usd: float | None = None,
-                salvage: bool = False) -> dict[str, Any]:
+                template_tokens: int = 0, salvage: bool = False) -> dict[str, Any]:
     """Read the traffic and the run, serve the planned calls on each arm; the JSON-ready forecast plus
     ``input`` (the import), ``run`` (the rates' run) and ``track_record`` (earlier verifications)."""
     if cached_share is not None and not 0 <= cached_share < 1:
@@ -72,7 +72,8 @@ def whatif_file(traffic: str | Path, rates: str | Path, *, arms: Sequence[str] |
     try:
         plan = plan_calls(load.calls, speed=speed, scale_input=scale_input, scale_output=scale_output,
                           requests=requests, max_input_tokens=max_input_tokens, max_tokens=max_tokens,
-                          cached_served=load.cached_served, assumed_share=cached_share)
+                          cached_served=load.cached_served, assumed_share=cached_share,
+                          template_tokens=template_tokens)
     except ValueError as exc:
         raise BadInput(f"--speed, --scale-input, --scale-output: {exc}") from None
     if not plan.calls:
