@@ -282,3 +282,42 @@ def test_analyze_file_and_command(tmp_path: Path) -> None:
     # no rates at all for a trace without latencies: bad input, exit code 2, also with the command alone
     out = runner.invoke(analyze_command, [str(TRACES / "AzureLLMInferenceTrace_code.csv")])
     assert out.exit_code == 2 and "leverbench: error: " in out.output and "--rates RUN_DIR" in out.output
+
+
+# ---------------------------------------------------------------- a log whose cache was already on (issue 15, part 4)
+
+
+def test_generic_csv_with_served_cached_tokens_reports_the_cache_on(tmp_path: Path) -> None:
+    """A gateway log's cached_tokens were read from a cache: prefill counts only the uncached tokens, the cache
+    is reported as on with its realized saving, and the first recommendation names another lever."""
+    (tmp_path / "gw.csv").write_text("input_tokens,output_tokens,cached_tokens\n"
+                                     "10000,100,8000\n12000,200,9000\n8000,50,6000\n")
+    res = analyze_file(tmp_path / "gw.csv", prefill_tps=1000, decode_tps=50, drafter_speedup=2.0)
+    assert res["cache_already_on"] is True
+    # prefill from the uncached tokens: (2000 + 3000 + 2000) / 1000 = 7 s; decode (100 + 200 + 50) / 50 = 7 s
+    assert res["overall"]["prefill_s"] == pytest.approx(7.0) and res["overall"]["decode_s"] == pytest.approx(7.0)
+    cache = next(l for l in res["levers"] if l["lever"] == "prefix cache")
+    assert cache["already_on"] and not cache["estimated"]
+    assert cache["realized_saved_s"] == pytest.approx(23.0)  # 23,000 cached tokens at 1,000 tok/s
+    assert cache["realized_share"] == pytest.approx(23.0 / (14.0 + 23.0))
+    assert cache["served_share"] == pytest.approx(23000 / 30000)
+    assert "prefix cache" not in res["ranking"] and res["ranking"][0] == "drafter"
+    rec = res["recommendation"]
+    assert "The prefix cache is already on" in rec and "Try the drafter" in rec
+    assert "Try the prefix cache" not in rec and "Try a prefix cache" not in rec
+    # the same log read as only *potential* sharing (cached_served False) keeps the cache a lever to try
+    plain = analyze_traffic(load_traffic(tmp_path / "gw.csv").calls, {None: Rates(1000.0, 50.0, "t")})
+    assert plain["cache_already_on"] is False and plain["ranking"][0] == "prefix cache"
+    assert plain["overall"]["prefill_s"] == pytest.approx(30.0)
+
+
+def test_mooncake_analysis_shows_a_finite_cache_beside_the_unbounded_one() -> None:
+    res = analyze_file(TRACES / "mooncake_conversation_trace.jsonl", prefill_tps=5000, decode_tps=40,
+                       cache_tokens=100_000, block_tokens=16)
+    lever = next(l for l in res["levers"] if l["lever"] == "prefix cache")
+    assert res["cache_already_on"] is False and lever["estimated"]  # potential sharing: still a lever to try
+    f = lever["finite"]
+    assert f["capacity_tokens"] == 100_000 and f["block_tokens"] == 16 and f["source"] == "--cache-tokens"
+    assert f["saved_s"] == pytest.approx(f["hit_tokens"] / 5000)
+    assert 0 < f["saved_s"] < lever["saved_s"]
+    assert "a cache of 100,000 tokens in blocks of 16" in lever["parameter"]

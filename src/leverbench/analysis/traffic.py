@@ -11,7 +11,9 @@ every recorded call.
 
 Per call i (input I, output O, cached tokens C, with the rates of its model):
 
-    prefill_s = a + I / prefill_tps          (every lever off: the whole prompt)
+    prefill_s = a + I / prefill_tps          (every lever off: the whole prompt; where a cache already
+                                              served C_served: a + (I − C_served) / prefill_tps, the time
+                                              actually spent)
     decode_s  = O / decode_tps
     queue_s   = max(0, ttft_s − (a + (I − C_served) / prefill_tps))
                 only when the traffic has TTFTs and the rates were not fitted
@@ -26,7 +28,16 @@ Shares are phase sums over total sums, overall and per input-length bucket
 Levers (Amdahl: each removes time from its own phase only):
 
     prefix cache  saved_i = C_i / prefill_tps    (C from the trace; or
-                  share × I under an assumed --cached-share; unknown otherwise)
+                  share × I under an assumed --cached-share; unknown otherwise).
+                  When the log's cached tokens were served (a cache was already on: a
+                  gateway log, a vLLM or AIPerf export, a leverbench ledger), the cache is
+                  not a lever to try: its row says "already on" with its realized saving
+                  Σ C_served / prefill_tps (and that as a share of the time it would take
+                  without it), and the other levers are ranked against the time actually
+                  spent.  Where the log only shows potential sharing (Mooncake hash ids),
+                  ``finite_cache`` (a cache of finite capacity run over the calls,
+                  :mod:`.prefix_cache`) puts its saving Σ hit / prefill_tps beside the
+                  unbounded one
     drafter       saved_i = decode_s × (1 − 1/speedup)   (negative when the
                   drafter is slower than plain decoding)
     answer cap N  saved_i = max(0, O − N) / decode_tps
@@ -195,11 +206,28 @@ def _lever_range(name: str, rows: Sequence[Row], rates: Mapping[str, Rates], n: 
     return None, None
 
 
+def _already_on(row: dict[str, Any], rows: Sequence[Row], rates: Mapping[str, Rates], overall: Mapping[str, Any],
+                cached: Mapping[str, float], n: int, gpus: float, gpu_hour_usd: float | None) -> dict[str, Any]:
+    """The prefix cache's row when the log's cached tokens were served: not a lever to try, its realized
+    saving instead (share of the time the calls would take without it)."""
+    s = _lever_total("prefix cache", rows, rates) or 0.0
+    without = overall["total_s"] + s
+    gh = gpu_hours_per_1000(s / n, gpus)
+    row.update(estimated=False, already_on=True, saved_s=None, saved_share=None, range=None, range_source=None,
+               realized_saved_s=s, realized_share=s / without if without > 0 else None,
+               realized_gpu_hours_per_1000_calls=gh,
+               realized_usd_per_1000_calls=gh * gpu_hour_usd if gpu_hour_usd is not None else None,
+               served_share=cached["cached"] / cached["all_input"] if cached["all_input"] else None,
+               reason="already on: the log's cached tokens were served by a cache")
+    return row
+
+
 def _lever_row(name: str, rows: Sequence[Row], rates: Mapping[str, Rates], book: RateBook, overall: Mapping[str, Any],
                n: int, cap: float, cap_default: bool, cached: Mapping[str, float], assumed_share: float | None,
-               gpus: float, gpu_hour_usd: float | None) -> dict[str, Any]:
+               gpus: float, gpu_hour_usd: float | None, cache_on: bool = False,
+               finite: Mapping[str, Any] | None = None) -> dict[str, Any]:
     row: dict[str, Any] = {"lever": name, "phase": LEVER_PHASE[name],
-                           "ceiling_share": overall[f"{LEVER_PHASE[name]}_share"]}
+                           "ceiling_share": overall[f"{LEVER_PHASE[name]}_share"], "already_on": False}
     if name == "answer cap":
         row["parameter"] = f"cap {cap:.0f} tokens" + (", the median output" if cap_default else "")
     elif name == "drafter":
@@ -212,6 +240,8 @@ def _lever_row(name: str, rows: Sequence[Row], rates: Mapping[str, Rates], book:
         if assumed_share is not None:
             row["parameter"] = (row["parameter"] + "; " if row["parameter"] else "") + \
                 f"assumed {assumed_share:.0%} cached where not recorded"
+    if name == "prefix cache" and cache_on:
+        return _already_on(row, rows, rates, overall, cached, n, gpus, gpu_hour_usd)
     s = _lever_total(name, rows, rates)
     if s is None:
         row.update(estimated=False, saved_s=None, saved_share=None, range=None, range_source=None,
@@ -226,13 +256,27 @@ def _lever_row(name: str, rows: Sequence[Row], rates: Mapping[str, Rates], book:
     row.update(estimated=True, saved_s=s, saved_share=s / tot if tot > 0 else None, saved_s_per_call=per_call,
                gpu_hours_per_1000_calls=gh, usd_per_1000_calls=gh * gpu_hour_usd if gpu_hour_usd is not None else None,
                range=rng, range_source=rng_src, reason=None)
+    if name == "prefix cache" and finite is not None:
+        f = row["finite"] = _finite_row(finite, rates, tot)
+        row["parameter"] = (f"{row['parameter']}, every earlier prompt kept (the upper bound); a cache of "
+                            f"{f['capacity_tokens']:,.0f} tokens in blocks of {f['block_tokens']} would serve "
+                            f"{_pct(f['hit_share'])} of input tokens, saving {_pct(f['saved_share'])} of the time")
     return row
+
+
+def _finite_row(finite: Mapping[str, Any], rates: Mapping[str, Rates], tot: float) -> dict[str, Any]:
+    """A finite cache's estimate beside the unbounded one: saved = its hit tokens / prefill_tps (one prefill
+    rate for every call; with several, unknown)."""
+    tps = {r.prefill_tps for r in rates.values()}
+    saved = finite["hit_tokens"] / tps.pop() if len(tps) == 1 else None
+    return {**finite, "saved_s": saved, "saved_share": saved / tot if saved is not None and tot > 0 else None}
 
 
 def analyze_traffic(calls: Any, book: RateBook, *, cached_served: bool = False,
                     queue_from_ttft: bool = True, answer_cap: int | None = None,
                     assumed_cached_share: float | None = None, gpus: float = 1.0,
-                    gpu_hour_usd: float | None = None, cached_meaning: str | None = None) -> dict[str, Any]:
+                    gpu_hour_usd: float | None = None, cached_meaning: str | None = None,
+                    finite_cache: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Where the time of ``calls`` goes under ``book``'s rates, and what each lever would return.
 
     ``calls``: TrafficCall records, a TrafficLoad, or a frame of the canonical
@@ -240,8 +284,12 @@ def analyze_traffic(calls: Any, book: RateBook, *, cached_served: bool = False,
     ``queue_from_ttft`` is False when the rates were fitted from these same
     TTFTs.  ``answer_cap`` defaults to the median output length (an
     assumption, said so).  ``assumed_cached_share`` fills cached tokens for
-    calls that record none.  Returns a JSON-ready dict: distribution, rates,
-    overall and per-bucket shares, levers (ranked), recommendation.
+    calls that record none.  ``finite_cache``: a finite cache's hits over these
+    calls ({hit_tokens, hit_share, capacity_tokens, block_tokens, source}), shown
+    beside the unbounded saving.  Returns a JSON-ready dict: distribution, rates,
+    overall and per-bucket shares, levers (ranked), recommendation, and
+    ``cache_already_on`` (the log's cached tokens were served: prefill counts the
+    uncached tokens only and the cache is not a lever to try).
     """
     lf = as_frame(calls)
     per_model, vin, vout, vcached, known = collect(
@@ -262,13 +310,14 @@ def analyze_traffic(calls: Any, book: RateBook, *, cached_served: bool = False,
     cap_default = answer_cap is None
     out_v, out_n = vout.get_column("value").to_numpy(), vout.get_column("n").to_numpy()
     cap = float(answer_cap) if answer_cap is not None else percentiles(out_v, out_n, [50])[0]
+    k = known.row(0, named=True)
+    cache_on = bool(cached_served and (k["cached"] or 0) > 0)
     sums = collect(phase_sums(lf, rate_table(models, book), cap=cap, assumed_share=assumed_cached_share,
-                              cached_served=cached_served, queue=queue_measured))[0]
+                              cached_served=cached_served, queue=queue_measured, cache_on=cache_on))[0]
     rows = list(sums.iter_rows(named=True))
     overall = _phase_row(rows)
     tot = overall["total_s"]
     in_v, in_n = vin.get_column("value").to_numpy(), vin.get_column("n").to_numpy()
-    k = known.row(0, named=True)
     all_input, all_output = float((in_v.astype(float) * in_n).sum()), float((out_v.astype(float) * out_n).sum())
     cached = {"calls": k["calls"], "cached": k["cached"] or 0.0, "all_input": all_input}
     buckets = []
@@ -277,13 +326,14 @@ def analyze_traffic(calls: Any, book: RateBook, *, cached_served: bool = False,
         if part:
             buckets.append({"bucket": name, "call_share": total(part, "calls") / n, **_phase_row(part)})
     levers = [_lever_row(name, rows, rates, book, overall, n, cap, cap_default, cached, assumed_cached_share,
-                         gpus, gpu_hour_usd) for name in LEVER_PHASE]
+                         gpus, gpu_hour_usd, cache_on, finite_cache) for name in LEVER_PHASE]
     est = sorted((l for l in levers if l["estimated"]), key=lambda l: -l["saved_s"])
     levers = est + [l for l in levers if not l["estimated"]]
     for b in buckets:
         part = [g for g in rows if g["bucket"] == b["bucket"]]
         b["levers"] = {name: ((_lever_total(name, part, rates) or 0.0) / b["total_s"]
-                              if _lever_total(name, rows, rates) is not None and b["total_s"] > 0 else None)
+                              if _lever_total(name, rows, rates) is not None and b["total_s"] > 0
+                              and not (cache_on and name == "prefix cache") else None)
                        for name in LEVER_PHASE}
     per_call = tot / n
     gh = gpu_hours_per_1000(per_call, gpus)
@@ -310,6 +360,7 @@ def analyze_traffic(calls: Any, book: RateBook, *, cached_served: bool = False,
                  "usd_per_1000_calls": gh * gpu_hour_usd if gpu_hour_usd is not None else None},
         "answer_cap": cap, "answer_cap_default": cap_default,
         "cached_meaning": cached_meaning,
+        "cache_already_on": cache_on,
         "extrapolation": _extrapolation(rows, rates, n),
     }
     result["conditions"] = conditions(result, book)
@@ -353,6 +404,9 @@ def conditions(result: Mapping[str, Any], book: RateBook) -> list[str]:
                    f"rate was measured on ({ex['largest_measured']:,.0f} tokens): extrapolated")
     if result.get("cached_meaning"):
         out.append(result["cached_meaning"])
+    if result.get("cache_already_on"):
+        out.append("a prefix cache was already on (the log's cached tokens were served by it): prefill counts only "
+                   "the uncached tokens")
     if result.get("answer_cap_default"):
         out.append(f"the answer cap ({result['answer_cap']:.0f} tokens) is the median output, an assumption "
                    "(set --answer-cap): it pays only if shorter answers still do the job")
@@ -375,7 +429,14 @@ def recommend(result: Mapping[str, Any]) -> str:
     levers = result["levers"]
     est = [l for l in levers if l["estimated"] and l["saved_s"] > 0]
     best = est[0] if est else None
-    target = next((l for l in levers if l["phase"] == dom and l["lever"] != "answer cap"), None)
+    target = next((l for l in levers if l["phase"] == dom and l["lever"] != "answer cap"
+                   and not l.get("already_on")), None)
+    on = next((l for l in levers if l.get("already_on")), None)
+    if on is not None:
+        text.append(f"The {on['lever']} is already on: it served {_pct(on['served_share'])} of the input tokens, "
+                    f"a realized saving of {on['realized_saved_s']:.3g} s ({_pct(on['realized_share'])} of the time "
+                    f"these calls would take without it, {on['realized_gpu_hours_per_1000_calls']:.3g} GPU-hours per "
+                    "1,000 calls); the other levers are ranked against the time actually spent.")
     if dom == "queue":
         text.append("No lever here targets queueing: add capacity or batching first.")
     elif (target is not None and not target["estimated"]
@@ -388,7 +449,10 @@ def recommend(result: Mapping[str, Any]) -> str:
                         f"{_gain(best, result)}.")
     elif best is not None:
         text.append(f"Try the {_lever_words(best)} first: it would remove {_gain(best, result)}.")
-        if best["phase"] != dom:
+        if best["phase"] != dom and on is not None and on["phase"] == dom:
+            text.append(f"{dom.capitalize()} still dominates with the {on['lever']} on: longer shared prefixes or a "
+                        "larger cache would add to its saving (leverbench whatif simulates a cache of finite size).")
+        elif best["phase"] != dom:
             text.append(f"It works on {best['phase']}, not on the dominant phase, whose levers return less here.")
     else:
         text.append("None of the estimated levers would save time on this traffic.")

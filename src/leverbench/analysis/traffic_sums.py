@@ -10,8 +10,8 @@ never loaded.  Pure functions of the frame (reading a spilled frame is the
 only I/O, and it is the frame's own).
 
 Per-call formulas (with the rates of the call's model; :mod:`.traffic` has them all):
-prefill_s = a + I/prefill_tps, decode_s = O/decode_tps, queue_s = max(0, TTFT −
-(a + (I − C_served)/prefill_tps)) where measured, else 0.
+prefill_s = a + I/prefill_tps (a + (I − C)/prefill_tps where a cache already served C), decode_s =
+O/decode_tps, queue_s = max(0, TTFT − (a + (I − C_served)/prefill_tps)) where measured, else 0.
 """
 
 from __future__ import annotations
@@ -105,9 +105,11 @@ def rate_table(models: Iterable[str | None], book: RateBook) -> pl.DataFrame:
 
 
 def phase_sums(lf: pl.LazyFrame, rates: pl.DataFrame, *, cap: float, assumed_share: float | None,
-               cached_served: bool, queue: bool) -> pl.LazyFrame:
+               cached_served: bool, queue: bool, cache_on: bool = False) -> pl.LazyFrame:
     """Per (model, bucket): calls, Σ prefill/decode/queue s, Σ cached tokens (as the cache lever counts them),
-    Σ decode s × (1 − 1/speedup), Σ max(0, O − cap), calls with TTFT and calls beyond the measured input."""
+    Σ decode s × (1 − 1/speedup), Σ max(0, O − cap), calls with TTFT and calls beyond the measured input.
+    ``cache_on`` (a cache already served the recorded cached tokens): prefill = a + (I − C)/prefill_tps, the
+    time actually spent."""
     inp, out, cached = (pl.col(c).cast(pl.Float64) for c in ("input", "output", "cached"))
     a, ptps, dtps, sp = pl.col("a"), pl.col("ptps"), pl.col("dtps"), pl.col("speedup")
     lever_cached = cached if assumed_share is None else cached.fill_null((assumed_share * inp).floor())
@@ -119,7 +121,8 @@ def phase_sums(lf: pl.LazyFrame, rates: pl.DataFrame, *, cap: float, assumed_sha
               .join(rates.lazy(), on="model", how="left"))
     decode = out / dtps
     return joined.group_by("model", "bucket").agg(
-        calls=pl.len(), input=inp.sum(), output=out.sum(), prefill=(a + inp / ptps).sum(), decode=decode.sum(),
+        calls=pl.len(), input=inp.sum(), output=out.sum(),
+        prefill=(a + (inp - (served if cache_on else 0.0)) / ptps).sum(), decode=decode.sum(),
         queue=q.sum(), cached=lever_cached.sum(), cached_calls=lever_cached.is_not_null().sum(),
         cache_saved=(lever_cached / ptps).sum(), drafter_saved=(decode * (1.0 - 1.0 / sp)).sum(),
         excess=pl.max_horizontal(0.0, out - cap).sum(), ttft_calls=pl.col("ttft").is_not_null().sum(),

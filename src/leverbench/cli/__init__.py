@@ -4,6 +4,7 @@
     report   report.py   the reports, recomputed from a ledger alone
     project  project.py  one turn's time and cost per arm, from a run's rates
     analyze  analyze.py  where recorded traffic's time goes, and which lever to try
+    whatif   whatif.py   a trace served on each calibrated arm, simulated (and verified)
     replay   replay.py   one turn's answers streaming side by side (HTML)
     serve    serve.py    the embedded engine, started by hand
     sim      sim.py      the simulator, a test instrument with set speeds
@@ -26,8 +27,10 @@ from .report import report_command
 from .run import run_command
 from .serve import serve_command
 from .sim import sim_command
+from .whatif import whatif_command
 
-COMMANDS = (run_command, report_command, project_command, serve_command, sim_command, analyze_command, replay_command)
+COMMANDS = (run_command, report_command, project_command, serve_command, sim_command, analyze_command, replay_command,
+            whatif_command)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

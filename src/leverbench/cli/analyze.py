@@ -36,6 +36,11 @@ OUTPUTS = ("table", "md", "json", "html")
               help="Answer-length cap in tokens (default: the median output).")
 @click.option("--cached-share", type=float,
               help="Assume this share of each prompt is cached where the traffic records none.")
+@click.option("--cache-tokens", type=float, help="Where the traffic shows potential prefix sharing (Mooncake hash "
+              "ids): the capacity of a finite prefix cache to estimate beside the unbounded one (default: the run's "
+              "cache arm's, else 262,144 tokens).")
+@click.option("--block-tokens", type=click.IntRange(min=1), help="That cache's block size (default: the run's "
+              "cache arm's, else 16).")
 @click.option("--gpus", type=float, help="GPUs per server (default: the run's, else 1).")
 @click.option("--gpu-hour-usd", type=float, help="Price of a GPU-hour, for $ per 1,000 calls.")
 @click.option("--format", "out_fmt", type=click.Choice(OUTPUTS + FORMATS), default="table", show_default=True,
@@ -51,8 +56,9 @@ OUTPUTS = ("table", "md", "json", "html")
 def analyze_command(traffic: Path, fmt: str | None, columns: str | None, rates_dir: Path | None,
                     prefill_tps: float | None, prefill_a_s: float, decode_tps: float | None,
                     drafter_speedup: float | None, answer_cap: int | None, cached_share: float | None,
-                    gpus: float | None, gpu_hour_usd: float | None, out_fmt: str, out_path: Path | None,
-                    as_json: bool, salvage: bool) -> None:
+                    cache_tokens: float | None, block_tokens: int | None, gpus: float | None,
+                    gpu_hour_usd: float | None, out_fmt: str, out_path: Path | None, as_json: bool,
+                    salvage: bool) -> None:
     """Where the time of recorded traffic goes (prefill, decode, queueing), and which lever
     (prefix cache, drafter, shorter answers) to try first.
 
@@ -73,7 +79,7 @@ def analyze_command(traffic: Path, fmt: str | None, columns: str | None, rates_d
     result = analyze_file(traffic, fmt=fmt, columns=columns, rates_dir=rates_dir, prefill_tps=prefill_tps,
                           prefill_a_s=prefill_a_s, decode_tps=decode_tps, drafter_speedup=drafter_speedup,
                           answer_cap=answer_cap, cached_share=cached_share, gpus=gpus, gpu_hour_usd=gpu_hour_usd,
-                          salvage=salvage)
+                          salvage=salvage, cache_tokens=cache_tokens, block_tokens=block_tokens)
     if out_fmt == "table":
         report.render_terminal(result, console)
         return

@@ -112,6 +112,11 @@ def _levers(result: dict[str, Any]) -> Table:
             rows.append([str(i), l["lever"], l["phase"], l.get("parameter") or "", _n(l["saved_s"]),
                          _p(l["saved_share"]) + rng, _n(l["saved_s_per_call"]), _n(l["gpu_hours_per_1000_calls"]),
                          _n(l["usd_per_1000_calls"]) if l["usd_per_1000_calls"] is not None else "–"])
+        elif l.get("already_on"):
+            rows.append(["on", l["lever"], l["phase"], f"{l['reason']}; it served {_p(l['served_share'])} of input "
+                         "tokens; realized:", _n(l["realized_saved_s"]), f"{_p(l['realized_share'])} of the time "
+                         "without it", "–", _n(l["realized_gpu_hours_per_1000_calls"]),
+                         _n(l["realized_usd_per_1000_calls"]) if l["realized_usd_per_1000_calls"] is not None else "–"])
         else:
             rows.append(["–", l["lever"], l["phase"], l["reason"], "?", f"≤ {_p(l['ceiling_share'])}", "?", "?", "?"])
     sources = "; ".join(sorted({l["range_source"] for l in result["levers"] if l.get("range_source")}))

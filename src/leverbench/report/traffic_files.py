@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..analysis.prefix_cache import DEFAULT_BLOCK_TOKENS, DEFAULT_CACHE_TOKENS
 from ..analysis.traffic import (
     analyze_traffic,
     choose_rates,
@@ -22,6 +23,9 @@ from ..analysis.traffic import (
     rates_from_summary,
     with_drafter,
 )
+from ..analysis.whatif import cache_pass, prefix_cache_on
+from ..analysis.whatif_arms import block_of, capacity_of
+from ..analysis.whatif_plan import plan_calls
 from ..errors import BadInput
 from ..workload.traces import load_traffic
 from .files import summarize_dir
@@ -51,18 +55,21 @@ def analyze_file(traffic: str | Path, *, fmt: str | None = None, columns: str | 
                  rates_dir: str | Path | None = None, prefill_tps: float | None = None,
                  prefill_a_s: float = 0.0, decode_tps: float | None = None, drafter_speedup: float | None = None,
                  answer_cap: int | None = None, cached_share: float | None = None, gpus: float | None = None,
-                 gpu_hour_usd: float | None = None, salvage: bool = False) -> dict[str, Any]:
+                 gpu_hour_usd: float | None = None, salvage: bool = False, cache_tokens: float | None = None,
+                 block_tokens: int | None = None) -> dict[str, Any]:
     """Read ``traffic`` and the rates, analyse, and return the JSON-ready result.
 
     The result is :func:`~leverbench.analysis.traffic.analyze_traffic`'s, plus
     ``input`` (file, format, rows used and skipped with reasons, notes),
     ``fits`` (the per-model fits when rates were fitted from the traffic) and
     ``rates_used`` (in words).  *salvage*: read a leverbench ledger (TRAFFIC or ``rates_dir``) past
-    its bad lines.
+    its bad lines.  Where the traffic shows potential prefix sharing (Mooncake hash ids), a cache of
+    ``cache_tokens`` in blocks of ``block_tokens`` (default: the run's cache arm's, else
+    :mod:`~leverbench.analysis.prefix_cache`'s defaults) is run over the calls (:func:`finite_cache`).
     """
     load = load_traffic(traffic, fmt, columns=columns, salvage=salvage)
     hand = hand_rates(prefill_tps, decode_tps, prefill_a_s)
-    run = None
+    run = summary = None
     if rates_dir is not None:
         summary = run_summary(Path(rates_dir), salvage=salvage)
         run = rates_from_summary(summary, f"run {rates_dir}")
@@ -83,12 +90,40 @@ def analyze_file(traffic: str | Path, *, fmt: str | None = None, columns: str | 
     result = analyze_traffic(load.frame, book, cached_served=load.cached_served, queue_from_ttft=not fitted_prefill,
                              answer_cap=answer_cap, assumed_cached_share=cached_share,
                              gpus=gpus if gpus is not None else 1.0, gpu_hour_usd=gpu_hour_usd,
-                             cached_meaning=_cached_note(load.notes))
+                             cached_meaning=_cached_note(load.notes),
+                             finite_cache=finite_cache(load, summary, cache_tokens, block_tokens))
     result["input"] = {"path": str(load.path), "format": load.fmt, "rows": load.rows, "used": load.used,
                        "skipped": load.skipped, "first_skipped_line": load.first_skipped_line, "notes": load.notes}
     result["fits"] = fits
     result["rates_used"] = sorted({r.source for r in book.values()})
     return result
+
+
+def finite_cache(load: Any, summary: dict[str, Any] | None, cache_tokens: float | None,
+                 block_tokens: int | None) -> dict[str, Any] | None:
+    """A finite prefix cache run over the calls where the log shows potential sharing (prefix block ids) and no
+    cache served them; None otherwise.  Capacity and block size: as given, else those of the run's first arm
+    with a prefix cache on (:mod:`~leverbench.analysis.whatif_arms`), else the defaults."""
+    if load.cached_served or load.records is None or not any(c.prefix_blocks for c in load.records):
+        return None
+    cap = src = blk = None
+    for arm in (summary or {}).get("arms") or []:
+        knobs = arm.get("knobs") or arm.get("conditions") or {}
+        if prefix_cache_on(knobs):
+            cap, src = capacity_of(knobs, int(knobs.get("slots") or 1))
+            blk, bsrc = block_of(knobs)
+            src = f"arm {arm['name']!r}: capacity: {src}; block: {bsrc}"
+            break
+    if cache_tokens is not None:
+        cap, src = float(cache_tokens), "--cache-tokens" + (f"; {src}" if src else "")
+    if block_tokens is not None:
+        blk = block_tokens
+    if cap is None:
+        cap, src = float(DEFAULT_CACHE_TOKENS), f"the default {DEFAULT_CACHE_TOKENS:,} tokens (give --cache-tokens)"
+    plan = plan_calls(load.records, cached_served=False)
+    out = cache_pass(plan, cap, blk or DEFAULT_BLOCK_TOKENS)
+    out["source"] = src
+    return out
 
 
 def _cached_note(notes: list[str]) -> str | None:

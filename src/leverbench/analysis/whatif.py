@@ -1,0 +1,353 @@
+"""What if this traffic were served on each calibrated arm? A discrete-event simulation (issue 15).
+
+The calls (:mod:`.whatif_plan`: as trace replay sends them) arrive at their times; each arm serves them with
+its rate model (:mod:`.rate_model`), its slots and its batching slowdown, and its prefix cache of finite
+capacity (:mod:`.prefix_cache`).  Per call i, on one arm:
+
+    admitted   when a slot is free, in order of arrival (first come, first served)
+    hit_i      tokens of its prompt the arm's cache holds then (0 without a cache; where the trace recorded
+               cached tokens that a cache already served and gives no prefix structure: those, as served)
+    work_i     prefill_s(I − hit, hit) then decode_s(I, O)  (the rate model: seconds when served alone;
+               a drafter's acceptance is inside the decode rate measured on its arm)
+    k requests in service progress at 1 / slowdown(k) seconds of work per second (continuous batching:
+               the ``batch`` slowdown measured in load stages; k ≤ slots).  Without a measured slowdown
+               and slots, one request at a time (slowdown(1) = 1)
+    TTFT_i     = end of its prefill − its arrival;   e2e_i = end of its decode − its arrival
+    a session's next round arrives when this one ends plus its tool wait
+
+    output_tps          = Σ O / (last end − first arrival)
+    busy_s              = time during which at least one request is in service
+    GPU-h per 1000 calls = busy_s / n × gpus × 1000 / 3600;   $ = × gpu_hour_usd
+
+The loop is hand-written over a heap of arrivals and a heap of phase ends in "virtual work" (every request
+in service progresses alike, so one counter V, the work each has done since the clock's start, advances by
+dt / slowdown(k); a phase ends when V reaches its mark): O(log n) per event, so millions of calls take
+seconds.  (SimPy, measured in ``benchmarks/whatif_speed.py``, serves one FIFO slot alone several times
+slower, and its resources do not model requests that share a server at a rate set by how many there are.)
+
+The lever ranking orders the arms by GPU-hours per 1,000 calls (then p50 end-to-end): each row names the
+knobs that differ from the reference arm and the multiplier reference GPU-hours / its GPU-hours.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from .knobs import differing, is_on
+from .load import distribution
+from .prefix_cache import PrefixCache, unbounded
+from .rate_model import decode_seconds, prefill_seconds
+from .whatif_plan import Plan, PlannedCall
+
+
+@dataclass
+class ArmSpec:
+    """One arm as the simulation serves: its rate model, slots and slowdown, its cache, its price."""
+
+    name: str
+    model: dict[str, Any]
+    slots: int = 1
+    slowdown: Callable[[int], float] = lambda k: 1.0
+    cache: bool = False
+    capacity_tokens: float = 0.0
+    block_tokens: int = 1
+    cache_source: str = ""
+    knobs: dict[str, Any] = field(default_factory=dict)
+    gpus: float = 1.0
+    gpu_hour_usd: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def slowdown_curve(batch: dict[str, Any] | None) -> Callable[[int], float]:
+    """slowdown(k) from a rate model's ``batch`` {concurrency, slowdown}: linear between the measured points,
+    (1, 1) added when absent; past the largest measured k, slowdown(k_max) · k / k_max (no further gain)."""
+    if not batch or not batch.get("concurrency"):
+        return lambda k: 1.0
+    pts = sorted(zip((float(c) for c in batch["concurrency"]), (float(s) for s in batch["slowdown"])))
+    if pts[0][0] > 1:
+        pts.insert(0, (1.0, 1.0))
+    xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+
+    def f(k: int) -> float:
+        if k <= xs[-1]:
+            return float(np.interp(k, xs, ys))
+        return ys[-1] * k / xs[-1]
+    return f
+
+
+@dataclass
+class Served:
+    """What one arm's simulation returns: per call (in plan order) and in total."""
+
+    arm: str
+    calls: list[PlannedCall]
+    arrival: np.ndarray
+    ttft: np.ndarray
+    e2e: np.ndarray
+    hit: np.ndarray
+    busy_s: float
+    first_arrival: float
+    last_end: float
+    cache: PrefixCache | None
+    shadow: PrefixCache
+
+
+def _hit(call: PlannedCall, cache: PrefixCache | None, shadow: PrefixCache, recorded: bool) -> int:
+    """Tokens of the call's prompt its arm's cache serves (see the module docstring), and the shadow
+    unbounded cache's lookup (the upper bound under the same order)."""
+    shadow.lookup(shadow.units(call.pieces), call.input_tokens)
+    if recorded and call.served_cached is not None:
+        hit = min(call.served_cached, max(call.input_tokens - 1, 0)) if cache is not None else 0
+        if cache is not None:
+            cache.lookups += 1
+            cache.looked_up_tokens += call.input_tokens
+            cache.hit_tokens += hit
+    elif cache is not None:
+        hit = cache.lookup(cache.units(call.pieces), call.input_tokens)
+    else:
+        hit = 0
+    return hit
+
+
+def simulate(plan: Plan, arm: ArmSpec) -> Served:
+    """Serve ``plan`` on ``arm`` (see the module docstring); deterministic."""
+    calls = plan.calls
+    pos = {id(c): i for i, c in enumerate(calls)}
+    n = len(calls)
+    arrival = np.full(n, np.nan)
+    ttft = np.full(n, np.nan)
+    e2e = np.full(n, np.nan)
+    hit = np.zeros(n)
+    cache = PrefixCache(arm.capacity_tokens, arm.block_tokens) if arm.cache else None
+    shadow = unbounded(arm.block_tokens)
+    # a call is "recorded" when the trace gives only the cached tokens a cache served, no prefix structure
+    structured = {id(c) for s in plan.sessions for c in s
+                  if c.round > 0 or any(k[0] != "u" for k, _ in c.pieces)}
+    next_round: dict[int, PlannedCall] = {}
+    for s in plan.sessions:
+        for a, b in zip(s, s[1:]):
+            next_round[id(a)] = b
+    seq = 0
+    arrivals: list[tuple[float, int, PlannedCall]] = []
+    chain = not plan.has_arrivals  # no arrival times: each session when the previous one has ended
+    firsts = [s[0] for s in plan.sessions]
+    if chain and firsts:
+        arrivals.append((0.0, seq, firsts[0]))
+    else:
+        for c in firsts:
+            seq += 1
+            arrivals.append((c.start_s or 0.0, seq, c))
+        heapq.heapify(arrivals)
+    queue: deque[PlannedCall] = deque()
+    active: list[tuple[float, int, PlannedCall, str]] = []  # (virtual mark, seq, call, phase)
+    decode_work: dict[int, float] = {}
+    t = v = busy = 0.0
+    last_end = 0.0
+    session_i = 0
+
+    def admit() -> None:
+        nonlocal seq
+        while queue and len(active) < arm.slots:
+            c = queue.popleft()
+            h = _hit(c, cache, shadow, id(c) not in structured)
+            hit[pos[id(c)]] = h
+            p = prefill_seconds(arm.model, c.input_tokens - h, h)
+            decode_work[id(c)] = decode_seconds(arm.model, c.input_tokens, c.output_tokens)
+            seq += 1
+            heapq.heappush(active, (v + p, seq, c, "prefill"))
+
+    def done(c: PlannedCall) -> None:
+        nonlocal seq, session_i
+        pieces = (*c.pieces, c.out_piece) if c.out_piece is not None and id(c) in next_round else c.pieces
+        for ch in (cache, shadow):
+            if ch is not None:
+                ch.insert(ch.units(pieces))
+        nxt = next_round.get(id(c))
+        seq += 1
+        if nxt is not None:
+            heapq.heappush(arrivals, (t + nxt.wait_s, seq, nxt))
+        elif chain:
+            session_i += 1
+            if session_i < len(firsts):
+                heapq.heappush(arrivals, (t, seq, firsts[session_i]))
+
+    while arrivals or queue or active:
+        ta = arrivals[0][0] if arrivals else math.inf
+        k = len(active)
+        f = arm.slowdown(k) if k else 1.0
+        tc = t + (active[0][0] - v) * f if active else math.inf
+        if ta <= tc:
+            if k:
+                v += (ta - t) / f
+                busy += ta - t
+            t = ta
+            _, _, c = heapq.heappop(arrivals)
+            arrival[pos[id(c)]] = t
+            queue.append(c)
+        else:
+            busy += tc - t
+            t = tc
+            mark, _, c, phase = heapq.heappop(active)
+            v = mark
+            i = pos[id(c)]
+            if phase == "prefill":
+                ttft[i] = t - arrival[i]
+                seq += 1
+                heapq.heappush(active, (v + decode_work.pop(id(c)), seq, c, "decode"))
+            else:
+                e2e[i] = t - arrival[i]
+                last_end = max(last_end, t)
+                done(c)
+        admit()
+    first = float(np.nanmin(arrival)) if n else 0.0
+    return Served(arm.name, calls, arrival, ttft, e2e, hit, busy, first, last_end, cache, shadow)
+
+
+# ---------------------------------------------------------------- rows
+
+
+def arm_row(s: Served, arm: ArmSpec) -> dict[str, Any]:
+    """The JSON row of one arm's simulation (see the module docstring for each figure)."""
+    n = len(s.calls)
+    out_tokens = float(sum(c.output_tokens for c in s.calls))
+    span = s.last_end - s.first_arrival
+    gh = s.busy_s / n * arm.gpus * 1000.0 / 3600.0 if n else None
+    ttft, e2e = distribution(s.ttft), distribution(s.e2e)
+    row: dict[str, Any] = {
+        "arm": arm.name, "calls": n,
+        "ttft_p50_s": ttft["p50"] if ttft else None, "ttft_p99_s": ttft["p99"] if ttft else None,
+        "e2e_p50_s": e2e["p50"] if e2e else None, "e2e_p99_s": e2e["p99"] if e2e else None,
+        "ttft": ttft, "e2e": e2e,
+        "output_tps": out_tokens / span if span > 0 else None,
+        "busy_s": s.busy_s, "makespan_s": span,
+        "gpu_hours_per_1000_calls": gh,
+        "usd_per_1000_calls": gh * arm.gpu_hour_usd if gh is not None and arm.gpu_hour_usd is not None else None,
+        "gpus": arm.gpus, "gpu_hour_usd": arm.gpu_hour_usd,
+        "slots": arm.slots, "prefix_cache": arm.cache, "knobs": arm.knobs,
+        "rate_model": {"prefill": arm.model.get("prefill"), "decode": arm.model.get("decode"),
+                       "batch": arm.model.get("batch"), "source": arm.model.get("source")},
+        "notes": list(arm.notes),
+    }
+    if s.cache is not None:
+        row["cache"] = cache_figures(s.cache, s.shadow, arm)
+    return row
+
+
+def cache_figures(cache: PrefixCache, shadow: PrefixCache, arm: ArmSpec) -> dict[str, Any]:
+    """The finite cache's figures beside the unbounded one's, under the same order of calls."""
+    return {"capacity_tokens": cache.capacity if math.isfinite(cache.capacity) else None,
+            "block_tokens": cache.block, "source": arm.cache_source, "hit_tokens": cache.hit_tokens,
+            "input_tokens": cache.looked_up_tokens, "hit_share": cache.hit_share,
+            "unbounded_hit_share": shadow.hit_share, "evicted_tokens": cache.evicted_tokens}
+
+
+def ranking(rows: Sequence[dict[str, Any]], reference: str, knobs: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The arms by GPU-hours per 1,000 calls (then p50 end-to-end), each with the knobs that differ from
+    ``reference`` and its multiplier: reference GPU-hours / its GPU-hours."""
+    ref = next((r for r in rows if r["arm"] == reference), None)
+    out = []
+    for r in sorted(rows, key=lambda r: (r["gpu_hours_per_1000_calls"] if r["gpu_hours_per_1000_calls"] is not None
+                                         else math.inf, r["e2e_p50_s"] or math.inf)):
+        gh, rgh = r["gpu_hours_per_1000_calls"], ref["gpu_hours_per_1000_calls"] if ref else None
+        out.append({"arm": r["arm"], "levers": differing(knobs.get(reference, {}), knobs.get(r["arm"], {})),
+                    "gpu_hours_per_1000_calls": gh, "e2e_p50_s": r["e2e_p50_s"],
+                    "multiplier": rgh / gh if gh and rgh else None})
+    return out
+
+
+def reference_arm(arms: Sequence[ArmSpec], baseline: str, cache_on: bool) -> tuple[str, str | None]:
+    """(arm to compare against, why): the baseline; when the traffic's cache was already on, the arm with a
+    prefix cache that differs from the baseline in the fewest other knobs (the traffic as it was served)."""
+    if not cache_on:
+        return baseline, None
+    base = next((a for a in arms if a.name == baseline), None)
+    cached = [a for a in arms if a.cache]
+    if base is None or base.cache or not cached:
+        return baseline, None
+    best = min(cached, key=lambda a: len(differing(base.knobs, a.knobs)))
+    return best.name, (f"the traffic's prefix cache was already on: the levers are ranked against arm {best.name!r} "
+                       "(a prefix cache on, as the traffic was served), not the baseline")
+
+
+def prefix_cache_on(knobs: dict[str, Any]) -> bool | None:
+    """Whether an arm's knobs say its prefix cache is on (None: they do not say)."""
+    for k in ("prefix_cache", "cache_prompt", "enable_prefix_caching"):
+        if k in knobs:
+            return is_on(knobs[k])
+    return None
+
+
+# ---------------------------------------------------------------- the forecast
+
+
+def realized_cache_saving(plan: Plan, model: dict[str, Any]) -> dict[str, Any] | None:
+    """Where the trace's cached tokens were served by a cache already on: their share of the input, and the
+    prefill seconds they saved on ``model`` = Σ prefill_s(I, 0) − prefill_s(I − C, C); None otherwise."""
+    served = [c for c in plan.calls if c.served_cached]
+    if not served:
+        return None
+    calls = plan.calls
+    saved = sum(prefill_seconds(model, c.input_tokens, 0) - prefill_seconds(model, c.input_tokens - c.served_cached,
+                                                                            c.served_cached) for c in served)
+    return {"calls": len(served), "cached_tokens": sum(c.served_cached for c in served),
+            "cached_share": sum(c.served_cached for c in served) / max(sum(c.input_tokens for c in calls), 1),
+            "saved_prefill_s": saved}
+
+
+def forecast(plan: Plan, arms: Sequence[ArmSpec], baseline: str, *,
+             trace_cached_share: float | None = None) -> dict[str, Any]:
+    """Serve ``plan`` on every arm and rank them; the JSON-ready what-if (see the module docstring).
+
+    ``trace_cached_share``: the traffic analysis's share of input tokens an unbounded cache could reuse
+    (Mooncake hash ids), shown beside the simulated caches.
+    """
+    if not plan.calls:
+        raise ValueError("no calls to serve")
+    served = [simulate(plan, a) for a in arms]
+    rows = [arm_row(s, a) for s, a in zip(served, arms)]
+    ref_model = next((a.model for a in arms if a.name == baseline), arms[0].model)
+    realized = realized_cache_saving(plan, ref_model)
+    ref, why = reference_arm(arms, baseline, realized is not None)
+    rank = ranking(rows, ref, {a.name: a.knobs for a in arms})
+    with_cache = next(((s, a) for s, a in zip(served, arms) if s.cache is not None), None)
+    if with_cache is not None:
+        cache = cache_figures(with_cache[0].cache, with_cache[0].shadow, with_cache[1])
+        cache["arm"] = with_cache[1].name
+    else:
+        cache = {"arm": None, "capacity_tokens": None, "hit_share": None,
+                 "unbounded_hit_share": served[0].shadow.hit_share, "note": "no arm has a prefix cache on"}
+    cache["upper_bound_hit_share"] = cache.get("unbounded_hit_share")
+    cache["trace_cached_share"] = trace_cached_share
+    notes = [why] if why else []
+    if realized is not None:
+        notes.append(f"the traffic's prefix cache was already on: it served {realized['cached_share']:.1%} of the "
+                     f"input tokens, saving {realized['saved_prefill_s']:.3g} s of prefill on arm {baseline!r}'s "
+                     "rates; arms with a cache serve those tokens as recorded, arms without prefill them")
+    if not plan.has_arrivals:
+        notes.append("the trace records no arrival times: calls are served back to back (no queueing)")
+    return {"arms": rows, "ranking": rank, "reference": ref, "cache": cache, "cache_already_on": realized,
+            "calls": len(plan.calls), "sessions": len(plan.sessions), "left_out": plan.left_out,
+            "plan": plan.options, "notes": notes}
+
+
+def cache_pass(plan: Plan, capacity_tokens: float, block_tokens: int) -> dict[str, Any]:
+    """A finite cache run over the planned calls in the plan's order (sessions one after another, each call
+    inserted when it is looked up), without serving them: {hit_tokens, input_tokens, hit_share,
+    unbounded_hit_share, capacity_tokens, block_tokens, evicted_tokens}."""
+    cache, shadow = PrefixCache(capacity_tokens, block_tokens), unbounded(block_tokens)
+    for s in plan.sessions:
+        for i, c in enumerate(s):
+            pieces = (*c.pieces, c.out_piece) if c.out_piece is not None and i + 1 < len(s) else c.pieces
+            for ch in (cache, shadow):
+                ch.lookup(ch.units(c.pieces), c.input_tokens)
+                ch.insert(ch.units(pieces))
+    return {"hit_tokens": cache.hit_tokens, "input_tokens": cache.looked_up_tokens, "hit_share": cache.hit_share,
+            "unbounded_hit_share": shadow.hit_share,
+            "capacity_tokens": capacity_tokens if math.isfinite(capacity_tokens) else None,
+            "block_tokens": block_tokens, "evicted_tokens": cache.evicted_tokens}

@@ -1,0 +1,145 @@
+"""The arms a what-if serves on, from a run's summary: rate model, slots, batching, prefix cache, price.
+
+Each figure is taken from where it is best known, and its source is said (:class:`~.whatif.ArmSpec`):
+
+    rate model      summary ``rate_models[]`` (the context-aware model) > the flat model of the arm's
+                    ``rates[]`` row (:func:`.rate_model.from_rates_row`: one prefill and one decode rate);
+                    a cache arm whose every prompt hit its cache has no prefill rate of its own: it takes
+                    the prefill of its twin without the cache (the arm that differs from it in the prefix
+                    cache only), since a cache changes which tokens are prefilled, not what one costs
+    concurrency     the model's ``batch`` slowdown with its ``slots`` (else the arm's discovered slots, else
+                    the largest concurrency measured); without a measured slowdown, one request at a time
+    prefix cache    on when the arm's knobs say so (``prefix_cache``, llama.cpp's ``cache_prompt``), else when
+                    its calls read cached tokens (``engaged``), else off
+    capacity        --cache-tokens > the arm's knobs ``kv_capacity_tokens`` > vLLM's ``num_gpu_blocks`` ×
+                    ``block_size`` > ``context_length`` × slots (the KV the engine holds for its slots: a
+                    lower bound for llama.cpp, which also keeps prompts in host RAM, ``--cache-ram``) >
+                    :data:`~.prefix_cache.DEFAULT_CACHE_TOKENS`
+    block size      --block-tokens > the arm's ``block_size`` > 1 on llama.cpp (it compares prompts token by
+                    token) > :data:`~.prefix_cache.DEFAULT_BLOCK_TOKENS`
+    price           --gpus / --gpu-hour-usd > the arm's conditions ``gpus`` / ``gpu_hour_usd`` > 1 GPU, no price
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from ..errors import BadInput
+from .knobs import differing
+from .prefix_cache import DEFAULT_BLOCK_TOKENS, DEFAULT_CACHE_TOKENS
+from .rate_model import from_rates_row
+from .whatif import ArmSpec, prefix_cache_on, slowdown_curve
+
+
+def _num(x: Any) -> float | None:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if v > 0 else None
+
+
+def _twin_prefill(summary: Mapping[str, Any], arm: str) -> tuple[dict[str, Any], str] | None:
+    """(the ``rates[]`` row with the prefill of the arm's twin without a prefix cache, the twin's name)."""
+    knobs = {a["name"]: dict(a.get("knobs") or a.get("conditions") or {}) for a in summary.get("arms") or []}
+    rows = {r.get("arm"): r for r in summary.get("rates") or []}
+    for name, k in knobs.items():
+        if name != arm and rows.get(name, {}).get("prefill_tps") and \
+                set(differing(k, knobs.get(arm, {}))) <= {"prefix_cache", "cache_prompt", "request.cache_prompt"} \
+                and not prefix_cache_on(k):
+            return rows[name], name
+    return None
+
+
+def rate_model_of(summary: Mapping[str, Any], arm: str) -> tuple[dict[str, Any] | None, str]:
+    """(the arm's rate model, where it came from): ``rate_models[]``, else the flat model of ``rates[]``."""
+    for m in summary.get("rate_models") or []:
+        if m.get("arm") == arm and m.get("prefill") and m.get("decode"):
+            return dict(m), "rate_models (context-aware)"
+    row = next((r for r in summary.get("rates") or [] if r.get("arm") == arm), None)
+    model = from_rates_row(row) if row else None
+    if model is None and row and row.get("decode_tps") and not row.get("prefill_tps"):
+        twin = _twin_prefill(summary, arm)
+        if twin is not None:
+            model = from_rates_row({**row, "prefill_tps": twin[0]["prefill_tps"],
+                                    "prefill_a_s": twin[0].get("prefill_a_s"),
+                                    "prefill_source": f"arm {twin[1]!r}'s (its twin without the cache)"})
+            return model, (f"rates (flat; prefill from arm {twin[1]!r}, its twin without the cache: every prompt "
+                           "of this arm's own hit its cache)")
+    return model, ("rates (flat: one prefill and one decode rate)" if model else
+                   (f"no rates: {row.get('refused')}" if row and row.get("refused") else "no measured rates"))
+
+
+def capacity_of(knobs: Mapping[str, Any], slots: int) -> tuple[float, str]:
+    """(cache capacity in tokens, its source) from an arm's knobs (see the module docstring)."""
+    if _num(knobs.get("kv_capacity_tokens")):
+        return float(knobs["kv_capacity_tokens"]), "the arm's KV capacity (discovered)"
+    if _num(knobs.get("num_gpu_blocks")) and _num(knobs.get("block_size")):
+        return (float(knobs["num_gpu_blocks"]) * float(knobs["block_size"]),
+                "the arm's num_gpu_blocks × block_size (discovered)")
+    if _num(knobs.get("context_length")):
+        note = ("; llama.cpp also keeps prompts in host RAM (--cache-ram), so it may hold more: give --cache-tokens"
+                if "llama" in str(knobs.get("engine", "")).lower() else "")
+        return float(knobs["context_length"]) * max(slots, 1), f"the arm's context length × {slots} slot(s){note}"
+    return float(DEFAULT_CACHE_TOKENS), (f"the default {DEFAULT_CACHE_TOKENS:,} tokens (an 8B model's KV on an 80 GB "
+                                         "GPU); give --cache-tokens")
+
+
+def block_of(knobs: Mapping[str, Any]) -> tuple[int, str]:
+    if _num(knobs.get("block_size")):
+        return int(knobs["block_size"]), "the arm's block_size"
+    if "llama" in str(knobs.get("engine", "")).lower():
+        return 1, "llama.cpp compares prompts token by token"
+    return DEFAULT_BLOCK_TOKENS, f"the default {DEFAULT_BLOCK_TOKENS} tokens per block (vLLM's on a GPU)"
+
+
+def arm_specs(summary: Mapping[str, Any], arms: Sequence[str] | None = None, *, cache_tokens: float | None = None,
+              block_tokens: int | None = None, gpus: float | None = None,
+              gpu_hour_usd: float | None = None) -> tuple[list[ArmSpec], list[str]]:
+    """The arms of a run summary as the simulation serves them, and notes on the arms left out."""
+    by_name = {a["name"]: a for a in summary.get("arms") or []}
+    names = list(arms) if arms else list(by_name)
+    unknown = [a for a in names if a not in by_name]
+    if unknown:
+        raise BadInput(f"--arms: no arm {', '.join(map(repr, unknown))} in the run (arms: {', '.join(by_name)})")
+    engaged = {e.get("arm"): e for e in summary.get("engaged") or []}
+    out, notes = [], []
+    for name in names:
+        a = by_name[name]
+        knobs = dict(a.get("knobs") or a.get("conditions") or {})
+        model, source = rate_model_of(summary, name)
+        if model is None:
+            notes.append(f"arm {name!r} left out: {source}")
+            continue
+        model["source"] = source
+        spec_notes = [f"rate model: {source}"]
+        batch = model.get("batch")
+        slots_known = model.get("slots") or knobs.get("slots")
+        if batch and batch.get("concurrency"):
+            slots = int(slots_known or max(batch["concurrency"]))
+            spec_notes.append(f"{slots} slot(s), batching slowdown measured at concurrency "
+                              f"{', '.join(str(c) for c in batch['concurrency'])}")
+        else:
+            slots = 1
+            if slots_known and int(slots_known) > 1:
+                spec_notes.append(f"{slots_known} slots but no measured batching slowdown: served one at a time")
+        on = prefix_cache_on(knobs)
+        if on is None:
+            on = bool((engaged.get(name) or {}).get("cache_used"))
+            spec_notes.append(f"prefix cache {'on' if on else 'off'}: from its calls' cached tokens "
+                              "(the arm's knobs do not say)")
+        cap, cap_src = (float(cache_tokens), "--cache-tokens") if cache_tokens is not None else \
+            capacity_of(knobs, slots_known or 1)
+        blk, blk_src = (int(block_tokens), "--block-tokens") if block_tokens is not None else block_of(knobs)
+        cond = a.get("conditions") or {}
+        g = gpus if gpus is not None else _num(cond.get("gpus")) or 1.0
+        usd = gpu_hour_usd if gpu_hour_usd is not None else _num(cond.get("gpu_hour_usd"))
+        if (model.get("decode") or {}).get("acceptance") is not None:
+            spec_notes.append(f"drafter acceptance {model['decode']['acceptance']:.0%} (inside its decode rate)")
+        out.append(ArmSpec(name, model, slots=slots, slowdown=slowdown_curve(batch), cache=on, capacity_tokens=cap,
+                           block_tokens=blk, cache_source=f"capacity: {cap_src}; block: {blk_src}", knobs=knobs,
+                           gpus=g, gpu_hour_usd=usd, notes=spec_notes))
+    if not out:
+        raise BadInput("no arm of the run has measured prefill and decode rates to simulate with"
+                       + (f" ({'; '.join(notes)})" if notes else ""))
+    return out, notes

@@ -1,0 +1,129 @@
+"""``leverbench whatif``'s output: its tables and lines, for the terminal and as JSON.
+
+Built from :func:`leverbench.report.whatif_files.whatif_file`'s result (and :func:`~.whatif_files.verify_result`'s
+when verified); nothing here computes a statistic, it only formats.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .jsonio import finite
+from .table import Table
+
+
+def _s(x: float | None) -> str:
+    return "–" if x is None else f"{x:.3g}"
+
+
+def _p(x: float | None, sign: bool = False) -> str:
+    if x is None:
+        return "–"
+    return f"{x:+.1%}" if sign else f"{x:.1%}"
+
+
+def arms_table(result: dict[str, Any]) -> Table:
+    rows = []
+    for r in result["arms"]:
+        c = r.get("cache")
+        rows.append([r["arm"], f"{_p(c['hit_share'])} hit" if c else "off", str(r["slots"]), _s(r["ttft_p50_s"]),
+                     _s(r["ttft_p99_s"]), _s(r["e2e_p50_s"]), _s(r["e2e_p99_s"]), _s(r["output_tps"]),
+                     _s(r["gpu_hours_per_1000_calls"]),
+                     f"{r['usd_per_1000_calls']:,.2f}" if r.get("usd_per_1000_calls") is not None else "–"])
+    return Table("whatif", f"What if these {result['calls']:,} calls were served on each arm (simulated)",
+                 ["arm", "prefix cache", "slots", "TTFT p50 s", "TTFT p99 s", "e2e p50 s", "e2e p99 s",
+                  "output tok/s", "GPU-h/1000 calls", "$/1000 calls"], rows,
+                 notes=[f"{r['arm']}: {'; '.join(r['notes'])}" for r in result["arms"] if r.get("notes")])
+
+
+def verify_table(result: dict[str, Any]) -> Table | None:
+    if not any(r.get("measured") for r in result["arms"]):
+        return None
+    rows = []
+    for r in result["arms"]:
+        m, e = r.get("measured") or {}, r.get("error") or {}
+        for k, label in (("ttft_p50_s", "TTFT p50 s"), ("ttft_p99_s", "TTFT p99 s"), ("e2e_p50_s", "e2e p50 s"),
+                         ("e2e_p99_s", "e2e p99 s"), ("output_tps", "output tok/s"),
+                         ("gpu_hours_per_1000_calls", "GPU-h/1000 calls")):
+            rows.append([r["arm"], label, _s(r.get(k)), _s(m.get(k)), _p(e.get(k), sign=True)])
+    notes = [f"{r['arm']}: measured {r['measured']['calls']} calls, {r['measured']['failed']} failed; "
+             f"cache served {_p(r['measured']['cached_share'])} of the prompt tokens; the chat template added "
+             f"{_s(r['measured']['template_tokens'])} tokens to each first prompt (forecast with "
+             f"--template-tokens {result['plan'].get('template_tokens', 0)})"
+             for r in result["arms"] if r.get("measured")]
+    return Table("verify", "Forecast vs measured (error = forecast / measured − 1)",
+                 ["arm", "figure", "forecast", "measured", "error"], rows, notes=notes)
+
+
+def ranking_table(result: dict[str, Any]) -> Table:
+    measured = {r["arm"]: i for i, r in enumerate(result.get("ranking_measured") or [], start=1)}
+    rows = [[str(i), r["arm"], ", ".join(r["levers"]) or "(the reference)", _s(r["gpu_hours_per_1000_calls"]),
+             f"{r['multiplier']:.2f}x" if r.get("multiplier") else "–", _s(r["e2e_p50_s"]),
+             *([str(measured.get(r["arm"], "–"))] if measured else [])]
+            for i, r in enumerate(result["ranking"], start=1)]
+    notes = []
+    if measured:
+        notes.append("the measured ranking " + ("matches the forecast" if result.get("ranking_matches") else
+                                                "differs from the forecast"))
+    return Table("ranking", f"Lever ranking: arms by GPU-hours per 1,000 calls, against arm {result['reference']!r}",
+                 ["#", "arm", "knobs that differ", "GPU-h/1000 calls", "multiplier", "e2e p50 s",
+                  *(["measured #"] if measured else [])], rows, notes=notes)
+
+
+def cache_line(result: dict[str, Any]) -> str:
+    c = result["cache"]
+    if c.get("arm") is None:
+        return (f"Prefix cache: no arm has one on; an unbounded cache would reuse "
+                f"{_p(c.get('unbounded_hit_share'))} of the input tokens")
+    cap = f"{c['capacity_tokens']:,.0f} tokens" if c.get("capacity_tokens") is not None else "unbounded"
+    text = (f"Prefix cache (arm {c['arm']!r}): capacity {cap} in blocks of {c['block_tokens']} ({c['source']}): "
+            f"it serves {_p(c['hit_share'])} of the input tokens; an unbounded cache that never evicts would serve "
+            f"{_p(c['upper_bound_hit_share'])} (the upper bound)")
+    if c.get("trace_cached_share") is not None:
+        text += f"; the trace's own count, as analyze reports it: {_p(c['trace_cached_share'])}"
+    return text
+
+
+def track_line(result: dict[str, Any]) -> str | None:
+    t = result.get("track_record")
+    if not t:
+        return None
+    worst = []
+    for arm, figs in t["errors"].items():
+        e = figs.get("e2e_p50_s")
+        if e:
+            worst.append(f"{arm} e2e p50 within {e['max_abs']:.0%}")
+    return (f"Track record of this run's forecasts: {t['verifications']} verification(s) (last {t['last']}), the "
+            f"ranking matched {t['ranking_matched']} time(s); " + ("; ".join(worst) or "no errors recorded"))
+
+
+def whatif_tables(result: dict[str, Any]) -> list[Table]:
+    return [t for t in (arms_table(result), verify_table(result), ranking_table(result)) if t is not None]
+
+
+def whatif_lines(result: dict[str, Any]) -> list[str]:
+    """The lines below the tables: the cache, the notes, the track record."""
+    out = [cache_line(result)]
+    ca = result.get("cache_already_on")
+    if ca:
+        out.append(f"The traffic's cache was already on: it served {_p(ca['cached_share'])} of the input tokens "
+                   f"({ca['calls']:,} calls), a realized saving of {ca['saved_prefill_s']:.3g} s of prefill.")
+    out += result.get("notes") or []
+    if result.get("left_out"):
+        out.append("left out: " + ", ".join(f"{n} {r}" for r, n in result["left_out"].items()))
+    t = track_line(result)
+    if t:
+        out.append(t)
+    return out
+
+
+def headline(result: dict[str, Any]) -> str:
+    inp, plan = result["input"], result["plan"]
+    return (f"{inp['path']} ({inp['format']}): {result['calls']:,} calls in {result['sessions']:,} session(s), "
+            f"speed {plan['speed']:g}x, input × {plan['scale_input']:g}, output × {plan['scale_output']:g}; "
+            f"rates from {result['run']['path']}")
+
+
+def render_json(result: dict[str, Any]) -> str:
+    return json.dumps(finite(result), indent=1, ensure_ascii=False, allow_nan=False, default=str)

@@ -1,0 +1,366 @@
+"""``leverbench whatif`` (issue 15, parts 3 and 5): the finite prefix cache by hand, the simulation by hand,
+the plan against trace replay, the forecast against the simulator's known truth, and --verify end to end."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from test_load import sim_process
+
+from leverbench.analysis.prefix_cache import PrefixCache, units
+from leverbench.analysis.whatif import ArmSpec, cache_pass, forecast, simulate, slowdown_curve
+from leverbench.analysis.whatif_arms import arm_specs
+from leverbench.analysis.whatif_plan import plan_calls
+from leverbench.analysis.whatif_verify import busy_seconds, measured
+from leverbench.cli import cli
+from leverbench.config import load
+from leverbench.engines.simulator import SimConfig, SimulatorThread
+from leverbench.ledger.reader import read_ledger
+from leverbench.report.whatif_files import whatif_file
+from leverbench.runner.run import Runner
+from leverbench.workload.traces import TrafficCall, load_traffic
+
+TRACES = Path(__file__).parent / "data" / "traces"  # slices of public traces: see its README.md
+
+
+def flat(a: float, prefill_tps: float, decode_tps: float, **kw) -> dict:
+    """A flat rate model (the contract of analysis/rate_model.py) with set speeds."""
+    return {"prefill": {"a_s": a, "b_s_per_token": 1 / prefill_tps, "c_s_per_token2": 0.0},
+            "decode": {"d0_s_per_token": 1 / decode_tps, "d1_s_per_token_per_ctx": 0.0}, "batch": None,
+            "slots": None, **kw}
+
+
+# ---------------------------------------------------------------- the prefix cache, by hand
+
+
+def test_units_cache_whole_blocks_only() -> None:
+    # B = 4: a (6 tokens) ends at 6 → 1 whole block; b ends at 12 → blocks 2 and 3 (8 tokens)
+    assert [u.tokens for u in units([("a", 6), ("b", 6)], 4)] == [4, 8]
+    # a block that straddles two pieces belongs to the later one: it is whole only with both
+    assert [u.tokens for u in units([("a", 3), ("b", 3)], 4)] == [0, 4]
+    # keys chain: the same piece after another prefix is another unit
+    assert units([("a", 4), ("c", 4)], 4)[1].key != units([("b", 4), ("c", 4)], 4)[1].key
+    assert units([("a", 4)], 1) == units([("a", 4)], 1)
+
+
+def test_lru_evicts_the_least_recently_used_and_a_prompt_tail_first() -> None:
+    c = PrefixCache(8, 1)
+    x, y, z = ([(k, 4)] for k in "xyz")
+    c.insert(c.units(x))
+    c.insert(c.units(y))
+    assert c.lookup(c.units(x + [("q", 1)]), 5) == 4  # x is held (and touched by the call's insert:)
+    c.insert(c.units(x))
+    c.insert(c.units(z))  # 12 > 8: the least recently used (y) goes
+    assert c.lookup(c.units(y + [("q", 1)]), 5) == 0
+    assert c.lookup(c.units(x + [("q", 1)]), 5) == 4
+    assert c.evicted_tokens == 4
+    # one call larger than the cache: its first pieces are kept, its tail evicted (inserted last first)
+    d = PrefixCache(8, 4)
+    d.insert(d.units([("a", 4), ("b", 4), ("c", 4)]))
+    assert d.lookup(d.units([("a", 4), ("b", 4), ("c", 4), ("q", 4)]), 16) == 8
+    # at least one token is always computed: a prompt held whole hits input − 1
+    assert d.lookup(d.units([("a", 4)]), 4) == 3
+    assert d.hit_tokens == 11 and d.looked_up_tokens == 20 and d.hit_share == pytest.approx(11 / 20)
+
+
+def test_unbounded_cache_on_mooncake_equals_the_importers_upper_bound() -> None:
+    """Token by token, never evicting, in the trace's order: exactly what analyze counts from the hash ids
+    (322 blocks of 512 tokens on this slice); a cache of 262,144 tokens keeps less."""
+    tl = load_traffic(TRACES / "mooncake_conversation_trace.jsonl")
+    plan = plan_calls(tl.calls)
+    inf = cache_pass(plan, math.inf, 1)
+    assert inf["hit_tokens"] == 322 * 512 == sum(c.cached_tokens for c in tl.calls)
+    assert inf["input_tokens"] == 2_782_179
+    finite = cache_pass(plan, 262_144, 16)
+    assert finite["unbounded_hit_share"] == pytest.approx(322 * 512 / 2_782_179)
+    assert 0 < finite["hit_share"] < finite["unbounded_hit_share"] and finite["evicted_tokens"] > 0
+
+
+# ---------------------------------------------------------------- the plan, as trace replay sends it
+
+
+def test_plan_scales_caps_and_chains_sessions_as_replay_does() -> None:
+    calls = [TrafficCall(1000, 100, arrival_s=2.0, prefix_blocks=(7, 8)),
+             TrafficCall(300, 10, arrival_s=0.0),
+             TrafficCall(5000, 10, arrival_s=4.0),
+             # a session of two rounds: the second carries the first (prefix 60 = 50 + 10) and adds 20
+             TrafficCall(50, 10, arrival_s=1.0, session="s", round=0),
+             TrafficCall(80, 10, cached_tokens=60, session="s", round=1, tool_wait_s=0.4)]
+    p = plan_calls(calls, speed=2.0, scale_input=0.5, scale_output=0.5, max_input_tokens=1000, block_tokens=512)
+    by = {c.index: c for c in p.calls}
+    assert [s[0].start_s for s in p.sessions] == [0.0, 0.5, 1.0, 2.0]  # arrivals / speed, from the first
+    assert (by[0].input_tokens, by[0].output_tokens) == (500, 50)
+    assert by[0].pieces == ((("h", 7), 256), (("h", 8, 244), 244))  # 512 × 0.5 per id, the last one cut
+    assert by[2].input_tokens == 1000  # 2500 cut to max_input_tokens
+    r1 = by[4]
+    assert r1.round == 1 and r1.wait_s == pytest.approx(0.2)
+    assert r1.input_tokens == 25 + 5 + (40 - 30)  # the conversation so far + what the round adds
+    assert r1.pieces == (*by[3].pieces, by[3].out_piece, (("u", 4), 10))
+    p = plan_calls(calls, requests=2)
+    assert len(p.calls) == 2 and p.left_out == {"beyond --requests": 3}
+    # a chat template of 30 tokens: every first prompt 30 longer, its first piece common to all calls
+    p = plan_calls([TrafficCall(100, 5, arrival_s=0.0), TrafficCall(100, 5, arrival_s=1.0)], template_tokens=30)
+    assert [c.input_tokens for c in p.calls] == [130, 130] and p.calls[1].pieces[0] == (("t",), 30)
+    assert cache_pass(p, math.inf, 1)["hit_tokens"] == 30
+
+
+# ---------------------------------------------------------------- the simulation, by hand
+
+
+M = flat(0.5, 100.0, 10.0)  # prefill 0.5 s + 0.01 s/token, decode 0.1 s/token
+
+
+def _two() -> list[TrafficCall]:
+    return [TrafficCall(100, 10, arrival_s=0.0, prefix_blocks=(1,)), TrafficCall(200, 5, arrival_s=1.0,
+                                                                                   prefix_blocks=(1, 2))]
+
+
+def test_one_slot_queues_first_come_first_served() -> None:
+    # call 1: prefill 1.5, decode 1.0 → ends at 2.5; call 2 (at 1.0) waits, prefill 2.5 → 5.0, decode 0.5 → 5.5
+    s = simulate(plan_calls(_two(), block_tokens=100), ArmSpec("a", M))
+    assert list(s.ttft) == pytest.approx([1.5, 4.0]) and list(s.e2e) == pytest.approx([2.5, 4.5])
+    assert s.busy_s == pytest.approx(5.5) and s.last_end == pytest.approx(5.5)
+
+
+def test_cache_hit_shortens_prefill() -> None:
+    # call 2 shares block 1 (100 tokens) with call 1: prefill 0.5 + 100 × 0.01 = 1.5 → TTFT 2.5 + 1.5 − 1
+    s = simulate(plan_calls(_two(), block_tokens=100), ArmSpec("a", M, cache=True, capacity_tokens=1000,
+                                                               block_tokens=1))
+    assert list(s.hit) == [0, 100] and list(s.ttft) == pytest.approx([1.5, 3.0])
+    # a cache too small to keep call 1's block: no hit
+    s = simulate(plan_calls(_two(), block_tokens=100), ArmSpec("a", M, cache=True, capacity_tokens=50,
+                                                               block_tokens=1))
+    assert list(s.hit) == [0, 0]
+
+
+def test_batching_shares_the_server_at_the_measured_slowdown() -> None:
+    # 2 slots, slowdown(2) = 1.5: call 1 alone to t=1 (1 s of work); both until call 1's prefill ends at
+    # 1 + 0.5 × 1.5 = 1.75 and its decode at 1.75 + 1.0 × 1.5 = 3.25; call 2 alone: 1 s more prefill → 4.25, decode 4.75
+    arm = ArmSpec("a", M, slots=2, slowdown=slowdown_curve({"concurrency": [1, 2], "slowdown": [1.0, 1.5]}))
+    s = simulate(plan_calls(_two(), block_tokens=100), arm)
+    assert list(s.ttft) == pytest.approx([1.75, 3.25]) and list(s.e2e) == pytest.approx([3.25, 3.75])
+    assert s.busy_s == pytest.approx(4.75)
+    f = slowdown_curve({"concurrency": [2, 4], "slowdown": [1.2, 2.0]})
+    assert (f(1), f(3), f(8)) == pytest.approx((1.0, 1.6, 4.0))  # (1, 1) added; past 4: × k / 4
+
+
+def test_no_arrival_times_serves_back_to_back() -> None:
+    calls = [TrafficCall(100, 10), TrafficCall(200, 5)]
+    s = simulate(plan_calls(calls), ArmSpec("a", M))
+    assert list(s.e2e) == pytest.approx([2.5, 3.0])  # no queueing: each when the previous ended
+
+
+def test_forecast_rows_ranking_and_cost() -> None:
+    arms = [ArmSpec("off", M, knobs={"prefix_cache": False}, gpus=2, gpu_hour_usd=3.6),
+            ArmSpec("on", M, cache=True, capacity_tokens=1000, block_tokens=1, knobs={"prefix_cache": True},
+                    gpus=2, gpu_hour_usd=3.6)]
+    res = forecast(plan_calls(_two(), block_tokens=100), arms, "off")
+    off, on = res["arms"]
+    assert off["e2e_p50_s"] == pytest.approx(3.5)  # median of 2.5 and 4.5
+    # busy 5.5 s over 2 calls × 2 GPUs × 1000 / 3600; $ at 3.6/h
+    assert off["gpu_hours_per_1000_calls"] == pytest.approx(5.5 / 2 * 2 * 1000 / 3600)
+    assert off["usd_per_1000_calls"] == pytest.approx(5.5 / 2 * 2 * 1000 / 3600 * 3.6)
+    assert off["output_tps"] == pytest.approx(15 / 5.5)
+    assert [r["arm"] for r in res["ranking"]] == ["on", "off"]
+    assert res["ranking"][0]["levers"] == ["prefix_cache"]
+    assert res["ranking"][0]["multiplier"] == pytest.approx(5.5 / 4.5)
+    assert res["cache"]["hit_share"] == pytest.approx(100 / 300) and res["cache"]["upper_bound_hit_share"] == \
+        pytest.approx(100 / 300)
+
+
+def test_served_cache_is_already_on_and_ranks_against_the_cache_arm() -> None:
+    """A log whose cached tokens a cache served: cache arms serve them as recorded, the no-cache arm prefills
+    them; the reference becomes the cache arm, and the realized saving is reported."""
+    calls = [TrafficCall(1000, 10, arrival_s=0.0, cached_tokens=800), TrafficCall(1000, 10, arrival_s=100.0,
+                                                                                  cached_tokens=0)]
+    arms = [ArmSpec("off", M, knobs={"prefix_cache": False}),
+            ArmSpec("on", M, cache=True, capacity_tokens=1e6, block_tokens=1, knobs={"prefix_cache": True}),
+            ArmSpec("on+drafter", flat(0.5, 100.0, 20.0), cache=True, capacity_tokens=1e6, block_tokens=1,
+                    knobs={"prefix_cache": True, "drafter": "ngram"})]
+    res = forecast(plan_calls(calls, cached_served=True), arms, "off")
+    assert res["reference"] == "on" and "already on" in res["notes"][0]
+    assert res["cache_already_on"]["saved_prefill_s"] == pytest.approx(8.0)  # 800 tokens at 0.01 s
+    off, on, _ = res["arms"]
+    assert off["ttft_p50_s"] == pytest.approx(10.5) and on["ttft"]["max"] == pytest.approx(10.5)
+    assert on["ttft"]["p50"] == pytest.approx((2.5 + 10.5) / 2)
+    assert res["ranking"][0]["arm"] == "on+drafter" and res["ranking"][0]["levers"] == ["drafter"]
+
+
+# ---------------------------------------------------------------- against the simulator: known truth
+
+
+SIM = dict(prefill_tps=20_000.0, decode_tps=200.0, slots=2, prefix_cache=True, cache_block=16)
+
+
+def _summary_for_sim() -> dict:
+    """A summary whose arm is the simulator as set (its rate model is the truth)."""
+    model = flat(0.0, SIM["prefill_tps"], SIM["decode_tps"], arm="sim", slots=2,
+                 batch={"concurrency": [1, 2], "slowdown": [1.0, 1.0]})
+    return {"schema": "leverbench.summary/1", "baseline": "sim",
+            "arms": [{"name": "sim", "conditions": {}, "knobs": {"prefix_cache": True, "block_size": 16}}],
+            "rates": [], "rate_models": [model], "run": {"name": "truth"}, "drift": [], "warnings": [],
+            "warning_items": []}
+
+
+def test_forecast_matches_the_simulator_serving_the_same_trace(tmp_path: Path, monkeypatch) -> None:
+    """40 Mooncake calls, scaled, at 20x speed, on a 2-slot simulator with set speeds: queueing builds up to
+    ~2 s.  The forecast from the true speeds lands within 10 % of the measured p50 and p99 end to end."""
+    import leverbench.ledger.writer as writer
+
+    # the ledger's fsync can stall this shared machine's disk for 100 ms and more (see test_load)
+    monkeypatch.setattr(writer.os, "fsync", lambda fd: None)
+    rows = (TRACES / "mooncake_conversation_trace.jsonl").read_text().splitlines()[:40]
+    trace = tmp_path / "m40.jsonl"
+    trace.write_text("\n".join(rows) + "\n")
+    summary = tmp_path / "summary.json"
+    summary.write_text(json.dumps(_summary_for_sim()))
+    opts = dict(speed=20.0, scale_input=1 / 16, scale_output=0.05)
+    res = whatif_file(trace, summary, cache_tokens=1e9, **opts)
+    assert res["arms"][0]["cache"]["block_tokens"] == 16
+    exp = tmp_path / "exp.toml"
+    with sim_process(**SIM) as url:
+        exp.write_text(f'''[experiment]
+name = "truth"
+repeats = 1
+baseline = "sim"
+sentinel_tokens = 0
+[[arms]]
+name = "sim"
+role = "baseline"
+base_url = "{url}"
+model = "sim"
+[[cases]]
+name = "x"
+prompt = "hi"
+max_tokens = 1
+[[load]]
+name = "whatif"
+mode = "trace"
+trace = "m40.jsonl"
+speed = {opts["speed"]}
+scale_input = {opts["scale_input"]}
+scale_output = {opts["scale_output"]}
+''')
+        Runner(load(exp), tmp_path / "run").run()
+    m = measured(read_ledger(tmp_path / "run").records, "whatif")["sim"]
+    f = res["arms"][0]
+    assert m["calls"] == 40 and m["failed"] == 0
+    assert f["e2e_p99_s"] > 1.0  # queueing dominates: a wrong queue model would be far off
+    for k in ("e2e_p50_s", "e2e_p99_s"):
+        assert f[k] == pytest.approx(m[k], rel=0.10, abs=0.02), k
+    # TTFT: the simulator sends the first token one decode step after the prefill (5 ms here)
+    assert f["ttft_p50_s"] == pytest.approx(m["ttft_p50_s"], rel=0.10, abs=0.03)
+    assert f["cache"]["hit_share"] == pytest.approx(m["cached_share"], abs=0.02)
+
+
+def test_busy_seconds_is_the_union_of_intervals() -> None:
+    import numpy as np
+
+    assert busy_seconds(np.array([0.0, 1.0, 5.0]), np.array([2.0, 3.0, 6.0])) == pytest.approx(4.0)
+    assert busy_seconds(np.array([]), np.array([])) == 0.0
+
+
+# ---------------------------------------------------------------- the command, --verify and the track record
+
+
+def _sim_run(tmp: Path, url: str) -> Path:
+    """A small calibration run on the simulator: two arms (cache off / on), probes, no load."""
+    exp = tmp / "cal.toml"
+    exp.write_text(f'''[experiment]
+name = "cal"
+repeats = 2
+baseline = "off"
+sentinel_tokens = 0
+[[arms]]
+name = "off"
+role = "baseline"
+base_url = "{url}"
+model = "sim"
+request = {{ cache_prompt = false }}
+conditions = {{ prefix_cache = false }}
+[[arms]]
+name = "on"
+role = "control"
+base_url = "{url}"
+model = "sim"
+conditions = {{ prefix_cache = true }}
+[[cases]]
+name = "short"
+prompt = "{' '.join(['word'] * 40)}"
+max_tokens = 16
+[[cases]]
+name = "long"
+prompt = "{' '.join(['other'] * 400)}"
+max_tokens = 16
+[probes]
+output_tokens = [8, 32]
+repeats = 2
+''')
+    Runner(load(exp), tmp / "cal").run()
+    return tmp / "cal"
+
+
+def test_whatif_verify_stores_its_error_and_later_forecasts_carry_it(tmp_path: Path) -> None:
+    rows = (TRACES / "mooncake_conversation_trace.jsonl").read_text().splitlines()[:12]
+    trace = tmp_path / "m12.jsonl"
+    trace.write_text("\n".join(rows) + "\n")
+    args = ["whatif", str(trace), "--rates", str(tmp_path / "cal"), "--speed", "20", "--scale-input", "0.05",
+            "--scale-output", "0.05", "--json"]
+    with SimulatorThread(SimConfig(prefill_tps=10_000, decode_tps=300, slots=1, cache_block=16)) as sim:
+        run = _sim_run(tmp_path, sim.base_url)
+        out = CliRunner().invoke(cli, [*args, "--verify", "--verify-out", str(tmp_path / "v")],
+                                 catch_exceptions=False)
+    assert out.exit_code == 0, out.output
+    res = json.loads(out.output[out.output.index("{"):])
+    assert [r["arm"] for r in res["arms"]] == ["off", "on"]
+    for r in res["arms"]:
+        assert r["measured"]["calls"] == 12 and r["measured"]["failed"] == 0
+        e = r["error"]["e2e_p50_s"]
+        assert e == pytest.approx(r["e2e_p50_s"] / r["measured"]["e2e_p50_s"] - 1)
+        assert abs(e) < 0.5  # rates measured on the same simulator: the forecast is near
+    assert res["arms"][1]["measured"]["cached_share"] > 0 and res["arms"][0]["measured"]["cached_share"] == 0
+    assert res["arms"][0]["measured"]["template_tokens"] == 0  # the simulator's prompt is the target's length
+    assert isinstance(res["ranking_matches"], bool) and res["ranking_measured"]
+    verify_exp = json.loads((tmp_path / "v" / "experiment.json").read_text())
+    assert verify_exp["load"][0]["speed"] == 20.0 and verify_exp["load"][0]["scale_input"] == 0.05
+    track = [json.loads(line) for line in (run / "whatif-verify.jsonl").read_text().splitlines()]
+    assert len(track) == 1 and track[0]["arms"][0]["error"]["e2e_p50_s"] == res["arms"][0]["error"]["e2e_p50_s"]
+    again = json.loads(CliRunner().invoke(cli, args, catch_exceptions=False).output)
+    assert again["track_record"]["verifications"] == 1
+    assert again["track_record"]["errors"]["off"]["e2e_p50_s"]["values"] == [res["arms"][0]["error"]["e2e_p50_s"]]
+    text = CliRunner().invoke(cli, args[:-1], catch_exceptions=False).output
+    assert "Track record of this run's forecasts: 1 verification" in text and "Lever ranking" in text
+
+
+def test_whatif_arms_and_bad_input(tmp_path: Path) -> None:
+    summary = tmp_path / "summary.json"
+    summary.write_text(json.dumps(_summary_for_sim()))
+    specs, _ = arm_specs(_summary_for_sim())
+    assert specs[0].slots == 2 and specs[0].cache and specs[0].block_tokens == 16
+    out = CliRunner().invoke(cli, ["whatif", str(TRACES / "mooncake_conversation_trace.jsonl"), "--rates",
+                                   str(summary), "--arms", "nope"])
+    assert out.exit_code == 2 and "no arm 'nope'" in out.output
+    out = CliRunner().invoke(cli, ["whatif", str(TRACES / "mooncake_conversation_trace.jsonl"), "--rates",
+                                   str(summary), "--verify"])
+    assert out.exit_code == 2 and "needs the run's ledger.jsonl" in out.output
+
+
+def test_azure_code_finite_cache_saves_less_than_the_upper_bound(tmp_path: Path) -> None:
+    """The Azure code trace records no sharing; under an assumed common prefix (half of every prompt), a
+    finite cache serves less than the unbounded upper bound, and the output says both."""
+    summary = tmp_path / "summary.json"
+    s = _summary_for_sim()
+    s["rate_models"][0].update(slots=None, batch=None)
+    summary.write_text(json.dumps(s))
+    args = ["whatif", str(TRACES / "AzureLLMInferenceTrace_code.csv"), "--rates", str(summary), "--cached-share",
+            "0.5", "--cache-tokens", "20000"]
+    res = json.loads(CliRunner().invoke(cli, [*args, "--json"], catch_exceptions=False).output)
+    c = res["cache"]
+    assert c["capacity_tokens"] == 20000
+    assert 0 < c["hit_share"] < c["upper_bound_hit_share"] < 0.5
+    text = CliRunner().invoke(cli, args, catch_exceptions=False).output
+    assert "the upper bound" in text and f"{c['hit_share']:.1%}" in text and f"{c['upper_bound_hit_share']:.1%}" in text
