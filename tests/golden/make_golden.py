@@ -17,7 +17,8 @@ simulator (reasoning, tool calls, output jitter, HTTP 500s with retries, a draft
 The summaries are the output of ``summarize`` *before* the analysis was vectorized; regenerate
 them only when a change of output is intended.  Since then only the ``multipliers`` of ``handmade``
 and ``sim`` were rewritten, when the guard began refusing cells with retried calls (DESIGN.md), and
-``warning_items`` (each warning's kind, arm and case) was added to every file; the rest of each file
+``warning_items`` (each warning's kind, arm and case), and later ``verdicts`` and ``adaptive`` (issue 16, each
+file's as then computed), were added to every file; the rest of each file
 is as first computed.  These files catch change; tests/test_oracles.py checks the
 headline numbers against hand computation.
 """
