@@ -149,6 +149,8 @@ def test_the_report_shows_each_levers_verdict_and_repeats(adaptive_run):
         assert f"| {v['lever']} | {v['arm']} vs base | {v['verdict']} |" in md
         assert f"| {v['looks']} per case | {v['gpu_hours']:.3g} |" in md
     assert "Verdicts per lever (anytime-valid 95% confidence sequence" in printed
+    html = (out / "report.html").read_text()
+    assert "Verdicts per lever (anytime-valid 95% confidence sequence" in html and "fast vs base" in html
     assert "adaptive: up to 6" in printed
 
 

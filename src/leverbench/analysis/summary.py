@@ -210,7 +210,7 @@ def summarize(ledger: Ledger, *, scenario: tuple[int, int] | None = None,
         warnings.append(RunWarning(WarningKind.RETRIED, f"{retried} failed attempt(s) were retried (retries = "
                                    f"{ds.config['experiment'].get('retries')}); each attempt is in the ledger, and the "
                                    "cells that hold them are not citable"))
-    verdict_rows, adaptive = verdicts(ds, mults)
+    verdict_rows, adaptive = verdicts(ds, comps, mults)
     citability = cost_citability(ds.baseline, cell_list, mults, drift_list)
     cost_rows = costs(total_list, {a: ds.conditions(a) for a in ds.arms}, ds.baseline, gpu_hour_usd, citability)
     arms_h = ds.header["arms"]

@@ -185,11 +185,16 @@ def _look(log: TurnLog, comp: Comparison, cases: list[str], j: int, st: Settings
                   confidence=st.confidence, budget_spent=budget_spent, refused=refused, power=FIXED_POWER)
 
 
-def replay(ds: Dataset, st: Settings, upto: int | None = None) -> Replay:
+def all_comparisons(ds: Dataset) -> list[Comparison]:
+    """The summary's comparisons (:func:`.knobs.comparisons`) of *ds*'s arms."""
+    return comparisons(ds.arms, ds.baseline, {a: ds.knobs(a) for a in ds.arms}, {a: ds.role(a) for a in ds.arms})
+
+
+def replay(ds: Dataset, st: Settings, upto: int | None = None, comps: list[Comparison] | None = None) -> Replay:
     """The looks j = initial … *upto* (default: one past the last repeat the ledger holds) of the module
-    docstring; at the last look of a finished run every comparison is stopped."""
-    comps = decided_comparisons(comparisons(ds.arms, ds.baseline, {a: ds.knobs(a) for a in ds.arms},
-                                            {a: ds.role(a) for a in ds.arms}), ds.baseline)
+    docstring, for the comparisons :func:`decided_comparisons` takes from *comps* (default: all of *ds*'s);
+    at the last look of a finished run every comparison is stopped."""
+    comps = decided_comparisons(all_comparisons(ds) if comps is None else comps, ds.baseline)
     log, gpus, cases = turn_log(ds), gpus_of(ds), ds.cases
     upto = max(st.initial, repeats_run(log, cases)) if upto is None else upto
     out = Replay(comps, upto)
@@ -264,21 +269,19 @@ def _fixed_decision(log: TurnLog, comp: Comparison, cases: list[str], st: Settin
             "pairs": iv.pairs, "sd": iv.sd, "reason": reason, "fixed_design_repeats": fixed}
 
 
-def verdicts(ds: Dataset, mults: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+def verdicts(ds: Dataset, comps: list[Comparison],
+             mults: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     """``summary.json`` ``verdicts[]`` and ``adaptive`` (None for a run with fixed repeats): one row per decided
     comparison — {arm, vs, lever, verdict, ratio, low, high, confidence, method, repeats (per case), pairs (per
     case), looks, stopped_by, gpu_hours, fixed_design_repeats, fixed_design_gpu_hours, fixed_design_power,
-    min_effect, refused, reason}.  *mults*: the summary's multipliers; a comparison whose total row the guard
-    refuses is passed to the decision as ``refused`` (it never "pays")."""
+    min_effect, refused, reason}.  *comps*: the summary's comparisons; *mults*: its multipliers — a comparison
+    whose total row the guard refuses is passed to the decision as ``refused`` (it never "pays")."""
     st = Settings.of_config(ds.config)
     refused = {(m["arm"], m["vs"]): m["reason"] for m in mults if m["scope"] == "total" and not m["citable"]}
     log, gpus, cases = turn_log(ds), gpus_of(ds), ds.cases
-    rp = replay(ds, st) if st.adaptive else None
-    comps = rp.comparisons if rp else decided_comparisons(
-        comparisons(ds.arms, ds.baseline, {a: ds.knobs(a) for a in ds.arms}, {a: ds.role(a) for a in ds.arms}),
-        ds.baseline)
+    rp = replay(ds, st, comps=comps) if st.adaptive else None
     rows = []
-    for comp in comps:
+    for comp in rp.comparisons if rp else decided_comparisons(comps, ds.baseline):
         why = refused.get((comp.arm, comp.vs))
         if rp is not None:
             stop = rp.stops.get(comp)
