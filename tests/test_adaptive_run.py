@@ -91,7 +91,7 @@ def test_a_large_effect_pays_after_few_repeats_and_no_effect_does_not(adaptive_r
     fast = _verdict(s, "fast")
     # 3 cases: after 2 repeats the interval is still the whole line; the true ratio is 2
     assert (fast["verdict"], fast["stopped_by"], fast["method"]) == ("pays", "decided", "confidence sequence")
-    assert fast["looks"] <= 4 and fast["low"] > 1.10 and fast["low"] <= 2.0 <= fast["high"] * 1.05
+    assert fast["looks"] <= 4 and 1.10 < fast["low"] <= 2.0
     same = _verdict(s, "same")
     assert ((same["verdict"] in ("equivalent", "does not pay") and same["stopped_by"] == "decided")
             or (same["verdict"], same["stopped_by"], same["looks"]) == ("undecided", "max_repeats", MAX_REPEATS))
@@ -168,7 +168,8 @@ def test_max_gpu_hours_stops_the_run_after_the_initial_repeats(tmp_path):
             s.stop()
     assert res.exit_code == 0, res.output
     led = read_ledger(tmp_path / "run")
-    # 27 turns of ≥ 0.05 s: at least 0.0004 GPU-hours before the first look; 3 cases × 2 repeats decide nothing
+    # 18 turns (6 of 0.05 s, 12 of 0.1 s): 0.0004 GPU-hours before the first look; 3 cases × 2 repeats decide
+    # nothing (the interval is still the whole line), so only the budget stops the run there
     assert sorted({t["repeat"] for t in turns(led)}) == [0, 1]
     s = summarize(led)
     assert [(v["verdict"], v["stopped_by"], v["looks"]) for v in s["verdicts"]] == [
