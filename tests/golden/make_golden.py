@@ -17,11 +17,12 @@ simulator (reasoning, tool calls, output jitter, HTTP 500s with retries, a draft
 The summaries are the output of ``summarize`` *before* the analysis was vectorized; regenerate
 them only when a change of output is intended.  Since then only the ``multipliers`` of ``handmade``
 and ``sim`` were rewritten, when the guard began refusing cells with retried calls (DESIGN.md), and
-``warning_items`` (each warning's kind, arm and case) was added to every file, and the rate model
+``warning_items`` (each warning's kind, arm and case) was added to every file; the rate model
 (issue 15) rewrote every file: ``rate_models`` and ``decomposition[].decode_context`` added; ``probes``
 rows measured from the stream and compared at their context (new keys, new ``decode_tps``,
 ``prefill_s``, ``agreement``); ``server[].server_decode_tps`` over predicted_n − 1 tokens; ``rates``
-(probe rates) and ``projection`` (from the rate model) recomputed; the rest of each file is as first
+(probe rates) and ``projection`` (from the rate model) recomputed; ``verdicts`` and ``adaptive``
+(issue 16) were added to every file; the rest of each file is as first
 computed.  These files catch change; tests/test_oracles.py checks the
 headline numbers against hand computation.
 """

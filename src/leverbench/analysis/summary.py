@@ -30,6 +30,7 @@ from .reasoning import prompt_discipline, reasoning_split
 from .regression import decomposition
 from .server import server_account
 from .stats import median
+from .verdicts import verdicts
 from .warning_kinds import RunWarning, WarningKind
 
 
@@ -212,6 +213,7 @@ def summarize(ledger: Ledger, *, scenario: tuple[int, int] | None = None,
         warnings.append(RunWarning(WarningKind.RETRIED, f"{retried} failed attempt(s) were retried (retries = "
                                    f"{ds.config['experiment'].get('retries')}); each attempt is in the ledger, and the "
                                    "cells that hold them are not citable"))
+    verdict_rows, adaptive = verdicts(ds, comps, mults)
     citability = cost_citability(ds.baseline, cell_list, mults, drift_list)
     cost_rows = costs(total_list, {a: ds.conditions(a) for a in ds.arms}, ds.baseline, gpu_hour_usd, citability)
     arms_h = ds.header["arms"]
@@ -230,6 +232,8 @@ def summarize(ledger: Ledger, *, scenario: tuple[int, int] | None = None,
                   "model": arms_h.get(a, {}).get("model")}
                  for a in ds.arms],
         "levers": levers(ds.arms, knobs, mults, eng, cost_rows),
+        "verdicts": verdict_rows,
+        "adaptive": adaptive,
         "cases": ds.cases,
         "cells": cell_list,
         "totals": total_list,

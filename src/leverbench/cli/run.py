@@ -26,9 +26,14 @@ from .common import Command, console, err_console
 @click.option("--resume", is_flag=True, help="Continue the run in --out: completed turns, probes, sentinels and load "
               "stages are not re-run; those that failed (e.g. while the endpoint was down) or were cut short are "
               "re-run, their records kept in the ledger, superseded.")
+@click.option("--adaptive", is_flag=True,
+              help="Adaptive repeats: after --repeats rounds, add one repeat at a time only to the comparisons whose "
+              "verdict (pays, does not pay, equivalent) is still open, until decided or max_repeats; the file's "
+              "[experiment] adaptive settings, else min_effect 1.10, confidence 0.95, max_repeats 12.")
 @click.option("--full", is_flag=True,
               help="Print every table, not only the main ones (report.md and report.html always have all).")
-def run_command(experiment: Path | None, out_dir: Path | None, repeats: int | None, resume: bool, full: bool) -> None:
+def run_command(experiment: Path | None, out_dir: Path | None, repeats: int | None, resume: bool, adaptive: bool,
+                full: bool) -> None:
     """Run EXPERIMENT (default: the bundled examples/agent-turns.toml on the embedded
     llama.cpp engine), write RUN_DIR/ledger.jsonl (every call, as it ends), then
     summary.json, report.md and report.html, and print the result tables.
@@ -36,18 +41,20 @@ def run_command(experiment: Path | None, out_dir: Path | None, repeats: int | No
     Ctrl-C (or SIGTERM) stops at once: the calls in flight are recorded (error class
     cancelled, with what had arrived), the engines are stopped, and the command to resume
     is printed (exit code 130)."""
-    from ..config import DEFAULT_EXPERIMENT, load, with_repeats  # noqa: PLC0415 (pydantic models: ~0.13 s)
+    from ..config import DEFAULT_EXPERIMENT, load, with_adaptive, with_repeats  # noqa: PLC0415 (pydantic: ~0.13 s)
     from ..report.files import report_dir  # noqa: PLC0415 (numpy and the analysis: ~0.13 s)
     from ..runner.run import Interrupted, Runner  # noqa: PLC0415 (aiohttp, numpy: ~0.4 s)
 
     if experiment is None:
         experiment = bundled_example(DEFAULT_EXPERIMENT)
-    exp = with_repeats(load(experiment), repeats)
+    exp = with_adaptive(with_repeats(load(experiment), repeats), adaptive)
     if resume and out_dir is None:
         raise BadInput("--resume needs --out RUN_DIR (the run to continue)")
     out = out_dir or default_run_dir(exp.spec.experiment.name)
+    ad = exp.spec.experiment.adaptive
     err_console.print(f"leverbench {__version__}: {exp.spec.experiment.name}: {len(exp.spec.arms)} arms × "
-                      f"{len(exp.spec.cases)} cases × {exp.spec.experiment.repeats} repeats → {out}", highlight=False)
+                      f"{len(exp.spec.cases)} cases × {exp.spec.experiment.repeats} repeats"
+                      + (f" (adaptive: up to {ad.max_repeats})" if ad else "") + f" → {out}", highlight=False)
     with _progress() as progress:
         try:
             Runner(exp, out, resume=resume, progress=progress).run()

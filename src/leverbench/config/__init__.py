@@ -1,11 +1,13 @@
 """The experiment file: TOML in, validated pydantic models out.
 
 The schema in one place: :mod:`.experiment` (the experiment, its arms, cases, probes and timeouts, and
-loading a file) and :mod:`.stages` (the ``[[load]]`` stages).  Every problem is reported as a
-:class:`~leverbench.errors.ConfigError` naming the file, the key (dotted path, e.g.
-``arms[1].engine.kind``) and what is wrong; unknown keys get the nearest valid key as a suggestion.
+loading a file), :mod:`.adaptive` (``[experiment] adaptive``) and :mod:`.stages` (the ``[[load]]``
+stages).  Every problem is reported as a :class:`~leverbench.errors.ConfigError` naming the file, the
+key (dotted path, e.g. ``arms[1].engine.kind``) and what is wrong; unknown keys get the nearest valid key
+as a suggestion.
 """
 
+from .adaptive import AdaptiveSpec
 from .experiment import (
     DEFAULT_EXPERIMENT,
     Arm,
@@ -20,10 +22,12 @@ from .experiment import (
     Variant,
     load,
     variant_name,
+    with_adaptive,
     with_repeats,
 )
 from .stages import TRACE_FORMATS, LoadStage, PlannedStage, check_stages, check_trace_paths, expand
 
-__all__ = ["DEFAULT_EXPERIMENT", "TRACE_FORMATS", "Arm", "Case", "EngineSpec", "Experiment", "ExperimentSection",
-           "LoadStage", "LoadedExperiment", "PlannedStage", "Probes", "Step", "TimeoutsSpec", "Variant",
-           "check_stages", "check_trace_paths", "expand", "load", "variant_name", "with_repeats"]
+__all__ = ["DEFAULT_EXPERIMENT", "TRACE_FORMATS", "AdaptiveSpec", "Arm", "Case", "EngineSpec", "Experiment",
+           "ExperimentSection", "LoadStage", "LoadedExperiment", "PlannedStage", "Probes", "Step", "TimeoutsSpec",
+           "Variant", "check_stages", "check_trace_paths", "expand", "load", "variant_name", "with_adaptive",
+           "with_repeats"]

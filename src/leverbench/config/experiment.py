@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ..errors import ConfigError
 from ..redact import redact_url
+from .adaptive import AdaptiveSpec, check_adaptive
 from .stages import LoadStage, check_stages, check_trace_paths
 
 DEFAULT_EXPERIMENT = Path("examples/agent-turns.toml")
@@ -54,6 +55,15 @@ class ExperimentSection(_Strict):
     timeouts: TimeoutsSpec = Field(default_factory=TimeoutsSpec)
     retries: int = Field(0, ge=0, le=10, description="retry a failed call this many times; every attempt is recorded")
     engaged_acceptance_min: float = Field(0.2, ge=0, le=1)
+    adaptive: AdaptiveSpec | None = Field(None, description="adaptive repeats (true: the defaults; false or left "
+                                                            "out: a fixed number of repeats)")
+
+    @field_validator("adaptive", mode="before")
+    @classmethod
+    def _adaptive_switch(cls, v: Any) -> Any:
+        if v is True:
+            return {}
+        return None if v is False else v
 
 
 class EngineSpec(_Strict):
@@ -199,6 +209,8 @@ class LoadedExperiment(BaseModel):
         """The validated experiment as JSON, for the ledger's header: the arms' URLs redacted
         (:func:`~leverbench.redact.redact_url`), so credentials in them are never written."""
         snap = self.spec.model_dump(mode="json")
+        if snap["experiment"]["adaptive"] is None:  # as the headers of runs before adaptive repeats existed
+            del snap["experiment"]["adaptive"]
         for arm in snap["arms"]:
             for key in ("base_url", "metrics_url"):
                 if arm.get(key):
@@ -224,7 +236,8 @@ def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
             return None
         ann = field.annotation
         nxt = None
-        for cand in (ExperimentSection, TimeoutsSpec, Arm, EngineSpec, Case, Step, Variant, Probes, LoadStage):
+        for cand in (ExperimentSection, AdaptiveSpec, TimeoutsSpec, Arm, EngineSpec, Case, Step, Variant, Probes,
+                     LoadStage):
             if ann is cand or cand in getattr(ann, "__args__", ()) or any(
                 cand in getattr(a, "__args__", ()) for a in getattr(ann, "__args__", ())
             ):
@@ -335,6 +348,7 @@ def load(path: str | Path) -> LoadedExperiment:
     except ValidationError as err:
         raise _first_error(file, err) from None
     _check_names(file, spec)
+    check_adaptive(file, spec.experiment)
     base = path.resolve().parent
     texts: dict[str, str] = {}
     tools: dict[str, list[dict[str, Any]]] = {}
@@ -399,4 +413,16 @@ def with_repeats(exp: LoadedExperiment, repeats: int | None) -> LoadedExperiment
         raise ConfigError(str(exp.path), "--repeats", "must be at least 1")
     spec = exp.spec.model_copy(deep=True)
     spec.experiment.repeats = repeats
+    check_adaptive(str(exp.path), spec.experiment, "--repeats")
+    return exp.model_copy(update={"spec": spec})
+
+
+def with_adaptive(exp: LoadedExperiment, adaptive: bool | dict[str, Any]) -> LoadedExperiment:
+    """``run --adaptive`` (True): the experiment with adaptive repeats at the defaults of :class:`AdaptiveSpec`,
+    unless its file sets them already (then as the file says); a dict: those settings (a resumed run's own)."""
+    if not adaptive or exp.spec.experiment.adaptive is not None:
+        return exp
+    spec = exp.spec.model_copy(deep=True)
+    spec.experiment.adaptive = AdaptiveSpec(**adaptive) if isinstance(adaptive, dict) else AdaptiveSpec()
+    check_adaptive(str(exp.path), spec.experiment, "--adaptive")
     return exp.model_copy(update={"spec": spec})

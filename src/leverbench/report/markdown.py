@@ -9,6 +9,11 @@ from .table import Table
 from .tables import all_tables
 
 _INTRO = {
+    "verdicts": (
+        "Each lever's verdict with a stated confidence: the same calls replayed on both arms are paired repeat by "
+        "repeat, so what two turns share (the prompt, the machine at that moment) cancels. An adaptive run adds "
+        "repeats only to the comparisons still undecided and stops each as soon as its interval decides it."
+    ),
     "shares": (
         "## Where the time goes\n\n"
         "A model call spends its time in two phases. **Prefill** reads the whole prompt (system prompt, documents, "

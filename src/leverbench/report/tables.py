@@ -62,8 +62,66 @@ def result_table(summary: dict[str, Any]) -> Table:
                              for a in arms])
     mtot = {m["arm"]: m for m in summary["multipliers"] if m["scope"] == "total" and m["vs"] == base}
     rows.append([f"vs {base}"] + ["1.00x (baseline)" if a == base else mult(mtot.get(a)) for a in arms])
+    vs_base = {v["arm"]: v for v in summary.get("verdicts") or [] if v["vs"] == base}
+    if vs_base:
+        conf = next(iter(vs_base.values()))["confidence"]
+        rows.append([f"ratio vs {base} [{pct(conf)} interval]"]
+                    + ["—" if a not in vs_base else ratio_interval(vs_base[a]) for a in arms])
     return Table("results", "Turn time per case: median of the repeats [observed range]", ["case", *arms], rows,
-                 notes=["'disjoint': the arm's range does not overlap the baseline's."])
+                 notes=["'disjoint': the arm's range does not overlap the baseline's."]
+                 + (["ratio: the geometric mean over cases of the paired per-repeat ratios (baseline / arm), with its "
+                     "interval (see Verdicts)."] if vs_base else []))
+
+
+def ratio_interval(v: dict[str, Any]) -> str:
+    """A verdict row's ratio and its interval: '1.87x [1.73–2.03]' (∞ for an unbounded end)."""
+    if v.get("ratio") is None:
+        return "—"
+    high = "∞" if v["high"] is None or v["high"] == float("inf") else f"{v['high']:.2f}"
+    return f"{v['ratio']:.2f}x [{v['low']:.2f}–{high}]"
+
+
+def _repeats_per_case(repeats: dict[str, int]) -> str:
+    """'3 per case' when every case has as many, else 'a 3, b 5'."""
+    counts = set(repeats.values())
+    if len(counts) == 1:
+        return f"{counts.pop()} per case"
+    return ", ".join(f"{c} {n}" for c, n in repeats.items())
+
+
+def verdicts_table(summary: dict[str, Any]) -> Table:
+    """Per lever (each decided comparison): the verdict, the ratio with its interval, the repeats it used and the
+    GPU-hours, against what a fixed design of the same confidence would have needed."""
+    rows_in = summary.get("verdicts") or []
+    rows = []
+    for v in rows_in:
+        fixed = "—" if v["fixed_design_gpu_hours"] is None else \
+            f"{v['fixed_design_gpu_hours']:.3g} ({v['fixed_design_repeats']} per case)"
+        why = v.get("reason") or ""
+        if v.get("stopped_by") not in (None, "decided"):
+            why = "; ".join(x for x in (f"stopped by {v['stopped_by']}", why) if x)
+        rows.append([v["lever"] or f"(uncontrolled: {', '.join(v['knobs']) or 'no knob'})", f"{v['arm']} vs {v['vs']}",
+                     v["verdict"], ratio_interval(v), _repeats_per_case(v["repeats"]), f"{v['gpu_hours']:.3g}", fixed,
+                     why])
+    first = rows_in[0] if rows_in else {"confidence": 0.95, "min_effect": 1.1, "method": "", "fixed_design_power": 0.9}
+    sequential = first["method"] == "confidence sequence"
+    how = (f"anytime-valid {pct(first['confidence'])} confidence sequence, repeats added until decided" if sequential
+           else f"{pct(first['confidence'])} t-interval over the fixed repeats")
+    ad = summary.get("adaptive")
+    notes = [f"pays: the interval lies above {first['min_effect']:.2f}x; does not pay: below it; equivalent: inside "
+             f"[{1 / first['min_effect']:.2f}x, {first['min_effect']:.2f}x]; undecided: none of these when the "
+             "repeats ran out. A comparison the guard refuses never pays.",
+             "ratio: geometric mean over cases of reference / arm, paired repeat by repeat (not the total multiplier).",
+             f"fixed design: the repeats per case a fixed number of repeats at the same confidence needs to reach the "
+             f"same verdict with {pct(first['fixed_design_power'])} power, were the observed effect and noise true."]
+    if ad:
+        limit = "" if ad["max_gpu_hours"] is None else f", at most {ad['max_gpu_hours']:g} GPU-hours"
+        notes.append(f"Adaptive: {ad['initial_repeats']} repeats, then one more per round to the comparisons still "
+                     f"open (up to {ad['max_repeats']}{limit}); {len(ad['rounds'])} round(s) added, "
+                     f"{ad['gpu_hours']:.3g} GPU-hours of turns in all; stopped: {ad['stopped_by']}.")
+    return Table("verdicts", f"Verdicts per lever ({how}; min effect {first['min_effect']:.2f}x)",
+                 ["lever", "comparison", "verdict", "ratio [interval]", "repeats", "GPU-h spent",
+                  "fixed design GPU-h", "why"], rows, notes=notes)
 
 
 def levers_table(summary: dict[str, Any]) -> Table:
@@ -375,8 +433,8 @@ def discipline_table(summary: dict[str, Any]) -> Table | None:
 
 
 def all_tables(summary: dict[str, Any]) -> list[Table]:
-    tabs = [levers_table(summary), conditions_table(summary), result_table(summary), volume_table(summary),
-            multiplier_table(summary), discipline_table(summary), reasoning_table(summary),
+    tabs = [levers_table(summary), verdicts_table(summary), conditions_table(summary), result_table(summary),
+            volume_table(summary), multiplier_table(summary), discipline_table(summary), reasoning_table(summary),
             shares_table(summary), decomposition_table(summary), probe_table(summary), rate_model_table(summary),
             server_table(summary),
             metrics_table(summary), projection_table(summary), cost_table(summary), drift_table(summary),

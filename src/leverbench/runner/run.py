@@ -49,6 +49,7 @@ from .discover import api_root, endpoint_info, host_info, scrape_metrics
 from .load import StageRun, stage_work
 from .probe_prompt import probe_messages, serves_with_drafter
 from .recorder import Recorder
+from .rounds import AdaptiveRounds, resumed_adaptive
 from .schedule import SENTINEL_CASE, Unit, build_schedule
 from .send import ArmSender
 from .signals import hold_signals, on_main_thread, release_signals, sigterm_as_interrupt
@@ -169,6 +170,8 @@ class Runner:
         if not self.resume:
             raise BadInput(f"{self.out} already holds a ledger; pass --resume to continue it or choose another --out")
         led = read_ledger(ledger_path)
+        self.exp = resumed_adaptive(self.exp, led.header.get("config") or {}, self.out)
+        self.spec = self.exp.spec
         if led.header.get("config") != self.exp.snapshot():
             old = led.header.get("config", {}).get("experiment", {}).get("repeats")
             new = self.spec.experiment.repeats
@@ -304,6 +307,10 @@ class Runner:
             todo = [u for u in units if u.key() not in done]
             total = len(units)
             finished = total - len(todo)
+            # adaptive: after the initial repeats, before the probes and closing sentinels, round after round
+            rounds = AdaptiveRounds(self.spec, self.out / "ledger.jsonl", done) if self.spec.experiment.adaptive \
+                else None
+            cut = next((k for k, u in enumerate(todo) if u.kind == "probe" or u.position == "end"), len(todo))
             # The server's counters are scraped around each arm's block (its turns, probes and sentinels: in
             # blocked order around each arm's own units, so arms sharing one endpoint are told apart, else
             # around all of them) and around each run of probes (one prompt sent again: what a cache finds).
@@ -311,7 +318,18 @@ class Runner:
 
             def block_arms(u: Unit) -> list[str] | None:  # whose endpoints a scrape around *u* covers
                 return [u.arm] if blocked else None
-            for k, unit in enumerate(todo):
+            k = -1
+            while True:
+                k += 1
+                if rounds is not None and k == cut:
+                    await self.recorder.flush()  # the round's turns on disk: the next round is decided from them
+                    extra = rounds.next_units()
+                    todo[k:k] = extra
+                    cut, total = cut + len(extra), total + len(extra)
+                    rounds = rounds if extra else None
+                if k >= len(todo):
+                    break
+                unit = todo[k]
                 prev = todo[k - 1] if k else None
                 if prev is None or (blocked and unit.arm != prev.arm):
                     if prev is not None:

@@ -6,6 +6,12 @@ each arm's repeats and cases together (fewer cache and engine switches, but
 drift lands on one arm).  Drift sentinels open and close each arm's block (in
 interleaved order the whole run is every arm's block); probes follow the turns: per repeat, each
 depth (``[probes] depths``; none: the case's own prompt), each output length, each arm.
+
+An adaptive experiment (``[experiment] adaptive``, interleaved) orders each repeat's arms
+**counterbalanced** (:func:`counterbalanced`: A B for one case, B A for the next and for the same case in
+the next repeat), so that a slow drift adds as much to each arm's side of a pair as to the other's, and
+adds its rounds (:func:`adaptive_round`: one more repeat of the cells still open, in the same order)
+after the initial repeats, before the probes and the closing sentinels.
 """
 
 from __future__ import annotations
@@ -61,6 +67,24 @@ def _probes(spec: Experiment, arms: list[str], case: str | None) -> list[Unit]:
             for n in spec.probes.output_tokens for arm in arms]
 
 
+def counterbalanced(arms: list[str], case_index: int, repeat: int) -> list[str]:
+    """The order of *arms* for one case and repeat: as given when case_index + repeat is even, reversed when
+    odd (A B, B A, …: which arm goes first alternates from case to case and from repeat to repeat)."""
+    return list(arms) if (case_index + repeat) % 2 == 0 else list(reversed(arms))
+
+
+def _round(arms: list[str], cases: list[str], repeat: int, cells: set[tuple[str, str]] | None = None) -> list[Unit]:
+    """One repeat of the turns of *cells* (default: every arm and case), counterbalanced."""
+    return [Unit("turn", arm, case, repeat) for i, case in enumerate(cases)
+            for arm in counterbalanced([a for a in arms if cells is None or (a, case) in cells], i, repeat)]
+
+
+def adaptive_round(spec: Experiment, cells: list[tuple[str, str]], repeat: int) -> list[Unit]:
+    """Round *repeat* of an adaptive run: one turn of each cell (arm, case) in *cells*, in the experiment's
+    case order, each case's arms counterbalanced (:func:`counterbalanced`)."""
+    return _round([a.name for a in spec.arms], [c.name for c in spec.cases], repeat, set(cells))
+
+
 def build_schedule(spec: Experiment, case_sizes: dict[str, int]) -> list[Unit]:
     arms = [a.name for a in spec.arms]
     cases = [c.name for c in spec.cases]
@@ -70,7 +94,10 @@ def build_schedule(spec: Experiment, case_sizes: dict[str, int]) -> list[Unit]:
     if spec.experiment.order == "interleaved":
         for arm in arms:
             units += _sentinels(spec, arm, "start")
-        units += [Unit("turn", arm, case, r) for r in reps for case in cases for arm in arms]
+        if spec.experiment.adaptive is not None:
+            units += [u for r in reps for u in _round(arms, cases, r)]
+        else:
+            units += [Unit("turn", arm, case, r) for r in reps for case in cases for arm in arms]
         units += _probes(spec, arms, pcase)
         for arm in arms:
             units += _sentinels(spec, arm, "end")
