@@ -28,7 +28,11 @@ from .common import Command, console, err_console
               "re-run, their records kept in the ledger, superseded.")
 @click.option("--full", is_flag=True,
               help="Print every table, not only the main ones (report.md and report.html always have all).")
-def run_command(experiment: Path | None, out_dir: Path | None, repeats: int | None, resume: bool, full: bool) -> None:
+@click.option("--ray-address", envvar="RAY_ADDRESS", metavar="ADDRESS",
+              help="The Ray cluster that load stages with workers > 1 run on (e.g. HOST:6379 of `ray start --head`; "
+              "default: $RAY_ADDRESS, else a local cluster started for the run). Needs pip install 'leverbench[ray]'.")
+def run_command(experiment: Path | None, out_dir: Path | None, repeats: int | None, resume: bool, full: bool,
+                ray_address: str | None) -> None:
     """Run EXPERIMENT (default: the bundled examples/agent-turns.toml on the embedded
     llama.cpp engine), write RUN_DIR/ledger.jsonl (every call, as it ends), then
     summary.json, report.md and report.html, and print the result tables.
@@ -50,7 +54,7 @@ def run_command(experiment: Path | None, out_dir: Path | None, repeats: int | No
                       f"{len(exp.spec.cases)} cases × {exp.spec.experiment.repeats} repeats → {out}", highlight=False)
     with _progress() as progress:
         try:
-            Runner(exp, out, resume=resume, progress=progress).run()
+            Runner(exp, out, resume=resume, progress=progress, ray_address=ray_address).run()
         except Interrupted:
             err_console.print(f"\ninterrupted; every call is in {out}/ledger.jsonl (those cut off in flight as "
                               f"'cancelled') and the engines were stopped. Resume with:\n"
