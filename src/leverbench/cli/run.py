@@ -56,7 +56,8 @@ def run_command(experiment: Path | None, out_dir: Path | None, repeats: int | No
         try:
             Runner(exp, out, resume=resume, progress=progress, ray_address=ray_address).run()
         except Interrupted:
-            err_console.print(f"\ninterrupted; every call is in {out}/ledger.jsonl (those cut off in flight as "
+            shards = " (and its load workers' in ledger.d/)" if (out / "ledger.d").exists() else ""
+            err_console.print(f"\ninterrupted; every call is in {out}/ledger.jsonl{shards} (those cut off in flight as "
                               f"'cancelled') and the engines were stopped. Resume with:\n"
                               f"  leverbench run {experiment} --out {out} --resume", highlight=False)
             sys.exit(130)
