@@ -36,7 +36,11 @@ optional warm-up (``warmup_requests`` requests and/or ``warmup_s`` seconds,
 sent but marked ``warmup`` and left out of the analysis) and a bound after
 the warm-up: ``requests`` and/or ``duration_s``, whichever comes first.  A
 list in ``concurrency`` or ``rate`` is a sweep: one stage per value, run in
-the order given, named ``NAME@c4`` / ``NAME@2.5rps``.
+the order given, named ``NAME@c4`` / ``NAME@2.5rps``.  ``workers`` (default 1)
+sends the stage from that many client processes, Ray actors, its schedule
+computed once and split across them (:mod:`leverbench.runner.shares`,
+:mod:`leverbench.runner.workers`): a closed loop's concurrency (at least one
+client each) and ``max_in_flight`` are split too.
 
 Example::
 

@@ -35,6 +35,9 @@ delay is counted in its latency instead of being silently omitted
 flight; a call's scheduled time is the end of its client's previous call
 (t_send + connect_s + latency_s), and it is sent then: the runner hands the
 previous record to the ledger's writer thread without waiting for its fsync.
+A stage's schedule is computed once (:meth:`StageRun.schedule`); a stage with
+``workers`` > 1 has it split (:func:`~.shares.split`) and each share sent by
+its own process from a shared start (:mod:`.workers`).
 Before every stage and arm (and after), the endpoint's Prometheus metrics are
 scraped (``metrics`` records with ``when`` = ``"load-start STAGE"`` /
 ``"load-end STAGE"``) so the analysis can report the server's own queue time.
