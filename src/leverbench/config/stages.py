@@ -36,7 +36,11 @@ optional warm-up (``warmup_requests`` requests and/or ``warmup_s`` seconds,
 sent but marked ``warmup`` and left out of the analysis) and a bound after
 the warm-up: ``requests`` and/or ``duration_s``, whichever comes first.  A
 list in ``concurrency`` or ``rate`` is a sweep: one stage per value, run in
-the order given, named ``NAME@c4`` / ``NAME@2.5rps``.
+the order given, named ``NAME@c4`` / ``NAME@2.5rps``.  ``workers`` (default 1)
+sends the stage from that many client processes, Ray actors, its schedule
+computed once and split across them (:mod:`leverbench.runner.shares`,
+:mod:`leverbench.runner.workers`): a closed loop's concurrency (at least one
+client each) and ``max_in_flight`` are split too.
 
 Example::
 
@@ -106,6 +110,9 @@ class LoadStage(BaseModel):
     max_in_flight: int | None = Field(None, ge=1, description="open/trace: cap on calls in flight (late sends "
                                                               "still count their wait: latency is taken from the "
                                                               "schedule)")
+    workers: int = Field(1, ge=1, description="client processes the stage's schedule is split across (Ray actors, "
+                                              "each with its own asyncio client and ledger shard; > 1 needs "
+                                              "pip install 'leverbench[ray]')")
     # bounds
     warmup_requests: int = Field(0, ge=0)
     warmup_s: float = Field(0.0, ge=0)
@@ -120,6 +127,9 @@ class LoadStage(BaseModel):
     def _shape(self) -> "LoadStage":
         if self.ramp_s and self.mode != "closed":
             raise ValueError("ramp_s applies to mode = \"closed\" only")
+        if self.max_in_flight is not None and self.max_in_flight < self.workers:
+            raise ValueError(f"max_in_flight ({self.max_in_flight}) is split across the workers: it needs at least "
+                             f"one call per worker (workers = {self.workers})")
         if self.mode == "trace":
             if not self.trace:
                 raise ValueError("a trace stage needs trace = \"FILE\" (path relative to the experiment file)")
@@ -140,6 +150,9 @@ class LoadStage(BaseModel):
             vals = _as_list(self.concurrency if self.concurrency is not None else 1)
             if not vals or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in vals):
                 raise ValueError("concurrency must be a whole number >= 1 or a list of them")
+            if min(vals) < self.workers:
+                raise ValueError(f"concurrency {min(vals)} is split across the workers: each of the {self.workers} "
+                                 "needs at least one client (lower workers or raise concurrency)")
         else:
             if self.concurrency is not None:
                 raise ValueError("concurrency applies to mode = \"closed\"; an open stage sets rate "
@@ -189,6 +202,8 @@ class PlannedStage:
             out["prefix_sharing"] = s.prefix_sharing
         else:
             out["speed"] = s.speed
+        if s.workers > 1:
+            out["workers"] = s.workers
         for k in ("slo_ttft_s", "slo_tpot_s", "slo_e2e_s"):
             if getattr(s, k) is not None:
                 out[k] = getattr(s, k)

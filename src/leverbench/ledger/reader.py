@@ -1,3 +1,5 @@
+# size: one contract, the rules a ledger file is read by (line by line, as columns, and its workers' shards
+# under the same rules), stated once in the docstring and kept beside the code that applies them.
 """Read a ledger back: validated header, records, and what had to be skipped.
 
 The contract (:func:`read_ledger`):
@@ -17,6 +19,14 @@ The contract (:func:`read_ledger`):
 - :class:`Ledger`: ``header``, ``warnings``, ``records`` (every record after the header, complete, in
   file order), ``of_kind(*kinds)`` and ``columns(kind)``: the ``call`` or ``turn`` records as
   :class:`Columns`, the fields analysis reads.
+- Shards (issue 17): a load stage run on several workers has each write its own file,
+  ``ledger.d/worker-K.jsonl`` beside ``ledger.jsonl``.  Reading a run (its directory or its
+  ``ledger.jsonl``) reads them too (:func:`read_shard`, the same rules per file, but that a shard opens
+  with a ``shard`` header naming the run's ``run_id`` and that a ``clock`` record, which each worker
+  writes first for every stage, is what follows a line cut when a writer went on); their records come
+  after the ledger's own in ``records``, sorted by ``t_send`` (``t`` for the clock records; a stable
+  sort: a stage run again comes after its earlier execution), each load record with its ``worker``.
+  ``shards`` lists their headers; a shard of another run is refused.
 
 How: a ledger under ``COLUMNAR_MIN_BYTES`` (hundreds of records, the common case) is parsed line by
 line (orjson), every record a dict.  A larger one is nearly all call and turn records: polars reads
@@ -61,6 +71,8 @@ COLUMN_KINDS = {"call": (CALL_NUMBERS, CALL_FLAGS, CALL_TIMINGS), "turn": (TURN_
 NOT_JSON = "is not valid JSON"
 UNKNOWN_KIND = "is not a ledger record of a known kind"
 RESTART_KINDS = ("resume", "run")  # what a resumed run writes first after ending a cut line
+SHARD_RESTART_KINDS = ("shard", "clock")  # what a worker writes first to its shard (after ending a cut line)
+SHARDS_DIR = "ledger.d"  # beside ledger.jsonl: the workers' shards, worker-K.jsonl
 SALVAGE_HINT = ("the ledger is damaged (a crash cuts only the last line written); nothing was read. "
                 "To read past bad lines, each one reported, pass --salvage (leverbench report, replay, project, analyze)")
 
@@ -140,26 +152,44 @@ class Ledger:
         self._records = records if records is not None or _source is not None else []
         self._source, self._columns = _source, _columns or {}
         self._others: list[dict[str, Any]] | None = None
+        self.shards: list[dict[str, Any]] = []  # the headers of the shards read with it (add_shards)
+        self._shard_records: list[dict[str, Any]] = []
 
     @property
     def records(self) -> list[dict[str, Any]]:
         if self._records is None:
             assert self._source is not None
-            self._records = self._source.parse()
+            self._records = self._source.parse() + self._shard_records
         return self._records
 
     def of_kind(self, *kinds: str) -> Iterator[dict[str, Any]]:
         if self._records is None and self._source is not None and not set(kinds) & set(self._columns):
             if self._others is None:
                 self._others = self._source.parse(self._source.others)
-            return (r for r in self._others if r.get("kind") in kinds)
+            return (r for r in (*self._others, *self._shard_records) if r.get("kind") in kinds)
         return (r for r in self.records if r.get("kind") in kinds)
 
     def columns(self, kind: str) -> Columns:
         """The records of *kind* (``call`` or ``turn``) as columns."""
-        if kind in self._columns:
+        if kind in self._columns and not any(r.get("kind") == kind for r in self._shard_records):
             return self._columns[kind]
         return Columns.of(kind, self.of_kind(kind))
+
+    def add_shards(self, shards: list[Ledger]) -> None:
+        """Merge *shards* (:func:`read_shard`) in: their records after this ledger's own, sorted by time (see
+        the module docstring), their warnings after its own.  LedgerError for a shard of another run."""
+        merged: list[dict[str, Any]] = []
+        for shard in shards:
+            if shard.header.get("run_id") != self.header.get("run_id"):
+                raise LedgerError(f"{shard.path}: a shard of run {shard.header.get('run_id')!r}, not of this run "
+                                  f"({self.header.get('run_id')!r}); move it out of {SHARDS_DIR}/")
+            self.shards.append(shard.header)
+            self.warnings.extend(shard.warnings)
+            merged.extend(shard.records)
+        merged.sort(key=lambda r: r.get("t_send", r.get("t")) or 0.0)
+        self._shard_records.extend(merged)
+        if self._records is not None:
+            self._records.extend(merged)
 
     def __repr__(self) -> str:
         return f"Ledger(path={self.path!r}, warnings={len(self.warnings)})"
@@ -206,13 +236,14 @@ def _lines(mm: mmap.mmap) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarra
     return starts, ends, nonblank, buf[np.maximum(ends - 1, 0)] == ord("}")
 
 
-def _check_header(path: Path, header: Any) -> dict[str, Any]:
-    if not isinstance(header, dict) or header.get("kind") != "run" or not isinstance(header.get("schema"), str):
-        raise LedgerError(f"{path}: line 1 is not a leverbench run header; is this a leverbench ledger?")
+def _check_header(path: Path, header: Any, kind: str = "run") -> dict[str, Any]:
+    """A ledger's ``run`` header (a shard's ``shard`` header, *kind*), checked."""
+    if not isinstance(header, dict) or header.get("kind") != kind or not isinstance(header.get("schema"), str):
+        raise LedgerError(f"{path}: line 1 is not a leverbench {kind} header; is this a leverbench ledger?")
     upgrade.schema_version(path, header["schema"])  # foreign, newer or unreachable: refused
-    for key in ("arms", "config"):
-        if not isinstance(header.get(key), dict):
-            raise LedgerError(f"{path}: run header lacks {key!r}")
+    for key in ("arms", "config") if kind == "run" else ("run_id", "worker"):
+        if key not in header or (kind == "run" and not isinstance(header.get(key), dict)):
+            raise LedgerError(f"{path}: {kind} header lacks {key!r}")
     return header
 
 
@@ -223,8 +254,9 @@ class _Scan:
     line index); bad lines (``bad``: index → why) are judged once all was seen (:meth:`judge`).
     ``line``, ``offset``: the index and file offset of the next line to check."""
 
-    def __init__(self, path: Path, salvage: bool, keep_lines: bool = False) -> None:
+    def __init__(self, path: Path, salvage: bool, keep_lines: bool = False, *, shard: bool = False) -> None:
         self.path, self.salvage, self.keep_lines = path, salvage, keep_lines
+        self.header_kind, self.restart_kinds = ("shard", SHARD_RESTART_KINDS) if shard else ("run", RESTART_KINDS)
         self.header: dict[str, Any] | None = None
         self.kept: list[Any] = []
         self.header_line = -1  # its index
@@ -262,7 +294,7 @@ class _Scan:
                 continue
             if self.header is None:
                 try:
-                    self.header, self.header_line = _check_header(self.path, obj), i
+                    self.header, self.header_line = _check_header(self.path, obj, self.header_kind), i
                 except LedgerError as exc:
                     self.error = (None, str(exc))
                 continue
@@ -273,7 +305,7 @@ class _Scan:
                 else:
                     self.error = (i, "{path}: line {line} " + UNKNOWN_KIND + "; " + SALVAGE_HINT)
                 continue
-            if kind in RESTART_KINDS:
+            if kind in self.restart_kinds:
                 self.restarts.add(i)
             self.kept.append(line if self.keep_lines else obj)
 
@@ -407,8 +439,8 @@ def _read_columnar(path: Path, fh: Any, salvage: bool) -> Ledger:
                   _source=_Source(path, st, starts[rows], ends[rows], others))
 
 
-def _read_lines(path: Path, fh: Any, salvage: bool) -> Ledger:
-    scan = _Scan(path, salvage)
+def _read_lines(path: Path, fh: Any, salvage: bool, *, shard: bool = False) -> Ledger:
+    scan = _Scan(path, salvage, shard=shard)
     scan.run(fh)
     scan.raise_errors()
     assert scan.header is not None
@@ -421,7 +453,8 @@ def _read_upgraded(path: Path, fh: Any, version: int, salvage: bool) -> Ledger:
 
 
 def read_ledger(path: str | Path, *, salvage: bool = False) -> Ledger:
-    """Parse ``ledger.jsonl`` (or a run directory holding one): see the module's docstring."""
+    """Parse ``ledger.jsonl`` (or a run directory holding one), and the shards in ``ledger.d/`` beside it:
+    see the module's docstring."""
     path = Path(path)
     if path.is_dir():
         path = path / "ledger.jsonl"
@@ -429,11 +462,29 @@ def read_ledger(path: str | Path, *, salvage: bool = False) -> Ledger:
         with open(path, "rb") as fh:
             old = upgrade.older_version(path, fh)
             if old is not None:  # an older schema: upgraded as it is read (a newer one is refused by the header check)
-                return _read_upgraded(path, fh, old, salvage)
-            if os.fstat(fh.fileno()).st_size >= max(COLUMNAR_MIN_BYTES, 1):
-                return _read_columnar(path, fh, salvage)
-            return _read_lines(path, fh, salvage)
+                led = _read_upgraded(path, fh, old, salvage)
+            elif os.fstat(fh.fileno()).st_size >= max(COLUMNAR_MIN_BYTES, 1):
+                led = _read_columnar(path, fh, salvage)
+            else:
+                led = _read_lines(path, fh, salvage)
     except FileNotFoundError:
         raise LedgerError(f"{path}: no ledger here (expected a run directory or its ledger.jsonl)") from None
+    except OSError as exc:
+        raise LedgerError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    shards = sorted((path.parent / SHARDS_DIR).glob("worker-*.jsonl"), key=lambda p: (len(p.name), p.name))
+    if shards:
+        led.add_shards([s for s in (read_shard(p, salvage=salvage) for p in shards) if s is not None])
+    return led
+
+
+def read_shard(path: Path, *, salvage: bool = False) -> Ledger | None:
+    """One worker's shard (``ledger.d/worker-K.jsonl``): its ``shard`` header, records and warnings, by the
+    rules of a ledger file (see the module docstring); None for an empty file (a worker that died before
+    it wrote its header: nothing was measured)."""
+    try:
+        with open(path, "rb") as fh:
+            if os.fstat(fh.fileno()).st_size == 0:
+                return None
+            return _read_lines(path, fh, salvage, shard=True)
     except OSError as exc:
         raise LedgerError(f"{path}: cannot read: {exc.strerror or exc}") from None

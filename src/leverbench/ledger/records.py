@@ -24,7 +24,10 @@ Schema ``leverbench.ledger/1``:
   a resumed run repeats load stages and analysis keeps the latest), repeat
   (request index), step, loop_lag_s; trace calls add target_input_tokens,
   target_output_tokens, session (and turn_id); a trace stage's first call carries
-  trace_import (rows used / skipped and why) and token_check (/tokenize).
+  trace_import (rows used / skipped and why) and token_check (/tokenize).  A
+  stage run on several workers (issue 17) adds workers (N) and, in each
+  worker's shard, worker (K: which shard; times are that worker's clock,
+  scheduled_t converted to it by its measured offset).
 - ``turn``: one per finished turn, a :class:`TurnRecord` (its fields are
   documented there).  A turn, probe or sentinel whose record has an error is
   run again by a resumed run; the failed record stays, superseded (the
@@ -33,11 +36,22 @@ Schema ``leverbench.ledger/1``:
   ("before" / "after"), samples{name: value}; a NaN or infinite sample (legal
   in the exposition format) is the string "NaN", "+Inf" or "-Inf".
 - ``stage_end``: one per load stage finished on an arm: stage, arm, load_run,
-  calls (records the stage wrote).  A resumed run skips the (stage, arm)
+  calls (records the stage wrote); on several workers also workers (N) and
+  lost_workers: [{worker, error, scheduled, recorded, never_sent}] for each
+  worker that died (scheduled: its share's calls, None where the server's pace
+  decides; never_sent = scheduled − recorded: sent or not, no record came).  A resumed run skips the (stage, arm)
   pairs that have one and runs the others again (a stage is one measurement:
   one cut short is repeated whole; the analysis keeps the latest execution).
 - ``warmup``: a short call to each arm before the work starts (a fresh
   server's first call is slow); kept, never analysed.
+- ``shard``: the first line of a worker's shard ``ledger.d/worker-K.jsonl``
+  (issue 17; the same record schema): schema, tool_version, run_id (the
+  run's), worker, host, pid, started_at.
+- ``clock``: what a worker writes to its shard before each stage: stage, arm,
+  load_run, worker, host, pid, t (the coordinator's epoch time of the
+  measurement), offset_s (the worker's clock − the coordinator's, from the
+  round trip with the least delay of several), uncertainty_s (half that round
+  trip: the offset is within ± it), rtt_s, samples.
 - ``resume``: at, tool_version, completed_units (units with a successful
   record, not run again), failed_units_rerun (units whose every record failed,
   run again), repeats.
@@ -59,7 +73,7 @@ LEDGER_SCHEMA_NAME, LEDGER_SCHEMA_VERSION = LEDGER_SCHEMA.rsplit("/", 1)
 SUMMARY_SCHEMA = "leverbench.summary/1"
 
 CALL_KINDS = ("call", "probe", "sentinel", "load")
-KINDS = ("run", "turn", "metrics", "resume", "warmup", "stage_end", *CALL_KINDS)
+KINDS = ("run", "turn", "metrics", "resume", "warmup", "stage_end", "shard", "clock", *CALL_KINDS)
 
 
 class ErrorClass(StrEnum):

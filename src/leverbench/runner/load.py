@@ -35,6 +35,9 @@ delay is counted in its latency instead of being silently omitted
 flight; a call's scheduled time is the end of its client's previous call
 (t_send + connect_s + latency_s), and it is sent then: the runner hands the
 previous record to the ledger's writer thread without waiting for its fsync.
+A stage's schedule is computed once (:meth:`StageRun.schedule`); a stage with
+``workers`` > 1 has it split (:func:`~.shares.split`) and each share sent by
+its own process from a shared start (:mod:`.workers`).
 Before every stage and arm (and after), the endpoint's Prometheus metrics are
 scraped (``metrics`` records with ``when`` = ``"load-start STAGE"`` /
 ``"load-end STAGE"``) so the analysis can report the server's own queue time.
@@ -45,16 +48,16 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 from ..config import LoadedExperiment
 from ..errors import BadInput, ConfigError
 from ..ledger.records import CallRecord, ErrorClass
-from ..workload.load import PlannedStage, arrival_offsets, check_stages, check_trace_paths, expand
+from ..workload.load import PlannedStage, check_stages, check_trace_paths, expand
 from .prompts import ROLE_TOKENS, PromptBuilder, SharedPrefix, words
 from .send import Sender, Sent
+from .shares import Schedule, TraceCall, open_arrivals
 
 LAG_PROBE_S = 0.005  # the loop-lag monitor's sleep
 CONNECT_FAILS_ABORT = 20  # consecutive connect failures that end a stage (the endpoint is gone)
@@ -120,18 +123,6 @@ async def sleep_until(t_epoch: float) -> None:
 # ------------------------------------------------------------------ one stage on one arm
 
 
-@dataclass
-class _Req:
-    """One planned trace call."""
-
-    index: int
-    input_tokens: int
-    output_tokens: int
-    new_tokens: int  # tokens this call appends (a session's later rounds carry the earlier ones)
-    blocks: tuple[int, ...] | None
-    tool_wait_s: float
-
-
 class StageRun:
     """One planned stage of *exp* driven against one arm: its calls go out through *sender*, which records them."""
 
@@ -149,17 +140,46 @@ class StageRun:
         self.stopped = False
         self.sent = 0  # calls sent (each one record)
         self.sending: set[asyncio.Task] = set()  # the tasks inside _send (waiting for a slot or in a call)
-        self.sem = asyncio.Semaphore(self.s.max_in_flight) if self.s.max_in_flight else None
+        self.sem: asyncio.Semaphore | None = None
 
-    async def run(self) -> None:
+    async def schedule(self) -> Schedule:
+        """The whole stage's schedule, computed once (see :mod:`.shares`): a closed loop's clients and
+        budget, an open loop's seeded arrivals, a trace's sessions (its import and the /tokenize check
+        included: they need the arm)."""
+        s = self.s
+        whole = Schedule(s.mode, self.run_id, max_in_flight=s.max_in_flight)
+        if s.mode == "closed":
+            n = self.plan.concurrency or 1
+            whole.client_starts = [k * s.ramp_s / n for k in range(n)]
+            whole.warmup_requests, whole.requests, whole.timed = s.warmup_requests, s.requests, s.duration_s is not None
+        elif s.mode == "open":
+            whole.arrivals = open_arrivals(s, self.plan.rate or 1.0)
+        else:
+            whole.sessions, report = self._plan_trace()
+            builder = self._builder()
+            check = await self._token_check(builder, [reqs[0] for _, reqs in whole.sessions[:3]])
+            whole.tokens_per_word = builder.tokens_per_word
+            whole.first_extra = {"trace_import": report, "token_check": check}
+        return whole
+
+    async def run(self, share: Schedule | None = None, start: float | None = None) -> None:
+        """Send *share* (default: the whole stage's :meth:`schedule`) from *start* (epoch s, this host's
+        clock; default: now, an open loop or trace a little later so that its first send is on time)."""
         self.lag.start()
         try:
+            share = share if share is not None else await self.schedule()
+            self.run_id = share.run_id
+            self.base = {**self.plan.params(), "load_run": self.run_id}
+            if share.worker is not None:  # a shard's records say whose they are
+                self.base["worker"] = share.worker
+            self.first_extra = dict(share.first_extra)
+            self.sem = asyncio.Semaphore(share.max_in_flight) if share.max_in_flight else None
             if self.s.mode == "closed":
-                await self._closed()
+                await self._closed(share, start)
             elif self.s.mode == "open":
-                await self._open()
+                await self._open(share, start)
             else:
-                await self._trace()
+                await self._trace(share, time.time() + 0.05 if start is None else start)
         except asyncio.CancelledError:  # Ctrl-C: every call in flight records itself (cancelled) before we stop
             rest = [t for t in self.sending if t is not asyncio.current_task()]
             for t in rest:
@@ -220,65 +240,58 @@ class StageRun:
 
     # -------------------------------------------------- closed loop
 
-    async def _closed(self) -> None:
+    async def _closed(self, share: Schedule, start: float | None) -> None:
+        """*share*'s clients, each from its start offset (a shared *start*: the first call's schedule is
+        then that time), each sending its next request when its previous call ends, until the share's
+        budget (warm-up, then measured requests) or the stage's duration is spent."""
         body_for, case = self._case_body()
         s = self.s
-        t0 = time.time()
+        t0 = time.time() if start is None else start
         state = {"next": 0, "measured": 0, "m0": None}
 
         def claim() -> tuple[int, bool] | None:
             if self.stopped:
                 return None
             now = time.time()
-            i = state["next"]
-            warm = state["m0"] is None and (i < s.warmup_requests or now - t0 < s.warmup_s)
+            j = state["next"]
+            warm = state["m0"] is None and (j < share.warmup_requests or now - t0 < s.warmup_s)
             if not warm:
                 if state["m0"] is None:
                     state["m0"] = now
-                if s.requests is not None and state["measured"] >= s.requests:
+                if share.requests is not None and state["measured"] >= share.requests:
                     return None
                 if s.duration_s is not None and now - state["m0"] >= s.duration_s:
                     return None
                 state["measured"] += 1
-            state["next"] = i + 1
-            return i, warm
+            state["next"] = j + 1
+            return share.index(j), warm
 
-        async def client(k: int) -> None:
-            if s.ramp_s:
-                await sleep_until(t0 + k * s.ramp_s / n)
+        async def client(offset: float) -> None:
+            planned = None
+            if offset or start is not None:
+                planned = t0 + offset
+                await sleep_until(planned)
             prev_end: float | None = None
             while (c := claim()) is not None:
                 i, warm = c
-                scheduled = prev_end if prev_end is not None else time.time()
+                scheduled = prev_end if prev_end is not None else planned if planned is not None else time.time()
                 body = body_for(i)
                 sent = await self._send(body, case, i, 0, {"warmup": warm}, scheduled)
                 prev_end = sent.record.t_end
 
-        n = self.plan.concurrency or 1
-        await asyncio.gather(*(client(k) for k in range(n)))
+        await asyncio.gather(*(client(offset) for offset in share.client_starts))
 
     # -------------------------------------------------- open loop
 
-    async def _open(self) -> None:
+    async def _open(self, share: Schedule, start: float | None) -> None:
+        """Each of *share*'s arrivals at *start* (default: a little lead, so that the first send is on
+        time) + its offset, whether or not earlier calls have ended."""
         body_for, case = self._case_body()
-        s = self.s
+        t0 = time.time() + 0.05 if start is None else start
         tasks: set[asyncio.Task] = set()
-        t0 = time.time() + 0.05  # a little lead so the first send is on time
-        m0: float | None = None
-        measured = 0
-        offsets = arrival_offsets(self.plan.rate or 1.0, s.arrival, s.burstiness, s.seed)
-        for i, off in enumerate(offsets):
+        for i, off, warm in share.arrivals:
             if self.stopped:
                 break
-            warm = m0 is None and (i < s.warmup_requests or off < s.warmup_s)
-            if not warm:
-                if m0 is None:
-                    m0 = off
-                if s.requests is not None and measured >= s.requests:
-                    break
-                if s.duration_s is not None and off - m0 >= s.duration_s:
-                    break
-                measured += 1
             scheduled = t0 + off
             body = body_for(i)  # built before the send time, not after
             await sleep_until(scheduled)
@@ -294,7 +307,7 @@ class StageRun:
         p = Path(self.s.trace or "")
         return p if p.is_absolute() else (Path(self.exp.path).resolve().parent / p)
 
-    def _plan_trace(self) -> tuple[list[tuple[float, list[_Req]]], dict[str, Any]]:
+    def _plan_trace(self) -> tuple[list[tuple[float, list[TraceCall]]], dict[str, Any]]:
         """Sessions as (start offset in s after the stage starts, calls in round order), and the import report."""
         from ..workload.traces import load_traffic  # noqa: PLC0415
 
@@ -318,7 +331,7 @@ class StageRun:
         for idx, c in enumerate(calls):
             key = ("s", c.session) if c.session is not None else ("r", idx)
             sessions.setdefault(key, []).append((idx, c))
-        planned: list[tuple[float, list[_Req]]] = []
+        planned: list[tuple[float, list[TraceCall]]] = []
         horizon = None if s.duration_s is None else s.warmup_s + s.duration_s
         for rows in sessions.values():
             rows.sort(key=lambda ic: (ic[1].round if ic[1].round is not None else 0, ic[0]))
@@ -343,7 +356,7 @@ class StageRun:
                 out = max(1, round(c.output_tokens * s.scale_output))
                 if s.max_tokens is not None:
                     out = min(out, s.max_tokens)
-                reqs.append(_Req(idx, inp, out, new, c.prefix_blocks, (c.tool_wait_s or 0.0) / s.speed))
+                reqs.append(TraceCall(idx, inp, out, new, c.prefix_blocks, (c.tool_wait_s or 0.0) / s.speed))
             if reqs:
                 planned.append((start, reqs))
         planned.sort(key=lambda p: p[0])
@@ -355,7 +368,7 @@ class StageRun:
                   "notes": list(tl.notes)}
         return planned, report
 
-    async def _token_check(self, builder: PromptBuilder, sample: list[_Req]) -> dict[str, Any]:
+    async def _token_check(self, builder: PromptBuilder, sample: list[TraceCall]) -> dict[str, Any]:
         """Calibrate words per token with /tokenize and check the first prompts' lengths."""
         probe = " ".join(words(512, "leverbench-tokenize-probe"))
         n = await self.sender.count_text_tokens(probe)
@@ -380,17 +393,17 @@ class StageRun:
                 "rel_error_mean": sum(errs) / len(errs) if errs else None,
                 "rel_error_max": max(errs, key=abs) if errs else None}
 
-    async def _trace(self) -> None:
-        s = self.s
-        planned, report = self._plan_trace()
-        builder = PromptBuilder(round(s.block_tokens * s.scale_input), salt=f"{self.plan.name}")
-        sample = [reqs[0] for _, reqs in planned[:3]]
-        check = await self._token_check(builder, sample)
-        self.first_extra = {"trace_import": report, "token_check": check}
-        case = "trace:" + Path(s.trace or "").stem
+    def _builder(self) -> PromptBuilder:
+        """The trace's prompt builder (Mooncake hash blocks of block_tokens × scale_input tokens)."""
+        return PromptBuilder(round(self.s.block_tokens * self.s.scale_input), salt=f"{self.plan.name}")
+
+    async def _trace(self, share: Schedule, t0: float) -> None:
+        """*share*'s sessions, each from t0 + its start offset (:meth:`_session`)."""
+        builder = self._builder()
+        builder.tokens_per_word = share.tokens_per_word
+        case = "trace:" + Path(self.s.trace or "").stem
         tasks: list[asyncio.Task] = []
-        t0 = time.time() + 0.05
-        for start, reqs in planned:
+        for start, reqs in share.sessions:
             if self.stopped:
                 break
             first = self._user_message(builder, reqs[0], 0)  # built before the send time, not after
@@ -399,13 +412,13 @@ class StageRun:
         if tasks:
             await asyncio.gather(*tasks)
 
-    def _user_message(self, builder: PromptBuilder, r: _Req, rnd: int) -> dict[str, Any]:
+    def _user_message(self, builder: PromptBuilder, r: TraceCall, rnd: int) -> dict[str, Any]:
         """The round's new user message: round 0 the whole prompt (hash blocks first), later rounds what they add."""
         roles = ROLE_TOKENS if rnd == 0 else 2 * ROLE_TOKENS  # (assistant +) user
         text = builder.content(max(1, r.new_tokens - roles), f"{r.index}", r.blocks if rnd == 0 else None)
         return {"role": "user", "content": text}
 
-    async def _session(self, reqs: list[_Req], first: dict[str, Any], scheduled: float, t0: float,
+    async def _session(self, reqs: list[TraceCall], first: dict[str, Any], scheduled: float, t0: float,
                        builder: PromptBuilder, case: str) -> None:
         """A trace session: its rounds one after another, each after the previous answer and its tool wait."""
         s = self.s

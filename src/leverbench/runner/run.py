@@ -54,6 +54,7 @@ from .schedule import SENTINEL_CASE, Unit, build_schedule
 from .send import ArmSender
 from .signals import hold_signals, on_main_thread, release_signals, sigterm_as_interrupt
 from .turn import run_turn
+from .workers import LoadCluster, RemoteEndpoint, join_cluster
 
 SENTINEL_PROMPT = "Count upward from 1, one number per line, and keep going."
 LONG_ANSWER = ("Answer at great length: write many long, detailed paragraphs and keep writing; "
@@ -110,7 +111,7 @@ def _headers(exp: LoadedExperiment, i: int, arm: Arm) -> dict[str, str]:
 
 class Runner:
     def __init__(self, exp: LoadedExperiment, out_dir: Path, *, resume: bool = False,
-                 progress: ProgressFn | None = None, timeouts: Timeouts | None = None):
+                 progress: ProgressFn | None = None, timeouts: Timeouts | None = None, ray_address: str | None = None):
         self.exp = exp
         self.spec = exp.spec
         self.out = Path(out_dir)
@@ -126,6 +127,9 @@ class Runner:
         self._fresh = False  # --resume found a ledger that holds no run yet: start it afresh
         self.stages_done: set[tuple[str, str]] = set()  # on resume: (load stage, arm) pairs that finished
         self.keep_text = self.spec.experiment.store_text
+        self.run_id = uuid.uuid4().hex[:12]  # the header's (a resumed run's: its ledger's)
+        self.ray_address = ray_address  # load stages with workers > 1: the Ray cluster (None: RAY_ADDRESS, or local)
+        self.cluster: LoadCluster | None = None
 
     # ------------------------------------------------------------ set-up
 
@@ -184,7 +188,10 @@ class Runner:
                 raise BadInput(f"{self.out}: --repeats {new} is fewer than the run's {old}")
         units = [(Unit.of_record(r).key(), r.get("error") is None) for r in led.records
                  if r.get("kind") in ("turn", "probe", "sentinel")]
-        self.stages_done = {(r.get("stage"), r.get("arm")) for r in led.of_kind("stage_end")}
+        self.run_id = led.header.get("run_id", self.run_id)
+        # a stage one of whose workers died is run again whole (its stage_end says which, and what was lost)
+        self.stages_done = {(r.get("stage"), r.get("arm")) for r in led.of_kind("stage_end")
+                            if not r.get("lost_workers")}
         done = {k for k, ok in units if ok}
         self._failed = {k for k, _ in units} - done
         return done
@@ -194,7 +201,7 @@ class Runner:
             "kind": "run",
             "schema": LEDGER_SCHEMA,
             "tool_version": __version__,
-            "run_id": uuid.uuid4().hex[:12],
+            "run_id": self.run_id,
             "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "host": host_info(),
             "experiment_file": str(self.exp.path),
@@ -210,9 +217,12 @@ class Runner:
 
     def open_ledger(self) -> None:
         """Open the run's ledger (appending) and its :class:`Recorder`; the run's API keys are never written."""
-        keys = tuple(h.removeprefix("Bearer ") for ep in self.endpoints.values() for h in ep.headers.values())
-        self.writer = LedgerWriter(self.out / "ledger.jsonl", secrets=keys)
+        self.writer = LedgerWriter(self.out / "ledger.jsonl", secrets=self.secrets())
         self._recorder = Recorder(self.writer)
+
+    def secrets(self) -> tuple[str, ...]:
+        """The run's API keys: never written to the ledger (nor to its shards)."""
+        return tuple(h.removeprefix("Bearer ") for ep in self.endpoints.values() for h in ep.headers.values())
 
     def close_ledger(self) -> None:
         """Wait until every record handed over is written, however the run ended, and close the file."""
@@ -380,12 +390,19 @@ class Runner:
             # connection per call.
             async with client_session(keep_alive=plan.stage.keep_alive) as own:
                 stage = StageRun(self.sender(arm, own), self.exp, plan, arm)
-                await stage.run()
+                if plan.stage.workers > 1:  # its schedule split across Ray actors, each writing its own shard
+                    assert self.cluster is not None
+                    end = await self.cluster.run_stage(stage, RemoteEndpoint.of(self.endpoints[arm]),
+                                                       timeouts=self.timeouts, retries=self.retries,
+                                                       keep_text=self.keep_text, run_id=self.run_id)
+                else:
+                    await stage.run()
+                    end = {"calls": stage.sent, "stopped": stage.stopped}
                 # the stage's records (and the token counts deferred on its pool) are all on disk before the next
                 await self.recorder.flush()
             await self.scrape(session, f"load-end {plan.name}")
             self.recorder.append({"kind": "stage_end", "stage": plan.name, "arm": arm, "load_run": stage.run_id,
-                                  "calls": stage.sent, "stopped": stage.stopped})
+                                  **end})
             ep = self.endpoints[arm]
             if ep.engine is not None and not ep.engine.alive():
                 raise EngineError(ep.engine.death_note()
@@ -405,6 +422,8 @@ class Runner:
         """Do the experiment's work; returns the ledger path.  Engines are always stopped."""
         done = self._completed()
         self._prepare_endpoints()
+        # before the engines start and the run's signal handlers are set (ray.init sets its own)
+        self.cluster = join_cluster(self.spec, self.stages_done, self.out, self.secrets(), self.ray_address)
         sizes = {c.name: case_size_chars(self.exp, c) for c in self.spec.cases}
         units = build_schedule(self.spec, sizes)
         self.out.mkdir(parents=True, exist_ok=True)
@@ -427,6 +446,8 @@ class Runner:
                     signal.signal(signal.SIGTERM, previous)
         finally:
             self.stop_engines()
+            if self.cluster is not None:
+                self.cluster.close()
             self.close_ledger()  # every record handed to the writer is written, whatever ended the run
         self.recorder.reap()  # a normal end: a failed append is an error
         return self.out / "ledger.jsonl"
