@@ -25,27 +25,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
-import os
 import signal
 import time
 import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable
 
 import aiohttp
 
 from .. import __version__
-from ..config import Arm, LoadedExperiment
-from ..engines import EngineProcess, make_engine
-from ..errors import BadInput, ConfigError, EngineError
+from ..config import LoadedExperiment
+from ..engines import make_engine
+from ..errors import BadInput, EngineError
 from ..ledger.reader import read_ledger
 from ..ledger.records import LEDGER_SCHEMA, CallRecord
 from ..ledger.writer import LedgerWriter
-from ..redact import redact_tree, redact_url, same_origin
+from ..redact import redact_tree, redact_url
 from ..workload.cases import case_size_chars
 from .client import Timeouts, client_session
 from .discover import api_root, endpoint_info, host_info, scrape_metrics
+from .endpoint import ArmEndpoint, Interrupted, endpoint_headers  # noqa: F401 (Interrupted: the run's public error)
 from .load import StageRun, stage_work
 from .probe_prompt import probe_messages, serves_with_drafter
 from .recorder import Recorder
@@ -64,49 +63,7 @@ LENGTH_BY_PROMPT = "prompt (engine rejected ignore_eos)"
 LENGTH_NATURAL = "natural (drafter arm: not forced past end-of-sequence)"
 
 
-@dataclass
-class ArmEndpoint:
-    arm: Arm
-    base_url: str
-    model: str
-    headers: dict[str, str]
-    engine: EngineProcess | None = None
-    discovered: dict[str, Any] = field(default_factory=dict)
-    length_by_prompt: bool = False  # the endpoint rejected ignore_eos/min_tokens: probes ask for length instead
-    depth_prompts: dict[tuple[str, int], list[dict[str, Any]]] = field(default_factory=dict)  # (case, depth)
-
-    def headers_for(self, url: str) -> dict[str, str]:
-        """The key's headers for a request to *url*: only on the arm's own origin (scheme, host and
-        port of base_url), or to its metrics_url when the arm sets ``metrics_send_key``; else none."""
-        if same_origin(url, self.base_url) or (self.arm.metrics_send_key and url == self.arm.metrics_url):
-            return self.headers
-        return {}
-
-    @property
-    def request(self) -> dict[str, Any]:
-        """The arm's extra request fields (every call's body carries them)."""
-        return self.arm.request
-
-    def death_note(self) -> str | None:
-        """Why the engine the tool started for this arm died (its log's tail); None while it lives, or with none."""
-        return self.engine.death_note() if self.engine is not None else None
-
-
-class Interrupted(Exception):
-    """The run was stopped (Ctrl-C); what finished, and the calls in flight (class cancelled), are in the ledger."""
-
-
 ProgressFn = Callable[[Unit, int, int], None]
-
-
-def _headers(exp: LoadedExperiment, i: int, arm: Arm) -> dict[str, str]:
-    if not arm.api_key_env:
-        return {}
-    key = os.environ.get(arm.api_key_env)
-    if not key:
-        raise ConfigError(str(exp.path), f"arms[{i}].api_key_env",
-                          f"environment variable {arm.api_key_env} is not set (it should hold the API key)")
-    return {"Authorization": f"Bearer {key}"}
 
 
 class Runner:
@@ -135,7 +92,7 @@ class Runner:
 
     def _prepare_endpoints(self) -> None:
         for i, arm in enumerate(self.spec.arms):
-            headers = _headers(self.exp, i, arm)
+            headers = endpoint_headers(self.exp, i, arm)
             if arm.engine is not None:
                 eng = make_engine(arm.name, arm.engine, self.out / f"engine-{_safe(arm.name)}.log")
                 self.endpoints[arm.name] = ArmEndpoint(arm, "", eng.model_id, headers, eng)
