@@ -77,7 +77,8 @@ def run(tmp: Path, arms: dict[str, str], load_toml: str, **kw) -> list[dict]:
 
 def truth_key(t: dict) -> tuple[float, float]:
     """The simulator's timings sent with each answer identify its truth record exactly."""
-    return (t["prefill_s"] * 1000, t["decode_s"] * 1000)
+    # llama.cpp's clocks: prompt_ms until the first token, predicted_ms from it to the last
+    return ((t["prefill_s"] + t["first_step_s"]) * 1000, (t["decode_s"] - t["first_step_s"]) * 1000)
 
 
 # ------------------------------------------------------------------ pure parts

@@ -107,7 +107,9 @@ requests = 300
 
     # a completed call is matched to its simulator record by the timings the simulator sent with it
     served = [t for t in truth if t["decode_s"] > 0]  # (an HTTP fault answers before any of it: 0, 0)
-    by_timings = {(t["prefill_s"] * 1000, t["decode_s"] * 1000): t for t in served}
+    # (llama.cpp's clocks: prompt_ms until the first token, predicted_ms from it to the last)
+    by_timings = {((t["prefill_s"] + t["first_step_s"]) * 1000, (t["decode_s"] - t["first_step_s"]) * 1000): t
+                  for t in served}
     assert len(by_timings) == len(served)
     matched = set()
     for r in (r for r in chat if r["error"] is None):

@@ -497,7 +497,11 @@ def test_prefill_and_decode_take_the_set_time():
     assert close_to(times[-1] - times[0], 49 * 0.002)
     assert record["first_token"] == times[0]
     timings = got.usage_chunk["timings"]
-    assert timings["prompt_ms"] == pytest.approx(record["prefill_s"] * 1000)
+    # llama.cpp's clocks: prompt_ms until the first token (the prefill and its step), predicted_ms the other 49
+    assert timings["prompt_ms"] == pytest.approx((record["prefill_s"] + record["first_step_s"]) * 1000)
+    assert close_to(record["first_step_s"], 0.002)
+    assert timings["predicted_ms"] == pytest.approx((record["decode_s"] - record["first_step_s"]) * 1000)
+    assert close_to(timings["predicted_ms"] / 1000, 49 * 0.002)
     assert timings["prompt_n"] == 2000 and timings["predicted_n"] == 50
 
 

@@ -158,8 +158,11 @@ def test_drifted_arm_is_not_citable_anywhere():
 def test_refused_multiplier_refuses_cost_and_projection():
     arms = {"base": {"prefix_cache": False, "gpus": 1}, "cached": {"prefix_cache": True, "gpus": 1}}
     recs = []
-    for r in range(3):
-        recs += turn("base", "c", r, 10.0, 100) + turn("cached", "c", r, 5.0, 150)  # 50 % more output
+    for r in range(3):  # 50 % more output; the calls timed as the probes are (see _probes)
+        recs += turn("base", "c", r, 10.0, 100, calls=[_timed("base", "c", r, prompt=1000, cached=0, out=100,
+                                                               prefill_tps=1000.0, decode_tps=50.0)])
+        recs += turn("cached", "c", r, 5.0, 150, calls=[_timed("cached", "c", r, prompt=1000, cached=990, out=150,
+                                                                prefill_tps=1000.0, decode_tps=50.0)])
     head = header(arms, ["c"])
     s = summarize(ledger(head, recs + _probes(head, arms)), scenario=(20_000, 100))
     assert _m(s, "cached", "base")["reason"] == "output volume spread 50.0% > 5%"
@@ -173,7 +176,8 @@ def test_refused_multiplier_refuses_cost_and_projection():
 
 
 def _timed(arm, case, r, *, prompt, cached, out, prefill_tps, decode_tps, kind="call", **kw):
-    prefill, decode = (prompt - cached) / prefill_tps, out / decode_tps
+    """A call timed as the rate model reads it: the first token ends prefill, the other out − 1 decode."""
+    prefill, decode = (prompt - cached) / prefill_tps, (out - 1) / decode_tps
     return call(arm, case, r, kind=kind, prompt=prompt, cached=cached, out=out, ttft=prefill, latency=prefill + decode,
                 timings={"prompt_n": prompt - cached, "prompt_ms": prefill * 1000, "predicted_n": out,
                          "predicted_ms": decode * 1000, "cache_n": cached}, **kw)
@@ -400,9 +404,9 @@ def test_a_drafter_lever_is_projected_when_prefill_cannot_be():
     head["arms"]["cache"]["conditions"]["drafter"] = "ngram"
     head["arms"]["nocache"]["conditions"]["prefix_cache"] = True  # now the pair differs in the drafter only
     recs = [r for r in recs if r["kind"] != "metrics"]  # no counters: the cache arm's prefill cannot be projected
-    for r in recs:
-        if r["kind"] == "probe" and r["arm"] == "cache":
-            r["latency_s"] = r["ttft_s"] + r["completion_tokens"] / 100.0  # the drafter decodes at 100 tok/s
+    for r in recs:  # the drafter decodes at 100 tok/s, the other arm at 50 (each token after the first)
+        if r["kind"] in ("call", "probe"):
+            r["latency_s"] = r["ttft_s"] + (r["completion_tokens"] - 1) / (100.0 if r["arm"] == "cache" else 50.0)
     s = summarize(ledger(head, recs), scenario=(2000, 1000))
     p = {a["arm"]: a for a in s["projection"]["arms"]}
     assert p["cache"]["prefill_s"] is None and "cannot be told apart" in p["cache"]["prefill_refused"]

@@ -32,7 +32,9 @@ Timing model (real ``asyncio.sleep``)
     b = 1 / prefill_tps, c = prefill_quadratic, d0 = 1 / decode_tps,
     d1 = decode_slowdown_per_ctx (:mod:`leverbench.analysis.rate_model`).
     The llama.cpp dialect's ``timings`` count as llama.cpp does: ``prompt_ms``
-    the prefill, ``predicted_ms`` from the first token to the last.
+    until the first token (the prefill and the step that samples it),
+    ``predicted_ms`` from the first token to the last; their sum is the
+    request's whole service time.
 
 Prefix cache
     One cache shared by all slots, holding hashes of prompt prefixes that end

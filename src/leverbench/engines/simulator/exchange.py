@@ -34,6 +34,7 @@ class Trace:
     prefill_s: float = 0.0
     stall_s: float = 0.0
     decode_s: float = 0.0
+    first_step_s: float = 0.0  # decode time until the first token (llama.cpp's timings count from it)
     prompt_tokens: int = 0
     cached_tokens: int = 0
     completion_tokens: int = 0
@@ -166,7 +167,7 @@ class Exchange:
         trace.reasoning_tokens = min(emitted, self.answer.reasoning_tokens)  # reasoning comes first
         trace.decode_s = self.loop.time() - start
         if emitted == size:
-            self.first_step_s = trace.decode_s
+            self.first_step_s = trace.first_step_s = trace.decode_s
         if self.cfg.draft_k:
             trace.draft_tokens += self.cfg.draft_k
             trace.accepted_tokens += size - 1
@@ -233,8 +234,8 @@ class Exchange:
         generating = t.decode_s - self.first_step_s  # as llama.cpp: from the first token to the last
         return {"timings": {
             "prompt_n": prompt_n,
-            "prompt_ms": t.prefill_s * 1000,
-            "prompt_per_second": prompt_n / t.prefill_s if t.prefill_s > 0 else 0.0,
+            "prompt_ms": (t.prefill_s + self.first_step_s) * 1000,  # llama.cpp: until the first token
+            "prompt_per_second": prompt_n / (t.prefill_s + self.first_step_s) if t.prefill_s > 0 else 0.0,
             "predicted_n": t.completion_tokens,
             "predicted_ms": generating * 1000,
             "predicted_per_second": t.completion_tokens / generating if generating > 0 else 0.0,
