@@ -284,6 +284,23 @@ def test_fewer_repeats_than_the_fixed_design_with_the_same_error_rates():
     assert seq.mean_repeats <= 0.60 * n_fixed, (seq.mean_repeats, n_fixed)
 
 
+def test_the_saving_depends_on_the_power_the_fixed_design_is_held_to():
+    """The match above holds the fixed design to the sequential design's own power at 1.3x, which is every
+    simulated experiment (so n grows with their number).  At the issue's error rates — at least 90 % power,
+    at most 5 % false "pays" — 3 fixed repeats suffice, fewer than the sequential design's mean; at 99 % power
+    4, still more than 60 % of it (the README states these numbers)."""
+    experiments, sim_r = 20000, 12
+    lk13, seq = _run(replace(ISSUE, effect=1.3), 16_005, experiments, sim_r)
+    lk10, _ = _run(ISSUE, 16_006, experiments, sim_r)
+    assert seq.rate("pays") == 1.0
+    power = {n: fixed(lk13, n, M11).rate("pays") for n in range(2, sim_r + 1)}
+    false = {n: fixed(lk10, n, M11).rate("pays") for n in range(2, sim_r + 1)}
+    at90 = min(n for n in power if power[n] >= 0.90 and false[n] <= 0.05)
+    at99 = min(n for n in power if power[n] >= 0.99 and false[n] <= 0.05)
+    assert (at90, at99) == (3, 4)
+    assert at90 < seq.mean_repeats < at99 and seq.mean_repeats > 0.60 * at99
+
+
 def test_counterbalanced_order_cancels_drift_that_blocked_order_does_not():
     """A strong drift (50 % over the run) and little noise (cv 5 %), true ratio at the margin: in blocked
     order (each repeat: all cases on the arm, then on the reference) drift inflates the ratio and "pays" comes
