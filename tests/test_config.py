@@ -109,6 +109,18 @@ def test_arm_needs_endpoint_or_engine(tmp_path):
     assert "needs model" in str(e)
 
 
+def test_gpus_and_their_price_are_numbers(tmp_path):
+    """Costs and an adaptive run's budget are priced with them: a word or a zero would crash or make turns free."""
+    for bad in ('gpus = "H100"', "gpus = 0", "gpus = -1", 'gpu_hour_usd = "cheap"', "gpu_hour_usd = -2.0",
+                "gpus = true"):
+        e = error(tmp_path, GOOD.replace("conditions = { prefix_cache = false }",
+                                         f"conditions = {{ prefix_cache = false, {bad} }}"))
+        assert e.key == "arms[1]" and "must be a" in str(e), bad
+    ok = load(write(tmp_path, GOOD.replace("conditions = { prefix_cache = false }",
+                                            "conditions = { prefix_cache = false, gpus = 2, gpu_hour_usd = 0 }")))
+    assert ok.spec.arms[1].conditions["gpus"] == 2
+
+
 def test_request_may_not_override_messages(tmp_path):
     e = error(tmp_path, GOOD.replace("request = { cache_prompt = false }", 'request = { stream = false }'))
     assert e.key == "arms[1]" and "stream" in str(e)

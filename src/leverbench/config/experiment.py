@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -115,6 +116,12 @@ class Arm(_Strict):
             raise ValueError("metrics_send_key sends the api_key_env key to metrics_url: give both, or drop it")
         if self.api_key_env and self.base_url and "@" in urlsplit(self.base_url).netloc:
             raise ValueError("base_url carries credentials (user:password@) and api_key_env is set: give one of them")
+        for key, positive in (("gpus", True), ("gpu_hour_usd", False)):  # costs and budgets are priced with them
+            v = self.conditions.get(key)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
+                                  or v < 0 or (positive and v == 0)):
+                raise ValueError(f"conditions.{key} must be a {'positive' if positive else 'non-negative'} number "
+                                 f"(GPUs per server; the price of a GPU-hour), not {v!r}")
         return self
 
 
