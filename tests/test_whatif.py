@@ -190,6 +190,21 @@ def test_served_cache_is_already_on_and_ranks_against_the_cache_arm() -> None:
     assert res["ranking"][0]["arm"] == "on+drafter" and res["ranking"][0]["levers"] == ["drafter"]
 
 
+def test_served_cache_never_exceeds_the_upper_bound() -> None:
+    """A log whose cached tokens a cache served gives no prefix structure: the cache arm serves them as
+    recorded (800 of 2,000 input tokens), and the unbounded upper bound beside it is at least that, never
+    the 0 % that a lookup of structureless pieces finds (hit 40 % beside an "upper bound" of 0 % on main)."""
+    calls = [TrafficCall(1000, 10, arrival_s=0.0, cached_tokens=800), TrafficCall(1000, 10, arrival_s=100.0,
+                                                                                  cached_tokens=0)]
+    arms = [ArmSpec("off", M, knobs={"prefix_cache": False}),
+            ArmSpec("on", M, cache=True, capacity_tokens=1e6, block_tokens=1, knobs={"prefix_cache": True})]
+    res = forecast(plan_calls(calls, cached_served=True), arms, "off")
+    c = res["cache"]
+    assert c["hit_share"] == pytest.approx(800 / 2000)
+    assert c["upper_bound_hit_share"] == pytest.approx(800 / 2000)
+    assert res["arms"][1]["cache"]["unbounded_hit_share"] >= res["arms"][1]["cache"]["hit_share"]
+
+
 # ---------------------------------------------------------------- against the simulator: known truth
 
 

@@ -100,15 +100,19 @@ class Served:
 
 def _hit(call: PlannedCall, cache: PrefixCache | None, shadow: PrefixCache, recorded: bool) -> int:
     """Tokens of the call's prompt its arm's cache serves (see the module docstring), and the shadow
-    unbounded cache's lookup (the upper bound under the same order)."""
-    shadow.lookup(shadow.units(call.pieces), call.input_tokens)
+    unbounded cache's lookup (the upper bound under the same order).  A call whose cached tokens a cache
+    served as recorded (no prefix structure to look up) counts those in the shadow too: the upper bound is
+    never below what a cache was seen to serve."""
     if recorded and call.served_cached is not None:
-        hit = min(call.served_cached, max(call.input_tokens - 1, 0)) if cache is not None else 0
-        if cache is not None:
-            cache.lookups += 1
-            cache.looked_up_tokens += call.input_tokens
-            cache.hit_tokens += hit
-    elif cache is not None:
+        served = min(call.served_cached, max(call.input_tokens - 1, 0))
+        for ch in (cache, shadow):
+            if ch is not None:
+                ch.lookups += 1
+                ch.looked_up_tokens += call.input_tokens
+                ch.hit_tokens += served
+        return served if cache is not None else 0
+    shadow.lookup(shadow.units(call.pieces), call.input_tokens)
+    if cache is not None:
         hit = cache.lookup(cache.units(call.pieces), call.input_tokens)
     else:
         hit = 0
