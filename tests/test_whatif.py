@@ -364,6 +364,19 @@ def test_whatif_arms_and_bad_input(tmp_path: Path) -> None:
     assert out.exit_code == 2 and "needs the run's ledger.jsonl" in out.output
 
 
+@pytest.mark.parametrize("bad", [["--speed", "0"], ["--speed", "inf"], ["--scale-input", "inf"],
+                                 ["--cache-tokens", "nan"], ["--gpus", "0"], ["--gpus", "-1"],
+                                 ["--gpu-hour-usd", "-3"]])
+def test_whatif_refuses_bad_numbers_with_a_clean_error(tmp_path: Path, bad: list[str]) -> None:
+    """On main: --gpus -1 printed negative GPU-hours (and a positive $), --cache-tokens nan and --scale-input
+    inf ended in a traceback, --speed inf served every call at t = 0."""
+    summary = tmp_path / "summary.json"
+    summary.write_text(json.dumps(_summary_for_sim()))
+    out = CliRunner().invoke(cli, ["whatif", str(TRACES / "mooncake_conversation_trace.jsonl"), "--rates",
+                                   str(summary), "--requests", "3", "--json", *bad])
+    assert out.exit_code == 2 and "leverbench: error: " in out.output and bad[0] in out.output, out.output
+
+
 def test_azure_code_finite_cache_saves_less_than_the_upper_bound(tmp_path: Path) -> None:
     """The Azure code trace records no sharing; under an assumed common prefix (half of every prompt), a
     finite cache serves less than the unbounded upper bound, and the output says both."""
