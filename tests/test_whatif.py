@@ -203,6 +203,11 @@ def test_served_cache_never_exceeds_the_upper_bound() -> None:
     assert c["hit_share"] == pytest.approx(800 / 2000)
     assert c["upper_bound_hit_share"] == pytest.approx(800 / 2000)
     assert res["arms"][1]["cache"]["unbounded_hit_share"] >= res["arms"][1]["cache"]["hit_share"]
+    # a chat template (--template-tokens) in front does not hide the recorded counts (0.1 % hit on main)
+    res = forecast(plan_calls(calls, cached_served=True, template_tokens=30), arms, "off")
+    assert res["cache"]["hit_share"] == pytest.approx(800 / 2060)
+    assert res["arms"][1]["ttft"]["max"] == pytest.approx(M["prefill"]["a_s"] + 1030 / 100)
+    assert res["arms"][1]["ttft"]["mean"] == pytest.approx(M["prefill"]["a_s"] + (1030 + 230) / 2 / 100)
 
 
 # ---------------------------------------------------------------- against the simulator: known truth

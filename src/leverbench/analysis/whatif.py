@@ -131,8 +131,9 @@ def simulate(plan: Plan, arm: ArmSpec) -> Served:
     cache = PrefixCache(arm.capacity_tokens, arm.block_tokens) if arm.cache else None
     shadow = unbounded(arm.block_tokens)
     # a call is "recorded" when the trace gives only the cached tokens a cache served, no prefix structure
+    # (its own unique piece, after the chat template's when --template-tokens adds one)
     structured = {id(c) for s in plan.sessions for c in s
-                  if c.round > 0 or any(k[0] != "u" for k, _ in c.pieces)}
+                  if c.round > 0 or any(k[0] not in ("u", "t") for k, _ in c.pieces)}
     next_round: dict[int, PlannedCall] = {}
     for s in plan.sessions:
         for a, b in zip(s, s[1:]):
