@@ -367,6 +367,13 @@ def test_whatif_arms_and_bad_input(tmp_path: Path) -> None:
     out = CliRunner().invoke(cli, ["whatif", str(TRACES / "mooncake_conversation_trace.jsonl"), "--rates",
                                    str(summary), "--verify"])
     assert out.exit_code == 2 and "needs the run's ledger.jsonl" in out.output
+    # a run without rates: the error names the run and what to do
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps({**_summary_for_sim(), "rate_models": [], "rates": []}))
+    out = CliRunner().invoke(cli, ["whatif", str(TRACES / "mooncake_conversation_trace.jsonl"), "--rates",
+                                   str(bare)])
+    assert out.exit_code == 2 and f"{bare}: no arm of the run has measured" in out.output.replace("\n", "")
+    assert "give --rates a run" in out.output.replace("\n", "")
 
 
 @pytest.mark.parametrize("bad", [["--speed", "0"], ["--speed", "inf"], ["--scale-input", "inf"],

@@ -71,8 +71,11 @@ def whatif_file(traffic: str | Path, rates: str | Path, *, arms: Sequence[str] |
         raise BadInput(f"--gpu-hour-usd must be a number >= 0 (got {gpu_hour_usd})")
     load = load_traffic(traffic, fmt, columns=columns, salvage=salvage)
     summary = run_summary(Path(rates), salvage=salvage)
-    specs, left = arm_specs(summary, arms, cache_tokens=cache_tokens, block_tokens=block_tokens, gpus=gpus,
-                            gpu_hour_usd=gpu_hour_usd)
+    try:
+        specs, left = arm_specs(summary, arms, cache_tokens=cache_tokens, block_tokens=block_tokens, gpus=gpus,
+                                gpu_hour_usd=gpu_hour_usd)
+    except BadInput as exc:
+        raise BadInput(f"{rates}: {exc}") from None
     calls = load.calls if requests is None else load.calls[:requests]
     try:
         plan = plan_calls(load.calls, speed=speed, scale_input=scale_input, scale_output=scale_output,
