@@ -170,6 +170,10 @@ def test_forecast_rows_ranking_and_cost() -> None:
     assert res["ranking"][0]["multiplier"] == pytest.approx(5.5 / 4.5)
     assert res["cache"]["hit_share"] == pytest.approx(100 / 300) and res["cache"]["upper_bound_hit_share"] == \
         pytest.approx(100 / 300)
+    # the baseline left out of the arms served (--arms): ranked against the first arm served, not against an
+    # arm that was not simulated (every multiplier None on main)
+    res = forecast(plan_calls(_two(), block_tokens=100), arms[1:] + arms[:1], "gone")
+    assert res["reference"] == "on" and res["ranking"][1]["multiplier"] == pytest.approx(4.5 / 5.5)
 
 
 def test_served_cache_is_already_on_and_ranks_against_the_cache_arm() -> None:

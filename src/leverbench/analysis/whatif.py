@@ -314,6 +314,8 @@ def forecast(plan: Plan, arms: Sequence[ArmSpec], baseline: str, *,
     """
     if not plan.calls:
         raise ValueError("no calls to serve")
+    if not any(a.name == baseline for a in arms):  # --arms left the baseline out: rank against the first served
+        baseline = arms[0].name
     served = [simulate(plan, a) for a in arms]
     rows = [arm_row(s, a) for s, a in zip(served, arms)]
     ref_model = next((a.model for a in arms if a.name == baseline), arms[0].model)
