@@ -148,6 +148,19 @@ def test_batching_shares_the_server_at_the_measured_slowdown() -> None:
     assert (f(1), f(3), f(8)) == pytest.approx((1.0, 1.6, 4.0))  # (1, 1) added; past 4: × k / 4
 
 
+def test_calls_beyond_the_fitted_ranges_are_said_extrapolated() -> None:
+    """A model fitted on prompts up to 150 tokens and contexts up to 400: a 200-token prompt is beyond the
+    prefill's range, a 200 + 10 context within the decode's; the note says so (nothing said on main)."""
+    model = {**M, "prefill": {**M["prefill"], "range_uncached": [10, 150]},
+             "decode": {**M["decode"], "range_context": [20, 400]}}
+    res = forecast(plan_calls(_two(), block_tokens=100), [ArmSpec("a", model)], "a")
+    row = res["arms"][0]
+    assert row["extrapolation"] == ("extrapolated: 1 of 2 prompts longer than the 150 tokens its prefill was "
+                                    "fitted on (up to 200)")
+    assert row["extrapolation"] in row["notes"]
+    assert forecast(plan_calls(_two(), block_tokens=100), [ArmSpec("a", M)], "a")["arms"][0]["extrapolation"] is None
+
+
 def test_no_arrival_times_serves_back_to_back() -> None:
     calls = [TrafficCall(100, 10), TrafficCall(200, 5)]
     s = simulate(plan_calls(calls), ArmSpec("a", M))

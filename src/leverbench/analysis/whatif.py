@@ -238,10 +238,32 @@ def arm_row(s: Served, arm: ArmSpec) -> dict[str, Any]:
         "rate_model": {"prefill": arm.model.get("prefill"), "decode": arm.model.get("decode"),
                        "batch": arm.model.get("batch"), "source": arm.model.get("source")},
         "notes": list(arm.notes),
+        "extrapolation": extrapolation(s.calls, arm.model),
     }
+    if row["extrapolation"]:
+        row["notes"].append(row["extrapolation"])
     if s.cache is not None:
         row["cache"] = cache_figures(s.cache, s.shadow, arm)
     return row
+
+
+def extrapolation(calls: Sequence[PlannedCall], model: dict[str, Any]) -> str | None:
+    """A note when calls lie beyond the prompt lengths (prefill) or contexts (decode) the arm's rate model was
+    fitted on: the forecast extrapolates its terms there (the quadratic c most of all); None when none does."""
+    out = []
+    p_hi = ((model.get("prefill") or {}).get("range_uncached") or [None, None])[1]
+    d_hi = ((model.get("decode") or {}).get("range_context") or [None, None])[1]
+    if p_hi is not None:
+        n = sum(1 for c in calls if c.input_tokens > p_hi)
+        if n:
+            out.append(f"{n} of {len(calls)} prompts longer than the {p_hi:,.0f} tokens its prefill was fitted on "
+                       f"(up to {max(c.input_tokens for c in calls):,})")
+    if d_hi is not None:
+        n = sum(1 for c in calls if c.input_tokens + c.output_tokens > d_hi)
+        if n:
+            out.append(f"{n} of {len(calls)} calls reach a context beyond the {d_hi:,.0f} tokens its decode was "
+                       "fitted on")
+    return "extrapolated: " + "; ".join(out) if out else None
 
 
 def cache_figures(cache: PrefixCache, shadow: PrefixCache, arm: ArmSpec) -> dict[str, Any]:
