@@ -321,3 +321,11 @@ def test_mooncake_analysis_shows_a_finite_cache_beside_the_unbounded_one() -> No
     assert f["saved_s"] == pytest.approx(f["hit_tokens"] / 5000)
     assert 0 < f["saved_s"] < lever["saved_s"]
     assert "a cache of 100,000 tokens in blocks of 16" in lever["parameter"]
+
+
+@pytest.mark.parametrize("cap", ["-5", "nan"])
+def test_analyze_refuses_a_bad_cache_size(cap: str) -> None:
+    """--cache-tokens -5 (or nan) ended in a ValueError traceback on main."""
+    out = CliRunner().invoke(analyze_command, [str(TRACES / "mooncake_conversation_trace.jsonl"), "--prefill-tps",
+                                               "5000", "--decode-tps", "40", "--cache-tokens", cap])
+    assert out.exit_code == 2 and "leverbench: error: --cache-tokens" in out.output, out.output

@@ -148,6 +148,19 @@ def test_batching_shares_the_server_at_the_measured_slowdown() -> None:
     assert (f(1), f(3), f(8)) == pytest.approx((1.0, 1.6, 4.0))  # (1, 1) added; past 4: × k / 4
 
 
+def test_calls_beyond_the_fitted_ranges_are_said_extrapolated() -> None:
+    """A model fitted on prompts up to 150 tokens and contexts up to 400: a 200-token prompt is beyond the
+    prefill's range, a 200 + 10 context within the decode's; the note says so (nothing said on main)."""
+    model = {**M, "prefill": {**M["prefill"], "range_uncached": [10, 150]},
+             "decode": {**M["decode"], "range_context": [20, 400]}}
+    res = forecast(plan_calls(_two(), block_tokens=100), [ArmSpec("a", model)], "a")
+    row = res["arms"][0]
+    assert row["extrapolation"] == ("extrapolated: 1 of 2 prompts longer than the 150 tokens its prefill was "
+                                    "fitted on (up to 200)")
+    assert row["extrapolation"] in row["notes"]
+    assert forecast(plan_calls(_two(), block_tokens=100), [ArmSpec("a", M)], "a")["arms"][0]["extrapolation"] is None
+
+
 def test_no_arrival_times_serves_back_to_back() -> None:
     calls = [TrafficCall(100, 10), TrafficCall(200, 5)]
     s = simulate(plan_calls(calls), ArmSpec("a", M))
@@ -170,6 +183,10 @@ def test_forecast_rows_ranking_and_cost() -> None:
     assert res["ranking"][0]["multiplier"] == pytest.approx(5.5 / 4.5)
     assert res["cache"]["hit_share"] == pytest.approx(100 / 300) and res["cache"]["upper_bound_hit_share"] == \
         pytest.approx(100 / 300)
+    # the baseline left out of the arms served (--arms): ranked against the first arm served, not against an
+    # arm that was not simulated (every multiplier None on main)
+    res = forecast(plan_calls(_two(), block_tokens=100), arms[1:] + arms[:1], "gone")
+    assert res["reference"] == "on" and res["ranking"][1]["multiplier"] == pytest.approx(4.5 / 5.5)
 
 
 def test_served_cache_is_already_on_and_ranks_against_the_cache_arm() -> None:
@@ -188,6 +205,26 @@ def test_served_cache_is_already_on_and_ranks_against_the_cache_arm() -> None:
     assert off["ttft_p50_s"] == pytest.approx(10.5) and on["ttft"]["max"] == pytest.approx(10.5)
     assert on["ttft"]["p50"] == pytest.approx((2.5 + 10.5) / 2)
     assert res["ranking"][0]["arm"] == "on+drafter" and res["ranking"][0]["levers"] == ["drafter"]
+
+
+def test_served_cache_never_exceeds_the_upper_bound() -> None:
+    """A log whose cached tokens a cache served gives no prefix structure: the cache arm serves them as
+    recorded (800 of 2,000 input tokens), and the unbounded upper bound beside it is at least that, never
+    the 0 % that a lookup of structureless pieces finds (hit 40 % beside an "upper bound" of 0 % on main)."""
+    calls = [TrafficCall(1000, 10, arrival_s=0.0, cached_tokens=800), TrafficCall(1000, 10, arrival_s=100.0,
+                                                                                  cached_tokens=0)]
+    arms = [ArmSpec("off", M, knobs={"prefix_cache": False}),
+            ArmSpec("on", M, cache=True, capacity_tokens=1e6, block_tokens=1, knobs={"prefix_cache": True})]
+    res = forecast(plan_calls(calls, cached_served=True), arms, "off")
+    c = res["cache"]
+    assert c["hit_share"] == pytest.approx(800 / 2000)
+    assert c["upper_bound_hit_share"] == pytest.approx(800 / 2000)
+    assert res["arms"][1]["cache"]["unbounded_hit_share"] >= res["arms"][1]["cache"]["hit_share"]
+    # a chat template (--template-tokens) in front does not hide the recorded counts (0.1 % hit on main)
+    res = forecast(plan_calls(calls, cached_served=True, template_tokens=30), arms, "off")
+    assert res["cache"]["hit_share"] == pytest.approx(800 / 2060)
+    assert res["arms"][1]["ttft"]["max"] == pytest.approx(M["prefill"]["a_s"] + 1030 / 100)
+    assert res["arms"][1]["ttft"]["mean"] == pytest.approx(M["prefill"]["a_s"] + (1030 + 230) / 2 / 100)
 
 
 # ---------------------------------------------------------------- against the simulator: known truth
@@ -347,6 +384,26 @@ def test_whatif_arms_and_bad_input(tmp_path: Path) -> None:
     out = CliRunner().invoke(cli, ["whatif", str(TRACES / "mooncake_conversation_trace.jsonl"), "--rates",
                                    str(summary), "--verify"])
     assert out.exit_code == 2 and "needs the run's ledger.jsonl" in out.output
+    # a run without rates: the error names the run and what to do
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps({**_summary_for_sim(), "rate_models": [], "rates": []}))
+    out = CliRunner().invoke(cli, ["whatif", str(TRACES / "mooncake_conversation_trace.jsonl"), "--rates",
+                                   str(bare)])
+    assert out.exit_code == 2 and f"{bare}: no arm of the run has measured" in out.output.replace("\n", "")
+    assert "give --rates a run" in out.output.replace("\n", "")
+
+
+@pytest.mark.parametrize("bad", [["--speed", "0"], ["--speed", "inf"], ["--scale-input", "inf"],
+                                 ["--cache-tokens", "nan"], ["--gpus", "0"], ["--gpus", "-1"],
+                                 ["--gpu-hour-usd", "-3"]])
+def test_whatif_refuses_bad_numbers_with_a_clean_error(tmp_path: Path, bad: list[str]) -> None:
+    """On main: --gpus -1 printed negative GPU-hours (and a positive $), --cache-tokens nan and --scale-input
+    inf ended in a traceback, --speed inf served every call at t = 0."""
+    summary = tmp_path / "summary.json"
+    summary.write_text(json.dumps(_summary_for_sim()))
+    out = CliRunner().invoke(cli, ["whatif", str(TRACES / "mooncake_conversation_trace.jsonl"), "--rates",
+                                   str(summary), "--requests", "3", "--json", *bad])
+    assert out.exit_code == 2 and "leverbench: error: " in out.output and bad[0] in out.output, out.output
 
 
 def test_azure_code_finite_cache_saves_less_than_the_upper_bound(tmp_path: Path) -> None:

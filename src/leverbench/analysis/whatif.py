@@ -100,15 +100,19 @@ class Served:
 
 def _hit(call: PlannedCall, cache: PrefixCache | None, shadow: PrefixCache, recorded: bool) -> int:
     """Tokens of the call's prompt its arm's cache serves (see the module docstring), and the shadow
-    unbounded cache's lookup (the upper bound under the same order)."""
-    shadow.lookup(shadow.units(call.pieces), call.input_tokens)
+    unbounded cache's lookup (the upper bound under the same order).  A call whose cached tokens a cache
+    served as recorded (no prefix structure to look up) counts those in the shadow too: the upper bound is
+    never below what a cache was seen to serve."""
     if recorded and call.served_cached is not None:
-        hit = min(call.served_cached, max(call.input_tokens - 1, 0)) if cache is not None else 0
-        if cache is not None:
-            cache.lookups += 1
-            cache.looked_up_tokens += call.input_tokens
-            cache.hit_tokens += hit
-    elif cache is not None:
+        served = min(call.served_cached, max(call.input_tokens - 1, 0))
+        for ch in (cache, shadow):
+            if ch is not None:
+                ch.lookups += 1
+                ch.looked_up_tokens += call.input_tokens
+                ch.hit_tokens += served
+        return served if cache is not None else 0
+    shadow.lookup(shadow.units(call.pieces), call.input_tokens)
+    if cache is not None:
         hit = cache.lookup(cache.units(call.pieces), call.input_tokens)
     else:
         hit = 0
@@ -127,8 +131,9 @@ def simulate(plan: Plan, arm: ArmSpec) -> Served:
     cache = PrefixCache(arm.capacity_tokens, arm.block_tokens) if arm.cache else None
     shadow = unbounded(arm.block_tokens)
     # a call is "recorded" when the trace gives only the cached tokens a cache served, no prefix structure
+    # (its own unique piece, after the chat template's when --template-tokens adds one)
     structured = {id(c) for s in plan.sessions for c in s
-                  if c.round > 0 or any(k[0] != "u" for k, _ in c.pieces)}
+                  if c.round > 0 or any(k[0] not in ("u", "t") for k, _ in c.pieces)}
     next_round: dict[int, PlannedCall] = {}
     for s in plan.sessions:
         for a, b in zip(s, s[1:]):
@@ -233,10 +238,32 @@ def arm_row(s: Served, arm: ArmSpec) -> dict[str, Any]:
         "rate_model": {"prefill": arm.model.get("prefill"), "decode": arm.model.get("decode"),
                        "batch": arm.model.get("batch"), "source": arm.model.get("source")},
         "notes": list(arm.notes),
+        "extrapolation": extrapolation(s.calls, arm.model),
     }
+    if row["extrapolation"]:
+        row["notes"].append(row["extrapolation"])
     if s.cache is not None:
         row["cache"] = cache_figures(s.cache, s.shadow, arm)
     return row
+
+
+def extrapolation(calls: Sequence[PlannedCall], model: dict[str, Any]) -> str | None:
+    """A note when calls lie beyond the prompt lengths (prefill) or contexts (decode) the arm's rate model was
+    fitted on: the forecast extrapolates its terms there (the quadratic c most of all); None when none does."""
+    out = []
+    p_hi = ((model.get("prefill") or {}).get("range_uncached") or [None, None])[1]
+    d_hi = ((model.get("decode") or {}).get("range_context") or [None, None])[1]
+    if p_hi is not None:
+        n = sum(1 for c in calls if c.input_tokens > p_hi)
+        if n:
+            out.append(f"{n} of {len(calls)} prompts longer than the {p_hi:,.0f} tokens its prefill was fitted on "
+                       f"(up to {max(c.input_tokens for c in calls):,})")
+    if d_hi is not None:
+        n = sum(1 for c in calls if c.input_tokens + c.output_tokens > d_hi)
+        if n:
+            out.append(f"{n} of {len(calls)} calls reach a context beyond the {d_hi:,.0f} tokens its decode was "
+                       "fitted on")
+    return "extrapolated: " + "; ".join(out) if out else None
 
 
 def cache_figures(cache: PrefixCache, shadow: PrefixCache, arm: ArmSpec) -> dict[str, Any]:
@@ -309,6 +336,8 @@ def forecast(plan: Plan, arms: Sequence[ArmSpec], baseline: str, *,
     """
     if not plan.calls:
         raise ValueError("no calls to serve")
+    if not any(a.name == baseline for a in arms):  # --arms left the baseline out: rank against the first served
+        baseline = arms[0].name
     served = [simulate(plan, a) for a in arms]
     rows = [arm_row(s, a) for s, a in zip(served, arms)]
     ref_model = next((a.model for a in arms if a.name == baseline), arms[0].model)

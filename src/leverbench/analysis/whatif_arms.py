@@ -140,6 +140,7 @@ def arm_specs(summary: Mapping[str, Any], arms: Sequence[str] | None = None, *, 
                            block_tokens=blk, cache_source=f"capacity: {cap_src}; block: {blk_src}", knobs=knobs,
                            gpus=g, gpu_hour_usd=usd, notes=spec_notes))
     if not out:
-        raise BadInput("no arm of the run has measured prefill and decode rates to simulate with"
-                       + (f" ({'; '.join(notes)})" if notes else ""))
+        raise BadInput("no arm of the run has measured prefill and decode rates to simulate with (summary "
+                       "rate_models[] and rates[])" + (f": {'; '.join(notes)}" if notes else "")
+                       + "; give --rates a run whose arms served turns or probes that completed")
     return out, notes

@@ -33,6 +33,7 @@ as read from its cache (``cached_served``): a cache was already on when the trac
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -103,8 +104,9 @@ def plan_calls(calls: Sequence[Any], *, speed: float = 1.0, scale_input: float =
     Calls without any arrival time (a log that records none) are kept, each a session starting when the
     previous one has ended (``Plan.has_arrivals`` False: the simulation serves them back to back).
     """
-    if not speed > 0 or not scale_input > 0 or not scale_output > 0:
-        raise ValueError("speed, scale_input and scale_output must be positive")
+    if not all(0 < x < math.inf for x in (speed, scale_input, scale_output)):
+        raise ValueError(f"speed, scale_input and scale_output must be positive and finite (got {speed}, "
+                         f"{scale_input}, {scale_output})")
     left: dict[str, int] = {}
 
     def leave(reason: str, n: int = 1) -> None:

@@ -67,6 +67,8 @@ def analyze_file(traffic: str | Path, *, fmt: str | None = None, columns: str | 
     ``cache_tokens`` in blocks of ``block_tokens`` (default: the run's cache arm's, else
     :mod:`~leverbench.analysis.prefix_cache`'s defaults) is run over the calls (:func:`finite_cache`).
     """
+    if cache_tokens is not None and not cache_tokens >= 0:
+        raise BadInput(f"--cache-tokens must be a number >= 0 (got {cache_tokens})")
     load = load_traffic(traffic, fmt, columns=columns, salvage=salvage)
     hand = hand_rates(prefill_tps, decode_tps, prefill_a_s)
     run = summary = None

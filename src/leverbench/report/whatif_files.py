@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -62,12 +63,19 @@ def whatif_file(traffic: str | Path, rates: str | Path, *, arms: Sequence[str] |
     ``input`` (the import), ``run`` (the rates' run) and ``track_record`` (earlier verifications)."""
     if cached_share is not None and not 0 <= cached_share < 1:
         raise BadInput(f"--cached-share must be in [0, 1) (got {cached_share})")
-    if cache_tokens is not None and cache_tokens < 0:
-        raise BadInput(f"--cache-tokens must be >= 0 (got {cache_tokens})")
+    if cache_tokens is not None and not cache_tokens >= 0:
+        raise BadInput(f"--cache-tokens must be a number >= 0 (got {cache_tokens})")
+    if gpus is not None and not 0 < gpus < math.inf:
+        raise BadInput(f"--gpus must be a positive number (got {gpus})")
+    if gpu_hour_usd is not None and not 0 <= gpu_hour_usd < math.inf:
+        raise BadInput(f"--gpu-hour-usd must be a number >= 0 (got {gpu_hour_usd})")
     load = load_traffic(traffic, fmt, columns=columns, salvage=salvage)
     summary = run_summary(Path(rates), salvage=salvage)
-    specs, left = arm_specs(summary, arms, cache_tokens=cache_tokens, block_tokens=block_tokens, gpus=gpus,
-                            gpu_hour_usd=gpu_hour_usd)
+    try:
+        specs, left = arm_specs(summary, arms, cache_tokens=cache_tokens, block_tokens=block_tokens, gpus=gpus,
+                                gpu_hour_usd=gpu_hour_usd)
+    except BadInput as exc:
+        raise BadInput(f"{rates}: {exc}") from None
     calls = load.calls if requests is None else load.calls[:requests]
     try:
         plan = plan_calls(load.calls, speed=speed, scale_input=scale_input, scale_output=scale_output,
