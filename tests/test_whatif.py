@@ -111,7 +111,7 @@ def test_plan_scales_caps_and_chains_sessions_as_replay_does() -> None:
 # ---------------------------------------------------------------- the simulation, by hand
 
 
-M = flat(0.5, 100.0, 10.0)  # prefill 0.5 s + 0.01 s/token, decode 0.1 s/token
+M = flat(0.5, 100.0, 10.0)  # prefill 0.5 s + 0.01 s/token (up to the first token), decode 0.1 s per token after it
 
 
 def _two() -> list[TrafficCall]:
@@ -120,17 +120,18 @@ def _two() -> list[TrafficCall]:
 
 
 def test_one_slot_queues_first_come_first_served() -> None:
-    # call 1: prefill 1.5, decode 1.0 → ends at 2.5; call 2 (at 1.0) waits, prefill 2.5 → 5.0, decode 0.5 → 5.5
+    # call 1: prefill 1.5, decode 0.9 (the 9 tokens after the first) → ends at 2.4; call 2 (at 1.0) waits,
+    # prefill 2.5 → 4.9, decode 0.4 → 5.3
     s = simulate(plan_calls(_two(), block_tokens=100), ArmSpec("a", M))
-    assert list(s.ttft) == pytest.approx([1.5, 4.0]) and list(s.e2e) == pytest.approx([2.5, 4.5])
-    assert s.busy_s == pytest.approx(5.5) and s.last_end == pytest.approx(5.5)
+    assert list(s.ttft) == pytest.approx([1.5, 3.9]) and list(s.e2e) == pytest.approx([2.4, 4.3])
+    assert s.busy_s == pytest.approx(5.3) and s.last_end == pytest.approx(5.3)
 
 
 def test_cache_hit_shortens_prefill() -> None:
-    # call 2 shares block 1 (100 tokens) with call 1: prefill 0.5 + 100 × 0.01 = 1.5 → TTFT 2.5 + 1.5 − 1
+    # call 2 shares block 1 (100 tokens) with call 1: prefill 0.5 + 100 × 0.01 = 1.5 → TTFT 2.4 + 1.5 − 1
     s = simulate(plan_calls(_two(), block_tokens=100), ArmSpec("a", M, cache=True, capacity_tokens=1000,
                                                                block_tokens=1))
-    assert list(s.hit) == [0, 100] and list(s.ttft) == pytest.approx([1.5, 3.0])
+    assert list(s.hit) == [0, 100] and list(s.ttft) == pytest.approx([1.5, 2.9])
     # a cache too small to keep call 1's block: no hit
     s = simulate(plan_calls(_two(), block_tokens=100), ArmSpec("a", M, cache=True, capacity_tokens=50,
                                                                block_tokens=1))
@@ -139,11 +140,12 @@ def test_cache_hit_shortens_prefill() -> None:
 
 def test_batching_shares_the_server_at_the_measured_slowdown() -> None:
     # 2 slots, slowdown(2) = 1.5: call 1 alone to t=1 (1 s of work); both until call 1's prefill ends at
-    # 1 + 0.5 × 1.5 = 1.75 and its decode at 1.75 + 1.0 × 1.5 = 3.25; call 2 alone: 1 s more prefill → 4.25, decode 4.75
+    # 1 + 0.5 × 1.5 = 1.75 and its decode at 1.75 + 0.9 × 1.5 = 3.1 (call 2 has done 0.5 + 0.9 of its 2.5 s of
+    # prefill); call 2 alone: 1.1 s more prefill → 4.2, decode 0.4 → 4.6
     arm = ArmSpec("a", M, slots=2, slowdown=slowdown_curve({"concurrency": [1, 2], "slowdown": [1.0, 1.5]}))
     s = simulate(plan_calls(_two(), block_tokens=100), arm)
-    assert list(s.ttft) == pytest.approx([1.75, 3.25]) and list(s.e2e) == pytest.approx([3.25, 3.75])
-    assert s.busy_s == pytest.approx(4.75)
+    assert list(s.ttft) == pytest.approx([1.75, 3.2]) and list(s.e2e) == pytest.approx([3.1, 3.6])
+    assert s.busy_s == pytest.approx(4.6)
     f = slowdown_curve({"concurrency": [2, 4], "slowdown": [1.2, 2.0]})
     assert (f(1), f(3), f(8)) == pytest.approx((1.0, 1.6, 4.0))  # (1, 1) added; past 4: × k / 4
 
@@ -164,7 +166,7 @@ def test_calls_beyond_the_fitted_ranges_are_said_extrapolated() -> None:
 def test_no_arrival_times_serves_back_to_back() -> None:
     calls = [TrafficCall(100, 10), TrafficCall(200, 5)]
     s = simulate(plan_calls(calls), ArmSpec("a", M))
-    assert list(s.e2e) == pytest.approx([2.5, 3.0])  # no queueing: each when the previous ended
+    assert list(s.e2e) == pytest.approx([2.4, 2.9])  # no queueing: each when the previous ended
 
 
 def test_forecast_rows_ranking_and_cost() -> None:
@@ -173,20 +175,20 @@ def test_forecast_rows_ranking_and_cost() -> None:
                     gpus=2, gpu_hour_usd=3.6)]
     res = forecast(plan_calls(_two(), block_tokens=100), arms, "off")
     off, on = res["arms"]
-    assert off["e2e_p50_s"] == pytest.approx(3.5)  # median of 2.5 and 4.5
-    # busy 5.5 s over 2 calls × 2 GPUs × 1000 / 3600; $ at 3.6/h
-    assert off["gpu_hours_per_1000_calls"] == pytest.approx(5.5 / 2 * 2 * 1000 / 3600)
-    assert off["usd_per_1000_calls"] == pytest.approx(5.5 / 2 * 2 * 1000 / 3600 * 3.6)
-    assert off["output_tps"] == pytest.approx(15 / 5.5)
+    assert off["e2e_p50_s"] == pytest.approx(3.35)  # median of 2.4 and 4.3
+    # busy 5.3 s over 2 calls × 2 GPUs × 1000 / 3600; $ at 3.6/h
+    assert off["gpu_hours_per_1000_calls"] == pytest.approx(5.3 / 2 * 2 * 1000 / 3600)
+    assert off["usd_per_1000_calls"] == pytest.approx(5.3 / 2 * 2 * 1000 / 3600 * 3.6)
+    assert off["output_tps"] == pytest.approx(15 / 5.3)
     assert [r["arm"] for r in res["ranking"]] == ["on", "off"]
     assert res["ranking"][0]["levers"] == ["prefix_cache"]
-    assert res["ranking"][0]["multiplier"] == pytest.approx(5.5 / 4.5)
+    assert res["ranking"][0]["multiplier"] == pytest.approx(5.3 / 4.3)  # busy 4.3 s with the hit
     assert res["cache"]["hit_share"] == pytest.approx(100 / 300) and res["cache"]["upper_bound_hit_share"] == \
         pytest.approx(100 / 300)
     # the baseline left out of the arms served (--arms): ranked against the first arm served, not against an
     # arm that was not simulated (every multiplier None on main)
     res = forecast(plan_calls(_two(), block_tokens=100), arms[1:] + arms[:1], "gone")
-    assert res["reference"] == "on" and res["ranking"][1]["multiplier"] == pytest.approx(4.5 / 5.5)
+    assert res["reference"] == "on" and res["ranking"][1]["multiplier"] == pytest.approx(4.3 / 5.3)
 
 
 def test_served_cache_is_already_on_and_ranks_against_the_cache_arm() -> None:

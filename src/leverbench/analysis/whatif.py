@@ -7,8 +7,9 @@ capacity (:mod:`.prefix_cache`).  Per call i, on one arm:
     admitted   when a slot is free, in order of arrival (first come, first served)
     hit_i      tokens of its prompt the arm's cache holds then (0 without a cache; where the trace recorded
                cached tokens that a cache already served and gives no prefix structure: those, as served)
-    work_i     prefill_s(I − hit, hit) then decode_s(I, O)  (the rate model: seconds when served alone;
-               a drafter's acceptance is inside the decode rate measured on its arm)
+    work_i     prefill_s(I − hit, hit) then decode_s(I + 1, O − 1)  (the rate model: seconds when served
+               alone, fitted as it is — prefill up to the first token, decode the O − 1 tokens after it
+               from a context of I + 1; a drafter's acceptance is inside the decode rate measured on its arm)
     k requests in service progress at 1 / slowdown(k) seconds of work per second (continuous batching:
                the ``batch`` slowdown measured in load stages; k ≤ slots).  Without a measured slowdown
                and slots, one request at a time (slowdown(1) = 1)
@@ -163,7 +164,7 @@ def simulate(plan: Plan, arm: ArmSpec) -> Served:
             h = _hit(c, cache, shadow, id(c) not in structured)
             hit[pos[id(c)]] = h
             p = prefill_seconds(arm.model, c.input_tokens - h, h)
-            decode_work[id(c)] = decode_seconds(arm.model, c.input_tokens, c.output_tokens)
+            decode_work[id(c)] = decode_seconds(arm.model, c.input_tokens + 1, max(c.output_tokens - 1, 0))
             seq += 1
             heapq.heappush(active, (v + p, seq, c, "prefill"))
 
