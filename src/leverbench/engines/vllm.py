@@ -22,6 +22,11 @@ The server's environment keeps it offline and inside the run directory:
 ``VLLM_CACHE_ROOT`` and ``VLLM_RPC_BASE_PATH`` (its sockets; see
 :meth:`VllmEngine.rpc_dir`) in ``engine-ARM.d/`` beside the log; on the CPU
 build ``VLLM_CPU_KVCACHE_SPACE`` = :data:`CPU_KV_CACHE_GIB` GiB unless set.
+
+The server is alive while its API server runs *and* every ``VLLM::...`` process
+below it seen when it became healthy (the engine core, its workers): when the
+core dies the API server answers 500, closes its port and exits seconds later,
+and the calls meanwhile are the engine's death, not the server's errors.
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ from typing import Any
 
 from ..errors import EngineError
 from .embedded import model_path as gguf_path
-from .process import EngineProcess
+from .process import EngineProcess, log_tail
 
 INSTALL_HINT = "install vLLM with scripts/install.sh --vllm, or give the arm a base_url of a running vLLM server"
 MODEL_ID = "SmolLM2-135M-Instruct"  # the name the server serves the model under (--served-model-name)
@@ -49,6 +54,48 @@ DEFAULT_ARGS = ("--dtype", "bfloat16", "--enforce-eager")
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
 SOURCE_FILE = "leverbench-source.json"  # written last into a converted checkpoint: its GGUF and how long it took
 SOCKET_PATH_MAX = 107  # characters of a Unix socket's path (sizeof(sockaddr_un.sun_path) - 1)
+CORE_TITLE = "VLLM::"  # how vLLM titles its own processes (setproctitle): VLLM::EngineCore, VLLM::Worker...
+
+
+def _stat(pid: int) -> tuple[str, int, int] | None:
+    """(state, parent pid, start time in clock ticks) of a process from /proc; None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            fields = fh.read().rsplit(b")", 1)[1].split()
+        return fields[0].decode(), int(fields[1]), int(fields[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _title(pid: int) -> str:
+    """A process's title: its command line's first word (what setproctitle rewrites)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read().split(b"\0", 1)[0].decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def core_processes(leader: int) -> dict[int, tuple[int, str]]:
+    """vLLM's own processes below *leader* (its API server): pid → (start time, title) of each
+    descendant titled ``VLLM::...`` (the engine core, its workers); empty without /proc."""
+    parents: dict[int, list[int]] = {}
+    try:
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return {}
+    for pid in pids:
+        if (st := _stat(pid)) is not None:
+            parents.setdefault(st[1], []).append(pid)
+    out: dict[int, tuple[int, str]] = {}
+    todo = list(parents.get(leader, []))
+    while todo:
+        pid = todo.pop()
+        todo.extend(parents.get(pid, []))
+        st, title = _stat(pid), _title(pid)
+        if st is not None and title.startswith(CORE_TITLE):
+            out[pid] = (st[2], title)
+    return out
 
 
 def distribution() -> tuple[str, str] | None:
@@ -178,6 +225,7 @@ class VllmEngine(EngineProcess):
         self.model_dir = model_dir
         self.work_dir = self.log_path.with_suffix(".d")  # engine-ARM.d/: its TMPDIR and VLLM_CACHE_ROOT
         self._rpc_tmp: Path | None = None  # the short socket directory when engine-ARM.d/rpc is too long
+        self._cores: dict[int, tuple[int, str]] = {}  # vLLM's processes below the API server, seen when healthy
 
     def command(self) -> list[str]:
         return [
@@ -226,10 +274,36 @@ class VllmEngine(EngineProcess):
         if self.model_dir is None:
             self.model_dir = ensure_hf_model()
         try:
-            return super().start()
+            url = super().start()
         except BaseException:
             self.stop()  # what it left: its engine core, the socket directory
             raise
+        assert self.proc is not None
+        self._cores = core_processes(self.proc.pid)
+        return url
+
+    def _dead_core(self) -> tuple[int, str] | None:
+        """(pid, title) of a vLLM process seen when the server became healthy that has ended since
+        (gone, a zombie, or its pid reused); None while all live."""
+        for pid, (started, title) in self._cores.items():
+            st = _stat(pid)
+            if st is None or st[0] in ("Z", "X") or st[2] != started:
+                return pid, title
+        return None
+
+    def alive(self) -> bool:
+        """The API server runs and so does every vLLM process below it: when the engine core dies (the
+        OOM killer's likely pick), the API server answers 500, closes its port and takes seconds to exit;
+        the server counts as dead from the moment its engine core does."""
+        return super().alive() and self._dead_core() is None
+
+    def death_note(self) -> str | None:
+        if not super().alive():
+            return super().death_note()
+        if (dead := self._dead_core()) is None:
+            return None
+        return (f"arm {self.name!r}: {self.label}'s {dead[1]} (pid {dead[0]}) died; its API server is going "
+                f"down with it; last lines of {self.log_path}:\n{log_tail(self.log_path)}")
 
     def discover(self) -> dict[str, Any]:
         """Facts about the started server: vLLM's distribution and version, its arguments and model."""
