@@ -354,3 +354,26 @@ def test_a_vllm_whose_engine_core_dies_counts_as_dead_at_once(tmp_path, monkeypa
     finally:
         eng.stop()
     assert eng.proc.poll() is not None
+
+
+def test_a_group_whose_leader_exited_is_asked_to_stop_before_it_is_killed(tmp_path):
+    """The leader gone, its children (vLLM's engine core, its resource tracker) get SIGTERM and a grace
+    period: killed at once, the resource tracker left its shared memory behind in /dev/shm."""
+    import subprocess  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    from leverbench.engines.process import EngineProcess  # noqa: PLC0415
+
+    done = tmp_path / "cleaned"
+    child = f"trap 'touch {done}; exit 0' TERM; while true; do sleep 0.05; done"
+    eng = EngineProcess("a", [], tmp_path / "engine-a.log")
+    eng.proc = subprocess.Popen(["bash", "-c", f"bash -c \"{child}\" & sleep 0.3; exit 0"], start_new_session=True)
+    eng.proc.wait(timeout=10)  # the leader has exited; its child lives on in the group
+    time.sleep(0.1)
+    eng.stop()
+    deadline = time.monotonic() + 5
+    while not done.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert done.exists()  # it cleaned up on SIGTERM (SIGKILL at once on main)
+    gone = subprocess.run(["pgrep", "-g", str(eng.proc.pid)], capture_output=True)
+    assert gone.returncode == 1  # nothing of the group is left

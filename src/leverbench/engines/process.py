@@ -38,12 +38,32 @@ def log_tail(path: Path, lines: int = 20) -> str:
         return "(no log)"
 
 
+def end_group(pgid: int, grace_s: float) -> None:
+    """SIGTERM to process group *pgid*, then SIGKILL to what is left of it after *grace_s* seconds."""
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):
+        return
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return
+        time.sleep(0.05)
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 class EngineProcess:
     """One server process for one arm: ``start()`` → base URL, ``alive()``, ``death_note()``, ``stop()``."""
 
     label = "engine"
     model_id = ""
     stop_timeout_s = 10.0
+    orphan_grace_s = 5.0
 
     def __init__(self, name: str, args: list[str], log_path: Path, *, startup_timeout_s: float = 300.0):
         self.name = name
@@ -110,15 +130,14 @@ class EngineProcess:
                 f"last lines of {self.log_path}:\n{log_tail(self.log_path)}")
 
     def stop(self) -> None:
-        """SIGTERM to the process group, SIGKILL after ``stop_timeout_s``; a group whose leader has
-        exited already gets SIGKILL (a child it left behind, e.g. vLLM's engine core, holds the memory)."""
+        """SIGTERM to the process group, SIGKILL after ``stop_timeout_s``.  A group whose leader has
+        exited already (a child it left behind, e.g. vLLM's engine core, holds the memory) gets SIGTERM
+        too and SIGKILL after ``orphan_grace_s``: killed at once, vLLM's resource tracker left its shared
+        memory in /dev/shm."""
         if self.proc is None:
             return
         if self.proc.poll() is not None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            end_group(self.proc.pid, self.orphan_grace_s)
             return
         try:
             os.killpg(self.proc.pid, signal.SIGTERM)
