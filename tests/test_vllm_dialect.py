@@ -377,3 +377,21 @@ def test_a_group_whose_leader_exited_is_asked_to_stop_before_it_is_killed(tmp_pa
     assert done.exists()  # it cleaned up on SIGTERM (SIGKILL at once on main)
     gone = subprocess.run(["pgrep", "-g", str(eng.proc.pid)], capture_output=True)
     assert gone.returncode == 1  # nothing of the group is left
+
+
+def test_an_engine_that_fails_to_start_names_the_first_error_above_the_tail(tmp_path):
+    """vLLM's engine core dies with its own traceback, then the API server's shutdown fills the last
+    lines: the error names the core's error line, not only the tail."""
+    from leverbench.engines.process import EngineProcess  # noqa: PLC0415
+    from leverbench.errors import EngineError  # noqa: PLC0415
+
+    class Failing(EngineProcess):
+        def command(self):
+            noise = "; ".join(f"echo 'shutdown noise {i}'" for i in range(40))
+            return ["bash", "-c", f"echo 'starting'; echo 'ValueError: the real cause'; {noise}; exit 1"]
+
+    with pytest.raises(EngineError) as ei:
+        Failing("a", [], tmp_path / "engine-a.log", startup_timeout_s=20).start()
+    msg = str(ei.value)
+    assert "first error in the log: ValueError: the real cause" in msg and "shutdown noise 39" in msg
+    assert "shutdown noise 5" not in msg  # the tail is still the last 20 lines

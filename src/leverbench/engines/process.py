@@ -13,6 +13,7 @@ header; discovery adds what the endpoint says).
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -31,11 +32,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+_ERROR_LINE = re.compile(r"\b[A-Z]\w*(?:Error|Exception):\s")
+
+
 def log_tail(path: Path, lines: int = 20) -> str:
+    """The log's last *lines* lines; when the first error line (``SomethingError: ...``, e.g. a child
+    process's traceback, which the parent's shutdown noise buries) lies above them, it comes first."""
     try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+        text = path.read_text(errors="replace").splitlines()
     except OSError:
         return "(no log)"
+    tail = text[-lines:]
+    first = next((ln for ln in text[:-lines] if _ERROR_LINE.search(ln) and not ln.startswith("$ ")), None) \
+        if len(text) > lines else None  # (the first line is the command)
+    return "\n".join(([f"first error in the log: {first.strip()}", "..."] if first else []) + tail)
 
 
 def end_group(pgid: int, grace_s: float) -> None:
