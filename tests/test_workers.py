@@ -245,6 +245,22 @@ def test_a_shards_cut_line_is_read_past_as_a_ledgers_is(tmp_path):
     assert len(list(led.of_kind("load"))) == 3 and "skipped (--salvage)" in led.warnings[0]
 
 
+def test_a_missing_shard_is_damage_not_fewer_calls(tmp_path):
+    """A stage that ended on 2 workers (its stage_end says so) whose worker-1 shard is gone (a run directory
+    copied without ledger.d/, a file removed): half its calls would vanish from the summary without a word.
+    LedgerError naming the missing shard; with --salvage the rest is read, with a warning naming it."""
+    recs = [load_rec("s", i, 100.0 + i, "r", worker=i % 2) for i in range(10)]
+    end = {"kind": "stage_end", "stage": "s", "arm": "a", "load_run": "r", "calls": 10, "workers": 2,
+           "lost_workers": []}
+    d = run_dir(tmp_path, [end], {0: shard_lines(0, [r for r in recs if r["worker"] == 0])})
+    for path in (d, d / "ledger.jsonl"):
+        with pytest.raises(LedgerError, match=r"worker-1\.jsonl is missing.*stage 's' on arm 'a' ran on 2 workers"):
+            read_ledger(path)
+    led = read_ledger(d, salvage=True)
+    assert len(list(led.of_kind("load"))) == 5
+    assert len(led.warnings) == 1 and "worker-1.jsonl is missing" in led.warnings[0]
+
+
 def test_a_shard_of_another_run_is_refused(tmp_path):
     d = run_dir(tmp_path, [], {0: shard_lines(0, [load_rec("s", 0, 1.0, "r", worker=0)], run_id="other")})
     with pytest.raises(LedgerError, match="a shard of run 'other', not of this run"):
@@ -283,7 +299,10 @@ def test_resume_runs_a_stage_a_worker_died_in_again(tmp_path):
             {"kind": "stage_end", "stage": "s", "arm": "a", "load_run": "y", "calls": 1, "workers": 2,
              "lost_workers": [LOST]}]
     head = {**header({"a": {}}, ["short"]), "config": exp.snapshot()}
-    write(tmp_path / "run", head, ends)
+    d = write(tmp_path / "run", head, ends)
+    (d / "ledger.d").mkdir()
+    for k in (0, 1):  # the stage's shards (empty: nothing measured)
+        (d / "ledger.d" / f"worker-{k}.jsonl").touch()
     runner = Runner(exp, tmp_path / "run", resume=True)
     runner._completed()
     assert runner.stages_done == {("ok", "a")} and runner.run_id == "test"
