@@ -328,3 +328,82 @@ def test_workers_without_ray_is_a_clear_error_naming_the_extra(tmp_path, monkeyp
                                        r"pip install 'leverbench\[ray\]'"):
         Runner(exp, tmp_path / "run").run()
     assert not (tmp_path / "run").exists()
+
+
+# ------------------------------------------------------------------ Ctrl-C on the coordinator
+
+
+class _Ref:
+    """A fake Ray object ref: awaited any number of times, and cancelling an await of it (as asyncio does to
+    what a cancelled task awaits) does not stop the remote call, as it does not stop an actor's task."""
+
+    def __init__(self, task: asyncio.Future):
+        self.task = task
+
+    def __await__(self):
+        return asyncio.shield(self.task).__await__()
+
+
+class _Method:
+    def __init__(self, fn):
+        self.fn = fn
+
+    def remote(self, *args):
+        return _Ref(asyncio.ensure_future(self.fn(*args)))
+
+
+class _Worker:
+    """A fake worker actor: its share runs until stop, then takes RECORD_S to record its calls in flight."""
+
+    RECORD_S = 0.3
+
+    def __init__(self, shard: Path):
+        self.shard, self.stop_ev, self.recorded = shard, asyncio.Event(), False
+        self.clock, self.stop = _Method(self._clock), _Method(self._stop)
+        self.prepare, self.run = _Method(self._prepare), _Method(self._run)
+
+    async def _clock(self):
+        import time  # noqa: PLC0415
+        return time.time()
+
+    async def _prepare(self, job):
+        self.shard.write_text(json.dumps({"nonce": job.nonce}) + "\n")  # where the coordinator looks for it
+        return job.share.scheduled
+
+    async def _run(self, start):
+        await self.stop_ev.wait()
+        await asyncio.sleep(self.RECORD_S)  # the calls in flight recorded (cancelled), the shard closed
+        self.recorded = True
+        return {"sent": 1, "stopped": True}
+
+    async def _stop(self):
+        self.stop_ev.set()
+
+
+def test_ctrl_c_waits_for_every_worker_to_record_its_calls_in_flight(tmp_path):
+    """Ctrl-C (the coordinator's stage task cancelled): each worker is told to stop, and the coordinator
+    waits (up to STOP_TIMEOUT_S) until each worker's share has returned, its calls in flight recorded,
+    before it goes on to end the workers (LoadCluster.close kills them)."""
+    from leverbench.runner.workers import LoadCluster  # noqa: PLC0415
+
+    exp, plan, arm = stage(tmp_path, 'mode = "open"\nrate = 5\nrequests = 10\nworkers = 2\n')
+    cluster = object.__new__(LoadCluster)
+    cluster.ray = type("FakeRay", (), {"exceptions": type("E", (), {"RayActorError": RuntimeError})})
+    cluster.shards = tmp_path / "ledger.d"
+    cluster.shards.mkdir()
+    cluster.secrets = ()
+
+    async def go() -> list[_Worker]:
+        cluster.actors = {k: _Worker(cluster.shard(k)) for k in (0, 1)}
+        run = StageRun(FakeSender(0.1), exp, plan, arm)
+        task = asyncio.ensure_future(cluster.run_stage(run, None, timeouts=None, retries=0, keep_text=False,
+                                                       run_id="test"))
+        await asyncio.sleep(0.2)  # the workers are sending
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return list(cluster.actors.values())
+
+    workers = asyncio.run(go())
+    assert all(w.stop_ev.is_set() for w in workers)
+    assert all(w.recorded for w in workers)  # not killed before they wrote their calls in flight
