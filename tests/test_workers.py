@@ -245,6 +245,22 @@ def test_a_shards_cut_line_is_read_past_as_a_ledgers_is(tmp_path):
     assert len(list(led.of_kind("load"))) == 3 and "skipped (--salvage)" in led.warnings[0]
 
 
+def test_a_missing_shard_is_damage_not_fewer_calls(tmp_path):
+    """A stage that ended on 2 workers (its stage_end says so) whose worker-1 shard is gone (a run directory
+    copied without ledger.d/, a file removed): half its calls would vanish from the summary without a word.
+    LedgerError naming the missing shard; with --salvage the rest is read, with a warning naming it."""
+    recs = [load_rec("s", i, 100.0 + i, "r", worker=i % 2) for i in range(10)]
+    end = {"kind": "stage_end", "stage": "s", "arm": "a", "load_run": "r", "calls": 10, "workers": 2,
+           "lost_workers": []}
+    d = run_dir(tmp_path, [end], {0: shard_lines(0, [r for r in recs if r["worker"] == 0])})
+    for path in (d, d / "ledger.jsonl"):
+        with pytest.raises(LedgerError, match=r"worker-1\.jsonl is missing.*stage 's' on arm 'a' ran on 2 workers"):
+            read_ledger(path)
+    led = read_ledger(d, salvage=True)
+    assert len(list(led.of_kind("load"))) == 5
+    assert len(led.warnings) == 1 and "worker-1.jsonl is missing" in led.warnings[0]
+
+
 def test_a_shard_of_another_run_is_refused(tmp_path):
     d = run_dir(tmp_path, [], {0: shard_lines(0, [load_rec("s", 0, 1.0, "r", worker=0)], run_id="other")})
     with pytest.raises(LedgerError, match="a shard of run 'other', not of this run"):
@@ -283,7 +299,10 @@ def test_resume_runs_a_stage_a_worker_died_in_again(tmp_path):
             {"kind": "stage_end", "stage": "s", "arm": "a", "load_run": "y", "calls": 1, "workers": 2,
              "lost_workers": [LOST]}]
     head = {**header({"a": {}}, ["short"]), "config": exp.snapshot()}
-    write(tmp_path / "run", head, ends)
+    d = write(tmp_path / "run", head, ends)
+    (d / "ledger.d").mkdir()
+    for k in (0, 1):  # the stage's shards (empty: nothing measured)
+        (d / "ledger.d" / f"worker-{k}.jsonl").touch()
     runner = Runner(exp, tmp_path / "run", resume=True)
     runner._completed()
     assert runner.stages_done == {("ok", "a")} and runner.run_id == "test"
@@ -309,3 +328,82 @@ def test_workers_without_ray_is_a_clear_error_naming_the_extra(tmp_path, monkeyp
                                        r"pip install 'leverbench\[ray\]'"):
         Runner(exp, tmp_path / "run").run()
     assert not (tmp_path / "run").exists()
+
+
+# ------------------------------------------------------------------ Ctrl-C on the coordinator
+
+
+class _Ref:
+    """A fake Ray object ref: awaited any number of times, and cancelling an await of it (as asyncio does to
+    what a cancelled task awaits) does not stop the remote call, as it does not stop an actor's task."""
+
+    def __init__(self, task: asyncio.Future):
+        self.task = task
+
+    def __await__(self):
+        return asyncio.shield(self.task).__await__()
+
+
+class _Method:
+    def __init__(self, fn):
+        self.fn = fn
+
+    def remote(self, *args):
+        return _Ref(asyncio.ensure_future(self.fn(*args)))
+
+
+class _Worker:
+    """A fake worker actor: its share runs until stop, then takes RECORD_S to record its calls in flight."""
+
+    RECORD_S = 0.3
+
+    def __init__(self, shard: Path):
+        self.shard, self.stop_ev, self.recorded = shard, asyncio.Event(), False
+        self.clock, self.stop = _Method(self._clock), _Method(self._stop)
+        self.prepare, self.run = _Method(self._prepare), _Method(self._run)
+
+    async def _clock(self):
+        import time  # noqa: PLC0415
+        return time.time()
+
+    async def _prepare(self, job):
+        self.shard.write_text(json.dumps({"nonce": job.nonce}) + "\n")  # where the coordinator looks for it
+        return job.share.scheduled
+
+    async def _run(self, start):
+        await self.stop_ev.wait()
+        await asyncio.sleep(self.RECORD_S)  # the calls in flight recorded (cancelled), the shard closed
+        self.recorded = True
+        return {"sent": 1, "stopped": True}
+
+    async def _stop(self):
+        self.stop_ev.set()
+
+
+def test_ctrl_c_waits_for_every_worker_to_record_its_calls_in_flight(tmp_path):
+    """Ctrl-C (the coordinator's stage task cancelled): each worker is told to stop, and the coordinator
+    waits (up to STOP_TIMEOUT_S) until each worker's share has returned, its calls in flight recorded,
+    before it goes on to end the workers (LoadCluster.close kills them)."""
+    from leverbench.runner.workers import LoadCluster  # noqa: PLC0415
+
+    exp, plan, arm = stage(tmp_path, 'mode = "open"\nrate = 5\nrequests = 10\nworkers = 2\n')
+    cluster = object.__new__(LoadCluster)
+    cluster.ray = type("FakeRay", (), {"exceptions": type("E", (), {"RayActorError": RuntimeError})})
+    cluster.shards = tmp_path / "ledger.d"
+    cluster.shards.mkdir()
+    cluster.secrets = ()
+
+    async def go() -> list[_Worker]:
+        cluster.actors = {k: _Worker(cluster.shard(k)) for k in (0, 1)}
+        run = StageRun(FakeSender(0.1), exp, plan, arm)
+        task = asyncio.ensure_future(cluster.run_stage(run, None, timeouts=None, retries=0, keep_text=False,
+                                                       run_id="test"))
+        await asyncio.sleep(0.2)  # the workers are sending
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return list(cluster.actors.values())
+
+    workers = asyncio.run(go())
+    assert all(w.stop_ev.is_set() for w in workers)
+    assert all(w.recorded for w in workers)  # not killed before they wrote their calls in flight

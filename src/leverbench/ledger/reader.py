@@ -26,7 +26,8 @@ The contract (:func:`read_ledger`):
   writes first for every stage, is what follows a line cut when a writer went on); their records come
   after the ledger's own in ``records``, sorted by ``t_send`` (``t`` for the clock records; a stable
   sort: a stage run again comes after its earlier execution), each load record with its ``worker``.
-  ``shards`` lists their headers; a shard of another run is refused.
+  ``shards`` lists their headers; a shard of another run is refused, and a shard missing that a
+  ``stage_end`` implies (its ``workers`` N: worker-0 .. worker-(N-1)) is an error (with *salvage*: a warning).
 
 How: a ledger under ``COLUMNAR_MIN_BYTES`` (hundreds of records, the common case) is parsed line by
 line (orjson), every record a dict.  A larger one is nearly all call and turn records: polars reads
@@ -474,7 +475,26 @@ def read_ledger(path: str | Path, *, salvage: bool = False) -> Ledger:
     shards = sorted((path.parent / SHARDS_DIR).glob("worker-*.jsonl"), key=lambda p: (len(p.name), p.name))
     if shards:
         led.add_shards([s for s in (read_shard(p, salvage=salvage) for p in shards) if s is not None])
+    _missing_shards(led, path.parent / SHARDS_DIR, salvage)
     return led
+
+
+def _missing_shards(led: Ledger, shards_dir: Path, salvage: bool) -> None:
+    """A stage that ended on N workers (its ``stage_end``) left shards worker-0 .. worker-(N-1) (each is
+    written before the stage starts): one missing is damage, not fewer calls.  LedgerError naming it;
+    with *salvage* a warning, and the rest is read."""
+    missing: dict[Path, dict[str, Any]] = {}
+    for end in led.of_kind("stage_end"):
+        for k in range(end.get("workers") or 1) if (end.get("workers") or 1) > 1 else ():
+            p = shards_dir / f"worker-{k}.jsonl"
+            if p not in missing and not p.exists():
+                missing[p] = end
+    for p, end in missing.items():
+        why = (f"{p} is missing: stage {end.get('stage')!r} on arm {end.get('arm')!r} ran on {end['workers']} "
+               f"workers, each writing its calls to its own shard in {SHARDS_DIR}/ (copy the whole run directory)")
+        if not salvage:
+            raise LedgerError(f"{why}; to read the run without its calls, pass --salvage")
+        led.warnings.append(f"{why}; its calls are left out (--salvage)")
 
 
 def read_shard(path: Path, *, salvage: bool = False) -> Ledger | None:

@@ -32,6 +32,7 @@ they all mount (checked before each stage), and the arms' endpoints must be reac
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import json
 import logging
@@ -292,12 +293,15 @@ class LoadCluster:
                 raise BadInput(f"worker {k} wrote its shard where this machine does not see it ({self.shard(k)}): "
                                "on a cluster the run directory must be on a file system every node mounts")
         start = time.time() + START_LEAD_S
-        runs = [asyncio.ensure_future(_wait(a.run.remote(start))) for a in actors]
+        refs = [a.run.remote(start) for a in actors]
         try:
-            results = await asyncio.gather(*runs, return_exceptions=True)
+            results = await asyncio.gather(*(_wait(r) for r in refs), return_exceptions=True)
         except asyncio.CancelledError:  # Ctrl-C: every worker records its calls in flight, then we stop
             await asyncio.gather(*(_wait(a.stop.remote()) for a in actors), return_exceptions=True)
-            await asyncio.wait(runs, timeout=STOP_TIMEOUT_S)
+            # the awaits above were cancelled with us (the workers' shares were not): await the shares anew
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.gather(*(_wait(r) for r in refs), return_exceptions=True),
+                                       STOP_TIMEOUT_S)
             raise
         calls, stopped, lost = 0, False, []
         for k, res in enumerate(results):
