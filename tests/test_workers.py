@@ -252,7 +252,7 @@ def test_a_missing_shard_is_damage_not_fewer_calls(tmp_path):
     recs = [load_rec("s", i, 100.0 + i, "r", worker=i % 2) for i in range(10)]
     end = {"kind": "stage_end", "stage": "s", "arm": "a", "load_run": "r", "calls": 10, "workers": 2,
            "lost_workers": []}
-    d = run_dir(tmp_path, [end], {0: shard_lines(0, [r for r in recs if r["worker"] == 0])})
+    d = run_dir(tmp_path, [end], {0: shard_lines(0, [clock(0, "r", 99.0)] + [r for r in recs if r["worker"] == 0])})
     for path in (d, d / "ledger.jsonl"):
         with pytest.raises(LedgerError, match=r"worker-1\.jsonl is missing.*stage 's' on arm 'a' ran on 2 workers"):
             read_ledger(path)

@@ -285,6 +285,12 @@ def window(c: Cols, measured: np.ndarray) -> tuple[float, float, str] | None:
     return a, b, "sending"
 
 
+def _clock_uncertainty(rs: list[dict[str, Any]]) -> float | None:
+    """max ``clock_uncertainty_s`` of *rs* (each set by the reader); None when one of them lacks it."""
+    vals = [r.get("clock_uncertainty_s") for r in rs]
+    return None if not vals or any(v is None for v in vals) else float(max(vals))
+
+
 def _first(rs: list[dict[str, Any]], key: str) -> Any:
     return next((r[key] for r in rs if r.get(key) is not None), None)
 
@@ -293,7 +299,10 @@ def stage_row(rs: list[dict[str, Any]], ttft_floors: dict[tuple[str, str, Any], 
               metrics: list[dict[str, Any]], end: dict[str, Any] | None = None) -> dict[str, Any]:
     """The row of one (arm, stage) from its records (warm-up included in ``rs``; left out of the latencies)
     and its execution's ``stage_end`` record (*end*; None when the stage was cut short): ``workers`` (client
-    processes) and ``lost_workers`` (those that died: which, and how many scheduled calls have no record)."""
+    processes) and ``lost_workers`` (those that died: which, and how many scheduled calls have no record).
+    ``clock_uncertainty_s``: on workers, the largest ± within which the reader put a worker's absolute times
+    on the coordinator's clock (its ``clock`` record); None on one process (one clock) or where a shard had
+    no clock record for the stage (the reader warned)."""
     r0 = rs[0]
     arm, stage = r0["arm"], r0["stage"]
     final = [r for r in rs if not r.get("retried")]
@@ -315,6 +324,7 @@ def stage_row(rs: list[dict[str, Any]], ttft_floors: dict[tuple[str, str, Any], 
         "requests": n_measured, "ok": int(okm.sum()), "failed": n_measured - int(okm.sum()),
         "warmup_requests": int(warm.sum()), "retried_attempts": len(rs) - len(final), "errors": errors,
         "workers": r0.get("workers", 1), "lost_workers": (end or {}).get("lost_workers") or [],
+        "clock_uncertainty_s": _clock_uncertainty(final) if (r0.get("workers") or 1) > 1 else None,
     }
     ends = ready(c) + np.nan_to_num(c["latency_s"])
     sched = np.where(np.isnan(c["scheduled_t"]), c["t_send"], c["scheduled_t"])

@@ -28,6 +28,13 @@ The contract (:func:`read_ledger`):
   sort: a stage run again comes after its earlier execution), each load record with its ``worker``.
   ``shards`` lists their headers; a shard of another run is refused, and a shard missing that a
   ``stage_end`` implies (its ``workers`` N: worker-0 .. worker-(N-1)) is an error (with *salvage*: a warning).
+- Clocks: a worker writes its absolute times (``WORKER_CLOCK_FIELDS``: epoch seconds) on its own clock;
+  as read they are on the coordinator's, like the ledger's own (its ``metrics`` scrapes, ``stage_end``):
+  each record of a stage execution (its ``load_run``) gets t − offset_s, by the shard's ``clock`` record
+  of that execution (offset_s = the worker's clock − the coordinator's), and carries ``clock_offset_s``
+  and ``clock_uncertainty_s`` (the alignment holds within ± it).  Durations (connect_s, ttft_s,
+  latency_s, chunk_t, ...) are left as measured: each is one host's monotonic clock.  Records of an
+  execution whose clock record is missing keep the worker's clock, with a warning.
 
 How: a ledger under ``COLUMNAR_MIN_BYTES`` (hundreds of records, the common case) is parsed line by
 line (orjson), every record a dict.  A larger one is nearly all call and turn records: polars reads
@@ -74,6 +81,7 @@ UNKNOWN_KIND = "is not a ledger record of a known kind"
 RESTART_KINDS = ("resume", "run")  # what a resumed run writes first after ending a cut line
 SHARD_RESTART_KINDS = ("shard", "clock")  # what a worker writes first to its shard (after ending a cut line)
 SHARDS_DIR = "ledger.d"  # beside ledger.jsonl: the workers' shards, worker-K.jsonl
+WORKER_CLOCK_FIELDS = ("t_send", "scheduled_t")  # the epoch times a worker's load records hold (its clock)
 SALVAGE_HINT = ("the ledger is damaged (a crash cuts only the last line written); nothing was read. "
                 "To read past bad lines, each one reported, pass --salvage (leverbench report, replay, project, analyze)")
 
@@ -499,12 +507,47 @@ def _missing_shards(led: Ledger, shards_dir: Path, salvage: bool) -> None:
 
 def read_shard(path: Path, *, salvage: bool = False) -> Ledger | None:
     """One worker's shard (``ledger.d/worker-K.jsonl``): its ``shard`` header, records and warnings, by the
-    rules of a ledger file (see the module docstring); None for an empty file (a worker that died before
-    it wrote its header: nothing was measured)."""
+    rules of a ledger file (see the module docstring), its absolute times on the coordinator's clock
+    (:func:`_align_clocks`); None for an empty file (a worker that died before it wrote its header:
+    nothing was measured)."""
     try:
         with open(path, "rb") as fh:
             if os.fstat(fh.fileno()).st_size == 0:
                 return None
-            return _read_lines(path, fh, salvage, shard=True)
+            shard = _read_lines(path, fh, salvage, shard=True)
     except OSError as exc:
         raise LedgerError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    _align_clocks(shard)
+    return shard
+
+
+def _align_clocks(shard: Ledger) -> None:
+    """Put *shard*'s absolute times on the coordinator's clock, in place: for each record of a stage execution
+    whose ``clock`` record the shard holds (the same ``load_run``; offset_s = worker clock − coordinator's),
+    t := t − offset_s for t in ``WORKER_CLOCK_FIELDS``, and ``clock_offset_s`` / ``clock_uncertainty_s`` set
+    from it.  An execution without one keeps the worker's clock: one warning per execution, naming it."""
+    clocks = {r.get("load_run"): r for r in shard.records if r.get("kind") == "clock"}
+    unaligned: dict[tuple[Any, Any], int] = {}
+    for r in shard.records:
+        if r.get("kind") in ("shard", "clock") or not any(k in r for k in WORKER_CLOCK_FIELDS):
+            continue
+        c = clocks.get(r.get("load_run"), {})
+        off = c.get("offset_s")
+        if not _finite(off):
+            key = (r.get("stage"), r.get("load_run"))
+            unaligned[key] = unaligned.get(key, 0) + 1
+            continue
+        for k in WORKER_CLOCK_FIELDS:
+            if _finite(r.get(k)):
+                r[k] -= off
+        r["clock_offset_s"], r["clock_uncertainty_s"] = off, c.get("uncertainty_s")
+    for (stage, run), n in unaligned.items():
+        shard.warnings.append(
+            f"{shard.path}: no clock record for stage {stage!r} (load_run {run!r}): the times of its {n} records "
+            f"stay on worker {shard.header.get('worker')}'s clock, not aligned to the coordinator's (the stage's "
+            "server figures and throughput window may be off by the clocks' difference)")
+
+
+def _finite(v: Any) -> bool:
+    """Whether *v* is a finite JSON number (not a flag)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v)

@@ -26,8 +26,9 @@ Schema ``leverbench.ledger/1``:
   target_output_tokens, session (and turn_id); a trace stage's first call carries
   trace_import (rows used / skipped and why) and token_check (/tokenize).  A
   stage run on several workers (issue 17) adds workers (N) and, in each
-  worker's shard, worker (K: which shard; times are that worker's clock,
-  scheduled_t converted to it by its measured offset).
+  worker's shard, worker (K: which shard; t_send and scheduled_t are written
+  on that worker's clock, and the reader puts them on the coordinator's by
+  the stage's ``clock`` record, adding clock_offset_s and clock_uncertainty_s).
 - ``turn``: one per finished turn, a :class:`TurnRecord` (its fields are
   documented there).  A turn, probe or sentinel whose record has an error is
   run again by a resumed run; the failed record stays, superseded (the

@@ -16,7 +16,9 @@ would enter the measurements.  For each stage on an arm the coordinator (:class:
    it to its own clock (+ its offset) and runs its share there with the same client code as a
    single process (:class:`~leverbench.runner.load.StageRun` through an
    :class:`~leverbench.runner.send.ArmSender`): its schedule, its sends, its per-call times (one
-   host's clock), its records appended to its shard as they end.
+   host's clock), its records appended to its shard as they end.  Their absolute times stay on the
+   worker's clock on disk; the reader puts them on the coordinator's by the stage's ``clock`` record
+   (:func:`~leverbench.ledger.reader.read_shard`).
 
 A worker that dies (its process killed, its node lost) leaves its calls up to the death in its shard;
 the coordinator records which worker, and how many of its scheduled calls have no record, in the
@@ -46,7 +48,7 @@ from typing import Any
 
 from .. import __version__
 from ..config import Experiment, LoadedExperiment
-from ..errors import BadInput
+from ..errors import BadInput, LedgerError
 from ..ledger.reader import SHARDS_DIR, read_shard
 from ..ledger.records import LEDGER_SCHEMA
 from ..ledger.writer import LedgerWriter
@@ -332,13 +334,23 @@ async def _wait(ref: Any) -> Any:
 
 
 def _first_record(path: Path) -> dict[str, Any] | None:
-    """The first line of the file at *path* as JSON; None when there is none (no file, or empty)."""
+    """The first line of the file at *path* as a JSON object; None when there is none (no file, or empty);
+    LedgerError naming the file when it is no JSON object (a header cut by a crash as it was written)."""
     try:
         with open(path, "rb") as fh:
             line = fh.readline()
     except FileNotFoundError:
         return None
-    return json.loads(line) if line.strip() else None
+    if not line.strip():
+        return None
+    try:
+        obj = json.loads(line)
+    except ValueError:
+        obj = None
+    if not isinstance(obj, dict):
+        raise LedgerError(f"{path}: line 1 is not a shard header (a worker killed as it wrote it?); the shard "
+                          f"cannot be read or appended to: move it out of {SHARDS_DIR}/ and run again")
+    return obj
 
 
 def _holds(path: Path, nonce: str) -> bool:
