@@ -163,3 +163,31 @@ def test_probe_regression_and_server_timings_agree_at_the_probes_context():
     assert p["agrees"] is True and p["agreement"] < 1e-6
     m = s["rate_models"][0]["decode"]
     assert (m["d0_s_per_token"], m["d1_s_per_token_per_ctx"]) == (pytest.approx(D0), pytest.approx(D1))
+
+
+def test_a_drafter_arms_natural_probe_is_checked_against_the_same_calls_timings():
+    """A drafter's speed depends on the text: its turns' answers are drafted at another acceptance than the
+    probe's (here its probe decodes twice as fast per token).  Regression and model (the turns' text) would put
+    the probe 100 % apart and FAIL a sound measurement; the probe is checked against the server's timings of
+    the same probe calls, (p2 − p1) / (m2 − m1), and the regression shown beside it."""
+    head = header({"base": {"prefix_cache": True, "drafter": "ngram"}}, ["r"], repeats=4)
+    head["config"]["probes"] = {"output_tokens": [16, 128], "repeats": 2, "case": "r", "tolerance": 0.05}
+    recs = []
+    for rep, out in enumerate((40, 80, 120, 160)):
+        c = _llama_call("r", rep, prompt=500, out=out)
+        recs += turn("base", "r", rep, c["latency_s"], out, calls=[c])
+    for rep in range(2):
+        for n in (16, 128):
+            p = _llama_call("r", rep, prompt=500, out=n, kind="probe", probe_tokens=n,
+                            length_method="natural (drafter arm: not forced past end-of-sequence)")
+            half = (p["latency_s"] - p["ttft_s"]) / 2  # the probe's text drafts well: each token in half the time
+            p["latency_s"] = p["ttft_s"] + half
+            p["timings"]["predicted_ms"] = half * 1000
+            recs.append(p)
+    p = summarize(ledger(head, recs))["probes"][0]
+    same_calls = (128 - 16) / (sum(D0 + D1 * (500 + i) for i in range(16, 128)) / 2)
+    assert p["natural"] is True and p["views"] == ["probe", "server"]
+    assert p["decode_tps"] == pytest.approx(same_calls, rel=1e-9)
+    assert p["server_decode_tps"] == pytest.approx(same_calls, rel=1e-9)
+    assert p["regression_decode_tps"] == pytest.approx(same_calls / 2, rel=0.05)  # shown, not checked
+    assert p["agrees"] is True and "same calls" in p["check_note"]

@@ -145,7 +145,8 @@ def test_a_drafter_arm_probes_natural_answers(context_run):
     want = sum(t["draft_n_accepted"] for t in natural) / sum(t["draft_n"] for t in natural)
     assert m["decode"]["acceptance"] == pytest.approx(want) and 0.55 < want < 2 / 3
     # its natural probes are in the check (the simulator's drafter emits whole steps of 3 tokens, its first
-    # chunk included, so its per-token time is not the smooth d0 + d1·L the model assumes: no tolerance here)
+    # chunk included, so its per-token time is not the smooth d0 + d1·L the model assumes: the model is no view)
     row = next(p for p in s["probes"] if p["arm"] == "drafter" and p["depth"] == DEPTHS[0])
     assert row["natural"] is True and row["forced_on_drafter"] is False
-    assert row["views"] == ["probe", "regression", "server"] and row["agreement"] is not None
+    # checked against the same calls' server timings (a drafter's speed depends on the text)
+    assert row["views"] == ["probe", "server"] and row["agrees"] is True, row

@@ -24,6 +24,11 @@ through the arm's rate model (:mod:`.rate_model`: per-token time d0 + d1·L):
 - server: the model fitted on the server's own per-call timings (llama.cpp ``predicted_ms``), at the
   probe's context: 1 / (d0 + d1·context) (only when the model's decode comes from server timings).
 
+Natural probes (a drafter arm's): a drafter's speed depends on the text it drafts, and the regression and
+the model were measured on other texts (another acceptance), so the check compares the probe with the
+server's timings **of the same probe calls** (:func:`same_calls_server_tps`, where the server reports them);
+the regression is shown beside it, not checked.
+
 ``agreement`` = max / min − 1 over the views present (at least two); ``agrees`` when it is at most the
 tolerance (``[probes] tolerance``, default 5 %).
 """
@@ -109,6 +114,17 @@ def measure(rows1: list[dict[str, Any]], rows2: list[dict[str, Any]]) -> dict[st
     return out
 
 
+def same_calls_server_tps(rows1: list[dict[str, Any]], rows2: list[dict[str, Any]]) -> float | None:
+    """The server's decode rate on the probe's own calls: (p2 − p1) / (m2 − m1), with p the median
+    ``predicted_n`` and m the median ``predicted_ms`` / 1000 (llama.cpp: first token to last) at each length;
+    None without timings on every call or when the longer answer was not slower."""
+    t = [[r.get("timings") or {} for r in rows] for rows in (rows1, rows2)]
+    if not all(x.get("predicted_ms") is not None and x.get("predicted_n") is not None for ts in t for x in ts):
+        return None
+    (p1, p2), (m1, m2) = ([median([x[k] for x in ts]) for ts in t] for k in ("predicted_n", "predicted_ms"))
+    return (p2 - p1) / ((m2 - m1) / 1000.0) if p2 > p1 and m2 > m1 else None
+
+
 def check(entry: dict[str, Any], reg: dict[str, Any] | None, model: dict[str, Any] | None, tol: float) -> None:
     """Add the three views at the probe's context, their ``agreement`` and ``agrees`` (module docstring)."""
     ctx = entry.get("context_tokens")
@@ -124,8 +140,15 @@ def check(entry: dict[str, Any], reg: dict[str, Any] | None, model: dict[str, An
         entry["server_decode_tps"] = tokens_per_second_at(model, ctx)
         lo, hi = dec["range_context"]
         entry["server_extrapolated"] = not lo <= ctx <= hi
-    views = {"probe": None if entry.get("forced_on_drafter") else entry["decode_tps"],
-             "regression": entry["regression_decode_tps"], "server": entry["server_decode_tps"]}
+    if entry.get("natural") and entry.get("same_calls_server_tps"):
+        # a drafter's speed depends on the text it drafts: only the same calls' server timings are a view of
+        # the same thing; the regression and the model (other texts, another acceptance) are shown, not checked
+        entry["server_decode_tps"] = entry["same_calls_server_tps"]
+        entry["server_extrapolated"] = False
+        views = {"probe": entry["decode_tps"], "server": entry["server_decode_tps"]}
+    else:
+        views = {"probe": None if entry.get("forced_on_drafter") else entry["decode_tps"],
+                 "regression": entry["regression_decode_tps"], "server": entry["server_decode_tps"]}
     present = {k: v for k, v in views.items() if v}
     entry["views"] = sorted(present)
     entry["agreement"] = spread(list(present.values()))
@@ -170,6 +193,8 @@ def probes(ds: Dataset, decomposition: list[dict[str, Any]], models: list[dict[s
                                            f"probe {arm}/{case}: solved prefill is "
                                            f"negative ({entry['prefill_s']:.3f} s); decode is not linear in output "
                                            "length here (timing noise or context-length effects)", arm, case))
+            if natural:
+                entry["same_calls_server_tps"] = same_calls_server_tps(rows[n1], rows[n2])
             if drafter:
                 drafts = [r.get("timings") or {} for n in (n1, n2) for r in rows[n]]
                 dn = sum(t.get("draft_n") or 0 for t in drafts)
@@ -180,6 +205,10 @@ def probes(ds: Dataset, decomposition: list[dict[str, Any]], models: list[dict[s
             entry["check_note"] = ("the regression mixes calls with and without a cached prefix "
                                    f"(uncached input {r['uncached_input_range'][0]}–"
                                    f"{r['uncached_input_range'][1]} tokens)")
+        if natural and entry.get("same_calls_server_tps") and entry.get("decode_tps"):
+            entry["check_note"] = ("natural answers: a drafter's speed depends on the text, so the probe is checked "
+                                   "against the server's timings of the same calls; the regression and the rate "
+                                   "model (other texts) are shown, not checked")
         if entry["forced_on_drafter"]:
             entry["check_note"] = ("forced past end-of-sequence on a drafter arm: its decode rate is not a natural "
                                    "one and is left out of the check")
