@@ -146,6 +146,7 @@ def csv_source(path: Path, fields: list[Field], header: list[str], *, short_rows
     whose last cell is empty (which a short row's is), for the caller to count them in a later pass."""
     numeric = {f.key for f in fields if typed and f.kind in NUMERIC}
     raw = pl.scan_csv(path, infer_schema=False, new_columns=header, raise_if_empty=False, encoding="utf8",
+                      truncate_ragged_lines=True,  # extra cells ignored, as the csv module's readers do
                       schema_overrides=dict.fromkeys(numeric, pl.Float64))
     blank = [pl.col(h).is_null() if h in numeric else pl.col(h).is_null() | (pl.col(h).str.strip_chars() == "")
              for h in header]
