@@ -181,3 +181,15 @@ def test_a_csv_row_with_more_cells_than_the_header_is_read_as_before(tmp_path: P
     t = load_traffic(az, "azure")
     assert [(c.input_tokens, c.output_tokens) for c in t.calls] == [(4808, 10), (3180, 8), (110, 27)]
     assert t.skipped == {}
+
+
+def test_a_quoted_csv_cell_spanning_lines_is_read_as_before(tmp_path: Path) -> None:
+    """A quoted cell holding a newline (a prompt column, a note) is one cell, as the csv module reads it: the
+    import goes on (the row's reason named at its line), it does not stop on polars' internal error, and a
+    short row is still named."""
+    log = tmp_path / "multiline.csv"
+    log.write_text('input_tokens,output_tokens,note\n100,1,"a\nb"\n"20\n0",2,x\n300,3,y\n400\n500,5,z\n')
+    t = load_traffic(log)
+    assert [(c.input_tokens, c.output_tokens) for c in t.calls] == [(100, 1), (300, 3), (500, 5)]
+    assert t.skipped == {"non-numeric input (input_tokens)": 1, "fewer cells than the header": 1}
+    assert t.first_skipped_line == {"non-numeric input (input_tokens)": 5, "fewer cells than the header": 7}
