@@ -205,3 +205,23 @@ def test_report_on_a_bad_ledger_exits_2(tmp_path):
     (tmp_path / "ledger.jsonl").write_text("not json at all\n")
     res = CliRunner().invoke(cli, ["report", str(tmp_path)])
     assert res.exit_code == 2 and "line 1" in res.output
+
+
+def test_analyze_out_to_an_unwritable_path_is_a_clean_error(tmp_path):
+    """``analyze --out`` into a folder that does not exist: one error line naming the file, no traceback
+    (as ``replay --out`` does)."""
+    traffic = tmp_path / "t.csv"
+    traffic.write_text("input,output\n100,10\n200,20\n")
+    out = tmp_path / "no-such-dir" / "a.html"
+    res = CliRunner().invoke(cli, ["analyze", str(traffic), "--columns", "input=input,output=output",
+                                   "--prefill-tps", "1000", "--decode-tps", "50", "--format", "html",
+                                   "--out", str(out)])
+    assert res.exit_code == 1, res.output
+    assert not isinstance(res.exception, OSError) and f"cannot write {out}" in res.output
+
+
+def test_sim_on_a_port_it_cannot_bind_is_a_clean_error():
+    """``sim --port`` out of range (or in use): one error line naming the port, exit code 2, no traceback."""
+    res = CliRunner().invoke(cli, ["sim", "--port", "-5"])
+    assert res.exit_code == 2, res.output
+    assert not isinstance(res.exception, (OSError, OverflowError)) and "--port" in res.output

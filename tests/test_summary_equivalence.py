@@ -425,3 +425,18 @@ def test_random_ledgers_read_the_same_every_way(tmp_path_factory, monkeypatch, l
     path.write_text("\n".join([FUZZ_HEADER, *lines]) + ("\n" if newline_at_end else ""))
     small, large, chunks = _read_all_ways(path, monkeypatch, salvage, chunk)
     assert small == large == chunks
+
+
+def test_a_line_polars_takes_and_orjson_refuses_is_not_called_a_changed_file(tmp_path, monkeypatch):
+    """An escaped lone surrogate (valid JSON grammar; orjson refuses it, polars takes it) in a ledger read as
+    columns: its records are read (by the json module), not refused with "the ledger changed since it was
+    read", which it did not; its columns are those built from its records."""
+    read_as_columns(monkeypatch)
+    lines = (GOLDEN / "sim.ledger.jsonl").read_text().splitlines()
+    i = next(j for j, line in enumerate(lines) if line.startswith('{"kind":"call"') and '"finish_reason":"' in line)
+    lines[i] = lines[i].replace('"finish_reason":"', '"finish_reason":"\\ud800', 1)
+    path = tmp_path / "ledger.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    led = read_ledger(path)
+    assert led.records[i - 1]["finish_reason"].startswith("\ud800")
+    same_columns(led, "call")

@@ -84,3 +84,36 @@ def test_a_summary_that_is_no_json_object_is_refused(tmp_path):
         read_summary(tmp_path / "nothing")
     with pytest.raises(BadInput, match="not a leverbench summary"):
         check_summary(None, "x")
+
+
+SIM = GOLDEN / "sim.summary.json"
+MOONCAKE = Path(__file__).parent / "data" / "traces" / "mooncake_conversation_trace.jsonl"
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda d: d["arms"][0]["conditions"].update(gpus="two"), "arms[0].conditions: gpus: should be a number"),
+    (lambda d: d["arms"][0]["conditions"].update(gpu_hour_usd=[1]),
+     "arms[0].conditions: gpu_hour_usd: should be a number"),
+    (lambda d: d["arms"][0]["knobs"].update(slots="many"), "arms[0].knobs: slots: should be a number"),
+    (lambda d: d["rates"][0].update(decode_tps=-5), "rates[0].decode_tps: Input should be greater than or equal"),
+    (lambda d: d.update(rate_models="x"), "rate_models: Input should be a valid list"),
+    (lambda d: d["rate_models"][0]["prefill"].update(b_s_per_token="x"),
+     "rate_models[0].prefill: b_s_per_token: should be a number"),
+    (lambda d: d["rate_models"][0].update(batch={"concurrency": "x"}), "rate_models[0].batch.concurrency"),
+    (lambda d: d.update(engaged=[{"cache_used": True}]), "engaged[0].arm: Field required"),
+], ids=["gpus", "usd", "slots", "negative-rate", "rate-models", "term", "batch", "engaged"])
+def test_what_analyze_and_whatif_read_of_a_summary_is_checked(tmp_path, change, message):
+    """The parts of a summary ``analyze --rates`` (the arms' GPUs and price, the rates) and ``whatif --rates``
+    (the rate models, engaged, slots) use are checked too: a mangled one is bad input naming the place, for
+    both commands, not a traceback."""
+    data = json.loads(SIM.read_text())
+    change(data)
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(BadInput) as exc:
+        read_summary(path)
+    assert message in str(exc.value)
+    for command in ("analyze", "whatif"):
+        res = CliRunner().invoke(cli, [command, str(MOONCAKE), "--rates", str(path), "--json"])
+        assert res.exit_code == 2 and f"leverbench: error: {path}: not a valid leverbench.summary/1" in res.output, \
+            (command, res.output)

@@ -165,3 +165,31 @@ def test_analyze_formats(tmp_path: Path) -> None:
     # the old spelling of the trace format still works
     old = runner.invoke(analyze_command, [*args, "--format", "azure", "--json"])
     assert json.loads(old.output)["input"]["format"] == "azure"
+
+
+def test_a_csv_row_with_more_cells_than_the_header_is_read_as_before(tmp_path: Path) -> None:
+    """A row with an extra cell (a trailing comma, a stray value) is read, its extra cells ignored, as the csv
+    module's readers did before the columnar reader; it does not stop the whole import.  The same for a named
+    format (Azure) as for the generic one."""
+    gen = tmp_path / "extra.csv"
+    gen.write_text("input_tokens,output_tokens\n100,1\n200,2,\n300,3,9\n400,4\n")
+    assert [(c.input_tokens, c.output_tokens) for c in load_traffic(gen).calls] == [(100, 1), (200, 2), (300, 3),
+                                                                                    (400, 4)]
+    az = tmp_path / "azure.csv"
+    az.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.97,4808,10\n"
+                  "2023-11-16 18:17:04.03,3180,8,extra\n2023-11-16 18:17:04.07,110,27\n")
+    t = load_traffic(az, "azure")
+    assert [(c.input_tokens, c.output_tokens) for c in t.calls] == [(4808, 10), (3180, 8), (110, 27)]
+    assert t.skipped == {}
+
+
+def test_a_quoted_csv_cell_spanning_lines_is_read_as_before(tmp_path: Path) -> None:
+    """A quoted cell holding a newline (a prompt column, a note) is one cell, as the csv module reads it: the
+    import goes on (the row's reason named at its line), it does not stop on polars' internal error, and a
+    short row is still named."""
+    log = tmp_path / "multiline.csv"
+    log.write_text('input_tokens,output_tokens,note\n100,1,"a\nb"\n"20\n0",2,x\n300,3,y\n400\n500,5,z\n')
+    t = load_traffic(log)
+    assert [(c.input_tokens, c.output_tokens) for c in t.calls] == [(100, 1), (300, 3), (500, 5)]
+    assert t.skipped == {"non-numeric input (input_tokens)": 1, "fewer cells than the header": 1}
+    assert t.first_skipped_line == {"non-numeric input (input_tokens)": 5, "fewer cells than the header": 7}

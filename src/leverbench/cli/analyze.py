@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from ..errors import BadInput
+from ..errors import BadInput, RuntimeFailure
 from ..workload.traces.names import FORMATS
 from .common import Command, console
 
@@ -87,5 +87,8 @@ def analyze_command(traffic: Path, fmt: str | None, columns: str | None, rates_d
     if out_path is None:
         click.echo(text)
         return
-    out_path.write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")
+    try:
+        out_path.write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise RuntimeFailure(f"cannot write {out_path}: {exc.strerror or exc}") from None
     click.echo(str(out_path))

@@ -90,4 +90,10 @@ def sim_command(host: str, port: int, **settings: Any) -> None:
         raise BadInput(str(err)) from None
     from ..engines import simulator  # noqa: PLC0415 (aiohttp: ~0.17 s)
 
-    simulator.serve(cfg, host, port, on_ready=click.echo)
+    if not 0 <= port <= 65535:
+        raise BadInput(f"--port must be in 0..65535 (got {port}); 0 picks any free port")
+    try:
+        simulator.serve(cfg, host, port, on_ready=click.echo)
+    except OSError as exc:
+        raise BadInput(f"--host {host} --port {port}: cannot listen there ({exc.strerror or exc}); "
+                       "pick another --port (0: any free one) or --host") from None

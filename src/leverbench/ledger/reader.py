@@ -45,13 +45,15 @@ from there when asked for, and ``records`` on first use (the file is only ever a
 with a line the writer did not end (a crash cut it), or that polars refuses whole (a number stored
 as "NaN"), is read ``CHUNK_BYTES`` at a time: a chunk polars refuses goes through the line-by-line
 check, which judges its bad lines, and polars reads the lines kept; what it still refuses is read as
-dicts.  (polars takes two things orjson refuses, and no writer makes: a repeated key, an escaped
-lone surrogate.)
+dicts.  (Two things no writer makes read differently: an escaped lone surrogate, which polars takes and
+orjson refuses, is read as a column and, as a record, by the json module, while a small ledger refuses it;
+a repeated key is its first value in a column and its last in the record.)
 """
 
 from __future__ import annotations
 
 import io
+import json
 import mmap
 import os
 from contextlib import suppress
@@ -220,13 +222,26 @@ class _Source:
                 st = os.fstat(fh.fileno())
                 if (st.st_dev, st.st_ino) == self.ident and st.st_size >= self.size:
                     with mmap.mmap(fh.fileno(), self.size, access=mmap.ACCESS_READ) as mm:
-                        return [orjson.loads(mm[a:b]) for a, b in zip(self.starts[pick].tolist(), self.ends[pick].tolist())]
+                        return [_loads(mm[a:b]) for a, b in zip(self.starts[pick].tolist(), self.ends[pick].tolist())]
         except OSError as exc:
             raise LedgerError(f"{self.path}: cannot read: {exc.strerror or exc}") from None
         except ValueError:
             pass
         raise LedgerError(f"{self.path}: the ledger changed since it was read (it is only ever appended to); "
                           "read it again")
+
+
+def _loads(line: bytes) -> Any:
+    """A line polars read as a record: orjson's parse, else (an escaped lone surrogate, which polars takes and
+    orjson refuses) the json module's; ValueError when neither reads it (the file changed)."""
+    try:
+        return orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return json.loads(line, parse_constant=_no_constant)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
 
 
 def _lines(mm: mmap.mmap) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -1,9 +1,10 @@
 """A ``summary.json`` read back, checked against ``leverbench.summary/1`` before anything uses it.
 
-``analyze --rates`` takes a run's rates from its ledger when the run
-directory has one, else from its ``summary.json`` (:func:`read_summary`).  The
+``analyze --rates`` and ``whatif --rates`` take a run's rates from its ledger when
+the run directory has one, else from its ``summary.json`` (:func:`read_summary`).  The
 check covers what a reader of the file uses (the schema, the run, the
-baseline and arms, the rates, drift, the warnings) and leaves the rest free;
+baseline and arms with their numeric conditions, the rates, the rate models
+``whatif`` serves, engaged, drift, the warnings) and leaves the rest free;
 a file that fails it is bad input (exit code 2) naming the file, where it is
 wrong and what is wrong.  A summary of a newer schema is refused.
 """
@@ -26,20 +27,67 @@ class _Open(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
+#: The arms' conditions and knobs a reader takes as numbers (GPUs and price for the cost, slots for the
+#: simulation and the cache's capacity).
+_NUMERIC_KNOBS = ("gpus", "gpu_hour_usd", "slots", "kv_capacity_tokens", "num_gpu_blocks", "block_size",
+                  "context_length")
+
+
+def _numeric_knobs(v: dict[str, Any] | None) -> dict[str, Any] | None:
+    bad = [k for k in _NUMERIC_KNOBS if v and v.get(k) is not None
+           and (isinstance(v[k], bool) or not isinstance(v[k], (int, float)))]
+    if bad:
+        raise ValueError(f"{', '.join(bad)}: should be a number (got {', '.join(repr(v[k]) for k in bad)})")
+    return v
+
+
 class _Arm(_Open):
     name: str
     conditions: dict[str, Any] = Field(default_factory=dict)
+    knobs: dict[str, Any] | None = None
     model: str | None = None
+
+    _numbers = field_validator("conditions", "knobs")(_numeric_knobs)
 
 
 class _Rate(_Open):
     arm: str
-    decode_tps: float | None = None
-    prefill_tps: float | None = None
+    decode_tps: float | None = Field(default=None, ge=0)
+    prefill_tps: float | None = Field(default=None, ge=0)
     prefill_a_s: float | None = None
     decode_source: str | None = None
     prefill_source: str | None = None
     prefill_input_range: tuple[float, float] | None = None
+
+
+class _Batch(_Open):
+    concurrency: list[float]
+    slowdown: list[float]
+
+
+class _RateModel(_Open):
+    """A ``rate_models[]`` entry, as ``whatif`` serves it: prefill and decode terms (numbers; a term's
+    ``source`` and ranges are free), the batching slowdown, the slots."""
+
+    arm: str
+    prefill: dict[str, Any] | None = None
+    decode: dict[str, Any] | None = None
+    batch: _Batch | None = None
+    slots: int | None = None
+
+    @field_validator("prefill", "decode")
+    @classmethod
+    def _terms_are_numbers(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        bad = [k for k, x in (v or {}).items() if k.endswith(("_s", "_per_token", "_per_token2", "_per_ctx"))
+               and x is not None and (isinstance(x, bool) or not isinstance(x, (int, float)))]
+        if bad:
+            raise ValueError(f"{', '.join(bad)}: should be a number")
+        return v
+
+
+class _Engaged(_Open):
+    arm: str
+    cache_used: bool | None = None
 
 
 class _Drift(_Open):
@@ -71,6 +119,8 @@ class SummaryFile(_Open):
     drift: list[_Drift]
     warnings: list[str]
     warning_items: list[_Item] | None = None
+    rate_models: list[_RateModel] | None = None
+    engaged: list[_Engaged] | None = None
 
     @field_validator("schema_")
     @classmethod

@@ -14,7 +14,8 @@ it whole.
 The passes (``Source``), tried in order until one parses the whole file:
 typed (number columns parsed as numbers by polars: the fast one, for clean
 logs), as text (every cell as text: a cell that is not a number gets its skip
-reason) and, for JSON lines, line by line (a line that is not JSON at all).
+reason) and, for JSON lines, line by line (a line that is not JSON at all); for a generic CSV whose
+records and lines the polars passes cannot line up (a quoted cell spanning lines), record by record.
 
 Line numbers: a CSV row's is its record number + 1 (a quoted cell spanning
 lines shifts the later ones); a JSON line's is exact (blank lines counted).
@@ -22,6 +23,7 @@ lines shifts the later ones); a JSON line's is exact (blank lines counted).
 
 from __future__ import annotations
 
+import csv
 import os
 import tempfile
 from collections import Counter
@@ -146,6 +148,7 @@ def csv_source(path: Path, fields: list[Field], header: list[str], *, short_rows
     whose last cell is empty (which a short row's is), for the caller to count them in a later pass."""
     numeric = {f.key for f in fields if typed and f.kind in NUMERIC}
     raw = pl.scan_csv(path, infer_schema=False, new_columns=header, raise_if_empty=False, encoding="utf8",
+                      truncate_ragged_lines=True,  # extra cells ignored, as the csv module's readers do
                       schema_overrides=dict.fromkeys(numeric, pl.Float64))
     blank = [pl.col(h).is_null() if h in numeric else pl.col(h).is_null() | (pl.col(h).str.strip_chars() == "")
              for h in header]
@@ -241,6 +244,31 @@ def jsonl_lines(path: Path, fields: list[Field]) -> Iterator[pl.DataFrame]:
                                                  **dict.fromkeys(names, pl.String)})
                 cols = {n: [] for n in cols}
     yield pl.DataFrame(cols, schema={"line": pl.Int64, "reason": pl.String, **dict.fromkeys(names, pl.String)})
+
+
+def csv_rows(path: Path, fields: list[Field], header: list[str]) -> Iterator[pl.DataFrame]:
+    """The careful CSV path, for a file the polars passes cannot line up with its lines (a quoted cell that
+    spans lines): the csv module's records, batch by batch, a row with fewer cells than the header given its
+    reason; ``line``: the line the record ends on, as the csv module counts."""
+    names = [f.name for f in fields]
+    at = {h: i for i, h in enumerate(header)}  # a repeated column: its last cell, as dict(zip(header, cells))
+    schema = {"line": pl.Int64, "reason": pl.String, **dict.fromkeys(names, pl.String)}
+    cols: dict[str, list[Any]] = {n: [] for n in schema}
+    with open(path, encoding="utf-8-sig", newline="") as fh:
+        reader = csv.reader(fh)
+        next(reader, None)
+        for cells in reader:
+            if not any(c.strip() for c in cells):
+                continue
+            cols["line"].append(reader.line_num)
+            cols["reason"].append("fewer cells than the header" if len(cells) < len(header) else None)
+            for f in fields:
+                i = at.get(f.key)
+                cols[f.name].append(cells[i] if i is not None and i < len(cells) else None)
+            if len(cols["line"]) >= BATCH_ROWS:
+                yield pl.DataFrame(cols, schema=schema)
+                cols = {n: [] for n in schema}
+    yield pl.DataFrame(cols, schema=schema)
 
 
 # ---------------------------------------------------------------- the pass
@@ -386,12 +414,14 @@ def _record_lines(path: Path, records: dict[str, int]) -> dict[str, int]:
 def csv_sources(path: Path, fields: list[Field], header: list[str], *, short_rows: bool = False) -> list[Source]:
     """Typed, then as text: a CSV's ways to be read (a field whose column is absent reads as missing).  With
     ``short_rows``, the first typed pass only guards against rows with fewer cells than the header; a file with
-    a row whose last cell is empty is read again, counting every line's cells."""
+    a row whose last cell is empty is read again, counting every line's cells, and one whose records and lines do
+    not line up (a quoted cell spanning lines) by the csv module, record by record."""
     count = "count" if short_rows else "no"
     typed = [Source(lambda: csv_source(path, fields, header, short_rows="guard", typed=True), typed=True,
                     guarded=True)] if short_rows else []
+    careful = [Source(frames=lambda: csv_rows(path, fields, header))] if short_rows else []
     return typed + [Source(lambda: csv_source(path, fields, header, short_rows=count, typed=True), typed=True),
-                    Source(lambda: csv_source(path, fields, header, short_rows=count))]
+                    Source(lambda: csv_source(path, fields, header, short_rows=count)), *careful]
 
 
 def jsonl_sources(path: Path, fields: list[Field]) -> list[Source]:

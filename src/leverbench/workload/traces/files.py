@@ -97,5 +97,5 @@ def csv_header(path: Path, text: str, required: Iterable[str] = ()) -> list[str]
     missing = [c for c in required if c not in header]
     if missing:
         raise BadInput(f"{path}: line 1: missing column(s) {', '.join(missing)} (header: {', '.join(header)}); "
-                       "is this the right --format?")
+                       "is this the right --trace-format?")
     return header
