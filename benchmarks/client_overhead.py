@@ -8,8 +8,8 @@ the real runner: ``Runner`` → ``run_load`` → ``stream_chat``, ledger writes
 (fsync) included.  Every call the client recorded is then matched with the
 simulator's own ground truth (``/sim/truth``: time.time() stamps of arrival and
 of every chunk it wrote; same machine, same clock) through the server timings
-each response carries (``predicted_ms`` = the simulator's ``decode_s`` × 1000,
-exact), and the differences are printed side by side:
+each response carries (``prompt_ms`` and ``predicted_ms``: the simulator's
+prefill and decode split at the first token, exact), and the differences are printed side by side:
 
 - TTFT error     = client ttft_s − (sim first_token − sim arrival): what the
                    client adds to time to first token (connect, send, read);
@@ -157,7 +157,8 @@ def compare(records: list[dict], truths: list[dict]) -> dict[str, dict]:
     """Per stage: the error lists (ms) of every matched call."""
     by_key = {}
     for t in truths:
-        by_key[(t["prefill_s"] * 1000, t["decode_s"] * 1000)] = t
+        # llama.cpp's clocks, as the simulator reports them: prompt_ms until the first token, predicted_ms after it
+        by_key[((t["prefill_s"] + t["first_step_s"]) * 1000, (t["decode_s"] - t["first_step_s"]) * 1000)] = t
     out: dict[str, dict] = {}
     for r in records:
         if r.get("kind") != "load" or r.get("warmup") or r.get("error") is not None:
@@ -371,7 +372,7 @@ def print_tables(stats: dict[str, dict], sampler: CpuSampler | None, thr: float)
                   f"{pct(st['ttft'], 99):>7.2f} | {pct(st['gap'], 50):>14.2f} {pct(st['gap'], 99):>7.2f} | "
                   f"{pct(st['stamp'], 50):>13.2f} {pct(st['stamp'], 99):>7.2f} | {pct(st['lag'], 99):>12.2f} "
                   f"{max(st['loop'] or [math.nan]):>14.2f} "
-                  + (f"{sampler.share(min(st['t']), max(st['t'])):>9.0%}" if sampler else f"{'-':>9}")
+                  + (f"{sampler.share(min(st['t']), max(st['t'])):>9.0%}" if sampler and st["t"] else f"{'-':>9}")
                   + (f"  ({st['unmatched']} unmatched)" if st["unmatched"] else ""))
         for what, keys in (("TTFT error", ("ttft",)), ("gap error", ("gap",)), ("TTFT and gap error", ("ttft", "gap"))):
             best = None
