@@ -41,6 +41,9 @@ def test_python_m_leverbench_cli_and_a_help_that_loads_nothing_heavy():
     res = subprocess.run([sys.executable, "-m", "leverbench.cli", "sim", "--help"], capture_output=True, text=True,
                          env=ENV, timeout=60)
     assert res.returncode == 0 and "--prefill-tps" in res.stdout
+    res = subprocess.run([sys.executable, "-m", "leverbench", "sim", "--help"], capture_output=True, text=True,
+                         env=ENV, timeout=60)
+    assert res.returncode == 0 and "--prefill-tps" in res.stdout  # python -m leverbench as well
 
 
 def test_errors_of_a_command_run_alone_print_one_line_and_exit_with_their_code(tmp_path):
