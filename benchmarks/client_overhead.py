@@ -69,7 +69,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from leverbench.config import load as load_experiment  # noqa: E402
-from leverbench.engines.simulator import synthetic_text  # noqa: E402
+from leverbench.engines.simulator import llama_clocks_ms, synthetic_text  # noqa: E402
 from leverbench.ledger.reader import read_ledger  # noqa: E402
 from leverbench.runner.run import Runner  # noqa: E402
 
@@ -157,8 +157,7 @@ def compare(records: list[dict], truths: list[dict]) -> dict[str, dict]:
     """Per stage: the error lists (ms) of every matched call."""
     by_key = {}
     for t in truths:
-        # llama.cpp's clocks, as the simulator reports them: prompt_ms until the first token, predicted_ms after it
-        by_key[((t["prefill_s"] + t["first_step_s"]) * 1000, (t["decode_s"] - t["first_step_s"]) * 1000)] = t
+        by_key[llama_clocks_ms(t["prefill_s"], t["first_step_s"], t["decode_s"])] = t
     out: dict[str, dict] = {}
     for r in records:
         if r.get("kind") != "load" or r.get("warmup") or r.get("error") is not None:

@@ -30,7 +30,7 @@ from leverbench.analysis.load import (
 from leverbench.analysis.stats import percentile
 from leverbench.analysis.warning_kinds import WarningKind as W
 from leverbench.config import load
-from leverbench.engines.simulator import SimConfig, SimulatorThread
+from leverbench.engines.simulator import SimConfig, SimulatorThread, llama_clocks_ms
 from leverbench.errors import ConfigError
 from leverbench.ledger.reader import read_ledger
 from leverbench.report.load_tables import load_table, load_tables
@@ -77,8 +77,7 @@ def run(tmp: Path, arms: dict[str, str], load_toml: str, **kw) -> list[dict]:
 
 def truth_key(t: dict) -> tuple[float, float]:
     """The simulator's timings sent with each answer identify its truth record exactly."""
-    # llama.cpp's clocks: prompt_ms until the first token, predicted_ms from it to the last
-    return ((t["prefill_s"] + t["first_step_s"]) * 1000, (t["decode_s"] - t["first_step_s"]) * 1000)
+    return llama_clocks_ms(t["prefill_s"], t["first_step_s"], t["decode_s"])
 
 
 # ------------------------------------------------------------------ pure parts

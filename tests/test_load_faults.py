@@ -9,7 +9,7 @@ from collections import Counter
 
 from leverbench.analysis.summary import summarize
 from leverbench.config import load
-from leverbench.engines.simulator import SimConfig, SimulatorThread
+from leverbench.engines.simulator import SimConfig, SimulatorThread, llama_clocks_ms
 from leverbench.ledger.reader import read_ledger
 from leverbench.runner.run import Runner
 
@@ -107,9 +107,7 @@ requests = 300
 
     # a completed call is matched to its simulator record by the timings the simulator sent with it
     served = [t for t in truth if t["decode_s"] > 0]  # (an HTTP fault answers before any of it: 0, 0)
-    # (llama.cpp's clocks: prompt_ms until the first token, predicted_ms from it to the last)
-    by_timings = {((t["prefill_s"] + t["first_step_s"]) * 1000, (t["decode_s"] - t["first_step_s"]) * 1000): t
-                  for t in served}
+    by_timings = {llama_clocks_ms(t["prefill_s"], t["first_step_s"], t["decode_s"]): t for t in served}
     assert len(by_timings) == len(served)
     matched = set()
     for r in (r for r in chat if r["error"] is None):

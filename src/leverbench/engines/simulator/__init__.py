@@ -87,7 +87,7 @@ from .answer import (
     step_sizes,
 )
 from .config import FAULT_NAMES, SimConfig, tokens_per_step
-from .exchange import Trace
+from .exchange import Trace, llama_clocks_ms
 from .server import STATE, SimulatorThread, build_app, serve
 from .state import CACHE_CAPACITY_BLOCKS, TRUTH_LIMIT, FifoSlots, PrefixCache, SimState
 from .tokens import (
@@ -104,6 +104,6 @@ __all__ = [
     "CACHE_CAPACITY_BLOCKS", "FAULT_NAMES", "STATE", "TOKEN_ID_SPACE", "TOOL_CALL_TOKENS", "TRUTH_LIMIT", "Answer",
     "ChatRequest", "FifoSlots", "PrefixCache", "SimConfig", "SimState", "SimulatorThread", "Trace", "answer_length",
     "build_app", "chat_prompt_tokens", "chunk_delta", "count_tokens", "full_message", "jittered_length",
-    "message_text", "parse_chat_request", "plan_answer", "serve", "step_sizes", "synthetic_text", "token_ids",
-    "tokenize", "tokens_per_step",
+    "llama_clocks_ms", "message_text", "parse_chat_request", "plan_answer", "serve", "step_sizes", "synthetic_text",
+    "token_ids", "tokenize", "tokens_per_step",
 ]

@@ -49,6 +49,14 @@ class Trace:
     fault: str | None = None  # comma-joined fault names that took effect, or None
 
 
+def llama_clocks_ms(prefill_s: float, first_step_s: float, decode_s: float) -> tuple[float, float]:
+    """(prompt_ms, predicted_ms) as llama.cpp's clocks split a request: prompt_ms until the first token
+    (the prefill and the step that samples it), predicted_ms from the first token to the last.  The
+    llama.cpp dialect sends these; a ground-truth record's ``prefill_s``, ``first_step_s`` and
+    ``decode_s`` give the same floats, so a client's call is matched to its truth record by them."""
+    return (prefill_s + first_step_s) * 1000, (decode_s - first_step_s) * 1000
+
+
 async def _sleep_until(target: float) -> None:
     """Sleep until ``target`` on the loop clock (no drift across many steps)."""
     delay = target - asyncio.get_running_loop().time()
@@ -231,14 +239,14 @@ class Exchange:
             return {}
         t = self.trace
         prompt_n = t.prompt_tokens - t.cached_tokens
-        generating = t.decode_s - self.first_step_s  # as llama.cpp: from the first token to the last
+        prompt_ms, predicted_ms = llama_clocks_ms(t.prefill_s, self.first_step_s, t.decode_s)
         return {"timings": {
             "prompt_n": prompt_n,
-            "prompt_ms": (t.prefill_s + self.first_step_s) * 1000,  # llama.cpp: until the first token
-            "prompt_per_second": prompt_n / (t.prefill_s + self.first_step_s) if t.prefill_s > 0 else 0.0,
+            "prompt_ms": prompt_ms,
+            "prompt_per_second": prompt_n / (prompt_ms / 1000) if t.prefill_s > 0 else 0.0,
             "predicted_n": t.completion_tokens,
-            "predicted_ms": generating * 1000,
-            "predicted_per_second": t.completion_tokens / generating if generating > 0 else 0.0,
+            "predicted_ms": predicted_ms,
+            "predicted_per_second": t.completion_tokens / (predicted_ms / 1000) if predicted_ms > 0 else 0.0,
             "cache_n": t.cached_tokens,
             "draft_n": t.draft_tokens,
             "draft_n_accepted": t.accepted_tokens,
