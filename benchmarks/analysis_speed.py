@@ -20,6 +20,7 @@ import random
 import re
 import resource
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -119,7 +120,7 @@ class PeakAnon:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--calls", type=int, default=1_000_000)
-    ap.add_argument("--dir", type=Path, default=Path("/tmp/lb-analysis-bench"))
+    ap.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "lb-analysis-bench")
     ap.add_argument("--reuse", action="store_true", help="keep the ledger an earlier run with the same --calls wrote")
     a = ap.parse_args()
     a.dir.mkdir(parents=True, exist_ok=True)

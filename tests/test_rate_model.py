@@ -137,6 +137,15 @@ def _llama_call(case: str, r: int, *, prompt: int, out: int, kind: str = "call",
                          "predicted_ms": decode * 1000, "cache_n": 0}, **kw)
 
 
+def _turns_at_500() -> list[dict]:
+    """Four turns of one call each at a 500-token prompt, 40 to 160 output tokens."""
+    recs = []
+    for rep, out in enumerate((40, 80, 120, 160)):
+        c = _llama_call("r", rep, prompt=500, out=out)
+        recs += turn("base", "r", rep, c["latency_s"], out, calls=[c])
+    return recs
+
+
 def test_probe_regression_and_server_timings_agree_at_the_probes_context():
     """Turns at a 500-token prompt, a probe at a 3,000-token depth: decode there is much slower
     (1/(10 ms + 1e-5·3,071.5) = 24.6 tok/s against 1/(10 ms + 1e-5·~600) = 62.5 tok/s in the turns).  Compared
@@ -145,10 +154,7 @@ def test_probe_regression_and_server_timings_agree_at_the_probes_context():
     head = header({"base": {"prefix_cache": False}}, ["r"], repeats=4)
     head["config"]["probes"] = {"output_tokens": [16, 128], "repeats": 2, "case": "r", "tolerance": 0.05,
                                 "depths": [3000]}
-    recs = []
-    for rep, out in enumerate((40, 80, 120, 160)):
-        c = _llama_call("r", rep, prompt=500, out=out)
-        recs += turn("base", "r", rep, c["latency_s"], out, calls=[c])
+    recs = _turns_at_500()
     for rep in range(2):
         for n in (16, 128):
             recs.append(_llama_call("r", rep, prompt=3000, out=n, kind="probe", probe_tokens=n, probe_depth=3000,
@@ -172,10 +178,7 @@ def test_a_drafter_arms_natural_probe_is_checked_against_the_same_calls_timings(
     the same probe calls, (p2 − p1) / (m2 − m1), and the regression shown beside it."""
     head = header({"base": {"prefix_cache": True, "drafter": "ngram"}}, ["r"], repeats=4)
     head["config"]["probes"] = {"output_tokens": [16, 128], "repeats": 2, "case": "r", "tolerance": 0.05}
-    recs = []
-    for rep, out in enumerate((40, 80, 120, 160)):
-        c = _llama_call("r", rep, prompt=500, out=out)
-        recs += turn("base", "r", rep, c["latency_s"], out, calls=[c])
+    recs = _turns_at_500()
     for rep in range(2):
         for n in (16, 128):
             p = _llama_call("r", rep, prompt=500, out=n, kind="probe", probe_tokens=n,

@@ -122,7 +122,8 @@ def same_calls_server_tps(rows1: list[dict[str, Any]], rows2: list[dict[str, Any
     if not all(x.get("predicted_ms") is not None and x.get("predicted_n") is not None for ts in t for x in ts):
         return None
     (p1, p2), (m1, m2) = ([median([x[k] for x in ts]) for ts in t] for k in ("predicted_n", "predicted_ms"))
-    return (p2 - p1) / ((m2 - m1) / 1000.0) if p2 > p1 and m2 > m1 else None
+    sol = two_point(p1, m1 / 1000.0, p2, m2 / 1000.0)
+    return sol[1] if sol else None
 
 
 def check(entry: dict[str, Any], reg: dict[str, Any] | None, model: dict[str, Any] | None, tol: float) -> None:
@@ -136,10 +137,6 @@ def check(entry: dict[str, Any], reg: dict[str, Any] | None, model: dict[str, An
         t = 1.0 / entry["regression_decode_tps"] + d1 * (ctx - entry["regression_context"])
         entry["regression_decode_tps"] = 1.0 / t if t > 0 else None
     entry["server_decode_tps"] = None
-    if dec and dec.get("source") == "server timings" and ctx is not None:
-        entry["server_decode_tps"] = tokens_per_second_at(model, ctx)
-        lo, hi = dec["range_context"]
-        entry["server_extrapolated"] = not lo <= ctx <= hi
     if entry.get("natural") and entry.get("same_calls_server_tps"):
         # a drafter's speed depends on the text it drafts: only the same calls' server timings are a view of
         # the same thing; the regression and the model (other texts, another acceptance) are shown, not checked
@@ -147,6 +144,10 @@ def check(entry: dict[str, Any], reg: dict[str, Any] | None, model: dict[str, An
         entry["server_extrapolated"] = False
         views = {"probe": entry["decode_tps"], "server": entry["server_decode_tps"]}
     else:
+        if dec and dec.get("source") == "server timings" and ctx is not None:
+            entry["server_decode_tps"] = tokens_per_second_at(model, ctx)
+            lo, hi = dec["range_context"]
+            entry["server_extrapolated"] = not lo <= ctx <= hi
         views = {"probe": None if entry.get("forced_on_drafter") else entry["decode_tps"],
                  "regression": entry["regression_decode_tps"], "server": entry["server_decode_tps"]}
     present = {k: v for k, v in views.items() if v}
