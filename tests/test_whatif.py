@@ -12,14 +12,15 @@ from click.testing import CliRunner
 from test_load import sim_process
 
 from leverbench.analysis.prefix_cache import PrefixCache, units
-from leverbench.analysis.whatif import ArmSpec, cache_pass, forecast, simulate, slowdown_curve
+from leverbench.analysis.whatif import ArmSpec, cache_pass, forecast, simulate, slowdown_curve, tied_calls
 from leverbench.analysis.whatif_arms import arm_specs
 from leverbench.analysis.whatif_plan import plan_calls
-from leverbench.analysis.whatif_verify import busy_seconds, measured
+from leverbench.analysis.whatif_verify import COMPARED, busy_seconds, compare, measured
 from leverbench.cli import cli
 from leverbench.config import load
 from leverbench.engines.simulator import SimConfig, SimulatorThread
 from leverbench.ledger.reader import read_ledger
+from leverbench.report.whatif import verify_table
 from leverbench.report.whatif_files import whatif_file
 from leverbench.runner.run import Runner
 from leverbench.workload.traces import TrafficCall, load_traffic
@@ -167,6 +168,55 @@ def test_no_arrival_times_serves_back_to_back() -> None:
     calls = [TrafficCall(100, 10), TrafficCall(200, 5)]
     s = simulate(plan_calls(calls), ArmSpec("a", M))
     assert list(s.e2e) == pytest.approx([2.4, 2.9])  # no queueing: each when the previous ended
+
+
+def _tied() -> list[TrafficCall]:
+    """Two calls at the same instant (prefill 0.5 + 0.01·I, no decode: 1.5 s and 2.5 s), a third 10 s later."""
+    return [TrafficCall(100, 1, arrival_s=0.0), TrafficCall(200, 1, arrival_s=0.0), TrafficCall(100, 1, arrival_s=10.0)]
+
+
+def test_simultaneous_arrivals_are_served_in_random_orders_and_the_figures_averaged() -> None:
+    """One slot; the 1.5 s and the 2.5 s call arrive together.  In the trace's order their e2e are 1.5 and 4.0,
+    the other way round 4.0 and 2.5; the third call, alone, 1.5.  p50 of the three is the middle one: (1.5,
+    1.5, 4.0) → 1.5 in the trace's order, (1.5, 2.5, 4.0) → 2.5 the other way round.  Over K seeded orders the
+    forecast's p50 is the mean of those two values, so (p50 − 1.5)·K is the whole number of orders in which
+    the 2.5 s call went first, and the orders' lowest and highest are 1.5 and 2.5.  The third call is never
+    moved ahead of the two (it arrives later)."""
+    plan = plan_calls(_tied())
+    assert tied_calls(plan) == 2
+    one = forecast(plan, [ArmSpec("a", M)], "a", orders=1)["arms"][0]
+    assert one["e2e_p50_s"] == pytest.approx(1.5) and one["orders"] is None  # the trace's order
+    res = forecast(plan, [ArmSpec("a", M)], "a", orders=16)
+    row = res["arms"][0]
+    assert row["orders"]["orders"] == 16 and row["orders"]["tied_calls"] == 2
+    assert row["orders"]["e2e_p50_s"] == pytest.approx([1.5, 2.5])
+    swapped = (row["e2e_p50_s"] - 1.5) * 16
+    assert swapped == pytest.approx(round(swapped)) and 1 <= round(swapped) <= 15
+    assert row["busy_s"] == pytest.approx(5.5) and row["orders"]["busy_s"] == pytest.approx([5.5, 5.5])
+    assert any("same instant" in n for n in res["notes"])
+    for seed in range(16):  # the later call keeps its place: served alone at 10 s
+        assert simulate(plan, ArmSpec("a", M), order_seed=seed).e2e[2] == pytest.approx(1.5)
+    # deterministic: the same orders every time
+    assert forecast(plan, [ArmSpec("a", M)], "a", orders=16)["arms"][0]["e2e_p50_s"] == row["e2e_p50_s"]
+    # no simultaneous arrivals: one simulation, no orders
+    assert tied_calls(plan_calls(_two(), block_tokens=100)) == 0
+    assert forecast(plan_calls(_two(), block_tokens=100), [ArmSpec("a", M)], "a")["arms"][0]["orders"] is None
+
+
+def test_verification_says_whether_the_measured_figure_lies_in_the_orders_range() -> None:
+    """The forecast of _tied() over 16 orders: e2e p50 between 1.5 and 2.5 s.  Measured 2.0 lies inside, 3.0
+    outside; error = forecast / measured − 1."""
+    res = forecast(plan_calls(_tied()), [ArmSpec("a", M)], "a", orders=16)
+    f = res["arms"][0]
+    for value, inside in ((2.0, True), (3.0, False)):
+        meas = {"a": {k: f[k] for k in COMPARED} | {"e2e_p50_s": value, "calls": 3, "failed": 0,
+                                                     "cached_share": 0.0, "template_tokens": 0.0}}
+        row = compare(res, meas, {"a": {}})["arms"][0]
+        assert row["in_order_range"]["e2e_p50_s"] is inside
+        assert row["error"]["e2e_p50_s"] == pytest.approx(f["e2e_p50_s"] / value - 1)
+        table = verify_table(compare(res, meas, {"a": {}}))
+        cell = next(r for r in table.rows if r[1] == "e2e p50 s")
+        assert cell[3] == "1.5–2.5" + (" (measured inside)" if inside else " (outside)")
 
 
 def test_forecast_rows_ranking_and_cost() -> None:

@@ -22,7 +22,10 @@ and ``sim`` were rewritten, when the guard began refusing cells with retried cal
 rows measured from the stream and compared at their context (new keys, new ``decode_tps``,
 ``prefill_s``, ``agreement``); ``server[].server_decode_tps`` over predicted_n − 1 tokens; ``rates``
 (probe rates) and ``projection`` (from the rate model) recomputed; ``verdicts`` and ``adaptive``
-(issue 16) were added to every file; the rest of each file is as first
+(issue 16) were added to every file; ``probes[].regression_decode_tps`` became the per-call decode fit on
+the client's stream clock at the probe's context (``regression_source``, ``regression_extrapolated`` added;
+``regression_context`` only for the cell-regression fallback), and ``agreement`` / ``agrees`` / ``views``
+with it (issue 15); the rest of each file is as first
 computed.  These files catch change; tests/test_oracles.py checks the
 headline numbers against hand computation.
 """

@@ -15,14 +15,23 @@ Taking the decode time rather than the latency keeps the prefill's noise (a long
 of the decode rate.  Without TTFT (a call that was not streamed) the latencies stand in:
 decode_tps = (c2 − c1) / (t2 − t1).
 
-**The check** compares three independent views of the arm's decode speed at the probe's context,
-through the arm's rate model (:mod:`.rate_model`: per-token time d0 + d1·L):
+**The check** compares three views of the arm's decode speed at the probe's context, each through the
+rate model's form (:mod:`.rate_model`: per-token time d0 + d1·L):
 
-- probe: ``decode_tps`` as measured (left out of the check when it was forced on a drafter arm);
-- regression: the probe case's cell regression (:mod:`.regression`), measured at its ``decode_context``
-  γ, moved to the probe's context with the model's d1: 1 / (1/decode_tps_reg + d1·(context − γ));
-- server: the model fitted on the server's own per-call timings (llama.cpp ``predicted_ms``), at the
-  probe's context: 1 / (d0 + d1·context) (only when the model's decode comes from server timings).
+- probe: ``decode_tps`` as measured, a local two-point difference at this one depth (left out of the check
+  when it was forced on a drafter arm);
+- regression: the per-call regression on the **client's clock** — d0 + d1·L fitted over every counted call
+  and probe of the arm, each at its own context, with the decode time the stream measured (m =
+  completion − 1 tokens from L = prompt + 1 in latency − TTFT seconds; :func:`.rate_fit.fit_decode`),
+  evaluated at the probe's context: 1 / (d0 + d1·context).  A per-cell regression of latency on output
+  tokens (:mod:`.regression`) is not used: between a turn's steps the context grows with the output, so its
+  slope mixes context growth into the decode rate (on the demo it read 11–22 % fast).  Without a stream (no
+  TTFT) the cell regression stands in, moved from the context it measured at (its ``decode_context`` γ)
+  with the model's d1: 1 / (1/decode_tps_reg + d1·(context − γ));
+- server: the same form fitted on the **server's clock** (llama.cpp ``predicted_ms`` per call: the arm's
+  rate model where its decode comes from server timings), at the probe's context: 1 / (d0 + d1·context).
+
+The two regressions share calls but not clocks; the probe checks that the fitted line holds at its depth.
 
 Natural probes (a drafter arm's): a drafter's speed depends on the text it drafts, and the regression and
 the model were measured on other texts (another acceptance), so the check compares the probe with the
@@ -39,7 +48,7 @@ from collections import defaultdict
 from typing import Any
 
 from .dataset import Dataset
-from .rate_fit import has_drafter, is_natural
+from .rate_fit import decode_points, fit_decode, has_drafter, is_natural
 from .rate_model import prefill_seconds, tokens_per_second_at
 from .stats import median
 from .warning_kinds import RunWarning, WarningKind
@@ -126,16 +135,27 @@ def same_calls_server_tps(rows1: list[dict[str, Any]], rows2: list[dict[str, Any
     return sol[1] if sol else None
 
 
-def check(entry: dict[str, Any], reg: dict[str, Any] | None, model: dict[str, Any] | None, tol: float) -> None:
-    """Add the three views at the probe's context, their ``agreement`` and ``agrees`` (module docstring)."""
+def check(entry: dict[str, Any], reg: dict[str, Any] | None, stream: dict[str, Any] | None,
+          model: dict[str, Any] | None, tol: float) -> None:
+    """Add the three views at the probe's context, their ``agreement`` and ``agrees`` (module docstring);
+    *stream* is the decode block fitted on the client's stream clock, *reg* the cell regression (used only
+    without a stream)."""
     ctx = entry.get("context_tokens")
     dec = (model or {}).get("decode")
     d1 = dec["d1_s_per_token_per_ctx"] if dec else 0.0
-    entry["regression_decode_tps"] = reg.get("decode_tps") if reg else None
-    entry["regression_context"] = reg.get("decode_context") if reg else None
-    if entry["regression_decode_tps"] and ctx is not None and entry["regression_context"] is not None:
-        t = 1.0 / entry["regression_decode_tps"] + d1 * (ctx - entry["regression_context"])
-        entry["regression_decode_tps"] = 1.0 / t if t > 0 else None
+    entry["regression_decode_tps"] = entry["regression_context"] = entry["regression_extrapolated"] = None
+    entry["regression_source"] = None
+    if stream and ctx is not None:
+        entry["regression_source"] = "per-call fit, client stream"
+        entry["regression_decode_tps"] = tokens_per_second_at({"decode": stream}, ctx)
+        lo, hi = stream["range_context"]
+        entry["regression_extrapolated"] = not lo <= ctx <= hi
+    elif reg and reg.get("decode_tps"):
+        entry["regression_source"] = "cell regression, latency ~ output"
+        entry["regression_decode_tps"], entry["regression_context"] = reg["decode_tps"], reg.get("decode_context")
+        if ctx is not None and entry["regression_context"] is not None:
+            t = 1.0 / entry["regression_decode_tps"] + d1 * (ctx - entry["regression_context"])
+            entry["regression_decode_tps"] = 1.0 / t if t > 0 else None
     entry["server_decode_tps"] = None
     if entry.get("natural") and entry.get("same_calls_server_tps"):
         # a drafter's speed depends on the text it drafts: only the same calls' server timings are a view of
@@ -169,6 +189,7 @@ def probes(ds: Dataset, decomposition: list[dict[str, Any]], models: list[dict[s
         by[(p["arm"], p["case"], p.get("probe_depth"))][p["probe_tokens"]].append(p)
     reg = {(d["arm"], d["case"]): d for d in decomposition}
     model_of = {m["arm"]: m for m in models or []}
+    stream_of: dict[str, dict[str, Any] | None] = {}
     out = []
     keys = sorted(by, key=lambda k: (ds.arms.index(k[0]) if k[0] in ds.arms else 99, k[1], k[2] or 0))
     for arm, case, depth in keys:
@@ -200,9 +221,13 @@ def probes(ds: Dataset, decomposition: list[dict[str, Any]], models: list[dict[s
                 drafts = [r.get("timings") or {} for n in (n1, n2) for r in rows[n]]
                 dn = sum(t.get("draft_n") or 0 for t in drafts)
                 entry["acceptance"] = sum(t.get("draft_n_accepted") or 0 for t in drafts) / dn if dn else None
-        check(entry, reg.get((arm, case)), model_of.get(arm), tol)
+        if arm not in stream_of:
+            pts = decode_points(ds, arm, stream=True) if arm in ds.arm_names else None
+            stream_of[arm] = fit_decode(*pts[:3], pts[4]) if pts and pts[4] else None
+        check(entry, reg.get((arm, case)), stream_of[arm], model_of.get(arm), tol)
         r = reg.get((arm, case))
-        if r and r.get("mixed_prefill") and entry["agrees"] is False and r.get("method") == "latency ~ output":
+        if (r and r.get("mixed_prefill") and entry["agrees"] is False and r.get("method") == "latency ~ output"
+                and (entry["regression_source"] or "").startswith("cell")):
             entry["check_note"] = ("the regression mixes calls with and without a cached prefix "
                                    f"(uncached input {r['uncached_input_range'][0]}–"
                                    f"{r['uncached_input_range'][1]} tokens)")

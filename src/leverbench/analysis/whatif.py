@@ -4,7 +4,12 @@ The calls (:mod:`.whatif_plan`: as trace replay sends them) arrive at their time
 its rate model (:mod:`.rate_model`), its slots and its batching slowdown, and its prefix cache of finite
 capacity (:mod:`.prefix_cache`).  Per call i, on one arm:
 
-    admitted   when a slot is free, in order of arrival (first come, first served)
+    admitted   when a slot is free, in order of arrival (first come, first served); calls that arrive at
+               the same instant (a trace's timestamps are coarse: Mooncake's come in bursts of 10–16 at one
+               millisecond) reach a real server in an order nobody recorded (measured on llama.cpp: a
+               different order each replay), so the forecast serves ORDERS random orders of them (seeded:
+               deterministic) and reports each figure's mean over those orders, with its lowest and highest
+               (``orders``); without simultaneous arrivals, one simulation in the trace's order
     hit_i      tokens of its prompt the arm's cache holds then (0 without a cache; where the trace recorded
                cached tokens that a cache already served and gives no prefix structure: those, as served)
     work_i     prefill_s(I − hit, hit) then decode_s(I + 1, O − 1)  (the rate model: seconds when served
@@ -34,6 +39,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import random
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -82,6 +88,47 @@ def slowdown_curve(batch: dict[str, Any] | None) -> Callable[[int], float]:
     return f
 
 
+ORDERS = 16  # random orders of simultaneous arrivals a forecast serves (see the module docstring)
+#: the figures of an arm's row averaged over those orders (the ``ttft`` / ``e2e`` distributions and the
+#: ``cache`` figures key by key)
+ORDER_FIGURES = ("ttft_p50_s", "ttft_p99_s", "e2e_p50_s", "e2e_p99_s", "output_tps", "busy_s", "makespan_s",
+                 "gpu_hours_per_1000_calls", "usd_per_1000_calls")
+CACHE_FIGURES = ("hit_tokens", "input_tokens", "hit_share", "unbounded_hit_share", "evicted_tokens")
+
+
+def tied_calls(plan: Plan) -> int:
+    """How many sessions' first calls arrive at the same instant as another's (0 without arrival times)."""
+    if not plan.has_arrivals:
+        return 0
+    starts = np.array([s[0].start_s or 0.0 for s in plan.sessions])
+    _, counts = np.unique(starts, return_counts=True)
+    return int(counts[counts > 1].sum())
+
+
+def _mean(values: Sequence[Any]) -> Any:
+    return None if any(v is None for v in values) else float(np.mean(values))
+
+
+def mean_row(rows: Sequence[dict[str, Any]], tied: int) -> dict[str, Any]:
+    """One row from an arm's rows under several orders of simultaneous arrivals: ORDER_FIGURES, the
+    distributions and the cache figures averaged; ``orders`` gives their count, the tied calls and each of
+    ORDER_FIGURES' [lowest, highest].  A single row is returned as it is (``orders`` None)."""
+    if len(rows) == 1:
+        return {**rows[0], "orders": None}
+    out = dict(rows[0])
+    for k in ORDER_FIGURES:
+        out[k] = _mean([r[k] for r in rows])
+    for k in ("ttft", "e2e"):
+        if all(r.get(k) for r in rows):
+            out[k] = {q: _mean([r[k][q] for r in rows]) for q in rows[0][k]}
+    if out.get("cache"):
+        out["cache"] = {**out["cache"], **{k: _mean([r["cache"][k] for r in rows]) for k in CACHE_FIGURES}}
+    out["orders"] = {"orders": len(rows), "tied_calls": tied,
+                     **{k: [min(r[k] for r in rows), max(r[k] for r in rows)] for k in ORDER_FIGURES
+                        if all(r[k] is not None for r in rows)}}
+    return out
+
+
 @dataclass
 class Served:
     """What one arm's simulation returns: per call (in plan order) and in total."""
@@ -120,8 +167,10 @@ def _hit(call: PlannedCall, cache: PrefixCache | None, shadow: PrefixCache, reco
     return hit
 
 
-def simulate(plan: Plan, arm: ArmSpec) -> Served:
-    """Serve ``plan`` on ``arm`` (see the module docstring); deterministic."""
+def simulate(plan: Plan, arm: ArmSpec, order_seed: int | None = None) -> Served:
+    """Serve ``plan`` on ``arm`` (see the module docstring); deterministic.  ``order_seed``: the sessions
+    whose first calls arrive at the same instant are served in an order drawn with this seed (None: the
+    trace's order)."""
     calls = plan.calls
     pos = {id(c): i for i, c in enumerate(calls)}
     n = len(calls)
@@ -146,7 +195,10 @@ def simulate(plan: Plan, arm: ArmSpec) -> Served:
     if chain and firsts:
         arrivals.append((0.0, seq, firsts[0]))
     else:
-        for c in firsts:
+        order = list(firsts)
+        if order_seed is not None:
+            random.Random(order_seed).shuffle(order)  # ties in start_s are then broken at random
+        for c in order:
             seq += 1
             arrivals.append((c.start_s or 0.0, seq, c))
         heapq.heapify(arrivals)
@@ -329,8 +381,9 @@ def realized_cache_saving(plan: Plan, model: dict[str, Any]) -> dict[str, Any] |
 
 
 def forecast(plan: Plan, arms: Sequence[ArmSpec], baseline: str, *,
-             trace_cached_share: float | None = None) -> dict[str, Any]:
+             trace_cached_share: float | None = None, orders: int = ORDERS) -> dict[str, Any]:
     """Serve ``plan`` on every arm and rank them; the JSON-ready what-if (see the module docstring).
+    ``orders``: how many random orders of simultaneous arrivals to serve (where there are any).
 
     ``trace_cached_share``: the traffic analysis's share of input tokens an unbounded cache could reuse
     (Mooncake hash ids), shown beside the simulated caches.
@@ -339,16 +392,20 @@ def forecast(plan: Plan, arms: Sequence[ArmSpec], baseline: str, *,
         raise ValueError("no calls to serve")
     if not any(a.name == baseline for a in arms):  # --arms left the baseline out: rank against the first served
         baseline = arms[0].name
-    served = [simulate(plan, a) for a in arms]
-    rows = [arm_row(s, a) for s, a in zip(served, arms)]
+    tied = tied_calls(plan)
+    k = orders if tied and orders > 1 else 1
+    served, rows = [], []
+    for a in arms:
+        runs = [simulate(plan, a, order_seed=j if k > 1 else None) for j in range(k)]
+        served.append(runs[0])
+        rows.append(mean_row([arm_row(r, a) for r in runs], tied))
     ref_model = next((a.model for a in arms if a.name == baseline), arms[0].model)
     realized = realized_cache_saving(plan, ref_model)
     ref, why = reference_arm(arms, baseline, realized is not None)
     rank = ranking(rows, ref, {a.name: a.knobs for a in arms})
-    with_cache = next(((s, a) for s, a in zip(served, arms) if s.cache is not None), None)
+    with_cache = next((r for r in rows if r.get("cache")), None)
     if with_cache is not None:
-        cache = cache_figures(with_cache[0].cache, with_cache[0].shadow, with_cache[1])
-        cache["arm"] = with_cache[1].name
+        cache = {**with_cache["cache"], "arm": with_cache["arm"]}
     else:
         cache = {"arm": None, "capacity_tokens": None, "hit_share": None,
                  "unbounded_hit_share": served[0].shadow.hit_share, "note": "no arm has a prefix cache on"}
@@ -361,6 +418,10 @@ def forecast(plan: Plan, arms: Sequence[ArmSpec], baseline: str, *,
                      "rates; arms with a cache serve those tokens as recorded, arms without prefill them")
     if not plan.has_arrivals:
         notes.append("the trace records no arrival times: calls are served back to back (no queueing)")
+    if k > 1:
+        notes.append(f"{tied:,} of {len(plan.calls):,} calls arrive at the same instant as another: their order at "
+                     f"the server is unknown, so each figure is the mean over {k} random orders of them (lowest–"
+                     "highest in the JSON's orders)")
     return {"arms": rows, "ranking": rank, "reference": ref, "cache": cache, "cache_already_on": realized,
             "calls": len(plan.calls), "sessions": len(plan.sessions), "left_out": plan.left_out,
             "plan": plan.options, "notes": notes}

@@ -15,6 +15,8 @@ latencies):
                    each replayed prompt (whatif --template-tokens)
 
     error          = forecast / measured − 1, per figure (+10 %: the forecast 10 % too high)
+    in_order_range whether the measured figure lies between the lowest and highest the forecast found over
+                   the random orders of its simultaneous arrivals (where it served several: ``orders``)
 
 The track record (:func:`track_record`): every verification stored with the run, summarised per arm.
 """
@@ -98,8 +100,11 @@ def compare(result: dict[str, Any], meas: Mapping[str, dict[str, Any]],
     rows = []
     for row in result["arms"]:
         m = meas.get(row["arm"])
+        band = row.get("orders") or {}
         rows.append({**row, "measured": m,
-                     "error": {k: error(row.get(k), m.get(k)) for k in COMPARED} if m else None})
+                     "error": {k: error(row.get(k), m.get(k)) for k in COMPARED} if m else None,
+                     "in_order_range": {k: band[k][0] <= m[k] <= band[k][1] for k in COMPARED
+                                        if k in band and m.get(k) is not None} if m and band else None})
     out["arms"] = rows
     mrows = [{"arm": a, **m} for a, m in meas.items() if any(r["arm"] == a for r in result["arms"])]
     rank_m = ranking(mrows, result["reference"], knobs) if mrows else []

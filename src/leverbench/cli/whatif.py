@@ -47,6 +47,10 @@ def _arms(value: str | None) -> list[str] | None:
               help="Tokens the engine's chat template adds to every prompt (a system prompt, the roles), shared "
                    "by all calls: trace replay sends the trace's lengths as content, so --verify's engine sees "
                    "these too (the verification reports them measured).")
+@click.option("--orders", type=click.IntRange(min=1),
+              help="Calls that arrive at the same instant reach a server in an unknown order: serve this many "
+                   "random orders of them (seeded) and report each figure's mean (default 16; 1: the trace's "
+                   "order).")
 @click.option("--gpus", type=float, help="GPUs per server (default: the arm's conditions, else 1).")
 @click.option("--gpu-hour-usd", type=float, help="Price of a GPU-hour (default: the arm's conditions).")
 @click.option("--trace-format", "fmt", type=click.Choice(FORMATS), help="Format of TRAFFIC (default: detected).")
@@ -61,8 +65,9 @@ def _arms(value: str | None) -> list[str] | None:
 def whatif_command(traffic: Path, rates: Path, arms: str | None, speed: float, requests: int | None,
                    scale_input: float, scale_output: float, max_input_tokens: int | None, max_tokens: int | None,
                    cache_tokens: float | None, block_tokens: int | None, cached_share: float | None,
-                   template_tokens: int, gpus: float | None, gpu_hour_usd: float | None, fmt: str | None,
-                   columns: str | None, verify: bool, verify_out: Path | None, as_json: bool, salvage: bool) -> None:
+                   template_tokens: int, orders: int | None, gpus: float | None, gpu_hour_usd: float | None,
+                   fmt: str | None, columns: str | None, verify: bool, verify_out: Path | None, as_json: bool,
+                   salvage: bool) -> None:
     """Simulate serving TRAFFIC (any format analyze reads) on each arm of a run: arrivals at the
     trace's times (÷ --speed), queueing, the arm's slots and batching as measured, a prefix cache
     of finite capacity (LRU, in blocks) beside the unbounded upper bound, and its rate model.
@@ -76,7 +81,7 @@ def whatif_command(traffic: Path, rates: Path, arms: str | None, speed: float, r
                          scale_input=scale_input, scale_output=scale_output, requests=requests,
                          max_input_tokens=max_input_tokens, max_tokens=max_tokens, cache_tokens=cache_tokens,
                          block_tokens=block_tokens, cached_share=cached_share, gpus=gpus, gpu_hour_usd=gpu_hour_usd,
-                         template_tokens=template_tokens, salvage=salvage)
+                         template_tokens=template_tokens, orders=orders, salvage=salvage)
     if verify:
         exp = verify_experiment(rates, result, salvage=salvage)
         out = verify_out or (Path(rates) if Path(rates).is_dir() else Path(rates).parent) / \

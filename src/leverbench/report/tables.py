@@ -206,7 +206,9 @@ def probe_table(summary: dict[str, Any]) -> Table:
             probe += f", {pct(p['acceptance'])} accepted"
         reg = s(p.get("regression_decode_tps"))
         if p.get("regression_context") is not None and p.get("regression_decode_tps"):
-            reg += f" (measured at {p['regression_context']:,.0f})"
+            reg += f" (cell regression, measured at {p['regression_context']:,.0f})"
+        elif p.get("regression_extrapolated") and p.get("regression_decode_tps"):
+            reg += " extrapolated"
         server = s(p.get("server_decode_tps")) + (" extrapolated" if p.get("server_extrapolated") else "")
         rows.append([p["arm"], p["case"], "case prompt" if p.get("depth") is None else f"{p['depth']:,}",
                      f"{p['n1']}/{p['n2']}" + (" natural" if p.get("natural") else ""),
@@ -220,9 +222,10 @@ def probe_table(summary: dict[str, Any]) -> Table:
                   "prefill speed-up", "probe tok/s", "regression tok/s", "server timings tok/s", "spread",
                   f"check (≤{pct(tol)})"], rows,
                  notes=["Each view at the probe's context (prompt + the mean position of the tokens the two lengths "
-                        "differ by): the regression moved from the context it measured at with the rate model's "
-                        "per-context slope d1, the server's per-call timings through the rate model fitted on them. "
-                        "spread = fastest / slowest − 1.",
+                        "differ by). The regression: per-token decode time d0 + d1·context fitted over the arm's "
+                        "calls, each at its own context, on the client's stream clock (latency − TTFT); the "
+                        "server timings: the same form fitted on the server's per-call timings. The probe is a "
+                        "two-point difference at its one depth. spread = fastest / slowest − 1.",
                         "A drafter arm's probes are natural answers (not forced past end-of-sequence): a drafter "
                         "predicts a forced answer's repetitive text unnaturally well."])
 

@@ -43,17 +43,24 @@ def verify_table(result: dict[str, Any]) -> Table | None:
     rows = []
     for r in result["arms"]:
         m, e = r.get("measured") or {}, r.get("error") or {}
+        band, inside = r.get("orders") or {}, r.get("in_order_range") or {}
         for k, label in (("ttft_p50_s", "TTFT p50 s"), ("ttft_p99_s", "TTFT p99 s"), ("e2e_p50_s", "e2e p50 s"),
                          ("e2e_p99_s", "e2e p99 s"), ("output_tps", "output tok/s"),
                          ("gpu_hours_per_1000_calls", "GPU-h/1000 calls")):
-            rows.append([r["arm"], label, _s(r.get(k)), _s(m.get(k)), _p(e.get(k), sign=True)])
+            rng = (f"{_s(band[k][0])}–{_s(band[k][1])}" + ("" if inside.get(k) is None else
+                                                          " (measured inside)" if inside[k] else " (outside)")
+                   if k in band else "–")
+            rows.append([r["arm"], label, _s(r.get(k)), rng, _s(m.get(k)), _p(e.get(k), sign=True)])
     notes = [f"{r['arm']}: measured {r['measured']['calls']} calls, {r['measured']['failed']} failed; "
              f"cache served {_p(r['measured']['cached_share'])} of the prompt tokens; the chat template added "
              f"{_s(r['measured']['template_tokens'])} tokens to each first prompt (forecast with "
              f"--template-tokens {result['plan'].get('template_tokens', 0)})"
              for r in result["arms"] if r.get("measured")]
+    if any(r.get("orders") for r in result["arms"]):
+        notes.append("forecast: the mean over random orders of the calls that arrive at the same instant; "
+                     "over those orders: the lowest and highest")
     return Table("verify", "Forecast vs measured (error = forecast / measured − 1)",
-                 ["arm", "figure", "forecast", "measured", "error"], rows, notes=notes)
+                 ["arm", "figure", "forecast", "over those orders", "measured", "error"], rows, notes=notes)
 
 
 def ranking_table(result: dict[str, Any]) -> Table:

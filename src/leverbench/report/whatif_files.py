@@ -18,7 +18,7 @@ import math
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..analysis.whatif import forecast
+from ..analysis.whatif import ORDERS, forecast
 from ..analysis.whatif_arms import arm_specs
 from ..analysis.whatif_plan import plan_calls
 from ..analysis.whatif_verify import compare, measured, track_record
@@ -58,7 +58,7 @@ def whatif_file(traffic: str | Path, rates: str | Path, *, arms: Sequence[str] |
                 scale_output: float = 1.0, requests: int | None = None, max_input_tokens: int | None = None,
                 max_tokens: int | None = None, cache_tokens: float | None = None, block_tokens: int | None = None,
                 cached_share: float | None = None, gpus: float | None = None, gpu_hour_usd: float | None = None,
-                template_tokens: int = 0, salvage: bool = False) -> dict[str, Any]:
+                template_tokens: int = 0, orders: int | None = None, salvage: bool = False) -> dict[str, Any]:
     """Read the traffic and the run, serve the planned calls on each arm; the JSON-ready forecast plus
     ``input`` (the import), ``run`` (the rates' run) and ``track_record`` (earlier verifications)."""
     if cached_share is not None and not 0 <= cached_share < 1:
@@ -89,7 +89,8 @@ def whatif_file(traffic: str | Path, rates: str | Path, *, arms: Sequence[str] |
     potential = [c for c in calls if c.cached_tokens is not None] if not load.cached_served else []
     trace_share = (sum(c.cached_tokens for c in potential) / sum(c.input_tokens for c in potential)
                    if potential else None)
-    result = forecast(plan, specs, summary.get("baseline") or specs[0].name, trace_cached_share=trace_share)
+    result = forecast(plan, specs, summary.get("baseline") or specs[0].name, trace_cached_share=trace_share,
+                      orders=ORDERS if orders is None else orders)
     result["notes"] = left + result["notes"]
     result["input"] = {"path": str(load.path), "format": load.fmt, "used": load.used, "skipped": load.skipped,
                        "notes": load.notes, "cached_served": load.cached_served}
