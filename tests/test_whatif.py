@@ -15,7 +15,7 @@ from leverbench.analysis.prefix_cache import PrefixCache, units
 from leverbench.analysis.whatif import ArmSpec, cache_pass, forecast, simulate, slowdown_curve, tied_calls
 from leverbench.analysis.whatif_arms import arm_specs
 from leverbench.analysis.whatif_plan import plan_calls
-from leverbench.analysis.whatif_verify import COMPARED, busy_seconds, compare, measured
+from leverbench.analysis.whatif_verify import COMPARED, busy_seconds, compare, measured, service_seconds
 from leverbench.cli import cli
 from leverbench.config import load
 from leverbench.engines.simulator import SimConfig, SimulatorThread
@@ -192,7 +192,7 @@ def test_simultaneous_arrivals_are_served_in_random_orders_and_the_figures_avera
     assert row["orders"]["e2e_p50_s"] == pytest.approx([1.5, 2.5])
     swapped = (row["e2e_p50_s"] - 1.5) * 16
     assert swapped == pytest.approx(round(swapped)) and 1 <= round(swapped) <= 15
-    assert row["busy_s"] == pytest.approx(5.5) and row["orders"]["busy_s"] == pytest.approx([5.5, 5.5])
+    assert row["busy_s"] == pytest.approx(5.5) and "busy_s" not in row["orders"]  # the same in every order
     assert any("same instant" in n for n in res["notes"])
     for seed in range(16):  # the later call keeps its place: served alone at 10 s
         assert simulate(plan, ArmSpec("a", M), order_seed=seed).e2e[2] == pytest.approx(1.5)
@@ -217,6 +217,18 @@ def test_verification_says_whether_the_measured_figure_lies_in_the_orders_range(
         table = verify_table(compare(res, meas, {"a": {}}))
         cell = next(r for r in table.rows if r[1] == "e2e p50 s")
         assert cell[3] == "1.5–2.5" + (" (measured inside)" if inside else " (outside)")
+
+
+def test_engine_time_of_the_verified_calls_against_the_rate_model() -> None:
+    """A call served with 100 uncached tokens after 50 cached and 11 generated: the model's 0.5 + 100 × 0.01 =
+    1.5 s of prefill and 10 × 0.1 = 1.0 s of decode against the engine's 1.0 + 1.2 = 2.2 s; a retried
+    attempt and a failed call are left out; a call without timings makes it unknown."""
+    t = {"prompt_n": 100, "cache_n": 50, "prompt_ms": 1000.0, "predicted_n": 11, "predicted_ms": 1200.0}
+    rs = [{"timings": t, "error": None}, {"timings": t, "error": None, "retried": True},
+          {"timings": t, "error": {"class": "http_error"}}]
+    assert service_seconds(rs, M) == pytest.approx((2.5, 2.2))
+    assert service_seconds(rs + [{"timings": None, "error": None}], M) is None
+    assert service_seconds(rs, None) is None
 
 
 def test_forecast_rows_ranking_and_cost() -> None:
@@ -411,6 +423,9 @@ def test_whatif_verify_stores_its_error_and_later_forecasts_carry_it(tmp_path: P
         e = r["error"]["e2e_p50_s"]
         assert e == pytest.approx(r["e2e_p50_s"] / r["measured"]["e2e_p50_s"] - 1)
         assert abs(e) < 0.5  # rates measured on the same simulator: the forecast is near
+        # the engine's own time for the same calls (the simulator's llama.cpp timings) against the rate model's
+        svc = r["measured"]["service_model_s"] / r["measured"]["service_s"] - 1
+        assert r["error"]["service_s"] == pytest.approx(svc) and abs(svc) < 0.15
     assert res["arms"][1]["measured"]["cached_share"] > 0 and res["arms"][0]["measured"]["cached_share"] == 0
     assert res["arms"][0]["measured"]["template_tokens"] == 0  # the simulator's prompt is the target's length
     assert isinstance(res["ranking_matches"], bool) and res["ranking_measured"]

@@ -111,8 +111,9 @@ def _mean(values: Sequence[Any]) -> Any:
 
 def mean_row(rows: Sequence[dict[str, Any]], tied: int) -> dict[str, Any]:
     """One row from an arm's rows under several orders of simultaneous arrivals: ORDER_FIGURES, the
-    distributions and the cache figures averaged; ``orders`` gives their count, the tied calls and each of
-    ORDER_FIGURES' [lowest, highest].  A single row is returned as it is (``orders`` None)."""
+    distributions and the cache figures averaged; ``orders`` gives their count, the tied calls and, for each
+    of ORDER_FIGURES that the order changes, its [lowest, highest].  A single row is returned as it is
+    (``orders`` None)."""
     if len(rows) == 1:
         return {**rows[0], "orders": None}
     out = dict(rows[0])
@@ -123,9 +124,13 @@ def mean_row(rows: Sequence[dict[str, Any]], tied: int) -> dict[str, Any]:
             out[k] = {q: _mean([r[k][q] for r in rows]) for q in rows[0][k]}
     if out.get("cache"):
         out["cache"] = {**out["cache"], **{k: _mean([r["cache"][k] for r in rows]) for k in CACHE_FIGURES}}
-    out["orders"] = {"orders": len(rows), "tied_calls": tied,
-                     **{k: [min(r[k] for r in rows), max(r[k] for r in rows)] for k in ORDER_FIGURES
-                        if all(r[k] is not None for r in rows)}}
+    bands = {}
+    for k in ORDER_FIGURES:
+        if all(r[k] is not None for r in rows):
+            lo, hi = min(r[k] for r in rows), max(r[k] for r in rows)
+            if hi - lo > 1e-9 * abs(hi):  # a figure the order does not change has no range
+                bands[k] = [lo, hi]
+    out["orders"] = {"orders": len(rows), "tied_calls": tied, **bands}
     return out
 
 

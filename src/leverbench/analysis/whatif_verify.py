@@ -15,6 +15,10 @@ latencies):
                    each replayed prompt (whatif --template-tokens)
 
     error          = forecast / measured − 1, per figure (+10 %: the forecast 10 % too high)
+    service        the engine's own seconds for the calls (llama.cpp timings: Σ prompt_ms + predicted_ms) beside
+                   the rate model's for the same calls as served (Σ prefill_s(prompt_n, cache_n) + decode_s(prompt
+                   + 1, predicted_n − 1)): its error says how far the engine's speed during the verification was
+                   from the calibration's, apart from queueing (``service_model_s`` / ``service_s`` − 1)
     in_order_range whether the measured figure lies between the lowest and highest the forecast found over
                    the random orders of its simultaneous arrivals (where it served several: ``orders``)
 
@@ -28,6 +32,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from .load import columns, distribution, e2e, load_records, ready, ttft
+from .rate_model import decode_seconds, prefill_seconds
 from .whatif import ranking
 
 COMPARED = ("ttft_p50_s", "ttft_p99_s", "e2e_p50_s", "e2e_p99_s", "output_tps", "gpu_hours_per_1000_calls")
@@ -75,13 +80,31 @@ def measured_row(rs: Sequence[dict[str, Any]], gpus: float = 1.0) -> dict[str, A
             "template_tokens": sum(extra) / len(extra) if extra else None}
 
 
-def measured(records: Iterable[dict[str, Any]], stage: str, gpus: Mapping[str, float] | None = None
-             ) -> dict[str, dict[str, Any]]:
-    """Per arm, :func:`measured_row` of the stage's latest execution."""
+def service_seconds(rs: Sequence[dict[str, Any]], model: Mapping[str, Any] | None) -> tuple[float, float] | None:
+    """(the rate model's seconds, the engine's own seconds) for the successful calls as the engine served them
+    (see the module docstring: ``service``); None without a model or when a call lacks llama.cpp's timings."""
+    ok = [r for r in rs if not r.get("retried") and not r.get("warmup") and r.get("error") is None]
+    tm = [r.get("timings") or {} for r in ok]
+    keys = ("prompt_n", "prompt_ms", "predicted_n", "predicted_ms")
+    if not model or not model.get("prefill") or not model.get("decode") or not ok or \
+            not all(t.get(k) is not None for t in tm for k in keys):
+        return None
+    forecast = sum(prefill_seconds(model, t["prompt_n"], t.get("cache_n") or 0)
+                   + decode_seconds(model, t["prompt_n"] + (t.get("cache_n") or 0) + 1, max(t["predicted_n"] - 1, 0))
+                   for t in tm)
+    return forecast, sum(t["prompt_ms"] + t["predicted_ms"] for t in tm) / 1000.0
+
+
+def measured(records: Iterable[dict[str, Any]], stage: str, gpus: Mapping[str, float] | None = None,
+             models: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
+    """Per arm, :func:`measured_row` of the stage's latest execution, with ``service_model_s`` and
+    ``service_s`` (:func:`service_seconds` on the arm's rate model in *models*, where it applies)."""
     out = {}
     for (arm, st), rs in load_records(records).items():
         if st == stage and rs:
             out[arm] = measured_row(rs, (gpus or {}).get(arm, 1.0))
+            svc = service_seconds(rs, (models or {}).get(arm))
+            out[arm]["service_model_s"], out[arm]["service_s"] = svc if svc else (None, None)
     return out
 
 
@@ -101,10 +124,13 @@ def compare(result: dict[str, Any], meas: Mapping[str, dict[str, Any]],
     for row in result["arms"]:
         m = meas.get(row["arm"])
         band = row.get("orders") or {}
-        rows.append({**row, "measured": m,
-                     "error": {k: error(row.get(k), m.get(k)) for k in COMPARED} if m else None,
+        errors = {k: error(row.get(k), m.get(k)) for k in COMPARED} if m else None
+        if errors is not None and m.get("service_s"):
+            errors["service_s"] = error(m["service_model_s"], m["service_s"])
+        rows.append({**row, "measured": m, "error": errors,
                      "in_order_range": {k: band[k][0] <= m[k] <= band[k][1] for k in COMPARED
-                                        if k in band and m.get(k) is not None} if m and band else None})
+                                        if k in band and m.get(k) is not None}
+                     if m and band else None})
     out["arms"] = rows
     mrows = [{"arm": a, **m} for a, m in meas.items() if any(r["arm"] == a for r in result["arms"])]
     rank_m = ranking(mrows, result["reference"], knobs) if mrows else []

@@ -51,11 +51,18 @@ def verify_table(result: dict[str, Any]) -> Table | None:
                                                           " (measured inside)" if inside[k] else " (outside)")
                    if k in band else "–")
             rows.append([r["arm"], label, _s(r.get(k)), rng, _s(m.get(k)), _p(e.get(k), sign=True)])
+        if m.get("service_s"):
+            rows.append([r["arm"], "engine time s (same calls)", _s(m["service_model_s"]), "–", _s(m["service_s"]),
+                         _p(e.get("service_s"), sign=True)])
     notes = [f"{r['arm']}: measured {r['measured']['calls']} calls, {r['measured']['failed']} failed; "
              f"cache served {_p(r['measured']['cached_share'])} of the prompt tokens; the chat template added "
              f"{_s(r['measured']['template_tokens'])} tokens to each first prompt (forecast with "
              f"--template-tokens {result['plan'].get('template_tokens', 0)})"
              for r in result["arms"] if r.get("measured")]
+    if any((r.get("measured") or {}).get("service_s") for r in result["arms"]):
+        notes.append("engine time: the rate model's seconds for the verified calls as the engine served them "
+                     "against the engine's own timings of them; its error is the engine's change of speed since "
+                     "the calibration, apart from queueing")
     if any(r.get("orders") for r in result["arms"]):
         notes.append("forecast: the mean over random orders of the calls that arrive at the same instant; "
                      "over those orders: the lowest and highest")

@@ -139,7 +139,8 @@ def verify_result(result: dict[str, Any], verify_dir: Path) -> dict[str, Any]:
     """The forecast with each arm's measured figures and error (the verification run in ``verify_dir``)."""
     ledger = read_ledger(verify_dir)
     gpus = {r["arm"]: r.get("gpus") or 1.0 for r in result["arms"]}
-    meas = measured(ledger.records, VERIFY_STAGE, gpus)
+    models = {r["arm"]: r.get("rate_model") or {} for r in result["arms"]}
+    meas = measured(ledger.records, VERIFY_STAGE, gpus, models)
     knobs = {r["arm"]: r.get("knobs") or {} for r in result["arms"]}
     out = compare(result, meas, knobs)
     out["verify_dir"] = str(verify_dir)
