@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 from ledgers import call, header, ledger, turn
 
@@ -14,6 +17,7 @@ from leverbench.analysis.rate_model import (
     tokens_per_second_at,
 )
 from leverbench.analysis.summary import summarize
+from leverbench.runner.sse import StreamState
 
 MODEL = {"prefill": {"a_s": 0.1, "b_s_per_token": 0.001, "c_s_per_token2": 1e-6},
          "decode": {"d0_s_per_token": 0.02, "d1_s_per_token_per_ctx": 1e-5}}
@@ -123,6 +127,7 @@ def test_models_by_arm_falls_back_to_the_flat_rates():
 
 # ------------------------------------------------------------------ the cross-check at one context
 
+ENGINES = Path(__file__).parent / "data" / "engines"
 D0, D1 = 0.010, 1e-5  # s per token, s per token per context token: decode slows as the context grows
 
 
@@ -235,18 +240,36 @@ def test_the_regression_view_is_per_call_so_a_turns_growing_context_does_not_bia
     assert cell["decode_tps"] > 1.05 * at  # the cell regression, which the check no longer uses, reads fast
 
 
-def test_a_stream_of_grouped_tokens_counts_the_tokens_after_its_first_chunk():
-    """A drafter's accepted tokens arrive together: 4 tokens a chunk, each chunk 4·D0 after the last.  The
-    stream times the tokens after the first chunk, out − 4 = out · (chunks − 1) / chunks of them, in
-    (chunks − 1)·4·D0 seconds: d0 = D0 exactly (counting out − 1 tokens would read 40 → 36/39 of it)."""
+def _recorded_spec_stream() -> StreamState:
+    """vLLM 0.32's stream of a 64-token answer with an ngram drafter (tests/data/engines/README.md)."""
+    st = StreamState(0.0, keep_text=True)
+    for line in (ENGINES / "vllm-0.32.0" / "chat-stream-spec-details.sse").read_text().splitlines():
+        if line.startswith("data: {"):
+            st.feed(json.loads(line[6:]), 0.0)
+    return st
+
+
+def test_a_stream_of_grouped_tokens_counts_the_tokens_after_its_first_token():
+    """A drafter's accepted tokens arrive together, but the first chunk holds the one token the prefill
+    sampled: vLLM's recorded ngram stream sends "The", then " ledger", " is", then groups of several tokens
+    (64 tokens in 14 chunks).  The stream's decode time (first chunk → end) spans the other 63 tokens:
+    completion − 1 as for any stream, not completion · (chunks − 1) / chunks = 59.4 (which reads 6 % slow).
+    Nor may a call that writes a few words and then streams a tool call (tool-call deltas are not answer
+    chunks) count half its tokens."""
+    st = _recorded_spec_stream()
+    out, chunks = st.usage["completion_tokens"], st.answer_chunks
+    assert (out, chunks, st.chunk_text[0]) == (64, 14, "The")
     head = header({"base": {"prefix_cache": False}}, ["r"], repeats=3)
     recs = []
-    for rep, out in enumerate((40, 80, 120)):
-        c = call("base", "r", rep, prompt=500, out=out, ttft=0.5, latency=0.5 + (out - 4) * D0,
-                 answer_chunks=out // 4)
+    for rep in range(3):
+        c = call("base", "r", rep, prompt=500, out=out, ttft=0.5, latency=0.5 + (out - 1) * D0, answer_chunks=chunks)
         recs += turn("base", "r", rep, c["latency_s"], out, calls=[c])
+    for rep in range(3):  # "Let me read it." in 2 chunks, then a 58-token tool call in 58 tool-call deltas
+        c = call("base", "r", 3 + rep, prompt=500, out=60, ttft=0.5, latency=0.5 + 59 * D0, answer_chunks=2,
+                 tool_calls=[{"id": "1", "name": "read", "arguments": "{}"}])
+        recs += turn("base", "r", 3 + rep, c["latency_s"], 60, calls=[c])
     d = summarize(ledger(head, recs))["rate_models"][0]["decode"]
-    assert d["source"] == "client stream"
+    assert d["source"] == "client stream" and d["outliers"] == 0
     assert d["d0_s_per_token"] == pytest.approx(D0, rel=1e-9) and d["d1_s_per_token_per_ctx"] == 0.0
 
 
