@@ -199,14 +199,17 @@ def prefill_points(ds: Dataset, arm: str) -> tuple[np.ndarray, np.ndarray, np.nd
     return n_all, np.concatenate(k), np.concatenate(s), "client TTFT" if len(n_all) else None
 
 
-def decode_points(ds: Dataset, arm: str, *, stream: bool = False
+def decode_points(ds: Dataset, arm: str, *, stream: bool = False, left_out: np.ndarray | None = None
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, str | None]:
     """(m tokens, L context, s seconds, which of them carry draft counts as (draft_n, accepted) rows, source)
     of *arm*'s decode (see the module docstring); a drafter arm's forced probes are left out.  *stream*: the
-    client's stream clock even where the server's timings are there (the probes' check, :mod:`.probes`)."""
+    client's stream clock even where the server's timings are there (the probes' check, :mod:`.probes`);
+    *left_out*: a mask over ``ds.probes`` of probes left out too (the probe a check compares with)."""
     calls, probes = _uses(ds, arm)
     if has_drafter(ds, arm):
         probes = probes & np.array([is_natural(r) for r in ds.probes], dtype=bool)
+    if left_out is not None:
+        probes = probes & ~left_out
     tabs = [(ds.call, calls), (ds.probe, probes)]
     timed = not stream and all((t.has_timings[r] & ~np.isnan(t.predicted_ms[r]) & ~np.isnan(t.predicted_n[r])).all()
                                for t, r in tabs)
