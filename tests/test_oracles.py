@@ -256,25 +256,25 @@ def test_probes_by_the_two_point_formula(decomposed):
     (median 2.56); decode_tps = (c2 − c1)/(f2 − f1) = 112/2.26 = 49.557522 tok/s; prefill_s = t1 − c1/decode_tps
     = 0.52 − 16·2.26/112 = 0.52 − 0.322857 = 0.197143 s; context = 1000 + (16 + 128 − 1)/2 = 1071.5.
     The regression: per-token decode time d0 + d1·x (x = L + (m − 1)/2, weights m) fitted per call on the
-    client's stream clock (m = completion − 1 tokens from L = prompt + 1 in latency − TTFT seconds):
-    the turns (TTFT = 0.1 × latency) give (99, 101, 2.70) (199, 101, 4.68) (299, 101, 6.12) (399, 101, 8.10),
-    the probes (15, 1001, 0.30 0.30 0.31) and (127, 1001, 2.68 2.56 2.56).  The per-token time falls with
-    context here, so the fit's d1 ≥ 0 holds it at 0 and d0 = Σw·y/Σw = Σs/Σm = 30.31/1422 = 0.021315.
-    Weighted residuals √m·(s/m − d0): 0.0593, 0.0311, −0.0147, −0.0203 (turns), −0.0051 −0.0051 −0.0025,
-    −0.0024 −0.0130 −0.0130 (probes); median −0.0051, MAD 0.00796 → 5 × 1.4826 × MAD = 0.0590: the
-    99-token call (0.0644 from the median, 28 % above its prediction) is an outlier.  Refit without it:
-    d0 = 27.61/1323 = 0.0208692 s → 47.9174 tok/s at every context.  No server timings: two views,
-    agreement = max/min − 1 = 49.5575/47.9174 − 1."""
+    client's stream clock (m = completion − 1 tokens from L = prompt + 1 in latency − TTFT seconds) over the
+    turns, the probe's own calls left out: (99, 101, 2.70) (199, 101, 4.68) (299, 101, 6.12) (399, 101, 8.10)
+    (TTFT = 0.1 × latency).  The per-token time falls with context here, so the fit's d1 ≥ 0 holds it at 0 and
+    d0 = Σw·y/Σw = Σs/Σm = 21.6/996.  Weighted residuals √m·(s/m − d0): 0.0556 0.0258 −0.0211 −0.0277, median
+    0.0024, MAD 0.0268 → 5 × 1.4826 × MAD = 0.198: no outlier.  → 996/21.6 = 46.111 tok/s at every context,
+    the probe's context 1,071.5 outside the turns' 101–499 (extrapolated).  The arm's rate model (the same
+    form over the turns and the probes: no server timings) leaves the 99-token call out as an outlier (its
+    residual 0.0644 from the median −0.0051 beyond 5 × 1.4826 × MAD 0.00796 = 0.0590) and gives
+    d0 = 27.61/1323.  No server timings: two views, agreement = max/min − 1 = 49.5575/46.1111 − 1."""
     p = next(x for x in decomposed["probes"] if x["arm"] == "base")
     assert (p["n1"], p["n2"], p["repeats"]) == (16, 128, 3)
     assert (p["t1_s"], p["t2_s"]) == (0.52, 2.80)
     assert p["decode_tps"] == pytest.approx(49.5575221, rel=1e-7)
     assert p["prefill_s"] == pytest.approx(0.1971429, rel=1e-6)
     assert p["input_tokens"] == 1000 and p["context_tokens"] == pytest.approx(1071.5)
-    reg = 1323 / 27.61
+    reg = 996 / 21.6
     assert p["regression_decode_tps"] == pytest.approx(reg, rel=1e-9)
-    assert p["regression_source"] == "per-call fit, client stream" and p["regression_extrapolated"] is False
-    m = next(m for m in decomposed["rate_models"] if m["arm"] == "base")["decode"]  # the same fit: no server clock
+    assert p["regression_source"] == "per-call fit, client stream" and p["regression_extrapolated"] is True
+    m = next(m for m in decomposed["rate_models"] if m["arm"] == "base")["decode"]  # turns and probes, no server clock
     assert (m["source"], m["points"], m["outliers"], m["d1_s_per_token_per_ctx"]) == ("client stream", 9, 1, 0.0)
     assert m["d0_s_per_token"] == pytest.approx(27.61 / 1323, rel=1e-9)
     assert p["server_decode_tps"] is None and p["views"] == ["probe", "regression"]

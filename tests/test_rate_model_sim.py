@@ -150,9 +150,9 @@ def test_a_drafter_arm_probes_natural_answers(context_run):
     assert row["natural"] is True and row["forced_on_drafter"] is False
     # checked against the same calls' server timings (a drafter's speed depends on the text)
     assert row["views"] == ["probe", "server"] and row["agrees"] is True, row
-    # the per-call regression on the client's stream is shown: the stream's first chunk holds a whole step (3
-    # tokens), counted as such (completion · (chunks − 1) / chunks tokens after it); an answer's last, partial
-    # step makes a short answer's per-token time a few % slower than the probe's two-length difference
+    # the per-call regression on the client's stream is shown, over completion − 1 tokens as on a real engine
+    # (whose first chunk is the prefill's one token); the simulator's first chunk holds a whole step (3 tokens),
+    # which reads a short answer a few % fast, and its last, partial step a few % slow
     assert row["regression_source"] == "per-call fit, client stream"
     assert row["regression_decode_tps"] == pytest.approx(row["decode_tps"], rel=0.10)
 

@@ -25,7 +25,9 @@ rows measured from the stream and compared at their context (new keys, new ``dec
 (issue 16) were added to every file; ``probes[].regression_decode_tps`` became the per-call decode fit on
 the client's stream clock at the probe's context (``regression_source``, ``regression_extrapolated`` added;
 ``regression_context`` only for the cell-regression fallback), and ``agreement`` / ``agrees`` / ``views``
-with it (issue 15); the rest of each file is as first
+with it (issue 15; ``sim``'s drafter row again when a stream's decode went back to completion − 1 tokens,
+its first chunk being the prefill's one token; every file's ``probes[]`` again when the regression left
+the probe's own calls out of its fit); the rest of each file is as first
 computed.  These files catch change; tests/test_oracles.py checks the
 headline numbers against hand computation.
 """

@@ -20,10 +20,12 @@ rate model's form (:mod:`.rate_model`: per-token time d0 + d1·L):
 
 - probe: ``decode_tps`` as measured, a local two-point difference at this one depth (left out of the check
   when it was forced on a drafter arm);
-- regression: the per-call regression on the **client's clock** — d0 + d1·L fitted over every counted call
-  and probe of the arm, each at its own context, with the decode time the stream measured (m =
-  completion − 1 tokens from L = prompt + 1 in latency − TTFT seconds; :func:`.rate_fit.fit_decode`),
-  evaluated at the probe's context: 1 / (d0 + d1·context).  A per-cell regression of latency on output
+- regression: the per-call regression on the **client's clock** — d0 + d1·L fitted over the arm's counted
+  calls and its other probes (not this probe's own calls: a fit that took them in would pass through them,
+  above all at a depth no other call reaches), each at its own context, with the decode time the stream
+  measured (m = completion − 1 tokens from L = prompt + 1 in latency − TTFT seconds;
+  :func:`.rate_fit.fit_decode`), evaluated at the probe's context: 1 / (d0 + d1·context),
+  ``regression_extrapolated`` where that context lies outside the fitted calls'.  A per-cell regression of latency on output
   tokens (:mod:`.regression`) is not used: between a turn's steps the context grows with the output, so its
   slope mixes context growth into the decode rate (on the demo it read 11–22 % fast).  Without a stream (no
   TTFT) the cell regression stands in, moved from the context it measured at (its ``decode_context`` γ)
@@ -31,7 +33,9 @@ rate model's form (:mod:`.rate_model`: per-token time d0 + d1·L):
 - server: the same form fitted on the **server's clock** (llama.cpp ``predicted_ms`` per call: the arm's
   rate model where its decode comes from server timings), at the probe's context: 1 / (d0 + d1·context).
 
-The two regressions share calls but not clocks; the probe checks that the fitted line holds at its depth.
+The two regressions share calls but not clocks (the server's, the arm's rate model, takes the probes in: it
+agrees with the client's regression within the clocks' difference wherever the probes are not the only calls
+at their depth); the probe checks that the line fitted on the other calls holds at its depth.
 
 Natural probes (a drafter arm's): a drafter's speed depends on the text it drafts, and the regression and
 the model were measured on other texts (another acceptance), so the check compares the probe with the
@@ -46,6 +50,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 from typing import Any
+
+import numpy as np
 
 from .dataset import Dataset
 from .rate_fit import decode_points, fit_decode, has_drafter, is_natural
@@ -189,7 +195,6 @@ def probes(ds: Dataset, decomposition: list[dict[str, Any]], models: list[dict[s
         by[(p["arm"], p["case"], p.get("probe_depth"))][p["probe_tokens"]].append(p)
     reg = {(d["arm"], d["case"]): d for d in decomposition}
     model_of = {m["arm"]: m for m in models or []}
-    stream_of: dict[str, dict[str, Any] | None] = {}
     out = []
     keys = sorted(by, key=lambda k: (ds.arms.index(k[0]) if k[0] in ds.arms else 99, k[1], k[2] or 0))
     for arm, case, depth in keys:
@@ -221,10 +226,13 @@ def probes(ds: Dataset, decomposition: list[dict[str, Any]], models: list[dict[s
                 drafts = [r.get("timings") or {} for n in (n1, n2) for r in rows[n]]
                 dn = sum(t.get("draft_n") or 0 for t in drafts)
                 entry["acceptance"] = sum(t.get("draft_n_accepted") or 0 for t in drafts) / dn if dn else None
-        if arm not in stream_of:
-            pts = decode_points(ds, arm, stream=True) if arm in ds.arm_names else None
-            stream_of[arm] = fit_decode(*pts[:3], pts[4]) if pts and pts[4] else None
-        check(entry, reg.get((arm, case)), stream_of[arm], model_of.get(arm), tol)
+        stream = None
+        if arm in ds.arm_names:  # the regression without this probe's own calls (module docstring)
+            own = np.array([(r["arm"], r["case"], r.get("probe_depth")) == (arm, case, depth) for r in ds.probes],
+                           dtype=bool)
+            pts = decode_points(ds, arm, stream=True, left_out=own)
+            stream = fit_decode(*pts[:3], pts[4]) if pts[4] else None
+        check(entry, reg.get((arm, case)), stream, model_of.get(arm), tol)
         r = reg.get((arm, case))
         if (r and r.get("mixed_prefill") and entry["agrees"] is False and r.get("method") == "latency ~ output"
                 and (entry["regression_source"] or "").startswith("cell")):

@@ -16,10 +16,10 @@
   L = prompt + 1, s = predicted_ms / 1000 — llama.cpp starts its generation clock when it samples the
   first token, at the end of the prompt's evaluation, so ``predicted_ms`` spans the tokens after it
   (its own ``predicted_per_second`` = n / ms overstates the rate by n / (n − 1)).  Else the stream:
-  m = completion_tokens − 1, L = prompt + 1, s = latency − TTFT (first chunk → end of stream); where the
-  stream carried fewer chunks than tokens (a drafter's accepted tokens arrive together), the first chunk
-  held more than one token and m = completion · (chunks − 1) / chunks (the first chunk taken to hold the
-  mean chunk's share).
+  m = completion_tokens − 1, L = prompt + 1, s = latency − TTFT (first chunk → end of stream), also where
+  the stream carried fewer chunks than tokens: the first chunk holds the one token the prefill sampled
+  (vLLM's recorded ngram stream: "The", then groups of accepted tokens; llama.cpp streams every token), and
+  a call may stream a tool call, whose deltas are not answer chunks.
   The mean per-token time of a point is d0 + d1·(L + (m − 1)/2); fitted by weighted least squares
   (weights m, d0, d1 ≥ 0); d1 only where the points' contexts span more than MIN_CONTEXT_SPAN tokens.
   **A drafter arm** (a ``drafter`` knob on) is fitted on its natural answers only: its turns' calls and
@@ -199,14 +199,17 @@ def prefill_points(ds: Dataset, arm: str) -> tuple[np.ndarray, np.ndarray, np.nd
     return n_all, np.concatenate(k), np.concatenate(s), "client TTFT" if len(n_all) else None
 
 
-def decode_points(ds: Dataset, arm: str, *, stream: bool = False
+def decode_points(ds: Dataset, arm: str, *, stream: bool = False, left_out: np.ndarray | None = None
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, str | None]:
     """(m tokens, L context, s seconds, which of them carry draft counts as (draft_n, accepted) rows, source)
     of *arm*'s decode (see the module docstring); a drafter arm's forced probes are left out.  *stream*: the
-    client's stream clock even where the server's timings are there (the probes' check, :mod:`.probes`)."""
+    client's stream clock even where the server's timings are there (the probes' check, :mod:`.probes`);
+    *left_out*: a mask over ``ds.probes`` of probes left out too (the probe a check compares with)."""
     calls, probes = _uses(ds, arm)
     if has_drafter(ds, arm):
         probes = probes & np.array([is_natural(r) for r in ds.probes], dtype=bool)
+    if left_out is not None:
+        probes = probes & ~left_out
     tabs = [(ds.call, calls), (ds.probe, probes)]
     timed = not stream and all((t.has_timings[r] & ~np.isnan(t.predicted_ms[r]) & ~np.isnan(t.predicted_n[r])).all()
                                for t, r in tabs)
@@ -219,10 +222,7 @@ def decode_points(ds: Dataset, arm: str, *, stream: bool = False
         prompt = np.where(np.isnan(prompt), col("prompt_n") + zero_nan(col("cache_n")), prompt)
         m, s, source = col("predicted_n") - 1.0, col("predicted_ms") / 1000.0, "server timings"
     else:
-        c, chunks = col("completion_tokens"), zero_nan(col("answer_chunks")) + zero_nan(col("reasoning_chunks"))
-        grouped = (chunks >= 1) & (chunks < c)  # several tokens per chunk (a drafter's accepted tokens)
-        m = np.where(grouped, c * (chunks - 1.0) / np.maximum(chunks, 1.0), c - 1.0)
-        s, source = col("latency_s") - col("ttft_s"), "client stream"
+        m, s, source = col("completion_tokens") - 1.0, col("latency_s") - col("ttft_s"), "client stream"
     drafts = np.column_stack([zero_nan(col("draft_n")), zero_nan(col("draft_n_accepted"))])
     return m, prompt + 1.0, s, drafts, source if len(m) else None
 

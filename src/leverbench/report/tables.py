@@ -223,7 +223,8 @@ def probe_table(summary: dict[str, Any]) -> Table:
                   f"check (≤{pct(tol)})"], rows,
                  notes=["Each view at the probe's context (prompt + the mean position of the tokens the two lengths "
                         "differ by). The regression: per-token decode time d0 + d1·context fitted over the arm's "
-                        "calls, each at its own context, on the client's stream clock (latency − TTFT); the "
+                        "calls, each at its own context, on the client's stream clock (latency − TTFT), the probe's "
+                        "own calls left out; the "
                         "server timings: the same form fitted on the server's per-call timings. The probe is a "
                         "two-point difference at its one depth. spread = fastest / slowest − 1.",
                         "A drafter arm's probes are natural answers (not forced past end-of-sequence): a drafter "
