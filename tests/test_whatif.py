@@ -203,6 +203,22 @@ def test_simultaneous_arrivals_are_served_in_random_orders_and_the_figures_avera
     assert forecast(plan_calls(_two(), block_tokens=100), [ArmSpec("a", M)], "a")["arms"][0]["orders"] is None
 
 
+def test_orders_are_bounded_by_the_simulated_calls_per_arm(monkeypatch) -> None:
+    """At most ORDER_BUDGET calls simulated per arm: 3 calls under a budget of 7 get 7 // 3 = 2 orders (said);
+    under a budget of 2, the trace's order alone (said); the distributions keep their count n an integer."""
+    import leverbench.analysis.whatif as whatif
+
+    monkeypatch.setattr(whatif, "ORDER_BUDGET", 7)
+    res = forecast(plan_calls(_tied()), [ArmSpec("a", M)], "a", orders=16)
+    assert res["arms"][0]["orders"]["orders"] == 2
+    assert any("2, not 16: at most 7 calls" in n for n in res["notes"])
+    assert res["arms"][0]["e2e"]["n"] == 3 and isinstance(res["arms"][0]["e2e"]["n"], int)
+    monkeypatch.setattr(whatif, "ORDER_BUDGET", 2)
+    res = forecast(plan_calls(_tied()), [ArmSpec("a", M)], "a", orders=16)
+    assert res["arms"][0]["orders"] is None and res["arms"][0]["e2e_p50_s"] == pytest.approx(1.5)
+    assert any("served in the trace's order only" in n for n in res["notes"])
+
+
 def test_verification_says_whether_the_measured_figure_lies_in_the_orders_range() -> None:
     """The forecast of _tied() over 16 orders: e2e p50 between 1.5 and 2.5 s.  Measured 2.0 lies inside, 3.0
     outside; error = forecast / measured − 1."""

@@ -25,17 +25,19 @@ rate model's form (:mod:`.rate_model`: per-token time d0 + d1·L):
   above all at a depth no other call reaches), each at its own context, with the decode time the stream
   measured (m = completion − 1 tokens from L = prompt + 1 in latency − TTFT seconds;
   :func:`.rate_fit.fit_decode`), evaluated at the probe's context: 1 / (d0 + d1·context),
-  ``regression_extrapolated`` where that context lies outside the fitted calls'.  A per-cell regression of latency on output
-  tokens (:mod:`.regression`) is not used: between a turn's steps the context grows with the output, so its
-  slope mixes context growth into the decode rate (on the demo it read 11–22 % fast).  Without a stream (no
-  TTFT) the cell regression stands in, moved from the context it measured at (its ``decode_context`` γ)
-  with the model's d1: 1 / (1/decode_tps_reg + d1·(context − γ));
+  ``regression_extrapolated`` where that context lies outside the fitted calls'.  A per-cell regression of
+  latency on output tokens (:mod:`.regression`) is not used: between a turn's steps the context grows with
+  the output, so its slope mixes context growth into the decode rate (on the demo it read 11–22 % fast).
+  Without a stream (no TTFT) the cell regression stands in, moved from the context it measured at (its
+  ``decode_context`` γ) with the model's d1: 1 / (1/decode_tps_reg + d1·(context − γ));
 - server: the same form fitted on the **server's clock** (llama.cpp ``predicted_ms`` per call: the arm's
   rate model where its decode comes from server timings), at the probe's context: 1 / (d0 + d1·context).
 
 The two regressions share calls but not clocks (the server's, the arm's rate model, takes the probes in: it
 agrees with the client's regression within the clocks' difference wherever the probes are not the only calls
-at their depth); the probe checks that the line fitted on the other calls holds at its depth.
+at their depth), so between them they check the client's clock against the server's; the probe checks that
+the line fitted on the other calls holds at its depth — the independent check, meaningful where the probe's
+context lies inside the calls fitted (``regression_extrapolated`` false: the demo's depths are chosen so).
 
 Natural probes (a drafter arm's): a drafter's speed depends on the text it drafts, and the regression and
 the model were measured on other texts (another acceptance), so the check compares the probe with the

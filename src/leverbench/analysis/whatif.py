@@ -88,7 +88,9 @@ def slowdown_curve(batch: dict[str, Any] | None) -> Callable[[int], float]:
     return f
 
 
-ORDERS = 16  # random orders of simultaneous arrivals a forecast serves (see the module docstring)
+ORDERS = 16  # random orders of simultaneous arrivals a forecast serves (see the module docstring) ...
+ORDER_BUDGET = 1_000_000  # ... at most this many calls simulated per arm in all: a large trace gets fewer orders
+#                           (200,000 calls: 5), its figures averaging over many bursts already
 #: the figures of an arm's row averaged over those orders (the ``ttft`` / ``e2e`` distributions and the
 #: ``cache`` figures key by key)
 ORDER_FIGURES = ("ttft_p50_s", "ttft_p99_s", "e2e_p50_s", "e2e_p99_s", "output_tps", "busy_s", "makespan_s",
@@ -121,7 +123,7 @@ def mean_row(rows: Sequence[dict[str, Any]], tied: int) -> dict[str, Any]:
         out[k] = _mean([r[k] for r in rows])
     for k in ("ttft", "e2e"):
         if all(r.get(k) for r in rows):
-            out[k] = {q: _mean([r[k][q] for r in rows]) for q in rows[0][k]}
+            out[k] = {q: rows[0][k][q] if q == "n" else _mean([r[k][q] for r in rows]) for q in rows[0][k]}
     if out.get("cache"):
         out["cache"] = {**out["cache"], **{k: _mean([r["cache"][k] for r in rows]) for k in CACHE_FIGURES}}
     bands = {}
@@ -398,11 +400,11 @@ def forecast(plan: Plan, arms: Sequence[ArmSpec], baseline: str, *,
     if not any(a.name == baseline for a in arms):  # --arms left the baseline out: rank against the first served
         baseline = arms[0].name
     tied = tied_calls(plan)
-    k = orders if tied and orders > 1 else 1
-    served, rows = [], []
+    k = max(1, min(orders, ORDER_BUDGET // len(plan.calls))) if tied and orders > 1 else 1
+    rows, unbounded_share = [], []
     for a in arms:
         runs = [simulate(plan, a, order_seed=j if k > 1 else None) for j in range(k)]
-        served.append(runs[0])
+        unbounded_share.append(_mean([r.shadow.hit_share for r in runs]))
         rows.append(mean_row([arm_row(r, a) for r in runs], tied))
     ref_model = next((a.model for a in arms if a.name == baseline), arms[0].model)
     realized = realized_cache_saving(plan, ref_model)
@@ -413,7 +415,7 @@ def forecast(plan: Plan, arms: Sequence[ArmSpec], baseline: str, *,
         cache = {**with_cache["cache"], "arm": with_cache["arm"]}
     else:
         cache = {"arm": None, "capacity_tokens": None, "hit_share": None,
-                 "unbounded_hit_share": served[0].shadow.hit_share, "note": "no arm has a prefix cache on"}
+                 "unbounded_hit_share": unbounded_share[0], "note": "no arm has a prefix cache on"}
     cache["upper_bound_hit_share"] = cache.get("unbounded_hit_share")
     cache["trace_cached_share"] = trace_cached_share
     notes = [why] if why else []
@@ -426,7 +428,12 @@ def forecast(plan: Plan, arms: Sequence[ArmSpec], baseline: str, *,
     if k > 1:
         notes.append(f"{tied:,} of {len(plan.calls):,} calls arrive at the same instant as another: their order at "
                      f"the server is unknown, so each figure is the mean over {k} random orders of them (lowest–"
-                     "highest in the JSON's orders)")
+                     "highest in the JSON's orders)" + (f"; {k}, not {orders}: at most {ORDER_BUDGET:,} calls are "
+                                                        "simulated per arm" if k < orders else ""))
+    elif tied and orders > 1:
+        notes.append(f"{tied:,} of {len(plan.calls):,} calls arrive at the same instant as another: served in the "
+                     f"trace's order only (one order of {len(plan.calls):,} calls already exceeds "
+                     f"{ORDER_BUDGET:,} simulated calls per arm)")
     return {"arms": rows, "ranking": rank, "reference": ref, "cache": cache, "cache_already_on": realized,
             "calls": len(plan.calls), "sessions": len(plan.sessions), "left_out": plan.left_out,
             "plan": plan.options, "notes": notes}
