@@ -12,8 +12,9 @@ from click.testing import CliRunner
 from test_load import sim_process
 
 from leverbench.analysis.prefix_cache import PrefixCache, units
-from leverbench.analysis.whatif import ArmSpec, cache_pass, forecast, simulate, slowdown_curve, tied_calls
+from leverbench.analysis.whatif import ArmSpec, cache_pass, forecast, simulate, slowdown_curve
 from leverbench.analysis.whatif_arms import arm_specs
+from leverbench.analysis.whatif_orders import tied_calls
 from leverbench.analysis.whatif_plan import plan_calls
 from leverbench.analysis.whatif_verify import COMPARED, busy_seconds, compare, measured, service_seconds
 from leverbench.cli import cli
@@ -206,14 +207,14 @@ def test_simultaneous_arrivals_are_served_in_random_orders_and_the_figures_avera
 def test_orders_are_bounded_by_the_simulated_calls_per_arm(monkeypatch) -> None:
     """At most ORDER_BUDGET calls simulated per arm: 3 calls under a budget of 7 get 7 // 3 = 2 orders (said);
     under a budget of 2, the trace's order alone (said); the distributions keep their count n an integer."""
-    import leverbench.analysis.whatif as whatif
+    import leverbench.analysis.whatif_orders as whatif_orders
 
-    monkeypatch.setattr(whatif, "ORDER_BUDGET", 7)
+    monkeypatch.setattr(whatif_orders, "ORDER_BUDGET", 7)
     res = forecast(plan_calls(_tied()), [ArmSpec("a", M)], "a", orders=16)
     assert res["arms"][0]["orders"]["orders"] == 2
     assert any("2, not 16: at most 7 calls" in n for n in res["notes"])
     assert res["arms"][0]["e2e"]["n"] == 3 and isinstance(res["arms"][0]["e2e"]["n"], int)
-    monkeypatch.setattr(whatif, "ORDER_BUDGET", 2)
+    monkeypatch.setattr(whatif_orders, "ORDER_BUDGET", 2)
     res = forecast(plan_calls(_tied()), [ArmSpec("a", M)], "a", orders=16)
     assert res["arms"][0]["orders"] is None and res["arms"][0]["e2e_p50_s"] == pytest.approx(1.5)
     assert any("served in the trace's order only" in n for n in res["notes"])

@@ -50,6 +50,7 @@ from .knobs import differing, is_on
 from .load import distribution
 from .prefix_cache import PrefixCache, unbounded
 from .rate_model import decode_seconds, prefill_seconds
+from .whatif_orders import ORDERS, mean_row, orders_to_serve
 from .whatif_plan import Plan, PlannedCall
 
 
@@ -86,54 +87,6 @@ def slowdown_curve(batch: dict[str, Any] | None) -> Callable[[int], float]:
             return float(np.interp(k, xs, ys))
         return ys[-1] * k / xs[-1]
     return f
-
-
-ORDERS = 16  # random orders of simultaneous arrivals a forecast serves (see the module docstring) ...
-ORDER_BUDGET = 1_000_000  # ... at most this many calls simulated per arm in all: a large trace gets fewer orders
-#                           (200,000 calls: 5), its figures averaging over many bursts already
-#: the figures of an arm's row averaged over those orders (the ``ttft`` / ``e2e`` distributions and the
-#: ``cache`` figures key by key)
-ORDER_FIGURES = ("ttft_p50_s", "ttft_p99_s", "e2e_p50_s", "e2e_p99_s", "output_tps", "busy_s", "makespan_s",
-                 "gpu_hours_per_1000_calls", "usd_per_1000_calls")
-CACHE_FIGURES = ("hit_tokens", "input_tokens", "hit_share", "unbounded_hit_share", "evicted_tokens")
-
-
-def tied_calls(plan: Plan) -> int:
-    """How many sessions' first calls arrive at the same instant as another's (0 without arrival times)."""
-    if not plan.has_arrivals:
-        return 0
-    starts = np.array([s[0].start_s or 0.0 for s in plan.sessions])
-    _, counts = np.unique(starts, return_counts=True)
-    return int(counts[counts > 1].sum())
-
-
-def _mean(values: Sequence[Any]) -> Any:
-    return None if any(v is None for v in values) else float(np.mean(values))
-
-
-def mean_row(rows: Sequence[dict[str, Any]], tied: int) -> dict[str, Any]:
-    """One row from an arm's rows under several orders of simultaneous arrivals: ORDER_FIGURES, the
-    distributions and the cache figures averaged; ``orders`` gives their count, the tied calls and, for each
-    of ORDER_FIGURES that the order changes, its [lowest, highest].  A single row is returned as it is
-    (``orders`` None)."""
-    if len(rows) == 1:
-        return {**rows[0], "orders": None}
-    out = dict(rows[0])
-    for k in ORDER_FIGURES:
-        out[k] = _mean([r[k] for r in rows])
-    for k in ("ttft", "e2e"):
-        if all(r.get(k) for r in rows):
-            out[k] = {q: rows[0][k][q] if q == "n" else _mean([r[k][q] for r in rows]) for q in rows[0][k]}
-    if out.get("cache"):
-        out["cache"] = {**out["cache"], **{k: _mean([r["cache"][k] for r in rows]) for k in CACHE_FIGURES}}
-    bands = {}
-    for k in ORDER_FIGURES:
-        if all(r[k] is not None for r in rows):
-            lo, hi = min(r[k] for r in rows), max(r[k] for r in rows)
-            if hi - lo > 1e-9 * abs(hi):  # a figure the order does not change has no range
-                bands[k] = [lo, hi]
-    out["orders"] = {"orders": len(rows), "tied_calls": tied, **bands}
-    return out
 
 
 @dataclass
@@ -399,12 +352,11 @@ def forecast(plan: Plan, arms: Sequence[ArmSpec], baseline: str, *,
         raise ValueError("no calls to serve")
     if not any(a.name == baseline for a in arms):  # --arms left the baseline out: rank against the first served
         baseline = arms[0].name
-    tied = tied_calls(plan)
-    k = max(1, min(orders, ORDER_BUDGET // len(plan.calls))) if tied and orders > 1 else 1
+    k, tied, order_note = orders_to_serve(plan, orders)
     rows, unbounded_share = [], []
     for a in arms:
         runs = [simulate(plan, a, order_seed=j if k > 1 else None) for j in range(k)]
-        unbounded_share.append(_mean([r.shadow.hit_share for r in runs]))
+        unbounded_share.append(float(np.mean([r.shadow.hit_share for r in runs])))
         rows.append(mean_row([arm_row(r, a) for r in runs], tied))
     ref_model = next((a.model for a in arms if a.name == baseline), arms[0].model)
     realized = realized_cache_saving(plan, ref_model)
@@ -425,15 +377,8 @@ def forecast(plan: Plan, arms: Sequence[ArmSpec], baseline: str, *,
                      "rates; arms with a cache serve those tokens as recorded, arms without prefill them")
     if not plan.has_arrivals:
         notes.append("the trace records no arrival times: calls are served back to back (no queueing)")
-    if k > 1:
-        notes.append(f"{tied:,} of {len(plan.calls):,} calls arrive at the same instant as another: their order at "
-                     f"the server is unknown, so each figure is the mean over {k} random orders of them (lowest–"
-                     "highest in the JSON's orders)" + (f"; {k}, not {orders}: at most {ORDER_BUDGET:,} calls are "
-                                                        "simulated per arm" if k < orders else ""))
-    elif tied and orders > 1:
-        notes.append(f"{tied:,} of {len(plan.calls):,} calls arrive at the same instant as another: served in the "
-                     f"trace's order only (one order of {len(plan.calls):,} calls already exceeds "
-                     f"{ORDER_BUDGET:,} simulated calls per arm)")
+    if order_note:
+        notes.append(order_note)
     return {"arms": rows, "ranking": rank, "reference": ref, "cache": cache, "cache_already_on": realized,
             "calls": len(plan.calls), "sessions": len(plan.sessions), "left_out": plan.left_out,
             "plan": plan.options, "notes": notes}

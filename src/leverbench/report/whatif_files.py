@@ -18,8 +18,9 @@ import math
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..analysis.whatif import ORDERS, forecast
+from ..analysis.whatif import forecast
 from ..analysis.whatif_arms import arm_specs
+from ..analysis.whatif_orders import ORDERS
 from ..analysis.whatif_plan import plan_calls
 from ..analysis.whatif_verify import compare, measured, track_record
 from ..errors import BadInput
