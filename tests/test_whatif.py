@@ -505,3 +505,38 @@ def test_azure_code_finite_cache_saves_less_than_the_upper_bound(tmp_path: Path)
     assert 0 < c["hit_share"] < c["upper_bound_hit_share"] < 0.5
     text = CliRunner().invoke(cli, args, catch_exceptions=False).output
     assert "the upper bound" in text and f"{c['hit_share']:.1%}" in text and f"{c['upper_bound_hit_share']:.1%}" in text
+
+
+def test_stored_verification_keeps_the_engine_times_forecast_beside_its_error(tmp_path: Path) -> None:
+    """The track file's entry for the engine time: its 'forecast' is the rate model's seconds for the served
+    calls (measured.service_model_s), not None beside a measured value and an error."""
+    from leverbench.report.whatif_files import TRACK_FILE, store_verification
+
+    res = forecast(plan_calls(_tied()), [ArmSpec("a", M)], "a", orders=16)
+    f = res["arms"][0]
+    meas = {"a": {k: f[k] for k in COMPARED} | {"calls": 3, "failed": 0, "cached_share": 0.0,
+                                                "template_tokens": 0.0, "service_model_s": 2.5, "service_s": 2.0}}
+    verified = compare(res, meas, {"a": {}}) | {"input": {"path": "t.jsonl"}}
+    store_verification(tmp_path, verified)
+    entry = json.loads((tmp_path / TRACK_FILE).read_text().splitlines()[-1])["arms"][0]
+    assert entry["error"]["service_s"] == pytest.approx(0.25)
+    assert entry["forecast"]["service_s"] == pytest.approx(2.5) and entry["measured"]["service_s"] == 2.0
+    assert entry["forecast"]["e2e_p50_s"] == pytest.approx(f["e2e_p50_s"])
+
+
+def test_engine_time_reads_the_served_calls_context_and_cache() -> None:
+    """With an attention term and a decode slope: prefill_s(prompt_n, cache_n) and decode from the context
+    prompt_n + cache_n + 1 (the arguments in their places); cache_n None counts as 0; one generated token
+    has no decode; a vLLM record (no timings) makes it unknown."""
+    from leverbench.analysis.rate_model import decode_seconds, prefill_seconds
+
+    mdl = {"prefill": {"a_s": 0.1, "b_s_per_token": 0.01, "c_s_per_token2": 1e-5},
+           "decode": {"d0_s_per_token": 0.05, "d1_s_per_token_per_ctx": 1e-4}}
+    t = {"prompt_n": 100, "cache_n": 300, "prompt_ms": 500.0, "predicted_n": 11, "predicted_ms": 700.0}
+    want = 0.1 + 1.0 + 1e-5 * 100 * (300 + 50) + 10 * 0.05 + 1e-4 * (10 * 401 + 45)
+    assert prefill_seconds(mdl, 100, 300) + decode_seconds(mdl, 401, 10) == pytest.approx(want)
+    assert service_seconds([{"timings": t, "error": None}], mdl) == pytest.approx((want, 1.2))
+    one = {**t, "cache_n": None, "predicted_n": 1, "predicted_ms": 0.0}
+    assert service_seconds([{"timings": one, "error": None}], mdl) == \
+        pytest.approx((0.1 + 1.0 + 1e-5 * 100 * 50, 0.5))
+    assert service_seconds([{"timings": None, "error": None, "prompt_tokens": 400}], mdl) is None

@@ -148,6 +148,14 @@ def verify_result(result: dict[str, Any], verify_dir: Path) -> dict[str, Any]:
     return out
 
 
+def _forecast_of(row: dict[str, Any], key: str) -> Any:
+    """The forecast an error of a verified arm row compares: the row's figure; for the engine time
+    (``service_s``), the rate model's seconds for the served calls (``measured.service_model_s``)."""
+    if key == "service_s":
+        return (row.get("measured") or {}).get("service_model_s")
+    return row.get(key)
+
+
 def store_verification(rates: Path, verified: dict[str, Any]) -> Path:
     """Append the verification's errors to the run's ``whatif-verify.jsonl``; returns its path."""
     path = run_dir_of(rates) / TRACK_FILE
@@ -156,7 +164,7 @@ def store_verification(rates: Path, verified: dict[str, Any]) -> Path:
              "ranking": [r["arm"] for r in verified["ranking"]],
              "ranking_measured": [r["arm"] for r in verified.get("ranking_measured") or []],
              "ranking_matches": verified.get("ranking_matches"),
-             "arms": [{"arm": r["arm"], "forecast": {k: r.get(k) for k in r["error"] or {}},
+             "arms": [{"arm": r["arm"], "forecast": {k: _forecast_of(r, k) for k in r["error"] or {}},
                        "measured": {k: (r["measured"] or {}).get(k) for k in r["error"] or {}},
                        "error": r["error"]} for r in verified["arms"]]}
     with open(path, "a", encoding="utf-8") as fh:
