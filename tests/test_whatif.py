@@ -540,3 +540,24 @@ def test_engine_time_reads_the_served_calls_context_and_cache() -> None:
     assert service_seconds([{"timings": one, "error": None}], mdl) == \
         pytest.approx((0.1 + 1.0 + 1e-5 * 100 * 50, 0.5))
     assert service_seconds([{"timings": None, "error": None, "prompt_tokens": 400}], mdl) is None
+
+
+def test_engine_time_note_says_batching_is_in_it_where_calls_shared_the_server() -> None:
+    """The engine's timings of a call served beside others (slots > 1) include the batch's slowdown, which the
+    model's per-call seconds leave out: the note says so there, and not for one slot."""
+    res = forecast(plan_calls(_tied()), [ArmSpec("a", M)], "a", orders=16)
+    f = res["arms"][0]
+    meas = {"a": {k: f[k] for k in COMPARED} | {"calls": 3, "failed": 0, "cached_share": 0.0,
+                                                "template_tokens": 0.0, "service_model_s": 2.5, "service_s": 2.0}}
+    one = verify_table(compare(res, meas, {"a": {}}))
+    assert not any("batch" in n for n in one.notes)
+    res["arms"][0]["slots"] = 4
+    four = verify_table(compare(res, meas, {"a": {}}))
+    assert any("engine time" in n and "batch" in n for n in four.notes)
+
+
+def test_orders_help_names_the_budget() -> None:
+    from leverbench.analysis.whatif_orders import ORDER_BUDGET, ORDERS
+
+    out = " ".join(CliRunner().invoke(cli, ["whatif", "--help"], terminal_width=200).output.split())
+    assert f"default {ORDERS}" in out and f"{ORDER_BUDGET:,}" in out

@@ -50,7 +50,7 @@ def _arms(value: str | None) -> list[str] | None:
 @click.option("--orders", type=click.IntRange(min=1),
               help="Calls that arrive at the same instant reach a server in an unknown order: serve this many "
                    "random orders of them (seeded) and report each figure's mean (default 16; 1: the trace's "
-                   "order).")
+                   "order; at most 1,000,000 calls are simulated per arm, so a large trace gets fewer).")
 @click.option("--gpus", type=float, help="GPUs per server (default: the arm's conditions, else 1).")
 @click.option("--gpu-hour-usd", type=float, help="Price of a GPU-hour (default: the arm's conditions).")
 @click.option("--trace-format", "fmt", type=click.Choice(FORMATS), help="Format of TRAFFIC (default: detected).")

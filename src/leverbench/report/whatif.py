@@ -59,10 +59,14 @@ def verify_table(result: dict[str, Any]) -> Table | None:
              f"{_s(r['measured']['template_tokens'])} tokens to each first prompt (forecast with "
              f"--template-tokens {result['plan'].get('template_tokens', 0)})"
              for r in result["arms"] if r.get("measured")]
-    if any((r.get("measured") or {}).get("service_s") for r in result["arms"]):
+    timed = [r for r in result["arms"] if (r.get("measured") or {}).get("service_s")]
+    if timed:
+        shared = [r["arm"] for r in timed if (r.get("slots") or 1) > 1]
         notes.append("engine time: the rate model's seconds for the verified calls as the engine served them "
                      "against the engine's own timings of them; its error is the engine's change of speed since "
-                     "the calibration, apart from queueing")
+                     "the calibration, apart from queueing" +
+                     (f" (on {', '.join(shared)}, with several slots, it also holds the slowdown of calls served "
+                      "together in a batch, which the model's per-call seconds leave out)" if shared else ""))
     if any(r.get("orders") for r in result["arms"]):
         notes.append("forecast: the mean over random orders of the calls that arrive at the same instant; "
                      "over those orders: the lowest and highest")
