@@ -54,9 +54,14 @@ def busy_seconds(starts: np.ndarray, ends: np.ndarray) -> float:
     return float(total)
 
 
+def _final(rs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The calls that count: warm-up and retried attempts left out (failed calls kept)."""
+    return [r for r in rs if not r.get("retried") and not r.get("warmup")]
+
+
 def measured_row(rs: Sequence[dict[str, Any]], gpus: float = 1.0) -> dict[str, Any]:
     """One arm's measured figures from its stage records (see the module docstring)."""
-    final = [r for r in rs if not r.get("retried") and not r.get("warmup")]
+    final = _final(rs)
     ok = [r for r in final if r.get("error") is None]
     c = columns(ok)
     t, e = distribution(ttft(c)), distribution(e2e(c))
@@ -83,7 +88,7 @@ def measured_row(rs: Sequence[dict[str, Any]], gpus: float = 1.0) -> dict[str, A
 def service_seconds(rs: Sequence[dict[str, Any]], model: Mapping[str, Any] | None) -> tuple[float, float] | None:
     """(the rate model's seconds, the engine's own seconds) for the successful calls as the engine served them
     (see the module docstring: ``service``); None without a model or when a call lacks llama.cpp's timings."""
-    ok = [r for r in rs if not r.get("retried") and not r.get("warmup") and r.get("error") is None]
+    ok = [r for r in _final(rs) if r.get("error") is None]
     tm = [r.get("timings") or {} for r in ok]
     keys = ("prompt_n", "prompt_ms", "predicted_n", "predicted_ms")
     if not model or not model.get("prefill") or not model.get("decode") or not ok or \
