@@ -151,21 +151,31 @@ def _turns_at_500() -> list[dict]:
     return recs
 
 
+def _probed_at(depth: int, decode_scale: float = 1.0) -> tuple[dict, list[dict]]:
+    """(header, records): _growing_turns() and a forced probe of 16 and 128 tokens, 2 repeats, at *depth*;
+    the probes' decode time (client stream and server timings alike) times *decode_scale*."""
+    head = header({"base": {"prefix_cache": False}}, ["r"], repeats=4)
+    head["config"]["probes"] = {"output_tokens": [16, 128], "repeats": 2, "case": "r", "tolerance": 0.05,
+                                "depths": [depth]}
+    recs = _growing_turns()
+    for rep in range(2):
+        for n in (16, 128):
+            c = _llama_call("r", rep, prompt=depth, out=n, kind="probe", probe_tokens=n, probe_depth=depth,
+                            length_method="ignore_eos")
+            if decode_scale != 1.0:
+                c["latency_s"] = c["ttft_s"] + decode_scale * (c["latency_s"] - c["ttft_s"])
+                c["timings"]["predicted_ms"] *= decode_scale
+            recs.append(c)
+    return head, recs
+
+
 def test_probe_regression_and_server_timings_agree_at_the_probes_context():
     """Agent turns at contexts 500 → ~900, a probe at a 3,000-token depth: decode there is much slower
     (1/(10 ms + 1e-5·3,071.5) = 24.6 tok/s against 1/(10 ms + 1e-5·~700) = 58.8 tok/s in the turns).  Compared
     as measured, probe and regression are 140 % apart; at the probe's context (the regression: d0 + d1·L fitted
     per call on the client's stream clock over the turns, without the probe, so extrapolated there) the three
     views are the same rate."""
-    head = header({"base": {"prefix_cache": False}}, ["r"], repeats=4)
-    head["config"]["probes"] = {"output_tokens": [16, 128], "repeats": 2, "case": "r", "tolerance": 0.05,
-                                "depths": [3000]}
-    recs = _growing_turns()
-    for rep in range(2):
-        for n in (16, 128):
-            recs.append(_llama_call("r", rep, prompt=3000, out=n, kind="probe", probe_tokens=n, probe_depth=3000,
-                                    length_method="ignore_eos"))
-    s = summarize(ledger(head, recs))
+    s = summarize(ledger(*_probed_at(3000)))
     p = s["probes"][0]
     at = 1.0 / (D0 + D1 * 3071.5)
     assert p["depth"] == 3000 and p["context_tokens"] == pytest.approx(3071.5)
@@ -222,15 +232,7 @@ def test_the_regression_view_is_per_call_so_a_turns_growing_context_does_not_bia
     reads decode too fast, because a call's prompt (so its prefill and its decode context) grows with the
     earlier answers, not with its own output.  The per-call fit on the client's stream clock takes each
     call at its own context: at the probe's context the three views are the same rate, exactly."""
-    head = header({"base": {"prefix_cache": False}}, ["r"], repeats=4)
-    head["config"]["probes"] = {"output_tokens": [16, 128], "repeats": 2, "case": "r", "tolerance": 0.05,
-                                "depths": [700]}
-    recs = _growing_turns()
-    for rep in range(2):
-        for n in (16, 128):
-            recs.append(_llama_call("r", rep, prompt=700, out=n, kind="probe", probe_tokens=n, probe_depth=700,
-                                    length_method="ignore_eos"))
-    s = summarize(ledger(head, recs))
+    s = summarize(ledger(*_probed_at(700)))
     p = s["probes"][0]
     at = 1.0 / (D0 + D1 * p["context_tokens"])
     assert p["decode_tps"] == pytest.approx(at, rel=1e-9)
@@ -302,18 +304,7 @@ def test_the_regression_view_leaves_out_the_probe_it_is_checked_against():
     token than the turns' line there: a fit that took the probes in would pass through them (two clusters, two
     coefficients) and call the views the same.  The regression is fitted without the probe's own calls: the
     turns' line, extrapolated to the probe's context (flagged), is 25 % slower, and the check fails."""
-    head = header({"base": {"prefix_cache": False}}, ["r"], repeats=4)
-    head["config"]["probes"] = {"output_tokens": [16, 128], "repeats": 2, "case": "r", "tolerance": 0.05,
-                                "depths": [3000]}
-    recs = _growing_turns()
-    for rep in range(2):
-        for n in (16, 128):
-            c = _llama_call("r", rep, prompt=3000, out=n, kind="probe", probe_tokens=n, probe_depth=3000,
-                            length_method="ignore_eos")
-            c["latency_s"] = c["ttft_s"] + 0.8 * (c["latency_s"] - c["ttft_s"])
-            c["timings"]["predicted_ms"] *= 0.8
-            recs.append(c)
-    p = summarize(ledger(head, recs))["probes"][0]
+    p = summarize(ledger(*_probed_at(3000, decode_scale=0.8)))["probes"][0]
     line = 1.0 / (D0 + D1 * p["context_tokens"])
     assert p["decode_tps"] == pytest.approx(line / 0.8, rel=1e-9)
     assert p["regression_decode_tps"] == pytest.approx(line, rel=1e-6) and p["regression_extrapolated"] is True
