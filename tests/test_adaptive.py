@@ -77,22 +77,23 @@ def test_counterbalanced_order_alternates_by_case_and_repeat():
     assert counterbalanced(["a", "b", "c"], 1, 2) == ["c", "b", "a"]
 
 
-def test_an_adaptive_schedule_is_counterbalanced_and_a_fixed_one_unchanged(tmp_path):
+def test_an_adaptive_schedule_and_a_fixed_one_share_the_counterbalanced_order(tmp_path):
     two_cases = GOOD + '\n[[cases]]\nname = "d"\nprompt = "go"\n'
+    want = [(0, "c", "a"), (0, "c", "b"), (0, "d", "b"), (0, "d", "a"),
+            (1, "c", "b"), (1, "c", "a"), (1, "d", "a"), (1, "d", "b"),
+            (2, "c", "a"), (2, "c", "b"), (2, "d", "b"), (2, "d", "a")]
     fixed = load(write(tmp_path, two_cases)).spec
-    turns = [(u.repeat, u.case, u.arm) for u in build_schedule(fixed, {}) if u.kind == "turn"]
-    assert turns == [(r, c, a) for r in range(3) for c in ("c", "d") for a in ("a", "b")]
+    assert [(u.repeat, u.case, u.arm) for u in build_schedule(fixed, {}) if u.kind == "turn"] == want
     adaptive = load(write(tmp_path, two_cases.replace('baseline = "a"\n', 'baseline = "a"\nadaptive = true\n'))).spec
     units = build_schedule(adaptive, {})
-    turns = [(u.repeat, u.case, u.arm) for u in units if u.kind == "turn"]
-    assert turns == [(0, "c", "a"), (0, "c", "b"), (0, "d", "b"), (0, "d", "a"),
-                     (1, "c", "b"), (1, "c", "a"), (1, "d", "a"), (1, "d", "b"),
-                     (2, "c", "a"), (2, "c", "b"), (2, "d", "b"), (2, "d", "a")]
+    assert [(u.repeat, u.case, u.arm) for u in units if u.kind == "turn"] == want
     assert [u.kind for u in units][-2:] == ["sentinel", "sentinel"] and units[0].kind == "sentinel"
-    # a round: only the cells asked for, in the experiment's case order, counterbalanced by repeat
+    # a round: a sentinel of each arm in it, then only the cells asked for, in the experiment's case order,
+    # counterbalanced by repeat
     rnd = adaptive_round(adaptive, [("b", "d"), ("a", "d"), ("b", "c")], 5)
-    assert [(u.kind, u.repeat, u.case, u.arm) for u in rnd] == [("turn", 5, "c", "b"), ("turn", 5, "d", "a"),
-                                                                 ("turn", 5, "d", "b")]
+    assert [(u.kind, u.repeat, u.case, u.arm) for u in rnd] == [
+        ("sentinel", 5, "(sentinel)", "b"), ("sentinel", 5, "(sentinel)", "a"),
+        ("turn", 5, "c", "b"), ("turn", 5, "d", "a"), ("turn", 5, "d", "b")]
 
 
 # ---- which comparisons are decided
@@ -213,7 +214,7 @@ def test_fixed_repeats_get_the_t_interval_beside_the_range():
     assert sorted(v) == sorted(["arm", "vs", "lever", "knobs", "verdict", "ratio", "low", "high", "confidence",
                                 "min_effect", "method", "repeats", "pairs", "looks", "stopped_by", "gpu_hours",
                                 "fixed_design_repeats", "fixed_design_gpu_hours", "fixed_design_power", "refused",
-                                "reason"])
+                                "reason", "measure"])
     assert (v["arm"], v["vs"], v["lever"], v["confidence"], v["min_effect"]) == ("arm", "ref", "kernel", 0.95,
                                                                                 1.10)
     md = render_markdown(s)

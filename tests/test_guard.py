@@ -95,4 +95,4 @@ def test_orphan_calls_of_a_cut_turn_are_not_counted():
     s = summarize(ledger(header({"base": {}}, ["c"]), recs))
     cell = s["cells"][0]
     assert cell["n"] == 2 and cell["max_s"] == 10.0
-    assert [w["kind"] for w in s["warning_items"]] == [W.ORPHAN_CALLS]
+    assert [w["kind"] for w in s["warning_items"]] == [W.ORPHAN_CALLS, W.DRIFT_UNKNOWN]  # and no sentinels

@@ -32,7 +32,7 @@ def test_resume_reruns_the_units_that_failed_while_the_endpoint_was_down(tmp_pat
         Runner(load(exp), out).run()  # nothing listens on the flaky arm's port: all its units fail
         first = read_ledger(out)
         failed = [r for r in first.records if r["kind"] in UNIT_KINDS and r["arm"] == "flaky"]
-        assert len(failed) == 2 * 2 + 2 * 3 + 2  # turns, probes, sentinels
+        assert len(failed) == 2 * 2 + 2 * 3 + 3  # turns, probes, sentinels (one per round, one at the end)
         assert all(r["error"] is not None and r["error"]["class"] == "connect" for r in failed)
         before = summarize(first)
         assert {c["n"] for c in before["cells"] if c["arm"] == "flaky"} == {0}
@@ -55,9 +55,9 @@ def test_resume_reruns_the_units_that_failed_while_the_endpoint_was_down(tmp_pat
     assert s["run"]["failed_calls"] == 0
     ds = dataset(led)
     assert len([p for p in ds.probes if p["arm"] == "flaky"]) == 6 and all(p["error"] is None for p in ds.probes)
-    assert len(ds.sentinels) == 4 and all(x["error"] is None for x in ds.sentinels)
+    assert len(ds.sentinels) == 6 and all(x["error"] is None for x in ds.sentinels)
     [w] = warned(s, W.SUPERSEDED)
-    assert w["text"].startswith("4 turn(s), 6 probe(s), 2 sentinel(s) superseded"), w  # the counts
+    assert w["text"].startswith("4 turn(s), 6 probe(s), 3 sentinel(s) superseded"), w  # the counts
     assert not warned(s, W.ORPHAN_CALLS)
     assert {p["arm"] for p in s["probes"]} >= {"flaky"}
 

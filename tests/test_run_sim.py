@@ -119,11 +119,18 @@ def test_interleaved_order(sim_run):
     run_dir, _, _ = sim_run
     led = read_ledger(run_dir)
     seq = [(r["repeat"], r["case"], r["arm"]) for r in led.records if r["kind"] == "turn"]
-    expected = [(r, c, a) for r in range(3) for c in ("read", "short") for a in ("nocache", "cache")]
+    # a Williams design over (case, repeat): A B, B A, ... so that each arm goes first as often
+    expected = [(r, c, a) for r in range(3) for i, c in enumerate(("read", "short"))
+                for a in (("nocache", "cache") if (i + r) % 2 == 0 else ("cache", "nocache"))]
     assert seq == expected
-    kinds = [r["kind"] for r in led.records if r["kind"] in ("turn", "probe", "sentinel")]
-    assert kinds[:2] == ["sentinel", "sentinel"] and kinds[-2:] == ["sentinel", "sentinel"]
-    assert kinds.index("probe") > max(i for i, k in enumerate(kinds) if k == "turn")
+    kinds = [(r["kind"], r.get("position"), r.get("repeat")) for r in led.records
+             if r["kind"] in ("turn", "probe", "sentinel")]
+    # a sentinel of each arm opens every round, and one of each closes the run
+    for rep in range(3):
+        first = min(i for i, k in enumerate(kinds) if k[0] == "turn" and k[2] == rep)
+        assert kinds[first - 2:first] == [("sentinel", "start", rep)] * 2
+    assert kinds[-2:] == [("sentinel", "end", 0)] * 2
+    assert [k[0] for k in kinds].index("probe") > max(i for i, k in enumerate(kinds) if k[0] == "turn")
 
 
 def test_report_reproduces_run_from_ledger_alone(sim_run):
@@ -164,9 +171,10 @@ def test_failed_calls_are_recorded_and_counted(tmp_path):
     cell = next(c for c in s["cells"] if c["arm"] == "broken" and c["case"] == "read")
     assert cell["n"] == 0 and cell["failed_turns"] == 2 and cell["failed_calls"] == 2
     assert all(not m["citable"] for m in s["multipliers"])
-    # the broken arm: 2 repeats × (read: its first call fails, so the turn stops; short: 1 call) + its 2 sentinels
-    assert s["run"]["failed_calls"] == 2 * 2 + 2
-    assert sum(1 for r in read_ledger(ledger).records if r["kind"] == "sentinel" and r["error"]) == 2
+    # the broken arm: 2 repeats × (read: its first call fails, so the turn stops; short: 1 call) + its 3 sentinels
+    # (one opening each of the 2 rounds, one at the end)
+    assert s["run"]["failed_calls"] == 2 * 2 + 3
+    assert sum(1 for r in read_ledger(ledger).records if r["kind"] == "sentinel" and r["error"]) == 3
 
 
 def test_unreachable_endpoint_is_recorded_not_fatal(tmp_path):

@@ -17,14 +17,16 @@ from typing import Any
 import numpy as np
 
 from .dataset import Dataset, groups, sums, zero_nan
-from .guard import judge
+from .guard import Reason, judge
 from .knobs import Comparison
 from .stats import median, overlap
 
 
-def cells(ds: Dataset, case_names: list[str] | None = None) -> list[dict[str, Any]]:
-    """One row per (arm, case) of *case_names* (default: the engine comparison's cases)."""
+def cells(ds: Dataset, case_names: list[str] | None = None, turn_s: np.ndarray | None = None) -> list[dict[str, Any]]:
+    """One row per (arm, case) of *case_names* (default: the engine comparison's cases); *turn_s*: the turns'
+    times to take (default: as measured; :func:`.drift.adjusted_turn_s` puts them on one speed)."""
     case_names = ds.cases if case_names is None else case_names
+    turn_s = ds.turn.turn_s if turn_s is None else turn_s
     T, C, n = ds.turn, ds.call, ds.n_cells
     by_turn = groups(ds.cell_code(T.arm, T.case), n)
     ccode = ds.cell_code(C.arm, C.case)
@@ -38,7 +40,7 @@ def cells(ds: Dataset, case_names: list[str] | None = None) -> list[dict[str, An
             k = ds.cell(arm, case)
             turns = by_turn[k]
             ok = turns[T.ok[turns]]
-            times = T.turn_s[ok]
+            times = turn_s[ok]
             outs = T.output_tokens[ok]
             ins = T.prompt_tokens[ok]
             outs, ins = outs[~np.isnan(outs)], ins[~np.isnan(ins)]
@@ -90,10 +92,10 @@ def totals(ds: Dataset, cell_list: list[dict[str, Any]]) -> list[dict[str, Any]]
 
 
 def multipliers(ds: Dataset, cell_list: list[dict[str, Any]], total_list: list[dict[str, Any]],
-                comps: list[Comparison], drifted: dict[str, str] | None = None,
-                also: dict[tuple[str, str], list[str]] | None = None) -> list[dict[str, Any]]:
+                comps: list[Comparison], also: dict[tuple[str, str], list[Reason]] | None = None
+                ) -> list[dict[str, Any]]:
     """Per comparison: one row per case and one for the total (``vs`` = the reference arm); *also*: the
-    comparison's own reasons not to cite it, by (arm, vs)."""
+    comparison's own reasons not to cite it (drift, contradictions, engagement), by (arm, vs)."""
     exp = ds.config["experiment"]
     tol_cell = exp.get("volume_tolerance_cell", 0.20)
     tol_total = exp.get("volume_tolerance_total", 0.05)
@@ -104,17 +106,19 @@ def multipliers(ds: Dataset, cell_list: list[dict[str, Any]], total_list: list[d
         arm, ref, knobs = comp.arm, comp.vs, list(comp.knobs)
         tag = {"arm": arm, "vs": ref}
         extra = (also or {}).get((arm, ref), [])
+        kw = {"also": extra, "controlled": comp.controlled}
+        more = {"lever": comp.lever, "unknown_knobs": list(comp.unknown)}
         mine = []
         for case in ds.cases:
             m = {**tag, "scope": f"case:{case}", **judge(cell_of[(ref, case)], cell_of[(arm, case)], tol_cell, knobs,
-                                                          drifted=drifted, also=extra), "lever": comp.lever}
+                                                          **kw), **more}
             mine.append(m)
         tr, ta = total_of[ref], total_of[arm]
         blocking = [f"{m['scope'].removeprefix('case:')} ({m['reason']})" for m in mine if m.get("blocks_total")]
         total = judge({"name": ref, "median_s": tr["total_s"], "output_tokens_median": tr["output_tokens"], "n": None},
                       {"name": arm, "median_s": ta["total_s"], "output_tokens_median": ta["output_tokens"], "n": None},
-                      tol_total, knobs, blocked_by=blocking, drifted=drifted, also=extra)
-        out += mine + [{**tag, "scope": "total", **total, "lever": comp.lever}]
+                      tol_total, knobs, blocked_by=blocking, **kw)
+        out += mine + [{**tag, "scope": "total", **total, **more}]
     for m in out:
         m.pop("blocks_total", None)
     return out

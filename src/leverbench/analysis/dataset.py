@@ -27,7 +27,7 @@ import numpy as np
 
 from ..ledger.reader import Columns, Ledger
 from ..ledger.records import CALL_FLAGS, CALL_NUMBERS, CALL_TIMINGS, TURN_FLAGS, TURN_NUMBERS
-from .knobs import arm_knobs
+from .knobs import all_arm_knobs, arm_knobs
 from .warning_kinds import RunWarning, WarningKind
 
 
@@ -50,11 +50,13 @@ class _CallColumns:
 
 #: The columns of :data:`CallTable`: ``arm``, ``case`` (indices into ``Dataset.arm_names`` /
 #: ``case_names``), ``turn`` (index into ``Dataset.turn``, −1 for a call of no counted turn, e.g. a
-#: probe), ``ok`` (error is null), ``has_timings`` (the record carries llama.cpp's ``timings``), then
+#: probe), ``ok`` (error is null), ``has_timings`` (the record carries llama.cpp's ``timings``), ``output``
+#: (a code per distinct ``output_sha256`` within one table: equal codes, equal answers; −1: none), then
 #: one per column the call record declares (:mod:`leverbench.ledger.records`): its flags (bool: the
 #: record says so), its numbers and the numbers of ``timings`` (float, NaN where the record lacks the
 #: field or has null).
-CALL_TABLE_COLUMNS = ("arm", "case", "turn", "ok", "has_timings", *CALL_FLAGS, *CALL_NUMBERS, *CALL_TIMINGS)
+CALL_TABLE_COLUMNS = ("arm", "case", "turn", "ok", "has_timings", "output", *CALL_FLAGS, *CALL_NUMBERS,
+                      *CALL_TIMINGS)
 
 #: Call records as columns (numpy arrays), one row per record in ledger order: :data:`CALL_TABLE_COLUMNS`.
 CallTable = make_dataclass("CallTable", [(k, np.ndarray) for k in CALL_TABLE_COLUMNS], bases=(_CallColumns,),
@@ -98,6 +100,9 @@ class Dataset:
     case_names: list[Any]                 # the configured cases and variants, then any other case the records name
     probe: CallTable                      # the probes as columns
     warnings: list[RunWarning] = field(default_factory=list)
+    warmups: list[dict[str, Any]] = field(default_factory=list)  # the warm-up calls (kind "warmup"), in ledger order
+    turn_ids: list[Any] = field(default_factory=list)  # the counted turns' turn_id, as ``turn`` (with store_text)
+    _knobs: tuple[dict[str, dict[str, Any]], dict[str, dict[str, str]]] | None = field(default=None, repr=False)
 
     def conditions(self, arm: str) -> dict[str, Any]:
         return dict(self.header["arms"].get(arm, {}).get("conditions", {}))
@@ -110,8 +115,17 @@ class Dataset:
         return self.knobs_and_contradictions(arm)[0]
 
     def knobs_and_contradictions(self, arm: str) -> tuple[dict[str, Any], dict[str, str]]:
-        request = next((a.get("request") for a in self.config.get("arms", []) if a.get("name") == arm), None)
-        return arm_knobs(self.header["arms"].get(arm, {}), request)
+        """The arm's knobs and their contradictions, judged across the run's arms (:func:`.knobs.all_arm_knobs`:
+        a knob another arm's endpoint stated and this one lacks is unknown; discovered facts that differ are
+        knobs).  An arm the configuration does not list gets its own knobs alone."""
+        if self._knobs is None:
+            requests = {a.get("name"): a.get("request") for a in self.config.get("arms", [])}
+            self._knobs = all_arm_knobs(self.header.get("arms") or {}, requests, self.arms)
+        knobs, contradictions = self._knobs
+        if arm not in knobs:
+            request = next((a.get("request") for a in self.config.get("arms", []) if a.get("name") == arm), None)
+            return arm_knobs(self.header["arms"].get(arm, {}), request)
+        return dict(knobs[arm]), dict(contradictions[arm])
 
     def arm_index(self, arm: Any) -> int:
         return self.arm_names.index(arm)
@@ -199,13 +213,20 @@ def _relabel(cols: Columns, key: str, into: list[Any]) -> np.ndarray:
     return np.array(remap, dtype=np.int64)[codes] if names else np.zeros(len(codes), np.int64)
 
 
+def _hash_codes(cols: Columns) -> np.ndarray:
+    """Each row's ``output_sha256`` as a code (−1 where it has none)."""
+    codes, names = cols.labels["output_sha256"]
+    none = np.array([n is None or n == "" for n in names] + [True], dtype=bool)
+    return np.where(none[np.minimum(codes, len(names))], -1, codes) if len(codes) else np.zeros(0, np.int64)
+
+
 def call_table(cols: Columns, arm_names: list[Any], case_names: list[Any], turn: np.ndarray) -> CallTable:
     """A :class:`CallTable` from the reader's columns (*turn*: each row's turn index, −1 for none);
     arm and case names met for the first time are appended to *arm_names* / *case_names*."""
     num = cols.numbers
     return CallTable(
         arm=_relabel(cols, "arm", arm_names), case=_relabel(cols, "case", case_names), turn=turn,
-        ok=~cols.failed, has_timings=cols.has_timings,
+        ok=~cols.failed, has_timings=cols.has_timings, output=_hash_codes(cols),
         **{k: cols.flags[k] for k in CALL_FLAGS}, **{k: num[k] for k in CALL_NUMBERS},
         **{k: num["timings." + k] for k in CALL_TIMINGS},
     )
@@ -317,8 +338,15 @@ def dataset(ledger: Ledger) -> Dataset:
         probes=probes, sentinels=sentinels,
         metrics=list(ledger.of_kind("metrics")), arms=arms, cases=cases, variants=variants,
         baseline=cfg["experiment"]["baseline"], config=cfg, arm_names=arm_names, case_names=case_names,
-        probe=probe, warnings=warnings,
+        probe=probe, warnings=warnings, warmups=list(ledger.of_kind("warmup")),
+        turn_ids=_labels_of(turn_cols, "turn_id", kept) if cfg["experiment"].get("store_text") else [],
     )
+
+
+def _labels_of(cols: Columns, key: str, rows: np.ndarray) -> list[Any]:
+    codes, names = cols.labels[key]
+    names = [*names, None]
+    return [names[min(int(c), len(names) - 1)] for c in codes[rows]]
 
 
 def sums(codes: np.ndarray, values: np.ndarray | Iterable[float] | None, n: int) -> np.ndarray:

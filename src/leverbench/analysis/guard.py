@@ -5,17 +5,19 @@ spread = (max − min) / min of the two arms' volumes.  A cell multiplier is
 citable only if spread ≤ volume_tolerance_cell (0.20), a total only if
 spread ≤ volume_tolerance_total (0.05).  Also never citable, for a cell or a
 total: fewer than 2 successful repeats, failed calls, retried attempts (their
-time is inside the measured turn), an unknown volume, an arm whose decode
-rate drifted beyond tolerance between its sentinels, a knob that differs and
-whose value is contradicted (declared off, discovered on), or — for the
-comparison that measures a lever — a lever that did not engage on the arm
-that has it, or that the reference arm used too.  A refused multiplier is
-still reported, with ``citable: false`` and the reason.  Everything derived
+time is inside the measured turn), an unknown volume, a knob that differs and
+whose value is contradicted (declared off, discovered on), arms that drifted
+differently (interleaved order) or drifted at all (blocked order; see
+:mod:`.drift`), or — for the comparison that measures a lever — a lever that
+did not engage on the arm that has it, or that the reference arm used too.
+Each reason carries a code (``reason_codes``); a row refused for its volume
+alone may be cited through its equal-work figure (:mod:`.equal_work`).  A
+refused multiplier is still reported, with ``citable: false`` and the reason.  Everything derived
 from a comparison (cost returned, a lever's projected return) carries the
 citability of the multiplier it comes from.
 
 Controlled comparison: two arms whose knobs (see :mod:`.knobs`) differ in
-exactly one.  Others are still compared, but marked uncontrolled with the
+exactly one, none of them unknown on either arm.  Others are still compared, but marked uncontrolled with the
 knobs named (none: a replicate of one configuration).
 """
 
@@ -28,53 +30,79 @@ from .stats import spread
 MIN_REPEATS = 2
 
 
+#: The codes of a refusal's reasons (``reason_codes`` of a multiplier row), one per rule of the module docstring.
+NO_TURNS, REPEATS, FAILED, RETRIED, DRIFT = "no_turns", "repeats", "failed", "retried", "drift"
+CONTRADICTION, NOT_ENGAGED, REFERENCE_USED, CELLS = "contradiction", "not_engaged", "reference_used", "cells"
+VOLUME, VOLUME_UNKNOWN = "volume", "volume_unknown"
+
+#: A reason not to cite a comparison: (code, words).
+Reason = tuple[str, str]
+
+
 def judge(ref: dict[str, Any], arm: dict[str, Any], tol: float, knobs: list[str],
-          blocked_by: list[str] | None = None, drifted: dict[str, str] | None = None,
-          also: list[str] | None = None) -> dict[str, Any]:
+          blocked_by: list[str] | None = None, also: list[Reason] | None = None,
+          controlled: bool | None = None) -> dict[str, Any]:
     """Multiplier of *arm* against the reference *ref* (dicts with median_s, output_tokens_median, n,
-    failed_calls, retried_calls and ``name``); *drifted*: arm name → what drifted; *also*: reasons of the
-    comparison itself (a contradicted knob, a lever that did not engage or that the reference also used)."""
-    reasons: list[str] = []
+    failed_calls, retried_calls and ``name``); *also*: reasons of the comparison itself (its arms drifted
+    differently, a contradicted knob, a lever that did not engage or that the reference also used);
+    *controlled*: whether the comparison is controlled (default: it differs in exactly one knob)."""
+    reasons: list[Reason] = []
     blocks_total = False
     bt, at = ref.get("median_s"), arm.get("median_s")
     value = bt / at if bt and at else None
     if value is None:
-        reasons.append("no successful turns to compare")
+        reasons.append((NO_TURNS, "no successful turns to compare"))
         blocks_total = True
     for cell in (ref, arm):
         who = cell.get("name", "arm")
         if cell.get("n") is not None and cell["n"] < MIN_REPEATS:
-            reasons.append(f"{who} has {cell['n']} successful repeat(s), fewer than {MIN_REPEATS}")
+            reasons.append((REPEATS, f"{who} has {cell['n']} successful repeat(s), fewer than {MIN_REPEATS}"))
             blocks_total = True
         if cell.get("failed_calls"):
-            reasons.append(f"{who} has {cell['failed_calls']} failed call(s)")
+            reasons.append((FAILED, f"{who} has {cell['failed_calls']} failed call(s)"))
             blocks_total = True
         if cell.get("retried_calls"):
-            reasons.append(f"{who} has {cell['retried_calls']} retried attempt(s): retries inside the measured time")
+            reasons.append((RETRIED, f"{who} has {cell['retried_calls']} retried attempt(s): retries inside the "
+                            "measured time"))
             blocks_total = True
-    for who in dict.fromkeys((ref.get("name"), arm.get("name"))):
-        if who and drifted and who in drifted:
-            reasons.append(f"{who} drifted ({drifted[who]})")
     reasons += also or []
     if blocked_by:
-        reasons.append("cells without a usable comparison: " + "; ".join(blocked_by))
+        reasons.append((CELLS, "cells without a usable comparison: " + "; ".join(blocked_by)))
     vb, va = ref.get("output_tokens_median"), arm.get("output_tokens_median")
     sp = None
     if vb is None or va is None:
-        reasons.append("output volume unknown (no token usage)")
+        reasons.append((VOLUME_UNKNOWN, "output volume unknown (no token usage)"))
     else:
         sp = spread(vb, va)
         if sp > tol:
-            reasons.append(f"output volume spread {sp:.1%} > {tol:.0%}")
+            reasons.append((VOLUME, f"output volume spread {sp:.1%} > {tol:.0%}"))
     return {
         "value": value,
         "citable": not reasons,
-        "reason": "; ".join(reasons) if reasons else None,
+        "reason": "; ".join(text for _, text in reasons) if reasons else None,
+        "reason_codes": list(dict.fromkeys(code for code, _ in reasons)),
         "volume_spread": sp,
-        "controlled": len(knobs) == 1,
+        "controlled": len(knobs) == 1 if controlled is None else controlled,
         "knobs": knobs,
         "blocks_total": blocks_total,
     }
+
+
+def refused_for_volume_alone(row: dict[str, Any]) -> bool:
+    """Whether a multiplier row is refused for its output volume spread and nothing else."""
+    return not row["citable"] and row.get("reason_codes") == [VOLUME]
+
+
+def cited(row: dict[str, Any]) -> tuple[bool, str | None, str]:
+    """(citable, reason, measure) of a multiplier row as the headline cites it: the measured figure when it is
+    citable; its equal-work figure (:mod:`.equal_work`) when the measured one is refused for its volume alone
+    and that figure is citable (measure "equal work"); else refused, with the measured row's reason."""
+    if row["citable"]:
+        return True, None, "measured"
+    ew = row.get("equal_work") or {}
+    if refused_for_volume_alone(row) and ew.get("citable"):
+        return True, None, "equal work"
+    return False, row["reason"], "measured"
 
 
 def measurement_guard(cells: list[dict[str, Any]], drifted: dict[str, str] | None = None) -> tuple[bool, str | None]:

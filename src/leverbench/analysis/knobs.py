@@ -13,11 +13,28 @@ An arm's **knobs** are what defines its serving condition, from three sources
 3. its declared conditions (``[[arms]] conditions``), except pricing
    (``gpu_hour_usd``: it changes what a second costs, not how many there are).
 
-Values are compared canonically: every "off" spelling (absent, null, false,
-0, "", "none", "off", "no", "false") is one value, off.  A knob a source
-names on one side and another contradicts (declared off, discovered on) is a
-**contradiction**: the knob's true value is unknown, and no comparison in
+Values are compared canonically: every "off" spelling (null, false, 0, "",
+"none", "off", "no", "false") is one value, off; a knob an arm does not have
+at all counts as off — unless another arm's endpoint stated it
+(:func:`all_arm_knobs`): what discovery found on one arm and not on the other
+(a ``/version`` that did not answer) is **unknown** there (:data:`UNKNOWN`),
+and a comparison that differs in an unknown knob is not controlled.  A
+knob a source names on one side and another contradicts is a
+**contradiction** — declared off and discovered on (or the reverse), or both
+on but naming different things (declared drafter "eagle", discovered "ngram";
+one name containing the other, "ngram-mod K=7" and "ngram-mod", agrees), or
+two different numbers: the knob's true value is unknown, and no comparison in
 which it differs may be cited (:mod:`.guard`).
+
+**Discovered facts** that are not knobs (:func:`fact_knobs`): every fact in an
+arm's ``discovered`` record (flattened: ``props.build_info``, ``version.version``,
+``engine_args``, ``threads``, …) in which two arms differ is a knob too, named
+``fact:PATH``, unless a knob derived from it (:data:`FACT_KNOB`) differs
+between those same arms, or it is one of :data:`NOT_FACTS` (the simulator's own
+settings, the discovery's own bookkeeping).  The llama.cpp flags in
+``engine_args`` are compared flag by flag: a drafter's flags are the
+``drafter`` knob's, a few others map to their knobs, any other flag that
+differs is a knob ``flag:NAME``.
 
 Two arms that differ in exactly one knob are a **controlled comparison**: that
 pair measures that knob's lever (the article's drafter = treatment vs
@@ -36,10 +53,12 @@ on is also compared the other way round).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
 NOT_KNOBS = ("gpu_hour_usd",)
+UNKNOWN = "(unknown)"  # a knob discovered on another arm and not found on this one
 _OFF_WORDS = ("none", "off", "no", "", "false")
 _ROLE_ORDER = {"baseline": 0, "control": 1, "treatment": 2}
 # the knobs whose lever acts on one phase only (Amdahl: it shortens that phase and nothing else)
@@ -85,10 +104,145 @@ def arm_knobs(arm: dict[str, Any], request: dict[str, Any] | None = None) -> tup
     contradictions: dict[str, str] = {}
     for k, v in declared.items():
         for source, other in (("the endpoint says", found), ("its requests say", sent)):
-            if k in other and isinstance(other[k], (bool, str)) and is_on(v) != is_on(other[k]):
-                contradictions[k] = (f"declared {k} = {v!r}, but {source} {'on' if is_on(other[k]) else 'off'}"
-                                     + ("" if isinstance(other[k], bool) else f" ({other[k]!r})"))
+            if k in other and (why := contradiction(v, other[k])):
+                contradictions[k] = f"declared {k} = {v!r}, but {source} {why}"
     return {**found, **sent, **declared}, contradictions
+
+
+def _name(v: str) -> str:
+    return "".join(ch for ch in v.lower() if ch.isalnum())
+
+
+def contradiction(declared: Any, stated: Any) -> str | None:
+    """How a *stated* value (discovered or sent) contradicts a *declared* one, or None: one on and the other
+    off; both named and neither name holding the other (letters and digits compared, case aside); two
+    different numbers (see the module docstring)."""
+    if not isinstance(stated, (bool, str, int, float)):
+        return None
+    if is_on(declared) != is_on(stated):
+        return ("on" if is_on(stated) else "off") + ("" if isinstance(stated, bool) else f" ({stated!r})")
+    if not is_on(stated) or isinstance(stated, bool) or isinstance(declared, bool):
+        return None
+    if isinstance(declared, str) and isinstance(stated, str):
+        a, b = _name(declared), _name(stated)
+        return None if (a in b or b in a) else f"{stated!r}"
+    numbers = all(isinstance(x, (int, float)) for x in (declared, stated))
+    return f"{stated!r}" if numbers and float(declared) != float(stated) else None
+
+
+# ---------------------------------------------------------------------------------------------- across arms
+
+#: A discovered fact (its flattened path; a prefix ending in "." covers the paths below it) → the knob derived
+#: from it: a fact that differs is covered where that knob differs between the same arms.
+FACT_KNOB = {"props.build_info": "engine_version", "version.version": "engine_version",
+             "engine_build.": "engine_version", "server_info.version": "engine_version",
+             "props.model_path": "model_file", "model_file": "model_file",
+             "models": "model", "server_info.served_model_name": "model", "server_info.model_path": "model_file",
+             "props.total_slots": "slots", "server_info.max_running_requests": "slots",
+             "props.n_ctx": "context_length", "ctx_size": "context_length",
+             "cache_config.enable_prefix_caching": "prefix_cache", "server_info.disable_radix_cache": "prefix_cache",
+             "cache_config.block_size": "block_size", "server_info.speculative_algorithm": "drafter",
+             "server_info.speculative_num_draft_tokens": "drafter", "server_info.tp_size": "tensor_parallel",
+             "server_info.dp_size": "data_parallel", "server_info.device": "device", "engine": "engine",
+             "model_source": "model_file"}
+#: Facts that are never knobs: the simulator's own settings (a test instrument's truth), what discovery keeps
+#: as bookkeeping (``knobs``, derived from the rest), a build's date and platform (its version is the knob).
+NOT_FACTS = ("knobs", "sim", "props.sim", "engine_build.build_date", "engine_build.platform")
+#: Engine flags (in ``engine_args``: llama.cpp's, vLLM's) → the knob they set; a drafter's flags are all the
+#: ``drafter`` knob's (:data:`DRAFTER_FLAG_PREFIXES`).
+FLAG_KNOB = {"-np": "slots", "--parallel": "slots", "-c": "context_length", "--ctx-size": "context_length",
+             "-t": "fact:threads", "--threads": "fact:threads", "-m": "model_file", "--model": "model_file",
+             "--max-model-len": "context_length", "--enable-prefix-caching": "prefix_cache",
+             "--no-enable-prefix-caching": "prefix_cache", "--tensor-parallel-size": "tensor_parallel",
+             "-tp": "tensor_parallel"}
+DRAFTER_FLAG_PREFIXES = ("--spec", "--draft", "-md", "--speculative", "--model-draft", "-hfd", "--hf-repo-draft",
+                         "-ngl-draft", "--gpu-layers-draft", "-cd", "--ctx-size-draft", "-devd", "--device-draft")
+
+
+def _flatten(d: Any, path: str = "") -> dict[str, Any]:
+    if isinstance(d, dict):
+        out: dict[str, Any] = {}
+        for k, v in d.items():
+            out.update(_flatten(v, f"{path}{k}."))
+        return out
+    return {path[:-1]: d}
+
+
+def _flags(args: Any) -> dict[str, Any]:
+    """llama.cpp command-line arguments as {flag: value} (True for a flag without one)."""
+    out: dict[str, Any] = {}
+    args = [str(a) for a in args] if isinstance(args, list) else []
+    for i, a in enumerate(args):
+        if a.startswith("-") and not a.lstrip("-").replace(".", "").isdigit():
+            nxt = args[i + 1] if i + 1 < len(args) else None
+            out[a] = nxt if nxt is not None and not (nxt.startswith("-") and not nxt.lstrip("-").replace(
+                ".", "").isdigit()) else True
+    return out
+
+
+def _facts(discovered: dict[str, Any]) -> dict[str, tuple[str, Any]]:
+    """An arm's discovered facts: flattened path → (the knob that covers it, or None; its value as JSON)."""
+    out: dict[str, tuple[str, Any]] = {}
+    for path, v in _flatten({k: v for k, v in (discovered or {}).items() if k != "engine_args"}).items():
+        if any(path == n or path.startswith(n + ".") for n in NOT_FACTS):
+            continue
+        knob = FACT_KNOB.get(path) or next((k for p, k in FACT_KNOB.items() if p.endswith(".")
+                                            and path.startswith(p)), None)
+        out[path] = (knob or f"fact:{path}", json.dumps(v, sort_keys=True, default=str))
+    for flag, v in _flags((discovered or {}).get("engine_args")).items():
+        knob = "drafter" if flag.startswith(DRAFTER_FLAG_PREFIXES) else FLAG_KNOB.get(flag, f"flag:{flag}")
+        out[f"engine_args {flag}"] = (knob, json.dumps(v))
+    return out
+
+
+def fact_knobs(discovered: dict[str, dict[str, Any]], knobs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per arm, the knobs its discovered facts add (the module docstring): for each fact in which two arms
+    differ and whose covering knob does not differ between them, the knob ``fact:PATH`` (or ``flag:NAME``)
+    with the fact's value on every arm that has it."""
+    facts = {a: _facts(d) for a, d in discovered.items()}
+    arms = list(facts)
+    out: dict[str, dict[str, Any]] = {a: {} for a in arms}
+    for path in dict.fromkeys(p for a in arms for p in facts[a]):
+        for i, x in enumerate(arms):
+            for y in arms[i + 1:]:
+                fx, fy = facts[x].get(path), facts[y].get(path)
+                if fx is None or fy is None or fx[1] == fy[1]:
+                    continue  # a fact one arm lacks is not a difference found (its knob may be unknown there)
+                knob = fx[0]
+                if not knob.startswith(("fact:", "flag:")) and \
+                        canonical(knobs[x].get(knob)) != canonical(knobs[y].get(knob)):
+                    continue  # the knob it makes differs too: covered
+                name = knob if knob.startswith(("fact:", "flag:")) else f"fact:{path}"
+                for a in arms:
+                    if path in facts[a]:
+                        out[a][name] = json.loads(facts[a][path][1])
+    return out
+
+
+def all_arm_knobs(header_arms: dict[str, dict[str, Any]], requests: dict[str, dict[str, Any] | None],
+                  arms: list[str]) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, str]]]:
+    """(knobs, contradictions) of every arm of *arms* (ledger-header entries *header_arms*, extra body fields
+    *requests*): :func:`arm_knobs` of each, the knobs its discovered facts add (:func:`fact_knobs`), and
+    :data:`UNKNOWN` for a knob that another arm's endpoint stated (discovered, not declared nor sent) and
+    this arm has from no source."""
+    knobs, contradictions, found = {}, {}, {}
+    for a in arms:
+        h = header_arms.get(a, {})
+        knobs[a], contradictions[a] = arm_knobs(h, requests.get(a))
+        found[a] = set((h.get("discovered") or {}).get("knobs") or {})
+    extra = fact_knobs({a: header_arms.get(a, {}).get("discovered") or {} for a in arms}, knobs)
+    for a in arms:
+        knobs[a].update(extra[a])
+    stated = {k for a in arms for k in found[a] | set(extra[a])}
+    for a in arms:
+        for k in sorted(stated - set(knobs[a])):
+            knobs[a][k] = UNKNOWN
+    return knobs, contradictions
+
+
+def unknown_knobs(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """The knobs unknown on either of two arms (:data:`UNKNOWN`), sorted."""
+    return sorted(k for k in set(a) | set(b) if UNKNOWN in (a.get(k), b.get(k)))
 
 
 def differing(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
@@ -105,10 +259,11 @@ class Comparison:
     vs: str
     knobs: tuple[str, ...]
     lever: str | None = None
+    unknown: tuple[str, ...] = ()  # knobs unknown on either arm (:data:`UNKNOWN`): then it is not controlled
 
     @property
     def controlled(self) -> bool:
-        return len(self.knobs) == 1
+        return len(self.knobs) == 1 and not self.unknown
 
 
 def reference_first(x: str, y: str, knob: str, knobs: dict[str, dict[str, Any]], roles: dict[str, str],
@@ -124,20 +279,22 @@ def reference_first(x: str, y: str, knob: str, knobs: dict[str, dict[str, Any]],
 def comparisons(arms: list[str], baseline: str, knobs: dict[str, dict[str, Any]],
                 roles: dict[str, str]) -> list[Comparison]:
     """Every arm against the baseline, then every controlled pair in its lever's direction that the
-    baseline comparisons do not already give (in the arms' order)."""
+    baseline comparisons do not already give (in the arms' order).  A pair with a knob unknown on either
+    side (:func:`unknown_knobs`) is not controlled."""
     out = []
     for a in arms:
         if a == baseline:
             continue
         diff = tuple(differing(knobs[baseline], knobs[a]))
+        unknown = tuple(unknown_knobs(knobs[baseline], knobs[a]))
         lever = None
-        if len(diff) == 1 and reference_first(baseline, a, diff[0], knobs, roles, arms)[0] == baseline:
+        if len(diff) == 1 and not unknown and reference_first(baseline, a, diff[0], knobs, roles, arms)[0] == baseline:
             lever = diff[0]
-        out.append(Comparison(a, baseline, diff, lever))
+        out.append(Comparison(a, baseline, diff, lever, unknown))
     for i, x in enumerate(arms):
         for y in arms[i + 1:]:
             diff = differing(knobs[x], knobs[y])
-            if len(diff) != 1:
+            if len(diff) != 1 or unknown_knobs(knobs[x], knobs[y]):
                 continue
             ref, other = reference_first(x, y, diff[0], knobs, roles, arms)
             if (other, ref) in {(c.arm, c.vs) for c in out}:

@@ -8,12 +8,19 @@ the lever engaged on the arm that has it, and the GPU-hours per 1000 turns it
 returns (reference − arm, where both arms have a cost row) — citable exactly
 when the multiplier is.  When no controlled comparison measures a lever, the
 row says so and which arm would make one.
+
+Where the measured multiplier is refused for its output volume alone and its
+equal-work figure (:mod:`.equal_work`) may be cited, the row's multiplier is
+the equal-work figure (``measure`` "equal work", ``note`` saying so, the
+measured one kept in ``measured``); the GPU-hours returned are then the
+reference's less the arm's at equal work (reference GPU-hours / multiplier).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from .guard import cited
 from .knobs import differing, suggestion
 
 
@@ -36,7 +43,18 @@ def levers(arms: list[str], knobs: dict[str, dict[str, Any]], multipliers: list[
         for m in pairs:
             ca, cr = cost.get(m["arm"]), cost.get(m["vs"])
             returned = (cr["gpu_hours_per_1000_turns"] - ca["gpu_hours_per_1000_turns"]) if ca and cr else None
-            out.append({"lever": knob, "arm": m["arm"], "vs": m["vs"], "multiplier": m["value"],
-                        "citable": m["citable"], "reason": m["reason"], "engaged": eng.get(m["arm"], {}).get(knob),
-                        "gpu_hours_returned_per_1000_turns": returned})
+            row = {"lever": knob, "arm": m["arm"], "vs": m["vs"], "multiplier": m["value"], "citable": m["citable"],
+                   "reason": m["reason"], "engaged": eng.get(m["arm"], {}).get(knob),
+                   "gpu_hours_returned_per_1000_turns": returned, "measure": "measured", "note": None,
+                   "measured": {"value": m["value"], "citable": m["citable"], "reason": m["reason"]}}
+            ew = m.get("equal_work")
+            if cited(m)[2] == "equal work" and ew["value"]:
+                if cr and ca and cr.get("gpu_hours_per_1000_turns") is not None:
+                    ref_h = cr["gpu_hours_per_1000_turns"]
+                    scale = (ca.get("gpus") or 1) / (cr.get("gpus") or 1)
+                    row["gpu_hours_returned_per_1000_turns"] = ref_h - ref_h * scale / ew["value"]
+                row.update(multiplier=ew["value"], citable=True, reason=None, measure="equal work",
+                           note=f"equal work: {ew['corrected']}; the measured {m['value']:.2f}x is refused "
+                                f"({m['reason']})")
+            out.append(row)
     return out

@@ -31,8 +31,9 @@ phase held at the reference arm's value —
     decode lever (a knob naming a draft/spec): saved = decode_s(without) − decode_s(with)
     any other knob (engine, model, hardware):  saved = total(without) − total(with)  (both phases)
     speedup = total(without) / (total(without) − saved).
-A lever's return is citable only if its comparison's total multiplier is
-(:mod:`.guard`), and credited only if the lever engaged (:mod:`.engaged`).
+A lever's return is citable only if its comparison's total multiplier is, or
+its equal-work figure where the measured one is refused for volume alone
+(:func:`.guard.cited`), and credited only if the lever engaged (:mod:`.engaged`).
 The recommendation names the baseline's dominant phase and the credited
 lever that returns most.
 """
@@ -44,6 +45,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .dataset import CallTable, Dataset, groups, sums, turn_groups, zero_nan
+from .guard import cited
 from .knobs import is_on, lever_phase
 from .rate_model import decode_seconds, prefill_seconds
 from .regression import fit_line
@@ -314,7 +316,7 @@ def project(ds: Dataset, rates: dict[str, dict[str, Any]], engaged_rows: list[di
                        "speedup": whole / rest if rest and rest > 0 else None,
                        "phase_speedup": a[key] / b[key] if b[key] > 0 else None,
                        "credited": eng.get(with_, {}).get(knob) is not False,
-                       "citable": m["citable"], "reason": m["reason"]})
+                       **dict(zip(("citable", "reason", "measure"), cited(m)))})
     base = by.get(ds.baseline)
     best = max((l for l in levers if l["credited"]), key=lambda l: l["saved_s"], default=None)
     rec = None

@@ -16,10 +16,11 @@ from ..redact import redact_tree
 from .cells import cells, multipliers, totals
 from .cost import costs, scenario_costs
 from .dataset import Dataset, dataset, first_seen, groups
-from .drift import drift, drifted_arms
+from .drift import PairDrift, adjusted_turn_s, common, drift, drifted_arms, pair_drifts
 from .engaged import engaged
-from .guard import measurement_guard
-from .knobs import Comparison, comparisons
+from .equal_work import equal_work, equal_work_rows, turns
+from .guard import CONTRADICTION, DRIFT, NOT_ENGAGED, REFERENCE_USED, Reason, measurement_guard
+from .knobs import UNKNOWN, Comparison, comparisons
 from .levers import levers
 from .load import load_summary, load_warnings, sweep_curves
 from .metrics import own_metrics, server_metrics
@@ -67,6 +68,17 @@ def _failed_and_retried(ds: Dataset) -> tuple[int, int]:
     return failed, retried
 
 
+def _texts(ledger: Ledger, ds: Dataset) -> dict[tuple[str, str, int, int], str]:
+    """(arm, case, repeat, step) → the answer's text, of the counted turns' calls (a run with store_text)."""
+    counted = {tid: i for i, tid in enumerate(ds.turn_ids) if tid is not None}
+    out = {}
+    for r in ledger.of_kind("call"):
+        i = counted.get(r.get("turn_id"))
+        if i is not None and r.get("output_text") is not None and r.get("error") is None:
+            out.setdefault((r["arm"], r["case"], int(ds.turn.repeat[i]), int(r.get("step") or 0)), r["output_text"])
+    return out
+
+
 def _load_view(ledger: Ledger) -> Ledger:
     """The ledger without its turns and their calls (the bulk of a large one, which the reader may
     hold only as columns), for :func:`load_summary`: it reads the load stages' own records (kind
@@ -93,20 +105,28 @@ _USED = {"prefix_cache": "cache_used", "drafter": "drafter_used"}
 
 
 def comparison_reasons(comps: list[Comparison], contradictions: dict[str, dict[str, str]],
-                       engaged_rows: list[dict[str, Any]]) -> dict[tuple[str, str], list[str]]:
-    """Per comparison (arm, vs): why it may not be cited beyond the guard's own rules — a knob in which
-    the two arms differ whose value one arm contradicts; and for the comparison that measures a lever, that
-    lever not engaging on the arm that has it, or the reference arm using it too (measured, not unknown)."""
+                       engaged_rows: list[dict[str, Any]], pair_drift: list[PairDrift] | None = None
+                       ) -> dict[tuple[str, str], list[Reason]]:
+    """Per comparison (arm, vs): why it may not be cited beyond the guard's own rules — drift that biases it
+    (:func:`.drift.pair_drift`); a knob in which the two arms differ whose value one arm contradicts; and for
+    the comparison that measures a lever, that lever not engaging on the arm that has it, or the reference
+    arm using it too (measured, not unknown)."""
     used = {e["arm"]: e for e in engaged_rows}
-    out: dict[tuple[str, str], list[str]] = {}
+    drifts = {(d.arm, d.vs): d for d in pair_drift or []}
+    out: dict[tuple[str, str], list[Reason]] = {}
     for c in comps:
-        reasons = [f"{a}: {contradictions[a][k]}" for k in c.knobs for a in (c.vs, c.arm) if k in contradictions[a]]
+        reasons: list[Reason] = []
+        d = drifts.get((c.arm, c.vs))
+        if d is not None and d.refuses:
+            reasons.append((DRIFT, f"drift: {d.reason}"))
+        reasons += [(CONTRADICTION, f"{a}: {contradictions[a][k]}") for k in c.knobs for a in (c.vs, c.arm)
+                    if k in contradictions[a]]
         field = _USED.get(c.lever or "")
         if field:
             if used.get(c.arm, {}).get(field) is False:
-                reasons.append(f"the lever {c.lever} did not engage on {c.arm}")
+                reasons.append((NOT_ENGAGED, f"the lever {c.lever} did not engage on {c.arm}"))
             if used.get(c.vs, {}).get(field) is True:
-                reasons.append(f"the reference {c.vs} used {c.lever} too (it is meant to lack it)")
+                reasons.append((REFERENCE_USED, f"the reference {c.vs} used {c.lever} too (it is meant to lack it)"))
         if reasons:
             out[(c.arm, c.vs)] = reasons
     return out
@@ -115,13 +135,17 @@ def comparison_reasons(comps: list[Comparison], contradictions: dict[str, dict[s
 def cost_citability(baseline: str, cell_list: list[dict[str, Any]], mults: list[dict[str, Any]],
                     drift_rows: list[dict[str, Any]]) -> dict[str, tuple[bool, str | None]]:
     """Per arm, whether its cost row may be cited: the baseline by its own measurements, every other
-    arm by its total multiplier against the baseline (the comparison "GPU-hours returned" comes from).
+    arm by its total multiplier against the baseline (the comparison "GPU-hours returned" comes from);
+    and no arm whose own speed drifted (a cost per turn is an absolute figure: every drift biases it).
     Takes the summary's own rows, so a command can apply it to a summary read back."""
     drifted = drifted_arms(drift_rows)
     out = {baseline: measurement_guard([c for c in cell_list if c["arm"] == baseline], drifted)}
     for m in mults:
         if m["scope"] == "total" and m["vs"] == baseline:
-            out[m["arm"]] = (m["citable"], m["reason"])
+            ok, why = m["citable"], m["reason"]
+            if m["arm"] in drifted:
+                ok, why = False, "; ".join(filter(None, [why, f"drifted ({drifted[m['arm']]})"]))
+            out[m["arm"]] = (ok, why)
     return out
 
 
@@ -152,7 +176,17 @@ def summarize(ledger: Ledger, *, scenario: tuple[int, int] | None = None,
                                        "declare what differs in their conditions", c.arm))
     drift_list, w = drift(ds)
     warnings += w
-    drifted = drifted_arms(drift_list)
+    pair_drift = pair_drifts(ds, comps)
+    for d in pair_drift:
+        if d.refuses:
+            warnings.append(RunWarning(WarningKind.DRIFT_DIFFERENTIAL, f"{d.arm} vs {d.vs}: {d.reason}; the "
+                                       "comparison is not citable", d.arm))
+    for a in ds.arms:
+        unknown = sorted(k for k, v in knobs[a].items() if v == UNKNOWN)
+        if unknown:
+            warnings.append(RunWarning(WarningKind.KNOB_UNKNOWN, f"arm {a!r}: {', '.join(unknown)} unknown (another "
+                                       "arm's endpoint stated it, this one's did not): its comparisons that may "
+                                       "differ in it are not controlled; declare it in the arm's conditions", a))
     metrics_rows = server_metrics([m for m in ds.metrics if m["when"] in ("before", "after")], ds.arms, ds.header)
     own = own_metrics(metrics_rows)
     for r in metrics_rows:
@@ -163,9 +197,12 @@ def summarize(ledger: Ledger, *, scenario: tuple[int, int] | None = None,
     probe_own = own_metrics(server_metrics(ds.metrics, ds.arms, ds.header, "probes-before", "probes-after"))
     eng, w = engaged(ds, own, knobs)
     warnings += w
-    cell_list = cells(ds)
+    common_row = common(ds, pair_drift)
+    adjusted = adjusted_turn_s(ds, common_row)
+    common_row["adjusted"] = adjusted is not None
+    cell_list = cells(ds, turn_s=adjusted)
     total_list = totals(ds, cell_list)
-    mults = multipliers(ds, cell_list, total_list, comps, drifted, comparison_reasons(comps, contradictions, eng))
+    mults = multipliers(ds, cell_list, total_list, comps, comparison_reasons(comps, contradictions, eng, pair_drift))
     load_rows = load_summary(_load_view(ledger))
     models = rate_models(ds, load_rows, own)
     decomp = decomposition(ds)
@@ -203,6 +240,11 @@ def summarize(ledger: Ledger, *, scenario: tuple[int, int] | None = None,
                                        f"{c['arm']}/{c['case']}: {c['step_limited']} turn(s) were "
                                        "cut by the step limit", c["arm"], c["case"]))
     warnings += load_warnings(load_rows)
+    model_of = {m["arm"]: m for m in models}
+    tt = turns(ds)
+    texts = _texts(ledger, ds) if ds.config["experiment"].get("store_text") else None
+    ews = [equal_work(ds, c, model_of.get(c.arm), probe_list, tt, texts, adjusted) for c in comps]
+    ew_rows = equal_work_rows(ews, mults, ds.cases)
     rates = arm_rates(ds, probe_list, decomp, own, probe_own)
     scen = scenario or _largest_case_scenario(ds, cell_list)
     queue = {a: r["queue_s_per_request"] for a, r in own.items() if r.get("queue_s_per_request") is not None}
@@ -213,7 +255,7 @@ def summarize(ledger: Ledger, *, scenario: tuple[int, int] | None = None,
         warnings.append(RunWarning(WarningKind.RETRIED, f"{retried} failed attempt(s) were retried (retries = "
                                    f"{ds.config['experiment'].get('retries')}); each attempt is in the ledger, and the "
                                    "cells that hold them are not citable"))
-    verdict_rows, adaptive = verdicts(ds, comps, mults)
+    verdict_rows, adaptive = verdicts(ds, comps, mults, ews)
     citability = cost_citability(ds.baseline, cell_list, mults, drift_list)
     cost_rows = costs(total_list, {a: ds.conditions(a) for a in ds.arms}, ds.baseline, gpu_hour_usd, citability)
     arms_h = ds.header["arms"]
@@ -254,6 +296,9 @@ def summarize(ledger: Ledger, *, scenario: tuple[int, int] | None = None,
         "server_metrics": metrics_rows,
         "cost": cost_rows,
         "drift": drift_list,
+        "drift_pairs": [d.as_dict() for d in pair_drift],
+        "drift_common": common_row,
+        "equal_work": ew_rows,
         "tolerances": {"volume_cell": ds.config["experiment"].get("volume_tolerance_cell"),
                        "volume_total": ds.config["experiment"].get("volume_tolerance_total"),
                        "probe_agreement": (ds.config.get("probes") or {}).get("tolerance", 0.05),

@@ -24,7 +24,10 @@ stopped; the summary replays them to report each comparison's verdict at its sto
 The guard does not enter the stopping rule: :func:`.sequential.decide` stops a refused comparison exactly
 when it would stop an accepted one (a refused "pays" stops as "undecided"), so only the label differs, and
 the label is given by the summary with the guard's final reasons (drift and engagement are known only at
-the end): a comparison whose total multiplier the guard refuses never "pays" (``refused``, ``reason``).
+the end): a comparison whose total multiplier, or any of whose cells, the guard refuses never "pays"
+(``refused``, ``reason``) — unless each refusal is for the output volume alone and has a citable equal-work
+figure (:mod:`.equal_work`): then the verdict is taken on the arm's turns corrected to equal work
+(``measure`` "equal work").
 
 **Without adaptive** each comparison gets the classical t-interval of its pairs over the fixed repeats
 (:func:`.sequential.fixed_interval`, looked at once) and its verdict from that interval at the default
@@ -47,6 +50,8 @@ import numpy as np
 
 from ..ledger.reader import Ledger
 from .dataset import Dataset, dataset
+from .equal_work import EqualWork
+from .guard import refused_for_volume_alone
 from .knobs import Comparison, comparisons
 from .sequential import (
     OPEN,
@@ -223,6 +228,16 @@ def replay(ds: Dataset, st: Settings, upto: int | None = None, comps: list[Compa
     return out
 
 
+def _corrected_log(log: TurnLog, arm: str, ew: EqualWork) -> TurnLog:
+    """*log* with *arm*'s turns that have an equal-work correction (:mod:`.equal_work`) corrected by it."""
+    out = {k: dict(v) for k, v in log.items()}
+    for (case, rep), d in ew.delta.items():
+        if (arm, case) in out and rep in out[(arm, case)]:
+            s, ok = out[(arm, case)][rep]
+            out[(arm, case)][rep] = (s + d, ok)
+    return out
+
+
 @dataclass(frozen=True)
 class RoundPlan:
     """Round *repeat* of an adaptive run: the cells (arm, case) to repeat once more; none when the run is done."""
@@ -269,20 +284,48 @@ def _fixed_decision(log: TurnLog, comp: Comparison, cases: list[str], st: Settin
             "pairs": iv.pairs, "sd": iv.sd, "reason": reason, "fixed_design_repeats": fixed}
 
 
-def verdicts(ds: Dataset, comps: list[Comparison],
-             mults: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+def _refusal(rows: list[dict[str, Any]]) -> str | None:
+    """Why a comparison may not be cited, from its multiplier rows: its total's reasons, then each refused
+    cell's (a cell the guard refuses refuses the verdict too: the verdict weighs every case alike)."""
+    parts = []
+    for m in sorted(rows, key=lambda m: m["scope"] != "total"):
+        if not m["citable"]:
+            parts.append(m["reason"] if m["scope"] == "total" else f"{m['scope'].removeprefix('case:')}: "
+                         f"{m['reason']}")
+    return "; ".join(dict.fromkeys(parts)) or None
+
+
+def _at_equal_work(rows: list[dict[str, Any]]) -> bool:
+    """Whether the comparison's refused rows are all refused for their volume alone, each with a citable
+    equal-work figure (then the verdict is taken on the arm's turns corrected to equal work)."""
+    refused = [m for m in rows if not m["citable"]]
+    return bool(refused) and all(refused_for_volume_alone(m) and (m.get("equal_work") or {}).get("citable")
+                                 for m in refused)
+
+
+def verdicts(ds: Dataset, comps: list[Comparison], mults: list[dict[str, Any]],
+             equal: list[EqualWork] | None = None) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     """``summary.json`` ``verdicts[]`` and ``adaptive`` (None for a run with fixed repeats): one row per decided
     comparison — {arm, vs, lever, verdict, ratio, low, high, confidence, method, repeats (per case), pairs (per
     case), looks, stopped_by, gpu_hours, fixed_design_repeats, fixed_design_gpu_hours, fixed_design_power,
-    min_effect, refused, reason}.  *comps*: the summary's comparisons; *mults*: its multipliers — a comparison
-    whose total row the guard refuses is passed to the decision as ``refused`` (it never "pays")."""
+    min_effect, refused, reason, measure}.  *comps*: the summary's comparisons; *mults*: its multipliers — a
+    comparison whose total row or any of whose cell rows the guard refuses is passed to the decision as
+    ``refused`` (it never "pays"), unless every refusal is for the output volume alone with a citable
+    equal-work figure (*equal*, :mod:`.equal_work`): then its pairs are taken with the arm's turns corrected
+    to the reference's work (``measure`` "equal work")."""
     st = Settings.of_config(ds.config)
-    refused = {(m["arm"], m["vs"]): m["reason"] for m in mults if m["scope"] == "total" and not m["citable"]}
-    log, gpus, cases = turn_log(ds), gpus_of(ds), ds.cases
+    by: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for m in mults:
+        by.setdefault((m["arm"], m["vs"]), []).append(m)
+    ew = {(e.arm, e.vs): e for e in equal or []}
+    base_log, gpus, cases = turn_log(ds), gpus_of(ds), ds.cases
     rp = replay(ds, st, comps=comps) if st.adaptive else None
     rows = []
     for comp in rp.comparisons if rp else decided_comparisons(comps, ds.baseline):
-        why = refused.get((comp.arm, comp.vs))
+        mine = by.get((comp.arm, comp.vs), [])
+        log, measure, why = base_log, "measured", _refusal(mine)
+        if (comp.arm, comp.vs) in ew and _at_equal_work(mine):
+            log, measure, why = _corrected_log(base_log, comp.arm, ew[(comp.arm, comp.vs)]), "equal work", None
         if rp is not None:
             stop = rp.stops.get(comp)
             look = stop.look if stop else rp.last_look
@@ -291,14 +334,14 @@ def verdicts(ds: Dataset, comps: list[Comparison],
         else:
             look = repeats_run(log, cases)
             d, stopped_by, method = _fixed_decision(log, comp, cases, st, look, why), None, "fixed t-interval"
-        gpu_h, fixed_gpu_h, repeats = _costs(log, gpus, comp, cases, look, d["fixed_design_repeats"])
+        gpu_h, fixed_gpu_h, repeats = _costs(base_log, gpus, comp, cases, look, d["fixed_design_repeats"])
         rows.append({"arm": comp.arm, "vs": comp.vs, "lever": comp.lever, "knobs": list(comp.knobs),
                      "verdict": d["verdict"], "ratio": d["ratio"], "low": d["low"], "high": d["high"],
                      "confidence": st.confidence, "min_effect": st.min_effect, "method": method,
                      "repeats": repeats, "pairs": d["pairs"], "looks": look, "stopped_by": stopped_by,
                      "gpu_hours": gpu_h, "fixed_design_repeats": d["fixed_design_repeats"],
                      "fixed_design_gpu_hours": fixed_gpu_h, "fixed_design_power": FIXED_POWER,
-                     "refused": why, "reason": d["reason"]})
+                     "refused": why, "reason": d["reason"], "measure": measure})
     if rp is None:
         return rows, None
     block = {"min_effect": st.min_effect, "confidence": st.confidence, "max_repeats": st.max_repeats,

@@ -33,11 +33,15 @@ class WarningKind(StrEnum):
     SUPERSEDED = "superseded", "Superseded attempts, not counted"
     # what the arms declare
     CONTRADICTION = "contradiction", "Declared knobs the engine contradicts"
+    KNOB_UNKNOWN = "knob_unknown", "Knobs discovered on some arms and unknown on others"
     REPLICATE = "replicate", "Arms that differ in no knob"
     UNCONTROLLED = "uncontrolled", "Comparisons that differ in more than one knob"
     # whether the measurement held
-    DRIFT = "drift", "Decode rate drifted during the run"
-    DRIFT_UNKNOWN = "drift_unknown", "Drift unknown: a sentinel failed"
+    DRIFT = "drift", "Arms whose speed drifted during the run"
+    DRIFT_DIFFERENTIAL = ("drift_differential",
+                          "Comparisons refused for drift (arms drifted differently, or blocked order)")
+    DRIFT_UNKNOWN = "drift_unknown", "Drift unknown: too few sentinels"
+    WARMUP_UNSETTLED = "warmup_unsettled", "Engines whose speed had not settled after the warm-up"
     FAILED_CALLS = "failed_calls", "Failed calls and turns"
     RETRIED = "retried", "Retried attempts"
     EMPTY_ANSWER = "empty_answer", "Answers that used all of max_tokens and showed nothing"

@@ -50,6 +50,13 @@ _HELP = {
     "fault_stall": "Probability per request of a stall.",
     "fault_malformed": "Probability per request of one SSE data line that is not JSON.",
     "fault_no_usage": "Probability per request of leaving out usage even when asked.",
+    "drift_per_s": "Speed drift: a request admitted t seconds after drift-t0 is served 1 + this × t times slower "
+                   "(negative: faster).",
+    "drift_t0": "Epoch seconds the drift counts from (0: the server's start); simulators given the same drift alike.",
+    "speed_jitter": "Per-request noise: every service time is multiplied by a lognormal factor of mean 1 and this CV.",
+    "cold_requests": "The first N requests (an engine warming up) are slower: cold-factor times at first, then "
+                     "less, linearly.",
+    "cold_factor": "How much slower the first of the cold-requests requests is served.",
 }
 
 

@@ -3,6 +3,7 @@ builds one option per field) does not load aiohttp."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from .sim_dialects import DIALECTS
@@ -41,12 +42,21 @@ class SimConfig:
     fault_stall: float = 0.0  # probability: stall
     fault_malformed: float = 0.0  # probability: one SSE data line that is not JSON, mid-stream
     fault_no_usage: float = 0.0  # probability: omit usage even when asked
+    drift_per_s: float = 0.0  # speed drift: a request admitted at epoch t is served 1 + this × (t − drift_t0) slower
+    drift_t0: float = 0.0  # epoch the drift counts from (0: the server's start); arms that share it drift alike
+    speed_jitter: float = 0.0  # CV of a lognormal factor drawn per request on every service time (0: none)
+    cold_requests: int = 0  # the first N requests (a cold engine) are slower: cold_factor × at first, then less
+    cold_factor: float = 1.0
 
     def __post_init__(self) -> None:
         problems = [f"{name} must be > 0" for name in ("prefill_tps", "decode_tps") if not getattr(self, name) > 0]
         problems += [f"{name} must be >= 1" for name in ("slots", "cache_block") if getattr(self, name) < 1]
         problems += [f"{name} must be >= 0" for name in _NON_NEGATIVE_FIELDS if getattr(self, name) < 0]
         problems += [f"{name} must be in [0, 1]" for name in _FRACTION_FIELDS if not 0 <= getattr(self, name) <= 1]
+        if not math.isfinite(self.drift_per_s):
+            problems.append("drift_per_s must be a finite number")
+        if not self.cold_factor > 0:
+            problems.append("cold_factor must be > 0")
         if self.dialect not in DIALECTS:
             problems.append(f"dialect must be one of {', '.join(DIALECTS)}")
         if self.metrics not in ("default", "on", "off"):
@@ -59,7 +69,7 @@ class SimConfig:
 
 _NON_NEGATIVE_FIELDS = (
     "overhead_s", "fault_stall_s", "output_tokens", "draft_k", "reasoning_tokens", "tool_call_rounds",
-    "prefill_quadratic", "decode_slowdown_per_ctx",
+    "prefill_quadratic", "decode_slowdown_per_ctx", "drift_t0", "speed_jitter", "cold_requests",
 )  # fmt: skip
 _FRACTION_FIELDS = (
     "output_jitter", "draft_acceptance", "fault_http_500", "fault_http_429", "fault_cut_stream", "fault_stall",

@@ -204,7 +204,7 @@ def knobs(raw: dict[str, Any]) -> dict[str, Any]:
     - ``prefix_cache``: vLLM ``vllm:cache_config_info{enable_prefix_caching}``, SGLang
       ``not disable_radix_cache``; ``block_size`` from the same vLLM labels;
     - ``drafter``: llama.cpp /slots ``speculative`` or the embedded engine's ``--spec-type`` /
-      draft-model arguments; vLLM: whether ``vllm:spec_decode_*`` families exist (vLLM registers
+      draft-model arguments (none of them: false); vLLM: whether ``vllm:spec_decode_*`` families exist (vLLM registers
       them only with a drafter; they are there from the start), named by the ``method`` of the
       ``--speculative-config`` the tool started its own vLLM with; SGLang ``speculative_algorithm``;
       the method's name as the value where it is named (else true), so that one drafter is one knob;
@@ -282,6 +282,8 @@ def _llamacpp_knobs(k: dict[str, Any], props: dict[str, Any], slots: Any, known:
             k["drafter"] = args[args.index("--spec-type") + 1]
     elif isinstance(slots, list) and slots and all(isinstance(s, dict) and "speculative" in s for s in slots):
         k["drafter"] = any(bool(s["speculative"]) for s in slots)
+    elif isinstance(known.get("engine_args"), list):
+        k["drafter"] = False  # the engine the tool started: its arguments name no drafter
 
 
 _LLAMACPP_DRAFT_ARGS = {"--spec-type", "-md", "--model-draft", "-hfd", "--hf-repo-draft"}

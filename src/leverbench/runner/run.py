@@ -34,6 +34,7 @@ from typing import Any, AsyncIterator, Callable
 import aiohttp
 
 from .. import __version__
+from ..analysis.drift import sentinel_rate, settled
 from ..config import LoadedExperiment
 from ..engines import make_engine
 from ..errors import BadInput, EngineError
@@ -56,6 +57,13 @@ from .turn import run_turn
 from .workers import LoadCluster, RemoteEndpoint, join_cluster
 
 SENTINEL_PROMPT = "Count upward from 1, one number per line, and keep going."
+# Before the sentinel's request, so that its prefill is measured too (its time to first token): a fixed text
+# behind a fresh tag, so that no prefix cache holds it (a cache matches from the prompt's start).
+SENTINEL_PREAMBLE = ("The following is a calibration request. It is sent at the start of every round of the "
+                     "benchmark so that the speed of the server can be followed over the run: the time it takes "
+                     "to read this paragraph and the rate at which it writes the answer below. Nothing in this "
+                     "paragraph needs an answer of its own.")
+WARMUP_MAX_CALLS = 8  # warm-up calls per arm at most, until its sentinel rate is stable
 LONG_ANSWER = ("Answer at great length: write many long, detailed paragraphs and keep writing; "
                "do not stop early or summarise.")
 LENGTH_BY_FIELDS = "ignore_eos"
@@ -209,7 +217,22 @@ class Runner:
         """One agent turn (:func:`~leverbench.runner.turn.run_turn`) on the arm's pool; its record appended."""
         self.recorder.append(await run_turn(self.sender(unit.arm, session), self.exp, unit))
 
-    async def _fixed_length(self, session: aiohttp.ClientSession, unit: Unit) -> None:
+    async def _warm_up(self, arm: str) -> None:
+        """Warm *arm*'s endpoint before the first measured round: the sentinel's call (kind ``warmup``, repeat
+        0, 1, …) until its decode rate is stable — two in a row within the drift tolerance
+        (:func:`~leverbench.analysis.drift.settled`) — or :data:`WARMUP_MAX_CALLS` were sent.  The calls
+        are in the ledger (the analysis reports whether the arm settled); without sentinels
+        (``sentinel_tokens = 0``), one short call."""
+        n = self.spec.experiment.sentinel_tokens
+        rates: list[float | None] = []
+        for i in range(WARMUP_MAX_CALLS if n > 0 else 1):
+            rec = await self._fixed_length(self.pool(arm), Unit("warmup", arm, SENTINEL_CASE, i, n or 8))
+            await self.recorder.flush()
+            rates.append(sentinel_rate(rec.to_dict()) if rec is not None else None)
+            if settled(rates, self.spec.experiment.drift_tolerance):
+                break
+
+    async def _fixed_length(self, session: aiohttp.ClientSession, unit: Unit) -> CallRecord | None:
         """A probe or sentinel: one call whose output length is forced with ``ignore_eos`` +
         ``min_tokens`` (``max_tokens`` = n).  An endpoint that rejects those fields (HTTP 400/422)
         gets the same prompt again without them, with :data:`LONG_ANSWER` appended so that
@@ -222,7 +245,7 @@ class Runner:
         sender = self.sender(unit.arm, session)
         n = unit.probe_tokens or 1
         if unit.kind in ("sentinel", "warmup"):
-            messages = [{"role": "user", "content": SENTINEL_PROMPT}]
+            messages = sentinel_messages()
         else:
             case = next(c for c in self.spec.cases if c.name == unit.case)
             messages = await probe_messages(session, ep, self.exp, case, unit.depth)
@@ -233,17 +256,17 @@ class Runner:
                               extra={"probe_tokens": n, "position": unit.position, "length_method": length_method,
                                      **depth})
         if unit.kind == "probe" and serves_with_drafter(ep.arm.conditions, ep.discovered):
-            await sender.send(sender.body(messages, n, 0.0), head(LENGTH_NATURAL))
-            return
+            return (await sender.send(sender.body(messages, n, 0.0), head(LENGTH_NATURAL))).record
         if not ep.length_by_prompt:
             body = sender.body(messages, n, 0.0, extra={"ignore_eos": True, "min_tokens": n})
             sent = await sender.send(body, head(LENGTH_BY_FIELDS), forced_tokens=n)
             if not sent.record.rejected_fields:
-                return
+                return sent.record
         body = sender.body(ask_at_length(messages), n, 0.0)
         sent = await sender.send(body, head(LENGTH_BY_PROMPT), forced_tokens=n)
         if sent.record.error is None:
             ep.length_by_prompt = True
+        return sent.record
 
     async def scrape(self, session: aiohttp.ClientSession, when: str, arms: list[str] | None = None) -> None:
         """Scrape each arm's (or the given arms') Prometheus metrics into a ``metrics`` record."""
@@ -268,9 +291,8 @@ class Runner:
                                                          known=ep.discovered))
             if not self.resume or self._fresh:
                 self.recorder.append(self._header())
-            for name in self.endpoints:  # a fresh server's first call is slow; measure it, don't count it
-                await self._fixed_length(self.pool(name), Unit("warmup", name, SENTINEL_CASE, 0, 8))
-            await self.recorder.flush()
+            for name in self.endpoints:  # a fresh server's first calls are slow: record them, don't count them
+                await self._warm_up(name)
             todo = [u for u in units if u.key() not in done]
             total = len(units)
             finished = total - len(todo)
@@ -284,7 +306,7 @@ class Runner:
             blocked = self.spec.experiment.order == "blocked"
 
             def block_arms(u: Unit) -> list[str] | None:  # whose endpoints a scrape around *u* covers
-                return [u.arm] if blocked else None
+                return [u.block or u.arm] if blocked else None
             k = -1
             while True:
                 k += 1
@@ -298,12 +320,12 @@ class Runner:
                     break
                 unit = todo[k]
                 prev = todo[k - 1] if k else None
-                if prev is None or (blocked and unit.arm != prev.arm):
+                if prev is None or (blocked and (unit.block or unit.arm) != (prev.block or prev.arm)):
                     if prev is not None:
                         await self.scrape(session, "after", block_arms(prev))
                     await self.scrape(session, "before", block_arms(unit))
                 if unit.kind == "probe" and (prev is None or prev.kind != "probe"
-                                             or (blocked and prev.arm != unit.arm)):
+                                             or (blocked and prev.arm != unit.arm)):  # probes: their arm's block
                     await self.scrape(session, "probes-before", block_arms(unit))
                 if self.progress:
                     self.progress(unit, finished, total)
@@ -415,6 +437,11 @@ def holds_a_run(path: Path) -> bool:
     header cut by a crash) is what a run stopped before its first record leaves: no measurement in it."""
     with open(path, "rb") as fh:
         return fh.readline().endswith(b"\n")
+
+
+def sentinel_messages() -> list[dict[str, Any]]:
+    """A sentinel's (and warm-up's) prompt: a fresh tag, :data:`SENTINEL_PREAMBLE`, :data:`SENTINEL_PROMPT`."""
+    return [{"role": "user", "content": f"[{uuid.uuid4().hex[:8]}] {SENTINEL_PREAMBLE}\n\n{SENTINEL_PROMPT}"}]
 
 
 def ask_at_length(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

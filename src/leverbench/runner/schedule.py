@@ -1,17 +1,30 @@
 """The order in which the experiment's work is done.
 
-``interleaved`` (default): for each repeat, every case on every arm in turn, so
-that drift in the machine or the endpoint hits all arms alike.  ``blocked``:
-each arm's repeats and cases together (fewer cache and engine switches, but
-drift lands on one arm).  Drift sentinels open and close each arm's block (in
-interleaved order the whole run is every arm's block); probes follow the turns: per repeat, each
-depth (``[probes] depths``; none: the case's own prompt), each output length, each arm.
+``interleaved`` (default): for each repeat (a **round**), every case on every arm in turn, so that drift
+in the machine or the endpoint hits all arms alike.  ``blocked``: each arm's repeats and cases together
+(fewer cache and engine switches, but drift lands on one arm).
 
-An adaptive experiment (``[experiment] adaptive``, interleaved) orders each repeat's arms
-**counterbalanced** (:func:`counterbalanced`: A B for one case, B A for the next and for the same case in
-the next repeat), so that a slow drift adds as much to each arm's side of a pair as to the other's, and
-adds its rounds (:func:`adaptive_round`: one more repeat of the cells still open, in the same order)
-after the initial repeats, before the probes and the closing sentinels.
+**Arm order** (:func:`arm_order`): within a round, each case's arms follow the rows of a Williams design
+(a balanced Latin square: n rows for n arms when n is even, 2n — the square and its mirror — when n is
+odd), row (case index + repeat) mod rows.  Over its rows every arm takes every position equally often and
+every arm comes right after every other arm equally often, so a position effect (the first turn after a
+switch of engine is slower, say) and a slow drift add as much to one side of every pair as to the other,
+and every two arms run next to each other (A B C / C B A would never put A beside C).  With two arms it is
+A B, B A, …
+
+**Drift sentinels** (a short fixed call of ``sentinel_tokens`` forced tokens on a prompt no cache holds):
+in interleaved order, one for every arm at the start of every round (``position`` "start", ``repeat`` r:
+arms in the round's first row order) and one for every arm at the end (``position`` "end"), so each arm
+has a series over the run that the analysis (:mod:`leverbench.analysis.drift`) judges against its own
+scatter; in blocked order one for every arm before every repeat of each arm's block (``repeat`` = the
+block's index × repeats + the repeat) and at the end, so that each arm's series spans the whole run, its own
+block and the others'.  Probes follow the
+turns: per repeat, each depth (``[probes] depths``; none: the case's own prompt), each output length, each
+arm (in blocked order, within the arm's block).
+
+An adaptive experiment (``[experiment] adaptive``, interleaved) adds its rounds (:func:`adaptive_round`:
+one more repeat of the cells still open, opened by a sentinel of each arm in it) after the initial
+repeats, before the probes and the closing sentinels.
 """
 
 from __future__ import annotations
@@ -30,6 +43,7 @@ class Unit:
     probe_tokens: int | None = None
     position: str | None = None  # sentinels: "start" | "end"
     depth: int | None = None  # probes: the prompt's length in tokens ([probes] depths); None: the case's own
+    block: str | None = None  # blocked order: the arm whose block the unit belongs to (not part of its key)
 
     def key(self) -> tuple:
         return (self.kind, self.arm, self.case, self.repeat, self.probe_tokens, self.position, self.depth)
@@ -53,36 +67,65 @@ def probe_case(spec: Experiment, sizes: dict[str, int]) -> str | None:
     return max(spec.cases, key=lambda c: sizes.get(c.name, 0)).name
 
 
-def _sentinels(spec: Experiment, arm: str, position: str) -> list[Unit]:
+def _sentinel(spec: Experiment, arm: str, position: str, repeat: int = 0, block: str | None = None) -> list[Unit]:
     if spec.experiment.sentinel_tokens <= 0:
         return []
-    return [Unit("sentinel", arm, SENTINEL_CASE, 0, spec.experiment.sentinel_tokens, position)]
+    return [Unit("sentinel", arm, SENTINEL_CASE, repeat, spec.experiment.sentinel_tokens, position, block=block)]
 
 
-def _probes(spec: Experiment, arms: list[str], case: str | None) -> list[Unit]:
+def _probes(spec: Experiment, arms: list[str], case: str | None, block: str | None = None) -> list[Unit]:
     if spec.probes is None or case is None:
         return []
-    return [Unit("probe", arm, case, r, n, depth=d)
+    return [Unit("probe", arm, case, r, n, depth=d, block=block)
             for r in range(spec.probes.repeats) for d in spec.probes.depths or [None]
             for n in spec.probes.output_tokens for arm in arms]
 
 
-def counterbalanced(arms: list[str], case_index: int, repeat: int) -> list[str]:
-    """The order of *arms* for one case and repeat: as given when case_index + repeat is even, reversed when
-    odd (A B, B A, …: which arm goes first alternates from case to case and from repeat to repeat)."""
-    return list(arms) if (case_index + repeat) % 2 == 0 else list(reversed(arms))
+def williams_rows(n: int) -> list[list[int]]:
+    """The rows of a Williams design for *n* treatments (Williams, "Experimental designs balanced for the
+    estimation of residual effects of treatments", Aust. J. Sci. Res. A 2, 1949): the first row 0, 1, n−1,
+    2, n−2, …, row i that row + i (mod n); for odd n the mirror of each row follows (2n rows).  Each
+    treatment takes each position, and follows each other treatment, equally often over the rows."""
+    if n <= 1:
+        return [list(range(n))]
+    first, lo, hi = [0], 1, n - 1
+    while len(first) < n:
+        first.append(lo)
+        lo += 1
+        if len(first) < n:
+            first.append(hi)
+            hi -= 1
+    rows = [[(x + i) % n for x in first] for i in range(n)]
+    return rows + [row[::-1] for row in rows] if n % 2 else rows
+
+
+def arm_order(arms: list[str], case_index: int, repeat: int) -> list[str]:
+    """The order of *arms* for one case and repeat: row (case_index + repeat) mod rows of
+    :func:`williams_rows` (see the module docstring)."""
+    rows = williams_rows(len(arms))
+    return [arms[k] for k in rows[(case_index + repeat) % len(rows)]]
+
+
+counterbalanced = arm_order  # the name the adaptive rounds' docs and tests use
 
 
 def _round(arms: list[str], cases: list[str], repeat: int, cells: set[tuple[str, str]] | None = None) -> list[Unit]:
-    """One repeat of the turns of *cells* (default: every arm and case), counterbalanced."""
+    """One repeat of the turns of *cells* (default: every arm and case), in :func:`arm_order`."""
     return [Unit("turn", arm, case, repeat) for i, case in enumerate(cases)
-            for arm in counterbalanced([a for a in arms if cells is None or (a, case) in cells], i, repeat)]
+            for arm in arm_order([a for a in arms if cells is None or (a, case) in cells], i, repeat)]
+
+
+def _round_sentinels(spec: Experiment, arms: list[str], repeat: int) -> list[Unit]:
+    """A sentinel of each of *arms* opening round *repeat*, in the order of the round's first row."""
+    return [u for arm in arm_order(arms, 0, repeat) for u in _sentinel(spec, arm, "start", repeat)]
 
 
 def adaptive_round(spec: Experiment, cells: list[tuple[str, str]], repeat: int) -> list[Unit]:
-    """Round *repeat* of an adaptive run: one turn of each cell (arm, case) in *cells*, in the experiment's
-    case order, each case's arms counterbalanced (:func:`counterbalanced`)."""
-    return _round([a.name for a in spec.arms], [c.name for c in spec.cases], repeat, set(cells))
+    """Round *repeat* of an adaptive run: a sentinel of each arm that has a cell in *cells*, then one turn of
+    each cell (arm, case) in *cells*, in the experiment's case order, each case's arms in :func:`arm_order`."""
+    arms = [a.name for a in spec.arms]
+    used = [a for a in arms if any(a == arm for arm, _ in cells)]
+    return _round_sentinels(spec, used, repeat) + _round(arms, [c.name for c in spec.cases], repeat, set(cells))
 
 
 def build_schedule(spec: Experiment, case_sizes: dict[str, int]) -> list[Unit]:
@@ -92,19 +135,16 @@ def build_schedule(spec: Experiment, case_sizes: dict[str, int]) -> list[Unit]:
     reps = range(spec.experiment.repeats)
     units: list[Unit] = []
     if spec.experiment.order == "interleaved":
-        for arm in arms:
-            units += _sentinels(spec, arm, "start")
-        if spec.experiment.adaptive is not None:
-            units += [u for r in reps for u in _round(arms, cases, r)]
-        else:
-            units += [Unit("turn", arm, case, r) for r in reps for case in cases for arm in arms]
+        for r in reps:
+            units += _round_sentinels(spec, arms, r) + _round(arms, cases, r)
         units += _probes(spec, arms, pcase)
-        for arm in arms:
-            units += _sentinels(spec, arm, "end")
+        units += [u for arm in arms for u in _sentinel(spec, arm, "end")]
     else:
-        for arm in arms:
-            units += _sentinels(spec, arm, "start")
-            units += [Unit("turn", arm, case, r) for r in reps for case in cases]
-            units += _probes(spec, [arm], pcase)
-            units += _sentinels(spec, arm, "end")
+        for b, arm in enumerate(arms):
+            for r in reps:
+                k = b * len(reps) + r
+                units += [u for other in arm_order(arms, 0, k) for u in _sentinel(spec, other, "start", k, block=arm)]
+                units += [Unit("turn", arm, case, r, block=arm) for case in cases]
+            units += _probes(spec, [arm], pcase, block=arm)
+        units += [u for arm in arms for u in _sentinel(spec, arm, "end", block="(end)")]
     return units

@@ -31,6 +31,13 @@ Timing model (real ``asyncio.sleep``)
     L`` — the rate model's prefill_s(n, k) and decode_s(L, O) with a = 0,
     b = 1 / prefill_tps, c = prefill_quadratic, d0 = 1 / decode_tps,
     d1 = decode_slowdown_per_ctx (:mod:`leverbench.analysis.rate_model`).
+    Speed (all 1 by default): every service time of a request (overhead, prefill, each decode step) is
+    multiplied by its ``speed_factor``, drawn when it is admitted: 1 + ``drift_per_s`` · (t − ``drift_t0``)
+    (a machine that slows, or speeds up, over wall time t; simulators given the same ``drift_t0`` drift
+    alike), times a lognormal factor of mean 1 and CV ``speed_jitter`` (per-request noise), times
+    a factor falling linearly from ``cold_factor`` to 1 over the first ``cold_requests`` requests (an
+    engine warming up).  The factor is in
+    the request's ground truth.
     The llama.cpp dialect's ``timings`` count as llama.cpp does: ``prompt_ms``
     until the first token (the prefill and the step that samples it),
     ``predicted_ms`` from the first token to the last; their sum is the

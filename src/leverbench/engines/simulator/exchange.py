@@ -46,6 +46,7 @@ class Trace:
     end: float | None = None
     finish_reason: str | None = None
     stream: bool = False
+    speed_factor: float = 1.0  # every service time of this request was multiplied by it (drift, jitter, cold start)
     fault: str | None = None  # comma-joined fault names that took effect, or None
 
 
@@ -77,6 +78,7 @@ class Exchange:
         self.loop = asyncio.get_running_loop()
         self.arrival_mono = self.loop.time()
         self.applied: list[str] = []  # faults that took effect
+        self.factor = 1.0  # the request's speed factor (drift, jitter, cold start), drawn at admission
         self.first_step_s = 0.0  # decode time until the first token (llama.cpp's generation clock starts after it)
         self.answer = plan_answer(req, state.cfg)
         self.response: web.StreamResponse | None = None
@@ -120,19 +122,21 @@ class Exchange:
     def _admitted(self) -> None:
         self.trace.admitted = time.time()
         self.trace.queue_s = self.loop.time() - self.arrival_mono
+        self.factor = self.trace.speed_factor = self.state.speed_factor(self.trace.admitted)
         self.state.phases[self.trace.id] = (self.rank, "running")
         self._event("admitted")
 
     async def _overhead_and_prefill(self) -> None:
         cfg, prompt = self.cfg, self.req.prompt
         started = self.loop.time()
-        await _sleep_until(started + cfg.overhead_s)
+        await _sleep_until(started + cfg.overhead_s * self.factor)
         self.trace.overhead_s = self.loop.time() - started
         cached = self.state.cache.lookup(prompt) if cfg.prefix_cache and self.req.cache_prompt else 0
         self.trace.cached_tokens = cached
         started = self.loop.time()
         n = len(prompt) - cached
-        await _sleep_until(started + n / cfg.prefill_tps + cfg.prefill_quadratic * n * (cached + n / 2.0))
+        work_s = n / cfg.prefill_tps + cfg.prefill_quadratic * n * (cached + n / 2.0)
+        await _sleep_until(started + work_s * self.factor)
         self.trace.prefill_s = self.loop.time() - started
         self._event("prefilled")
         if cfg.prefix_cache:
@@ -156,7 +160,7 @@ class Exchange:
         for index, size in enumerate(sizes, 1):
             if cut and (emitted >= n // 2 or emitted + size >= n):
                 return False  # half sent, and never the final chunk
-            due += step_s + self.cfg.decode_slowdown_per_ctx * (context + emitted)
+            due += (step_s + self.cfg.decode_slowdown_per_ctx * (context + emitted)) * self.factor
             await _sleep_until(start + due)
             pieces = self.answer.pieces[emitted : emitted + size]
             emitted += size

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import math
 import random
 import time
 from collections import OrderedDict, deque
@@ -111,11 +112,29 @@ class SimState:
         self.phases: dict[str, tuple[int, str]] = {}  # request id -> (scheduler rank, "waiting" | "running")
         self.truth: deque[dict] = deque(maxlen=TRUTH_LIMIT)
         self.started = int(time.time())
+        self.drift_t0 = cfg.drift_t0 or time.time()
+        self.speed_rng = random.Random(cfg.seed + 1)  # apart from the fault draws, whose sequence stays as it was
         self._requests = 0
+        self._admitted = 0
 
     def next_id(self) -> str:
         self._requests += 1
         return f"chatcmpl-sim-{self._requests}"
+
+    def speed_factor(self, now: float) -> float:
+        """What every service time of a request admitted at epoch *now* is multiplied by: the drift
+        1 + drift_per_s × (now − drift_t0), a lognormal factor of CV speed_jitter (mean 1: exp(N(−s²/2, s²)),
+        s² = log(1 + cv²)), and for the i-th of the first cold_requests requests (an engine warming up)
+        1 + (cold_factor − 1)·(cold_requests − i + 1) / cold_requests; never below 0.05."""
+        cfg = self.cfg
+        self._admitted += 1
+        f = 1.0 + cfg.drift_per_s * (now - self.drift_t0)
+        if cfg.speed_jitter > 0:
+            s2 = math.log1p(cfg.speed_jitter ** 2)
+            f *= math.exp(self.speed_rng.gauss(-s2 / 2.0, math.sqrt(s2)))
+        if self._admitted <= cfg.cold_requests:  # warming up: cold_factor at first, then less, linearly, down to 1
+            f *= 1.0 + (cfg.cold_factor - 1.0) * (cfg.cold_requests - self._admitted + 1) / cfg.cold_requests
+        return max(f, 0.05)
 
     def phase_counts(self) -> dict[int, tuple[int, int]]:
         """(running, waiting) requests per scheduler rank."""
@@ -143,3 +162,4 @@ class SimState:
         self.truth.clear()
         self.cache.clear()
         self.rng = random.Random(self.cfg.seed)
+        self.speed_rng = random.Random(self.cfg.seed + 1)
