@@ -253,8 +253,9 @@ def test_regression_by_hand(decomposed):
 
 def test_probes_by_the_two_point_formula(decomposed):
     """Decode time f = latency − TTFT: at 16 tokens 0.30 0.30 0.31 (median 0.30), at 128 tokens 2.68 2.56 2.56
-    (median 2.56); decode_tps = (c2 − c1)/(f2 − f1) = 112/2.26 = 49.557522 tok/s; prefill_s = t1 − c1/decode_tps
-    = 0.52 − 16·2.26/112 = 0.52 − 0.322857 = 0.197143 s; context = 1000 + (16 + 128 − 1)/2 = 1071.5.
+    (median 2.56); decode_tps = (c2 − c1)/(f2 − f1) = 112/2.26 = 49.557522 tok/s; prefill_s = t1 − (c1 − 1)/decode_tps
+    (t1 spans the first token and the c1 − 1 decoded after it) = 0.52 − 15·2.26/112 = 0.52 − 0.302679 = 0.217321 s;
+    context = 1000 + (16 + 128 − 1)/2 = 1071.5.
     The regression: per-token decode time d0 + d1·x (x = L + (m − 1)/2, weights m) fitted per call on the
     client's stream clock (m = completion − 1 tokens from L = prompt + 1 in latency − TTFT seconds) over the
     turns, the probe's own calls left out: (99, 101, 2.70) (199, 101, 4.68) (299, 101, 6.12) (399, 101, 8.10)
@@ -269,7 +270,7 @@ def test_probes_by_the_two_point_formula(decomposed):
     assert (p["n1"], p["n2"], p["repeats"]) == (16, 128, 3)
     assert (p["t1_s"], p["t2_s"]) == (0.52, 2.80)
     assert p["decode_tps"] == pytest.approx(49.5575221, rel=1e-7)
-    assert p["prefill_s"] == pytest.approx(0.1971429, rel=1e-6)
+    assert p["prefill_s"] == pytest.approx(0.2173214, rel=1e-6)
     assert p["input_tokens"] == 1000 and p["context_tokens"] == pytest.approx(1071.5)
     reg = 996 / 21.6
     assert p["regression_decode_tps"] == pytest.approx(reg, rel=1e-9)
