@@ -308,14 +308,21 @@ def test_load_percentiles_by_hand():
     recs = [_load_call(0, 5.0, warmup=True)]  # a warm-up call: not measured
     recs += [_load_call(i + 1, x) for i, x in enumerate(E2E)]
     recs.append(_load_call(11, 7.0, error=HTTP_500, retried=True))  # an attempt that was retried: left out
-    recs.append(_load_call(12, 6.0, error=HTTP_500))  # a measured call that failed: counted, not in latencies
+    recs.append(_load_call(12, 6.0, error=HTTP_500))  # a measured call that failed after 6.0 s: counted at that time
     row = next(r for r in load_summary(ledger(header({"base": {}}, ["r"]), recs)) if r["stage"] == "s")
     assert (row["requests"], row["ok"], row["failed"], row["warmup_requests"],
             row["retried_attempts"]) == (11, 10, 1, 1, 1)
     assert row["errors"] == {"http_status": 1}
-    e2e = row["e2e"]
-    assert e2e["n"] == 10
+    e2e_ok = row["e2e_ok"]  # the successful calls alone
+    assert e2e_ok["n"] == 10
     for k, v in HAND.items():
+        assert e2e_ok[k] == pytest.approx(v, rel=1e-12), k
+    # every measured call, the failed one at its 6.0 s: sorted 0.3 0.4 0.5 0.6 0.7 0.8 0.9 1.1 1.7 2.5 6.0 (n = 11),
+    # rank = p/100 × 10: p50 rank 5 → 0.8; p90 rank 9 → 2.5; p95 rank 9.5 → 2.5 + 0.5 × 3.5 = 4.25; p99 rank 9.9 →
+    # 2.5 + 0.9 × 3.5 = 5.65; mean (9.5 + 6.0) / 11 = 1.409091; max 6.0
+    e2e = row["e2e"]
+    assert e2e["n"] == 11
+    for k, v in {"p50": 0.8, "p90": 2.5, "p95": 4.25, "p99": 5.65, "mean": 15.5 / 11, "max": 6.0}.items():
         assert e2e[k] == pytest.approx(v, rel=1e-12), k
 
 
