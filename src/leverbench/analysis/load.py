@@ -283,6 +283,17 @@ def load_records(records: Iterable[dict[str, Any]]) -> dict[tuple[str, str], lis
     return by_pair
 
 
+def measured_calls(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The load calls that count (:func:`load_records`: each (arm, stage)'s latest execution), without warm-up
+    calls and retried attempts; failed calls kept."""
+    return [r for rs in load_records(records).values() for r in rs if not r.get("retried") and not r.get("warmup")]
+
+
+def cached_tokens(r: dict[str, Any]) -> Any:
+    """A call's cached prompt tokens: usage ``cached_tokens``, else llama.cpp ``timings.cache_n``; None: neither."""
+    return r["cached_tokens"] if r.get("cached_tokens") is not None else (r.get("timings") or {}).get("cache_n")
+
+
 def stage_metrics(metrics: list[dict[str, Any]], arm: str, stage: str, t_first: float,
                   t_last: float) -> dict[str, float]:
     """The server's figures over the stage (:func:`.metrics.arm_metrics`: counters summed over label sets)
@@ -358,8 +369,7 @@ def stage_row(rs: list[dict[str, Any]], ttft_floors: dict[tuple[str, str, Any], 
     out_tok = float(np.nansum(ok_c["completion_tokens"]))
     in_tok = float(np.nansum(ok_c["prompt_tokens"]))
     figures = stage_metrics(metrics, arm, stage, float(np.nanmin(c["t_send"])), float(np.nanmax(ends))) if final else {}
-    said = [r.get("cached_tokens") if r.get("cached_tokens") is not None else (r.get("timings") or {}).get("cache_n")
-            for r in itertools.compress(final, okm)]
+    said = [cached_tokens(r) for r in itertools.compress(final, okm)]
     if any(v is not None for v in said):
         cached = sum(v or 0 for v in said)
         row.update(cached_tokens=int(cached), cached_share=cached / in_tok if in_tok else None,
