@@ -79,7 +79,8 @@ def test_projection_matches_hand_computation():
     assert "decode is 55%" in s["projection"]["recommendation"]
     # the probes' two-point solution, the regression and the server's timings agree on this exactly linear ledger
     pr = next(x for x in s["probes"] if x["arm"] == "base")
-    assert pr["decode_tps"] == pytest.approx(50.0) and pr["prefill_s"] == pytest.approx(0.05 + 3.0)
+    # (the probe's prefill: t1 less the c1 − 1 tokens decoded after the first = its TTFT, 0.05 + 3.0 + 1 / 50)
+    assert pr["decode_tps"] == pytest.approx(50.0) and pr["prefill_s"] == pytest.approx(0.05 + 3.0 + 0.02)
     assert pr["server_decode_tps"] == pytest.approx(50.0) and pr["regression_decode_tps"] == pytest.approx(50.0)
     assert pr["agrees"] is True
 

@@ -348,3 +348,89 @@ max_tokens = 4
     assert all(r["completion_tokens"] == min(4, r["target_output_tokens"]) for r in recs)
     # served: the stage's 6 calls, the warm-up that found the fallback and the case's turn; no rejected stage call
     assert len(truth) == 6 + 1 + 1
+
+
+# ------------------------------------------------------------ failed calls in the percentiles (issue 22, defect 5)
+
+TIMEOUT_60 = {"class": "timeout_total", "message": "call exceeded 60 s"}
+CUT = {"class": "stream_cut", "message": "stream broken"}
+
+
+def _call(i: int, latency: float, *, ttft: float | None = 0.1, lag: float = 0.0, error: dict | None = None,
+          **extra) -> dict:
+    """A load record shaped like the runner's: sent *lag* s after its schedule; a failed call has no usage."""
+    t = 1000.0 + i
+    out = None if error else 10
+    return {"kind": "load", "arm": "base", "stage": "s", "mode": "closed", "case": "r", "concurrency": 1,
+            "load_run": "run-1", "t_send": t, "scheduled_t": t - lag, "connect_s": 0.0, "ttft_s": ttft,
+            "t_first_answer_s": ttft, "latency_s": latency, "chunk_t": [] if ttft is None else [ttft, latency],
+            "completion_tokens": out, "prompt_tokens": None if error else 100, "cached_tokens": None if error else 0,
+            "timings": None, "error": error, "warmup": False, **extra}
+
+
+def _row(recs: list[dict]) -> dict:
+    from ledgers import header, ledger
+    return next(r for r in load_summary(ledger(header({"base": {}}, ["r"]), recs)) if r["stage"] == "s")
+
+
+# nine successful calls (sent on schedule: e2e = latency_s) and one in ten timing out at 60 s before any token
+OK_E2E = [0.9, 0.3, 0.5, 0.4, 0.6, 1.1, 0.8, 0.7, 1.0]
+
+
+def test_a_timed_out_call_counts_at_its_elapsed_time_in_the_percentiles():
+    """All ten measured calls, the timeout at its 60 s: sorted 0.3 0.4 … 1.1 60.0 (n = 10), rank = p/100 × 9:
+    p50 rank 4.5 → 0.7 + 0.5 × 0.1 = 0.75; p90 rank 8.1 → 1.1 + 0.1 × 58.9 = 6.99; p95 rank 8.55 → 1.1 + 0.55 ×
+    58.9 = 33.495; p99 rank 8.91 → 1.1 + 0.91 × 58.9 = 54.699; mean (6.3 + 60) / 10 = 6.63; max 60.
+    The successful ones alone (``e2e_ok``, n = 9, rank = p/100 × 8): p50 rank 4 → 0.7; p99 rank 7.92 → 1.0 + 0.92 ×
+    0.1 = 1.092 (what main reported as the p99); mean 6.3 / 9 = 0.7; max 1.1.
+    TTFT: the timeout had no first token: counted at its elapsed 60 s (at least that); the others 0.1 s:
+    p50 0.1, p99 rank 8.91 → 0.1 + 0.91 × 59.9 = 54.609; ttft_ok all 0.1.  TPOT: successful calls only (n = 9).
+    SLO e2e ≤ 100 s: the failed call's 60 s is under it, and it still did not meet it: 9 of 10."""
+    recs = [_call(i, x) for i, x in enumerate(OK_E2E[:4])]
+    recs.append(_call(4, 60.0, ttft=None, error=TIMEOUT_60))
+    recs += [_call(i + 5, x) for i, x in enumerate(OK_E2E[4:])]
+    for r in recs:
+        r["slo_e2e_s"] = 100.0
+    row = _row(recs)
+    assert (row["requests"], row["ok"], row["failed"]) == (10, 9, 1)
+    want = {"n": 10, "p50": 0.75, "p90": 6.99, "p95": 33.495, "p99": 54.699, "mean": 6.63, "max": 60.0}
+    for k, v in want.items():
+        assert row["e2e"][k] == pytest.approx(v, rel=1e-12), ("e2e", k)
+    want_ok = {"n": 9, "p50": 0.7, "p99": 1.092, "mean": 0.7, "max": 1.1}
+    for k, v in want_ok.items():
+        assert row["e2e_ok"][k] == pytest.approx(v, rel=1e-12), ("e2e_ok", k)
+    assert row["p99_s"] == pytest.approx(54.699, rel=1e-12) and row["p50_s"] == pytest.approx(0.75, rel=1e-12)
+    assert row["ttft"]["n"] == 10 and row["ttft"]["p50"] == pytest.approx(0.1)
+    assert row["ttft"]["p99"] == pytest.approx(54.609, rel=1e-12) and row["ttft"]["max"] == 60.0
+    assert row["ttft_ok"]["n"] == 9 and row["ttft_ok"]["max"] == pytest.approx(0.1)
+    assert row["tpot"]["n"] == 9  # a failed call has no token count, so no TPOT
+    assert row["slo_met_share"] == pytest.approx(0.9)
+
+
+def test_ttft_of_a_failed_call_is_its_first_token_if_it_had_one_else_its_elapsed_time_from_the_schedule():
+    """Three successful calls (TTFT 0.1, 0.2, 0.3; e2e 1.0 each); a stream cut after its first token at 0.25 s
+    (e2e 2.0); a first-token timeout sent 0.5 s behind its schedule, given up 10 s after it was sent: e2e = 0.5 +
+    10 = 10.5, and as it never had a first token, its TTFT counts as that 10.5 (at least).
+    TTFT: sorted 0.1 0.2 0.25 0.3 10.5 → p50 0.25, mean 11.35 / 5 = 2.27, max 10.5; ttft_ok 0.1 0.2 0.3 → p50 0.2.
+    E2E: 1 1 1 2 10.5 → p50 1.0, mean 15.5 / 5 = 3.1, max 10.5; e2e_ok: 1.0."""
+    recs = [_call(0, 1.0, ttft=0.1), _call(1, 1.0, ttft=0.2), _call(2, 1.0, ttft=0.3),
+            _call(3, 2.0, ttft=0.25, error=CUT), _call(4, 10.0, ttft=None, lag=0.5, error=TIMEOUT_60)]
+    row = _row(recs)
+    t, t_ok, e, e_ok = row["ttft"], row["ttft_ok"], row["e2e"], row["e2e_ok"]
+    assert (t["n"], t["p50"], t["max"]) == (5, pytest.approx(0.25), pytest.approx(10.5))
+    assert t["mean"] == pytest.approx(2.27)
+    assert (t_ok["n"], t_ok["p50"]) == (3, pytest.approx(0.2))
+    assert (e["n"], e["p50"], e["max"], e["mean"]) == (5, pytest.approx(1.0), pytest.approx(10.5), pytest.approx(3.1))
+    assert (e_ok["n"], e_ok["max"]) == (3, pytest.approx(1.0))
+    assert row["ttfat"]["n"] == 5 and row["ttfat_ok"]["n"] == 3  # the first answer token: the same rule
+
+
+def test_the_load_table_shows_every_call_and_the_successful_ones_beside_them():
+    recs = [_call(i, x) for i, x in enumerate(OK_E2E[:4])]
+    recs.append(_call(4, 60.0, ttft=None, error=TIMEOUT_60))
+    recs += [_call(i + 5, x) for i, x in enumerate(OK_E2E[4:])]
+    t = load_table({"load": [_row(recs)]})
+    row = dict(zip(t.headers, t.rows[0]))
+    assert row["E2E"] == "750 / 54699" and row["E2E ok"] == "700 / 1092"  # ms, p50 / p99 (hand: above)
+    assert row["TTFT"] == "100 / 54609" and row["TTFT ok"] == "100 / 100"
+    assert any("elapsed time" in n for n in t.notes)

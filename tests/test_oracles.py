@@ -253,8 +253,9 @@ def test_regression_by_hand(decomposed):
 
 def test_probes_by_the_two_point_formula(decomposed):
     """Decode time f = latency − TTFT: at 16 tokens 0.30 0.30 0.31 (median 0.30), at 128 tokens 2.68 2.56 2.56
-    (median 2.56); decode_tps = (c2 − c1)/(f2 − f1) = 112/2.26 = 49.557522 tok/s; prefill_s = t1 − c1/decode_tps
-    = 0.52 − 16·2.26/112 = 0.52 − 0.322857 = 0.197143 s; context = 1000 + (16 + 128 − 1)/2 = 1071.5.
+    (median 2.56); decode_tps = (c2 − c1)/(f2 − f1) = 112/2.26 = 49.557522 tok/s; prefill_s = t1 − (c1 − 1)/decode_tps
+    (t1 spans the first token and the c1 − 1 decoded after it) = 0.52 − 15·2.26/112 = 0.52 − 0.302679 = 0.217321 s;
+    context = 1000 + (16 + 128 − 1)/2 = 1071.5.
     The regression: per-token decode time d0 + d1·x (x = L + (m − 1)/2, weights m) fitted per call on the
     client's stream clock (m = completion − 1 tokens from L = prompt + 1 in latency − TTFT seconds) over the
     turns, the probe's own calls left out: (99, 101, 2.70) (199, 101, 4.68) (299, 101, 6.12) (399, 101, 8.10)
@@ -269,7 +270,7 @@ def test_probes_by_the_two_point_formula(decomposed):
     assert (p["n1"], p["n2"], p["repeats"]) == (16, 128, 3)
     assert (p["t1_s"], p["t2_s"]) == (0.52, 2.80)
     assert p["decode_tps"] == pytest.approx(49.5575221, rel=1e-7)
-    assert p["prefill_s"] == pytest.approx(0.1971429, rel=1e-6)
+    assert p["prefill_s"] == pytest.approx(0.2173214, rel=1e-6)
     assert p["input_tokens"] == 1000 and p["context_tokens"] == pytest.approx(1071.5)
     reg = 996 / 21.6
     assert p["regression_decode_tps"] == pytest.approx(reg, rel=1e-9)
@@ -307,14 +308,21 @@ def test_load_percentiles_by_hand():
     recs = [_load_call(0, 5.0, warmup=True)]  # a warm-up call: not measured
     recs += [_load_call(i + 1, x) for i, x in enumerate(E2E)]
     recs.append(_load_call(11, 7.0, error=HTTP_500, retried=True))  # an attempt that was retried: left out
-    recs.append(_load_call(12, 6.0, error=HTTP_500))  # a measured call that failed: counted, not in latencies
+    recs.append(_load_call(12, 6.0, error=HTTP_500))  # a measured call that failed after 6.0 s: counted at that time
     row = next(r for r in load_summary(ledger(header({"base": {}}, ["r"]), recs)) if r["stage"] == "s")
     assert (row["requests"], row["ok"], row["failed"], row["warmup_requests"],
             row["retried_attempts"]) == (11, 10, 1, 1, 1)
     assert row["errors"] == {"http_status": 1}
-    e2e = row["e2e"]
-    assert e2e["n"] == 10
+    e2e_ok = row["e2e_ok"]  # the successful calls alone
+    assert e2e_ok["n"] == 10
     for k, v in HAND.items():
+        assert e2e_ok[k] == pytest.approx(v, rel=1e-12), k
+    # every measured call, the failed one at its 6.0 s: sorted 0.3 0.4 0.5 0.6 0.7 0.8 0.9 1.1 1.7 2.5 6.0 (n = 11),
+    # rank = p/100 × 10: p50 rank 5 → 0.8; p90 rank 9 → 2.5; p95 rank 9.5 → 2.5 + 0.5 × 3.5 = 4.25; p99 rank 9.9 →
+    # 2.5 + 0.9 × 3.5 = 5.65; mean (9.5 + 6.0) / 11 = 1.409091; max 6.0
+    e2e = row["e2e"]
+    assert e2e["n"] == 11
+    for k, v in {"p50": 0.8, "p90": 2.5, "p95": 4.25, "p99": 5.65, "mean": 15.5 / 11, "max": 6.0}.items():
         assert e2e[k] == pytest.approx(v, rel=1e-12), k
 
 

@@ -228,11 +228,11 @@ def _vllm_ledger(*, shared_endpoint: bool = False):
             ttft = 2.0 if arm == "nocache" or r == 0 else 0.05
             c = call(arm, "doc", r, latency=ttft + 2.0, ttft=ttft, out=100, prompt=2000, cached=None)
             recs += turn(arm, "doc", r, c["latency_s"], 100, calls=[c])
-    for n in (32, 256):  # probes (cached on the cache arm: TTFT 0.05 s) give the decode rate, 50 tok/s
-        for arm in arms:
+    for n in (32, 256):  # probes (cached on the cache arm: TTFT 0.05 s) give the decode rate, 50 tok/s: the first
+        for arm in arms:  # token at TTFT, the n − 1 after it 20 ms apart
             ttft = 2.0 if arm == "nocache" else 0.05
             recs.append(call(arm, "doc", 0, kind="probe", probe_tokens=n, out=n, prompt=2000, cached=None, ttft=ttft,
-                             latency=ttft + n / 50.0))
+                             latency=ttft + (n - 1) / 50.0))
     head["config"]["probes"] = {"output_tokens": [32, 256], "repeats": 1, "case": "doc", "tolerance": 0.05}
     # the cache arm's counters: 6000 prompt tokens queried, 3 × 1 uncached + 2 × 1984 hits... in tokens:
     # hits 3968 (two calls of 1984 cached tokens), queries 6000; prefill seconds 2.0 + 0.05 + 0.05 over 3 requests

@@ -1,5 +1,15 @@
 """Did the lever engage?  An arm is credited with a lever only if it did.
 
+Judged on every call the arm made that served its work: its turns' calls, its
+probes and its load calls (of each load stage its latest execution, as
+:mod:`.load` counts them), the successful ones; warm-up calls and retried
+attempts are not counted.  A run whose only work is load stages (``whatif
+--verify``'s replay beside one tiny turn) is judged mostly on those.  Drift
+sentinels are not counted: each sends the one fixed prompt the warm-up sent
+before it, so a cache that serves it says only that the tool's own prompt was
+repeated, not that the lever served the arm's work (and would mark a
+reference arm whose engine keeps a slot's last prompt as using the cache).
+
 - prefix cache: an arm whose knobs say ``prefix_cache`` on engaged it when
   at least 1 % of its prompt tokens were served from the cache, by the first
   source that reports it: its calls (usage ``cached_tokens`` or llama.cpp
@@ -23,43 +33,65 @@ arm that used the lever it is meant to lack is caught (:mod:`.guard`).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable
 
 import numpy as np
 
 from .dataset import Dataset, sums, zero_nan
 from .knobs import is_on
+from .load import cached_tokens, measured_calls
 from .warning_kinds import RunWarning, WarningKind
 
 CACHE_MIN_SHARE = 0.01
 
 
-def _per_arm(ds: Dataset) -> dict[str, np.ndarray]:
-    """Per arm (``ds.arm_names`` order), over its successful calls and probes: Σ prompt tokens,
-    Σ cached tokens (usage, else timings.cache_n), how many calls said either, Σ draft_n, Σ draft_n_accepted."""
+def _load_columns(ds: Dataset, load_calls: Iterable[dict[str, Any]]) -> dict[str, np.ndarray]:
+    """The successful counted load calls (:func:`.load.measured_calls`) as the columns :func:`_per_arm` sums:
+    arm (index into ``ds.arm_names``, −1 for an arm not there), prompt tokens, cached tokens
+    (:func:`.load.cached_tokens`), draft_n, draft_n_accepted (NaN where a call lacks one)."""
+    ok = [r for r in measured_calls(load_calls) if r.get("error") is None]
+    index = {a: i for i, a in enumerate(ds.arm_names)}
+
+    def col(values: Iterable[Any]) -> np.ndarray:
+        return np.array(list(values), dtype=float)
+
+    timings = [r.get("timings") or {} for r in ok]
+    return {"arm": np.array([index.get(r.get("arm"), -1) for r in ok], dtype=np.int64),
+            "prompt": col(r.get("prompt_tokens") for r in ok), "cached": col(cached_tokens(r) for r in ok),
+            "draft": col(t.get("draft_n") for t in timings),
+            "accepted": col(t.get("draft_n_accepted") for t in timings)}
+
+
+def _per_arm(ds: Dataset, load_calls: Iterable[dict[str, Any]] = ()) -> dict[str, np.ndarray]:
+    """Per arm (``ds.arm_names`` order), over its successful calls, probes and load calls (module docstring):
+    Σ prompt tokens, Σ cached tokens (usage, else timings.cache_n), how many calls said either, Σ draft_n,
+    Σ draft_n_accepted."""
     n = len(ds.arm_names)
     out = dict.fromkeys(("prompt", "cached", "cache_seen", "draft", "accepted"), np.zeros(n))
-    for t in (ds.call, ds.probe):
-        arm = np.where(t.ok, t.arm, -1)
-        cached = t.cached()
-        add = {"prompt": zero_nan(t.prompt_tokens), "cached": zero_nan(cached), "cache_seen": ~np.isnan(cached),
-               "draft": zero_nan(t.draft_n), "accepted": zero_nan(t.draft_n_accepted)}
-        out = {k: out[k] + sums(arm, v, n) for k, v in add.items()}
+    parts = [{"arm": np.where(t.ok, t.arm, -1), "prompt": t.prompt_tokens, "cached": t.cached(), "draft": t.draft_n,
+              "accepted": t.draft_n_accepted} for t in (ds.call, ds.probe)]
+    parts.append(_load_columns(ds, load_calls))
+    for p in parts:
+        add = {"prompt": zero_nan(p["prompt"]), "cached": zero_nan(p["cached"]), "cache_seen": ~np.isnan(p["cached"]),
+               "draft": zero_nan(p["draft"]), "accepted": zero_nan(p["accepted"])}
+        out = {k: out[k] + sums(p["arm"], v, n) for k, v in add.items()}
     return out
 
 
 def engaged(ds: Dataset, own_metrics: dict[str, dict[str, Any]] | None = None,
-            knobs: dict[str, dict[str, Any]] | None = None) -> tuple[list[dict[str, Any]], list[RunWarning]]:
+            knobs: dict[str, dict[str, Any]] | None = None, load_calls: Iterable[dict[str, Any]] = (),
+            ) -> tuple[list[dict[str, Any]], list[RunWarning]]:
     """Per arm: cached and drafter figures with their sources; whether it used each lever (``cache_used``,
     ``drafter_used``: true, false, or None when nothing reports it), and for an arm whose knobs turn a lever
     on, whether it engaged (``prefix_cache``, ``drafter``; None: unknown, never read as "not engaged").
-    *own_metrics*: the server-metrics rows attributed to one arm alone, by arm; *knobs*: by arm."""
+    *own_metrics*: the server-metrics rows attributed to one arm alone, by arm; *knobs*: by arm;
+    *load_calls*: the run's ``load`` records (the ledger's, any order of stages; filtered here)."""
     thr = ds.config["experiment"].get("engaged_acceptance_min", 0.2)
     own_metrics = own_metrics or {}
     knobs_by_arm = knobs
     out: list[dict[str, Any]] = []
     warnings: list[RunWarning] = []
-    totals = _per_arm(ds)
+    totals = _per_arm(ds, load_calls)
     for arm in ds.arms:
         knobs = (knobs_by_arm or {}).get(arm) or ds.knobs(arm)
         m = own_metrics.get(arm, {})

@@ -13,7 +13,23 @@ the client actually sent it: a client that falls behind its schedule (or waits
 for ``max_in_flight``) then adds its delay to the latency instead of hiding it
 (no "coordinated omission").  ``client_lag`` reports that delay by itself.
 
-Definitions (per successful call; times in seconds; tokens as the server
+Failed calls (a timeout, an error status, a broken stream) are not dropped from
+the latencies: a stage whose slow calls time out would otherwise read fast.
+``e2e``, ``ttft`` and ``ttfat`` are over **every measured call**, a failed one at
+its elapsed time (e2e: scheduled send → when the client gave up or the error
+came; a failed call's ``latency_s`` runs to that moment).  A call that failed
+before its first token has no TTFT: it counts at its elapsed time, a lower
+bound ("at least": its first token, had it come, would have come later); one
+that failed after its first token counts at that token's time (likewise TTFAT,
+for the first answer token).  ``e2e_ok``, ``ttft_ok`` and ``ttfat_ok`` are the
+same over the successful calls alone, beside them (a failed call without a
+recorded time, which the runner never writes, is left out).  ``p50_s``/``p99_s`` (the
+sweep's curve and its knee) are ``e2e``'s.  A failed call has no token count
+(no usage), so **TPOT and ITL are over successful calls only**, and so are
+``queue``, ``server_wait``, ``service`` and ``connect``.  A failed call never
+meets an SLO (``goodput_rps``, ``slo_met_share``), whatever its elapsed time.
+
+Definitions (per successful call unless said otherwise; times in seconds; tokens as the server
 counted them in ``usage``).  A call's ``ttft_s``, ``t_first_answer_s``,
 ``latency_s`` and ``chunk_t`` count from when its connection was ready;
 ``connect_s`` (0 on a reused connection, and where the record has none) is the
@@ -23,7 +39,9 @@ time it spent opening one, so from the schedule it is added back:
 - ready       = t_send + connect_s             (epoch the connection was ready; chunk i arrived at ready + chunk_t[i])
 - ttft        = client_lag + connect_s + ttft_s            (first streamed token, reasoning included)
 - ttfat       = client_lag + connect_s + t_first_answer_s  (first token of the answer proper)
-- e2e         = client_lag + connect_s + latency_s         (scheduled send → last byte)
+- e2e         = client_lag + connect_s + latency_s         (scheduled send → last byte; for a failed call,
+                                                           → its failure: its elapsed time)
+- ttft, ttfat of a failed call: as above where it had that token, else its e2e (a lower bound)
 - connect     = connect_s, over the calls that opened a connection (``new_connections`` counts them)
 - tpot        = (latency_s − ttft_s) / (completion_tokens − 1)   (calls with ≥ 2 tokens)
 - itl         = each gap between consecutive streamed chunks / (completion_tokens / chunks):
@@ -57,6 +75,8 @@ time it spent opening one, so from the schedule it is added back:
 - requests_per_s = successful calls that ended within the window / window length
 - goodput_rps = of those, the calls that met every SLO the stage sets (ttft ≤ slo_ttft_s,
                 tpot ≤ slo_tpot_s, e2e ≤ slo_e2e_s) / window length; None without SLOs
+- slo_met_share = of the measured calls (failed ones included), the share that met every SLO; a
+                failed call meets none
 - queueing    = mean server_wait > max(QUEUE_FLOOR_S, QUEUE_SHARE × mean service): the server
                 made calls wait (the client's own lag does not count here)
 
@@ -164,6 +184,12 @@ def e2e(c: Cols) -> np.ndarray:
     return client_lag(c) + connect(c) + c["latency_s"]
 
 
+def at_least_elapsed(x: np.ndarray, c: Cols, failed: np.ndarray) -> np.ndarray:
+    """A time to some event (*x*: ttft, ttfat) with each failed call that never reached it counted at its elapsed
+    time instead: where(failed and x is NaN, e2e, x) — a lower bound for that call ("at least")."""
+    return np.where(failed & np.isnan(x), e2e(c), x)
+
+
 def tpot(c: Cols) -> np.ndarray:
     """Time per output token after the first: (latency_s − ttft_s) / (completion_tokens − 1), calls with ≥ 2 tokens."""
     n = c["completion_tokens"]
@@ -257,6 +283,17 @@ def load_records(records: Iterable[dict[str, Any]]) -> dict[tuple[str, str], lis
     return by_pair
 
 
+def measured_calls(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The load calls that count (:func:`load_records`: each (arm, stage)'s latest execution), without warm-up
+    calls and retried attempts; failed calls kept."""
+    return [r for rs in load_records(records).values() for r in rs if not r.get("retried") and not r.get("warmup")]
+
+
+def cached_tokens(r: dict[str, Any]) -> Any:
+    """A call's cached prompt tokens: usage ``cached_tokens``, else llama.cpp ``timings.cache_n``; None: neither."""
+    return r["cached_tokens"] if r.get("cached_tokens") is not None else (r.get("timings") or {}).get("cache_n")
+
+
 def stage_metrics(metrics: list[dict[str, Any]], arm: str, stage: str, t_first: float,
                   t_last: float) -> dict[str, float]:
     """The server's figures over the stage (:func:`.metrics.arm_metrics`: counters summed over label sets)
@@ -332,8 +369,7 @@ def stage_row(rs: list[dict[str, Any]], ttft_floors: dict[tuple[str, str, Any], 
     out_tok = float(np.nansum(ok_c["completion_tokens"]))
     in_tok = float(np.nansum(ok_c["prompt_tokens"]))
     figures = stage_metrics(metrics, arm, stage, float(np.nanmin(c["t_send"])), float(np.nanmax(ends))) if final else {}
-    said = [r.get("cached_tokens") if r.get("cached_tokens") is not None else (r.get("timings") or {}).get("cache_n")
-            for r in itertools.compress(final, okm)]
+    said = [cached_tokens(r) for r in itertools.compress(final, okm)]
     if any(v is not None for v in said):
         cached = sum(v or 0 for v in said)
         row.update(cached_tokens=int(cached), cached_share=cached / in_tok if in_tok else None,
@@ -367,11 +403,15 @@ def stage_row(rs: list[dict[str, Any]], ttft_floors: dict[tuple[str, str, Any], 
         row.update(requests_per_s=None, output_tps=None, total_tps=None, goodput_rps=None)
     row["slo_met_share"] = float((good_all & okm).sum()) / n_measured if slos and n_measured else None
 
-    row["ttft"] = distribution(ttft(ok_c))
-    row["ttfat"] = distribution(ttfat(ok_c))
-    row["tpot"] = distribution(tpot(ok_c))
+    m_c, m_failed = {k: v[measured] for k, v in c.items()}, failed_all[measured]  # every measured call
+    row["ttft"] = distribution(at_least_elapsed(ttft(m_c), m_c, m_failed))
+    row["ttft_ok"] = distribution(ttft(ok_c))
+    row["ttfat"] = distribution(at_least_elapsed(ttfat(m_c), m_c, m_failed))
+    row["ttfat_ok"] = distribution(ttfat(ok_c))
+    row["tpot"] = distribution(tpot(ok_c))  # successful calls only: a failed call has no token count
     row["itl"] = distribution(itl_pooled(list(itertools.compress(final, okm))))
-    row["e2e"] = distribution(e2e(ok_c))
+    row["e2e"] = distribution(e2e(m_c))
+    row["e2e_ok"] = distribution(e2e(ok_c))
     floor = ttft_floors.get(floor_key(r0)) if r0.get("mode") != "trace" else None  # one prompt size and share only
     q, from_timings = queue(ok_c, floor)
     row["queue"] = distribution(q)
@@ -384,8 +424,8 @@ def stage_row(rs: list[dict[str, Any]], ttft_floors: dict[tuple[str, str, Any], 
     row["queue_source"] = ", ".join(sources) or None
     svc = distribution(service(ok_c))
     row["service"] = svc
-    mean_service = svc["mean"] if svc else (row["e2e"]["mean"] - row["queue"]["mean"]
-                                            if row["e2e"] and row["queue"] else None)
+    mean_service = svc["mean"] if svc else (row["e2e_ok"]["mean"] - row["queue"]["mean"]
+                                            if row["e2e_ok"] and row["queue"] else None)
     sw = row["server_wait"]
     row["queueing"] = bool(sw and mean_service is not None
                            and sw["mean"] > max(QUEUE_FLOOR_S, QUEUE_SHARE * mean_service))

@@ -8,12 +8,14 @@ generated counts (normally n1 and n2) and, per length, the medians of the calls'
 f = latency − TTFT (first token → end of stream) and of their TTFT:
 
     decode_tps = (c2 − c1) / (f2 − f1)          (the tokens c1+1 … c2, at contexts L + c1 … L + c2 − 1)
-    prefill_s  = t1 − c1 / decode_tps           (t1 the median latency at n1: what is left before decoding)
+    prefill_s  = t1 − (c1 − 1) / decode_tps     (t1 the median latency at n1: what is left before decoding)
     context_tokens = L + (c1 + c2 − 1) / 2      (L: the median prompt tokens; the mean context of those tokens)
 
-Taking the decode time rather than the latency keeps the prefill's noise (a long prompt's, uncached) out
-of the decode rate.  Without TTFT (a call that was not streamed) the latencies stand in:
-decode_tps = (c2 − c1) / (t2 − t1).
+The latency t1 spans the prefill, which samples the first token, and the c1 − 1 tokens decoded after it,
+so c1 − 1 of them are taken off (with TTFT 50 ms and 30 ms a token, prefill_s = 0.05 s: the TTFT, the first
+token's sampling included).  Taking the decode time rather than the latency keeps the prefill's noise (a
+long prompt's, uncached) out of the decode rate.  Without TTFT (a call that was not streamed) the latencies
+stand in: decode_tps = (c2 − c1) / (t2 − t1), and prefill_s by the same formula.
 
 **The check** compares three views of the arm's decode speed at the probe's context, each through the
 rate model's form (:mod:`.rate_model`: per-token time d0 + d1·L):
@@ -62,12 +64,17 @@ from .stats import median
 from .warning_kinds import RunWarning, WarningKind
 
 
-def two_point(c1: float, t1: float, c2: float, t2: float) -> tuple[float, float] | None:
-    """(prefill_s, decode_tps) from two (tokens, latency) points, or None if not solvable."""
+def two_point(c1: float, t1: float, c2: float, t2: float) -> float | None:
+    """decode_tps = (c2 − c1) / (t2 − t1) from two (tokens, seconds) points; None unless c2 > c1 and t2 > t1."""
     if c2 <= c1 or t2 <= t1:
         return None
-    tps = (c2 - c1) / (t2 - t1)
-    return t1 - c1 / tps, tps
+    return (c2 - c1) / (t2 - t1)
+
+
+def prefill_before(t1: float, c1: float, decode_tps: float) -> float:
+    """prefill_s = t1 − (c1 − 1) / decode_tps: the latency t1 of a call that generated c1 tokens less the c1 − 1
+    tokens decoded after the first (the first is sampled by the prefill)."""
+    return t1 - (c1 - 1) / decode_tps
 
 
 def spread(values: list[float]) -> float | None:
@@ -118,14 +125,12 @@ def measure(rows1: list[dict[str, Any]], rows2: list[dict[str, Any]]) -> dict[st
         f1 = median([r["latency_s"] - r["ttft_s"] for r in rows1])
         f2 = median([r["latency_s"] - r["ttft_s"] for r in rows2])
         out["method"] = "stream: decode time (latency − TTFT) at two lengths"
-        if c2 > c1 and f2 > f1:
-            out["decode_tps"] = (c2 - c1) / (f2 - f1)
-            out["prefill_s"] = t1 - c1 / out["decode_tps"]
+        out["decode_tps"] = two_point(c1, f1, c2, f2)
     else:
         out["method"] = "latency at two lengths"
-        sol = two_point(c1, t1, c2, t2)
-        if sol is not None:
-            out["prefill_s"], out["decode_tps"] = sol
+        out["decode_tps"] = two_point(c1, t1, c2, t2)
+    if out["decode_tps"] is not None:
+        out["prefill_s"] = prefill_before(t1, c1, out["decode_tps"])
     if out["decode_tps"] is None:
         out["refused"] = "the longer probe was not slower: cannot separate prefill from decode"
     return out
@@ -139,8 +144,7 @@ def same_calls_server_tps(rows1: list[dict[str, Any]], rows2: list[dict[str, Any
     if not all(x.get("predicted_ms") is not None and x.get("predicted_n") is not None for ts in t for x in ts):
         return None
     (p1, p2), (m1, m2) = ([median([x[k] for x in ts]) for ts in t] for k in ("predicted_n", "predicted_ms"))
-    sol = two_point(p1, m1 / 1000.0, p2, m2 / 1000.0)
-    return sol[1] if sol else None
+    return two_point(p1, m1 / 1000.0, p2, m2 / 1000.0)
 
 
 def check(entry: dict[str, Any], reg: dict[str, Any] | None, stream: dict[str, Any] | None,

@@ -195,7 +195,7 @@ def summarize(ledger: Ledger, *, scenario: tuple[int, int] | None = None,
                                        f"{', '.join(r['mixed_with'])} (one endpoint, overlapping blocks): no per-arm "
                                        "figure is taken from them", r["arm"]))
     probe_own = own_metrics(server_metrics(ds.metrics, ds.arms, ds.header, "probes-before", "probes-after"))
-    eng, w = engaged(ds, own, knobs)
+    eng, w = engaged(ds, own, knobs, ledger.of_kind("load"))
     warnings += w
     common_row = common(ds, pair_drift)
     adjusted = adjusted_turn_s(ds, common_row)

@@ -44,9 +44,12 @@ def load_table(summary: dict[str, Any]) -> Table | None:
                      for r in rows_in)
     show_server_q = any(r.get("server_queue_s") is not None for r in rows_in)
     show_goodput = any(r.get("slo") for r in rows_in)
+    # the successful calls' own percentiles, beside every call's, where some call failed (else they repeat them)
+    show_ok = any(r.get("failed") for r in rows_in)
     headers = ["arm", "stage", "shape", "ok", "req/s", "out tok/s", "total tok/s"]
     headers += ["goodput req/s"] if show_goodput else []
-    headers += ["TTFT"] + (["TTFAT"] if show_ttfat else []) + ["TPOT", "ITL", "E2E", "queue mean / p99"]
+    headers += ["TTFT"] + (["TTFT ok"] if show_ok else []) + (["TTFAT"] if show_ttfat else [])
+    headers += ["TPOT", "ITL", "E2E"] + (["E2E ok"] if show_ok else []) + ["queue mean / p99"]
     headers += (["server queue"] if show_server_q else []) + ["client lag p99"]
     rows = []
     for r in rows_in:
@@ -61,10 +64,15 @@ def load_table(summary: dict[str, Any]) -> Table | None:
         if show_goodput:
             row.append(_num(r.get("goodput_rps"), 2) if r.get("slo") else "—")
         row.append(_pair(r.get("ttft")))
+        if show_ok:
+            row.append(_pair(r.get("ttft_ok")))
         if show_ttfat:
             row.append(_pair(r.get("ttfat")))
         row += [_pair(r.get("tpot")), _pair(r.get("itl")),
-                _pair(r.get("e2e")) if r.get("e2e") else _pair({"p50": r.get("p50_s"), "p99": r.get("p99_s")}), queue]
+                _pair(r.get("e2e")) if r.get("e2e") else _pair({"p50": r.get("p50_s"), "p99": r.get("p99_s")})]
+        if show_ok:
+            row.append(_pair(r.get("e2e_ok")))
+        row.append(queue)
         if show_server_q:
             row.append("—" if sq is None else f"{sq * 1000:.1f}")
         row.append(_ms(r.get("client_lag"), "p99"))
@@ -74,6 +82,11 @@ def load_table(summary: dict[str, Any]) -> Table | None:
         "no coordinated omission). TTFT: first token; TTFAT: first answer token (reasoning excluded); TPOT: "
         "(latency − TTFT) / (output tokens − 1); ITL: chunk gaps per token (a chunk carrying k tokens counts k); "
         "E2E: schedule → last byte; client lag: actual send − scheduled send.",
+        "TTFT, TTFAT and E2E count every measured call, a failed or timed-out one at its elapsed time (schedule → "
+        "when it failed); a call that failed before its first token counts that time as its TTFT, a lower bound. "
+        + ("TTFT ok, E2E ok: the successful calls alone. " if show_ok else "")
+        + "TPOT, ITL and queue: successful calls only (a failed call has no token count). A failed call meets no "
+        "SLO.",
         "queue: mean / p99 of E2E minus the server's own prefill + decode time (its timings), or TTFT above the arm's "
         "lowest TTFT where the server reports no timings; 'queued': the part after the send (client lag excluded) "
         "averages over max(5 ms, 5 % of the service time). server queue: the engine's own mean queue time from its "
@@ -114,8 +127,9 @@ def sweep_table(summary: dict[str, Any]) -> Table | None:
         return None
     return Table("load_sweep", "Throughput against latency per sweep (E2E seconds from the schedule)",
                  ["arm", "sweep", "load", "out tok/s", "req/s", "p50 s", "p99 s", "knee"], rows,
-                 notes=["knee: the first stage past which some later stage's p99 is over 1.5× its p99 while its "
-                        "throughput is under 1.1× its throughput."])
+                 notes=["p50, p99: E2E over every measured call, a failed one at its elapsed time. knee: the first "
+                        "stage past which some later stage's p99 is over 1.5× its p99 while its throughput is under "
+                        "1.1× its throughput."])
 
 
 def load_tables(summary: dict[str, Any]) -> list[Table]:
