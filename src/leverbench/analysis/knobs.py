@@ -203,6 +203,11 @@ def fact_knobs(discovered: dict[str, dict[str, Any]], knobs: dict[str, dict[str,
     arms = list(facts)
     out: dict[str, dict[str, Any]] = {a: {} for a in arms}
     for path in dict.fromkeys(p for a in arms for p in facts[a]):
+        if path.startswith("engine_args "):  # an engine started with known arguments: a flag not given is known
+            for a in arms:
+                if path not in facts[a] and isinstance(discovered[a].get("engine_args"), list):
+                    knob = next(facts[b][path][0] for b in arms if path in facts[b])
+                    facts[a][path] = (knob, "false")
         for i, x in enumerate(arms):
             for y in arms[i + 1:]:
                 fx, fy = facts[x].get(path), facts[y].get(path)

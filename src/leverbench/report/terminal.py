@@ -12,7 +12,7 @@ from ..analysis.warning_kinds import warning_groups
 from .table import Table
 from .tables import all_tables
 
-_BRIEF = ("levers", "verdicts", "results", "volume", "multipliers", "discipline", "reasoning", "shares", "probes",
+_BRIEF = ("levers", "verdicts", "results", "volume", "multipliers", "equal_work", "discipline", "reasoning", "shares", "probes",
           "projection", "cost", "load", "load_sweep")
 
 
