@@ -16,8 +16,8 @@ capacity (:mod:`.prefix_cache`).  Per call i, on one arm:
                alone, fitted as it is — prefill up to the first token, decode the O − 1 tokens after it
                from a context of I + 1; a drafter's acceptance is inside the decode rate measured on its arm)
     k requests in service progress at 1 / slowdown(k) seconds of work per second (continuous batching:
-               the ``batch`` slowdown measured in load stages; k ≤ slots).  Without a measured slowdown
-               and slots, one request at a time (slowdown(1) = 1)
+               the ``batch`` slowdown measured in load stages, relative to one request alone, so
+               slowdown(1) = 1; k ≤ slots).  Without a measured slowdown and slots, one request at a time
     TTFT_i     = end of its prefill − its arrival;   e2e_i = end of its decode − its arrival
     a session's next round arrives when this one ends plus its tool wait
 
@@ -73,7 +73,8 @@ class ArmSpec:
 
 
 def slowdown_curve(batch: dict[str, Any] | None) -> Callable[[int], float]:
-    """slowdown(k) from a rate model's ``batch`` {concurrency, slowdown}: linear between the measured points,
+    """slowdown(k) from a rate model's ``batch`` {concurrency, slowdown} (relative to one request alone:
+    :func:`.whatif_arms.batch_points` re-normalises an older summary's): linear between the measured points,
     (1, 1) added when absent; past the largest measured k, slowdown(k_max) · k / k_max (no further gain)."""
     if not batch or not batch.get("concurrency"):
         return lambda k: 1.0

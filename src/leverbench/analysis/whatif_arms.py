@@ -7,7 +7,8 @@ Each figure is taken from where it is best known, and its source is said (:class
                     a cache arm whose every prompt hit its cache has no prefill rate of its own: it takes
                     the prefill of its twin without the cache (the arm that differs from it in the prefix
                     cache only), since a cache changes which tokens are prefilled, not what one costs
-    concurrency     the model's ``batch`` slowdown with its ``slots`` (else the arm's discovered slots, else
+    concurrency     the model's ``batch`` slowdown (relative to one request alone: :func:`batch_points`)
+                    with its ``slots`` (else the arm's discovered slots, else
                     the largest concurrency measured); without a measured slowdown, one request at a time
     prefix cache    on when the arm's knobs say so (``prefix_cache``, llama.cpp's ``cache_prompt``), else when
                     its calls read cached tokens (``engaged``), else off
@@ -27,7 +28,7 @@ from typing import Any, Mapping, Sequence
 from ..errors import BadInput
 from .knobs import differing
 from .prefix_cache import DEFAULT_BLOCK_TOKENS, DEFAULT_CACHE_TOKENS
-from .rate_model import from_rates_row
+from .rate_model import from_rates_row, single_stream_tpot
 from .whatif import ArmSpec, prefix_cache_on, slowdown_curve
 
 
@@ -68,6 +69,33 @@ def rate_model_of(summary: Mapping[str, Any], arm: str) -> tuple[dict[str, Any] 
                            "of this arm's own hit its cache)")
     return model, ("rates (flat: one prefill and one decode rate)" if model else
                    (f"no rates: {row.get('refused')}" if row and row.get("refused") else "no measured rates"))
+
+
+def batch_points(model: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
+    """(the rate model's ``batch`` with its slowdown relative to one request alone, a note when it had to be
+    re-normalised).  A summary written before issue 22 took it against the sweep's lowest concurrency c0
+    (``reference_concurrency`` c0 > 1): then slowdown(c) = TPOT(c) / tpot_1, tpot_1 the model's per-token time
+    d0 + d1·L at the middle L of its decode's fitted contexts (the sweep's own context was not recorded);
+    without its ``tpot_s``, it is served as it is, and the note says so."""
+    b = model.get("batch")
+    if not b or not b.get("concurrency"):
+        return None, None
+    ref = b.get("reference_concurrency")
+    if ref is None or float(ref) <= 1:
+        return dict(b), None
+    decode, tpot = model.get("decode") or {}, b.get("tpot_s")
+    if tpot and len(tpot) == len(b["concurrency"]) and decode.get("d0_s_per_token") is not None:
+        lo, hi = decode.get("range_context") or (0, 0)
+        t1 = single_stream_tpot(dict(model), (lo + hi) / 2.0, 0.0)
+        if t1 > 0:
+            return ({**b, "slowdown": [t / t1 for t in tpot], "single_stream_tpot_s": [t1] * len(tpot),
+                     "reference_concurrency": 1},
+                    f"its batching slowdown (an older summary's) was relative to concurrency {ref:g}: taken against "
+                    f"one request alone (single stream) instead, the rate model's {t1 * 1000:.3g} ms a token"
+                    + (f" at a context of {(lo + hi) / 2:,.0f}" if decode.get("d1_s_per_token_per_ctx") else ""))
+    return dict(b), (f"its batching slowdown (an older summary's) is relative to concurrency {ref:g}, not to a single "
+                     "stream, and cannot be re-normalised (no TPOT beside it): below concurrency "
+                     f"{ref:g} the slowdown is unknown; analyze the run's ledger again")
 
 
 def capacity_of(knobs: Mapping[str, Any], slots: int) -> tuple[float, str]:
@@ -113,9 +141,12 @@ def arm_specs(summary: Mapping[str, Any], arms: Sequence[str] | None = None, *, 
             continue
         model["source"] = source
         spec_notes = [f"rate model: {source}"]
-        batch = model.get("batch")
+        batch, batch_note = batch_points(model)
+        if batch_note:
+            spec_notes.append(batch_note)
+            model["batch"] = batch
         slots_known = model.get("slots") or knobs.get("slots")
-        if batch and batch.get("concurrency"):
+        if batch:
             slots = int(slots_known or max(batch["concurrency"]))
             spec_notes.append(f"{slots} slot(s), batching slowdown measured at concurrency "
                               f"{', '.join(str(c) for c in batch['concurrency'])}")
