@@ -17,7 +17,7 @@ from ledgers import call, header, ledger, turn
 
 from leverbench.analysis.rate_fit import batch_slowdown
 from leverbench.analysis.summary import summarize
-from leverbench.analysis.whatif import forecast
+from leverbench.analysis.whatif import ArmSpec, forecast
 from leverbench.analysis.whatif_arms import arm_specs
 from leverbench.analysis.whatif_plan import plan_calls
 from leverbench.errors import BadInput
@@ -116,4 +116,36 @@ def test_a_batch_with_a_tpot_per_concurrency_is_checked() -> None:
                                        "reference_concurrency": 4}})
     with pytest.raises(BadInput, match="tpot_s: 1 values for 2 concurrencies"):
         check_summary(bad, "old.json")
+
+
+# ---------------------------------------------------------------- defect 10: the extrapolation note
+
+
+def test_extrapolation_compares_the_uncached_part_of_a_prompt() -> None:
+    """Prefill fitted on up to 150 uncached tokens.  On an arm with a cache, the 200-token call reads 100 from
+    it: 100 uncached, inside the range, so nothing is extrapolated (main: "1 of 2 prompts longer than the 150
+    tokens").  Without a cache the same call prefills 200: beyond the range, said."""
+    model = {**M, "prefill": {**M["prefill"], "range_uncached": [10, 150], "range_cached": [0, 500]}}
+    calls = [TrafficCall(100, 10, arrival_s=0.0, prefix_blocks=(1,)),
+             TrafficCall(200, 5, arrival_s=10.0, prefix_blocks=(1, 2))]
+    plan = plan_calls(calls, block_tokens=100)
+    on = forecast(plan, [ArmSpec("a", model, cache=True, capacity_tokens=1000, block_tokens=1)], "a")["arms"][0]
+    assert on["cache"]["hit_tokens"] == 100
+    assert on["extrapolation"] is None
+    off = forecast(plan, [ArmSpec("a", model)], "a")["arms"][0]
+    assert off["extrapolation"] == ("extrapolated: 1 of 2 prompts prefill more than the 150 uncached tokens its "
+                                    "prefill was fitted on (up to 200)")
+
+
+def test_extrapolation_says_when_a_call_reads_more_cached_tokens_than_fitted() -> None:
+    """With an attention term (c > 0) the prefill's time depends on the cached tokens too: a call that reads 100
+    cached tokens where the fit saw at most 50 extrapolates in them, and the note says so."""
+    model = {**M, "prefill": {**M["prefill"], "c_s_per_token2": 1e-6, "range_uncached": [10, 150],
+                              "range_cached": [0, 50]}}
+    calls = [TrafficCall(100, 10, arrival_s=0.0, prefix_blocks=(1,)),
+             TrafficCall(200, 5, arrival_s=10.0, prefix_blocks=(1, 2))]
+    row = forecast(plan_calls(calls, block_tokens=100),
+                   [ArmSpec("a", model, cache=True, capacity_tokens=1000, block_tokens=1)], "a")["arms"][0]
+    assert row["extrapolation"] == ("extrapolated: 1 of 2 calls read more than the 50 cached tokens its prefill "
+                                    "was fitted with (up to 100)")
 

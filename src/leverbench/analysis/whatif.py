@@ -252,7 +252,7 @@ def arm_row(s: Served, arm: ArmSpec) -> dict[str, Any]:
         "rate_model": {"prefill": arm.model.get("prefill"), "decode": arm.model.get("decode"),
                        "batch": arm.model.get("batch"), "source": arm.model.get("source")},
         "notes": list(arm.notes),
-        "extrapolation": extrapolation(s.calls, arm.model),
+        "extrapolation": extrapolation(s.calls, s.hit, arm.model),
     }
     if row["extrapolation"]:
         row["notes"].append(row["extrapolation"])
@@ -261,17 +261,28 @@ def arm_row(s: Served, arm: ArmSpec) -> dict[str, Any]:
     return row
 
 
-def extrapolation(calls: Sequence[PlannedCall], model: dict[str, Any]) -> str | None:
-    """A note when calls lie beyond the prompt lengths (prefill) or contexts (decode) the arm's rate model was
-    fitted on: the forecast extrapolates its terms there (the quadratic c most of all); None when none does."""
+def extrapolation(calls: Sequence[PlannedCall], hit: Sequence[float], model: dict[str, Any]) -> str | None:
+    """A note when calls lie beyond what the arm's rate model was fitted on: the forecast extrapolates its
+    terms there (the quadratic c most of all); None when none does.  Per call, as served (``hit``: its cached
+    tokens): its uncached tokens I − hit against the prefill's uncached range (``range_uncached``), its cached
+    ones against ``range_cached`` where the prefill has an attention term (c > 0: else they cost nothing), and
+    its context I + O against the decode's ``range_context``."""
     out = []
-    p_hi = ((model.get("prefill") or {}).get("range_uncached") or [None, None])[1]
+    p = model.get("prefill") or {}
+    p_hi = (p.get("range_uncached") or [None, None])[1]
+    k_hi = (p.get("range_cached") or [None, None])[1] if p.get("c_s_per_token2") else None
     d_hi = ((model.get("decode") or {}).get("range_context") or [None, None])[1]
+    uncached = [c.input_tokens - h for c, h in zip(calls, hit)]
     if p_hi is not None:
-        n = sum(1 for c in calls if c.input_tokens > p_hi)
+        n = sum(1 for u in uncached if u > p_hi)
         if n:
-            out.append(f"{n} of {len(calls)} prompts longer than the {p_hi:,.0f} tokens its prefill was fitted on "
-                       f"(up to {max(c.input_tokens for c in calls):,})")
+            out.append(f"{n} of {len(calls)} prompts prefill more than the {p_hi:,.0f} uncached tokens its prefill "
+                       f"was fitted on (up to {max(uncached):,.0f})")
+    if k_hi is not None:
+        n = sum(1 for h in hit if h > k_hi)
+        if n:
+            out.append(f"{n} of {len(calls)} calls read more than the {k_hi:,.0f} cached tokens its prefill was "
+                       f"fitted with (up to {max(hit):,.0f})")
     if d_hi is not None:
         n = sum(1 for c in calls if c.input_tokens + c.output_tokens > d_hi)
         if n:
