@@ -12,16 +12,26 @@ a hand computation or the simulator's ground truth:
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 from ledgers import call, header, ledger, turn
+from test_load import sim_process
 
+import leverbench.ledger.writer as writer
 from leverbench.analysis.rate_fit import batch_slowdown
 from leverbench.analysis.summary import summarize
-from leverbench.analysis.whatif import ArmSpec, forecast
+from leverbench.analysis.whatif import ArmSpec, forecast, simulate
 from leverbench.analysis.whatif_arms import arm_specs
 from leverbench.analysis.whatif_plan import plan_calls
+from leverbench.analysis.whatif_verify import measured
+from leverbench.config import load
 from leverbench.errors import BadInput
+from leverbench.ledger.reader import read_ledger
 from leverbench.report.summary_file import check_summary
+from leverbench.report.whatif_files import whatif_file
+from leverbench.runner.run import Runner
 from leverbench.workload.traces import TrafficCall
 
 M = {"prefill": {"a_s": 0.5, "b_s_per_token": 0.01, "c_s_per_token2": 0.0},
@@ -116,6 +126,147 @@ def test_a_batch_with_a_tpot_per_concurrency_is_checked() -> None:
                                        "reference_concurrency": 4}})
     with pytest.raises(BadInput, match="tpot_s: 1 values for 2 concurrencies"):
         check_summary(bad, "old.json")
+
+
+# ---------------------------------------------------------------- defect 6: the engine's cache rule
+
+
+def _ab() -> list[TrafficCall]:
+    """A: 100 tokens (hash block 1), 10 out: prefill 0.5 + 1.0 = 1.5 s, decode 0.9 s → ends at 2.4.  B at 2.0,
+    during A's decode: 200 tokens starting with A's block."""
+    return [TrafficCall(100, 10, arrival_s=0.0, prefix_blocks=(1,)),
+            TrafficCall(200, 5, arrival_s=2.0, prefix_blocks=(1, 2))]
+
+
+def test_a_call_arriving_during_anothers_decode_hits_its_prefix_on_vllm() -> None:
+    """Two slots, no slowdown.  vLLM shares A's blocks once its prefill computed them (t = 1.5): B at 2.0 hits
+    100 tokens, prefill 0.5 + 100 × 0.01 = 1.5 s → TTFT 1.5 (main: no hit until A ended, TTFT 2.5)."""
+    summary = _summary({"prefix_cache": True, "engine": "vllm", "block_size": 1},
+                       {**M, "slots": 2, "batch": {"concurrency": [1, 2], "slowdown": [1.0, 1.0]}})
+    specs, _ = arm_specs(summary, cache_tokens=10_000)
+    s = simulate(plan_calls(_ab(), block_tokens=100), specs[0])
+    assert list(s.hit) == [0, 100]
+    assert list(s.ttft) == pytest.approx([1.5, 1.5])
+
+
+def _abc() -> list[TrafficCall]:
+    """A: 110 tokens (block 1 = 100, then 10 of its own), 1 out: prefill 0.5 + 1.1 = 1.6 s, ends at 1.6.
+    B at 2.0: 200 tokens of its own, 11 out: prefill 2.5 s (→ 4.5), decode 1.0 s (→ 5.5).
+    C at 5.0, during B's decode: 110 tokens starting with A's block 1."""
+    return [TrafficCall(110, 1, arrival_s=0.0, prefix_blocks=(1,)),
+            TrafficCall(200, 11, arrival_s=2.0, prefix_blocks=(9, 8)),
+            TrafficCall(110, 1, arrival_s=5.0, prefix_blocks=(1,))]
+
+
+def test_the_kv_of_requests_in_flight_counts_against_the_capacity() -> None:
+    """A cache of 250 tokens.  When A ends its 110 prompt tokens and its answer's 1 are cached.  B, admitted at
+    2.0, holds 200 + 11 tokens of KV while it is served: 111 + 211 > 250, so A's blocks are evicted (its tail
+    first, then its head: 111 + 211 − 1 − 10 = 311 > 250 still).  C at 5.0 finds nothing (main, which counted
+    only finished prompts: 100 tokens hit).  With room for both (1,000 tokens), C hits A's 100."""
+    arm = ArmSpec("a", M, slots=2, cache=True, capacity_tokens=250, block_tokens=1)
+    plan = plan_calls(_abc(), block_tokens=100)
+    s = simulate(plan, arm)
+    assert list(s.hit) == [0, 0, 0]
+    roomy = simulate(plan, ArmSpec("a", M, slots=2, cache=True, capacity_tokens=1000, block_tokens=1))
+    assert list(roomy.hit) == [0, 0, 100]
+
+
+def _llama(slots: int, **knobs) -> ArmSpec:
+    summary = _summary({"prefix_cache": True, "engine": "llama.cpp", **knobs},
+                       {**M, "slots": slots, "batch": {"concurrency": [1, 2], "slowdown": [1.0, 1.0]}})
+    return arm_specs(summary, cache_tokens=10_000)[0][0]
+
+
+def test_llama_cpp_slots_keep_their_own_prompt() -> None:
+    """llama.cpp: a slot keeps the tokens of its last request; a call takes the idle slot whose tokens share
+    the largest part of its prompt (more than 10 %), else the least recently used.  Two slots:
+    A (100 + 10 tokens, 1 out) on one slot, ends at 1.6.  B at 2.0 (A's block 1, then 100 of its own) shares 100
+    of its 200 tokens with that slot (50 %): it takes it and hits 100; the slot then holds B.  C at 3.0, while B
+    is served, starts with block 1 too, but that slot is busy and the other empty: no hit (a cache shared by the
+    slots, as main had, serves 100)."""
+    calls = [TrafficCall(110, 1, arrival_s=0.0, prefix_blocks=(1,)),
+             TrafficCall(200, 11, arrival_s=2.0, prefix_blocks=(1, 2)),
+             TrafficCall(110, 1, arrival_s=3.0, prefix_blocks=(1,))]
+    plan = plan_calls(calls, block_tokens=100)
+    arm = _llama(2)
+    s = simulate(plan, arm)
+    assert list(s.hit) == [0, 100, 0]
+    assert arm.cache_rule == "slots" and arm.block_tokens == 1
+    assert s.shadow.hit_tokens == 200  # the unbounded upper bound beside it still counts C's 100
+
+
+def test_llama_cpp_next_round_hits_its_prompt_and_answer_on_its_slot() -> None:
+    """A session of two rounds on llama.cpp: round 2 (round 1's 100 + 10 answer + 20 new) lands on round 1's
+    slot and reuses all 110 tokens the slot holds (its prompt and the answer it generated)."""
+    calls = [TrafficCall(100, 10, arrival_s=0.0, session="s", round=0),
+             TrafficCall(130, 5, cached_tokens=110, session="s", round=1, tool_wait_s=0.5)]
+    s = simulate(plan_calls(calls), _llama(2))
+    assert list(s.hit) == [0, 110]
+
+
+def test_llama_cpp_host_memory_prompt_cache() -> None:
+    """One slot.  A (block 1, then 10 of its own), then B (unrelated) takes the slot by LRU: A's tokens are saved
+    to the host-memory prompt cache (--cache-ram).  C (block 1, then 10 of its own) shares nothing with the
+    slot (B): the slot is saved and A's state, which keeps 100 / 110 ≥ 25 % of itself and more of C than the
+    slot, is loaded: C hits 100.  With --cache-ram 0 there is no such cache: C hits nothing."""
+    calls = [TrafficCall(110, 1, arrival_s=0.0, prefix_blocks=(1,)),
+             TrafficCall(200, 1, arrival_s=10.0, prefix_blocks=(9, 8)),
+             TrafficCall(110, 1, arrival_s=20.0, prefix_blocks=(1,))]
+    plan = plan_calls(calls, block_tokens=100)
+    assert list(simulate(plan, _llama(1)).hit) == [0, 0, 100]
+    off_summary = _summary({"prefix_cache": True, "engine": "llama.cpp"},
+                           {**M, "slots": 1, "batch": {"concurrency": [1, 2], "slowdown": [1.0, 1.0]}},
+                           discovered={"engine_args": ["--cache-ram", "0"]})
+    off = arm_specs(off_summary)[0][0]
+    assert off.capacity_tokens == 0
+    assert list(simulate(plan, off).hit) == [0, 0, 0]
+
+
+def test_the_simulators_own_rule_prompts_shared_after_prefill(tmp_path: Path, monkeypatch) -> None:
+    """Ground truth: the simulator (llama.cpp dialect, two slots) shares prompt blocks across its slots once
+    their prefill ends.  Call 1 decodes 60 tokens at 20 tok/s (3 s); call 2 arrives at 1 s, during that decode,
+    with call 1's first hash block: the simulator serves 32 of its tokens from the cache, and the forecast
+    (the arm's engine discovered as the simulator) says the same (main: 0, call 1 had not ended)."""
+    monkeypatch.setattr(writer.os, "fsync", lambda fd: None)
+    trace = tmp_path / "two.jsonl"
+    trace.write_text(json.dumps({"timestamp": 0, "input_length": 1024, "output_length": 60, "hash_ids": [1, 2]})
+                     + "\n" + json.dumps({"timestamp": 1000, "input_length": 1024, "output_length": 2,
+                                          "hash_ids": [1, 3]}) + "\n")
+    sim = dict(prefill_tps=20_000.0, decode_tps=20.0, slots=2, prefix_cache=True, cache_block=16)
+    summary = _summary({"prefix_cache": True, "engine": "llama.cpp", "simulator": True, "block_size": 16},
+                       {"prefill": {"a_s": 0.0, "b_s_per_token": 1 / sim["prefill_tps"], "c_s_per_token2": 0.0},
+                        "decode": {"d0_s_per_token": 1 / sim["decode_tps"], "d1_s_per_token_per_ctx": 0.0},
+                        "slots": 2, "batch": {"concurrency": [1, 2], "slowdown": [1.0, 1.0]}})
+    (tmp_path / "summary.json").write_text(json.dumps(summary))
+    res = whatif_file(trace, tmp_path / "summary.json", scale_input=1 / 16, cache_tokens=1e6)
+    exp = tmp_path / "exp.toml"
+    with sim_process(**sim) as url:
+        exp.write_text(f'''[experiment]
+name = "truth"
+repeats = 1
+baseline = "a"
+sentinel_tokens = 0
+[[arms]]
+name = "a"
+role = "baseline"
+base_url = "{url}"
+model = "sim"
+[[cases]]
+name = "x"
+prompt = "hi"
+max_tokens = 1
+[[load]]
+name = "whatif"
+mode = "trace"
+trace = "two.jsonl"
+scale_input = {1 / 16}
+''')
+        Runner(load(exp), tmp_path / "run").run()
+    recs = [r for r in read_ledger(tmp_path / "run").records if r.get("kind") == "load" and r.get("stage") == "whatif"]
+    truth = sorted((r["scheduled_t"], r["cached_tokens"]) for r in recs)
+    assert [c for _, c in truth] == [0, 32]
+    assert res["arms"][0]["cache"]["hit_tokens"] == 32
+    assert measured(read_ledger(tmp_path / "run").records, "whatif")["a"]["cached_share"] == pytest.approx(32 / 128)
 
 
 # ---------------------------------------------------------------- defect 10: the extrapolation note

@@ -10,8 +10,11 @@ capacity (:mod:`.prefix_cache`).  Per call i, on one arm:
                different order each replay), so the forecast serves ORDERS random orders of them (seeded:
                deterministic) and reports each figure's mean over those orders, with its lowest and highest
                (``orders``); without simultaneous arrivals, one simulation in the trace's order
-    hit_i      tokens of its prompt the arm's cache holds then (0 without a cache; where the trace recorded
-               cached tokens that a cache already served and gives no prefix structure: those, as served)
+    hit_i      tokens of its prompt the arm's cache holds then, under its engine's rule (:mod:`.whatif_cache`:
+               vLLM and SGLang share a prompt's blocks once its prefill computed them and count the KV of
+               the requests in flight against the capacity; llama.cpp's slots each keep their last prompt
+               and answer); 0 without a cache; where the trace recorded cached tokens that a cache already
+               served and gives no prefix structure: those, as served
     work_i     prefill_s(I − hit, hit) then decode_s(I + 1, O − 1)  (the rate model: seconds when served
                alone, fitted as it is — prefill up to the first token, decode the O − 1 tokens after it
                from a context of I + 1; a drafter's acceptance is inside the decode rate measured on its arm)
@@ -48,8 +51,9 @@ import numpy as np
 
 from .knobs import differing, is_on
 from .load import distribution
-from .prefix_cache import PrefixCache, unbounded
+from .prefix_cache import PrefixCache, SlotCache, unbounded
 from .rate_model import decode_seconds, prefill_seconds
+from .whatif_cache import RULES, Serving
 from .whatif_orders import ORDERS, mean_row, orders_to_serve
 from .whatif_plan import Plan, PlannedCall
 
@@ -66,6 +70,7 @@ class ArmSpec:
     capacity_tokens: float = 0.0
     block_tokens: int = 1
     cache_source: str = ""
+    cache_rule: str = "shared"  # how its engine keeps the cache: a rule of .whatif_cache.RULES
     knobs: dict[str, Any] = field(default_factory=dict)
     gpus: float = 1.0
     gpu_hour_usd: float | None = None
@@ -103,29 +108,17 @@ class Served:
     busy_s: float
     first_arrival: float
     last_end: float
-    cache: PrefixCache | None
+    cache: PrefixCache | SlotCache | None
     shadow: PrefixCache
 
 
-def _hit(call: PlannedCall, cache: PrefixCache | None, shadow: PrefixCache, recorded: bool) -> int:
-    """Tokens of the call's prompt its arm's cache serves (see the module docstring), and the shadow
-    unbounded cache's lookup (the upper bound under the same order).  A call whose cached tokens a cache
-    served as recorded (no prefix structure to look up) counts those in the shadow too: the upper bound is
-    never below what a cache was seen to serve."""
+def _served(call: PlannedCall, recorded: bool) -> int | None:
+    """The cached tokens a cache served as the trace recorded them, for a call that gives no prefix structure
+    to look up (≤ input − 1); None for the others.  They count in the shadow too: the upper bound is never
+    below what a cache was seen to serve."""
     if recorded and call.served_cached is not None:
-        served = min(call.served_cached, max(call.input_tokens - 1, 0))
-        for ch in (cache, shadow):
-            if ch is not None:
-                ch.lookups += 1
-                ch.looked_up_tokens += call.input_tokens
-                ch.hit_tokens += served
-        return served if cache is not None else 0
-    shadow.lookup(shadow.units(call.pieces), call.input_tokens)
-    if cache is not None:
-        hit = cache.lookup(cache.units(call.pieces), call.input_tokens)
-    else:
-        hit = 0
-    return hit
+        return min(call.served_cached, max(call.input_tokens - 1, 0))
+    return None
 
 
 def simulate(plan: Plan, arm: ArmSpec, order_seed: int | None = None) -> Served:
@@ -139,8 +132,7 @@ def simulate(plan: Plan, arm: ArmSpec, order_seed: int | None = None) -> Served:
     ttft = np.full(n, np.nan)
     e2e = np.full(n, np.nan)
     hit = np.zeros(n)
-    cache = PrefixCache(arm.capacity_tokens, arm.block_tokens) if arm.cache else None
-    shadow = unbounded(arm.block_tokens)
+    serving = Serving(arm.cache_rule, arm.capacity_tokens, arm.block_tokens, arm.slots, arm.cache)
     # a call is "recorded" when the trace gives only the cached tokens a cache served, no prefix structure
     # (its own unique piece, after the chat template's when --template-tokens adds one)
     structured = {id(c) for s in plan.sessions for c in s
@@ -174,7 +166,7 @@ def simulate(plan: Plan, arm: ArmSpec, order_seed: int | None = None) -> Served:
         nonlocal seq
         while queue and len(active) < arm.slots:
             c = queue.popleft()
-            h = _hit(c, cache, shadow, id(c) not in structured)
+            h = serving.admit(c, _served(c, id(c) not in structured))
             hit[pos[id(c)]] = h
             p = prefill_seconds(arm.model, c.input_tokens - h, h)
             decode_work[id(c)] = decode_seconds(arm.model, c.input_tokens + 1, max(c.output_tokens - 1, 0))
@@ -183,10 +175,7 @@ def simulate(plan: Plan, arm: ArmSpec, order_seed: int | None = None) -> Served:
 
     def done(c: PlannedCall) -> None:
         nonlocal seq, session_i
-        pieces = (*c.pieces, c.out_piece) if c.out_piece is not None and id(c) in next_round else c.pieces
-        for ch in (cache, shadow):
-            if ch is not None:
-                ch.insert(ch.units(pieces))
+        serving.done(c, t)
         nxt = next_round.get(id(c))
         seq += 1
         if nxt is not None:
@@ -217,6 +206,7 @@ def simulate(plan: Plan, arm: ArmSpec, order_seed: int | None = None) -> Served:
             i = pos[id(c)]
             if phase == "prefill":
                 ttft[i] = t - arrival[i]
+                serving.prefilled(c)
                 seq += 1
                 heapq.heappush(active, (v + decode_work.pop(id(c)), seq, c, "decode"))
             else:
@@ -225,7 +215,7 @@ def simulate(plan: Plan, arm: ArmSpec, order_seed: int | None = None) -> Served:
                 done(c)
         admit()
     first = float(np.nanmin(arrival)) if n else 0.0
-    return Served(arm.name, calls, arrival, ttft, e2e, hit, busy, first, last_end, cache, shadow)
+    return Served(arm.name, calls, arrival, ttft, e2e, hit, busy, first, last_end, serving.cache, serving.shadow)
 
 
 # ---------------------------------------------------------------- rows
@@ -291,10 +281,12 @@ def extrapolation(calls: Sequence[PlannedCall], hit: Sequence[float], model: dic
     return "extrapolated: " + "; ".join(out) if out else None
 
 
-def cache_figures(cache: PrefixCache, shadow: PrefixCache, arm: ArmSpec) -> dict[str, Any]:
-    """The finite cache's figures beside the unbounded one's, under the same order of calls."""
+def cache_figures(cache: PrefixCache | SlotCache, shadow: PrefixCache, arm: ArmSpec) -> dict[str, Any]:
+    """The finite cache's figures beside the unbounded one's, under the same order of calls, with the rule its
+    engine keeps it by (:data:`.whatif_cache.RULES`)."""
     return {"capacity_tokens": cache.capacity if math.isfinite(cache.capacity) else None,
-            "block_tokens": cache.block, "source": arm.cache_source, "hit_tokens": cache.hit_tokens,
+            "block_tokens": cache.block, "source": arm.cache_source, "rule": arm.cache_rule,
+            "rule_text": RULES[arm.cache_rule], "hit_tokens": cache.hit_tokens,
             "input_tokens": cache.looked_up_tokens, "hit_share": cache.hit_share,
             "unbounded_hit_share": shadow.hit_share, "evicted_tokens": cache.evicted_tokens}
 

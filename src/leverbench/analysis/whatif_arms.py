@@ -8,16 +8,20 @@ Each figure is taken from where it is best known, and its source is said (:class
                     the prefill of its twin without the cache (the arm that differs from it in the prefix
                     cache only), since a cache changes which tokens are prefilled, not what one costs
     concurrency     the model's ``batch`` slowdown (relative to one request alone: :func:`batch_points`)
-                    with its ``slots`` (else the arm's discovered slots, else
-                    the largest concurrency measured); without a measured slowdown, one request at a time
+                    with its ``slots`` (else the arm's discovered slots, else the largest concurrency
+                    measured); without a measured slowdown, one request at a time
     prefix cache    on when the arm's knobs say so (``prefix_cache``, llama.cpp's ``cache_prompt``), else when
-                    its calls read cached tokens (``engaged``), else off
+                    its calls read cached tokens (``engaged``), else off; kept by its engine's rule
+                    (:func:`.whatif_cache.rule_of`: the knobs' ``engine``, ``simulator``)
     capacity        --cache-tokens > the arm's knobs ``kv_capacity_tokens`` > vLLM's ``num_gpu_blocks`` ×
-                    ``block_size`` > ``context_length`` × slots (the KV the engine holds for its slots: a
-                    lower bound for llama.cpp, which also keeps prompts in host RAM, ``--cache-ram``) >
-                    :data:`~.prefix_cache.DEFAULT_CACHE_TOKENS`
-    block size      --block-tokens > the arm's ``block_size`` > 1 on llama.cpp (it compares prompts token by
-                    token) > :data:`~.prefix_cache.DEFAULT_BLOCK_TOKENS`
+                    ``block_size`` > ``context_length`` × slots (the KV the engine holds for its slots) >
+                    :data:`~.prefix_cache.DEFAULT_CACHE_TOKENS`.  On llama.cpp (its slots keep their own
+                    KV) the capacity is that of its host-memory prompt cache: 0 where its arguments say
+                    ``--cache-ram 0``; else context_length × slots is its least token limit (n_ctx; it holds
+                    more as far as ``--cache-ram``, 8 GiB by default, allows: give --cache-tokens)
+    block size      --block-tokens > the arm's ``block_size`` > the simulator's ``cache_block`` (its discovered
+                    settings) > 1 on llama.cpp (it compares prompts token by token) >
+                    :data:`~.prefix_cache.DEFAULT_BLOCK_TOKENS`
     price           --gpus / --gpu-hour-usd > the arm's conditions ``gpus`` / ``gpu_hour_usd`` > 1 GPU, no price
 """
 
@@ -30,6 +34,7 @@ from .knobs import differing
 from .prefix_cache import DEFAULT_BLOCK_TOKENS, DEFAULT_CACHE_TOKENS
 from .rate_model import from_rates_row, single_stream_tpot
 from .whatif import ArmSpec, prefix_cache_on, slowdown_curve
+from .whatif_cache import rule_of
 
 
 def _num(x: Any) -> float | None:
@@ -98,24 +103,35 @@ def batch_points(model: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str |
                      f"{ref:g} the slowdown is unknown; analyze the run's ledger again")
 
 
-def capacity_of(knobs: Mapping[str, Any], slots: int) -> tuple[float, str]:
-    """(cache capacity in tokens, its source) from an arm's knobs (see the module docstring)."""
-    if _num(knobs.get("kv_capacity_tokens")):
+def capacity_of(knobs: Mapping[str, Any], slots: int, engine_args: Sequence[str] = ()) -> tuple[float, str]:
+    """(cache capacity in tokens, its source) from an arm's knobs and its engine's arguments (see the module
+    docstring)."""
+    llama = rule_of(knobs)[0] == "slots"
+    args = [str(a) for a in engine_args]
+    if llama and "--cache-ram" in args[:-1] and args[args.index("--cache-ram") + 1] == "0":
+        return 0.0, "--cache-ram 0: llama.cpp keeps no prompt in host memory, only its slots their own"
+    if _num(knobs.get("kv_capacity_tokens")) and not llama:
         return float(knobs["kv_capacity_tokens"]), "the arm's KV capacity (discovered)"
-    if _num(knobs.get("num_gpu_blocks")) and _num(knobs.get("block_size")):
+    if _num(knobs.get("num_gpu_blocks")) and _num(knobs.get("block_size")) and not llama:
         return (float(knobs["num_gpu_blocks"]) * float(knobs["block_size"]),
                 "the arm's num_gpu_blocks × block_size (discovered)")
     if _num(knobs.get("context_length")):
-        note = ("; llama.cpp also keeps prompts in host RAM (--cache-ram), so it may hold more: give --cache-tokens"
-                if "llama" in str(knobs.get("engine", "")).lower() else "")
-        return float(knobs["context_length"]) * max(slots, 1), f"the arm's context length × {slots} slot(s){note}"
+        if llama:
+            return (float(knobs["context_length"]) * max(slots, 1),
+                    f"llama.cpp's host-memory prompt cache at its least, n_ctx = the context length × {slots} "
+                    "slot(s) (it holds more as far as --cache-ram, 8 GiB by default, allows: give --cache-tokens)")
+        return float(knobs["context_length"]) * max(slots, 1), f"the arm's context length × {slots} slot(s)"
     return float(DEFAULT_CACHE_TOKENS), (f"the default {DEFAULT_CACHE_TOKENS:,} tokens (an 8B model's KV on an 80 GB "
                                          "GPU); give --cache-tokens")
 
 
-def block_of(knobs: Mapping[str, Any]) -> tuple[int, str]:
+def block_of(knobs: Mapping[str, Any], discovered: Mapping[str, Any] | None = None) -> tuple[int, str]:
+    """(cache block in tokens, its source) from an arm's knobs and discovered facts (see the module docstring)."""
     if _num(knobs.get("block_size")):
         return int(knobs["block_size"]), "the arm's block_size"
+    sim = ((discovered or {}).get("props") or {}).get("sim") if knobs.get("simulator") else None
+    if isinstance(sim, dict) and _num(sim.get("cache_block")):
+        return int(sim["cache_block"]), "the simulator's cache_block (discovered)"
     if "llama" in str(knobs.get("engine", "")).lower():
         return 1, "llama.cpp compares prompts token by token"
     return DEFAULT_BLOCK_TOKENS, f"the default {DEFAULT_BLOCK_TOKENS} tokens per block (vLLM's on a GPU)"
@@ -159,17 +175,20 @@ def arm_specs(summary: Mapping[str, Any], arms: Sequence[str] | None = None, *, 
             on = bool((engaged.get(name) or {}).get("cache_used"))
             spec_notes.append(f"prefix cache {'on' if on else 'off'}: from its calls' cached tokens "
                               "(the arm's knobs do not say)")
+        rule, rule_src = rule_of(knobs)
+        found = a.get("discovered") if isinstance(a.get("discovered"), dict) else {}
+        args = found.get("engine_args") if isinstance(found.get("engine_args"), list) else []
         cap, cap_src = (float(cache_tokens), "--cache-tokens") if cache_tokens is not None else \
-            capacity_of(knobs, slots_known or 1)
-        blk, blk_src = (int(block_tokens), "--block-tokens") if block_tokens is not None else block_of(knobs)
+            capacity_of(knobs, slots_known or 1, args)
+        blk, blk_src = (int(block_tokens), "--block-tokens") if block_tokens is not None else block_of(knobs, found)
         cond = a.get("conditions") or {}
         g = gpus if gpus is not None else _num(cond.get("gpus")) or 1.0
         usd = gpu_hour_usd if gpu_hour_usd is not None else _num(cond.get("gpu_hour_usd"))
         if (model.get("decode") or {}).get("acceptance") is not None:
             spec_notes.append(f"drafter acceptance {model['decode']['acceptance']:.0%} (inside its decode rate)")
         out.append(ArmSpec(name, model, slots=slots, slowdown=slowdown_curve(batch), cache=on, capacity_tokens=cap,
-                           block_tokens=blk, cache_source=f"capacity: {cap_src}; block: {blk_src}", knobs=knobs,
-                           gpus=g, gpu_hour_usd=usd, notes=spec_notes))
+                           block_tokens=blk, cache_source=f"capacity: {cap_src}; block: {blk_src}; {rule_src}",
+                           cache_rule=rule, knobs=knobs, gpus=g, gpu_hour_usd=usd, notes=spec_notes))
     if not out:
         raise BadInput("no arm of the run has measured prefill and decode rates to simulate with (summary "
                        "rate_models[] and rates[])" + (f": {'; '.join(notes)}" if notes else "")

@@ -95,8 +95,9 @@ def cache_line(result: dict[str, Any]) -> str:
         return (f"Prefix cache: no arm has one on; an unbounded cache would reuse "
                 f"{_p(c.get('unbounded_hit_share'))} of the input tokens")
     cap = f"{c['capacity_tokens']:,.0f} tokens" if c.get("capacity_tokens") is not None else "unbounded"
-    text = (f"Prefix cache (arm {c['arm']!r}): capacity {cap} in blocks of {c['block_tokens']} ({c['source']}): "
-            f"it serves {_p(c['hit_share'])} of the input tokens; an unbounded cache that never evicts would serve "
+    text = (f"Prefix cache (arm {c['arm']!r}): capacity {cap} in blocks of {c['block_tokens']} ({c['source']}), "
+            + (f"kept as its engine does ({c['rule_text']}): " if c.get("rule_text") else "")
+            + f"it serves {_p(c['hit_share'])} of the input tokens; an unbounded cache that never evicts would serve "
             f"{_p(c['upper_bound_hit_share'])} (the upper bound)")
     if c.get("trace_cached_share") is not None:
         text += f"; the trace's own count, as analyze reports it: {_p(c['trace_cached_share'])}"
