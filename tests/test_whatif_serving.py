@@ -25,11 +25,12 @@ from leverbench.analysis.summary import summarize
 from leverbench.analysis.whatif import ArmSpec, forecast, simulate
 from leverbench.analysis.whatif_arms import arm_specs
 from leverbench.analysis.whatif_plan import plan_calls
-from leverbench.analysis.whatif_verify import measured
+from leverbench.analysis.whatif_verify import COMPARED, compare, measured
 from leverbench.config import load
 from leverbench.errors import BadInput
 from leverbench.ledger.reader import read_ledger
 from leverbench.report.summary_file import check_summary
+from leverbench.report.whatif import arms_table, verify_table
 from leverbench.report.whatif_files import whatif_file
 from leverbench.runner.run import Runner
 from leverbench.workload.traces import TrafficCall
@@ -300,3 +301,49 @@ def test_extrapolation_says_when_a_call_reads_more_cached_tokens_than_fitted() -
     assert row["extrapolation"] == ("extrapolated: 1 of 2 calls read more than the 50 cached tokens its prefill "
                                     "was fitted with (up to 100)")
 
+
+# ---------------------------------------------------------------- defect 13: slots known, no slowdown measured
+
+
+def _two() -> list[TrafficCall]:
+    return [TrafficCall(100, 10, arrival_s=0.0), TrafficCall(200, 5, arrival_s=1.0)]
+
+
+def test_known_slots_without_a_measured_slowdown_give_both_assumptions() -> None:
+    """Two slots discovered, no slowdown measured.  One at a time (the figures): e2e 2.4 and 4.3 (p50 3.35),
+    busy 5.3 s.  In parallel without slowdown: A 1.5 + 0.9 = 2.4; B from 1.0: 2.5 + 0.4 → e2e 2.9 (p50 2.65),
+    busy 3.9 s.  Both are in the row (``assumptions``) and a note says so (main: one at a time, silently)."""
+    summary = _summary({"prefix_cache": False, "slots": 2})
+    specs, _ = arm_specs(summary)
+    res = forecast(plan_calls(_two()), specs, "a")
+    row = res["arms"][0]
+    assert row["e2e_p50_s"] == pytest.approx(3.35) and row["busy_s"] == pytest.approx(5.3)
+    a = row["assumptions"]
+    assert a["slots"] == 2 and a["figures"] == "one at a time"
+    assert a["parallel"]["e2e_p50_s"] == pytest.approx(2.65)
+    assert a["parallel"]["busy_s"] == pytest.approx(3.9)
+    assert a["one_at_a_time"]["e2e_p50_s"] == pytest.approx(3.35)
+    assert a["range"]["e2e_p50_s"] == pytest.approx([2.65, 3.35])
+    note = next(n for n in row["notes"] if "no batching slowdown" in n)
+    assert "one at a time" in note and "in parallel" in note and "2.65" in note
+    table = arms_table({**res, "calls": 2})
+    assert table.rows[0][2] == "1 (2 known)" and any("2.65" in n for n in table.notes)
+
+
+
+def test_verify_says_when_the_measurement_shows_the_assumption_was_wrong() -> None:
+    """Measured e2e p50 2.7 s: nearer the parallel figure (2.65) than the one-at-a-time one the forecast used
+    (3.35): the assumption was wrong, and the verification says so.  Measured 3.3 s: nearer one at a time, the
+    assumption held."""
+    specs, _ = arm_specs(_summary({"prefix_cache": False, "slots": 2}))
+    res = forecast(plan_calls(_two()), specs, "a")
+    f = res["arms"][0]
+    for value, wrong in ((2.7, True), (3.3, False)):
+        meas = {"a": {k: f[k] for k in COMPARED} | {"e2e_p50_s": value, "calls": 2, "failed": 0,
+                                                     "cached_share": 0.0, "template_tokens": 0.0}}
+        v = compare(res, meas, {"a": {}})
+        check = v["arms"][0]["assumption_check"]
+        assert check["wrong"] is wrong
+        assert check["figures"]["e2e_p50_s"]["nearer"] == ("parallel" if wrong else "one at a time")
+        notes = " ".join(verify_table(v).notes)
+        assert ("was wrong" in notes) is wrong

@@ -20,7 +20,10 @@ capacity (:mod:`.prefix_cache`).  Per call i, on one arm:
                from a context of I + 1; a drafter's acceptance is inside the decode rate measured on its arm)
     k requests in service progress at 1 / slowdown(k) seconds of work per second (continuous batching:
                the ``batch`` slowdown measured in load stages, relative to one request alone, so
-               slowdown(1) = 1; k ≤ slots).  Without a measured slowdown and slots, one request at a time
+               slowdown(1) = 1; k ≤ slots).  Without a measured slowdown, one request at a time; where the
+               server's slots are known all the same (``parallel_slots``), the forecast serves them also
+               in parallel without slowdown, and the row's ``assumptions`` gives both (the truth lies
+               between: batching slows each request by a factor between 1 and k)
     TTFT_i     = end of its prefill − its arrival;   e2e_i = end of its decode − its arrival
     a session's next round arrives when this one ends plus its tool wait
 
@@ -44,7 +47,7 @@ import heapq
 import math
 import random
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -56,6 +59,7 @@ from .rate_model import decode_seconds, prefill_seconds
 from .whatif_cache import RULES, Serving
 from .whatif_orders import ORDERS, mean_row, orders_to_serve
 from .whatif_plan import Plan, PlannedCall
+from .whatif_slots import assumptions
 
 
 @dataclass
@@ -71,6 +75,7 @@ class ArmSpec:
     block_tokens: int = 1
     cache_source: str = ""
     cache_rule: str = "shared"  # how its engine keeps the cache: a rule of .whatif_cache.RULES
+    parallel_slots: int | None = None  # slots known, slowdown not measured: also served in parallel (see above)
     knobs: dict[str, Any] = field(default_factory=dict)
     gpus: float = 1.0
     gpu_hour_usd: float | None = None
@@ -347,7 +352,9 @@ def realized_cache_saving(plan: Plan, model: dict[str, Any]) -> dict[str, Any] |
 def forecast(plan: Plan, arms: Sequence[ArmSpec], baseline: str, *,
              trace_cached_share: float | None = None, orders: int = ORDERS) -> dict[str, Any]:
     """Serve ``plan`` on every arm and rank them; the JSON-ready what-if (see the module docstring).
-    ``orders``: how many random orders of simultaneous arrivals to serve (where there are any).
+    ``orders``: how many random orders of simultaneous arrivals to serve (where there are any).  An arm with
+    ``parallel_slots`` is served a second time, on them in parallel without slowdown: its row's
+    ``assumptions`` (:func:`.whatif_slots.assumptions`).
 
     ``trace_cached_share``: the traffic analysis's share of input tokens an unbounded cache could reuse
     (Mooncake hash ids), shown beside the simulated caches.
@@ -362,6 +369,12 @@ def forecast(plan: Plan, arms: Sequence[ArmSpec], baseline: str, *,
         runs = [simulate(plan, a, order_seed=j if k > 1 else None) for j in range(k)]
         unbounded_share.append(float(np.mean([r.shadow.hit_share for r in runs])))
         rows.append(mean_row([arm_row(r, a) for r in runs], tied))
+        if a.parallel_slots and a.parallel_slots > 1:  # slots known, slowdown not measured: the other end too
+            par = replace(a, slots=a.parallel_slots, slowdown=lambda n: 1.0, parallel_slots=None)
+            par_row = mean_row([arm_row(simulate(plan, par, order_seed=j if k > 1 else None), par)
+                                for j in range(k)], tied)
+            rows[-1]["assumptions"], note = assumptions(rows[-1], par_row, a.parallel_slots)
+            rows[-1]["notes"].append(note)
     ref_model = next((a.model for a in arms if a.name == baseline), arms[0].model)
     realized = realized_cache_saving(plan, ref_model)
     ref, why = reference_arm(arms, baseline, realized is not None)

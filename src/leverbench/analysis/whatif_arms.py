@@ -9,7 +9,9 @@ Each figure is taken from where it is best known, and its source is said (:class
                     cache only), since a cache changes which tokens are prefilled, not what one costs
     concurrency     the model's ``batch`` slowdown (relative to one request alone: :func:`batch_points`)
                     with its ``slots`` (else the arm's discovered slots, else the largest concurrency
-                    measured); without a measured slowdown, one request at a time
+                    measured); without a measured slowdown, one request at a time, and where the slots are
+                    known all the same (more than 1), ``parallel_slots``: the forecast serves them also in
+                    parallel without slowdown and gives both
     prefix cache    on when the arm's knobs say so (``prefix_cache``, llama.cpp's ``cache_prompt``), else when
                     its calls read cached tokens (``engaged``), else off; kept by its engine's rule
                     (:func:`.whatif_cache.rule_of`: the knobs' ``engine``, ``simulator``)
@@ -162,6 +164,7 @@ def arm_specs(summary: Mapping[str, Any], arms: Sequence[str] | None = None, *, 
             spec_notes.append(batch_note)
             model["batch"] = batch
         slots_known = model.get("slots") or knobs.get("slots")
+        parallel = None
         if batch:
             slots = int(slots_known or max(batch["concurrency"]))
             spec_notes.append(f"{slots} slot(s), batching slowdown measured at concurrency "
@@ -169,7 +172,7 @@ def arm_specs(summary: Mapping[str, Any], arms: Sequence[str] | None = None, *, 
         else:
             slots = 1
             if slots_known and int(slots_known) > 1:
-                spec_notes.append(f"{slots_known} slots but no measured batching slowdown: served one at a time")
+                parallel = int(slots_known)
         on = prefix_cache_on(knobs)
         if on is None:
             on = bool((engaged.get(name) or {}).get("cache_used"))
@@ -188,7 +191,8 @@ def arm_specs(summary: Mapping[str, Any], arms: Sequence[str] | None = None, *, 
             spec_notes.append(f"drafter acceptance {model['decode']['acceptance']:.0%} (inside its decode rate)")
         out.append(ArmSpec(name, model, slots=slots, slowdown=slowdown_curve(batch), cache=on, capacity_tokens=cap,
                            block_tokens=blk, cache_source=f"capacity: {cap_src}; block: {blk_src}; {rule_src}",
-                           cache_rule=rule, knobs=knobs, gpus=g, gpu_hour_usd=usd, notes=spec_notes))
+                           cache_rule=rule, parallel_slots=parallel, knobs=knobs, gpus=g, gpu_hour_usd=usd,
+                           notes=spec_notes))
     if not out:
         raise BadInput("no arm of the run has measured prefill and decode rates to simulate with (summary "
                        "rate_models[] and rates[])" + (f": {'; '.join(notes)}" if notes else "")

@@ -70,9 +70,9 @@ def whatif_command(traffic: Path, rates: Path, arms: str | None, speed: float, r
                    fmt: str | None, columns: str | None, verify: bool, verify_out: Path | None, as_json: bool,
                    salvage: bool) -> None:
     """Simulate serving TRAFFIC (any format analyze reads) on each arm of a run: arrivals at the
-    trace's times (÷ --speed), queueing, the arm's slots and batching as measured, a prefix cache
-    of finite capacity kept as the arm's engine keeps it beside the unbounded upper bound, and its
-    rate model.
+    trace's times (÷ --speed), queueing, the arm's slots and batching as measured (slots known
+    without a measured slowdown: both one at a time and in parallel), a prefix cache of finite
+    capacity kept as the arm's engine keeps it beside the unbounded upper bound, and its rate model.
     Prints p50/p99 TTFT and end-to-end, throughput, GPU-hours and $ per 1,000 calls per arm, and
     the lever ranking.  --verify serves the same calls for real and prints the forecast's error."""
     from ..report import whatif as render  # noqa: PLC0415 (polars, numpy: on use)
