@@ -159,8 +159,8 @@ def test_calls_beyond_the_fitted_ranges_are_said_extrapolated() -> None:
              "decode": {**M["decode"], "range_context": [20, 400]}}
     res = forecast(plan_calls(_two(), block_tokens=100), [ArmSpec("a", model)], "a")
     row = res["arms"][0]
-    assert row["extrapolation"] == ("extrapolated: 1 of 2 prompts longer than the 150 tokens its prefill was "
-                                    "fitted on (up to 200)")
+    assert row["extrapolation"] == ("extrapolated: 1 of 2 prompts prefill more than the 150 uncached tokens its "
+                                    "prefill was fitted on (up to 200)")
     assert row["extrapolation"] in row["notes"]
     assert forecast(plan_calls(_two(), block_tokens=100), [ArmSpec("a", M)], "a")["arms"][0]["extrapolation"] is None
 

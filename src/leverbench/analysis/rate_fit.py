@@ -33,8 +33,13 @@
   R² = 1 − Σw·res² / Σw·(y − ȳ_w)² over the kept points (prefill: seconds, unweighted; decode: the
   per-token time, weights m).
 - **batch** (from the load stages): of the arm's closed stages with a concurrency sweep, the one with
-  the most concurrencies; slowdown(c) = p50 TPOT at c / p50 TPOT at the sweep's lowest concurrency
-  (``reference_concurrency``).  ``slots``: the server's slots where discovery found them.
+  the most concurrencies; slowdown(c) = p50 TPOT at c / t1(c), relative to one request served alone
+  (``reference_concurrency`` 1), what the rate model's decode describes (the turns run one call at a
+  time): t1(c) = d0 + d1·(P + n/2), the model's per-token time at the stage's mean prompt P and answer n
+  (a TPOT spans the tokens after the first, from a context of P + 1 to P + n − 1; ``single_stream_tpot_s``),
+  else, without a decode model, the sweep's own p50 TPOT at concurrency 1; neither: no ``batch``.  Never
+  relative to the sweep's lowest concurrency: a sweep at 4, 8, 16 measures the slowdown at 4 too.
+  ``slots``: the server's slots where discovery found them.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ from scipy.optimize import nnls
 
 from .dataset import Dataset, zero_nan
 from .knobs import is_on
+from .rate_model import single_stream_tpot
 
 OUTLIER_K = 5.0  # robust standard deviations beyond which a point's residual marks it an outlier ...
 OUTLIER_REL = 0.25  # ... when it is also this share of its prediction
@@ -227,21 +233,36 @@ def decode_points(ds: Dataset, arm: str, *, stream: bool = False, left_out: np.n
     return m, prompt + 1.0, s, drafts, source if len(m) else None
 
 
-def batch_slowdown(load_rows: list[dict[str, Any]], arm: str) -> dict[str, Any] | None:
-    """Per-token slowdown by concurrency from *arm*'s closed load stages (see the module docstring)."""
-    sweeps: dict[Any, dict[int, float]] = {}
+def batch_slowdown(load_rows: list[dict[str, Any]], arm: str, decode: dict[str, Any] | None = None
+                   ) -> dict[str, Any] | None:
+    """Per-token slowdown by concurrency from *arm*'s closed load stages, relative to one request served
+    alone: the rate model's *decode* (see the module docstring), else the sweep's own concurrency 1."""
+    sweeps: dict[Any, dict[int, dict[str, Any]]] = {}
     for r in load_rows:
         p50 = (r.get("tpot") or {}).get("p50")
         if r["arm"] != arm or r.get("mode") != "closed" or not r.get("concurrency") or not p50:
             continue
-        sweeps.setdefault(r.get("sweep") or r["stage"], {})[int(r["concurrency"])] = float(p50)
+        sweeps.setdefault(r.get("sweep") or r["stage"], {})[int(r["concurrency"])] = r
     best = max(sweeps.items(), key=lambda kv: len(kv[1]), default=None)
     if best is None or len(best[1]) < 2:
         return None
     conc = sorted(best[1])
-    ref = best[1][conc[0]]
-    return {"concurrency": conc, "slowdown": [best[1][c] / ref for c in conc],
-            "tpot_s": [best[1][c] for c in conc], "reference_concurrency": conc[0], "stage": best[0]}
+    tpot = [float(best[1][c]["tpot"]["p50"]) for c in conc]
+    if decode is not None and decode.get("d0_s_per_token") is not None:
+        def mean(r: dict[str, Any], key: str) -> float:  # per successful call of the stage
+            return (r.get(key) or 0) / r["ok"] if r.get("ok") else 0.0
+
+        single = [single_stream_tpot({"decode": decode}, mean(best[1][c], "input_tokens"),
+                                     mean(best[1][c], "output_tokens")) for c in conc]
+        reference = "the rate model's decode, one request alone"
+    elif conc[0] == 1:
+        single, reference = [tpot[0]] * len(conc), "the sweep's concurrency 1"
+    else:
+        return None
+    if not all(t > 0 for t in single):
+        return None
+    return {"concurrency": conc, "slowdown": [t / t1 for t, t1 in zip(tpot, single)], "tpot_s": tpot,
+            "single_stream_tpot_s": single, "reference_concurrency": 1, "reference": reference, "stage": best[0]}
 
 
 def rate_models(ds: Dataset, load_rows: list[dict[str, Any]] | None = None,
@@ -260,7 +281,8 @@ def rate_models(ds: Dataset, load_rows: list[dict[str, Any]] | None = None,
             acc = (own_metrics or {}).get(arm, {}).get("drafter_acceptance")
             decode["acceptance"] = float(tot[1] / tot[0]) if tot[0] > 0 else acc
         slots = ds.knobs(arm).get("slots")
-        out.append({"arm": arm, "prefill": prefill, "decode": decode, "batch": batch_slowdown(load_rows or [], arm),
+        out.append({"arm": arm, "prefill": prefill, "decode": decode,
+                    "batch": batch_slowdown(load_rows or [], arm, decode),
                     "slots": int(slots) if isinstance(slots, (int, float)) and slots else None, "drafter": drafter,
                     **({} if prefill else {"prefill_refused": "no call with a known uncached prompt and its prefill "
                                                               "time (server timings, or TTFT with cached counts)"}),

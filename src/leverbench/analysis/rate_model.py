@@ -8,15 +8,24 @@ one per arm)::
                                                     earlier ones; Σ over the n new tokens ≈ n·(k + n/2))
     decode_s(L, O)  = Σ_{i<O} (d0 + d1·(L + i))     O tokens generated from a context of L tokens
                     = O·d0 + d1·(O·L + O·(O − 1)/2)
-    under load:       per-token time × slowdown(concurrency), ``batch`` (measured in load stages)
+    under load:       per-token time × slowdown(k) with k requests in service, ``batch`` (measured in load
+                      stages): slowdown(c) = TPOT(c) / tpot_1, relative to one request served alone, the
+                      per-token time the d0, d1 above describe (the turns they are fitted on run one call at a
+                      time), so slowdown(1) = 1:
+    tpot_1(P, n)    = d0 + d1·(P + n/2)             per output token after the first, alone, for a prompt of P
+                                                    tokens and an answer of n (L from P + 1 to P + n − 1)
 
 Fields (seconds, tokens): ``prefill`` {a_s, b_s_per_token, c_s_per_token2, source, points, r2,
 range_uncached [lo, hi], range_cached [lo, hi]}; ``decode`` {d0_s_per_token, d1_s_per_token_per_ctx,
 source, points, r2, range_context [lo, hi], acceptance}; ``batch`` {concurrency [...], slowdown [...]}
 or None; ``slots`` (requests served at once, when known) or None.  Fitted models also carry ``prefill``
 ``quadratic`` (c fitted) and ``outliers``, ``decode`` ``context_fitted`` (d1 fitted) and ``outliers``,
-``batch`` ``tpot_s`` and ``reference_concurrency``, and ``drafter``; a phase that could not be fitted is
-None, with its reason in ``prefill_refused`` / ``decode_refused``.  A model derived from the flat
+``batch`` ``tpot_s`` (the measured p50 TPOT per concurrency), ``single_stream_tpot_s`` (tpot_1 at each
+level's mean prompt and answer), ``reference_concurrency`` 1 and ``reference`` (what tpot_1 came from), and
+``drafter``.  A summary written before the slowdown was taken against one request alone has
+``reference_concurrency`` = the sweep's lowest level (its slowdown relative to that level's TPOT) and no
+``single_stream_tpot_s``: ``whatif`` re-normalises it (:func:`.whatif_arms.batch_points`).  A phase that
+could not be fitted is None, with its reason in ``prefill_refused`` / ``decode_refused``.  A model derived from the flat
 ``rates[]`` table (:func:`from_rates_row`) has c = d1 = 0 and no batch: one prefill rate, one decode
 rate, as the article's method assumes.
 
@@ -55,6 +64,13 @@ def from_rates_row(row: dict[str, Any]) -> dict[str, Any] | None:
                        "source": row.get("decode_source"), "points": None, "r2": None, "range_context": None,
                        "acceptance": None},
             "batch": None, "slots": None}
+
+
+def single_stream_tpot(model: dict[str, Any], prompt: float, answer: float) -> float:
+    """tpot_1(P, n) = d0 + d1·(P + n/2): the time per output token after the first of one request served alone
+    (see the module docstring)."""
+    d = model["decode"]
+    return d["d0_s_per_token"] + d.get("d1_s_per_token_per_ctx", 0.0) * (float(prompt) + float(answer) / 2.0)
 
 
 def tokens_per_second_at(model: dict[str, Any], context: float) -> float | None:

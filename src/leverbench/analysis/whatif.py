@@ -10,14 +10,20 @@ capacity (:mod:`.prefix_cache`).  Per call i, on one arm:
                different order each replay), so the forecast serves ORDERS random orders of them (seeded:
                deterministic) and reports each figure's mean over those orders, with its lowest and highest
                (``orders``); without simultaneous arrivals, one simulation in the trace's order
-    hit_i      tokens of its prompt the arm's cache holds then (0 without a cache; where the trace recorded
-               cached tokens that a cache already served and gives no prefix structure: those, as served)
+    hit_i      tokens of its prompt the arm's cache holds then, under its engine's rule (:mod:`.whatif_cache`:
+               vLLM and SGLang share a prompt's blocks once its prefill computed them and count the KV of
+               the requests in flight against the capacity; llama.cpp's slots each keep their last prompt
+               and answer); 0 without a cache; where the trace recorded cached tokens that a cache already
+               served and gives no prefix structure: those, as served
     work_i     prefill_s(I − hit, hit) then decode_s(I + 1, O − 1)  (the rate model: seconds when served
                alone, fitted as it is — prefill up to the first token, decode the O − 1 tokens after it
                from a context of I + 1; a drafter's acceptance is inside the decode rate measured on its arm)
     k requests in service progress at 1 / slowdown(k) seconds of work per second (continuous batching:
-               the ``batch`` slowdown measured in load stages; k ≤ slots).  Without a measured slowdown
-               and slots, one request at a time (slowdown(1) = 1)
+               the ``batch`` slowdown measured in load stages, relative to one request alone, so
+               slowdown(1) = 1; k ≤ slots).  Without a measured slowdown, one request at a time; where the
+               server's slots are known all the same (``parallel_slots``), the forecast serves them also
+               in parallel without slowdown, and the row's ``assumptions`` gives both (the truth lies
+               between: batching slows each request by a factor between 1 and k)
     TTFT_i     = end of its prefill − its arrival;   e2e_i = end of its decode − its arrival
     a session's next round arrives when this one ends plus its tool wait
 
@@ -41,17 +47,19 @@ import heapq
 import math
 import random
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from .knobs import differing, is_on
 from .load import distribution
-from .prefix_cache import PrefixCache, unbounded
+from .prefix_cache import PrefixCache, SlotCache, unbounded
 from .rate_model import decode_seconds, prefill_seconds
+from .whatif_cache import RULES, Serving
 from .whatif_orders import ORDERS, mean_row, orders_to_serve
 from .whatif_plan import Plan, PlannedCall
+from .whatif_slots import assumptions
 
 
 @dataclass
@@ -66,6 +74,8 @@ class ArmSpec:
     capacity_tokens: float = 0.0
     block_tokens: int = 1
     cache_source: str = ""
+    cache_rule: str = "shared"  # how its engine keeps the cache: a rule of .whatif_cache.RULES
+    parallel_slots: int | None = None  # slots known, slowdown not measured: also served in parallel (see above)
     knobs: dict[str, Any] = field(default_factory=dict)
     gpus: float = 1.0
     gpu_hour_usd: float | None = None
@@ -73,7 +83,8 @@ class ArmSpec:
 
 
 def slowdown_curve(batch: dict[str, Any] | None) -> Callable[[int], float]:
-    """slowdown(k) from a rate model's ``batch`` {concurrency, slowdown}: linear between the measured points,
+    """slowdown(k) from a rate model's ``batch`` {concurrency, slowdown} (relative to one request alone:
+    :func:`.whatif_arms.batch_points` re-normalises an older summary's): linear between the measured points,
     (1, 1) added when absent; past the largest measured k, slowdown(k_max) · k / k_max (no further gain)."""
     if not batch or not batch.get("concurrency"):
         return lambda k: 1.0
@@ -102,29 +113,17 @@ class Served:
     busy_s: float
     first_arrival: float
     last_end: float
-    cache: PrefixCache | None
+    cache: PrefixCache | SlotCache | None
     shadow: PrefixCache
 
 
-def _hit(call: PlannedCall, cache: PrefixCache | None, shadow: PrefixCache, recorded: bool) -> int:
-    """Tokens of the call's prompt its arm's cache serves (see the module docstring), and the shadow
-    unbounded cache's lookup (the upper bound under the same order).  A call whose cached tokens a cache
-    served as recorded (no prefix structure to look up) counts those in the shadow too: the upper bound is
-    never below what a cache was seen to serve."""
+def _served(call: PlannedCall, recorded: bool) -> int | None:
+    """The cached tokens a cache served as the trace recorded them, for a call that gives no prefix structure
+    to look up (≤ input − 1); None for the others.  They count in the shadow too: the upper bound is never
+    below what a cache was seen to serve."""
     if recorded and call.served_cached is not None:
-        served = min(call.served_cached, max(call.input_tokens - 1, 0))
-        for ch in (cache, shadow):
-            if ch is not None:
-                ch.lookups += 1
-                ch.looked_up_tokens += call.input_tokens
-                ch.hit_tokens += served
-        return served if cache is not None else 0
-    shadow.lookup(shadow.units(call.pieces), call.input_tokens)
-    if cache is not None:
-        hit = cache.lookup(cache.units(call.pieces), call.input_tokens)
-    else:
-        hit = 0
-    return hit
+        return min(call.served_cached, max(call.input_tokens - 1, 0))
+    return None
 
 
 def simulate(plan: Plan, arm: ArmSpec, order_seed: int | None = None) -> Served:
@@ -138,8 +137,7 @@ def simulate(plan: Plan, arm: ArmSpec, order_seed: int | None = None) -> Served:
     ttft = np.full(n, np.nan)
     e2e = np.full(n, np.nan)
     hit = np.zeros(n)
-    cache = PrefixCache(arm.capacity_tokens, arm.block_tokens) if arm.cache else None
-    shadow = unbounded(arm.block_tokens)
+    serving = Serving(arm.cache_rule, arm.capacity_tokens, arm.block_tokens, arm.slots, arm.cache)
     # a call is "recorded" when the trace gives only the cached tokens a cache served, no prefix structure
     # (its own unique piece, after the chat template's when --template-tokens adds one)
     structured = {id(c) for s in plan.sessions for c in s
@@ -173,7 +171,7 @@ def simulate(plan: Plan, arm: ArmSpec, order_seed: int | None = None) -> Served:
         nonlocal seq
         while queue and len(active) < arm.slots:
             c = queue.popleft()
-            h = _hit(c, cache, shadow, id(c) not in structured)
+            h = serving.admit(c, _served(c, id(c) not in structured))
             hit[pos[id(c)]] = h
             p = prefill_seconds(arm.model, c.input_tokens - h, h)
             decode_work[id(c)] = decode_seconds(arm.model, c.input_tokens + 1, max(c.output_tokens - 1, 0))
@@ -182,10 +180,7 @@ def simulate(plan: Plan, arm: ArmSpec, order_seed: int | None = None) -> Served:
 
     def done(c: PlannedCall) -> None:
         nonlocal seq, session_i
-        pieces = (*c.pieces, c.out_piece) if c.out_piece is not None and id(c) in next_round else c.pieces
-        for ch in (cache, shadow):
-            if ch is not None:
-                ch.insert(ch.units(pieces))
+        serving.done(c, t)
         nxt = next_round.get(id(c))
         seq += 1
         if nxt is not None:
@@ -216,6 +211,7 @@ def simulate(plan: Plan, arm: ArmSpec, order_seed: int | None = None) -> Served:
             i = pos[id(c)]
             if phase == "prefill":
                 ttft[i] = t - arrival[i]
+                serving.prefilled(c)
                 seq += 1
                 heapq.heappush(active, (v + decode_work.pop(id(c)), seq, c, "decode"))
             else:
@@ -224,7 +220,7 @@ def simulate(plan: Plan, arm: ArmSpec, order_seed: int | None = None) -> Served:
                 done(c)
         admit()
     first = float(np.nanmin(arrival)) if n else 0.0
-    return Served(arm.name, calls, arrival, ttft, e2e, hit, busy, first, last_end, cache, shadow)
+    return Served(arm.name, calls, arrival, ttft, e2e, hit, busy, first, last_end, serving.cache, serving.shadow)
 
 
 # ---------------------------------------------------------------- rows
@@ -251,7 +247,7 @@ def arm_row(s: Served, arm: ArmSpec) -> dict[str, Any]:
         "rate_model": {"prefill": arm.model.get("prefill"), "decode": arm.model.get("decode"),
                        "batch": arm.model.get("batch"), "source": arm.model.get("source")},
         "notes": list(arm.notes),
-        "extrapolation": extrapolation(s.calls, arm.model),
+        "extrapolation": extrapolation(s.calls, s.hit, arm.model),
     }
     if row["extrapolation"]:
         row["notes"].append(row["extrapolation"])
@@ -260,17 +256,28 @@ def arm_row(s: Served, arm: ArmSpec) -> dict[str, Any]:
     return row
 
 
-def extrapolation(calls: Sequence[PlannedCall], model: dict[str, Any]) -> str | None:
-    """A note when calls lie beyond the prompt lengths (prefill) or contexts (decode) the arm's rate model was
-    fitted on: the forecast extrapolates its terms there (the quadratic c most of all); None when none does."""
+def extrapolation(calls: Sequence[PlannedCall], hit: Sequence[float], model: dict[str, Any]) -> str | None:
+    """A note when calls lie beyond what the arm's rate model was fitted on: the forecast extrapolates its
+    terms there (the quadratic c most of all); None when none does.  Per call, as served (``hit``: its cached
+    tokens): its uncached tokens I − hit against the prefill's uncached range (``range_uncached``), its cached
+    ones against ``range_cached`` where the prefill has an attention term (c > 0: else they cost nothing), and
+    its context I + O against the decode's ``range_context``."""
     out = []
-    p_hi = ((model.get("prefill") or {}).get("range_uncached") or [None, None])[1]
+    p = model.get("prefill") or {}
+    p_hi = (p.get("range_uncached") or [None, None])[1]
+    k_hi = (p.get("range_cached") or [None, None])[1] if p.get("c_s_per_token2") else None
     d_hi = ((model.get("decode") or {}).get("range_context") or [None, None])[1]
+    uncached = [c.input_tokens - h for c, h in zip(calls, hit)]
     if p_hi is not None:
-        n = sum(1 for c in calls if c.input_tokens > p_hi)
+        n = sum(1 for u in uncached if u > p_hi)
         if n:
-            out.append(f"{n} of {len(calls)} prompts longer than the {p_hi:,.0f} tokens its prefill was fitted on "
-                       f"(up to {max(c.input_tokens for c in calls):,})")
+            out.append(f"{n} of {len(calls)} prompts prefill more than the {p_hi:,.0f} uncached tokens its prefill "
+                       f"was fitted on (up to {max(uncached):,.0f})")
+    if k_hi is not None:
+        n = sum(1 for h in hit if h > k_hi)
+        if n:
+            out.append(f"{n} of {len(calls)} calls read more than the {k_hi:,.0f} cached tokens its prefill was "
+                       f"fitted with (up to {max(hit):,.0f})")
     if d_hi is not None:
         n = sum(1 for c in calls if c.input_tokens + c.output_tokens > d_hi)
         if n:
@@ -279,10 +286,12 @@ def extrapolation(calls: Sequence[PlannedCall], model: dict[str, Any]) -> str | 
     return "extrapolated: " + "; ".join(out) if out else None
 
 
-def cache_figures(cache: PrefixCache, shadow: PrefixCache, arm: ArmSpec) -> dict[str, Any]:
-    """The finite cache's figures beside the unbounded one's, under the same order of calls."""
+def cache_figures(cache: PrefixCache | SlotCache, shadow: PrefixCache, arm: ArmSpec) -> dict[str, Any]:
+    """The finite cache's figures beside the unbounded one's, under the same order of calls, with the rule its
+    engine keeps it by (:data:`.whatif_cache.RULES`)."""
     return {"capacity_tokens": cache.capacity if math.isfinite(cache.capacity) else None,
-            "block_tokens": cache.block, "source": arm.cache_source, "hit_tokens": cache.hit_tokens,
+            "block_tokens": cache.block, "source": arm.cache_source, "rule": arm.cache_rule,
+            "rule_text": RULES[arm.cache_rule], "hit_tokens": cache.hit_tokens,
             "input_tokens": cache.looked_up_tokens, "hit_share": cache.hit_share,
             "unbounded_hit_share": shadow.hit_share, "evicted_tokens": cache.evicted_tokens}
 
@@ -343,7 +352,9 @@ def realized_cache_saving(plan: Plan, model: dict[str, Any]) -> dict[str, Any] |
 def forecast(plan: Plan, arms: Sequence[ArmSpec], baseline: str, *,
              trace_cached_share: float | None = None, orders: int = ORDERS) -> dict[str, Any]:
     """Serve ``plan`` on every arm and rank them; the JSON-ready what-if (see the module docstring).
-    ``orders``: how many random orders of simultaneous arrivals to serve (where there are any).
+    ``orders``: how many random orders of simultaneous arrivals to serve (where there are any).  An arm with
+    ``parallel_slots`` is served a second time, on them in parallel without slowdown: its row's
+    ``assumptions`` (:func:`.whatif_slots.assumptions`).
 
     ``trace_cached_share``: the traffic analysis's share of input tokens an unbounded cache could reuse
     (Mooncake hash ids), shown beside the simulated caches.
@@ -358,6 +369,12 @@ def forecast(plan: Plan, arms: Sequence[ArmSpec], baseline: str, *,
         runs = [simulate(plan, a, order_seed=j if k > 1 else None) for j in range(k)]
         unbounded_share.append(float(np.mean([r.shadow.hit_share for r in runs])))
         rows.append(mean_row([arm_row(r, a) for r in runs], tied))
+        if a.parallel_slots and a.parallel_slots > 1:  # slots known, slowdown not measured: the other end too
+            par = replace(a, slots=a.parallel_slots, slowdown=lambda n: 1.0, parallel_slots=None)
+            par_row = mean_row([arm_row(simulate(plan, par, order_seed=j if k > 1 else None), par)
+                                for j in range(k)], tied)
+            rows[-1]["assumptions"], note = assumptions(rows[-1], par_row, a.parallel_slots)
+            rows[-1]["notes"].append(note)
     ref_model = next((a.model for a in arms if a.name == baseline), arms[0].model)
     realized = realized_cache_saving(plan, ref_model)
     ref, why = reference_arm(arms, baseline, realized is not None)

@@ -21,6 +21,10 @@ latencies):
                    from the calibration's, apart from queueing (``service_model_s`` / ``service_s`` − 1)
     in_order_range whether the measured figure lies between the lowest and highest the forecast found over
                    the random orders of its simultaneous arrivals (where it served several: ``orders``)
+    assumption_check  for an arm whose slots are known and whose slowdown was not measured (its row's
+                   ``assumptions``: one at a time, in parallel without slowdown), which end each measured
+                   figure lies nearer, and whether the measurement shows the forecast's one-at-a-time
+                   assumption wrong (:func:`.whatif_slots.check`)
 
 The track record (:func:`track_record`): every verification stored with the run, summarised per arm.
 """
@@ -34,6 +38,7 @@ import numpy as np
 from .load import columns, distribution, e2e, load_records, ready, ttft
 from .rate_model import decode_seconds, prefill_seconds
 from .whatif import ranking
+from .whatif_slots import check
 
 COMPARED = ("ttft_p50_s", "ttft_p99_s", "e2e_p50_s", "e2e_p99_s", "output_tps", "gpu_hours_per_1000_calls")
 
@@ -135,7 +140,9 @@ def compare(result: dict[str, Any], meas: Mapping[str, dict[str, Any]],
         rows.append({**row, "measured": m, "error": errors,
                      "in_order_range": {k: band[k][0] <= m[k] <= band[k][1] for k in COMPARED
                                         if k in band and m.get(k) is not None}
-                     if m and band else None})
+                     if m and band else None,
+                     "assumption_check": check(row["assumptions"], m, COMPARED)
+                     if m and row.get("assumptions") else None})
     out["arms"] = rows
     mrows = [{"arm": a, **m} for a, m in meas.items() if any(r["arm"] == a for r in result["arms"])]
     rank_m = ranking(mrows, result["reference"], knobs) if mrows else []

@@ -38,7 +38,8 @@ def _arms(value: str | None) -> list[str] | None:
 @click.option("--max-input-tokens", type=click.IntRange(min=2), help="Cap on a call's input tokens.")
 @click.option("--max-tokens", type=click.IntRange(min=1), help="Cap on a call's output tokens.")
 @click.option("--cache-tokens", type=float, help="Prefix-cache capacity in tokens, for every arm with a cache "
-              "(default: the arm's KV capacity as discovered, else its context length × slots, else 262,144).")
+              "(default: the arm's KV capacity as discovered, else its context length × slots, else 262,144; "
+              "on llama.cpp, whose slots keep their own, the capacity of its host-memory prompt cache).")
 @click.option("--block-tokens", type=click.IntRange(min=1),
               help="Prefix-cache block size in tokens (default: the arm's; llama.cpp 1; else 16).")
 @click.option("--cached-share", type=float, help="Assume this leading share of every prompt is common to all calls "
@@ -69,8 +70,9 @@ def whatif_command(traffic: Path, rates: Path, arms: str | None, speed: float, r
                    fmt: str | None, columns: str | None, verify: bool, verify_out: Path | None, as_json: bool,
                    salvage: bool) -> None:
     """Simulate serving TRAFFIC (any format analyze reads) on each arm of a run: arrivals at the
-    trace's times (÷ --speed), queueing, the arm's slots and batching as measured, a prefix cache
-    of finite capacity (LRU, in blocks) beside the unbounded upper bound, and its rate model.
+    trace's times (÷ --speed), queueing, the arm's slots and batching as measured (slots known
+    without a measured slowdown: both one at a time and in parallel), a prefix cache of finite
+    capacity kept as the arm's engine keeps it beside the unbounded upper bound, and its rate model.
     Prints p50/p99 TTFT and end-to-end, throughput, GPU-hours and $ per 1,000 calls per arm, and
     the lever ranking.  --verify serves the same calls for real and prints the forecast's error."""
     from ..report import whatif as render  # noqa: PLC0415 (polars, numpy: on use)

@@ -61,8 +61,23 @@ class _Rate(_Open):
 
 
 class _Batch(_Open):
+    """A rate model's ``batch``: the slowdown per concurrency, relative to one request alone; a summary written
+    before issue 22 has it relative to ``reference_concurrency`` (its sweep's lowest), with the measured
+    ``tpot_s`` beside it that ``whatif`` re-normalises it from."""
+
     concurrency: list[float]
     slowdown: list[float]
+    tpot_s: list[float] | None = None
+    single_stream_tpot_s: list[float] | None = None
+    reference_concurrency: float | None = None
+
+    @model_validator(mode="after")
+    def _one_per_concurrency(self) -> _Batch:
+        for name in ("slowdown", "tpot_s", "single_stream_tpot_s"):
+            v = getattr(self, name)
+            if v is not None and len(v) != len(self.concurrency):
+                raise ValueError(f"{name}: {len(v)} values for {len(self.concurrency)} concurrencies")
+        return self
 
 
 class _RateModel(_Open):

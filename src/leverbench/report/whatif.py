@@ -27,7 +27,8 @@ def arms_table(result: dict[str, Any]) -> Table:
     rows = []
     for r in result["arms"]:
         c = r.get("cache")
-        rows.append([r["arm"], f"{_p(c['hit_share'])} hit" if c else "off", str(r["slots"]), _s(r["ttft_p50_s"]),
+        slots = str(r["slots"]) + (f" ({r['assumptions']['slots']} known)" if r.get("assumptions") else "")
+        rows.append([r["arm"], f"{_p(c['hit_share'])} hit" if c else "off", slots, _s(r["ttft_p50_s"]),
                      _s(r["ttft_p99_s"]), _s(r["e2e_p50_s"]), _s(r["e2e_p99_s"]), _s(r["output_tps"]),
                      _s(r["gpu_hours_per_1000_calls"]),
                      f"{r['usd_per_1000_calls']:,.2f}" if r.get("usd_per_1000_calls") is not None else "–"])
@@ -67,6 +68,8 @@ def verify_table(result: dict[str, Any]) -> Table | None:
                      "the calibration, apart from queueing" +
                      (f" (on {', '.join(shared)}, with several slots, it also holds the slowdown of calls served "
                       "together in a batch, which the model's per-call seconds leave out)" if shared else ""))
+    notes += [f"{r['arm']}: {r['assumption_check']['text']}" for r in result["arms"]
+              if (r.get("assumption_check") or {}).get("text")]
     if any(r.get("orders") for r in result["arms"]):
         notes.append("forecast: the mean over random orders of the calls that arrive at the same instant; "
                      "over those orders: the lowest and highest")
@@ -95,8 +98,9 @@ def cache_line(result: dict[str, Any]) -> str:
         return (f"Prefix cache: no arm has one on; an unbounded cache would reuse "
                 f"{_p(c.get('unbounded_hit_share'))} of the input tokens")
     cap = f"{c['capacity_tokens']:,.0f} tokens" if c.get("capacity_tokens") is not None else "unbounded"
-    text = (f"Prefix cache (arm {c['arm']!r}): capacity {cap} in blocks of {c['block_tokens']} ({c['source']}): "
-            f"it serves {_p(c['hit_share'])} of the input tokens; an unbounded cache that never evicts would serve "
+    text = (f"Prefix cache (arm {c['arm']!r}): capacity {cap} in blocks of {c['block_tokens']} ({c['source']}), "
+            + (f"kept as its engine does ({c['rule_text']}): " if c.get("rule_text") else "")
+            + f"it serves {_p(c['hit_share'])} of the input tokens; an unbounded cache that never evicts would serve "
             f"{_p(c['upper_bound_hit_share'])} (the upper bound)")
     if c.get("trace_cached_share") is not None:
         text += f"; the trace's own count, as analyze reports it: {_p(c['trace_cached_share'])}"

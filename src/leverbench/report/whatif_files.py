@@ -166,7 +166,9 @@ def store_verification(rates: Path, verified: dict[str, Any]) -> Path:
              "ranking_matches": verified.get("ranking_matches"),
              "arms": [{"arm": r["arm"], "forecast": {k: _forecast_of(r, k) for k in r["error"] or {}},
                        "measured": {k: (r["measured"] or {}).get(k) for k in r["error"] or {}},
-                       "error": r["error"]} for r in verified["arms"]]}
+                       "error": r["error"],
+                       **({"assumption_wrong": r["assumption_check"]["wrong"]} if r.get("assumption_check") else {})}
+                      for r in verified["arms"]]}
     with open(path, "a", encoding="utf-8") as fh:
         fh.write(json.dumps(entry, allow_nan=False, default=str) + "\n")
     return path
