@@ -385,8 +385,9 @@ def test_busy_seconds_is_the_union_of_intervals() -> None:
 # ---------------------------------------------------------------- the command, --verify and the track record
 
 
-def _sim_run(tmp: Path, url: str) -> Path:
-    """A small calibration run on the simulator: two arms (cache off / on), probes, no load."""
+def _sim_run(tmp: Path, url: str, url_on: str | None = None) -> Path:
+    """A small calibration run on the simulator: two arms (cache off / on; *url_on*: the cache arm's own
+    simulator), probes, no load."""
     exp = tmp / "cal.toml"
     exp.write_text(f'''[experiment]
 name = "cal"
@@ -403,7 +404,7 @@ conditions = {{ prefix_cache = false }}
 [[arms]]
 name = "on"
 role = "control"
-base_url = "{url}"
+base_url = "{url_on or url}"
 model = "sim"
 conditions = {{ prefix_cache = true }}
 [[cases]]
@@ -428,8 +429,11 @@ def test_whatif_verify_stores_its_error_and_later_forecasts_carry_it(tmp_path: P
     trace.write_text("\n".join(rows) + "\n")
     args = ["whatif", str(trace), "--rates", str(tmp_path / "cal"), "--speed", "20", "--scale-input", "0.05",
             "--scale-output", "0.05", "--json"]
-    with SimulatorThread(SimConfig(prefill_tps=10_000, decode_tps=300, slots=1, cache_block=16)) as sim:
-        run = _sim_run(tmp_path, sim.base_url)
+    # one simulator per arm: on one shared server the cache-off arm's replay fills the cache the cache arm then
+    # hits (the measured cache arm would gain from the other arm's calls, which no forecast of it can know)
+    cfg = SimConfig(prefill_tps=10_000, decode_tps=300, slots=1, cache_block=16)
+    with SimulatorThread(cfg) as sim, SimulatorThread(cfg) as sim_on:
+        run = _sim_run(tmp_path, sim.base_url, sim_on.base_url)
         out = CliRunner().invoke(cli, [*args, "--verify", "--verify-out", str(tmp_path / "v")],
                                  catch_exceptions=False)
     assert out.exit_code == 0, out.output
