@@ -233,3 +233,29 @@ def test_the_report_shows_the_adaptive_rounds():
 
 def test_comparison_type_is_hashable_for_the_replay():
     assert len({Comparison("a", "b", ("k",), "k"), Comparison("a", "b", ("k",), "k")}) == 1
+
+
+def _no_spread(repeats: int, adaptive: dict | None) -> object:
+    """Three cases where every repeat takes 10 s on ref and 10/1.5 s on arm: no spread within any case."""
+    exp = {} if adaptive is None else {"adaptive": adaptive}
+    head = header({"ref": {"kernel": "plain"}, "arm": {"kernel": "fused"}}, list(D),
+                  repeats=2 if adaptive is not None else repeats, **exp)
+    recs = []
+    for r in range(repeats):
+        for case in D:
+            recs += turn("ref", case, r, REF_S, 100) + turn("arm", case, r, REF_S / 1.5, 100)
+    return ledger(head, recs)
+
+
+def test_a_ledger_without_spread_gets_no_interval_and_says_the_timer_or_engine_is_deterministic():
+    """Issue 22 §3.9: 1.5x on every repeat of every case.  The t-interval would be the point [1.50–1.50] and
+    "pays" at 95 %; there is no noise to bound, so the ratio stays, the interval is the whole line, the verdict
+    is not "pays", and the row's reason says why — fixed repeats and adaptive alike."""
+    v = summarize(_no_spread(3, None))["verdicts"][0]
+    assert v["verdict"] != "pays"
+    assert (v["verdict"], v["low"], v["high"]) == ("undecided", 0.0, math.inf)
+    assert v["ratio"] == pytest.approx(1.5)
+    assert "deterministic" in v["reason"] and "not a confidence interval" in v["reason"]
+    a = summarize(_no_spread(4, {"min_effect": 1.04, "max_repeats": 4}))["verdicts"][0]
+    assert (a["verdict"], a["stopped_by"], a["looks"]) == ("undecided", "max_repeats", 4)
+    assert "deterministic" in a["reason"]
