@@ -114,9 +114,10 @@ def test_each_lever_is_decided_by_its_controlled_pair_and_other_arms_against_the
 
 # ---- the looks, by hand
 
-# log-ratios per case for repeats 0, 1, 2 — test_sequential's D3 (θ̂ = 1/6, W = 0.04, 95 % half-width 0.1224462 at
-# the look after 3 repeats) — and a repeat 3 that would point the other way
-D = {"a": [0.1, 0.2, 0.3, -0.5], "b": [0.2, 0.2, 0.2, -0.5], "c": [0.0, 0.1, 0.2, -0.5]}
+# log-ratios per case for repeats 0 … 4 — test_sequential's D5 (matched repeats 0.1, 0.2, 0.2, 0.2, 0.3: θ̂ = 0.2,
+# W = 0.02, 95 % half-width 0.1727686 at the look after 5 repeats) — and a repeat 5 that would point the other way
+D = {"a": [0.1, 0.2, 0.3, 0.2, 0.2, -0.5], "b": [0.2, 0.2, 0.2, 0.1, 0.3, -0.5], "c": [0.0, 0.2, 0.1, 0.3, 0.4, -0.5]}
+LOW5, HIGH5 = math.exp(0.2 - 0.1727686), math.exp(0.2 + 0.1727686)  # [1.0276, 1.4517]
 REF_S = 10.0
 
 
@@ -135,56 +136,62 @@ def _two_arm(repeats: int, adaptive: dict | None, gpus: int | None = None, arm_o
 
 
 def test_an_adaptive_comparison_stops_at_the_look_that_decides_it_and_keeps_that_look():
-    """min_effect 1.04: after 2 repeats (ν = 3, M = 6, G = 7, A = (√7/0.05)^(1/2) = 7.27 ≥ G) the interval is the
-    whole line: open; after 3 it is exp(1/6 ± 0.1224462) = [1.0452, 1.3350]: low > 1.04, pays.  Repeat 3 (all
-    −0.5) is in the ledger but after the stop: the verdict is the one of look 3."""
-    led = _two_arm(4, {"min_effect": 1.04, "max_repeats": 6}, gpus=2)
+    """min_effect 1.02: after 2 and 3 repeats (ν = 1, 2) the interval is the whole line, after 4 it is
+    exp(0.175 ± 0.2012) = [0.974, 1.457]: open; after 5 it is exp(0.2 ± 0.1727686) = [1.0276, 1.4517]: low > 1.02,
+    pays.  Repeat 5 (all −0.5) is in the ledger but after the stop: the verdict is the one of look 5."""
+    led = _two_arm(6, {"min_effect": 1.02, "max_repeats": 8}, gpus=2)
     rp = replay(dataset(led), Settings.of_config(led.header["config"]))
     (comp,) = rp.comparisons
     stop = rp.stops[comp]
-    assert (stop.look, stop.why, stop.decision["verdict"]) == (3, "decided", "pays")
-    assert rp.rounds == [{"repeat": 2, "comparisons": ["arm vs ref"], "cells": 6}]
-    assert plan_round(_two_arm(2, {"min_effect": 1.04, "max_repeats": 6}, gpus=2), 2).cells == [
+    assert (stop.look, stop.why, stop.decision["verdict"]) == (5, "decided", "pays")
+    assert rp.rounds == [{"repeat": r, "comparisons": ["arm vs ref"], "cells": 6} for r in (2, 3, 4)]
+    assert plan_round(_two_arm(2, {"min_effect": 1.02, "max_repeats": 8}, gpus=2), 2).cells == [
         ("ref", "a"), ("ref", "b"), ("ref", "c"), ("arm", "a"), ("arm", "b"), ("arm", "c")]
-    assert plan_round(led, 3).cells == []  # decided: no round 3
+    assert plan_round(led, 5).cells == []  # decided: no round 5
     v = summarize(led)["verdicts"][0]
-    assert (v["verdict"], v["looks"], v["stopped_by"], v["method"]) == ("pays", 3, "decided", "confidence sequence")
-    assert v["ratio"] == pytest.approx(math.exp(1 / 6))
-    assert (v["low"], v["high"]) == pytest.approx((math.exp(1 / 6 - 0.1224462), math.exp(1 / 6 + 0.1224462)),
-                                                  rel=1e-6)
-    assert v["repeats"] == v["pairs"] == {"a": 3, "b": 3, "c": 3}
-    # 3 repeats of both arms: ref 9 × 10 s × 1 GPU, arm Σ 10/exp(d) × 2 GPUs
-    arm_s = sum(REF_S / math.exp(x) for ds in D.values() for x in ds[:3])
-    assert v["gpu_hours"] == pytest.approx((9 * REF_S + 2 * arm_s) / 3600)
-    n = fixed_design_repeats(1 / 6, math.sqrt(0.04 / 6), 3, 1.04, 0.95, 0.90, "pays")
-    medians = [REF_S + 2 * REF_S / math.exp(m) for m in (0.2, 0.2, 0.1)]  # each case's median arm time
+    assert (v["verdict"], v["looks"], v["stopped_by"], v["method"]) == ("pays", 5, "decided", "confidence sequence")
+    assert v["ratio"] == pytest.approx(math.exp(0.2))
+    assert (v["low"], v["high"]) == pytest.approx((LOW5, HIGH5), rel=1e-6)
+    assert v["repeats"] == v["pairs"] == {"a": 5, "b": 5, "c": 5}
+    # 5 repeats of both arms: ref 15 × 10 s × 1 GPU, arm Σ 10/exp(d) × 2 GPUs
+    arm_s = sum(REF_S / math.exp(x) for ds in D.values() for x in ds[:5])
+    assert v["gpu_hours"] == pytest.approx((15 * REF_S + 2 * arm_s) / 3600)
+    # the fixed design on the per-case noise of all pairs: s² = 0.005, 0.005, 0.025 (test_sequential's D5)
+    n = fixed_design_repeats(0.2, math.sqrt(0.035 / 3), 3, 1.02, 0.95, 0.90, "pays", weights=(1 / 7, 1 / 7, 5 / 7))
+    medians = [REF_S + 2 * REF_S / math.exp(0.2)] * 3  # each case's median arm time (median d = 0.2 in each)
     assert v["fixed_design_repeats"] == n and v["fixed_design_gpu_hours"] == pytest.approx(n * sum(medians) / 3600)
 
 
 def test_max_repeats_stops_a_comparison_undecided():
-    led = _two_arm(3, {"min_effect": 1.10, "max_repeats": 3})  # [1.045, 1.335] straddles 1.10
+    led = _two_arm(4, {"min_effect": 1.10, "max_repeats": 4})  # [0.974, 1.457] straddles 1.10
     v = summarize(led)["verdicts"][0]
-    assert (v["verdict"], v["looks"], v["stopped_by"]) == ("undecided", 3, "max_repeats")
+    assert (v["verdict"], v["looks"], v["stopped_by"]) == ("undecided", 4, "max_repeats")
     assert summarize(led)["adaptive"]["stopped_by"] == "max_repeats"
-    assert plan_round(led, 3).cells == []
+    assert plan_round(led, 4).cells == []
 
 
 def test_the_gpu_hours_budget_stops_the_round_that_would_pass_it():
-    """After 2 repeats: spent = ref 6 × 10 s + arm 2 GPUs × Σ 10/exp(d) over repeats 0-1 (52.6587 s) = 165.3174
-    GPU-s; the next round is expected to take the cells' medians: ref 3 × 10 + arm 2 × 26.3294 = 82.6587 GPU-s;
-    together 247.976 GPU-s = 0.068882 GPU-hours.  (With 1 GPU per arm it would be 0.046941.)"""
+    """After 2 repeats: spent = ref 6 × 10 s + arm 2 GPUs × Σ 10/exp(d) over repeats 0-1 (51.7976 s) = 163.5952
+    GPU-s; the next round is expected to take the cells' medians: ref 3 × 10 + arm 2 × 25.8988 = 81.7976 GPU-s;
+    together 245.3928 GPU-s = 0.068165 GPU-hours.  (With 1 GPU per arm it would be 0.046582.)  After 3 repeats
+    the same sum is 0.089925, after 4 0.111710: a budget of 0.0682 runs one round and stops at look 3, one of
+    0.1118 lets the comparison reach look 5, where it pays."""
     arm2 = sum(REF_S / math.exp(x) for ds in D.values() for x in ds[:2])
-    assert arm2 == pytest.approx(52.6587, abs=1e-4)
-    for limit, cells, verdict in ((0.0688, 0, "undecided"), (0.0690, 6, "pays")):
-        led = _two_arm(2, {"min_effect": 1.04, "max_gpu_hours": limit}, gpus=2)
+    assert arm2 == pytest.approx(51.7976, abs=1e-4)
+    for limit, cells in ((0.0681, 0), (0.0682, 6)):
+        led = _two_arm(2, {"min_effect": 1.02, "max_gpu_hours": limit}, gpus=2)
         assert len(plan_round(led, 2).cells) == cells, limit
         if not cells:
             assert plan_round(led, 2).stopped_by == "max_gpu_hours"
             v = summarize(led)["verdicts"][0]
-            assert (v["verdict"], v["stopped_by"], v["looks"]) == (verdict, "max_gpu_hours", 2)
+            assert (v["verdict"], v["stopped_by"], v["looks"]) == ("undecided", "max_gpu_hours", 2)
             assert summarize(led)["adaptive"]["stopped_by"] == "max_gpu_hours"
-    led = _two_arm(3, {"min_effect": 1.04, "max_gpu_hours": 0.0690}, gpus=2)
-    assert summarize(led)["verdicts"][0]["verdict"] == "pays"
+    led = _two_arm(3, {"min_effect": 1.02, "max_gpu_hours": 0.0682}, gpus=2)
+    assert plan_round(led, 3).cells == [] and plan_round(led, 3).stopped_by == "max_gpu_hours"
+    v = summarize(led)["verdicts"][0]
+    assert (v["verdict"], v["stopped_by"], v["looks"]) == ("undecided", "max_gpu_hours", 3)
+    led = _two_arm(5, {"min_effect": 1.02, "max_gpu_hours": 0.1118}, gpus=2)
+    assert (summarize(led)["verdicts"][0]["verdict"], summarize(led)["verdicts"][0]["looks"]) == ("pays", 5)
 
 
 def test_a_ledger_that_ends_with_a_comparison_open_is_undecided_and_not_finished():
@@ -196,21 +203,26 @@ def test_a_ledger_that_ends_with_a_comparison_open_is_undecided_and_not_finished
 
 def test_a_refused_comparison_never_pays():
     """The arm generates 150 tokens against 100: a 50 % volume spread, refused by the guard."""
-    led = _two_arm(4, {"min_effect": 1.04}, arm_out=150)
+    led = _two_arm(6, {"min_effect": 1.02}, arm_out=150)
     v = summarize(led)["verdicts"][0]
-    assert (v["verdict"], v["looks"]) == ("undecided", 3)
+    assert (v["verdict"], v["looks"]) == ("undecided", 5)
     assert "output volume spread 50.0%" in v["refused"] and "never pays" in v["reason"]
 
 
 def test_fixed_repeats_get_the_t_interval_beside_the_range():
-    """3 fixed repeats (the D3 pairs): t-interval 1/6 ± 0.0665965 = [1.1052, 1.2628], above 1.10: pays."""
-    led = _two_arm(3, None)
+    """5 fixed repeats (the D5 pairs): the t-interval with each case's variance (Welch–Satterthwaite ν = 7.26),
+    0.2 ± 0.0654718 = [1.1440, 1.3040], above 1.10: pays.  3 repeats (test_sequential's D3 pairs): 1/6 ± 0.0755653
+    = [1.0954, 1.2741] — one pooled σ would claim ν = 6 and [1.1052, 1.2628], "pays"; with ν = 4, undecided."""
+    v3 = summarize(_two_arm(3, None))["verdicts"][0]
+    assert (v3["verdict"], v3["ratio"]) == ("undecided", pytest.approx(math.exp(1 / 6)))
+    assert (v3["low"], v3["high"]) == pytest.approx((math.exp(1 / 6 - 0.0755653), math.exp(1 / 6 + 0.0755653)),
+                                                    rel=1e-6)
+    led = _two_arm(5, None)
     s = summarize(led)
     v = s["verdicts"][0]
     assert s["adaptive"] is None
-    assert (v["method"], v["verdict"], v["looks"], v["stopped_by"]) == ("fixed t-interval", "pays", 3, None)
-    assert (v["low"], v["high"]) == pytest.approx((math.exp(1 / 6 - 0.0665965), math.exp(1 / 6 + 0.0665965)),
-                                                  rel=1e-6)
+    assert (v["method"], v["verdict"], v["looks"], v["stopped_by"]) == ("fixed t-interval", "pays", 5, None)
+    assert (v["low"], v["high"]) == pytest.approx((math.exp(0.2 - 0.0654718), math.exp(0.2 + 0.0654718)), rel=1e-6)
     assert sorted(v) == sorted(["arm", "vs", "lever", "knobs", "verdict", "ratio", "low", "high", "confidence",
                                 "min_effect", "method", "repeats", "pairs", "looks", "stopped_by", "gpu_hours",
                                 "fixed_design_repeats", "fixed_design_gpu_hours", "fixed_design_power", "refused",
@@ -218,19 +230,45 @@ def test_fixed_repeats_get_the_t_interval_beside_the_range():
     assert (v["arm"], v["vs"], v["lever"], v["confidence"], v["min_effect"]) == ("arm", "ref", "kernel", 0.95,
                                                                                 1.10)
     md = render_markdown(s)
-    assert "| kernel | arm vs ref | pays | 1.18x [1.11–1.26] | 3 per case |" in md
-    assert "| ratio vs ref [95% interval] | — | 1.18x [1.11–1.26] |" in md
+    assert "| kernel | arm vs ref | pays | 1.22x [1.14–1.30] | 5 per case |" in md
+    assert "| ratio vs ref [95% interval] | — | 1.22x [1.14–1.30] |" in md
     assert "95% t-interval over the fixed repeats" in md
 
 
 def test_the_report_shows_the_adaptive_rounds():
-    s = summarize(_two_arm(4, {"min_effect": 1.04, "max_repeats": 6}))
+    s = summarize(_two_arm(6, {"min_effect": 1.02, "max_repeats": 8}))
     md = render_markdown(s)
     assert "anytime-valid 95% confidence sequence" in md
-    assert "| kernel | arm vs ref | pays | 1.18x [1.05–1.34] | 3 per case |" in md
-    assert ("Adaptive: 2 repeats, then one more per round to the comparisons still open (up to 6); 1 round(s) added"
+    assert "| kernel | arm vs ref | pays | 1.22x [1.03–1.45] | 5 per case |" in md
+    assert ("Adaptive: 2 repeats, then one more per round to the comparisons still open (up to 8); 3 round(s) added"
             in md)
 
 
 def test_comparison_type_is_hashable_for_the_replay():
     assert len({Comparison("a", "b", ("k",), "k"), Comparison("a", "b", ("k",), "k")}) == 1
+
+
+def _no_spread(repeats: int, adaptive: dict | None) -> object:
+    """Three cases where every repeat takes 10 s on ref and 10/1.5 s on arm: no spread within any case."""
+    exp = {} if adaptive is None else {"adaptive": adaptive}
+    head = header({"ref": {"kernel": "plain"}, "arm": {"kernel": "fused"}}, list(D),
+                  repeats=2 if adaptive is not None else repeats, **exp)
+    recs = []
+    for r in range(repeats):
+        for case in D:
+            recs += turn("ref", case, r, REF_S, 100) + turn("arm", case, r, REF_S / 1.5, 100)
+    return ledger(head, recs)
+
+
+def test_a_ledger_without_spread_gets_no_interval_and_says_the_timer_or_engine_is_deterministic():
+    """Issue 22 §3.9: 1.5x on every repeat of every case.  The t-interval would be the point [1.50–1.50] and
+    "pays" at 95 %; there is no noise to bound, so the ratio stays, the interval is the whole line, the verdict
+    is not "pays", and the row's reason says why — fixed repeats and adaptive alike."""
+    v = summarize(_no_spread(3, None))["verdicts"][0]
+    assert v["verdict"] != "pays"
+    assert (v["verdict"], v["low"], v["high"]) == ("undecided", 0.0, math.inf)
+    assert v["ratio"] == pytest.approx(1.5)
+    assert "deterministic" in v["reason"] and "not a confidence interval" in v["reason"]
+    a = summarize(_no_spread(4, {"min_effect": 1.04, "max_repeats": 4}))["verdicts"][0]
+    assert (a["verdict"], a["stopped_by"], a["looks"]) == ("undecided", "max_repeats", 4)
+    assert "deterministic" in a["reason"]

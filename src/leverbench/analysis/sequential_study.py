@@ -3,15 +3,17 @@
 Used by tests/test_sequential.py (a few seconds, seeded) and by ``benchmarks/adaptive_study.py`` (the full
 table).  One comparison — an arm against its reference over K cases — per simulated experiment:
 
-    T[arm, c, r] = base_c · f(arm, c) · drift(t) · exp(ε),   ε ~ N(−s²/2, s²),  s² = log(1 + cv²)
+    T[arm, c, r] = base_c · f(arm, c) · drift(t) · exp(ε),   ε ~ N(−s_c²/2, s_c²),  s_c² = log(1 + cv_c²)
     f(ref, c) = 1,  f(arm, c) = 1 / (effect · e^{h_c})        (the arm is *effect* × faster)
     drift(t) = 1 + drift · t / T_run                           (linear in wall-clock time t)
 
 h_c are per-case offsets with mean 0 (cases differ in their true ratio; the mean log-ratio over cases stays
-log effect).  t is the start of the turn in the schedule (expected durations, base_c each), T_run the
-length of a full run of ``max_repeats`` repeats: a run stopped early sees less drift.  A turn fails with
-probability ``fail_rate`` (its pair is lost) and is slowed by ``spike_factor`` with probability
-``spike_rate`` (a hiccup: heavier tails than the lognormal).  The schedule, per repeat r, case c:
+log effect).  cv is one coefficient of variation for all cases or one per case (unequal noise: a case ten times
+noisier than the others, a deterministic case with cv 0 — :data:`UNEQUAL`).  t is the start of the turn in the
+schedule (expected durations, base_c each), T_run the length of a full run of ``max_repeats`` repeats: a run
+stopped early sees less drift.  A turn fails with probability ``fail_rate`` (its pair is lost) and is slowed by
+``spike_factor`` with probability ``spike_rate`` (a hiccup: heavier tails than the lognormal).  The schedule,
+per repeat r, case c:
 
 - ``counterbalanced``: the two arms' turns back to back, the reference first when r + c is even
   (A B, B A, …: which arm goes first alternates over cases and over repeats);
@@ -20,8 +22,11 @@ probability ``fail_rate`` (its pair is lost) and is slowed by ``spike_factor`` w
 
 A sequential run looks after every repeat (all its cases on both arms) and stops at the first look
 ≥ ``min_repeats`` whose interval reaches a verdict, else at ``max_repeats`` ("undecided").  A fixed design
-of n repeats looks once, at n, with the classical t-interval.  Simulating every experiment to the end and
-reading it at the stopping look is the same as stopping it there (later repeats never change earlier ones).
+of n repeats looks once, at n, with the fixed interval.  Simulating every experiment to the end and reading it
+at the stopping look is the same as stopping it there (later repeats never change earlier ones).  The looks
+hold, per experiment and repeat, the statistics of the module's matched repeats
+(:func:`.sequential.matched`, the confidence sequence), of its fixed interval (:func:`.sequential.welch`) and
+of the former interval with one σ pooled over cases (:func:`pool`, kept to show what it did).
 """
 
 from __future__ import annotations
@@ -32,7 +37,16 @@ from typing import Callable
 
 import numpy as np
 
-from .sequential import cs_half_width, pool, t_half_width, verdict_codes
+from .sequential import (
+    MIXTURE_G,
+    Stream,
+    cs_half_width,
+    matched,
+    stream_g,
+    t_half_width,
+    verdict_codes,
+    welch,
+)
 
 ORDERS = ("counterbalanced", "fixed", "blocked")
 NO_VERDICT = 4  # code of "undecided" in the study's arrays (1–3 as :data:`.sequential.VERDICTS`)
@@ -51,6 +65,11 @@ class Model:
     spike_rate: float = 0.0
     spike_factor: float = 1.5
     max_repeats: int = 12
+
+
+#: one case ten times noisier than the three others (issue 22), and the normal agent mix: two deterministic short
+#: cases beside a steady one and a tool-calling one
+UNEQUAL = {"one case 10x noisier": (0.02, 0.02, 0.02, 0.20), "2 deterministic + 2 noisy": (0.0, 0.0, 0.02, 0.20)}
 
 
 def start_times(model: Model, repeats: int) -> tuple[np.ndarray, np.ndarray]:
@@ -103,40 +122,84 @@ def simulate(model: Model, experiments: int, repeats: int, rng: np.random.Genera
     return t_ref, t_arm
 
 
+def pool(n: np.ndarray, mean: np.ndarray, ss: np.ndarray) -> Stream:
+    """The former interval's statistics, one σ pooled over cases (exact only when the cases' noise is equal):
+    θ̂ = mean of the case means, W = Σ ss, ν = Σ n − K, M = K² / Σ 1/n over the K cases with pairs (last axis =
+    cases); ``k`` 1, so that :func:`cs_method` mixes with g itself, as it did."""
+    n = np.asarray(n, dtype=float)
+    used = n > 0
+    k = used.sum(-1)
+    safe_n = np.where(used, n, 1.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        est = np.where(used, mean, 0.0).sum(-1) / k
+        inv = np.where(used, 1.0 / safe_n, 0.0).sum(-1)
+        m = np.where(k > 0, k * k / np.where(inv > 0, inv, 1.0), 0.0)
+    w = np.where(used, np.maximum(ss, 0.0), 0.0).sum(-1)
+    return Stream(est, w, n.sum(-1) - k, m, np.ones_like(k), np.zeros(k.shape, dtype=bool))
+
+
 @dataclass(frozen=True)
-class Looks:
-    """(θ̂, W, ν, M) after each repeat, each (experiments, repeats): the pooled statistics of
-    :func:`.sequential.pool` over the pairs of the first r + 1 repeats."""
+class Fixed:
+    """The fixed interval's (θ̂, se², ν) after each repeat, each (experiments, repeats)."""
 
     est: np.ndarray
-    w: np.ndarray
+    var: np.ndarray
     nu: np.ndarray
-    m: np.ndarray
+
+
+@dataclass(frozen=True)
+class Looks:
+    """After each repeat, each array (experiments, repeats): the matched repeats (``stream``, what the
+    confidence sequence uses), the fixed interval's statistics (``fixed``) and the pooled-σ statistics
+    (``pooled``) over the pairs of the first r + 1 repeats."""
+
+    stream: Stream
+    fixed: Fixed
+    pooled: Stream
+
+    @property
+    def est(self) -> np.ndarray:
+        """The estimate of the confidence sequence (the matched repeats' θ̂)."""
+        return self.stream.est
 
     def upto(self, repeats: int) -> "Looks":
-        return Looks(self.est[:, :repeats], self.w[:, :repeats], self.nu[:, :repeats], self.m[:, :repeats])
+        def cut(x):
+            return type(x)(*(getattr(x, f)[:, :repeats] for f in x.__dataclass_fields__))
+        return Looks(cut(self.stream), cut(self.fixed), cut(self.pooled))
 
 
 def looks(t_ref: np.ndarray, t_arm: np.ndarray) -> Looks:
-    """Cumulative per-case counts, means and sums of squares of d = log(T_ref/T_arm) over complete pairs."""
+    """Per look (cumulative over repeats): the matched repeats of the complete pairs of d = log(T_ref/T_arm) (each
+    case's pairs in repeat order, successes first), and per-case counts, means and sums of squares for the fixed
+    interval and the pooled statistics."""
     d = np.log(t_ref / t_arm)
     ok = ~np.isnan(d)
-    d = np.where(ok, d, 0.0)
-    n = np.cumsum(ok, axis=1).astype(float)
-    s1 = np.cumsum(d, axis=1)
-    s2 = np.cumsum(d * d, axis=1)
+    n = np.cumsum(ok, axis=1)
+    x = np.take_along_axis(d, np.argsort(~ok, axis=1, kind="stable"), axis=1)  # each case's pairs first, in order
+    per_look = [matched(x, n[:, r, :]) for r in range(d.shape[1])]
+    stream = Stream(*(np.stack([getattr(s, f) for s in per_look], axis=1) for f in Stream.__dataclass_fields__))
+    d0 = np.where(ok, d, 0.0)
+    s1, s2 = np.cumsum(d0, axis=1), np.cumsum(d0 * d0, axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
-        mean = np.where(n > 0, s1 / np.where(n > 0, n, 1.0), 0.0)
+        mean = np.where(n > 0, s1 / np.where(n > 0, n, 1), 0.0)
     ss = s2 - mean * s1
-    return Looks(*pool(n, mean, ss))
+    return Looks(stream, Fixed(*welch(n, mean, ss)), pool(n, mean, ss))
 
 
-HalfWidth = Callable[[np.ndarray, np.ndarray, np.ndarray, float], np.ndarray]
+HalfWidth = Callable[[Stream, float], np.ndarray]
 
 
-def cs_method(g: float = 1.0) -> HalfWidth:
-    """The confidence sequence of :mod:`.sequential` (mixture parameter *g*)."""
-    return lambda w, nu, m, confidence: cs_half_width(w, nu, m, confidence, g)
+def cs_method(g: float = MIXTURE_G) -> HalfWidth:
+    """The confidence sequence of :mod:`.sequential` (mixture parameter *g*, per pair: the stream's is
+    :func:`.sequential.stream_g`)."""
+    return lambda s, confidence: cs_half_width(s.w, s.nu, s.m, confidence, stream_g(g, s.k))
+
+
+def t_every_look(s: Stream, confidence: float) -> np.ndarray:
+    """The classical t-interval of the stream at every look (INVALID when looked at more than once)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        se = np.sqrt(s.w / np.where(s.nu >= 1, s.nu, 1.0) / np.where(s.m > 0, s.m, 1.0))
+    return t_half_width(np.where(s.nu >= 1, se, np.inf), s.nu, confidence)
 
 
 @dataclass
@@ -158,11 +221,16 @@ class Outcome:
 
 
 def sequential(lk: Looks, min_effect: float, confidence: float = 0.95, min_repeats: int = 2,
-               max_repeats: int = 12, method: HalfWidth | None = None, truth: float | None = None) -> Outcome:
-    """Stop each experiment at its first look ≥ *min_repeats* with a verdict, else at *max_repeats*."""
+               max_repeats: int = 12, method: HalfWidth | None = None, truth: float | None = None,
+               pooled: bool = False) -> Outcome:
+    """Stop each experiment at its first look ≥ *min_repeats* with a verdict, else at *max_repeats*.  *method*
+    (default the module's :func:`cs_method`) on the matched repeats, or on the pooled-σ statistics when
+    *pooled*; ``missed``: the truth left the interval at some look up to the stop."""
     lk = lk.upto(max_repeats)
-    hw = (method or cs_method())(lk.w, lk.nu, lk.m, confidence)
-    codes = verdict_codes(lk.est - hw, lk.est + hw, math.log(min_effect))
+    s = lk.pooled if pooled else lk.stream
+    hw = (method or cs_method())(s, confidence)
+    est = np.nan_to_num(s.est)
+    codes = verdict_codes(est - hw, est + hw, math.log(min_effect))
     codes[:, : min_repeats - 1] = 0
     decided = codes > 0
     any_ = decided.any(axis=1)
@@ -171,18 +239,26 @@ def sequential(lk: Looks, min_effect: float, confidence: float = 0.95, min_repea
     final = np.where(any_, codes[rows, stop], NO_VERDICT)
     missed = np.zeros(len(stop), dtype=bool)
     if truth is not None:
-        out = np.abs(lk.est - truth) > hw
+        out = np.abs(est - truth) > hw
         upto = np.arange(max_repeats)[None, :] <= stop[:, None]
         missed = (out & upto).any(axis=1)
     return Outcome(final, stop + 1, missed)
 
 
-def fixed(lk: Looks, n: int, min_effect: float, confidence: float = 0.95) -> Outcome:
-    """A fixed design of *n* repeats: the t-interval at look n, once."""
-    est, w, nu, m = lk.est[:, n - 1], lk.w[:, n - 1], lk.nu[:, n - 1], lk.m[:, n - 1]
-    hw = t_half_width(w, nu, m, confidence)
+def fixed(lk: Looks, n: int, min_effect: float, confidence: float = 0.95, truth: float | None = None,
+          pooled: bool = False) -> Outcome:
+    """A fixed design of *n* repeats: the module's fixed interval (or, *pooled*, the t-interval with one σ pooled
+    over cases) at look n, once; ``missed``: the truth outside it."""
+    if pooled:
+        s = lk.pooled
+        est = s.est[:, n - 1]
+        hw = t_every_look(Stream(*(getattr(s, f)[:, n - 1] for f in Stream.__dataclass_fields__)), confidence)
+    else:
+        est = lk.fixed.est[:, n - 1]
+        hw = t_half_width(np.sqrt(lk.fixed.var[:, n - 1]), lk.fixed.nu[:, n - 1], confidence)
     codes = verdict_codes(est - hw, est + hw, math.log(min_effect))
-    return Outcome(np.where(codes > 0, codes, NO_VERDICT), np.full(len(est), n))
+    missed = np.abs(est - truth) > hw if truth is not None else np.zeros(len(est), dtype=bool)
+    return Outcome(np.where(codes > 0, codes, NO_VERDICT), np.full(len(est), n), missed)
 
 
 def matched_fixed_n(seq_pays: float, fixed_pays: dict[int, float], fixed_false_pays: dict[int, float],

@@ -55,11 +55,11 @@ from .guard import refused_for_volume_alone
 from .knobs import Comparison, comparisons
 from .sequential import (
     OPEN,
-    PAYS,
     UNDECIDED,
     decide,
     fixed_design_repeats,
     fixed_interval,
+    labelled,
     paired_log_ratios,
     verdict_of,
 )
@@ -272,14 +272,13 @@ def _fixed_decision(log: TurnLog, comp: Comparison, cases: list[str], st: Settin
                     refused: str | None) -> dict[str, Any]:
     """A fixed design's row: the t-interval of all its pairs, looked at once, and the verdict it gives."""
     iv = fixed_interval(pairs(log, comp, cases, look), st.confidence)
-    found = verdict_of(iv.ratio_low, iv.ratio_high, st.min_effect) if iv.df >= 1 else None
-    reason = f"not citable: {refused}" if refused else None
-    if found == PAYS and refused:
-        found, reason = UNDECIDED, f"the guard refuses this comparison ({refused}): a refused pair never pays"
+    found, reason = labelled(verdict_of(iv.ratio_low, iv.ratio_high, st.min_effect) if iv.df >= 1 else None,
+                             refused, iv)  # no spread: no interval, no verdict, and the reason says why
     fixed = None
     if iv.sd is not None and iv.ratio is not None:
         fixed = fixed_design_repeats(iv.estimate, iv.sd, len(iv.pairs) - len(iv.missing_cases), st.min_effect,
-                                     st.confidence, FIXED_POWER, found if found != UNDECIDED else None)
+                                     st.confidence, FIXED_POWER, found if found != UNDECIDED else None,
+                                     weights=iv.weights)
     return {"verdict": found or UNDECIDED, "ratio": iv.ratio, "low": iv.ratio_low, "high": iv.ratio_high,
             "pairs": iv.pairs, "sd": iv.sd, "reason": reason, "fixed_design_repeats": fixed}
 
