@@ -31,7 +31,7 @@ from leverbench.engines.simulator import SimConfig, SimulatorThread, synthetic_t
 from leverbench.ledger.reader import read_ledger
 from leverbench.ledger.records import CallError, CallRecord, ErrorClass
 from leverbench.runner.discover import api_base, api_root, chat_url, endpoint_info, models_url, scrape_metrics
-from leverbench.runner.run import LENGTH_BY_FIELDS, LENGTH_BY_PROMPT, LONG_ANSWER, ask_at_length
+from leverbench.runner.fixed_length import LENGTH_BY_FIELDS, LENGTH_BY_PROMPT, LONG_ANSWER, ask_at_length
 from leverbench.runner.send import length_check
 
 DATA = Path(__file__).parent / "data" / "engines"

@@ -133,46 +133,72 @@ def test_retried_cell_is_not_citable_in_multipliers_cost_and_projection():
     assert lever["citable"] is False and "retries inside the measured time" in lever["reason"]
 
 
-def _sentinel(arm, position, tps):
-    return call(arm, "(sentinel)", 0, kind="sentinel", latency=0.1 + 16 / tps, ttft=0.1, out=17, position=position,
-                probe_tokens=16)
+def _sentinel(arm, position, repeat, t, tps):
+    return call(arm, "(sentinel)", repeat, kind="sentinel", latency=0.1 + 16 / tps, ttft=0.1, out=17,
+                position=position, probe_tokens=16, t_send=t)
 
 
-def test_drifted_arm_is_not_citable_anywhere():
+def test_an_arm_that_drifted_alone_is_not_citable_anywhere():
+    """The cached arm's sentinels slow 40 % over the run while the base's hold: the ratio of their speeds
+    drifted, so their comparison, its cost and its lever are refused."""
     arms = {"base": {"prefix_cache": False, "gpus": 1}, "cached": {"prefix_cache": True, "gpus": 1}}
     recs = []
     for r in range(3):
+        recs += [_sentinel("base", "start", r, 1000.0 + 10 * r, 100.0),
+                 _sentinel("cached", "start", r, 1000.0 + 10 * r, 100.0 * (1 - 0.4 * r / 3))]
         recs += turn("base", "c", r, 10.0, 100) + turn("cached", "c", r, 5.0, 100)
-    recs += [_sentinel("base", "start", 100.0), _sentinel("base", "end", 101.0),
-             _sentinel("cached", "start", 100.0), _sentinel("cached", "end", 60.0)]  # −40 %
+    recs += [_sentinel("base", "end", 0, 1030.0, 100.0), _sentinel("cached", "end", 0, 1030.0, 60.0)]  # −40 %
     head = header(arms, ["c"])
     s = summarize(ledger(head, recs + _probes(head, arms)), scenario=(100, 100))
     assert {d["arm"]: d["drifted"] for d in s["drift"]} == {"base": False, "cached": True}
-    for m in (_m(s, "cached", "base"), _m(s, "cached", "base", "case:c")):
-        assert m["citable"] is False and "cached drifted (decode 100.0 → 60.0 tok/s, -40%" in m["reason"]
+    for m in (x for x in s["multipliers"] if x["arm"] == "cached"):
+        assert m["citable"] is False and "cached and base drifted differently" in m["reason"]
     cost = {c["arm"]: c for c in s["cost"]}
     assert cost["cached"]["citable"] is False and "drifted" in cost["cached"]["reason"]
-    assert s["projection"]["levers"][0]["citable"] is False
+    assert next(l for l in s["levers"] if l["lever"] == "prefix_cache")["citable"] is False
 
 
 def test_refused_multiplier_refuses_cost_and_projection():
     arms = {"base": {"prefix_cache": False, "gpus": 1}, "cached": {"prefix_cache": True, "gpus": 1}}
     recs = []
-    for r in range(3):  # 50 % more output; the calls timed as the probes are (see _probes)
+    for r in range(3):  # 3× the output; the calls timed as the probes are (see _probes)
+        recs += turn("base", "c", r, 10.0, 100, calls=[_timed("base", "c", r, prompt=1000, cached=0, out=100,
+                                                               prefill_tps=1000.0, decode_tps=50.0)])
+        recs += turn("cached", "c", r, 5.0, 300, calls=[_timed("cached", "c", r, prompt=1000, cached=990, out=300,
+                                                                prefill_tps=1000.0, decode_tps=50.0)])
+    head = header(arms, ["c"])
+    s = summarize(ledger(head, recs + _probes(head, arms)), scenario=(20_000, 100))
+    m = _m(s, "cached", "base")
+    assert m["reason"] == "output volume spread 200.0% > 5%"
+    # at equal work the correction (200 tokens at 50 tok/s, 4 s of its 5 s) is far beyond a quarter: refused too
+    assert m["equal_work"]["citable"] is False and "more than 25%" in m["equal_work"]["reason"]
+    cost = {c["arm"]: c for c in s["cost"]}
+    assert cost["cached"]["citable"] is False and cost["cached"]["reason"] == "output volume spread 200.0% > 5%"
+    assert cost["cached"]["gpu_hours_returned_per_1000_turns"] == pytest.approx((10.0 - 5.0) * 1000 / 3600)
+    lever = s["projection"]["levers"][0]
+    assert (lever["citable"] is False
+            and "NOT citable: output volume spread 200.0% > 5%" in s["projection"]["recommendation"])
+    assert next(l for l in s["levers"] if l["lever"] == "prefix_cache")["citable"] is False
+
+
+def test_a_multiplier_refused_for_volume_alone_is_cited_at_equal_work():
+    """50 % more output on the cached arm, its rate model cross-checked by the probes: the correction (50 tokens
+    at 50 tok/s, 1 s of its 5 s) is small, so the lever and its projection are cited at equal work."""
+    arms = {"base": {"prefix_cache": False, "gpus": 1}, "cached": {"prefix_cache": True, "gpus": 1}}
+    recs = []
+    for r in range(3):
         recs += turn("base", "c", r, 10.0, 100, calls=[_timed("base", "c", r, prompt=1000, cached=0, out=100,
                                                                prefill_tps=1000.0, decode_tps=50.0)])
         recs += turn("cached", "c", r, 5.0, 150, calls=[_timed("cached", "c", r, prompt=1000, cached=990, out=150,
                                                                 prefill_tps=1000.0, decode_tps=50.0)])
     head = header(arms, ["c"])
     s = summarize(ledger(head, recs + _probes(head, arms)), scenario=(20_000, 100))
-    assert _m(s, "cached", "base")["reason"] == "output volume spread 50.0% > 5%"
-    cost = {c["arm"]: c for c in s["cost"]}
-    assert cost["cached"]["citable"] is False and cost["cached"]["reason"] == "output volume spread 50.0% > 5%"
-    assert cost["cached"]["gpu_hours_returned_per_1000_turns"] == pytest.approx((10.0 - 5.0) * 1000 / 3600)
-    lever = s["projection"]["levers"][0]
-    assert (lever["citable"] is False
-            and "NOT citable: output volume spread 50.0% > 5%" in s["projection"]["recommendation"])
-    assert next(l for l in s["levers"] if l["lever"] == "prefix_cache")["citable"] is False
+    m = _m(s, "cached", "base")
+    assert not m["citable"] and m["equal_work"]["citable"]
+    assert m["equal_work"]["value"] == pytest.approx(10.0 / (5.0 - 50 / 50.0), rel=0.01)  # 2.5x by hand
+    lever = next(l for l in s["levers"] if l["lever"] == "prefix_cache")
+    assert lever["citable"] and lever["measure"] == "equal work"
+    assert s["projection"]["levers"][0]["citable"] and s["projection"]["levers"][0]["measure"] == "equal work"
 
 
 def _timed(arm, case, r, *, prompt, cached, out, prefill_tps, decode_tps, kind="call", **kw):

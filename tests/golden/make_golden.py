@@ -9,9 +9,10 @@ llama.cpp engine), with the checkout's absolute path cut from the recorded model
 reads ``.venv/lib/…``) in the ledger and its summary alike, so that the repository names no machine
 path.  ``handmade`` is written here, record by record, to reach the corners of the analysis: failed,
 retried and orphaned calls, duplicate turns, probes (one disobeyed, one failed), sentinels (one
-drifting, one failed), metrics scrapes, tool calls, reasoning (from usage and estimated from
+arm drifting, one with too few), metrics scrapes, tool calls, reasoning (from usage and estimated from
 chunks), empty answers, step limits, prompt-discipline variants, arms with and without llama.cpp
-timings, refused regressions.  ``sim`` is a run of the runner against the
+timings, refused regressions; a sentinel of every arm opens every round (base's slows 50 % over the run,
+flaky's fail after the first: too few to judge).  ``sim`` is a run of the runner against the
 simulator (reasoning, tool calls, output jitter, HTTP 500s with retries, a drafter).
 
 The summaries are the output of ``summarize`` *before* the analysis was vectorized; regenerate
@@ -130,10 +131,15 @@ def handmade() -> list[dict]:
     recs.append({"kind": "metrics", "arm": "spec", "when": "before", "t": 1.0, "samples": {}})
     recs.append({"kind": "warmup", "arm": "base", "case": "(sentinel)", "repeat": 0, "step": 0, "error": None,
                  "latency_s": 0.3})
-    for arm in ARMS:
-        recs.append(call("sentinel", arm, "(sentinel)", 0, 0, None, 16, prompt=20, probe_tokens=16, position="start"))
     err500 = {"class": "http_status", "message": "HTTP 500: simulated internal error"}
     for rep in range(4):
+        for arm in ARMS:  # a sentinel of every arm opens every round: base slows down, flaky's fail after the first
+            err = err500 if (arm == "flaky" and rep > 0) else None
+            rec = call("sentinel", arm, "(sentinel)", rep, 0, None, 16, error=err, prompt=20, probe_tokens=16,
+                       position="start")
+            if arm == "base":
+                rec["latency_s"] = rec["ttft_s"] + (rec["latency_s"] - rec["ttft_s"]) * (1 + 0.125 * rep)
+            recs.append(rec)
         for case in CASES + ["short [brief]"]:
             for arm in ARMS:
                 t_id = tid()
@@ -213,8 +219,8 @@ def handmade() -> list[dict]:
     for arm in ARMS:
         err = err500 if arm == "flaky" else None
         rec = call("sentinel", arm, "(sentinel)", 0, 0, None, 16, error=err, prompt=20, probe_tokens=16, position="end")
-        if arm == "base":
-            rec["latency_s"] *= 1.5  # decoded slower at the end: drift
+        if arm == "base":  # decoded slower at the end: drift
+            rec["latency_s"] = rec["ttft_s"] + (rec["latency_s"] - rec["ttft_s"]) * 1.5
         recs.append(rec)
     recs.append({"kind": "metrics", "arm": "eagle", "when": "after", "t": 2.0,
                  "samples": {"vllm:spec_decode_num_draft_tokens_total": 900.0,

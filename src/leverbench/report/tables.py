@@ -11,16 +11,9 @@ from typing import Any
 
 from ..analysis.knobs import is_on
 from ..analysis.rate_model import tokens_per_second_at
+from .guard_tables import drift_table, equal_work_table, multiplier_table
 from .load_tables import load_tables
-from .table import Table
-
-
-def s(x: float | None, nd: int = 1) -> str:
-    return "—" if x is None else f"{x:.{nd}f}"
-
-
-def pct(x: float | None, nd: int = 0) -> str:
-    return "—" if x is None else f"{x * 100:.{nd}f}%"
+from .table import Table, pct, s
 
 
 def mult(m: dict[str, Any] | None) -> str:
@@ -162,59 +155,6 @@ def volume_table(summary: dict[str, Any]) -> Table:
     rows.append(["total"] + [s(tot[a]["output_tokens"], 0) for a in arms])
     return Table("volume", "Tokens per turn: generated (reasoning included: the guard's output volume) / input as the "
                  "server counted it (system prompt and tool schemas included; medians)", ["case", *arms], rows)
-
-
-def multiplier_table(summary: dict[str, Any]) -> Table:
-    rows = []
-    for m in summary["multipliers"]:
-        knobs = ", ".join(m["knobs"]) or "none"
-        unknown = m.get("unknown_knobs") or []
-        what = f"controlled: {knobs}" if m["controlled"] else f"UNCONTROLLED: {knobs}"
-        if unknown:
-            what += f" ({', '.join(unknown)} unknown on one arm)"
-        ew = m.get("equal_work")
-        at_ew = "—" if not ew or ew.get("value") is None else (f"{ew['value']:.2f}x" if ew["citable"]
-                                                             else f"({ew['value']:.2f}x) not citable")
-        rows.append([f"{m['arm']} vs {m['vs']}", m["scope"].removeprefix("case:"),
-                     "—" if m["value"] is None else f"{m['value']:.2f}x",
-                     pct(m["volume_spread"], 1), "yes" if m["citable"] else "no", at_ew, what,
-                     m["reason"] or "" if not ew or ew["citable"] else f"{m['reason']}; at equal work: {ew['reason']}"])
-    t = summary["tolerances"]
-    return Table("multipliers", "Multipliers (reference time / arm time) and the guard",
-                 ["comparison", "scope", "multiplier", "volume spread", "citable", "at equal work",
-                  "knobs that differ", "reason"], rows,
-                 notes=[f"A cell multiplier is citable when the two arms' generated tokens differ by at most "
-                        f"{pct(t['volume_cell'])}, a total at most {pct(t['volume_total'])}; never with failed calls, "
-                        "retried attempts, fewer than 2 successful repeats, or drift that biases the comparison "
-                        "(its two arms drifted differently; in blocked order, any drift).",
-                        "at equal work: where the volumes differ beyond tolerance, the arm's turns corrected by its "
-                        "own rate model to the reference's work (see Equal work)."])
-
-
-def equal_work_table(summary: dict[str, Any]) -> Table | None:
-    """Per comparison: how many calls gave the same output on both arms, where the others part, and the
-    correction to equal work where the volumes differ."""
-    rows = []
-    for e in summary.get("equal_work") or []:
-        same = "—" if not e["calls"] else f"{e['identical']} of {e['calls']} ({pct(e['identical_share'])})"
-        part = "—" if e["divergence_chars_median"] is None else f"character {e['divergence_chars_median']:.0f}"
-        tot = e.get("total")
-        fig = "—" if not tot or tot.get("value") is None else (
-            f"{tot['value']:.2f}x" + ("" if tot["citable"] else f" not citable: {tot['reason']}"))
-        rows.append([f"{e['arm']} vs {e['vs']}", same, part, pct(e["token_change"], 1) if e["token_change"] is not None
-                     else "—", pct(e["correction_share"], 1), fig])
-    if not rows:
-        return None
-    return Table("equal_work", "Equal work: the same outputs, and the multiplier at the reference's work",
-                 ["comparison", "identical outputs", "median divergence", "arm's tokens vs reference",
-                  "correction (share of the arm's time)", "total at equal work"], rows,
-                 notes=["Outputs are compared call by call (same case, repeat and step) at temperature 0; identical: "
-                        "the same answer and token count. Greedy speculative decoding and batched kernels are not "
-                        "bit-exact on real engines, so answers part and volumes differ.",
-                        "At equal work each of the arm's turns is its measured time plus what its own rate model says "
-                        "the difference in work costs (prompt, cached and generated tokens of each step); citable "
-                        "when that correction is under a quarter of the time and the rate model passes its "
-                        "cross-check (the probes)."])
 
 
 def decomposition_table(summary: dict[str, Any]) -> Table:
@@ -403,48 +343,6 @@ def cost_table(summary: dict[str, Any]) -> Table | None:
                   "citable", "reason", "holds for"], rows,
                  notes=["usd_per_turn = turn_s × gpu_hour_usd × gpus / 3600; GPU-hours per 1000 turns = "
                         "turn_s × gpus × 1000 / 3600."])
-
-
-def _trend(t: dict[str, Any] | None) -> str:
-    if not t or t.get("change") is None:
-        return "—"
-    if t.get("low") is None:
-        return f"{t['change']:+.1%} (no interval)"
-    return f"{t['change']:+.1%} [{t['low']:+.1%}, {t['high']:+.1%}]"
-
-
-def drift_table(summary: dict[str, Any]) -> Table | None:
-    """Per arm: its sentinels' speed trend over the run (decode, prefill) and its warm-up; per comparison: what
-    drift does to it; and the common drift in words."""
-    if not summary["drift"]:
-        return None
-    tol = pct(summary["tolerances"]["drift"])
-    rows = []
-    for d in summary["drift"]:
-        if "decode" not in d:  # a summary written before the series: start and end only
-            rows.append([d["arm"], "2", _trend({"change": d["change"]}), "—", "DRIFTED" if d["drifted"] else "ok", ""])
-            continue
-        w = d.get("warmup") or {}
-        warm = "—" if not w else f"{w['calls']} call(s), {'settled' if w['settled'] else 'NOT settled'}"
-        state = "unknown" if d["unknown"] else ("DRIFTED" if d["drifted"] else "ok")
-        rows.append([d["arm"], str(d["sentinels"]), _trend(d["decode"]), _trend(d["prefill"]), state, warm])
-    for p in summary.get("drift_pairs") or []:
-        if p["order"] == "blocked":
-            rows.append([f"{p['arm']} vs {p['vs']}", "—", "—", "—", "REFUSED" if p["refuses"] else "ok",
-                         p["reason"] or "blocked order: neither arm drifted"])
-        else:
-            rows.append([f"{p['arm']} vs {p['vs']} (ratio)", str(p["points"]), _trend(p["decode"]),
-                         _trend(p["prefill"]), "REFUSED" if p["refuses"] else "ok", p["reason"] or ""])
-    common = summary.get("drift_common") or {}
-    notes = [f"Speed over the run from the sentinels that open every round: its change from start to end with its "
-             f"95 % interval. An arm drifted when the interval excludes 0 and the change is beyond {tol}; a "
-             "comparison is refused for drift when the ratio of its arms' speeds drifted so (interleaved order), or "
-             "when either arm drifted (blocked order). Fewer than 3 sentinels: unknown."]
-    if common.get("text"):
-        notes.insert(0, common["text"][0].upper() + common["text"][1:] + ".")
-    return Table("drift", "Drift: each arm's speed over the run, and what it does to each comparison",
-                 ["arm / comparison", "sentinels", "decode speed", "prefill speed", f"beyond {tol}?", "warm-up / why"],
-                 rows, notes=notes)
 
 
 def conditions_table(summary: dict[str, Any]) -> Table:

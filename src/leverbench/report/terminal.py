@@ -12,8 +12,8 @@ from ..analysis.warning_kinds import warning_groups
 from .table import Table
 from .tables import all_tables
 
-_BRIEF = ("levers", "verdicts", "results", "volume", "multipliers", "equal_work", "discipline", "reasoning", "shares", "probes",
-          "projection", "cost", "load", "load_sweep")
+_BRIEF = ("levers", "verdicts", "results", "volume", "multipliers", "equal_work", "discipline", "reasoning", "shares",
+          "probes", "projection", "cost", "load", "load_sweep")
 
 
 def render_terminal(summary: dict[str, Any], console: Console | None = None, *, full: bool = False) -> None:

@@ -46,6 +46,7 @@ from ..workload.cases import case_size_chars
 from .client import Timeouts, client_session
 from .discover import api_root, endpoint_info, host_info, scrape_metrics
 from .endpoint import ArmEndpoint, Interrupted, endpoint_headers  # noqa: F401 (Interrupted: the run's public error)
+from .fixed_length import LENGTH_BY_FIELDS, LENGTH_BY_PROMPT, LENGTH_NATURAL, ask_at_length, sentinel_messages
 from .load import StageRun, stage_work
 from .probe_prompt import probe_messages, serves_with_drafter
 from .recorder import Recorder
@@ -56,19 +57,7 @@ from .signals import hold_signals, on_main_thread, release_signals, sigterm_as_i
 from .turn import run_turn
 from .workers import LoadCluster, RemoteEndpoint, join_cluster
 
-SENTINEL_PROMPT = "Count upward from 1, one number per line, and keep going."
-# Before the sentinel's request, so that its prefill is measured too (its time to first token): a fixed text
-# behind a fresh tag, so that no prefix cache holds it (a cache matches from the prompt's start).
-SENTINEL_PREAMBLE = ("The following is a calibration request. It is sent at the start of every round of the "
-                     "benchmark so that the speed of the server can be followed over the run: the time it takes "
-                     "to read this paragraph and the rate at which it writes the answer below. Nothing in this "
-                     "paragraph needs an answer of its own.")
 WARMUP_MAX_CALLS = 8  # warm-up calls per arm at most, until its sentinel rate is stable
-LONG_ANSWER = ("Answer at great length: write many long, detailed paragraphs and keep writing; "
-               "do not stop early or summarise.")
-LENGTH_BY_FIELDS = "ignore_eos"
-LENGTH_BY_PROMPT = "prompt (engine rejected ignore_eos)"
-LENGTH_NATURAL = "natural (drafter arm: not forced past end-of-sequence)"
 
 
 ProgressFn = Callable[[Unit, int, int], None]
@@ -437,26 +426,6 @@ def holds_a_run(path: Path) -> bool:
     header cut by a crash) is what a run stopped before its first record leaves: no measurement in it."""
     with open(path, "rb") as fh:
         return fh.readline().endswith(b"\n")
-
-
-def sentinel_messages() -> list[dict[str, Any]]:
-    """A sentinel's (and warm-up's) prompt: a fresh tag, :data:`SENTINEL_PREAMBLE`, :data:`SENTINEL_PROMPT`."""
-    return [{"role": "user", "content": f"[{uuid.uuid4().hex[:8]}] {SENTINEL_PREAMBLE}\n\n{SENTINEL_PROMPT}"}]
-
-
-def ask_at_length(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The same conversation with :data:`LONG_ANSWER` appended to its last user message (or added
-    as one), so that the prompt, and the prefill it costs, stay nearly the same."""
-    out = [dict(m) for m in messages]
-    last = out[-1] if out else None
-    if last is None or last.get("role") != "user":
-        return [*out, {"role": "user", "content": LONG_ANSWER}]
-    content = last.get("content")
-    if isinstance(content, list):
-        last["content"] = [*content, {"type": "text", "text": LONG_ANSWER}]
-    else:
-        last["content"] = f"{content or ''}\n\n{LONG_ANSWER}"
-    return out
 
 
 def _safe(name: str) -> str:
