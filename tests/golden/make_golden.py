@@ -28,8 +28,11 @@ the client's stream clock at the probe's context (``regression_source``, ``regre
 ``regression_context`` only for the cell-regression fallback), and ``agreement`` / ``agrees`` / ``views``
 with it (issue 15; ``sim``'s drafter row again when a stream's decode went back to completion − 1 tokens,
 its first chunk being the prefill's one token; every file's ``probes[]`` again when the regression left
-the probe's own calls out of its fit); the rest of each file is as first
-computed.  These files catch change; tests/test_oracles.py checks the
+the probe's own calls out of its fit); issue 22 rewrote every file (drift judged from each arm's series
+and per comparison, ``drift_pairs``, ``drift_common``, ``equal_work`` and ``multipliers[].equal_work``, coded
+reasons, Welch intervals in ``verdicts``, probes' ``prefill_s`` one token later) and regenerated the
+``handmade`` and ``sim`` ledgers (a sentinel of every arm opening every round, warm-ups until stable, the
+Williams order); the rest of each file is as first computed.  These files catch change; tests/test_oracles.py checks the
 headline numbers against hand computation.
 """
 
