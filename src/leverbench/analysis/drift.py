@@ -17,7 +17,10 @@ from 0 to 1 across the run).
 over the run is exp(b) − 1, its interval exp(b ± t_{ν,(1+γ)/2}·se_b) − 1 with se_b = √(s²/S_xx),
 s² = Σ residual² / ν, ν = n − 2, γ = 95 %: the slope beyond what the scatter of the sentinels explains.
 A trend is **detected** when its interval excludes 0 and |change| > the drift tolerance
-(``[experiment] drift_tolerance``, default 10 %).  Fewer than 3 sentinels: no scatter to judge against,
+(``[experiment] drift_tolerance``, default 10 %).  Where any of m tests may refuse (decode and prefill of
+every comparison; of every arm, for the arms' own drift and in blocked order) each interval is taken at
+1 − 5 %/m (Bonferroni, :func:`family_confidence`), so that noise alone refuses a run's comparisons in at
+most 5 % of runs, not in 5 % of each comparison's tests.  Fewer than 3 sentinels: no scatter to judge against,
 the drift is **unknown** (a warning; two sentinels still give a change, without an interval).
 
 **Per comparison** (:func:`pair_drift`), which is what drift can bias:
@@ -170,9 +173,15 @@ def series(ds: Dataset) -> dict[str, list[Point]]:
     return out
 
 
-def _trends(points: list[Point]) -> tuple[Trend, Trend]:
+def family_confidence(tests: int, confidence: float = CONFIDENCE) -> float:
+    """The confidence of each of *tests* intervals whose any one can refuse, so that all of them hold together
+    with *confidence* (Bonferroni: 1 − (1 − confidence) / tests)."""
+    return 1.0 - (1.0 - confidence) / max(tests, 1)
+
+
+def _trends(points: list[Point], confidence: float = CONFIDENCE) -> tuple[Trend, Trend]:
     x = [p.x for p in points]
-    return trend(x, [p.decode for p in points]), trend(x, [p.prefill for p in points])
+    return trend(x, [p.decode for p in points], confidence), trend(x, [p.prefill for p in points], confidence)
 
 
 def _matched(a: list[Point], b: list[Point]) -> list[tuple[Point, Point]]:
@@ -199,12 +208,14 @@ class PairDrift:
                 "reason": self.reason}
 
 
-def pair_drift(arm: str, vs: str, own: dict[str, list[Point]], order: str, tol: float) -> PairDrift:
-    """Whether drift refuses the comparison *arm* against *vs* (module docstring)."""
+def pair_drift(arm: str, vs: str, own: dict[str, list[Point]], order: str, tol: float,
+               confidence: float = CONFIDENCE) -> PairDrift:
+    """Whether drift refuses the comparison *arm* against *vs* (module docstring); *confidence*: of each
+    interval (:func:`family_confidence` over the run's tests)."""
     if order == "blocked":
         reasons = []
         for who in (vs, arm):
-            d, p = _trends(own.get(who, []))
+            d, p = _trends(own.get(who, []), confidence)
             if d.change is None or d.points < MIN_POINTS:
                 reasons.append(f"{who}'s drift is unknown ({len(own.get(who, []))} sentinel(s)), and blocked order "
                                "puts any drift into the comparison")
@@ -216,8 +227,8 @@ def pair_drift(arm: str, vs: str, own: dict[str, list[Point]], order: str, tol: 
         return PairDrift(arm, vs, order, none, none, bool(reasons), "; ".join(reasons) or None)
     pairs = _matched(own.get(arm, []), own.get(vs, []))
     x = [(p.x + q.x) / 2.0 for p, q in pairs]
-    d = trend(x, [p.decode - q.decode for p, q in pairs])
-    p = trend(x, [p.prefill - q.prefill for p, q in pairs])
+    d = trend(x, [p.decode - q.decode for p, q in pairs], confidence)
+    p = trend(x, [p.prefill - q.prefill for p, q in pairs], confidence)
     reasons = [f"{arm} and {vs} drifted differently: {phase} speed of {arm} relative to {vs} changed "
                f"{tr.words()} over the run (tolerance {tol:.0%})" for phase, tr in (("decode", d), ("prefill", p))
                if tr.detected(tol)]
@@ -238,8 +249,8 @@ def common_drift(own: dict[str, list[Point]], arms: list[str], tol: float, order
     rows = {a: {p.key: p for p in own[a]} for a in arms}
     order = sorted(keys, key=lambda k: rows[arms[0]][k].x)
     x = [float(np.mean([rows[a][k].x for a in arms])) for k in order]
-    d = trend(x, [float(np.mean([rows[a][k].decode for a in arms])) for k in order])
-    p = trend(x, [float(np.mean([rows[a][k].prefill for a in arms])) for k in order])
+    d = trend(x, [float(np.mean([rows[a][k].decode for a in arms])) for k in order], family_confidence(2))
+    p = trend(x, [float(np.mean([rows[a][k].prefill for a in arms])) for k in order], family_confidence(2))
     said = [f"{phase} {'slowed' if tr.change < 0 else 'sped up'} {abs(tr.change):.0%} "
             f"[{tr.low:+.0%}, {tr.high:+.0%}]" for phase, tr in (("decode", d), ("prefill", p)) if tr.detected(tol)]
     text = None
@@ -300,7 +311,7 @@ def drift(ds: Dataset) -> tuple[list[dict[str, Any]], list[RunWarning]]:
     warnings: list[RunWarning] = []
     for arm in ds.arms:
         pts = own.get(arm, [])
-        d, p = _trends(pts)
+        d, p = _trends(pts, family_confidence(2 * len(ds.arms)))
         rates = [math.exp(q.decode) for q in pts if math.isfinite(q.decode)]
         unknown = len(pts) < MIN_POINTS
         drifted = d.detected(tol) or p.detected(tol)
@@ -338,7 +349,8 @@ def pair_drifts(ds: Dataset, comps: list[Any]) -> list[PairDrift]:
     tol = ds.config["experiment"].get("drift_tolerance", 0.10)
     order = ds.config["experiment"].get("order") or "interleaved"
     own = series(ds)
-    return [pair_drift(c.arm, c.vs, own, order, tol) for c in comps]
+    tests = 2 * (len(ds.arms) if order == "blocked" else len(comps))  # decode and prefill of each
+    return [pair_drift(c.arm, c.vs, own, order, tol, family_confidence(tests)) for c in comps]
 
 
 def common(ds: Dataset, pairs: list[PairDrift] | None = None) -> dict[str, Any]:

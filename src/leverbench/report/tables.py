@@ -17,10 +17,17 @@ from .table import Table, pct, s
 
 
 def mult(m: dict[str, Any] | None) -> str:
+    """A multiplier row as the results cite it: its value, else "(value) not citable", with its equal-work figure
+    where that one may be cited."""
     if not m or m.get("value") is None:
         return "—"
     v = f"{m['value']:.2f}x"
-    return v if m["citable"] else f"({v}) not citable"
+    if m["citable"]:
+        return v
+    ew = m.get("equal_work") or {}
+    if ew.get("citable") and ew.get("value") is not None and m.get("reason_codes") == ["volume"]:
+        return f"({v}) not citable; {ew['value']:.2f}x at equal work"
+    return f"({v}) not citable"
 
 
 def _arms(summary: dict[str, Any]) -> list[str]:
