@@ -35,7 +35,6 @@ its time").
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,9 +48,10 @@ from .stats import median
 MAX_CORRECTION = 0.25
 
 
-def call_seconds(model: dict[str, Any], prompt: float, cached: float, output: float) -> float:
-    """M(P, k, O) = prefill_s(P − k, k) + decode_s(P + 1, O − 1) of the arm's rate model (module docstring)."""
-    return prefill_seconds(model, prompt - cached, cached) + decode_seconds(model, prompt + 1.0, max(output - 1.0, 0.0))
+def call_seconds(model: dict[str, Any], prompt: Any, cached: Any, output: Any) -> Any:
+    """M(P, k, O) = prefill_s(P − k, k) + decode_s(P + 1, O − 1) of the arm's rate model (module docstring);
+    numbers or numpy arrays alike."""
+    return prefill_seconds(model, prompt - cached, cached) + decode_seconds(model, prompt + 1.0, output - 1.0)
 
 
 def first_difference(a: str, b: str) -> int | None:
@@ -65,21 +65,26 @@ def first_difference(a: str, b: str) -> int | None:
 
 @dataclass
 class Turns:
-    """The successful turns of a run and their calls: (arm, case, repeat) → turn row; turn row → calls by step."""
+    """The successful turns of a run and their calls, as keys: a turn's (case, repeat) as one integer
+    ``case · R + repeat``; a call's as ``turn key · S + step`` (R, S: one past the highest repeat and step)."""
 
-    rows: dict[tuple[int, int, int], int]
-    calls: dict[int, dict[int, int]]
+    turn_key: np.ndarray  # per turn row (−1: not a successful turn with a repeat number)
+    call_key: np.ndarray  # per call row (−1: not a call of such a turn)
+    repeats: int
+    steps: int
 
 
 def turns(ds: Dataset) -> Turns:
     T, C = ds.turn, ds.call
-    rows = {}
-    for i in np.flatnonzero(T.ok & ~np.isnan(T.repeat)):
-        rows.setdefault((int(T.arm[i]), int(T.case[i]), int(T.repeat[i])), int(i))
-    calls: dict[int, dict[int, int]] = defaultdict(dict)
-    for j in np.flatnonzero(C.turn >= 0):
-        calls[int(C.turn[j])].setdefault(int(C.step[j]) if C.step[j] == C.step[j] else 0, int(j))
-    return Turns(rows, calls)
+    good = T.ok & ~np.isnan(T.repeat)
+    rep = np.where(good, T.repeat, 0).astype(np.int64)
+    R = int(rep.max()) + 1 if len(rep) else 1
+    tkey = np.where(good, T.case.astype(np.int64) * R + rep, -1)
+    step = np.where(np.isnan(C.step), 0, C.step).astype(np.int64)
+    S = int(step.max()) + 1 if len(step) else 1
+    of_turn = np.where(C.turn >= 0, tkey[np.maximum(C.turn, 0)] if len(tkey) else -1, -1)
+    ckey = np.where(of_turn >= 0, of_turn * S + step, -1)
+    return Turns(tkey, ckey, R, S)
 
 
 @dataclass
@@ -102,25 +107,36 @@ class Identity:
 
 @dataclass
 class EqualWork:
-    """One comparison at equal work (module docstring)."""
+    """One comparison at equal work (module docstring): per turn both arms ran (``case`` index into
+    ``case_names``, ``repeat``) the arm's measured time, the reference's, and the correction (s)."""
 
     arm: str
     vs: str
     identity: Identity
-    corrected: dict[tuple[str, int], float] = field(default_factory=dict)  # (case, repeat) → corrected turn_s
-    measured: dict[tuple[str, int], float] = field(default_factory=dict)  # (case, repeat) → the arm's turn_s
-    reference: dict[tuple[str, int], float] = field(default_factory=dict)  # (case, repeat) → the reference's
-    delta: dict[tuple[str, int], float] = field(default_factory=dict)  # (case, repeat) → the correction, s
-    correction: dict[str, float] = field(default_factory=dict)  # case → Σ |correction| seconds
+    case_names: list[Any] = field(default_factory=list)
+    case: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    repeat: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    measured: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    reference: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    delta: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    absolute: np.ndarray = field(default_factory=lambda: np.zeros(0))  # Σ |correction| of each turn's steps
     tokens: tuple[float, float] = (0.0, 0.0)  # Σ generated tokens over the turns corrected: (arm, reference)
-    problem: str | None = None  # why no figure, or why it may not be cited (model, cross-check)
+    problem: str | None = None  # why the figure may not be cited (model, cross-check)
+
+    @property
+    def corrected(self) -> np.ndarray:
+        return self.measured + self.delta
+
+    def _in(self, case: str | None) -> np.ndarray:
+        if case is None:
+            return np.ones(len(self.case), bool)
+        return self.case == (self.case_names.index(case) if case in self.case_names else -1)
 
     def share(self, case: str | None = None) -> float | None:
         """Σ |correction| / Σ measured turn_s, over a case's turns or all of them."""
-        keys = [k for k in self.measured if case is None or k[0] == case]
-        spent = sum(self.measured[k] for k in keys)
-        corr = sum(v for c, v in self.correction.items() if case is None or c == case)
-        return float(corr / spent) if spent > 0 else None
+        m = self._in(case)
+        spent = float(self.measured[m].sum())
+        return float(self.absolute[m].sum() / spent) if spent > 0 else None
 
     def token_change(self) -> float | None:
         """The arm's generated tokens against the reference's over the turns corrected, − 1."""
@@ -138,51 +154,72 @@ class EqualWork:
     def value(self, cases: list[str]) -> float | None:
         """Σ_c median reference turn_s / Σ_c median corrected turn_s over *cases*; None unless each has a pair."""
         ref, arm = 0.0, 0.0
+        corrected = self.corrected
         for c in cases:
-            r = [v for (case, _), v in self.reference.items() if case == c]
-            a = [v for (case, _), v in self.corrected.items() if case == c]
-            if not r or not a:
+            m = self._in(c)
+            if not m.any():
                 return None
-            ref += median(np.array(r))
-            arm += median(np.array(a))
+            ref += median(self.reference[m])
+            arm += median(corrected[m])
         return float(ref / arm) if arm > 0 else None
+
+    def deltas(self) -> dict[tuple[str, int], float]:
+        """(case name, repeat) → the correction of the arm's turn (for the verdict's pairs)."""
+        return {(self.case_names[c], int(r)): float(d) for c, r, d in zip(self.case, self.repeat, self.delta)}
+
+
+def _pairs(keys_a: np.ndarray, keys_b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Positions (in *keys_a*, in *keys_b*) of the keys both hold (each key once on each side)."""
+    _, ia, ib = np.intersect1d(keys_a, keys_b, assume_unique=False, return_indices=True)
+    return ia, ib
+
+
+def _side(ds: Dataset, tt: Turns, arm: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """An arm's successful turns (rows, keys) and their calls (rows, keys)."""
+    t = np.flatnonzero((ds.turn.arm == arm) & (tt.turn_key >= 0))
+    c = np.flatnonzero((ds.call.arm == arm) & (tt.call_key >= 0))
+    return t, tt.turn_key[t], c, tt.call_key[c]
 
 
 def identity(ds: Dataset, comp: Comparison, tt: Turns, texts: dict[tuple[str, str, int, int], str] | None
              ) -> Identity:
     """The calls of *comp*'s two arms compared (module docstring), over the cases at temperature 0."""
     C = ds.call
-    greedy = {c.get("name") for c in ds.config.get("cases", []) if not c.get("temperature")}
-    a, v = ds.arm_index(comp.arm), ds.arm_index(comp.vs)
-    out, positions = Identity(), []
-    for (arm, case, rep), row in tt.rows.items():
-        name = ds.case_names[case]
-        if arm != a or name not in greedy or (v, case, rep) not in tt.rows:
-            continue
-        mine, theirs = tt.calls.get(row, {}), tt.calls.get(tt.rows[(v, case, rep)], {})
-        for step in sorted(mine.keys() & theirs.keys()):
-            i, j = mine[step], theirs[step]
-            out.calls += 1
-            same = C.output[i] >= 0 and C.output[i] == C.output[j] and C.completion_tokens[i] == C.completion_tokens[j]
-            out.identical += bool(same)
-            if not same and texts is not None:
-                ta, tb = texts.get((comp.arm, name, rep, step)), texts.get((comp.vs, name, rep, step))
-                if ta is not None and tb is not None and (pos := first_difference(ta, tb)) is not None:
-                    positions.append(pos)
-    out.divergence_chars_median = median(np.array(positions, float)) if positions else None
+    greedy = np.array([not c.get("temperature") for c in ds.config.get("cases", [])]
+                      + [False] * (len(ds.case_names) - len(ds.config.get("cases", []))), dtype=bool)
+    _, _, ca, ka = _side(ds, tt, ds.arm_index(comp.arm))
+    _, _, cv, kv = _side(ds, tt, ds.arm_index(comp.vs))
+    ia, iv = _pairs(ka, kv)
+    i, j = ca[ia], cv[iv]
+    keep = greedy[C.case[i]] if len(greedy) else np.zeros(len(i), bool)
+    i, j = i[keep], j[keep]
+    same = (C.output[i] >= 0) & (C.output[i] == C.output[j]) & (C.completion_tokens[i] == C.completion_tokens[j])
+    out = Identity(int(len(i)), int(same.sum()))
+    if texts is not None:
+        positions = []
+        for x in i[~same]:
+            k = int(tt.call_key[x])
+            name, rep, step = ds.case_names[k // tt.steps // tt.repeats], (k // tt.steps) % tt.repeats, k % tt.steps
+            ta, tb = texts.get((comp.arm, name, rep, step)), texts.get((comp.vs, name, rep, step))
+            if ta is not None and tb is not None and (pos := first_difference(ta, tb)) is not None:
+                positions.append(pos)
+        out.divergence_chars_median = median(np.array(positions, float)) if positions else None
     return out
 
 
-def _cross_checked(probe_rows: list[dict[str, Any]], arm: str) -> str | None:
-    """Why the arm's rate model is not cross-checked (None when it is: a probe agrees, none disagrees)."""
+def _cross_checked(probe_rows: list[dict[str, Any]], arm: str, tolerance: float | None = None) -> str | None:
+    """Why the arm's rate model is not cross-checked, and what to do (None when it is: a probe agrees, none
+    disagrees)."""
     mine = [p for p in probe_rows if p.get("arm") == arm and p.get("agrees") is not None]
     if not mine:
         return f"{arm}'s rate model has no cross-check (no probe compared with it: add [probes])"
     bad = [p for p in mine if p["agrees"] is False]
     if bad:
         worst = max(bad, key=lambda p: p.get("agreement") or 0.0)
+        tol = f", tolerance {tolerance:.0%}" if tolerance is not None else ""
         return (f"{arm}'s rate model fails its cross-check (probe at context {worst.get('context_tokens') or 0:.0f}: "
-                f"views {worst.get('agreement') or 0:.1%} apart)")
+                f"its decode views {worst.get('agreement') or 0:.1%} apart{tol}): run the probes again on a quieter "
+                "machine, or with more [probes] repeats")
     return None
 
 
@@ -193,61 +230,50 @@ def equal_work(ds: Dataset, comp: Comparison, model: dict[str, Any] | None, prob
     the turns' times the cells take (default: as measured; :func:`.drift.adjusted_turn_s`)."""
     C, T = ds.call, ds.turn
     times = T.turn_s if turn_s is None else turn_s
-    out = EqualWork(comp.arm, comp.vs, identity(ds, comp, tt, texts))
+    out = EqualWork(comp.arm, comp.vs, identity(ds, comp, tt, texts), list(ds.case_names))
     if not model or not model.get("prefill") or not model.get("decode"):
         out.problem = f"{comp.arm} has no rate model of both phases to correct with"
         return out
     cache_on = is_on(ds.knobs(comp.arm).get("prefix_cache"))
-    cached = C.cached()
-    a, v = ds.arm_index(comp.arm), ds.arm_index(comp.vs)
-    tok_a = tok_r = 0.0
-    for (arm, case, rep), row in tt.rows.items():
-        ref_row = tt.rows.get((v, case, rep))
-        if arm != a or ref_row is None:
-            continue
-        mine, theirs = tt.calls.get(row, {}), tt.calls.get(ref_row, {})
-        delta, absolute, ok = 0.0, 0.0, True
-        for step in sorted(mine.keys() | theirs.keys()):
-            i, j = mine.get(step), theirs.get(step)
-            if i is not None and j is not None:
-                pa, oa, pr, orr = C.prompt_tokens[i], C.completion_tokens[i], C.prompt_tokens[j], C.completion_tokens[j]
-                if np.isnan([pa, oa, pr, orr]).any():
-                    ok = False
-                    break
-                ka = cached[i] if not np.isnan(cached[i]) else (0.0 if not cache_on else np.nan)
-                if np.isnan(ka):  # the prefill taken as unchanged: only the decode corrected
-                    d = decode_seconds(model, pr + 1.0, max(orr - 1.0, 0.0)) - decode_seconds(model, pa + 1.0,
-                                                                                             max(oa - 1.0, 0.0))
-                else:
-                    kr = pr - min(pa - ka, pr)
-                    d = call_seconds(model, pr, kr, orr) - call_seconds(model, pa, ka, oa)
-                tok_a, tok_r = tok_a + oa, tok_r + orr
-            elif i is not None:
-                if np.isnan([C.prompt_tokens[i], C.completion_tokens[i]]).any():
-                    ok = False
-                    break
-                ka = 0.0 if np.isnan(cached[i]) else cached[i]
-                d = -call_seconds(model, C.prompt_tokens[i], ka, C.completion_tokens[i])
-                tok_a += C.completion_tokens[i]
-            else:
-                if np.isnan([C.prompt_tokens[j], C.completion_tokens[j]]).any():
-                    ok = False
-                    break
-                kr = (0.0 if np.isnan(cached[j]) else cached[j]) if cache_on else 0.0
-                d = call_seconds(model, C.prompt_tokens[j], kr, C.completion_tokens[j])
-                tok_r += C.completion_tokens[j]
-            delta += d
-            absolute += abs(d)
-        if not ok:
-            continue
-        name = ds.case_names[case]
-        out.measured[(name, rep)] = float(times[row])
-        out.reference[(name, rep)] = float(times[ref_row])
-        out.corrected[(name, rep)] = float(times[row]) + delta
-        out.delta[(name, rep)] = delta
-        out.correction[name] = out.correction.get(name, 0.0) + absolute
-    out.tokens = (tok_a, tok_r)
-    out.problem = _cross_checked(probe_rows, comp.arm)
+    ta, tka, ca, cka = _side(ds, tt, ds.arm_index(comp.arm))
+    tv, tkv, cv, ckv = _side(ds, tt, ds.arm_index(comp.vs))
+    pa, pv = _pairs(tka, tkv)  # the turns both ran: positions in ta / tv
+    both = tka[pa]  # their keys, ascending
+    in_a, in_v = np.isin(cka // tt.steps, both), np.isin(ckv // tt.steps, both)
+    ca, cka, cv, ckv = ca[in_a], cka[in_a], cv[in_v], ckv[in_v]
+    P, O, K = C.prompt_tokens, C.completion_tokens, C.cached()
+    ia, iv = _pairs(cka, ckv)
+    i, j = ca[ia], cv[iv]  # steps both ran: the arm's call i, the reference's call j
+    ka = np.where(np.isnan(K[i]), 0.0 if not cache_on else np.nan, K[i])
+    kr = P[j] - np.minimum(P[i] - np.where(np.isnan(ka), 0.0, ka), P[j])
+    d_both = np.where(np.isnan(ka),  # the cached count unknown: the prefill taken as unchanged
+                      decode_seconds(model, P[j] + 1.0, O[j] - 1.0) - decode_seconds(model, P[i] + 1.0, O[i] - 1.0),
+                      call_seconds(model, P[j], kr, O[j]) - call_seconds(model, P[i], np.where(np.isnan(ka), 0, ka),
+                                                                         O[i]))
+    only_a = ca[np.setdiff1d(np.arange(len(ca)), ia)]
+    only_v = cv[np.setdiff1d(np.arange(len(cv)), iv)]
+    d_a = -call_seconds(model, P[only_a], np.where(np.isnan(K[only_a]), 0.0, K[only_a]), O[only_a])
+    kv_only = np.where(np.isnan(K[only_v]), 0.0, K[only_v]) if cache_on else np.zeros(len(only_v))
+    d_v = call_seconds(model, P[only_v], kv_only, O[only_v])
+    key = np.concatenate([tt.call_key[i], tt.call_key[only_a], tt.call_key[only_v]]) // tt.steps
+    d = np.concatenate([d_both, d_a, d_v])
+    pos = np.searchsorted(both, key)
+    ok = np.ones(len(both), bool)
+    bad = ~np.isfinite(d)
+    ok[pos[bad]] = False  # a turn with a call whose token counts are unknown is not corrected
+    d = np.where(bad, 0.0, d)
+    delta = np.bincount(pos, weights=d, minlength=len(both))
+    absolute = np.bincount(pos, weights=np.abs(d), minlength=len(both))
+    tok_a = np.bincount(pos, weights=np.nan_to_num(np.concatenate([O[i], O[only_a], np.zeros(len(only_v))])),
+                        minlength=len(both))
+    tok_r = np.bincount(pos, weights=np.nan_to_num(np.concatenate([O[j], np.zeros(len(only_a)), O[only_v]])),
+                        minlength=len(both))
+    rows_a, rows_v = ta[pa][ok], tv[pv][ok]
+    out.case, out.repeat = both[ok] // tt.repeats, both[ok] % tt.repeats
+    out.measured, out.reference = times[rows_a].astype(float), times[rows_v].astype(float)
+    out.delta, out.absolute = delta[ok], absolute[ok]
+    out.tokens = (float(tok_a[ok].sum()), float(tok_r[ok].sum()))
+    out.problem = _cross_checked(probe_rows, comp.arm, (ds.config.get("probes") or {}).get("tolerance", 0.05))
     return out
 
 
@@ -264,7 +290,8 @@ def figure(ew: EqualWork, cases: list[str], row: dict[str, Any]) -> dict[str, An
     if ew.problem:
         reasons.append(ew.problem)
     if share is not None and share > MAX_CORRECTION:
-        reasons.append(f"the correction is {share:.0%} of the arm's time, more than {MAX_CORRECTION:.0%}")
+        reasons.append(f"the correction is {share:.0%} of the arm's time, more than {MAX_CORRECTION:.0%}: the arms' "
+                       "work differs too much to correct (bound the answers with max_tokens, or see why they differ)")
     others = [c for c in row.get("reason_codes") or [] if c != "volume"]
     if others:
         reasons.append("the measured comparison is also refused for " + ", ".join(others))

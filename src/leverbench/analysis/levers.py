@@ -48,6 +48,8 @@ def levers(arms: list[str], knobs: dict[str, dict[str, Any]], multipliers: list[
                    "gpu_hours_returned_per_1000_turns": returned, "measure": "measured", "note": None,
                    "measured": {"value": m["value"], "citable": m["citable"], "reason": m["reason"]}}
             ew = m.get("equal_work")
+            if ew and ew.get("value") is not None and not ew["citable"] and not m["citable"]:
+                row["reason"] = f"{m['reason']}; at equal work {ew['value']:.2f}x, not citable either: {ew['reason']}"
             if cited(m)[2] == "equal work" and ew["value"]:
                 if cr and ca and cr.get("gpu_hours_per_1000_turns") is not None:
                     ref_h = cr["gpu_hours_per_1000_turns"]

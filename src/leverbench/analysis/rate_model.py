@@ -37,18 +37,25 @@ from __future__ import annotations
 from typing import Any
 
 
-def prefill_seconds(model: dict[str, Any], uncached: float, cached: float = 0.0) -> float:
-    """prefill_s(n, k) = a + b·n + c·n·(k + n/2) (see the module docstring)."""
+def _positive(x: Any) -> Any:
+    """max(x, 0) by arithmetic alone, so that it holds for a number and, element by element, for an array."""
+    return (x + abs(x)) / 2.0
+
+
+def prefill_seconds(model: dict[str, Any], uncached: Any, cached: Any = 0.0) -> Any:
+    """prefill_s(n, k) = a + b·n + c·n·(k + n/2) (see the module docstring); n < 0 counts as 0.  Numbers or
+    numpy arrays alike (element by element)."""
     p = model["prefill"]
-    n = max(float(uncached), 0.0)
-    return p["a_s"] + p["b_s_per_token"] * n + p.get("c_s_per_token2", 0.0) * n * (float(cached) + n / 2.0)
+    n = _positive(uncached * 1.0)
+    return p["a_s"] + p["b_s_per_token"] * n + p.get("c_s_per_token2", 0.0) * n * (cached * 1.0 + n / 2.0)
 
 
-def decode_seconds(model: dict[str, Any], context: float, output: float) -> float:
-    """decode_s(L, O) = O·d0 + d1·(O·L + O·(O − 1)/2) (see the module docstring)."""
+def decode_seconds(model: dict[str, Any], context: Any, output: Any) -> Any:
+    """decode_s(L, O) = O·d0 + d1·(O·L + O·(O − 1)/2) (see the module docstring); O < 0 counts as 0.  Numbers
+    or numpy arrays alike (element by element)."""
     d = model["decode"]
-    o = max(float(output), 0.0)
-    return o * d["d0_s_per_token"] + d.get("d1_s_per_token_per_ctx", 0.0) * (o * float(context) + o * (o - 1.0) / 2.0)
+    o = _positive(output * 1.0)
+    return o * d["d0_s_per_token"] + d.get("d1_s_per_token_per_ctx", 0.0) * (o * context + o * (o - 1.0) / 2.0)
 
 
 def from_rates_row(row: dict[str, Any]) -> dict[str, Any] | None:

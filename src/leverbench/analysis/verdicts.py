@@ -231,7 +231,7 @@ def replay(ds: Dataset, st: Settings, upto: int | None = None, comps: list[Compa
 def _corrected_log(log: TurnLog, arm: str, ew: EqualWork) -> TurnLog:
     """*log* with *arm*'s turns that have an equal-work correction (:mod:`.equal_work`) corrected by it."""
     out = {k: dict(v) for k, v in log.items()}
-    for (case, rep), d in ew.delta.items():
+    for (case, rep), d in ew.deltas().items():
         if (arm, case) in out and rep in out[(arm, case)]:
             s, ok = out[(arm, case)][rep]
             out[(arm, case)][rep] = (s + d, ok)

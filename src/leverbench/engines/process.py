@@ -1,8 +1,9 @@
 """What every engine the tool starts has in common: a server process for one arm.
 
 An engine (llama.cpp's ``llama-server``, vLLM's OpenAI server) is started on a
-free loopback port with its output in a log file, is healthy when ``/health``
-answers 200, and is stopped with its whole process group.  A subclass gives
+free loopback port with its output in a log file, in a process group of its own
+(not a session of its own: see :meth:`EngineProcess.start`), is healthy when
+``/health`` answers 200, and is stopped with its whole process group.  A subclass gives
 :meth:`EngineProcess.command` (the argument vector, port included),
 :meth:`EngineProcess.environment` (None: the tool's own), ``label`` (how
 messages name the program), ``model_id`` (the model name its chat endpoint
@@ -108,8 +109,13 @@ class EngineProcess:
         log = open(self.log_path, "ab")
         log.write(("$ " + " ".join(cmd) + "\n").encode())
         log.flush()
+        # A process group of its own (the terminal's Ctrl-C reaches only the tool, which stops the engine), in
+        # the tool's session: a session of its own is a scheduling group of its own where the kernel groups by
+        # session (autogroup, on by default), and a busy machine then gives the whole server one share, which
+        # its threads, waiting on each other at every token, turned into 0.5-2 tokens/s instead of 35-60 here
+        # (benchmarks/engine_session.py).
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     start_new_session=True, env=env)
+                                     process_group=0, env=env)
         log.close()
         deadline = time.monotonic() + self.startup_timeout_s
         while time.monotonic() < deadline:

@@ -104,7 +104,7 @@ class Runner:
 
     def stop_engines(self) -> None:
         """Stop every engine the tool started; a second Ctrl-C (or a SIGTERM) meanwhile waits until they are
-        (they run in their own session: the terminal's SIGINT never reaches them)."""
+        (they run in their own process group: the terminal's SIGINT never reaches them)."""
         held = hold_signals()
         try:
             for ep in self.endpoints.values():
