@@ -53,6 +53,26 @@ def turn(arm: str, case: str, repeat: int, turn_s: float, out: int, *, prompt: i
     return [*calls, rec]
 
 
+def timed(arm: str, case: str, r: int, *, prompt: int, cached: int, out: int, prefill_tps: float, decode_tps: float,
+          kind: str = "call", **kw: Any) -> dict[str, Any]:
+    """A call timed as the rate model reads it: the first token ends prefill, the other out − 1 decode (with
+    llama.cpp's timings saying the same)."""
+    prefill, decode = (prompt - cached) / prefill_tps, (out - 1) / decode_tps
+    return call(arm, case, r, kind=kind, prompt=prompt, cached=cached, out=out, ttft=prefill, latency=prefill + decode,
+                timings={"prompt_n": prompt - cached, "prompt_ms": prefill * 1000, "predicted_n": out,
+                         "predicted_ms": decode * 1000, "cache_n": cached}, **kw)
+
+
+def probes_for(head: dict[str, Any], arms: dict[str, dict[str, Any]], case: str = "c", prefill_tps: float = 1000.0,
+               decode_tps: float = 50.0) -> list[dict[str, Any]]:
+    """Probes at 32 and 256 tokens on every arm, timed exactly (1000 prompt tokens; cached on an arm with a
+    prefix cache after the first), so that each arm's rate model is fitted and passes its cross-check."""
+    head["config"]["probes"] = {"output_tokens": [32, 256], "repeats": 2, "case": case, "tolerance": 0.05}
+    return [timed(a, case, r, kind="probe", prompt=1000, cached=990 if arms[a].get("prefix_cache") and r else 0,
+                  out=n, prefill_tps=prefill_tps, decode_tps=decode_tps, probe_tokens=n)
+            for r in (0, 1) for n in (32, 256) for a in arms]
+
+
 def ledger(head: dict[str, Any], records: list[dict[str, Any]]) -> Ledger:
     return Ledger(path=Path("mem"), header=head, records=records)
 

@@ -4,7 +4,7 @@ and engagement from the server's own counters.  Hand-made ledgers; every expecte
 from __future__ import annotations
 
 import pytest
-from ledgers import call, header, ledger, turn, warned
+from ledgers import call, header, ledger, probes_for, timed, turn, warned
 
 from leverbench.analysis.knobs import arm_knobs, comparisons, suggestion
 from leverbench.analysis.summary import summarize
@@ -91,10 +91,7 @@ def test_direction_of_a_pair_where_both_set_the_knob():
 def _probes(head, arms):
     """Probes at 32 and 256 tokens on every arm (1000 prompt tokens at 1000 tok/s, decode 50 tok/s), so the
     scenario projection has rates to work with."""
-    head["config"]["probes"] = {"output_tokens": [32, 256], "repeats": 2, "case": "c", "tolerance": 0.05}
-    return [_timed(a, "c", r, kind="probe", prompt=1000, cached=990 if arms[a].get("prefix_cache") and r else 0,
-                   out=n, prefill_tps=1000.0, decode_tps=50.0, probe_tokens=n)
-            for r in (0, 1) for n in (32, 256) for a in arms]
+    return probes_for(head, arms)
 
 
 def _retried_turn(arm, r, t, out):
@@ -201,12 +198,7 @@ def test_a_multiplier_refused_for_volume_alone_is_cited_at_equal_work():
     assert s["projection"]["levers"][0]["citable"] and s["projection"]["levers"][0]["measure"] == "equal work"
 
 
-def _timed(arm, case, r, *, prompt, cached, out, prefill_tps, decode_tps, kind="call", **kw):
-    """A call timed as the rate model reads it: the first token ends prefill, the other out − 1 decode."""
-    prefill, decode = (prompt - cached) / prefill_tps, (out - 1) / decode_tps
-    return call(arm, case, r, kind=kind, prompt=prompt, cached=cached, out=out, ttft=prefill, latency=prefill + decode,
-                timings={"prompt_n": prompt - cached, "prompt_ms": prefill * 1000, "predicted_n": out,
-                         "predicted_ms": decode * 1000, "cache_n": cached}, **kw)
+_timed = timed
 
 
 def test_projection_is_amdahls_a_cache_moves_prefill_only():

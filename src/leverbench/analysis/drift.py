@@ -34,7 +34,9 @@ the drift is **unknown** (a warning; two sentinels still give a change, without 
 
 Refusing on evidence, not on the lack of it, in interleaved order: there the paired interval of the
 verdict already carries the noise both arms share, and a differential drift needs a cause (a cache warming
-up on one arm) that the differential series shows.
+up on one arm) that the differential series shows.  With few rounds the series has little power (3 repeats:
+4 sentinels per arm); a comparison whose interval cannot rule out a drift beyond the tolerance either way
+is marked ``undetermined`` (the drift table says so), not refused.
 
 **Common drift** (:func:`common_drift`): the trend of the mean over arms of log speed at the places every arm
 ran a sentinel, said in words when detected ("the machine slowed 30 % during the run, alike for every arm").
@@ -201,11 +203,12 @@ class PairDrift:
     prefill: Trend
     refuses: bool
     reason: str | None
+    undetermined: bool = False  # not refused, but the series cannot rule out a drift beyond tolerance either
 
     def as_dict(self) -> dict[str, Any]:
         return {"arm": self.arm, "vs": self.vs, "order": self.order, "points": self.decode.points,
                 "decode": self.decode.as_dict(), "prefill": self.prefill.as_dict(), "refuses": self.refuses,
-                "reason": self.reason}
+                "reason": self.reason, "undetermined": self.undetermined}
 
 
 def pair_drift(arm: str, vs: str, own: dict[str, list[Point]], order: str, tol: float,
@@ -217,8 +220,8 @@ def pair_drift(arm: str, vs: str, own: dict[str, list[Point]], order: str, tol: 
         for who in (vs, arm):
             d, p = _trends(own.get(who, []), confidence)
             if d.change is None or d.points < MIN_POINTS:
-                reasons.append(f"{who}'s drift is unknown ({len(own.get(who, []))} sentinel(s)), and blocked order "
-                               "puts any drift into the comparison")
+                reasons.append(f"{who}'s drift is unknown ({d.points} sentinel(s) with a speed to read), and blocked "
+                               "order puts any drift into the comparison")
             for phase, tr in (("decode", d), ("prefill", p)):
                 if tr.detected(tol):
                     reasons.append(f"{who}'s {phase} speed changed {tr.words()} over the run (tolerance "
@@ -232,7 +235,8 @@ def pair_drift(arm: str, vs: str, own: dict[str, list[Point]], order: str, tol: 
     reasons = [f"{arm} and {vs} drifted differently: {phase} speed of {arm} relative to {vs} changed "
                f"{tr.words()} over the run (tolerance {tol:.0%})" for phase, tr in (("decode", d), ("prefill", p))
                if tr.detected(tol)]
-    return PairDrift(arm, vs, order, d, p, bool(reasons), "; ".join(reasons) or None)
+    undetermined = not reasons and any(tr.low is None or tr.low < -tol or tr.high > tol for tr in (d, p))
+    return PairDrift(arm, vs, order, d, p, bool(reasons), "; ".join(reasons) or None, undetermined)
 
 
 def common_drift(own: dict[str, list[Point]], arms: list[str], tol: float, order: str = "interleaved",
@@ -247,10 +251,10 @@ def common_drift(own: dict[str, list[Point]], arms: list[str], tol: float, order
     if not keys or len(arms) < 2:
         return {"decode": None, "prefill": None, "text": None, "detected": False}
     rows = {a: {p.key: p for p in own[a]} for a in arms}
-    order = sorted(keys, key=lambda k: rows[arms[0]][k].x)
-    x = [float(np.mean([rows[a][k].x for a in arms])) for k in order]
-    d = trend(x, [float(np.mean([rows[a][k].decode for a in arms])) for k in order], family_confidence(2))
-    p = trend(x, [float(np.mean([rows[a][k].prefill for a in arms])) for k in order], family_confidence(2))
+    places = sorted(keys, key=lambda k: rows[arms[0]][k].x)
+    x = [float(np.mean([rows[a][k].x for a in arms])) for k in places]
+    d = trend(x, [float(np.mean([rows[a][k].decode for a in arms])) for k in places], family_confidence(2))
+    p = trend(x, [float(np.mean([rows[a][k].prefill for a in arms])) for k in places], family_confidence(2))
     said = [f"{phase} {'slowed' if tr.change < 0 else 'sped up'} {abs(tr.change):.0%} "
             f"[{tr.low:+.0%}, {tr.high:+.0%}]" for phase, tr in (("decode", d), ("prefill", p)) if tr.detected(tol)]
     text = None
@@ -279,7 +283,7 @@ def adjusted_turn_s(ds: Dataset, common_row: dict[str, Any]) -> np.ndarray | Non
     bd = math.log1p(common_row["decode"]["change"]) if common_row["decode"]["change"] is not None else 0.0
     bp = math.log1p(common_row["prefill"]["change"]) if common_row["prefill"]["change"] is not None else 0.0
     c = ds.call
-    x = (c.t_send - t0) / span
+    x = np.clip((c.t_send - t0) / span, 0.0, 1.0)  # a call before the first sentinel (after the last): its speed
     ttft = np.where(np.isnan(c.ttft_s), 0.0, c.ttft_s)
     dec = np.where(np.isnan(c.latency_s), 0.0, c.latency_s) - ttft
     change = ttft * (np.exp(bp * x) - 1.0) + dec * (np.exp(bd * x) - 1.0)
@@ -313,9 +317,9 @@ def drift(ds: Dataset) -> tuple[list[dict[str, Any]], list[RunWarning]]:
         pts = own.get(arm, [])
         d, p = _trends(pts, family_confidence(2 * len(ds.arms)))
         rates = [math.exp(q.decode) for q in pts if math.isfinite(q.decode)]
-        unknown = len(pts) < MIN_POINTS
+        unknown = len(rates) < MIN_POINTS  # sentinels whose speed could be read (token counts and times known)
         drifted = d.detected(tol) or p.detected(tol)
-        row = {"arm": arm, "sentinels": len(pts), "decode": d.as_dict(), "prefill": p.as_dict(),
+        row = {"arm": arm, "sentinels": len(rates), "decode": d.as_dict(), "prefill": p.as_dict(),
                "drifted": drifted, "unknown": unknown, "tolerance": tol,
                "start_tps": rates[0] if rates else None, "end_tps": rates[-1] if rates else None,
                "change": d.change, "warmup": warm.get(arm)}
@@ -330,7 +334,7 @@ def drift(ds: Dataset) -> tuple[list[dict[str, Any]], list[RunWarning]]:
         if unknown:
             have = len([s for s in ds.sentinels if s["arm"] == arm])
             why = ("no sentinels (sentinel_tokens = 0, or the run was cut short)" if not have
-                   else f"{len(pts)} successful sentinel(s) of {have}")
+                   else f"{len(rates)} sentinel(s) of {have} with a speed to read (successful, with token counts)")
             warnings.append(RunWarning(WarningKind.DRIFT_UNKNOWN, f"drift unknown: arm {arm!r}: {why}; "
                                        f"{MIN_POINTS} are needed to tell drift from noise"
                                        + ("; with blocked order its comparisons are not citable"

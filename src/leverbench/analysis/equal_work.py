@@ -17,7 +17,8 @@ its measured time plus what the arm's own rate model (:mod:`.rate_model`) says t
 
 with P, k, O the call's prompt, cached and generated tokens on the arm (a) and on the reference (r) in the
 same step of the same turn (case and repeat), and k' the cached tokens the arm would have had on the
-reference's prompt: its own uncached count kept (the new text of the step), k' = P_r − min(P_a − k_a, P_r).
+reference's prompt: its own uncached count kept (the new text of the step), k' = P_r − (P_a − k_a) within
+[0, P_r − 1], and 0 where the arm cached nothing.
 Where the arm's cached count is unknown, the prefill is taken as unchanged (only the decode is corrected).
 A step only the arm ran is taken away (−M of its call), a step only the reference ran is added (+M of the
 reference's call, at the arm's cache: its cached count where the arm has a prefix cache, else 0).  So the
@@ -25,10 +26,13 @@ measurement carries the time and the model only the difference.  Cells: the medi
 the median reference turn of the same repeats; total: Σ of the reference's cell medians over Σ of the
 corrected ones.
 
-It is **citable** when the correction is small — Σ |correction| ≤ ``MAX_CORRECTION`` (a quarter) of the
-arm's time over the turns corrected, and, for a cell, of that cell's —, the arm's rate model has both
-phases and passes its cross-check (at least one of the arm's probes agrees with the rate model's other
-views and none disagrees: :mod:`.probes`), and nothing but the volume refuses the measured row.  It says
+A tool call one arm made and the other did not adds or takes away its scripted latency too (the turns'
+``tool_s`` differ).  It is **citable** when the correction is small — Σ |correction| ≤ ``MAX_CORRECTION``
+(a quarter) of the arm's time over the turns of every case the figure covers (a total whose gain comes
+from one case corrected beyond it is refused with it) —, no corrected turn is left with no time at all
+(the model would not describe it), the arm's rate model has both phases and passes its cross-check (at
+least one of the arm's probes agrees with the rate model's other views and none disagrees:
+:mod:`.probes`), and nothing but the volume refuses the measured row.  It says
 what it corrected ("adjusted for 9.5 % fewer tokens than the reference by the arm's rate model, 3.1 % of
 its time").
 """
@@ -245,7 +249,9 @@ def equal_work(ds: Dataset, comp: Comparison, model: dict[str, Any] | None, prob
     ia, iv = _pairs(cka, ckv)
     i, j = ca[ia], cv[iv]  # steps both ran: the arm's call i, the reference's call j
     ka = np.where(np.isnan(K[i]), 0.0 if not cache_on else np.nan, K[i])
-    kr = P[j] - np.minimum(P[i] - np.where(np.isnan(ka), 0.0, ka), P[j])
+    # the arm's cache on the reference's prompt: its own uncached count kept; nothing cached stays nothing
+    k0 = np.where(np.isnan(ka), 0.0, ka)
+    kr = np.where(k0 > 0, np.clip(P[j] - (P[i] - k0), 0.0, np.maximum(P[j] - 1.0, 0.0)), 0.0)
     d_both = np.where(np.isnan(ka),  # the cached count unknown: the prefill taken as unchanged
                       decode_seconds(model, P[j] + 1.0, O[j] - 1.0) - decode_seconds(model, P[i] + 1.0, O[i] - 1.0),
                       call_seconds(model, P[j], kr, O[j]) - call_seconds(model, P[i], np.where(np.isnan(ka), 0, ka),
@@ -262,8 +268,10 @@ def equal_work(ds: Dataset, comp: Comparison, model: dict[str, Any] | None, prob
     bad = ~np.isfinite(d)
     ok[pos[bad]] = False  # a turn with a call whose token counts are unknown is not corrected
     d = np.where(bad, 0.0, d)
-    delta = np.bincount(pos, weights=d, minlength=len(both))
-    absolute = np.bincount(pos, weights=np.abs(d), minlength=len(both))
+    # a tool call one arm made and the other did not: its scripted latency is work too (in turn_s as tool_s)
+    tool = np.nan_to_num(T.tool_s[tv[pv]]) - np.nan_to_num(T.tool_s[ta[pa]])
+    delta = np.bincount(pos, weights=d, minlength=len(both)) + tool
+    absolute = np.bincount(pos, weights=np.abs(d), minlength=len(both)) + np.abs(tool)
     tok_a = np.bincount(pos, weights=np.nan_to_num(np.concatenate([O[i], O[only_a], np.zeros(len(only_v))])),
                         minlength=len(both))
     tok_r = np.bincount(pos, weights=np.nan_to_num(np.concatenate([O[j], np.zeros(len(only_a)), O[only_v]])),
@@ -279,19 +287,28 @@ def equal_work(ds: Dataset, comp: Comparison, model: dict[str, Any] | None, prob
 
 def figure(ew: EqualWork, cases: list[str], row: dict[str, Any]) -> dict[str, Any]:
     """A multiplier row's ``equal_work``: {value, citable, reason, corrected, correction_share, token_change}
-    for the row's scope (a case, or the total over *cases*)."""
+    for the row's scope (a case, or the total over *cases*).  A total is citable only where each of its cases'
+    corrections is (a total whose gain came from one case corrected beyond the limit would hide it)."""
     scope = row["scope"]
     case = scope.removeprefix("case:") if scope != "total" else None
-    value = ew.value([case] if case else cases)
+    scoped = [case] if case else cases
+    value = ew.value(scoped)
     share = ew.share(case)
     reasons = []
     if value is None:
         reasons.append("no turn both arms ran with known token counts")
     if ew.problem:
         reasons.append(ew.problem)
-    if share is not None and share > MAX_CORRECTION:
-        reasons.append(f"the correction is {share:.0%} of the arm's time, more than {MAX_CORRECTION:.0%}: the arms' "
-                       "work differs too much to correct (bound the answers with max_tokens, or see why they differ)")
+    worst = max(((c, ew.share(c)) for c in scoped), key=lambda x: x[1] or 0.0, default=(None, None))
+    if worst[1] is not None and worst[1] > MAX_CORRECTION:
+        where = f" in {worst[0]}" if case is None else ""
+        reasons.append(f"the correction is {worst[1]:.0%} of the arm's time{where}, more than {MAX_CORRECTION:.0%}: "
+                       "the arms' work differs too much to correct (bound the answers with max_tokens, or see why "
+                       "they differ)")
+    negative = sorted({ew.case_names[c] for c in ew.case[ew.corrected <= 0]} & set(scoped))
+    if negative:
+        reasons.append(f"the correction exceeds the turn's own time in {', '.join(negative)}: the rate model does "
+                       "not describe those turns")
     others = [c for c in row.get("reason_codes") or [] if c != "volume"]
     if others:
         reasons.append("the measured comparison is also refused for " + ", ".join(others))

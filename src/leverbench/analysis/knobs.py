@@ -67,15 +67,18 @@ DECODE_LEVERS = ("drafter", "speculative_decoding", "spec_decode", "speculative"
 
 
 def is_on(value: Any) -> bool:
-    """Whether a knob's value means "on": anything but absent/None/False/0/""/none/off/no/false."""
+    """Whether a knob's value means "on": anything but absent/None/False/0/""/none/off/no/false, and not
+    :data:`UNKNOWN` (an unknown knob is not claimed to be on)."""
+    if value == UNKNOWN:
+        return False
     if isinstance(value, str):
         return value.strip().lower() not in _OFF_WORDS
     return not (value is None or value is False or (isinstance(value, (int, float)) and value == 0))
 
 
 def canonical(value: Any) -> Any:
-    """The value knobs are compared by: every "off" spelling is ``False``."""
-    return value if is_on(value) else False
+    """The value knobs are compared by: every "off" spelling is ``False``; :data:`UNKNOWN` stays itself."""
+    return value if value == UNKNOWN or is_on(value) else False
 
 
 def lever_phase(knob: str) -> str:
@@ -144,10 +147,20 @@ FACT_KNOB = {"props.build_info": "engine_version", "version.version": "engine_ve
              "cache_config.block_size": "block_size", "server_info.speculative_algorithm": "drafter",
              "server_info.speculative_num_draft_tokens": "drafter", "server_info.tp_size": "tensor_parallel",
              "server_info.dp_size": "data_parallel", "server_info.device": "device", "engine": "engine",
-             "model_source": "model_file"}
+             "model_source": "model_file", "parallel": "slots", "model_id": "model"}
 #: Facts that are never knobs: the simulator's own settings (a test instrument's truth), what discovery keeps
-#: as bookkeeping (``knobs``, derived from the rest), a build's date and platform (its version is the knob).
-NOT_FACTS = ("knobs", "sim", "props.sim", "engine_build.build_date", "engine_build.platform")
+#: as bookkeeping (``knobs``, derived from the rest), a build's date and platform (its version is the knob),
+#: and switches that only change what the server reports, not how it serves (SGLang's cache report and
+#: metrics: the tool asks for them to see engagement).
+NOT_FACTS = ("knobs", "sim", "props.sim", "engine_build.build_date", "engine_build.platform",
+             "server_info.enable_cache_report", "server_info.enable_metrics", "unreachable")
+#: Engine flags that only change what the server reports or where it listens, not how it serves.
+NOT_FLAGS = ("--enable-prompt-tokens-details", "--enable-cache-report", "--enable-metrics", "--metrics",
+             "--disable-log-requests", "--enable-log-requests", "--disable-log-stats", "--no-webui", "--host",
+             "--port", "--api-key", "--log-file", "--log-disable", "--log-verbosity", "-v", "--verbose",
+             "--served-model-name", "--uvicorn-log-level", "--alias", "-a")
+#: Facts that name a file: compared by its name (the same model loaded from two directories is one model).
+_FILE_FACTS = ("props.model_path", "models", "model_file", "model_source", "server_info.model_path")
 #: Engine flags (in ``engine_args``: llama.cpp's, vLLM's) → the knob they set; a drafter's flags are all the
 #: ``drafter`` knob's (:data:`DRAFTER_FLAG_PREFIXES`).
 FLAG_KNOB = {"-np": "slots", "--parallel": "slots", "-c": "context_length", "--ctx-size": "context_length",
@@ -157,6 +170,13 @@ FLAG_KNOB = {"-np": "slots", "--parallel": "slots", "-c": "context_length", "--c
              "-tp": "tensor_parallel"}
 DRAFTER_FLAG_PREFIXES = ("--spec", "--draft", "-md", "--speculative", "--model-draft", "-hfd", "--hf-repo-draft",
                          "-ngl-draft", "--gpu-layers-draft", "-cd", "--ctx-size-draft", "-devd", "--device-draft")
+
+
+def _base_name(v: Any) -> Any:
+    """A path's last part (a file's name); anything else as it is."""
+    if isinstance(v, str) and ("/" in v or "\\" in v):
+        return v.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]
+    return v
 
 
 def _flatten(d: Any, path: str = "") -> dict[str, Any]:
@@ -188,8 +208,12 @@ def _facts(discovered: dict[str, Any]) -> dict[str, tuple[str, Any]]:
             continue
         knob = FACT_KNOB.get(path) or next((k for p, k in FACT_KNOB.items() if p.endswith(".")
                                             and path.startswith(p)), None)
+        if path in _FILE_FACTS:
+            v = [_base_name(x) for x in v] if isinstance(v, list) else _base_name(v)
         out[path] = (knob or f"fact:{path}", json.dumps(v, sort_keys=True, default=str))
     for flag, v in _flags((discovered or {}).get("engine_args")).items():
+        if flag in NOT_FLAGS:
+            continue
         knob = "drafter" if flag.startswith(DRAFTER_FLAG_PREFIXES) else FLAG_KNOB.get(flag, f"flag:{flag}")
         out[f"engine_args {flag}"] = (knob, json.dumps(v))
     return out

@@ -1,6 +1,7 @@
 """The headline: for each lever, the controlled comparison that measures it.
 
-A lever is a knob (:mod:`.knobs`) in which some two arms differ.  For each,
+A lever is a knob (:mod:`.knobs`) in which some two arms differ (not a discovered fact or flag, ``fact:`` and
+``flag:``, and not through a value unknown on one of them).  For each,
 in the order the arms first differ in it: every controlled comparison that
 measures it (two arms that differ in that knob only) with its total
 multiplier (reference time / arm time) and the guard's verdict on it, whether
@@ -21,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from .guard import cited
-from .knobs import differing, suggestion
+from .knobs import UNKNOWN, differing, suggestion
 
 
 def levers(arms: list[str], knobs: dict[str, dict[str, Any]], multipliers: list[dict[str, Any]],
@@ -29,7 +30,10 @@ def levers(arms: list[str], knobs: dict[str, dict[str, Any]], multipliers: list[
     names: list[str] = []
     for i, x in enumerate(arms):
         for y in arms[i + 1:]:
-            names += [k for k in differing(knobs[x], knobs[y]) if k not in names]
+            # a discovered fact or flag is no lever (it only keeps a comparison from being controlled), and a knob
+            # known on one side only is no difference found
+            names += [k for k in differing(knobs[x], knobs[y]) if k not in names
+                      and not k.startswith(("fact:", "flag:")) and UNKNOWN not in (knobs[x].get(k), knobs[y].get(k))]
     eng = {e["arm"]: e for e in engaged_rows}
     cost = {c["arm"]: c for c in cost_rows}
     out = []

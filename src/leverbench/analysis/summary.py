@@ -74,7 +74,8 @@ def _texts(ledger: Ledger, ds: Dataset) -> dict[tuple[str, str, int, int], str]:
     out = {}
     for r in ledger.of_kind("call"):
         i = counted.get(r.get("turn_id"))
-        if i is not None and r.get("output_text") is not None and r.get("error") is None:
+        if i is not None and r.get("output_text") is not None and r.get("error") is None \
+                and ds.turn.repeat[i] == ds.turn.repeat[i]:  # a turn without a repeat number is no unit
             out.setdefault((r["arm"], r["case"], int(ds.turn.repeat[i]), int(r.get("step") or 0)), r["output_text"])
     return out
 
@@ -133,12 +134,16 @@ def comparison_reasons(comps: list[Comparison], contradictions: dict[str, dict[s
 
 
 def cost_citability(baseline: str, cell_list: list[dict[str, Any]], mults: list[dict[str, Any]],
-                    drift_rows: list[dict[str, Any]]) -> dict[str, tuple[bool, str | None]]:
+                    drift_rows: list[dict[str, Any]], common_row: dict[str, Any] | None = None
+                    ) -> dict[str, tuple[bool, str | None]]:
     """Per arm, whether its cost row may be cited: the baseline by its own measurements, every other
     arm by its total multiplier against the baseline (the comparison "GPU-hours returned" comes from);
-    and no arm whose own speed drifted (a cost per turn is an absolute figure: every drift biases it).
+    and no arm whose own speed drifted, nor any arm where the machine's speed changed for every arm alike
+    (*common_row*: ``drift_common``; a cost per turn is an absolute figure: every drift biases it).
     Takes the summary's own rows, so a command can apply it to a summary read back."""
     drifted = drifted_arms(drift_rows)
+    common = "the machine's speed changed during the run, alike for every arm (drift_common)" \
+        if (common_row or {}).get("detected") else None
     out = {baseline: measurement_guard([c for c in cell_list if c["arm"] == baseline], drifted)}
     for m in mults:
         if m["scope"] == "total" and m["vs"] == baseline:
@@ -146,6 +151,8 @@ def cost_citability(baseline: str, cell_list: list[dict[str, Any]], mults: list[
             if m["arm"] in drifted:
                 ok, why = False, "; ".join(filter(None, [why, f"drifted ({drifted[m['arm']]})"]))
             out[m["arm"]] = (ok, why)
+    if common:
+        out = {a: (False, "; ".join(filter(None, [why, common]))) for a, (_, why) in out.items()}
     return out
 
 
@@ -153,7 +160,8 @@ def projection_costs(summary: dict[str, Any], gpu_hour_usd: float | None = None)
     """What one turn of the summary's projected scenario costs per arm (:func:`.cost.scenario_costs`;
     *gpu_hour_usd* where an arm's conditions give no price), each row cited as :func:`cost_citability`
     allows.  Reads only the summary, so it applies to one read back."""
-    cite = cost_citability(summary["baseline"], summary["cells"], summary["multipliers"], summary["drift"])
+    cite = cost_citability(summary["baseline"], summary["cells"], summary["multipliers"], summary["drift"],
+                           summary.get("drift_common"))
     return scenario_costs(summary["projection"]["arms"], {a["name"]: a["conditions"] for a in summary["arms"]},
                           summary["baseline"], gpu_hour_usd, cite)
 
@@ -256,7 +264,7 @@ def summarize(ledger: Ledger, *, scenario: tuple[int, int] | None = None,
                                    f"{ds.config['experiment'].get('retries')}); each attempt is in the ledger, and the "
                                    "cells that hold them are not citable"))
     verdict_rows, adaptive = verdicts(ds, comps, mults, ews)
-    citability = cost_citability(ds.baseline, cell_list, mults, drift_list)
+    citability = cost_citability(ds.baseline, cell_list, mults, drift_list, common_row)
     cost_rows = costs(total_list, {a: ds.conditions(a) for a in ds.arms}, ds.baseline, gpu_hour_usd, citability)
     arms_h = ds.header["arms"]
     return {

@@ -294,12 +294,13 @@ def _refusal(rows: list[dict[str, Any]]) -> str | None:
     return "; ".join(dict.fromkeys(parts)) or None
 
 
-def _at_equal_work(rows: list[dict[str, Any]]) -> bool:
+def _at_equal_work(rows: list[dict[str, Any]], ew: EqualWork | None) -> bool:
     """Whether the comparison's refused rows are all refused for their volume alone, each with a citable
-    equal-work figure (then the verdict is taken on the arm's turns corrected to equal work)."""
+    equal-work figure, and every corrected turn keeps a time (then the verdict is taken on the arm's turns
+    corrected to equal work)."""
     refused = [m for m in rows if not m["citable"]]
-    return bool(refused) and all(refused_for_volume_alone(m) and (m.get("equal_work") or {}).get("citable")
-                                 for m in refused)
+    return (ew is not None and bool(refused) and bool((ew.corrected > 0).all())
+            and all(refused_for_volume_alone(m) and (m.get("equal_work") or {}).get("citable") for m in refused))
 
 
 def verdicts(ds: Dataset, comps: list[Comparison], mults: list[dict[str, Any]],
@@ -323,12 +324,14 @@ def verdicts(ds: Dataset, comps: list[Comparison], mults: list[dict[str, Any]],
     for comp in rp.comparisons if rp else decided_comparisons(comps, ds.baseline):
         mine = by.get((comp.arm, comp.vs), [])
         log, measure, why = base_log, "measured", _refusal(mine)
-        if (comp.arm, comp.vs) in ew and _at_equal_work(mine):
+        if _at_equal_work(mine, ew.get((comp.arm, comp.vs))):
             log, measure, why = _corrected_log(base_log, comp.arm, ew[(comp.arm, comp.vs)]), "equal work", None
         if rp is not None:
             stop = rp.stops.get(comp)
             look = stop.look if stop else rp.last_look
-            d = _look(log, comp, cases, look, st, budget_spent=stop is None or stop.why != DECIDED, refused=why)
+            # at equal work the pairs differ from those the run stopped on: the look is final all the same
+            final = stop is None or stop.why != DECIDED or measure == "equal work"
+            d = _look(log, comp, cases, look, st, budget_spent=final, refused=why)
             stopped_by, method = (stop.why if stop else NOT_FINISHED), "confidence sequence"
         else:
             look = repeats_run(log, cases)

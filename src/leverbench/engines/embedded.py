@@ -87,5 +87,15 @@ class EmbeddedEngine(EngineProcess):
         """Facts about the running engine: its build, arguments and model (discovery adds its knobs)."""
         out: dict[str, Any] = {"engine": "llama.cpp llama-server", "engine_build": build_info(),
                                "engine_args": self.args, "threads": self.threads, "ctx_size": self.ctx_size,
-                               "model_file": model_path().name}
+                               "parallel": _last_flag(self.args, ("-np", "--parallel"), 1),
+                               "model_file": model_path().name, "model_id": self.model_id}
         return out
+
+
+def _last_flag(args: list[str], names: tuple[str, ...], default: Any) -> Any:
+    """The value of the last of *names* in *args* (a later flag wins, as llama-server reads them), else *default*."""
+    value = default
+    for i, a in enumerate(args[:-1]):
+        if a in names:
+            value = args[i + 1]
+    return value

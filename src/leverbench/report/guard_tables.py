@@ -90,8 +90,11 @@ def drift_table(summary: dict[str, Any]) -> Table | None:
             rows.append([f"{p['arm']} vs {p['vs']}", "—", "—", "—", "REFUSED" if p["refuses"] else "ok",
                          p["reason"] or "blocked order: neither arm drifted"])
         else:
+            state = "REFUSED" if p["refuses"] else ("undetermined" if p.get("undetermined") else "ok")
+            why = p["reason"] or ("its interval cannot rule out a differential drift beyond the tolerance (few "
+                                  "sentinels, or noisy ones): more repeats narrow it" if p.get("undetermined") else "")
             rows.append([f"{p['arm']} vs {p['vs']} (ratio)", str(p["points"]), _trend(p["decode"]),
-                         _trend(p["prefill"]), "REFUSED" if p["refuses"] else "ok", p["reason"] or ""])
+                         _trend(p["prefill"]), state, why])
     common = summary.get("drift_common") or {}
     notes = [f"Speed over the run from the sentinels that open every round: its change from start to end with its "
              f"95 % interval. An arm drifted when the interval excludes 0 and the change is beyond {tol}; a "

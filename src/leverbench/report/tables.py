@@ -66,11 +66,26 @@ def result_table(summary: dict[str, Any]) -> Table:
     if vs_base:
         conf = next(iter(vs_base.values()))["confidence"]
         rows.append([f"ratio vs {base} [{pct(conf)} interval]"]
-                    + ["—" if a not in vs_base else ratio_interval(vs_base[a]) for a in arms])
-    return Table("results", "Turn time per case: median of the repeats [observed range]", ["case", *arms], rows,
-                 notes=["'disjoint': the arm's range does not overlap the baseline's."]
+                    + ["—" if a not in vs_base else _verdict_ratio(vs_base[a]) for a in arms])
+    common = summary.get("drift_common") or {}
+    adjusted = ["Times put on the speed at the run's first sentinel: the machine's speed changed during the run "
+                "alike for every arm (see Drift), and each call's prefill and decode time is scaled by that common "
+                "trend at its time."] if common.get("adjusted") else []
+    return Table("results", "Turn time per case: median of the repeats [observed range]"
+                 + (", on one speed (common drift adjusted)" if common.get("adjusted") else ""), ["case", *arms], rows,
+                 notes=["'disjoint': the arm's range does not overlap the baseline's."] + adjusted
                  + (["ratio: the geometric mean over cases of the paired per-repeat ratios (baseline / arm), with its "
                      "interval (see Verdicts)."] if vs_base else []))
+
+
+def _verdict_ratio(v: dict[str, Any]) -> str:
+    """A verdict row's ratio and interval, saying where it was taken at equal work or refused."""
+    txt = ratio_interval(v)
+    if v.get("measure") == "equal work":
+        txt += " at equal work"
+    if v.get("refused"):
+        txt = f"({txt}) not citable"
+    return txt
 
 
 def ratio_interval(v: dict[str, Any]) -> str:
@@ -100,8 +115,11 @@ def verdicts_table(summary: dict[str, Any]) -> Table:
         why = v.get("reason") or ""
         if v.get("stopped_by") not in (None, "decided"):
             why = "; ".join(x for x in (f"stopped by {v['stopped_by']}", why) if x)
+        if v.get("refused") and not v.get("reason"):
+            why = "; ".join(x for x in (f"refused: {v['refused']}", why) if x)
+        ratio = ratio_interval(v) + (" at equal work" if v.get("measure") == "equal work" else "")
         rows.append([v["lever"] or f"(uncontrolled: {', '.join(v['knobs']) or 'no knob'})", f"{v['arm']} vs {v['vs']}",
-                     v["verdict"], ratio_interval(v), _repeats_per_case(v["repeats"]), f"{v['gpu_hours']:.3g}", fixed,
+                     v["verdict"], ratio, _repeats_per_case(v["repeats"]), f"{v['gpu_hours']:.3g}", fixed,
                      why])
     first = rows_in[0] if rows_in else {"confidence": 0.95, "min_effect": 1.1, "method": "", "fixed_design_power": 0.9}
     sequential = first["method"] == "confidence sequence"
@@ -111,7 +129,9 @@ def verdicts_table(summary: dict[str, Any]) -> Table:
     notes = [f"pays: the interval lies above {first['min_effect']:.2f}x; does not pay: below it; equivalent: inside "
              f"[{1 / first['min_effect']:.2f}x, {first['min_effect']:.2f}x]; undecided: none of these when the "
              "repeats ran out. A comparison the guard refuses never pays.",
-             "ratio: geometric mean over cases of reference / arm, paired repeat by repeat (not the total multiplier).",
+             "ratio: geometric mean over cases of reference / arm, paired repeat by repeat (not the total multiplier); "
+             "'at equal work': the arm's turns corrected to the reference's work (see Equal work), where the arms' "
+             "output volumes differ and that correction may be cited.",
              f"fixed design: the repeats per case a fixed number of repeats at the same confidence needs to reach the "
              f"same verdict with {pct(first['fixed_design_power'])} power, were the observed effect and noise true."]
     if ad:

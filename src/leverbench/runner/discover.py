@@ -189,7 +189,8 @@ def knobs(raw: dict[str, Any]) -> dict[str, Any]:
     ``raw``: ``props`` (llama.cpp /props), ``slots`` (/slots), ``version`` (vLLM /version),
     ``server_info`` (SGLang /get_server_info), ``models`` (model-list entries), ``sim`` (the
     simulator's marker), ``metrics`` (:func:`metric_labels` of one scrape), ``known`` (the
-    embedded engine's own facts: ``engine_build``, ``engine_args``, ``model_file``).
+    embedded engine's own facts: ``engine_build``, ``engine_args``, ``model_file``, ``model_id``, ``parallel``,
+    ``ctx_size``, which stand in for what a llama.cpp endpoint that did not answer would have said).
 
     - ``engine``: ``llama.cpp`` (a /props answer, models owned by ``llamacpp`` or ``llamacpp:``
       metrics), ``vllm`` (owned by ``vllm`` or ``vllm:`` metrics), ``sglang`` (owned by ``sglang``,
@@ -260,6 +261,10 @@ def knobs(raw: dict[str, Any]) -> dict[str, Any]:
         _put(k, "context_length", _int(models[0].get("max_model_len")))
     if engine == "sglang" and isinstance(info, dict):
         k.setdefault("model_file", _file_name(info.get("model_path")))
+    if engine == "llama.cpp":  # what the engine the tool started knows of itself, where the endpoint did not say
+        _put(k, "model", known.get("model_id"))
+        _put(k, "slots", _int(known.get("parallel")))
+        _put(k, "context_length", _int(known.get("ctx_size")))
     return {key: v for key, v in k.items() if v is not None}
 
 
