@@ -128,7 +128,7 @@ def test_an_adaptive_verdict_at_equal_work_is_final_when_the_run_stopped(monkeyp
                            "outliers": 0}
         return out
     monkeypatch.setattr(summary_module, "rate_models", exact)
-    monkeypatch.setattr(equal_work, "_cross_checked", lambda rows, arm, tol=None: None)
+    monkeypatch.setattr(equal_work, "_cross_checked", lambda rows, arm, tol=None: (None, None))
     noise = [1.0, 1.01, 0.99, 1.005, 0.995, 1.0, 1.01, 0.99, 1.0, 1.005, 0.995, 1.0]
     extra = [150, -40, 200, -40, 150, -40, 150, -40, 200, -40, 150, -40]
     recs = []
@@ -189,3 +189,25 @@ def test_blocked_order_s_common_drift_words_say_blocked():
     s = _run(lambda a, x: 1.0 - 0.3 * x, order="blocked")
     text = s["drift_common"]["text"] or ""
     assert "blocked order" in text and "interleaved" not in text
+
+
+def _probe_off_run(extra_tokens: int):
+    """The arm writes *extra_tokens* more per turn; its probes read its decode 20 % slow (50 against 40 tok/s):
+    its cross-check fails, by 25 %."""
+    recs = []
+    for r in range(3):
+        recs += turn("base", "c", r, 1.0 + 399 / 50, 400, calls=[_call("base", "c", r, out=400)])
+        c = _call("fast", "c", r, out=400 + extra_tokens)
+        recs += turn("fast", "c", r, c["latency_s"] / 2, 400 + extra_tokens, calls=[c])
+    head = header(ARMS, ["c"])
+    probes = probes_for(head, {"base": {}}, decode_tps=DECODE) + [p for p in probes_for(head, {"fast": {}},
+                                                                                      decode_tps=40.0)]
+    return summarize(ledger(head, recs + probes))
+
+
+def test_a_failed_cross_check_refuses_only_a_correction_it_could_move_beyond_the_guard_s_tolerance():
+    small = _total(_probe_off_run(40))  # 10 % more tokens: a correction of about 9 % of its time
+    assert not small["citable"] and small["equal_work"]["citable"], small["equal_work"]["reason"]
+    assert "good to" in small["equal_work"]["corrected"] and "25.0%" in small["equal_work"]["corrected"]
+    large = _total(_probe_off_run(90))  # 22 %: the correction could move by 25 % × 20 % of the time > 5 %
+    assert not large["equal_work"]["citable"] and "could reach" in large["equal_work"]["reason"]

@@ -32,7 +32,11 @@ A tool call one arm made and the other did not adds or takes away its scripted l
 from one case corrected beyond it is refused with it) —, no corrected turn is left with no time at all
 (the model would not describe it), the arm's rate model has both phases and passes its cross-check (at
 least one of the arm's probes agrees with the rate model's other views and none disagrees:
-:mod:`.probes`), and nothing but the volume refuses the measured row.  It says
+:mod:`.probes`) at the precision the correction needs — where a probe's views disagree beyond the probes'
+tolerance by a spread s, the correction may be off by about s of itself, so the figure is still citable when
+s × the correction's share of the time is within the guard's volume tolerance of its scope (5 % for a total,
+20 % for a cell: a correction more precise than the work difference the guard lets pass uncorrected) —,
+and nothing but the volume refuses the measured row.  It says
 what it corrected ("adjusted for 9.5 % fewer tokens than the reference by the arm's rate model, 3.1 % of
 its time").
 """
@@ -126,6 +130,7 @@ class EqualWork:
     absolute: np.ndarray = field(default_factory=lambda: np.zeros(0))  # Σ |correction| of each turn's steps
     tokens: tuple[float, float] = (0.0, 0.0)  # Σ generated tokens over the turns corrected: (arm, reference)
     problem: str | None = None  # why the figure may not be cited (model, cross-check)
+    disagreement: float | None = None  # the worst spread of the rate model's views where its cross-check failed
 
     @property
     def corrected(self) -> np.ndarray:
@@ -211,20 +216,20 @@ def identity(ds: Dataset, comp: Comparison, tt: Turns, texts: dict[tuple[str, st
     return out
 
 
-def _cross_checked(probe_rows: list[dict[str, Any]], arm: str, tolerance: float | None = None) -> str | None:
-    """Why the arm's rate model is not cross-checked, and what to do (None when it is: a probe agrees, none
-    disagrees)."""
+def _cross_checked(probe_rows: list[dict[str, Any]], arm: str, tolerance: float | None = None
+                   ) -> tuple[str | None, float | None]:
+    """(why the arm's rate model is not cross-checked, and what to do; the worst spread of its views where the
+    check failed): (None, None) when it is — a probe agrees and none disagrees."""
     mine = [p for p in probe_rows if p.get("arm") == arm and p.get("agrees") is not None]
     if not mine:
-        return f"{arm}'s rate model has no cross-check (no probe compared with it: add [probes])"
+        return f"{arm}'s rate model has no cross-check (no probe compared with it: add [probes])", None
     bad = [p for p in mine if p["agrees"] is False]
     if bad:
         worst = max(bad, key=lambda p: p.get("agreement") or 0.0)
         tol = f", tolerance {tolerance:.0%}" if tolerance is not None else ""
         return (f"{arm}'s rate model fails its cross-check (probe at context {worst.get('context_tokens') or 0:.0f}: "
-                f"its decode views {worst.get('agreement') or 0:.1%} apart{tol}): run the probes again on a quieter "
-                "machine, or with more [probes] repeats")
-    return None
+                f"its decode views {worst.get('agreement') or 0:.1%} apart{tol})"), float(worst.get("agreement") or 0)
+    return None, None
 
 
 def equal_work(ds: Dataset, comp: Comparison, model: dict[str, Any] | None, probe_rows: list[dict[str, Any]],
@@ -281,14 +286,17 @@ def equal_work(ds: Dataset, comp: Comparison, model: dict[str, Any] | None, prob
     out.measured, out.reference = times[rows_a].astype(float), times[rows_v].astype(float)
     out.delta, out.absolute = delta[ok], absolute[ok]
     out.tokens = (float(tok_a[ok].sum()), float(tok_r[ok].sum()))
-    out.problem = _cross_checked(probe_rows, comp.arm, (ds.config.get("probes") or {}).get("tolerance", 0.05))
+    out.problem, out.disagreement = _cross_checked(probe_rows, comp.arm,
+                                                   (ds.config.get("probes") or {}).get("tolerance", 0.05))
     return out
 
 
-def figure(ew: EqualWork, cases: list[str], row: dict[str, Any]) -> dict[str, Any]:
+def figure(ew: EqualWork, cases: list[str], row: dict[str, Any], tolerance: float = 0.05) -> dict[str, Any]:
     """A multiplier row's ``equal_work``: {value, citable, reason, corrected, correction_share, token_change}
     for the row's scope (a case, or the total over *cases*).  A total is citable only where each of its cases'
-    corrections is (a total whose gain came from one case corrected beyond the limit would hide it)."""
+    corrections is (a total whose gain came from one case corrected beyond the limit would hide it).
+    *tolerance*: the guard's volume tolerance of the row's scope (a rate model whose cross-check failed may
+    still correct where its views' spread × the correction's share stays within it)."""
     scope = row["scope"]
     case = scope.removeprefix("case:") if scope != "total" else None
     scoped = [case] if case else cases
@@ -297,8 +305,11 @@ def figure(ew: EqualWork, cases: list[str], row: dict[str, Any]) -> dict[str, An
     reasons = []
     if value is None:
         reasons.append("no turn both arms ran with known token counts")
-    if ew.problem:
-        reasons.append(ew.problem)
+    bound = (share or 0.0) * ew.disagreement if ew.disagreement is not None else None
+    if ew.problem and (bound is None or bound > tolerance):
+        reasons.append(ew.problem + (f": the correction's error could reach {bound:.1%} of the time, more than "
+                                     f"{tolerance:.0%}; run the probes again on a quieter machine, or with more "
+                                     "[probes] repeats" if bound is not None else ""))
     worst = max(((c, ew.share(c)) for c in scoped), key=lambda x: x[1] or 0.0, default=(None, None))
     if worst[1] is not None and worst[1] > MAX_CORRECTION:
         where = f" in {worst[0]}" if case is None else ""
@@ -312,17 +323,24 @@ def figure(ew: EqualWork, cases: list[str], row: dict[str, Any]) -> dict[str, An
     others = [c for c in row.get("reason_codes") or [] if c != "volume"]
     if others:
         reasons.append("the measured comparison is also refused for " + ", ".join(others))
+    words = ew.words()
+    if not reasons and bound is not None:
+        words += (f"; its rate model's decode views disagree by up to {ew.disagreement:.1%} at the probes, so the "
+                  f"correction is good to {bound:.1%} of the time (within the guard's {tolerance:.0%})")
     return {"value": value, "citable": not reasons, "reason": "; ".join(reasons) or None,
-            "corrected": ew.words(), "correction_share": share, "token_change": ew.token_change()}
+            "corrected": words, "correction_share": share, "token_change": ew.token_change()}
 
 
-def equal_work_rows(ews: list[EqualWork], mults: list[dict[str, Any]], cases: list[str]) -> list[dict[str, Any]]:
+def equal_work_rows(ews: list[EqualWork], mults: list[dict[str, Any]], cases: list[str],
+                    tolerances: tuple[float, float] = (0.20, 0.05)) -> list[dict[str, Any]]:
     """``summary.json`` ``equal_work[]``: per comparison, its identity figures and, where its total is refused
-    for volume, the equal-work total; adds ``equal_work`` to every multiplier row refused for its volume."""
+    for volume, the equal-work total; adds ``equal_work`` to every multiplier row refused for its volume
+    (*tolerances*: the guard's volume tolerances of a cell and of a total)."""
     by = {(e.arm, e.vs): e for e in ews}
     for m in mults:
         ew = by.get((m["arm"], m["vs"]))
-        m["equal_work"] = figure(ew, cases, m) if ew and "volume" in (m.get("reason_codes") or []) else None
+        tol = tolerances[1] if m["scope"] == "total" else tolerances[0]
+        m["equal_work"] = figure(ew, cases, m, tol) if ew and "volume" in (m.get("reason_codes") or []) else None
     out = []
     for e in ews:
         total = next((m for m in mults if (m["arm"], m["vs"]) == (e.arm, e.vs) and m["scope"] == "total"), None)

@@ -252,7 +252,9 @@ def summarize(ledger: Ledger, *, scenario: tuple[int, int] | None = None,
     tt = turns(ds)
     texts = _texts(ledger, ds) if ds.config["experiment"].get("store_text") else None
     ews = [equal_work(ds, c, model_of.get(c.arm), probe_list, tt, texts, adjusted) for c in comps]
-    ew_rows = equal_work_rows(ews, mults, ds.cases)
+    exp = ds.config["experiment"]
+    ew_rows = equal_work_rows(ews, mults, ds.cases, (exp.get("volume_tolerance_cell", 0.20),
+                                                     exp.get("volume_tolerance_total", 0.05)))
     rates = arm_rates(ds, probe_list, decomp, own, probe_own)
     scen = scenario or _largest_case_scenario(ds, cell_list)
     queue = {a: r["queue_s_per_request"] for a, r in own.items() if r.get("queue_s_per_request") is not None}

@@ -285,12 +285,17 @@ def _fixed_decision(log: TurnLog, comp: Comparison, cases: list[str], st: Settin
 
 def _refusal(rows: list[dict[str, Any]]) -> str | None:
     """Why a comparison may not be cited, from its multiplier rows: its total's reasons, then each refused
-    cell's (a cell the guard refuses refuses the verdict too: the verdict weighs every case alike)."""
+    cell's (a cell the guard refuses refuses the verdict too: the verdict weighs every case alike), and why
+    its equal-work figure may not be cited either where it has one."""
     parts = []
     for m in sorted(rows, key=lambda m: m["scope"] != "total"):
         if not m["citable"]:
             parts.append(m["reason"] if m["scope"] == "total" else f"{m['scope'].removeprefix('case:')}: "
                          f"{m['reason']}")
+    total = next((m for m in rows if m["scope"] == "total"), None)
+    ew = (total or {}).get("equal_work") or {}
+    if parts and ew and not ew.get("citable"):
+        parts.append(f"at equal work not citable either: {ew['reason']}")
     return "; ".join(dict.fromkeys(parts)) or None
 
 
