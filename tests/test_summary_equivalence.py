@@ -91,6 +91,9 @@ def digest(cols: Columns) -> dict:
     for k, v in arrays.items():
         out[k] = (str(v.dtype), [None if x != x else x for x in v.tolist()])
     out["label_dtypes"] = sorted({str(codes.dtype) for codes, _ in cols.labels.values()})
+    for k, codes in cols.hashes.items():  # equal texts, equal codes: compared as the pattern of first appearances
+        first: dict[int, int] = {}
+        out[f"hash {k}"] = [None if c < 0 else first.setdefault(c, len(first)) for c in codes.tolist()]
     return out
 
 

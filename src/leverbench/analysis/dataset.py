@@ -213,20 +213,14 @@ def _relabel(cols: Columns, key: str, into: list[Any]) -> np.ndarray:
     return np.array(remap, dtype=np.int64)[codes] if names else np.zeros(len(codes), np.int64)
 
 
-def _hash_codes(cols: Columns) -> np.ndarray:
-    """Each row's ``output_sha256`` as a code (−1 where it has none)."""
-    codes, names = cols.labels["output_sha256"]
-    none = np.array([n is None or n == "" for n in names] + [True], dtype=bool)
-    return np.where(none[np.minimum(codes, len(names))], -1, codes) if len(codes) else np.zeros(0, np.int64)
-
-
 def call_table(cols: Columns, arm_names: list[Any], case_names: list[Any], turn: np.ndarray) -> CallTable:
     """A :class:`CallTable` from the reader's columns (*turn*: each row's turn index, −1 for none);
     arm and case names met for the first time are appended to *arm_names* / *case_names*."""
     num = cols.numbers
     return CallTable(
         arm=_relabel(cols, "arm", arm_names), case=_relabel(cols, "case", case_names), turn=turn,
-        ok=~cols.failed, has_timings=cols.has_timings, output=_hash_codes(cols),
+        ok=~cols.failed, has_timings=cols.has_timings,
+        output=cols.hashes.get("output_sha256", np.full(len(cols.failed), -1, np.int64)),
         **{k: cols.flags[k] for k in CALL_FLAGS}, **{k: num[k] for k in CALL_NUMBERS},
         **{k: num["timings." + k] for k in CALL_TIMINGS},
     )

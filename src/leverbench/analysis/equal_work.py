@@ -234,12 +234,15 @@ def _cross_checked(probe_rows: list[dict[str, Any]], arm: str, tolerance: float 
 
 def equal_work(ds: Dataset, comp: Comparison, model: dict[str, Any] | None, probe_rows: list[dict[str, Any]],
                tt: Turns, texts: dict[tuple[str, str, int, int], str] | None = None,
-               turn_s: np.ndarray | None = None) -> EqualWork:
+               turn_s: np.ndarray | None = None, correct: bool = True) -> EqualWork:
     """*comp* at equal work (module docstring): its arm's turns corrected to the reference's work; *turn_s*:
-    the turns' times the cells take (default: as measured; :func:`.drift.adjusted_turn_s`)."""
+    the turns' times the cells take (default: as measured; :func:`.drift.adjusted_turn_s`); *correct*: False
+    where no row of the comparison differs in volume (the outputs are compared, nothing corrected)."""
     C, T = ds.call, ds.turn
     times = T.turn_s if turn_s is None else turn_s
     out = EqualWork(comp.arm, comp.vs, identity(ds, comp, tt, texts), list(ds.case_names))
+    if not correct:
+        return out
     if not model or not model.get("prefill") or not model.get("decode"):
         out.problem = f"{comp.arm} has no rate model of both phases to correct with"
         return out
@@ -261,8 +264,9 @@ def equal_work(ds: Dataset, comp: Comparison, model: dict[str, Any] | None, prob
                       decode_seconds(model, P[j] + 1.0, O[j] - 1.0) - decode_seconds(model, P[i] + 1.0, O[i] - 1.0),
                       call_seconds(model, P[j], kr, O[j]) - call_seconds(model, P[i], np.where(np.isnan(ka), 0, ka),
                                                                          O[i]))
-    only_a = ca[np.setdiff1d(np.arange(len(ca)), ia)]
-    only_v = cv[np.setdiff1d(np.arange(len(cv)), iv)]
+    left_a, left_v = np.ones(len(ca), bool), np.ones(len(cv), bool)
+    left_a[ia] = left_v[iv] = False
+    only_a, only_v = ca[left_a], cv[left_v]
     d_a = -call_seconds(model, P[only_a], np.where(np.isnan(K[only_a]), 0.0, K[only_a]), O[only_a])
     kv_only = np.where(np.isnan(K[only_v]), 0.0, K[only_v]) if cache_on else np.zeros(len(only_v))
     d_v = call_seconds(model, P[only_v], kv_only, O[only_v])

@@ -251,7 +251,9 @@ def summarize(ledger: Ledger, *, scenario: tuple[int, int] | None = None,
     model_of = {m["arm"]: m for m in models}
     tt = turns(ds)
     texts = _texts(ledger, ds) if ds.config["experiment"].get("store_text") else None
-    ews = [equal_work(ds, c, model_of.get(c.arm), probe_list, tt, texts, adjusted) for c in comps]
+    volume = {(m["arm"], m["vs"]) for m in mults if "volume" in m["reason_codes"]}
+    ews = [equal_work(ds, c, model_of.get(c.arm), probe_list, tt, texts, adjusted, (c.arm, c.vs) in volume)
+           for c in comps]
     exp = ds.config["experiment"]
     ew_rows = equal_work_rows(ews, mults, ds.cases, (exp.get("volume_tolerance_cell", 0.20),
                                                      exp.get("volume_tolerance_total", 0.05)))

@@ -67,6 +67,7 @@ from ..errors import LedgerError
 from . import upgrade
 from .records import (
     CALL_FLAGS,
+    CALL_HASHES,
     CALL_NUMBERS,
     CALL_TIMINGS,
     KINDS,
@@ -78,6 +79,7 @@ from .records import (
 COLUMNAR_MIN_BYTES = 16 << 20  # from this file size on, polars reads the call and turn records as columns
 CHUNK_BYTES = 64 << 20  # what polars reads at a time of a file it does not read whole
 COLUMN_KINDS = {"call": (CALL_NUMBERS, CALL_FLAGS, CALL_TIMINGS), "turn": (TURN_NUMBERS, TURN_FLAGS, ())}
+HASH_KINDS = {"call": CALL_HASHES, "turn": ()}
 NOT_JSON = "is not valid JSON"
 UNKNOWN_KIND = "is not a ledger record of a known kind"
 RESTART_KINDS = ("resume", "run")  # what a resumed run writes first after ending a cut line
@@ -86,6 +88,12 @@ SHARDS_DIR = "ledger.d"  # beside ledger.jsonl: the workers' shards, worker-K.js
 WORKER_CLOCK_FIELDS = ("t_send", "scheduled_t")  # the epoch times a worker's load records hold (its clock)
 SALVAGE_HINT = ("the ledger is damaged (a crash cuts only the last line written); nothing was read. "
                 "To read past bad lines, each one reported, pass --salvage (leverbench report, replay, project, analyze)")
+
+
+def _hash_codes(values: list[Any]) -> np.ndarray:
+    """One int64 code per distinct text (in order of first appearance), −1 for None or ""."""
+    index: dict[Any, int] = {}
+    return np.array([-1 if v is None or v == "" else index.setdefault(v, len(index)) for v in values], dtype=np.int64)
 
 
 def _codes(values: list[Any]) -> tuple[np.ndarray, list[Any]]:
@@ -103,13 +111,18 @@ class Columns:
       stored as a string, "NaN", "+Inf", "-Inf", as ``float()`` reads it); for calls also
       ``numbers["timings." + k]`` for k in ``records.CALL_TIMINGS``;
     - ``flags[k]``: the field's value is true (absent: false);
+    - ``hashes[k]`` for k in ``records.CALL_HASHES`` (calls): int64, one code per distinct text within this
+      read (equal codes, equal texts; how the codes are chosen differs between the two ways of reading),
+      −1 where the record lacks the field or has null or "";
     - ``failed``: ``error`` is not null; ``has_timings``: (calls) ``timings`` is an object.
     """
 
     def __init__(self, kind: str, labels: dict[str, tuple[np.ndarray, list[Any]]], numbers: dict[str, np.ndarray],
-                 flags: dict[str, np.ndarray], failed: np.ndarray, has_timings: np.ndarray) -> None:
+                 flags: dict[str, np.ndarray], failed: np.ndarray, has_timings: np.ndarray,
+                 hashes: dict[str, np.ndarray] | None = None) -> None:
         self.kind, self.n = kind, len(failed)
         self.labels, self.numbers, self.flags = labels, numbers, flags
+        self.hashes = hashes or {}
         self.failed, self.has_timings = failed, has_timings
 
     @classmethod
@@ -125,7 +138,8 @@ class Columns:
         return cls(kind, {k: _codes([r.get(k) for r in recs]) for k in LABELS}, nums,
                    {k: np.array([bool(r.get(k)) for r in recs], dtype=bool) for k in flags},
                    np.array([r.get("error") is not None for r in recs], dtype=bool),
-                   np.array([t is not None for t in nested], dtype=bool))
+                   np.array([t is not None for t in nested], dtype=bool),
+                   {k: _hash_codes([r.get(k) for r in recs]) for k in HASH_KINDS[kind]})
 
     @classmethod
     def _of_frame(cls, kind: str, frame: Any, rows: Any) -> Columns:
@@ -145,8 +159,14 @@ class Columns:
         nums = {k: col(k).to_numpy(writable=True) for k in numbers}
         nums.update({f"timings.{k}": col("timings", k).to_numpy(writable=True) for k in timings})
         has_timings = col("timings").is_not_null() if timings else pl.repeat(False, int(rows.sum()), eager=True)
+        hashes = {}
+        for k in HASH_KINDS[kind]:
+            h = col(k)
+            codes = h.hash(seed=0).reinterpret(signed=True) & np.int64((1 << 62) - 1)  # non-negative
+            hashes[k] = codes.to_numpy(writable=True)
+            hashes[k][(h.is_null() | (h == "")).fill_null(True).to_numpy()] = -1
         return cls(kind, labels, nums, {k: col(k).fill_null(False).to_numpy(writable=True) for k in flags},
-                   col("error").is_not_null().to_numpy(writable=True), has_timings.to_numpy(writable=True))
+                   col("error").is_not_null().to_numpy(writable=True), has_timings.to_numpy(writable=True), hashes)
 
 
 class Ledger:
@@ -385,7 +405,7 @@ def _frame(source: Path | bytes) -> Any:
     import polars as pl  # noqa: PLC0415 (a small ledger never loads polars)
 
     for number in (pl.Float64,) if isinstance(source, Path) else (pl.Float64, pl.String):
-        schema = {"kind": pl.Categorical, **dict.fromkeys(LABELS, pl.Categorical),
+        schema = {"kind": pl.Categorical, **dict.fromkeys(LABELS, pl.Categorical), **dict.fromkeys(CALL_HASHES, pl.String),
                   **dict.fromkeys(CALL_NUMBERS + TURN_NUMBERS, number),
                   **dict.fromkeys(CALL_FLAGS + TURN_FLAGS, pl.Boolean), "error": pl.String,
                   "timings": pl.Struct(dict.fromkeys(CALL_TIMINGS, number))}

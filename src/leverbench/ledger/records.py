@@ -111,9 +111,10 @@ class CallError:
 # sender's and the client's); OMIT_NONE, written only when not None (else always written, null included);
 # COLUMN, how analysis reads it as a column (the reader's ``Columns``, ``analysis.dataset.CallTable``):
 # a label (text), a number (float64, NaN where the record lacks the field or has null), a flag (true or
-# not), or for ``timings`` the numbers of its keys TIMINGS.
+# not), a hash (text compared for equality only: an int64 code per row, equal codes for equal values), or for
+# ``timings`` the numbers of its keys TIMINGS.
 HEAD, OMIT_NONE, COLUMN, TIMINGS = "head", "omit_none", "column", "timings"
-LABEL, NUMBER, FLAG = "label", "number", "flag"
+LABEL, NUMBER, FLAG, HASH = "label", "number", "flag", "hash"
 
 
 def _f(default: Any = None, *, factory: Any = None, head: bool = False, omit_none: bool = False,
@@ -167,7 +168,7 @@ class CallRecord:
     timings: dict[str, Any] | None = _f(column=TIMINGS, keys=(
         "prompt_n", "prompt_ms", "predicted_n", "predicted_ms", "cache_n", "draft_n", "draft_n_accepted"))
     #                                   llama.cpp's, as sent
-    output_sha256: str = _f("", column=LABEL)  # of the visible answer's text (equal work: identical outputs)
+    output_sha256: str = _f("", column=HASH)  # of the visible answer's text (equal work: identical outputs)
     output_text: str | None = _f(omit_none=True)  # these three with the experiment's store_text
     reasoning_text: str | None = _f(omit_none=True)
     chunk_text: list[str] | None = _f(omit_none=True)
@@ -274,17 +275,17 @@ def columns_of(cls: type, column: str) -> tuple[str, ...]:
 
 
 # The columns the reader builds (``ledger.reader.Columns``) and analysis reads (``analysis.dataset``),
-# derived from the records' fields.  The reader reads both kinds' labels with one list (a turn has no
-# ``output_sha256``: null).
+# derived from the records' fields.  Calls and turns share their labels.
 LABELS = columns_of(CallRecord, LABEL)
+CALL_HASHES = columns_of(CallRecord, HASH)
 CALL_NUMBERS = columns_of(CallRecord, NUMBER)
 CALL_FLAGS = columns_of(CallRecord, FLAG)
 CALL_TIMINGS: tuple[str, ...] = next(f.metadata["keys"] for f in fields(CallRecord)
                                      if f.metadata.get(COLUMN) == TIMINGS)
 TURN_NUMBERS = columns_of(TurnRecord, NUMBER)
 TURN_FLAGS = columns_of(TurnRecord, FLAG)
-if not set(columns_of(TurnRecord, LABEL)) <= set(LABELS):  # the reader reads both kinds' labels with one list
-    raise AssertionError("a turn record's label columns must be call record labels too")
+if columns_of(TurnRecord, LABEL) != LABELS:  # the reader reads both kinds' labels with one list
+    raise AssertionError("call and turn records must share their label columns")
 
 
 def json_number(v: float) -> float | str:
