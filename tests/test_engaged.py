@@ -1,6 +1,6 @@
-"""Engagement judged on every call the run made (issue 22, defect 14): its turns' calls, its probes and its load
-calls (the latest execution of each stage; warm-up calls, retried attempts and failed calls left out); not its
-sentinels (the fixed prompt the warm-up sends too).  A hand-made ledger shaped like a ``whatif --verify``
+"""Engagement judged on every call the run made (issue 22, defect 14): its turns' calls, its probes, its sentinels
+(as the server's counters over the arm's block count them) and its load calls (the latest execution of each
+stage; warm-up calls, retried attempts and failed calls left out).  A hand-made ledger shaped like a ``whatif --verify``
 replay: one tiny turn per arm and a trace stage that does the real work."""
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ def _summary() -> dict:
     recs.append(_load("on", 11, cached=1024, warmup=True))  # a warm-up call
     recs.append(_load("on", 12, cached=1024, error=FAILED, retried=True))  # a retried attempt
     recs.append(_load("on", 13, cached=1024, error=FAILED))  # a failed call
-    # the reference's sentinel repeats the warm-up's fixed prompt, all of it cached: not a use of the lever
-    recs.append(call("off", "(sentinel)", 0, kind="sentinel", latency=0.5, out=8, prompt=20, cached=20,
+    # the reference's sentinel: a prompt behind a fresh tag, nothing cached (it counts, as the server counts it)
+    recs.append(call("off", "(sentinel)", 0, kind="sentinel", latency=0.5, out=8, prompt=20, cached=0,
                      probe_tokens=8, position="start"))
     return summarize(ledger(header(ARMS, ["whatif-verify"], repeats=1), recs))
 
@@ -54,7 +54,7 @@ def test_a_load_only_run_is_judged_on_its_load_calls():
     assert on["prefix_cache"] is True and on["cache_used"] is True
     assert not warned(s, W.NOT_ENGAGED, "on")
     off = eng["off"]
-    assert (off["prompt_tokens"], off["cached_tokens"], off["cache_used"]) == (4108, 0, False)
+    assert (off["prompt_tokens"], off["cached_tokens"], off["cache_used"]) == (4108 + 20, 0, False)
     spec = eng["spec"]
     assert (spec["draft_tokens"], spec["accepted_tokens"]) == (400, 320)
     assert spec["acceptance"] == pytest.approx(0.8) and spec["drafter"] is True

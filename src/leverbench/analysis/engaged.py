@@ -1,14 +1,13 @@
 """Did the lever engage?  An arm is credited with a lever only if it did.
 
-Judged on every call the arm made that served its work: its turns' calls, its
-probes and its load calls (of each load stage its latest execution, as
-:mod:`.load` counts them), the successful ones; warm-up calls and retried
-attempts are not counted.  A run whose only work is load stages (``whatif
---verify``'s replay beside one tiny turn) is judged mostly on those.  Drift
-sentinels are not counted: each sends the one fixed prompt the warm-up sent
-before it, so a cache that serves it says only that the tool's own prompt was
-repeated, not that the lever served the arm's work (and would mark a
-reference arm whose engine keeps a slot's last prompt as using the cache).
+Judged on every call the arm made in its block: its turns' calls, its probes,
+its drift sentinels and its load calls (of each load stage its latest
+execution, as :mod:`.load` counts them), the successful ones; warm-up calls
+and retried attempts are not counted.  A run whose only work is load stages
+(``whatif --verify``'s replay beside one tiny turn) is judged mostly on those.
+The sentinels count because the server's counters over the arm's block count
+them too (so the two sources agree); each has a prompt behind a fresh tag, which
+no cache holds, so they add prompt tokens and next to no cached ones.
 
 - prefix cache: an arm whose knobs say ``prefix_cache`` on engaged it when
   at least 1 % of its prompt tokens were served from the cache, by the first
@@ -62,8 +61,24 @@ def _load_columns(ds: Dataset, load_calls: Iterable[dict[str, Any]]) -> dict[str
             "accepted": col(t.get("draft_n_accepted") for t in timings)}
 
 
+def _record_columns(ds: Dataset, recs: list[dict[str, Any]]) -> dict[str, np.ndarray]:
+    """The columns :func:`_per_arm` adds up, of call records given as dicts (the sentinels)."""
+    def num(v: Any) -> float:
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else np.nan
+
+    def timing(r: dict[str, Any], k: str) -> float:
+        return num((r.get("timings") or {}).get(k))
+    cached = [num(r.get("cached_tokens")) if r.get("cached_tokens") is not None else timing(r, "cache_n")
+              for r in recs]
+    arm = [ds.arm_names.index(r["arm"]) if r.get("arm") in ds.arm_names else -1 for r in recs]
+    return {"arm": np.array(arm, dtype=np.int64), "prompt": np.array([num(r.get("prompt_tokens")) for r in recs]),
+            "cached": np.array(cached, dtype=float), "draft": np.array([timing(r, "draft_n") for r in recs]),
+            "accepted": np.array([timing(r, "draft_n_accepted") for r in recs])}
+
+
 def _per_arm(ds: Dataset, load_calls: Iterable[dict[str, Any]] = ()) -> dict[str, np.ndarray]:
-    """Per arm (``ds.arm_names`` order), over its successful calls, probes and load calls (module docstring):
+    """Per arm (``ds.arm_names`` order), over its successful calls, probes, sentinels and load calls (module
+    docstring):
     Σ prompt tokens, Σ cached tokens (usage, else timings.cache_n), how many calls said either, Σ draft_n,
     Σ draft_n_accepted."""
     n = len(ds.arm_names)
@@ -71,6 +86,7 @@ def _per_arm(ds: Dataset, load_calls: Iterable[dict[str, Any]] = ()) -> dict[str
     parts = [{"arm": np.where(t.ok, t.arm, -1), "prompt": t.prompt_tokens, "cached": t.cached(), "draft": t.draft_n,
               "accepted": t.draft_n_accepted} for t in (ds.call, ds.probe)]
     parts.append(_load_columns(ds, load_calls))
+    parts.append(_record_columns(ds, [r for r in ds.sentinels if r.get("error") is None]))
     for p in parts:
         add = {"prompt": zero_nan(p["prompt"]), "cached": zero_nan(p["cached"]), "cache_seen": ~np.isnan(p["cached"]),
                "draft": zero_nan(p["draft"]), "accepted": zero_nan(p["accepted"])}
