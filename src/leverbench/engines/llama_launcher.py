@@ -1,0 +1,75 @@
+"""Run llama.cpp's HTTP server from the prebuilt wheel ``xllamacpp``, as a ``llama-server`` would.
+
+``python -m leverbench.engines.llama_launcher [llama-server flags]`` maps the flags onto
+``xllamacpp.CommonParams`` (:mod:`leverbench.engines.llama_flags`), starts ``xllamacpp.Server`` (llama.cpp's
+own server: ``/health``, ``/v1/chat/completions``, ``/metrics``, ``/slots``, ``/props``) and serves until
+SIGTERM or SIGINT.  The embedded engine runs it as a process of its own, exactly as it runs a compiled
+``llama-server``, so a crash, a log and a stop are the same for both.  ``--version`` prints the build as
+``llama-server --version`` does.  A flag it does not map exits with code 2 and one line naming it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+
+from .llama_flags import FlagError, apply, parse
+
+
+def package_version() -> str | None:
+    """The installed ``xllamacpp`` distribution's version (``2026.10.11549``: year, month, llama.cpp build)."""
+    from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415
+
+    try:
+        return version("xllamacpp")
+    except PackageNotFoundError:
+        return None
+
+
+def build_number(pkg_version: str | None) -> int | None:
+    """llama.cpp's build number in an ``xllamacpp`` version (its last part: ``2026.10.11549`` → 11549)."""
+    last = str(pkg_version or "").split(".")[-1]
+    return int(last) if last.isdigit() and len(str(pkg_version).split(".")) >= 3 else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    pkg = package_version()
+    if args[:1] == ["--version"]:
+        print(f"version: {build_number(pkg) or 0} (xllamacpp {pkg})")
+        return 0
+    try:
+        settings = parse(args)
+    except FlagError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        import xllamacpp  # noqa: PLC0415 (the engine's only import of it: the tool runs without it)
+    except ImportError:
+        print("error: the prebuilt engine xllamacpp is not installed: run scripts/install.sh", file=sys.stderr)
+        return 2
+    params = xllamacpp.CommonParams()
+    try:
+        apply(params, settings, xllamacpp)
+    except FlagError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    print(f"leverbench launcher: xllamacpp {pkg} (llama.cpp b{build_number(pkg)}), loading {params.model.path}",
+          flush=True)
+    server = xllamacpp.Server(params)  # loads the model and listens (its own threads)
+    print(f"leverbench launcher: listening on {server.listening_address}", flush=True)
+    while not stop.wait(0.5):
+        pass
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # The server's threads hold no state worth keeping; leaving at once is the stop llama-server's SIGTERM makes.
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
