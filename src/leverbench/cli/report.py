@@ -16,11 +16,12 @@ from .common import SALVAGE_HELP, Command, console
 @click.command(name="report", cls=Command)
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @click.option("--format", "fmt", type=click.Choice(["table", "md", "json", "html"]), default="table", show_default=True,
-              help="table: terminal tables; md: report.md to stdout; json: summary.json to stdout; "
+              help="table: the first screen (one line per lever, where the time goes; --full: every table); "
+                   "md: report.md to stdout; json: summary.json to stdout; "
                    "html: write RUN_DIR/report.html (self-contained, with the side-by-side replay) and print its path.")
 @click.option("--write/--no-write", default=True, show_default=True,
               help="Also (re)write summary.json, report.md and report.html in RUN_DIR.")
-@click.option("--full", is_flag=True, help="With --format table: every table.")
+@click.option("--full", is_flag=True, help="With --format table: every table and warning after the first screen.")
 @click.option("--salvage", is_flag=True, help=SALVAGE_HELP)
 def report_command(run_dir: Path, fmt: str, write: bool, full: bool, salvage: bool) -> None:
     """Recompute everything from RUN_DIR/ledger.jsonl alone (no server needed) and print it.
@@ -37,4 +38,4 @@ def report_command(run_dir: Path, fmt: str, write: bool, full: bool, salvage: bo
     elif fmt == "md":
         click.echo(render_markdown(summary))
     else:
-        render_terminal(summary, console, full=full)
+        render_terminal(summary, console, full=full, run_dir=str(run_dir))

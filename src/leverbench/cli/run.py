@@ -31,7 +31,8 @@ from .common import Command, console, err_console
               "verdict (pays, does not pay, equivalent) is still open, until decided or max_repeats; the file's "
               "[experiment] adaptive settings, else min_effect 1.10, confidence 0.95, max_repeats 12.")
 @click.option("--full", is_flag=True,
-              help="Print every table, not only the main ones (report.md and report.html always have all).")
+              help="Print every table and warning after the first screen (report.md and report.html always have "
+              "all).")
 @click.option("--ray-address", envvar="RAY_ADDRESS", metavar="ADDRESS",
               help="The Ray cluster that load stages with workers > 1 run on (e.g. HOST:6379 of `ray start --head`; "
               "default: $RAY_ADDRESS, else a local cluster started for the run). Needs pip install 'leverbench[ray]'.")
@@ -39,7 +40,9 @@ def run_command(experiment: Path | None, out_dir: Path | None, repeats: int | No
                 full: bool, ray_address: str | None) -> None:
     """Run EXPERIMENT (default: the bundled examples/agent-turns.toml on the embedded
     llama.cpp engine), write RUN_DIR/ledger.jsonl (every call, as it ends), then
-    summary.json, report.md and report.html, and print the result tables.
+    summary.json, report.md and report.html, and print the answer: one line per lever
+    (its verdict or multiplier, citable or why not), where the time goes, the warnings
+    by kind, and where the report is (--full: every table too).
 
     Ctrl-C (or SIGTERM) stops at once: the calls in flight are recorded (error class
     cancelled, with what had arrived), the engines are stopped, and the command to resume
@@ -68,8 +71,8 @@ def run_command(experiment: Path | None, out_dir: Path | None, repeats: int | No
                               f"  leverbench run {experiment} --out {out} --resume", highlight=False)
             sys.exit(130)
     summary, _ = report_dir(out)
-    render_terminal(summary, console, full=full)
-    err_console.print(f"\nwrote {out}/ledger.jsonl, summary.json, report.md, report.html", highlight=False)
+    err_console.print(f"wrote {out}/ledger.jsonl, summary.json, report.md, report.html\n", highlight=False)
+    render_terminal(summary, console, full=full, run_dir=str(out))
 
 
 def default_run_dir(name: str) -> Path:
@@ -90,7 +93,8 @@ def bundled_example(relative: Path) -> Path:
 
 @contextlib.contextmanager
 def _progress() -> Iterator[Any]:
-    """A progress bar on a terminal; one plain line per unit of work in logs and CI."""
+    """A progress bar on a terminal; in logs and CI a plain line at the start, per tenth of the work and at the
+    end."""
     if err_console.is_terminal:
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=err_console, transient=False) as prog:
@@ -102,9 +106,14 @@ def _progress() -> Iterator[Any]:
             yield bar
         return
     t0 = time.monotonic()
+    said = [-1]
 
     def line(unit: Any, done: int, total: int) -> None:
-        click.echo(f"[{done}/{total} {time.monotonic() - t0:6.1f}s] {_what(unit)}", err=True)
+        # in logs and CI: the first unit, then one line per tenth of the work, and the last: ≤ 12 lines
+        tenth = done * 10 // max(total, 1)
+        if done in (0, total) or tenth != said[0]:
+            said[0] = tenth
+            click.echo(f"[{done}/{total} {time.monotonic() - t0:6.1f}s] {_what(unit)}", err=True)
 
     yield line
 

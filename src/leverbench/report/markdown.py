@@ -1,10 +1,12 @@
-"""``report.md``: the same tables as the terminal, as Markdown, with the prose around them."""
+"""``report.md``: the first screen, then the same tables as the terminal's ``--full``, as Markdown, with the
+prose around them."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from ..analysis.warning_kinds import warning_groups
+from .first_screen import first_screen
 from .table import Table
 from .tables import all_tables
 
@@ -62,7 +64,8 @@ def _md_table(t: Table) -> str:
 def render_markdown(summary: dict[str, Any]) -> str:
     run = summary["run"]
     host = run.get("host") or {}
-    out = [f"# leverbench: {run['name']}", "",
+    answer = first_screen(summary, full_hint=None).lines()
+    out = [f"# leverbench: {run['name']}", "", "```text", *answer, "```", "",
            f"Run {run['run_id']} started {run['started_at']} on {host.get('cpu', '?')} "
            f"({host.get('cores', '?')} cores); "
            f"{run['repeats']} repeats, {run['order']} order, concurrency {run['concurrency']}; "

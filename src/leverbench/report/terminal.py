@@ -1,4 +1,5 @@
-"""The terminal report: the same tables as ``report.md``, drawn with rich."""
+"""The terminal report: the first screen (the answer in a few lines), and with ``full`` the same tables as
+``report.md``, drawn with rich, and every warning."""
 
 from __future__ import annotations
 
@@ -9,16 +10,24 @@ from rich.table import Table as RichTable
 from rich.text import Text
 
 from ..analysis.warning_kinds import warning_groups
+from .first_screen import first_screen
 from .table import Table
 from .tables import all_tables
 
-_BRIEF = ("levers", "verdicts", "results", "volume", "multipliers", "equal_work", "discipline", "reasoning", "shares",
-          "probes", "projection", "cost", "load", "load_sweep")
 
-
-def render_terminal(summary: dict[str, Any], console: Console | None = None, *, full: bool = False) -> None:
+def render_terminal(summary: dict[str, Any], console: Console | None = None, *, full: bool = False,
+                    run_dir: str | None = None) -> None:
+    """The first screen; with *full*, then every table and every warning.  *run_dir*: the run's directory, for
+    the lines that say where its HTML report is and how to see every table."""
     console = console or Console()
-    render_tables(console, [t for t in all_tables(summary) if full or t.key in _BRIEF])
+    hint = None if full else (f"every table: leverbench report {run_dir} --full" if run_dir else "every table: --full")
+    screen = first_screen(summary, report_path=f"{run_dir}/report.html" if run_dir else None, full_hint=hint)
+    for i, line in enumerate(screen.lines()):
+        console.print(Text(line, style="bold" if i == 0 else ""), highlight=False)
+    if not full:
+        return
+    console.print()
+    render_tables(console, all_tables(summary))
     groups = warning_groups(summary)
     if groups:
         console.print("[bold]Warnings[/bold]")
