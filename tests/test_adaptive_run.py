@@ -153,7 +153,9 @@ def test_the_report_shows_each_levers_verdict_and_repeats(adaptive_run):
     for v in s["verdicts"]:
         assert f"| {v['lever']} | {v['arm']} vs base | {v['verdict']} |" in md
         assert f"| {v['looks']} per case | {v['gpu_hours']:.3g} |" in md
-    assert "Verdicts per lever (anytime-valid 95% confidence sequence" in printed
+    for v in s["verdicts"]:  # the first screen: each lever's verdict and interval, as the summary has them
+        assert f"{v['arm']} vs base" in printed and f"{v['verdict']} {v['ratio']:.2f}x [{v['low']:.2f}–" in printed
+    assert "Verdicts per lever" not in printed  # the tables are for --full and the files
     html = (out / "report.html").read_text()
     assert "Verdicts per lever (anytime-valid 95% confidence sequence" in html and "fast vs base" in html
     assert "adaptive: up to 6" in printed

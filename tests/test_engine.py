@@ -109,7 +109,8 @@ def test_end_to_end_on_llama_server(tmp_path):
         s1, s2 = (median([r["timings"]["predicted_ms"] for r in mine if r["probe_tokens"] == n]) for n in (4, 48))
         server_tps = (n2 - n1) / ((s2 - s1) / 1000)
         assert p["decode_tps"] == pytest.approx(server_tps, rel=0.10), (p, server_tps)
-    assert "Turn time per case" in res.output
+    lever = next(x for x in s["levers"] if x["lever"] == "prefix_cache")
+    assert "prefix_cache  cache vs current" in res.output and f"{lever['multiplier']:.2f}x" in res.output
     assert (tmp_path / "run" / "report.md").read_text().startswith("# leverbench: engine-smoke")
 
 

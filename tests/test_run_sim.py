@@ -142,10 +142,20 @@ def test_report_reproduces_run_from_ledger_alone(sim_run):
     assert res.exit_code == 0
     assert json.loads(res.output) == written
     table = CliRunner().invoke(cli, ["report", str(run_dir)], catch_exceptions=False)
-    assert "Turn time per case" in table.output
-    # the run printed the same cell medians
+    # the first screen: the answer, one line per lever with the summary's own figures, then where the report is
+    lines = table.output.splitlines()
+    assert len(lines) <= 15 and "Turn time per case" not in table.output
+    for lever in written["levers"]:
+        line = next(ln for ln in lines if ln.strip().startswith(lever["lever"]))
+        assert f"{lever['arm']} vs {lever['vs']}" in line and f"{lever['multiplier']:.2f}x" in line
+        assert ("· citable" in line) == lever["citable"]
+    assert lines[-1].startswith(f"report: {run_dir}/report.html") and f"leverbench report {run_dir} --full" in lines[-1]
+    full = CliRunner().invoke(cli, ["report", str(run_dir), "--full"], catch_exceptions=False)
+    assert full.output.startswith(table.output.split("report: ")[0]) and "Turn time per case" in full.output
+    # the run printed the same first screen, after its progress, and under 60 lines in all
+    assert table.output.split("report: ")[0] in run_res.output and len(run_res.output.splitlines()) < 60
     for c in written["cells"]:
-        assert f"{c['median_s']:.1f} s" in run_res.output
+        assert f"{c['median_s']:.1f} s" in full.output
 
 
 def test_ledger_records_every_call_with_timeline(sim_run):

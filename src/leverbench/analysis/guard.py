@@ -25,15 +25,22 @@ from __future__ import annotations
 
 from typing import Any
 
+from .reason_codes import (  # noqa: F401 (the guard's codes: there, a report reads them cheaply)
+    CELLS,
+    CONTRADICTION,
+    DRIFT,
+    FAILED,
+    NO_TURNS,
+    NOT_ENGAGED,
+    REFERENCE_USED,
+    REPEATS,
+    RETRIED,
+    VOLUME,
+    VOLUME_UNKNOWN,
+)
 from .stats import spread
 
 MIN_REPEATS = 2
-
-
-#: The codes of a refusal's reasons (``reason_codes`` of a multiplier row), one per rule of the module docstring.
-NO_TURNS, REPEATS, FAILED, RETRIED, DRIFT = "no_turns", "repeats", "failed", "retried", "drift"
-CONTRADICTION, NOT_ENGAGED, REFERENCE_USED, CELLS = "contradiction", "not_engaged", "reference_used", "cells"
-VOLUME, VOLUME_UNKNOWN = "volume", "volume_unknown"
 
 #: A reason not to cite a comparison: (code, words).
 Reason = tuple[str, str]

@@ -8,10 +8,7 @@ unknown keys get the nearest valid key as a suggestion.
 from __future__ import annotations
 
 import difflib
-import json
 import math
-import os
-import shutil
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -24,6 +21,7 @@ from ..engines.llama_flags import check as check_llama_flags
 from ..errors import ConfigError
 from ..redact import redact_url
 from .adaptive import AdaptiveSpec, check_adaptive
+from .files import read_json, read_text, resolve_binary
 from .stages import LoadStage, check_stages, check_trace_paths
 
 DEFAULT_EXPERIMENT = Path("examples/agent-turns.toml")
@@ -339,44 +337,6 @@ def _check_names(file: str, spec: Experiment) -> None:
                               f"arm {arm.name!r} is the experiment's baseline, so its role must be \"baseline\"")
 
 
-def _read_text(file: str, key: str, base: Path, rel: str) -> tuple[str, str]:
-    p = (base / rel).resolve()
-    try:
-        return str(p), p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(file, key, f"file not found: {rel} (looked at {p}; paths are relative to the "
-                                     "experiment file)") from None
-    except UnicodeDecodeError:
-        raise ConfigError(file, key, f"{rel} is not UTF-8 text") from None
-    except OSError as exc:
-        raise ConfigError(file, key, f"cannot read {rel}: {exc.strerror or exc}") from None
-
-
-def _resolve_binary(file: str, key: str, base: Path, name: str) -> str:
-    """An engine binary's absolute path: a bare name is looked up on PATH, anything else is a path (``~``
-    expanded, relative to the experiment file); it must be an executable file."""
-    if "/" not in name and "\\" not in name:
-        found = shutil.which(name)
-        if found is None:
-            raise ConfigError(file, key, f"{name!r} is not on PATH; give the llama-server binary's path")
-        return str(Path(found).resolve())
-    p = (base / Path(name).expanduser()).resolve()
-    if not p.is_file():
-        raise ConfigError(file, key, f"no such file: {name} (looked at {p}; paths are relative to the experiment "
-                                     "file)")
-    if not os.access(p, os.X_OK):
-        raise ConfigError(file, key, f"{p} is not executable")
-    return str(p)
-
-
-def _read_json(file: str, key: str, base: Path, rel: str) -> Any:
-    _, text = _read_text(file, key, base, rel)
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(file, key, f"{rel} is not valid JSON: {exc}") from None
-
-
 def load(path: str | Path) -> LoadedExperiment:
     """Read, validate and resolve an experiment file.  Raises ConfigError only."""
     path = Path(path)
@@ -391,24 +351,24 @@ def load(path: str | Path) -> LoadedExperiment:
     base = path.resolve().parent
     for i, arm in enumerate(spec.arms):
         if arm.engine is not None and arm.engine.binary is not None:
-            arm.engine.binary = _resolve_binary(file, f"arms[{i}].engine.binary", base, arm.engine.binary)
+            arm.engine.binary = resolve_binary(file, f"arms[{i}].engine.binary", base, arm.engine.binary)
     texts: dict[str, str] = {}
     tools: dict[str, list[dict[str, Any]]] = {}
     tool_scripts: dict[str, dict[str, Any]] = {}
     for i, case in enumerate(spec.cases):
         for j, doc in enumerate(case.documents):
-            key, text = _read_text(file, f"cases[{i}].documents[{j}]", base, doc)
+            key, text = read_text(file, f"cases[{i}].documents[{j}]", base, doc)
             texts[doc] = text
         if case.system_file:
-            _, text = _read_text(file, f"cases[{i}].system_file", base, case.system_file)
+            _, text = read_text(file, f"cases[{i}].system_file", base, case.system_file)
             texts[case.system_file] = text
         if case.tools:
-            schemas = _read_json(file, f"cases[{i}].tools", base, case.tools)
+            schemas = read_json(file, f"cases[{i}].tools", base, case.tools)
             if not isinstance(schemas, list) or not all(isinstance(s, dict) for s in schemas):
                 raise ConfigError(file, f"cases[{i}].tools", f"{case.tools} must hold a JSON list of tool schemas")
             tools[case.name] = schemas
         if case.tool_script:
-            script = _read_json(file, f"cases[{i}].tool_script", base, case.tool_script)
+            script = read_json(file, f"cases[{i}].tool_script", base, case.tool_script)
             if not isinstance(script, dict):
                 raise ConfigError(file, f"cases[{i}].tool_script",
                                   f"{case.tool_script} must hold a JSON object keyed by tool name")

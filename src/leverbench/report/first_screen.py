@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..analysis import guard
+from ..analysis import reason_codes as guard
 from ..analysis.warning_kinds import warning_groups
 from .table import pct
 from .tables import ratio_interval
