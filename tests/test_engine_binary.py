@@ -58,6 +58,24 @@ def test_an_arm_runs_the_binary_it_names_and_records_its_build(tmp_path: Path) -
     assert (tmp_path / "e.log").read_text().startswith("$ " + exe)
 
 
+@pytest.mark.parametrize("said, build", [
+    ("version: 0.6.0-dev (build 11434, commit abc1234)\nbuilt with GNU 12.2.0", {"build_number": 11434,
+                                                                                "commit": "abc1234"}),
+    ("version: 4567 (0a1b2c3)\nbuilt with cc", {"build_number": 4567, "commit": "0a1b2c3"}),
+    ("version: 0.6.0-dev (build 0, commit unknown)", {"commit": "unknown"}),  # no git data: no build number
+    ("llama-server: unknown option", {}),
+])
+def test_a_binarys_version_line_names_its_build(tmp_path: Path, said: str, build: dict) -> None:
+    from leverbench.engines.embedded import binary_build
+
+    exe = tmp_path / "llama-server"
+    exe.write_text(f"#!/bin/sh\ncat <<'EOF'\n{said}\nEOF\n")
+    exe.chmod(0o755)
+    got = binary_build(str(exe))
+    assert got.pop("binary") == str(exe) and got.pop("version", None) is not None or not build
+    assert got == build
+
+
 def test_a_binary_that_is_gone_is_a_clear_error(tmp_path: Path) -> None:
     from leverbench.errors import EngineError
 
@@ -107,7 +125,9 @@ def test_the_prebuilt_engine_is_configured_as_llama_servers_own_parser_configure
                           "log": _logged((tmp_path / f"{name}.log").read_text())}
         finally:
             eng.stop()
+        seen[name]["build"] = eng.discover()["engine_build"]
     c, p = seen["compiled"], seen["prebuilt"]
+    assert c["build"]["build_number"] > 11000 and p["build"]["package"] == "xllamacpp"  # each names its build
     assert p["props"] == c["props"]
     assert p["slots"] == c["slots"] and len(p["slots"]) == 2 and all(s["n_ctx"] == 1024 for s in p["slots"])
     assert p["log"] == c["log"] and p["log"]

