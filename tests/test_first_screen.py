@@ -1,0 +1,96 @@
+"""The first screen (report/first_screen.py): the answer first, a shared reason once, at most about 15 lines, and the
+same lines at the top of the terminal, report.md and report.html."""
+
+from __future__ import annotations
+
+import copy
+import html
+import json
+from pathlib import Path
+
+from rich.console import Console
+
+from leverbench.report.first_screen import LINES, clauses, first_screen
+from leverbench.report.html import render_html
+from leverbench.report.markdown import render_markdown
+from leverbench.report.terminal import render_terminal
+
+GOLDEN = Path(__file__).parent / "golden"
+
+
+def _summary(name: str) -> dict:
+    return json.loads((GOLDEN / f"{name}.summary.json").read_text())
+
+
+def test_each_lever_has_one_line_with_the_summarys_own_figures() -> None:
+    s = _summary("demo2")
+    hint = "every table: leverbench report RUN --full"
+    lines = first_screen(s, report_path="RUN/report.html", full_hint=hint).lines()
+    assert len(lines) <= LINES
+    assert lines[0].startswith("leverbench: agent-turns: 3 arms × 4 cases × 3 repeats")
+    for lever in s["levers"]:
+        mine = [ln for ln in lines if ln.strip().startswith(lever["lever"] + " ")]
+        assert len(mine) == 1
+        v = next(v for v in s["verdicts"] if v["arm"] == lever["arm"] and v["vs"] == lever["vs"])
+        assert f"{v['verdict']} {v['ratio']:.2f}x [{v['low']:.2f}–{v['high']:.2f}]" in mine[0]
+        assert f"total {lever['multiplier']:.2f}x" in mine[0] and mine[0].endswith("· citable")
+    base = [r for r in s["time_shares"] if r["arm"] == "current"]
+    prefill = sum(r["prefill_s"] for r in base) / sum(r["turn_s"] for r in base)
+    assert f"prefill {round(100 * prefill)}%" in next(ln for ln in lines if ln.startswith("Where the time goes"))
+    assert lines[-1] == "report: RUN/report.html · every table: leverbench report RUN --full"
+
+
+def test_a_reason_shared_by_several_levers_is_said_once() -> None:
+    s = _summary("demo2")
+    shared = "output volume spread 12.0% > 5%; the arms drifted differently (decode ratio moved 30% ± 8%)"
+    for lever in s["levers"]:
+        lever.update(citable=False, reason=shared)
+    for m in s["multipliers"]:
+        if m["scope"] == "total":
+            m.update(citable=False, reason_codes=["volume", "drift"], reason=shared)
+    lines = first_screen(s).lines()
+    levers = [ln for ln in lines if ln.startswith("  ") and " vs " in ln]
+    assert len(levers) == 2 and all("not citable: output volumes differ, the arms drifted differently [1][2]" in ln
+                                    for ln in levers)
+    assert all(f"({lever['multiplier']:.2f}x" not in ln for ln, lever in zip(levers, s["levers"]))  # nothing bare
+    assert sum("output volume spread 12.0% > 5%" in ln for ln in lines) == 1
+    assert sum("drifted differently (decode ratio" in ln for ln in lines) == 1
+
+
+def test_a_refused_figure_is_in_parentheses_with_why_in_a_phrase() -> None:
+    s = _summary("demo1")  # its prefix cache is refused for output volume, and at equal work too
+    line = next(ln for ln in first_screen(s).lines() if ln.strip().startswith("prefix_cache"))
+    assert "(undecided 2.56x [1.53–4.27]; total 3.75x)" in line and "not citable: output volumes differ [1][2]" in line
+
+
+def test_many_notes_keep_the_screen_short_and_say_how_many_are_left_out() -> None:
+    s = _summary("handmade")  # five levers, failed calls, unmeasurable levers: thirteen notes
+    lines = first_screen(s).lines()
+    assert len(lines) <= LINES
+    assert any(ln.strip().startswith("(+") and "more notes" in ln for ln in lines)
+    assert all(len(ln) < 400 for ln in lines if ln.startswith("  ["))
+
+
+def test_clauses_split_at_the_top_level_only() -> None:
+    assert clauses("a; b (c; d); e") == ["a", "b (c; d)", "e"]
+    assert clauses("one") == ["one"] and clauses("") == []
+
+
+def test_terminal_markdown_and_html_open_with_the_same_lines() -> None:
+    s = _summary("demo1")
+    want = first_screen(s, full_hint=None).lines()
+    console = Console(record=True, width=200)
+    render_terminal(copy.deepcopy(s), console)
+    printed = console.export_text().splitlines()
+    assert printed == first_screen(s, full_hint="every table: --full").lines()
+    assert "Turn time per case" not in "\n".join(printed)
+    console = Console(record=True, width=200)
+    render_terminal(copy.deepcopy(s), console, full=True)
+    full = console.export_text()
+    assert full.splitlines()[:len(want)] == want and "Turn time per case" in full
+    md = render_markdown(s).splitlines()
+    assert md[:3] == ["# leverbench: agent-turns", "", "```text"] and md[3:3 + len(want)] == want
+    page = render_html(s)
+    block = page[page.index('<pre class="answer">') + len('<pre class="answer">'):page.index("</pre>")]
+    assert html.unescape(block).splitlines() == want
+    assert page.index('<pre class="answer">') < page.index("The run's conditions")
