@@ -14,12 +14,10 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import json
 import os
 import re
 import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 from typing import Any
 
