@@ -8,7 +8,8 @@ The simulator's timing model and ground truth are the same in every dialect
 engine says it with its default flags.  Facts come from the engines' sources
 and from runs of the real servers (``tests/data/engines/``).
 
-``llama.cpp`` (llama-server, build 11434 as the embedded engine ships it)
+``llama.cpp`` (llama-server as build 11434 answered; the prebuilt b11549 that the embedded engine runs
+    exports the same metric families)
     ``timings`` in the stream's last chunks (``cache_n``, ``prompt_n``,
     ``draft_n``, ``draft_n_accepted``, ...); usage with
     ``prompt_tokens_details.cached_tokens``; ``/props`` (``build_info``,
