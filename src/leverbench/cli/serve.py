@@ -17,8 +17,9 @@ from .common import Command, err_console
 @click.option("--threads", type=int, help="CPU threads (default: all cores, at most 8).")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def serve_command(port: int, threads: int | None, args: tuple[str, ...]) -> None:
-    """Start the embedded engine (llama.cpp llama-server with SmolLM2-135M-Instruct Q4_1)
-    on 127.0.0.1:PORT for manual use; extra ARGS after -- go to llama-server. Ctrl-C stops it."""
+    """Start the embedded engine (llama.cpp's server from the prebuilt xllamacpp, with
+    SmolLM2-135M-Instruct Q4_1) on 127.0.0.1:PORT for manual use; extra ARGS after -- are
+    llama-server flags (those the prebuilt engine maps). Ctrl-C stops it."""
     eng = EmbeddedEngine("serve", list(args), Path("/dev/null"), threads=threads)
     eng.port = port
     cmd = eng.command()
