@@ -211,7 +211,7 @@ def render_html(summary: dict[str, Any], ledger: Ledger | None = None) -> str:
         scenario_svg=svg_stacked_bars(scen, label="where the time would go in the scenario") if scen else None,
         scatters=_scatters(summary), load=load, load_svg=svg_load(load, arms) if load else None,
         cost_svg=cost_svg, warnings=warning_groups(summary), replay=replay, has_ledger=ledger is not None,
-        phase_colors=PHASE_COLORS, answer=first_screen(summary, full_hint=None).lines())
+        phase_colors=PHASE_COLORS, answer=first_screen(summary, full_hint=None).lines(width=1000))
     return page
 
 

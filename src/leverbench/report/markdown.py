@@ -64,7 +64,7 @@ def _md_table(t: Table) -> str:
 def render_markdown(summary: dict[str, Any]) -> str:
     run = summary["run"]
     host = run.get("host") or {}
-    answer = first_screen(summary, full_hint=None).lines()
+    answer = first_screen(summary, full_hint=None).lines(width=1000)  # a page has room for whole notes
     out = [f"# leverbench: {run['name']}", "", "```text", *answer, "```", "",
            f"Run {run['run_id']} started {run['started_at']} on {host.get('cpu', '?')} "
            f"({host.get('cores', '?')} cores); "
