@@ -50,7 +50,7 @@ def test_a_reason_shared_by_several_levers_is_said_once() -> None:
             m.update(citable=False, reason_codes=["volume", "drift"], reason=shared)
     lines = first_screen(s).lines()
     levers = [ln for ln in lines if ln.startswith("  ") and " vs " in ln]
-    assert len(levers) == 2 and all("not citable: output volumes differ, the arms drifted differently [1][2]" in ln
+    assert len(levers) == 2 and all("not citable: output volumes differ, an arm's speed drifted [1][2]" in ln
                                     for ln in levers)
     assert all(f"({lever['multiplier']:.2f}x" not in ln for ln, lever in zip(levers, s["levers"]))  # nothing bare
     assert sum("output volume spread 12.0% > 5%" in ln for ln in lines) == 1
@@ -82,15 +82,62 @@ def test_terminal_markdown_and_html_open_with_the_same_lines() -> None:
     console = Console(record=True, width=200)
     render_terminal(copy.deepcopy(s), console)
     printed = console.export_text().splitlines()
-    assert printed == first_screen(s, full_hint="every table: --full").lines()
+    assert printed == first_screen(s, full_hint="every table: --full").lines(width=199)  # the console's width
     assert "Turn time per case" not in "\n".join(printed)
     console = Console(record=True, width=200)
     render_terminal(copy.deepcopy(s), console, full=True)
     full = console.export_text()
-    assert full.splitlines()[:len(want)] == first_screen(s, full_hint=None).lines() and "Turn time per case" in full
+    assert full.splitlines()[:len(want)] == first_screen(s, full_hint=None).lines(width=199)
+    assert "Turn time per case" in full
     md = render_markdown(s).splitlines()
     assert md[:3] == ["# leverbench: agent-turns", "", "```text"] and md[3:3 + len(want)] == want
     page = render_html(s)
     block = page[page.index('<pre class="answer">') + len('<pre class="answer">'):page.index("</pre>")]
     assert html.unescape(block).splitlines() == want
     assert page.index('<pre class="answer">') < page.index("The run's conditions")
+
+
+def test_a_lever_no_pair_measures_says_why_on_its_own_line_and_each_lever_keeps_a_note() -> None:
+    s = _summary("handmade")
+    lines = first_screen(s).lines()
+    drafter = next(ln for ln in lines if ln.strip().startswith("drafter"))
+    assert "no pair measures it  no controlled pair measures drafter" in drafter
+    flaky = next(ln for ln in lines if "flaky vs base" in ln)
+    assert flaky.endswith("[3][4][5][6][7]") and any(ln.startswith("  [3] ") for ln in lines)  # its first note stays
+    assert all(ln.count("[2]") <= 1 for ln in lines if " vs " in ln)  # a note is marked once per line
+
+
+def test_lines_fit_the_terminal_and_warnings_name_a_few_kinds() -> None:
+    s = _summary("handmade")
+    lines = first_screen(s).lines(width=80)
+    levers = [ln for ln in lines if ln.startswith("  ") and (" vs " in ln or "no pair" in ln)]
+    assert all(len(ln) <= 80 for ln in lines if ln not in levers)
+    warn = next(ln for ln in lines if "warnings:" in ln)
+    assert "+9 more kinds" in warn or len(warn) == 80
+
+
+def test_an_adaptive_run_says_how_many_repeats_the_verdicts_took() -> None:
+    s = _summary("demo2")
+    s["adaptive"] = {"max_repeats": 6, "initial_repeats": 2}
+    s["verdicts"][0]["repeats"] = {c: 4 for c in s["verdicts"][0]["repeats"]}
+    s["verdicts"][1]["repeats"] = {c: 2 for c in s["verdicts"][1]["repeats"]}
+    assert "× 2–4 repeats (adaptive, up to 6)," in first_screen(s).lines()[0]
+
+
+def test_common_drift_is_a_line_of_its_own_and_no_report_path_when_none_was_written(tmp_path: Path) -> None:
+    s = _summary("demo2")
+    s["drift_common"] = {"text": "the machine slowed 30% during the run, alike for every arm", "detected": True}
+    lines = first_screen(s).lines()
+    assert lines[1] == "Drift: the machine slowed 30% during the run, alike for every arm"
+    console = Console(record=True, width=120)
+    render_terminal(s, console, run_dir=str(tmp_path))  # no report.html there
+    out = console.export_text()
+    assert "report.html" not in out and f"every table: leverbench report {tmp_path} --full" in out
+
+
+def test_odd_summaries_do_not_crash_it() -> None:
+    for s in ({}, {"levers": [{"lever": "x", "arm": None}]}, {"levers": [{"lever": "x", "arm": "a", "vs": "b",
+              "multiplier": None, "citable": False}], "verdicts": [{"arm": "a", "vs": "b", "verdict": "open",
+              "ratio": None, "min_effect": None, "confidence": None}]},
+              {"baseline": "a", "time_shares": [{"arm": "a", "turn_s": 1.0}]}):
+        assert first_screen(s).lines()

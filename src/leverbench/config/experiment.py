@@ -93,6 +93,11 @@ class EngineSpec(_Strict):
         if self.kind == "vllm" and self.binary is not None:
             raise ValueError("binary names a llama-server for kind = \"embedded\"; vLLM is started from the "
                              "installed package (scripts/install.sh --vllm)")
+        owned = ("--port", "--host", "-m", "--model") if self.kind == "embedded" else ("--port", "--host")
+        for flag in owned:
+            if flag in self.args:
+                raise ValueError(f"args may not set {flag}: the tool starts the engine with its own (a free loopback "
+                                 "port" + (", the bundled model)" if self.kind == "embedded" else ")"))
         if self.kind == "embedded" and self.binary is None:
             try:  # the prebuilt engine maps flags onto its parameters: one it does not know is an error now
                 check_llama_flags(self.args)

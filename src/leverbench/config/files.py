@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -27,14 +28,18 @@ def read_text(file: str, key: str, base: Path, rel: str) -> tuple[str, str]:
 
 
 def resolve_binary(file: str, key: str, base: Path, name: str) -> str:
-    """An engine binary's absolute path: a bare name is looked up on PATH, anything else is a path (``~``
-    expanded, relative to the experiment file); it must be an executable file."""
+    """An engine binary's absolute path: a bare name is looked up on PATH, then beside this Python (the
+    ``.venv/bin/llama-server`` that ``scripts/install.sh --compile-llama`` links, with the venv not activated);
+    anything else is a path (``~`` expanded, relative to the experiment file).  It must be an executable file.
+    The path is kept as named (a symlink stays one: a wrapper may dispatch on its own name)."""
     if "/" not in name and "\\" not in name:
-        found = shutil.which(name)
+        beside = Path(sys.executable).parent / name
+        found = shutil.which(name) or (str(beside) if beside.is_file() and os.access(beside, os.X_OK) else None)
         if found is None:
-            raise ConfigError(file, key, f"{name!r} is not on PATH; give the llama-server binary's path")
-        return str(Path(found).resolve())
-    p = (base / Path(name).expanduser()).resolve()
+            raise ConfigError(file, key, f"{name!r} is not on PATH nor in {beside.parent}; give the llama-server "
+                                         "binary's path")
+        return str(Path(found).absolute())
+    p = Path(os.path.normpath(base / Path(name).expanduser()))
     if not p.is_file():
         raise ConfigError(file, key, f"no such file: {name} (looked at {p}; paths are relative to the experiment "
                                      "file)")

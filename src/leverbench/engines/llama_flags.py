@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 BINARY_HINT = ('name a llama-server binary that reads every flag itself: engine = { kind = "embedded", '
-               'binary = "PATH" } (scripts/install.sh --compile-llama builds one: .venv/bin/llama-server)')
+               'binary = "PATH" } (scripts/install.sh --compile-llama builds one, which binary = "llama-server" '
+               'finds)')
 
 
 class FlagError(ValueError):
@@ -26,7 +27,8 @@ class FlagError(ValueError):
 
 # A value of kind "enum:NAME" is looked up in xllamacpp.NAME by PREFIX + the value upper-cased with '-' → '_'.
 _ENUM_PREFIX = {"ggml_type": "GGML_TYPE_", "common_speculative_type": "COMMON_SPECULATIVE_TYPE_",
-                "llama_flash_attn_type": "LLAMA_FLASH_ATTN_TYPE_"}
+                "llama_flash_attn_type": "LLAMA_FLASH_ATTN_TYPE_",
+                "common_reasoning_format": "COMMON_REASONING_FORMAT_"}
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,9 @@ class Flag:
     True / False, no value), ``enum:NAME`` (one value of the enum), ``enums:NAME`` (a comma-separated list
     of them), ``strset``
     (a comma-separated set of strings), ``gpu_layers`` (a number, ``auto`` or ``all``), ``flash_attn``
-    (``on`` / ``off`` / ``auto``; no value means on, as llama-server reads ``-fa`` alone)."""
+    (llama.cpp's words: on / enabled / true / 1, off / disabled / false / 0, auto / -1; a value is required),
+    ``seed`` (an unsigned 32-bit seed; -1, llama-server's "random", wraps as its ``stoul`` does).  Values are
+    read as llama-server reads them: an enum's words exactly as it spells them, and no ``--flag=value``."""
 
     names: tuple[str, ...]
     targets: tuple[str, ...]
@@ -123,15 +127,22 @@ FLAGS: tuple[Flag, ...] = (
     _f("--spec-ngram-map-k4v-size-m", "speculative.ngram_map_k4v.size_m", "int"),
     _f("--spec-ngram-map-k4v-min-hits", "speculative.ngram_map_k4v.min_hits", "int"),
     # sampling defaults (a request's own fields override them)
-    _f("-s --seed", "sampling.seed", "int"),
+    _f("-s --seed", "sampling.seed", "seed"),
     _f("--temp --temperature", "sampling.temp", "float"),
     # the HTTP side
     _f("--metrics", "endpoint_metrics", "on"),
     _f("--props", "endpoint_props", "on"),
     _f("--slots", "endpoint_slots", "on"),
     _f("--no-slots", "endpoint_slots", "off"),
-    _f("--webui", "ui", "on"),
-    _f("--no-webui", "ui", "off"),
+    _f("--ui --webui", "ui", "on"),
+    _f("--no-ui --no-webui", "ui", "off"),
+    _f("--keep", "n_keep", "int"),
+    _f("-cms --checkpoint-min-step", "checkpoint_min_step", "int"),
+    _f("--perf", "no_perf", "off"),
+    _f("--no-perf", "no_perf", "on"),
+    _f("--reasoning-format", "reasoning_format", "enum:common_reasoning_format",
+       ("none", "auto", "deepseek-legacy", "deepseek")),
+    _f("--chat-template", "chat_template", "str"),
     _f("--jinja", "use_jinja", "on"),
     _f("--no-jinja", "use_jinja", "off"),
     _f("-a --alias", "model_alias", "strset"),
@@ -155,17 +166,30 @@ class Setting:
     flag: str
 
 
+_INT32 = (-(2 ** 31), 2 ** 31 - 1)
+_FLASH_ATTN = {"on": "enabled", "enabled": "enabled", "true": "enabled", "1": "enabled", "off": "disabled",
+               "disabled": "disabled", "false": "disabled", "0": "disabled", "auto": "auto", "-1": "auto"}
+
+
 def _number(flag: str, raw: str, cast: Callable[[str], Any]) -> Any:
     try:
-        return cast(raw)
+        value = cast(raw)
     except ValueError:
         raise FlagError(f"llama-server flag {flag} takes a number, not {raw!r}") from None
+    if cast is int and not _INT32[0] <= value <= _INT32[1]:
+        raise FlagError(f"llama-server flag {flag} takes a 32-bit integer, not {raw}")
+    return value
 
 
 def _value(flag: Flag, name: str, raw: str) -> Any:
     kind = flag.kind
     if kind == "int":
         return _number(name, raw, int)
+    if kind == "seed":  # llama-server's stoul then uint32: -1 (random) is 0xFFFFFFFF
+        try:
+            return int(raw) & 0xFFFFFFFF
+        except ValueError:
+            raise FlagError(f"llama-server flag {name} takes a number, not {raw!r}") from None
     if kind == "float":
         return _number(name, raw, float)
     if kind == "str":
@@ -177,14 +201,14 @@ def _value(flag: Flag, name: str, raw: str) -> Any:
     if kind == "gpu_layers":
         return {"auto": -1, "all": -2}.get(raw) if raw in ("auto", "all") else _number(name, raw, int)
     if kind == "flash_attn":
-        word = {"on": "enabled", "off": "disabled", "auto": "auto"}.get(raw.lower())
-        if word is None:
-            raise FlagError(f"llama-server flag {name} takes on, off or auto, not {raw!r}")
-        return ("enum:llama_flash_attn_type", word)
+        if raw not in _FLASH_ATTN:
+            raise FlagError(f"llama-server flag {name} takes on, off or auto (or enabled / disabled, true / false, "
+                            f"1 / 0 / -1), not {raw!r}")
+        return ("enum:llama_flash_attn_type", _FLASH_ATTN[raw])
     if kind.startswith(("enum:", "enums:")):
         values = raw.split(",") if kind.startswith("enums:") else [raw]
         for v in values:
-            if flag.choices and v.lower() not in flag.choices:
+            if flag.choices and v not in flag.choices:
                 raise FlagError(f"llama-server flag {name} takes one of {', '.join(flag.choices)}, not {v!r}")
         enum = kind.split(":", 1)[1]
         return [("enum:" + enum, v) for v in values] if kind.startswith("enums:") else ("enum:" + enum, raw)
@@ -195,34 +219,28 @@ def parse(args: list[str]) -> list[Setting]:
     """The settings a llama-server flag list makes, in order (a later flag wins, as llama-server reads them).
 
     Raises :class:`FlagError` naming the first flag the prebuilt engine does not map, or a value it cannot
-    read.  ``--flag=value`` is read as ``--flag value``."""
+    read (as llama-server would: ``--flag=value`` is refused, as it refuses it)."""
     out: list[Setting] = []
     given: set[str] = set()
     i = 0
     while i < len(args):
         token = str(args[i])
-        name, eq, inline = token.partition("=") if token.startswith("--") else (token, "", "")
-        flag = BY_NAME.get(name)
+        flag = BY_NAME.get(token)
         if flag is None:
+            name = token.partition("=")[0]
+            if token.startswith("--") and "=" in token and name in BY_NAME:
+                raise FlagError(f"llama-server does not read {token!r}: write {name} and its value as two arguments")
             what = "a value, not a flag" if not token.startswith("-") else "not mapped onto the prebuilt engine"
             raise FlagError(f"llama-server argument {token!r} is {what} (xllamacpp); {BINARY_HINT}")
         if flag.takes_value:
-            if eq:
-                raw = inline
-            elif flag.kind == "flash_attn" and (i + 1 >= len(args) or str(args[i + 1]).startswith("-")):
-                raw = "on"  # -fa alone
-            elif i + 1 < len(args):
-                i += 1
-                raw = str(args[i])
-            else:
-                raise FlagError(f"llama-server flag {name} needs a value")
-            value = _value(flag, name, raw)
-        elif eq:
-            raise FlagError(f"llama-server flag {name} is a switch and takes no value (got {token!r})")
+            if i + 1 >= len(args):
+                raise FlagError(f"llama-server flag {token} needs a value")
+            i += 1  # the next argument is the value, whatever it looks like (llama-server reads -fa -1 so)
+            value = _value(flag, token, str(args[i]))
         else:
             value = flag.kind == "on"
         for target in flag.targets:
-            out.append(Setting(target, value, name))
+            out.append(Setting(target, value, token))
             given.add(target)
         i += 1
     for leader, follower in _FOLLOWS.items():
@@ -254,10 +272,15 @@ def apply(params: Any, settings: list[Setting], xlc: Any) -> None:
     """Set each setting on *params* (an ``xllamacpp.CommonParams``), resolving enum values in module *xlc*.
 
     The binding's nested parameter objects (``cpuparams``, ``speculative.draft``) are views into the one C++
-    struct, so setting an attribute of one sets it on *params*."""
+    struct, so setting an attribute of one sets it on *params*.  A value the binding refuses (out of its C
+    type's range) is a :class:`FlagError` naming the flag."""
     for s in settings:
         *path, last = s.target.split(".")
         obj = params
         for p in path:
             obj = getattr(obj, p)
-        setattr(obj, last, _resolve(xlc, s.value))
+        try:
+            setattr(obj, last, _resolve(xlc, s.value))
+        except (OverflowError, TypeError, ValueError) as exc:
+            raise FlagError(f"llama-server flag {s.flag}: the prebuilt engine cannot take {s.value!r} ({exc})") \
+                from None

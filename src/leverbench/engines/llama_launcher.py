@@ -11,6 +11,7 @@ SIGTERM or SIGINT.  The embedded engine runs it as a process of its own, exactly
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 import threading
@@ -30,14 +31,14 @@ def package_version() -> str | None:
 
 def build_number(pkg_version: str | None) -> int | None:
     """llama.cpp's build number in an ``xllamacpp`` version (its last part: ``2026.10.11549`` → 11549)."""
-    last = str(pkg_version or "").split(".")[-1]
-    return int(last) if last.isdigit() and len(str(pkg_version).split(".")) >= 3 else None
+    m = re.match(r"\d+\.\d+\.(\d+)", str(pkg_version or ""))  # a local suffix (+cu128) may follow
+    return int(m.group(1)) if m else None
 
 
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     pkg = package_version()
-    if args[:1] == ["--version"]:
+    if "--version" in args:
         print(f"version: {pkg} (build {build_number(pkg) or 0}, commit unknown)\nbuilt as the PyPI wheel xllamacpp")
         return 0
     try:
@@ -47,8 +48,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         import xllamacpp  # noqa: PLC0415 (the engine's only import of it: the tool runs without it)
-    except ImportError:
-        print("error: the prebuilt engine xllamacpp is not installed: run scripts/install.sh", file=sys.stderr)
+    except ImportError as exc:
+        why = "is not installed: run scripts/install.sh" if pkg is None else \
+            (f"does not load ({exc}); it needs the system's OpenMP runtime libgomp.so.1 "
+             "(Debian: apt-get install libgomp1)")
+        print(f"error: the prebuilt engine xllamacpp {why}", file=sys.stderr)
         return 2
     params = xllamacpp.CommonParams()
     try:
@@ -61,7 +65,11 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(sig, lambda *_: stop.set())
     print(f"leverbench launcher: xllamacpp {pkg} (llama.cpp b{build_number(pkg)}), loading {params.model.path}",
           flush=True)
-    server = xllamacpp.Server(params)  # loads the model and listens (its own threads)
+    try:
+        server = xllamacpp.Server(params)  # loads the model and listens (its own threads)
+    except Exception as exc:  # noqa: BLE001 - llama.cpp has logged why above; one line says it failed
+        print(f"error: the server did not start: {exc}", file=sys.stderr)
+        return 1
     print(f"leverbench launcher: listening on {server.listening_address}", flush=True)
     while not stop.wait(0.5):
         pass

@@ -19,17 +19,19 @@ from .tables import ratio_interval
 
 #: A refusal's reason codes (analysis/guard.py) in a few words, for a lever's line; the full reason is a note.
 SHORT_REASON = {guard.VOLUME: "output volumes differ", guard.VOLUME_UNKNOWN: "output volume unknown",
-                guard.DRIFT: "the arms drifted differently", guard.FAILED: "calls failed",
+                guard.DRIFT: "an arm's speed drifted", guard.FAILED: "calls failed",
                 guard.RETRIED: "calls were retried", guard.REPEATS: "too few repeats",
                 guard.NO_TURNS: "no successful turns", guard.CONTRADICTION: "a declared knob contradicts the engine",
                 guard.NOT_ENGAGED: "the lever did not engage", guard.REFERENCE_USED: "the reference used it too",
                 guard.CELLS: "a case was refused"}
 
-
-#: A note on the first screen is cut at this many characters (the full report and its tables hold it whole).
+#: A line of the first screen other than a lever's is cut at this many characters (the full report and its
+#: tables hold it whole); a terminal passes its own width.
 NOTE_WIDTH = 150
 #: The first screen's length in lines (more when there are more levers than fit: each has its line).
 LINES = 15
+#: The warnings line names at most this many kinds.
+WARNING_KINDS = 4
 
 
 @dataclass
@@ -38,47 +40,62 @@ class Notes:
 
     texts: list[str] = field(default_factory=list)
 
-    def mark(self, text: str) -> str:
+    def number(self, text: str) -> int:
         if text not in self.texts:
             self.texts.append(text)
-        return f"[{self.texts.index(text) + 1}]"
+        return self.texts.index(text) + 1
+
+    def marks(self, texts: list[str]) -> tuple[str, list[int]]:
+        """The marks of *texts* ('[1][3]', each number once) and their numbers."""
+        numbers = list(dict.fromkeys(self.number(t) for t in texts))
+        return "".join(f"[{n}]" for n in numbers), numbers
 
 
 @dataclass(frozen=True)
 class FirstScreen:
-    """The first screen as parts: ``head`` (the run), ``levers`` (one line each), ``time`` (where it goes),
-    ``notes`` (shared reasons, numbered), ``warnings`` (one line), ``more`` (where the rest is)."""
+    """The first screen as parts: ``head`` (the run) and ``conditions`` (e.g. common drift, a line each),
+    ``levers`` (one line each), ``time`` (where it goes), ``notes`` (shared reasons, numbered), ``firsts``
+    (each lever's first note number: kept when notes must be left out), ``warnings`` (one line), ``more``
+    (where the rest is)."""
 
     head: str
+    conditions: list[str]
     levers: list[str]
     time: str | None
     notes: list[str]
+    firsts: list[int]
     warnings: str | None
     more: list[str]
 
     def lines(self, width: int = NOTE_WIDTH, budget: int = LINES) -> list[str]:
-        """The screen's lines: the notes that fit in *budget* lines, each cut at *width* characters (the full
-        report holds them whole), then how many were left out."""
-        fixed = [self.head, *(f"  {x}" for x in self.levers), *([self.time] if self.time else [])]
-        tail = ([self.warnings] if self.warnings else []) + self.more
+        """The screen's lines: every line but a lever's cut at *width* characters, the notes that fit in
+        *budget* lines (each lever's first note first), then how many were left out."""
+        fixed = [_clip(self.head, width), *(_clip(c, width) for c in self.conditions),
+                 *(f"  {x}" for x in self.levers), *([_clip(self.time, width)] if self.time else [])]
+        tail = ([_clip(self.warnings, width)] if self.warnings else []) + [_clip(m, width) for m in self.more]
         room = max(budget - len(fixed) - len(tail), 1)
-        notes = [f"  [{i}] {_clip(t, width)}" for i, t in enumerate(self.notes, 1)]
-        if len(notes) > room:
-            notes = notes[:room - 1] + [f"  (+{len(notes) - room + 1} more notes: the full report lists every reason)"]
+        keep = list(range(1, len(self.notes) + 1))
+        if len(keep) > room:
+            firsts = list(dict.fromkeys(self.firsts))
+            keep = sorted((firsts + [n for n in keep if n not in firsts])[:room - 1])
+        notes = [f"  [{n}] {_clip(self.notes[n - 1], width - 6)}" for n in keep]
+        if len(keep) < len(self.notes):
+            notes.append(f"  (+{len(self.notes) - len(keep)} more notes: the full report lists every reason)")
         return fixed + notes + tail
 
 
 def _clip(text: str, width: int) -> str:
-    return text if len(text) <= width else text[:width - 1].rstrip() + "…"
+    return text if len(text) <= width else text[:max(width, 2) - 1].rstrip() + "…"
 
 
 def _total_row(summary: dict[str, Any], arm: str, vs: str) -> dict[str, Any]:
-    return next((m for m in summary.get("multipliers") or [] if m["scope"] == "total" and m["arm"] == arm
-                 and m["vs"] == vs), {})
+    return next((m for m in summary.get("multipliers") or [] if m.get("scope") == "total" and m.get("arm") == arm
+                 and m.get("vs") == vs), {})
 
 
-def clauses(reason: str) -> list[str]:
+def clauses(reason: str | None) -> list[str]:
     """A reason's clauses: its parts between top-level ``"; "`` (a parenthesis may hold ``;`` of its own)."""
+    reason = reason or ""
     out, depth, start = [], 0, 0
     for i, ch in enumerate(reason):
         depth += {"(": 1, ")": -1}.get(ch, 0)
@@ -88,55 +105,72 @@ def clauses(reason: str) -> list[str]:
     return [c for c in (*out, reason[start:]) if c]
 
 
-def _why(summary: dict[str, Any], lever: dict[str, Any], notes: Notes) -> str:
-    """Why a lever's figure is not citable: a short phrase, and the notes that hold the whole reason (a clause
-    another lever shares is one note)."""
-    row = _total_row(summary, lever["arm"], lever["vs"])
-    codes = row.get("reason_codes") or []
-    short = ", ".join(SHORT_REASON.get(c, c) for c in codes) or "refused"
-    return f"{short} " + "".join(notes.mark(c) for c in clauses(lever.get("reason") or row.get("reason") or short))
-
-
-def lever_line(summary: dict[str, Any], lever: dict[str, Any], notes: Notes, width: tuple[int, int]) -> str:
+def lever_line(summary: dict[str, Any], lever: dict[str, Any], notes: Notes,
+               width: tuple[int, int]) -> tuple[str, list[int]]:
     """One lever: its pair, the verdict and its interval where one was taken, the total multiplier, and whether
-    it may be cited, else why, briefly; a figure that may not be cited is in parentheses."""
-    name = lever["lever"].ljust(width[0])
-    if lever["arm"] is None:
-        return f"{name}  {'no pair measures it'.ljust(width[1])}  " + "".join(notes.mark(c)
-                                                                          for c in clauses(lever["reason"]))
-    pair = f"{lever['arm']} vs {lever['vs']}".ljust(width[1])
-    verdict = next((v for v in summary.get("verdicts") or [] if v["arm"] == lever["arm"] and v["vs"] == lever["vs"]),
-                   None)
-    parts = []
+    it may be cited, else why, briefly (a figure that may not be cited is in parentheses); and its notes."""
+    name = str(lever.get("lever")).ljust(width[0])
+    if lever.get("arm") is None:
+        why = clauses(lever.get("reason"))
+        return f"{name}  {'no pair measures it'.ljust(width[1])}  {_clip(why[0], 90) if why else ''}".rstrip(), []
+    pair = f"{lever['arm']} vs {lever.get('vs')}".ljust(width[1])
+    verdict = next((v for v in summary.get("verdicts") or [] if v.get("arm") == lever["arm"]
+                    and v.get("vs") == lever.get("vs")), None)
+    citable = bool(lever.get("citable"))
+    equal_work = [x.get("measure") == "equal work" for x in (verdict or {}, lever)]
+    parts, numbers = [], []
     if verdict is not None:
-        said = f"{verdict['verdict']} {ratio_interval(verdict)}"
-        if verdict.get("refused") and lever["citable"]:  # else the lever's own reason says it
-            said = f"({said}: refused) " + "".join(notes.mark(c) for c in clauses(verdict["refused"]))
+        said = f"{verdict.get('verdict')} {ratio_interval(verdict)}"
+        if verdict.get("refused") and citable:  # else the lever's own reason says it
+            marks, numbers = notes.marks(clauses(verdict["refused"]))
+            said = f"({said}: refused) {marks}"
         parts.append(said)
-    if lever["multiplier"] is not None:
-        total = f"{lever['multiplier']:.2f}x" + (" at equal work" if lever.get("measure") == "equal work" else "")
-        parts.append(("total " if verdict is not None else "") + total)
+    if lever.get("multiplier") is not None:
+        parts.append(("total " if verdict is not None else "") + f"{lever['multiplier']:.2f}x")
+    if any(equal_work):
+        parts.append("both at equal work" if all(equal_work) and len(parts) > 1 else
+                     "the total at equal work" if equal_work[1] and len(parts) > 1 else "at equal work")
     figure = "; ".join(parts) or "—"
-    if not lever["citable"]:
+    row = _total_row(summary, lever["arm"], lever.get("vs"))
+    codes = row.get("reason_codes") or []
+    if citable:
+        cite = "citable"
+    else:
         figure = f"({figure})"
-    cite = "citable" if lever["citable"] else f"not citable: {_why(summary, lever, notes)}"
-    if lever.get("engaged") is False:
+        marks, numbers = notes.marks(clauses(lever.get("reason") or row.get("reason")) or ["refused"])
+        cite = f"not citable: {', '.join(SHORT_REASON.get(c, c) for c in codes) or 'refused'} {marks}"
+    if lever.get("engaged") is False and guard.NOT_ENGAGED not in codes:
         cite += "; did NOT engage"
-    return f"{name}  {pair}  {figure} · {cite}"
+    return f"{name}  {pair}  {figure} · {cite}", numbers
 
 
 def time_line(summary: dict[str, Any]) -> str | None:
-    """Where the baseline's turn time goes: prefill, decode and the rest, summed over its cases."""
+    """Where the baseline's turn time goes: prefill, decode and the rest, summed over one turn of each case."""
     base = summary.get("baseline")
-    rows = [r for r in summary.get("time_shares") or [] if r["arm"] == base and r.get("turn_s")]
+    rows = [r for r in summary.get("time_shares") or [] if r.get("arm") == base and r.get("turn_s")]
     if not rows:
         return None
     total = sum(r["turn_s"] for r in rows)
-    share = {k: sum(r[f"{k}_s"] or 0.0 for r in rows) / total for k in ("prefill", "decode", "other")}
-    source = rows[0].get("source") or ""
-    return (f"Where the time goes ({base}, {total:.1f} s over {len(rows)} case{'s' if len(rows) > 1 else ''}"
+    share = {k: sum(r.get(f"{k}_s") or 0.0 for r in rows) / total for k in ("prefill", "decode", "other")}
+    sources = {r.get("source") for r in rows} - {None, ""}
+    source = sources.pop() if len(sources) == 1 else "mixed sources" if sources else ""
+    n = len(rows)
+    return (f"Where the time goes ({base}, a turn of each case: {n} turn{'s' if n > 1 else ''}, {total:.1f} s"
             f"{', ' + source if source else ''}): prefill {pct(share['prefill'])}, decode {pct(share['decode'])}, "
             f"other {pct(share['other'])}")
+
+
+def _repeats(summary: dict[str, Any]) -> str:
+    """The repeats: the fixed count, or for an adaptive run the range the verdicts reached and the cap."""
+    run = summary.get("run") or {}
+    ad = summary.get("adaptive")
+    counts = [n for v in summary.get("verdicts") or [] for n in (v.get("repeats") or {}).values()
+              if isinstance(n, int)]
+    if ad and counts:
+        low, high = min(counts), max(counts)
+        said = f"{low}" if low == high else f"{low}–{high}"
+        return f"{said} repeats (adaptive, up to {ad.get('max_repeats', '?')})"
+    return f"{run.get('repeats', '?')} repeats"
 
 
 def _head(summary: dict[str, Any]) -> str:
@@ -144,15 +178,11 @@ def _head(summary: dict[str, Any]) -> str:
     arms, cases = summary.get("arms") or [], summary.get("cases") or []
     failed = run.get("failed_calls") or 0
     head = (f"leverbench: {run.get('name', '?')}: {len(arms)} arm{'s' if len(arms) != 1 else ''} × {len(cases)} "
-            f"case{'s' if len(cases) != 1 else ''} × {run.get('repeats', '?')} repeats, {run.get('calls', 0)} calls"
+            f"case{'s' if len(cases) != 1 else ''} × {_repeats(summary)}, {run.get('calls', 0)} calls"
             f"{f', {failed} FAILED' if failed else ''}")
-    verdicts = summary.get("verdicts") or []
-    if verdicts:
-        v = verdicts[0]
-        head += f"; verdicts: {pct(v['confidence'])} intervals, a lever pays above {v['min_effect']:.2f}x"
-    common = summary.get("drift_common") or {}
-    if common.get("text"):
-        head += f"; {common['text']}"
+    v = next(iter(summary.get("verdicts") or []), None)
+    if v and isinstance(v.get("confidence"), (int, float)) and isinstance(v.get("min_effect"), (int, float)):
+        head += f"; verdicts at {pct(v['confidence'])}, pays above {v['min_effect']:.2f}x"
     return head
 
 
@@ -161,17 +191,24 @@ def first_screen(summary: dict[str, Any], *, report_path: str | None = None,
     """The first screen of *summary*; *report_path*: the HTML report to point at; *full_hint*: how to see
     every table (None: say nothing of it)."""
     notes = Notes()
-    levers = summary.get("levers") or []
-    width = (max([len(x["lever"]) for x in levers] + [5]),
-             max([len(f"{x['arm']} vs {x['vs']}") for x in levers if x["arm"] is not None] + [19]))
-    lines = [lever_line(summary, x, notes, width) for x in levers] or ["no lever: the arms differ in no knob"]
+    levers = [x for x in summary.get("levers") or [] if isinstance(x, dict)]
+    width = (max([len(str(x.get("lever"))) for x in levers] + [5]),
+             max([len(f"{x['arm']} vs {x.get('vs')}") for x in levers if x.get("arm") is not None] + [19]))
+    lines, firsts = [], []
+    for x in levers:
+        line, numbers = lever_line(summary, x, notes, width)
+        lines.append(line)
+        firsts += numbers[:1]
+    common = summary.get("drift_common") or {}
+    conditions = [f"Drift: {common['text']}"] if common.get("text") else []
     groups = warning_groups(summary)
     warnings = None
     if groups:
         n = sum(len(t) for _, _, t in groups)
-        warnings = (f"{n} warning{'s' if n > 1 else ''}: "
-                    + ", ".join(f"{kind or 'other'} ({len(t)})" for kind, _, t in groups)
+        named = ", ".join(f"{kind or 'other'} ({len(t)})" for kind, _, t in groups[:WARNING_KINDS])
+        more = len(groups) - WARNING_KINDS
+        warnings = (f"{n} warning{'s' if n > 1 else ''}: {named}" + (f", +{more} more kinds" if more > 0 else "")
                     + (" (the full report lists them)" if full_hint else ""))
     more = [x for x in (f"report: {report_path}" if report_path else None, full_hint) if x]
-    return FirstScreen(_head(summary), lines, time_line(summary), notes.texts, warnings,
-                       [" · ".join(more)] if more else [])
+    return FirstScreen(_head(summary), conditions, lines or ["no lever: the arms differ in no knob"],
+                       time_line(summary), notes.texts, firsts, warnings, [" · ".join(more)] if more else [])

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -21,8 +22,9 @@ def render_terminal(summary: dict[str, Any], console: Console | None = None, *, 
     the lines that say where its HTML report is and how to see every table."""
     console = console or Console()
     hint = None if full else (f"every table: leverbench report {run_dir} --full" if run_dir else "every table: --full")
-    screen = first_screen(summary, report_path=f"{run_dir}/report.html" if run_dir else None, full_hint=hint)
-    for i, line in enumerate(screen.lines()):
+    html = Path(run_dir) / "report.html" if run_dir else None
+    screen = first_screen(summary, report_path=str(html) if html and html.exists() else None, full_hint=hint)
+    for i, line in enumerate(screen.lines(width=max(console.width - 1, 60))):
         console.print(Text(line, style="bold" if i == 0 else ""), highlight=False)
     if not full:
         return
