@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import limits
+
 CONFTEST = Path(__file__).with_name("conftest.py")
 
 
@@ -20,7 +22,7 @@ def _pytest(tmp: Path, source: str, required: bool, **more: str) -> subprocess.C
         env.update(LEVERBENCH_REQUIRE_ENGINE="1", LEVERBENCH_REQUIRE_CHROMIUM="1")
     env.update(more)
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp)], cwd=tmp, env=env,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=limits.SMALL_COMMAND_S)
 
 
 def test_a_skipped_test_fails_in_ci(tmp_path):

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import limits
 import pytest
 from click.testing import CliRunner
 
@@ -33,16 +34,17 @@ def test_python_m_leverbench_cli_and_a_help_that_loads_nothing_heavy():
     code = ("import sys, runpy; sys.argv = ['leverbench', '--help']\n"
             "try:\n    runpy.run_module('leverbench.cli', run_name='__main__')\nexcept SystemExit:\n    pass\n"
             "print(sorted(m for m in ('numpy', 'polars', 'pydantic', 'aiohttp', 'jinja2') if m in sys.modules))")
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, timeout=60)
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV,
+                         timeout=limits.IMPORT_AND_EXIT_S)
     assert res.returncode == 0, res.stderr
     *help_lines, loaded = res.stdout.strip().splitlines()
     assert loaded == "[]"  # --help stays fast: the heavy parts load when a command runs
     assert all(f"  {c} " in "\n".join(help_lines) for c in cli.commands)
     res = subprocess.run([sys.executable, "-m", "leverbench.cli", "sim", "--help"], capture_output=True, text=True,
-                         env=ENV, timeout=60)
+                         env=ENV, timeout=limits.IMPORT_AND_EXIT_S)
     assert res.returncode == 0 and "--prefill-tps" in res.stdout
     res = subprocess.run([sys.executable, "-m", "leverbench", "sim", "--help"], capture_output=True, text=True,
-                         env=ENV, timeout=60)
+                         env=ENV, timeout=limits.IMPORT_AND_EXIT_S)
     assert res.returncode == 0 and "--prefill-tps" in res.stdout  # python -m leverbench as well
 
 

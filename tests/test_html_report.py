@@ -16,6 +16,7 @@ import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
 
+import limits
 import pytest
 from click.testing import CliRunner
 
@@ -348,7 +349,8 @@ def chromium(tmp_path: Path, url: str, *extra: str, budget_ms: int = 5000) -> su
            # loopback proxy port where nothing listens (the browser's own updater/sign-in calls included)
            "--host-resolver-rules=MAP * ~NOTFOUND", "--proxy-server=127.0.0.1:9",
            "--window-size=1280,2000", f"--virtual-time-budget={budget_ms}", *extra, url]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=limits.SMALL_COMMAND_S,
+                          stdin=subprocess.DEVNULL)
 
 
 def page_requests(netlog: Path) -> list[str]:

@@ -14,6 +14,8 @@ import sys
 import time
 from pathlib import Path
 
+import child
+import limits
 import pytest
 from one_arm import one_arm_experiment
 
@@ -29,21 +31,13 @@ def _experiment(tmp: Path, base_url: str, load: str = "") -> Path:
 
 
 def _start(exp: Path, out: Path) -> subprocess.Popen:
-    """``leverbench run`` in a child that takes SIGINT as Python's KeyboardInterrupt (a child of a shell
-    that ignores SIGINT would inherit the ignoring)."""
-    prev = signal.getsignal(signal.SIGINT)
-    if prev == signal.SIG_IGN:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        return subprocess.Popen([sys.executable, "-m", "leverbench.cli", "run", str(exp), "--out", str(out)],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env={**os.environ, "COLUMNS": "400"})
-    finally:
-        if prev == signal.SIG_IGN:
-            signal.signal(signal.SIGINT, prev)
+    """``leverbench run`` in a child that takes SIGINT as Python's KeyboardInterrupt (:func:`child.popen`)."""
+    return child.popen([sys.executable, "-m", "leverbench.cli", "run", str(exp), "--out", str(out)],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "COLUMNS": "400"})
 
 
-def _wait_in_flight(sim: SimulatorThread, proc: subprocess.Popen, n: int, timeout_s: float = 60.0) -> None:
+def _wait_in_flight(sim: SimulatorThread, proc: subprocess.Popen, n: int, timeout_s: float = limits.PROGRESS_S
+                    ) -> None:
     """Until the simulator holds ``n`` requests (running or queued) of the run's main work."""
     t_end = time.monotonic() + timeout_s
     while time.monotonic() < t_end:
@@ -59,11 +53,11 @@ def _wait_in_flight(sim: SimulatorThread, proc: subprocess.Popen, n: int, timeou
 def _interrupt(proc: subprocess.Popen) -> tuple[int, str]:
     proc.send_signal(signal.SIGINT)
     try:
-        _, err = proc.communicate(timeout=30)
+        _, err = proc.communicate(timeout=limits.STOP_S)
     except subprocess.TimeoutExpired:
         proc.kill()
-        _, err = proc.communicate()
-        raise AssertionError(f"the run did not stop within 30 s of SIGINT: {err}") from None
+        _, err = proc.communicate(timeout=limits.KILLED_S)
+        raise AssertionError(f"the run did not stop within {limits.STOP_S:.0f} s of SIGINT: {err}") from None
     return proc.returncode, err
 
 
@@ -77,7 +71,7 @@ def test_ctrl_c_records_the_call_in_flight_as_cancelled(tmp_path):
         out = tmp_path / "run"
         proc = _start(exp, out)
         _wait_in_flight(sim, proc, 1)  # the warm-up (8 tokens, 0.4 s) ...
-        t_end = time.monotonic() + 30
+        t_end = time.monotonic() + limits.PROGRESS_S
         while not any(r["kind"] == "warmup" for r in _records(out)) and time.monotonic() < t_end:
             time.sleep(0.05)
         _wait_in_flight(sim, proc, 1)  # ... then the turn's first call (400 tokens, 20 s)
@@ -114,7 +108,7 @@ max_tokens = 400
         exp = _experiment(tmp_path, sim.base_url, stage)
         out = tmp_path / "run"
         proc = _start(exp, out)
-        t_end = time.monotonic() + 60
+        t_end = time.monotonic() + limits.PROGRESS_S
         while not ((out / "ledger.jsonl").exists()
                    and any(r["kind"] == "metrics" and r["when"].startswith("load-start") for r in _records(out))):
             assert time.monotonic() < t_end and proc.poll() is None, "the load stage never started"
@@ -135,12 +129,12 @@ def test_sigterm_stops_the_run_like_ctrl_c(tmp_path):
         out = tmp_path / "run"
         proc = _start(exp, out)
         _wait_in_flight(sim, proc, 1)
-        t_end = time.monotonic() + 30
+        t_end = time.monotonic() + limits.PROGRESS_S
         while time.monotonic() < t_end and not any(r["kind"] == "warmup" for r in _records(out)):
             time.sleep(0.05)
         _wait_in_flight(sim, proc, 1)  # the turn's first call (400 tokens: 20 s)
         proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=30)
+        _, err = proc.communicate(timeout=limits.STOP_S)
     assert proc.returncode == 130, err
     assert "--resume" in err
     calls = [r for r in _records(out) if r["kind"] == "call"]
@@ -157,7 +151,7 @@ def test_a_run_stopped_before_its_first_record_resumes_afresh(tmp_path):
             out.mkdir()
             (out / "ledger.jsonl").write_text("")  # what a run stopped before its header leaves
             res = subprocess.run([sys.executable, "-m", "leverbench.cli", "run", str(exp), "--out", str(out), *args],
-                                 capture_output=True, text=True, timeout=120)
+                                 capture_output=True, text=True, timeout=limits.SMALL_RUN_S)
             assert res.returncode == 0, res.stderr
             recs = _records(out)
             assert recs[0]["kind"] == "run" and sum(r["kind"] == "turn" for r in recs) == 1

@@ -7,6 +7,8 @@ import time
 import tracemalloc
 from collections import Counter
 
+import limits
+
 from leverbench.analysis.summary import summarize
 from leverbench.config import load
 from leverbench.engines.simulator import SimConfig, SimulatorThread, llama_clocks_ms
@@ -56,7 +58,7 @@ def expected(t: dict) -> tuple[str | None, str]:
     return None, "none"
 
 
-def settled_truth(sim: SimulatorThread, n: int, timeout: float = 10.0) -> list[dict]:
+def settled_truth(sim: SimulatorThread, n: int, timeout: float = limits.SETTLE_S) -> list[dict]:
     """The simulator's records once all *n* requests are in: one whose client gave up (a stall) ends later."""
     deadline = time.monotonic() + timeout
     while len(truth := sim.truth()) < n and time.monotonic() < deadline:

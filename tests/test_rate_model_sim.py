@@ -9,6 +9,7 @@ and agent turns must recover them within 5 %.
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 import pytest
@@ -79,6 +80,7 @@ def context_run(tmp_path_factory):
                                 "cache": (b.base_url, "prefix_cache = true"),
                                 "drafter": (c.base_url, 'prefix_cache = true, drafter = "sim"')})
         res = CliRunner().invoke(cli, ["run", str(exp), "--out", str(tmp / "run")], catch_exceptions=False)
+        (tmp / "run" / "truth-nocache.json").write_text(json.dumps(a.truth()))  # what the simulator did
     assert res.exit_code == 0, res.output
     return tmp / "run"
 
@@ -97,7 +99,13 @@ def test_the_fitted_model_recovers_the_set_coefficients(context_run):
     assert p["quadratic"] and d["context_fitted"]
     assert p["b_s_per_token"] == pytest.approx(1 / PREFILL_TPS, rel=0.05)
     assert p["c_s_per_token2"] == pytest.approx(PREFILL_QUADRATIC, rel=0.05)
-    assert p["a_s"] < 0.01  # the llama.cpp dialect's prompt_ms is the prefill alone
+    # the llama.cpp dialect's prompt_ms is the prefill and the first token's step (5 ms here, into a), and on a
+    # loaded machine what the prefill's sleep overslept, as the simulator recorded it (its prefill_s less the
+    # work its rates set)
+    late = [t["prefill_s"] - (n := t["prompt_tokens"] - t["cached_tokens"]) / PREFILL_TPS
+            - PREFILL_QUADRATIC * n * (t["cached_tokens"] + n / 2)
+            for t in json.loads((context_run / "truth-nocache.json").read_text())]
+    assert p["a_s"] < 0.01 + max(0.0, statistics.fmean(late)), (p["a_s"], statistics.fmean(late))
     assert d["d0_s_per_token"] == pytest.approx(1 / DECODE_TPS, rel=0.05)
     assert d["d1_s_per_token_per_ctx"] == pytest.approx(SLOWDOWN, rel=0.05)
     assert d["range_context"][1] > DEPTHS[-1]  # the deepest probe is inside the fitted contexts

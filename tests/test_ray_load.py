@@ -11,13 +11,16 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
+import limits
 import pytest
+import sim_truth
 from test_load import experiment, sim_process
 
 from leverbench.analysis.load import load_summary
@@ -31,6 +34,7 @@ pytestmark = pytest.mark.ray
 OUT_TOKENS = 10
 SIM = {"prefill_tps": 1_000_000, "decode_tps": 100.0, "slots": 16, "output_tokens": OUT_TOKENS,
        "prefix_cache": False}  # every call 0.1 s, none waits for a slot
+SERVICE_S = OUT_TOKENS / SIM["decode_tps"]
 STAGES = '''
 [[load]]
 name = "closed"
@@ -109,19 +113,39 @@ def test_two_workers_send_every_call_once_and_match_one_process(ray_cluster, sim
         [("closed", 44, 2, []), ("open", 44, 2, [])]
     clocks = list(led.of_kind("clock"))
     assert sorted((c["stage"], c["worker"]) for c in clocks) == [("closed", 0), ("closed", 1), ("open", 0), ("open", 1)]
-    assert all(abs(c["offset_s"]) < 0.005 and 0 < c["uncertainty_s"] < 0.05 for c in clocks)  # one host's clock
+    # one host's clock: the true offset is 0, which the estimate must hold within its own uncertainty (the worker
+    # read its clock within the round trip), however long a loaded machine made that
+    assert all(abs(c["offset_s"]) <= c["uncertainty_s"] + 1e-6 and 0 < c["uncertainty_s"] < 1 for c in clocks)
 
-    rows1 = {r["stage"]: r for r in load_summary(read_ledger(one))}
-    rows2 = {r["stage"]: r for r in load_summary(led)}
+    # the same calls measured by one process and by two workers, each against the simulator's record of them:
+    # both see what it did (the client's clock never before the server's, and late by its own overhead only,
+    # which a loaded machine stretches, more for two worker processes than one: 15 vs 40 ms seen, so the runs
+    # are not held to each other's overhead); the simulator served both runs alike
+    truth = sim_truth.fetch(sim_url)
+    rows = {d: {r["stage"]: r for r in load_summary(read_ledger(d))} for d in (one, two)}
     for stage in ("closed", "open"):
-        a, b = rows1[stage], rows2[stage]
+        a, b = rows[one][stage], rows[two][stage]
         assert (a["requests"], a["ok"], a["workers"]) == (40, 40, 1) and (b["requests"], b["ok"], b["workers"]) == \
             (40, 40, 2)
-        for metric in ("ttft", "e2e"):  # the service is 0.1 s; the client adds ms
-            assert near(a[metric]["p50"], b[metric]["p50"], 0.2, 0.02), (stage, metric, a[metric], b[metric])
-        assert near(a["output_tps"], b["output_tps"], 0.2, 0), (stage, a["output_tps"], b["output_tps"])
-        assert near(a["requests_per_s"], b["requests_per_s"], 0.2, 0)
-        assert b["client_lag"]["p50"] < 0.02 and b["lost_workers"] == []
+        server = {}
+        for d in (one, two):
+            calls = [r for r in read_ledger(d).of_kind("load") if r["stage"] == stage and not r["warmup"]]
+            served = sim_truth.records_of(calls, truth)
+            server[d] = {"ttft": statistics.median(t["first_token"] - t["arrival"] for t in served),
+                         "e2e": statistics.median(t["end"] - t["arrival"] for t in served)}
+            for metric in ("ttft", "e2e"):
+                overhead = rows[d][stage][metric]["p50"] - server[d][metric]
+                assert -0.002 < overhead < SERVICE_S, (d.name, stage, metric, overhead)
+        for metric in ("ttft", "e2e"):
+            assert near(server[one][metric], server[two][metric], 0.2, 0.01), (stage, metric, server)
+        if stage == "open":  # the offered rate, whoever sends it
+            assert near(a["output_tps"], b["output_tps"], 0.2, 0), (stage, a["output_tps"], b["output_tps"])
+            assert near(a["requests_per_s"], b["requests_per_s"], 0.2, 0)
+        for r in (a, b):  # closed: the clients' calls back to back, each its e2e (Little's law)
+            assert stage == "open" or near(r["requests_per_s"], 4 / r["e2e"]["mean"], 0.2, 0), r
+        # on schedule: a loaded machine's scheduling delay, not a lag that grows (a sender that waited for the
+        # answers would fall seconds behind)
+        assert b["client_lag"]["p50"] < SERVICE_S and b["lost_workers"] == []
 
 
 def test_a_worker_killed_mid_stage_is_recorded_and_resume_runs_the_stage_again(ray_cluster, sim_url, tmp_path):
@@ -135,8 +159,8 @@ def test_a_worker_killed_mid_stage_is_recorded_and_resume_runs_the_stage_again(r
     killed: list[int] = []
 
     def kill_worker_1() -> None:
-        deadline = time.time() + 120
-        while time.time() < deadline and not killed:
+        deadline = time.monotonic() + limits.PROGRESS_S
+        while time.monotonic() < deadline and not killed:
             recs = read_shard(shard1, salvage=True).records if shard1.exists() and shard1.stat().st_size else []
             if sum(r["kind"] == "load" for r in recs) >= 5:
                 pid = next(r["pid"] for r in recs if r["kind"] == "clock")
@@ -147,7 +171,7 @@ def test_a_worker_killed_mid_stage_is_recorded_and_resume_runs_the_stage_again(r
     killer = threading.Thread(target=kill_worker_1, daemon=True)
     killer.start()
     Runner(exp, out).run()
-    killer.join(timeout=5)
+    killer.join(timeout=limits.THREAD_STOP_S)
     assert killed
     led = read_ledger(out)
     [end] = led.of_kind("stage_end")
@@ -185,13 +209,13 @@ def test_sigterm_mid_stage_records_every_workers_calls_in_flight(ray_cluster, tm
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         try:
             shard1 = out / "ledger.d" / "worker-1.jsonl"
-            deadline = time.time() + 120
-            while time.time() < deadline and proc.poll() is None:
+            deadline = time.monotonic() + limits.PROGRESS_S
+            while time.monotonic() < deadline and proc.poll() is None:
                 if shard1.exists() and shard1.read_text().count('"kind":"load"') >= 3:
                     break
                 time.sleep(0.05)
             proc.send_signal(signal.SIGTERM)
-            _, err = proc.communicate(timeout=60)
+            _, err = proc.communicate(timeout=limits.STOP_S)
         finally:
             proc.kill()
     assert proc.returncode == 130, err[-2000:]

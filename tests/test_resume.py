@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+import child
+import limits
 import pytest
 from ledgers import warned
 from test_run_sim import experiment
@@ -22,11 +24,30 @@ SLOW = dict(prefill_tps=50_000.0, decode_tps=150.0, output_tokens=200)
 
 
 def start_run(exp: Path, out: Path, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "leverbench.cli", "run", str(exp), "--out", str(out), *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    """``leverbench run`` in a child that takes SIGINT as Python's KeyboardInterrupt (:func:`child.popen`)."""
+    return child.popen([sys.executable, "-m", "leverbench.cli", "run", str(exp), "--out", str(out), *extra],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def wait_for_turns(out: Path, n: int, timeout: float = 60.0) -> None:
+def run_to_end(exp: Path, out: Path, *extra: str) -> None:
+    """A whole run that must succeed (its output read as it comes: a child blocked on a full pipe never ends)."""
+    proc = start_run(exp, out, *extra)
+    _, stderr = proc.communicate(timeout=limits.SMALL_RUN_S)
+    assert proc.returncode == 0, stderr
+
+
+def interrupt(proc: subprocess.Popen) -> str:
+    """SIGINT (Ctrl-C) to a run, then its stderr once it has exited; a run that does not stop is killed."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        return proc.communicate(timeout=limits.STOP_S)[1]
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        err = proc.communicate(timeout=limits.KILLED_S)[1]
+        raise AssertionError(f"the run did not stop within {limits.STOP_S:.0f} s of SIGINT: {err}") from None
+
+
+def wait_for_turns(out: Path, n: int, timeout: float = limits.PROGRESS_S) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         p = out / "ledger.jsonl"
@@ -55,7 +76,7 @@ def orphans(records: list[dict]) -> list[dict]:
     return [r for r in records if r["kind"] == "call" and r["turn_id"] not in turn_ids]
 
 
-def wait_for_a_turn_in_flight(out: Path, after_turns: int, timeout: float = 60.0) -> None:
+def wait_for_a_turn_in_flight(out: Path, after_turns: int, timeout: float = limits.PROGRESS_S) -> None:
     """Until *after_turns* turns are done and a later 'read' turn has written its first or second call:
     its next call (48 or 24 tokens at 150 tok/s, 0.16 s or more) is in flight, and the turn is not done."""
     deadline = time.monotonic() + timeout
@@ -81,20 +102,20 @@ def test_sigkill_mid_turn_then_resume_matches_an_uninterrupted_run(tmp_path):
     with SimulatorThread(SimConfig(**SLOW, prefix_cache=False)) as a, SimulatorThread(SimConfig(**SLOW)) as b:
         exp = experiment(tmp_path, {"nocache": a.base_url, "cache": b.base_url}, repeats=3)
         ref = tmp_path / "uninterrupted"
-        assert start_run(exp, ref).wait(timeout=120) == 0
+        run_to_end(exp, ref)
     with SimulatorThread(SimConfig(**SLOW, prefix_cache=False)) as a, SimulatorThread(SimConfig(**SLOW)) as b:
         exp = experiment(tmp_path, {"nocache": a.base_url, "cache": b.base_url}, repeats=3)
         out = tmp_path / "run"
         proc = start_run(exp, out)
         wait_for_a_turn_in_flight(out, 3)
         proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=10)
+        proc.wait(timeout=limits.KILLED_S)
         before = read_ledger(out)
         done_before = len([r for r in before.records if r["kind"] == "turn"])
         cut_off = orphans(before.records)
         assert 3 <= done_before < 12 and cut_off
         res = start_run(exp, out, "--resume")
-        stdout, stderr = res.communicate(timeout=120)
+        stdout, stderr = res.communicate(timeout=limits.SMALL_RUN_S)
         assert res.returncode == 0, stderr
     led = read_ledger(out)
     keys = unit_keys(led)
@@ -139,8 +160,7 @@ def test_partial_last_line_is_ignored_with_a_warning(tmp_path):
     with SimulatorThread(SimConfig(**SLOW)) as a:
         exp = experiment(tmp_path, {"nocache": a.base_url}, repeats=1, probes=False)
         out = tmp_path / "run"
-        proc = start_run(exp, out)
-        assert proc.wait(timeout=60) == 0
+        run_to_end(exp, out)
     with open(out / "ledger.jsonl", "a") as fh:
         fh.write('{"kind":"call","arm":"noc')  # a write cut by a crash
     led = read_ledger(out)
@@ -154,9 +174,8 @@ def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tmp_path):
         out = tmp_path / "run"
         proc = start_run(exp, out)
         wait_for_turns(out, 1)
-        proc.send_signal(signal.SIGINT)
-        stdout, stderr = proc.communicate(timeout=30)
-    assert proc.returncode == 130
+        stderr = interrupt(proc)
+    assert proc.returncode == 130, stderr
     assert "--resume" in stderr and str(out) in stderr
     led = read_ledger(out)
     assert not led.warnings  # what finished was written whole
@@ -167,10 +186,10 @@ def test_resume_refuses_a_changed_experiment(tmp_path):
     with SimulatorThread(SimConfig(**SLOW)) as a:
         exp = experiment(tmp_path, {"nocache": a.base_url}, repeats=1, probes=False)
         out = tmp_path / "run"
-        assert start_run(exp, out).wait(timeout=60) == 0
+        run_to_end(exp, out)
         exp.write_text(exp.read_text().replace('prompt = "summarise"', 'prompt = "summarize"'))
         res = start_run(exp, out, "--resume")
-        _, stderr = res.communicate(timeout=30)
+        _, stderr = res.communicate(timeout=limits.SMALL_COMMAND_S)
     assert res.returncode == 2 and "experiment changed" in stderr
 
 
@@ -178,7 +197,7 @@ def test_existing_run_dir_needs_resume(tmp_path):
     with SimulatorThread(SimConfig(**SLOW)) as a:
         exp = experiment(tmp_path, {"nocache": a.base_url}, repeats=1, probes=False)
         out = tmp_path / "run"
-        assert start_run(exp, out).wait(timeout=60) == 0
+        run_to_end(exp, out)
         res = start_run(exp, out)
-        _, stderr = res.communicate(timeout=30)
+        _, stderr = res.communicate(timeout=limits.SMALL_COMMAND_S)
     assert res.returncode == 2 and "--resume" in stderr

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import limits
 import pytest
 from aiohttp import web
 from one_arm import one_arm_experiment
@@ -30,10 +31,10 @@ def test_api_key_never_written(tmp_path):
         env = {**os.environ, "LB_PLANTED_KEY": KEY}
         out = tmp_path / "run"
         res = subprocess.run([sys.executable, "-m", "leverbench.cli", "run", str(exp), "--out", str(out)],
-                             env=env, capture_output=True, text=True, timeout=120)
+                             env=env, capture_output=True, text=True, timeout=limits.SMALL_RUN_S)
         assert res.returncode == 0, res.stderr
         rep = subprocess.run([sys.executable, "-m", "leverbench.cli", "report", str(out), "--format", "md"],
-                             env=env, capture_output=True, text=True, timeout=60)
+                             env=env, capture_output=True, text=True, timeout=limits.SMALL_COMMAND_S)
     files = [p for p in out.rglob("*") if p.is_file()]
     assert {p.name for p in files} >= {"ledger.jsonl", "summary.json", "report.md"}
     for p in files:
@@ -49,14 +50,14 @@ def test_texts_are_hashed_unless_store_text(tmp_path):
         exp = experiment(tmp_path, {"nocache": sim.base_url}, repeats=1, probes=False)
         out = tmp_path / "run"
         assert subprocess.run([sys.executable, "-m", "leverbench.cli", "run", str(exp), "--out", str(out)],
-                              capture_output=True, timeout=120).returncode == 0
+                              capture_output=True, timeout=limits.SMALL_RUN_S).returncode == 0
         ledger = (out / "ledger.jsonl").read_text()
         doc_words = (tmp_path / "doc.txt").read_text().split()[:5]
         assert " ".join(doc_words) not in ledger and "output_text" not in ledger and "input_sha256" in ledger
         exp.write_text(exp.read_text().replace("sentinel_tokens = 16", "sentinel_tokens = 16\nstore_text = true"))
         out2 = tmp_path / "run2"
         assert subprocess.run([sys.executable, "-m", "leverbench.cli", "run", str(exp), "--out", str(out2)],
-                              capture_output=True, timeout=120).returncode == 0
+                              capture_output=True, timeout=limits.SMALL_RUN_S).returncode == 0
         stored = (out2 / "ledger.jsonl").read_text()
         assert " ".join(doc_words) in stored and '"output_text"' in stored and '"chunk_text"' in stored
 
@@ -132,10 +133,10 @@ def test_url_credentials_never_written(tmp_path):
                          repeats=1, probes=False)
         out = tmp_path / "run"
         res = subprocess.run([sys.executable, "-m", "leverbench.cli", "run", str(exp), "--out", str(out)],
-                             capture_output=True, text=True, timeout=120)
+                             capture_output=True, text=True, timeout=limits.SMALL_RUN_S)
         assert res.returncode == 0, res.stderr
         rep = subprocess.run([sys.executable, "-m", "leverbench.cli", "report", str(out), "--format", "md"],
-                             capture_output=True, text=True, timeout=60)
+                             capture_output=True, text=True, timeout=limits.SMALL_COMMAND_S)
     files = [p for p in out.rglob("*") if p.is_file()]
     assert {p.name for p in files} >= {"ledger.jsonl", "summary.json", "report.md", "report.html"}
     for p in files:
@@ -183,7 +184,7 @@ def test_a_key_the_server_echoes_is_never_written(tmp_path):
         exp = one_arm_experiment(tmp_path, url + "/v1", arm='api_key_env = "LB_PLANTED_KEY"')
         env = {**os.environ, "LB_PLANTED_KEY": KEY}
         res = subprocess.run([sys.executable, "-m", "leverbench.cli", "run", str(exp), "--out", str(tmp_path / "run")],
-                             env=env, capture_output=True, text=True, timeout=120)
+                             env=env, capture_output=True, text=True, timeout=limits.SMALL_RUN_S)
     ledger = (tmp_path / "run" / "ledger.jsonl").read_text()
     assert "bad token: Bearer ***" in ledger  # the error is recorded, the key is not
     for text in (ledger, res.stdout, res.stderr, *(p.read_text() for p in (tmp_path / "run").glob("report.*"))):

@@ -12,6 +12,7 @@ import http.client
 import json
 import os
 import random
+import select
 import signal
 import subprocess
 import sys
@@ -21,6 +22,8 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 
+import child
+import limits
 import pytest
 from click.testing import CliRunner
 from hypothesis import given, settings
@@ -61,7 +64,7 @@ def user(text: str) -> list[dict]:
 # ---------------------------------------------------------------- HTTP helpers
 
 
-def request(base: str, path: str, body: dict | None = None, timeout: float = 10) -> tuple[int, bytes]:
+def request(base: str, path: str, body: dict | None = None, timeout: float = limits.HTTP_S) -> tuple[int, bytes]:
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(base + path, data=data, headers={"Content-Type": "application/json"})
     try:
@@ -112,7 +115,7 @@ def stream_chat(base: str, stop_after: int | None = None, **body) -> Stream:
     )
     out = Stream()
     try:
-        with urllib.request.urlopen(req, timeout=10) as resp:
+        with urllib.request.urlopen(req, timeout=limits.HTTP_S) as resp:
             assert resp.headers["Content-Type"].startswith("text/event-stream")
             for raw in resp:
                 line = raw.decode().strip()
@@ -154,7 +157,7 @@ def in_threads(*calls):
         t.start()
         time.sleep(0.005)  # a fixed arrival order
     for t in threads:
-        t.join(timeout=30)
+        t.join(timeout=limits.HTTP_S)
     return results
 
 
@@ -657,14 +660,15 @@ def test_cli_help_and_bad_values():
 def test_serve_prints_the_url_and_stops_on_interrupt():
     code = "from leverbench.engines.simulator import SimConfig, serve; serve(SimConfig(), '127.0.0.1', 0)"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)
+    proc = child.popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)  # takes SIGINT
     try:
+        assert select.select([proc.stdout], [], [], limits.SERVER_READY_S)[0], "the simulator printed no URL"
         url = proc.stdout.readline().strip()
         assert url.startswith("http://127.0.0.1:") and not url.endswith(":0")
         assert get_json(url, "/health") == {"status": "ok"}
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=10) == 0
+        assert proc.wait(timeout=limits.STOP_S) == 0
     finally:
         if proc.poll() is None:
             proc.kill()
-            proc.wait()
+            proc.wait(timeout=limits.KILLED_S)

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 import aiohttp
+import limits
 from aiohttp import web
 from click.testing import CliRunner
 from one_arm import one_arm_experiment
@@ -38,6 +39,8 @@ def one_call(url: str, timeouts: Timeouts = Timeouts()) -> dict:
 
 # ------------------------------------------------------------------ a host that never accepts
 
+BLACKHOLE_PROBE_S = 0.3  # the scenario, not a limit: a connect that must time out, here after 0.3 s
+
 
 @contextmanager
 def blackhole() -> Iterator[int]:
@@ -58,7 +61,7 @@ def blackhole() -> Iterator[int]:
         fill.append(c)
     time.sleep(0.1)
     try:
-        probe = socket.create_connection(("127.0.0.1", port), timeout=0.3)
+        probe = socket.create_connection(("127.0.0.1", port), timeout=BLACKHOLE_PROBE_S)
     except TimeoutError:
         pass
     else:  # pragma: no cover - the test would be meaningless
@@ -124,13 +127,13 @@ def serve(app: web.Application) -> Iterator[str]:
 
     thread = threading.Thread(target=lambda: (loop.run_until_complete(start()), loop.run_forever()), daemon=True)
     thread.start()
-    assert started.wait(10)
+    assert started.wait(limits.SERVER_READY_S)
     try:
         yield box["url"]
     finally:
-        asyncio.run_coroutine_threadsafe(box["runner"].cleanup(), loop).result(10)
+        asyncio.run_coroutine_threadsafe(box["runner"].cleanup(), loop).result(limits.THREAD_STOP_S)
         loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
+        thread.join(limits.THREAD_STOP_S)
 
 
 def _chunk(obj: dict) -> bytes:
@@ -352,7 +355,7 @@ def raw_server(kind: str) -> Iterator[str]:
     finally:
         loop.call_soon_threadsafe(srv.close)
         loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
+        thread.join(limits.THREAD_STOP_S)
 
 
 def test_a_server_that_took_the_request_and_closed_is_not_a_connect_failure():

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import limits
 import pytest
 from test_dialects import discover_fixture, metric_samples, sim
 from test_simulator import chat, get_json, request, stream_chat, user
@@ -271,7 +272,8 @@ def test_install_script_takes_vllm_and_test_in_any_order_and_refuses_the_rest():
     import subprocess  # noqa: PLC0415
 
     script = Path(__file__).parent.parent / "scripts" / "install.sh"
-    res = subprocess.run(["bash", str(script), "--vllm", "--bogus"], capture_output=True, text=True, timeout=30)
+    res = subprocess.run(["bash", str(script), "--vllm", "--bogus"], capture_output=True, text=True,
+                         timeout=limits.IMPORT_AND_EXIT_S)
     assert (res.returncode == 2 and "usage: scripts/install.sh [--test] [--vllm]" in res.stderr
             and "--bogus" in res.stderr)
     text = script.read_text()
@@ -330,7 +332,7 @@ def test_a_vllm_whose_engine_core_dies_counts_as_dead_at_once(tmp_path, monkeypa
     def fake_start(self):  # the API server with its engine core below it, healthy
         self.proc = subprocess.Popen(["bash", "-c", "(exec -a VLLM::EngineCore sleep 60) & exec sleep 60"],
                                      start_new_session=True)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + limits.SERVER_READY_S
         while not cores_of(self.proc.pid) and time.monotonic() < deadline:
             time.sleep(0.05)
         return "http://127.0.0.1:1"
@@ -344,7 +346,7 @@ def test_a_vllm_whose_engine_core_dies_counts_as_dead_at_once(tmp_path, monkeypa
         cores = cores_of(eng.proc.pid)
         assert len(cores) == 1
         os.kill(cores[0], signal.SIGKILL)  # a zombie: its parent does not reap it
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + limits.SETTLE_S
         while eng.alive() and time.monotonic() < deadline:
             time.sleep(0.05)
         assert eng.proc.poll() is None  # the API server still runs ...
@@ -368,10 +370,10 @@ def test_a_group_whose_leader_exited_is_asked_to_stop_before_it_is_killed(tmp_pa
     child = f"trap 'touch {done}; exit 0' TERM; while true; do sleep 0.05; done"
     eng = EngineProcess("a", [], tmp_path / "engine-a.log")
     eng.proc = subprocess.Popen(["bash", "-c", f"bash -c \"{child}\" & sleep 0.3; exit 0"], start_new_session=True)
-    eng.proc.wait(timeout=10)  # the leader has exited; its child lives on in the group
+    eng.proc.wait(timeout=limits.KILLED_S)  # the leader has exited; its child lives on in the group
     time.sleep(0.1)
     eng.stop()
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + limits.SETTLE_S
     while not done.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert done.exists()  # it cleaned up on SIGTERM (SIGKILL at once on main)
@@ -391,7 +393,7 @@ def test_an_engine_that_fails_to_start_names_the_first_error_above_the_tail(tmp_
             return ["bash", "-c", f"echo 'starting'; echo 'ValueError: the real cause'; {noise}; exit 1"]
 
     with pytest.raises(EngineError) as ei:
-        Failing("a", [], tmp_path / "engine-a.log", startup_timeout_s=20).start()
+        Failing("a", [], tmp_path / "engine-a.log", startup_timeout_s=limits.SERVER_READY_S).start()
     msg = str(ei.value)
     assert "first error in the log: ValueError: the real cause" in msg and "shutdown noise 39" in msg
     assert "shutdown noise 5" not in msg  # the tail is still the last 20 lines

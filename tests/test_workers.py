@@ -8,8 +8,10 @@ from __future__ import annotations
 import asyncio
 import builtins
 import json
+import time
 from pathlib import Path
 
+import limits
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -358,7 +360,7 @@ class _Worker:
     RECORD_S = 0.3
 
     def __init__(self, shard: Path):
-        self.shard, self.stop_ev, self.recorded = shard, asyncio.Event(), False
+        self.shard, self.stop_ev, self.running, self.recorded = shard, asyncio.Event(), False, False
         self.clock, self.stop = _Method(self._clock), _Method(self._stop)
         self.prepare, self.run = _Method(self._prepare), _Method(self._run)
 
@@ -371,6 +373,7 @@ class _Worker:
         return job.share.scheduled
 
     async def _run(self, start):
+        self.running = True
         await self.stop_ev.wait()
         await asyncio.sleep(self.RECORD_S)  # the calls in flight recorded (cancelled), the shard closed
         self.recorded = True
@@ -398,7 +401,10 @@ def test_ctrl_c_waits_for_every_worker_to_record_its_calls_in_flight(tmp_path):
         run = StageRun(FakeSender(0.1), exp, plan, arm)
         task = asyncio.ensure_future(cluster.run_stage(run, None, timeouts=None, retries=0, keep_text=False,
                                                        run_id="test"))
-        await asyncio.sleep(0.2)  # the workers are sending
+        deadline = time.monotonic() + limits.PROGRESS_S
+        while not all(w.running for w in cluster.actors.values()):  # until the workers are sending
+            assert time.monotonic() < deadline and not task.done(), "the workers never started their shares"
+            await asyncio.sleep(0.01)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
