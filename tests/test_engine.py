@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 
+import limits
 import pytest
 from click.testing import CliRunner
 
@@ -146,7 +147,7 @@ def test_engine_that_dies_is_noticed_with_its_log(tmp_path):
     try:
         assert eng.alive() and eng.death_note() is None
         eng.proc.send_signal(signal.SIGKILL)
-        eng.proc.wait(timeout=10)
+        eng.proc.wait(timeout=limits.KILLED_S)
         note = eng.death_note()
         assert note and "died" in note and "last lines of" in note and "llama" in note.lower()
     finally:

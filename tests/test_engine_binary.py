@@ -15,6 +15,7 @@ import sys
 import urllib.request
 from pathlib import Path
 
+import limits
 import pytest
 
 from leverbench.engines.embedded import EmbeddedEngine, model_path, prebuilt_available
@@ -33,12 +34,12 @@ def _chat(base: str, prompt: str, max_tokens: int = 24) -> dict:
     body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens, "temperature": 0}
     req = urllib.request.Request(base + "/v1/chat/completions", data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=300) as resp:  # noqa: S310 (loopback)
+    with urllib.request.urlopen(req, timeout=limits.HTTP_S) as resp:  # noqa: S310 (loopback)
         return json.loads(resp.read())
 
 
 def _get(base: str, path: str):
-    with urllib.request.urlopen(base + path, timeout=30) as resp:  # noqa: S310 (loopback)
+    with urllib.request.urlopen(base + path, timeout=limits.HTTP_S) as resp:  # noqa: S310 (loopback)
         return json.loads(resp.read())
 
 
