@@ -75,7 +75,7 @@ def test_reports_group_warnings_by_kind():
     html = render_html(s)
     assert all(f'id="warn-{k}"' in html for k, _, _ in warning_groups(s))
     console = Console(width=400, record=True)
-    render_terminal(s, console)
+    render_terminal(s, console, full=True)  # the first screen counts them by kind; --full lists them
     out = console.export_text()
     assert out.index(f"{WarningKind.DRIFT.heading} [drift]") < out.index("drift: arm 'base'") < out.index(
         f"{WarningKind.DRIFT_UNKNOWN.heading} [drift_unknown]")
