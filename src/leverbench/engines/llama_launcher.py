@@ -19,12 +19,13 @@ import threading
 from .llama_flags import FlagError, apply, parse
 
 
-def package_version() -> str | None:
-    """The installed ``xllamacpp`` distribution's version (``2026.10.11549``: year, month, llama.cpp build)."""
+def package_version(distribution: str = "xllamacpp") -> str | None:
+    """An installed distribution's version, None when it is not installed (``xllamacpp``'s, the default:
+    ``2026.10.11549``, year, month, llama.cpp build)."""
     from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415
 
     try:
-        return version("xllamacpp")
+        return version(distribution)
     except PackageNotFoundError:
         return None
 
