@@ -316,10 +316,11 @@ def test_served_cache_never_exceeds_the_upper_bound() -> None:
 SIM = dict(prefill_tps=20_000.0, decode_tps=200.0, slots=2, prefix_cache=True, cache_block=16)
 
 
-def _summary_for_sim(prefill_tps: float = SIM["prefill_tps"], decode_tps: float = SIM["decode_tps"]) -> dict:
+def _summary_for_sim(prefill_tps: float = SIM["prefill_tps"], decode_tps: float = SIM["decode_tps"],
+                     a_s: float = 0.0) -> dict:
     """A summary whose arm is the simulator as set (its rate model is the truth), or as it served: at *prefill_tps*
-    and *decode_tps*."""
-    model = flat(0.0, prefill_tps, decode_tps, arm="sim", slots=2,
+    and *decode_tps*, each request holding its slot *a_s* seconds beyond its work."""
+    model = flat(a_s, prefill_tps, decode_tps, arm="sim", slots=2,
                  batch={"concurrency": [1, 2], "slowdown": [1.0, 1.0]})
     return {"schema": "leverbench.summary/1", "baseline": "sim",
             "arms": [{"name": "sim", "conditions": {}, "knobs": {"prefix_cache": True, "block_size": 16}}],
