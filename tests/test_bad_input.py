@@ -83,7 +83,12 @@ def test_config_loader_on_bytes(tmp_path, data):
 
 # ----------------------------------------------------------------- ledger reader
 
-HEADER = {"kind": "run", "schema": LEDGER_SCHEMA, "config": {}, "arms": {}}
+# a valid header (its schema: an experiment, its baseline one of the arms); every text the records below may
+# hold is an arm, so that a record's arm is known or not a text
+_ARMS = ["call", "turn", "run", "nope"]
+HEADER = {"kind": "run", "schema": LEDGER_SCHEMA, "arms": dict.fromkeys(_ARMS, {}),
+          "config": {"experiment": {"name": "fuzz", "baseline": "call"}, "arms": [{"name": a} for a in _ARMS]}}
+_KEEP = len(json.dumps(HEADER)) + 10  # a cut leaves the header whole
 
 
 @SETTINGS
@@ -107,7 +112,7 @@ _records = st.dictionaries(st.sampled_from(["kind", "arm", "case", "x"]),
 def test_ledger_reader_on_lines_after_a_valid_header(tmp_path, lines, cut):
     text = json.dumps(HEADER) + "\n" + "\n".join(lines)
     p = tmp_path / "ledger.jsonl"
-    p.write_text(text[: len(text) - cut] if cut < len(text) - 80 else text)
+    p.write_text(text[: len(text) - cut] if cut < len(text) - _KEEP else text)
     try:
         led = read_ledger(p)
         assert all(isinstance(r, dict) for r in led.records)
@@ -121,7 +126,7 @@ def test_salvage_reads_every_record_and_names_every_other_line(tmp_path, lines, 
     """With salvage, nothing after a valid header stops the reading: each non-blank line is a record
     or named in exactly one warning."""
     text = json.dumps(HEADER) + "\n" + "\n".join(lines)
-    text = text[: len(text) - cut] if cut < len(text) - 80 else text
+    text = text[: len(text) - cut] if cut < len(text) - _KEEP else text
     p = tmp_path / "ledger.jsonl"
     p.write_text(text)
     led = read_ledger(p, salvage=True)

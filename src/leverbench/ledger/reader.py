@@ -74,18 +74,24 @@ from .records import (
     LABELS,
     TURN_FLAGS,
     TURN_NUMBERS,
+    CallRecord,
+    TurnRecord,
 )
+from .schema import check_header, check_record, column_bounds, header_arms
 
 COLUMNAR_MIN_BYTES = 16 << 20  # from this file size on, polars reads the call and turn records as columns
 CHUNK_BYTES = 64 << 20  # what polars reads at a time of a file it does not read whole
 COLUMN_KINDS = {"call": (CALL_NUMBERS, CALL_FLAGS, CALL_TIMINGS), "turn": (TURN_NUMBERS, TURN_FLAGS, ())}
 HASH_KINDS = {"call": CALL_HASHES, "turn": ()}
+TIMINGS_AS_TEXT = "timings read as text"  # a column of polars' reading (_frame), not of a record
 NOT_JSON = "is not valid JSON"
 UNKNOWN_KIND = "is not a ledger record of a known kind"
 RESTART_KINDS = ("resume", "run")  # what a resumed run writes first after ending a cut line
 SHARD_RESTART_KINDS = ("shard", "clock")  # what a worker writes first to its shard (after ending a cut line)
 SHARDS_DIR = "ledger.d"  # beside ledger.jsonl: the workers' shards, worker-K.jsonl
 WORKER_CLOCK_FIELDS = ("t_send", "scheduled_t")  # the epoch times a worker's load records hold (its clock)
+SCHEMA_HINT = ("not a record leverbench writes (the ledger was edited or damaged); nothing was read. To read the "
+               "other records without it, pass --salvage")
 SALVAGE_HINT = ("the ledger is damaged (a crash cuts only the last line written); nothing was read. "
                 "To read past bad lines, each one reported, pass --salvage (leverbench report, replay, project, analyze)")
 
@@ -184,13 +190,16 @@ class Ledger:
         self._source, self._columns = _source, _columns or {}
         self._others: list[dict[str, Any]] | None = None
         self.shards: list[dict[str, Any]] = []  # the headers of the shards read with it (add_shards)
+        self.skipped = 0  # records of a known kind their schema refuses, left out (salvage)
         self._shard_records: list[dict[str, Any]] = []
 
     @property
     def records(self) -> list[dict[str, Any]]:
         if self._records is None:
             assert self._source is not None
-            self._records = self._source.parse() + self._shard_records
+            self._records = self._source.parse_all() + self._shard_records
+            self.warnings.extend(self._source.warnings)
+            self.skipped += len(self._source.warnings)
         return self._records
 
     def of_kind(self, *kinds: str) -> Iterator[dict[str, Any]]:
@@ -216,6 +225,7 @@ class Ledger:
                                   f"({self.header.get('run_id')!r}); move it out of {SHARDS_DIR}/")
             self.shards.append(shard.header)
             self.warnings.extend(shard.warnings)
+            self.skipped += shard.skipped
             merged.extend(shard.records)
         merged.sort(key=lambda r: r.get("t_send", r.get("t")) or 0.0)
         self._shard_records.extend(merged)
@@ -230,9 +240,43 @@ class _Source:
     """Where a ledger read as columns parses its records again: record j is the file's bytes
     ``starts[j]:ends[j]`` (the file as read: *st*); ``others``: the records of the kinds not kept as columns."""
 
-    def __init__(self, path: Path, st: os.stat_result, starts: np.ndarray, ends: np.ndarray, others: list[int]) -> None:
+    def __init__(self, path: Path, st: os.stat_result, starts: np.ndarray, ends: np.ndarray, others: list[int],
+                 lines: np.ndarray, scan: _Scan) -> None:
         self.path, self.size, self.ident = path, st.st_size, (st.st_dev, st.st_ino)
         self.starts, self.ends, self.others = starts, ends, others
+        self.lines, self.scan = lines, scan  # each record's line index; the read's rules (salvage, arms)
+        self.checked_others: list[dict[str, Any]] = []
+
+    def check(self, others: list[int], suspect: np.ndarray) -> np.ndarray:
+        """Check the records of *others* and the *suspect* ones (a mask) by their schema (:func:`check_record`):
+        each refused is a bad line of the scan's (:meth:`_Scan.invalidate`); the mask of those kept.  The
+        records of *others* as parsed: ``checked_others``."""
+        ok = np.ones(len(self.lines), dtype=bool)
+        rows = sorted(set(others) | set(np.flatnonzero(suspect).tolist()))
+        parsed = dict(zip(rows, self.parse(rows)))
+        for j, rec in parsed.items():
+            defect = check_record(rec, self.scan.arms)
+            if defect is not None:
+                self.scan.invalidate(int(self.lines[j]), defect)
+                ok[j] = False
+        self.checked_others = [parsed[j] for j in others]
+        return ok
+
+    def parse_all(self) -> list[dict[str, Any]]:
+        """Every record, each checked by its schema (the columns vouch for the fields analysis reads, not for
+        the rest): a record refused is a LedgerError, or with salvage left out, with a warning (``warnings``)."""
+        recs = self.parse()
+        out, self.warnings = [], []
+        for j, rec in enumerate(recs):
+            defect = check_record(rec, self.scan.arms)
+            if defect is None:
+                out.append(rec)
+                continue
+            where = f"{self.path}: line {int(self.lines[j]) + 1}: {defect}"
+            if not self.scan.salvage:
+                raise LedgerError(f"{where}; {SCHEMA_HINT}")
+            self.warnings.append(f"{where}; skipped (--salvage)")
+        return out
 
     def parse(self, rows: list[int] | None = None) -> list[dict[str, Any]]:
         """The records (of *rows*, when given) as dicts."""
@@ -280,14 +324,16 @@ def _lines(mm: mmap.mmap) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarra
     return starts, ends, nonblank, buf[np.maximum(ends - 1, 0)] == ord("}")
 
 
-def _check_header(path: Path, header: Any, kind: str = "run") -> dict[str, Any]:
-    """A ledger's ``run`` header (a shard's ``shard`` header, *kind*), checked."""
+def _check_header(path: Path, header: Any, kind: str = "run", line: int = 1) -> dict[str, Any]:
+    """A ledger's ``run`` header (a shard's ``shard`` header, *kind*) on line *line*, checked by its schema
+    (:func:`.schema.check_header`: types, bounds, the baseline one of the arms)."""
     if not isinstance(header, dict) or header.get("kind") != kind or not isinstance(header.get("schema"), str):
-        raise LedgerError(f"{path}: line 1 is not a leverbench {kind} header; is this a leverbench ledger?")
+        raise LedgerError(f"{path}: line {line} is not a leverbench {kind} header; is this a leverbench ledger?")
     upgrade.schema_version(path, header["schema"])  # foreign, newer or unreachable: refused
-    for key in ("arms", "config") if kind == "run" else ("run_id", "worker"):
-        if key not in header or (kind == "run" and not isinstance(header.get(key), dict)):
-            raise LedgerError(f"{path}: {kind} header lacks {key!r}")
+    defect = check_header(header, kind)
+    if defect is not None:
+        raise LedgerError(f"{path}: line {line}: {defect}; the {kind} header is not one leverbench writes "
+                          "(edited or damaged): nothing can be read without it")
     return header
 
 
@@ -298,8 +344,11 @@ class _Scan:
     line index); bad lines (``bad``: index → why) are judged once all was seen (:meth:`judge`).
     ``line``, ``offset``: the index and file offset of the next line to check."""
 
-    def __init__(self, path: Path, salvage: bool, keep_lines: bool = False, *, shard: bool = False) -> None:
+    def __init__(self, path: Path, salvage: bool, keep_lines: bool = False, *, shard: bool = False,
+                 arms: frozenset[str] | None = None) -> None:
         self.path, self.salvage, self.keep_lines = path, salvage, keep_lines
+        self.arms = arms  # the arms a record may name (a run's from its header; a shard's: its run's, or None)
+        self.invalid: set[int] = set()  # the bad lines that are JSON records of a known kind, but not valid ones
         self.header_kind, self.restart_kinds = ("shard", SHARD_RESTART_KINDS) if shard else ("run", RESTART_KINDS)
         self.header: dict[str, Any] | None = None
         self.kept: list[Any] = []
@@ -338,7 +387,9 @@ class _Scan:
                 continue
             if self.header is None:
                 try:
-                    self.header, self.header_line = _check_header(self.path, obj, self.header_kind), i
+                    self.header, self.header_line = _check_header(self.path, obj, self.header_kind, i + 1), i
+                    if self.header_kind == "run":
+                        self.arms = header_arms(obj)
                 except LedgerError as exc:
                     self.error = (None, str(exc))
                 continue
@@ -349,9 +400,18 @@ class _Scan:
                 else:
                     self.error = (i, "{path}: line {line} " + UNKNOWN_KIND + "; " + SALVAGE_HINT)
                 continue
-            if kind in self.restart_kinds:
+            if kind in self.restart_kinds:  # (what follows a cut line, valid or not: the chunked read judges the same)
                 self.restarts.add(i)
+            defect = check_record(obj, self.arms)
+            if defect is not None:
+                self.invalidate(i, defect)
+                continue
             self.kept.append(line if self.keep_lines else obj)
+
+    def invalidate(self, i: int, defect: str) -> None:
+        """Line index *i* holds a record its schema refuses (*defect*: "field F: what is wrong"): a bad line."""
+        self.bad[i] = defect
+        self.invalid.add(i)
 
     def _utf8(self, line: bytes, i: int, start: int) -> bool:
         """False (and ``utf8_error`` set) when *line* is not UTF-8, but where it ends in the first bytes of
@@ -382,6 +442,8 @@ class _Scan:
             raise LedgerError(f"{self.path}: line {index + 1} is not UTF-8 text (byte {at}); {what}")
         first = None if self.salvage else min((i for i, cut in self.judge().items() if cut is None), default=None)
         if first is not None and not (self.error and self.error[0] is not None and self.error[0] < first):
+            if first in self.invalid:
+                raise LedgerError(f"{self.path}: line {first + 1}: {self.bad[first]}; {SCHEMA_HINT}")
             raise LedgerError(f"{self.path}: line {first + 1} {self.bad[first]} and is not the last line written "
                               f"before a crash; {SALVAGE_HINT}")
         if self.error is not None:
@@ -394,26 +456,34 @@ class _Scan:
         """One per bad line that did not stop the reading: a cut write, or a line salvaged past."""
         why = {"last": "is incomplete (a run cut off while writing); ignored",
                "resumed": "is incomplete (cut off, then resumed); ignored", None: "{}; skipped (--salvage)"}
-        return [f"{self.path}: line {i + 1} " + why[cut].format(self.bad[i]) for i, cut in self.judge().items()]
+        return [f"{self.path}: line {i + 1}" + (": " if i in self.invalid else " ") + why[cut].format(self.bad[i])
+                for i, cut in self.judge().items()]
+
+    def skipped(self) -> int:
+        """How many records (lines of a known kind the schema refuses) were skipped with *salvage*."""
+        return len(self.invalid) if self.salvage else 0
 
 
 def _frame(source: Path | bytes) -> Any:
     """Polars' reading of *source* (the file, or lines of it): kind, labels, numbers, flags, error and
-    timings of every record; None when polars refuses a line.  Numbers are read as Float64, else (for
-    lines, not the whole file: a few lines have it) as text converted strictly: a number the writer
-    stored as "NaN", "+Inf", "-Inf"."""
+    timings of every record; None when polars refuses a line.  Numbers are read as Float64 (a record's
+    schema has no number stored as text: a measured duration or count is finite); ``timings`` as Float64,
+    else (for lines, not the whole file: a few lines have it) as text converted strictly: a server's
+    number the writer stored as "NaN", "+Inf", "-Inf".  Read as text, a number and a text holding one
+    are alike: column ``TIMINGS_AS_TEXT`` marks the rows (those with timings) their schema must judge."""
     import polars as pl  # noqa: PLC0415 (a small ledger never loads polars)
 
     for number in (pl.Float64,) if isinstance(source, Path) else (pl.Float64, pl.String):
         schema = {"kind": pl.Categorical, **dict.fromkeys(LABELS, pl.Categorical), **dict.fromkeys(CALL_HASHES, pl.String),
-                  **dict.fromkeys(CALL_NUMBERS + TURN_NUMBERS, number),
+                  **dict.fromkeys(CALL_NUMBERS + TURN_NUMBERS, pl.Float64),
                   **dict.fromkeys(CALL_FLAGS + TURN_FLAGS, pl.Boolean), "error": pl.String,
                   "timings": pl.Struct(dict.fromkeys(CALL_TIMINGS, number))}
         try:
             frame = pl.read_ndjson(source if isinstance(source, Path) else io.BytesIO(source), schema=schema)
             if number == pl.String:
-                frame = frame.cast({**dict.fromkeys(CALL_NUMBERS + TURN_NUMBERS, pl.Float64),
-                                    "timings": pl.Struct(dict.fromkeys(CALL_TIMINGS, pl.Float64))}, strict=True)
+                frame = frame.cast({"timings": pl.Struct(dict.fromkeys(CALL_TIMINGS, pl.Float64))}, strict=True)
+            frame = frame.with_columns((pl.col("timings").is_not_null() if number == pl.String else pl.lit(False))
+                                       .alias(TIMINGS_AS_TEXT))
             if frame["kind"].cast(pl.String).is_in(list(KINDS)).fill_null(False).all():
                 return frame
         except (pl.exceptions.PolarsError, pl.exceptions.PanicException):
@@ -448,8 +518,7 @@ def _frame_by_chunks(mm: mmap.mmap, starts: np.ndarray, ends: np.ndarray, nonbla
                     return None
                 frames.append(part)
         a = b
-    scan.raise_errors()
-    return pl.concat(frames)
+    return pl.concat(frames)  # (the caller raises what *scan* found, with what the columns' check finds)
 
 
 def _read_columnar(path: Path, fh: Any, salvage: bool) -> Ledger:
@@ -478,17 +547,63 @@ def _read_columnar(path: Path, fh: Any, salvage: bool) -> Ledger:
     assert scan.header is not None
     kinds = frame["kind"].cast(pl.String)
     others = np.flatnonzero(~kinds.is_in(list(COLUMN_KINDS)).to_numpy()).tolist()
-    return Ledger(path, scan.header, warnings=scan.warnings(), _columns={k: Columns._of_frame(k, frame, kinds == k)
-                                                                         for k in COLUMN_KINDS},
-                  _source=_Source(path, st, starts[rows], ends[rows], others))
+    source = _Source(path, st, starts[rows], ends[rows], others, rows, scan)
+    ok = source.check(others, _suspect_rows(frame, scan.arms))  # the records the columns' types do not vouch for
+    scan.raise_errors()
+    if not ok.all():  # with salvage: the refused records left out
+        frame, kinds, rows = frame.filter(pl.Series(ok)), kinds.filter(pl.Series(ok)), rows[ok]
+        keep = np.cumsum(ok) - 1
+        source = _Source(path, st, starts[rows], ends[rows], [int(keep[j]) for j in others if ok[j]], rows, scan)
+    led = Ledger(path, scan.header, warnings=scan.warnings(), _columns={k: Columns._of_frame(k, frame, kinds == k)
+                                                                        for k in COLUMN_KINDS}, _source=source)
+    led._others = [r for j, r in zip(others, source.checked_others) if ok[j]]
+    led.skipped = scan.skipped()
+    return led
 
 
-def _read_lines(path: Path, fh: Any, salvage: bool, *, shard: bool = False) -> Ledger:
-    scan = _Scan(path, salvage, shard=shard)
+def _suspect_rows(frame: Any, arms: frozenset[str] | None) -> np.ndarray:
+    """The rows of *frame* (polars' reading, :func:`_frame`) of a column kind whose columns break a bound of the
+    record's schema (``records.CallRecord``'s and ``TurnRecord``'s field types, :func:`.schema.column_bounds`),
+    lack a required field, name an arm the header does not, or hold an ``error`` (whose form the columns do not
+    show): each is checked as a record (:func:`.schema.check_record`), which names the field."""
+    import polars as pl  # noqa: PLC0415 (a small ledger never loads polars)
+
+    kind, arm = pl.col("kind").cast(pl.String), pl.col("arm").cast(pl.String)
+    common = arm.is_null() | pl.col("error").is_not_null() | pl.col(TIMINGS_AS_TEXT)
+    if arms is not None:
+        common |= ~arm.is_in(sorted(arms)).fill_null(False)
+
+    def out_of_bounds(cls: type) -> Any:
+        bad = pl.lit(False)
+        for name, (whole, ge, le, finite) in column_bounds(cls).items():
+            c = pl.col(name)
+            cond = pl.lit(False)
+            if finite:
+                cond |= ~c.is_finite()
+            if ge is not None:
+                cond |= c < ge
+            if le is not None:
+                cond |= c > le
+            if whole:
+                cond |= c != c.floor()
+            bad |= cond.fill_null(False)
+        return bad
+
+    call = (kind == "call") & (common | pl.col("t_send").is_null() | out_of_bounds(CallRecord)
+                               | (pl.col("cached_tokens") > pl.col("prompt_tokens")).fill_null(False))
+    turn = (kind == "turn") & (common | out_of_bounds(TurnRecord))
+    return frame.select((call | turn).fill_null(False).alias("x"))["x"].to_numpy()
+
+
+def _read_lines(path: Path, fh: Any, salvage: bool, *, shard: bool = False,
+                arms: frozenset[str] | None = None) -> Ledger:
+    scan = _Scan(path, salvage, shard=shard, arms=arms)
     scan.run(fh)
     scan.raise_errors()
     assert scan.header is not None
-    return Ledger(path, scan.header, scan.kept, scan.warnings())
+    led = Ledger(path, scan.header, scan.kept, scan.warnings())
+    led.skipped = scan.skipped()
+    return led
 
 
 def _read_upgraded(path: Path, fh: Any, version: int, salvage: bool) -> Ledger:
@@ -517,7 +632,8 @@ def read_ledger(path: str | Path, *, salvage: bool = False) -> Ledger:
         raise LedgerError(f"{path}: cannot read: {exc.strerror or exc}") from None
     shards = sorted((path.parent / SHARDS_DIR).glob("worker-*.jsonl"), key=lambda p: (len(p.name), p.name))
     if shards:
-        led.add_shards([s for s in (read_shard(p, salvage=salvage) for p in shards) if s is not None])
+        arms = header_arms(led.header)
+        led.add_shards([s for s in (read_shard(p, salvage=salvage, arms=arms) for p in shards) if s is not None])
     _missing_shards(led, path.parent / SHARDS_DIR, salvage)
     return led
 
@@ -540,7 +656,7 @@ def _missing_shards(led: Ledger, shards_dir: Path, salvage: bool) -> None:
         led.warnings.append(f"{why}; its calls are left out (--salvage)")
 
 
-def read_shard(path: Path, *, salvage: bool = False) -> Ledger | None:
+def read_shard(path: Path, *, salvage: bool = False, arms: frozenset[str] | None = None) -> Ledger | None:
     """One worker's shard (``ledger.d/worker-K.jsonl``): its ``shard`` header, records and warnings, by the
     rules of a ledger file (see the module docstring), its absolute times on the coordinator's clock
     (:func:`_align_clocks`); None for an empty file (a worker that died before it wrote its header:
@@ -549,7 +665,7 @@ def read_shard(path: Path, *, salvage: bool = False) -> Ledger | None:
         with open(path, "rb") as fh:
             if os.fstat(fh.fileno()).st_size == 0:
                 return None
-            shard = _read_lines(path, fh, salvage, shard=True)
+            shard = _read_lines(path, fh, salvage, shard=True, arms=arms)
     except OSError as exc:
         raise LedgerError(f"{path}: cannot read: {exc.strerror or exc}") from None
     _align_clocks(shard)

@@ -67,13 +67,24 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field
 
 LEDGER_SCHEMA = "leverbench.ledger/1"
 LEDGER_SCHEMA_NAME, LEDGER_SCHEMA_VERSION = LEDGER_SCHEMA.rsplit("/", 1)
 SUMMARY_SCHEMA = "leverbench.summary/1"
 
 CALL_KINDS = ("call", "probe", "sentinel", "load")
+
+# The bounds of a record's numbers, one definition each (the reader validates every record by its fields'
+# types, :mod:`.schema`): durations and epoch times are finite and non-negative; counts (tokens, characters,
+# chunks, indices) are whole numbers from 0 to MAX_COUNT (as the ledger holds them, JSON's one number type:
+# 3.0 is the count 3, ``schema.JSON_COUNT``).
+MAX_COUNT = 10**9
+Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]  # a duration
+Epoch = Annotated[float, Field(ge=0, allow_inf_nan=False)]  # epoch seconds
+Count = Annotated[int, Field(ge=0, le=MAX_COUNT)]
 KINDS = ("run", "turn", "metrics", "resume", "warmup", "stage_end", "shard", "clock", *CALL_KINDS)
 
 
@@ -138,30 +149,30 @@ class CallRecord:
     kind: str = _f("call", head=True)
     arm: str = _f("", head=True, column=LABEL)
     case: str = _f("", head=True, column=LABEL)
-    repeat: int = _f(0, head=True)  # the turn's or probe's repeat; a load stage's request index
-    step: int = _f(0, head=True, column=NUMBER)  # the call's index in its turn (a trace session's round)
+    repeat: Count = _f(0, head=True)  # the turn's or probe's repeat; a load stage's request index
+    step: Count = _f(0, head=True, column=NUMBER)  # the call's index in its turn (a trace session's round)
     turn_id: str | None = _f(head=True, omit_none=True, column=LABEL)  # the turn (trace session) it belongs to
     # -- what the client measured (runner.client.stream_chat)
-    t_send: float = _f(0.0, column=NUMBER)  # epoch s at which the call started
-    connect_s: float | None = _f()  # s opening a new connection (DNS, TCP, TLS); 0.0 reused; null: none made
+    t_send: Epoch = _f(0.0, column=NUMBER)  # epoch s at which the call started
+    connect_s: Seconds | None = _f()  # s opening a new connection (DNS, TCP, TLS); 0.0 reused; null: none made
     stale_connection: bool | None = _f(omit_none=True)  # true: a kept-alive connection the server had closed;
     #                                                     the call went out on a new one (connect_s from the start)
-    ttft_s: float | None = _f(column=NUMBER)  # → the first chunk with content (reasoning included)
-    t_first_answer_s: float | None = _f(column=NUMBER)  # → the first chunk of the visible answer
-    latency_s: float | None = _f(column=NUMBER)  # → the stream's [DONE], or its end
-    chunk_t: list[float] = _f(factory=list)  # s at which each streamed chunk with content arrived
-    chunk_chars: list[int] = _f(factory=list)  # characters of each such chunk
+    ttft_s: Seconds | None = _f(column=NUMBER)  # → the first chunk with content (reasoning included)
+    t_first_answer_s: Seconds | None = _f(column=NUMBER)  # → the first chunk of the visible answer
+    latency_s: Seconds | None = _f(column=NUMBER)  # → the stream's [DONE], or its end
+    chunk_t: list[Seconds] = _f(factory=list)  # s at which each streamed chunk with content arrived
+    chunk_chars: list[Count] = _f(factory=list)  # characters of each such chunk
     status: int | None = _f()  # HTTP status; null: no response
     error: CallError | None = _f()  # null: the call succeeded
-    prompt_tokens: int | None = _f(column=NUMBER)  # the server's usage (or /tokenize's count: token_source)
-    completion_tokens: int | None = _f(column=NUMBER)
-    cached_tokens: int | None = _f(column=NUMBER)  # usage.prompt_tokens_details.cached_tokens
-    reasoning_tokens: int | None = _f(column=NUMBER)  # usage.completion_tokens_details.reasoning_tokens
+    prompt_tokens: Count | None = _f(column=NUMBER)  # the server's usage (or /tokenize's count: token_source)
+    completion_tokens: Count | None = _f(column=NUMBER)
+    cached_tokens: Count | None = _f(column=NUMBER)  # usage.prompt_tokens_details.cached_tokens
+    reasoning_tokens: Count | None = _f(column=NUMBER)  # usage.completion_tokens_details.reasoning_tokens
     token_source: str = _f("none")  # "usage", "tokenize (...)" or "none"
-    content_chars: int = _f(0, column=NUMBER)  # characters of the answer (a <think> part not included)
-    reasoning_chars: int = _f(0, column=NUMBER)
-    reasoning_chunks: int = _f(0, column=NUMBER)
-    answer_chunks: int = _f(0, column=NUMBER)
+    content_chars: Count = _f(0, column=NUMBER)  # characters of the answer (a <think> part not included)
+    reasoning_chars: Count = _f(0, column=NUMBER)
+    reasoning_chunks: Count = _f(0, column=NUMBER)
+    answer_chunks: Count = _f(0, column=NUMBER)
     finish_reason: str | None = _f()
     empty_answer: bool = _f(False, column=FLAG)  # cut by max_tokens before any visible answer or tool call
     tool_calls: list[dict[str, Any]] | None = _f()  # [{id, name, arguments}] as streamed
@@ -174,12 +185,12 @@ class CallRecord:
     chunk_text: list[str] | None = _f(omit_none=True)
     # -- what the sender added (runner.send)
     usage_missing: bool | None = _f(omit_none=True)  # true: no usage came; /tokenize counted the tokens
-    harness_s: float | None = _f(omit_none=True)  # s the tokenizer took (harness time, out of every measurement)
+    harness_s: Seconds | None = _f(omit_none=True)  # s the tokenizer took (harness time, out of every measurement)
     request: dict[str, Any] = _f(factory=dict)  # the JSON body sent, less messages and tools
     input_sha256: str = _f("")
-    input_chars: int = _f(0)
-    tools_sent: int = _f(0)
-    attempt: int | None = _f(omit_none=True)  # with retries: the attempt's index
+    input_chars: Count = _f(0)
+    tools_sent: Count = _f(0)
+    attempt: Count | None = _f(omit_none=True)  # with retries: the attempt's index
     input_messages: list[dict[str, Any]] | None = _f(omit_none=True)  # with store_text
     rejected_fields: list[str] | None = _f(omit_none=True)  # the endpoint refused a probe's forcing fields
     length_verified: bool | None = _f(omit_none=True)  # a probe generated exactly its forced length
@@ -220,21 +231,21 @@ class TurnRecord:
     kind: str = _f("turn")
     arm: str = _f("", column=LABEL)
     case: str = _f("", column=LABEL)
-    repeat: int = _f(0, column=NUMBER)
+    repeat: Count = _f(0, column=NUMBER)
     turn_id: str | None = _f(column=LABEL)  # its calls carry the same
-    t_start: float = _f(0.0)  # epoch s
-    turn_s: float = _f(0.0, column=NUMBER)  # the turn's full wall clock: model_s + tool_s
-    model_s: float = _f(0.0)  # first call's start → last token, connect times included, harness_s left out
-    tool_s: float = _f(0.0, column=NUMBER)  # the tool results' scripted latencies
-    calls: int = _f(0)
-    scripted_steps: int = _f(0)
-    failed_calls: int = _f(0)
+    t_start: Epoch = _f(0.0)  # epoch s
+    turn_s: Seconds = _f(0.0, column=NUMBER)  # the turn's full wall clock: model_s + tool_s
+    model_s: Seconds = _f(0.0)  # first call's start → last token, connect times included, harness_s left out
+    tool_s: Seconds = _f(0.0, column=NUMBER)  # the tool results' scripted latencies
+    calls: Count = _f(0)
+    scripted_steps: Count = _f(0)
+    failed_calls: Count = _f(0)
     step_limit: bool = _f(False, column=FLAG)  # cut at the case's max_steps
-    empty_answers: int = _f(0)
-    retried_s: float = _f(0.0, column=NUMBER)  # s its calls' retried attempts took (not in turn_s)
-    output_tokens: int | None = _f(column=NUMBER)  # Σ of its calls' (null when one lacks it)
-    prompt_tokens: int | None = _f(column=NUMBER)
-    reasoning_tokens: int | None = _f(column=NUMBER)
+    empty_answers: Count = _f(0)
+    retried_s: Seconds = _f(0.0, column=NUMBER)  # s its calls' retried attempts took (not in turn_s)
+    output_tokens: Count | None = _f(column=NUMBER)  # Σ of its calls' (null when one lacks it)
+    prompt_tokens: Count | None = _f(column=NUMBER)
+    reasoning_tokens: Count | None = _f(column=NUMBER)
     error: CallError | None = _f()  # the first failed call's class, "N of M calls failed"
 
     def to_dict(self) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .records import json_safe
+from .schema import check_header
 
 
 class LedgerWriter:
@@ -42,7 +43,13 @@ class LedgerWriter:
 
     def append(self, record: dict[str, Any]) -> None:
         """Write *record* as one line and fsync; a NaN or infinity in it is written as a string (see
-        :func:`~leverbench.ledger.records.json_safe`), never as invalid JSON and never as an error."""
+        :func:`~leverbench.ledger.records.json_safe`), never as invalid JSON and never as an error.  A header
+        (kind ``run`` or ``shard``) is checked first by the model the reader reads it by
+        (:class:`~leverbench.ledger.schema.RunHeader`): ValueError, and nothing written, for one it would refuse."""
+        if record.get("kind") in ("run", "shard"):
+            defect = check_header(record, record["kind"])
+            if defect is not None:
+                raise ValueError(f"{self.path}: a {record['kind']} header the reader would refuse: {defect}")
         try:
             line = json.dumps(record, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
         except ValueError:  # a non-finite float

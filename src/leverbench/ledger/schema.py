@@ -1,0 +1,320 @@
+"""The ledger's schema, as the reader checks it: the header and each record validated by typed models.
+
+- Records: the ``call`` kinds' (``records.CALL_KINDS``, ``warmup``) and ``turn``'s models are made from the
+  writer's own dataclasses, :class:`~.records.CallRecord` and :class:`~.records.TurnRecord` (one definition
+  of each field's type and bound, ``records.Seconds``, ``Epoch``, ``Count``), in pydantic's strict mode (a
+  string is not a number, a flag not a count).  A field a record lacks is not checked, but ``arm`` (every
+  record that has one names an arm of the header) and a call's ``t_send`` (not a warm-up's: never analysed); a field analysis reads as a
+  column may be null (it reads as absent).  Across fields: cached_tokens ≤ prompt_tokens.  The other kinds
+  that analysis reads by key (``metrics``, ``stage_end``, ``clock``, ``resume``) have small models of
+  their own; keys no model names are left as they are (a record's ``extra``).
+- The header (:class:`RunHeader`, also what :class:`~.writer.LedgerWriter` checks a ``run`` record by):
+  its ``config`` (the experiment's snapshot: ``experiment`` with name and baseline, ``arms`` and ``cases``
+  lists of named objects) and ``arms`` (name → role, conditions, discovered), the baseline one of the arms.
+  Only what analysis reads is typed: the experiment file's full model (``config``) is the loader's, and a
+  header holds the snapshot of whatever version wrote it.
+
+:func:`check_record` and :func:`check_header` give the first defect as "field F: what is wrong (got V)" (None:
+none), for the reader to put after the file and line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import operator
+import re
+import types
+import typing
+from typing import Annotated, Any, Literal
+
+import annotated_types
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model, model_validator
+
+from .records import CALL_KINDS, COLUMN, MAX_COUNT, CallRecord, Count, Epoch, Seconds, TurnRecord
+
+NON_FINITE = ("NaN", "+Inf", "-Inf")  # how the writer stores a non-finite number (records.json_number)
+Number = Annotated[float, Field(allow_inf_nan=False)]
+Sample = float | Literal["NaN", "+Inf", "-Inf"]  # a server's value, as the writer stores it
+Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+Tolerance = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+Money = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+MAX_REPEATS = 10**6  # the most repeats a header may state (the experiment file's own cap is its loader's)
+Repeats = Annotated[int, Field(ge=1, le=MAX_REPEATS)]
+STRICT = ConfigDict(strict=True, extra="allow")
+
+
+class _Open(BaseModel):
+    model_config = STRICT
+
+
+class RecordError(_Open):
+    """A call's or turn's ``error`` as written (:class:`~.records.CallError`: class, message)."""
+
+    cls: str = Field(alias="class")
+    message: str | None = None
+
+
+class Timings(_Open):
+    """llama.cpp's ``timings`` as sent: numbers (a non-finite one as the writer stores it), keys it adds kept."""
+
+    prompt_n: Sample | None = None
+    prompt_ms: Sample | None = None
+    predicted_n: Sample | None = None
+    predicted_ms: Sample | None = None
+    cache_n: Sample | None = None
+    draft_n: Sample | None = None
+    draft_n_accepted: Sample | None = None
+
+
+class _CallChecks(_Open):
+    @model_validator(mode="after")
+    def _cached_in_prompt(self) -> _CallChecks:
+        cached, prompt = getattr(self, "cached_tokens", None), getattr(self, "prompt_tokens", None)
+        if cached is not None and prompt is not None and cached > prompt:
+            raise ValueError(f"cached_tokens: {cached} is more than prompt_tokens {prompt} "
+                             "(the cached tokens are part of the prompt)")
+        return self
+
+
+OVERRIDES: dict[str, Any] = {"error": RecordError | None, "timings": Timings | None}  # the JSON form of these
+# A count as JSON holds it: an int, or a float that is a whole number (polars reads both as one column), within
+# ``records.Count``'s bounds (pydantic's own checks, not a Python function per value: a record holds hundreds)
+JSON_COUNT = Count | Annotated[float, Field(ge=0, le=MAX_COUNT, multiple_of=1)]
+
+
+def _json_form(t: Any) -> Any:
+    """*t* (a field's type) with every ``records.Count`` in it as :data:`JSON_COUNT`."""
+    if t == Count:
+        return JSON_COUNT
+    origin, args = typing.get_origin(t), typing.get_args(t)
+    if origin is list:
+        return list[_json_form(args[0])]  # type: ignore[misc]
+    if origin in (typing.Union, types.UnionType):
+        return functools.reduce(operator.or_, (_json_form(a) for a in args))
+    return t
+
+
+def _model_of(cls: type, name: str, required: tuple[str, ...], base: type[BaseModel]) -> type[BaseModel]:
+    """A pydantic model of *cls*'s dataclass fields as the ledger holds them (see the module docstring)."""
+    hints = typing.get_type_hints(cls, include_extras=True)
+    spec: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.name in ("extra", "kind"):
+            continue
+        t = OVERRIDES.get(f.name) or _json_form(hints[f.name])
+        if f.name in required:
+            spec[f.name] = (t, ...)
+        else:
+            spec[f.name] = (t | None if f.metadata.get(COLUMN) else t, None)
+    return create_model(name, __base__=base, **spec)
+
+
+CallModel = _model_of(CallRecord, "CallModel", ("arm", "t_send"), _CallChecks)
+WarmupModel = _model_of(CallRecord, "WarmupModel", ("arm",), _CallChecks)  # kept, never analysed: no t_send needed
+TurnModel = _model_of(TurnRecord, "TurnModel", ("arm",), _Open)
+
+
+class MetricsModel(_Open):
+    arm: str
+    when: str
+    t: Epoch | None = None
+    samples: dict[str, Any] = {}  # numbers as the writer stores them; analysis leaves out any other (metrics.numeric)
+
+
+class StageEndModel(_Open):
+    arm: str
+    stage: str | None = None
+    workers: Annotated[int, Field(ge=1, le=MAX_REPEATS)] | None = None
+    calls: Count | None = None
+    lost_workers: list[dict[str, Any]] | None = None
+
+
+class ClockModel(_Open):
+    arm: str | None = None
+    t: Epoch | None = None
+    offset_s: Number | None = None
+    uncertainty_s: Seconds | None = None
+
+
+class ResumeModel(_Open):
+    repeats: Repeats | None = None
+
+
+# -- the header
+
+
+class Conditions(_Open):
+    """An arm's declared conditions: free-form, but for the numbers costs are priced with."""
+
+    gpu_hour_usd: Money | None = None
+    gpus: Positive | None = None
+
+
+class ConfigArm(_Open):
+    name: str
+    conditions: Conditions | None = None
+    request: dict[str, Any] | None = None
+
+
+class ConfigCase(_Open):
+    name: str
+    variant_of: str | None = None
+
+
+class Experiment(_Open):
+    name: str
+    baseline: str
+    repeats: Repeats | None = None
+    order: str | None = None
+    volume_tolerance_cell: Tolerance | None = None
+    volume_tolerance_total: Tolerance | None = None
+    drift_tolerance: Tolerance | None = None
+    engaged_acceptance_min: Fraction | None = None
+    retries: Annotated[int, Field(ge=0, le=MAX_REPEATS)] | None = None
+    store_text: bool | None = None
+    adaptive: dict[str, Any] | None = None
+
+
+class Probes(_Open):
+    output_tokens: list[Count] | None = None
+    repeats: Repeats | None = None
+    case: str | None = None
+    tolerance: Tolerance | None = None
+
+
+class RunConfig(_Open):
+    experiment: Experiment
+    arms: list[ConfigArm]
+    cases: list[ConfigCase] = []
+    probes: Probes | None = None
+
+
+class Discovered(_Open):
+    knobs: dict[str, Any] | None = None
+
+
+class HeaderArm(_Open):
+    role: str | None = None
+    conditions: Conditions = Conditions()
+    discovered: Discovered | None = None
+    endpoint: str | None = None
+    model: str | None = None
+
+
+class RunHeader(_Open):
+    """A ledger's first line (kind ``run``; the schema's name and version are checked by :mod:`.upgrade`)."""
+
+    kind: Literal["run"]
+    schema_: str = Field(alias="schema")
+    tool_version: str | None = None
+    run_id: str | None = None
+    started_at: str | None = None
+    host: dict[str, Any] | None = None
+    experiment_file: str | None = None
+    config: RunConfig
+    arms: dict[str, HeaderArm]
+
+    @model_validator(mode="after")
+    def _baseline_is_an_arm(self) -> RunHeader:
+        names = [a.name for a in self.config.arms]
+        if self.config.experiment.baseline not in names:
+            raise ValueError(f"config.experiment.baseline: {self.config.experiment.baseline!r} is none of the "
+                             f"arms {names}")
+        return self
+
+    def arm_names(self) -> frozenset[str]:
+        """Every arm the header knows (its config's and its ``arms``')."""
+        return frozenset(a.name for a in self.config.arms) | frozenset(self.arms)
+
+
+class ShardHeader(_Open):
+    kind: Literal["shard"]
+    schema_: str = Field(alias="schema")
+    run_id: str
+    worker: Count
+
+
+MODELS: dict[str, Any] = {**dict.fromkeys(CALL_KINDS, CallModel), "warmup": WarmupModel, "turn": TurnModel,
+                          "metrics": MetricsModel, "stage_end": StageEndModel, "clock": ClockModel,
+                          "resume": ResumeModel, "run": RunHeader, "shard": ShardHeader}
+_VALIDATORS = {kind: TypeAdapter(m) for kind, m in MODELS.items()}
+
+
+_TAG = re.compile(r"^(int|float|str|bool|none|[a-z]+-[a-z]+|[a-z-]+\[.*\]|[A-Z]\w*)$")  # a union member's, not a key
+
+
+def _first(exc: ValidationError) -> str:
+    """The first defect pydantic found, as "field F: what is wrong (got V)": F the path of keys and indices to it
+    (without pydantic's names of a union's members), a count's range said whole."""
+    err = exc.errors(include_url=False)[0]
+    if err["type"] == "value_error" and not err["loc"]:  # a check across fields: its message names them
+        return str(err["ctx"]["error"])
+    loc = [p for p in err["loc"] if isinstance(p, int) or not _TAG.match(p)]
+    where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".").replace("schema_", "schema")
+    got = "" if err["type"] == "missing" else f" (got {_short(err.get('input'))})"
+    if "constrained-int" in err["loc"]:  # a count (JSON_COUNT): say its range
+        return f"{where}: must be a whole number from 0 to {MAX_COUNT}{got}"
+    msg = re.sub(r" or instance of \w+", "", err["msg"])  # (a model's name says nothing to whoever reads it)
+    return f"{where}: {msg[:1].lower()}{msg[1:]}{got}"
+
+
+def _short(v: Any) -> str:
+    r = repr(v)
+    return r if len(r) <= 60 else r[:57] + "..."
+
+
+def check_record(obj: dict[str, Any], arms: frozenset[str] | None) -> str | None:
+    """The first defect of a record (of a known kind) by its kind's model, and whether its ``arm`` is one of
+    *arms* (None: not checked); None when it has none."""
+    validator = _VALIDATORS.get(obj.get("kind"))  # type: ignore[arg-type]
+    if validator is not None:
+        try:
+            validator.validate_python(obj)
+        except ValidationError as exc:
+            return "field " + _first(exc)
+    arm = obj.get("arm")
+    if arms is not None and arm is not None and arm not in arms:
+        return f"field arm: {_short(arm)} is none of the header's arms {sorted(arms)}"
+    return None
+
+
+def check_header(obj: dict[str, Any], kind: str) -> str | None:
+    """The first defect of a ``run`` (or ``shard``, *kind*) header; None when it has none."""
+    try:
+        _VALIDATORS[kind].validate_python(obj)
+    except ValidationError as exc:
+        return "field " + _first(exc)
+    return None
+
+
+def header_arms(obj: dict[str, Any]) -> frozenset[str]:
+    """The arms of a valid ``run`` header (:meth:`RunHeader.arm_names`)."""
+    return frozenset(a["name"] for a in obj["config"]["arms"]) | frozenset(obj["arms"])
+
+
+def column_bounds(cls: type) -> dict[str, tuple[bool, float | None, float | None, bool]]:
+    """Per field of *cls* read as a number column: (whole, ge, le, finite) of its type, for the reader to check a
+    column by the same bounds as a record (``records.Count``, ``Seconds``, ``Epoch``)."""
+    hints = typing.get_type_hints(cls, include_extras=True)
+    out = {}
+    for f in dataclasses.fields(cls):
+        if f.metadata.get(COLUMN) != "number":
+            continue
+        t = hints[f.name]
+        args = [a for a in typing.get_args(t) if a is not type(None)] if typing.get_origin(t) is not Annotated else [t]
+        t = args[0] if args else t
+        base, meta = (typing.get_args(t)[0], list(t.__metadata__)) if typing.get_origin(t) is Annotated else (t, [])
+        ge = le = None
+        finite = False
+        for m in meta:
+            for c in getattr(m, "metadata", [m]):
+                if isinstance(c, annotated_types.Ge):
+                    ge = c.ge
+                elif isinstance(c, annotated_types.Le):
+                    le = c.le
+                elif getattr(c, "allow_inf_nan", None) is False:
+                    finite = True
+        out[f.name] = (base is int, ge, le, finite or base is int)
+    return out
