@@ -192,3 +192,48 @@ def test_the_writer_refuses_a_header_the_reader_would(tmp_path):
     with LedgerWriter(tmp_path / "ledger.jsonl") as w, pytest.raises(ValueError, match="config.experiment.baseline"):
         w.append(head)
     assert (tmp_path / "ledger.jsonl").read_text() == ""
+
+
+def test_a_shards_record_names_an_arm_of_its_run(tmp_path):
+    """A worker's shard is read by the same schema, its records' arms the run header's."""
+    recs = _records()
+    run = _write(tmp_path, recs)
+    shard = run / "ledger.d" / "worker-0.jsonl"
+    shard.parent.mkdir()
+    load = {**recs[_at("call")(recs)], "kind": "load", "stage": "s", "load_run": 1, "worker": 0, "arm": "ghost"}
+    head = {"kind": "shard", "schema": recs[0]["schema"], "run_id": recs[0]["run_id"], "worker": 0}
+    shard.write_text(json.dumps(head) + "\n" + json.dumps(load) + "\n")
+    with pytest.raises(LedgerError, match=f"{shard}: line 2: field arm: 'ghost' is none of the header's arms"):
+        read_ledger(run)
+    load["arm"] = recs[_at("call")(recs)]["arm"]
+    shard.write_text(json.dumps(head) + "\n" + json.dumps(load) + "\n")
+    assert sum(r["kind"] == "load" for r in read_ledger(run).records) == 1
+
+
+def test_an_older_schema_is_validated_once_upgraded(tmp_path, monkeypatch):
+    """A ledger of an older schema still reads (its records upgraded first, then validated); one whose upgraded
+    record breaks the schema is refused naming the line and the field as it is now called."""
+    from leverbench.ledger import upgrade
+    from leverbench.ledger.records import LEDGER_SCHEMA_NAME
+
+    monkeypatch.setattr(upgrade, "CURRENT", 2)
+    monkeypatch.setattr(upgrade, "UPGRADES", {})
+
+    @upgrade.upgrade_to(2)
+    def upgrade_to_2(r):  # version 1 called a call's latency "latency"
+        if "latency" in r:
+            r["latency_s"] = r.pop("latency")
+        return r
+
+    recs = _records()
+    recs[0]["schema"] = f"{LEDGER_SCHEMA_NAME}/1"
+    for r in recs:
+        if "latency_s" in r:
+            r["latency"] = r.pop("latency_s")
+    run = _write(tmp_path, recs)
+    assert read_ledger(run).header["schema"] == f"{LEDGER_SCHEMA_NAME}/2"
+    i = _at("call", 3)(recs)
+    recs[i]["latency"] = "x"
+    run = _write(tmp_path, recs)
+    with pytest.raises(LedgerError, match=f"line {i + 1}: field latency_s: input should be a valid number"):
+        read_ledger(run)

@@ -5,7 +5,13 @@
 The contract (:func:`read_ledger`):
 
 - The first non-blank line is the ``run`` header: schema ``leverbench.ledger/N``, N no newer than this
-  leverbench's (a newer ledger is refused, saying to upgrade), with ``arms`` and ``config`` objects.
+  leverbench's (a newer ledger is refused, saying to upgrade), valid by its model
+  (:class:`.schema.RunHeader`: ``config`` with the experiment, its baseline one of the ``arms``).
+- Every record is validated by its kind's model (:mod:`.schema`: ``CallRecord``'s and ``TurnRecord``'s
+  field types, their bounds, cached ≤ prompt tokens; its ``arm`` one of the header's).  A record its
+  schema refuses is a bad line that no crash makes: :class:`LedgerError` "FILE: line N: field F: what is
+  wrong (got V)", or with *salvage* skipped with a warning like any bad line (``Ledger.skipped`` counts
+  them).  An older schema's records are validated once upgraded.
 - Every later non-blank line (blank: ASCII white space only) must be UTF-8 JSON: an object of a known
   kind (``records.KINDS``).  The writer only appends whole lines, so one bad line is expected: the
   write a crash cut short.  Such a line is ignored with a note (``Ledger.warnings``) when it is the
@@ -37,17 +43,22 @@ The contract (:func:`read_ledger`):
   execution whose clock record is missing keep the worker's clock, with a warning.
 
 How: a ledger under ``COLUMNAR_MIN_BYTES`` (hundreds of records, the common case) is parsed line by
-line (orjson), every record a dict.  A larger one is nearly all call and turn records: polars reads
+line (orjson), every record a dict, each validated.  A larger one is nearly all call and turn records: polars reads
 from every line only the fields of the columns, with one schema for all kinds (a field a record lacks
 is null; a label that is not text, a number or flag of another type, is refused).  Where each line
 lies is found first (numpy over the memory-mapped file): the few records of other kinds are parsed
-from there when asked for, and ``records`` on first use (the file is only ever appended to).  A file
-with a line the writer did not end (a crash cut it), or that polars refuses whole (a number stored
-as "NaN"), is read ``CHUNK_BYTES`` at a time: a chunk polars refuses goes through the line-by-line
+from there as the file is read, and ``records`` on first use (the file is only ever appended to).  A file
+with a line the writer did not end (a crash cut it), or that polars refuses whole (a ``timings``
+number stored as "NaN"), is read ``CHUNK_BYTES`` at a time: a chunk polars refuses goes through the line-by-line
 check, which judges its bad lines, and polars reads the lines kept; what it still refuses is read as
 dicts.  (Two things no writer makes read differently: an escaped lone surrogate, which polars takes and
 orjson refuses, is read as a column and, as a record, by the json module, while a small ledger refuses it;
-a repeated key is its first value in a column and its last in the record.)
+a repeated key is its first value in a column and its last in the record.)  Read as columns, the records
+are checked by their columns: the bounds of the fields' types (:func:`.schema.column_bounds`), a required
+field null, an arm the header does not know; a row that breaks one, or holds an ``error`` or ``timings``
+read as text (whose form the columns do not show), is validated as a record, which names the field, and
+so is every record of the other kinds (parsed as the file is read).  The fields no column holds (a call's
+``chunk_t``, ...) are validated when ``records`` parses every record.
 """
 
 from __future__ import annotations
@@ -113,9 +124,9 @@ class Columns:
 
     - ``labels[k]`` for k in ``records.LABELS``: (codes, names), ``names[codes[i]]`` = record i's value
       (None: absent or null);
-    - ``numbers[k]``: float64, NaN where the record lacks the field or has null (a number the writer
-      stored as a string, "NaN", "+Inf", "-Inf", as ``float()`` reads it); for calls also
-      ``numbers["timings." + k]`` for k in ``records.CALL_TIMINGS``;
+    - ``numbers[k]``: float64, NaN where the record lacks the field or has null; for calls also
+      ``numbers["timings." + k]`` for k in ``records.CALL_TIMINGS`` (a number the writer stored as a
+      string, "NaN", "+Inf", "-Inf", as ``float()`` reads it);
     - ``flags[k]``: the field's value is true (absent: false);
     - ``hashes[k]`` for k in ``records.CALL_HASHES`` (calls): int64, one code per distinct text within this
       read (equal codes, equal texts; how the codes are chosen differs between the two ways of reading),

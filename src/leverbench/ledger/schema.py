@@ -79,8 +79,9 @@ class _CallChecks(_Open):
 
 
 OVERRIDES: dict[str, Any] = {"error": RecordError | None, "timings": Timings | None}  # the JSON form of these
-# A count as JSON holds it: an int, or a float that is a whole number (polars reads both as one column), within
-# ``records.Count``'s bounds (pydantic's own checks, not a Python function per value: a record holds hundreds)
+# A count analysis reads as a column, as JSON holds it: an int, or a float that is a whole number (polars reads
+# both alike, so a record is judged as its column is), within ``records.Count``'s bounds (pydantic's own checks,
+# not a Python function per value).  A count not read as a column (chunk_chars, ...) is an int.
 JSON_COUNT = Count | Annotated[float, Field(ge=0, le=MAX_COUNT, multiple_of=1)]
 
 
@@ -103,7 +104,7 @@ def _model_of(cls: type, name: str, required: tuple[str, ...], base: type[BaseMo
     for f in dataclasses.fields(cls):
         if f.name in ("extra", "kind"):
             continue
-        t = OVERRIDES.get(f.name) or _json_form(hints[f.name])
+        t = OVERRIDES.get(f.name) or (_json_form(hints[f.name]) if f.metadata.get(COLUMN) else hints[f.name])
         if f.name in required:
             spec[f.name] = (t, ...)
         else:
