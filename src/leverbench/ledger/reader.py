@@ -559,51 +559,49 @@ def _read_columnar(path: Path, fh: Any, salvage: bool) -> Ledger:
     kinds = frame["kind"].cast(pl.String)
     others = np.flatnonzero(~kinds.is_in(list(COLUMN_KINDS)).to_numpy()).tolist()
     source = _Source(path, st, starts[rows], ends[rows], others, rows, scan)
-    ok = source.check(others, _suspect_rows(frame, scan.arms))  # the records the columns' types do not vouch for
+    columns = {k: Columns._of_frame(k, frame, kinds == k) for k in COLUMN_KINDS}
+    suspect = np.zeros(len(frame), dtype=bool)  # the records the columns' types and bounds do not vouch for
+    text = frame[TIMINGS_AS_TEXT].to_numpy()
+    for k, cols in columns.items():
+        at = np.flatnonzero((kinds == k).to_numpy())
+        suspect[at[_suspect(cols, scan.arms) | text[at]]] = True
+    ok = source.check(others, suspect)
     scan.raise_errors()
     if not ok.all():  # with salvage: the refused records left out
         frame, kinds, rows = frame.filter(pl.Series(ok)), kinds.filter(pl.Series(ok)), rows[ok]
         keep = np.cumsum(ok) - 1
         source = _Source(path, st, starts[rows], ends[rows], [int(keep[j]) for j in others if ok[j]], rows, scan)
-    led = Ledger(path, scan.header, warnings=scan.warnings(), _columns={k: Columns._of_frame(k, frame, kinds == k)
-                                                                        for k in COLUMN_KINDS}, _source=source)
+        columns = {k: Columns._of_frame(k, frame, kinds == k) for k in COLUMN_KINDS}
+    led = Ledger(path, scan.header, warnings=scan.warnings(), _columns=columns, _source=source)
     led._others = [r for j, r in zip(others, source.checked_others) if ok[j]]
     led.skipped = scan.skipped()
     return led
 
 
-def _suspect_rows(frame: Any, arms: frozenset[str] | None) -> np.ndarray:
-    """The rows of *frame* (polars' reading, :func:`_frame`) of a column kind whose columns break a bound of the
-    record's schema (``records.CallRecord``'s and ``TurnRecord``'s field types, :func:`.schema.column_bounds`),
-    lack a required field, name an arm the header does not, or hold an ``error`` (whose form the columns do not
-    show): each is checked as a record (:func:`.schema.check_record`), which names the field."""
-    import polars as pl  # noqa: PLC0415 (a small ledger never loads polars)
-
-    kind, arm = pl.col("kind").cast(pl.String), pl.col("arm").cast(pl.String)
-    common = arm.is_null() | pl.col("error").is_not_null() | pl.col(TIMINGS_AS_TEXT)
-    if arms is not None:
-        common |= ~arm.is_in(sorted(arms)).fill_null(False)
-
-    def out_of_bounds(cls: type) -> Any:
-        bad = pl.lit(False)
-        for name, (whole, ge, le, finite) in column_bounds(cls).items():
-            c = pl.col(name)
-            cond = pl.lit(False)
+def _suspect(cols: Columns, arms: frozenset[str] | None) -> np.ndarray:
+    """The rows of *cols* (call or turn records read as columns) whose columns break a bound of the record's
+    schema (``records.CallRecord``'s or ``TurnRecord``'s field types, :func:`.schema.column_bounds`), lack a
+    required field (``arm``; a call's ``t_send``), name an arm the header does not (each distinct arm looked
+    up once), or hold an ``error`` (whose form the columns do not show): each is then checked as a record
+    (:func:`.schema.check_record`), which names the field.  (A null number is NaN here: JSON has no NaN.)"""
+    codes, names = cols.labels["arm"]
+    bad_arm = [i for i, a in enumerate(names) if a is None or (arms is not None and a not in arms)]
+    out = np.isin(codes, bad_arm) | cols.failed
+    record = CallRecord if cols.kind == "call" else TurnRecord
+    with np.errstate(invalid="ignore"):
+        for name, (whole, ge, le, finite) in column_bounds(record).items():
+            x = cols.numbers[name]
             if finite:
-                cond |= ~c.is_finite()
+                out |= np.isinf(x)
             if ge is not None:
-                cond |= c < ge
+                out |= x < ge
             if le is not None:
-                cond |= c > le
+                out |= x > le
             if whole:
-                cond |= c != c.floor()
-            bad |= cond.fill_null(False)
-        return bad
-
-    call = (kind == "call") & (common | pl.col("t_send").is_null() | out_of_bounds(CallRecord)
-                               | (pl.col("cached_tokens") > pl.col("prompt_tokens")).fill_null(False))
-    turn = (kind == "turn") & (common | out_of_bounds(TurnRecord))
-    return frame.select((call | turn).fill_null(False).alias("x"))["x"].to_numpy()
+                out |= (x != np.floor(x)) & ~np.isnan(x)
+        if cols.kind == "call":
+            out |= np.isnan(cols.numbers["t_send"]) | (cols.numbers["cached_tokens"] > cols.numbers["prompt_tokens"])
+    return out
 
 
 def _read_lines(path: Path, fh: Any, salvage: bool, *, shard: bool = False,

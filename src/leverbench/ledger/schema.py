@@ -97,10 +97,22 @@ def _json_form(t: Any) -> Any:
     return t
 
 
-def _model_of(cls: type, name: str, required: tuple[str, ...], base: type[BaseModel]) -> type[BaseModel]:
-    """A pydantic model of *cls*'s dataclass fields as the ledger holds them (see the module docstring)."""
+# The keys of a call record's ``extra`` that analysis reads (see ``records``' docstring: a probe's, a load
+# call's, a worker's), typed; any other is kept as it is.
+CALL_EXTRAS: dict[str, Any] = {
+    "probe_tokens": Count | None, "probe_depth": Count | None, "position": str | None, "length_method": str | None,
+    "scripted_step": Count | None, "stage": str | None, "load_run": str | int | None, "scheduled_t": Epoch | None,
+    "loop_lag_s": Number | None, "target_input_tokens": Count | None, "target_output_tokens": Count | None,
+    "worker": Count | None, "workers": Annotated[int, Field(ge=1, le=MAX_COUNT)] | None,
+}
+
+
+def _model_of(cls: type, name: str, required: tuple[str, ...], base: type[BaseModel],
+              extras: dict[str, Any] | None = None) -> type[BaseModel]:
+    """A pydantic model of *cls*'s dataclass fields as the ledger holds them (see the module docstring), and of
+    the *extras* keys its ``extra`` may hold."""
     hints = typing.get_type_hints(cls, include_extras=True)
-    spec: dict[str, Any] = {}
+    spec: dict[str, Any] = {k: (t, None) for k, t in (extras or {}).items()}
     for f in dataclasses.fields(cls):
         if f.name in ("extra", "kind"):
             continue
@@ -112,8 +124,8 @@ def _model_of(cls: type, name: str, required: tuple[str, ...], base: type[BaseMo
     return create_model(name, __base__=base, **spec)
 
 
-CallModel = _model_of(CallRecord, "CallModel", ("arm", "t_send"), _CallChecks)
-WarmupModel = _model_of(CallRecord, "WarmupModel", ("arm",), _CallChecks)  # kept, never analysed: no t_send needed
+CallModel = _model_of(CallRecord, "CallModel", ("arm", "t_send"), _CallChecks, CALL_EXTRAS)
+WarmupModel = _model_of(CallRecord, "WarmupModel", ("arm",), _CallChecks, CALL_EXTRAS)  # kept, never analysed: no t_send needed
 TurnModel = _model_of(TurnRecord, "TurnModel", ("arm",), _Open)
 
 
@@ -127,7 +139,8 @@ class MetricsModel(_Open):
 class StageEndModel(_Open):
     arm: str
     stage: str | None = None
-    workers: Annotated[int, Field(ge=1, le=MAX_REPEATS)] | None = None
+    load_run: str | int | None = None
+    workers: Annotated[int, Field(ge=1, le=MAX_COUNT)] | None = None
     calls: Count | None = None
     lost_workers: list[dict[str, Any]] | None = None
 
@@ -295,6 +308,7 @@ def header_arms(obj: dict[str, Any]) -> frozenset[str]:
     return frozenset(a["name"] for a in obj["config"]["arms"]) | frozenset(obj["arms"])
 
 
+@functools.cache
 def column_bounds(cls: type) -> dict[str, tuple[bool, float | None, float | None, bool]]:
     """Per field of *cls* read as a number column: (whole, ge, le, finite) of its type, for the reader to check a
     column by the same bounds as a record (``records.Count``, ``Seconds``, ``Epoch``)."""
