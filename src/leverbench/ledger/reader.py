@@ -178,7 +178,7 @@ class Columns:
         has_timings = col("timings").is_not_null() if timings else pl.repeat(False, int(rows.sum()), eager=True)
         hashes = {}
         for k in HASH_KINDS[kind]:
-            h = col(k)
+            h = col(k).cast(pl.String)  # (read as Categorical: polars refuses a number there, as a String takes it)
             codes = h.hash(seed=0).reinterpret(signed=True) & np.int64((1 << 62) - 1)  # non-negative
             hashes[k] = codes.to_numpy(writable=True)
             hashes[k][(h.is_null() | (h == "")).fill_null(True).to_numpy()] = -1
@@ -485,7 +485,7 @@ def _frame(source: Path | bytes) -> Any:
     import polars as pl  # noqa: PLC0415 (a small ledger never loads polars)
 
     for number in (pl.Float64,) if isinstance(source, Path) else (pl.Float64, pl.String):
-        schema = {"kind": pl.Categorical, **dict.fromkeys(LABELS, pl.Categorical), **dict.fromkeys(CALL_HASHES, pl.String),
+        schema = {"kind": pl.Categorical, **dict.fromkeys(LABELS, pl.Categorical), **dict.fromkeys(CALL_HASHES, pl.Categorical),
                   **dict.fromkeys(CALL_NUMBERS + TURN_NUMBERS, pl.Float64),
                   **dict.fromkeys(CALL_FLAGS + TURN_FLAGS, pl.Boolean), "error": pl.String,
                   "timings": pl.Struct(dict.fromkeys(CALL_TIMINGS, number))}
