@@ -3,11 +3,13 @@
 - Records: the ``call`` kinds' (``records.CALL_KINDS``, ``warmup``) and ``turn``'s models are made from the
   writer's own dataclasses, :class:`~.records.CallRecord` and :class:`~.records.TurnRecord` (one definition
   of each field's type and bound, ``records.Seconds``, ``Epoch``, ``Count``), in pydantic's strict mode (a
-  string is not a number, a flag not a count).  A field a record lacks is not checked, but ``arm`` (every
-  record that has one names an arm of the header) and a call's ``t_send`` (not a warm-up's: never analysed); a field analysis reads as a
-  column may be null (it reads as absent).  Across fields: cached_tokens ≤ prompt_tokens.  The other kinds
-  that analysis reads by key (``metrics``, ``stage_end``, ``clock``, ``resume``) have small models of
-  their own; keys no model names are left as they are (a record's ``extra``).
+  string is not a number, a flag not a count), with the keys of ``extra`` analysis reads (:data:`CALL_EXTRAS`).
+  A field a record lacks is not checked, but ``arm`` and a call's ``t_send`` (not a warm-up's: never
+  analysed), which are required; a field analysis reads as a column may be null (it reads as absent).
+  Across fields: cached_tokens ≤ prompt_tokens.  The other kinds that analysis reads by key (``metrics``,
+  ``stage_end``, ``clock``, ``resume``) have small models of their own; keys no model names are left as
+  they are.  That a record's ``arm`` is one of the header's is checked by :func:`check_record` against the
+  set of the header's arms, made once per read (a set lookup, not a model: the set is the file's).
 - The header (:class:`RunHeader`, also what :class:`~.writer.LedgerWriter` checks a ``run`` record by):
   its ``config`` (the experiment's snapshot: ``experiment`` with name and baseline, ``arms`` and ``cases``
   lists of named objects) and ``arms`` (name → role, conditions, discovered), the baseline one of the arms.
@@ -33,9 +35,8 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 
 from .records import CALL_KINDS, COLUMN, MAX_COUNT, CallRecord, Count, Epoch, Seconds, TurnRecord
 
-NON_FINITE = ("NaN", "+Inf", "-Inf")  # how the writer stores a non-finite number (records.json_number)
 Number = Annotated[float, Field(allow_inf_nan=False)]
-Sample = float | Literal["NaN", "+Inf", "-Inf"]  # a server's value, as the writer stores it
+Sample = float | Literal["NaN", "+Inf", "-Inf"]  # a server's value, a non-finite one as records.json_number stores it
 Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
 Tolerance = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Money = Annotated[float, Field(ge=0, allow_inf_nan=False)]
@@ -125,7 +126,7 @@ def _model_of(cls: type, name: str, required: tuple[str, ...], base: type[BaseMo
 
 
 CallModel = _model_of(CallRecord, "CallModel", ("arm", "t_send"), _CallChecks, CALL_EXTRAS)
-WarmupModel = _model_of(CallRecord, "WarmupModel", ("arm",), _CallChecks, CALL_EXTRAS)  # kept, never analysed: no t_send needed
+WarmupModel = _model_of(CallRecord, "WarmupModel", ("arm",), _CallChecks, CALL_EXTRAS)  # never analysed: t_send or not
 TurnModel = _model_of(TurnRecord, "TurnModel", ("arm",), _Open)
 
 
@@ -238,10 +239,6 @@ class RunHeader(_Open):
                              f"arms {names}")
         return self
 
-    def arm_names(self) -> frozenset[str]:
-        """Every arm the header knows (its config's and its ``arms``')."""
-        return frozenset(a.name for a in self.config.arms) | frozenset(self.arms)
-
 
 class ShardHeader(_Open):
     kind: Literal["shard"]
@@ -304,7 +301,7 @@ def check_header(obj: dict[str, Any], kind: str) -> str | None:
 
 
 def header_arms(obj: dict[str, Any]) -> frozenset[str]:
-    """The arms of a valid ``run`` header (:meth:`RunHeader.arm_names`)."""
+    """Every arm a valid ``run`` header knows: its config's and its ``arms``'."""
     return frozenset(a["name"] for a in obj["config"]["arms"]) | frozenset(obj["arms"])
 
 
