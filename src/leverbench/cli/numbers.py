@@ -8,7 +8,8 @@ types refuse it while click parses the command line, before the command's body r
 error path (:func:`.common.fail`), as the body's own errors go.
 
 Each range is far past what a real analysis uses and short of what would overflow a conversion or print
-infinity: the token bounds are the traffic files' own (:mod:`leverbench.workload.traces.bounds`).
+infinity; they are defined once, in :mod:`leverbench.analysis.bounds` (whose token bounds are the traffic
+files' own), and the summary.json reader checks a run's figures against the same ones.
 """
 
 from __future__ import annotations
@@ -18,19 +19,21 @@ from typing import Any
 
 import click
 
+from ..analysis.bounds import (
+    MAX_CACHE_TOKENS,
+    MAX_CALL_S,
+    MAX_GPU_HOUR_USD,
+    MAX_GPUS,
+    MAX_ORDERS,
+    MAX_REQUESTS,
+    MAX_SPEEDUP,
+    MAX_TOKENS,
+    SCALE_RANGE,
+    SPEED_RANGE,
+    TPS_RANGE,
+)
 from ..errors import BadInput
-from ..workload.traces.bounds import MAX_CALL_S, MAX_TOKENS
 from .common import fail
-
-MAX_GPUS = 1_000_000  # GPUs per server (the experiment file's conditions.gpus has the same bound)
-MAX_GPU_HOUR_USD = 1_000_000.0  # dollars per GPU-hour (the same as conditions.gpu_hour_usd's)
-TPS_RANGE = (0.001, 1e9)  # tokens per second by hand: a token in 1000 s to a thousand times the fastest prefill
-MAX_SPEEDUP = 100.0  # a drafter's decode speedup: speculative decoding gives 2-4x
-MAX_CACHE_TOKENS = 1e12  # a prefix cache's capacity: 10^5 GPUs' worth of KV
-SPEED_RANGE = (0.001, 1_000_000.0)  # a trace replayed 1000x slower to 10^6x faster (a trace stage's speed)
-SCALE_RANGE = (0.000001, 1000.0)  # a trace's lengths scaled: 1000x of a 10^4-token call is already 10^7 tokens
-MAX_REQUESTS = 10_000_000  # calls of a trace served (a trace stage's bound on requests)
-MAX_ORDERS = 1000  # random orders of simultaneous arrivals: the mean has long settled (the default is 16)
 
 
 def _num(x: float) -> str:
