@@ -10,6 +10,7 @@ with negative or NaN dollars, negative TTFTs and GPU-hours, infinite or 10^300-s
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -17,7 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from leverbench.cli import cli
-from leverbench.workload.traces import load_traffic
+from leverbench.workload.traces import files, load_traffic
 
 GOLDEN = Path(__file__).parent / "golden"
 TRACES = Path(__file__).parent / "data" / "traces"
@@ -320,3 +321,21 @@ def test_a_wide_header_is_cut_in_the_message(tmp_path: Path) -> None:
     path.write_text(",".join(f"c{i}" for i in range(5000)) + "\n" + ",".join("1" for _ in range(5000)) + "\n")
     line = refused(["analyze", str(path), *HAND], str(path), "no input-token column")
     assert len(line) < 1000 and "more" in line
+
+
+def test_a_pipe_or_a_device_is_refused_not_read_forever(tmp_path: Path, small: Path, summary: Path) -> None:
+    """A named pipe blocked the read forever (a hang); /dev/zero was read without end."""
+    fifo = tmp_path / "pipe.jsonl"
+    os.mkfifo(fifo)
+    zero = tmp_path / "zero.json"
+    zero.symlink_to("/dev/zero")
+    refused(["analyze", str(fifo), *HAND], str(fifo), "not a regular file")
+    refused(["analyze", str(zero), *HAND], str(zero), "not a regular file")
+    refused(["whatif", str(small), "--rates", str(zero), "--json"], str(zero), "not a regular file")
+
+
+def test_a_file_too_large_to_read_whole_is_refused(small: Path, monkeypatch) -> None:
+    """The row-by-row formats read a file whole: past MAX_TEXT_BYTES that is refused, saying what to do (here
+    with the bound lowered, instead of writing a gigabyte)."""
+    monkeypatch.setattr(files, "MAX_TEXT_BYTES", 100)
+    refused(["analyze", str(small), *HAND], str(small), "read whole", "generic CSV or JSONL")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import stat
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -15,6 +16,21 @@ from .records import Rows
 HEAD_BYTES = 1 << 16
 #: A file whose first line is not a JSON document is read whole as one (an indented result) only below this size.
 MAX_DOCUMENT_BYTES = 1 << 28
+#: A file read whole into memory (the row-by-row formats; the large logs are read columnar, in bounded memory).
+MAX_TEXT_BYTES = 1 << 30
+
+
+def regular_file(path: Path) -> None:
+    """BadInput unless ``path`` is a regular file (or absent, or a directory: the caller tells those): a pipe
+    would block the read forever, a device (/dev/zero) never end."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise _open_error(path, exc) from None
+    if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode) or path == Path("/dev/null")):
+        raise BadInput(f"{path}: not a regular file (a pipe, a device or a socket); give a traffic file")
 
 
 def _open_error(path: Path, exc: OSError) -> BadInput:
@@ -35,7 +51,15 @@ def _decode(path: Path, raw: bytes, cut: bool = False) -> str:
 
 
 def read_text(path: Path) -> str:
-    """The whole file as text; BadInput for a missing, unreadable or non-UTF-8 file."""
+    """The whole file as text; BadInput for a missing, unreadable, too large or non-UTF-8 file."""
+    regular_file(path)
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise _open_error(path, exc) from None
+    if size > MAX_TEXT_BYTES:
+        raise BadInput(f"{path}: {size:,} bytes; this format is read whole, at most {MAX_TEXT_BYTES:,} bytes (split "
+                       "the file, or write it as a generic CSV or JSONL log, which is read in bounded memory)")
     try:
         raw = path.read_bytes()
     except OSError as exc:
@@ -45,6 +69,7 @@ def read_text(path: Path) -> str:
 
 def read_head(path: Path) -> str:
     """The first HEAD_BYTES of the file as text (a whole first line unless the line is longer)."""
+    regular_file(path)
     try:
         with open(path, "rb") as fh:
             raw = fh.read(HEAD_BYTES)
