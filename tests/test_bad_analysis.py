@@ -339,3 +339,14 @@ def test_a_file_too_large_to_read_whole_is_refused(small: Path, monkeypatch) -> 
     with the bound lowered, instead of writing a gigabyte)."""
     monkeypatch.setattr(files, "MAX_TEXT_BYTES", 100)
     refused(["analyze", str(small), *HAND], str(small), "read whole", "generic CSV or JSONL")
+
+
+def test_a_fit_past_the_rate_bound_is_refused(tmp_path: Path) -> None:
+    """Latencies exactly linear in the output, not growing with the input: the prefill slope came out 2e-18
+    s/token and a prefill rate of 4 x 10^17 tokens/s was printed and applied (exit 0)."""
+    path = tmp_path / "flat.jsonl"
+    path.write_text("".join(json.dumps({"usage": {"prompt_tokens": p, "completion_tokens": c,
+                                                  "prompt_tokens_details": {"cached_tokens": k}},
+                                        "latency_s": s, "model": "m"}) + "\n"
+                            for p, c, k, s in [(500, 80, 250, 5.0), (300, 50, 10**30, 3.5), (800, 30, 400, 2.5)]))
+    refused(["analyze", str(path)], str(path), "could not fit rates", "over 1e+09 tokens/s")
