@@ -184,8 +184,13 @@ def _model(d: dict) -> dict:
     (lambda d: d["arms"][0]["conditions"].update(gpu_hour_usd=float("nan")), "arms[0].conditions: gpu_hour_usd"),
     (lambda d: d["arms"][1]["knobs"].update(kv_capacity_tokens=float("inf")), "arms[1].knobs: kv_capacity_tokens"),
     (lambda d: d["rates"][0].update(arm="zzz"), "rates[0].arm"),
+    (lambda d: _model(d)["decode"].update(range_context=[22, [1, 2]]),  # TypeError: '>' between int and list
+     "rate_models[0].decode.range_context"),
+    (lambda d: _model(d)["prefill"].update(range_uncached=[21, "x"]),  # numpy UFuncTypeError
+     "rate_models[0].prefill.range_uncached"),
 ], ids=["neg-b", "neg-a", "neg-d0", "neg-c", "nan-b", "inf-d0", "free", "conc-0", "neg-slowdown", "str-slots",
-        "str-acceptance", "tiny-rates", "neg-a-rates", "neg-gpus", "nan-usd", "inf-kv", "unknown-arm"])
+        "str-acceptance", "tiny-rates", "neg-a-rates", "neg-gpus", "nan-usd", "inf-kv", "unknown-arm", "list-range",
+        "str-range"])
 def test_a_bad_summary_is_refused_naming_the_field(tmp_path: Path, small: Path, change, field: str) -> None:
     path = _summary(tmp_path, change)
     for command in (["whatif", str(small), "--rates", str(path), "--json", "--orders", "1"],

@@ -65,6 +65,14 @@ Slowdown = _number(0.0, float(MAX_SLOTS), gt=True)  # per-token time under load 
 Concurrency = _number(1.0, float(MAX_SLOTS))
 Tokens = _number(0.0, 1e12)  # a token count or range end (a context, a cache, a sum over calls)
 Slots = _whole(1, MAX_SLOTS)
+Span = tuple[Tokens, Tokens]  # the lowest and highest tokens a fit saw
+
+
+def _spans_in_order(model: BaseModel, *names: str) -> None:
+    for name in names:
+        r = getattr(model, name)
+        if r is not None and r[0] > r[1]:
+            raise ValueError(f"{name}: [{r[0]:g}, {r[1]:g}] ends below where it starts")
 
 
 class _Open(BaseModel):
@@ -118,13 +126,11 @@ class _Rate(_Open):
     prefill_a_s: Seconds | None = None
     decode_source: str | None = None
     prefill_source: str | None = None
-    prefill_input_range: tuple[Tokens, Tokens] | None = None
+    prefill_input_range: Span | None = None
 
     @model_validator(mode="after")
     def _range_in_order(self) -> _Rate:
-        r = self.prefill_input_range
-        if r is not None and r[0] > r[1]:
-            raise ValueError(f"prefill_input_range: [{r[0]:g}, {r[1]:g}] ends below where it starts")
+        _spans_in_order(self, "prefill_input_range")
         return self
 
 
@@ -149,16 +155,20 @@ class _Batch(_Open):
 
 
 class _Prefill(_Open):
-    """prefill_s(n, k) = a + b·n + c·n·(k + n/2): every term non-negative, the tokens costing something."""
+    """prefill_s(n, k) = a + b·n + c·n·(k + n/2): every term non-negative, the tokens costing something; the
+    tokens it was fitted on (what ``whatif`` says it extrapolates past)."""
 
     a_s: Seconds
     b_s_per_token: PerToken
     c_s_per_token2: PerToken = 0.0
+    range_uncached: Span | None = None
+    range_cached: Span | None = None
 
     @model_validator(mode="after")
     def _costs_something(self) -> _Prefill:
         if self.b_s_per_token == 0 and self.c_s_per_token2 == 0:
             raise ValueError("b_s_per_token and c_s_per_token2 are both 0: a prompt's tokens would cost nothing")
+        _spans_in_order(self, "range_uncached", "range_cached")
         return self
 
 
@@ -168,12 +178,14 @@ class _Decode(_Open):
     d0_s_per_token: PerToken
     d1_s_per_token_per_ctx: PerToken = 0.0
     acceptance: Share | None = None
+    range_context: Span | None = None
 
     @model_validator(mode="after")
     def _costs_something(self) -> _Decode:
         if self.d0_s_per_token == 0 and self.d1_s_per_token_per_ctx == 0:
             raise ValueError("d0_s_per_token and d1_s_per_token_per_ctx are both 0: an answer's tokens would cost "
                              "nothing")
+        _spans_in_order(self, "range_context")
         return self
 
 
