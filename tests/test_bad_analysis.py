@@ -355,3 +355,11 @@ def test_a_fit_past_the_rate_bound_is_refused(tmp_path: Path) -> None:
                                         "latency_s": s, "model": "m"}) + "\n"
                             for p, c, k, s in [(500, 80, 250, 5.0), (300, 50, 10**30, 3.5), (800, 30, 400, 2.5)]))
     refused(["analyze", str(path)], str(path), "could not fit rates", "over 1e+09 tokens/s")
+
+
+def test_report_that_cannot_write_its_files_says_where(run_dir: Path) -> None:
+    """A directory where summary.json (or report.html) goes: IsADirectoryError, a traceback."""
+    (run_dir / "summary.json").mkdir()
+    refused(["report", str(run_dir)], str(run_dir / "summary.json"), "--no-write")
+    res = CliRunner().invoke(cli, ["report", str(run_dir), "--no-write", "--format", "md"])
+    assert res.exit_code == 0 and "#" in res.stdout

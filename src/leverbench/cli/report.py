@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from ..errors import BadInput, RuntimeFailure
 from ..report.jsonio import finite
 from ..report.markdown import render_markdown
 from ..report.terminal import render_terminal
@@ -30,7 +31,13 @@ def report_command(run_dir: Path, fmt: str, write: bool, full: bool, salvage: bo
     anywhere else stops with an error naming it, unless --salvage."""
     from ..report.files import report_dir  # noqa: PLC0415 (numpy and the analysis: ~0.13 s)
 
-    summary, _ = report_dir(run_dir, salvage=salvage, write=write or fmt == "html")
+    try:
+        summary, _ = report_dir(run_dir, salvage=salvage, write=write or fmt == "html")
+    except (IsADirectoryError, NotADirectoryError, PermissionError, FileNotFoundError) as exc:
+        raise BadInput(f"{exc.filename or run_dir}: cannot write the report there: {exc.strerror or exc}"
+                       + ("; move it away, or pass --no-write" if fmt != "html" else "")) from None
+    except OSError as exc:  # the disk full, an I/O error: not the input's fault
+        raise RuntimeFailure(f"{exc.filename or run_dir}: cannot write the report: {exc.strerror or exc}") from None
     if fmt == "html":
         click.echo(str(Path(run_dir) / "report.html"))
     elif fmt == "json":

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from ..errors import BadInput
+from ..errors import BadInput, RuntimeFailure
 from ..workload.traces.names import FORMATS
 from . import numbers as n
 from .common import SALVAGE_HELP, Command, console, err_console
@@ -99,7 +99,11 @@ def whatif_command(traffic: Path, rates: Path, arms: str | None, speed: float, r
             f"whatif-verify-{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
         _run(exp, out)
         result = verify_result(result, out)
-        path = store_verification(rates, result)
+        try:
+            path = store_verification(rates, result)
+        except OSError as exc:
+            raise RuntimeFailure(f"{exc.filename or rates}: cannot store the verification: "
+                                 f"{exc.strerror or exc}") from None
         err_console.print(f"verification stored in {path}", highlight=False)
     if as_json:
         click.echo(render.render_json(result))
