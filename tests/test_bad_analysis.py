@@ -363,3 +363,20 @@ def test_report_that_cannot_write_its_files_says_where(run_dir: Path) -> None:
     refused(["report", str(run_dir)], str(run_dir / "summary.json"), "--no-write")
     res = CliRunner().invoke(cli, ["report", str(run_dir), "--no-write", "--format", "md"])
     assert res.exit_code == 0 and "#" in res.stdout
+
+
+@pytest.mark.parametrize(("old", "new"), [('"gpu_hour_usd": 5.5', '"gpu_hour_usd": -5.5'),
+                                          ('"gpus": 2', '"gpus": -2')], ids=["negative-price", "negative-gpus"])
+def test_a_ledger_whose_conditions_give_a_negative_price_is_refused(tmp_path: Path, small: Path, old: str,
+                                                                     new: str) -> None:
+    """A ledger header whose arm conditions say gpu_hour_usd = -5.5 (or gpus = -2): report, project, analyze
+    and whatif printed negative dollars and GPU-hours, exit 0."""
+    run = tmp_path / "neg"
+    run.mkdir()
+    head, *rest = (GOLDEN / "handmade.ledger.jsonl").read_text().splitlines(keepends=True)
+    assert old in head
+    (run / "ledger.jsonl").write_text(head.replace(old, new) + "".join(rest))
+    key = new.split('"')[1]
+    refused(["report", str(run), "--no-write", "--format", "json"], str(run), f"conditions {key}")
+    refused(["project", str(run), "--input-tokens", "1000", "--output-tokens", "100", "--json"], str(run), key)
+    refused(["analyze", str(small), "--rates", str(run), "--format", "json"], f"--rates {run}", key)

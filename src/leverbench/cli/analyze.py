@@ -16,6 +16,7 @@ from ..errors import BadInput, RuntimeFailure
 from ..workload.traces.names import FORMATS
 from . import numbers as n
 from .common import Command, console
+from .report import of_rates
 
 OUTPUTS = ("table", "md", "json", "html")
 
@@ -79,10 +80,14 @@ def analyze_command(traffic: Path, fmt: str | None, columns: str | None, rates_d
     from ..report import traffic as report  # noqa: PLC0415 (polars: ~0.3 s)
     from ..report.traffic_files import analyze_file  # noqa: PLC0415 (as above)
 
-    result = analyze_file(traffic, fmt=fmt, columns=columns, rates_dir=rates_dir, prefill_tps=prefill_tps,
-                          prefill_a_s=prefill_a_s, decode_tps=decode_tps, drafter_speedup=drafter_speedup,
-                          answer_cap=answer_cap, cached_share=cached_share, gpus=gpus, gpu_hour_usd=gpu_hour_usd,
-                          salvage=salvage, cache_tokens=cache_tokens, block_tokens=block_tokens)
+    try:
+        result = analyze_file(traffic, fmt=fmt, columns=columns, rates_dir=rates_dir, prefill_tps=prefill_tps,
+                              prefill_a_s=prefill_a_s, decode_tps=decode_tps, drafter_speedup=drafter_speedup,
+                              answer_cap=answer_cap, cached_share=cached_share, gpus=gpus,
+                              gpu_hour_usd=gpu_hour_usd, salvage=salvage, cache_tokens=cache_tokens,
+                              block_tokens=block_tokens)
+    except BadInput as exc:
+        raise of_rates(rates_dir, exc) from None
     if out_fmt == "table":
         report.render_terminal(result, console)
         return

@@ -14,6 +14,18 @@ from ..report.terminal import render_terminal
 from .common import SALVAGE_HELP, Command, console
 
 
+def of_run(run_dir: Path, exc: BadInput) -> BadInput:
+    """A run's bad input named by its run directory, where the message does not name a file of it already (the
+    analysis's errors name the arm and the key, not the file they came from)."""
+    text = str(exc)
+    return exc if text.startswith(str(run_dir)) else BadInput(f"{run_dir}: {text}")
+
+
+def of_rates(rates: Path | None, exc: BadInput) -> BadInput:
+    """An error about one of the arms (``arm 'x': ...``) of the run given to ``--rates``, named by it."""
+    return BadInput(f"--rates {rates}: {exc}") if rates is not None and str(exc).startswith("arm ") else exc
+
+
 @click.command(name="report", cls=Command)
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @click.option("--format", "fmt", type=click.Choice(["table", "md", "json", "html"]), default="table", show_default=True,
@@ -38,6 +50,8 @@ def report_command(run_dir: Path, fmt: str, write: bool, full: bool, salvage: bo
                        + ("; move it away, or pass --no-write" if fmt != "html" else "")) from None
     except OSError as exc:  # the disk full, an I/O error: not the input's fault
         raise RuntimeFailure(f"{exc.filename or run_dir}: cannot write the report: {exc.strerror or exc}") from None
+    except BadInput as exc:
+        raise of_run(run_dir, exc) from None
     if fmt == "html":
         click.echo(str(Path(run_dir) / "report.html"))
     elif fmt == "json":

@@ -19,6 +19,7 @@ from ..errors import BadInput, RuntimeFailure
 from ..workload.traces.names import FORMATS
 from . import numbers as n
 from .common import SALVAGE_HELP, Command, console, err_console
+from .report import of_rates
 
 
 def _arms(value: str | None) -> list[str] | None:
@@ -88,11 +89,15 @@ def whatif_command(traffic: Path, rates: Path, arms: str | None, speed: float, r
     from ..report.terminal import render_tables  # noqa: PLC0415
     from ..report.whatif_files import store_verification, verify_experiment, verify_result, whatif_file  # noqa: PLC0415
 
-    result = whatif_file(traffic, rates, arms=_arms(arms), fmt=fmt, columns=columns, speed=speed,
-                         scale_input=scale_input, scale_output=scale_output, requests=requests,
-                         max_input_tokens=max_input_tokens, max_tokens=max_tokens, cache_tokens=cache_tokens,
-                         block_tokens=block_tokens, cached_share=cached_share, gpus=gpus, gpu_hour_usd=gpu_hour_usd,
-                         template_tokens=template_tokens, orders=orders, salvage=salvage)
+    try:
+        result = whatif_file(traffic, rates, arms=_arms(arms), fmt=fmt, columns=columns, speed=speed,
+                             scale_input=scale_input, scale_output=scale_output, requests=requests,
+                             max_input_tokens=max_input_tokens, max_tokens=max_tokens, cache_tokens=cache_tokens,
+                             block_tokens=block_tokens, cached_share=cached_share, gpus=gpus,
+                             gpu_hour_usd=gpu_hour_usd, template_tokens=template_tokens, orders=orders,
+                             salvage=salvage)
+    except BadInput as exc:
+        raise of_rates(rates, exc) from None
     if verify:
         exp = verify_experiment(rates, result, salvage=salvage)
         out = verify_out or (Path(rates) if Path(rates).is_dir() else Path(rates).parent) / \
