@@ -380,3 +380,11 @@ def test_a_ledger_whose_conditions_give_a_negative_price_is_refused(tmp_path: Pa
     refused(["report", str(run), "--no-write", "--format", "json"], str(run), f"conditions {key}")
     refused(["project", str(run), "--input-tokens", "1000", "--output-tokens", "100", "--json"], str(run), key)
     refused(["analyze", str(small), "--rates", str(run), "--format", "json"], f"--rates {run}", key)
+
+
+def test_columns_naming_no_column_of_a_csv_say_so(tmp_path: Path) -> None:
+    """``--columns input=nope`` counted every row as 'missing input (nope)', as if the cells were empty."""
+    path = tmp_path / "log.csv"
+    path.write_text("input_tokens,output_tokens,latency_s\n100,5,1\n200,10,2\n")
+    refused(["analyze", str(path), "--columns", "input=nope,output=output_tokens", *HAND], str(path),
+            "--columns input=nope", "no such column")

@@ -120,6 +120,11 @@ def load(path: Path, columns: str | Mapping[str, str] | None = None, **_: Any) -
     for role, name in chosen.items():
         key, scale = time_column(name) if _KIND[role] in ("seconds", "stamp") else (name, 1.0)
         fields.append(col.Field(role, key, _KIND[role], f"{role} ({name})", scale))
+    if not is_json:  # a CSV's header names every column there is
+        absent = [f"{f.name}={chosen[f.name]}" for f in fields if f.key not in keys]
+        if absent:
+            raise BadInput(f"{path}: line 1: --columns {', '.join(absent)}: no such column in the header "
+                           f"({listed(header)})")
     cached = pl.col("cached")
     exprs = {r: pl.col(r) for r in chosen}
     if "cached" in chosen:
