@@ -388,3 +388,9 @@ def test_columns_naming_no_column_of_a_csv_say_so(tmp_path: Path) -> None:
     path.write_text("input_tokens,output_tokens,latency_s\n100,5,1\n200,10,2\n")
     refused(["analyze", str(path), "--columns", "input=nope,output=output_tokens", *HAND], str(path),
             "--columns input=nope", "no such column")
+
+
+def test_whatif_scaled_past_the_token_bound_is_refused(summary: Path) -> None:
+    """--scale-input 1000 made calls of 87 million tokens, served as if a context held them (exit 0)."""
+    refused(["whatif", str(MOONCAKE), "--rates", str(summary), "--scale-input", "1000", "--json"],
+            "--scale-input", "more than 10,000,000")
