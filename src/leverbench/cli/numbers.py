@@ -26,10 +26,10 @@ from ..analysis.bounds import (
     MAX_GPUS,
     MAX_ORDERS,
     MAX_REQUESTS,
-    MAX_SPEEDUP,
     MAX_TOKENS,
     SCALE_RANGE,
     SPEED_RANGE,
+    SPEEDUP_RANGE,
     TPS_RANGE,
 )
 from ..errors import BadInput
@@ -109,7 +109,7 @@ GPUS = Number(0, MAX_GPUS, lo_open=True)
 GPU_HOUR_USD = Number(0, MAX_GPU_HOUR_USD)
 TPS = Number(*TPS_RANGE)  # a prefill or decode rate by hand
 SECONDS = Number(0, MAX_CALL_S)  # a fixed time per call
-SPEEDUP = Number(0, MAX_SPEEDUP, lo_open=True)
+SPEEDUP = Number(*SPEEDUP_RANGE)
 SPEED = Number(*SPEED_RANGE)
 SCALE = Number(*SCALE_RANGE)
 REQUESTS = Number(1, MAX_REQUESTS, whole=True)
