@@ -26,11 +26,15 @@ MOONCAKE = TRACES / "mooncake_conversation_trace.jsonl"
 HAND = ["--prefill-tps", "1000", "--decode-tps", "50"]
 
 
-def refused(args: list[str], *names: str) -> str:
+def refused(args: list[str], *names: str, progress: bool = False) -> str:
     """Run the command; assert exit 2 and exactly one stderr line, ``leverbench: error: ...``, naming each of
-    ``names`` (an option, a file, a field), and no traceback.  Returns the line."""
+    ``names`` (an option, a file, a field), and no traceback (``progress``: after the lines a run prints on its
+    way).  Returns the line."""
     res = CliRunner().invoke(cli, args)
     lines = [line for line in res.stderr.splitlines() if line.strip()]
+    if progress:
+        assert sum("leverbench: error:" in line for line in lines) == 1, res.stderr
+        lines = lines[-1:]
     assert "Traceback" not in res.output, res.output
     assert res.exception is None or isinstance(res.exception, SystemExit), repr(res.exception)
     assert res.exit_code == 2, (res.exit_code, res.output[-2000:])
@@ -394,3 +398,55 @@ def test_whatif_scaled_past_the_token_bound_is_refused(summary: Path) -> None:
     """--scale-input 1000 made calls of 87 million tokens, served as if a context held them (exit 0)."""
     refused(["whatif", str(MOONCAKE), "--rates", str(summary), "--scale-input", "1000", "--json"],
             "--scale-input", "more than 10,000,000")
+
+
+def _trace_experiment(tmp_path: Path, base_url: str, trace: Path) -> Path:
+    exp = tmp_path / f"{trace.stem}.toml"
+    exp.write_text(f'''
+[experiment]
+name = "trace-bounds"
+repeats = 1
+baseline = "a"
+sentinel_tokens = 0
+
+[[arms]]
+name = "a"
+role = "baseline"
+base_url = "{base_url}"
+model = "sim"
+
+[[cases]]
+name = "short"
+prompt = "hi"
+max_tokens = 4
+temperature = 0.0
+
+[[load]]
+name = "t"
+mode = "trace"
+trace = "{trace.name}"
+scale_input = 1000.0
+max_tokens = 2
+''')
+    return exp
+
+
+def test_a_trace_stage_with_huge_lengths_is_refused_or_skips_the_row(tmp_path: Path) -> None:
+    """A Mooncake trace with a length of 10^48 tokens in a run's trace stage, scale_input 1000: ``OverflowError:
+    Python int too large``.  Now a file whose every row is too long is bad input naming the file, the line and
+    the field; a file with good rows too is replayed without the bad one, counted."""
+    from leverbench.engines.simulator import SimConfig, SimulatorThread  # noqa: PLC0415
+    from leverbench.ledger.reader import read_ledger  # noqa: PLC0415
+
+    huge = tmp_path / "huge.jsonl"
+    huge.write_text('{"timestamp": 0, "input_length": 1' + "0" * 48 + ', "output_length": 3}\n')
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text(huge.read_text() + '{"timestamp": 10, "input_length": 20, "output_length": 3}\n')
+    with SimulatorThread(SimConfig(prefill_tps=2_000_000, decode_tps=4000, slots=1)) as sim:
+        refused(["run", str(_trace_experiment(tmp_path, sim.base_url, huge)), "--out", str(tmp_path / "r1")],
+                str(huge), "first at line 1", "input_length above 10,000,000 tokens", progress=True)
+        res = CliRunner().invoke(cli, ["run", str(_trace_experiment(tmp_path, sim.base_url, mixed)), "--out",
+                                       str(tmp_path / "r2")])
+    assert res.exit_code == 0, res.output[-2000:]
+    load = [r for r in read_ledger(tmp_path / "r2").records if r.get("kind") == "load"]
+    assert len(load) == 1 and load[0]["prompt_tokens"] < 100_000
