@@ -97,8 +97,6 @@ def analyze_command(traffic: Path, fmt: str | None, columns: str | None, rates_d
         return
     try:
         out_path.write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")
-    except (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError) as exc:
-        raise BadInput(f"--out: cannot write {out_path}: {exc.strerror or exc}") from None
-    except OSError as exc:
+    except OSError as exc:  # as replay --out: a runtime failure (exit 1)
         raise RuntimeFailure(f"cannot write {out_path}: {exc.strerror or exc}") from None
     click.echo(str(out_path))
