@@ -41,7 +41,7 @@ def _num(x: float) -> str:
 
 
 def _shown(v: Any) -> str:
-    text = str(v)
+    text = " ".join(str(v).split())  # one line, whatever the value holds
     return text if len(text) <= 40 else f"{text[:20]}...{text[-8:]} ({len(text)} characters)"
 
 
