@@ -3,7 +3,7 @@
 One pass over the file: polars parses it in batches (``scan_csv`` /
 ``scan_ndjson``, streaming), expressions inside its engine check each row as
 the row-by-row importers do (the same skip reasons: missing, non-numeric,
-negative or fractional token counts, a CSV row with fewer cells than the
+negative, fractional or too large (:mod:`.bounds`) token counts, a CSV row with fewer cells than the
 header, bad JSON), the skip counts and the first line of each reason are
 summed batch by batch, and the usable rows, in the canonical columns
 (``records.COLUMNS``), are kept in memory up to ``memory_budget()`` bytes and
