@@ -98,7 +98,7 @@ MOONCAKE = Path(__file__).parent / "data" / "traces" / "mooncake_conversation_tr
     (lambda d: d["rates"][0].update(decode_tps=-5), "rates[0].decode_tps: Input should be greater than or equal"),
     (lambda d: d.update(rate_models="x"), "rate_models: Input should be a valid list"),
     (lambda d: d["rate_models"][0]["prefill"].update(b_s_per_token="x"),
-     "rate_models[0].prefill: b_s_per_token: should be a number"),
+     "rate_models[0].prefill.b_s_per_token: Input should be a valid number"),
     (lambda d: d["rate_models"][0].update(batch={"concurrency": "x"}), "rate_models[0].batch.concurrency"),
     (lambda d: d.update(engaged=[{"cache_used": True}]), "engaged[0].arm: Field required"),
 ], ids=["gpus", "usd", "slots", "negative-rate", "rate-models", "term", "batch", "engaged"])

@@ -18,7 +18,32 @@ $0.0257 per turn, 12.07 and 4.67 GPU-hours per 1000 turns.)
 
 from __future__ import annotations
 
+import math
 from typing import Any
+
+from ..errors import BadInput
+from .bounds import MAX_GPU_HOUR_USD, MAX_GPUS
+
+
+def _fmt(x: float) -> str:
+    return f"{int(x):,}" if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
+
+
+def price_and_gpus(cond: dict[str, Any], arm: str, gpu_hour_usd: float | None = None) -> tuple[float | None, float]:
+    """(price of a GPU-hour, GPUs) of an arm: its conditions' ``gpu_hour_usd`` (else ``gpu_hour_usd``) and
+    ``gpus`` (else 1), each a number in range (:mod:`.bounds`); else BadInput naming the arm and the key (a
+    ledger whose header gave ``gpu_hour_usd = -5.5`` printed negative dollars)."""
+    price, gpus = cond.get("gpu_hour_usd", gpu_hour_usd), cond.get("gpus", 1)
+    for key, v, lo_open, hi in (("gpu_hour_usd", price, False, MAX_GPU_HOUR_USD), ("gpus", gpus, True, MAX_GPUS)):
+        if v is None and key == "gpu_hour_usd":
+            continue
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and \
+            (v > 0 if lo_open else v >= 0) and v <= hi
+        if not ok:
+            raise BadInput(f"arm {arm!r}: conditions {key} = {v!r:.40} is not a finite number "
+                           f"{'above' if lo_open else 'from'} 0 {'and at most' if lo_open else 'to'} {_fmt(hi)}; "
+                           "correct the run's conditions (the experiment file's)")
+    return (float(price) if price is not None else None), float(gpus)
 
 
 def turn_cost(turn_s: float, gpu_hour_usd: float | None, gpus: float = 1.0) -> dict[str, Any]:
@@ -37,10 +62,10 @@ def costs(totals: list[dict[str, Any]], conditions: dict[str, dict[str, Any]], b
     out = []
     for t in totals:
         cond = conditions.get(t["arm"], {})
-        price = cond.get("gpu_hour_usd", gpu_hour_usd)
+        price, gpus = price_and_gpus(cond, t["arm"], gpu_hour_usd)
         if t["total_s"] is None or (price is None and "gpus" not in cond):
             continue
-        out.append({"arm": t["arm"], **turn_cost(t["total_s"] / t["cases"], price, float(cond.get("gpus", 1)))})
+        out.append({"arm": t["arm"], **turn_cost(t["total_s"] / t["cases"], price, gpus)})
     return _with_returned(out, baseline, citability)
 
 
@@ -51,9 +76,8 @@ def scenario_costs(projected: list[dict[str, Any]], conditions: dict[str, dict[s
     for a in projected:
         if a.get("total_s") is None:
             continue
-        cond = conditions.get(a["arm"], {})
-        out.append({"arm": a["arm"], **turn_cost(a["total_s"], cond.get("gpu_hour_usd", gpu_hour_usd),
-                                                 float(cond.get("gpus", 1)))})
+        price, gpus = price_and_gpus(conditions.get(a["arm"], {}), a["arm"], gpu_hour_usd)
+        out.append({"arm": a["arm"], **turn_cost(a["total_s"], price, gpus)})
     return _with_returned(out, baseline, citability)
 
 

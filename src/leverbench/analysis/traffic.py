@@ -69,6 +69,7 @@ from typing import Any, Mapping, Sequence
 import polars as pl
 
 from ..errors import BadInput
+from .bounds import MAX_GPU_HOUR_USD, MAX_GPUS
 from .traffic_fit import fit_rates
 from .traffic_rates import RateBook, Rates, choose_rates, hand_rates, rates_for, rates_from_summary, with_drafter  # noqa: F401
 from .traffic_sums import (
@@ -303,6 +304,10 @@ def analyze_traffic(calls: Any, book: RateBook, *, cached_served: bool = False,
         raise BadInput("no calls to analyse")
     if assumed_cached_share is not None and not 0 <= assumed_cached_share < 1:
         raise BadInput(f"--cached-share must be in [0, 1) (got {assumed_cached_share})")
+    if not (0 < gpus <= MAX_GPUS and (gpu_hour_usd is None or 0 <= gpu_hour_usd <= MAX_GPU_HOUR_USD)):
+        raise BadInput(f"GPUs {gpus:g} or price {gpu_hour_usd} per GPU-hour out of range (GPUs above 0 and at most "
+                       f"{MAX_GPUS:,}, a price from 0 to {MAX_GPU_HOUR_USD:,.0f}): check --gpus and --gpu-hour-usd, "
+                       "or the conditions of the run given to --rates")
     models = per_model.get_column("model").to_list()
     rates = {m: rates_for(book, m or None) for m in models}
     ttft_calls = int(per_model.get_column("ttft").sum())

@@ -7,7 +7,8 @@ uncached input U = I − C_served varies independently of O
 |r| < 0.95), latency = a + b·O + c·U instead, with intercept_s = a + c·U(⌊n/2⌋)
 (the middle point of the sorted U, as ``regression.regress`` reports it).
 Refused, as ``regress`` refuses, below 3 points, when the outputs barely vary
-(max − min < max(8, 10 % of the mean)) or when the slope is not positive; with
+(max − min < max(8, 10 % of the mean)) or when the slope is not positive (or so small that the rate
+would pass :data:`~.bounds.TPS_RANGE`: the times do not grow with the tokens); with
 TTFTs on ≥ 3 calls a refused fit falls back to decode_tps = Σ(O − 1)⁺ /
 Σ(latency − TTFT).  Prefill from TTFT = a' + b'·U when ≥ 3 calls have a TTFT,
 else from the intercepts latency − O/decode_tps = a' + b'·U; prefill_tps =
@@ -26,6 +27,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from .bounds import TPS_RANGE
 from .regression import MIN_POINTS
 from .traffic_rates import Rates
 from .traffic_sums import as_frame, collect, value_counts
@@ -110,6 +112,10 @@ def _decode(g: dict[str, Any]) -> dict[str, Any]:
     if b <= 0:
         out.update(refused=f"slope {b:.3g} s/token is not positive", r2=r2)
         return out
+    if 1.0 / b > TPS_RANGE[1]:
+        out.update(refused=f"slope {b:.3g} s/token: over {TPS_RANGE[1]:.0e} tokens/s, the latencies do not grow "
+                           "with the output", r2=r2)
+        return out
     out.update(decode_tps=1.0 / b, intercept_s=a, r2=r2)
     return out
 
@@ -141,6 +147,10 @@ def _fit_one(g: dict[str, Any], calls: int, label: str) -> tuple[Rates | None, d
     row.update(prefill_a=a, prefill_b=b, prefill_r2=r2)
     if b <= 0:
         row["prefill_refused"] = f"prefill slope {b:.3g} s/token is not positive"
+        return None, row
+    if 1.0 / b > TPS_RANGE[1]:
+        row["prefill_refused"] = (f"prefill slope {b:.3g} s/token: over {TPS_RANGE[1]:.0e} tokens/s, the times do "
+                                  "not grow with the input")
         return None, row
     row.update(prefill_tps=1.0 / b, prefill_a_s=max(a, 0.0))
     return Rates(prefill_tps=1.0 / b, decode_tps=decode, prefill_a_s=max(a, 0.0),

@@ -37,6 +37,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from .bounds import MAX_TOKENS
 from .prefix_cache import Piece
 
 
@@ -137,6 +138,10 @@ def plan_calls(calls: Sequence[Any], *, speed: float = 1.0, scale_input: float =
                 out = min(out, max_tokens)
             served = (round(c.cached_tokens * scale_input) if cached_served and c.cached_tokens is not None
                       else None)
+            if out > MAX_TOKENS or (not session and max_input_tokens is None and inp + template_tokens > MAX_TOKENS):
+                raise ValueError(f"call {idx + 1} of the trace would have {inp + template_tokens:,} input and {out:,} "
+                                 f"output tokens, more than {MAX_TOKENS:,} (lower the scale, or cap the call with "
+                                 "--max-input-tokens / --max-tokens)")
             if not session:
                 if max_input_tokens is not None and inp > max_input_tokens:
                     if c.session is not None:
@@ -154,6 +159,9 @@ def plan_calls(calls: Sequence[Any], *, speed: float = 1.0, scale_input: float =
                 inp = prev.input_tokens + prev.output_tokens + new
                 if max_input_tokens is not None and inp > max_input_tokens:
                     leave("session past max_input_tokens", len(rows) - len(session))
+                    break
+                if inp > MAX_TOKENS:
+                    leave(f"session past {MAX_TOKENS:,} tokens", len(rows) - len(session))
                     break
                 pieces = (*prev.pieces, prev.out_piece, (("u", idx), new))
                 pc = PlannedCall(idx, 0, len(session), inp, out, pieces, wait_s=(c.tool_wait_s or 0.0) / speed,

@@ -14,7 +14,9 @@ import click
 
 from ..errors import BadInput, RuntimeFailure
 from ..workload.traces.names import FORMATS
+from . import numbers as n
 from .common import Command, console
+from .report import of_rates
 
 OUTPUTS = ("table", "md", "json", "html")
 
@@ -27,28 +29,28 @@ OUTPUTS = ("table", "md", "json", "html")
 @click.option("--rates", "rates_dir", type=click.Path(path_type=Path),
               help="A leverbench run whose measured rates to use (its baseline arm; its drafter arm's speedup): a run "
                    "directory (its ledger, else its summary.json) or a summary.json file.")
-@click.option("--prefill-tps", type=float, help="Prefill rate by hand, tokens/s (overrides --rates and fits).")
-@click.option("--prefill-a-s", type=float, default=0.0, show_default=True,
+@click.option("--prefill-tps", type=n.TPS, help="Prefill rate by hand, tokens/s (overrides --rates and fits).")
+@click.option("--prefill-a-s", type=n.SECONDS, default=0.0, show_default=True,
               help="Fixed seconds per call before prefill, with --prefill-tps.")
-@click.option("--decode-tps", type=float, help="Decode rate by hand, tokens/s (overrides --rates and fits).")
-@click.option("--drafter-speedup", type=float, help="Decode speedup of a drafter (overrides the run's).")
-@click.option("--answer-cap", type=click.IntRange(min=0),
+@click.option("--decode-tps", type=n.TPS, help="Decode rate by hand, tokens/s (overrides --rates and fits).")
+@click.option("--drafter-speedup", type=n.SPEEDUP, help="Decode speedup of a drafter (overrides the run's).")
+@click.option("--answer-cap", type=n.TOKENS_OR_NONE,
               help="Answer-length cap in tokens (default: the median output).")
-@click.option("--cached-share", type=float,
+@click.option("--cached-share", type=n.SHARE,
               help="Assume this share of each prompt is cached where the traffic records none.")
-@click.option("--cache-tokens", type=float, help="Where the traffic shows potential prefix sharing (Mooncake hash "
+@click.option("--cache-tokens", type=n.CACHE, help="Where the traffic shows potential prefix sharing (Mooncake hash "
               "ids): the capacity of a finite prefix cache to estimate beside the unbounded one (default: the run's "
               "cache arm's, else 262,144 tokens).")
-@click.option("--block-tokens", type=click.IntRange(min=1), help="That cache's block size (default: the run's "
+@click.option("--block-tokens", type=n.BLOCK, help="That cache's block size (default: the run's "
               "cache arm's, else 16).")
-@click.option("--gpus", type=float, help="GPUs per server (default: the run's, else 1).")
-@click.option("--gpu-hour-usd", type=float, help="Price of a GPU-hour, for $ per 1,000 calls.")
+@click.option("--gpus", type=n.GPUS, help="GPUs per server (default: the run's, else 1).")
+@click.option("--gpu-hour-usd", type=n.GPU_HOUR_USD, help="Price of a GPU-hour, for $ per 1,000 calls.")
 @click.option("--format", "out_fmt", type=click.Choice(OUTPUTS + FORMATS), default="table", show_default=True,
               metavar="[" + "|".join(OUTPUTS) + "]",
               help="table: terminal tables; md: Markdown; json: the whole result; html: one self-contained page "
                    "(fetches nothing, runs no script).  A trace format's name here (the old spelling) means "
                    "--trace-format.")
-@click.option("--out", "out_path", type=click.Path(path_type=Path, dir_okay=False),
+@click.option("--out", "out_path", type=click.Path(path_type=Path),
               help="Write the md, json or html output to this file (and print its path) instead of stdout.")
 @click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 @click.option("--salvage", is_flag=True,
@@ -73,13 +75,19 @@ def analyze_command(traffic: Path, fmt: str | None, columns: str | None, rates_d
         out_fmt = "json"
     if out_path is not None and out_fmt == "table":
         raise BadInput("--out writes --format md, json or html")
+    if out_path is not None and out_path.is_dir():
+        raise BadInput(f"--out: {out_path} is a directory; give the file to write")
     from ..report import traffic as report  # noqa: PLC0415 (polars: ~0.3 s)
     from ..report.traffic_files import analyze_file  # noqa: PLC0415 (as above)
 
-    result = analyze_file(traffic, fmt=fmt, columns=columns, rates_dir=rates_dir, prefill_tps=prefill_tps,
-                          prefill_a_s=prefill_a_s, decode_tps=decode_tps, drafter_speedup=drafter_speedup,
-                          answer_cap=answer_cap, cached_share=cached_share, gpus=gpus, gpu_hour_usd=gpu_hour_usd,
-                          salvage=salvage, cache_tokens=cache_tokens, block_tokens=block_tokens)
+    try:
+        result = analyze_file(traffic, fmt=fmt, columns=columns, rates_dir=rates_dir, prefill_tps=prefill_tps,
+                              prefill_a_s=prefill_a_s, decode_tps=decode_tps, drafter_speedup=drafter_speedup,
+                              answer_cap=answer_cap, cached_share=cached_share, gpus=gpus,
+                              gpu_hour_usd=gpu_hour_usd, salvage=salvage, cache_tokens=cache_tokens,
+                              block_tokens=block_tokens)
+    except BadInput as exc:
+        raise of_rates(rates_dir, exc) from None
     if out_fmt == "table":
         report.render_terminal(result, console)
         return
@@ -89,6 +97,6 @@ def analyze_command(traffic: Path, fmt: str | None, columns: str | None, rates_d
         return
     try:
         out_path.write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")
-    except OSError as exc:
+    except OSError as exc:  # as replay --out: a runtime failure (exit 1)
         raise RuntimeFailure(f"cannot write {out_path}: {exc.strerror or exc}") from None
     click.echo(str(out_path))

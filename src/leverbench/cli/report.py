@@ -7,10 +7,23 @@ from pathlib import Path
 
 import click
 
+from ..errors import BadInput, RuntimeFailure
 from ..report.jsonio import finite
 from ..report.markdown import render_markdown
 from ..report.terminal import render_terminal
 from .common import SALVAGE_HELP, Command, console
+
+
+def of_run(run_dir: Path, exc: BadInput) -> BadInput:
+    """A run's bad input named by its run directory, where the message does not name a file of it already (the
+    analysis's errors name the arm and the key, not the file they came from)."""
+    text = str(exc)
+    return exc if text.startswith(str(run_dir)) else BadInput(f"{run_dir}: {text}")
+
+
+def of_rates(rates: Path | None, exc: BadInput) -> BadInput:
+    """An error about one of the arms (``arm 'x': ...``) of the run given to ``--rates``, named by it."""
+    return BadInput(f"--rates {rates}: {exc}") if rates is not None and str(exc).startswith("arm ") else exc
 
 
 @click.command(name="report", cls=Command)
@@ -30,7 +43,15 @@ def report_command(run_dir: Path, fmt: str, write: bool, full: bool, salvage: bo
     anywhere else stops with an error naming it, unless --salvage."""
     from ..report.files import report_dir  # noqa: PLC0415 (numpy and the analysis: ~0.13 s)
 
-    summary, _ = report_dir(run_dir, salvage=salvage, write=write or fmt == "html")
+    try:
+        summary, _ = report_dir(run_dir, salvage=salvage, write=write or fmt == "html")
+    except (IsADirectoryError, NotADirectoryError, PermissionError, FileNotFoundError) as exc:
+        raise BadInput(f"{exc.filename or run_dir}: cannot write the report there: {exc.strerror or exc}"
+                       + ("; move it away, or pass --no-write" if fmt != "html" else "")) from None
+    except OSError as exc:  # the disk full, an I/O error: not the input's fault
+        raise RuntimeFailure(f"{exc.filename or run_dir}: cannot write the report: {exc.strerror or exc}") from None
+    except BadInput as exc:
+        raise of_run(run_dir, exc) from None
     if fmt == "html":
         click.echo(str(Path(run_dir) / "report.html"))
     elif fmt == "json":

@@ -2,10 +2,13 @@
 
 Every importer returns a :class:`TrafficLoad`: the usable calls (as a polars
 frame for the analysis and as :class:`TrafficCall` records for replay), and
-per reason the number of rows it skipped.  A bad row never stops an import;
-only a file with no usable row at all, an unknown format or an unreadable file
-raises :class:`~leverbench.errors.BadInput` (exit code 2), naming the file,
-the line where known, and what to do.
+per reason the number of rows it skipped (its reason naming the field: a token
+count missing, negative or past :data:`.bounds.MAX_TOKENS`), with the line each
+reason was first met.  A bad row never stops an import; only a file with no
+usable row at all, an unknown format, an unreadable file (a pipe, a device, JSON
+nested too deep, a file too large to read whole) raises
+:class:`~leverbench.errors.BadInput` (exit code 2), naming the file, the line
+where known, and what to do.
 
 One module per format, each with its file layout in its docstring and its
 ``FORMAT`` (name, detection, reader) that :mod:`.registry` collects:

@@ -12,7 +12,7 @@ from typing import Any, Mapping
 
 from .base import Format, Sniff
 from .files import jsonl, read_text
-from .records import Rows, Skip, TrafficCall, TrafficLoad, count, opt_count, opt_seconds, opt_str
+from .records import Rows, Skip, TrafficCall, TrafficLoad, count, opt_count, opt_seconds, opt_stamp, opt_str
 
 TIME_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "sec": 1.0}
 
@@ -52,7 +52,7 @@ def load(path: Path, **_: Any) -> TrafficLoad:
                              ttft_s=_seconds(metrics, "time_to_first_token"),
                              session=opt_str(meta.get("x_correlation_id") or meta.get("conversation_id")),
                              round=opt_count(meta.get("turn_index"))),
-                 opt_seconds(meta.get("request_start_ns"), 1e-9))
+                 opt_stamp(meta.get("request_start_ns"), 1e-9))
     return rows.load(path, "aiperf")
 
 

@@ -3,7 +3,7 @@
 One pass over the file: polars parses it in batches (``scan_csv`` /
 ``scan_ndjson``, streaming), expressions inside its engine check each row as
 the row-by-row importers do (the same skip reasons: missing, non-numeric,
-negative or fractional token counts, a CSV row with fewer cells than the
+negative, fractional or too large (:mod:`.bounds`) token counts, a CSV row with fewer cells than the
 header, bad JSON), the skip counts and the first line of each reason are
 summed batch by batch, and the usable rows, in the canonical columns
 (``records.COLUMNS``), are kept in memory up to ``memory_budget()`` bytes and
@@ -35,9 +35,11 @@ import orjson
 import polars as pl
 
 from ...errors import BadInput
+from .bounds import MAX_CALL_S, MAX_STAMP_S, MAX_TOKENS, tokens_text
 from .records import COLUMNS, TrafficLoad, no_usable_rows
 
 BATCH_ROWS = 500_000
+MAX_CELL_CHARS = 1 << 26  # a CSV cell the careful pass reads (64 Mi characters: a prompt's text is far shorter)
 
 
 def memory_budget() -> int:
@@ -83,7 +85,7 @@ def _bad_number(x: pl.Expr) -> pl.Expr:
 
 
 def _is_count(x: pl.Expr) -> pl.Expr:
-    return ~_bad_number(x) & (x >= 0) & (x == x.floor())
+    return ~_bad_number(x) & (x >= 0) & (x == x.floor()) & (x <= MAX_TOKENS)
 
 
 def _stamp(c: pl.Expr, scale: float) -> pl.Expr:
@@ -97,7 +99,8 @@ def _stamp(c: pl.Expr, scale: float) -> pl.Expr:
     # whole microseconds, as datetime.timestamp() reads them; seconds + fraction apart, so that the sum is rounded
     # once (polars may turn a division by 1e6 into a multiplication by 1e-6, off by one unit in the last place)
     us = dt.dt.epoch("us")
-    return pl.when(~_bad_number(x)).then(x * scale).otherwise((us // 1_000_000) + (us % 1_000_000) / 1e6)
+    t = pl.when(~_bad_number(x)).then(x * scale).otherwise((us // 1_000_000) + (us % 1_000_000) / 1e6)
+    return pl.when(t.abs() <= MAX_STAMP_S).then(t)  # a stamp past ±MAX_STAMP_S s (or not finite): unknown
 
 
 NUMERIC = ("count", "opt_count", "seconds")
@@ -116,13 +119,13 @@ def checked(fields: list[Field], reason: pl.Expr | None = None, *,
         if f.kind == "count":
             whens += [(c.is_null() if numeric else _missing(c), f"missing {f.what}"),
                       (_bad_number(x), f"non-numeric {f.what}"), (x < 0, f"negative {f.what}"),
-                      (x != x.floor(), f"fractional {f.what}")]
+                      (x != x.floor(), f"fractional {f.what}"), (x > MAX_TOKENS, f"{f.what} above {tokens_text()}")]
             cols.append(x.cast(pl.Int64, strict=False).alias(f.name))
         elif f.kind == "opt_count":
             cols.append(pl.when(_is_count(x)).then(x.cast(pl.Int64, strict=False)).alias(f.name))
         elif f.kind == "seconds":
             y = x * f.scale
-            cols.append(pl.when(~_bad_number(x) & (y >= 0)).then(y).alias(f.name))
+            cols.append(pl.when(~_bad_number(x) & (y >= 0) & (y <= MAX_CALL_S)).then(y).alias(f.name))
         elif f.kind == "stamp":
             cols.append(_stamp(c, f.scale).alias(f.name))
         else:
@@ -254,20 +257,29 @@ def csv_rows(path: Path, fields: list[Field], header: list[str]) -> Iterator[pl.
     at = {h: i for i, h in enumerate(header)}  # a repeated column: its last cell, as dict(zip(header, cells))
     schema = {"line": pl.Int64, "reason": pl.String, **dict.fromkeys(names, pl.String)}
     cols: dict[str, list[Any]] = {n: [] for n in schema}
-    with open(path, encoding="utf-8-sig", newline="") as fh:
-        reader = csv.reader(fh)
-        next(reader, None)
-        for cells in reader:
-            if not any(c.strip() for c in cells):
-                continue
-            cols["line"].append(reader.line_num)
-            cols["reason"].append("fewer cells than the header" if len(cells) < len(header) else None)
-            for f in fields:
-                i = at.get(f.key)
-                cols[f.name].append(cells[i] if i is not None and i < len(cells) else None)
-            if len(cols["line"]) >= BATCH_ROWS:
-                yield pl.DataFrame(cols, schema=schema)
-                cols = {n: [] for n in schema}
+    limit = csv.field_size_limit()
+    csv.field_size_limit(max(limit, MAX_CELL_CHARS))  # a cell of prompt text may pass the csv module's 128 KiB
+    try:
+        with open(path, encoding="utf-8-sig", newline="") as fh:
+            reader = csv.reader(fh)
+            next(reader, None)
+            for cells in reader:
+                if not any(c.strip() for c in cells):
+                    continue
+                cols["line"].append(reader.line_num)
+                cols["reason"].append("fewer cells than the header" if len(cells) < len(header) else None)
+                for f in fields:
+                    i = at.get(f.key)
+                    cols[f.name].append(cells[i] if i is not None and i < len(cells) else None)
+                if len(cols["line"]) >= BATCH_ROWS:
+                    yield pl.DataFrame(cols, schema=schema)
+                    cols = {n: [] for n in schema}
+    except csv.Error as exc:
+        raise BadInput(f"{path}: line {reader.line_num}: not CSV the reader can split ({exc})") from None
+    except UnicodeDecodeError as exc:
+        raise BadInput(f"{path}: not UTF-8 text ({exc.reason}); traffic files are CSV, JSON or JSONL") from None
+    finally:
+        csv.field_size_limit(limit)
     yield pl.DataFrame(cols, schema=schema)
 
 
@@ -385,9 +397,10 @@ def _read(path: Path, fmt: str, plan: Plan, batches: Iterator[pl.DataFrame]) -> 
         if plan.soft:
             for note, n in ok.select(**{k: v.sum() for k, v in plan.soft.items()}).row(0, named=True).items():
                 soft[note] += n or 0
-        if t0 is None and "arrival" in ok.columns:
-            known = ok.get_column("arrival").drop_nulls()
-            t0 = float(known[0]) if len(known) else None
+        if "arrival" in ok.columns:  # the earliest stamp (a log need not be in time order)
+            first_here = ok.get_column("arrival").min()
+            if first_here is not None:
+                t0 = float(first_here) if t0 is None else min(t0, float(first_here))
         used += ok.height
         sink.add(ok)
     skipped = Counter(dict(sorted(skipped.items(), key=lambda kv: first[kv[0]])))  # as met, like the row readers

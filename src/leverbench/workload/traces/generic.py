@@ -21,7 +21,7 @@ from ...errors import BadInput
 from . import columnar as col
 from .aiperf import TIME_UNITS
 from .base import Format, Sniff
-from .files import csv_header, first_line, read_head
+from .files import csv_header, first_line, listed, loads, read_head
 from .records import TrafficLoad
 
 GENERIC_DEFAULTS: dict[str, tuple[str, ...]] = {
@@ -73,12 +73,15 @@ def time_column(c: str) -> tuple[str, float]:
     return c, (1e-3 if c.endswith("_ms") else 1.0)
 
 
-def _flat_keys(obj: Mapping[str, Any], prefix: str = "") -> set[str]:
+_KEY_DEPTH = 8  # dotted keys are looked for this deep (usage.prompt_tokens_details.cached_tokens is 3)
+
+
+def _flat_keys(obj: Mapping[str, Any], prefix: str = "", depth: int = 0) -> set[str]:
     keys: set[str] = set()
     for k, v in obj.items():
         keys.add(prefix + k)
-        if isinstance(v, Mapping):
-            keys |= _flat_keys(v, prefix + k + ".")
+        if isinstance(v, Mapping) and depth < _KEY_DEPTH:
+            keys |= _flat_keys(v, prefix + k + ".", depth + 1)
     return keys
 
 
@@ -94,7 +97,7 @@ def choose_columns(path: Path, keys: set[str], named: dict[str, str]) -> dict[st
             chosen[role] = hit
     for role in ("input", "output"):
         if role not in chosen:
-            raise BadInput(f"{path}: line 1: no {role}-token column among {', '.join(sorted(keys)) or '(none)'}; "
+            raise BadInput(f"{path}: line 1: no {role}-token column among {listed(sorted(keys))}; "
                            f"name it with --columns {role}=COLUMN")
     return chosen
 
@@ -105,7 +108,7 @@ def load(path: Path, columns: str | Mapping[str, str] | None = None, **_: Any) -
     is_json = first.startswith("{")
     if is_json:
         try:
-            obj = json.loads(first)
+            obj = loads(path, first, 1)
             keys = _flat_keys(obj) if isinstance(obj, dict) else set()
         except json.JSONDecodeError:
             keys = set()
@@ -117,6 +120,11 @@ def load(path: Path, columns: str | Mapping[str, str] | None = None, **_: Any) -
     for role, name in chosen.items():
         key, scale = time_column(name) if _KIND[role] in ("seconds", "stamp") else (name, 1.0)
         fields.append(col.Field(role, key, _KIND[role], f"{role} ({name})", scale))
+    if not is_json:  # a CSV's header names every column there is
+        absent = [f"{f.name}={chosen[f.name]}" for f in fields if f.key not in keys]
+        if absent:
+            raise BadInput(f"{path}: line 1: --columns {', '.join(absent)}: no such column in the header "
+                           f"({listed(header)})")
     cached = pl.col("cached")
     exprs = {r: pl.col(r) for r in chosen}
     if "cached" in chosen:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .base import Format, Sniff
-from .records import Rows, Skip, TrafficCall, TrafficLoad, count, opt_count, opt_seconds, opt_str
+from .records import Rows, Skip, TrafficCall, TrafficLoad, count, opt_count, opt_seconds, opt_stamp, opt_str
 
 
 def load(path: Path, *, salvage: bool = False, **_: Any) -> TrafficLoad:
@@ -35,7 +35,7 @@ def load(path: Path, *, salvage: bool = False, **_: Any) -> TrafficLoad:
                              cached_tokens=min(cached, inp) if cached is not None else None,
                              latency_s=opt_seconds(r.get("latency_s")), ttft_s=opt_seconds(r.get("ttft_s")),
                              model=opt_str(r.get("arm")), session=opt_str(r.get("turn_id")),
-                             round=opt_count(r.get("step"))), opt_seconds(r.get("t_send")))
+                             round=opt_count(r.get("step"))), opt_stamp(r.get("t_send")))
     return rows.load(ledger.path, "leverbench", cached_served=True,
                      notes=["model = the run's arm; probes and sentinels are not traffic and are left out",
                             *ledger.warnings])

@@ -16,7 +16,7 @@ from typing import Any
 
 from .base import Format, Sniff
 from .files import jsonl, read_text
-from .records import Rows, Skip, TrafficCall, TrafficLoad, count, opt_seconds
+from .records import Rows, Skip, TrafficCall, TrafficLoad, count, opt_stamp
 
 BLOCK_TOKENS = 512
 
@@ -55,7 +55,7 @@ def load(path: Path, **_: Any) -> TrafficLoad:
         cached = shared_prefix_tokens(blocks, seen, inp) if blocks is not None else None
         if blocks is not None:
             seen.update(blocks)
-        ts = opt_seconds(obj.get("timestamp"), 1e-3)
+        ts = opt_stamp(obj.get("timestamp"), 1e-3)
         if ts is None:
             rows.soft["no usable timestamp (arrival unknown)"] += 1
         rows.add(TrafficCall(input_tokens=inp, output_tokens=out, cached_tokens=cached, prefix_blocks=blocks), ts)

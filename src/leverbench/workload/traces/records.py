@@ -20,9 +20,10 @@ from typing import Any, Iterable
 import polars as pl
 
 from ...errors import BadInput
+from .bounds import MAX_CALL_S, MAX_STAMP_S, MAX_TOKENS, tokens_text
 from .names import FORMATS
 
-#: The canonical columns of a traffic frame, with their types; ``arrival`` is seconds after the first stamp.
+#: The canonical columns of a traffic frame, with their types; ``arrival`` is seconds after the earliest stamp.
 COLUMNS: dict[str, Any] = {
     "input": pl.Int64, "output": pl.Int64, "cached": pl.Int64, "latency": pl.Float64, "ttft": pl.Float64,
     "model": pl.String, "arrival": pl.Float64, "session": pl.String, "round": pl.Int64, "tool_wait": pl.Float64,
@@ -36,7 +37,7 @@ _FIELD = {"input": "input_tokens", "output": "output_tokens", "cached": "cached_
 class TrafficCall:
     """One model call of recorded traffic, whatever file it came from.
 
-    arrival_s is seconds after the file's first usable row; cached_tokens is
+    arrival_s is seconds after the earliest stamp of the file's usable rows; cached_tokens is
     the part of the prompt known to be reusable (or reused) from a prefix
     cache; None means "not recorded".
     """
@@ -138,7 +139,7 @@ def num(v: Any, what: str) -> float:
         raise Skip(f"non-numeric {what}")
     try:
         x = float(v)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: a whole number past a float's range, as inf
         raise Skip(f"non-numeric {what}") from None
     if not math.isfinite(x):
         raise Skip(f"non-numeric {what}")
@@ -146,22 +147,29 @@ def num(v: Any, what: str) -> float:
 
 
 def count(v: Any, what: str) -> int:
-    """A token count: a non-negative whole number."""
+    """A token count: a whole number from 0 to MAX_TOKENS."""
     x = num(v, what)
     if x < 0:
         raise Skip(f"negative {what}")
     if x != int(x):
         raise Skip(f"fractional {what}")
+    if x > MAX_TOKENS:
+        raise Skip(f"{what} above {tokens_text()}")
     return int(x)
 
 
-def opt_seconds(v: Any, scale: float = 1.0) -> float | None:
-    """An optional non-negative duration × scale; unusable values become None."""
+def opt_seconds(v: Any, scale: float = 1.0, limit: float = MAX_CALL_S) -> float | None:
+    """An optional duration × scale, from 0 to ``limit`` seconds; unusable values become None."""
     try:
         x = num(v, "time") * scale
     except Skip:
         return None
-    return x if x >= 0 else None
+    return x if 0 <= x <= limit else None
+
+
+def opt_stamp(v: Any, scale: float = 1.0) -> float | None:
+    """An optional time stamp × scale, in seconds from 0 to MAX_STAMP_S (epoch or relative); else None."""
+    return opt_seconds(v, scale, MAX_STAMP_S)
 
 
 def opt_count(v: Any) -> int | None:
@@ -175,16 +183,25 @@ def opt_str(v: Any) -> str | None:
     return None if v is None or v == "" else str(v)
 
 
+def _stamp_in_range(v: float) -> float | None:
+    """A number as a time stamp: finite and within ±MAX_STAMP_S seconds, else None."""
+    try:
+        x = float(v)
+    except OverflowError:  # a whole number past a float's range
+        return None
+    return x if math.isfinite(x) and abs(x) <= MAX_STAMP_S else None
+
+
 def timestamp(v: Any) -> float | None:
     """Epoch seconds from a number (s) or an ISO 8601 datetime string, else None."""
     if v is None or v == "":
         return None
     if isinstance(v, (int, float)) and not isinstance(v, bool):
-        return float(v)
+        return _stamp_in_range(v)
     s = str(v).strip()
     try:
-        return float(s)
-    except ValueError:
+        return _stamp_in_range(float(s))
+    except (ValueError, OverflowError):
         pass
     if s.endswith("Z"):
         s = s[:-1] + "+00:00"
@@ -216,7 +233,7 @@ class Rows:
         self.first_line.setdefault(reason, line)
 
     def add(self, call: TrafficCall, stamp: float | None) -> None:
-        """A usable call, with its send time (any epoch; made relative to the first known one)."""
+        """A usable call, with its send time (any epoch; made relative to the earliest known one)."""
         self.calls.append(call)
         self.stamps.append(stamp)
 
@@ -227,7 +244,7 @@ class Rows:
         known = [s for s in self.stamps if s is not None]
         calls = self.calls
         if known:
-            t0 = known[0]
+            t0 = min(known)  # a log need not be in time order: every arrival is then >= 0
             calls = [replace(c, arrival_s=None if s is None else s - t0) for c, s in zip(calls, self.stamps)]
         return TrafficLoad(path=path, fmt=fmt, records=calls, skipped=dict(self.skipped),
                            first_skipped_line=dict(self.first_line), notes=all_notes, cached_served=cached_served)

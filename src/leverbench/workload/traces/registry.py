@@ -15,7 +15,7 @@ from typing import Mapping
 from ...errors import BadInput
 from . import aiperf, azure, generic, leverbench, mooncake, tracelab_replay, tracelab_round, vllm_bench
 from .base import Format, Sniff
-from .files import first_json, first_line, read_head
+from .files import first_json, first_line, read_head, regular_file
 from .names import FORMATS
 from .records import TrafficLoad
 
@@ -69,6 +69,7 @@ def load_traffic(path: str | Path, fmt: str | None = None, *, columns: str | Map
     unknown format, an unreadable file or one without a usable row.
     """
     path = Path(path)
+    regular_file(path)
     if fmt is not None and fmt not in REGISTRY:
         raise BadInput(f"unknown traffic format {fmt!r}; known: {', '.join(FORMATS)}")
     if path.is_dir():

@@ -37,7 +37,7 @@ def load(path: Path, **_: Any) -> TrafficLoad:
               col.Field("round", "round_idx", "opt_count"), col.Field("session", sid),
               col.Field("tool_wait", "tool_wait_after_ms", "seconds", scale=1e-3)]
     if "arrival_time" in header:
-        fields += [col.Field("arrival_time", "arrival_time", "seconds", scale=1e-3),
+        fields += [col.Field("arrival_time", "arrival_time", "stamp", scale=1e-3),
                    col.Field("arrival_text", "arrival_time")]
     fields = [f for f in fields if f.key in header]
     first_round = pl.col("round").is_null() | (pl.col("round") == 0) if "round_idx" in header else pl.lit(True)

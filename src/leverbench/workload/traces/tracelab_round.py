@@ -15,7 +15,7 @@ from typing import Any
 
 from .base import Format, Sniff
 from .files import jsonl, read_text
-from .records import Rows, Skip, TrafficCall, TrafficLoad, count, opt_count, opt_str, timestamp
+from .records import Rows, Skip, TrafficCall, TrafficLoad, count, opt_count, opt_seconds, opt_str, timestamp
 
 _INPUT_EVENTS = {"user_message", "tool_result"}
 
@@ -29,14 +29,14 @@ def round_timing(events: Any) -> tuple[float | None, float | None]:
     """
     if not isinstance(events, list):
         return None, None
-    stamped = [(e.get("event_type"), timestamp(e.get("timestamp"))) for e in events if isinstance(e, dict)]
+    stamped = [(str(e.get("event_type")), timestamp(e.get("timestamp"))) for e in events if isinstance(e, dict)]
     stamped = [(k, t) for k, t in stamped if t is not None]
     starts = [t for k, t in stamped if k in _INPUT_EVENTS]
     if not starts:
         return (stamped[0][1] if stamped else None), None
     start = max(starts)
     ends = [t for k, t in stamped if k not in _INPUT_EVENTS and t >= start]
-    return start, (max(ends) - start if ends else None)
+    return start, (opt_seconds(max(ends) - start) if ends else None)
 
 
 def tool_wait(tools: Any) -> float | None:
@@ -48,7 +48,7 @@ def tool_wait(tools: Any) -> float | None:
     results = [t for t in results if t is not None]
     if not emitted or not results:
         return None
-    return max(0.0, max(results) - min(emitted))
+    return opt_seconds(max(0.0, max(results) - min(emitted)))
 
 
 def load(path: Path, **_: Any) -> TrafficLoad:

@@ -15,13 +15,13 @@ from typing import Any
 
 from ...errors import BadInput
 from .base import Format, Sniff
-from .files import read_text
-from .records import Rows, Skip, TrafficCall, TrafficLoad, count, opt_seconds, opt_str
+from .files import loads, read_text
+from .records import Rows, Skip, TrafficCall, TrafficLoad, count, opt_seconds, opt_stamp, opt_str
 
 
 def _read(path: Path) -> dict[str, Any]:
     try:
-        obj = json.loads(read_text(path))
+        obj = loads(path, read_text(path))
     except json.JSONDecodeError as exc:
         raise BadInput(f"{path}: line {exc.lineno}: not valid JSON ({exc.msg}); "
                        "expected the file `vllm bench serve --save-result` wrote") from None
@@ -37,7 +37,7 @@ def _latency(e2els: list[Any] | None, ttft: float | None, itls: list[Any] | None
         return opt_seconds(e2els[i])
     if ttft is not None and itls and isinstance(itls[i], list):
         gaps = [opt_seconds(g) for g in itls[i]]
-        return ttft + sum(g for g in gaps if g is not None)
+        return opt_seconds(ttft + sum(g for g in gaps if g is not None))
     return None
 
 
@@ -69,7 +69,7 @@ def load(path: Path, **_: Any) -> TrafficLoad:
             continue
         ttft = opt_seconds(ttfts[i]) if ttfts else None
         rows.add(TrafficCall(input_tokens=inp, output_tokens=out, ttft_s=ttft, latency_s=_latency(e2els, ttft, itls, i),
-                             model=opt_str(obj.get("model_id"))), opt_seconds(starts[i]) if starts else None)
+                             model=opt_str(obj.get("model_id"))), opt_stamp(starts[i]) if starts else None)
     notes = ["latency = ttft + Σ inter-token latencies" if not e2els else f"latency = {e2e_key} (s)"]
     if obj.get("max_concurrency") not in (None, 1) or obj.get("request_rate") not in (None, 1):
         notes.append(f"measured at max_concurrency={obj.get('max_concurrency')}, "
