@@ -37,7 +37,7 @@ from .. import __version__
 from ..analysis.drift import sentinel_rate, settled
 from ..config import LoadedExperiment
 from ..engines import make_engine
-from ..errors import BadInput, EngineError
+from ..errors import BadInput, EngineError, RuntimeFailure
 from ..ledger.reader import read_ledger
 from ..ledger.records import LEDGER_SCHEMA, CallRecord
 from ..ledger.writer import LedgerWriter
@@ -49,11 +49,12 @@ from .endpoint import ArmEndpoint, Interrupted, endpoint_headers  # noqa: F401 (
 from .fixed_length import LENGTH_BY_FIELDS, LENGTH_BY_PROMPT, LENGTH_NATURAL, ask_at_length, sentinel_messages
 from .load import StageRun, stage_work
 from .probe_prompt import probe_messages, serves_with_drafter
-from .recorder import Recorder
+from .recorder import CallTally, Recorder
 from .rounds import AdaptiveRounds, resumed_adaptive
 from .schedule import SENTINEL_CASE, Unit, build_schedule
 from .send import ArmSender
 from .signals import hold_signals, on_main_thread, release_signals, sigterm_as_interrupt
+from .strict_json import check_request_fields
 from .turn import run_turn
 from .workers import LoadCluster, RemoteEndpoint, join_cluster
 
@@ -76,6 +77,7 @@ class Runner:
         self.endpoints: dict[str, ArmEndpoint] = {}
         self.writer: LedgerWriter | None = None
         self._recorder: Recorder | None = None  # hands records to the writer's thread (open_ledger)
+        self.tally = CallTally()  # this session's calls: how many failed (the recorder's, once it is open)
         self._pools: dict[str, aiohttp.ClientSession] = {}  # per arm: its turns', probes' and sentinels' connections
         self._failed: set[tuple] = set()  # on resume: units whose every record failed (run again)
         self._fresh = False  # --resume found a ledger that holds no run yet: start it afresh
@@ -173,6 +175,7 @@ class Runner:
         """Open the run's ledger (appending) and its :class:`Recorder`; the run's API keys are never written."""
         self.writer = LedgerWriter(self.out / "ledger.jsonl", secrets=self.secrets())
         self._recorder = Recorder(self.writer)
+        self.tally = self._recorder.tally
 
     def secrets(self) -> tuple[str, ...]:
         """The run's API keys: never written to the ledger (nor to its shards)."""
@@ -363,6 +366,7 @@ class Runner:
                     end = await self.cluster.run_stage(stage, RemoteEndpoint.of(self.endpoints[arm]),
                                                        timeouts=self.timeouts, retries=self.retries,
                                                        keep_text=self.keep_text, run_id=self.run_id)
+                    self.tally.untallied += int(end.get("calls") or 0)  # in the workers' shards
                 else:
                     await stage.run()
                     end = {"calls": stage.sent, "stopped": stage.stopped}
@@ -388,6 +392,7 @@ class Runner:
 
     def run(self) -> Path:
         """Do the experiment's work; returns the ledger path.  Engines are always stopped."""
+        check_request_fields(self.exp)  # before anything starts: a request JSON cannot carry
         done = self._completed()
         self._prepare_endpoints()
         # before the engines start and the run's signal handlers are set (ray.init sets its own)
@@ -419,6 +424,17 @@ class Runner:
             self.close_ledger()  # every record handed to the writer is written, whatever ended the run
         self.recorder.reap()  # a normal end: a failed append is an error
         return self.out / "ledger.jsonl"
+
+
+def check_some_call_succeeded(tally: CallTally, out: Path) -> None:
+    """A run in which every call failed (an endpoint down, a wrong URL or model) measured nothing: a
+    :class:`~leverbench.errors.RuntimeFailure` (exit 1) saying so, raised once its ledger and reports are
+    written."""
+    failed = tally.every_call_failed()
+    if failed is not None:
+        first = " ".join(str(failed.first_error).split())
+        raise RuntimeFailure(f"every call failed ({failed.failed} of {failed.calls}): first error: {first}; "
+                             f"the ledger is in {out}")
 
 
 def holds_a_run(path: Path) -> bool:
