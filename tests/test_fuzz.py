@@ -1,0 +1,187 @@
+"""Hostile input never gets a traceback, a hang or an internal error (issue 28): a property-based fuzz suite.
+
+Mutated experiment files, ledgers and traffic files (:mod:`fuzz_inputs`) are run through the CLI (``run`` against
+a closed port, ``report``, ``project``, ``analyze``, ``whatif``) in a separate worker process, each with a time
+limit; every one must end with exit code 0, 1 or 2, no ``Traceback``, never 70 (the internal-error handler), and
+on 1 or 2 one ``leverbench: error:`` line ending stderr.  A fixed number of examples, derandomized: CI tries the
+same inputs every time (``benchmarks/fuzz_inputs.py`` runs the same generators for as long as asked).
+
+Also here: the handler itself (one line, exit 70; ``LEVERBENCH_DEBUG=1`` lets the traceback through), a run in
+which every call failed (exit 1, after its ledger and reports are written) and a request JSON cannot carry.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tempfile
+from pathlib import Path
+
+import click
+import fuzz_inputs as F
+import limits
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, Phase, given, settings
+
+from leverbench.cli import cli
+from leverbench.cli.common import EX_SOFTWARE, Command
+from leverbench.errors import BadInput
+from leverbench.runner import strict_json
+
+# Derandomized: the same inputs on every run; no shrinking (a hang would be replayed for each step): the failure
+# names its input in words, and the input's files are left in the example's folder.
+FUZZ = settings(max_examples=30, derandomize=True, deadline=None, database=None,
+                phases=[Phase.explicit, Phase.generate],
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
+                                       HealthCheck.data_too_large, HealthCheck.large_base_example])
+
+
+@pytest.fixture(scope="module")
+def worker():
+    w = F.CliWorker()
+    yield w
+    w.close()
+
+
+@pytest.fixture(scope="module")
+def scratch(tmp_path_factory):
+    return tmp_path_factory.mktemp("fuzz")
+
+
+def check(worker: F.CliWorker, scratch: Path, case: F.Case, limit_s: float) -> None:
+    folder = Path(tempfile.mkdtemp(dir=scratch))
+    out = F.run_case(worker, case, folder, limit_s)
+    found = F.problems(out, limit_s)
+    assert not found, (f"{found}\ninput: {case.describe()}\nfiles in {folder}\nexit {out.rc}; stderr's end:\n"
+                       + "\n".join(out.stderr.rstrip().split("\n")[-15:]))
+
+
+@FUZZ
+@given(case=F.experiments())
+def test_mutated_experiments_end_in_one_error_line_or_run(worker, scratch, case):
+    check(worker, scratch, case, limits.SMALL_RUN_S)
+
+
+@FUZZ
+@given(case=F.ledgers())
+def test_mutated_ledgers_end_in_one_error_line_or_a_report(worker, scratch, case):
+    check(worker, scratch, case, limits.SMALL_COMMAND_S)
+
+
+@FUZZ
+@given(case=F.traffic())
+def test_mutated_traffic_ends_in_one_error_line_or_an_analysis(worker, scratch, case):
+    check(worker, scratch, case, limits.SMALL_COMMAND_S)
+
+
+def test_the_unmutated_inputs_are_valid(worker, scratch):
+    """The generators start from valid inputs: each runs to its end (the run: every call refused, exit 1)."""
+    base = F.Case("experiment", {**F.support_files(), "exp.toml": F.to_toml(F.base_experiment()).encode()},
+                  ["run", "--out", "run", "exp.toml"])
+    folder = Path(tempfile.mkdtemp(dir=scratch))
+    out = F.run_case(worker, base, folder, limits.SMALL_RUN_S)
+    assert out.rc == 1 and "every call failed" in out.stderr.splitlines()[-1], out.stderr[-2000:]
+    assert (folder / "run" / "report.html").exists()
+    for name in F.GOLDEN_LEDGERS:
+        led = F.Case("ledger", {"run/ledger.jsonl": (F.GOLDEN / name).read_bytes()}, ["report", "run"])
+        out = F.run_case(worker, led, Path(tempfile.mkdtemp(dir=scratch)), limits.SMALL_COMMAND_S)
+        assert out.rc == 0, out.stderr[-2000:]
+
+
+# ------------------------------------------------------------------ the last-resort handler
+
+
+@click.command(cls=Command)
+@click.argument("what")
+def _buggy(what: str) -> None:
+    if what == "type":
+        raise TypeError("'>' not supported between\ninstances of 'float' and 'str'")
+    if what == "recursion":
+        raise RecursionError("maximum recursion depth exceeded")
+    if what == "bad":
+        raise BadInput("x.toml: a: wrong")
+    raise click.UsageError("no such thing")
+
+
+def test_an_unexpected_exception_is_one_internal_error_line_with_exit_70():
+    res = CliRunner().invoke(_buggy, ["type"])
+    assert res.exit_code == EX_SOFTWARE == 70
+    assert res.stderr == ("leverbench: internal error: TypeError: '>' not supported between instances of 'float' "
+                          "and 'str' (a bug in leverbench; rerun with LEVERBENCH_DEBUG=1 for the traceback and "
+                          "report it)\n")
+    res = CliRunner().invoke(_buggy, ["recursion"])
+    assert res.exit_code == 70 and res.stderr.startswith("leverbench: internal error: RecursionError: ")
+    # LEVERBENCH_DEBUG=1: the traceback comes through; leverbench's own errors and click's keep their codes
+    res = CliRunner().invoke(_buggy, ["type"], env={"LEVERBENCH_DEBUG": "1"})
+    assert isinstance(res.exception, TypeError)
+    res = CliRunner().invoke(_buggy, ["bad"])
+    assert res.exit_code == 2 and res.stderr == "leverbench: error: x.toml: a: wrong\n"
+    res = CliRunner().invoke(_buggy, ["usage"])  # click's own errors: as click prints them
+    assert res.exit_code == 2 and "Error: no such thing" in res.stderr
+
+
+# ------------------------------------------------------------------ a run whose every call failed
+
+
+def tiny_experiment(tmp: Path, extra_case: str = "", extra_arm: str = "") -> Path:
+    p = tmp / "exp.toml"
+    p.write_text(f'''
+[experiment]
+name = "closed"
+repeats = 1
+baseline = "a"
+sentinel_tokens = 0
+
+[[arms]]
+name = "a"
+role = "baseline"
+base_url = "{F.CLOSED_URL}"
+model = "m"
+{extra_arm}
+[[cases]]
+name = "c"
+prompt = "hi"
+max_tokens = 1
+{extra_case}''')
+    return p
+
+
+def test_a_run_whose_every_call_failed_exits_1_after_writing_its_reports(tmp_path):
+    res = CliRunner().invoke(cli, ["run", "--out", str(tmp_path / "run"), str(tiny_experiment(tmp_path))])
+    assert res.exit_code == 1, res.output
+    last = res.stderr.rstrip("\n").split("\n")[-1]
+    assert last.startswith("leverbench: error: every call failed (1 of 1): first error: connect: ")
+    assert last.endswith(f"; the ledger is in {tmp_path / 'run'}")
+    for name in ("ledger.jsonl", "summary.json", "report.md", "report.html"):
+        assert (tmp_path / "run" / name).exists(), name
+
+
+# ------------------------------------------------------------------ the JSON a request carries
+
+
+@pytest.mark.parametrize(("arm", "case", "key"), [
+    ("request = { top_p = nan }", "", "arms[0].request.top_p: nan"),
+    ("request = { logit_bias = { a = [1, -inf] } }", "", "arms[0].request.logit_bias.a[1]: -inf"),
+])
+def test_a_request_field_json_cannot_carry_is_refused_before_the_run(tmp_path, arm, case, key):
+    res = CliRunner().invoke(cli, ["run", "--out", str(tmp_path / "run"), str(tiny_experiment(tmp_path, case, arm))])
+    assert res.exit_code == 2, res.output
+    last = res.stderr.rstrip("\n").split("\n")[-1]
+    assert last.startswith(f"leverbench: error: {tmp_path / 'exp.toml'}: {key} cannot be sent: JSON has no"), last
+    assert not (tmp_path / "run").exists()  # nothing started
+
+
+def test_tool_schemas_json_cannot_carry_are_refused_before_the_run(tmp_path):
+    (tmp_path / "tools.json").write_text('[{"type": "function", "function": {"name": "f", "x": NaN}}]')
+    res = CliRunner().invoke(cli, ["run", "--out", str(tmp_path / "run"),
+                                   str(tiny_experiment(tmp_path, 'tools = "tools.json"\n'))])
+    assert res.exit_code == 2, res.output
+    assert "cases[0].tools (tools.json)[0].function.x: nan cannot be sent" in res.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_every_body_goes_out_as_strict_json():
+    assert json.loads(strict_json.dumps({"a": [1, 2.5], "b": "x"})) == {"a": [1, 2.5], "b": "x"}
+    with pytest.raises(BadInput, match=r"request field messages\[0\]\.t: inf cannot be sent"):
+        strict_json.dumps({"messages": [{"t": math.inf}]})
