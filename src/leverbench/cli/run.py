@@ -49,7 +49,7 @@ def run_command(experiment: Path | None, out_dir: Path | None, repeats: int | No
     is printed (exit code 130)."""
     from ..config import DEFAULT_EXPERIMENT, load, with_adaptive, with_repeats  # noqa: PLC0415 (pydantic: ~0.13 s)
     from ..report.files import report_dir  # noqa: PLC0415 (numpy and the analysis: ~0.13 s)
-    from ..runner.run import Interrupted, Runner, check_some_call_succeeded  # noqa: PLC0415 (aiohttp, numpy: ~0.4 s)
+    from ..runner.run import Interrupted, Runner  # noqa: PLC0415 (aiohttp, numpy: ~0.4 s)
 
     if experiment is None:
         experiment = bundled_example(DEFAULT_EXPERIMENT)
@@ -74,7 +74,7 @@ def run_command(experiment: Path | None, out_dir: Path | None, repeats: int | No
     summary, _ = report_dir(out)
     err_console.print(f"wrote {out}/ledger.jsonl, summary.json, report.md, report.html\n", highlight=False)
     render_terminal(summary, console, full=full, run_dir=str(out))
-    check_some_call_succeeded(runner.tally, out)  # every call failed: exit 1, the ledger and reports written
+    runner.check_some_call_succeeded()  # every call failed: exit 1, the ledger and the reports written
 
 
 def default_run_dir(name: str) -> Path:

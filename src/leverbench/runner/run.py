@@ -181,6 +181,20 @@ class Runner:
         """The run's API keys: never written to the ledger (nor to its shards)."""
         return tuple(h.removeprefix("Bearer ") for ep in self.endpoints.values() for h in ep.headers.values())
 
+    def check_some_call_succeeded(self) -> None:
+        """A run in which every call failed (an endpoint down, a wrong URL or model) measured nothing: a
+        :class:`~leverbench.errors.RuntimeFailure` (exit 1) saying so, with the first error (the run's keys
+        redacted, as in the ledger).  The CLI calls it once the ledger and the reports are written."""
+        failed = self.tally.every_call_failed()
+        if failed is None:
+            return
+        first = " ".join(str(failed.first_error).split())
+        for secret in self.secrets():
+            if secret:
+                first = first.replace(secret, "***")
+        raise RuntimeFailure(f"every call failed ({failed.failed} of {failed.calls}): first error: {first}; "
+                             f"the ledger is in {self.out}")
+
     def close_ledger(self) -> None:
         """Wait until every record handed over is written, however the run ended, and close the file."""
         if self._recorder is not None:
@@ -424,17 +438,6 @@ class Runner:
             self.close_ledger()  # every record handed to the writer is written, whatever ended the run
         self.recorder.reap()  # a normal end: a failed append is an error
         return self.out / "ledger.jsonl"
-
-
-def check_some_call_succeeded(tally: CallTally, out: Path) -> None:
-    """A run in which every call failed (an endpoint down, a wrong URL or model) measured nothing: a
-    :class:`~leverbench.errors.RuntimeFailure` (exit 1) saying so, raised once its ledger and reports are
-    written."""
-    failed = tally.every_call_failed()
-    if failed is not None:
-        first = " ".join(str(failed.first_error).split())
-        raise RuntimeFailure(f"every call failed ({failed.failed} of {failed.calls}): first error: {first}; "
-                             f"the ledger is in {out}")
 
 
 def holds_a_run(path: Path) -> bool:
