@@ -1,7 +1,7 @@
 """A long fuzz run: the generators of the fuzz suite (``tests/fuzz_inputs.py``) for as many inputs as asked.
 
     python benchmarks/fuzz_inputs.py --examples 1000 [--kinds experiment,ledger,traffic] [--budget-s 900]
-        [--limit-s 30] [--out fuzz-failures] [--seed 0]
+        [--limit-s 30] [--out fuzz-failures] [--deep-one-in 10]
 
 Draws inputs round-robin from each kind (mutated experiment files run against a closed port, ledgers through
 ``report``/``project``/``analyze``, traffic files through ``analyze``/``whatif``), runs each in a worker process
@@ -39,8 +39,10 @@ def main() -> int:
     ap.add_argument("--limit-s", type=float, default=30.0, help="a command running longer is a hang (default 30)")
     ap.add_argument("--kinds", default=",".join(KINDS), help="comma-separated: experiment, ledger, traffic")
     ap.add_argument("--out", type=Path, default=Path("fuzz-failures"), help="where reproducers go")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--deep-one-in", type=int, default=F.DEEP_ONE_IN,
+                    help=f"one value in N a deep nesting (0: none; default {F.DEEP_ONE_IN})")
     args = ap.parse_args()
+    F.DEEP_ONE_IN = args.deep_one_in
     kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
     if any(k not in KINDS for k in kinds):
         ap.error(f"--kinds: one of {', '.join(KINDS)}")

@@ -106,13 +106,37 @@ def scalars() -> st.SearchStrategy[Any]:
                      st.sampled_from(ODD_URLS), st.sampled_from(ODD_PATHS))
 
 
+DEEP_ONE_IN = 10
+"""One value in this many is a deep nesting (0: none; the long run's ``--deep-one-in``)."""
+
+
 def values() -> st.SearchStrategy[Any]:
     """Any hostile value: a scalar, a small list or table of them, a deep nesting."""
     small = st.recursive(scalars(), lambda kids: st.one_of(st.lists(kids, max_size=3),
                                                            st.dictionaries(_text(), kids, max_size=3)),
                          max_leaves=6)
     deep = st.builds(Deep, st.sampled_from([30, 200, 1100, 5000]), st.sampled_from(["list", "dict"]))
-    return st.one_of(*[small] * 9, deep)  # a deep nesting one time in ten: the rest of the file gets its turn
+    if not DEEP_ONE_IN:
+        return small
+    return st.one_of(*[small] * (DEEP_ONE_IN - 1), deep)  # rarely deep: the rest of the file gets its turn
+
+
+def same_kind(v: Any) -> st.SearchStrategy[Any]:
+    """A hostile value of *v*'s own type: an integer for an integer (huge, negative, zero), a float for a float
+    (inf, NaN, tiny, huge), a string for a string (a URL for a URL, a path for a path)."""
+    if isinstance(v, bool):
+        return st.booleans()
+    if isinstance(v, int):
+        return st.one_of(st.sampled_from([0, -1, 2, 1000, 1001, 10**6, 10**9, *HUGE_INTS[:-1], -(2**63)]),
+                         st.integers(-10, 10**12))
+    if isinstance(v, float):
+        return st.one_of(st.sampled_from([0.0, -0.0, -1.0, 1e-300, 5e-324, 1e9, 1e300, math.inf, -math.inf, math.nan,
+                                          1.0000001, 0.999999]), st.floats())
+    if isinstance(v, str) and v.startswith("http"):
+        return st.sampled_from(ODD_URLS)
+    if isinstance(v, str) and "." in v:
+        return st.sampled_from(ODD_PATHS)
+    return _text()
 
 
 def swapped(v: Any) -> list[Any]:
@@ -177,8 +201,11 @@ def mutate_tree(draw: st.DrawFn, tree: Any, *, skip: frozenset[str] = frozenset(
         path = draw(st.sampled_from(paths))
         parent, key = _get(tree, path[:-1]), path[-1]
         old = parent[key]
-        op = draw(st.sampled_from(["value", "value", "value", "swap", "delete", "add", "dup"]))
-        if op == "delete":
+        op = draw(st.sampled_from(["value", "value", "same", "same", "same", "same", "swap", "delete", "add", "dup"]))
+        if op == "same" and not isinstance(old, (dict, list)):  # of its own type: past the type check, to the bounds
+            parent[key] = draw(same_kind(old))
+            said.append(f"{_where(path)} = {_short(parent[key])} (was {_short(old)})")
+        elif op == "delete":
             del parent[key]
             said.append(f"{_where(path)} deleted")
         elif op == "add" and isinstance(parent, dict):

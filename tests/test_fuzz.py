@@ -185,3 +185,24 @@ def test_every_body_goes_out_as_strict_json():
     assert json.loads(strict_json.dumps({"a": [1, 2.5], "b": "x"})) == {"a": [1, 2.5], "b": "x"}
     with pytest.raises(BadInput, match=r"request field messages\[0\]\.t: inf cannot be sent"):
         strict_json.dumps({"messages": [{"t": math.inf}]})
+
+
+def test_an_arms_long_name_makes_a_file_name_the_system_takes(tmp_path):
+    """An arm's name goes into its engine's log file name (engine-NAME.log): 300 characters (a name is not
+    bounded) must not end in 'File name too long' when the engine starts."""
+    from leverbench.config import load  # noqa: PLC0415
+    from leverbench.runner.run import Runner  # noqa: PLC0415
+
+    p = tmp_path / "exp.toml"
+    names = ["é" * 150 + "a", "é" * 150 + "b"]
+    p.write_text('[experiment]\nname = "e"\nbaseline = "' + names[0] + '"\n'
+                 + "".join(f'[[arms]]\nname = "{n}"\nrole = "{r}"\nengine = {{ kind = "embedded" }}\n'
+                           for n, r in zip(names, ("baseline", "treatment")))
+                 + '[[cases]]\nname = "c"\nprompt = "hi"\n')
+    runner = Runner(load(p), tmp_path / "run")
+    runner._prepare_endpoints()
+    logs = [ep.engine.log_path for ep in runner.endpoints.values()]
+    assert len(set(logs)) == 2  # two long names stay apart
+    for log in logs:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        open(log, "ab").close()

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import hashlib
 import signal
 import time
 import uuid
@@ -447,5 +448,13 @@ def holds_a_run(path: Path) -> bool:
         return fh.readline().endswith(b"\n")
 
 
+SAFE_NAME_CHARS = 80  # an arm's name in a file name (engine-NAME.log): a file name may hold 255 bytes
+
+
 def _safe(name: str) -> str:
-    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
+    """*name* as part of a file name: ASCII letters, digits and ``-_.`` (the rest ``_``); a long one cut, a hash
+    of the whole kept, so that two long names stay apart."""
+    safe = "".join(ch if (ch.isascii() and ch.isalnum()) or ch in "-_." else "_" for ch in name)
+    if len(safe) > SAFE_NAME_CHARS:
+        safe = safe[:SAFE_NAME_CHARS - 13] + "-" + hashlib.sha256(name.encode(errors="replace")).hexdigest()[:12]
+    return safe
