@@ -206,3 +206,22 @@ def test_an_arms_long_name_makes_a_file_name_the_system_takes(tmp_path):
     for log in logs:
         log.parent.mkdir(parents=True, exist_ok=True)
         open(log, "ab").close()
+
+
+def test_a_trace_prompt_builds_only_the_words_it_needs_of_a_huge_block(monkeypatch):
+    """block_tokens = 10^12 (no bound says otherwise) with prompts of 64 tokens: each hash block's text is built
+    only as far as the prompt needs (it used to be built whole: a hang, then out of memory), and it is the same
+    text as a smaller block's start."""
+    from leverbench.runner import prompts  # noqa: PLC0415
+
+    asked: list[int] = []
+    real = prompts.words
+
+    def spy(n: int, seed: str) -> list[str]:
+        asked.append(n)
+        return real(min(n, 10_000), seed)
+    monkeypatch.setattr(prompts, "words", spy)
+    huge = prompts.PromptBuilder(10**12).content(64, "r0", (1, 2))
+    assert max(asked) <= 64 and len(huge.split()) == 64
+    assert huge == prompts.PromptBuilder(100).content(64, "r0", (1, 2))  # block 1's first 64 words either way
+    assert prompts.PromptBuilder(40).content(64, "r0", (1, 2)).split()[:40] == huge.split()[:40]
