@@ -305,6 +305,13 @@ class Case:
     def describe(self) -> str:
         return f"{self.kind}: leverbench {' '.join(self.args)}: " + "; ".join(self.mutations)
 
+    def __repr__(self) -> str:  # what hypothesis prints of a failing example: the words, not the bytes
+        sizes = ", ".join(f"{k} ({len(v)} bytes)" for k, v in self.files.items())
+        return f"Case({self.describe()!r}; files: {sizes})"
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:  # hypothesis's printer (it spells dataclasses out)
+        p.text(repr(self))
+
 
 TOOLS = [{"type": "function", "function": {"name": "search_docs", "description": "search",
                                             "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}]
@@ -383,9 +390,13 @@ def experiments(draw: st.DrawFn) -> Case:
         said.append("invalid UTF-8 bytes in the TOML")
     elif extra in ("tools", "script"):
         tree = TOOLS if extra == "tools" else SCRIPT
-        bad, how = draw(mutate_tree(tree))
-        files[f"{extra}.json"] = dump_json(bad).encode() if draw(st.booleans()) \
-            else draw(st.sampled_from([b"", b"{", b"null", b"[1, 2]", b"NaN", b'"x"', b"\x00", b"[" * 5000]))
+        if draw(st.booleans()):
+            bad, how = draw(mutate_tree(tree))
+            files[f"{extra}.json"] = dump_json(bad).encode()
+        else:
+            raw = draw(st.sampled_from([b"", b"{", b"null", b"[1, 2]", b"NaN", b'"x"', b"\x00", b"[" * 5000]))
+            files[f"{extra}.json"], how = raw, [f"the file is {raw[:20]!r}" + (f"…({len(raw)} bytes)" if len(raw) > 20
+                                                                                else "")]
         said.append(f"{extra}.json: " + "; ".join(how))
     elif extra == "trace":
         files["trace.jsonl"] = draw(traffic_bytes("mooncake_synthetic_trace.jsonl"))[0]
@@ -526,6 +537,59 @@ def traffic(draw: st.DrawFn) -> Case:
     if how != "whatif" and draw(st.integers(0, 3)) == 0:
         args += ["--format", draw(st.sampled_from(["json", "md"]))]
     return Case("traffic", files, args, said)
+
+
+# ------------------------------------------------------------------ known hostile inputs (issue 28)
+
+
+def experiment_with(section: str, key: str, value: Any, index: int | None = None) -> Case:
+    """The base experiment with ``section[index].key`` (or ``section.key``) set to *value*."""
+    doc = base_experiment()
+    where = doc[section] if index is None else doc[section][index]
+    where[key] = value
+    files = {**support_files(), "exp.toml": to_toml(doc).encode()}
+    at = section if index is None else f"{section}[{index}]"
+    return Case("experiment", files, ["run", "--out", "run", "exp.toml"], [f"{at}.{key} = {_short(value)}"])
+
+
+def ledger_with(line: int, key: str, value: Any, args: list[str] | None = None) -> Case:
+    """The golden sim ledger with line *line* (0: the header) field *key* set to *value*."""
+    lines = _json_lines((GOLDEN / "sim.ledger.jsonl").read_bytes())
+    lines[line][key] = value
+    text = "\n".join(dump_json(x) for x in lines) + "\n"
+    return Case("ledger", {"run/ledger.jsonl": text.encode()}, args or ["report", "run"],
+                [f"line {line + 1} {key} = {_short(value)}"])
+
+
+def traffic_with(lines: list[str], name: str = "traffic.jsonl", how: str = "") -> Case:
+    return Case("traffic", {name: ("\n".join(lines) + "\n").encode()},
+                ["analyze", name, "--prefill-tps", "5000", "--decode-tps", "50"], [how])
+
+
+def known_experiments() -> list[Case]:
+    return [experiment_with("experiment", "volume_tolerance_cell", math.inf),
+            experiment_with("probes", "tolerance", math.inf),
+            experiment_with("load", "speed", math.inf, 2),
+            experiment_with("arms", "base_url", "http://127.0.0.1:99999/v1", 0),
+            experiment_with("experiment", "name", "a\x00b"),
+            experiment_with("experiment", "name", "n" * 300),
+            experiment_with("cases", "temperature", math.inf, 0),
+            experiment_with("load", "rate", 1e-300, 1),
+            experiment_with("load", "block_tokens", 2**63, 2)]
+
+
+def known_ledgers() -> list[Case]:
+    i = 9  # a call record
+    return [ledger_with(i, "latency_s", "1.5"), ledger_with(i, "ttft_s", {"a": 1}), ledger_with(i, "arm", ["x"]),
+            ledger_with(i, "completion_tokens", 1e308), ledger_with(0, "baseline", "zzz"),
+            ledger_with(0, "repeats", "x")]
+
+
+def known_traffic() -> list[Case]:
+    mooncake = _trace_lines("mooncake_synthetic_trace.jsonl", 3)
+    return [traffic_with([*mooncake, Deep(10_000).json()], how="a line nested 10,000 deep"),
+            traffic_with(['{"timestamp": 0, "input_length": 1' + "0" * 48 + ', "output_length": 5}'],
+                         how="input_length 10^48")]
 
 
 # ------------------------------------------------------------------ running

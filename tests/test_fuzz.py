@@ -22,12 +22,22 @@ import fuzz_inputs as F
 import limits
 import pytest
 from click.testing import CliRunner
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, example, given, settings
 
 from leverbench.cli import cli
 from leverbench.cli.common import EX_SOFTWARE, Command
 from leverbench.errors import BadInput
 from leverbench.runner import strict_json
+
+
+def known(cases: list[F.Case]):
+    """The hostile inputs issue 28 lists, tried first (hypothesis's explicit examples), then the generated ones."""
+    def mark(test):
+        for case in reversed(cases):
+            test = example(case=case)(test)
+        return test
+    return mark
+
 
 # Derandomized: the same inputs on every run; no shrinking (a hang would be replayed for each step): the failure
 # names its input in words, and the input's files are left in the example's folder.
@@ -58,18 +68,21 @@ def check(worker: F.CliWorker, scratch: Path, case: F.Case, limit_s: float) -> N
 
 
 @FUZZ
+@known(F.known_experiments())
 @given(case=F.experiments())
 def test_mutated_experiments_end_in_one_error_line_or_run(worker, scratch, case):
     check(worker, scratch, case, limits.SMALL_RUN_S)
 
 
 @FUZZ
+@known(F.known_ledgers())
 @given(case=F.ledgers())
 def test_mutated_ledgers_end_in_one_error_line_or_a_report(worker, scratch, case):
     check(worker, scratch, case, limits.SMALL_COMMAND_S)
 
 
 @FUZZ
+@known(F.known_traffic())
 @given(case=F.traffic())
 def test_mutated_traffic_ends_in_one_error_line_or_an_analysis(worker, scratch, case):
     check(worker, scratch, case, limits.SMALL_COMMAND_S)
@@ -160,15 +173,18 @@ def test_a_run_whose_every_call_failed_exits_1_after_writing_its_reports(tmp_pat
 # ------------------------------------------------------------------ the JSON a request carries
 
 
-@pytest.mark.parametrize(("arm", "case", "key"), [
-    ("request = { top_p = nan }", "", "arms[0].request.top_p: nan"),
-    ("request = { logit_bias = { a = [1, -inf] } }", "", "arms[0].request.logit_bias.a[1]: -inf"),
+@pytest.mark.parametrize(("arm", "case", "says"), [
+    ("request = { top_p = nan }", "", ("arms[0]", "top_p", "nan")),
+    ("request = { logit_bias = { a = [1, -inf] } }", "", ("arms[0]", "logit_bias", "-inf")),
+    ("", "temperature = inf", ("cases[0]", "temperature", "inf")),
 ])
-def test_a_request_field_json_cannot_carry_is_refused_before_the_run(tmp_path, arm, case, key):
+def test_a_request_field_json_cannot_carry_is_refused_before_the_run(tmp_path, arm, case, says):
+    """Refused by the experiment's loader or before the run starts (the runner's check of what it will send):
+    either way one line naming the file, the key and the value, and nothing started."""
     res = CliRunner().invoke(cli, ["run", "--out", str(tmp_path / "run"), str(tiny_experiment(tmp_path, case, arm))])
     assert res.exit_code == 2, res.output
     last = res.stderr.rstrip("\n").split("\n")[-1]
-    assert last.startswith(f"leverbench: error: {tmp_path / 'exp.toml'}: {key} cannot be sent: JSON has no"), last
+    assert last.startswith(f"leverbench: error: {tmp_path / 'exp.toml'}: ") and all(w in last for w in says), last
     assert not (tmp_path / "run").exists()  # nothing started
 
 
@@ -177,7 +193,8 @@ def test_tool_schemas_json_cannot_carry_are_refused_before_the_run(tmp_path):
     res = CliRunner().invoke(cli, ["run", "--out", str(tmp_path / "run"),
                                    str(tiny_experiment(tmp_path, 'tools = "tools.json"\n'))])
     assert res.exit_code == 2, res.output
-    assert "cases[0].tools (tools.json)[0].function.x: nan cannot be sent" in res.stderr
+    last = res.stderr.rstrip("\n").split("\n")[-1]
+    assert last.startswith("leverbench: error: ") and "tools" in last and "nan" in last.lower(), last
     assert not (tmp_path / "run").exists()
 
 
