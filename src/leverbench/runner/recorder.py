@@ -12,8 +12,10 @@ import asyncio
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Coroutine
 
+from ..errors import RuntimeFailure
 from ..ledger.records import CALL_KINDS, CallRecord, TurnRecord
 from ..ledger.writer import LedgerWriter
 
@@ -65,6 +67,20 @@ class CallTally:
             return None
         t = self.measured if self.measured.calls else self.warmup
         return t if t.calls and t.failed == t.calls else None
+
+    def check(self, out: Path, secrets: tuple[str, ...] = ()) -> None:
+        """A run in which every call failed (an endpoint down, a wrong URL or model) measured nothing: a
+        :class:`~leverbench.errors.RuntimeFailure` (exit 1) saying so, with the first error (*secrets*, the
+        run's keys, written as ``***``, as the ledger's writer does) and where the ledger is."""
+        failed = self.every_call_failed()
+        if failed is None:
+            return
+        first = " ".join(str(failed.first_error).split())
+        for secret in secrets:
+            if secret:
+                first = first.replace(secret, "***")
+        raise RuntimeFailure(f"every call failed ({failed.failed} of {failed.calls}): first error: {first}; "
+                             f"the ledger is in {out}")
 
 
 class Recorder:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
-import hashlib
 import signal
 import time
 import uuid
@@ -38,7 +37,7 @@ from .. import __version__
 from ..analysis.drift import sentinel_rate, settled
 from ..config import LoadedExperiment
 from ..engines import make_engine
-from ..errors import BadInput, EngineError, RuntimeFailure
+from ..errors import BadInput, EngineError
 from ..ledger.reader import read_ledger
 from ..ledger.records import LEDGER_SCHEMA, CallRecord
 from ..ledger.writer import LedgerWriter
@@ -47,6 +46,7 @@ from ..workload.cases import case_size_chars
 from .client import Timeouts, client_session
 from .discover import api_root, endpoint_info, host_info, scrape_metrics
 from .endpoint import ArmEndpoint, Interrupted, endpoint_headers  # noqa: F401 (Interrupted: the run's public error)
+from .file_names import file_part
 from .fixed_length import LENGTH_BY_FIELDS, LENGTH_BY_PROMPT, LENGTH_NATURAL, ask_at_length, sentinel_messages
 from .load import StageRun, stage_work
 from .probe_prompt import probe_messages, serves_with_drafter
@@ -94,7 +94,7 @@ class Runner:
         for i, arm in enumerate(self.spec.arms):
             headers = endpoint_headers(self.exp, i, arm)
             if arm.engine is not None:
-                eng = make_engine(arm.name, arm.engine, self.out / f"engine-{_safe(arm.name)}.log")
+                eng = make_engine(arm.name, arm.engine, self.out / f"engine-{file_part(arm.name)}.log")
                 self.endpoints[arm.name] = ArmEndpoint(arm, "", eng.model_id, headers, eng)
             else:
                 self.endpoints[arm.name] = ArmEndpoint(arm, arm.base_url or "", arm.model or "", headers)
@@ -183,18 +183,9 @@ class Runner:
         return tuple(h.removeprefix("Bearer ") for ep in self.endpoints.values() for h in ep.headers.values())
 
     def check_some_call_succeeded(self) -> None:
-        """A run in which every call failed (an endpoint down, a wrong URL or model) measured nothing: a
-        :class:`~leverbench.errors.RuntimeFailure` (exit 1) saying so, with the first error (the run's keys
-        redacted, as in the ledger).  The CLI calls it once the ledger and the reports are written."""
-        failed = self.tally.every_call_failed()
-        if failed is None:
-            return
-        first = " ".join(str(failed.first_error).split())
-        for secret in self.secrets():
-            if secret:
-                first = first.replace(secret, "***")
-        raise RuntimeFailure(f"every call failed ({failed.failed} of {failed.calls}): first error: {first}; "
-                             f"the ledger is in {self.out}")
+        """A run in which every call failed measured nothing: RuntimeFailure (exit 1), the first error's keys
+        redacted (:meth:`~leverbench.runner.recorder.CallTally.check`); the CLI calls it after the reports."""
+        self.tally.check(self.out, self.secrets())
 
     def close_ledger(self) -> None:
         """Wait until every record handed over is written, however the run ended, and close the file."""
@@ -446,15 +437,3 @@ def holds_a_run(path: Path) -> bool:
     header cut by a crash) is what a run stopped before its first record leaves: no measurement in it."""
     with open(path, "rb") as fh:
         return fh.readline().endswith(b"\n")
-
-
-SAFE_NAME_CHARS = 80  # an arm's name in a file name (engine-NAME.log): a file name may hold 255 bytes
-
-
-def _safe(name: str) -> str:
-    """*name* as part of a file name: ASCII letters, digits and ``-_.`` (the rest ``_``); a long one cut, a hash
-    of the whole kept, so that two long names stay apart."""
-    safe = "".join(ch if (ch.isascii() and ch.isalnum()) or ch in "-_." else "_" for ch in name)
-    if len(safe) > SAFE_NAME_CHARS:
-        safe = safe[:SAFE_NAME_CHARS - 13] + "-" + hashlib.sha256(name.encode(errors="replace")).hexdigest()[:12]
-    return safe
