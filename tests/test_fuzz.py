@@ -102,6 +102,21 @@ def test_the_unmutated_inputs_are_valid(worker, scratch):
         assert out.rc == 0, out.stderr[-2000:]
 
 
+def test_the_harness_tells_a_hang_and_a_bad_ending(worker, scratch):
+    """The checks can fail: a command that never exits (a simulator serving until stopped; 3 s is the input
+    here, not a limit on waiting) is a hang, its process killed and the next command served by a fresh one;
+    a traceback, exit 70 and a second error line are problems."""
+    out = worker.invoke(["sim", "--port", "0"], scratch, 3.0)
+    assert out.hung and F.problems(out, 3.0) == ["hang: no exit within 3 s"]
+    assert worker.invoke(["--version"], scratch, limits.IMPORT_AND_EXIT_S).rc == 0
+    tb = F.Outcome(1, "", "Traceback (most recent call last):\n  ...\nKeyError: 'zzz'\n", 0.1, exception="KeyError")
+    assert any(p.startswith("traceback") for p in F.problems(tb, 1))
+    internal = F.Outcome(70, "", "leverbench: internal error: X: y (...)\n", 0.1)
+    assert F.problems(internal, 1)[0].startswith("exit code 70")
+    two = F.Outcome(2, "", "leverbench: error: a\nb\n", 0.1)
+    assert F.problems(two, 1) and not F.problems(F.Outcome(2, "", "x\nleverbench: error: a\n", 0.1), 1)
+
+
 # ------------------------------------------------------------------ the last-resort handler
 
 
