@@ -318,7 +318,9 @@ def test_a_run_meets_an_odd_usage_and_goes_on(tmp_path):
         exp = one_arm_experiment(tmp_path, url + "/v1", repeats=2)
         exp.write_text(exp.read_text().replace('model = "sim"', 'model = "counts are strings"'))
         res = CliRunner().invoke(cli, ["run", str(exp), "--out", str(tmp_path / "run")])
-    assert res.exit_code == 0, res.output
+    # every call failed (issue 28): exit 1, saying so, once the ledger and the reports are written
+    assert res.exit_code == 1 and "leverbench: error: every call failed (2 of 2): first error: malformed: " \
+        in res.stderr, res.output
     recs = [json.loads(line) for line in (tmp_path / "run" / "ledger.jsonl").read_text().splitlines()]
     calls = [r for r in recs if r["kind"] == "call"]
     assert len(calls) == 2 and {r["error"]["class"] for r in calls} == {"malformed"}

@@ -3,7 +3,10 @@
 Every error a user can cause by input is a :class:`BadInput` (exit code 2);
 everything that goes wrong while measuring is a :class:`RuntimeFailure`
 (exit code 1).  The CLI maps these to exit codes and prints ``str(err)``;
-nothing else should escape to the user as a traceback.
+nothing else should escape to the user as a traceback: any other exception
+that reaches the CLI is a bug, told in one line as an internal error with exit
+code 70 (EX_SOFTWARE; ``LEVERBENCH_DEBUG=1`` shows its traceback), which no
+input should ever get (the fuzz suite, ``tests/test_fuzz.py``, checks it).
 
     LeverbenchError
     ├── BadInput            exit 2

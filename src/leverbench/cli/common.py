@@ -1,13 +1,17 @@
 """What every ``leverbench`` command shares: its consoles and its one error handler.
 
-Exit codes: 0 ok, 1 runtime failure, 2 bad input.  A command raises a
-:class:`~leverbench.errors.LeverbenchError` (never prints its own error): the
-command class below prints ``leverbench: error: MESSAGE`` on stderr and exits
-with the error's code, whether the command runs under the group or alone.
+Exit codes: 0 ok, 1 runtime failure, 2 bad input, 70 an internal error (a bug: EX_SOFTWARE).  A command
+raises a :class:`~leverbench.errors.LeverbenchError` (never prints its own error): the command class below
+prints ``leverbench: error: MESSAGE`` on stderr and exits with the error's code, whether the command runs
+under the group or alone.  Anything else that escapes a command (a ``TypeError``, a ``RecursionError``, a
+``MemoryError``) is a bug in leverbench: it is told in one line, ``leverbench: internal error: TYPE: MESSAGE``,
+with exit code 70, and ``LEVERBENCH_DEBUG=1`` lets it through with its traceback.  Click's own exits and
+usage errors, Ctrl-C and ``sys.exit`` pass untouched.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -19,6 +23,12 @@ from ..errors import LeverbenchError
 err_console = Console(stderr=True)
 console = Console() if Console().is_terminal else Console(width=150)  # pipes and CI logs get wide tables
 
+EX_SOFTWARE = 70
+"""The exit code of an internal error (sysexits.h's EX_SOFTWARE): never what bad input should get."""
+
+DEBUG_ENV = "LEVERBENCH_DEBUG"
+_MESSAGE_CHARS = 300  # an internal error's message, cut to one readable line
+
 
 def fail(exc: LeverbenchError) -> None:
     """The one error path: the message on stderr, the error's exit code."""
@@ -26,14 +36,32 @@ def fail(exc: LeverbenchError) -> None:
     sys.exit(exc.exit_code)
 
 
+def internal_error(exc: BaseException) -> None:
+    """The last resort for an exception that is no :class:`LeverbenchError`: one line naming it, exit 70."""
+    msg = " ".join(str(exc).split())  # one line, whatever the message holds (newlines, control characters)
+    msg = "".join(ch if ch.isprintable() else "?" for ch in msg)
+    if len(msg) > _MESSAGE_CHARS:
+        msg = msg[:_MESSAGE_CHARS] + "…"
+    click.echo(f"leverbench: internal error: {type(exc).__name__}: {msg} (a bug in leverbench; rerun with "
+               f"{DEBUG_ENV}=1 for the traceback and report it)", err=True)
+    sys.exit(EX_SOFTWARE)
+
+
 class Command(click.Command):
-    """A leverbench command: a :class:`LeverbenchError` it raises ends it through :func:`fail`."""
+    """A leverbench command: a :class:`LeverbenchError` it raises ends it through :func:`fail`, any other
+    exception through :func:`internal_error` (unless ``LEVERBENCH_DEBUG=1``)."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except LeverbenchError as exc:
             fail(exc)
+        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+            raise  # click's own: it prints and exits as it does for every command
+        except Exception as exc:  # noqa: BLE001 (the last resort: KeyboardInterrupt and SystemExit are not caught)
+            if os.environ.get(DEBUG_ENV, "") not in ("", "0"):
+                raise
+            internal_error(exc)
 
 
 SALVAGE_HELP = "Read a damaged ledger past its bad lines (each one reported) instead of stopping at the first."

@@ -62,8 +62,9 @@ def run_command(experiment: Path | None, out_dir: Path | None, repeats: int | No
                       f"{len(exp.spec.cases)} cases × {exp.spec.experiment.repeats} repeats"
                       + (f" (adaptive: up to {ad.max_repeats})" if ad else "") + f" → {out}", highlight=False)
     with _progress() as progress:
+        runner = Runner(exp, out, resume=resume, progress=progress, ray_address=ray_address)
         try:
-            Runner(exp, out, resume=resume, progress=progress, ray_address=ray_address).run()
+            runner.run()
         except Interrupted:
             shards = " (and its load workers' in ledger.d/)" if (out / "ledger.d").exists() else ""
             err_console.print(f"\ninterrupted; every call is in {out}/ledger.jsonl{shards} (those cut off in flight as "
@@ -73,6 +74,7 @@ def run_command(experiment: Path | None, out_dir: Path | None, repeats: int | No
     summary, _ = report_dir(out)
     err_console.print(f"wrote {out}/ledger.jsonl, summary.json, report.md, report.html\n", highlight=False)
     render_terminal(summary, console, full=full, run_dir=str(out))
+    runner.check_some_call_succeeded()  # every call failed: exit 1, the ledger and the reports written
 
 
 def default_run_dir(name: str) -> Path:

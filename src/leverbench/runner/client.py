@@ -24,6 +24,7 @@ from ..config import TimeoutsSpec as Timeouts  # a call's time limits, defined o
 from ..ledger.records import CallError, CallRecord, ErrorClass
 from ..redact import redact_text
 from .sse import SSELines, SSELineTooLong, StreamState, split_think
+from .strict_json import dumps as strict_dumps
 
 IDLE_CLOSE_S = 2.0  # a kept-alive connection idle this long is closed by us, before a server would (llama.cpp: ~5 s)
 STALE_MAX_S = 0.25  # a reused connection that fails this soon after the request went out was stale (sent again)
@@ -97,7 +98,7 @@ def client_session(*, keep_alive: bool = True, **connector_kw: Any) -> aiohttp.C
     trace.on_request_headers_sent.append(_on_headers_sent)
     kw: dict[str, Any] = {"force_close": True} if not keep_alive else {"keepalive_timeout": IDLE_CLOSE_S}
     conn = aiohttp.TCPConnector(limit=0, **kw, **connector_kw)
-    return aiohttp.ClientSession(connector=conn, trace_configs=[trace])
+    return aiohttp.ClientSession(connector=conn, trace_configs=[trace], json_serialize=strict_dumps)
 
 
 async def _post(session: aiohttp.ClientSession, url: str, body: dict[str, Any], headers: dict[str, str] | None,

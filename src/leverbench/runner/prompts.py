@@ -63,13 +63,18 @@ class PromptBuilder:
     def n_words(self, tokens: int) -> int:
         return max(0, round(tokens / self.tokens_per_word))
 
-    def block(self, h: int) -> list[str]:
+    def block(self, h: int, upto: int | None = None) -> list[str]:
+        """Block *h*'s words, or its first *upto* (the same words: a block's text is one seeded sequence, so a
+        prompt that needs only the start of a block never builds the rest, however large ``block_tokens``)."""
+        n = self.n_words(self.block_tokens)
+        if upto is not None:
+            n = min(n, max(0, upto))
         w = self._blocks.get(h)
-        if w is None:
-            if len(self._blocks) >= BLOCK_CACHE:
+        if w is None or len(w) < n:
+            if w is None and len(self._blocks) >= BLOCK_CACHE:
                 self._blocks.clear()
-            w = self._blocks[h] = words(self.n_words(self.block_tokens), f"mooncake-block:{h}")
-        return w
+            w = self._blocks[h] = words(n, f"mooncake-block:{h}")
+        return w[:n]
 
     def content(self, tokens: int, seed: str, blocks: tuple[int, ...] | None = None) -> str:
         """Text of ``tokens`` tokens: the hash blocks' words first (when given), then unique words."""
@@ -78,7 +83,7 @@ class PromptBuilder:
         for h in blocks or ():
             if len(out) >= need:
                 break
-            out.extend(self.block(h))
+            out.extend(self.block(h, need - len(out)))
         del out[need:]
         if len(out) < need:
             out.extend(words(need - len(out), f"{self.salt}:{seed}"))

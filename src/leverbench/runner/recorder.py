@@ -11,9 +11,12 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Coroutine
 
-from ..ledger.records import CallRecord, TurnRecord
+from ..errors import RuntimeFailure
+from ..ledger.records import CALL_KINDS, CallRecord, TurnRecord
 from ..ledger.writer import LedgerWriter
 
 Record = CallRecord | TurnRecord | dict[str, Any]
@@ -24,11 +27,69 @@ def as_line(record: Record) -> dict[str, Any]:
     return dict(record) if isinstance(record, dict) else record.to_dict()
 
 
+@dataclass
+class Tally:
+    """The calls of one kind of work that went through the recorder: how many, how many failed, the first error."""
+
+    calls: int = 0
+    failed: int = 0
+    first_error: str | None = None
+
+    def add(self, line: dict[str, Any]) -> None:
+        self.calls += 1
+        err = line.get("error")
+        if err is not None:
+            self.failed += 1
+            if self.first_error is None:
+                self.first_error = f"{err.get('class')}: {err.get('message')}" if isinstance(err, dict) else str(err)
+
+
+@dataclass
+class CallTally:
+    """What the run's calls came to (this session's: a resumed run's own), counted as they are recorded: the
+    measured calls (turns' calls, probes, sentinels, load) and the warm-up calls apart.  A load stage run on
+    Ray workers writes its calls to its shards, not through the recorder: they are *untallied*."""
+
+    measured: Tally = field(default_factory=Tally)
+    warmup: Tally = field(default_factory=Tally)
+    untallied: int = 0
+
+    def add(self, line: dict[str, Any]) -> None:
+        kind = line.get("kind")
+        if kind in CALL_KINDS:
+            self.measured.add(line)
+        elif kind == "warmup":
+            self.warmup.add(line)
+
+    def every_call_failed(self) -> Tally | None:
+        """The tally when every call failed (the measured ones; with none, the warm-ups), else None."""
+        if self.untallied:
+            return None
+        t = self.measured if self.measured.calls else self.warmup
+        return t if t.calls and t.failed == t.calls else None
+
+    def check(self, out: Path, secrets: tuple[str, ...] = ()) -> None:
+        """A run in which every call failed (an endpoint down, a wrong URL or model) measured nothing: a
+        :class:`~leverbench.errors.RuntimeFailure` (exit 1) saying so, with the first error (*secrets*, the
+        run's keys, written as ``***``, as the ledger's writer does) and where the ledger is."""
+        failed = self.every_call_failed()
+        if failed is None:
+            return
+        first = " ".join(str(failed.first_error).split())
+        for secret in secrets:
+            if secret:
+                first = first.replace(secret, "***")
+        raise RuntimeFailure(f"every call failed ({failed.failed} of {failed.calls}): first error: {first}; "
+                             f"the ledger is in {out}")
+
+
 class Recorder:
-    """Hands records to *writer* on its own thread (see the module's docstring)."""
+    """Hands records to *writer* on its own thread (see the module's docstring), tallying the calls
+    (:class:`CallTally`)."""
 
     def __init__(self, writer: LedgerWriter):
         self.writer = writer
+        self.tally = CallTally()
         self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ledger")
         self._pending: deque[Future] = deque()  # appends handed to the writer thread, oldest first
         self._background: set[asyncio.Task] = set()  # deferred work, each appending its record when done
@@ -37,13 +98,17 @@ class Recorder:
         """Hand *record* (as it is now: :func:`as_line`) to the writer thread and return at once.  A failed
         earlier append (disk full) is raised here or at :meth:`flush`."""
         self.reap()
-        self._pending.append(self._io.submit(self.writer.append, as_line(record)))
+        line = as_line(record)
+        self.tally.add(line)
+        self._pending.append(self._io.submit(self.writer.append, line))
 
     def append_now(self, record: Record) -> None:
         """Append and wait for the write, blocking the loop: for a record written while the run is being
         cancelled, which must be on disk before the run's task ends and the engines are stopped.  The same
         single worker thread as :meth:`append` keeps the ledger's order."""
-        self._io.submit(self.writer.append, as_line(record)).result()
+        line = as_line(record)
+        self.tally.add(line)
+        self._io.submit(self.writer.append, line).result()
 
     def defer(self, work: Coroutine[Any, Any, None]) -> None:
         """Run *work* (which appends its record when done) in the background; :meth:`flush` waits for it."""

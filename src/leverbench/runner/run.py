@@ -46,14 +46,16 @@ from ..workload.cases import case_size_chars
 from .client import Timeouts, client_session
 from .discover import api_root, endpoint_info, host_info, scrape_metrics
 from .endpoint import ArmEndpoint, Interrupted, endpoint_headers  # noqa: F401 (Interrupted: the run's public error)
+from .file_names import file_part
 from .fixed_length import LENGTH_BY_FIELDS, LENGTH_BY_PROMPT, LENGTH_NATURAL, ask_at_length, sentinel_messages
 from .load import StageRun, stage_work
 from .probe_prompt import probe_messages, serves_with_drafter
-from .recorder import Recorder
+from .recorder import CallTally, Recorder
 from .rounds import AdaptiveRounds, resumed_adaptive
 from .schedule import SENTINEL_CASE, Unit, build_schedule
 from .send import ArmSender
 from .signals import hold_signals, on_main_thread, release_signals, sigterm_as_interrupt
+from .strict_json import check_request_fields
 from .turn import run_turn
 from .workers import LoadCluster, RemoteEndpoint, join_cluster
 
@@ -76,6 +78,7 @@ class Runner:
         self.endpoints: dict[str, ArmEndpoint] = {}
         self.writer: LedgerWriter | None = None
         self._recorder: Recorder | None = None  # hands records to the writer's thread (open_ledger)
+        self.tally = CallTally()  # this session's calls: how many failed (the recorder's, once it is open)
         self._pools: dict[str, aiohttp.ClientSession] = {}  # per arm: its turns', probes' and sentinels' connections
         self._failed: set[tuple] = set()  # on resume: units whose every record failed (run again)
         self._fresh = False  # --resume found a ledger that holds no run yet: start it afresh
@@ -91,7 +94,7 @@ class Runner:
         for i, arm in enumerate(self.spec.arms):
             headers = endpoint_headers(self.exp, i, arm)
             if arm.engine is not None:
-                eng = make_engine(arm.name, arm.engine, self.out / f"engine-{_safe(arm.name)}.log")
+                eng = make_engine(arm.name, arm.engine, self.out / f"engine-{file_part(arm.name)}.log")
                 self.endpoints[arm.name] = ArmEndpoint(arm, "", eng.model_id, headers, eng)
             else:
                 self.endpoints[arm.name] = ArmEndpoint(arm, arm.base_url or "", arm.model or "", headers)
@@ -173,10 +176,16 @@ class Runner:
         """Open the run's ledger (appending) and its :class:`Recorder`; the run's API keys are never written."""
         self.writer = LedgerWriter(self.out / "ledger.jsonl", secrets=self.secrets())
         self._recorder = Recorder(self.writer)
+        self.tally = self._recorder.tally
 
     def secrets(self) -> tuple[str, ...]:
         """The run's API keys: never written to the ledger (nor to its shards)."""
         return tuple(h.removeprefix("Bearer ") for ep in self.endpoints.values() for h in ep.headers.values())
+
+    def check_some_call_succeeded(self) -> None:
+        """A run in which every call failed measured nothing: RuntimeFailure (exit 1), the first error's keys
+        redacted (:meth:`~leverbench.runner.recorder.CallTally.check`); the CLI calls it after the reports."""
+        self.tally.check(self.out, self.secrets())
 
     def close_ledger(self) -> None:
         """Wait until every record handed over is written, however the run ended, and close the file."""
@@ -363,6 +372,7 @@ class Runner:
                     end = await self.cluster.run_stage(stage, RemoteEndpoint.of(self.endpoints[arm]),
                                                        timeouts=self.timeouts, retries=self.retries,
                                                        keep_text=self.keep_text, run_id=self.run_id)
+                    self.tally.untallied += int(end.get("calls") or 0)  # in the workers' shards
                 else:
                     await stage.run()
                     end = {"calls": stage.sent, "stopped": stage.stopped}
@@ -388,6 +398,7 @@ class Runner:
 
     def run(self) -> Path:
         """Do the experiment's work; returns the ledger path.  Engines are always stopped."""
+        check_request_fields(self.exp)  # before anything starts: a request JSON cannot carry
         done = self._completed()
         self._prepare_endpoints()
         # before the engines start and the run's signal handlers are set (ray.init sets its own)
@@ -426,7 +437,3 @@ def holds_a_run(path: Path) -> bool:
     header cut by a crash) is what a run stopped before its first record leaves: no measurement in it."""
     with open(path, "rb") as fh:
         return fh.readline().endswith(b"\n")
-
-
-def _safe(name: str) -> str:
-    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
