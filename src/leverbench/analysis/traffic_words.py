@@ -57,8 +57,9 @@ def recommend(result: Mapping[str, Any]) -> str:
     if dom is None:
         return "The modelled time is zero: these calls have no tokens to prefill or decode."
     shares = ", ".join(f"{p} {pct(ov[f'{p}_share'])}" for p in PHASES if p != "queue" or result["queue"]["measured"])
-    text = [f"{dom.capitalize()} dominates: {pct(ov[f'{dom}_share'])} of the modelled time ({shares}; "
-            f"input:output tokens {result['distribution']['input_output_ratio']:.1f}:1)."]
+    ratio = result["distribution"]["input_output_ratio"]  # None: no output tokens at all
+    tokens = f"input:output tokens {ratio:.1f}:1" if ratio is not None else "no output tokens"
+    text = [f"{dom.capitalize()} dominates: {pct(ov[f'{dom}_share'])} of the modelled time ({shares}; {tokens})."]
     levers = result["levers"]
     est = [l for l in levers if l["estimated"] and l["saved_s"] > 0]
     best = est[0] if est else None

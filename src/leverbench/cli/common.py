@@ -30,9 +30,15 @@ DEBUG_ENV = "LEVERBENCH_DEBUG"
 _MESSAGE_CHARS = 300  # an internal error's message, cut to one readable line
 
 
+def one_line(text: str) -> str:
+    """*text* as one printable line: a line break or other control character in it (a key or a cell of the
+    user's file quoted in a message) written as its escape, ``\\n``, so an error stays the one line it promises."""
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
+
+
 def fail(exc: LeverbenchError) -> None:
-    """The one error path: the message on stderr, the error's exit code."""
-    click.echo(f"leverbench: error: {exc}", err=True)
+    """The one error path: the message, as one line (:func:`one_line`), on stderr; the error's exit code."""
+    click.echo(f"leverbench: error: {one_line(str(exc))}", err=True)
     sys.exit(exc.exit_code)
 
 

@@ -80,7 +80,7 @@ def older_version(path: Path, fh: BinaryIO) -> int | None:
     fh.seek(0)
     try:
         header = json.loads(first)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than the json module reads
         return None
     if not isinstance(header, dict) or header.get("kind") != "run" or not isinstance(header.get("schema"), str):
         return None
@@ -104,7 +104,7 @@ def upgrade_lines(data: bytes, version: int) -> bytes:
     for line in data.split(b"\n"):
         try:
             obj = json.loads(line) if line.strip() else None
-        except ValueError:
+        except (ValueError, RecursionError):
             obj = None
         out.append(json.dumps(upgrade_record(obj, version)).encode() if isinstance(obj, dict) else line)
     return b"\n".join(out)
