@@ -292,8 +292,12 @@ def test_stage_and_variant_names_hold_no_control_characters(tmp_path):
             "cases[0].variants[0].name", "U+001B")
 
 
-def test_file_paths_hold_no_nul(tmp_path):
+def test_file_paths_and_engine_arguments_hold_no_nul(tmp_path):
+    """Each would end in ``ValueError: embedded null byte`` where the path is opened or the engine started."""
     refused(experiment(tmp_path, case='documents = ["doc\\u0000.md"]'), "cases[0].documents[0]", "U+0000")
+    refused(experiment(tmp_path, extra=stage('trace = "t\\u0000.jsonl"', "trace")), "load[0].trace", "U+0000")
+    refused(engine_arm(tmp_path, 'args = ["--alias", "x\\u0000"]'), "arms[1].engine.args[1]", "U+0000")
+    refused(engine_arm(tmp_path, 'binary = "llama\\u0000server"'), "arms[1].engine.binary", "U+0000")
 
 
 # ------------------------------------------------------------------ 7. nested JSON, devices, FIFOs, huge files

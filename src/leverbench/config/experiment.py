@@ -43,7 +43,7 @@ from .limits import (
     check_number,
     check_whole,
 )
-from .names import FilePath, Label, RunName, Url, json_problem
+from .names import Arg, FilePath, Label, RunName, Url, json_problem
 from .problems import first_error
 from .stages import LoadStage, check_plans, check_stages, check_trace_paths
 
@@ -101,7 +101,7 @@ class EngineSpec(_Strict):
     llama.cpp's (vLLM's CPU build binds its threads itself: ``VLLM_CPU_OMP_THREADS_BIND``)."""
 
     kind: Literal["embedded", "vllm"] = "embedded"
-    args: list[Label] = Field(default_factory=list)
+    args: list[Arg] = Field(default_factory=list)
     threads: Threads | None = None
     ctx_size: CtxSize = 8192
     startup_timeout_s: CallSeconds = 300.0

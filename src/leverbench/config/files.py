@@ -26,11 +26,17 @@ def regular_file(file: str, key: str, p: Path, rel: str) -> bytes:
     if not stat.S_ISREG(st.st_mode):
         what = "a directory" if stat.S_ISDIR(st.st_mode) else "a device, FIFO or socket"
         raise ConfigError(file, key, f"{rel} is not a regular file ({what}); give a file")
+    too_big = ConfigError(file, key, f"{rel} is larger than {MAX_FILE_BYTES // 2**20} MiB ({st.st_size:,} bytes), "
+                                     "the limit for a file the experiment reads whole")
+    if st.st_size > MAX_FILE_BYTES:
+        raise too_big
     with p.open("rb") as f:
-        data = f.read(MAX_FILE_BYTES + 1)  # at most the limit, whatever the file grows to meanwhile
+        # its size and a byte more (a read allocates what it is asked for), then on while it grows, to the limit
+        data = f.read(st.st_size + 1)
+        while len(data) <= MAX_FILE_BYTES and (more := f.read(2**20)):
+            data += more
     if len(data) > MAX_FILE_BYTES:
-        raise ConfigError(file, key, f"{rel} is larger than {MAX_FILE_BYTES // 2**20} MiB ({st.st_size:,} bytes), the "
-                                     "limit for a file the experiment reads whole")
+        raise too_big
     return data
 
 

@@ -56,6 +56,12 @@ def _path(v: str) -> str:
     return v
 
 
+def _arg(v: str) -> str:
+    if "\x00" in v:  # a process's argument cannot hold one
+        raise ValueError(f"an engine argument may not hold a NUL character (U+0000 in {shown(v)})")
+    return v
+
+
 def url_problem(v: str) -> str | None:
     """What is wrong with *v* as an endpoint URL (None: nothing): http or https, a host, a port from 1 to
     65535 if one is given, no white space or control characters (which would end up in a request's headers)."""
@@ -113,6 +119,7 @@ def json_depth(v: Any) -> int:
 
 
 Label = Annotated[str, AfterValidator(_label)]
+Arg = Annotated[str, AfterValidator(_arg)]
 RunName = Annotated[str, AfterValidator(_run_name)]
 FilePath = Annotated[str, AfterValidator(_path)]
 Url = Annotated[str, AfterValidator(_url)]

@@ -43,10 +43,12 @@ def _model_at(root: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | 
     return model
 
 
-def dotted(loc: tuple[Any, ...]) -> str:
+def dotted(loc: tuple[Any, ...], keep_last: bool = False) -> str:
+    """*loc* as the file's key: ``arms[1].engine.kind`` (union tags left out; *keep_last*: the last part is the
+    file's own, an unknown key, whatever it looks like)."""
     out = ""
-    for part in loc:
-        if isinstance(part, str) and _UNION_TAG.match(part):
+    for n, part in enumerate(loc):
+        if isinstance(part, str) and _UNION_TAG.match(part) and not (keep_last and n == len(loc) - 1):
             continue
         if isinstance(part, int):
             out += f"[{part}]"
@@ -59,7 +61,7 @@ def first_error(file: str, err: ValidationError, root: type[BaseModel]) -> Confi
     """The first of *err*'s problems (validating *root*) as a :class:`ConfigError` naming *file* and the key."""
     e = err.errors()[0]
     loc = tuple(e["loc"])
-    key = dotted(loc)
+    key = dotted(loc, keep_last=e["type"] == "extra_forbidden")
     if e["type"] == "extra_forbidden":
         owner = _model_at(root, loc)
         hint = ""
