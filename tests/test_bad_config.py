@@ -132,7 +132,17 @@ def test_strings_and_booleans_are_not_numbers(tmp_path, where, line, key, needle
 def test_infinity_and_nan_are_refused(tmp_path, where, line, key):
     e = refused(experiment(tmp_path, **{where: line}), key)
     assert "inf" in str(e) or "nan" in str(e)
-    assert "finite" in str(e) or "JSON has no" in str(e)
+    assert "finite" in str(e)
+
+
+@pytest.mark.parametrize("line, needle", [
+    ("request = { temperature = inf }", "request.temperature must be a finite number (JSON has no inf)"),
+    ("request = { stop = [1.0, nan] }", "request.stop[1] must be a finite number"),
+    ("request = { at = 1979-05-27T07:32:00Z }", "request.at is a datetime, which JSON cannot carry"),
+    ("request = { x = " + "[" * 70 + "]" * 70 + " }", "nested deeper than 64 levels"),
+])
+def test_request_fields_are_sent_as_json(tmp_path, line, needle):
+    refused(experiment(tmp_path, arm=line), "arms[0]", needle)
 
 
 def engine_arm(tmp: Path, engine: str) -> Path:

@@ -158,10 +158,10 @@ class Arm(_Strict):
             raise ValueError("metrics_send_key sends the api_key_env key to metrics_url: give both, or drop it")
         if self.api_key_env and self.base_url and "@" in urlsplit(self.base_url).netloc:
             raise ValueError("base_url carries credentials (user:password@) and api_key_env is set: give one of them")
-        for what, values in (("request", self.request), ("conditions", self.conditions)):  # sent or recorded
-            problem = json_problem(values)
+        for what, values in (("request", self.request), ("conditions", self.conditions)):  # sent, or recorded
+            problem = json_problem(values, what, sent=what == "request")
             if problem:
-                raise ValueError(f"{what}.{problem}")
+                raise ValueError(problem)
         for key, positive, hi in (("gpus", True, MAX_GPUS), ("gpu_hour_usd", False, MAX_GPU_HOUR_USD)):
             v = self.conditions.get(key)  # costs and budgets are priced with them
             if v is not None:

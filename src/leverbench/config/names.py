@@ -93,17 +93,21 @@ def _url(v: str) -> str:
     return v
 
 
-def json_problem(v: Any, depth: int = 0) -> str | None:
-    """What keeps *v* (a value of ``request`` or ``conditions``) from being sent or recorded as JSON: a number
-    that is not finite, nesting past :data:`~.limits.MAX_JSON_DEPTH` (None: nothing)."""
+def json_problem(v: Any, where: str, depth: int = 0, *, sent: bool = False) -> str | None:
+    """What keeps *v* (the value at *where*: ``request``, ``conditions``) from being sent or recorded as JSON: a
+    number that is not finite, nesting past :data:`~.limits.MAX_JSON_DEPTH`, and if it is *sent* as it is, a TOML
+    date or time (None: nothing)."""
     if depth > MAX_JSON_DEPTH:
-        return f"is nested deeper than {MAX_JSON_DEPTH} levels"
+        return f"{where} is nested deeper than {MAX_JSON_DEPTH} levels"
     if isinstance(v, float) and not math.isfinite(v):
-        return f"must hold finite numbers (JSON has no {shown(v)})"
+        return f"{where} must be a finite number (JSON has no {shown(v)})"
     if isinstance(v, dict):
-        return next((f"{k}: {p}" for k, x in v.items() if (p := json_problem(x, depth + 1))), None)
+        return next((p for k, x in v.items() if (p := json_problem(x, f"{where}.{k}", depth + 1, sent=sent))), None)
     if isinstance(v, list):
-        return next((f"[{i}]: {p}" for i, x in enumerate(v) if (p := json_problem(x, depth + 1))), None)
+        return next((p for i, x in enumerate(v) if (p := json_problem(x, f"{where}[{i}]", depth + 1, sent=sent))),
+                    None)
+    if sent and not (v is None or isinstance(v, (str, int, float))):
+        return f"{where} is a {type(v).__name__}, which JSON cannot carry (quote it: a string)"
     return None
 
 
