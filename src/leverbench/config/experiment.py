@@ -162,13 +162,12 @@ class Arm(_Strict):
             problem = json_problem(values, what, sent=what == "request")
             if problem:
                 raise ValueError(problem)
-        for key, positive, hi in (("gpus", True, MAX_GPUS), ("gpu_hour_usd", False, MAX_GPU_HOUR_USD)):
-            v = self.conditions.get(key)  # costs and budgets are priced with them
-            if v is not None:
-                problem = check_number(v, 0, hi, lo_open=positive)
-                if problem:
-                    raise ValueError(f"conditions.{key} ({'GPUs per server' if positive else 'the price of a '}"
-                                     f"{'' if positive else 'GPU-hour'}) {problem}")
+        for key, what, positive, hi in (("gpus", "GPUs per server", True, MAX_GPUS),  # costs and budgets are
+                                        ("gpu_hour_usd", "the price of a GPU-hour", False, MAX_GPU_HOUR_USD)):  # priced
+            v = self.conditions.get(key)  # with them
+            problem = None if v is None else check_number(v, 0, hi, lo_open=positive)
+            if problem:
+                raise ValueError(f"conditions.{key} ({what}) {problem}")
         return self
 
 

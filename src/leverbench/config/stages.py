@@ -42,6 +42,11 @@ computed once and split across them (:mod:`leverbench.runner.shares`,
 :mod:`leverbench.runner.workers`): a closed loop's concurrency (at least one
 client each) and ``max_in_flight`` are split too.
 
+Every number has its bounds (:mod:`.limits`), and a stage whose plan would not
+fit — more than :data:`~.limits.MAX_REQUESTS` requests (an open loop's rate ×
+its duration), or longer than :data:`~.limits.MAX_STAGE_S` (requests at a low
+rate) — is refused when the file is loaded (:func:`check_plans`).
+
 Example::
 
     [[load]]
