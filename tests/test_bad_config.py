@@ -393,7 +393,8 @@ def test_only_the_experiment_baseline_has_role_baseline(tmp_path):
     ({"url": "http://127.0.0.1:1/v1\\r\\nX-Evil: 1"}, []),
     ({"url": "javascript:alert(1)"}, []),
 ], ids=lambda v: json.dumps(v)[:40] if isinstance(v, dict) else None)
-def test_run_gives_one_error_line_and_exit_2(tmp_path, edit, args):
+def test_run_gives_one_error_line_and_exit_2(tmp_path, monkeypatch, edit, args):
+    monkeypatch.chdir(tmp_path)  # a run without --out would go to runs/NAME-... here
     edit = dict(edit)
     name, url = edit.pop("name", None), edit.pop("url", None)
     p = experiment(tmp_path, **edit)
@@ -409,4 +410,4 @@ def test_run_gives_one_error_line_and_exit_2(tmp_path, edit, args):
     lines = res.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"leverbench: error: {p}: "), res.stderr
     assert "Traceback" not in res.output and isinstance(res.exception, SystemExit)
-    assert not (tmp_path / "run").exists()  # refused before anything started
+    assert not (tmp_path / "run").exists() and not (tmp_path / "runs").exists()  # refused before anything started
