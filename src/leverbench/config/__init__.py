@@ -1,10 +1,10 @@
 """The experiment file: TOML in, validated pydantic models out.
 
 The schema in one place: :mod:`.experiment` (the experiment, its arms, cases, probes and timeouts, and
-loading a file), :mod:`.adaptive` (``[experiment] adaptive``) and :mod:`.stages` (the ``[[load]]``
-stages).  Every problem is reported as a :class:`~leverbench.errors.ConfigError` naming the file, the
-key (dotted path, e.g. ``arms[1].engine.kind``) and what is wrong; unknown keys get the nearest valid key
-as a suggestion.
+loading a file), :mod:`.adaptive` (``[experiment] adaptive``), :mod:`.stages` (the ``[[load]]``
+stages), and the bounds every number and name is held to: :mod:`.limits`, :mod:`.names`.  Every problem
+is reported as a :class:`~leverbench.errors.ConfigError` naming the file, the key (dotted path, e.g.
+``arms[1].engine.kind``) and what is wrong; unknown keys get the nearest valid key as a suggestion.
 """
 
 from .adaptive import AdaptiveSpec
@@ -25,9 +25,9 @@ from .experiment import (
     with_adaptive,
     with_repeats,
 )
-from .stages import TRACE_FORMATS, LoadStage, PlannedStage, check_stages, check_trace_paths, expand
+from .stages import TRACE_FORMATS, LoadStage, PlannedStage, check_plans, check_stages, check_trace_paths, expand
 
 __all__ = ["DEFAULT_EXPERIMENT", "TRACE_FORMATS", "AdaptiveSpec", "Arm", "Case", "EngineSpec", "Experiment",
            "ExperimentSection", "LoadStage", "LoadedExperiment", "PlannedStage", "Probes", "Step", "TimeoutsSpec",
-           "Variant", "check_stages", "check_trace_paths", "expand", "load", "variant_name", "with_adaptive",
-           "with_repeats"]
+           "Variant", "check_plans", "check_stages", "check_trace_paths", "expand", "load", "variant_name",
+           "with_adaptive", "with_repeats"]

@@ -10,6 +10,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from ..errors import ConfigError
+from .limits import MAX_GPU_HOURS, MAX_MIN_EFFECT, MAX_REPEATS, shown
 
 
 class AdaptiveSpec(BaseModel):
@@ -19,7 +20,7 @@ class AdaptiveSpec(BaseModel):
     ``max_repeats``: per cell, all rounds together; ``max_gpu_hours``: no round starts that would take the
     turns' GPU-hours (turn seconds × the arm's ``gpus`` condition, default 1, / 3600, every arm) past it."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # a string or a boolean is not a number
 
     min_effect: float = 1.10
     confidence: float = 0.95
@@ -29,29 +30,32 @@ class AdaptiveSpec(BaseModel):
     @field_validator("min_effect")
     @classmethod
     def _min_effect(cls, v: float) -> float:
-        if not (math.isfinite(v) and v > 1.0):
-            raise ValueError(f"must be a ratio above 1 (e.g. 1.10: the lever must make turns 10 % faster), got {v!r}")
+        if not (math.isfinite(v) and 1.0 < v <= MAX_MIN_EFFECT):
+            raise ValueError(f"must be a ratio above 1 and at most {MAX_MIN_EFFECT:g} (e.g. 1.10: the lever must make "
+                             f"turns 10 % faster), got {shown(v)}")
         return v
 
     @field_validator("confidence")
     @classmethod
     def _confidence(cls, v: float) -> float:
         if not 0.0 < v < 1.0:
-            raise ValueError(f"must be between 0 and 1 (e.g. 0.95), got {v!r}")
+            raise ValueError(f"must be between 0 and 1 (e.g. 0.95), got {shown(v)}")
         return v
 
     @field_validator("max_repeats")
     @classmethod
     def _max_repeats(cls, v: int) -> int:
-        if not 2 <= v <= 1000:
-            raise ValueError(f"must be a whole number from 2 (no verdict comes before 2 repeats) to 1000, got {v!r}")
+        if not 2 <= v <= MAX_REPEATS:
+            raise ValueError(f"must be a whole number from 2 (no verdict comes before 2 repeats) to {MAX_REPEATS}, "
+                             f"got {shown(v)}")
         return v
 
     @field_validator("max_gpu_hours")
     @classmethod
     def _max_gpu_hours(cls, v: float | None) -> float | None:
-        if v is not None and not (math.isfinite(v) and v > 0):
-            raise ValueError(f"must be a number of GPU-hours above 0 (or left out: no limit), got {v!r}")
+        if v is not None and not (math.isfinite(v) and 0 < v <= MAX_GPU_HOURS):
+            raise ValueError(f"must be a number of GPU-hours above 0 and at most {MAX_GPU_HOURS:g} (or left out: no "
+                             f"limit), got {shown(v)}")
         return v
 
 

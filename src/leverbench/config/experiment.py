@@ -8,7 +8,6 @@ unknown keys get the nearest valid key as a suggestion.
 from __future__ import annotations
 
 import difflib
-import math
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -21,14 +20,39 @@ from ..engines.llama_flags import check as check_llama_flags
 from ..errors import ConfigError
 from ..redact import redact_url
 from .adaptive import AdaptiveSpec, check_adaptive
-from .files import read_json, read_text, resolve_binary
-from .stages import LoadStage, check_stages, check_trace_paths
+from .files import read_json, read_text, regular_file, resolve_binary
+from .limits import (
+    MAX_DEPTHS,
+    MAX_GPU_HOUR_USD,
+    MAX_GPUS,
+    MAX_REPEATS,
+    CallSeconds,
+    CallSecondsOrZero,
+    CtxSize,
+    Flag,
+    Fraction,
+    PositiveTolerance,
+    Repeats,
+    Retries,
+    Steps,
+    Temperature,
+    Threads,
+    Tokens,
+    TokensOrZero,
+    Tolerance,
+    check_number,
+    check_whole,
+)
+from .names import Arg, FilePath, Label, RunName, Url, json_problem
+from .problems import first_error
+from .stages import LoadStage, check_plans, check_stages, check_trace_paths
 
 DEFAULT_EXPERIMENT = Path("examples/agent-turns.toml")
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=False)
+    # strict: a string or a boolean is not a number (repeats = "2", rate = true), a float not a whole number
+    model_config = ConfigDict(extra="forbid", frozen=False, strict=True)
 
 
 class TimeoutsSpec(_Strict):
@@ -36,28 +60,28 @@ class TimeoutsSpec(_Strict):
     which the client (:func:`leverbench.runner.client.stream_chat`) uses as its ``Timeouts`` too.  Frozen:
     one instance serves as the client's default for every call."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
-    connect_s: float = Field(30.0, gt=0)
-    first_token_s: float = Field(600.0, gt=0)
-    idle_s: float = Field(120.0, gt=0)
-    total_s: float = Field(1800.0, gt=0)
+    connect_s: CallSeconds = 30.0
+    first_token_s: CallSeconds = 600.0
+    idle_s: CallSeconds = 120.0
+    total_s: CallSeconds = 1800.0
 
 
 class ExperimentSection(_Strict):
-    name: str
-    repeats: int = Field(3, ge=1, le=1000)
+    name: RunName
+    repeats: Repeats = 3
     order: Literal["interleaved", "blocked"] = "interleaved"
     baseline: str
-    volume_tolerance_cell: float = Field(0.20, ge=0)
-    volume_tolerance_total: float = Field(0.05, ge=0)
-    store_text: bool = False
-    drift_tolerance: float = Field(0.10, gt=0)
-    sentinel_tokens: int = Field(48, ge=0, description="tokens each drift sentinel decodes (more: a steadier rate); "
-                                                       "0 disables them")
+    volume_tolerance_cell: Tolerance = 0.20
+    volume_tolerance_total: Tolerance = 0.05
+    store_text: Flag = False
+    drift_tolerance: PositiveTolerance = 0.10
+    sentinel_tokens: TokensOrZero = Field(48, description="tokens each drift sentinel decodes (more: a steadier "
+                                                          "rate); 0 disables them")
     timeouts: TimeoutsSpec = Field(default_factory=TimeoutsSpec)
-    retries: int = Field(0, ge=0, le=10, description="retry a failed call this many times; every attempt is recorded")
-    engaged_acceptance_min: float = Field(0.2, ge=0, le=1)
+    retries: Retries = Field(0, description="retry a failed call this many times; every attempt is recorded")
+    engaged_acceptance_min: Fraction = 0.2
     adaptive: AdaptiveSpec | None = Field(None, description="adaptive repeats (true: the defaults; false or left "
                                                             "out: a fixed number of repeats)")
 
@@ -77,13 +101,13 @@ class EngineSpec(_Strict):
     llama.cpp's (vLLM's CPU build binds its threads itself: ``VLLM_CPU_OMP_THREADS_BIND``)."""
 
     kind: Literal["embedded", "vllm"] = "embedded"
-    args: list[str] = Field(default_factory=list)
-    threads: int | None = Field(None, ge=1)
-    ctx_size: int = Field(8192, ge=256)
-    startup_timeout_s: float = Field(300.0, gt=0)
+    args: list[Arg] = Field(default_factory=list)
+    threads: Threads | None = None
+    ctx_size: CtxSize = 8192
+    startup_timeout_s: CallSeconds = 300.0
     # llama.cpp only: a llama-server binary to run instead of the prebuilt engine (a name on PATH, or a path
     # relative to the experiment file; the loaded experiment holds it resolved)
-    binary: str | None = Field(None, min_length=1)
+    binary: FilePath | None = Field(None, min_length=1)
 
     @model_validator(mode="after")
     def _threads_for_llamacpp(self) -> "EngineSpec":
@@ -107,16 +131,16 @@ class EngineSpec(_Strict):
 
 
 class Arm(_Strict):
-    name: str = Field(min_length=1)
+    name: Label = Field(min_length=1)
     role: Literal["baseline", "control", "treatment"] = "treatment"
-    base_url: str | None = None
-    model: str | None = None
-    api_key_env: str | None = None
+    base_url: Url | None = None
+    model: Label | None = None
+    api_key_env: Label | None = None
     engine: EngineSpec | None = None
     request: dict[str, Any] = Field(default_factory=dict)
     conditions: dict[str, Any] = Field(default_factory=dict)
-    metrics_url: str | None = None
-    metrics_send_key: bool = False  # send the api_key_env key to a metrics_url on another origin too
+    metrics_url: Url | None = None
+    metrics_send_key: Flag = False  # send the api_key_env key to a metrics_url on another origin too
 
     @model_validator(mode="after")
     def _endpoint_xor_engine(self) -> "Arm":
@@ -134,26 +158,30 @@ class Arm(_Strict):
             raise ValueError("metrics_send_key sends the api_key_env key to metrics_url: give both, or drop it")
         if self.api_key_env and self.base_url and "@" in urlsplit(self.base_url).netloc:
             raise ValueError("base_url carries credentials (user:password@) and api_key_env is set: give one of them")
-        for key, positive in (("gpus", True), ("gpu_hour_usd", False)):  # costs and budgets are priced with them
-            v = self.conditions.get(key)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
-                                  or v < 0 or (positive and v == 0)):
-                raise ValueError(f"conditions.{key} must be a {'positive' if positive else 'non-negative'} number "
-                                 f"(GPUs per server; the price of a GPU-hour), not {v!r}")
+        for what, values in (("request", self.request), ("conditions", self.conditions)):  # sent, or recorded
+            problem = json_problem(values, what, sent=what == "request")
+            if problem:
+                raise ValueError(problem)
+        for key, what, positive, hi in (("gpus", "GPUs per server", True, MAX_GPUS),  # costs and budgets are
+                                        ("gpu_hour_usd", "the price of a GPU-hour", False, MAX_GPU_HOUR_USD)):  # priced
+            v = self.conditions.get(key)  # with them
+            problem = None if v is None else check_number(v, 0, hi, lo_open=positive)
+            if problem:
+                raise ValueError(f"conditions.{key} ({what}) {problem}")
         return self
 
 
 class Step(_Strict):
     prompt: str = Field(min_length=1)
-    max_tokens: int | None = Field(None, ge=1)
+    max_tokens: Tokens | None = None
 
 
 class Variant(_Strict):
     """A prompt-discipline variant of a case: the same turn with its first prompt changed."""
-    name: str = Field(min_length=1)
+    name: Label = Field(min_length=1)
     append: str | None = None      # text appended to the first prompt (e.g. "Answer in one sentence.")
     prompt: str | None = None      # or a replacement first prompt
-    max_tokens: int | None = Field(None, ge=1)
+    max_tokens: Tokens | None = None
 
     @model_validator(mode="after")
     def _one_change(self) -> "Variant":
@@ -163,19 +191,19 @@ class Variant(_Strict):
 
 
 class Case(_Strict):
-    name: str = Field(min_length=1)
+    name: Label = Field(min_length=1)
     system: str | None = None
-    system_file: str | None = None
-    documents: list[str] = Field(default_factory=list)
+    system_file: FilePath | None = None
+    documents: list[FilePath] = Field(default_factory=list)
     prompt: str = Field(min_length=1)
-    max_tokens: int = Field(256, ge=1)
-    temperature: float = Field(0.0, ge=0)  # greedy by default: sampling makes arms generate different volumes
-    tools: str | None = None
+    max_tokens: Tokens = 256
+    temperature: Temperature = 0.0  # greedy by default: sampling makes arms generate different volumes
+    tools: FilePath | None = None
     # JSON: {"tool_name": "result" | {"result": ..., "latency_s": ...}, "default": ...}
-    tool_script: str | None = None
-    tool_latency_s: float = Field(0.0, ge=0)
-    max_steps: int = Field(8, ge=1, le=200)
-    think_tags: bool = False          # the model writes its reasoning inside <think>...</think>
+    tool_script: FilePath | None = None
+    tool_latency_s: CallSecondsOrZero = 0.0
+    max_steps: Steps = 8
+    think_tags: Flag = False          # the model writes its reasoning inside <think>...</think>
     steps: list[Step] = Field(default_factory=list)
     variants: list[Variant] = Field(default_factory=list)
     variant_of: str | None = None     # set by the loader on expanded variants; not for the file
@@ -188,11 +216,12 @@ class Case(_Strict):
 
 
 class Probes(_Strict):
-    output_tokens: list[int] = Field(default_factory=lambda: [128, 1024])
-    repeats: int = Field(3, ge=1)
+    output_tokens: list[Tokens] = Field(default_factory=lambda: [128, 1024])
+    repeats: Repeats = 3
     case: str | None = None
-    tolerance: float = Field(0.05, gt=0)
-    depths: list[int] = Field(default_factory=list)  # prompt lengths in tokens; empty: the case's own prompt
+    tolerance: PositiveTolerance = 0.05
+    # prompt lengths in tokens; empty: the case's own prompt
+    depths: list[Tokens] = Field(default_factory=list, max_length=MAX_DEPTHS)
 
     @field_validator("output_tokens")
     @classmethod
@@ -243,70 +272,12 @@ class LoadedExperiment(BaseModel):
         return snap
 
 
-# ---------------------------------------------------------------- errors
-
-
-def _valid_keys(model: type[BaseModel]) -> list[str]:
-    return list(model.model_fields)
-
-
-def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
-    """The pydantic model that owns the last key of *loc* (for suggestions)."""
-    model: type[BaseModel] | None = Experiment
-    for part in loc[:-1]:
-        if isinstance(part, int) or model is None:
-            continue
-        field = model.model_fields.get(part)
-        if field is None:
-            return None
-        ann = field.annotation
-        nxt = None
-        for cand in (ExperimentSection, AdaptiveSpec, TimeoutsSpec, Arm, EngineSpec, Case, Step, Variant, Probes,
-                     LoadStage):
-            if ann is cand or cand in getattr(ann, "__args__", ()) or any(
-                cand in getattr(a, "__args__", ()) for a in getattr(ann, "__args__", ())
-            ):
-                nxt = cand
-                break
-        model = nxt
-    return model
-
-
-def _dotted(loc: tuple[Any, ...]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += ("." if out else "") + str(part)
-    return out
-
-
-def _first_error(file: str, err: ValidationError) -> ConfigError:
-    e = err.errors()[0]
-    loc = tuple(e["loc"])
-    key = _dotted(loc)
-    if e["type"] == "extra_forbidden":
-        owner = _model_at(loc)
-        hint = ""
-        if owner is not None:
-            near = difflib.get_close_matches(str(loc[-1]), _valid_keys(owner), n=1)
-            hint = f"; did you mean {near[0]!r}?" if near else f"; valid keys: {', '.join(_valid_keys(owner))}"
-        return ConfigError(file, key, f"unknown key{hint}")
-    if e["type"] == "missing":
-        return ConfigError(file, key, "required key is missing")
-    msg = e["msg"]
-    if msg.startswith("Value error, "):
-        msg = msg[len("Value error, "):]
-    return ConfigError(file, key, msg)
-
-
 # ---------------------------------------------------------------- loading
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
     try:
-        raw = path.read_bytes()
+        raw = regular_file(str(path), "", path, "the experiment file")
     except FileNotFoundError:
         raise ConfigError(str(path), "", "file not found") from None
     except OSError as exc:
@@ -318,6 +289,8 @@ def _read_toml(path: Path) -> dict[str, Any]:
     except tomllib.TOMLDecodeError as exc:
         # message carries "(at line L, column C)"
         raise ConfigError(str(path), "", f"malformed TOML: {exc}") from None
+    except RecursionError:  # tomllib parses nested arrays and tables recursively
+        raise ConfigError(str(path), "", "malformed TOML: arrays or tables nested too deep") from None
 
 
 def _check_names(file: str, spec: Experiment) -> None:
@@ -340,6 +313,10 @@ def _check_names(file: str, spec: Experiment) -> None:
         if arm.name == spec.experiment.baseline and arm.role != "baseline":
             raise ConfigError(file, f"arms[{i}].role",
                               f"arm {arm.name!r} is the experiment's baseline, so its role must be \"baseline\"")
+        if arm.name != spec.experiment.baseline and arm.role == "baseline":
+            raise ConfigError(file, f"arms[{i}].role",
+                              f"only the experiment's baseline ({spec.experiment.baseline!r}) has role \"baseline\"; "
+                              f"make arm {arm.name!r} \"control\" or \"treatment\" (or the baseline)")
 
 
 def load(path: str | Path) -> LoadedExperiment:
@@ -350,7 +327,7 @@ def load(path: str | Path) -> LoadedExperiment:
     try:
         spec = Experiment.model_validate(data)
     except ValidationError as err:
-        raise _first_error(file, err) from None
+        raise first_error(file, err, Experiment) from None
     _check_names(file, spec)
     check_adaptive(file, spec.experiment)
     base = path.resolve().parent
@@ -383,6 +360,7 @@ def load(path: str | Path) -> LoadedExperiment:
                               "set by leverbench for [[cases.variants]]; use variants instead")
     spec.cases = [*spec.cases, *_expand_variants(file, spec)]
     problems = check_stages(spec.load, [a.name for a in spec.arms], [c.name for c in spec.cases])
+    problems += check_plans(spec.load)
     problems += check_trace_paths(spec.load, base)
     if problems:
         raise ConfigError(file, *problems[0])
@@ -416,8 +394,9 @@ def _expand_variants(file: str, spec: Experiment) -> list[Case]:
 def with_repeats(exp: LoadedExperiment, repeats: int | None) -> LoadedExperiment:
     if repeats is None:
         return exp
-    if repeats < 1:
-        raise ConfigError(str(exp.path), "--repeats", "must be at least 1")
+    problem = check_whole(repeats, 1, MAX_REPEATS)  # the bound of the file's repeats
+    if problem:
+        raise ConfigError(str(exp.path), "--repeats", problem)
     spec = exp.spec.model_copy(deep=True)
     spec.experiment.repeats = repeats
     check_adaptive(str(exp.path), spec.experiment, "--repeats")

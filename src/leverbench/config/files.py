@@ -1,23 +1,49 @@
 """The files an experiment file names: documents, system prompts, tool schemas and scripts (texts and JSON,
 relative to the experiment file), and an engine's binary.  Each problem is a :class:`ConfigError` naming the
-file, the key and what is wrong."""
+file, the key and what is wrong.  A file is read only if it is a regular file of at most
+:data:`~.limits.MAX_FILE_BYTES` (a device such as ``/dev/zero`` or a FIFO would never end), JSON only if it
+nests at most :data:`~.limits.MAX_JSON_DEPTH` deep."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import stat
 import sys
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
+from .limits import MAX_FILE_BYTES, MAX_JSON_DEPTH
+from .names import json_depth
+
+
+def regular_file(file: str, key: str, p: Path, rel: str) -> bytes:
+    """The bytes of *p*: :class:`ConfigError` (naming *rel*) if it is not a regular file or is larger than
+    :data:`~.limits.MAX_FILE_BYTES`; ``FileNotFoundError`` and other ``OSError`` for the caller to word."""
+    st = p.stat()  # does not open it: a FIFO would block
+    if not stat.S_ISREG(st.st_mode):
+        what = "a directory" if stat.S_ISDIR(st.st_mode) else "a device, FIFO or socket"
+        raise ConfigError(file, key, f"{rel} is not a regular file ({what}); give a file")
+    too_big = ConfigError(file, key, f"{rel} is larger than {MAX_FILE_BYTES // 2**20} MiB ({st.st_size:,} bytes), "
+                                     "the limit for a file the experiment reads whole")
+    if st.st_size > MAX_FILE_BYTES:
+        raise too_big
+    with p.open("rb") as f:
+        # its size and a byte more (a read allocates what it is asked for), then on while it grows, to the limit
+        data = f.read(st.st_size + 1)
+        while len(data) <= MAX_FILE_BYTES and (more := f.read(2**20)):
+            data += more
+    if len(data) > MAX_FILE_BYTES:
+        raise too_big
+    return data
 
 
 def read_text(file: str, key: str, base: Path, rel: str) -> tuple[str, str]:
     p = (base / rel).resolve()
     try:
-        return str(p), p.read_text(encoding="utf-8")
+        return str(p), regular_file(file, key, p, rel).decode("utf-8")
     except FileNotFoundError:
         raise ConfigError(file, key, f"file not found: {rel} (looked at {p}; paths are relative to the "
                                      "experiment file)") from None
@@ -51,6 +77,13 @@ def resolve_binary(file: str, key: str, base: Path, name: str) -> str:
 def read_json(file: str, key: str, base: Path, rel: str) -> Any:
     _, text = read_text(file, key, base, rel)
     try:
-        return json.loads(text)
+        value = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ConfigError(file, key, f"{rel} is not valid JSON: {exc}") from None
+    except RecursionError:  # the parser's own limit, far deeper than ours
+        value = None
+    else:
+        if json_depth(value) <= MAX_JSON_DEPTH:
+            return value
+    raise ConfigError(file, key, f"{rel} is nested deeper than {MAX_JSON_DEPTH} levels (the limit for a tool schema "
+                                 "or script)")

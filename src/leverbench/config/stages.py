@@ -42,6 +42,11 @@ computed once and split across them (:mod:`leverbench.runner.shares`,
 :mod:`leverbench.runner.workers`): a closed loop's concurrency (at least one
 client each) and ``max_in_flight`` are split too.
 
+Every number has its bounds (:mod:`.limits`), and a stage whose plan would not
+fit — more than :data:`~.limits.MAX_REQUESTS` requests (an open loop's rate ×
+its duration), or longer than :data:`~.limits.MAX_STAGE_S` (requests at a low
+rate) — is refused when the file is loaded (:func:`check_plans`).
+
 Example::
 
     [[load]]
@@ -69,59 +74,99 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from ..trace_formats import TRACE_FORMATS
+from .limits import (
+    MAX_REQUESTS,
+    MAX_STAGE_S,
+    Burstiness,
+    CallSeconds,
+    Flag,
+    Fraction,
+    InFlight,
+    InputCap,
+    Requests,
+    Scale,
+    Seed,
+    Speed,
+    StageSeconds,
+    StageSecondsOrZero,
+    Tokens,
+    WarmupRequests,
+    Workers,
+    check_concurrency,
+    check_rate,
+)
+from .names import FilePath, Label
 
 
 class LoadStage(BaseModel):
     """One ``[[load]]`` entry (before sweep expansion); see the module docstring."""
 
-    model_config = ConfigDict(extra="forbid")
+    # strict: a string or a boolean is not a number; the bounds of each number: .limits
+    model_config = ConfigDict(extra="forbid", strict=True)
 
-    name: str = Field(min_length=1)
+    name: Label = Field(min_length=1)
     mode: Literal["closed", "open", "trace"] = "closed"
     arms: list[str] | None = Field(None, description="arms to drive, one after another (default: all)")
     # what to send
     case: str | None = Field(None, description="closed/open: the case whose first call is sent (default: the first)")
-    prefix_sharing: float = Field(0.0, ge=0.0, le=1.0, description="closed/open: fraction of each prompt's tokens "
-                                  "shared by all the stage's requests (shared part first; 0: all distinct, "
-                                  "1: identical)")
-    trace: str | None = Field(None, description="trace mode: traffic file, relative to the experiment file")
+    prefix_sharing: Fraction = Field(0.0, description="closed/open: fraction of each prompt's tokens shared by all "
+                                     "the stage's requests (shared part first; 0: all distinct, 1: identical)")
+    trace: FilePath | None = Field(None, description="trace mode: traffic file, relative to the experiment file")
     trace_format: Literal[TRACE_FORMATS] | None = None  # type: ignore[valid-type]
-    speed: float = Field(1.0, gt=0, description="trace mode: arrival times and tool waits are divided by this")
-    scale_input: float = Field(1.0, gt=0, description="trace mode: input lengths (and prefix blocks) times this")
-    scale_output: float = Field(1.0, gt=0, description="trace mode: output lengths times this")
-    max_input_tokens: int | None = Field(None, ge=2, description="trace mode: cap on a call's input tokens")
-    max_tokens: int | None = Field(None, ge=1, description="cap on generated tokens (closed/open: replaces the case's)")
-    force_output: bool = Field(True, description="trace mode: force the trace's output length "
+    speed: Speed = Field(1.0, description="trace mode: arrival times and tool waits are divided by this")
+    scale_input: Scale = Field(1.0, description="trace mode: input lengths (and prefix blocks) times this")
+    scale_output: Scale = Field(1.0, description="trace mode: output lengths times this")
+    max_input_tokens: InputCap | None = Field(None, description="trace mode: cap on a call's input tokens")
+    max_tokens: Tokens | None = Field(None, description="cap on generated tokens (closed/open: replaces the case's)")
+    force_output: Flag = Field(True, description="trace mode: force the trace's output length "
                                                  "(ignore_eos + min_tokens)")
-    block_tokens: int = Field(512, ge=1, description="trace mode: tokens per Mooncake hash block (before scale_input)")
+    block_tokens: Tokens = Field(512, description="trace mode: tokens per Mooncake hash block (before scale_input)")
     # shape
     concurrency: int | list[int] | None = None
     rate: float | list[float] | None = None
     arrival: Literal["constant", "poisson", "gamma"] = "poisson"
-    burstiness: float = Field(1.0, gt=0, description="gamma shape k: CV of the gaps = 1/sqrt(k)")
-    seed: int = 0
-    ramp_s: float = Field(0.0, ge=0, description="closed loop: client k of N starts k·ramp_s/N after the first "
-                                                 "(0: all at once, so their sends come in bursts)")
-    keep_alive: bool = Field(True, description="reuse connections between calls, as the turns do (false: a new "
+    burstiness: Burstiness = Field(1.0, description="gamma shape k: CV of the gaps = 1/sqrt(k)")
+    seed: Seed = 0
+    ramp_s: StageSecondsOrZero = Field(0.0, description="closed loop: client k of N starts k·ramp_s/N after the first "
+                                                        "(0: all at once, so their sends come in bursts)")
+    keep_alive: Flag = Field(True, description="reuse connections between calls, as the turns do (false: a new "
                                                "connection per call); connect time is recorded apart (connect_s)")
-    max_in_flight: int | None = Field(None, ge=1, description="open/trace: cap on calls in flight (late sends "
-                                                              "still count their wait: latency is taken from the "
-                                                              "schedule)")
-    workers: int = Field(1, ge=1, description="client processes the stage's schedule is split across (Ray actors, "
-                                              "each with its own asyncio client and ledger shard; > 1 needs "
-                                              "pip install 'leverbench[ray]')")
+    max_in_flight: InFlight | None = Field(None, description="open/trace: cap on calls in flight (late sends "
+                                                             "still count their wait: latency is taken from the "
+                                                             "schedule)")
+    workers: Workers = Field(1, description="client processes the stage's schedule is split across (Ray actors, "
+                                            "each with its own asyncio client and ledger shard; > 1 needs "
+                                            "pip install 'leverbench[ray]')")
     # bounds
-    warmup_requests: int = Field(0, ge=0)
-    warmup_s: float = Field(0.0, ge=0)
-    requests: int | None = Field(None, ge=1, description="measured requests after the warm-up (trace: calls replayed)")
-    duration_s: float | None = Field(None, gt=0, description="seconds after the warm-up during which requests are sent")
+    warmup_requests: WarmupRequests = 0
+    warmup_s: StageSecondsOrZero = 0.0
+    requests: Requests | None = Field(None, description="measured requests after the warm-up (trace: calls replayed)")
+    duration_s: StageSeconds | None = Field(None, description="seconds after the warm-up during which requests are "
+                                                              "sent")
     # service-level objectives for goodput
-    slo_ttft_s: float | None = Field(None, gt=0)
-    slo_tpot_s: float | None = Field(None, gt=0)
-    slo_e2e_s: float | None = Field(None, gt=0)
+    slo_ttft_s: CallSeconds | None = None
+    slo_tpot_s: CallSeconds | None = None
+    slo_e2e_s: CallSeconds | None = None
+
+    @field_validator("concurrency", "rate", mode="before")
+    @classmethod
+    def _sweep_values(cls, v: object, info: ValidationInfo) -> object:
+        """Each value of a sweep (or the one value) in its range, before the union of a value and a list is
+        tried (whose complaint would name neither)."""
+        key = info.field_name or ""
+        check = check_concurrency if key == "concurrency" else check_rate
+        if v is None:
+            return v
+        if isinstance(v, list) and not v:
+            raise ValueError(f"{key} must be a value or a non-empty list of them (a sweep)")
+        for j, x in enumerate(_as_list(v)):
+            problem = check(x)
+            if problem:
+                raise ValueError(f"{key} {problem}" + (f" ({key}[{j}] of the sweep)" if isinstance(v, list) else ""))
+        return v
 
     @model_validator(mode="after")
     def _shape(self) -> "LoadStage":
@@ -262,4 +307,51 @@ def check_trace_paths(stages: list[LoadStage], base: Path) -> list[tuple[str, st
             if not p.exists():
                 problems.append((f"load[{i}].trace", f"file not found: {s.trace} (looked at {p}; paths are relative "
                                                      "to the experiment file)"))
+            elif not p.is_file():  # a directory, a device (/dev/zero) or a FIFO: reading it would never end
+                problems.append((f"load[{i}].trace", f"{s.trace} is not a regular file (looked at {p}); give a "
+                                                     "traffic file"))
+    return problems
+
+
+def _span(seconds: float) -> str:
+    """*seconds* in words: ``3e+301 s (1e+294 years)``."""
+    if seconds >= 2 * 365 * 86_400:
+        return f"{seconds:.3g} s ({seconds / (365 * 86_400):.3g} years)"
+    return f"{seconds:.3g} s ({seconds / 86_400:.3g} days)" if seconds >= 86_400 else f"{seconds:.3g} s"
+
+
+def check_plans(stages: list[LoadStage]) -> list[tuple[str, str]]:
+    """(key, problem) for each stage whose plan would not fit: more than :data:`~.limits.MAX_REQUESTS` requests
+    (an open loop's rate × its duration, warm-up and measured together), or longer than
+    :data:`~.limits.MAX_STAGE_S` (requests at a low rate, warm-up plus duration); checked before anything
+    starts, each sweep value on its own."""
+    problems: list[tuple[str, str]] = []
+    limit_n = f"the limit is {MAX_REQUESTS:,} requests per stage"
+    limit_t = f"the limit is {MAX_STAGE_S / 86_400:g} days ({MAX_STAGE_S:g} s) per stage"
+    for i, s in enumerate(stages):
+        if s.warmup_requests + (s.requests or 0) > MAX_REQUESTS:
+            problems.append((f"load[{i}].requests", f"warmup_requests + requests = "
+                                                    f"{s.warmup_requests + (s.requests or 0):,}; {limit_n}"))
+        if s.warmup_s + (s.duration_s or 0.0) > MAX_STAGE_S:
+            problems.append((f"load[{i}].duration_s", f"warmup_s + duration_s = "
+                                                      f"{_span(s.warmup_s + (s.duration_s or 0.0))}; {limit_t}"))
+        if s.mode != "open":
+            continue
+        for p in expand([s]):
+            r = float(p.rate or 0.0)
+            # arrivals: the warm-up (warmup_requests and/or warmup_s), then requests and/or duration_s
+            warm_n, warm_t = max(s.warmup_requests, r * s.warmup_s), max(s.warmup_requests / r, s.warmup_s)
+            meas_n = min(math.inf if s.requests is None else s.requests,
+                         math.inf if s.duration_s is None else r * s.duration_s)
+            meas_t = min(math.inf if s.requests is None else s.requests / r,
+                         math.inf if s.duration_s is None else s.duration_s)
+            what = f"rate {r:g}/s" + (f" (stage {p.name})" if p.sweep else "")
+            if warm_n + meas_n > MAX_REQUESTS:
+                problems.append((f"load[{i}].rate", f"{what} for {_span(warm_t + meas_t)} plans "
+                                                    f"{warm_n + meas_n:.3g} requests; {limit_n} (lower rate or "
+                                                    "duration_s, or set requests)"))
+            elif warm_t + meas_t > MAX_STAGE_S:
+                n = s.warmup_requests + (s.requests or 0)
+                problems.append((f"load[{i}].rate", f"{what} × {n:,} requests would take {_span(warm_t + meas_t)}; "
+                                                    f"{limit_t} (raise rate or set duration_s)"))
     return problems
