@@ -11,19 +11,23 @@ where the same quantity appears there (GPUs, price, speed, scale, requests) the 
 
 from __future__ import annotations
 
-from ..workload.traces.bounds import MAX_CALL_S, MAX_STAMP_S, MAX_TOKENS
+from ..bounds import (
+                      MAX_CALL_S,
+                      MAX_GPU_HOUR_USD,
+                      MAX_GPUS,
+                      MAX_REQUESTS,
+                      MAX_STAMP_S,
+                      MAX_TOKENS,
+                      SCALE_RANGE,
+                      SPEED_RANGE,
+)
+from ..bounds import MAX_CONCURRENCY as MAX_SLOTS  # requests a server serves at once
 
 __all__ = ["MAX_CACHE_TOKENS", "MAX_CALL_S", "MAX_GPUS", "MAX_GPU_HOUR_USD", "MAX_ORDERS", "MAX_REQUESTS",
            "MAX_SLOTS", "MAX_STAMP_S", "MAX_TOKENS", "SCALE_RANGE", "SPEEDUP_RANGE", "SPEED_RANGE",
            "TPS_RANGE"]
 
-MAX_GPUS = 1_000_000  # GPUs per server
-MAX_GPU_HOUR_USD = 1_000_000.0  # dollars per GPU-hour
 TPS_RANGE = (0.001, 1e9)  # a prefill or decode rate, tokens/s: a token in 1000 s to 10^3 x the fastest served
 SPEEDUP_RANGE = (0.01, 100.0)  # a drafter's decode speedup (speculative decoding gives 2-4x; below 1: slower)
 MAX_CACHE_TOKENS = 1e12  # a prefix cache's capacity in tokens: 10^5 GPUs' worth of KV
-MAX_SLOTS = 100_000  # requests a server serves at once (an experiment's concurrency has the same bound)
-SPEED_RANGE = (0.001, 1_000_000.0)  # a trace replayed 1000x slower to 10^6x faster
-SCALE_RANGE = (0.000001, 1000.0)  # a trace's lengths scaled: 1000x of a 10^4-token call is already 10^7 tokens
-MAX_REQUESTS = 10_000_000  # calls of a trace served
 MAX_ORDERS = 1000  # random orders of simultaneous arrivals a forecast serves: the mean has long settled

@@ -14,12 +14,20 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, Strict
 
+from ..bounds import (  # noqa: F401
+    MAX_CALL_S,
+    MAX_CONCURRENCY,
+    MAX_GPU_HOUR_USD,
+    MAX_GPUS,
+    MAX_REQUESTS,
+    MAX_TOKENS,
+    SCALE_RANGE,  # shared with traffic files, the ledger and the analysis (re-exported)
+    SPEED_RANGE,
+)
+
 # ---------------------------------------------------------------- the limits
 
-MAX_TOKENS = 10_000_000  # tokens in one prompt or answer: the longest context windows served are ~10^6
 MIN_CTX_SIZE = 256  # llama.cpp's smallest useful --ctx-size (the tool's own prompts need room)
-MAX_REQUESTS = 10_000_000  # calls one stage sends or plans: each a record in memory and in the ledger (~1 KB)
-MAX_CONCURRENCY = 100_000  # clients or calls in flight at once: each holds a connection (ports end at 65,535)
 MAX_RATE = 1_000_000.0  # requests per second: past what one client machine's event loop can send
 MAX_REPEATS = 1000  # repeats of each cell: the statistics are settled long before
 MAX_RETRIES = 10  # retries of a failed call
@@ -27,15 +35,10 @@ MAX_STEPS = 200  # tool-call rounds of one agent turn
 MAX_WORKERS = 1000  # client processes (Ray actors) of one stage
 MAX_THREADS = 4096  # an engine's threads: more than any machine's cores
 SEED_RANGE = (-(2**63), 2**63 - 1)  # a seed is an int64 wherever it is recorded or passed on
-MAX_CALL_S = 86_400.0  # one call's time limits, a tool's latency, an engine's start-up: a day
 MAX_STAGE_S = 7 * 86_400.0  # a stage's planned time (duration, warm-up, ramp, requests at a rate): a week
-SPEED_RANGE = (0.001, 1_000_000.0)  # a trace replayed 1000× slower (a 10-minute trace: a week) to 10^6× faster
-SCALE_RANGE = (0.000001, 1000.0)  # a trace's lengths scaled: 1000× of a 10^4-token call is already 10^7 tokens
 BURSTINESS_RANGE = (0.001, 1000.0)  # gamma shape k: CV of the gaps 31.6 (bursts) to 0.03 (nearly constant)
 MAX_TOLERANCE = 100.0  # a relative difference (100 = 10,000 %): past any the checks could tell apart
 MAX_TEMPERATURE = 100.0  # sampling temperature (APIs allow 0-2; llama.cpp any, but past 100 it is noise)
-MAX_GPUS = 1_000_000  # conditions.gpus: GPUs per server
-MAX_GPU_HOUR_USD = 1_000_000.0  # conditions.gpu_hour_usd: dollars per GPU-hour
 MAX_GPU_HOURS = 1e9  # adaptive max_gpu_hours
 MAX_MIN_EFFECT = 1000.0  # adaptive min_effect: a lever 1000× faster
 MAX_DEPTHS = 100  # probes.depths: prompt lengths probed (each × repeats × output lengths × arms calls)

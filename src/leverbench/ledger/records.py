@@ -71,6 +71,8 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
+from ..bounds import MAX_COUNT
+
 LEDGER_SCHEMA = "leverbench.ledger/1"
 LEDGER_SCHEMA_NAME, LEDGER_SCHEMA_VERSION = LEDGER_SCHEMA.rsplit("/", 1)
 SUMMARY_SCHEMA = "leverbench.summary/1"
@@ -81,7 +83,6 @@ CALL_KINDS = ("call", "probe", "sentinel", "load")
 # types, :mod:`.schema`): durations and epoch times are finite and non-negative; counts (tokens, characters,
 # chunks, indices) are whole numbers from 0 to MAX_COUNT (as the ledger holds them, JSON's one number type:
 # 3.0 is the count 3, ``schema.JSON_COUNT``).
-MAX_COUNT = 10**9
 Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]  # a duration
 Epoch = Annotated[float, Field(ge=0, allow_inf_nan=False)]  # epoch seconds
 Count = Annotated[int, Field(ge=0, le=MAX_COUNT)]

@@ -33,15 +33,17 @@ from typing import Annotated, Any, Literal
 import annotated_types
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model, model_validator
 
+from ..bounds import MAX_GPU_HOUR_USD, MAX_GPUS
+from ..config.limits import MAX_REPEATS  # a header states what its experiment file's loader accepted
 from .records import CALL_KINDS, COLUMN, MAX_COUNT, CallRecord, Count, Epoch, Seconds, TurnRecord
 
 Number = Annotated[float, Field(allow_inf_nan=False)]
 Sample = float | Literal["NaN", "+Inf", "-Inf"]  # a server's value, a non-finite one as records.json_number stores it
 Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
 Tolerance = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-Money = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+Money = Annotated[float, Field(ge=0, le=MAX_GPU_HOUR_USD, allow_inf_nan=False)]
 Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-MAX_REPEATS = 10**6  # the most repeats a header may state (the experiment file's own cap is its loader's)
+Gpus = Annotated[float, Field(gt=0, le=MAX_GPUS, allow_inf_nan=False)]
 Repeats = Annotated[int, Field(ge=1, le=MAX_REPEATS)]
 STRICT = ConfigDict(strict=True, extra="allow")
 
@@ -164,7 +166,7 @@ class Conditions(_Open):
     """An arm's declared conditions: free-form, but for the numbers costs are priced with."""
 
     gpu_hour_usd: Money | None = None
-    gpus: Positive | None = None
+    gpus: Gpus | None = None
 
 
 class ConfigArm(_Open):

@@ -11,13 +11,9 @@ latency or arrival is then unknown), as a negative duration is not.
 
 from __future__ import annotations
 
-#: Tokens in one prompt or answer: the longest context windows served are ~10^6 (the experiment file's
-#: bound on a call's tokens is the same).
-MAX_TOKENS = 10_000_000
-#: Seconds of one call's latency, TTFT or tool wait: a day.
-MAX_CALL_S = 86_400.0
-#: A time stamp's magnitude in seconds (epoch or relative): 10^11 s is past the year 5000.
-MAX_STAMP_S = 1e11
+from ...bounds import MAX_CALL_S, MAX_STAMP_S, MAX_TOKENS  # shared with the experiment file and the ledger
+
+__all__ = ["MAX_CALL_S", "MAX_STAMP_S", "MAX_TOKENS", "tokens_text"]
 
 
 def tokens_text(n: int = MAX_TOKENS) -> str:
