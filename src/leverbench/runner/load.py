@@ -52,12 +52,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..config import LoadedExperiment
-from ..errors import BadInput, ConfigError
+from ..errors import ConfigError
 from ..ledger.records import CallRecord, ErrorClass
 from ..workload.load import PlannedStage, check_stages, check_trace_paths, expand
 from .prompts import ROLE_TOKENS, PromptBuilder, SharedPrefix, words
 from .send import Sender, Sent
 from .shares import Schedule, TraceCall, open_arrivals
+from .trace_plan import plan_trace
 
 LAG_PROBE_S = 0.005  # the loop-lag monitor's sleep
 CONNECT_FAILS_ABORT = 20  # consecutive connect failures that end a stage (the endpoint is gone)
@@ -155,7 +156,7 @@ class StageRun:
         elif s.mode == "open":
             whole.arrivals = open_arrivals(s, self.plan.rate or 1.0)
         else:
-            whole.sessions, report = self._plan_trace()
+            whole.sessions, report = plan_trace(self.exp, self.s)
             builder = self._builder()
             check = await self._token_check(builder, [reqs[0] for _, reqs in whole.sessions[:3]])
             whole.tokens_per_word = builder.tokens_per_word
@@ -302,71 +303,6 @@ class StageRun:
             await asyncio.gather(*list(tasks))
 
     # -------------------------------------------------- trace replay
-
-    def _trace_path(self) -> Path:
-        p = Path(self.s.trace or "")
-        return p if p.is_absolute() else (Path(self.exp.path).resolve().parent / p)
-
-    def _plan_trace(self) -> tuple[list[tuple[float, list[TraceCall]]], dict[str, Any]]:
-        """Sessions as (start offset in s after the stage starts, calls in round order), and the import report."""
-        from ..workload.traces import load_traffic  # noqa: PLC0415
-
-        s = self.s
-        path = self._trace_path()
-        try:
-            tl = load_traffic(path, s.trace_format)
-        except BadInput as exc:  # names the file and the problem
-            i = next((k for k, st in enumerate(self.exp.spec.load) if st is self.s), 0)
-            raise ConfigError(str(self.exp.path), f"load[{i}].trace", str(exc)) from None
-        left_out: dict[str, int] = {}
-
-        def leave(reason: str, n: int = 1) -> None:
-            left_out[reason] = left_out.get(reason, 0) + n
-
-        calls = tl.calls
-        if s.requests is not None and len(calls) > s.warmup_requests + s.requests:
-            leave("beyond warmup_requests + requests", len(calls) - s.warmup_requests - s.requests)
-            calls = calls[: s.warmup_requests + s.requests]
-        sessions: dict[Any, list[tuple[int, Any]]] = {}
-        for idx, c in enumerate(calls):
-            key = ("s", c.session) if c.session is not None else ("r", idx)
-            sessions.setdefault(key, []).append((idx, c))
-        planned: list[tuple[float, list[TraceCall]]] = []
-        horizon = None if s.duration_s is None else s.warmup_s + s.duration_s
-        for rows in sessions.values():
-            rows.sort(key=lambda ic: (ic[1].round if ic[1].round is not None else 0, ic[0]))
-            first = rows[0][1]
-            if first.arrival_s is None:
-                leave("no arrival time", len(rows))
-                continue
-            start = first.arrival_s / s.speed
-            if horizon is not None and start >= horizon:
-                leave("arrives after warmup_s + duration_s", len(rows))
-                continue
-            reqs = []
-            for idx, c in rows:
-                inp = max(2, round(c.input_tokens * s.scale_input))
-                new = inp if len(reqs) == 0 else max(1, inp - round((c.cached_tokens or 0) * s.scale_input))
-                if s.max_input_tokens is not None and inp > s.max_input_tokens:
-                    if len(reqs) == 0 and c.session is None:
-                        inp = new = s.max_input_tokens  # a single call is cut to the cap
-                    else:
-                        leave("session past max_input_tokens", len(rows) - len(reqs))
-                        break
-                out = max(1, round(c.output_tokens * s.scale_output))
-                if s.max_tokens is not None:
-                    out = min(out, s.max_tokens)
-                reqs.append(TraceCall(idx, inp, out, new, c.prefix_blocks, (c.tool_wait_s or 0.0) / s.speed))
-            if reqs:
-                planned.append((start, reqs))
-        planned.sort(key=lambda p: p[0])
-        if planned:
-            t_first = planned[0][0]
-            planned = [(t - t_first, r) for t, r in planned]
-        report = {"path": str(self.s.trace), "fmt": tl.fmt, "rows_used": tl.used, "rows_skipped": dict(tl.skipped),
-                  "left_out": left_out, "replayed": sum(len(r) for _, r in planned), "sessions": len(planned),
-                  "notes": list(tl.notes)}
-        return planned, report
 
     async def _token_check(self, builder: PromptBuilder, sample: list[TraceCall]) -> dict[str, Any]:
         """Calibrate words per token with /tokenize and check the first prompts' lengths."""

@@ -56,6 +56,7 @@ from .schedule import SENTINEL_CASE, Unit, build_schedule
 from .send import ArmSender
 from .signals import hold_signals, on_main_thread, release_signals, sigterm_as_interrupt
 from .strict_json import check_request_fields
+from .trace_plan import check_traces
 from .turn import run_turn
 from .workers import LoadCluster, RemoteEndpoint, join_cluster
 
@@ -399,6 +400,7 @@ class Runner:
     def run(self) -> Path:
         """Do the experiment's work; returns the ledger path.  Engines are always stopped."""
         check_request_fields(self.exp)  # before anything starts: a request JSON cannot carry
+        check_traces(self.exp)  # ... and a trace that cannot be read or replayed
         done = self._completed()
         self._prepare_endpoints()
         # before the engines start and the run's signal handlers are set (ray.init sets its own)
