@@ -9,8 +9,9 @@
     serve    serve.py    the embedded engine, started by hand
     sim      sim.py      the simulator, a test instrument with set speeds
 
-Exit codes: 0 ok, 1 runtime failure, 2 bad input; errors go through the one
-handler in :mod:`.common`, which also holds the consoles.  Commands import the
+Exit codes: 0 ok, 1 runtime failure (a run whose every call failed among them),
+2 bad input, 70 an internal error (a bug; no input should get it); errors go
+through the one handler in :mod:`.common`, which also holds the consoles.  Commands import the
 heavy parts (numpy, polars, pydantic, aiohttp) when they run, so ``--help``
 stays fast.
 """
@@ -40,7 +41,9 @@ def cli() -> None:
     and which lever pays back (prefix cache, speculative-decoding drafter), from an
     append-only ledger of real model calls.
 
-    Exit codes: 0 ok, 1 runtime failure, 2 bad input.
+    Exit codes: 0 ok, 1 runtime failure (a run whose every call failed among
+    them), 2 bad input (one line naming the file, the key and what is wrong),
+    70 an internal error (a bug: rerun with LEVERBENCH_DEBUG=1 and report it).
     """
 
 

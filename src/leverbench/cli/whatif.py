@@ -134,10 +134,16 @@ def _run(exp: dict, out: Path) -> None:
         path.write_text(json.dumps(exp, indent=1), encoding="utf-8")
     except OSError as exc:
         raise BadInput(f"--verify-out: cannot write {path}: {exc.strerror or exc}") from None
+    from pydantic import ValidationError  # noqa: PLC0415
+
+    from ..config.problems import first_error  # noqa: PLC0415
+
     try:
         spec = Experiment.model_validate(exp)
-    except Exception as exc:  # pydantic's ValidationError: the run's experiment no longer validates
-        raise BadInput(f"{path}: the verification experiment is not valid: {exc}") from None
+    except ValidationError as err:  # the run's experiment no longer validates (a bound, a name too long)
+        e = first_error(str(path), err, Experiment)
+        raise BadInput(f"the verification experiment is not valid: {e} (from the run's experiment and the "
+                       "whatif options)") from None
     loaded = LoadedExperiment(path=path, spec=spec, texts={}, tools={})
     err_console.print(f"verifying: {', '.join(a.name for a in spec.arms)} serve the trace for real → {out}",
                       highlight=False)
