@@ -239,3 +239,26 @@ def test_an_older_schema_is_validated_once_upgraded(tmp_path, monkeypatch):
     run = _write(tmp_path, recs)
     with pytest.raises(LedgerError, match=f"line {i + 1}: field latency_s: input should be a valid number"):
         read_ledger(run)
+
+
+def _fifo_run(tmp: Path) -> Path:
+    import os  # noqa: PLC0415
+
+    run = tmp / "fifo"
+    run.mkdir()
+    os.mkfifo(run / "ledger.jsonl")
+    return run
+
+
+@pytest.mark.parametrize("make", [_fifo_run, lambda tmp: Path("/dev/zero")], ids=["fifo", "dev-zero"])
+@pytest.mark.parametrize("args", [["report", "{p}", "--no-write"],
+                                  ["project", "{p}", "--input-tokens", "10", "--output-tokens", "10"],
+                                  ["whatif", str(MOONCAKE), "--rates", "{p}", "--json"]], ids=["report", "project",
+                                                                                           "whatif"])
+def test_a_ledger_that_is_no_regular_file_is_refused_not_read(tmp_path, make, args):
+    """A FIFO as ledger.jsonl hung every command that reads a ledger (its open waits for a writer); /dev/zero
+    filled the memory (13.5 GB in 15 s)."""
+    p = make(tmp_path)
+    res = CliRunner().invoke(cli, [a.replace("{p}", str(p)) for a in args])
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert res.exit_code == 2 and len(lines) == 1 and "not a regular file" in lines[0], res.output

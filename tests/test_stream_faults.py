@@ -13,6 +13,7 @@ from typing import Iterator
 
 import aiohttp
 import limits
+import pytest
 from aiohttp import web
 from click.testing import CliRunner
 from one_arm import one_arm_experiment
@@ -276,6 +277,18 @@ ODD = {  # what a server sends → the error class leverbench records (None: a s
                                 "malformed"),
     "tool arguments an object": ([_chunk({"choices": [{"delta": {"tool_calls": [
         {"index": 0, "id": "a", "function": {"name": "f", "arguments": {"a": 1}}}]}}]}), *_END], "malformed"),
+    # what the ledger's schema would refuse on reading (issue 28): the run wrote it, then its report said "edited or
+    # damaged", nothing read
+    "cached more than the prompt": ([_HI, _STOP, _chunk({"choices": [], "usage": {
+        "prompt_tokens": 5, "completion_tokens": 2, "prompt_tokens_details": {"cached_tokens": 9}}}),
+        b"data: [DONE]\n\n"], "malformed"),
+    "count past 10^9": ([_HI, _STOP, _chunk({"choices": [], "usage": {"prompt_tokens": 5_000_000_000,
+                                                                       "completion_tokens": 2}}),
+                         b"data: [DONE]\n\n"], "malformed"),
+    "timings a string": ([_HI, _STOP, _chunk({"choices": [], "timings": {"prompt_n": "5", "prompt_ms": 1.0}}),
+                          b"data: [DONE]\n\n"], "malformed"),
+    "timings a boolean": ([_HI, _STOP, _chunk({"choices": [], "timings": {"prompt_ms": True}}), b"data: [DONE]\n\n"],
+                          "malformed"),
     "content as text parts": ([_chunk({"choices": [{"delta": {"content": [{"type": "text", "text": "hi"}]}}]}), *_END],
                               None),
 }
@@ -324,6 +337,19 @@ def test_a_run_meets_an_odd_usage_and_goes_on(tmp_path):
     recs = [json.loads(line) for line in (tmp_path / "run" / "ledger.jsonl").read_text().splitlines()]
     calls = [r for r in recs if r["kind"] == "call"]
     assert len(calls) == 2 and {r["error"]["class"] for r in calls} == {"malformed"}
+
+
+@pytest.mark.parametrize("odd", ["cached more than the prompt", "count past 10^9", "timings a string"])
+def test_what_a_run_writes_of_an_odd_server_its_report_reads(tmp_path, odd):
+    """The values a server sends that the ledger's schema refuses are refused at the client, the call recorded
+    as malformed, so the report reads the run (exit 0) instead of calling its own ledger damaged (exit 2)."""
+    with serve(odd_app()) as url:
+        exp = one_arm_experiment(tmp_path, url + "/v1", repeats=1)
+        exp.write_text(exp.read_text().replace('model = "sim"', f'model = "{odd}"'))
+        res = CliRunner().invoke(cli, ["run", str(exp), "--out", str(tmp_path / "run")])
+    assert res.exit_code == 1 and "every call failed" in res.stderr, res.output
+    rep = CliRunner().invoke(cli, ["report", str(tmp_path / "run"), "--no-write"])
+    assert rep.exit_code == 0, rep.output
 
 
 # ------------------------------------------------------------------ failures after the request went out

@@ -67,6 +67,7 @@ import io
 import json
 import mmap
 import os
+import stat
 from contextlib import suppress
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -620,12 +621,25 @@ def _read_upgraded(path: Path, fh: Any, version: int, salvage: bool) -> Ledger:
     return _read_lines(path, io.BytesIO(upgrade.upgrade_lines(fh.read(), version)), salvage)
 
 
+def _regular(path: Path) -> None:
+    """LedgerError unless *path* (followed through links) is a regular file or missing: a device would be read
+    without end (``/dev/zero``) and a FIFO's open blocks until a writer comes, so neither is opened."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return  # missing or unreadable: the open says which
+    if not stat.S_ISREG(st.st_mode):
+        raise LedgerError(f"{path}: not a regular file (a device, FIFO or socket); give a run directory or its "
+                          "ledger.jsonl")
+
+
 def read_ledger(path: str | Path, *, salvage: bool = False) -> Ledger:
     """Parse ``ledger.jsonl`` (or a run directory holding one), and the shards in ``ledger.d/`` beside it:
     see the module's docstring."""
     path = Path(path)
     if path.is_dir():
         path = path / "ledger.jsonl"
+    _regular(path)
     try:
         with open(path, "rb") as fh:
             old = upgrade.older_version(path, fh)
@@ -670,6 +684,7 @@ def read_shard(path: Path, *, salvage: bool = False, arms: frozenset[str] | None
     rules of a ledger file (see the module docstring), its absolute times on the coordinator's clock
     (:func:`_align_clocks`); None for an empty file (a worker that died before it wrote its header:
     nothing was measured)."""
+    _regular(path)
     try:
         with open(path, "rb") as fh:
             if os.fstat(fh.fileno()).st_size == 0:

@@ -15,6 +15,9 @@ from typing import Any
 
 import aiohttp
 
+from ..bounds import MAX_COUNT
+from ..ledger.schema import Timings
+
 MAX_SSE_LINE_BYTES = 8 * 2**20  # a longer SSE line is recorded as malformed
 
 
@@ -99,9 +102,7 @@ class StreamState:
         if obj.get("usage"):
             self.usage = checked_usage(obj["usage"])
         if obj.get("timings"):
-            if not isinstance(obj["timings"], dict):
-                raise ValueError(f"timings is not an object: {obj['timings']!r:.80}")
-            self.timings = obj["timings"]
+            self.timings = checked_timings(obj["timings"])
         choices = obj.get("choices") or []
         if not isinstance(choices, list) or not all(isinstance(ch, dict) for ch in choices):
             raise ValueError("choices is not a list of objects")
@@ -197,8 +198,8 @@ def token_count(value: Any, where: str) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or value < 0 or value != int(value):
-        raise ValueError(f"{where} is not a token count: {value!r:.40}")
+            or value < 0 or value != int(value) or value > MAX_COUNT:
+        raise ValueError(f"{where} is not a token count (a whole number from 0 to {MAX_COUNT:,}): {value!r:.40}")
     return int(value)
 
 
@@ -218,4 +219,24 @@ def checked_usage(usage: Any) -> dict[str, Any]:
             raise ValueError(f"usage.{details} is not an object: {d!r:.80}")
         if key in d:
             out[details] = {**d, key: token_count(d[key], f"usage.{details}.{key}")}
+    cached = (out.get("prompt_tokens_details") or {}).get("cached_tokens")
+    if cached is not None and out.get("prompt_tokens") is not None and cached > out["prompt_tokens"]:
+        raise ValueError(f"usage.prompt_tokens_details.cached_tokens {cached} is more than usage.prompt_tokens "
+                         f"{out['prompt_tokens']} (the cached tokens are part of the prompt)")
     return out
+
+
+def checked_timings(timings: Any) -> dict[str, Any]:
+    """llama.cpp's ``timings`` object checked by the ledger's own model of it (:class:`~leverbench.ledger.schema.
+    Timings`: its counts and milliseconds are numbers), so that what the call records the ledger reads back;
+    ValueError when it is of the wrong shape."""
+    from pydantic import ValidationError  # noqa: PLC0415 (pydantic: imported by the ledger's schema anyway)
+
+    if not isinstance(timings, dict):
+        raise ValueError(f"timings is not an object: {timings!r:.80}")
+    try:
+        Timings.model_validate(timings)
+    except ValidationError as err:
+        e = err.errors()[0]
+        raise ValueError(f"timings.{'.'.join(map(str, e['loc']))} is not a number: {e.get('input')!r:.40}") from None
+    return timings
