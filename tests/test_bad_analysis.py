@@ -175,7 +175,7 @@ def _model(d: dict) -> dict:
     (lambda d: _model(d)["decode"].update(d0_s_per_token=float("inf")),  # IndexError: index out of range
      "rate_models[0].decode.d0_s_per_token"),
     (lambda d: (_model(d)["prefill"].update(b_s_per_token=0.0), _model(d)["decode"].update(d0_s_per_token=0.0)),
-     "rate_models[0].prefill"),  # free tokens: infinite throughput
+     "rate_models[0].decode"),  # free answers: infinite throughput (a flat prefill alone is a fit's: below)
     (lambda d: _model(d).update(batch={"concurrency": [0, 0], "slowdown": [1, 1]}),  # ZeroDivisionError
      "rate_models[0].batch.concurrency[0]"),
     (lambda d: _model(d).update(batch={"concurrency": [1, 2], "slowdown": [-1, 1]}), "rate_models[0].batch.slowdown"),
@@ -201,6 +201,14 @@ def test_a_bad_summary_is_refused_naming_the_field(tmp_path: Path, small: Path, 
                     ["analyze", str(small), "--rates", str(path), "--format", "json"]):
         line = refused(command, str(path), field)
         assert "not a valid leverbench.summary/1" in line
+
+
+def test_a_flat_prefill_a_fit_writes_is_served_from_summary_json(tmp_path: Path, small: Path) -> None:
+    """The non-negative fit gives b = c = 0 where the prompts' time did not grow with their tokens (a prefix cache
+    served them): a run wrote that summary.json and its reader refused it, while the ledger's path served it."""
+    path = _summary(tmp_path, lambda d: _model(d)["prefill"].update(b_s_per_token=0.0, c_s_per_token2=0.0))
+    served(["whatif", str(small), "--rates", str(path), "--json", "--orders", "1"])
+
 
 
 def test_a_summary_nested_too_deep_is_refused(tmp_path: Path, small: Path) -> None:

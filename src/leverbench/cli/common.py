@@ -11,6 +11,7 @@ usage errors, Ctrl-C and ``sys.exit`` pass untouched.
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from typing import Any
@@ -18,7 +19,7 @@ from typing import Any
 import click
 from rich.console import Console
 
-from ..errors import LeverbenchError
+from ..errors import BadInput, LeverbenchError, RuntimeFailure
 
 err_console = Console(stderr=True)
 console = Console() if Console().is_terminal else Console(width=150)  # pipes and CI logs get wide tables
@@ -53,6 +54,22 @@ def internal_error(exc: BaseException) -> None:
     sys.exit(EX_SOFTWARE)
 
 
+# a path the user named that cannot be used as named: bad input; any other error of the system (a full disk,
+# too many open files) is a runtime failure
+_PATH_ERRNOS = frozenset({errno.ENAMETOOLONG, errno.ENOTDIR, errno.EISDIR, errno.ENOENT, errno.EACCES, errno.EPERM,
+                          errno.EROFS, errno.ELOOP, errno.EEXIST, errno.EINVAL})
+
+
+def path_error(exc: OSError) -> LeverbenchError:
+    """An OSError about a path (one a command's option or argument named, a file it writes) as one line naming
+    it; the last resort after the commands' own checks, which name the option too."""
+    name = os.fsdecode(exc.filename)
+    if len(name) > 120:
+        name = name[:60] + "…" + name[-40:]
+    msg = f"{name}: {exc.strerror or exc}"
+    return BadInput(msg) if exc.errno in _PATH_ERRNOS else RuntimeFailure(msg)
+
+
 class Command(click.Command):
     """A leverbench command: a :class:`LeverbenchError` it raises ends it through :func:`fail`, any other
     exception through :func:`internal_error` (unless ``LEVERBENCH_DEBUG=1``)."""
@@ -67,6 +84,8 @@ class Command(click.Command):
         except Exception as exc:  # noqa: BLE001 (the last resort: KeyboardInterrupt and SystemExit are not caught)
             if os.environ.get(DEBUG_ENV, "") not in ("", "0"):
                 raise
+            if isinstance(exc, OSError) and exc.filename is not None:
+                fail(path_error(exc))  # a path that cannot be used: named, in one line
             internal_error(exc)
 
 

@@ -158,8 +158,8 @@ class Arm(_Strict):
             raise ValueError("metrics_send_key sends the api_key_env key to metrics_url: give both, or drop it")
         if self.api_key_env and self.base_url and "@" in urlsplit(self.base_url).netloc:
             raise ValueError("base_url carries credentials (user:password@) and api_key_env is set: give one of them")
-        for what, values in (("request", self.request), ("conditions", self.conditions)):  # sent, or recorded
-            problem = json_problem(values, what, sent=what == "request")
+        for what, values in (("request", self.request), ("conditions", self.conditions)):  # sent, or recorded:
+            problem = json_problem(values, what, sent=True)  # both as JSON (a TOML date is neither)
             if problem:
                 raise ValueError(problem)
         for key, what, positive, hi in (("gpus", "GPUs per server", True, MAX_GPUS),  # costs and budgets are

@@ -155,8 +155,10 @@ class _Batch(_Open):
 
 
 class _Prefill(_Open):
-    """prefill_s(n, k) = a + b·n + c·n·(k + n/2): every term non-negative, the tokens costing something; the
-    tokens it was fitted on (what ``whatif`` says it extrapolates past)."""
+    """prefill_s(n, k) = a + b·n + c·n·(k + n/2): every term non-negative; the tokens it was fitted on (what
+    ``whatif`` says it extrapolates past).  b and c may both be 0: the non-negative fit gives that where the
+    prompts' time did not grow with their tokens (an arm whose prefix cache served them), and the ledger's own
+    path serves the same model."""
 
     a_s: Seconds
     b_s_per_token: PerToken
@@ -166,8 +168,6 @@ class _Prefill(_Open):
 
     @model_validator(mode="after")
     def _costs_something(self) -> _Prefill:
-        if self.b_s_per_token == 0 and self.c_s_per_token2 == 0:
-            raise ValueError("b_s_per_token and c_s_per_token2 are both 0: a prompt's tokens would cost nothing")
         _spans_in_order(self, "range_uncached", "range_cached")
         return self
 

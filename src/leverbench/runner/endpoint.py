@@ -55,4 +55,9 @@ def endpoint_headers(exp: LoadedExperiment, i: int, arm: Arm) -> dict[str, str]:
     if not key:
         raise ConfigError(str(exp.path), f"arms[{i}].api_key_env",
                           f"environment variable {arm.api_key_env} is not set (it should hold the API key)")
+    bad = next((c for c in key if not c.isprintable() or c.isspace()), None)
+    if bad is not None:  # an HTTP header cannot carry it (a key read from a file with its line end: "\r")
+        raise ConfigError(str(exp.path), f"arms[{i}].api_key_env",
+                          f"environment variable {arm.api_key_env} holds white space or a control character "
+                          f"(U+{ord(bad):04X}; a key read from a file with its line end?): strip it")
     return {"Authorization": f"Bearer {key}"}
