@@ -462,3 +462,14 @@ def test_a_trace_stage_with_huge_lengths_is_refused_or_skips_the_row(tmp_path: P
     assert res.exit_code == 0, res.output[-2000:]
     load = [r for r in read_ledger(tmp_path / "r2").records if r.get("kind") == "load"]
     assert len(load) == 1 and load[0]["prompt_tokens"] < 100_000
+
+
+def test_a_trace_whose_calls_have_no_input_tokens_is_analysed(tmp_path: Path) -> None:
+    """Mooncake rows with input_length 0 (the fuzz's long run): ZeroDivisionError in the prefix-cache row's
+    cached share (exit 70), then a 'None' printed in its place."""
+    path = tmp_path / "zero.jsonl"
+    path.write_text("".join(json.dumps({"timestamp": 100 * i, "input_length": 0, "output_length": 5,
+                                        "hash_ids": []}) + "\n" for i in range(3)))
+    res = CliRunner().invoke(cli, ["analyze", str(path), *HAND, "--format", "md"])
+    assert res.exit_code == 0 and res.exception is None, res.output[-2000:]
+    assert "None" not in res.stdout

@@ -237,7 +237,7 @@ def _lever_row(name: str, rows: Sequence[Row], rates: Mapping[str, Rates], book:
                             if sp else None)
     else:
         row["parameter"] = (f"cached share {cached['cached'] / cached['all_input']:.1%} of input tokens "
-                            f"({cached['calls']} calls)" if cached["calls"] else None)
+                            f"({cached['calls']} calls)" if cached["calls"] and cached["all_input"] else None)
         if assumed_share is not None:
             row["parameter"] = (row["parameter"] + "; " if row["parameter"] else "") + \
                 f"assumed {assumed_share:.0%} cached where not recorded"
@@ -259,7 +259,8 @@ def _lever_row(name: str, rows: Sequence[Row], rates: Mapping[str, Rates], book:
                range=rng, range_source=rng_src, reason=None)
     if name == "prefix cache" and finite is not None:
         f = row["finite"] = _finite_row(finite, rates, tot)
-        row["parameter"] = (f"{row['parameter']}, every earlier prompt kept (the upper bound); a cache of "
+        given = row["parameter"] or "no cached share recorded"
+        row["parameter"] = (f"{given}, every earlier prompt kept (the upper bound); a cache of "
                             f"{f['capacity_tokens']:,.0f} tokens in blocks of {f['block_tokens']} would serve "
                             f"{pct(f['hit_share'])} of input tokens, saving {pct(f['saved_share'])} of the time")
     return row
