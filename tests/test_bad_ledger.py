@@ -262,3 +262,47 @@ def test_a_ledger_that_is_no_regular_file_is_refused_not_read(tmp_path, make, ar
     res = CliRunner().invoke(cli, [a.replace("{p}", str(p)) for a in args])
     lines = [line for line in res.stderr.splitlines() if line.strip()]
     assert res.exit_code == 2 and len(lines) == 1 and "not a regular file" in lines[0], res.output
+
+
+def _edited(tmp: Path, source: Path, edit: Callable[[dict[str, Any]], bool]) -> Path:
+    """*source* with the first record *edit* changes (it returns True) changed, as a run directory."""
+    out, done = [], False
+    for line in source.read_text().splitlines():
+        r = json.loads(line)
+        if not done:
+            done = edit(r)
+        out.append(json.dumps(r))
+    run = tmp / "run"
+    run.mkdir()
+    (run / "ledger.jsonl").write_text("\n".join(out) + "\n")
+    return run
+
+
+@pytest.mark.parametrize("columnar", [False, True], ids=["lines", "columns"])
+def test_a_call_without_its_case_names_the_field(tmp_path, monkeypatch, columnar):
+    """A call record without ``case`` (the long fuzz run): read as a case None, it ended in a TypeError sorting
+    the cases, then an AttributeError writing markdown (exit 70)."""
+    if columnar:
+        monkeypatch.setattr(reader, "COLUMNAR_MIN_BYTES", 1)
+    run = _edited(tmp_path, BASE, lambda r: r.get("kind") == "call" and r.pop("case", None) is not None)
+    res = CliRunner().invoke(cli, ["report", str(run), "--no-write"])
+    if columnar:  # a label column may be null there (it reads as absent): no refusal yet, but no crash either
+        assert res.exit_code == 0 and res.exception is None, res.output
+        return
+    assert res.exit_code == 2 and "field case: field required" in res.stderr, res.output
+    res = CliRunner().invoke(cli, ["report", str(run), "--no-write", "--salvage"])
+    assert res.exit_code == 0, res.output
+
+
+def test_a_header_endpoint_with_a_bad_port_is_its_own_server(tmp_path):
+    """An arm's endpoint ``http://127.0.0.1:-1/v1`` in the header: urlsplit's port raised ValueError (exit 70)."""
+    def edit(r: dict[str, Any]) -> bool:
+        if r.get("kind") != "run":
+            return False
+        arm = next(iter(r["arms"].values()))
+        arm["endpoint"] = "http://127.0.0.1:-1/v1"
+        return True
+
+    run = _edited(tmp_path, GOLDEN / "sim.ledger.jsonl", edit)
+    res = CliRunner().invoke(cli, ["report", str(run), "--no-write"])
+    assert res.exit_code == 0 and res.exception is None, res.output

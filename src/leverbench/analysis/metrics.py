@@ -134,7 +134,10 @@ def _endpoint(header_arm: dict[str, Any], metrics_url: str | None, arm: str) -> 
     parts = urlsplit(str(ep))
     host = (parts.hostname or "").lower()
     host = "loopback" if host in _LOOPBACK or host.startswith("127.") else host
-    port = parts.port or {"https": 443, "http": 80}.get(parts.scheme, 0)
+    try:
+        port = parts.port or {"https": 443, "http": 80}.get(parts.scheme, 0)
+    except ValueError:  # a port that is no number (an edited header): a server of its own, shared with none
+        return f"unparsed:{ep}"
     return f"{host}:{port}{parts.path.rstrip('/') if metrics_url else ''}"
 
 

@@ -52,7 +52,7 @@ def reasoning_split(ds: Dataset) -> list[dict[str, Any]]:
                     "first_answer_median_s": median(ttfa) if len(ttfa) else None,
                     "empty_answers": int(c.empty_answer[g].sum())})
     order = {a: i for i, a in enumerate(ds.arms)}
-    return sorted(out, key=lambda r: (order.get(r["arm"], 99), r["case"]))
+    return sorted(out, key=lambda r: (order.get(r["arm"], 99), r["case"] is None, r["case"] or ""))
 
 
 def prompt_discipline(ds: Dataset, variant_cells: list[dict[str, Any]],

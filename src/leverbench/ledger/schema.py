@@ -127,9 +127,9 @@ def _model_of(cls: type, name: str, required: tuple[str, ...], base: type[BaseMo
     return create_model(name, __base__=base, **spec)
 
 
-CallModel = _model_of(CallRecord, "CallModel", ("arm", "t_send"), _CallChecks, CALL_EXTRAS)
+CallModel = _model_of(CallRecord, "CallModel", ("arm", "t_send", "case"), _CallChecks, CALL_EXTRAS)
 WarmupModel = _model_of(CallRecord, "WarmupModel", ("arm",), _CallChecks, CALL_EXTRAS)  # never analysed: t_send or not
-TurnModel = _model_of(TurnRecord, "TurnModel", ("arm",), _Open)
+TurnModel = _model_of(TurnRecord, "TurnModel", ("arm", "case"), _Open)
 
 
 class MetricsModel(_Open):
