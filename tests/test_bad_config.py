@@ -411,3 +411,12 @@ def test_run_gives_one_error_line_and_exit_2(tmp_path, monkeypatch, edit, args):
     assert len(lines) == 1 and lines[0].startswith(f"leverbench: error: {p}: "), res.stderr
     assert "Traceback" not in res.output and isinstance(res.exception, SystemExit)
     assert not (tmp_path / "run").exists() and not (tmp_path / "runs").exists()  # refused before anything started
+
+
+@pytest.mark.parametrize("host", ["a" * 64, "a" * 63 + "." + "b" * 63 + "." + "c" * 63 + "." + "d" * 63 + ".com"],
+                         ids=["label-64", "name-over-253"])
+def test_a_host_that_is_no_dns_name_is_refused_when_loaded(tmp_path, host):
+    """A 300-character host (the long fuzz run): the client's IDNA encoding raised UnicodeError (exit 70)."""
+    p = experiment(tmp_path)
+    p.write_text(p.read_text().replace("http://127.0.0.1:2/v1", f"http://{host}/v1"))
+    refused(p, "arms[1].base_url", "host")

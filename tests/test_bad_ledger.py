@@ -306,3 +306,12 @@ def test_a_header_endpoint_with_a_bad_port_is_its_own_server(tmp_path):
     run = _edited(tmp_path, GOLDEN / "sim.ledger.jsonl", edit)
     res = CliRunner().invoke(cli, ["report", str(run), "--no-write"])
     assert res.exit_code == 0 and res.exception is None, res.output
+
+
+def test_a_metrics_record_without_its_samples_names_the_field(tmp_path):
+    """A ``metrics`` record without ``samples`` (the long fuzz run): KeyError summing the counters (exit 70)."""
+    run = _edited(tmp_path, GOLDEN / "sim.ledger.jsonl",
+                  lambda r: r.get("kind") == "metrics" and r.pop("samples", None) is not None)
+    res = CliRunner().invoke(cli, ["report", str(run), "--no-write"])
+    assert res.exit_code == 2 and "field samples: field required" in res.stderr, res.output
+    assert CliRunner().invoke(cli, ["report", str(run), "--no-write", "--salvage"]).exit_code == 0

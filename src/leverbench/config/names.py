@@ -81,6 +81,12 @@ def url_problem(v: str) -> str | None:
         return f"must be an http:// or https:// URL, got {show}{example}"
     if not parts.hostname:
         return f"must name a host, got {show}{example}"
+    try:  # what the client will do with it: a label over 63 characters, or a name over 253, cannot be looked up
+        encoded = parts.hostname.encode("idna")
+    except UnicodeError as exc:
+        return f"names a host that is no valid DNS name ({exc}), got {show}"
+    if len(encoded) > 253:
+        return f"names a host of {len(encoded)} characters (a DNS name has at most 253), got {show}"
     if port == 0:
         return f"must have a port from 1 to 65535, got 0 in {show}"
     return None

@@ -136,7 +136,7 @@ class MetricsModel(_Open):
     arm: str
     when: str
     t: Epoch | None = None
-    samples: dict[str, Any] = {}  # numbers as the writer stores them; analysis leaves out any other (metrics.numeric)
+    samples: dict[str, Any]  # numbers as the writer stores them; analysis leaves out any other (metrics.numeric)
 
 
 class StageEndModel(_Open):
