@@ -6,7 +6,7 @@ Each is far past what real use reaches and short of what would hang the tool, fi
 overflow a conversion.  The layers' own modules add the bounds only they have and the types that apply them:
 :mod:`leverbench.config.limits` (the experiment file), :mod:`leverbench.workload.traces.bounds` (traffic
 files), :mod:`leverbench.analysis.bounds` (options and summary.json), :mod:`leverbench.ledger.records` (a
-record's fields).  A leaf: it imports nothing.
+record's fields).  A leaf: it imports nothing (``--help`` reads it: :func:`bound_text` formats the bounds in messages).
 """
 
 from __future__ import annotations
@@ -31,3 +31,10 @@ SPEED_RANGE = (0.001, 1_000_000.0)
 SCALE_RANGE = (0.000001, 1000.0)
 #: Any count a ledger record holds (tokens, characters, chunks, indices): a few calls past MAX_TOKENS summed.
 MAX_COUNT = 10**9
+
+
+def bound_text(x: float) -> str:
+    """A bound as a message gives it: ``10,000,000``, ``0.001``, ``1e+12``."""
+    if isinstance(x, int):
+        return f"{x:,}"
+    return f"{int(x):,}" if x.is_integer() and abs(x) < 1e15 else f"{x:g}"

@@ -32,12 +32,9 @@ from ..analysis.bounds import (
     SPEEDUP_RANGE,
     TPS_RANGE,
 )
+from ..bounds import bound_text
 from ..errors import BadInput
 from .common import fail
-
-
-def _num(x: float) -> str:
-    return f"{int(x):,}" if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
 
 
 def _shown(v: Any) -> str:
@@ -55,9 +52,9 @@ class Number(click.ParamType):
     def describe(self) -> str:
         kind = "a whole number" if self.whole else "a finite number"
         if not (self.lo_open or self.hi_open):
-            return f"{kind} from {_num(self.lo)} to {_num(self.hi)}"
-        return (f"{kind} {'above' if self.lo_open else 'at least'} {_num(self.lo)} and "
-                f"{'below' if self.hi_open else 'at most'} {_num(self.hi)}")
+            return f"{kind} from {bound_text(self.lo)} to {bound_text(self.hi)}"
+        return (f"{kind} {'above' if self.lo_open else 'at least'} {bound_text(self.lo)} and "
+                f"{'below' if self.hi_open else 'at most'} {bound_text(self.hi)}")
 
     def _inside(self, x: float) -> bool:
         above = x > self.lo if self.lo_open else x >= self.lo
@@ -82,8 +79,8 @@ class Number(click.ParamType):
         return x
 
     def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
-        return f"{'INTEGER' if self.whole else 'FLOAT'} {'(' if self.lo_open else '['}{_num(self.lo)}, " \
-               f"{_num(self.hi)}{')' if self.hi_open else ']'}"
+        return f"{'INTEGER' if self.whole else 'FLOAT'} {'(' if self.lo_open else '['}{bound_text(self.lo)}, " \
+               f"{bound_text(self.hi)}{')' if self.hi_open else ']'}"
 
 
 class BadOption(BadInput, click.ClickException):

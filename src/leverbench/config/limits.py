@@ -23,6 +23,7 @@ from ..bounds import (  # noqa: F401
     MAX_TOKENS,
     SCALE_RANGE,  # shared with traffic files, the ledger and the analysis (re-exported)
     SPEED_RANGE,
+    bound_text,
 )
 
 # ---------------------------------------------------------------- the limits
@@ -70,19 +71,13 @@ def shown(v: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _num(x: float) -> str:
-    if isinstance(x, int):
-        return f"{x:,}"
-    return f"{int(x):,}" if x.is_integer() and abs(x) < 1e15 else f"{x:g}"
-
-
 def whole_range(lo: int, hi: int) -> str:
-    return f"a whole number from {_num(lo)} to {_num(hi)}"
+    return f"a whole number from {bound_text(lo)} to {bound_text(hi)}"
 
 
 def number_range(lo: float, hi: float, lo_open: bool = False) -> str:
-    return f"a finite number {'above' if lo_open else 'from'} {_num(lo)} {'and at most' if lo_open else 'to'} " \
-           f"{_num(hi)}"
+    return f"a finite number {'above' if lo_open else 'from'} {bound_text(lo)} {'and at most' if lo_open else 'to'} " \
+           f"{bound_text(hi)}"
 
 
 def check_whole(v: Any, lo: int, hi: int, unit: str = "") -> str | None:
