@@ -1,6 +1,6 @@
 """Simulation study of the sequential verdicts (issue 16): how often each verdict comes, how many repeats it
 takes, and what the alternatives would have done.  A pure model of noisy turn times (see
-leverbench.analysis.sequential_study), no HTTP; every table is seeded.
+leverbench.analysis.sequential.confidence.study), no HTTP; every table is seeded.
 
     PYTHONPATH=src .venv/bin/python benchmarks/adaptive_study.py [--experiments 20000] [--seed 2026]
 
@@ -24,7 +24,7 @@ issue's scenario is lognormal noise of 10 % CV, 10 % drift over the run, counter
 for a true effect above min_effect, "equivalent"/"does not pay" under no effect) is at least the sequential
 design's, with a false "pays" rate under no effect of at most 5 %, found on the same simulated experiments
 (their first n repeats, the t-interval once).  "fixed n @90 %/@99 %": the n whose power is 90 %/99 %
-(:func:`leverbench.analysis.sequential.fixed_design_repeats` at the true effect and noise).
+(:func:`leverbench.analysis.sequential.confidence.fixed_design_repeats` at the true effect and noise).
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ import numpy as np
 from scipy.stats import norm
 from scipy.stats import t as student_t
 
-from leverbench.analysis.sequential import Stream, fixed_design_repeats
-from leverbench.analysis.sequential_study import (
+from leverbench.analysis.sequential.confidence import Stream, fixed_design_repeats
+from leverbench.analysis.sequential.confidence.study import (
     NAMES,
     UNEQUAL,
     HalfWidth,
@@ -60,7 +60,7 @@ SIM_R = 24  # repeats simulated per experiment: fixed designs may need more than
 EFFECTS = (1.0, 1.1, 1.2, 1.3, 1.5)
 
 
-# ---- the candidate methods (the chosen one lives in leverbench.analysis.sequential) ----
+# ---- the candidate methods (the chosen one lives in leverbench.analysis.sequential.confidence) ----
 
 def t_at_levels(p_by_look: np.ndarray) -> HalfWidth:
     """Half-width of a t-interval whose two-sided level at look k (1-based repeats) is p_by_look[k-1]."""
@@ -154,8 +154,8 @@ def fixed_rates(lk: Looks, effect: float) -> dict[int, float]:
 
 
 def pair_sd(model: Model) -> tuple[float, tuple[float, ...]]:
-    """(sd, weights) of the model's noise, as :func:`leverbench.analysis.sequential.fixed_power` takes them: the
-    root mean square over cases of one pair's log sd, and each case's share of the noise variance."""
+    """(sd, weights) of the model's noise, as :func:`leverbench.analysis.sequential.confidence.fixed_power`
+    takes them: the root mean square over cases of one pair's log sd, and each case's share of the noise variance."""
     cv = np.broadcast_to(np.asarray(model.cv, dtype=float), (len(model.base_s),))
     var = 2.0 * np.log1p(cv * cv)
     return float(math.sqrt(np.mean(var))), tuple(float(v) for v in var / var.sum())

@@ -4,7 +4,7 @@
 
 Serves N synthetic calls (Poisson arrivals at 80 % of one slot's capacity, lengths like Azure's code
 trace, a prefix cache of 262,144 tokens) with the hand-written event loop of
-:func:`leverbench.analysis.whatif.simulate`, then the same FIFO one-slot queue in SimPy (when it is
+:func:`leverbench.analysis.whatif.forecast.simulate`, then the same FIFO one-slot queue in SimPy (when it is
 importable: ``pip install simpy`` or ``PYTHONPATH=DIR_WITH_SIMPY``) with the same service times and no
 cache, and prints seconds and calls per second for each, and whether their end-to-end latencies agree.
 """
@@ -16,8 +16,8 @@ import time
 
 import numpy as np
 
-from leverbench.analysis.whatif import ArmSpec, simulate
-from leverbench.analysis.whatif_plan import plan_calls
+from leverbench.analysis.whatif.forecast import ArmSpec, simulate
+from leverbench.analysis.whatif.forecast.plan import plan_calls
 from leverbench.workload.traces import TrafficCall
 
 MODEL = {"prefill": {"a_s": 0.02, "b_s_per_token": 1 / 8000.0}, "decode": {"d0_s_per_token": 1 / 60.0}}

@@ -8,12 +8,12 @@
 # KILLED (a test failed) or SURVIVED (every test passed: a test is missing).  Before the mutations,
 # the same tests must pass on the unmutated copy.
 #
-#   a   guard always citable              analysis/guard.py judge: citable = True
-#   b1  percentile off by one rank        analysis/stats.py percentile: the next order statistic
-#   b2  load percentiles rounded up       analysis/load.py distribution: NumPy's "higher" rank instead of linear
-#   c1  retried attempt counted as clean  analysis/guard.py judge: retried calls no longer refuse the multiplier
-#   c2  retried attempt counted as ok     analysis/dataset.py call_table: a retried (failed) attempt is ok
-#   c3  retried attempt counted in load   analysis/load.py stage_row: retried attempts count as requests
+#   a   guard always citable              analysis/base/guard.py judge: citable = True
+#   b1  percentile off by one rank        analysis/base/stats.py percentile: the next order statistic
+#   b2  load percentiles rounded up       analysis/load/stages.py distribution: NumPy's "higher" rank instead of linear
+#   c1  retried attempt counted as clean  analysis/base/guard.py judge: retried calls no longer refuse the multiplier
+#   c2  retried attempt counted as ok     analysis/base/dataset.py call_table: a retried (failed) attempt is ok
+#   c3  retried attempt counted in load   analysis/load/stages.py stage_row: retried attempts count as requests
 #   d   failed call dropped               runner/run.py _call: only calls without an error are appended
 #   e   HTML autoescape off               report/html.py: jinja2 Environment(autoescape=False)
 #
@@ -45,14 +45,14 @@ import sys
 from pathlib import Path
 
 MUTATIONS = {
-    "a": ("src/leverbench/analysis/guard.py", '"citable": not reasons,', '"citable": True,'),
-    "b1": ("src/leverbench/analysis/stats.py", "    lo = math.floor(rank)\n",
+    "a": ("src/leverbench/analysis/base/guard.py", '"citable": not reasons,', '"citable": True,'),
+    "b1": ("src/leverbench/analysis/base/stats.py", "    lo = math.floor(rank)\n",
            "    lo = min(math.floor(rank) + 1, len(s) - 1)\n"),
-    "b2": ("src/leverbench/analysis/load.py", "ps = np.percentile(a, PCTS)", 'ps = np.percentile(a, PCTS, method="higher")'),
-    "c1": ("src/leverbench/analysis/guard.py", "        if cell.get(\"retried_calls\"):", "        if False:"),
-    "c2": ("src/leverbench/analysis/dataset.py", 'ok=~cols.failed, retried=cols.flags["retried"]',
+    "b2": ("src/leverbench/analysis/load/stages.py", "ps = np.percentile(a, PCTS)", 'ps = np.percentile(a, PCTS, method="higher")'),
+    "c1": ("src/leverbench/analysis/base/guard.py", "        if cell.get(\"retried_calls\"):", "        if False:"),
+    "c2": ("src/leverbench/analysis/base/dataset.py", 'ok=~cols.failed, retried=cols.flags["retried"]',
            'ok=~cols.failed | cols.flags["retried"], retried=cols.flags["retried"]'),
-    "c3": ("src/leverbench/analysis/load.py", '    final = [r for r in rs if not r.get("retried")]', "    final = list(rs)"),
+    "c3": ("src/leverbench/analysis/load/stages.py", '    final = [r for r in rs if not r.get("retried")]', "    final = list(rs)"),
     "d": ("src/leverbench/runner/run.py",
           "                await self._append(out)  # returns at once: the next call is not held up by the fsync",
           "                if out[\"error\"] is None:\n                    await self._append(out)"),

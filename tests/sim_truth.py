@@ -67,7 +67,7 @@ def decode_tps(records: Iterable[Mapping[str, Any]]) -> float:
 
 
 def probe(records1: Iterable[Mapping[str, Any]], records2: Iterable[Mapping[str, Any]]) -> dict[str, float]:
-    """The probes' two-point measurement (:func:`leverbench.analysis.probes.measure`) made on the simulator's
+    """The probes' two-point measurement (:func:`leverbench.analysis.rates.probes.measure`) made on the simulator's
     records of the same calls instead of the client's clock: c the median tokens, f the median decode time (first
     token to last), t the median time the simulator had the request (from its arrival, the reading and parsing of
     its body included, to its last byte), at each of the two lengths; decode_tps = (c2 − c1) / (f2 − f1),

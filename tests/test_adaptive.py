@@ -1,5 +1,5 @@
 """Issue 16, the parts around the statistics: the adaptive settings, the counterbalanced schedule, the looks an
-adaptive run takes (analysis/verdicts.py) and ``summary.json`` ``verdicts[]`` — on hand-made ledgers whose
+adaptive run takes (analysis/experiment/verdicts.py) and ``summary.json`` ``verdicts[]`` — on hand-made ledgers whose
 numbers are worked out here.  The runner against the simulator: tests/test_adaptive_run.py."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import pytest
 from ledgers import header, ledger, turn
 from test_config import GOOD, write
 
-from leverbench.analysis.dataset import dataset
-from leverbench.analysis.knobs import Comparison, comparisons
-from leverbench.analysis.sequential import fixed_design_repeats
+from leverbench.analysis.base.dataset import dataset
+from leverbench.analysis.base.knobs import Comparison, comparisons
+from leverbench.analysis.experiment.verdicts import Settings, decided_comparisons, plan_round, replay
+from leverbench.analysis.sequential.confidence import fixed_design_repeats
 from leverbench.analysis.summary import summarize
-from leverbench.analysis.verdicts import Settings, decided_comparisons, plan_round, replay
 from leverbench.config import load, with_adaptive, with_repeats
 from leverbench.errors import ConfigError
 from leverbench.report.markdown import render_markdown

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from ledgers import warned
 
+from leverbench.analysis.base.warning_kinds import WarningKind as W
 from leverbench.analysis.summary import summarize
-from leverbench.analysis.warning_kinds import WarningKind as W
 from leverbench.config import load
 from leverbench.engines.simulator import SimConfig, SimulatorThread, chat_prompt_tokens
 from leverbench.ledger.reader import read_ledger

@@ -12,11 +12,16 @@ leverbench module counts, wherever it stands (inside a function, under ``TYPE_CH
 cycle that a lazy import hides is still a cycle.  An import names the deepest module it reaches
 (``from .svg import svg_hbars`` → ``report.svg``; ``from . import aiperf`` → ``traces.aiperf``);
 the packages a Python import also runs on the way (their ``__init__``) are not edges.
+
+- Inside ``analysis`` (issue 24), each sub-package imports only the sub-packages :data:`ANALYSIS_PARTS`
+  allows (the same rules ``analysis/__init__.py`` states in words); every module of ``analysis`` sits in one
+  of them, except ``analysis.summary``, which assembles them all.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -29,6 +34,19 @@ SIZE_NOTE = "# size:"
 #: ledger's columnar reader).  An entry here must still be needed: the test fails once its module is
 #: short enough or carries a note, so that the entry is removed.  (Empty: issue 13 is done.)
 PENDING: dict[str, str] = {}
+
+#: The sub-packages of ``leverbench.analysis`` and the other sub-packages each may import (``base`` is below
+#: all of them; ``summary``, a module, may import every one).
+ANALYSIS_PARTS: dict[str, set[str]] = {
+    "base": set(),
+    "sequential": {"base"},
+    "rates": {"base"},
+    "load": {"base"},
+    "experiment": {"base", "sequential", "rates", "load"},
+    "traffic": {"base", "rates"},
+    "whatif": {"base", "rates", "load"},
+}
+ANALYSIS_TOP = {"leverbench.analysis", "leverbench.analysis.summary"}
 
 
 # ---------------------------------------------------------------- the import graph
@@ -141,6 +159,33 @@ def _describe(component: list[str], graph: dict[str, set[str]]) -> str:
     return "; ".join(f"{m} → {', '.join(sorted(graph[m] & inside))}" for m in component)
 
 
+def analysis_part(name: str) -> str | None:
+    """The sub-package (or top-level module) of ``leverbench.analysis`` that module *name* is or sits in; None
+    outside analysis and for the package itself."""
+    parts = name.split(".")
+    return parts[2] if len(parts) > 2 and parts[:2] == ["leverbench", "analysis"] else None
+
+
+def analysis_trespasses(graph: dict[str, set[str]], rules: dict[str, set[str]]) -> list[str]:
+    """Every import inside ``analysis`` that :data:`ANALYSIS_PARTS`-style *rules* do not allow, and every
+    analysis module in no sub-package the rules name (nor at the top, :data:`ANALYSIS_TOP`)."""
+    out = []
+    for m, targets in sorted(graph.items()):
+        if not m.startswith("leverbench.analysis") or m in ANALYSIS_TOP:
+            continue
+        part = analysis_part(m)
+        if part not in rules:
+            out.append(f"{m} is in no sub-package of the rules")
+            continue
+        for t in sorted(targets):
+            if t in ANALYSIS_TOP - {"leverbench.analysis"}:
+                out.append(f"{m} → {t} (only the top may assemble)")
+            other = analysis_part(t)
+            if other is not None and other != part and other not in rules[part]:
+                out.append(f"{m} → {t} ({part} may import {sorted(rules[part]) or 'no other part'})")
+    return out
+
+
 # ---------------------------------------------------------------- long modules
 
 
@@ -177,6 +222,39 @@ def test_no_import_cycle_between_parts():
     assert {"leverbench.config", "leverbench.workload", "leverbench.report"} <= set(graph)
     found = cycles(graph)
     assert not found, "import cycles between parts: " + " | ".join(_describe(c, graph) for c in found)
+
+
+def test_analysis_sub_packages_import_only_what_they_may():
+    graph = import_graph(SRC)
+    assert {analysis_part(m) for m in graph if m not in ANALYSIS_TOP} - {None} == set(ANALYSIS_PARTS)
+    found = analysis_trespasses(graph, ANALYSIS_PARTS)
+    assert not found, "imports across analysis' sub-packages that the rules forbid: " + " | ".join(found)
+
+
+def test_analysis_says_its_rules_in_words():
+    """The package's docstring names every sub-package with what it may import, and each sub-package has a
+    docstring saying what it holds."""
+    import leverbench.analysis as analysis  # noqa: PLC0415
+
+    doc = " ".join((analysis.__doc__ or "").split())
+    for part, allowed in ANALYSIS_PARTS.items():
+        line = next((x for x in doc.split("- ") if x.startswith(f":mod:`.{part}`")), "")
+        assert line, f"analysis/__init__.py does not describe {part}"
+        said = set(re.findall(r"``(\w+)``", line.split("May import")[-1])) if "May import" in line else set()
+        assert said == allowed, f"analysis/__init__.py: {part} may import {sorted(said)}, the rule {sorted(allowed)}"
+        assert (SRC / "analysis" / part / "__init__.py").read_text(encoding="utf-8").startswith('"""')
+
+
+def test_the_analysis_rules_catch_a_trespass(tmp_path):
+    src = _package(tmp_path, {
+        "__init__.py": "", "analysis/__init__.py": "", "analysis/summary.py": "from .rates import fit\n",
+        "analysis/base/__init__.py": "", "analysis/base/stats.py": "from ..rates.fit import x\n",
+        "analysis/rates/__init__.py": "", "analysis/rates/fit.py": "from ..base.stats import y\nx = 1\n",
+        "analysis/loose.py": "",
+    })
+    found = analysis_trespasses(import_graph(src), {"base": set(), "rates": {"base"}})
+    assert found == ["leverbench.analysis.base.stats → leverbench.analysis.rates.fit (base may import no other part)",
+                     "leverbench.analysis.loose is in no sub-package of the rules"]
 
 
 def test_long_modules_say_why():

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from leverbench.analysis.warning_kinds import WarningKind as W
+from leverbench.analysis.base.warning_kinds import WarningKind as W
 from leverbench.cli import cli
 from leverbench.config import load
 from leverbench.errors import ConfigError, LedgerError

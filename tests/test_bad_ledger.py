@@ -11,7 +11,7 @@ from typing import Any, Callable
 import pytest
 from click.testing import CliRunner
 
-from leverbench.analysis.warning_kinds import WarningKind as W
+from leverbench.analysis.base.warning_kinds import WarningKind as W
 from leverbench.cli import cli
 from leverbench.errors import LedgerError
 from leverbench.ledger import reader

@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 from ledgers import call, header, ledger, turn, write
 
-from leverbench.analysis.cost import costs, turn_cost
+from leverbench.analysis.experiment.cost import costs, turn_cost
 from leverbench.analysis.summary import summarize
 from leverbench.cli import cli
 

@@ -3,7 +3,7 @@ probes against a strict API.
 
 Each dialect answers as that engine does with its default flags; ground truth is the same in all.
 Facts about the real engines: ``tests/data/engines/`` (a real llama-server) and the sources cited
-in :mod:`leverbench.engines.sim_dialects`.
+in :mod:`leverbench.engines.simulator.dialects`.
 """
 
 from __future__ import annotations
@@ -22,13 +22,13 @@ from ledgers import warned
 from prometheus_client.parser import text_string_to_metric_families
 from test_simulator import FAST, chat, get_json, in_threads, request, stream_chat, user
 
-from leverbench.analysis.metrics import arm_metrics
-from leverbench.analysis.warning_kinds import WarningKind as W
+from leverbench.analysis.base.metrics import arm_metrics
+from leverbench.analysis.base.warning_kinds import WarningKind as W
 from leverbench.cli import cli
 from leverbench.cli import sim as cli_sim
 from leverbench.engines import simulator
-from leverbench.engines.sim_dialects import DIALECTS, SGLANG_DP_SIZE
 from leverbench.engines.simulator import SimConfig, SimulatorThread, synthetic_text
+from leverbench.engines.simulator.dialects import DIALECTS, SGLANG_DP_SIZE
 from leverbench.ledger.reader import read_ledger
 from leverbench.ledger.records import CallError, CallRecord, ErrorClass
 from leverbench.runner.discover import api_base, api_root, chat_url, endpoint_info, models_url, scrape_metrics

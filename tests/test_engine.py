@@ -13,7 +13,7 @@ import limits
 import pytest
 from click.testing import CliRunner
 
-from leverbench.analysis.stats import median
+from leverbench.analysis.base.stats import median
 from leverbench.cli import cli
 from leverbench.engines.embedded import model_path, prebuilt_available
 from leverbench.errors import EngineError

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 from ledgers import call, header, ledger, turn
 
-from leverbench.analysis.equal_work import first_difference
+from leverbench.analysis.experiment.equal_work import first_difference
 from leverbench.analysis.summary import summarize
 from leverbench.cli import cli
 from leverbench.engines.simulator import SimConfig, SimulatorThread, synthetic_text

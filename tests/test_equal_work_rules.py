@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 from ledgers import call, header, ledger, probes_for, timed, turn, warned
 
-from leverbench.analysis.knobs import UNKNOWN, fact_knobs, is_on
+from leverbench.analysis.base.knobs import UNKNOWN, fact_knobs, is_on
+from leverbench.analysis.base.warning_kinds import WarningKind as W
 from leverbench.analysis.summary import summarize
-from leverbench.analysis.warning_kinds import WarningKind as W
 from leverbench.runner.discover import knobs as discovered_knobs
 
 ARMS = {"base": {"hardware": "old"}, "fast": {"hardware": "new"}}
@@ -112,7 +112,7 @@ def test_an_adaptive_verdict_at_equal_work_is_final_when_the_run_stopped(monkeyp
     """Review: the run stopped on the measured pairs ("decided"); the summary decided again on the corrected ones
     at the same look and said "open" in a finished run.  Each arm gets an exact rate model and a passing
     cross-check (as the probes of a real run give), so that equal work applies."""
-    import leverbench.analysis.equal_work as equal_work
+    import leverbench.analysis.experiment.equal_work as equal_work
     import leverbench.analysis.summary as summary_module
 
     fitted = summary_module.rate_models

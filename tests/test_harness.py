@@ -14,7 +14,7 @@ import aiohttp
 import pytest
 from test_load import experiment as load_experiment
 
-from leverbench.analysis.load import load_summary
+from leverbench.analysis.load.stages import load_summary
 from leverbench.config import load
 from leverbench.engines.simulator import SimConfig, SimulatorThread, chat_prompt_tokens, synthetic_text
 from leverbench.errors import ConfigError

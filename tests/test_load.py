@@ -18,7 +18,9 @@ import sim_truth
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from leverbench.analysis.load import (
+from leverbench.analysis.base.stats import percentile
+from leverbench.analysis.base.warning_kinds import WarningKind as W
+from leverbench.analysis.load.stages import (
     columns,
     distribution,
     itl,
@@ -29,8 +31,6 @@ from leverbench.analysis.load import (
     sweep_curves,
     tpot,
 )
-from leverbench.analysis.stats import percentile
-from leverbench.analysis.warning_kinds import WarningKind as W
 from leverbench.config import load
 from leverbench.engines.simulator import SimConfig, SimulatorThread
 from leverbench.errors import ConfigError

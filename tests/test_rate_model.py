@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from ledgers import call, header, ledger, turn
 
-from leverbench.analysis.rate_fit import batch_slowdown, fit_decode, fit_prefill
-from leverbench.analysis.rate_model import (
+from leverbench.analysis.rates.rate_fit import batch_slowdown, fit_decode, fit_prefill
+from leverbench.analysis.rates.rate_model import (
     decode_seconds,
     from_rates_row,
     models_by_arm,

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from leverbench.analysis.rate_model import prefill_seconds
+from leverbench.analysis.rates.rate_model import prefill_seconds
 from leverbench.cli import cli
 from leverbench.engines.simulator import SimConfig, SimulatorThread, synthetic_text
 from leverbench.ledger.reader import read_ledger

@@ -23,7 +23,7 @@ import pytest
 import sim_truth
 from test_load import experiment, sim_process
 
-from leverbench.analysis.load import load_summary
+from leverbench.analysis.load.stages import load_summary
 from leverbench.config import load
 from leverbench.ledger.reader import read_ledger, read_shard
 from leverbench.runner.run import Runner

@@ -15,8 +15,8 @@ import pytest
 from ledgers import warned
 from test_run_sim import experiment
 
+from leverbench.analysis.base.warning_kinds import WarningKind as W
 from leverbench.analysis.summary import summarize
-from leverbench.analysis.warning_kinds import WarningKind as W
 from leverbench.engines.simulator import SimConfig, SimulatorThread
 from leverbench.ledger.reader import Ledger, read_ledger
 

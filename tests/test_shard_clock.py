@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 from test_workers import clock, load_rec, run_dir, shard_lines
 
-from leverbench.analysis.load import load_summary
+from leverbench.analysis.load.stages import load_summary
 from leverbench.errors import LedgerError
 from leverbench.ledger.reader import read_ledger
 from leverbench.runner.workers import LoadWorker

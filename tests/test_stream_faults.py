@@ -18,7 +18,7 @@ from aiohttp import web
 from click.testing import CliRunner
 from one_arm import one_arm_experiment
 
-from leverbench.analysis.metrics import arm_metrics
+from leverbench.analysis.base.metrics import arm_metrics
 from leverbench.cli import cli
 from leverbench.config import load
 from leverbench.engines.simulator import SimConfig, SimulatorThread

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ledgers import call, header, ledger, turn
 
-from leverbench.analysis.regression import SCATTER_POINTS_KEPT
+from leverbench.analysis.rates.regression import SCATTER_POINTS_KEPT
 from leverbench.analysis.summary import summarize
 from leverbench.ledger import reader
 from leverbench.ledger.reader import Columns, Ledger, read_ledger
@@ -213,7 +213,7 @@ def test_scatter_points_are_capped_evenly():
 
 @pytest.mark.parametrize("name", NAMES)
 def test_turn_groups_shortcut_agrees_with_sorting(name):
-    from leverbench.analysis.dataset import _turn_groups_by_sorting, dataset, turn_groups
+    from leverbench.analysis.base.dataset import _turn_groups_by_sorting, dataset, turn_groups
 
     ds = dataset(read_ledger(GOLDEN / f"{name}.ledger.jsonl"))
     c = ds.call

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from leverbench.analysis.traffic import (
+from leverbench.analysis.traffic.analyze import (
     Rates,
     analyze_traffic,
     bucket_of,

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from ledgers import call, header, ledger, probes_for, timed, turn, warned
 
-from leverbench.analysis.knobs import arm_knobs, comparisons, suggestion
+from leverbench.analysis.base.knobs import arm_knobs, comparisons, suggestion
+from leverbench.analysis.base.warning_kinds import WarningKind as W
 from leverbench.analysis.summary import summarize
-from leverbench.analysis.warning_kinds import WarningKind as W
 
 THREE = {"base": {"prefix_cache": False, "drafter": "none"},
          "control": {"prefix_cache": True, "drafter": "none"},
@@ -300,7 +300,7 @@ def test_metrics_of_a_shared_endpoint_in_interleaved_order_are_mixed_and_not_use
 
 
 def test_sglang_samples_with_extra_labels_are_summed():
-    from leverbench.analysis.metrics import arm_metrics
+    from leverbench.analysis.base.metrics import arm_metrics
     before = {"sglang:queue_time_seconds_sum{tp_rank=0}": 1.0, "sglang:queue_time_seconds_sum{tp_rank=1}": 1.0,
               "sglang:queue_time_seconds_count{tp_rank=0}": 10.0, "sglang:queue_time_seconds_count{tp_rank=1}": 10.0}
     after = {"sglang:queue_time_seconds_sum{tp_rank=0}": 3.0, "sglang:queue_time_seconds_sum{tp_rank=1}": 5.0,
@@ -323,7 +323,7 @@ def test_the_results_tables_vs_baseline_row_is_the_baseline_comparison():
 
 
 def test_off_values_are_one_value_and_absent_is_off():
-    from leverbench.analysis.knobs import differing
+    from leverbench.analysis.base.knobs import differing
     assert differing({"drafter": "none"}, {}) == []
     assert differing({"drafter": "none", "prefix_cache": False}, {"drafter": False, "prefix_cache": "off"}) == []
     assert differing({"drafter": "none"}, {"drafter": "ngram"}) == ["drafter"]
@@ -399,7 +399,7 @@ def _window(arm, when, t, hits, queries):
 def test_metrics_windows_of_a_resumed_run_add_up():
     """Each before → after pair is a window (a resumed run adds one; an engine restart resets counters, which a
     window never spans); the arm's figures are the windows' deltas summed."""
-    from leverbench.analysis.metrics import server_metrics
+    from leverbench.analysis.base.metrics import server_metrics
     recs = [_window("a", "before", 1, 0, 0), _window("a", "after", 2, 60, 100),  # first run: 60 of 100
             _window("a", "before", 3, 5, 10), _window("a", "after", 4, 25, 110),  # resumed, restarted: 20 of 100
             _window("a", "before", 5, 25, 110), _window("a", "after", 6, 25, 110)]  # resumed with nothing left
@@ -408,7 +408,7 @@ def test_metrics_windows_of_a_resumed_run_add_up():
 
 
 def test_one_server_under_two_spellings_is_one_endpoint():
-    from leverbench.analysis.metrics import server_metrics
+    from leverbench.analysis.base.metrics import server_metrics
     head = {"arms": {"a": {"endpoint": "http://localhost:8000"}, "b": {"endpoint": "http://127.0.0.1:8000/"}},
             "config": {"arms": [{"name": "a"}, {"name": "b"}]}}
     recs = [_window("a", "before", 1, 0, 0), _window("b", "before", 1, 0, 0),
@@ -434,6 +434,6 @@ def test_a_drafter_lever_is_projected_when_prefill_cannot_be():
 
 
 def test_the_phase_of_a_lever_is_known_by_its_name_not_guessed():
-    from leverbench.analysis.knobs import lever_phase
+    from leverbench.analysis.base.knobs import lever_phase
     assert [lever_phase(k) for k in ("prefix_cache", "drafter", "kv_cache_dtype", "gpu_spec", "engine_version")] == \
         ["prefill", "decode", "both", "both", "both"]

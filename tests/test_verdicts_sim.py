@@ -7,8 +7,8 @@ import pytest
 from click.testing import CliRunner
 from ledgers import warned
 
+from leverbench.analysis.base.warning_kinds import WarningKind as W
 from leverbench.analysis.summary import summarize
-from leverbench.analysis.warning_kinds import WarningKind as W
 from leverbench.cli import cli
 from leverbench.engines.simulator import SimConfig, SimulatorThread, synthetic_text
 from leverbench.ledger.reader import read_ledger
@@ -121,7 +121,7 @@ def test_a_load_stages_cached_share_on_vllm_defaults_comes_from_its_counters(tmp
     never 0 for "not reported"."""
     from one_arm import one_arm_experiment
 
-    from leverbench.analysis.load import load_summary
+    from leverbench.analysis.load.stages import load_summary
     from leverbench.config import load
     from leverbench.runner.run import Runner
 

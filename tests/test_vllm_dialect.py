@@ -14,7 +14,7 @@ import pytest
 from test_dialects import discover_fixture, metric_samples, sim
 from test_simulator import chat, get_json, request, stream_chat, user
 
-from leverbench.analysis.metrics import arm_metrics
+from leverbench.analysis.base.metrics import arm_metrics
 from leverbench.config import EngineSpec
 from leverbench.engines import make_engine
 from leverbench.engines.embedded import EmbeddedEngine

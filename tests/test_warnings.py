@@ -8,8 +8,8 @@ from pathlib import Path
 
 from rich.console import Console
 
+from leverbench.analysis.base.warning_kinds import RunWarning, WarningKind, warning_groups
 from leverbench.analysis.summary import summarize
-from leverbench.analysis.warning_kinds import RunWarning, WarningKind, warning_groups
 from leverbench.ledger.reader import read_ledger
 from leverbench.report.html import render_html
 from leverbench.report.markdown import render_markdown

@@ -13,12 +13,12 @@ import sim_truth
 from click.testing import CliRunner
 from test_load import sim_process
 
-from leverbench.analysis.prefix_cache import PrefixCache, units
-from leverbench.analysis.whatif import ArmSpec, cache_pass, forecast, simulate, slowdown_curve
-from leverbench.analysis.whatif_arms import arm_specs
-from leverbench.analysis.whatif_orders import tied_calls
-from leverbench.analysis.whatif_plan import plan_calls
-from leverbench.analysis.whatif_verify import COMPARED, busy_seconds, compare, measured, service_seconds
+from leverbench.analysis.whatif.forecast import ArmSpec, cache_pass, forecast, simulate, slowdown_curve
+from leverbench.analysis.whatif.forecast.arms import arm_specs
+from leverbench.analysis.whatif.forecast.orders import tied_calls
+from leverbench.analysis.whatif.forecast.plan import plan_calls
+from leverbench.analysis.whatif.forecast.prefix_cache import PrefixCache, units
+from leverbench.analysis.whatif.forecast.verify import COMPARED, busy_seconds, compare, measured, service_seconds
 from leverbench.cli import cli
 from leverbench.config import load
 from leverbench.engines.simulator import SimConfig
@@ -32,7 +32,7 @@ TRACES = Path(__file__).parent / "data" / "traces"  # slices of public traces: s
 
 
 def flat(a: float, prefill_tps: float, decode_tps: float, **kw) -> dict:
-    """A flat rate model (the contract of analysis/rate_model.py) with set speeds."""
+    """A flat rate model (the contract of analysis/rates/rate_model.py) with set speeds."""
     return {"prefill": {"a_s": a, "b_s_per_token": 1 / prefill_tps, "c_s_per_token2": 0.0},
             "decode": {"d0_s_per_token": 1 / decode_tps, "d1_s_per_token_per_ctx": 0.0}, "batch": None,
             "slots": None, **kw}
@@ -209,7 +209,7 @@ def test_simultaneous_arrivals_are_served_in_random_orders_and_the_figures_avera
 def test_orders_are_bounded_by_the_simulated_calls_per_arm(monkeypatch) -> None:
     """At most ORDER_BUDGET calls simulated per arm: 3 calls under a budget of 7 get 7 // 3 = 2 orders (said);
     under a budget of 2, the trace's order alone (said); the distributions keep their count n an integer."""
-    import leverbench.analysis.whatif_orders as whatif_orders
+    import leverbench.analysis.whatif.forecast.orders as whatif_orders
 
     monkeypatch.setattr(whatif_orders, "ORDER_BUDGET", 7)
     res = forecast(plan_calls(_tied()), [ArmSpec("a", M)], "a", orders=16)
@@ -577,7 +577,7 @@ def test_engine_time_reads_the_served_calls_context_and_cache() -> None:
     """With an attention term and a decode slope: prefill_s(prompt_n, cache_n) and decode from the context
     prompt_n + cache_n + 1 (the arguments in their places); cache_n None counts as 0; one generated token
     has no decode; a vLLM record (no timings) makes it unknown."""
-    from leverbench.analysis.rate_model import decode_seconds, prefill_seconds
+    from leverbench.analysis.rates.rate_model import decode_seconds, prefill_seconds
 
     mdl = {"prefill": {"a_s": 0.1, "b_s_per_token": 0.01, "c_s_per_token2": 1e-5},
            "decode": {"d0_s_per_token": 0.05, "d1_s_per_token_per_ctx": 1e-4}}
@@ -606,7 +606,7 @@ def test_engine_time_note_says_batching_is_in_it_where_calls_shared_the_server()
 
 
 def test_orders_help_names_the_budget() -> None:
-    from leverbench.analysis.whatif_orders import ORDER_BUDGET, ORDERS
+    from leverbench.analysis.whatif.forecast.orders import ORDER_BUDGET, ORDERS
 
     out = " ".join(CliRunner().invoke(cli, ["whatif", "--help"], terminal_width=200).output.split())
     assert f"default {ORDERS}" in out and f"{ORDER_BUDGET:,}" in out

@@ -20,12 +20,12 @@ from ledgers import call, header, ledger, turn
 from test_load import sim_process
 
 import leverbench.ledger.writer as writer
-from leverbench.analysis.rate_fit import batch_slowdown
+from leverbench.analysis.rates.rate_fit import batch_slowdown
 from leverbench.analysis.summary import summarize
-from leverbench.analysis.whatif import ArmSpec, forecast, simulate
-from leverbench.analysis.whatif_arms import arm_specs
-from leverbench.analysis.whatif_plan import plan_calls
-from leverbench.analysis.whatif_verify import COMPARED, compare, measured
+from leverbench.analysis.whatif.forecast import ArmSpec, forecast, simulate
+from leverbench.analysis.whatif.forecast.arms import arm_specs
+from leverbench.analysis.whatif.forecast.plan import plan_calls
+from leverbench.analysis.whatif.forecast.verify import COMPARED, compare, measured
 from leverbench.config import load
 from leverbench.errors import BadInput
 from leverbench.ledger.reader import read_ledger

@@ -20,8 +20,8 @@ from test_load import experiment
 from test_sender import TRACE, FakeSender, run_virtual, stage
 
 import leverbench.runner.prompts as prompts
-from leverbench.analysis.load import load_summary, load_warnings
-from leverbench.analysis.warning_kinds import WarningKind as W
+from leverbench.analysis.base.warning_kinds import WarningKind as W
+from leverbench.analysis.load.stages import load_summary, load_warnings
 from leverbench.config import load
 from leverbench.errors import BadInput, ConfigError, LedgerError
 from leverbench.ledger.reader import read_ledger

@@ -5,7 +5,7 @@ that what one layer accepts the next one does too.
 Each is far past what real use reaches and short of what would hang the tool, fill a machine's memory or
 overflow a conversion.  The layers' own modules add the bounds only they have and the types that apply them:
 :mod:`leverbench.config.limits` (the experiment file), :mod:`leverbench.workload.traces.bounds` (traffic
-files), :mod:`leverbench.analysis.bounds` (options and summary.json), :mod:`leverbench.ledger.records` (a
+files), :mod:`leverbench.analysis.base.bounds` (options and summary.json), :mod:`leverbench.ledger.records` (a
 record's fields).  A leaf: it imports nothing (``--help`` reads it: :func:`bound_text` formats the bounds in messages).
 """
 

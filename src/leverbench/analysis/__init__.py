@@ -1,0 +1,21 @@
+"""Analysis: pure functions over ledger records (and traces), by concern.
+
+Data flows one way: the ledger's records → these functions → the summary the reports format.  The
+sub-packages, and what each may import from the others (``tests/test_architecture.py`` holds these rules):
+
+- :mod:`.base` — what every part reads: the records that count (``dataset``), the knobs, the guard's rule and
+  its reason codes, the warnings' kinds, the server's metrics, small statistics, the analysis' bounds.
+  Imports no other part of ``analysis``.
+- :mod:`.sequential` — the statistics of a verdict decided in as few repeats as the data allow, and the
+  simulation study behind it.  May import ``base``.
+- :mod:`.rates` — the rate model: the phase regression, the probes, the rate fit, where the time goes.  May
+  import ``base``.
+- :mod:`.load` — load metrics per (arm, stage).  May import ``base``.
+- :mod:`.experiment` — the experiment's comparisons: cells, drift, equal work, engagement, verdicts, the
+  levers' headline, cost, reasoning.  May import ``base``, ``sequential``, ``rates``, ``load``.
+- :mod:`.traffic` — recorded traffic: where its time goes and what a lever would save.  May import ``base``,
+  ``rates``.
+- :mod:`.whatif` — a trace served on each arm's measured rates, and its cross-check.  May import ``base``,
+  ``rates``, ``load``.
+- :mod:`.summary` (a module) — assembles everything the reports show; may import every part.
+"""

@@ -13,26 +13,26 @@ import numpy as np
 from ..ledger.reader import Ledger
 from ..ledger.records import KINDS, SUMMARY_SCHEMA
 from ..redact import redact_tree
-from .cells import cells, multipliers, totals
-from .cost import costs, scenario_costs
-from .dataset import Dataset, dataset, first_seen, groups
-from .drift import PairDrift, adjusted_turn_s, common, drift, drifted_arms, pair_drifts
-from .engaged import engaged
-from .equal_work import equal_work, equal_work_rows, turns
-from .guard import CONTRADICTION, DRIFT, NOT_ENGAGED, REFERENCE_USED, Reason, measurement_guard
-from .knobs import UNKNOWN, Comparison, comparisons
-from .levers import levers
-from .load import load_summary, load_warnings, sweep_curves
-from .metrics import own_metrics, server_metrics
-from .phases import arm_rates, cell_shares, prefill_model, project
-from .probes import probes
-from .rate_fit import rate_models
-from .reasoning import prompt_discipline, reasoning_split
-from .regression import decomposition
-from .server import server_account
-from .stats import median
-from .verdicts import verdicts
-from .warning_kinds import RunWarning, WarningKind
+from .base.dataset import Dataset, dataset, first_seen, groups
+from .base.guard import CONTRADICTION, DRIFT, NOT_ENGAGED, REFERENCE_USED, Reason, measurement_guard
+from .base.knobs import UNKNOWN, Comparison, comparisons
+from .base.metrics import own_metrics, server_metrics
+from .base.stats import median
+from .base.warning_kinds import RunWarning, WarningKind
+from .experiment.cells import cells, multipliers, totals
+from .experiment.cost import costs, scenario_costs
+from .experiment.drift import PairDrift, adjusted_turn_s, common, drift, drifted_arms, pair_drifts
+from .experiment.engaged import engaged
+from .experiment.equal_work import equal_work, equal_work_rows, turns
+from .experiment.levers import levers
+from .experiment.reasoning import prompt_discipline, reasoning_split
+from .experiment.verdicts import verdicts
+from .load.stages import load_summary, load_warnings, sweep_curves
+from .rates.phases import arm_rates, cell_shares, prefill_model, project
+from .rates.probes import probes
+from .rates.rate_fit import rate_models
+from .rates.regression import decomposition
+from .rates.server import server_account
 
 
 def _largest_case_scenario(ds: Dataset, cell_list: list[dict[str, Any]]) -> tuple[int, int] | None:

@@ -8,7 +8,7 @@ types refuse it while click parses the command line, before the command's body r
 error path (:func:`.common.fail`), as the body's own errors go.
 
 Each range is far past what a real analysis uses and short of what would overflow a conversion or print
-infinity; they are defined once, in :mod:`leverbench.analysis.bounds` (whose token bounds are the traffic
+infinity; they are defined once, in :mod:`leverbench.analysis.base.bounds` (whose token bounds are the traffic
 files' own), and the summary.json reader checks a run's figures against the same ones.
 """
 
@@ -19,7 +19,7 @@ from typing import Any
 
 import click
 
-from ..analysis.bounds import (
+from ..analysis.base.bounds import (
     MAX_CACHE_TOKENS,
     MAX_CALL_S,
     MAX_GPU_HOUR_USD,

@@ -12,7 +12,7 @@ from typing import Any, Callable
 import click
 
 from ..engines.sim_config import SimConfig
-from ..engines.sim_dialects import DIALECTS
+from ..engines.simulator.dialects import DIALECTS
 from ..errors import BadInput
 from .common import Command
 

@@ -1,7 +1,7 @@
 """``leverbench whatif TRAFFIC --rates RUN_DIR``: serve a trace on each calibrated arm, simulated; and verify.
 
 A thin command over :func:`leverbench.report.whatif_files.whatif_file` (the simulation:
-:mod:`leverbench.analysis.whatif`); ``--verify`` runs the same slice for real on the run's arms
+:mod:`leverbench.analysis.whatif.forecast`); ``--verify`` runs the same slice for real on the run's arms
 (:func:`~leverbench.report.whatif_files.verify_experiment`, through the runner) and prints forecast
 against measured, storing the errors with the run.
 """

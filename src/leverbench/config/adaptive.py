@@ -1,6 +1,6 @@
 """``[experiment] adaptive``: the settings of adaptive repeats (issue 16), and how they must fit the rest of
 the experiment.  The rounds: :mod:`leverbench.runner.rounds`; the statistics:
-:mod:`leverbench.analysis.sequential` and :mod:`leverbench.analysis.verdicts`."""
+:mod:`leverbench.analysis.sequential.confidence` and :mod:`leverbench.analysis.experiment.verdicts`."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from .limits import MAX_GPU_HOURS, MAX_MIN_EFFECT, MAX_REPEATS, shown
 
 class AdaptiveSpec(BaseModel):
     """``[experiment] adaptive``: add repeats only to the comparisons still undecided (issue 16; the
-    statistics in :mod:`leverbench.analysis.sequential`, the rounds in :mod:`leverbench.analysis.verdicts`).
+    statistics in :mod:`leverbench.analysis.sequential.confidence`, the rounds in
+    :mod:`leverbench.analysis.experiment.verdicts`).
     ``min_effect``: the ratio a lever must beat to pay; ``confidence``: of the anytime-valid interval;
     ``max_repeats``: per cell, all rounds together; ``max_gpu_hours``: no round starts that would take the
     turns' GPU-hours (turn seconds × the arm's ``gpus`` condition, default 1, / 3600, every arm) past it."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .sim_dialects import DIALECTS
+from .simulator.dialects import DIALECTS
 
 
 @dataclass
@@ -28,7 +28,7 @@ class SimConfig:
     reasoning_tokens: int = 0  # the first N generated tokens are reasoning_content
     tool_call_rounds: int = 0  # with tools, call a tool until the conversation has this many tool messages
     model: str = "sim"
-    dialect: str = "llama.cpp"  # how it speaks: llama.cpp, vllm, sglang or openai (see sim_dialects)
+    dialect: str = "llama.cpp"  # how it speaks: llama.cpp, vllm, sglang or openai (see simulator/dialects.py)
     engine_version: str = "sim"  # llama.cpp build_info, vLLM /version, SGLang /get_server_info version
     prompt_tokens_details: bool = False  # vLLM --enable-prompt-tokens-details / SGLang --enable-cache-report
     base_path: str = "/v1"  # chat at BASE_PATH/chat/completions, models at BASE_PATH/models

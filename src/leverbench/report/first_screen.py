@@ -12,12 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..analysis import reason_codes as guard
-from ..analysis.warning_kinds import warning_groups
+from ..analysis.base import reason_codes as guard
+from ..analysis.base.warning_kinds import warning_groups
 from .table import pct
 from .tables import ratio_interval
 
-#: A refusal's reason codes (analysis/guard.py) in a few words, for a lever's line; the full reason is a note.
+#: A refusal's reason codes (analysis/base/guard.py) in a few words, for a lever's line; the full reason is a note.
 SHORT_REASON = {guard.VOLUME: "output volumes differ", guard.VOLUME_UNKNOWN: "output volume unknown",
                 guard.DRIFT: "an arm's speed drifted", guard.FAILED: "calls failed",
                 guard.RETRIED: "calls were retried", guard.REPEATS: "too few repeats",

@@ -32,7 +32,7 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup
 
-from ..analysis.warning_kinds import warning_groups
+from ..analysis.base.warning_kinds import warning_groups
 from ..ledger.reader import Ledger
 from .first_screen import first_screen
 from .jsonio import finite, number

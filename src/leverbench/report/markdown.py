@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..analysis.warning_kinds import warning_groups
+from ..analysis.base.warning_kinds import warning_groups
 from .first_screen import first_screen
 from .table import Table
 from .tables import all_tables

@@ -9,7 +9,7 @@ a file that fails it is bad input (exit code 2) naming the file, where it is
 wrong and what is wrong.  A summary of a newer schema is refused.
 
 Every number a reader computes with is typed strictly (a string or a boolean is no number) and bounded
-(:mod:`leverbench.analysis.bounds`): finite, the rate models' coefficients non-negative (a negative one gave
+(:mod:`leverbench.analysis.base.bounds`): finite, the rate models' coefficients non-negative (a negative one gave
 negative TTFTs and GPU-hours), each phase costing something per token, slowdowns positive, concurrencies
 and slots at least 1, GPUs and prices within range.  The rows that name an arm name one of the arms.
 """
@@ -23,7 +23,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from ..analysis.bounds import (
+from ..analysis.base.bounds import (
     MAX_CACHE_TOKENS,
     MAX_CALL_S,
     MAX_GPU_HOUR_USD,

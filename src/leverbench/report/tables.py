@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..analysis.knobs import is_on
-from ..analysis.rate_model import tokens_per_second_at
+from ..analysis.base.knobs import is_on
+from ..analysis.rates.rate_model import tokens_per_second_at
 from .guard_tables import drift_table, equal_work_table, multiplier_table
 from .load_tables import load_tables
 from .table import Table, pct, s

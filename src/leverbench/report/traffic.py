@@ -1,7 +1,7 @@
 """``leverbench analyze``'s output: its tables, and the terminal, Markdown, JSON and HTML renderings of them.
 
 Built from the result :func:`leverbench.report.traffic_files.analyze_file` returns (the
-analysis of :mod:`leverbench.analysis.traffic` plus the import's counts);
+analysis of :mod:`leverbench.analysis.traffic.analyze` plus the import's counts);
 nothing here computes a statistic, it only formats.  The four formats show the
 same tables, as ``report`` does for runs; the HTML page is one self-contained
 file under the run report's Content-Security-Policy (it fetches nothing and
@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.table import Table as RichTable
 from rich.text import Text
 
-from ..analysis.traffic import PHASES, summarize_skips
+from ..analysis.traffic.analyze import PHASES, summarize_skips
 from .jsonio import finite
 from .markdown import _md_table
 from .tables import Table

@@ -1,7 +1,7 @@
 """The library function behind ``leverbench analyze``: a traffic log and rates in, the traffic analysis out.
 
 :func:`analyze_file` reads the traffic (columnar: :mod:`leverbench.workload.traces`)
-and the rates, and calls the pure analysis in :mod:`leverbench.analysis.traffic`;
+and the rates, and calls the pure analysis in :mod:`leverbench.analysis.traffic.analyze`;
 :mod:`leverbench.report.traffic` renders its result.  Rates come from where they
 are best known, field by field: by hand (``--prefill-tps``/``--decode-tps``) >
 a run (``--rates RUN_DIR``: its ledger, else its summary.json, checked) > fitted from
@@ -13,8 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..analysis.prefix_cache import DEFAULT_BLOCK_TOKENS, DEFAULT_CACHE_TOKENS
-from ..analysis.traffic import (
+from ..analysis.traffic.analyze import (
     analyze_traffic,
     choose_rates,
     fit_rates,
@@ -23,9 +22,10 @@ from ..analysis.traffic import (
     rates_from_summary,
     with_drafter,
 )
-from ..analysis.whatif import cache_pass, prefix_cache_on
-from ..analysis.whatif_arms import block_of, capacity_of
-from ..analysis.whatif_plan import plan_calls
+from ..analysis.whatif.arms import block_of, capacity_of
+from ..analysis.whatif.forecast import cache_pass, prefix_cache_on
+from ..analysis.whatif.plan import plan_calls
+from ..analysis.whatif.prefix_cache import DEFAULT_BLOCK_TOKENS, DEFAULT_CACHE_TOKENS
 from ..errors import BadInput
 from ..workload.traces import load_traffic
 from .files import summarize_dir
@@ -59,13 +59,13 @@ def analyze_file(traffic: str | Path, *, fmt: str | None = None, columns: str | 
                  block_tokens: int | None = None) -> dict[str, Any]:
     """Read ``traffic`` and the rates, analyse, and return the JSON-ready result.
 
-    The result is :func:`~leverbench.analysis.traffic.analyze_traffic`'s, plus
+    The result is :func:`~leverbench.analysis.traffic.analyze.analyze_traffic`'s, plus
     ``input`` (file, format, rows used and skipped with reasons, notes),
     ``fits`` (the per-model fits when rates were fitted from the traffic) and
     ``rates_used`` (in words).  *salvage*: read a leverbench ledger (TRAFFIC or ``rates_dir``) past
     its bad lines.  Where the traffic shows potential prefix sharing (Mooncake hash ids), a cache of
     ``cache_tokens`` in blocks of ``block_tokens`` (default: the run's cache arm's, else
-    :mod:`~leverbench.analysis.prefix_cache`'s defaults) is run over the calls (:func:`finite_cache`).
+    :mod:`~leverbench.analysis.whatif.forecast.prefix_cache`'s defaults) is run over the calls (:func:`finite_cache`).
     """
     if cache_tokens is not None and not cache_tokens >= 0:
         raise BadInput(f"--cache-tokens must be a number >= 0 (got {cache_tokens})")
@@ -105,7 +105,7 @@ def finite_cache(load: Any, summary: dict[str, Any] | None, cache_tokens: float 
                  block_tokens: int | None) -> dict[str, Any] | None:
     """A finite prefix cache run over the calls where the log shows potential sharing (prefix block ids) and no
     cache served them; None otherwise.  Capacity and block size: as given, else those of the run's first arm
-    with a prefix cache on (:mod:`~leverbench.analysis.whatif_arms`), else the defaults."""
+    with a prefix cache on (:mod:`~leverbench.analysis.whatif.forecast.arms`), else the defaults."""
     if load.cached_served or load.records is None or not any(c.prefix_blocks for c in load.records):
         return None
     cap = src = blk = None

@@ -2,7 +2,7 @@
 
 :func:`whatif_file` reads the traffic (:func:`~leverbench.workload.traces.load_traffic`), the run's summary
 (its ledger, else its summary.json, checked: :func:`.traffic_files.run_summary`), plans the calls as trace
-replay sends them and serves them on each arm (:mod:`leverbench.analysis.whatif`).  The run directory's
+replay sends them and serves them on each arm (:mod:`leverbench.analysis.whatif.forecast`).  The run directory's
 ``whatif-verify.jsonl`` holds every verification of its forecasts (one JSON object a line, appended by
 :func:`store_verification`); a later forecast carries their summary as ``track_record``.
 
@@ -18,11 +18,11 @@ import math
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..analysis.whatif import forecast
-from ..analysis.whatif_arms import arm_specs
-from ..analysis.whatif_orders import ORDERS
-from ..analysis.whatif_plan import plan_calls
-from ..analysis.whatif_verify import compare, measured, track_record
+from ..analysis.whatif.arms import arm_specs
+from ..analysis.whatif.forecast import forecast
+from ..analysis.whatif.orders import ORDERS
+from ..analysis.whatif.plan import plan_calls
+from ..analysis.whatif.verify import compare, measured, track_record
 from ..errors import BadInput
 from ..ledger.reader import read_ledger
 from ..workload.traces import load_traffic

@@ -4,7 +4,7 @@ For each planned stage (sweeps expanded) and each of its arms, one after
 another, this module decides *when* each call goes out and hands it to a
 :class:`~leverbench.runner.send.Sender` (the stage's own, on its own
 connection pool), which streams it and appends its record to the ledger (the
-only writer).  It computes no statistics: ``leverbench.analysis.load`` does,
+only writer).  It computes no statistics: ``leverbench.analysis.load.stages`` does,
 from the ledger.
 
 Every call record of a stage has kind ``load`` and, besides the call's own

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import aiohttp
 
-from ..analysis.knobs import is_on
+from ..analysis.base.knobs import is_on
 from ..config import Case, LoadedExperiment
 from ..workload.cases import first_messages, first_user_text, system_text
 from .tokens import Endpoint, count_chat_tokens

@@ -1,7 +1,7 @@
 """The rounds of an adaptive run after its initial repeats (``[experiment] adaptive``).
 
 Which cells get one more repeat is decided by the analysis
-(:func:`leverbench.analysis.verdicts.plan_round`) from the ledger written so far:
+(:func:`leverbench.analysis.experiment.verdicts.plan_round`) from the ledger written so far:
 the runner computes no statistics.  Each round is one more repeat of the cells of
 the comparisons still open, in counterbalanced order
 (:func:`.schedule.adaptive_round`).  A resumed run replays the looks from its
@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..analysis.verdicts import plan_round
+from ..analysis.experiment.verdicts import plan_round
 from ..config import Experiment, LoadedExperiment, with_adaptive
 from ..errors import BadInput
 from ..ledger.reader import read_ledger

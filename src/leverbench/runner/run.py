@@ -34,7 +34,7 @@ from typing import Any, AsyncIterator, Callable
 import aiohttp
 
 from .. import __version__
-from ..analysis.drift import sentinel_rate, settled
+from ..analysis.experiment.drift import sentinel_rate, settled
 from ..config import LoadedExperiment
 from ..engines import make_engine
 from ..errors import BadInput, EngineError
@@ -219,7 +219,7 @@ class Runner:
     async def _warm_up(self, arm: str) -> None:
         """Warm *arm*'s endpoint before the first measured round: the sentinel's call (kind ``warmup``, repeat
         0, 1, …) until its decode rate is stable — two in a row within the drift tolerance
-        (:func:`~leverbench.analysis.drift.settled`) — or :data:`WARMUP_MAX_CALLS` were sent.  The calls
+        (:func:`~leverbench.analysis.experiment.drift.settled`) — or :data:`WARMUP_MAX_CALLS` were sent.  The calls
         are in the ledger (the analysis reports whether the arm settled); without sentinels
         (``sentinel_tokens = 0``), one short call."""
         n = self.spec.experiment.sentinel_tokens

@@ -15,7 +15,7 @@ A B, B A, …
 **Drift sentinels** (a short fixed call of ``sentinel_tokens`` forced tokens on a prompt no cache holds):
 in interleaved order, one for every arm at the start of every round (``position`` "start", ``repeat`` r:
 arms in the round's first row order) and one for every arm at the end (``position`` "end"), so each arm
-has a series over the run that the analysis (:mod:`leverbench.analysis.drift`) judges against its own
+has a series over the run that the analysis (:mod:`leverbench.analysis.experiment.drift`) judges against its own
 scatter; in blocked order one for every arm before every repeat of each arm's block (``repeat`` = the
 block's index × repeats + the repeat) and at the end, so that each arm's series spans the whole run, its own
 block and the others'.  Probes follow the

@@ -30,7 +30,7 @@ Timing model (real ``asyncio.sleep``)
     the tokens emitted before it) ``1 / decode_tps + decode_slowdown_per_ctx ·
     L`` — the rate model's prefill_s(n, k) and decode_s(L, O) with a = 0,
     b = 1 / prefill_tps, c = prefill_quadratic, d0 = 1 / decode_tps,
-    d1 = decode_slowdown_per_ctx (:mod:`leverbench.analysis.rate_model`).
+    d1 = decode_slowdown_per_ctx (:mod:`leverbench.analysis.rates.rate_model`).
     Speed (all 1 by default): every service time of a request (overhead, prefill, each decode step) is
     multiplied by its ``speed_factor``, drawn when it is admitted: 1 + ``drift_per_s`` · (t − ``drift_t0``)
     (a machine that slows, or speeds up, over wall time t; simulators given the same ``drift_t0`` drift
@@ -69,7 +69,7 @@ Dialects
     ``SimConfig.dialect`` (``llama.cpp``, ``vllm``, ``sglang``, ``openai``)
     sets how the simulator *speaks*: usage fields, ``timings``, errors, which
     request fields it honours, ignores or rejects, its info endpoints and
-    ``/metrics`` names (see :mod:`leverbench.engines.sim_dialects`).  The
+    ``/metrics`` names (see :mod:`leverbench.engines.simulator.dialects`).  The
     timing model and the ground truth are the same in every dialect.
 
 Modules
@@ -81,31 +81,54 @@ Modules
     package's names below are the simulator's API.
 """
 
-from .answer import (
-    TOOL_CALL_TOKENS,
-    Answer,
-    ChatRequest,
-    answer_length,
-    chunk_delta,
-    full_message,
-    jittered_length,
-    parse_chat_request,
-    plan_answer,
-    step_sizes,
-)
-from .config import FAULT_NAMES, SimConfig, tokens_per_step
-from .exchange import Trace, llama_clocks_ms
-from .server import STATE, SimulatorThread, build_app, serve
-from .state import CACHE_CAPACITY_BLOCKS, TRUTH_LIMIT, FifoSlots, PrefixCache, SimState
-from .tokens import (
-    TOKEN_ID_SPACE,
-    chat_prompt_tokens,
-    count_tokens,
-    message_text,
-    synthetic_text,
-    token_ids,
-    tokenize,
-)
+import importlib
+from typing import Any
+
+#: Each name of the simulator's API and the module that defines it: imported when first used
+#: (PEP 562), so that reading :mod:`.dialects` or :mod:`.config` (the ``sim`` command's options,
+#: ``--help``) does not load the server and aiohttp.
+_API = {
+    'Answer': 'answer',
+    'CACHE_CAPACITY_BLOCKS': 'state',
+    'ChatRequest': 'answer',
+    'FAULT_NAMES': 'config',
+    'FifoSlots': 'state',
+    'PrefixCache': 'state',
+    'STATE': 'server',
+    'SimConfig': 'config',
+    'SimState': 'state',
+    'SimulatorThread': 'server',
+    'TOKEN_ID_SPACE': 'tokens',
+    'TOOL_CALL_TOKENS': 'answer',
+    'TRUTH_LIMIT': 'state',
+    'Trace': 'exchange',
+    'answer_length': 'answer',
+    'build_app': 'server',
+    'chat_prompt_tokens': 'tokens',
+    'chunk_delta': 'answer',
+    'count_tokens': 'tokens',
+    'full_message': 'answer',
+    'jittered_length': 'answer',
+    'llama_clocks_ms': 'exchange',
+    'message_text': 'tokens',
+    'parse_chat_request': 'answer',
+    'plan_answer': 'answer',
+    'serve': 'server',
+    'step_sizes': 'answer',
+    'synthetic_text': 'tokens',
+    'token_ids': 'tokens',
+    'tokenize': 'tokens',
+    'tokens_per_step': 'config',
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _API:
+        value = getattr(importlib.import_module(f".{_API[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "CACHE_CAPACITY_BLOCKS", "FAULT_NAMES", "STATE", "TOKEN_ID_SPACE", "TOOL_CALL_TOKENS", "TRUTH_LIMIT", "Answer",

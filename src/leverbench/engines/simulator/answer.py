@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import sim_dialects as dialects
+from . import dialects
 from .config import SimConfig
 from .tokens import chat_prompt_tokens, message_text, stable_int, synthetic_text, tokenize
 

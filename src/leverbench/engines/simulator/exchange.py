@@ -14,7 +14,7 @@ from typing import Any
 
 from aiohttp import web
 
-from .. import sim_dialects as dialects
+from . import dialects
 from .answer import ChatRequest, chunk_delta, full_message, plan_answer, step_sizes
 from .config import FAULT_NAMES, tokens_per_step
 from .state import SimState

@@ -11,7 +11,7 @@ from typing import Any
 
 from aiohttp import web
 
-from .. import sim_dialects as dialects
+from . import dialects
 from .answer import parse_chat_request
 from .config import SimConfig
 from .exchange import Exchange, Trace

@@ -9,7 +9,7 @@ import random
 import time
 from collections import OrderedDict, deque
 
-from .. import sim_dialects as dialects
+from . import dialects
 from .config import FAULT_NAMES, SimConfig
 
 TRUTH_LIMIT = 100_000  # ground-truth records kept (the most recent)

@@ -1,0 +1,124 @@
+"""Cells, totals and multipliers: the result table.
+
+- Cell = (arm, case); its sample is the turn times of the arm's successful
+  repeats.  median and observed range [min, max] over them.
+- Overlap: whether an arm's range and the baseline's share any point.
+- Total of an arm = Σ over cases of the cell medians (defined only when every
+  case has a successful cell).
+- Multiplier = reference time / arm time (cell or total), for every
+  comparison of :func:`.knobs.comparisons` (each arm against the baseline, and
+  every other pair that differs in one knob), judged by :mod:`.guard`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..base.dataset import Dataset, groups, sums, zero_nan
+from ..base.guard import Reason, judge
+from ..base.knobs import Comparison
+from ..base.stats import median, overlap
+
+
+def cells(ds: Dataset, case_names: list[str] | None = None, turn_s: np.ndarray | None = None) -> list[dict[str, Any]]:
+    """One row per (arm, case) of *case_names* (default: the engine comparison's cases); *turn_s*: the turns'
+    times to take (default: as measured; :func:`.drift.adjusted_turn_s` puts them on one speed)."""
+    case_names = ds.cases if case_names is None else case_names
+    turn_s = ds.turn.turn_s if turn_s is None else turn_s
+    T, C, n = ds.turn, ds.call, ds.n_cells
+    by_turn = groups(ds.cell_code(T.arm, T.case), n)
+    ccode = ds.cell_code(C.arm, C.case)
+    calls = sums(ccode, None, n)
+    failed = sums(ccode, ~C.ok & ~C.retried, n)
+    retried = sums(ccode, C.retried, n)
+    empty = sums(ccode, C.empty_answer, n)
+    out = []
+    for arm in ds.arms:
+        for case in case_names:
+            k = ds.cell(arm, case)
+            turns = by_turn[k]
+            ok = turns[T.ok[turns]]
+            times = turn_s[ok]
+            outs = T.output_tokens[ok]
+            ins = T.prompt_tokens[ok]
+            outs, ins = outs[~np.isnan(outs)], ins[~np.isnan(ins)]
+            has = len(ok) > 0
+            cell = {
+                "arm": arm, "case": case, "n": len(ok), "attempted": len(turns),
+                "failed_turns": len(turns) - len(ok),
+                "failed_calls": int(failed[k]),
+                "retried_calls": int(retried[k]),
+                "calls": int(calls[k]),
+                "median_s": median(times) if has else None,
+                "min_s": float(times.min()) if has else None,
+                "max_s": float(times.max()) if has else None,
+                "output_tokens_median": median(outs) if len(outs) else None,
+                "input_tokens_median": median(ins) if len(ins) else None,
+                "reasoning_tokens_median": median(zero_nan(T.reasoning_tokens[ok])) if has else None,
+                "tool_s_median": median(zero_nan(T.tool_s[ok])) if has else None,
+                "empty_answers": int(empty[k]),
+                "step_limited": int(T.step_limit[turns].sum()),
+                "times_s": times.tolist(),
+            }
+            if retried[k]:  # the turn keeps its full wall clock; what it would have been without the retried attempts
+                cell["median_without_retries_s"] = median(times - zero_nan(T.retried_s[ok])) if has else None
+            out.append(cell)
+    base = {c["case"]: c for c in out if c["arm"] == ds.baseline}
+    for c in out:
+        b = base.get(c["case"])
+        if c["arm"] == ds.baseline or not b or c["median_s"] is None or b["median_s"] is None:
+            c["overlaps_baseline"] = None
+        else:
+            c["overlaps_baseline"] = overlap((c["min_s"], c["max_s"]), (b["min_s"], b["max_s"]))
+    return out
+
+
+def totals(ds: Dataset, cell_list: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for arm in ds.arms:
+        mine = [c for c in cell_list if c["arm"] == arm]
+        complete = all(c["median_s"] is not None for c in mine) and len(mine) == len(ds.cases)
+        vols = [c["output_tokens_median"] for c in mine]
+        out.append({
+            "arm": arm,
+            "total_s": sum(c["median_s"] for c in mine) if complete else None,
+            "output_tokens": sum(vols) if complete and all(v is not None for v in vols) else None,
+            "cases": len(ds.cases),
+            "complete": complete,
+        })
+    return out
+
+
+def multipliers(ds: Dataset, cell_list: list[dict[str, Any]], total_list: list[dict[str, Any]],
+                comps: list[Comparison], also: dict[tuple[str, str], list[Reason]] | None = None
+                ) -> list[dict[str, Any]]:
+    """Per comparison: one row per case and one for the total (``vs`` = the reference arm); *also*: the
+    comparison's own reasons not to cite it (drift, contradictions, engagement), by (arm, vs)."""
+    exp = ds.config["experiment"]
+    tol_cell = exp.get("volume_tolerance_cell", 0.20)
+    tol_total = exp.get("volume_tolerance_total", 0.05)
+    cell_of = {(c["arm"], c["case"]): {**c, "name": c["arm"]} for c in cell_list}
+    total_of = {t["arm"]: t for t in total_list}
+    out = []
+    for comp in comps:
+        arm, ref, knobs = comp.arm, comp.vs, list(comp.knobs)
+        tag = {"arm": arm, "vs": ref}
+        extra = (also or {}).get((arm, ref), [])
+        kw = {"also": extra, "controlled": comp.controlled}
+        more = {"lever": comp.lever, "unknown_knobs": list(comp.unknown)}
+        mine = []
+        for case in ds.cases:
+            m = {**tag, "scope": f"case:{case}", **judge(cell_of[(ref, case)], cell_of[(arm, case)], tol_cell, knobs,
+                                                          **kw), **more}
+            mine.append(m)
+        tr, ta = total_of[ref], total_of[arm]
+        blocking = [f"{m['scope'].removeprefix('case:')} ({m['reason']})" for m in mine if m.get("blocks_total")]
+        total = judge({"name": ref, "median_s": tr["total_s"], "output_tokens_median": tr["output_tokens"], "n": None},
+                      {"name": arm, "median_s": ta["total_s"], "output_tokens_median": ta["output_tokens"], "n": None},
+                      tol_total, knobs, blocked_by=blocking, **kw)
+        out += mine + [{**tag, "scope": "total", **total, **more}]
+    for m in out:
+        m.pop("blocks_total", None)
+    return out

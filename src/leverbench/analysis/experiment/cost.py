@@ -1,0 +1,91 @@
+"""What a turn costs in GPU time and money.
+
+From an arm's conditions ``gpu_hour_usd`` and ``gpus`` (default 1), with
+turn_s = the arm's total / number of cases (the mean turn):
+
+    usd_per_turn              = turn_s × gpu_hour_usd × gpus / 3600
+    gpu_hours_per_1000_turns  = turn_s × gpus × 1000 / 3600
+    usd_per_1000_turns        = 1000 × usd_per_turn
+
+and the GPU-hours per 1000 turns an arm returns against the baseline.  Each
+row carries ``citable`` and ``reason`` by the guard's rules (:mod:`.guard`):
+an arm's row those of its total multiplier against the baseline (the
+comparison its "returned" figure comes from), the baseline's row those of its
+own measurements (repeats, failures, retries, drift).
+(The article: 173.8 s and 67.2 s over four turns at $5.50/h → $0.0664 and
+$0.0257 per turn, 12.07 and 4.67 GPU-hours per 1000 turns.)
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ...errors import BadInput
+from ..base.bounds import MAX_GPU_HOUR_USD, MAX_GPUS
+
+
+def _fmt(x: float) -> str:
+    return f"{int(x):,}" if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
+
+
+def price_and_gpus(cond: dict[str, Any], arm: str, gpu_hour_usd: float | None = None) -> tuple[float | None, float]:
+    """(price of a GPU-hour, GPUs) of an arm: its conditions' ``gpu_hour_usd`` (else ``gpu_hour_usd``) and
+    ``gpus`` (else 1), each a number in range (:mod:`.bounds`); else BadInput naming the arm and the key (a
+    ledger whose header gave ``gpu_hour_usd = -5.5`` printed negative dollars)."""
+    price, gpus = cond.get("gpu_hour_usd", gpu_hour_usd), cond.get("gpus", 1)
+    for key, v, lo_open, hi in (("gpu_hour_usd", price, False, MAX_GPU_HOUR_USD), ("gpus", gpus, True, MAX_GPUS)):
+        if v is None and key == "gpu_hour_usd":
+            continue
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and \
+            (v > 0 if lo_open else v >= 0) and v <= hi
+        if not ok:
+            raise BadInput(f"arm {arm!r}: conditions {key} = {v!r:.40} is not a finite number "
+                           f"{'above' if lo_open else 'from'} 0 {'and at most' if lo_open else 'to'} {_fmt(hi)}; "
+                           "correct the run's conditions (the experiment file's)")
+    return (float(price) if price is not None else None), float(gpus)
+
+
+def turn_cost(turn_s: float, gpu_hour_usd: float | None, gpus: float = 1.0) -> dict[str, Any]:
+    gpu_hours = turn_s * gpus * 1000.0 / 3600.0
+    usd = turn_s * gpu_hour_usd * gpus / 3600.0 if gpu_hour_usd is not None else None
+    return {"turn_s": turn_s, "gpus": gpus, "gpu_hour_usd": gpu_hour_usd, "usd_per_turn": usd,
+            "gpu_hours_per_1000_turns": gpu_hours, "usd_per_1000_turns": usd * 1000.0 if usd is not None else None}
+
+
+Citability = dict[str, tuple[bool, "str | None"]]
+
+
+def costs(totals: list[dict[str, Any]], conditions: dict[str, dict[str, Any]], baseline: str,
+          gpu_hour_usd: float | None = None, citability: Citability | None = None) -> list[dict[str, Any]]:
+    """Per arm with a price or a GPU count in its conditions: the cost of its mean turn."""
+    out = []
+    for t in totals:
+        cond = conditions.get(t["arm"], {})
+        price, gpus = price_and_gpus(cond, t["arm"], gpu_hour_usd)
+        if t["total_s"] is None or (price is None and "gpus" not in cond):
+            continue
+        out.append({"arm": t["arm"], **turn_cost(t["total_s"] / t["cases"], price, gpus)})
+    return _with_returned(out, baseline, citability)
+
+
+def scenario_costs(projected: list[dict[str, Any]], conditions: dict[str, dict[str, Any]], baseline: str,
+                   gpu_hour_usd: float | None = None, citability: Citability | None = None) -> list[dict[str, Any]]:
+    """Per projected arm (``projection.arms`` rows with ``total_s``): the cost of one scenario turn."""
+    out = []
+    for a in projected:
+        if a.get("total_s") is None:
+            continue
+        price, gpus = price_and_gpus(conditions.get(a["arm"], {}), a["arm"], gpu_hour_usd)
+        out.append({"arm": a["arm"], **turn_cost(a["total_s"], price, gpus)})
+    return _with_returned(out, baseline, citability)
+
+
+def _with_returned(rows: list[dict[str, Any]], baseline: str, citability: Citability | None) -> list[dict[str, Any]]:
+    """Add the GPU-hours per 1000 turns each arm returns against the baseline, and each row's citability."""
+    base = next((c for c in rows if c["arm"] == baseline), None)
+    for c in rows:
+        c["gpu_hours_returned_per_1000_turns"] = (base["gpu_hours_per_1000_turns"] - c["gpu_hours_per_1000_turns"]
+                                                  if base else None)
+        c["citable"], c["reason"] = (citability or {}).get(c["arm"], (None, "no comparison to judge it by"))
+    return rows

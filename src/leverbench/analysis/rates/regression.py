@@ -1,0 +1,161 @@
+"""Latency regressed on generated tokens, per cell (the article's decomposition).
+
+For a cell's successful calls: latency_s = a + b × completion_tokens by least
+squares.  decode_tps = 1 / b; intercept_s = a (prefill + harness overhead);
+R² = 1 − SS_res / SS_tot.  Refused, with the reason, when there are fewer than
+3 points, when the output lengths barely vary (max − min < max(8 tokens,
+10 % of the mean): the slope would be noise), or when the slope is not
+positive.  When the points had very different prefill work (some calls found
+their prompt cached, others did not, or later steps of a turn carry a longer
+conversation) the cell is flagged ``mixed_prefill`` and, where the server's
+uncached prompt count is known for every point, that count enters the fit as a
+second regressor so that it does not bias the slope (``method``).
+
+The slope is a per-token time at a context: decode slows as the context grows (the rate model,
+:mod:`.rate_model`: the i-th token after the first costs d0 + d1·(L + i) from a prompt of L tokens), so
+a call's decode carries X = (O − 1)·L + O·(O − 1)/2 context-token-steps, and under that model the fitted
+slope is d0 + d1·γ, γ the coefficient on O when X is regressed on the same design (1, O and, where used,
+the uncached input).  γ is the cell's ``decode_context``: the context at which its rate was measured
+(≈ mean prompt + mean output), so that the rate can be compared with another measured elsewhere.
+
+The cell's points are returned for plotting as ``x`` (output tokens) and ``y``
+(latency, s); beyond SCATTER_POINTS_KEPT of them an evenly strided subset
+(``x_sampled: true``; ``points`` still counts them all).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..base.dataset import CallTable, Dataset, groups
+
+MIN_POINTS = 3
+SCATTER_POINTS_KEPT = 2000  # a cell's points that summary.json keeps (the HTML report draws fewer)
+
+
+def fit_line(x: Sequence[float], y: Sequence[float]) -> tuple[float, float, float]:
+    """(intercept a, slope b, R²) of y = a + b·x by ordinary least squares."""
+    xa, ya = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    xm, ym = xa.mean(), ya.mean()
+    sxx = float(((xa - xm) ** 2).sum())
+    b = float(((xa - xm) * (ya - ym)).sum() / sxx)
+    a = float(ym - b * xm)
+    ss_res = float(((ya - (a + b * xa)) ** 2).sum())
+    ss_tot = float(((ya - ym) ** 2).sum())
+    r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else 1.0
+    return a, b, r2
+
+
+def fit_plane(x1: Sequence[float], x2: Sequence[float], y: Sequence[float]) -> tuple[float, float, float, float]:
+    """(a, b, c, R²) of y = a + b·x1 + c·x2 by ordinary least squares."""
+    X = np.column_stack([np.ones(len(x1)), np.asarray(x1, float), np.asarray(x2, float)])
+    ya = np.asarray(y, float)
+    coef, *_ = np.linalg.lstsq(X, ya, rcond=None)
+    pred = X @ coef
+    ss_tot = float(((ya - ya.mean()) ** 2).sum())
+    r2 = 1.0 - float(((ya - pred) ** 2).sum()) / ss_tot if ss_tot > 0 else 1.0
+    return float(coef[0]), float(coef[1]), float(coef[2]), r2
+
+
+def regress(tokens: Sequence[float], latency: Sequence[float],
+            uncached: Sequence[float] | None = None, prompt: Sequence[float] | None = None) -> dict[str, Any]:
+    """Fit one cell.  With ``uncached`` (prompt tokens the server computed, per point) that
+    varies independently of the output length (:func:`separable`), the prefill work is a second regressor:
+    latency = a + b·output + c·uncached, decode_tps = 1/b, intercept_s = a + c·median(uncached)
+    (the cell's typical prefill + overhead), prefill_tps = 1/c.  With ``prompt`` (each point's prompt
+    tokens, all known), ``decode_context`` (see the module docstring), else None."""
+    tok = np.asarray(tokens, dtype=float)
+    n = len(tok)
+    lo, hi = (_count(tok.min()), _count(tok.max())) if n else (None, None)
+    out: dict[str, Any] = {"points": n, "decode_tps": None, "intercept_s": None, "r2": None,
+                           "output_min": lo, "output_max": hi, "refused": None, "method": "latency ~ output",
+                           "decode_context": None}
+    if n < MIN_POINTS:
+        out["refused"] = f"{n} point(s), fewer than {MIN_POINTS}"
+        return out
+    mean = float(tok.sum()) / n
+    if hi - lo < max(8.0, 0.10 * mean):
+        out["refused"] = f"output lengths barely vary ({lo:g}–{hi:g} tokens)"
+        return out
+    plane = uncached is not None and len(uncached) == n and n >= MIN_POINTS + 1 and separable(tokens, uncached)
+    if plane:
+        a, b, c, r2 = fit_plane(tokens, uncached, latency)
+        out["method"] = "latency ~ output + uncached input"
+        out["prefill_tps"] = 1.0 / c if c > 0 else None
+        a = a + c * float(np.sort(np.asarray(uncached, dtype=float))[n // 2])
+    else:
+        a, b, r2 = fit_line(tokens, latency)
+    if prompt is not None and len(prompt) == n and not np.isnan(np.asarray(prompt, float)).any():
+        L = np.asarray(prompt, float)
+        steps = (tok - 1.0) * L + tok * (tok - 1.0) / 2.0
+        out["decode_context"] = (fit_plane(tokens, uncached, steps)[1] if plane else fit_line(tokens, steps)[1])
+    if b <= 0:
+        out["refused"] = f"slope {b:.3g} s/token is not positive"
+        out["r2"] = r2
+        return out
+    out.update(decode_tps=1.0 / b, intercept_s=a, r2=r2)
+    return out
+
+
+def _count(v: float) -> int | float:
+    """A token count as read (an integer unless the ledger said otherwise)."""
+    v = float(v)
+    return int(v) if v.is_integer() else v
+
+
+def uncached_input(c: CallTable) -> np.ndarray:
+    """Prompt tokens the server had to compute: prompt − cached (llama.cpp: timings.prompt_n); NaN: unknown."""
+    client = np.trunc(c.prompt_tokens) - np.trunc(np.where(np.isnan(c.cached_tokens), 0.0, c.cached_tokens))
+    return np.where(np.isnan(c.prompt_n), client, np.trunc(c.prompt_n))
+
+
+def separable(tokens: Sequence[float], uncached: Sequence[float]) -> bool:
+    """Whether uncached input varies (by more than 16 tokens) and not in lock-step with the
+    output length (|Pearson r| < 0.95), so that a two-regressor fit is determined."""
+    u = np.asarray(uncached, float)
+    if u.max() - u.min() <= 16:
+        return False
+    r = np.corrcoef(np.asarray(tokens, float), u)[0, 1]
+    return bool(np.isfinite(r) and abs(r) < 0.95)
+
+
+def mixed_prefill(uncached: Sequence[float]) -> bool:
+    """Whether the points' prefill work differs enough to bias the slope: the uncached input
+    ranges over more than max(64 tokens, half its median)."""
+    if len(uncached) < 2:
+        return False
+    s = np.sort(np.asarray(uncached, float))
+    return bool(s[-1] - s[0] > max(64, 0.5 * s[len(s) // 2]))
+
+
+def scatter(x: np.ndarray, y: np.ndarray) -> dict[str, Any]:
+    """The points to plot: all of them, or SCATTER_POINTS_KEPT evenly strided (``x_sampled``)."""
+    n = len(x)
+    out: dict[str, Any] = {}
+    if n > SCATTER_POINTS_KEPT:
+        pick = np.arange(SCATTER_POINTS_KEPT) * n // SCATTER_POINTS_KEPT
+        x, y = x[pick], y[pick]
+        out["x_sampled"] = True
+    return {"x": [_count(v) for v in x.tolist()], "y": [round(v, 4) for v in y.tolist()], **out}
+
+
+def decomposition(ds: Dataset) -> list[dict[str, Any]]:
+    c = ds.call
+    point = c.ok & ~np.isnan(c.completion_tokens)
+    by = groups(np.where(point, ds.cell_code(c.arm, c.case), -1), ds.n_cells)
+    unc_all = uncached_input(c)
+    out = []
+    for arm in ds.arms:
+        for case in ds.cases:
+            p = by[ds.cell(arm, case)]
+            x, y, u = c.completion_tokens[p], c.latency_s[p], unc_all[p]
+            unc = u[~np.isnan(u)]
+            known = len(unc) == len(p)
+            out.append({"arm": arm, "case": case,
+                        **regress(x, y, unc if known else None, c.prompt_tokens[p]),
+                        "uncached_input_range": [_count(unc.min()), _count(unc.max())] if len(unc) else None,
+                        "mixed_prefill": mixed_prefill(unc),
+                        **scatter(x, y)})
+    return out

@@ -1,0 +1,393 @@
+"""Where the time of recorded traffic goes, and which lever would return most.
+
+Pure functions over the calls (:class:`~leverbench.workload.traces.TrafficCall`
+records, or the columnar frame a trace importer returns) and measured rates;
+every number is a sum over the calls per (model, input-length bucket) or a
+percentile of token counts, computed in passes of bounded memory
+(:mod:`.traffic_sums`), so a log of any length is analysed without loading it
+whole.  Rates: :mod:`.traffic_rates`; fits: :mod:`.traffic_fit`.  The source article's lesson: the prefill:decode
+ratio of *your* traffic decides the lever, so this applies measured rates to
+every recorded call.
+
+Per call i (input I, output O, cached tokens C, with the rates of its model):
+
+    prefill_s = a + I / prefill_tps          (every lever off: the whole prompt; where a cache already
+                                              served C_served: a + (I − C_served) / prefill_tps, the time
+                                              actually spent)
+    decode_s  = O / decode_tps
+    queue_s   = max(0, ttft_s − (a + (I − C_served) / prefill_tps))
+                only when the traffic has TTFTs and the rates were not fitted
+                from those same TTFTs (then queueing sits inside a); else 0
+                and reported "not measured".  C_served = C when the stack
+                reported it as read from its cache, else 0.
+    total_s   = prefill_s + decode_s + queue_s
+
+Shares are phase sums over total sums, overall and per input-length bucket
+(``BUCKETS``: <1k, 1k–4k, 4k–16k, 16k–64k, ≥64k, with k = 1,024 tokens).
+
+Levers (Amdahl: each removes time from its own phase only):
+
+    prefix cache  saved_i = C_i / prefill_tps    (C from the trace; or
+                  share × I under an assumed --cached-share; unknown otherwise).
+                  When the log's cached tokens were served (a cache was already on: a
+                  gateway log, a vLLM or AIPerf export, a leverbench ledger), the cache is
+                  not a lever to try: its row says "already on" with its realized saving
+                  Σ C_served / prefill_tps (and that as a share of the time it would take
+                  without it), and the other levers are ranked against the time actually
+                  spent.  Where the log only shows potential sharing (Mooncake hash ids),
+                  ``finite_cache`` (a cache of finite capacity run over the calls,
+                  :mod:`.prefix_cache`) puts its saving Σ hit / prefill_tps beside the
+                  unbounded one
+    drafter       saved_i = decode_s × (1 − 1/speedup)   (negative when the
+                  drafter is slower than plain decoding)
+    answer cap N  saved_i = max(0, O − N) / decode_tps
+
+    saved share         = Σ saved / Σ total
+    GPU-h per 1000 calls = (Σ saved / n) × gpus × 1000 / 3600
+    $ per 1000 calls     = GPU-h per 1000 calls × gpu_hour_usd
+
+A lever's range is its saved share at the extreme values of its own rate
+(prefill_tps for the cache, speedup for the drafter, decode_tps for the
+cap) where several were measured (``Rates.alternatives``); else the spread of
+its saved share across models, or across input-length buckets, each holding
+≥ 5 % of the calls.
+
+Fitting rates from traffic with latencies (``fit_rates``, :mod:`.traffic_fit`), per model and
+pooled: latency = a + b·O by least squares (the article's regression;
+``regression.regress``, which adds a term c·(I − C_served) when the uncached
+input varies independently of O, so varying prompts do not bias b),
+decode_tps = 1/b, R² reported.  Prefill from
+TTFT = a' + b'·(I − C_served) when TTFTs are recorded, else from the
+per-call intercepts latency − O/decode_tps = a' + b'·(I − C_served);
+prefill_tps = 1/b', prefill_a_s = max(a', 0).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import polars as pl
+
+from ...errors import BadInput
+from ..base.bounds import MAX_GPU_HOUR_USD, MAX_GPUS
+from .fit import fit_rates
+from .rates import RateBook, Rates, choose_rates, hand_rates, rates_for, rates_from_summary, with_drafter  # noqa: F401
+from .sums import (
+    BUCKETS,
+    NO_MODEL,
+    as_frame,
+    collect,
+    distribution_of_counts,
+    percentiles,
+    phase_sums,
+    rate_table,
+    total,
+    value_counts,
+)
+from .words import PHASES, conditions, pct, recommend
+
+__all__ = ["BUCKETS", "PHASES", "Rates", "analyze_traffic", "bucket_of", "choose_rates", "conditions",
+           "fit_rates", "hand_rates", "has_latencies", "rates_for", "rates_from_summary", "recommend",
+           "summarize_skips", "with_drafter"]
+
+RANGE_MIN_CALL_SHARE = 0.05
+LEVER_PHASE = {"prefix cache": "prefill", "drafter": "decode", "answer cap": "decode"}
+
+
+# ---------------------------------------------------------------- per-call formulas
+
+
+def prefill_seconds(input_tokens: float, r: Rates, cached_tokens: float = 0.0) -> float:
+    """a + (I − C) / prefill_tps."""
+    return r.prefill_a_s + (input_tokens - cached_tokens) / r.prefill_tps
+
+
+def decode_seconds(output_tokens: float, r: Rates) -> float:
+    """O / decode_tps."""
+    return output_tokens / r.decode_tps
+
+
+def cache_saving(cached_tokens: float, r: Rates) -> float:
+    """Prefill time a prefix cache removes: C / prefill_tps."""
+    return cached_tokens / r.prefill_tps
+
+
+def drafter_saving(decode_s: float, speedup: float) -> float:
+    """Decode time a drafter removes: decode_s × (1 − 1/speedup) (negative if speedup < 1)."""
+    return decode_s * (1.0 - 1.0 / speedup)
+
+
+def cap_saving(output_tokens: float, cap: float, r: Rates) -> float:
+    """Decode time of the tokens above an answer cap: max(0, O − N) / decode_tps."""
+    return max(0.0, output_tokens - cap) / r.decode_tps
+
+
+def gpu_hours_per_1000(seconds_per_call: float, gpus: float = 1.0) -> float:
+    """seconds per call × gpus × 1000 / 3600."""
+    return seconds_per_call * gpus * 1000.0 / 3600.0
+
+
+def bucket_of(input_tokens: float) -> str:
+    for name, lo, hi in BUCKETS:
+        if lo <= input_tokens < hi:
+            return name
+    return BUCKETS[-1][0]
+
+
+# ---------------------------------------------------------------- the analysis, from sums per (model, bucket)
+
+
+_LEVER_PARAM = {"prefix cache": "prefill_tps", "drafter": "drafter_speedup", "answer cap": "decode_tps"}
+Row = dict[str, Any]  # one (model, bucket) group of traffic_sums.phase_sums
+
+
+def _phase_row(rows: Sequence[Row]) -> dict[str, Any]:
+    sums = {p: total(rows, p) for p in PHASES}
+    tot = sum(sums.values())
+    row: dict[str, Any] = {"calls": int(total(rows, "calls")), **{f"{p}_s": sums[p] for p in PHASES}, "total_s": tot}
+    for p in PHASES:
+        row[f"{p}_share"] = sums[p] / tot if tot > 0 else None
+    row["dominant"] = max(PHASES, key=lambda p: sums[p]) if tot > 0 else None
+    return row
+
+
+def _saved(name: str, g: Row, r: Rates, value: float | None = None) -> float | None:
+    """Seconds lever ``name`` removes from group ``g`` (rates ``r``; ``value``: its parameter at another value)."""
+    if name == "prefix cache":
+        return g["cached"] / (value or r.prefill_tps) if g["cached_calls"] else None
+    if name == "drafter":
+        sp = value or r.drafter_speedup
+        return drafter_saving(g["decode"], sp) if sp else None
+    return g["excess"] / (value or r.decode_tps)
+
+
+def _lever_total(name: str, rows: Sequence[Row], rates: Mapping[str, Rates],
+                 value: Mapping[str, float | None] | None = None) -> float | None:
+    """Σ over ``rows`` of the seconds lever ``name`` removes (None: unknown for every row)."""
+    parts = [_saved(name, g, rates[g["model"]], (value or {}).get(g["model"])) for g in rows]
+    known = [p for p in parts if p is not None]
+    return float(sum(known)) if known else None
+
+
+def _extremes(rates: Mapping[str, Rates], param: str) -> tuple[dict[str, float | None], dict[str, float | None]] | None:
+    """Per model, the min and max measured value of ``param`` (main value and alternatives)."""
+    if not any(r.alternatives.get(param) for r in rates.values()):
+        return None
+    vals = {m: [v for v in (getattr(r, param), *r.alternatives.get(param, ())) if v is not None]
+            for m, r in rates.items()}
+    return ({m: min(v) if v else None for m, v in vals.items()}, {m: max(v) if v else None for m, v in vals.items()})
+
+
+def _lever_range(name: str, rows: Sequence[Row], rates: Mapping[str, Rates], n: int,
+                 tot: float) -> tuple[list[float] | None, str | None]:
+    """(lo, hi) saved share, and where the spread comes from."""
+    param = _LEVER_PARAM[name]
+    ext = _extremes(rates, param)
+    if ext is not None:
+        shares = [s / tot for s in (_lever_total(name, rows, rates, e) for e in ext) if s is not None]
+        if shares:
+            lo = min(v for v in ext[0].values() if v is not None)
+            hi = max(v for v in ext[1].values() if v is not None)
+            return [min(shares), max(shares)], f"the {param.replace('_', ' ')} values measured ({lo:.3g}–{hi:.3g})"
+    for key, label in (("model", "models"), ("bucket", "input-length buckets")):
+        sizes: dict[str, float] = {}
+        for g in rows:
+            sizes[g[key]] = sizes.get(g[key], 0) + g["calls"]
+        groups = [k for k, c in sizes.items() if c >= RANGE_MIN_CALL_SHARE * n]
+        if len(groups) < 2:
+            continue
+        shares = []
+        for k in groups:
+            part = [g for g in rows if g[key] == k]
+            t = _phase_row(part)["total_s"]
+            if t > 0:
+                shares.append((_lever_total(name, part, rates) or 0.0) / t)
+        if len(shares) >= 2:
+            return [min(shares), max(shares)], f"across {label} holding ≥{RANGE_MIN_CALL_SHARE:.0%} of the calls"
+    return None, None
+
+
+def _already_on(row: dict[str, Any], rows: Sequence[Row], rates: Mapping[str, Rates], overall: Mapping[str, Any],
+                cached: Mapping[str, float], n: int, gpus: float, gpu_hour_usd: float | None) -> dict[str, Any]:
+    """The prefix cache's row when the log's cached tokens were served: not a lever to try, its realized
+    saving instead (share of the time the calls would take without it)."""
+    s = _lever_total("prefix cache", rows, rates) or 0.0
+    without = overall["total_s"] + s
+    gh = gpu_hours_per_1000(s / n, gpus)
+    row.update(estimated=False, already_on=True, saved_s=None, saved_share=None, range=None, range_source=None,
+               realized_saved_s=s, realized_share=s / without if without > 0 else None,
+               realized_gpu_hours_per_1000_calls=gh,
+               realized_usd_per_1000_calls=gh * gpu_hour_usd if gpu_hour_usd is not None else None,
+               served_share=cached["cached"] / cached["all_input"] if cached["all_input"] else None,
+               reason="already on: the log's cached tokens were served by a cache")
+    return row
+
+
+def _lever_row(name: str, rows: Sequence[Row], rates: Mapping[str, Rates], book: RateBook, overall: Mapping[str, Any],
+               n: int, cap: float, cap_default: bool, cached: Mapping[str, float], assumed_share: float | None,
+               gpus: float, gpu_hour_usd: float | None, cache_on: bool = False,
+               finite: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    row: dict[str, Any] = {"lever": name, "phase": LEVER_PHASE[name],
+                           "ceiling_share": overall[f"{LEVER_PHASE[name]}_share"], "already_on": False}
+    if name == "answer cap":
+        row["parameter"] = f"cap {cap:.0f} tokens" + (", the median output" if cap_default else "")
+    elif name == "drafter":
+        sp = [r.drafter_speedup for r in book.values() if r.drafter_speedup]
+        row["parameter"] = ((f"speedup {min(sp):.2f}x" + (f"–{max(sp):.2f}x" if max(sp) != min(sp) else ""))
+                            if sp else None)
+    else:
+        row["parameter"] = (f"cached share {cached['cached'] / cached['all_input']:.1%} of input tokens "
+                            f"({cached['calls']} calls)" if cached["calls"] and cached["all_input"] else None)
+        if assumed_share is not None:
+            row["parameter"] = (row["parameter"] + "; " if row["parameter"] else "") + \
+                f"assumed {assumed_share:.0%} cached where not recorded"
+    if name == "prefix cache" and cache_on:
+        return _already_on(row, rows, rates, overall, cached, n, gpus, gpu_hour_usd)
+    s = _lever_total(name, rows, rates)
+    if s is None:
+        row.update(estimated=False, saved_s=None, saved_share=None, range=None, range_source=None,
+                   reason=("this traffic records no prefix sharing or cached tokens; give --cached-share"
+                           if name == "prefix cache" else
+                           "no measured drafter speedup; give --rates RUN_DIR with a drafter arm or --drafter-speedup"))
+        return row
+    tot = overall["total_s"]
+    per_call = s / n
+    rng, rng_src = _lever_range(name, rows, rates, n, tot)
+    gh = gpu_hours_per_1000(per_call, gpus)
+    row.update(estimated=True, saved_s=s, saved_share=s / tot if tot > 0 else None, saved_s_per_call=per_call,
+               gpu_hours_per_1000_calls=gh, usd_per_1000_calls=gh * gpu_hour_usd if gpu_hour_usd is not None else None,
+               range=rng, range_source=rng_src, reason=None)
+    if name == "prefix cache" and finite is not None:
+        f = row["finite"] = _finite_row(finite, rates, tot)
+        given = row["parameter"] or "no cached share recorded"
+        row["parameter"] = (f"{given}, every earlier prompt kept (the upper bound); a cache of "
+                            f"{f['capacity_tokens']:,.0f} tokens in blocks of {f['block_tokens']} would serve "
+                            f"{pct(f['hit_share'])} of input tokens, saving {pct(f['saved_share'])} of the time")
+    return row
+
+
+def _finite_row(finite: Mapping[str, Any], rates: Mapping[str, Rates], tot: float) -> dict[str, Any]:
+    """A finite cache's estimate beside the unbounded one: saved = its hit tokens / prefill_tps (one prefill
+    rate for every call; with several, unknown)."""
+    tps = {r.prefill_tps for r in rates.values()}
+    saved = finite["hit_tokens"] / tps.pop() if len(tps) == 1 else None
+    return {**finite, "saved_s": saved, "saved_share": saved / tot if saved is not None and tot > 0 else None}
+
+
+def analyze_traffic(calls: Any, book: RateBook, *, cached_served: bool = False,
+                    queue_from_ttft: bool = True, answer_cap: int | None = None,
+                    assumed_cached_share: float | None = None, gpus: float = 1.0,
+                    gpu_hour_usd: float | None = None, cached_meaning: str | None = None,
+                    finite_cache: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Where the time of ``calls`` goes under ``book``'s rates, and what each lever would return.
+
+    ``calls``: TrafficCall records, a TrafficLoad, or a frame of the canonical
+    columns (read in passes of bounded memory, see :mod:`.traffic_sums`).
+    ``queue_from_ttft`` is False when the rates were fitted from these same
+    TTFTs.  ``answer_cap`` defaults to the median output length (an
+    assumption, said so).  ``assumed_cached_share`` fills cached tokens for
+    calls that record none.  ``finite_cache``: a finite cache's hits over these
+    calls ({hit_tokens, hit_share, capacity_tokens, block_tokens, source}), shown
+    beside the unbounded saving.  Returns a JSON-ready dict: distribution, rates,
+    overall and per-bucket shares, levers (ranked), recommendation, and
+    ``cache_already_on`` (the log's cached tokens were served: prefill counts the
+    uncached tokens only and the cache is not a lever to try).
+    """
+    lf = as_frame(calls)
+    per_model, vin, vout, vcached, known = collect(
+        lf.group_by(pl.col("model").fill_null(NO_MODEL)).agg(n=pl.len(), ttft=pl.col("ttft").is_not_null().sum()),
+        value_counts(lf, "input"), value_counts(lf, "output"), value_counts(lf, "cached"),
+        lf.filter(pl.col("cached").is_not_null()).select(
+            calls=pl.len(), cached=pl.col("cached").cast(pl.Float64).sum(),
+            input=pl.col("input").cast(pl.Float64).sum()))
+    n = int(per_model.get_column("n").sum())
+    if n == 0:
+        raise BadInput("no calls to analyse")
+    if assumed_cached_share is not None and not 0 <= assumed_cached_share < 1:
+        raise BadInput(f"--cached-share must be in [0, 1) (got {assumed_cached_share})")
+    if not (0 < gpus <= MAX_GPUS and (gpu_hour_usd is None or 0 <= gpu_hour_usd <= MAX_GPU_HOUR_USD)):
+        raise BadInput(f"GPUs {gpus:g} or price {gpu_hour_usd} per GPU-hour out of range (GPUs above 0 and at most "
+                       f"{MAX_GPUS:,}, a price from 0 to {MAX_GPU_HOUR_USD:,.0f}): check --gpus and --gpu-hour-usd, "
+                       "or the conditions of the run given to --rates")
+    models = per_model.get_column("model").to_list()
+    rates = {m: rates_for(book, m or None) for m in models}
+    ttft_calls = int(per_model.get_column("ttft").sum())
+    queue_measured = queue_from_ttft and ttft_calls > 0
+    cap_default = answer_cap is None
+    out_v, out_n = vout.get_column("value").to_numpy(), vout.get_column("n").to_numpy()
+    cap = float(answer_cap) if answer_cap is not None else percentiles(out_v, out_n, [50])[0]
+    k = known.row(0, named=True)
+    cache_on = bool(cached_served and (k["cached"] or 0) > 0)
+    sums = collect(phase_sums(lf, rate_table(models, book), cap=cap, assumed_share=assumed_cached_share,
+                              cached_served=cached_served, queue=queue_measured, cache_on=cache_on))[0]
+    rows = list(sums.iter_rows(named=True))
+    overall = _phase_row(rows)
+    tot = overall["total_s"]
+    in_v, in_n = vin.get_column("value").to_numpy(), vin.get_column("n").to_numpy()
+    all_input, all_output = float((in_v.astype(float) * in_n).sum()), float((out_v.astype(float) * out_n).sum())
+    cached = {"calls": k["calls"], "cached": k["cached"] or 0.0, "all_input": all_input}
+    buckets = []
+    for name, _, _ in BUCKETS:
+        part = [g for g in rows if g["bucket"] == name]
+        if part:
+            buckets.append({"bucket": name, "call_share": total(part, "calls") / n, **_phase_row(part)})
+    levers = [_lever_row(name, rows, rates, book, overall, n, cap, cap_default, cached, assumed_cached_share,
+                         gpus, gpu_hour_usd, cache_on, finite_cache) for name in LEVER_PHASE]
+    est = sorted((l for l in levers if l["estimated"]), key=lambda l: -l["saved_s"])
+    levers = est + [l for l in levers if not l["estimated"]]
+    for b in buckets:
+        part = [g for g in rows if g["bucket"] == b["bucket"]]
+        b["levers"] = {name: ((_lever_total(name, part, rates) or 0.0) / b["total_s"]
+                              if _lever_total(name, rows, rates) is not None and b["total_s"] > 0
+                              and not (cache_on and name == "prefix cache") else None)
+                       for name in LEVER_PHASE}
+    per_call = tot / n
+    gh = gpu_hours_per_1000(per_call, gpus)
+    result: dict[str, Any] = {
+        "calls": n,
+        "distribution": {"input_tokens": distribution_of_counts(in_v, in_n),
+                         "output_tokens": distribution_of_counts(out_v, out_n),
+                         "cached_tokens": distribution_of_counts(vcached.get_column("value").to_numpy(),
+                                                                 vcached.get_column("n").to_numpy()),
+                         "cached_share_of_input": cached["cached"] / k["input"] if k["calls"] and k["input"] else None,
+                         "input_output_ratio": all_input / all_output if all_output > 0 else None},
+        "rates": {("*" if key is None else key): r.as_dict() for key, r in book.items()},
+        "queue": {"measured": queue_measured, "calls_with_ttft": ttft_calls,
+                  "note": ("queue = max(0, TTFT − modelled prefill), per call" if queue_measured else
+                           "not measured: rates fitted from these TTFTs hold queueing in their intercept"
+                           if ttft_calls and not queue_from_ttft else
+                           "not measured: the traffic records no TTFT")},
+        "overall": overall,
+        "buckets": buckets,
+        "levers": levers,
+        "ranking": [l["lever"] for l in est],
+        "cost": {"gpus": gpus, "gpu_hour_usd": gpu_hour_usd, "seconds_per_call": per_call,
+                 "gpu_hours_per_1000_calls": gh,
+                 "usd_per_1000_calls": gh * gpu_hour_usd if gpu_hour_usd is not None else None},
+        "answer_cap": cap, "answer_cap_default": cap_default,
+        "cached_meaning": cached_meaning,
+        "cache_already_on": cache_on,
+        "extrapolation": _extrapolation(rows, rates, n),
+    }
+    result["conditions"] = conditions(result, book)
+    result["recommendation"] = recommend(result)
+    return result
+
+
+def _extrapolation(rows: Sequence[Row], rates: Mapping[str, Rates], n: int) -> dict[str, Any] | None:
+    """Share of calls whose input lies above the largest input the prefill rate was measured on."""
+    his = [r.prefill_input_range[1] for r in rates.values() if r.prefill_input_range]
+    if not his:
+        return None
+    beyond = int(total(rows, "beyond"))
+    return {"calls_beyond": beyond, "share_beyond": beyond / n, "largest_measured": float(max(his))}
+
+
+def has_latencies(calls: Any) -> bool:
+    """Whether any call records its latency (so rates can be fitted from the traffic)."""
+    return bool(collect(as_frame(calls).select(pl.col("latency").is_not_null().any()))[0].item())
+
+
+def summarize_skips(skipped: Mapping[str, int]) -> str:
+    return ", ".join(f"{n} {r}" for r, n in sorted(skipped.items(), key=lambda kv: -kv[1])) or "none"
+

@@ -1,0 +1,192 @@
+"""Serving rates for the traffic analysis, and where they come from.
+
+``Rates`` are what the analysis applies to every call: prefill_s(I) =
+prefill_a_s + I / prefill_tps, decode_s(O) = O / decode_tps.  They are had,
+field by field, from where they are best known: by hand (``hand_rates``) > a
+leverbench run's summary (``rates_from_summary``) > fitted from the traffic's
+own latencies (:mod:`.traffic_fit`); ``choose_rates`` merges them.  A rate
+book maps a model name to its rates, None to the rates of every other call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping
+
+from ...errors import BadInput
+from ..base.knobs import differing, is_on
+
+
+@dataclass(frozen=True)
+class Rates:
+    """Measured serving rates, with where they came from.
+
+    prefill_s(I) = prefill_a_s + I / prefill_tps; decode_s(O) = O / decode_tps.
+    ``drafter_speedup`` = decode rate with the drafter / without.
+    ``alternatives`` holds other measured values of ``prefill_tps``,
+    ``decode_tps`` or ``drafter_speedup`` (other arms, other comparisons): they
+    set the lever ranges.  ``conditions`` are the measurement's conditions
+    (hardware, engine, concurrency) to quote with any number.
+    """
+
+    prefill_tps: float
+    decode_tps: float
+    source: str
+    prefill_a_s: float = 0.0
+    prefill_source: str = ""
+    decode_source: str = ""
+    drafter_speedup: float | None = None
+    drafter_source: str | None = None
+    prefill_input_range: tuple[float, float] | None = None
+    fit: dict[str, Any] | None = None
+    alternatives: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    conditions: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"prefill_tps": self.prefill_tps, "prefill_a_s": self.prefill_a_s, "decode_tps": self.decode_tps,
+                "source": self.source, "prefill_source": self.prefill_source, "decode_source": self.decode_source,
+                "drafter_speedup": self.drafter_speedup, "drafter_source": self.drafter_source,
+                "prefill_input_range": list(self.prefill_input_range) if self.prefill_input_range else None,
+                "fit": self.fit, "alternatives": {k: list(v) for k, v in self.alternatives.items()},
+                "conditions": list(self.conditions)}
+
+
+# model name → Rates; the key None holds the rates for every other call
+RateBook = Mapping[str | None, Rates]
+
+
+# ---------------------------------------------------------------- per-call formulas
+
+
+def rates_for(book: RateBook, model: str | None) -> Rates:
+    r = book.get(model) if model is not None else None
+    if r is None:
+        r = book.get(None)
+    if r is None:
+        raise BadInput(f"no rates for model {model!r} and no rates for all calls")
+    return r
+
+
+def hand_rates(prefill_tps: float | None, decode_tps: float | None, prefill_a_s: float = 0.0) -> dict[str, Any]:
+    """The fields given by hand (--prefill-tps, --decode-tps), to override others in ``choose_rates``."""
+    out: dict[str, Any] = {}
+    for name, v in (("prefill_tps", prefill_tps), ("decode_tps", decode_tps)):
+        if v is not None:
+            if not v > 0:
+                raise BadInput(f"--{name.replace('_', '-')} must be positive (got {v})")
+            out[name] = float(v)
+    if prefill_tps is not None:
+        out["prefill_a_s"] = float(prefill_a_s)
+    return out
+
+
+def choose_rates(hand: Mapping[str, Any], run: Rates | None, fitted: RateBook | None) -> dict[str | None, Rates]:
+    """Rates per model from where they are best known: by hand > run directory > fitted from the traffic.
+
+    Field by field: a hand-given prefill or decode rate replaces that field in
+    every model's rates; a run's rates replace fitted ones.  Raises BadInput
+    when neither prefill nor decode can be had.
+    """
+    if run is not None:
+        book: dict[str | None, Rates] = {None: run}
+    elif fitted:
+        book = dict(fitted)
+    else:
+        if "prefill_tps" not in hand or "decode_tps" not in hand:
+            missing = [f"--{k.replace('_', '-')}" for k in ("prefill_tps", "decode_tps") if k not in hand]
+            raise BadInput("no rates: this traffic has no latencies to fit them from; give --rates RUN_DIR "
+                           f"(a leverbench run) or {' and '.join(missing)}")
+        return {None: Rates(prefill_tps=hand["prefill_tps"], decode_tps=hand["decode_tps"],
+                            prefill_a_s=hand.get("prefill_a_s", 0.0), source="given by hand",
+                            prefill_source="given by hand", decode_source="given by hand")}
+    out = {}
+    for k, r in book.items():
+        kw: dict[str, Any] = {}
+        if "prefill_tps" in hand:
+            kw.update(prefill_tps=hand["prefill_tps"], prefill_a_s=hand.get("prefill_a_s", 0.0),
+                      prefill_source="given by hand", prefill_input_range=None)
+        if "decode_tps" in hand:
+            kw.update(decode_tps=hand["decode_tps"], decode_source="given by hand")
+        if kw:
+            alts = {n: v for n, v in r.alternatives.items() if n not in kw}
+            by_hand = ", ".join(f"{n} by hand" for n in ("prefill_tps", "decode_tps") if n in kw)
+            kw["source"] = r.source + " (" + by_hand + ")"
+            r = replace(r, alternatives=alts, **kw)
+        out[k] = r
+    return out
+
+
+def with_drafter(book: RateBook, speedup: float | None,
+                 source: str = "--drafter-speedup, given by hand") -> dict[str | None, Rates]:
+    """Every model's rates with the drafter speedup set (``--drafter-speedup``)."""
+    if speedup is None:
+        return dict(book)
+    if not speedup > 0:
+        raise BadInput(f"--drafter-speedup must be positive (got {speedup})")
+    return {k: replace(r, drafter_speedup=speedup, drafter_source=source,
+                       alternatives={n: v for n, v in r.alternatives.items() if n != "drafter_speedup"})
+            for k, r in book.items()}
+
+
+def _rate_row(summary: Mapping[str, Any], arm: str) -> dict[str, Any]:
+    return next((r for r in summary.get("rates") or [] if r.get("arm") == arm), {})
+
+
+def rates_from_summary(summary: Mapping[str, Any], label: str = "run") -> Rates:
+    """The no-lever rates of a leverbench run (its baseline arm), with the drafter's measured speedup.
+
+    drafter_speedup = decode_tps of the arm that declares a drafter / decode_tps
+    of the arm that differs from it only in the drafter (else the baseline);
+    its speedup against every other arm without a drafter goes to the
+    alternatives, as do all arms' prefill rates and the non-drafter arms'
+    decode rates.
+    """
+    base_name = summary.get("baseline")
+    base = _rate_row(summary, base_name)
+    if not base.get("prefill_tps") or not base.get("decode_tps"):
+        raise BadInput(f"{label}: the baseline arm {base_name!r} has no measured prefill and decode rate "
+                       "(summary rates); use another run or give --prefill-tps and --decode-tps")
+    arms = {a["name"]: a for a in summary.get("arms") or []}
+    cond = {n: dict(a.get("conditions") or {}) for n, a in arms.items()}
+    rows = {r["arm"]: r for r in summary.get("rates") or [] if r.get("arm") in arms}
+    drafters = [n for n in arms if is_on(cond[n].get("drafter")) and rows.get(n, {}).get("decode_tps")]
+    plain = [n for n in arms if not is_on(cond[n].get("drafter")) and rows.get(n, {}).get("decode_tps")]
+    speedup = src = None
+    speedups: list[float] = []
+    if drafters:
+        d = drafters[0]
+        twin = next((n for n in plain if differing(cond[n], cond[d]) == ["drafter"]), base_name)
+        if rows.get(twin, {}).get("decode_tps"):
+            speedup = rows[d]["decode_tps"] / rows[twin]["decode_tps"]
+            src = (f"{label}: arm {d!r} ({cond[d].get('drafter')}) vs {twin!r}, "
+                   f"decode rates from {rows[d].get('decode_source')}")
+        speedups = [rows[d]["decode_tps"] / rows[n]["decode_tps"] for n in plain]
+    alts = {
+        "prefill_tps": tuple(r["prefill_tps"] for r in rows.values() if r.get("prefill_tps")),
+        "decode_tps": tuple(rows[n]["decode_tps"] for n in plain),
+        "drafter_speedup": tuple(speedups),
+    }
+    bc = cond.get(base_name, {})
+    run = summary.get("run") or {}
+    conditions = [f"{k} {bc[k]}" for k in ("hardware", "engine") if bc.get(k)]
+    model = (arms.get(base_name) or {}).get("model")
+    if model:
+        conditions.append(f"model {model}")
+    host = run.get("host") or {}
+    if host.get("cpu"):
+        conditions.append(f"host {host['cpu']}" + (f", {host['cores']} cores" if host.get("cores") else ""))
+    conditions.append(f"concurrency {run.get('concurrency', 1)}")
+    drifted = [d["arm"] for d in summary.get("drift") or [] if d.get("drifted")]
+    if drifted:
+        conditions.append(f"the run flagged decode-rate drift on arm(s) {', '.join(drifted)}: "
+                          "its rates moved while measured")
+    rng = base.get("prefill_input_range")
+    return Rates(prefill_tps=float(base["prefill_tps"]), decode_tps=float(base["decode_tps"]),
+                 prefill_a_s=float(base.get("prefill_a_s") or 0.0),
+                 source=f"{label}, baseline arm {base_name!r}",
+                 prefill_source=str(base.get("prefill_source") or ""),
+                 decode_source=str(base.get("decode_source") or ""),
+                 drafter_speedup=speedup, drafter_source=src,
+                 prefill_input_range=(float(rng[0]), float(rng[1])) if rng else None,
+                 alternatives={k: v for k, v in alts.items() if len(v) > 1},
+                 conditions=tuple(conditions))

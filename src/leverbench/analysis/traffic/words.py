@@ -1,0 +1,114 @@
+"""The traffic analysis in words: the conditions its numbers hold under, and the recommendation.
+
+Pure functions over :func:`leverbench.analysis.traffic.analyze.analyze_traffic`'s result (its ``overall``,
+``levers``, ``queue``, ``distribution`` and ``extrapolation``) and the rates it used.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from .rates import RateBook
+
+PHASES = ("prefill", "decode", "queue")
+
+
+def pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.0%}" if abs(x) >= 0.1 else f"{x:.1%}"
+
+
+def conditions(result: Mapping[str, Any], book: RateBook) -> list[str]:
+    """The conditions under which the numbers hold, in words."""
+    per = []
+    for key, r in book.items():
+        who = "" if len(book) == 1 else "all other calls: " if key is None else f"{key}: "
+        fit = f" (R² {r.fit['r2']:.2f})" if r.fit and r.fit.get("r2") is not None else ""
+        per.append(f"{who}prefill {r.prefill_tps:,.0f} tok/s + {r.prefill_a_s:.3g} s, "
+                   f"decode {r.decode_tps:,.1f} tok/s{fit}")
+    sources = dict.fromkeys(f"{r.source} (prefill: {r.prefill_source or 'n/a'}; decode: {r.decode_source or 'n/a'})"
+                            + (f"; {', '.join(r.conditions)}" if r.conditions else "") for r in book.values())
+    out: list[str] = ["rates " + "; ".join(per) + " — " + "; ".join(sources)]
+    q = result["queue"]
+    if not q["measured"]:
+        out.append("queueing " + q["note"] + "; the numbers are for calls served one at a time")
+    ex = result.get("extrapolation")
+    if ex and ex["calls_beyond"]:
+        out.append(f"{pct(ex['share_beyond'])} of the calls have more input than the largest prompt the prefill "
+                   f"rate was measured on ({ex['largest_measured']:,.0f} tokens): extrapolated")
+    if result.get("cached_meaning"):
+        out.append(result["cached_meaning"])
+    if result.get("cache_already_on"):
+        out.append("a prefix cache was already on (the log's cached tokens were served by it): prefill counts only "
+                   "the uncached tokens")
+    if result.get("answer_cap_default"):
+        out.append(f"the answer cap ({result['answer_cap']:.0f} tokens) is the median output, an assumption "
+                   "(set --answer-cap): it pays only if shorter answers still do the job")
+    for r in book.values():
+        if r.drafter_speedup is not None and r.drafter_source:
+            out.append(f"drafter speedup {r.drafter_speedup:.2f}x ({r.drafter_source}); acceptance depends on the text")
+            break
+    return out
+
+
+def recommend(result: Mapping[str, Any]) -> str:
+    """One paragraph: the dominant phase, the lever to try first, its gain with range, and its conditions."""
+    ov = result["overall"]
+    dom = ov["dominant"]
+    if dom is None:
+        return "The modelled time is zero: these calls have no tokens to prefill or decode."
+    shares = ", ".join(f"{p} {pct(ov[f'{p}_share'])}" for p in PHASES if p != "queue" or result["queue"]["measured"])
+    ratio = result["distribution"]["input_output_ratio"]  # None: no output tokens at all
+    tokens = f"input:output tokens {ratio:.1f}:1" if ratio is not None else "no output tokens"
+    text = [f"{dom.capitalize()} dominates: {pct(ov[f'{dom}_share'])} of the modelled time ({shares}; {tokens})."]
+    levers = result["levers"]
+    est = [l for l in levers if l["estimated"] and l["saved_s"] > 0]
+    best = est[0] if est else None
+    target = next((l for l in levers if l["phase"] == dom and l["lever"] != "answer cap"
+                   and not l.get("already_on")), None)
+    on = next((l for l in levers if l.get("already_on")), None)
+    if on is not None:
+        text.append(f"The {on['lever']} is already on: it served {pct(on['served_share'])} of the input tokens, "
+                    f"a realized saving of {on['realized_saved_s']:.3g} s ({pct(on['realized_share'])} of the time "
+                    f"these calls would take without it, {on['realized_gpu_hours_per_1000_calls']:.3g} GPU-hours per "
+                    "1,000 calls); the other levers are ranked against the time actually spent.")
+    if dom == "queue":
+        text.append("No lever here targets queueing: add capacity or batching first.")
+    elif (target is not None and not target["estimated"]
+          and (best is None or (target["ceiling_share"] or 0) > best["saved_share"])):
+        text.append(f"Try a {target['lever']} first: it targets the dominant phase, but "
+                    f"{target['reason'].split(';')[0]}, so its gain is somewhere between 0 and "
+                    f"{pct(target['ceiling_share'])} (all of {dom}).")
+        if best is not None:
+            text.append(f"Of the levers this traffic lets us estimate, the {_lever_words(best)} would remove "
+                        f"{_gain(best, result)}.")
+    elif best is not None:
+        text.append(f"Try the {_lever_words(best)} first: it would remove {_gain(best, result)}.")
+        if best["phase"] != dom and on is not None and on["phase"] == dom:
+            text.append(f"{dom.capitalize()} still dominates with the {on['lever']} on: longer shared prefixes or a "
+                        "larger cache would add to its saving (leverbench whatif simulates a cache of finite size).")
+        elif best["phase"] != dom:
+            text.append(f"It works on {best['phase']}, not on the dominant phase, whose levers return less here.")
+    else:
+        text.append("None of the estimated levers would save time on this traffic.")
+    neg = [l for l in levers if l["estimated"] and l["saved_s"] < 0]
+    for l in neg:
+        text.append(f"The {_lever_words(l)} would add time ({pct(-l['saved_share'])}): do not turn it on as measured.")
+    cond = result.get("conditions") or []
+    if cond:
+        text.append("This holds for " + "; ".join(cond) + ".")
+    return " ".join(text)
+
+
+def _lever_words(l: Mapping[str, Any]) -> str:
+    return l["lever"] + (f" ({l['parameter']})" if l.get("parameter") else "")
+
+
+def _gain(l: Mapping[str, Any], result: Mapping[str, Any]) -> str:
+    s = f"{pct(l['saved_share'])} of the time"
+    if l.get("range"):
+        lo, hi = l["range"]
+        s += f" (range {pct(lo)} to {pct(hi)}, {l['range_source']})"
+    s += f", {l['saved_s_per_call']:.3g} s per call, {l['gpu_hours_per_1000_calls']:.3g} GPU-hours per 1,000 calls"
+    if l.get("usd_per_1000_calls") is not None:
+        s += f" (${l['usd_per_1000_calls']:,.2f})"
+    return s

@@ -1,0 +1,81 @@
+"""The orders in which a what-if serves calls that arrive at the same instant (issue 15; :mod:`.whatif`).
+
+A trace's timestamps are coarse (Mooncake's come in bursts of 10–16 calls at one millisecond), and the
+order in which a real server takes simultaneous requests is not recorded (llama.cpp took each replay of
+the same burst in a different order).  With one slot, a call's latency is its place in that queue.  So
+:func:`.whatif.forecast` serves ``k`` seeded random orders of the ties (:func:`orders_to_serve`) and
+reports each figure's mean over them, with its lowest and highest (:func:`mean_row`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from .plan import Plan
+
+ORDERS = 16  # random orders of simultaneous arrivals a forecast serves (see the module docstring) ...
+ORDER_BUDGET = 1_000_000  # ... at most this many calls simulated per arm in all: a large trace gets fewer orders
+#                           (200,000 calls: 5), its figures averaging over many bursts already
+#: the figures of an arm's row averaged over those orders (the ``ttft`` / ``e2e`` distributions and the
+#: ``cache`` figures key by key)
+ORDER_FIGURES = ("ttft_p50_s", "ttft_p99_s", "e2e_p50_s", "e2e_p99_s", "output_tps", "busy_s", "makespan_s",
+                 "gpu_hours_per_1000_calls", "usd_per_1000_calls")
+CACHE_FIGURES = ("hit_tokens", "input_tokens", "hit_share", "unbounded_hit_share", "evicted_tokens")
+
+
+def tied_calls(plan: Plan) -> int:
+    """How many sessions' first calls arrive at the same instant as another's (0 without arrival times)."""
+    if not plan.has_arrivals:
+        return 0
+    starts = np.array([s[0].start_s or 0.0 for s in plan.sessions])
+    _, counts = np.unique(starts, return_counts=True)
+    return int(counts[counts > 1].sum())
+
+
+def _mean(values: Sequence[Any]) -> Any:
+    return None if any(v is None for v in values) else float(np.mean(values))
+
+
+def mean_row(rows: Sequence[dict[str, Any]], tied: int) -> dict[str, Any]:
+    """One row from an arm's rows under several orders of simultaneous arrivals: ORDER_FIGURES, the
+    distributions and the cache figures averaged; ``orders`` gives their count, the tied calls and, for each
+    of ORDER_FIGURES that the order changes, its [lowest, highest].  A single row is returned as it is
+    (``orders`` None)."""
+    if len(rows) == 1:
+        return {**rows[0], "orders": None}
+    out = dict(rows[0])
+    for k in ORDER_FIGURES:
+        out[k] = _mean([r[k] for r in rows])
+    for k in ("ttft", "e2e"):
+        if all(r.get(k) for r in rows):
+            out[k] = {q: rows[0][k][q] if q == "n" else _mean([r[k][q] for r in rows]) for q in rows[0][k]}
+    if out.get("cache"):
+        out["cache"] = {**out["cache"], **{k: _mean([r["cache"][k] for r in rows]) for k in CACHE_FIGURES}}
+    bands = {}
+    for k in ORDER_FIGURES:
+        if all(r[k] is not None for r in rows):
+            lo, hi = min(r[k] for r in rows), max(r[k] for r in rows)
+            if hi - lo > 1e-9 * abs(hi):  # a figure the order does not change has no range
+                bands[k] = [lo, hi]
+    out["orders"] = {"orders": len(rows), "tied_calls": tied, **bands}
+    return out
+
+
+def orders_to_serve(plan: Plan, orders: int) -> tuple[int, int, str | None]:
+    """(k orders to serve, the tied calls, the note that says so): k = min(orders, ORDER_BUDGET // calls),
+    at least 1, where calls arrive at the same instant; else 1 (the trace's order) and no note."""
+    tied = tied_calls(plan)
+    n = len(plan.calls)
+    if not tied or orders <= 1:
+        return 1, tied, None
+    k = max(1, min(orders, ORDER_BUDGET // max(n, 1)))
+    if k == 1:
+        return 1, tied, (f"{tied:,} of {n:,} calls arrive at the same instant as another: served in the trace's "
+                         f"order only (one order of {n:,} calls already exceeds {ORDER_BUDGET:,} simulated calls "
+                         "per arm)")
+    return k, tied, (f"{tied:,} of {n:,} calls arrive at the same instant as another: their order at the server is "
+                     f"unknown, so each figure is the mean over {k} random orders of them (lowest–highest in the "
+                     "JSON's orders)" + (f"; {k}, not {orders}: at most {ORDER_BUDGET:,} calls are simulated per "
+                                         "arm" if k < orders else ""))
