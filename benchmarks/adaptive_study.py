@@ -1,6 +1,6 @@
 """Simulation study of the sequential verdicts (issue 16): how often each verdict comes, how many repeats it
 takes, and what the alternatives would have done.  A pure model of noisy turn times (see
-leverbench.analysis.sequential.confidence.study), no HTTP; every table is seeded.
+leverbench.analysis.sequential.study), no HTTP; every table is seeded.
 
     PYTHONPATH=src .venv/bin/python benchmarks/adaptive_study.py [--experiments 20000] [--seed 2026]
 
@@ -40,7 +40,7 @@ from scipy.stats import norm
 from scipy.stats import t as student_t
 
 from leverbench.analysis.sequential.confidence import Stream, fixed_design_repeats
-from leverbench.analysis.sequential.confidence.study import (
+from leverbench.analysis.sequential.study import (
     NAMES,
     UNEQUAL,
     HalfWidth,

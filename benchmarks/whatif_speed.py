@@ -17,7 +17,7 @@ import time
 import numpy as np
 
 from leverbench.analysis.whatif.forecast import ArmSpec, simulate
-from leverbench.analysis.whatif.forecast.plan import plan_calls
+from leverbench.analysis.whatif.plan import plan_calls
 from leverbench.workload.traces import TrafficCall
 
 MODEL = {"prefill": {"a_s": 0.02, "b_s_per_token": 1 / 8000.0}, "decode": {"d0_s_per_token": 1 / 60.0}}

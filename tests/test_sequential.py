@@ -1,5 +1,5 @@
 """Issue 16, the statistical core: the anytime-valid interval of a comparison's mean log-ratio, its verdict,
-the fixed design it is measured against, and the simulation study (leverbench.analysis.sequential.confidence.study).
+the fixed design it is measured against, and the simulation study (leverbench.analysis.sequential.study).
 
 Seeds here (16_001 …) differ from those the method was chosen on (12345, 555) and from the benchmark's (2026 …).
 """
@@ -25,7 +25,7 @@ from leverbench.analysis.sequential.confidence import (
     paired_log_ratios,
     verdict_of,
 )
-from leverbench.analysis.sequential.confidence.study import (
+from leverbench.analysis.sequential.study import (
     Model,
     cs_method,
     experiment_looks,
@@ -391,7 +391,7 @@ def test_unequal_noise_across_cases_keeps_the_anytime_guarantee(model, seed):
 def _fixed_misses(model: Model, n: int, experiments: int, seed: int) -> float:
     """The share of simulated fixed designs of *n* repeats whose :func:`fixed_interval` misses the truth: the
     module's own interval, one experiment at a time (the oracle is the simulated truth, not a formula)."""
-    from leverbench.analysis.sequential.confidence.study import simulate
+    from leverbench.analysis.sequential.study import simulate
 
     t_ref, t_arm = simulate(model, experiments, n, np.random.default_rng(seed))
     d = np.log(t_ref / t_arm)
@@ -419,7 +419,7 @@ def test_the_study_uses_the_module_interval(model):
     """The study's vectorised looks give the module's own intervals for simulated experiments, at every look:
     the confidence sequence (matched repeats) and the fixed interval, with unequal noise and failed turns too
     (then a case's pairs skip its failed repeats, and the matched repeats wait for the lagging case)."""
-    from leverbench.analysis.sequential.confidence.study import simulate
+    from leverbench.analysis.sequential.study import simulate
 
     t_ref, t_arm = simulate(model, 3, 8, np.random.default_rng(16_009))
     lk = experiment_looks(model, 3, 8, 16_009)

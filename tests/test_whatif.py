@@ -13,12 +13,12 @@ import sim_truth
 from click.testing import CliRunner
 from test_load import sim_process
 
+from leverbench.analysis.whatif.arms import arm_specs
 from leverbench.analysis.whatif.forecast import ArmSpec, cache_pass, forecast, simulate, slowdown_curve
-from leverbench.analysis.whatif.forecast.arms import arm_specs
-from leverbench.analysis.whatif.forecast.orders import tied_calls
-from leverbench.analysis.whatif.forecast.plan import plan_calls
-from leverbench.analysis.whatif.forecast.prefix_cache import PrefixCache, units
-from leverbench.analysis.whatif.forecast.verify import COMPARED, busy_seconds, compare, measured, service_seconds
+from leverbench.analysis.whatif.orders import tied_calls
+from leverbench.analysis.whatif.plan import plan_calls
+from leverbench.analysis.whatif.prefix_cache import PrefixCache, units
+from leverbench.analysis.whatif.verify import COMPARED, busy_seconds, compare, measured, service_seconds
 from leverbench.cli import cli
 from leverbench.config import load
 from leverbench.engines.simulator import SimConfig
@@ -209,7 +209,7 @@ def test_simultaneous_arrivals_are_served_in_random_orders_and_the_figures_avera
 def test_orders_are_bounded_by_the_simulated_calls_per_arm(monkeypatch) -> None:
     """At most ORDER_BUDGET calls simulated per arm: 3 calls under a budget of 7 get 7 // 3 = 2 orders (said);
     under a budget of 2, the trace's order alone (said); the distributions keep their count n an integer."""
-    import leverbench.analysis.whatif.forecast.orders as whatif_orders
+    import leverbench.analysis.whatif.orders as whatif_orders
 
     monkeypatch.setattr(whatif_orders, "ORDER_BUDGET", 7)
     res = forecast(plan_calls(_tied()), [ArmSpec("a", M)], "a", orders=16)
@@ -606,7 +606,7 @@ def test_engine_time_note_says_batching_is_in_it_where_calls_shared_the_server()
 
 
 def test_orders_help_names_the_budget() -> None:
-    from leverbench.analysis.whatif.forecast.orders import ORDER_BUDGET, ORDERS
+    from leverbench.analysis.whatif.orders import ORDER_BUDGET, ORDERS
 
     out = " ".join(CliRunner().invoke(cli, ["whatif", "--help"], terminal_width=200).output.split())
     assert f"default {ORDERS}" in out and f"{ORDER_BUDGET:,}" in out

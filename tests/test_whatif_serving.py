@@ -22,10 +22,10 @@ from test_load import sim_process
 import leverbench.ledger.writer as writer
 from leverbench.analysis.rates.rate_fit import batch_slowdown
 from leverbench.analysis.summary import summarize
+from leverbench.analysis.whatif.arms import arm_specs
 from leverbench.analysis.whatif.forecast import ArmSpec, forecast, simulate
-from leverbench.analysis.whatif.forecast.arms import arm_specs
-from leverbench.analysis.whatif.forecast.plan import plan_calls
-from leverbench.analysis.whatif.forecast.verify import COMPARED, compare, measured
+from leverbench.analysis.whatif.plan import plan_calls
+from leverbench.analysis.whatif.verify import COMPARED, compare, measured
 from leverbench.config import load
 from leverbench.errors import BadInput
 from leverbench.ledger.reader import read_ledger

@@ -65,7 +65,7 @@ def analyze_file(traffic: str | Path, *, fmt: str | None = None, columns: str | 
     ``rates_used`` (in words).  *salvage*: read a leverbench ledger (TRAFFIC or ``rates_dir``) past
     its bad lines.  Where the traffic shows potential prefix sharing (Mooncake hash ids), a cache of
     ``cache_tokens`` in blocks of ``block_tokens`` (default: the run's cache arm's, else
-    :mod:`~leverbench.analysis.whatif.forecast.prefix_cache`'s defaults) is run over the calls (:func:`finite_cache`).
+    :mod:`~leverbench.analysis.whatif.prefix_cache`'s defaults) is run over the calls (:func:`finite_cache`).
     """
     if cache_tokens is not None and not cache_tokens >= 0:
         raise BadInput(f"--cache-tokens must be a number >= 0 (got {cache_tokens})")
@@ -105,7 +105,7 @@ def finite_cache(load: Any, summary: dict[str, Any] | None, cache_tokens: float 
                  block_tokens: int | None) -> dict[str, Any] | None:
     """A finite prefix cache run over the calls where the log shows potential sharing (prefix block ids) and no
     cache served them; None otherwise.  Capacity and block size: as given, else those of the run's first arm
-    with a prefix cache on (:mod:`~leverbench.analysis.whatif.forecast.arms`), else the defaults."""
+    with a prefix cache on (:mod:`~leverbench.analysis.whatif.arms`), else the defaults."""
     if load.cached_served or load.records is None or not any(c.prefix_blocks for c in load.records):
         return None
     cap = src = blk = None
