@@ -344,7 +344,7 @@ def test_the_saving_depends_on_the_power_the_fixed_design_is_held_to():
     every simulated experiment (so n grows with their number).  At the issue's error rates — at least 90 % power,
     at most 5 % false "pays" — 3 fixed repeats suffice, at 99 % power 5: a fixed design sized for the true effect
     and noise needs fewer repeats than the sequential design's mean (5.5), which needs neither known in advance
-    (the README states these numbers)."""
+    (docs/statistics.md states these numbers)."""
     experiments, sim_r = 20000, 12
     lk13, seq = _run(replace(ISSUE, effect=1.3), 16_005, experiments, sim_r)
     lk10, _ = _run(ISSUE, 16_006, experiments, sim_r)

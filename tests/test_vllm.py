@@ -218,7 +218,7 @@ def test_probe_decode_rate_agrees_with_vllms_own(probes_and_load):
 def test_four_streams_on_two_sequences_queue_as_vllm_says(probes_and_load):
     """With the prompt cached (``prefix_sharing = 1.0``), so that every engine step is short.  vLLM's queue
     clock starts when its engine loop takes a request in, between two steps: behind a long uncached prefill
-    step (seconds on a CPU) a request waits outside that clock (README, "vLLM"), while the client's
+    step (seconds on a CPU) a request waits outside that clock (docs/engines.md, "vLLM"), while the client's
     estimate (TTFT above the arm's lowest) also holds the slower prefill of two requests at once."""
     summary, records = probes_and_load
     row = next(r for r in summary["load"] if r["arm"] == "details")

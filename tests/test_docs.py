@@ -1,0 +1,100 @@
+"""The README a newcomer finishes, and docs/ with the rest (issue 24 §4): README stays short and opens with the
+two commands, every option that ``--help`` lists is named in docs/, and every relative link leads somewhere."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import click
+
+from leverbench.cli import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+README_LINES = 200
+COMMANDS = ("scripts/install.sh && .venv/bin/leverbench run",
+            "scripts/install.sh --test && .venv/bin/ruff check . && .venv/bin/pytest")
+FENCE = re.compile(r"^```.*?^```", re.M | re.S)
+LINK = re.compile(r"\]\(([^()\s]+)\)")
+HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*#*$", re.M)
+
+
+def _pages() -> list[Path]:
+    return [README, *sorted(DOCS.glob("*.md"))]
+
+
+def _options(command: click.Command, path: str = "leverbench") -> dict[str, list[str]]:
+    """Each long option --help lists, with the commands that list it; subcommands of groups too (walked, so
+    that a command added later is covered without this test changing)."""
+    found: dict[str, list[str]] = {}
+    for param in command.params:
+        if isinstance(param, click.Option) and param.name != "help":
+            for opt in (*param.opts, *param.secondary_opts):
+                if opt.startswith("--"):
+                    found.setdefault(opt, []).append(path)
+    if isinstance(command, click.Group):
+        for name, sub in sorted(command.commands.items()):
+            for opt, where in _options(sub, f"{path} {name}").items():
+                found.setdefault(opt, []).extend(where)
+    return found
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces as hyphens."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower().replace("`", ""))
+    return text.replace(" ", "-")
+
+
+def _anchors(page: Path) -> set[str]:
+    seen: dict[str, int] = {}
+    anchors = set()
+    for heading in HEADING.findall(FENCE.sub("", page.read_text(encoding="utf-8"))):
+        slug = _slug(heading)
+        n = seen.get(slug, 0)
+        seen[slug] = n + 1
+        anchors.add(slug if n == 0 else f"{slug}-{n}")
+    return anchors
+
+
+def test_the_readme_is_short_and_opens_with_the_two_commands():
+    text = README.read_text(encoding="utf-8")
+    lines = text.splitlines()
+    assert len(lines) <= README_LINES, f"README.md has {len(lines)} lines, more than {README_LINES}: move some to docs/"
+    first = re.search(r"^```sh\n(.*?)^```", text, re.M | re.S)
+    assert first is not None and first.start() == text.index("```"), "README.md's first code block is not sh"
+    assert tuple(first.group(1).splitlines()[:2]) == COMMANDS
+    assert text.index("```") < text.index("\n## "), "the two commands come before the first section"
+
+
+def test_every_option_help_lists_is_named_in_docs():
+    options = _options(cli)
+    assert {"--full", "--resume", "--trace-format", "--verify", "--dialect", "--version"} <= set(options)
+    docs = "\n".join(p.read_text(encoding="utf-8") for p in sorted(DOCS.glob("*.md")))
+    missing = {opt: where for opt, where in options.items()
+               if not re.search(rf"(?<![\w-]){re.escape(opt)}(?![\w-])", docs)}
+    assert not missing, "options that --help lists and no docs/*.md names:\n" + "\n".join(
+        f"  {opt}  ({', '.join(where)})" for opt, where in sorted(missing.items()))
+
+
+def test_every_relative_link_leads_to_a_file_and_its_heading():
+    assert (DOCS / "index.md").exists()
+    broken = []
+    for page in _pages():
+        for target in LINK.findall(FENCE.sub("", page.read_text(encoding="utf-8"))):
+            if re.match(r"[a-z][a-z0-9+.-]*:", target):  # https:, mailto: — not a file of this repository
+                continue
+            file, _, anchor = target.partition("#")
+            dest = (page.parent / file).resolve() if file else page
+            if not dest.exists():
+                broken.append(f"{page.relative_to(ROOT)}: {target} (no such file)")
+            elif anchor and dest.suffix == ".md" and anchor not in _anchors(dest):
+                broken.append(f"{page.relative_to(ROOT)}: {target} (no such heading)")
+    assert not broken, "broken links:\n" + "\n".join(broken)
+
+
+def test_every_docs_page_is_linked_from_the_index():
+    index = (DOCS / "index.md").read_text(encoding="utf-8")
+    linked = {t.partition("#")[0] for t in LINK.findall(index)}
+    assert {p.name for p in DOCS.glob("*.md")} - {"index.md"} <= linked
