@@ -27,7 +27,7 @@ def test_every_kind_has_a_name_and_a_heading_and_is_raised_somewhere():
     values = [k.value for k in WarningKind]
     assert len(set(values)) == len(values) and all(re.fullmatch(r"[a-z_]+", v) for v in values)
     assert all(k.heading and k.heading[0].isupper() for k in WarningKind)
-    source = "".join(p.read_text() for p in ANALYSIS.glob("*.py") if p.name != "warning_kinds.py")
+    source = "".join(p.read_text() for p in ANALYSIS.rglob("*.py") if p.name != "warning_kinds.py")
     unused = [k.name for k in WarningKind if f"WarningKind.{k.name}" not in source]
     assert unused == []  # no kind the analysis never raises
 
