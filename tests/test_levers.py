@@ -101,3 +101,17 @@ def test_the_package_sits_below_analysis_and_the_runner():
                 names = [a.name for a in node.names] + [getattr(node, "module", None) or ""]
                 assert not any(n.startswith("leverbench.") and not n.startswith(("leverbench.levers",
                                "leverbench.json_types")) for n in names), path.name
+
+
+def test_a_knob_an_endpoint_reported_as_its_default_is_off_there_not_unknown(monkeypatch):
+    """A lever discovery states only when on (``reported_by``): an arm whose endpoint reported the fact, with
+    the default, lacks the knob because it is off; an arm whose endpoint said nothing has it unknown."""
+    from leverbench.levers import Lever
+    x = Lever(name="cache_bits", summary="", phases=("decode",), projection="decode", words="cache bits",
+              reported_by=("cache_config.bits",))
+    monkeypatch.setattr(registry, "lever", lambda k: x if k == "cache_bits" else None)
+    arms = {"on": {"discovered": {"cache_config": {"bits": "8"}, "knobs": {"cache_bits": "8"}}},
+            "default": {"discovered": {"cache_config": {"bits": "auto"}, "knobs": {}}},
+            "silent": {"discovered": {"knobs": {}}}}
+    found, _ = knobs.all_arm_knobs(arms, {}, list(arms))
+    assert "cache_bits" not in found["default"] and found["silent"]["cache_bits"] == knobs.UNKNOWN

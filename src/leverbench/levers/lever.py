@@ -99,7 +99,10 @@ class Lever:
       (prefix cache, drafter); ``judge``: for any other lever, a function of one arm's evidence — its answer is
       the row's ``levers[name]``; ``unknown_hint``: what would report it, for the "engagement unknown" warning;
     - ``discover``: the knob's value from discovery's raw answers (None: not found); ``server_info_keys``: the
-      SGLang ``/get_server_info`` keys discovery keeps for it;
+      SGLang ``/get_server_info`` keys discovery keeps for it; ``reported_by``: paths of the ``discovered``
+      record (as ``facts``; ``engine_args``: the arguments the tool started its engine with) whose presence
+      means the endpoint did report this knob — where one is there and discovery found no value, the engine
+      runs its default (off), not an unknown value (a knob discovery states only when it is on);
     - ``words``: its name in the recommendation's prose; ``advice``: how to turn it on, per engine;
     - ``rank``: where it stands among the levers (the registry's order; the built-in ones first).
     """
@@ -123,6 +126,7 @@ class Lever:
     unknown_hint: str = ""
     discover: Optional[Discover] = None
     server_info_keys: tuple[str, ...] = ()
+    reported_by: tuple[str, ...] = ()
     rank: int = 100
 
     def names(self) -> tuple[str, ...]:

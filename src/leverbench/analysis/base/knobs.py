@@ -17,7 +17,8 @@ Values are compared canonically: every "off" spelling (null, false, 0, "",
 "none", "off", "no", "false") is one value, off; a knob an arm does not have
 at all counts as off — unless another arm's endpoint stated it
 (:func:`all_arm_knobs`): what discovery found on one arm and not on the other
-(a ``/version`` that did not answer) is **unknown** there (:data:`UNKNOWN`),
+(a ``/version`` that did not answer) is **unknown** there (:data:`UNKNOWN`) — unless that
+endpoint did report it, as its default (a lever's ``reported_by`` facts are there),
 and a comparison that differs in an unknown knob is not controlled.  A
 knob a source names on one side and another contradicts is a
 **contradiction** — declared off and discovered on (or the reverse), or both
@@ -266,8 +267,21 @@ def all_arm_knobs(header_arms: Mapping[str, Mapping[str, JSONValue]],
     stated = {k for a in arms for k in found[a] | set(extra[a])}
     for a in arms:
         for k in sorted(stated - set(knobs[a])):
-            knobs[a][k] = UNKNOWN
+            if not _reported_off(k, _object(header_arms.get(a, {}).get("discovered"))):
+                knobs[a][k] = UNKNOWN
     return knobs, contradictions
+
+
+def _reported_off(knob: str, discovered: Mapping[str, JSONValue]) -> bool:
+    """Whether an arm's endpoint reported *knob* without a value, so that it is off there, not unknown: its
+    discovered record has one of the paths its lever's ``reported_by`` names (:mod:`leverbench.levers`)."""
+    lever = registry.lever(knob)
+    if lever is None or lever.name != knob or not lever.reported_by:
+        return False
+    paths = set(_flatten({k: v for k, v in discovered.items() if k != "engine_args"}))
+    if isinstance(discovered.get("engine_args"), list):
+        paths.add("engine_args")
+    return any(p in paths for p in lever.reported_by)
 
 
 def unknown_knobs(a: Mapping[str, JSONValue], b: Mapping[str, JSONValue]) -> list[str]:
