@@ -115,3 +115,15 @@ def test_a_knob_an_endpoint_reported_as_its_default_is_off_there_not_unknown(mon
             "silent": {"discovered": {"knobs": {}}}}
     found, _ = knobs.all_arm_knobs(arms, {}, list(arms))
     assert "cache_bits" not in found["default"] and found["silent"]["cache_bits"] == knobs.UNKNOWN
+
+
+@pytest.mark.parametrize("name", ["demo1", "demo2", "handmade", "sim"])
+def test_the_golden_summaries_engaged_rows_are_the_schemas(name):
+    import json
+
+    from pydantic import TypeAdapter
+
+    from leverbench.schema.lever_rows import EngagedRow
+    golden = Path(__file__).parent / "golden" / f"{name}.summary.json"
+    rows = json.loads(golden.read_text(encoding="utf-8"))["engaged"]
+    assert TypeAdapter(list[EngagedRow]).validate_python(rows) == rows
