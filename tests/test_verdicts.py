@@ -435,5 +435,5 @@ def test_a_drafter_lever_is_projected_when_prefill_cannot_be():
 
 def test_the_phase_of_a_lever_is_known_by_its_name_not_guessed():
     from leverbench.analysis.base.knobs import lever_phase
-    assert [lever_phase(k) for k in ("prefix_cache", "drafter", "kv_cache_dtype", "gpu_spec", "engine_version")] == \
+    assert [lever_phase(k) for k in ("prefix_cache", "drafter", "request.top_k", "gpu_spec", "engine_version")] == \
         ["prefill", "decode", "both", "both", "both"]

@@ -12,6 +12,7 @@ import numpy as np
 
 from ..ledger.reader import Ledger
 from ..ledger.records import KINDS, SUMMARY_SCHEMA
+from ..levers import used_in
 from ..redact import redact_tree
 from .base.dataset import Dataset, dataset, first_seen, groups
 from .base.guard import CONTRADICTION, DRIFT, NOT_ENGAGED, REFERENCE_USED, Reason, measurement_guard
@@ -102,9 +103,6 @@ def rates_table(rates: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-_USED = {"prefix_cache": "cache_used", "drafter": "drafter_used"}
-
-
 def comparison_reasons(comps: list[Comparison], contradictions: dict[str, dict[str, str]],
                        engaged_rows: list[dict[str, Any]], pair_drift: list[PairDrift] | None = None
                        ) -> dict[tuple[str, str], list[Reason]]:
@@ -122,11 +120,10 @@ def comparison_reasons(comps: list[Comparison], contradictions: dict[str, dict[s
             reasons.append((DRIFT, f"drift: {d.reason}"))
         reasons += [(CONTRADICTION, f"{a}: {contradictions[a][k]}") for k in c.knobs for a in (c.vs, c.arm)
                     if k in contradictions[a]]
-        field = _USED.get(c.lever or "")
-        if field:
-            if used.get(c.arm, {}).get(field) is False:
+        if c.lever:  # whether each arm used the lever: its module says where the row holds it
+            if used_in(used.get(c.arm, {}), c.lever) is False:
                 reasons.append((NOT_ENGAGED, f"the lever {c.lever} did not engage on {c.arm}"))
-            if used.get(c.vs, {}).get(field) is True:
+            if used_in(used.get(c.vs, {}), c.lever) is True:
                 reasons.append((REFERENCE_USED, f"the reference {c.vs} used {c.lever} too (it is meant to lack it)"))
         if reasons:
             out[(c.arm, c.vs)] = reasons

@@ -5,20 +5,34 @@ from __future__ import annotations
 import os
 import platform
 from pathlib import PurePath
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping, Optional
 from urllib.parse import urlsplit
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
+from typing_extensions import TypedDict
 
 from ..engines.vllm import speculative_method
+from ..json_types import JSONObject, JSONValue
 from ..ledger.records import json_number
+from ..levers import registry
+from ..levers.drafter import LLAMACPP_DRAFT_ARGS
 
 METRIC_PREFIXES = ("vllm:", "sglang:", "llamacpp:")
 _PROPS_KEEP = ("model_path", "total_slots", "build_info", "n_ctx", "chat_template_caps", "modalities")
 
 
-def host_info() -> dict[str, Any]:
+class HostInfo(TypedDict):
+    """The host the tool runs on (the ledger header's ``host``)."""
+
+    hostname: str
+    os: str
+    cpu: str
+    cores: Optional[int]
+    python: str
+
+
+def host_info() -> HostInfo:
     cpu = platform.processor() or ""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as fh:
@@ -80,7 +94,7 @@ def models_url(base_url: str) -> str:
     return _with_query(api_base(base_url) + "/models", base_url)
 
 
-async def _get_json(session: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> Any | None:
+async def _get_json(session: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> JSONValue:
     try:
         async with session.get(url, headers=headers, timeout=aiohttp.ClientTimeout(total=10)) as resp:
             if resp.status != 200:
@@ -114,7 +128,7 @@ async def reachable(session: aiohttp.ClientSession, root: str, headers: dict[str
 
 async def endpoint_info(session: aiohttp.ClientSession, base_url: str, headers: dict[str, str], *,
                         metrics_url: str | None = None, metrics_headers: dict[str, str] | None = None,
-                        known: dict[str, Any] | None = None) -> dict[str, Any]:
+                        known: Optional[JSONObject] = None) -> JSONObject:
     """What the endpoint says about itself: llama.cpp ``/props`` and ``/slots``, vLLM ``/version``,
     SGLang ``/get_server_info``, the model list, one ``/metrics`` scrape; and from all of it
     (plus ``known``: what the runner knows already, e.g. the embedded engine's build) the
@@ -124,8 +138,8 @@ async def endpoint_info(session: aiohttp.ClientSession, base_url: str, headers: 
     root = api_root(base_url)
     if not await reachable(session, root, headers):  # don't spend a minute of timeouts on a host that is not there
         return {"unreachable": True, "knobs": {}}
-    out: dict[str, Any] = {}
-    raw: dict[str, Any] = {"known": known or {}}
+    out: JSONObject = {}  # what the endpoint said (an engine's JSON, kept as it came) and the knobs made of it
+    raw: JSONObject = {"known": known or {}}
     props = await _get_json(session, root + "/props", headers)
     if isinstance(props, dict):
         raw["props"] = props
@@ -183,7 +197,7 @@ def metric_labels(text: str) -> dict[str, list[dict[str, str]]] | None:
     return out
 
 
-def knobs(raw: dict[str, Any]) -> dict[str, Any]:
+def knobs(raw: Mapping[str, JSONValue]) -> dict[str, JSONValue]:
     """The serving condition as the endpoint states it, normalised across engines; only what was found.
 
     ``raw``: ``props`` (llama.cpp /props), ``slots`` (/slots), ``version`` (vLLM /version),
@@ -213,6 +227,8 @@ def knobs(raw: dict[str, Any]) -> dict[str, Any]:
     - ``slots`` (llama.cpp ``total_slots``, SGLang ``max_running_requests``), ``context_length``
       (llama.cpp ``n_ctx``, vLLM/SGLang ``max_model_len``), ``tensor_parallel`` /
       ``data_parallel`` (SGLang ``tp_size`` / ``dp_size``), ``device`` (SGLang).
+    - any other lever's knob its module discovers (:attr:`leverbench.levers.Lever.discover`: the KV-cache
+      dtype, the weights' quantisation, chunked prefill from the arguments the tool started its engine with).
     No engine states its GPU model; that stays a declared condition.
     """
     props, slots = raw.get("props"), raw.get("slots")
@@ -220,7 +236,7 @@ def knobs(raw: dict[str, Any]) -> dict[str, Any]:
     models, metrics, known = raw.get("models") or [], raw.get("metrics") or {}, raw.get("known") or {}
     owners = {m.get("owned_by") for m in models}
     prefixes = {name.split(":", 1)[0] for name in metrics}
-    k: dict[str, Any] = {}
+    k: dict[str, JSONValue] = {}
     llamacpp = "llamacpp" in owners or "llamacpp" in prefixes or "llama.cpp" in str(known.get("engine"))
     if isinstance(props, dict) or llamacpp:
         k["engine"] = "llama.cpp"
@@ -266,10 +282,14 @@ def knobs(raw: dict[str, Any]) -> dict[str, Any]:
         _put(k, "model", known.get("model_id"))
         _put(k, "slots", _int(known.get("parallel")))
         _put(k, "context_length", _int(known.get("ctx_size")))
+    for lever in registry.levers():
+        if lever.discover is not None:
+            _put(k, lever.name, lever.discover(raw, engine if isinstance(engine, str) else None))
     return {key: v for key, v in k.items() if v is not None}
 
 
-def _llamacpp_knobs(k: dict[str, Any], props: dict[str, Any], slots: Any, known: dict[str, Any]) -> None:
+def _llamacpp_knobs(k: dict[str, JSONValue], props: Mapping[str, Any], slots: JSONValue,
+                    known: Mapping[str, Any]) -> None:
     build = props.get("build_info")
     if isinstance(build, str) and build and not build.startswith("b0-") and build != "unknown":
         k["engine_version"] = build
@@ -283,7 +303,7 @@ def _llamacpp_knobs(k: dict[str, Any], props: dict[str, Any], slots: Any, known:
     gen = props.get("default_generation_settings")
     _put(k, "context_length", _int(gen.get("n_ctx")) if isinstance(gen, dict) else None)
     args = [str(a) for a in known.get("engine_args") or []]
-    spec = [a for a in args if a in _LLAMACPP_DRAFT_ARGS]
+    spec = [a for a in args if a in LLAMACPP_DRAFT_ARGS]
     if spec:
         k["drafter"] = True
         if "--spec-type" in args and args.index("--spec-type") + 1 < len(args):
@@ -294,25 +314,26 @@ def _llamacpp_knobs(k: dict[str, Any], props: dict[str, Any], slots: Any, known:
         k["drafter"] = False  # the engine the tool started: its arguments name no drafter
 
 
-_LLAMACPP_DRAFT_ARGS = {"--spec-type", "-md", "--model-draft", "-hfd", "--hf-repo-draft"}
-_SERVER_INFO_KEEP = ("version", "model_path", "served_model_name", "tp_size", "dp_size", "pp_size",
-                     "disable_radix_cache", "speculative_algorithm", "speculative_num_draft_tokens",
-                     "max_running_requests", "enable_cache_report", "enable_metrics", "device", "page_size")
+#: The SGLang ``/get_server_info`` keys discovery keeps: the levers' (:mod:`leverbench.levers`), after these.
+_SERVER_INFO_KEEP = tuple(dict.fromkeys(("version", "model_path", "served_model_name", "tp_size", "dp_size",
+                                         "pp_size", "disable_radix_cache", "speculative_algorithm",
+                                         "speculative_num_draft_tokens", "max_running_requests", "enable_cache_report",
+                                         "enable_metrics", "device", "page_size") + registry.server_info_keys()))
 
 
-def _put(k: dict[str, Any], key: str, value: Any) -> None:
+def _put(k: dict[str, JSONValue], key: str, value: JSONValue) -> None:
     if value is not None and value != "" and key not in k:
         k[key] = value
 
 
-def _int(value: Any) -> int | None:
+def _int(value: object) -> int | None:
     try:
         return int(value) if value is not None and not isinstance(value, bool) else None
     except (TypeError, ValueError):
         return None
 
 
-def _file_name(path: Any) -> str | None:
+def _file_name(path: object) -> str | None:
     """A model path's last part when it is a filesystem path; a hub id (``org/name``) as given."""
     if not isinstance(path, str) or not path:
         return None

@@ -7,9 +7,9 @@ An arm's **knobs** are what defines its serving condition, from three sources
    and version, model file, served flags, slots, context length, parallelism;
    see ``runner/discover.py``);
 2. what the arm sends with every request: the model it asks for (``model``),
-   and its extra body fields (``request``) — ``cache_prompt`` is the prefix
-   cache's own switch on llama.cpp (``prefix_cache``), any other field is the
-   knob ``request.FIELD``;
+   and its extra body fields (``request``) — a lever's own switch (llama.cpp's
+   ``cache_prompt`` is the prefix cache's: ``prefix_cache``; :mod:`leverbench.levers`
+   names them) sets that lever's knob, any other field is the knob ``request.FIELD``;
 3. its declared conditions (``[[arms]] conditions``), except pricing
    (``gpu_hour_usd``: it changes what a second costs, not how many there are).
 
@@ -17,7 +17,8 @@ Values are compared canonically: every "off" spelling (null, false, 0, "",
 "none", "off", "no", "false") is one value, off; a knob an arm does not have
 at all counts as off — unless another arm's endpoint stated it
 (:func:`all_arm_knobs`): what discovery found on one arm and not on the other
-(a ``/version`` that did not answer) is **unknown** there (:data:`UNKNOWN`),
+(a ``/version`` that did not answer) is **unknown** there (:data:`UNKNOWN`) — unless that
+endpoint did report it, as its default (a lever's ``reported_by`` facts are there),
 and a comparison that differs in an unknown knob is not controlled.  A
 knob a source names on one side and another contradicts is a
 **contradiction** — declared off and discovered on (or the reverse), or both
@@ -29,12 +30,12 @@ which it differs may be cited (:mod:`.guard`).
 **Discovered facts** that are not knobs (:func:`fact_knobs`): every fact in an
 arm's ``discovered`` record (flattened: ``props.build_info``, ``version.version``,
 ``engine_args``, ``threads``, …) in which two arms differ is a knob too, named
-``fact:PATH``, unless a knob derived from it (:data:`FACT_KNOB`) differs
+``fact:PATH``, unless a knob derived from it (:data:`FACT_KNOB`: the levers' facts, :mod:`leverbench.levers`) differs
 between those same arms, or it is one of :data:`NOT_FACTS` (the simulator's own
 settings, the discovery's own bookkeeping).  The llama.cpp flags in
-``engine_args`` are compared flag by flag: a drafter's flags are the
-``drafter`` knob's, a few others map to their knobs, any other flag that
-differs is a knob ``flag:NAME``.
+``engine_args`` are compared flag by flag: a flag a lever names (a drafter's
+flags are the ``drafter`` knob's, ``--kv-cache-dtype`` its lever's, …) maps to
+its knob, any other flag that differs is a knob ``flag:NAME``.
 
 Two arms that differ in exactly one knob are a **controlled comparison**: that
 pair measures that knob's lever (the article's drafter = treatment vs
@@ -55,18 +56,20 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Mapping, Optional
+
+from ...json_types import JSONValue
+from ...levers import registry
 
 NOT_KNOBS = ("gpu_hour_usd",)
 UNKNOWN = "(unknown)"  # a knob discovered on another arm and not found on this one
 _OFF_WORDS = ("none", "off", "no", "", "false")
 _ROLE_ORDER = {"baseline": 0, "control": 1, "treatment": 2}
-# the knobs whose lever acts on one phase only (Amdahl: it shortens that phase and nothing else)
-PREFILL_LEVERS = ("prefix_cache", "cache_prompt", "prompt_cache", "radix_cache", "enable_prefix_caching")
-DECODE_LEVERS = ("drafter", "speculative_decoding", "spec_decode", "speculative", "draft_model")
+#: An arm's knobs: knob → its value (what an engine reported, a request sent or a user declared: JSON).
+Knobs = dict[str, JSONValue]
 
 
-def is_on(value: Any) -> bool:
+def is_on(value: object) -> bool:
     """Whether a knob's value means "on": anything but absent/None/False/0/""/none/off/no/false, and not
     :data:`UNKNOWN` (an unknown knob is not claimed to be on)."""
     if value == UNKNOWN:
@@ -76,34 +79,36 @@ def is_on(value: Any) -> bool:
     return not (value is None or value is False or (isinstance(value, (int, float)) and value == 0))
 
 
-def canonical(value: Any) -> Any:
+def canonical(value: JSONValue) -> JSONValue:
     """The value knobs are compared by: every "off" spelling is ``False``; :data:`UNKNOWN` stays itself."""
     return value if value == UNKNOWN or is_on(value) else False
 
 
 def lever_phase(knob: str) -> str:
-    """The phase a knob's lever acts on: "prefill" (a prefix cache), "decode" (a drafter), else "both"."""
-    k = knob.strip().lower()
-    if k in PREFILL_LEVERS:
-        return "prefill"
-    if k in DECODE_LEVERS:
-        return "decode"
-    return "both"
+    """How the projection treats a knob's lever: "prefill" (a prefix cache), "decode" (a drafter), else "both"
+    (the lever's own module says: :func:`leverbench.levers.phase_of`)."""
+    return registry.phase_of(knob)
 
 
-def arm_knobs(arm: dict[str, Any], request: dict[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, str]]:
+def _object(value: object) -> Mapping[str, JSONValue]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def arm_knobs(arm: Mapping[str, JSONValue], request: Optional[Mapping[str, JSONValue]] = None
+              ) -> tuple[Knobs, dict[str, str]]:
     """(knobs, contradictions) of one arm: ``arm`` is its ledger-header entry (``conditions``,
     ``discovered``, ``model``), ``request`` its extra body fields.  contradictions: knob → what disagrees."""
-    found = dict((arm.get("discovered") or {}).get("knobs") or {})
-    sent: dict[str, Any] = {}
+    found: Knobs = dict(_object(_object(arm.get("discovered")).get("knobs")))
+    sent: Knobs = {}
     if arm.get("model") and "model" in found:
         sent["model"] = arm["model"]  # the model asked for (one endpoint may serve several)
+    switches = registry.request_fields()
     for k, v in (request or {}).items():
-        if k == "cache_prompt":
-            sent["prefix_cache"] = is_on(v)
+        if k in switches:
+            sent[switches[k]] = is_on(v)
         else:
             sent[f"request.{k}"] = v
-    declared = {k: v for k, v in (arm.get("conditions") or {}).items() if k not in NOT_KNOBS}
+    declared = {k: v for k, v in _object(arm.get("conditions")).items() if k not in NOT_KNOBS}
     contradictions: dict[str, str] = {}
     for k, v in declared.items():
         for source, other in (("the endpoint says", found), ("its requests say", sent)):
@@ -116,7 +121,7 @@ def _name(v: str) -> str:
     return "".join(ch for ch in v.lower() if ch.isalnum())
 
 
-def contradiction(declared: Any, stated: Any) -> str | None:
+def contradiction(declared: JSONValue, stated: JSONValue) -> str | None:
     """How a *stated* value (discovered or sent) contradicts a *declared* one, or None: one on and the other
     off; both named and neither name holding the other (letters and digits compared, case aside); two
     different numbers (see the module docstring)."""
@@ -136,18 +141,9 @@ def contradiction(declared: Any, stated: Any) -> str | None:
 # ---------------------------------------------------------------------------------------------- across arms
 
 #: A discovered fact (its flattened path; a prefix ending in "." covers the paths below it) → the knob derived
-#: from it: a fact that differs is covered where that knob differs between the same arms.
-FACT_KNOB = {"props.build_info": "engine_version", "version.version": "engine_version",
-             "engine_build.": "engine_version", "server_info.version": "engine_version",
-             "props.model_path": "model_file", "model_file": "model_file",
-             "models": "model", "server_info.served_model_name": "model", "server_info.model_path": "model_file",
-             "props.total_slots": "slots", "server_info.max_running_requests": "slots",
-             "props.n_ctx": "context_length", "ctx_size": "context_length",
-             "cache_config.enable_prefix_caching": "prefix_cache", "server_info.disable_radix_cache": "prefix_cache",
-             "cache_config.block_size": "block_size", "server_info.speculative_algorithm": "drafter",
-             "server_info.speculative_num_draft_tokens": "drafter", "server_info.tp_size": "tensor_parallel",
-             "server_info.dp_size": "data_parallel", "server_info.device": "device", "engine": "engine",
-             "model_source": "model_file", "parallel": "slots", "model_id": "model"}
+#: from it: a fact that differs is covered where that knob differs between the same arms.  The levers'
+#: modules name their facts (:func:`leverbench.levers.by_fact`); this is their table, for reading.
+FACT_KNOB = registry.fact_knobs()
 #: Facts that are never knobs: the simulator's own settings (a test instrument's truth), what discovery keeps
 #: as bookkeeping (``knobs``, derived from the rest), a build's date and platform (its version is the knob),
 #: and switches that only change what the server reports, not how it serves (SGLang's cache report and
@@ -161,36 +157,39 @@ NOT_FLAGS = ("--enable-prompt-tokens-details", "--enable-cache-report", "--enabl
              "--served-model-name", "--uvicorn-log-level", "--alias", "-a")
 #: Facts that name a file: compared by its name (the same model loaded from two directories is one model).
 _FILE_FACTS = ("props.model_path", "models", "model_file", "model_source", "server_info.model_path")
-#: Engine flags (in ``engine_args``: llama.cpp's, vLLM's) → the knob they set; a drafter's flags are all the
-#: ``drafter`` knob's (:data:`DRAFTER_FLAG_PREFIXES`).
-FLAG_KNOB = {"-np": "slots", "--parallel": "slots", "-c": "context_length", "--ctx-size": "context_length",
-             "-t": "fact:threads", "--threads": "fact:threads", "-m": "model_file", "--model": "model_file",
-             "--max-model-len": "context_length", "--enable-prefix-caching": "prefix_cache",
-             "--no-enable-prefix-caching": "prefix_cache", "--tensor-parallel-size": "tensor_parallel",
-             "-tp": "tensor_parallel"}
-DRAFTER_FLAG_PREFIXES = ("--spec", "--draft", "-md", "--speculative", "--model-draft", "-hfd", "--hf-repo-draft",
-                         "-ngl-draft", "--gpu-layers-draft", "-cd", "--ctx-size-draft", "-devd", "--device-draft")
+#: Engine flags that set no lever's knob but name a fact of their own (the CPU threads: a fact, never a lever).
+_FACT_FLAGS = {"-t": "fact:threads", "--threads": "fact:threads"}
+#: Engine flags (in ``engine_args``: llama.cpp's, vLLM's, SGLang's) → the knob they set: the levers' flags
+#: (:func:`leverbench.levers.by_flag`; a drafter's flags, named by their prefixes, are all the ``drafter``
+#: knob's) and :data:`_FACT_FLAGS`; this is their table of exact flags, for reading.
+FLAG_KNOB = {**registry.flag_knobs(), **_FACT_FLAGS}
 
 
-def _base_name(v: Any) -> Any:
+def _flag_knob(flag: str) -> str:
+    """The knob an engine flag sets: its lever's (:func:`leverbench.levers.by_flag`), else ``flag:NAME``."""
+    lever = registry.by_flag(flag)
+    return lever.name if lever is not None else _FACT_FLAGS.get(flag, f"flag:{flag}")
+
+
+def _base_name(v: JSONValue) -> JSONValue:
     """A path's last part (a file's name); anything else as it is."""
     if isinstance(v, str) and ("/" in v or "\\" in v):
         return v.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]
     return v
 
 
-def _flatten(d: Any, path: str = "") -> dict[str, Any]:
+def _flatten(d: JSONValue, path: str = "") -> dict[str, JSONValue]:
     if isinstance(d, dict):
-        out: dict[str, Any] = {}
+        out: dict[str, JSONValue] = {}
         for k, v in d.items():
             out.update(_flatten(v, f"{path}{k}."))
         return out
     return {path[:-1]: d}
 
 
-def _flags(args: Any) -> dict[str, Any]:
+def _flags(args: JSONValue) -> dict[str, JSONValue]:
     """llama.cpp command-line arguments as {flag: value} (True for a flag without one)."""
-    out: dict[str, Any] = {}
+    out: dict[str, JSONValue] = {}
     args = [str(a) for a in args] if isinstance(args, list) else []
     for i, a in enumerate(args):
         if a.startswith("-") and not a.lstrip("-").replace(".", "").isdigit():
@@ -200,32 +199,32 @@ def _flags(args: Any) -> dict[str, Any]:
     return out
 
 
-def _facts(discovered: dict[str, Any]) -> dict[str, tuple[str, Any]]:
-    """An arm's discovered facts: flattened path → (the knob that covers it, or None; its value as JSON)."""
-    out: dict[str, tuple[str, Any]] = {}
+def _facts(discovered: Mapping[str, JSONValue]) -> dict[str, tuple[str, str]]:
+    """An arm's discovered facts: flattened path → (the knob that covers it, or ``fact:PATH``; its value as JSON)."""
+    out: dict[str, tuple[str, str]] = {}
     for path, v in _flatten({k: v for k, v in (discovered or {}).items() if k != "engine_args"}).items():
         if any(path == n or path.startswith(n + ".") for n in NOT_FACTS):
             continue
-        knob = FACT_KNOB.get(path) or next((k for p, k in FACT_KNOB.items() if p.endswith(".")
-                                            and path.startswith(p)), None)
+        lever = registry.by_fact(path)
+        knob = lever.name if lever is not None else None
         if path in _FILE_FACTS:
             v = [_base_name(x) for x in v] if isinstance(v, list) else _base_name(v)
         out[path] = (knob or f"fact:{path}", json.dumps(v, sort_keys=True, default=str))
     for flag, v in _flags((discovered or {}).get("engine_args")).items():
         if flag in NOT_FLAGS:
             continue
-        knob = "drafter" if flag.startswith(DRAFTER_FLAG_PREFIXES) else FLAG_KNOB.get(flag, f"flag:{flag}")
-        out[f"engine_args {flag}"] = (knob, json.dumps(v))
+        out[f"engine_args {flag}"] = (_flag_knob(flag), json.dumps(v))
     return out
 
 
-def fact_knobs(discovered: dict[str, dict[str, Any]], knobs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def fact_knobs(discovered: Mapping[str, Mapping[str, JSONValue]], knobs: Mapping[str, Mapping[str, JSONValue]]
+               ) -> dict[str, Knobs]:
     """Per arm, the knobs its discovered facts add (the module docstring): for each fact in which two arms
     differ and whose covering knob does not differ between them, the knob ``fact:PATH`` (or ``flag:NAME``)
     with the fact's value on every arm that has it."""
     facts = {a: _facts(d) for a, d in discovered.items()}
     arms = list(facts)
-    out: dict[str, dict[str, Any]] = {a: {} for a in arms}
+    out: dict[str, Knobs] = {a: {} for a in arms}
     for path in dict.fromkeys(p for a in arms for p in facts[a]):
         if path.startswith("engine_args "):  # an engine started with known arguments: a flag not given is known
             for a in arms:
@@ -248,33 +247,49 @@ def fact_knobs(discovered: dict[str, dict[str, Any]], knobs: dict[str, dict[str,
     return out
 
 
-def all_arm_knobs(header_arms: dict[str, dict[str, Any]], requests: dict[str, dict[str, Any] | None],
-                  arms: list[str]) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, str]]]:
+def all_arm_knobs(header_arms: Mapping[str, Mapping[str, JSONValue]],
+                  requests: Mapping[str, Optional[Mapping[str, JSONValue]]],
+                  arms: list[str]) -> tuple[dict[str, Knobs], dict[str, dict[str, str]]]:
     """(knobs, contradictions) of every arm of *arms* (ledger-header entries *header_arms*, extra body fields
     *requests*): :func:`arm_knobs` of each, the knobs its discovered facts add (:func:`fact_knobs`), and
     :data:`UNKNOWN` for a knob that another arm's endpoint stated (discovered, not declared nor sent) and
     this arm has from no source."""
-    knobs, contradictions, found = {}, {}, {}
+    knobs: dict[str, Knobs] = {}
+    contradictions: dict[str, dict[str, str]] = {}
+    found: dict[str, set[str]] = {}
     for a in arms:
         h = header_arms.get(a, {})
         knobs[a], contradictions[a] = arm_knobs(h, requests.get(a))
-        found[a] = set((h.get("discovered") or {}).get("knobs") or {})
-    extra = fact_knobs({a: header_arms.get(a, {}).get("discovered") or {} for a in arms}, knobs)
+        found[a] = set(_object(_object(h.get("discovered")).get("knobs")))
+    extra = fact_knobs({a: _object(header_arms.get(a, {}).get("discovered")) for a in arms}, knobs)
     for a in arms:
         knobs[a].update(extra[a])
     stated = {k for a in arms for k in found[a] | set(extra[a])}
     for a in arms:
         for k in sorted(stated - set(knobs[a])):
-            knobs[a][k] = UNKNOWN
+            if not _reported_off(k, _object(header_arms.get(a, {}).get("discovered"))):
+                knobs[a][k] = UNKNOWN
     return knobs, contradictions
 
 
-def unknown_knobs(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+def _reported_off(knob: str, discovered: Mapping[str, JSONValue]) -> bool:
+    """Whether an arm's endpoint reported *knob* without a value, so that it is off there, not unknown: its
+    discovered record has one of the paths its lever's ``reported_by`` names (:mod:`leverbench.levers`)."""
+    lever = registry.lever(knob)
+    if lever is None or lever.name != knob or not lever.reported_by:
+        return False
+    paths = set(_flatten({k: v for k, v in discovered.items() if k != "engine_args"}))
+    if isinstance(discovered.get("engine_args"), list):
+        paths.add("engine_args")
+    return any(p in paths for p in lever.reported_by)
+
+
+def unknown_knobs(a: Mapping[str, JSONValue], b: Mapping[str, JSONValue]) -> list[str]:
     """The knobs unknown on either of two arms (:data:`UNKNOWN`), sorted."""
     return sorted(k for k in set(a) | set(b) if UNKNOWN in (a.get(k), b.get(k)))
 
 
-def differing(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+def differing(a: Mapping[str, JSONValue], b: Mapping[str, JSONValue]) -> list[str]:
     """The knobs whose canonical values differ between two arms (absent counts as off), sorted."""
     return sorted(k for k in set(a) | set(b) if canonical(a.get(k)) != canonical(b.get(k)))
 
@@ -295,7 +310,7 @@ class Comparison:
         return len(self.knobs) == 1 and not self.unknown
 
 
-def reference_first(x: str, y: str, knob: str, knobs: dict[str, dict[str, Any]], roles: dict[str, str],
+def reference_first(x: str, y: str, knob: str, knobs: Mapping[str, Mapping[str, JSONValue]], roles: Mapping[str, str],
                     order: list[str]) -> tuple[str, str]:
     """(reference, other) of a controlled pair differing in *knob* (see the module docstring)."""
     on_x, on_y = is_on(knobs[x].get(knob)), is_on(knobs[y].get(knob))
@@ -305,8 +320,8 @@ def reference_first(x: str, y: str, knob: str, knobs: dict[str, dict[str, Any]],
     return (x, y) if rank[x] <= rank[y] else (y, x)
 
 
-def comparisons(arms: list[str], baseline: str, knobs: dict[str, dict[str, Any]],
-                roles: dict[str, str]) -> list[Comparison]:
+def comparisons(arms: list[str], baseline: str, knobs: Mapping[str, Mapping[str, JSONValue]],
+                roles: Mapping[str, str]) -> list[Comparison]:
     """Every arm against the baseline, then every controlled pair in its lever's direction that the
     baseline comparisons do not already give (in the arms' order).  A pair with a knob unknown on either
     side (:func:`unknown_knobs`) is not controlled."""
@@ -332,7 +347,7 @@ def comparisons(arms: list[str], baseline: str, knobs: dict[str, dict[str, Any]]
     return out
 
 
-def suggestion(knob: str, arms: list[str], knobs: dict[str, dict[str, Any]]) -> str:
+def suggestion(knob: str, arms: list[str], knobs: Mapping[str, Mapping[str, JSONValue]]) -> str:
     """For a knob no controlled pair measures: which arm would make one.
 
     Takes the pair that differs in *knob* and in the fewest other knobs, and proposes the arm

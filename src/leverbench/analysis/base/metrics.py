@@ -23,6 +23,9 @@ left out.  Per arm:
 - drafter acceptance = Δaccepted / Δdraft tokens (``vllm:spec_decode_num_{accepted,draft}_tokens``,
   ``llamacpp:spec_decode_num_{accepted,draft}_tokens_total``); SGLang's ``sglang:spec_accept_length`` gauge.
 
+The lever figures (shares, deltas and gauges) are the levers' own tables (:class:`leverbench.levers.MetricTable`
+in each lever's module), in the registry's order.
+
 Attribution: an arm's row covers what happened on its endpoint between its
 ``before`` and ``after`` scrapes (its turns, probes and sentinels; load stages
 have their own scrapes).  When another arm shares the endpoint and its window
@@ -37,8 +40,56 @@ are numbers is absent.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Mapping, Optional, Union
 from urllib.parse import urlsplit
+
+from typing_extensions import TypeAlias, TypedDict
+
+from ...json_types import JSONValue
+from ...levers import registry
+from ...levers.prefix_cache import VLLM_HITS
+
+#: One scrape's samples: sample name with its labels → value (a number, or "NaN" / "+Inf" / "-Inf").
+Samples: TypeAlias = Mapping[str, Union[float, str]]
+
+
+class MetricsRecord(TypedDict, total=False):
+    """A ledger ``metrics`` record, as far as this module reads it."""
+
+    arm: str
+    when: str
+    t: float
+    samples: dict[str, Union[float, str]]
+
+
+#: A window: the (start, end) metrics records of one block.
+Window: TypeAlias = tuple[MetricsRecord, MetricsRecord]
+
+
+class ServerMetricsRow(TypedDict, total=False):
+    """One arm's server figures over its blocks (:func:`server_metrics`): the figures :func:`arm_metrics` found
+    (only those), how many windows, their span, and whose calls the counters count."""
+
+    arm: str
+    queue_s_per_request: float
+    prefill_s_per_request: float
+    decode_s_per_request: float
+    prefill_tps: float
+    decode_tps: float
+    uncached_prompt_tokens_per_request: float
+    prefix_cache_hit_share: float
+    drafter_acceptance: float
+    cached_prompt_tokens: float
+    prefix_cache_hit_tokens: float
+    prefix_cache_query_tokens: float
+    draft_tokens: float
+    accepted_tokens: float
+    sglang_cache_hit_rate: float
+    sglang_spec_accept_length: float
+    windows: int
+    window: list[float]
+    attribution: str
+    mixed_with: list[str]
 
 _RATIO_PER_REQUEST = {
     "queue_s_per_request": ("vllm:request_queue_time_seconds", "sglang:queue_time_seconds"),
@@ -49,40 +100,31 @@ _RATES = {  # name: (tokens counter, seconds counter)
     "prefill_tps": ("llamacpp:prompt_tokens_total", "llamacpp:prompt_seconds_total"),
     "decode_tps": ("llamacpp:tokens_predicted_total", "llamacpp:tokens_predicted_seconds_total"),
 }
-_SHARES = {  # name: (numerator counter, denominator counter); the first that both engines' counters give wins
-    "prefix_cache_hit_share": ("vllm:prefix_cache_hits", "vllm:prefix_cache_queries"),
-    "sglang_prefix_cache_hit_share": ("sglang:cached_tokens", "sglang:prompt_tokens"),
-    "drafter_acceptance": ("vllm:spec_decode_num_accepted_tokens", "vllm:spec_decode_num_draft_tokens"),
-    "llamacpp_drafter_acceptance": ("llamacpp:spec_decode_num_accepted_tokens_total",
-                                    "llamacpp:spec_decode_num_draft_tokens_total"),
-}
-_DELTAS = {"cached_prompt_tokens": "llamacpp:prompt_tokens_cached_total",
-           "prefix_cache_hit_tokens": "vllm:prefix_cache_hits",
-           "prefix_cache_query_tokens": "vllm:prefix_cache_queries",
-           "draft_tokens": "vllm:spec_decode_num_draft_tokens",
-           "accepted_tokens": "vllm:spec_decode_num_accepted_tokens"}
-_GAUGES = {"sglang_cache_hit_rate": "sglang:cache_hit_rate", "sglang_spec_accept_length": "sglang:spec_accept_length"}
+#: name: (numerator counter, denominator counter); the first that both engines' counters give wins
+_SHARES = {name: (num, den) for x in registry.levers() for name, num, den in x.metrics.shares}
+_DELTAS = {name: counter for x in registry.levers() for name, counter in x.metrics.deltas}
+_GAUGES = {name: gauge for x in registry.levers() for name, gauge in x.metrics.gauges}
 
 
-def numeric(v: Any) -> bool:
+def numeric(v: object) -> bool:
     """Whether a scraped sample is a finite number (not "NaN", "+Inf", "-Inf", nor anything else)."""
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def _delta(before: dict[str, Any], after: dict[str, Any], name: str) -> float | None:
+def _delta(before: Samples, after: Samples, name: str) -> float | None:
     """Δ of a counter over its label sets with numeric samples; accepts the name with or without ``_total``."""
     names = {name, name + "_total", name.removesuffix("_total")}
     keys = [k for k in after if k.split("{", 1)[0] in names and numeric(after[k]) and numeric(before.get(k, 0.0))]
     if not keys:
         return None
-    return sum(after[k] - before.get(k, 0.0) for k in keys)
+    return sum(float(after[k]) - float(before.get(k, 0.0)) for k in keys)
 
 
 def _ratio(num: float | None, den: float | None) -> float | None:
     return num / den if num is not None and den else None
 
 
-def arm_metrics(before: dict[str, Any], after: dict[str, Any]) -> dict[str, float]:
+def arm_metrics(before: Samples, after: Samples) -> dict[str, float]:
     out: dict[str, float] = {}
     for key, hists in _RATIO_PER_REQUEST.items():
         for h in hists:
@@ -95,7 +137,7 @@ def arm_metrics(before: dict[str, Any], after: dict[str, Any]) -> dict[str, floa
             out[key] = v
     prompt = _delta(before, after, "vllm:prompt_tokens")
     if prompt is not None:
-        uncached = prompt - (_delta(before, after, "vllm:prefix_cache_hits") or 0.0)
+        uncached = prompt - (_delta(before, after, VLLM_HITS) or 0.0)
         if (v := _ratio(uncached, _delta(before, after, "vllm:request_prefill_time_seconds_sum"))) is not None:
             out["prefill_tps"] = v
         if (v := _ratio(uncached, _delta(before, after, "vllm:request_prefill_time_seconds_count"))) is not None:
@@ -116,7 +158,7 @@ def arm_metrics(before: dict[str, Any], after: dict[str, Any]) -> dict[str, floa
         if (v := _delta(before, after, name)) is not None:
             out[key] = v
     for key, name in _GAUGES.items():
-        vals = [v for k, v in after.items() if k.split("{", 1)[0] == name and numeric(v)]
+        vals = [float(v) for k, v in after.items() if k.split("{", 1)[0] == name and numeric(v)]
         if vals:
             out[key] = sum(vals) / len(vals)
     return out
@@ -125,7 +167,7 @@ def arm_metrics(before: dict[str, Any], after: dict[str, Any]) -> dict[str, floa
 _LOOPBACK = {"localhost", "127.0.0.1", "::1", "[::1]", "0.0.0.0", "ip6-localhost"}
 
 
-def _endpoint(header_arm: dict[str, Any], metrics_url: str | None, arm: str) -> str:
+def _endpoint(header_arm: Mapping[str, JSONValue], metrics_url: Optional[str], arm: str) -> str:
     """Which server an arm's counters come from: its metrics URL, else its endpoint (each embedded engine is
     its own); the host's loopback spellings (localhost, 127.0.0.1, ::1) are one, and case does not count."""
     ep = metrics_url or header_arm.get("endpoint")
@@ -141,11 +183,12 @@ def _endpoint(header_arm: dict[str, Any], metrics_url: str | None, arm: str) -> 
     return f"{host}:{port}{parts.path.rstrip('/') if metrics_url else ''}"
 
 
-def windows(metrics_records: list[dict[str, Any]], arm: str, start: str, end: str) -> list[tuple[dict, dict]]:
+def windows(metrics_records: list[MetricsRecord], arm: str, start: str, end: str) -> list[Window]:
     """The arm's (start, end) scrape pairs: each *start* scrape with the next *end* scrape of the same arm
     (a resumed run adds a window; one whose engine restarted starts its counters again, which a window
     never spans)."""
-    out, opened = [], None
+    out: list[Window] = []
+    opened: Optional[MetricsRecord] = None
     for m in metrics_records:
         if m.get("arm") != arm:
             continue
@@ -157,14 +200,14 @@ def windows(metrics_records: list[dict[str, Any]], arm: str, start: str, end: st
     return out
 
 
-def summed(pairs: list[tuple[dict, dict]]) -> tuple[dict[str, Any], dict[str, Any]]:
+def summed(pairs: list[Window]) -> tuple[dict[str, float], dict[str, Union[float, str]]]:
     """(before, after) samples whose counters' Δ is the sum of the windows' Δs (a sample not a finite number
     in a window leaves that window out for it); gauges as read at the last window's end."""
-    after: dict[str, Any] = {}
+    after: dict[str, Union[float, str]] = {}
     for b, a in pairs:
         for k, v in a["samples"].items():
-            if numeric(v) and numeric(b["samples"].get(k, 0.0)):
-                after[k] = after.get(k, 0.0) + v - b["samples"].get(k, 0.0)
+            if numeric(v) and numeric(b0 := b["samples"].get(k, 0.0)):
+                after[k] = float(after.get(k, 0.0)) + float(v) - float(b0)
     if pairs:
         for k, v in pairs[-1][1]["samples"].items():
             if k.split("{", 1)[0] in _GAUGES.values():
@@ -172,14 +215,21 @@ def summed(pairs: list[tuple[dict, dict]]) -> tuple[dict[str, Any], dict[str, An
     return {}, after
 
 
-def server_metrics(metrics_records: list[dict[str, Any]], arms: list[str], header: dict[str, Any] | None = None,
-                   start: str = "before", end: str = "after") -> list[dict[str, Any]]:
+def server_metrics(metrics_records: list[MetricsRecord], arms: list[str],
+                   header: Optional[Mapping[str, JSONValue]] = None,
+                   start: str = "before", end: str = "after") -> list[ServerMetricsRow]:
     """Per arm, the server's figures over its blocks (every *start* → next *end* scrape pair, Δs summed), with
     ``attribution`` "own" or "mixed" (see the module docstring), ``windows`` (how many) and ``window``
     [first start, last end]."""
     header = header or {}
-    murls = {a.get("name"): a.get("metrics_url") for a in (header.get("config") or {}).get("arms", [])}
-    endpoint = {a: _endpoint((header.get("arms") or {}).get(a, {}), murls.get(a), a) for a in arms}
+    config, header_arms = header.get("config"), header.get("arms")
+    config_arms = config.get("arms", []) if isinstance(config, dict) else []
+    murls = {a.get("name"): a.get("metrics_url") for a in config_arms if isinstance(a, dict)}
+    endpoint = {}
+    for a in arms:
+        found = header_arms.get(a) if isinstance(header_arms, dict) else None
+        url = murls.get(a)
+        endpoint[a] = _endpoint(found if isinstance(found, dict) else {}, url if isinstance(url, str) else None, a)
     pairs = {a: w for a in arms if (w := windows(metrics_records, a, start, end))}
     out = []
     for arm, ws in pairs.items():
@@ -190,14 +240,15 @@ def server_metrics(metrics_records: list[dict[str, Any]], arms: list[str], heade
         sharing = [o for o in arms if o != arm and endpoint[o] == endpoint[arm]
                    and (o not in pairs or any(b0 < a1 and a0 < b1 for a0, a1 in spans
                                               for b0, b1 in ((x.get("t", 0.0), y.get("t", 0.0)) for x, y in pairs[o])))]
-        row = {"arm": arm, **figures, "windows": len(ws), "window": [spans[0][0], spans[-1][1]],
-               "attribution": "mixed" if sharing else "own"}
+        row: ServerMetricsRow = {"arm": arm, **figures,  # type: ignore[typeddict-item]  # the figures found
+                                 "windows": len(ws), "window": [spans[0][0], spans[-1][1]],
+                                 "attribution": "mixed" if sharing else "own"}
         if sharing:
             row["mixed_with"] = sharing
         out.append(row)
     return out
 
 
-def own_metrics(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def own_metrics(rows: list[ServerMetricsRow]) -> dict[str, ServerMetricsRow]:
     """The rows whose counters are the arm's own, by arm (what engagement and rates may use)."""
     return {r["arm"]: r for r in rows if r.get("attribution") == "own"}

@@ -32,51 +32,69 @@ arm that used the lever it is meant to lack is caught (:mod:`.guard`).
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Iterable, Mapping, Optional
 
 import numpy as np
 
+from ...json_types import JSONValue
+from ...levers import ArmEvidence, registry
+from ...levers.drafter import LEVER as DRAFTER
+from ...levers.prefix_cache import LEVER as PREFIX_CACHE
+from ...schema.lever_rows import EngagedRow, LeverUse
 from ..base.dataset import Dataset, sums, zero_nan
 from ..base.knobs import is_on
+from ..base.metrics import ServerMetricsRow
 from ..base.warning_kinds import RunWarning, WarningKind
 from ..load.stages import cached_tokens, measured_calls
 
 CACHE_MIN_SHARE = 0.01
+#: The llama.cpp ``timings`` fields of the prefix cache (cached tokens) and the drafter (drafted, accepted).
+(_CACHE_N,) = PREFIX_CACHE.timings
+_DRAFT_N, _DRAFT_ACCEPTED = DRAFTER.timings
+(_USAGE_CACHED,) = PREFIX_CACHE.usage_fields
+#: A call record as the ledger holds it (a load call, a sentinel): JSON.
+Record = Mapping[str, JSONValue]
 
 
-def _load_columns(ds: Dataset, load_calls: Iterable[dict[str, Any]]) -> dict[str, np.ndarray]:
+def _num(v: object) -> float:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else np.nan
+
+
+def _timings(r: Record) -> Mapping[str, JSONValue]:
+    t = r.get("timings")
+    return t if isinstance(t, dict) else {}
+
+
+def _load_columns(ds: Dataset, load_calls: Iterable[Record]) -> dict[str, np.ndarray]:
     """The successful counted load calls (:func:`.load.measured_calls`) as the columns :func:`_per_arm` sums:
     arm (index into ``ds.arm_names``, −1 for an arm not there), prompt tokens, cached tokens
     (:func:`.load.cached_tokens`), draft_n, draft_n_accepted (NaN where a call lacks one)."""
     ok = [r for r in measured_calls(load_calls) if r.get("error") is None]
     index = {a: i for i, a in enumerate(ds.arm_names)}
 
-    def col(values: Iterable[Any]) -> np.ndarray:
+    def col(values: Iterable[object]) -> np.ndarray:
         return np.array(list(values), dtype=float)
 
-    timings = [r.get("timings") or {} for r in ok]
+    timings = [_timings(r) for r in ok]
     return {"arm": np.array([index.get(r.get("arm"), -1) for r in ok], dtype=np.int64),
             "prompt": col(r.get("prompt_tokens") for r in ok), "cached": col(cached_tokens(r) for r in ok),
-            "draft": col(t.get("draft_n") for t in timings),
-            "accepted": col(t.get("draft_n_accepted") for t in timings)}
+            "draft": col(t.get(_DRAFT_N) for t in timings),
+            "accepted": col(t.get(_DRAFT_ACCEPTED) for t in timings)}
 
 
-def _record_columns(ds: Dataset, recs: list[dict[str, Any]]) -> dict[str, np.ndarray]:
+def _record_columns(ds: Dataset, recs: list[Record]) -> dict[str, np.ndarray]:
     """The columns :func:`_per_arm` adds up, of call records given as dicts (the sentinels)."""
-    def num(v: Any) -> float:
-        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else np.nan
-
-    def timing(r: dict[str, Any], k: str) -> float:
-        return num((r.get("timings") or {}).get(k))
-    cached = [num(r.get("cached_tokens")) if r.get("cached_tokens") is not None else timing(r, "cache_n")
+    def timing(r: Record, k: str) -> float:
+        return _num(_timings(r).get(k))
+    cached = [_num(r.get(_USAGE_CACHED)) if r.get(_USAGE_CACHED) is not None else timing(r, _CACHE_N)
               for r in recs]
     arm = [ds.arm_names.index(r["arm"]) if r.get("arm") in ds.arm_names else -1 for r in recs]
-    return {"arm": np.array(arm, dtype=np.int64), "prompt": np.array([num(r.get("prompt_tokens")) for r in recs]),
-            "cached": np.array(cached, dtype=float), "draft": np.array([timing(r, "draft_n") for r in recs]),
-            "accepted": np.array([timing(r, "draft_n_accepted") for r in recs])}
+    return {"arm": np.array(arm, dtype=np.int64), "prompt": np.array([_num(r.get("prompt_tokens")) for r in recs]),
+            "cached": np.array(cached, dtype=float), "draft": np.array([timing(r, _DRAFT_N) for r in recs]),
+            "accepted": np.array([timing(r, _DRAFT_ACCEPTED) for r in recs])}
 
 
-def _per_arm(ds: Dataset, load_calls: Iterable[dict[str, Any]] = ()) -> dict[str, np.ndarray]:
+def _per_arm(ds: Dataset, load_calls: Iterable[Record] = ()) -> dict[str, np.ndarray]:
     """Per arm (``ds.arm_names`` order), over its successful calls, probes, sentinels and load calls (module
     docstring):
     Σ prompt tokens, Σ cached tokens (usage, else timings.cache_n), how many calls said either, Σ draft_n,
@@ -94,75 +112,108 @@ def _per_arm(ds: Dataset, load_calls: Iterable[dict[str, Any]] = ()) -> dict[str
     return out
 
 
-def engaged(ds: Dataset, own_metrics: dict[str, dict[str, Any]] | None = None,
-            knobs: dict[str, dict[str, Any]] | None = None, load_calls: Iterable[dict[str, Any]] = (),
-            ) -> tuple[list[dict[str, Any]], list[RunWarning]]:
+def engaged(ds: Dataset, own_metrics: Optional[Mapping[str, ServerMetricsRow]] = None,
+            knobs: Optional[Mapping[str, Mapping[str, JSONValue]]] = None, load_calls: Iterable[Record] = (),
+            ) -> tuple[list[EngagedRow], list[RunWarning]]:
     """Per arm: cached and drafter figures with their sources; whether it used each lever (``cache_used``,
     ``drafter_used``: true, false, or None when nothing reports it), and for an arm whose knobs turn a lever
-    on, whether it engaged (``prefix_cache``, ``drafter``; None: unknown, never read as "not engaged").
+    on, whether it engaged (``prefix_cache``, ``drafter``; None: unknown, never read as "not engaged"; any
+    other judged lever under ``levers``).
     *own_metrics*: the server-metrics rows attributed to one arm alone, by arm; *knobs*: by arm;
     *load_calls*: the run's ``load`` records (the ledger's, any order of stages; filtered here)."""
     thr = ds.config["experiment"].get("engaged_acceptance_min", 0.2)
     own_metrics = own_metrics or {}
-    knobs_by_arm = knobs
-    out: list[dict[str, Any]] = []
+    out: list[EngagedRow] = []
     warnings: list[RunWarning] = []
     totals = _per_arm(ds, load_calls)
+    judged = [x for x in registry.levers() if x.judge is not None]
     for arm in ds.arms:
-        knobs = (knobs_by_arm or {}).get(arm) or ds.knobs(arm)
-        m = own_metrics.get(arm, {})
+        arm_knobs = (knobs or {}).get(arm) or ds.knobs(arm)
+        m: ServerMetricsRow = own_metrics.get(arm) or {}
         a = ds.arm_index(arm)
-        prompt, cached = int(totals["prompt"][a]), int(totals["cached"][a])
-        row: dict[str, Any] = {"arm": arm, "prompt_tokens": prompt, "cached_tokens": None, "cached_share": None,
-                               "cached_share_source": None, "draft_tokens": None, "accepted_tokens": None,
-                               "acceptance": None, "acceptance_source": None, "prefix_cache": None, "drafter": None}
-        if totals["cache_seen"][a]:
-            row.update(cached_tokens=cached, cached_share=cached / prompt if prompt else None,
-                       cached_share_source="calls (usage / timings)")
-        elif m.get("prefix_cache_hit_share") is not None:
-            row.update(cached_tokens=int(m["prefix_cache_hit_tokens"]) if "prefix_cache_hit_tokens" in m else None,
-                       cached_share=m["prefix_cache_hit_share"],
-                       cached_share_source="server metrics (prefix-cache hits / queries)")
-        dn, da = int(totals["draft"][a]), int(totals["accepted"][a])
-        if dn:
-            row.update(draft_tokens=dn, accepted_tokens=da, acceptance=da / dn, acceptance_source="calls (timings)")
-        elif m.get("drafter_acceptance") is not None:
-            row.update(draft_tokens=int(m["draft_tokens"]) if "draft_tokens" in m else None,
-                       accepted_tokens=int(m["accepted_tokens"]) if "accepted_tokens" in m else None,
-                       acceptance=m["drafter_acceptance"], acceptance_source="server metrics (spec decode counters)")
-        elif m.get("sglang_spec_accept_length") is not None:
-            row.update(accept_length=m["sglang_spec_accept_length"],
-                       acceptance_source="server metrics (SGLang spec_accept_length)")
-        row["cache_used"] = None if row["cached_share"] is None else row["cached_share"] >= CACHE_MIN_SHARE
-        if row["acceptance"] is not None:
-            row["drafter_used"] = row["acceptance"] >= thr
-        else:
-            row["drafter_used"] = None if row.get("accept_length") is None else row["accept_length"] > 1.0
-        if is_on(knobs.get("prefix_cache")):
-            row["prefix_cache"] = row["cache_used"]
-            if row["cache_used"] is False:
-                warnings.append(RunWarning(WarningKind.NOT_ENGAGED,
-                                           f"lever not engaged: arm {arm!r} says prefix_cache on "
-                                           f"but cached only {row['cached_share']:.1%} of its prompt tokens; it is not "
-                                           "credited with the prefix cache", arm))
-            elif row["cache_used"] is None:
-                warnings.append(RunWarning(WarningKind.ENGAGEMENT_UNKNOWN,
-                                           f"engagement unknown: arm {arm!r} says prefix_cache on, but neither its "
-                                           "calls nor server metrics of its own report cached tokens (vLLM: "
-                                           "--enable-prompt-tokens-details or /metrics; SGLang: --enable-cache-report "
-                                           "or --enable-metrics)", arm))
-        if is_on(knobs.get("drafter")):
-            row["drafter"] = row["drafter_used"]
-            if row["drafter_used"] is False:
-                what = (f"accepted only {row['acceptance']:.0%} of draft tokens (threshold {thr:.0%})"
-                        if row["acceptance"] is not None else f"has a mean accept length of {row['accept_length']:.2f}")
-                warnings.append(RunWarning(WarningKind.NOT_ENGAGED,
-                                           f"lever not engaged: arm {arm!r} says drafter {knobs.get('drafter')!r} "
-                                           f"but {what}; it is not credited with the drafter", arm))
-            elif row["drafter_used"] is None:
-                warnings.append(RunWarning(WarningKind.ENGAGEMENT_UNKNOWN,
-                                           f"engagement unknown: arm {arm!r} says drafter {knobs.get('drafter')!r}, "
-                                           "but neither its calls nor server metrics of its own report drafter "
-                                           "statistics", arm))
+        row = _measured(int(totals["prompt"][a]), int(totals["cached"][a]), bool(totals["cache_seen"][a]),
+                        int(totals["draft"][a]), int(totals["accepted"][a]), m, arm, thr)
+        warnings += _credit(row, arm, arm_knobs, thr)
+        uses: dict[str, LeverUse] = {}
+        for x in judged:
+            if not is_on(arm_knobs.get(x.name)):
+                continue
+            found = (ds.header.get("arms") or {}).get(arm, {}).get("discovered")
+            use = x.judge(ArmEvidence(arm, arm_knobs, found if isinstance(found, dict) else {}, m))  # type: ignore[misc]
+            uses[x.name] = {"used": use.used, "source": use.source}
+            if use.warning and use.used is not True:
+                kind = WarningKind.ENGAGEMENT_UNKNOWN if use.used is None else WarningKind.NOT_ENGAGED
+                warnings.append(RunWarning(kind, use.warning, arm))
+        if uses:
+            row["levers"] = uses
         out.append(row)
     return out, warnings
+
+
+def _measured(prompt: int, cached: int, cache_seen: bool, dn: int, da: int, m: ServerMetricsRow, arm: str,
+              thr: float) -> EngagedRow:
+    """An arm's row before crediting: its cached-token and drafter figures, and whether it used each."""
+    cache: dict[str, Optional[object]] = {"cached_tokens": None, "cached_share": None, "cached_share_source": None}
+    if cache_seen:
+        cache.update(cached_tokens=cached, cached_share=cached / prompt if prompt else None,
+                     cached_share_source="calls (usage / timings)")
+    elif m.get("prefix_cache_hit_share") is not None:
+        cache.update(cached_tokens=int(m["prefix_cache_hit_tokens"]) if "prefix_cache_hit_tokens" in m else None,
+                     cached_share=m["prefix_cache_hit_share"],
+                     cached_share_source="server metrics (prefix-cache hits / queries)")
+    draft: dict[str, Optional[object]] = {"draft_tokens": None, "accepted_tokens": None, "acceptance": None,
+                                          "acceptance_source": None}
+    length: Optional[float] = None
+    if dn:
+        draft.update(draft_tokens=dn, accepted_tokens=da, acceptance=da / dn, acceptance_source="calls (timings)")
+    elif m.get("drafter_acceptance") is not None:
+        draft.update(draft_tokens=int(m["draft_tokens"]) if "draft_tokens" in m else None,
+                     accepted_tokens=int(m["accepted_tokens"]) if "accepted_tokens" in m else None,
+                     acceptance=m["drafter_acceptance"], acceptance_source="server metrics (spec decode counters)")
+    elif m.get("sglang_spec_accept_length") is not None:
+        length = m["sglang_spec_accept_length"]
+        draft.update(acceptance_source="server metrics (SGLang spec_accept_length)")
+    share, acceptance = cache["cached_share"], draft["acceptance"]
+    # the keys in the order the summary has always written them (accept_length only where it is the figure)
+    row = {"arm": arm, "prompt_tokens": prompt, **cache, **draft, "prefix_cache": None, "drafter": None}
+    if length is not None:
+        row["accept_length"] = length
+    row["cache_used"] = None if share is None else share >= CACHE_MIN_SHARE  # type: ignore[operator]
+    if acceptance is not None:
+        row["drafter_used"] = acceptance >= thr  # type: ignore[operator]
+    else:
+        row["drafter_used"] = None if length is None else length > 1.0
+    return row  # type: ignore[return-value]  # every key of EngagedRow, built in the summary's order
+
+
+def _credit(row: EngagedRow, arm: str, knobs: Mapping[str, JSONValue], thr: float) -> list[RunWarning]:
+    """Credits the arm with the prefix cache and the drafter where its knobs turn them on (``prefix_cache``,
+    ``drafter``), and the warnings of a lever not engaged or of unknown engagement."""
+    warnings = []
+    cache, drafter = PREFIX_CACHE.name, DRAFTER.name
+    if is_on(knobs.get(cache)):
+        row["prefix_cache"] = row["cache_used"]
+        if row["cache_used"] is False:
+            warnings.append(RunWarning(WarningKind.NOT_ENGAGED,
+                                       f"lever not engaged: arm {arm!r} says {cache} on "
+                                       f"but cached only {row['cached_share']:.1%} of its prompt tokens; it is not "
+                                       f"credited with the {PREFIX_CACHE.words}", arm))
+        elif row["cache_used"] is None:
+            warnings.append(RunWarning(WarningKind.ENGAGEMENT_UNKNOWN,
+                                       f"engagement unknown: arm {arm!r} says {cache} on, but neither its "
+                                       "calls nor server metrics of its own report cached tokens "
+                                       f"({PREFIX_CACHE.unknown_hint})", arm))
+    if is_on(knobs.get(drafter)):
+        row["drafter"] = row["drafter_used"]
+        if row["drafter_used"] is False:
+            what = (f"accepted only {row['acceptance']:.0%} of draft tokens (threshold {thr:.0%})"
+                    if row["acceptance"] is not None else f"has a mean accept length of {row['accept_length']:.2f}")
+            warnings.append(RunWarning(WarningKind.NOT_ENGAGED,
+                                       f"lever not engaged: arm {arm!r} says {drafter} {knobs.get(drafter)!r} "
+                                       f"but {what}; it is not credited with the {DRAFTER.words}", arm))
+        elif row["drafter_used"] is None:
+            warnings.append(RunWarning(WarningKind.ENGAGEMENT_UNKNOWN,
+                                       f"engagement unknown: arm {arm!r} says {drafter} {knobs.get(drafter)!r}, "
+                                       f"but neither its calls nor server metrics of its own report "
+                                       f"{DRAFTER.unknown_hint}", arm))
+    return warnings

@@ -19,14 +19,17 @@ reference's less the arm's at equal work (reference GPU-hours / multiplier).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
+from ...json_types import JSONValue
+from ...levers import engaged_in
+from ...schema.lever_rows import EngagedRow
 from ..base.guard import cited
 from ..base.knobs import UNKNOWN, differing, suggestion
 
 
-def levers(arms: list[str], knobs: dict[str, dict[str, Any]], multipliers: list[dict[str, Any]],
-           engaged_rows: list[dict[str, Any]], cost_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def levers(arms: list[str], knobs: Mapping[str, Mapping[str, JSONValue]], multipliers: list[dict[str, Any]],
+           engaged_rows: list[EngagedRow], cost_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     names: list[str] = []
     for i, x in enumerate(arms):
         for y in arms[i + 1:]:
@@ -34,7 +37,7 @@ def levers(arms: list[str], knobs: dict[str, dict[str, Any]], multipliers: list[
             # known on one side only is no difference found
             names += [k for k in differing(knobs[x], knobs[y]) if k not in names
                       and not k.startswith(("fact:", "flag:")) and UNKNOWN not in (knobs[x].get(k), knobs[y].get(k))]
-    eng = {e["arm"]: e for e in engaged_rows}
+    eng: dict[str, EngagedRow] = {e["arm"]: e for e in engaged_rows}
     cost = {c["arm"]: c for c in cost_rows}
     out = []
     for knob in names:
@@ -48,7 +51,7 @@ def levers(arms: list[str], knobs: dict[str, dict[str, Any]], multipliers: list[
             ca, cr = cost.get(m["arm"]), cost.get(m["vs"])
             returned = (cr["gpu_hours_per_1000_turns"] - ca["gpu_hours_per_1000_turns"]) if ca and cr else None
             row = {"lever": knob, "arm": m["arm"], "vs": m["vs"], "multiplier": m["value"], "citable": m["citable"],
-                   "reason": m["reason"], "engaged": eng.get(m["arm"], {}).get(knob),
+                   "reason": m["reason"], "engaged": _engaged(eng, m["arm"], knob),
                    "gpu_hours_returned_per_1000_turns": returned, "measure": "measured", "note": None,
                    "measured": {"value": m["value"], "citable": m["citable"], "reason": m["reason"]}}
             ew = m.get("equal_work")
@@ -64,3 +67,10 @@ def levers(arms: list[str], knobs: dict[str, dict[str, Any]], multipliers: list[
                                 f"({m['reason']})")
             out.append(row)
     return out
+
+
+def _engaged(rows: Mapping[str, EngagedRow], arm: str, knob: str) -> bool | None:
+    """Whether *arm* engaged *knob*'s lever, as its ``engaged`` row says (its lever's module says where the row
+    holds it); None: unknown, the lever not turned on there, or a knob no lever names."""
+    row = rows.get(arm)
+    return engaged_in(row, knob) if row is not None else None

@@ -1,13 +1,16 @@
 """The traffic analysis in words: the conditions its numbers hold under, and the recommendation.
 
 Pure functions over :func:`leverbench.analysis.traffic.analyze.analyze_traffic`'s result (its ``overall``,
-``levers``, ``queue``, ``distribution`` and ``extrapolation``) and the rates it used.
+``levers``, ``queue``, ``distribution`` and ``extrapolation``) and the rates it used.  The levers' words and
+advice beyond those the traffic estimates are their modules' (:mod:`leverbench.levers`): the levers acting on
+the dominant phase that only an experiment can measure are named with how to turn them on.
 """
 
 from __future__ import annotations
 
 from typing import Any, Mapping
 
+from ...levers import registry
 from .rates import RateBook
 
 PHASES = ("prefill", "decode", "queue")
@@ -72,7 +75,7 @@ def recommend(result: Mapping[str, Any]) -> str:
                     f"these calls would take without it, {on['realized_gpu_hours_per_1000_calls']:.3g} GPU-hours per "
                     "1,000 calls); the other levers are ranked against the time actually spent.")
     if dom == "queue":
-        text.append("No lever here targets queueing: add capacity or batching first.")
+        text.append(f"No lever here targets queueing: add capacity or {_queue_lever()} first.")
     elif (target is not None and not target["estimated"]
           and (best is None or (target["ceiling_share"] or 0) > best["saved_share"])):
         text.append(f"Try a {target['lever']} first: it targets the dominant phase, but "
@@ -93,6 +96,8 @@ def recommend(result: Mapping[str, Any]) -> str:
     neg = [l for l in levers if l["estimated"] and l["saved_s"] < 0]
     for l in neg:
         text.append(f"The {_lever_words(l)} would add time ({pct(-l['saved_share'])}): do not turn it on as measured.")
+    if dom != "queue" and (others := _to_measure(dom, {str(l["lever"]) for l in levers})):
+        text.append(f"An experiment can measure the other levers acting on {dom}: {others}.")
     cond = result.get("conditions") or []
     if cond:
         text.append("This holds for " + "; ".join(cond) + ".")
@@ -112,3 +117,16 @@ def _gain(l: Mapping[str, Any], result: Mapping[str, Any]) -> str:
     if l.get("usd_per_1000_calls") is not None:
         s += f" (${l['usd_per_1000_calls']:,.2f})"
     return s
+
+
+def _queue_lever() -> str:
+    """The words of the first lever that acts on queueing (the batching lever's: "batching")."""
+    return next((x.words for x in registry.levers() if "queueing" in x.phases), "batching")
+
+
+def _to_measure(phase: str, named: set[str]) -> str:
+    """The levers that act on *phase* alone among the phases (not on the whole call), other than those the
+    traffic analysis named, each with its advice: "" when none."""
+    words = [f"the {x.words} ({x.advice})" if x.advice else f"the {x.words}" for x in registry.levers()
+             if phase in x.phases and "both" not in x.phases and x.words not in named]
+    return "; ".join(words)

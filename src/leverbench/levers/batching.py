@@ -1,0 +1,40 @@
+"""Batching: how many calls the server runs at once (llama.cpp slots, ``-np`` / ``--parallel``; vLLM
+``--max-num-seqs``; SGLang ``--max-running-requests``) and how many tokens one step may batch (vLLM
+``--max-num-batched-tokens``, SGLang ``--max-prefill-tokens``, llama.cpp ``-b`` / ``--batch-size``).
+
+They act on queueing: more calls at once means less waiting for a slot (and, per call, a share of the step).
+The projection serves one call at a time and has no queue to shorten, so it treats them over the whole time
+("both"); ``leverbench whatif`` and load stages are where they are measured.  No engagement is judged: the
+server serves with the slots it was started with.
+"""
+
+from __future__ import annotations
+
+from .lever import Lever
+
+LEVERS = (
+    Lever(
+        name="slots",
+        summary="how many calls the server serves at once",
+        phases=("queueing",),
+        projection="both",
+        words="batching",
+        advice="llama.cpp: -np N; vLLM: --max-num-seqs N; SGLang: --max-running-requests N",
+        aliases=("parallel", "n_parallel", "max_num_seqs", "max_running_requests"),
+        flags=("-np", "--parallel"),
+        facts=("props.total_slots", "server_info.max_running_requests", "parallel"),
+        server_info_keys=("max_running_requests",),
+        rank=30,
+    ),
+    Lever(
+        name="batch_tokens",
+        summary="how many tokens one engine step may batch",
+        phases=("queueing",),
+        projection="both",
+        words="batch token budget",
+        advice="vLLM: --max-num-batched-tokens N; SGLang: --max-prefill-tokens N; llama.cpp: -b N",
+        aliases=("max_num_batched_tokens", "max_prefill_tokens", "batch_size"),
+        flags=("--max-num-batched-tokens", "--max-prefill-tokens"),
+        rank=31,
+    ),
+)

@@ -1,0 +1,43 @@
+"""Chunked prefill: a long prompt is prefilled in chunks that share engine steps with other calls' decode
+(vLLM ``--enable-chunked-prefill``, SGLang ``--chunked-prefill-size``).
+
+It acts on prefill: what it changes is how a prompt's prefill is cut and scheduled, so the projection treats
+it on the prefill seconds (its effect on other calls' decode shows under load, not in a one-call projection).
+No engagement is judged.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Optional
+
+from ..json_types import JSONValue
+from .lever import KnobValue, Lever, flag_value
+
+
+def _discover(raw: Mapping[str, JSONValue], engine: Optional[str]) -> KnobValue:
+    known = raw.get("known")
+    args = known.get("engine_args") if isinstance(known, dict) else None
+    if not isinstance(args, list):
+        return None
+    args = [str(a) for a in args]
+    if engine == "vllm":
+        return True if "--enable-chunked-prefill" in args else False if "--no-enable-chunked-prefill" in args else None
+    if engine == "sglang":
+        return flag_value(args, "--chunked-prefill-size")
+    return None
+
+
+LEVER = Lever(
+    name="chunked_prefill",
+    summary="prefill a long prompt in chunks scheduled beside other calls' decode",
+    phases=("prefill",),
+    projection="prefill",
+    words="chunked prefill",
+    advice="vLLM: --enable-chunked-prefill; SGLang: --chunked-prefill-size N",
+    aliases=("enable_chunked_prefill", "chunked_prefill_size"),
+    flags=("--enable-chunked-prefill", "--no-enable-chunked-prefill", "--chunked-prefill-size"),
+    server_info_keys=("chunked_prefill_size",),
+    facts=("server_info.chunked_prefill_size",),
+    discover=_discover,
+    rank=50,
+)
