@@ -105,7 +105,7 @@ from ..base.warning_kinds import RunWarning, WarningKind
 
 if TYPE_CHECKING:
     from ...ledger.reader import Ledger
-    from ...schema.rate_rows import CurvePoint, Distribution, LoadCurve, LoadRow, StageSlo
+    from ...schema.load_rows import CurvePoint, Distribution, LoadCurve, LoadRow, StageSlo
 
 PCTS = (50, 90, 95, 99)
 KNEE_LATENCY_FACTOR = 1.5
