@@ -90,3 +90,19 @@ def test_a_simulated_run_with_load_stages_fits(tmp_path: Path) -> None:
     assert len(summary["load"]) == 2 * 4 and summary["load_curves"] and summary["probes"]
     assert any(m["batch"] for m in summary["rate_models"])
     assert summary["projection"] is not None and summary["server_metrics"]
+
+
+def test_the_schema_is_strict_and_bounded() -> None:
+    """An unknown key, a missing one, a string for a number and a rate, a coefficient or a span out of the
+    summary reader's bounds are each a problem, named where it is."""
+    summary = json.loads((GOLDEN / "demo1.summary.json").read_text())
+    summary["probes"][0]["bogus"] = 1
+    del summary["server"][0]["turns"]
+    summary["time_shares"][0]["turn_s"] = "5.9"
+    summary["rates"][0]["decode_tps"] = 0.0001  # below TPS_RANGE[0] and not 0 (not measured)
+    summary["rate_models"][0]["prefill"]["b_s_per_token"] = -1e-3
+    summary["rate_models"][0]["decode"]["range_context"] = [515]
+    problems = _rate_problems(summary)
+    assert [p.split(":")[0] for p in problems] == [
+        "probes.0.bogus", "server.0.turns", "time_shares.0.turn_s", "rates.0.decode_tps",
+        "rate_models.0.prefill.b_s_per_token", "rate_models.0.decode.range_context"], problems

@@ -1,5 +1,5 @@
 """The rate model's, load's and the server's sections of the summary: the rows :mod:`leverbench.analysis.rates`,
-:mod:`leverbench.analysis.load` and :mod:`leverbench.analysis.base.metrics` build.
+:mod:`leverbench.analysis.load` (their rows: :mod:`.load_rows`) and :mod:`leverbench.analysis.base.metrics` build.
 
 Every key a row can have is named; ``NotRequired`` where a builder adds it only sometimes, ``None`` where it
 writes null.  The rows a reader of ``summary.json`` computes with (``analyze --rates``, ``whatif --rates``:
