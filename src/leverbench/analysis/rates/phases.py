@@ -247,7 +247,6 @@ def model_prefill(model: RateModelRow, input_tokens: int, hit: float) -> tuple[f
     """(prefill seconds, where it stands against the fitted ranges) of the scenario's prompt on a rate model."""
     n, k = input_tokens * (1.0 - hit), input_tokens * hit
     p = model["prefill"]
-    assert p is not None
     out = [x for x in (_outside("uncached", n, p.get("range_uncached")), _outside("cached", k, p.get("range_cached")))
            if x]
     note = ("rate model extrapolated: " + "; ".join(out)) if out else (
@@ -257,9 +256,7 @@ def model_prefill(model: RateModelRow, input_tokens: int, hit: float) -> tuple[f
 
 def model_decode(model: RateModelRow, input_tokens: int, output_tokens: int) -> tuple[float, str]:
     """(decode seconds, where it stands against the fitted contexts) of the scenario on a rate model."""
-    d = model["decode"]
-    assert d is not None
-    rng = d.get("range_context")
+    rng = model["decode"].get("range_context")
     out = [x for x in (_outside("context", input_tokens, rng), _outside("context", input_tokens + output_tokens, rng))
            if x]
     note = ("rate model extrapolated: " + out[-1]) if out else (
@@ -285,7 +282,7 @@ def project(ds: Dataset, rates: Mapping[str, ArmRates], engaged_rows: Sequence[M
         row: ProjectedArm = {"arm": arm, "prefill_s": None, "decode_s": None,
                                "queue_s": (queue_s or {}).get(arm, 0.0), "total_s": None, "prefill_share": None,
                                "decode_share": None}
-        if rm and rm["prefill"] and hit is not None:
+        if rm and rm.get("prefill") and hit is not None:
             prefill_s, extrap = model_prefill(rm, input_tokens, hit)
             if hit:
                 extrap += f"; {hit:.0%} of the prompt cached, as in {r['cached_share_source'] if r else None}"
@@ -311,7 +308,7 @@ def project(ds: Dataset, rates: Mapping[str, ArmRates], engaged_rows: Sequence[M
         else:
             row["prefill_refused"] = ((r["refused"] if r else None) or "no measured prefill points" if model is None
                                       else "the share of the prompt it finds cached is unknown")
-        if rm and rm["decode"] and output_tokens > 0:
+        if rm and rm.get("decode") and output_tokens > 0:
             decode_s, row["decode_extrapolation"] = model_decode(rm, input_tokens, output_tokens)
             row.update(decode_s=decode_s, decode_tps=output_tokens / decode_s if decode_s > 0 else None,
                        decode_source=f"rate model ({rm['decode']['source']})")

@@ -158,7 +158,7 @@ def check(entry: ProbeRow, reg: DecompositionRow | None, stream: DecodeFit | Non
     *stream* is the decode block fitted on the client's stream clock, *reg* the cell regression (used only
     without a stream)."""
     ctx = entry.get("context_tokens")
-    dec = model["decode"] if model else None
+    dec = model.get("decode") if model else None
     d1 = dec["d1_s_per_token_per_ctx"] if dec else 0.0
     entry["regression_decode_tps"] = entry["regression_context"] = entry["regression_extrapolated"] = None
     entry["regression_source"] = None
