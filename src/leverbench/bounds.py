@@ -29,6 +29,9 @@ MAX_GPU_HOUR_USD = 1_000_000.0
 SPEED_RANGE = (0.001, 1_000_000.0)
 #: A trace's lengths scaled: 1000x of a 10^4-token call is already 10^7 tokens.
 SCALE_RANGE = (0.000001, 1000.0)
+#: A prefill or decode rate, tokens/s: a token in 1000 s to 10^3 x the fastest served (the analysis' options and
+#: summary.json's rates; here because the summary's schema, :mod:`leverbench.schema`, bounds them too).
+TPS_RANGE = (0.001, 1e9)
 #: Any count a ledger record holds (tokens, characters, chunks, indices): a few calls past MAX_TOKENS summed.
 MAX_COUNT = 10**9
 

@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .table import Table
 
+if TYPE_CHECKING:
+    from ..schema.load_rows import Distribution, LoadRow
+    from ..schema.summary import Summary
 
-def _ms(d: dict[str, Any] | None, key: str) -> str:
+
+def _ms(d: Distribution | None, key: str) -> str:
     if not d or d.get(key) is None:
         return "—"
     v = d[key] * 1000
     return f"{v:.0f}" if abs(v) >= 100 else f"{v:.1f}"
 
 
-def _pair(d: dict[str, Any] | None, a: str = "p50", b: str = "p99") -> str:
+def _pair(d: Distribution | None, a: str = "p50", b: str = "p99") -> str:
     return "—" if not d else f"{_ms(d, a)} / {_ms(d, b)}"
 
 
@@ -22,7 +26,7 @@ def _num(x: float | None, nd: int = 1) -> str:
     return "—" if x is None else f"{x:.{nd}f}"
 
 
-def _shape(r: dict[str, Any]) -> str:
+def _shape(r: LoadRow) -> str:
     mode = r.get("mode")
     if mode == "open" or (mode is None and r.get("rate") is not None):
         k = r.get("burstiness")
@@ -33,7 +37,7 @@ def _shape(r: dict[str, Any]) -> str:
     return f"closed c={r.get('concurrency')}" if r.get("concurrency") is not None else (mode or "—")
 
 
-def load_table(summary: dict[str, Any]) -> Table | None:
+def load_table(summary: Summary) -> Table | None:
     """Per (arm, stage): throughput and latency percentiles (ms, from the scheduled send time)."""
     rows_in = summary.get("load") or []
     if not rows_in:
@@ -112,7 +116,7 @@ def load_table(summary: dict[str, Any]) -> Table | None:
     return Table("load", "Load stages: throughput and latency (ms, p50 / p99)", headers, rows, notes)
 
 
-def sweep_table(summary: dict[str, Any]) -> Table | None:
+def sweep_table(summary: Summary) -> Table | None:
     """Throughput against latency for each sweep and arm (the data of the throughput–latency plot)."""
     rows = []
     for r in summary.get("load") or []:
@@ -132,6 +136,6 @@ def sweep_table(summary: dict[str, Any]) -> Table | None:
                         "1.1× its throughput."])
 
 
-def load_tables(summary: dict[str, Any]) -> list[Table]:
+def load_tables(summary: Summary) -> list[Table]:
     """The load tables that have rows."""
     return [t for t in (load_table(summary), sweep_table(summary)) if t is not None]

@@ -11,7 +11,7 @@ runs no script).
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING
 
 from markupsafe import Markup
 from rich.console import Console
@@ -22,6 +22,9 @@ from ..analysis.traffic.analyze import PHASES, summarize_skips
 from .jsonio import finite
 from .markdown import _md_table
 from .tables import Table
+
+if TYPE_CHECKING:
+    from ..schema.traffic_rows import PhaseRow, TrafficResult
 
 #: Per table: (first right-aligned column, columns kept left of it): numbers right, words left, in the terminal.
 _ALIGN = {"rates": (1, (5,)), "fits": (1, (2, 7)), "lengths": (1, ()), "phases": (1, ()), "levers": (4, (0,)),
@@ -42,7 +45,7 @@ def _p(x: float | None) -> str:
     return f"{x:.1%}" if abs(x) < 0.1 else f"{x:.0%}"
 
 
-def headline(result: dict[str, Any]) -> list[str]:
+def headline(result: TrafficResult) -> list[str]:
     """The lines above the tables: the file, its rows, the importer's notes and the rates used."""
     inp = result["input"]
     return [f"{inp['path']} ({inp['format']}): {inp['used']:,} calls used, "
@@ -50,7 +53,7 @@ def headline(result: dict[str, Any]) -> list[str]:
             *["  " + note for note in inp["notes"]], "Rates used: " + "; ".join(result["rates_used"])]
 
 
-def cost_line(result: dict[str, Any]) -> str:
+def cost_line(result: TrafficResult) -> str:
     c = result["cost"]
     cost = (f"Modelled time: {c['seconds_per_call']:.3g} s per call = {c['gpu_hours_per_1000_calls']:.3g} GPU-hours "
             f"per 1,000 calls on {c['gpus']:g} GPU(s)")
@@ -59,7 +62,7 @@ def cost_line(result: dict[str, Any]) -> str:
     return cost
 
 
-def _rates(result: dict[str, Any]) -> Table:
+def _rates(result: TrafficResult) -> Table:
     rows = []
     for scope, r in result["rates"].items():
         rows.append([scope if scope != "*" else "all calls", _n(r["prefill_tps"]), _n(r["prefill_a_s"]),
@@ -69,7 +72,7 @@ def _rates(result: dict[str, Any]) -> Table:
     return Table("rates", "Rates", ["scope", "prefill tok/s", "a s", "decode tok/s", "drafter", "source"], rows)
 
 
-def _fits(result: dict[str, Any]) -> Table | None:
+def _fits(result: TrafficResult) -> Table | None:
     if not result["fits"]:
         return None
     rows = [[f["model"], str(f["points"]), f.get("method") or "", _n(f.get("decode_tps")), _n(f.get("r2")),
@@ -81,18 +84,18 @@ def _fits(result: dict[str, Any]) -> Table | None:
                   "refused"], rows)
 
 
-def _lengths(result: dict[str, Any]) -> Table:
+def _lengths(result: TrafficResult) -> Table:
     d = result["distribution"]
     rows = [[name.replace("_", " "), *[_n(d[name][k], 4) for k in ("p50", "p90", "p99", "mean", "max")]]
             for name in ("input_tokens", "output_tokens", "cached_tokens") if d.get(name)]
     return Table("lengths", "Lengths (tokens)", ["", "p50", "p90", "p99", "mean", "max"], rows)
 
 
-def _phases(result: dict[str, Any]) -> Table:
+def _phases(result: TrafficResult) -> Table:
     q = result["queue"]
     shown = [p for p in PHASES if p != "queue" or q["measured"]]
 
-    def row(label: str, b: dict[str, Any], call_share: float | None) -> list[str]:
+    def row(label: str, b: PhaseRow, call_share: float | None) -> list[str]:
         secs = [_n(b[f"{p}_s"]) if p in shown else "–" for p in PHASES]
         shares = [_p(b[f"{p}_share"]) if p in shown else "–" for p in PHASES]
         return [label, f"{b['calls']:,}", _p(call_share), *secs, *shares, b["dominant"] or "–"]
@@ -104,7 +107,7 @@ def _phases(result: dict[str, Any]) -> Table:
                   "dominant"], rows)
 
 
-def _levers(result: dict[str, Any]) -> Table:
+def _levers(result: TrafficResult) -> Table:
     rows = []
     for i, l in enumerate(result["levers"], start=1):
         if l["estimated"]:
@@ -125,13 +128,13 @@ def _levers(result: dict[str, Any]) -> Table:
                   "$/1000 calls"], rows)
 
 
-def _bucket_levers(result: dict[str, Any]) -> Table:
+def _bucket_levers(result: TrafficResult) -> Table:
     rows = [[b["bucket"], *[_p(v) for v in b["levers"].values()]] for b in result["buckets"]]
     names = list(result["buckets"][0]["levers"]) if result["buckets"] else []
     return Table("bucket_levers", "Lever saving as a share of each bucket's time", ["input", *names], rows)
 
 
-def traffic_tables(result: dict[str, Any]) -> list[Table]:
+def traffic_tables(result: TrafficResult) -> list[Table]:
     """The tables of an ``analyze`` result, in the order every format shows them."""
     return [t for t in (_rates(result), _fits(result), _lengths(result), _phases(result), _levers(result),
                         _bucket_levers(result)) if t is not None]
@@ -140,7 +143,7 @@ def traffic_tables(result: dict[str, Any]) -> list[Table]:
 # ---------------------------------------------------------------- renderings
 
 
-def render_terminal(result: dict[str, Any], console: Console) -> None:
+def render_terminal(result: TrafficResult, console: Console) -> None:
     lines = headline(result)
     console.print(Text(lines[0], style="bold"))
     for line in lines[1:]:
@@ -159,7 +162,7 @@ def render_terminal(result: dict[str, Any], console: Console) -> None:
     console.print(Text(result["recommendation"]))
 
 
-def render_markdown(result: dict[str, Any]) -> str:
+def render_markdown(result: TrafficResult) -> str:
     lines = headline(result)
     out = ["# leverbench analyze: where the time of this traffic goes", "", lines[0], ""]
     out += [f"- {n.strip()}" for n in lines[1:]] + [""]
@@ -169,11 +172,11 @@ def render_markdown(result: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def render_json(result: dict[str, Any]) -> str:
+def render_json(result: TrafficResult) -> str:
     return json.dumps(finite(result), indent=1, ensure_ascii=False, allow_nan=False)
 
 
-def render_html(result: dict[str, Any]) -> str:
+def render_html(result: TrafficResult) -> str:
     """One self-contained page: the headline, a bar of the phase shares per input bucket, the tables."""
     from .html import _STYLE, CSP, _env, _table_view, svg_hbars, svg_stacked_bars  # noqa: PLC0415 (jinja2 on use)
 

@@ -11,7 +11,7 @@ the traffic's own latencies.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..analysis.traffic.analyze import (
     analyze_traffic,
@@ -31,8 +31,13 @@ from ..workload.traces import load_traffic
 from .files import summarize_dir
 from .summary_file import read_summary
 
+if TYPE_CHECKING:
+    from ..schema.summary import Summary
+    from ..schema.traffic_rows import FiniteCache, TrafficResult
+    from ..workload.traces.records import TrafficLoad
 
-def run_summary(run: Path, *, salvage: bool = False) -> dict[str, Any]:
+
+def run_summary(run: Path, *, salvage: bool = False) -> Summary:
     """A run's summary: computed from its ledger (RUN: a run directory that has one, or the ledger), else
     read back from its summary.json and checked (RUN: a run directory without a ledger, or a .json file)."""
     run = Path(run)
@@ -42,7 +47,7 @@ def run_summary(run: Path, *, salvage: bool = False) -> dict[str, Any]:
     return summarize_dir(run, salvage=salvage)
 
 
-def _run_cost_defaults(summary: dict[str, Any]) -> tuple[float | None, float | None]:
+def _run_cost_defaults(summary: Summary) -> tuple[float | None, float | None]:
     """(gpus, gpu_hour_usd) declared in the run's baseline arm conditions, if any."""
     base = next((a for a in summary.get("arms") or [] if a.get("name") == summary.get("baseline")), {})
     cond = base.get("conditions") or {}
@@ -56,7 +61,7 @@ def analyze_file(traffic: str | Path, *, fmt: str | None = None, columns: str | 
                  prefill_a_s: float = 0.0, decode_tps: float | None = None, drafter_speedup: float | None = None,
                  answer_cap: int | None = None, cached_share: float | None = None, gpus: float | None = None,
                  gpu_hour_usd: float | None = None, salvage: bool = False, cache_tokens: float | None = None,
-                 block_tokens: int | None = None) -> dict[str, Any]:
+                 block_tokens: int | None = None) -> TrafficResult:
     """Read ``traffic`` and the rates, analyse, and return the JSON-ready result.
 
     The result is :func:`~leverbench.analysis.traffic.analyze.analyze_traffic`'s, plus
@@ -101,8 +106,8 @@ def analyze_file(traffic: str | Path, *, fmt: str | None = None, columns: str | 
     return result
 
 
-def finite_cache(load: Any, summary: dict[str, Any] | None, cache_tokens: float | None,
-                 block_tokens: int | None) -> dict[str, Any] | None:
+def finite_cache(load: TrafficLoad, summary: Summary | None, cache_tokens: float | None,
+                 block_tokens: int | None) -> FiniteCache | None:
     """A finite prefix cache run over the calls where the log shows potential sharing (prefix block ids) and no
     cache served them; None otherwise.  Capacity and block size: as given, else those of the run's first arm
     with a prefix cache on (:mod:`~leverbench.analysis.whatif.arms`), else the defaults."""
@@ -123,9 +128,7 @@ def finite_cache(load: Any, summary: dict[str, Any] | None, cache_tokens: float 
     if cap is None:
         cap, src = float(DEFAULT_CACHE_TOKENS), f"the default {DEFAULT_CACHE_TOKENS:,} tokens (give --cache-tokens)"
     plan = plan_calls(load.records, cached_served=False)
-    out = cache_pass(plan, cap, blk or DEFAULT_BLOCK_TOKENS)
-    out["source"] = src
-    return out
+    return {**cache_pass(plan, cap, blk or DEFAULT_BLOCK_TOKENS), "source": src}
 
 
 def _cached_note(notes: list[str]) -> str | None:

@@ -7,10 +7,13 @@ when verified); nothing here computes a statistic, it only formats.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .jsonio import finite
 from .table import Table
+
+if TYPE_CHECKING:
+    from ..schema.whatif_rows import Forecast
 
 
 def _s(x: float | None) -> str:
@@ -23,7 +26,7 @@ def _p(x: float | None, sign: bool = False) -> str:
     return f"{x:+.1%}" if sign else f"{x:.1%}"
 
 
-def arms_table(result: dict[str, Any]) -> Table:
+def arms_table(result: Forecast) -> Table:
     rows = []
     for r in result["arms"]:
         c = r.get("cache")
@@ -38,7 +41,7 @@ def arms_table(result: dict[str, Any]) -> Table:
                  notes=[f"{r['arm']}: {'; '.join(r['notes'])}" for r in result["arms"] if r.get("notes")])
 
 
-def verify_table(result: dict[str, Any]) -> Table | None:
+def verify_table(result: Forecast) -> Table | None:
     if not any(r.get("measured") for r in result["arms"]):
         return None
     rows = []
@@ -77,7 +80,7 @@ def verify_table(result: dict[str, Any]) -> Table | None:
                  ["arm", "figure", "forecast", "over those orders", "measured", "error"], rows, notes=notes)
 
 
-def ranking_table(result: dict[str, Any]) -> Table:
+def ranking_table(result: Forecast) -> Table:
     measured = {r["arm"]: i for i, r in enumerate(result.get("ranking_measured") or [], start=1)}
     rows = [[str(i), r["arm"], ", ".join(r["levers"]) or "(the reference)", _s(r["gpu_hours_per_1000_calls"]),
              f"{r['multiplier']:.2f}x" if r.get("multiplier") else "–", _s(r["e2e_p50_s"]),
@@ -92,7 +95,7 @@ def ranking_table(result: dict[str, Any]) -> Table:
                   *(["measured #"] if measured else [])], rows, notes=notes)
 
 
-def cache_line(result: dict[str, Any]) -> str:
+def cache_line(result: Forecast) -> str:
     c = result["cache"]
     if c.get("arm") is None:
         return (f"Prefix cache: no arm has one on; an unbounded cache would reuse "
@@ -107,7 +110,7 @@ def cache_line(result: dict[str, Any]) -> str:
     return text
 
 
-def track_line(result: dict[str, Any]) -> str | None:
+def track_line(result: Forecast) -> str | None:
     t = result.get("track_record")
     if not t:
         return None
@@ -120,11 +123,11 @@ def track_line(result: dict[str, Any]) -> str | None:
             f"ranking matched {t['ranking_matched']} time(s); " + ("; ".join(worst) or "no errors recorded"))
 
 
-def whatif_tables(result: dict[str, Any]) -> list[Table]:
+def whatif_tables(result: Forecast) -> list[Table]:
     return [t for t in (arms_table(result), verify_table(result), ranking_table(result)) if t is not None]
 
 
-def whatif_lines(result: dict[str, Any]) -> list[str]:
+def whatif_lines(result: Forecast) -> list[str]:
     """The lines below the tables: the cache, the notes, the track record."""
     out = [cache_line(result)]
     ca = result.get("cache_already_on")
@@ -140,12 +143,12 @@ def whatif_lines(result: dict[str, Any]) -> list[str]:
     return out
 
 
-def headline(result: dict[str, Any]) -> str:
+def headline(result: Forecast) -> str:
     inp, plan = result["input"], result["plan"]
     return (f"{inp['path']} ({inp['format']}): {result['calls']:,} calls in {result['sessions']:,} session(s), "
             f"speed {plan['speed']:g}x, input × {plan['scale_input']:g}, output × {plan['scale_output']:g}; "
             f"rates from {result['run']['path']}")
 
 
-def render_json(result: dict[str, Any]) -> str:
+def render_json(result: Forecast) -> str:
     return json.dumps(finite(result), indent=1, ensure_ascii=False, allow_nan=False, default=str)

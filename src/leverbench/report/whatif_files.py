@@ -16,7 +16,7 @@ import datetime as dt
 import json
 import math
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from ..analysis.whatif.arms import arm_specs
 from ..analysis.whatif.forecast import forecast
@@ -28,6 +28,10 @@ from ..ledger.reader import read_ledger
 from ..workload.traces import load_traffic
 from .traffic_files import run_summary
 
+if TYPE_CHECKING:
+    from ..json_types import JSONObject
+    from ..schema.whatif_rows import Forecast, ForecastArm, VerificationEntry
+
 TRACK_FILE = "whatif-verify.jsonl"
 VERIFY_STAGE = "whatif"
 
@@ -38,7 +42,7 @@ def run_dir_of(rates: Path) -> Path:
     return rates if rates.is_dir() else rates.parent
 
 
-def read_track(run_dir: Path) -> list[dict[str, Any]]:
+def read_track(run_dir: Path) -> list[VerificationEntry]:
     """The verifications stored with a run (oldest first); a line that is not JSON is skipped."""
     path = Path(run_dir) / TRACK_FILE
     if not path.exists():
@@ -59,7 +63,7 @@ def whatif_file(traffic: str | Path, rates: str | Path, *, arms: Sequence[str] |
                 scale_output: float = 1.0, requests: int | None = None, max_input_tokens: int | None = None,
                 max_tokens: int | None = None, cache_tokens: float | None = None, block_tokens: int | None = None,
                 cached_share: float | None = None, gpus: float | None = None, gpu_hour_usd: float | None = None,
-                template_tokens: int = 0, orders: int | None = None, salvage: bool = False) -> dict[str, Any]:
+                template_tokens: int = 0, orders: int | None = None, salvage: bool = False) -> Forecast:
     """Read the traffic and the run, serve the planned calls on each arm; the JSON-ready forecast plus
     ``input`` (the import), ``run`` (the rates' run) and ``track_record`` (earlier verifications)."""
     if cached_share is not None and not 0 <= cached_share < 1:
@@ -104,7 +108,7 @@ def whatif_file(traffic: str | Path, rates: str | Path, *, arms: Sequence[str] |
 # ---------------------------------------------------------------- verification
 
 
-def verify_experiment(rates: Path, result: dict[str, Any], *, salvage: bool = False) -> dict[str, Any]:
+def verify_experiment(rates: Path, result: Forecast, *, salvage: bool = False) -> JSONObject:
     """The experiment (as the experiment file's JSON) that serves the forecast's calls for real: the run's own
     arms (those forecast), one trace stage with the same slice and scaling, no probes or sentinels, and one
     tiny case (an experiment needs one).  Needs the run's ledger (its header holds the experiment)."""
@@ -136,7 +140,7 @@ def verify_experiment(rates: Path, result: dict[str, Any], *, salvage: bool = Fa
             "cases": [{"name": "whatif-verify", "prompt": "Say OK.", "max_tokens": 1, "temperature": 0.0}]}
 
 
-def verify_result(result: dict[str, Any], verify_dir: Path) -> dict[str, Any]:
+def verify_result(result: Forecast, verify_dir: Path) -> Forecast:
     """The forecast with each arm's measured figures and error (the verification run in ``verify_dir``)."""
     ledger = read_ledger(verify_dir)
     gpus = {r["arm"]: r.get("gpus") or 1.0 for r in result["arms"]}
@@ -148,7 +152,7 @@ def verify_result(result: dict[str, Any], verify_dir: Path) -> dict[str, Any]:
     return out
 
 
-def _forecast_of(row: dict[str, Any], key: str) -> Any:
+def _forecast_of(row: ForecastArm, key: str) -> float | None:
     """The forecast an error of a verified arm row compares: the row's figure; for the engine time
     (``service_s``), the rate model's seconds for the served calls (``measured.service_model_s``)."""
     if key == "service_s":
@@ -156,19 +160,20 @@ def _forecast_of(row: dict[str, Any], key: str) -> Any:
     return row.get(key)
 
 
-def store_verification(rates: Path, verified: dict[str, Any]) -> Path:
+def store_verification(rates: Path, verified: Forecast) -> Path:
     """Append the verification's errors to the run's ``whatif-verify.jsonl``; returns its path."""
     path = run_dir_of(rates) / TRACK_FILE
-    entry = {"at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-             "traffic": verified["input"]["path"], "plan": verified["plan"], "verify_dir": verified.get("verify_dir"),
-             "ranking": [r["arm"] for r in verified["ranking"]],
-             "ranking_measured": [r["arm"] for r in verified.get("ranking_measured") or []],
-             "ranking_matches": verified.get("ranking_matches"),
-             "arms": [{"arm": r["arm"], "forecast": {k: _forecast_of(r, k) for k in r["error"] or {}},
-                       "measured": {k: (r["measured"] or {}).get(k) for k in r["error"] or {}},
-                       "error": r["error"],
-                       **({"assumption_wrong": r["assumption_check"]["wrong"]} if r.get("assumption_check") else {})}
-                      for r in verified["arms"]]}
+    entry: VerificationEntry = {
+        "at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "traffic": verified["input"]["path"], "plan": verified["plan"], "verify_dir": verified.get("verify_dir"),
+        "ranking": [r["arm"] for r in verified["ranking"]],
+        "ranking_measured": [r["arm"] for r in verified.get("ranking_measured") or []],
+        "ranking_matches": verified.get("ranking_matches"),
+        "arms": [{"arm": r["arm"], "forecast": {k: _forecast_of(r, k) for k in r["error"] or {}},
+                  "measured": {k: (r["measured"] or {}).get(k) for k in r["error"] or {}},
+                  "error": r["error"],
+                  **({"assumption_wrong": r["assumption_check"]["wrong"]} if r.get("assumption_check") else {})}
+                 for r in verified["arms"]]}
     with open(path, "a", encoding="utf-8") as fh:
         fh.write(json.dumps(entry, allow_nan=False, default=str) + "\n")
     return path

@@ -20,6 +20,7 @@ from ...bounds import (
                       MAX_TOKENS,
                       SCALE_RANGE,
                       SPEED_RANGE,
+                      TPS_RANGE,
 )
 from ...bounds import MAX_CONCURRENCY as MAX_SLOTS  # requests a server serves at once
 
@@ -27,7 +28,6 @@ __all__ = ["MAX_CACHE_TOKENS", "MAX_CALL_S", "MAX_GPUS", "MAX_GPU_HOUR_USD", "MA
            "MAX_SLOTS", "MAX_STAMP_S", "MAX_TOKENS", "SCALE_RANGE", "SPEEDUP_RANGE", "SPEED_RANGE",
            "TPS_RANGE"]
 
-TPS_RANGE = (0.001, 1e9)  # a prefill or decode rate, tokens/s: a token in 1000 s to 10^3 x the fastest served
 SPEEDUP_RANGE = (0.01, 100.0)  # a drafter's decode speedup (speculative decoding gives 2-4x; below 1: slower)
 MAX_CACHE_TOKENS = 1e12  # a prefix cache's capacity in tokens: 10^5 GPUs' worth of KV
 MAX_ORDERS = 1000  # random orders of simultaneous arrivals a forecast serves: the mean has long settled

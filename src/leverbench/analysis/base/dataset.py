@@ -21,7 +21,7 @@ group-by over (arm, case) rather than a pass over dicts.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, make_dataclass
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 import numpy as np
 
@@ -29,6 +29,9 @@ from ...ledger.reader import Columns, Ledger
 from ...ledger.records import CALL_FLAGS, CALL_NUMBERS, CALL_TIMINGS, TURN_FLAGS, TURN_NUMBERS
 from .knobs import all_arm_knobs, arm_knobs
 from .warning_kinds import RunWarning, WarningKind
+
+if TYPE_CHECKING:
+    from ...json_types import JSONObject, JSONValue
 
 
 class _CallColumns:
@@ -85,36 +88,36 @@ TurnTable.__doc__ = "Turn records as columns, one row per record in ledger order
 
 @dataclass
 class Dataset:
-    header: dict[str, Any]
+    header: Mapping[str, object]            # the ledger's header record (its typed row: issue 24, ledger/rows.py)
     turn: TurnTable                       # the turns that count (one attempt of each unit)
     call: CallTable                       # kind "call", counted
-    probes: list[dict[str, Any]]          # the counted attempt of each probe unit (with its retried tries)
-    sentinels: list[dict[str, Any]]       # likewise for sentinels
-    metrics: list[dict[str, Any]]
+    probes: list[Mapping[str, object]]       # the counted attempt of each probe unit (with its retried tries)
+    sentinels: list[Mapping[str, object]]    # likewise for sentinels
+    metrics: list[Mapping[str, object]]
     arms: list[str]
     cases: list[str]                      # the engine comparison's cases (variants excluded)
     variants: dict[str, str]              # variant case name -> the case it varies
     baseline: str
-    config: dict[str, Any]
+    config: JSONObject                    # the experiment, as the header holds it
     arm_names: list[Any]                  # ``arms``, then any other arm the records name
     case_names: list[Any]                 # the configured cases and variants, then any other case the records name
     probe: CallTable                      # the probes as columns
     warnings: list[RunWarning] = field(default_factory=list)
-    warmups: list[dict[str, Any]] = field(default_factory=list)  # the warm-up calls (kind "warmup"), in ledger order
+    warmups: list[Mapping[str, object]] = field(default_factory=list)  # the warm-up calls ("warmup"), in order
     turn_ids: list[Any] = field(default_factory=list)  # the counted turns' turn_id, as ``turn`` (with store_text)
-    _knobs: tuple[dict[str, dict[str, Any]], dict[str, dict[str, str]]] | None = field(default=None, repr=False)
+    _knobs: tuple[dict[str, dict[str, JSONValue]], dict[str, dict[str, str]]] | None = field(default=None, repr=False)
 
-    def conditions(self, arm: str) -> dict[str, Any]:
+    def conditions(self, arm: str) -> dict[str, JSONValue]:
         return dict(self.header["arms"].get(arm, {}).get("conditions", {}))
 
     def role(self, arm: str) -> str:
         return self.header["arms"].get(arm, {}).get("role", "")
 
-    def knobs(self, arm: str) -> dict[str, Any]:
+    def knobs(self, arm: str) -> dict[str, JSONValue]:
         """The arm's knobs: discovered facts, what its requests send, declared conditions (see :mod:`.knobs`)."""
         return self.knobs_and_contradictions(arm)[0]
 
-    def knobs_and_contradictions(self, arm: str) -> tuple[dict[str, Any], dict[str, str]]:
+    def knobs_and_contradictions(self, arm: str) -> tuple[dict[str, JSONValue], dict[str, str]]:
         """The arm's knobs and their contradictions, judged across the run's arms (:func:`.knobs.all_arm_knobs`:
         a knob another arm's endpoint stated and this one lacks is unknown; discovered facts that differ are
         knobs).  An arm the configuration does not list gets its own knobs alone."""
@@ -245,7 +248,7 @@ def _counted_of_each_unit(t: Columns) -> np.ndarray:
     return np.sort(order[pick])
 
 
-def counted_records(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+def counted_records(records: Iterable[Mapping[str, object]]) -> list[Mapping[str, object]]:
     """Of each probe or sentinel unit (kind, arm, case, repeat, probe_tokens, position, probe_depth), the records of
     the attempt that counts, in ledger order: the first attempt whose final try succeeded, else the
     latest.  An attempt is its tries up to the first one not marked ``retried``."""

@@ -23,7 +23,9 @@ knobs named (none: a replicate of one configuration).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Mapping, Sequence
+
+from typing_extensions import TypedDict
 
 from .reason_codes import (  # noqa: F401 (the guard's codes: there, a report reads them cheaply)
     CELLS,
@@ -46,9 +48,23 @@ MIN_REPEATS = 2
 Reason = tuple[str, str]
 
 
-def judge(ref: dict[str, Any], arm: dict[str, Any], tol: float, knobs: list[str],
+class Judgement(TypedDict):
+    """What :func:`judge` says of one comparison: the multiplier and whether it may be cited (a multiplier row
+    of the summary holds these keys)."""
+
+    value: float | None
+    citable: bool
+    reason: str | None
+    reason_codes: list[str]
+    volume_spread: float | None
+    controlled: bool
+    knobs: list[str]
+    blocks_total: bool
+
+
+def judge(ref: Mapping[str, object], arm: Mapping[str, object], tol: float, knobs: list[str],
           blocked_by: list[str] | None = None, also: list[Reason] | None = None,
-          controlled: bool | None = None) -> dict[str, Any]:
+          controlled: bool | None = None) -> Judgement:
     """Multiplier of *arm* against the reference *ref* (dicts with median_s, output_tokens_median, n,
     failed_calls, retried_calls and ``name``); *also*: reasons of the comparison itself (its arms drifted
     differently, a contradicted knob, a lever that did not engage or that the reference also used);
@@ -95,12 +111,12 @@ def judge(ref: dict[str, Any], arm: dict[str, Any], tol: float, knobs: list[str]
     }
 
 
-def refused_for_volume_alone(row: dict[str, Any]) -> bool:
+def refused_for_volume_alone(row: Mapping[str, object]) -> bool:
     """Whether a multiplier row is refused for its output volume spread and nothing else."""
     return not row["citable"] and row.get("reason_codes") == [VOLUME]
 
 
-def cited(row: dict[str, Any]) -> tuple[bool, str | None, str]:
+def cited(row: Mapping[str, object]) -> tuple[bool, str | None, str]:
     """(citable, reason, measure) of a multiplier row as the headline cites it: the measured figure when it is
     citable; its equal-work figure (:mod:`.equal_work`) when the measured one is refused for its volume alone
     and that figure is citable (measure "equal work"); else refused, with the measured row's reason."""
@@ -112,7 +128,8 @@ def cited(row: dict[str, Any]) -> tuple[bool, str | None, str]:
     return False, row["reason"], "measured"
 
 
-def measurement_guard(cells: list[dict[str, Any]], drifted: dict[str, str] | None = None) -> tuple[bool, str | None]:
+def measurement_guard(cells: Sequence[Mapping[str, object]], drifted: Mapping[str, str] | None = None
+                      ) -> tuple[bool, str | None]:
     """Whether one arm's own figures (its cells) may be cited: every cell has ≥ 2 successful repeats,
     no failed calls, no retried attempts, and the arm did not drift.  (citable, reason)."""
     reasons = []

@@ -13,7 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ...schema.summary import Summary
 
 
 class WarningKind(StrEnum):
@@ -73,12 +76,12 @@ class RunWarning:
     arm: str | None = None
     case: str | None = None
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, str | None]:
         """The ``warning_items`` entry: {kind, arm, case, text}."""
         return {"kind": self.kind.value, "arm": self.arm, "case": self.case, "text": self.text}
 
 
-def warning_groups(summary: dict[str, Any]) -> list[tuple[str, str, list[str]]]:
+def warning_groups(summary: Summary) -> list[tuple[str, str, list[str]]]:
     """The summary's warnings grouped by kind, for the reports: (kind, heading, texts) per kind, kinds in
     the order their first warning was raised, texts in order.  A summary without ``warning_items``
     (written before they existed) gives one group of kind "" headed "Warnings"."""

@@ -96,12 +96,16 @@ from __future__ import annotations
 
 import itertools
 from collections import defaultdict
-from typing import Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from ..base.metrics import arm_metrics
 from ..base.warning_kinds import RunWarning, WarningKind
+
+if TYPE_CHECKING:
+    from ...ledger.reader import Ledger
+    from ...schema.load_rows import CurvePoint, Distribution, LoadCurve, LoadRow, StageSlo
 
 PCTS = (50, 90, 95, 99)
 KNEE_LATENCY_FACTOR = 1.5
@@ -117,25 +121,21 @@ Cols = Mapping[str, np.ndarray]
 # ------------------------------------------------------------------ distributions
 
 
-def distribution(xs: Iterable[float | None] | np.ndarray) -> dict[str, float] | None:
+def distribution(xs: Iterable[float | None] | np.ndarray) -> Distribution | None:
     """n, p50, p90, p95, p99 (linear interpolation), mean (Σx/n) and max of the values that are not None/NaN."""
     a = xs if isinstance(xs, np.ndarray) else np.array(list(xs), dtype=float)
     a = a[~np.isnan(a)]
     if a.size == 0:
         return None
-    ps = np.percentile(a, PCTS)
-    out: dict[str, float] = {"n": int(a.size)}
-    for p, v in zip(PCTS, ps):
-        out[f"p{p}"] = float(v)
-    out["mean"] = float(np.mean(a))
-    out["max"] = float(np.max(a))
-    return out
+    p50, p90, p95, p99 = (float(v) for v in np.percentile(a, PCTS))
+    return {"n": int(a.size), "p50": p50, "p90": p90, "p95": p95, "p99": p99, "mean": float(np.mean(a)),
+            "max": float(np.max(a))}
 
 
 # ------------------------------------------------------------------ columns
 
 
-def columns(rs: Sequence[dict[str, Any]]) -> dict[str, np.ndarray]:
+def columns(rs: Sequence[Mapping[str, object]]) -> dict[str, np.ndarray]:
     """The per-call values the metrics need, as float arrays (NaN where a call lacks one)."""
     def col(key: str) -> np.ndarray:
         return np.array([r.get(key) for r in rs], dtype=float)
@@ -221,7 +221,7 @@ def meets_slo(c: Cols, slo_ttft: float | None, slo_tpot: float | None, slo_e2e: 
     return ok
 
 
-def itl(r: dict[str, Any]) -> list[float]:
+def itl(r: Mapping[str, object]) -> list[float]:
     """Inter-token latencies of one call: each chunk gap / (completion_tokens / chunks), so a chunk that
     carries several tokens counts as several."""
     ts = r.get("chunk_t") or []
@@ -232,7 +232,7 @@ def itl(r: dict[str, Any]) -> list[float]:
     return [(b - a) / per_chunk for a, b in zip(ts, ts[1:])]
 
 
-def itl_pooled(rs: Sequence[dict[str, Any]]) -> np.ndarray:
+def itl_pooled(rs: Sequence[Mapping[str, object]]) -> np.ndarray:
     """:func:`itl` of every call, pooled into one array (vectorised)."""
     use = [r for r in rs if r.get("completion_tokens") and len(r.get("chunk_t") or ()) >= 2]
     if not use:
@@ -246,7 +246,7 @@ def itl_pooled(rs: Sequence[dict[str, Any]]) -> np.ndarray:
     return gaps[keep] / np.repeat(per_chunk, lengths - 1)
 
 
-def tokens_in_window(rs: Sequence[dict[str, Any]], c: Cols, a: float, b: float) -> float:
+def tokens_in_window(rs: Sequence[Mapping[str, object]], c: Cols, a: float, b: float) -> float:
     """Output tokens that arrived within [a, b]: each call's chunks there × completion_tokens / chunks
     (chunk i arrived at ready + chunk_t[i])."""
     t0s = ready(c)
@@ -267,10 +267,10 @@ def tokens_in_window(rs: Sequence[dict[str, Any]], c: Cols, a: float, b: float) 
 # ------------------------------------------------------------------ grouping
 
 
-def load_records(records: Iterable[dict[str, Any]]) -> dict[tuple[str, str], list[dict[str, Any]]]:
+def load_records(records: Iterable[Mapping[str, object]]) -> dict[tuple[str, str], list[Mapping[str, object]]]:
     """Load records by (arm, stage), keeping only each pair's latest execution (``load_run``)."""
-    by_pair: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
-    last_run: dict[tuple[str, str], Any] = {}
+    by_pair: dict[tuple[str, str], list[Mapping[str, object]]] = defaultdict(list)
+    last_run: dict[tuple[str, str], object] = {}
     for r in records:
         if r.get("kind") != "load":
             continue
@@ -283,18 +283,18 @@ def load_records(records: Iterable[dict[str, Any]]) -> dict[tuple[str, str], lis
     return by_pair
 
 
-def measured_calls(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+def measured_calls(records: Iterable[Mapping[str, object]]) -> list[Mapping[str, object]]:
     """The load calls that count (:func:`load_records`: each (arm, stage)'s latest execution), without warm-up
     calls and retried attempts; failed calls kept."""
     return [r for rs in load_records(records).values() for r in rs if not r.get("retried") and not r.get("warmup")]
 
 
-def cached_tokens(r: dict[str, Any]) -> Any:
+def cached_tokens(r: Mapping[str, object]) -> float | None:
     """A call's cached prompt tokens: usage ``cached_tokens``, else llama.cpp ``timings.cache_n``; None: neither."""
     return r["cached_tokens"] if r.get("cached_tokens") is not None else (r.get("timings") or {}).get("cache_n")
 
 
-def stage_metrics(metrics: list[dict[str, Any]], arm: str, stage: str, t_first: float,
+def stage_metrics(metrics: list[Mapping[str, object]], arm: str, stage: str, t_first: float,
                   t_last: float) -> dict[str, float]:
     """The server's figures over the stage (:func:`.metrics.arm_metrics`: counters summed over label sets)
     between the ``load-start`` scrape before the stage's first send and the ``load-end`` scrape after its
@@ -322,18 +322,18 @@ def window(c: Cols, measured: np.ndarray) -> tuple[float, float, str] | None:
     return a, b, "sending"
 
 
-def _clock_uncertainty(rs: list[dict[str, Any]]) -> float | None:
+def _clock_uncertainty(rs: list[Mapping[str, object]]) -> float | None:
     """max ``clock_uncertainty_s`` of *rs* (each set by the reader); None when one of them lacks it."""
     vals = [r.get("clock_uncertainty_s") for r in rs]
     return None if not vals or any(v is None for v in vals) else float(max(vals))
 
 
-def _first(rs: list[dict[str, Any]], key: str) -> Any:
+def _first(rs: list[Mapping[str, object]], key: str) -> object:
     return next((r[key] for r in rs if r.get(key) is not None), None)
 
 
-def stage_row(rs: list[dict[str, Any]], ttft_floors: dict[tuple[str, str, Any], float],
-              metrics: list[dict[str, Any]], end: dict[str, Any] | None = None) -> dict[str, Any]:
+def stage_row(rs: list[Mapping[str, object]], ttft_floors: dict[tuple[object, object, object], float],
+              metrics: list[Mapping[str, object]], end: Mapping[str, object] | None = None) -> LoadRow:
     """The row of one (arm, stage) from its records (warm-up included in ``rs``; left out of the latencies)
     and its execution's ``stage_end`` record (*end*; None when the stage was cut short): ``workers`` (client
     processes) and ``lost_workers`` (those that died: which, and how many scheduled calls have no record).
@@ -354,38 +354,25 @@ def stage_row(rs: list[dict[str, Any]], ttft_floors: dict[tuple[str, str, Any], 
     for r in itertools.compress(final, measured & failed_all):
         cls = (r.get("error") or {}).get("class", "?")
         errors[cls] = errors.get(cls, 0) + 1
-    row: dict[str, Any] = {
-        "arm": arm, "stage": stage, "sweep": r0.get("sweep"), "mode": r0.get("mode"), "case": r0.get("case"),
-        "concurrency": r0.get("concurrency"), "rate": r0.get("rate"), "arrival": r0.get("arrival"),
-        "burstiness": r0.get("burstiness"), "speed": r0.get("speed"), "prefix_sharing": r0.get("prefix_sharing"),
-        "requests": n_measured, "ok": int(okm.sum()), "failed": n_measured - int(okm.sum()),
-        "warmup_requests": int(warm.sum()), "retried_attempts": len(rs) - len(final), "errors": errors,
-        "workers": r0.get("workers", 1), "lost_workers": (end or {}).get("lost_workers") or [],
-        "clock_uncertainty_s": _clock_uncertainty(final) if (r0.get("workers") or 1) > 1 else None,
-    }
     ends = ready(c) + np.nan_to_num(c["latency_s"])
     sched = np.where(np.isnan(c["scheduled_t"]), c["t_send"], c["scheduled_t"])
-    row["duration_s"] = float(ends[measured].max() - sched[measured].min()) if n_measured else None
     out_tok = float(np.nansum(ok_c["completion_tokens"]))
     in_tok = float(np.nansum(ok_c["prompt_tokens"]))
     figures = stage_metrics(metrics, arm, stage, float(np.nanmin(c["t_send"])), float(np.nanmax(ends))) if final else {}
     said = [cached_tokens(r) for r in itertools.compress(final, okm)]
+    cached: int | None
     if any(v is not None for v in said):
-        cached = sum(v or 0 for v in said)
-        row.update(cached_tokens=int(cached), cached_share=cached / in_tok if in_tok else None,
-                   cached_share_source="calls")
+        cached = int(sum(v or 0 for v in said))
+        share, share_source = (cached / in_tok if in_tok else None), "calls"
     else:  # no call said (vLLM's default flags): never read as "nothing cached"
-        share = figures.get("prefix_cache_hit_share")
-        row.update(cached_tokens=None, cached_share=share,
-                   cached_share_source="server counters over the stage" if share is not None else "not reported")
-    row.update(output_tokens=int(out_tok), input_tokens=int(in_tok))
-    slos = {k: r0.get(k) for k in ("slo_ttft_s", "slo_tpot_s", "slo_e2e_s") if r0.get(k) is not None}
-    row["slo"] = slos or None
+        cached, share = None, figures.get("prefix_cache_hit_share")
+        share_source = "server counters over the stage" if share is not None else "not reported"
+    slos: StageSlo = {k: r0[k] for k in ("slo_ttft_s", "slo_tpot_s", "slo_e2e_s")  # type: ignore[misc]
+                      if r0.get(k) is not None}
     good_all = meets_slo(c, slos.get("slo_ttft_s"), slos.get("slo_tpot_s"), slos.get("slo_e2e_s")) & ~failed_all
 
     win = window(c, measured)
-    row["window_s"] = win[1] - win[0] if win else None
-    row["window_basis"] = win[2] if win else None
+    requests_per_s = output_tps = total_tps = goodput_rps = None
     if win:
         a, b, _ = win
         length = b - a
@@ -395,62 +382,66 @@ def stage_row(rs: list[dict[str, Any]], ttft_floors: dict[tuple[str, str, Any], 
         with np.errstate(invalid="ignore"):
             first_tok = ready(c) + c["ttft_s"]
             prompt_in = float(np.nansum(c["prompt_tokens"][succ & (first_tok >= a) & (first_tok <= b)]))
-        row["requests_per_s"] = float(ended.sum()) / length
-        row["output_tps"] = out_in / length
-        row["total_tps"] = (out_in + prompt_in) / length
-        row["goodput_rps"] = float((ended & good_all).sum()) / length if slos else None
-    else:
-        row.update(requests_per_s=None, output_tps=None, total_tps=None, goodput_rps=None)
-    row["slo_met_share"] = float((good_all & okm).sum()) / n_measured if slos and n_measured else None
+        requests_per_s = float(ended.sum()) / length
+        output_tps = out_in / length
+        total_tps = (out_in + prompt_in) / length
+        goodput_rps = float((ended & good_all).sum()) / length if slos else None
 
     m_c, m_failed = {k: v[measured] for k, v in c.items()}, failed_all[measured]  # every measured call
-    row["ttft"] = distribution(at_least_elapsed(ttft(m_c), m_c, m_failed))
-    row["ttft_ok"] = distribution(ttft(ok_c))
-    row["ttfat"] = distribution(at_least_elapsed(ttfat(m_c), m_c, m_failed))
-    row["ttfat_ok"] = distribution(ttfat(ok_c))
-    row["tpot"] = distribution(tpot(ok_c))  # successful calls only: a failed call has no token count
-    row["itl"] = distribution(itl_pooled(list(itertools.compress(final, okm))))
-    row["e2e"] = distribution(e2e(m_c))
-    row["e2e_ok"] = distribution(e2e(ok_c))
+    e2e_all, e2e_ok = distribution(e2e(m_c)), distribution(e2e(ok_c))
     floor = ttft_floors.get(floor_key(r0)) if r0.get("mode") != "trace" else None  # one prompt size and share only
     q, from_timings = queue(ok_c, floor)
-    row["queue"] = distribution(q)
-    row["server_wait"] = distribution(q - client_lag(ok_c))
+    queue_d = distribution(q)
+    server_wait = distribution(q - client_lag(ok_c))
     sources = []
     if from_timings.any():
         sources.append("server timings")
     if (~from_timings & ~np.isnan(q)).any():
         sources.append("ttft above floor")
-    row["queue_source"] = ", ".join(sources) or None
     svc = distribution(service(ok_c))
-    row["service"] = svc
-    mean_service = svc["mean"] if svc else (row["e2e_ok"]["mean"] - row["queue"]["mean"]
-                                            if row["e2e_ok"] and row["queue"] else None)
-    sw = row["server_wait"]
-    row["queueing"] = bool(sw and mean_service is not None
-                           and sw["mean"] > max(QUEUE_FLOOR_S, QUEUE_SHARE * mean_service))
-    row["server_queue_s"] = figures.get("queue_s_per_request")
+    mean_service = svc["mean"] if svc else (e2e_ok["mean"] - queue_d["mean"] if e2e_ok and queue_d else None)
     conn = connect(ok_c)
-    row["connect"] = distribution(conn[conn > 0])
-    row["new_connections"] = int((conn > 0).sum())
-    row["client_lag"] = distribution(client_lag(c))
-    row["loop_lag"] = distribution(np.array([r.get("loop_lag_s") for r in final], dtype=float))
     target = np.array([r.get("target_input_tokens") for r in itertools.compress(final, okm)], dtype=float)
     with np.errstate(invalid="ignore", divide="ignore"):
         err = (ok_c["prompt_tokens"] - target) / target
     err = err[np.isfinite(err)]
-    row["input_token_error"] = float(err.mean()) if err.size else None
-    row["trace_import"] = _first(rs, "trace_import")
-    row["token_check"] = _first(rs, "token_check")
-    row["p50_s"] = row["e2e"]["p50"] if row["e2e"] else None
-    row["p99_s"] = row["e2e"]["p99"] if row["e2e"] else None
-    row["throughput_tps"] = row["output_tps"]
-    row["knee"] = False
+    row: LoadRow = {
+        "arm": arm, "stage": stage, "sweep": r0.get("sweep"), "mode": r0.get("mode"), "case": r0.get("case"),
+        "concurrency": r0.get("concurrency"), "rate": r0.get("rate"), "arrival": r0.get("arrival"),
+        "burstiness": r0.get("burstiness"), "speed": r0.get("speed"), "prefix_sharing": r0.get("prefix_sharing"),
+        "requests": n_measured, "ok": int(okm.sum()), "failed": n_measured - int(okm.sum()),
+        "warmup_requests": int(warm.sum()), "retried_attempts": len(rs) - len(final), "errors": errors,
+        "workers": r0.get("workers", 1), "lost_workers": (end or {}).get("lost_workers") or [],
+        "clock_uncertainty_s": _clock_uncertainty(final) if (r0.get("workers") or 1) > 1 else None,
+        "duration_s": float(ends[measured].max() - sched[measured].min()) if n_measured else None,
+        "cached_tokens": cached, "cached_share": share, "cached_share_source": share_source,
+        "output_tokens": int(out_tok), "input_tokens": int(in_tok), "slo": slos or None,
+        "window_s": win[1] - win[0] if win else None, "window_basis": win[2] if win else None,
+        "requests_per_s": requests_per_s, "output_tps": output_tps, "total_tps": total_tps,
+        "goodput_rps": goodput_rps,
+        "slo_met_share": float((good_all & okm).sum()) / n_measured if slos and n_measured else None,
+        "ttft": distribution(at_least_elapsed(ttft(m_c), m_c, m_failed)), "ttft_ok": distribution(ttft(ok_c)),
+        "ttfat": distribution(at_least_elapsed(ttfat(m_c), m_c, m_failed)), "ttfat_ok": distribution(ttfat(ok_c)),
+        "tpot": distribution(tpot(ok_c)),  # successful calls only: a failed call has no token count
+        "itl": distribution(itl_pooled(list(itertools.compress(final, okm)))),
+        "e2e": e2e_all, "e2e_ok": e2e_ok, "queue": queue_d, "server_wait": server_wait,
+        "queue_source": ", ".join(sources) or None, "service": svc,
+        "queueing": bool(server_wait and mean_service is not None
+                         and server_wait["mean"] > max(QUEUE_FLOOR_S, QUEUE_SHARE * mean_service)),
+        "server_queue_s": figures.get("queue_s_per_request"),
+        "connect": distribution(conn[conn > 0]), "new_connections": int((conn > 0).sum()),
+        "client_lag": distribution(client_lag(c)),
+        "loop_lag": distribution(np.array([r.get("loop_lag_s") for r in final], dtype=float)),
+        "input_token_error": float(err.mean()) if err.size else None,
+        "trace_import": _first(rs, "trace_import"), "token_check": _first(rs, "token_check"),
+        "p50_s": e2e_all["p50"] if e2e_all else None, "p99_s": e2e_all["p99"] if e2e_all else None,
+        "throughput_tps": output_tps, "knee": False, "warnings": [],
+    }
     row["warnings"] = [w.text for w in row_warnings(row)]
     return row
 
 
-def row_warnings(row: dict[str, Any]) -> list[RunWarning]:
+def row_warnings(row: LoadRow) -> list[RunWarning]:
     """Actionable warnings for one (arm, stage) row (its ``warnings`` keeps their texts)."""
     w: list[RunWarning] = []
     where = f"load {row['arm']}/{row['stage']}"
@@ -488,15 +479,16 @@ def row_warnings(row: dict[str, Any]) -> list[RunWarning]:
     return w
 
 
-def floor_key(r: dict[str, Any]) -> tuple[Any, Any, Any]:
+def floor_key(r: Mapping[str, object]) -> tuple[object, object, object]:
     """The calls that share a TTFT floor: (arm, case, prefix_sharing) (a prompt more shared is cached more)."""
     return r["arm"], r.get("case"), r.get("prefix_sharing")
 
 
-def ttft_floors(by_pair: dict[tuple[str, str], list[dict[str, Any]]]) -> dict[tuple[Any, Any, Any], float]:
+def ttft_floors(by_pair: dict[tuple[str, str], list[Mapping[str, object]]]
+                ) -> dict[tuple[object, object, object], float]:
     """Per (arm, case, prefix_sharing): the lowest client TTFT (ttft_s: lag and connect time excluded) over all
     its load calls, warm-up included."""
-    out: dict[tuple[Any, Any, Any], float] = {}
+    out: dict[tuple[object, object, object], float] = {}
     for rs in by_pair.values():
         for r in rs:
             if r.get("error") is None and r.get("ttft_s") is not None:
@@ -520,10 +512,10 @@ def knee_index(p99: Sequence[float | None], tput: Sequence[float | None], latenc
     return None
 
 
-def mark_knees(rows: list[dict[str, Any]], latency_factor: float = KNEE_LATENCY_FACTOR,
+def mark_knees(rows: list[LoadRow], latency_factor: float = KNEE_LATENCY_FACTOR,
                throughput_gain: float = KNEE_THROUGHPUT_GAIN) -> None:
     """Set ``knee`` on each (arm, sweep)'s knee stage (see the module docstring); rows in run order."""
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    groups: dict[tuple[str, str], list[LoadRow]] = defaultdict(list)
     for r in rows:
         if r.get("sweep"):
             groups[(r["arm"], r["sweep"])].append(r)
@@ -533,7 +525,7 @@ def mark_knees(rows: list[dict[str, Any]], latency_factor: float = KNEE_LATENCY_
             grp[i]["knee"] = True
 
 
-def load_summary(ledger: Any) -> list[dict[str, Any]]:
+def load_summary(ledger: Ledger) -> list[LoadRow]:
     """Per (arm, stage) rows, in the order the stages ran; [] when the run had no load stages."""
     by_pair = load_records(ledger.records)
     by_pair = {k: v for k, v in by_pair.items() if v}
@@ -549,21 +541,22 @@ def load_summary(ledger: Any) -> list[dict[str, Any]]:
     return rows
 
 
-def load_warnings(rows: list[dict[str, Any]]) -> list[RunWarning]:
+def load_warnings(rows: list[LoadRow]) -> list[RunWarning]:
     """Every row's warnings, in row order, for the summary's warnings."""
     return [w for r in rows for w in row_warnings(r)]
 
 
-def sweep_curves(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def sweep_curves(rows: list[LoadRow]) -> list[LoadCurve]:
     """Plot data: per (arm, sweep), the points (load, throughput_tps, p50_s, p99_s, knee) in run order."""
-    out: dict[tuple[str, str], dict[str, Any]] = {}
+    out: dict[tuple[str, str], LoadCurve] = {}
     for r in rows:
         if not r.get("sweep"):
             continue
         k = (r["arm"], r["sweep"])
         c = out.setdefault(k, {"arm": r["arm"], "sweep": r["sweep"],
                                "x": "concurrency" if r["mode"] == "closed" else "rate", "points": []})
-        c["points"].append({"stage": r["stage"], "load": r["concurrency"] if r["mode"] == "closed" else r["rate"],
-                            "throughput_tps": r["throughput_tps"], "requests_per_s": r["requests_per_s"],
-                            "p50_s": r["p50_s"], "p99_s": r["p99_s"], "knee": r["knee"]})
+        point: CurvePoint = {"stage": r["stage"], "load": r["concurrency"] if r["mode"] == "closed" else r["rate"],
+                             "throughput_tps": r["throughput_tps"], "requests_per_s": r["requests_per_s"],
+                             "p50_s": r["p50_s"], "p99_s": r["p99_s"], "knee": r["knee"]}
+        c["points"].append(point)
     return list(out.values())

@@ -40,9 +40,10 @@ lever that returns most.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
+from typing_extensions import TypedDict
 
 from ..base.dataset import CallTable, Dataset, groups, sums, turn_groups, zero_nan
 from ..base.guard import cited
@@ -51,8 +52,34 @@ from ..base.stats import median
 from .rate_model import decode_seconds, prefill_seconds
 from .regression import fit_line
 
+if TYPE_CHECKING:
+    from ...schema.rate_rows import (
+        ArmMetrics,
+        DecompositionRow,
+        FlatPrefillFit,
+        LeverReturn,
+        ProbeRow,
+        ProjectedArm,
+        Projection,
+        RateModelRow,
+        RefusedArm,
+        TimeShareRow,
+    )
 
-def cell_shares(ds: Dataset) -> list[dict[str, Any]]:
+
+class ArmRates(TypedDict):
+    """An arm's measured rates (:func:`arm_rates`): what the projection and the summary's ``rates[]`` take."""
+
+    decode_tps: float | None
+    decode_source: str | None
+    prefill_points: tuple[np.ndarray, np.ndarray]  # (uncached tokens, seconds)
+    prefill_source: str | None
+    cached_share: float | None
+    cached_share_source: str
+    refused: str | None
+
+
+def cell_shares(ds: Dataset) -> list[TimeShareRow]:
     c, T = ds.call, ds.turn
     ok = T.ok[c.turn]  # the calls of successful turns
     server = c.has_timings & ~np.isnan(c.prompt_ms) & ~np.isnan(c.predicted_ms)
@@ -64,7 +91,7 @@ def cell_shares(ds: Dataset) -> list[dict[str, Any]]:
     turn_pre, turn_dec = sums(g, pre, n_groups), sums(g, dec, n_groups)
     g_server = sums(g, server, n_groups) == sums(g, None, n_groups)
     by = groups(g_cell, ds.n_cells)
-    out = []
+    out: list[TimeShareRow] = []
     for arm in ds.arms:
         for case in ds.cases:
             turns = by[ds.cell(arm, case)]
@@ -90,9 +117,9 @@ def _cached(c: CallTable) -> np.ndarray:
     return np.trunc(zero_nan(c.cached()))
 
 
-def arm_rates(ds: Dataset, probes: list[dict[str, Any]], decomposition: list[dict[str, Any]],
-              own_metrics: dict[str, dict[str, Any]] | None = None,
-              probe_metrics: dict[str, dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
+def arm_rates(ds: Dataset, probes: Sequence[ProbeRow], decomposition: Sequence[DecompositionRow],
+              own_metrics: Mapping[str, ArmMetrics] | None = None,
+              probe_metrics: Mapping[str, ArmMetrics] | None = None) -> dict[str, ArmRates]:
     """Per arm: decode rate, the (uncached input tokens, prefill s) points, and the cached share.
 
     Prefill points come from the server's own timings (prompt_n, prompt_ms) where every
@@ -111,7 +138,7 @@ def arm_rates(ds: Dataset, probes: list[dict[str, Any]], decomposition: list[dic
     ``prefill_points`` is (tokens, seconds), two arrays.
     """
     own_metrics = own_metrics or {}
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, ArmRates] = {}
     c, p = ds.call, ds.probe
     c_use = ds.turn.ok[c.turn] & c.ok
     c_timed = c.has_timings & ~np.isnan(c.prompt_ms)
@@ -121,7 +148,7 @@ def arm_rates(ds: Dataset, probes: list[dict[str, Any]], decomposition: list[dic
     for arm in ds.arms:
         a = ds.arm_index(arm)
         calls, pcalls = c_use & (c.arm == a), p.ok & (p.arm == a)
-        m = own_metrics.get(arm, {})
+        m: ArmMetrics = own_metrics.get(arm, {})
         refused = None
         ct, pt = calls & c_timed, pcalls & p_timed
         pr = [x for x in probes if x["arm"] == arm and x.get("decode_tps") and not x.get("forced_on_drafter")]
@@ -167,7 +194,7 @@ def arm_rates(ds: Dataset, probes: list[dict[str, Any]], decomposition: list[dic
             psrc = "client (probes and first-call TTFT)"
         has_prompt = pcalls & ~np.isnan(p.prompt_tokens) & (p.prompt_tokens != 0)
         known = bool(c_known[calls].any() or p_known[pcalls].any())
-        mp = (probe_metrics or {}).get(arm, {})
+        mp: ArmMetrics = (probe_metrics or {}).get(arm, {})
         if known and has_prompt.any():
             hit = median(p_cached[has_prompt] / p.prompt_tokens[has_prompt])
             hsrc = "its probes (one prompt sent again)"
@@ -187,7 +214,7 @@ def arm_rates(ds: Dataset, probes: list[dict[str, Any]], decomposition: list[dic
     return out
 
 
-def prefill_model(points: tuple[Sequence[float], Sequence[float]]) -> dict[str, Any] | None:
+def prefill_model(points: tuple[Sequence[float], Sequence[float]]) -> FlatPrefillFit | None:
     """Fit prefill_s = a + b·n over (uncached tokens n, seconds) points; b = 1/prefill_tps."""
     n, s = np.asarray(points[0]), np.asarray(points[1], dtype=float)
     keep = n > 0
@@ -216,7 +243,7 @@ def _outside(what: str, x: float, rng: list[float] | None) -> str | None:
     return None
 
 
-def model_prefill(model: dict[str, Any], input_tokens: int, hit: float) -> tuple[float, str]:
+def model_prefill(model: RateModelRow, input_tokens: int, hit: float) -> tuple[float, str]:
     """(prefill seconds, where it stands against the fitted ranges) of the scenario's prompt on a rate model."""
     n, k = input_tokens * (1.0 - hit), input_tokens * hit
     p = model["prefill"]
@@ -227,7 +254,7 @@ def model_prefill(model: dict[str, Any], input_tokens: int, hit: float) -> tuple
     return prefill_seconds(model, n, k), note
 
 
-def model_decode(model: dict[str, Any], input_tokens: int, output_tokens: int) -> tuple[float, str]:
+def model_decode(model: RateModelRow, input_tokens: int, output_tokens: int) -> tuple[float, str]:
     """(decode seconds, where it stands against the fitted contexts) of the scenario on a rate model."""
     rng = model["decode"].get("range_context")
     out = [x for x in (_outside("context", input_tokens, rng), _outside("context", input_tokens + output_tokens, rng))
@@ -237,30 +264,30 @@ def model_decode(model: dict[str, Any], input_tokens: int, output_tokens: int) -
     return decode_seconds(model, input_tokens, output_tokens), note
 
 
-def project(ds: Dataset, rates: dict[str, dict[str, Any]], engaged_rows: list[dict[str, Any]],
-            input_tokens: int, output_tokens: int, multipliers: list[dict[str, Any]] | None = None,
-            queue_s: dict[str, float] | None = None, models: dict[str, dict[str, Any]] | None = None
-            ) -> dict[str, Any]:
+def project(ds: Dataset, rates: Mapping[str, ArmRates], engaged_rows: Sequence[Mapping[str, object]],
+            input_tokens: int, output_tokens: int, multipliers: Sequence[Mapping[str, object]] | None = None,
+            queue_s: Mapping[str, float] | None = None, models: Mapping[str, RateModelRow] | None = None
+            ) -> Projection:
     """The scenario per arm and the return of every lever that a controlled comparison measures
     (the ``total`` rows of *multipliers* with a ``lever``).  An arm whose prefill (or decode) cannot
     be projected keeps its other phase (``prefill_refused`` / ``decode_refused``; no total), so a
     lever that acts on the phase it has is still projected.  *models*: the arms' rate models
     (``rate_models[]`` by arm), used for each phase they fitted."""
-    arms = []
+    arms: list[ProjectedArm | RefusedArm] = []
     for arm in ds.arms:
-        r = rates.get(arm) or {}
-        rm = (models or {}).get(arm) or {}
-        model = prefill_model(r.get("prefill_points") or ([], []))
-        dt, hit = r.get("decode_tps"), r.get("cached_share")
-        row: dict[str, Any] = {"arm": arm, "prefill_s": None, "decode_s": None,
+        r = rates.get(arm)
+        rm = (models or {}).get(arm)
+        model = prefill_model(r["prefill_points"] if r else ([], []))
+        dt, hit = (r["decode_tps"], r["cached_share"]) if r else (None, None)
+        row: ProjectedArm = {"arm": arm, "prefill_s": None, "decode_s": None,
                                "queue_s": (queue_s or {}).get(arm, 0.0), "total_s": None, "prefill_share": None,
                                "decode_share": None}
-        if rm.get("prefill") and hit is not None:
-            row["prefill_s"], extrap = model_prefill(rm, input_tokens, hit)
+        if rm and rm.get("prefill") and hit is not None:
+            prefill_s, extrap = model_prefill(rm, input_tokens, hit)
             if hit:
-                extrap += f"; {hit:.0%} of the prompt cached, as in {r.get('cached_share_source')}"
+                extrap += f"; {hit:.0%} of the prompt cached, as in {r['cached_share_source'] if r else None}"
             uncached = input_tokens * (1.0 - hit)
-            row.update(prefill_tps=uncached / row["prefill_s"] if row["prefill_s"] > 0 and uncached else None,
+            row.update(prefill_s=prefill_s, prefill_tps=uncached / prefill_s if prefill_s > 0 and uncached else None,
                        prefill_source=f"rate model ({rm['prefill']['source']})", cached_share=hit,
                        extrapolation=extrap)
         elif model is not None and hit is not None:
@@ -275,18 +302,18 @@ def project(ds: Dataset, rates: dict[str, dict[str, Any]], engaged_rows: list[di
                 extrap = (f"interpolated within measured uncached inputs "
                           f"({model['min_input']:.0f}–{model['max_input']:.0f} tokens)")
             if hit:
-                extrap += f"; {hit:.0%} of the prompt cached, as in {r.get('cached_share_source')}"
+                extrap += f"; {hit:.0%} of the prompt cached, as in {r['cached_share_source'] if r else None}"
             row.update(prefill_tps=1.0 / model["b"] if model["b"] > 0 else None, prefill_fit=model,
-                       prefill_source=r.get("prefill_source"), cached_share=hit, extrapolation=extrap)
+                       prefill_source=r["prefill_source"] if r else None, cached_share=hit, extrapolation=extrap)
         else:
-            row["prefill_refused"] = (r.get("refused") or "no measured prefill points" if model is None
+            row["prefill_refused"] = ((r["refused"] if r else None) or "no measured prefill points" if model is None
                                       else "the share of the prompt it finds cached is unknown")
-        if rm.get("decode") and output_tokens > 0:
-            row["decode_s"], row["decode_extrapolation"] = model_decode(rm, input_tokens, output_tokens)
-            row.update(decode_tps=output_tokens / row["decode_s"] if row["decode_s"] > 0 else None,
+        if rm and rm.get("decode") and output_tokens > 0:
+            decode_s, row["decode_extrapolation"] = model_decode(rm, input_tokens, output_tokens)
+            row.update(decode_s=decode_s, decode_tps=output_tokens / decode_s if decode_s > 0 else None,
                        decode_source=f"rate model ({rm['decode']['source']})")
         elif dt:
-            row.update(decode_s=output_tokens / dt, decode_tps=dt, decode_source=r.get("decode_source"))
+            row.update(decode_s=output_tokens / dt, decode_tps=dt, decode_source=r["decode_source"] if r else None)
         else:
             row["decode_refused"] = "no measured decode rate"
         if row["prefill_s"] is None and row["decode_s"] is None:
@@ -296,9 +323,9 @@ def project(ds: Dataset, rates: dict[str, dict[str, Any]], engaged_rows: list[di
             total = row["prefill_s"] + row["decode_s"] + row["queue_s"]
             row.update(total_s=total, prefill_share=row["prefill_s"] / total, decode_share=row["decode_s"] / total)
         arms.append(row)
-    by = {a["arm"]: a for a in arms if "refused" not in a}
+    by: dict[str, ProjectedArm] = {a["arm"]: a for a in arms if "refused" not in a}  # type: ignore[misc]
     eng = {e["arm"]: e for e in engaged_rows}
-    levers = []
+    levers: list[LeverReturn] = []
     for m in multipliers or []:
         knob, with_, without = m.get("lever"), m["arm"], m["vs"]
         if m["scope"] != "total" or not knob or with_ not in by or without not in by:
@@ -311,12 +338,13 @@ def project(ds: Dataset, rates: dict[str, dict[str, Any]], engaged_rows: list[di
         saved = a[key] - b[key]
         whole = a["total_s"]
         rest = whole - saved if whole is not None else None
+        citable, reason, measure = cited(m)
         levers.append({"lever": knob, "without": without, "with": with_, "phase": phase, "saved_s": saved,
                        "saved_share": saved / whole if whole else None,
                        "speedup": whole / rest if rest and rest > 0 else None,
                        "phase_speedup": a[key] / b[key] if b[key] > 0 else None,
                        "credited": eng.get(with_, {}).get(knob) is not False,
-                       **dict(zip(("citable", "reason", "measure"), cited(m)))})
+                       "citable": citable, "reason": reason, "measure": measure})
     base = by.get(ds.baseline)
     best = max((l for l in levers if l["credited"]), key=lambda l: l["saved_s"], default=None)
     rec = None

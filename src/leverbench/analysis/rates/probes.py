@@ -53,7 +53,7 @@ tolerance (``[probes] tolerance``, default 5 %).
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
 
@@ -62,6 +62,9 @@ from ..base.stats import median
 from ..base.warning_kinds import RunWarning, WarningKind
 from .rate_fit import decode_points, fit_decode, has_drafter, is_natural
 from .rate_model import prefill_seconds, tokens_per_second_at
+
+if TYPE_CHECKING:
+    from ...schema.rate_rows import DecodeFit, DecompositionRow, ProbeMeasure, ProbeRow, RateModelRow
 
 
 def two_point(c1: float, t1: float, c2: float, t2: float) -> float | None:
@@ -84,13 +87,13 @@ def spread(values: list[float]) -> float | None:
     return max(values) / min(values) - 1.0
 
 
-def _tokens(r: dict[str, Any], key: str) -> float | None:
+def _tokens(r: Mapping[str, object], key: str) -> float | None:
     return r.get(key) if r.get(key) is not None else (r.get("timings") or {}).get(
         {"cached_tokens": "cache_n"}.get(key, key))
 
 
-def _length_rows(recs: list[dict[str, Any]], arm: str, case: str, n: int, natural: bool,
-                 warnings: list[RunWarning]) -> list[dict[str, Any]]:
+def _length_rows(recs: list[Mapping[str, object]], arm: str, case: str, n: int, natural: bool,
+                 warnings: list[RunWarning]) -> list[Mapping[str, object]]:
     """The probe calls of one length that count (successful, with a count), warning about the others."""
     recs = [r for r in recs if not r.get("retried")]  # an attempt sent again is not a probe
     ok = [r for r in recs if r.get("error") is None and r.get("completion_tokens") is not None]
@@ -108,19 +111,20 @@ def _length_rows(recs: list[dict[str, Any]], arm: str, case: str, n: int, natura
     return ok
 
 
-def measure(rows1: list[dict[str, Any]], rows2: list[dict[str, Any]]) -> dict[str, Any]:
+def measure(rows1: Sequence[Mapping[str, object]], rows2: Sequence[Mapping[str, object]]) -> ProbeMeasure:
     """The two-point measurement of one probe (see the module docstring) from its calls at n1 and n2."""
     c1 = median([r["completion_tokens"] for r in rows1])
     c2 = median([r["completion_tokens"] for r in rows2])
     t1 = median([r["latency_s"] for r in rows1])
     t2 = median([r["latency_s"] for r in rows2])
-    out: dict[str, Any] = {"t1_s": t1, "t2_s": t2, "c1": c1, "c2": c2, "prefill_s": None, "decode_tps": None}
-    both = rows1 + rows2
+    both = [*rows1, *rows2]
     prompts = [r["prompt_tokens"] for r in both if r.get("prompt_tokens") is not None]
-    out["input_tokens"] = median(prompts) if prompts else None
     cached = [c for c in (_tokens(r, "cached_tokens") for r in both) if c is not None]
-    out["cached_tokens"] = median(cached) if cached else None
-    out["context_tokens"] = out["input_tokens"] + (c1 + c2 - 1) / 2.0 if out["input_tokens"] else None
+    input_tokens = median(prompts) if prompts else None
+    out: ProbeMeasure = {"t1_s": t1, "t2_s": t2, "c1": c1, "c2": c2, "prefill_s": None, "decode_tps": None,
+                         "input_tokens": input_tokens, "cached_tokens": median(cached) if cached else None,
+                         "context_tokens": input_tokens + (c1 + c2 - 1) / 2.0 if input_tokens else None,
+                         "method": ""}
     if all(r.get("ttft_s") is not None for r in both):
         f1 = median([r["latency_s"] - r["ttft_s"] for r in rows1])
         f2 = median([r["latency_s"] - r["ttft_s"] for r in rows2])
@@ -136,7 +140,8 @@ def measure(rows1: list[dict[str, Any]], rows2: list[dict[str, Any]]) -> dict[st
     return out
 
 
-def same_calls_server_tps(rows1: list[dict[str, Any]], rows2: list[dict[str, Any]]) -> float | None:
+def same_calls_server_tps(rows1: Sequence[Mapping[str, object]], rows2: Sequence[Mapping[str, object]]
+                          ) -> float | None:
     """The server's decode rate on the probe's own calls: (p2 − p1) / (m2 − m1), with p the median
     ``predicted_n`` and m the median ``predicted_ms`` / 1000 (llama.cpp: first token to last) at each length;
     None without timings on every call or when the longer answer was not slower."""
@@ -147,19 +152,19 @@ def same_calls_server_tps(rows1: list[dict[str, Any]], rows2: list[dict[str, Any
     return two_point(p1, m1 / 1000.0, p2, m2 / 1000.0)
 
 
-def check(entry: dict[str, Any], reg: dict[str, Any] | None, stream: dict[str, Any] | None,
-          model: dict[str, Any] | None, tol: float) -> None:
+def check(entry: ProbeRow, reg: DecompositionRow | None, stream: DecodeFit | None,
+          model: RateModelRow | None, tol: float) -> None:
     """Add the three views at the probe's context, their ``agreement`` and ``agrees`` (module docstring);
     *stream* is the decode block fitted on the client's stream clock, *reg* the cell regression (used only
     without a stream)."""
     ctx = entry.get("context_tokens")
-    dec = (model or {}).get("decode")
+    dec = model.get("decode") if model else None
     d1 = dec["d1_s_per_token_per_ctx"] if dec else 0.0
     entry["regression_decode_tps"] = entry["regression_context"] = entry["regression_extrapolated"] = None
     entry["regression_source"] = None
     if stream and ctx is not None:
         entry["regression_source"] = "per-call fit, client stream"
-        entry["regression_decode_tps"] = tokens_per_second_at({"decode": stream}, ctx)
+        entry["regression_decode_tps"] = tokens_per_second_at({"decode": stream}, ctx)  # type: ignore[typeddict-item]
         lo, hi = stream["range_context"]
         entry["regression_extrapolated"] = not lo <= ctx <= hi
     elif reg and reg.get("decode_tps"):
@@ -191,17 +196,18 @@ def check(entry: dict[str, Any], reg: dict[str, Any] | None, stream: dict[str, A
         entry["model_prefill_s"] = prefill_seconds(model, entry["input_tokens"] - k, k)
 
 
-def probes(ds: Dataset, decomposition: list[dict[str, Any]], models: list[dict[str, Any]] | None = None
-           ) -> tuple[list[dict[str, Any]], list[RunWarning]]:
+def probes(ds: Dataset, decomposition: Sequence[DecompositionRow], models: Sequence[RateModelRow] | None = None
+           ) -> tuple[list[ProbeRow], list[RunWarning]]:
     cfg = ds.config.get("probes") or {}
     tol = cfg.get("tolerance", 0.05)
     warnings: list[RunWarning] = []
-    by: dict[tuple[str, str, Any], dict[int, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
+    by: dict[tuple[str, str, int | None], dict[int, list[Mapping[str, object]]]] = defaultdict(
+        lambda: defaultdict(list))
     for p in ds.probes:
         by[(p["arm"], p["case"], p.get("probe_depth"))][p["probe_tokens"]].append(p)
     reg = {(d["arm"], d["case"]): d for d in decomposition}
     model_of = {m["arm"]: m for m in models or []}
-    out = []
+    out: list[ProbeRow] = []
     keys = sorted(by, key=lambda k: (ds.arms.index(k[0]) if k[0] in ds.arms else 99, k[1], k[2] or 0))
     for arm, case, depth in keys:
         lengths = by[(arm, case, depth)]
@@ -211,7 +217,7 @@ def probes(ds: Dataset, decomposition: list[dict[str, Any]], models: list[dict[s
         natural = all(is_natural(r) for n in (n1, n2) for r in lengths[n])
         rows = {n: _length_rows(lengths[n], arm, case, n, natural, warnings) for n in (n1, n2)}
         drafter = arm in ds.arm_names and has_drafter(ds, arm)
-        entry: dict[str, Any] = {"arm": arm, "case": case, "depth": depth, "n1": n1, "n2": n2,
+        entry: ProbeRow = {"arm": arm, "case": case, "depth": depth, "n1": n1, "n2": n2,
                                  "repeats": min(len(rows[n1]), len(rows[n2])), "prefill_s": None,
                                  "decode_tps": None, "input_tokens": None, "cached_tokens": None,
                                  "context_tokens": None, "natural": natural,

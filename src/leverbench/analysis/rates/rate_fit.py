@@ -45,7 +45,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
 from scipy.optimize import nnls
@@ -53,6 +53,10 @@ from scipy.optimize import nnls
 from ..base.dataset import Dataset, zero_nan
 from ..base.knobs import is_on
 from .rate_model import single_stream_tpot
+
+if TYPE_CHECKING:
+    from ...schema.load_rows import LoadRow
+    from ...schema.rate_rows import ArmMetrics, BatchSlowdown, DecodeFit, PrefillFit, RateModelRow
 
 OUTLIER_K = 5.0  # robust standard deviations beyond which a point's residual marks it an outlier ...
 OUTLIER_REL = 0.25  # ... when it is also this share of its prediction
@@ -119,7 +123,7 @@ def _span(x: np.ndarray) -> list[int | float]:
 
 
 def fit_prefill(n: Sequence[float], k: Sequence[float], s: Sequence[float], source: str | None = None
-                ) -> dict[str, Any] | None:
+                ) -> PrefillFit | None:
     """The ``prefill`` block: s = a + b·n + c·n·(k + n/2) over the points with n ≥ 1 (see the module
     docstring); None without such a point."""
     n, k, s = (np.asarray(v, float) for v in (n, k, s))
@@ -145,7 +149,7 @@ def fit_prefill(n: Sequence[float], k: Sequence[float], s: Sequence[float], sour
 
 
 def fit_decode(m: Sequence[float], context: Sequence[float], s: Sequence[float], source: str | None = None
-               ) -> dict[str, Any] | None:
+               ) -> DecodeFit | None:
     """The ``decode`` block: the per-token time s/m = d0 + d1·(L + (m − 1)/2) over the points with m ≥ 1,
     weights m (see the module docstring); None without such a point."""
     m, L, s = (np.asarray(v, float) for v in (m, context, s))
@@ -166,7 +170,7 @@ def fit_decode(m: Sequence[float], context: Sequence[float], s: Sequence[float],
 
 # ---------------------------------------------------------------------------------------------- the ledger's points
 
-def is_natural(probe: dict[str, Any]) -> bool:
+def is_natural(probe: Mapping[str, object]) -> bool:
     """Whether a probe record's length was left to the model (a drafter arm's probe, not forced past
     end-of-sequence): its ``length_method`` starts with "natural"."""
     return str(probe.get("length_method") or "").startswith("natural")
@@ -233,11 +237,11 @@ def decode_points(ds: Dataset, arm: str, *, stream: bool = False, left_out: np.n
     return m, prompt + 1.0, s, drafts, source if len(m) else None
 
 
-def batch_slowdown(load_rows: list[dict[str, Any]], arm: str, decode: dict[str, Any] | None = None
-                   ) -> dict[str, Any] | None:
+def batch_slowdown(load_rows: Sequence[LoadRow], arm: str, decode: DecodeFit | None = None
+                   ) -> BatchSlowdown | None:
     """Per-token slowdown by concurrency from *arm*'s closed load stages, relative to one request served
     alone: the rate model's *decode* (see the module docstring), else the sweep's own concurrency 1."""
-    sweeps: dict[Any, dict[int, dict[str, Any]]] = {}
+    sweeps: dict[str, dict[int, LoadRow]] = {}
     for r in load_rows:
         p50 = (r.get("tpot") or {}).get("p50")
         if r["arm"] != arm or r.get("mode") != "closed" or not r.get("concurrency") or not p50:
@@ -249,10 +253,10 @@ def batch_slowdown(load_rows: list[dict[str, Any]], arm: str, decode: dict[str, 
     conc = sorted(best[1])
     tpot = [float(best[1][c]["tpot"]["p50"]) for c in conc]
     if decode is not None and decode.get("d0_s_per_token") is not None:
-        def mean(r: dict[str, Any], key: str) -> float:  # per successful call of the stage
-            return (r.get(key) or 0) / r["ok"] if r.get("ok") else 0.0
+        def mean(r: LoadRow, key: str) -> float:  # per successful call of the stage
+            return (r.get(key) or 0) / r["ok"] if r.get("ok") else 0.0  # type: ignore[operator]
 
-        single = [single_stream_tpot({"decode": decode}, mean(best[1][c], "input_tokens"),
+        single = [single_stream_tpot({"decode": decode}, mean(best[1][c], "input_tokens"),  # type: ignore[typeddict-item]
                                      mean(best[1][c], "output_tokens")) for c in conc]
         reference = "the rate model's decode, one request alone"
     elif conc[0] == 1:
@@ -265,11 +269,11 @@ def batch_slowdown(load_rows: list[dict[str, Any]], arm: str, decode: dict[str, 
             "single_stream_tpot_s": single, "reference_concurrency": 1, "reference": reference, "stage": best[0]}
 
 
-def rate_models(ds: Dataset, load_rows: list[dict[str, Any]] | None = None,
-                own_metrics: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+def rate_models(ds: Dataset, load_rows: Sequence[LoadRow] | None = None,
+                own_metrics: Mapping[str, ArmMetrics] | None = None) -> list[RateModelRow]:
     """``rate_models[]``: one model per arm (the module docstring).  A phase that cannot be fitted is None,
     with its reason in ``prefill_refused`` / ``decode_refused``."""
-    out = []
+    out: list[RateModelRow] = []
     for arm in ds.arms:
         n, k, s, psrc = prefill_points(ds, arm)
         prefill = fit_prefill(n, k, s, psrc) if psrc else None

@@ -34,7 +34,11 @@ How a model is fitted from the ledger: :mod:`.rate_fit`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ...schema.rate_rows import RateModelRow, RateRow
+    from ...schema.summary import Summary
 
 
 def _positive(x: Any) -> Any:
@@ -42,7 +46,7 @@ def _positive(x: Any) -> Any:
     return (x + abs(x)) / 2.0
 
 
-def prefill_seconds(model: dict[str, Any], uncached: Any, cached: Any = 0.0) -> Any:
+def prefill_seconds(model: RateModelRow, uncached: Any, cached: Any = 0.0) -> Any:
     """prefill_s(n, k) = a + b·n + c·n·(k + n/2) (see the module docstring); n < 0 counts as 0.  Numbers or
     numpy arrays alike (element by element)."""
     p = model["prefill"]
@@ -50,7 +54,7 @@ def prefill_seconds(model: dict[str, Any], uncached: Any, cached: Any = 0.0) -> 
     return p["a_s"] + p["b_s_per_token"] * n + p.get("c_s_per_token2", 0.0) * n * (cached * 1.0 + n / 2.0)
 
 
-def decode_seconds(model: dict[str, Any], context: Any, output: Any) -> Any:
+def decode_seconds(model: RateModelRow, context: Any, output: Any) -> Any:
     """decode_s(L, O) = O·d0 + d1·(O·L + O·(O − 1)/2) (see the module docstring); O < 0 counts as 0.  Numbers
     or numpy arrays alike (element by element)."""
     d = model["decode"]
@@ -58,7 +62,7 @@ def decode_seconds(model: dict[str, Any], context: Any, output: Any) -> Any:
     return o * d["d0_s_per_token"] + d.get("d1_s_per_token_per_ctx", 0.0) * (o * context + o * (o - 1.0) / 2.0)
 
 
-def from_rates_row(row: dict[str, Any]) -> dict[str, Any] | None:
+def from_rates_row(row: RateRow) -> RateModelRow | None:
     """A flat model from a ``summary.json`` ``rates[]`` row (one prefill rate and intercept, one decode rate),
     or None when the row lacks either rate."""
     if not row.get("prefill_tps") or not row.get("decode_tps"):
@@ -73,21 +77,21 @@ def from_rates_row(row: dict[str, Any]) -> dict[str, Any] | None:
             "batch": None, "slots": None}
 
 
-def single_stream_tpot(model: dict[str, Any], prompt: float, answer: float) -> float:
+def single_stream_tpot(model: RateModelRow, prompt: float, answer: float) -> float:
     """tpot_1(P, n) = d0 + d1·(P + n/2): the time per output token after the first of one request served alone
     (see the module docstring)."""
     d = model["decode"]
     return d["d0_s_per_token"] + d.get("d1_s_per_token_per_ctx", 0.0) * (float(prompt) + float(answer) / 2.0)
 
 
-def tokens_per_second_at(model: dict[str, Any], context: float) -> float | None:
+def tokens_per_second_at(model: RateModelRow, context: float) -> float | None:
     """The decode rate at a context of L tokens: 1 / (d0 + d1·L); None when that time is not positive."""
     d = model["decode"]
     t = d["d0_s_per_token"] + d.get("d1_s_per_token_per_ctx", 0.0) * float(context)
     return 1.0 / t if t > 0 else None
 
 
-def models_by_arm(summary: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def models_by_arm(summary: Summary) -> dict[str, RateModelRow]:
     """Per arm, the rate model a summary carries: its ``rate_models[]`` entry, else the flat model of its
     ``rates[]`` row (:func:`from_rates_row`: a summary written before the context-aware model)."""
     out = {m["arm"]: m for m in summary.get("rate_models") or []}

@@ -25,11 +25,14 @@ The cell's points are returned for plotting as ``x`` (output tokens) and ``y``
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
 from ..base.dataset import CallTable, Dataset, groups
+
+if TYPE_CHECKING:
+    from ...schema.rate_rows import DecompositionRow, RegressionFit, Scatter
 
 MIN_POINTS = 3
 SCATTER_POINTS_KEPT = 2000  # a cell's points that summary.json keeps (the HTML report draws fewer)
@@ -60,7 +63,7 @@ def fit_plane(x1: Sequence[float], x2: Sequence[float], y: Sequence[float]) -> t
 
 
 def regress(tokens: Sequence[float], latency: Sequence[float],
-            uncached: Sequence[float] | None = None, prompt: Sequence[float] | None = None) -> dict[str, Any]:
+            uncached: Sequence[float] | None = None, prompt: Sequence[float] | None = None) -> RegressionFit:
     """Fit one cell.  With ``uncached`` (prompt tokens the server computed, per point) that
     varies independently of the output length (:func:`separable`), the prefill work is a second regressor:
     latency = a + b·output + c·uncached, decode_tps = 1/b, intercept_s = a + c·median(uncached)
@@ -69,7 +72,7 @@ def regress(tokens: Sequence[float], latency: Sequence[float],
     tok = np.asarray(tokens, dtype=float)
     n = len(tok)
     lo, hi = (_count(tok.min()), _count(tok.max())) if n else (None, None)
-    out: dict[str, Any] = {"points": n, "decode_tps": None, "intercept_s": None, "r2": None,
+    out: RegressionFit = {"points": n, "decode_tps": None, "intercept_s": None, "r2": None,
                            "output_min": lo, "output_max": hi, "refused": None, "method": "latency ~ output",
                            "decode_context": None}
     if n < MIN_POINTS:
@@ -130,23 +133,25 @@ def mixed_prefill(uncached: Sequence[float]) -> bool:
     return bool(s[-1] - s[0] > max(64, 0.5 * s[len(s) // 2]))
 
 
-def scatter(x: np.ndarray, y: np.ndarray) -> dict[str, Any]:
+def scatter(x: np.ndarray, y: np.ndarray) -> Scatter:
     """The points to plot: all of them, or SCATTER_POINTS_KEPT evenly strided (``x_sampled``)."""
     n = len(x)
-    out: dict[str, Any] = {}
-    if n > SCATTER_POINTS_KEPT:
+    sampled = n > SCATTER_POINTS_KEPT
+    if sampled:
         pick = np.arange(SCATTER_POINTS_KEPT) * n // SCATTER_POINTS_KEPT
         x, y = x[pick], y[pick]
+    out: Scatter = {"x": [_count(v) for v in x.tolist()], "y": [round(v, 4) for v in y.tolist()]}
+    if sampled:
         out["x_sampled"] = True
-    return {"x": [_count(v) for v in x.tolist()], "y": [round(v, 4) for v in y.tolist()], **out}
+    return out
 
 
-def decomposition(ds: Dataset) -> list[dict[str, Any]]:
+def decomposition(ds: Dataset) -> list[DecompositionRow]:
     c = ds.call
     point = c.ok & ~np.isnan(c.completion_tokens)
     by = groups(np.where(point, ds.cell_code(c.arm, c.case), -1), ds.n_cells)
     unc_all = uncached_input(c)
-    out = []
+    out: list[DecompositionRow] = []
     for arm in ds.arms:
         for case in ds.cases:
             p = by[ds.cell(arm, case)]

@@ -13,11 +13,14 @@ n / (n − 1)).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..base.dataset import Dataset, sums, turn_groups, zero_nan
+
+if TYPE_CHECKING:
+    from ...schema.rate_rows import ServerRow
 
 DISAGREE_REL = 0.25
 DISAGREE_ABS_S = 0.25
@@ -29,7 +32,7 @@ def _disagree(client: float | None, server: float | None) -> bool | None:
     return abs(client - server) > max(DISAGREE_ABS_S, DISAGREE_REL * max(abs(server), 1e-9))
 
 
-def server_account(ds: Dataset) -> list[dict[str, Any]]:
+def server_account(ds: Dataset) -> list[ServerRow]:
     c = ds.call
     n = ds.n_cells
     ok = ds.turn.ok[c.turn]  # the calls of successful turns
@@ -47,7 +50,7 @@ def server_account(ds: Dataset) -> list[dict[str, Any]]:
     sp_sum, sd_sum = timed(c.prompt_ms), timed(c.predicted_ms)
     pn, prn = timed(np.maximum(c.predicted_n - 1.0, 0.0)), timed(c.prompt_n)
     cache_n, dn, da = timed(c.cache_n), timed(c.draft_n), timed(c.draft_n_accepted)
-    out = []
+    out: list[ServerRow] = []
     for arm in ds.arms:
         for case in ds.cases:
             k = ds.cell(arm, case)

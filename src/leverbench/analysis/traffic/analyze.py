@@ -64,7 +64,7 @@ prefill_tps = 1/b', prefill_a_s = max(a', 0).
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 import polars as pl
 
@@ -85,6 +85,19 @@ from .sums import (
     value_counts,
 )
 from .words import PHASES, conditions, pct, recommend
+
+if TYPE_CHECKING:
+    from ...schema.traffic_rows import (
+        BucketRow,
+        FiniteCache,
+        FiniteCacheRow,
+        LeverRow,
+        PhaseRow,
+        PhaseSums,
+        TrafficExtrapolation,
+        TrafficResult,
+    )
+    from ...workload.traces.records import TrafficCall, TrafficLoad
 
 __all__ = ["BUCKETS", "PHASES", "Rates", "analyze_traffic", "bucket_of", "choose_rates", "conditions",
            "fit_rates", "hand_rates", "has_latencies", "rates_for", "rates_from_summary", "recommend",
@@ -138,20 +151,20 @@ def bucket_of(input_tokens: float) -> str:
 
 
 _LEVER_PARAM = {"prefix cache": "prefill_tps", "drafter": "drafter_speedup", "answer cap": "decode_tps"}
-Row = dict[str, Any]  # one (model, bucket) group of traffic_sums.phase_sums
-
-
-def _phase_row(rows: Sequence[Row]) -> dict[str, Any]:
+def _phase_row(rows: Sequence[PhaseSums]) -> PhaseRow:
     sums = {p: total(rows, p) for p in PHASES}
     tot = sum(sums.values())
-    row: dict[str, Any] = {"calls": int(total(rows, "calls")), **{f"{p}_s": sums[p] for p in PHASES}, "total_s": tot}
-    for p in PHASES:
-        row[f"{p}_share"] = sums[p] / tot if tot > 0 else None
-    row["dominant"] = max(PHASES, key=lambda p: sums[p]) if tot > 0 else None
-    return row
+
+    def share(p: str) -> float | None:
+        return sums[p] / tot if tot > 0 else None
+
+    return {"calls": int(total(rows, "calls")), "prefill_s": sums["prefill"], "decode_s": sums["decode"],
+            "queue_s": sums["queue"], "total_s": tot, "prefill_share": share("prefill"),
+            "decode_share": share("decode"), "queue_share": share("queue"),
+            "dominant": max(PHASES, key=lambda p: sums[p]) if tot > 0 else None}
 
 
-def _saved(name: str, g: Row, r: Rates, value: float | None = None) -> float | None:
+def _saved(name: str, g: PhaseSums, r: Rates, value: float | None = None) -> float | None:
     """Seconds lever ``name`` removes from group ``g`` (rates ``r``; ``value``: its parameter at another value)."""
     if name == "prefix cache":
         return g["cached"] / (value or r.prefill_tps) if g["cached_calls"] else None
@@ -161,7 +174,7 @@ def _saved(name: str, g: Row, r: Rates, value: float | None = None) -> float | N
     return g["excess"] / (value or r.decode_tps)
 
 
-def _lever_total(name: str, rows: Sequence[Row], rates: Mapping[str, Rates],
+def _lever_total(name: str, rows: Sequence[PhaseSums], rates: Mapping[str, Rates],
                  value: Mapping[str, float | None] | None = None) -> float | None:
     """Σ over ``rows`` of the seconds lever ``name`` removes (None: unknown for every row)."""
     parts = [_saved(name, g, rates[g["model"]], (value or {}).get(g["model"])) for g in rows]
@@ -178,7 +191,7 @@ def _extremes(rates: Mapping[str, Rates], param: str) -> tuple[dict[str, float |
     return ({m: min(v) if v else None for m, v in vals.items()}, {m: max(v) if v else None for m, v in vals.items()})
 
 
-def _lever_range(name: str, rows: Sequence[Row], rates: Mapping[str, Rates], n: int,
+def _lever_range(name: str, rows: Sequence[PhaseSums], rates: Mapping[str, Rates], n: int,
                  tot: float) -> tuple[list[float] | None, str | None]:
     """(lo, hi) saved share, and where the spread comes from."""
     param = _LEVER_PARAM[name]
@@ -192,13 +205,13 @@ def _lever_range(name: str, rows: Sequence[Row], rates: Mapping[str, Rates], n: 
     for key, label in (("model", "models"), ("bucket", "input-length buckets")):
         sizes: dict[str, float] = {}
         for g in rows:
-            sizes[g[key]] = sizes.get(g[key], 0) + g["calls"]
+            sizes[g[key]] = sizes.get(g[key], 0) + g["calls"]  # type: ignore[literal-required]
         groups = [k for k, c in sizes.items() if c >= RANGE_MIN_CALL_SHARE * n]
         if len(groups) < 2:
             continue
         shares = []
         for k in groups:
-            part = [g for g in rows if g[key] == k]
+            part = [g for g in rows if g[key] == k]  # type: ignore[literal-required]
             t = _phase_row(part)["total_s"]
             if t > 0:
                 shares.append((_lever_total(name, part, rates) or 0.0) / t)
@@ -207,8 +220,8 @@ def _lever_range(name: str, rows: Sequence[Row], rates: Mapping[str, Rates], n: 
     return None, None
 
 
-def _already_on(row: dict[str, Any], rows: Sequence[Row], rates: Mapping[str, Rates], overall: Mapping[str, Any],
-                cached: Mapping[str, float], n: int, gpus: float, gpu_hour_usd: float | None) -> dict[str, Any]:
+def _already_on(row: LeverRow, rows: Sequence[PhaseSums], rates: Mapping[str, Rates], overall: PhaseRow,
+                cached: Mapping[str, float], n: int, gpus: float, gpu_hour_usd: float | None) -> LeverRow:
     """The prefix cache's row when the log's cached tokens were served: not a lever to try, its realized
     saving instead (share of the time the calls would take without it)."""
     s = _lever_total("prefix cache", rows, rates) or 0.0
@@ -223,12 +236,13 @@ def _already_on(row: dict[str, Any], rows: Sequence[Row], rates: Mapping[str, Ra
     return row
 
 
-def _lever_row(name: str, rows: Sequence[Row], rates: Mapping[str, Rates], book: RateBook, overall: Mapping[str, Any],
+def _lever_row(name: str, rows: Sequence[PhaseSums], rates: Mapping[str, Rates], book: RateBook, overall: PhaseRow,
                n: int, cap: float, cap_default: bool, cached: Mapping[str, float], assumed_share: float | None,
                gpus: float, gpu_hour_usd: float | None, cache_on: bool = False,
-               finite: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    row: dict[str, Any] = {"lever": name, "phase": LEVER_PHASE[name],
-                           "ceiling_share": overall[f"{LEVER_PHASE[name]}_share"], "already_on": False}
+               finite: FiniteCache | None = None) -> LeverRow:
+    row: LeverRow = {"lever": name, "phase": LEVER_PHASE[name],  # type: ignore[typeddict-item]
+                     "ceiling_share": overall[f"{LEVER_PHASE[name]}_share"],  # type: ignore[literal-required]
+                     "already_on": False}
     if name == "answer cap":
         row["parameter"] = f"cap {cap:.0f} tokens" + (", the median output" if cap_default else "")
     elif name == "drafter":
@@ -266,7 +280,7 @@ def _lever_row(name: str, rows: Sequence[Row], rates: Mapping[str, Rates], book:
     return row
 
 
-def _finite_row(finite: Mapping[str, Any], rates: Mapping[str, Rates], tot: float) -> dict[str, Any]:
+def _finite_row(finite: FiniteCache, rates: Mapping[str, Rates], tot: float) -> FiniteCacheRow:
     """A finite cache's estimate beside the unbounded one: saved = its hit tokens / prefill_tps (one prefill
     rate for every call; with several, unknown)."""
     tps = {r.prefill_tps for r in rates.values()}
@@ -274,11 +288,11 @@ def _finite_row(finite: Mapping[str, Any], rates: Mapping[str, Rates], tot: floa
     return {**finite, "saved_s": saved, "saved_share": saved / tot if saved is not None and tot > 0 else None}
 
 
-def analyze_traffic(calls: Any, book: RateBook, *, cached_served: bool = False,
-                    queue_from_ttft: bool = True, answer_cap: int | None = None,
+def analyze_traffic(calls: Sequence[TrafficCall] | TrafficLoad | pl.LazyFrame | pl.DataFrame, book: RateBook, *,
+                    cached_served: bool = False, queue_from_ttft: bool = True, answer_cap: int | None = None,
                     assumed_cached_share: float | None = None, gpus: float = 1.0,
                     gpu_hour_usd: float | None = None, cached_meaning: str | None = None,
-                    finite_cache: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                    finite_cache: FiniteCache | None = None) -> TrafficResult:
     """Where the time of ``calls`` goes under ``book``'s rates, and what each lever would return.
 
     ``calls``: TrafficCall records, a TrafficLoad, or a frame of the canonical
@@ -320,13 +334,13 @@ def analyze_traffic(calls: Any, book: RateBook, *, cached_served: bool = False,
     cache_on = bool(cached_served and (k["cached"] or 0) > 0)
     sums = collect(phase_sums(lf, rate_table(models, book), cap=cap, assumed_share=assumed_cached_share,
                               cached_served=cached_served, queue=queue_measured, cache_on=cache_on))[0]
-    rows = list(sums.iter_rows(named=True))
+    rows: list[PhaseSums] = list(sums.iter_rows(named=True))  # type: ignore[arg-type]
     overall = _phase_row(rows)
     tot = overall["total_s"]
     in_v, in_n = vin.get_column("value").to_numpy(), vin.get_column("n").to_numpy()
     all_input, all_output = float((in_v.astype(float) * in_n).sum()), float((out_v.astype(float) * out_n).sum())
     cached = {"calls": k["calls"], "cached": k["cached"] or 0.0, "all_input": all_input}
-    buckets = []
+    buckets: list[BucketRow] = []
     for name, _, _ in BUCKETS:
         part = [g for g in rows if g["bucket"] == name]
         if part:
@@ -343,7 +357,7 @@ def analyze_traffic(calls: Any, book: RateBook, *, cached_served: bool = False,
                        for name in LEVER_PHASE}
     per_call = tot / n
     gh = gpu_hours_per_1000(per_call, gpus)
-    result: dict[str, Any] = {
+    result: TrafficResult = {
         "calls": n,
         "distribution": {"input_tokens": distribution_of_counts(in_v, in_n),
                          "output_tokens": distribution_of_counts(out_v, out_n),
@@ -374,7 +388,7 @@ def analyze_traffic(calls: Any, book: RateBook, *, cached_served: bool = False,
     return result
 
 
-def _extrapolation(rows: Sequence[Row], rates: Mapping[str, Rates], n: int) -> dict[str, Any] | None:
+def _extrapolation(rows: Sequence[PhaseSums], rates: Mapping[str, Rates], n: int) -> TrafficExtrapolation | None:
     """Share of calls whose input lies above the largest input the prefill rate was measured on."""
     his = [r.prefill_input_range[1] for r in rates.values() if r.prefill_input_range]
     if not his:
@@ -383,7 +397,7 @@ def _extrapolation(rows: Sequence[Row], rates: Mapping[str, Rates], n: int) -> d
     return {"calls_beyond": beyond, "share_beyond": beyond / n, "largest_measured": float(max(his))}
 
 
-def has_latencies(calls: Any) -> bool:
+def has_latencies(calls: Sequence[TrafficCall] | TrafficLoad | pl.LazyFrame | pl.DataFrame) -> bool:
     """Whether any call records its latency (so rates can be fitted from the traffic)."""
     return bool(collect(as_frame(calls).select(pl.col("latency").is_not_null().any()))[0].item())
 

@@ -22,7 +22,7 @@ the points themselves up to rounding.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 import polars as pl
@@ -31,6 +31,13 @@ from ..base.bounds import TPS_RANGE
 from ..rates.regression import MIN_POINTS
 from .rates import Rates
 from .sums import as_frame, collect, value_counts
+
+if TYPE_CHECKING:
+    from ...schema.traffic_rows import DecodeRegression, FitRow
+    from ...workload.traces.records import TrafficCall, TrafficLoad
+
+#: One group's counts, sums, ranges, means and centred moments by name (:func:`_groups`: n, sO, mO, OO, …).
+Moments = dict[str, float]
 
 _ALL = "\x00all"  # the pooled group's key
 _RAW = {"O": pl.col("output").cast(pl.Float64), "L": pl.col("latency"), "T": pl.col("ttft")}
@@ -53,7 +60,7 @@ def _plane(g: dict[str, float]) -> tuple[float, float, float, float]:
     return float(a), float(b), float(c), (1.0 - ss_res / g["LL"] if g["LL"] > 0 else 1.0)
 
 
-def _groups(lf: pl.LazyFrame, cached_served: bool) -> tuple[dict[str, dict[str, Any]], dict[str, int]]:
+def _groups(lf: pl.LazyFrame, cached_served: bool) -> tuple[dict[str, Moments], dict[str, int]]:
     """Per model (and _ALL): counts, sums, ranges, means and centred moments of O, L, U (timed calls) and U, T
     (calls with a TTFT), and the middle U; and the calls per model."""
     served = pl.col("cached").cast(pl.Float64).fill_null(0.0) if cached_served else pl.lit(0.0)
@@ -90,10 +97,10 @@ def _varies(n: int, lo: float, hi: float, mean: float) -> bool:
     return n > 0 and hi - lo >= max(8.0, 0.10 * mean)
 
 
-def _decode(g: dict[str, Any]) -> dict[str, Any]:
+def _decode(g: Moments) -> DecodeRegression:
     """regression.regress's result for one group, from its sums."""
     n = g["n"]
-    out: dict[str, Any] = {"decode_tps": None, "intercept_s": None, "r2": None, "refused": None,
+    out: DecodeRegression = {"decode_tps": None, "intercept_s": None, "r2": None, "refused": None,
                            "method": "latency ~ output"}
     if n < MIN_POINTS:
         out["refused"] = f"{n} point(s), fewer than {MIN_POINTS}"
@@ -120,8 +127,8 @@ def _decode(g: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _fit_one(g: dict[str, Any], calls: int, label: str) -> tuple[Rates | None, dict[str, Any]]:
-    row: dict[str, Any] = {"model": label, "calls": calls, "points": g["n"]}
+def _fit_one(g: Moments, calls: int, label: str) -> tuple[Rates | None, FitRow]:
+    row: FitRow = {"model": label, "calls": calls, "points": g["n"]}  # type: ignore[typeddict-item]
     reg = _decode(g)
     row.update(reg)
     decode, dsrc = reg["decode_tps"], f"{reg['method']} (least squares)"
@@ -164,7 +171,8 @@ def _fit_one(g: dict[str, Any], calls: int, label: str) -> tuple[Rates | None, d
 _EMPTY = {"n": 0, "sO": 0.0, "nt": 0}
 
 
-def fit_rates(calls: Any, *, cached_served: bool = False) -> tuple[dict[str | None, Rates], list[dict[str, Any]]]:
+def fit_rates(calls: Sequence[TrafficCall] | TrafficLoad | pl.LazyFrame | pl.DataFrame, *,
+              cached_served: bool = False) -> tuple[dict[str | None, Rates], list[FitRow]]:
     """Rates fitted from the traffic's own latencies: per model, and pooled (key None).
 
     ``calls``: TrafficCall records or a frame of the canonical columns.  Returns the
@@ -175,7 +183,7 @@ def fit_rates(calls: Any, *, cached_served: bool = False) -> tuple[dict[str | No
     groups, per_model = _groups(lf, cached_served)
     n_all = int(collect(lf.select(n=pl.len()))[0].item())
     book: dict[str | None, Rates] = {}
-    rows: list[dict[str, Any]] = []
+    rows: list[FitRow] = []
     if len(per_model) > 1 or (per_model and next(iter(per_model.values())) < n_all):
         for m in sorted(per_model):
             r, row = _fit_one(groups.get(m, _EMPTY), per_model[m], m)

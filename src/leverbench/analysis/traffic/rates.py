@@ -11,10 +11,15 @@ book maps a model name to its rates, None to the rates of every other call.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from ...errors import BadInput
 from ..base.knobs import differing, is_on
+
+if TYPE_CHECKING:
+    from ...schema.rate_rows import RateRow
+    from ...schema.summary import Summary
+    from ...schema.traffic_rows import HandRates, RateFitSummary, RatesJSON
 
 
 @dataclass(frozen=True)
@@ -38,11 +43,11 @@ class Rates:
     drafter_speedup: float | None = None
     drafter_source: str | None = None
     prefill_input_range: tuple[float, float] | None = None
-    fit: dict[str, Any] | None = None
+    fit: RateFitSummary | None = None
     alternatives: dict[str, tuple[float, ...]] = field(default_factory=dict)
     conditions: tuple[str, ...] = ()
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> RatesJSON:
         return {"prefill_tps": self.prefill_tps, "prefill_a_s": self.prefill_a_s, "decode_tps": self.decode_tps,
                 "source": self.source, "prefill_source": self.prefill_source, "decode_source": self.decode_source,
                 "drafter_speedup": self.drafter_speedup, "drafter_source": self.drafter_source,
@@ -67,20 +72,20 @@ def rates_for(book: RateBook, model: str | None) -> Rates:
     return r
 
 
-def hand_rates(prefill_tps: float | None, decode_tps: float | None, prefill_a_s: float = 0.0) -> dict[str, Any]:
+def hand_rates(prefill_tps: float | None, decode_tps: float | None, prefill_a_s: float = 0.0) -> HandRates:
     """The fields given by hand (--prefill-tps, --decode-tps), to override others in ``choose_rates``."""
-    out: dict[str, Any] = {}
+    out: HandRates = {}
     for name, v in (("prefill_tps", prefill_tps), ("decode_tps", decode_tps)):
         if v is not None:
             if not v > 0:
                 raise BadInput(f"--{name.replace('_', '-')} must be positive (got {v})")
-            out[name] = float(v)
+            out[name] = float(v)  # type: ignore[literal-required]
     if prefill_tps is not None:
         out["prefill_a_s"] = float(prefill_a_s)
     return out
 
 
-def choose_rates(hand: Mapping[str, Any], run: Rates | None, fitted: RateBook | None) -> dict[str | None, Rates]:
+def choose_rates(hand: HandRates, run: Rates | None, fitted: RateBook | None) -> dict[str | None, Rates]:
     """Rates per model from where they are best known: by hand > run directory > fitted from the traffic.
 
     Field by field: a hand-given prefill or decode rate replaces that field in
@@ -101,7 +106,7 @@ def choose_rates(hand: Mapping[str, Any], run: Rates | None, fitted: RateBook | 
                             prefill_source="given by hand", decode_source="given by hand")}
     out = {}
     for k, r in book.items():
-        kw: dict[str, Any] = {}
+        kw: dict[str, float | str | None] = {}
         if "prefill_tps" in hand:
             kw.update(prefill_tps=hand["prefill_tps"], prefill_a_s=hand.get("prefill_a_s", 0.0),
                       prefill_source="given by hand", prefill_input_range=None)
@@ -111,7 +116,7 @@ def choose_rates(hand: Mapping[str, Any], run: Rates | None, fitted: RateBook | 
             alts = {n: v for n, v in r.alternatives.items() if n not in kw}
             by_hand = ", ".join(f"{n} by hand" for n in ("prefill_tps", "decode_tps") if n in kw)
             kw["source"] = r.source + " (" + by_hand + ")"
-            r = replace(r, alternatives=alts, **kw)
+            r = replace(r, alternatives=alts, **kw)  # type: ignore[arg-type]
         out[k] = r
     return out
 
@@ -128,11 +133,11 @@ def with_drafter(book: RateBook, speedup: float | None,
             for k, r in book.items()}
 
 
-def _rate_row(summary: Mapping[str, Any], arm: str) -> dict[str, Any]:
+def _rate_row(summary: Summary, arm: str) -> RateRow | Mapping[str, object]:
     return next((r for r in summary.get("rates") or [] if r.get("arm") == arm), {})
 
 
-def rates_from_summary(summary: Mapping[str, Any], label: str = "run") -> Rates:
+def rates_from_summary(summary: Summary, label: str = "run") -> Rates:
     """The no-lever rates of a leverbench run (its baseline arm), with the drafter's measured speedup.
 
     drafter_speedup = decode_tps of the arm that declares a drafter / decode_tps

@@ -17,13 +17,17 @@ O/decode_tps, queue_s = max(0, TTFT − (a + (I − C_served)/prefill_tps)) wher
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 import numpy as np
 import polars as pl
 
 from ...workload.traces.records import COLUMNS, calls_frame
 from .rates import RateBook, rates_for
+
+if TYPE_CHECKING:
+    from ...schema.traffic_rows import CountDistribution
+    from ...workload.traces.records import TrafficCall, TrafficLoad
 
 BUCKETS: tuple[tuple[str, float, float], ...] = (
     ("<1k", 0, 1024), ("1k–4k", 1024, 4096), ("4k–16k", 4096, 16384),
@@ -32,7 +36,7 @@ BUCKETS: tuple[tuple[str, float, float], ...] = (
 NO_MODEL = ""  # the group of calls whose model is not recorded
 
 
-def as_frame(calls: Any) -> pl.LazyFrame:
+def as_frame(calls: Sequence[TrafficCall] | TrafficLoad | pl.LazyFrame | pl.DataFrame) -> pl.LazyFrame:
     """The calls as a LazyFrame of the canonical columns: a TrafficLoad's frame, a (Lazy)DataFrame, or records."""
     if hasattr(calls, "frame") and isinstance(calls.frame, pl.LazyFrame):
         lf = calls.frame
@@ -82,7 +86,7 @@ def percentiles(values: np.ndarray, counts: np.ndarray, qs: Sequence[float]) -> 
     return out
 
 
-def distribution_of_counts(values: np.ndarray, counts: np.ndarray) -> dict[str, float] | None:
+def distribution_of_counts(values: np.ndarray, counts: np.ndarray) -> CountDistribution | None:
     """p50, p90, p99 (linear interpolation, NumPy's default), mean and max of a multiset of counts."""
     if counts.size == 0 or counts.sum() == 0:
         return None
@@ -129,5 +133,5 @@ def phase_sums(lf: pl.LazyFrame, rates: pl.DataFrame, *, cap: float, assumed_sha
         beyond=(inp > pl.col("hi")).sum())
 
 
-def total(rows: Iterable[Mapping[str, Any]], key: str) -> float:
+def total(rows: Iterable[Mapping[str, object]], key: str) -> float:
     return float(sum(r[key] or 0.0 for r in rows))

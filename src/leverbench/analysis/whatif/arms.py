@@ -29,7 +29,7 @@ Each figure is taken from where it is best known, and its source is said (:class
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from ...errors import BadInput
 from ..base.knobs import differing
@@ -38,8 +38,13 @@ from .cache import rule_of
 from .forecast import ArmSpec, prefix_cache_on, slowdown_curve
 from .prefix_cache import DEFAULT_BLOCK_TOKENS, DEFAULT_CACHE_TOKENS
 
+if TYPE_CHECKING:
+    from ...json_types import JSONValue
+    from ...schema.rate_rows import BatchSlowdown, RateModelRow, RateRow
+    from ...schema.summary import Summary
 
-def _num(x: Any) -> float | None:
+
+def _num(x: object) -> float | None:
     try:
         v = float(x)
     except (TypeError, ValueError):
@@ -47,7 +52,7 @@ def _num(x: Any) -> float | None:
     return v if v > 0 else None
 
 
-def _twin_prefill(summary: Mapping[str, Any], arm: str) -> tuple[dict[str, Any], str] | None:
+def _twin_prefill(summary: Summary, arm: str) -> tuple[RateRow, str] | None:
     """(the ``rates[]`` row with the prefill of the arm's twin without a prefix cache, the twin's name)."""
     knobs = {a["name"]: dict(a.get("knobs") or a.get("conditions") or {}) for a in summary.get("arms") or []}
     rows = {r.get("arm"): r for r in summary.get("rates") or []}
@@ -59,7 +64,7 @@ def _twin_prefill(summary: Mapping[str, Any], arm: str) -> tuple[dict[str, Any],
     return None
 
 
-def rate_model_of(summary: Mapping[str, Any], arm: str) -> tuple[dict[str, Any] | None, str]:
+def rate_model_of(summary: Summary, arm: str) -> tuple[RateModelRow | None, str]:
     """(the arm's rate model, where it came from): ``rate_models[]``, else the flat model of ``rates[]``."""
     for m in summary.get("rate_models") or []:
         if m.get("arm") == arm and m.get("prefill") and m.get("decode"):
@@ -78,7 +83,7 @@ def rate_model_of(summary: Mapping[str, Any], arm: str) -> tuple[dict[str, Any] 
                    (f"no rates: {row.get('refused')}" if row and row.get("refused") else "no measured rates"))
 
 
-def batch_points(model: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
+def batch_points(model: RateModelRow) -> tuple[BatchSlowdown | None, str | None]:
     """(the rate model's ``batch`` with its slowdown relative to one request alone, a note when it had to be
     re-normalised).  A summary written before issue 22 took it against the sweep's lowest concurrency c0
     (``reference_concurrency`` c0 > 1): then slowdown(c) = TPOT(c) / tpot_1, tpot_1 the model's per-token time
@@ -105,7 +110,7 @@ def batch_points(model: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str |
                      f"{ref:g} the slowdown is unknown; analyze the run's ledger again")
 
 
-def capacity_of(knobs: Mapping[str, Any], slots: int, engine_args: Sequence[str] = ()) -> tuple[float, str]:
+def capacity_of(knobs: Mapping[str, JSONValue], slots: int, engine_args: Sequence[str] = ()) -> tuple[float, str]:
     """(cache capacity in tokens, its source) from an arm's knobs and its engine's arguments (see the module
     docstring)."""
     llama = rule_of(knobs)[0] == "slots"
@@ -127,7 +132,7 @@ def capacity_of(knobs: Mapping[str, Any], slots: int, engine_args: Sequence[str]
                                          "GPU); give --cache-tokens")
 
 
-def block_of(knobs: Mapping[str, Any], discovered: Mapping[str, Any] | None = None) -> tuple[int, str]:
+def block_of(knobs: Mapping[str, JSONValue], discovered: Mapping[str, JSONValue] | None = None) -> tuple[int, str]:
     """(cache block in tokens, its source) from an arm's knobs and discovered facts (see the module docstring)."""
     if _num(knobs.get("block_size")):
         return int(knobs["block_size"]), "the arm's block_size"
@@ -139,7 +144,7 @@ def block_of(knobs: Mapping[str, Any], discovered: Mapping[str, Any] | None = No
     return DEFAULT_BLOCK_TOKENS, f"the default {DEFAULT_BLOCK_TOKENS} tokens per block (vLLM's on a GPU)"
 
 
-def arm_specs(summary: Mapping[str, Any], arms: Sequence[str] | None = None, *, cache_tokens: float | None = None,
+def arm_specs(summary: Summary, arms: Sequence[str] | None = None, *, cache_tokens: float | None = None,
               block_tokens: int | None = None, gpus: float | None = None,
               gpu_hour_usd: float | None = None) -> tuple[list[ArmSpec], list[str]]:
     """The arms of a run summary as the simulation serves them, and notes on the arms left out."""

@@ -25,10 +25,13 @@ ends and the answer's when the call ends, under every rule.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from .plan import PlannedCall
 from .prefix_cache import PrefixCache, SlotCache, Unit, unbounded
+
+if TYPE_CHECKING:
+    from ...json_types import JSONValue
 
 RULES = {
     "shared": "one cache shared by all requests: a prompt's blocks shared once its prefill computed them, the "
@@ -40,7 +43,7 @@ RULES = {
 }
 
 
-def rule_of(knobs: Mapping[str, Any]) -> tuple[str, str]:
+def rule_of(knobs: Mapping[str, JSONValue]) -> tuple[str, str]:
     """(the cache rule of an arm's engine, why): the simulator's own, llama.cpp's slots, else shared (vLLM's,
     SGLang's, and the rule assumed for an engine the knobs do not name)."""
     engine = str(knobs.get("engine") or "").lower()

@@ -48,7 +48,7 @@ import math
 import random
 from collections import deque
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -61,13 +61,27 @@ from .plan import Plan, PlannedCall
 from .prefix_cache import PrefixCache, SlotCache, unbounded
 from .slots import assumptions
 
+if TYPE_CHECKING:
+    from ...json_types import JSONValue
+    from ...schema.rate_rows import BatchSlowdown, RateModelRow
+    from ...schema.whatif_rows import (
+        CacheFigures,
+        CachePass,
+        CacheSaving,
+        Forecast,
+        ForecastArm,
+        ForecastCache,
+        Ranked,
+        RankRow,
+    )
+
 
 @dataclass
 class ArmSpec:
     """One arm as the simulation serves: its rate model, slots and slowdown, its cache, its price."""
 
     name: str
-    model: dict[str, Any]
+    model: RateModelRow  # with the ``source`` it came from (:func:`.arms.arm_specs`)
     slots: int = 1
     slowdown: Callable[[int], float] = lambda k: 1.0
     cache: bool = False
@@ -76,13 +90,13 @@ class ArmSpec:
     cache_source: str = ""
     cache_rule: str = "shared"  # how its engine keeps the cache: a rule of .whatif_cache.RULES
     parallel_slots: int | None = None  # slots known, slowdown not measured: also served in parallel (see above)
-    knobs: dict[str, Any] = field(default_factory=dict)
+    knobs: dict[str, JSONValue] = field(default_factory=dict)
     gpus: float = 1.0
     gpu_hour_usd: float | None = None
     notes: list[str] = field(default_factory=list)
 
 
-def slowdown_curve(batch: dict[str, Any] | None) -> Callable[[int], float]:
+def slowdown_curve(batch: BatchSlowdown | None) -> Callable[[int], float]:
     """slowdown(k) from a rate model's ``batch`` {concurrency, slowdown} (relative to one request alone:
     :func:`.whatif_arms.batch_points` re-normalises an older summary's): linear between the measured points,
     (1, 1) added when absent; past the largest measured k, slowdown(k_max) · k / k_max (no further gain)."""
@@ -226,14 +240,14 @@ def simulate(plan: Plan, arm: ArmSpec, order_seed: int | None = None) -> Served:
 # ---------------------------------------------------------------- rows
 
 
-def arm_row(s: Served, arm: ArmSpec) -> dict[str, Any]:
+def arm_row(s: Served, arm: ArmSpec) -> ForecastArm:
     """The JSON row of one arm's simulation (see the module docstring for each figure)."""
     n = len(s.calls)
     out_tokens = float(sum(c.output_tokens for c in s.calls))
     span = s.last_end - s.first_arrival
     gh = s.busy_s / n * arm.gpus * 1000.0 / 3600.0 if n else None
     ttft, e2e = distribution(s.ttft), distribution(s.e2e)
-    row: dict[str, Any] = {
+    row: ForecastArm = {
         "arm": arm.name, "calls": n,
         "ttft_p50_s": ttft["p50"] if ttft else None, "ttft_p99_s": ttft["p99"] if ttft else None,
         "e2e_p50_s": e2e["p50"] if e2e else None, "e2e_p99_s": e2e["p99"] if e2e else None,
@@ -245,7 +259,7 @@ def arm_row(s: Served, arm: ArmSpec) -> dict[str, Any]:
         "gpus": arm.gpus, "gpu_hour_usd": arm.gpu_hour_usd,
         "slots": arm.slots, "prefix_cache": arm.cache, "knobs": arm.knobs,
         "rate_model": {"prefill": arm.model.get("prefill"), "decode": arm.model.get("decode"),
-                       "batch": arm.model.get("batch"), "source": arm.model.get("source")},
+                       "batch": arm.model.get("batch"), "source": arm.model.get("source")},  # type: ignore[typeddict-item]
         "notes": list(arm.notes),
         "extrapolation": extrapolation(s.calls, s.hit, arm.model),
     }
@@ -256,17 +270,17 @@ def arm_row(s: Served, arm: ArmSpec) -> dict[str, Any]:
     return row
 
 
-def extrapolation(calls: Sequence[PlannedCall], hit: Sequence[float], model: dict[str, Any]) -> str | None:
+def extrapolation(calls: Sequence[PlannedCall], hit: Sequence[float], model: RateModelRow) -> str | None:
     """A note when calls lie beyond what the arm's rate model was fitted on: the forecast extrapolates its
     terms there (the quadratic c most of all); None when none does.  Per call, as served (``hit``: its cached
     tokens): its uncached tokens I − hit against the prefill's uncached range (``range_uncached``), its cached
     ones against ``range_cached`` where the prefill has an attention term (c > 0: else they cost nothing), and
     its context I + O against the decode's ``range_context``."""
     out = []
-    p = model.get("prefill") or {}
-    p_hi = (p.get("range_uncached") or [None, None])[1]
-    k_hi = (p.get("range_cached") or [None, None])[1] if p.get("c_s_per_token2") else None
-    d_hi = ((model.get("decode") or {}).get("range_context") or [None, None])[1]
+    p, d = model.get("prefill"), model.get("decode")  # a summary read back may lack a range (older files)
+    p_hi = (p.get("range_uncached") or [None, None])[1] if p else None
+    k_hi = (p.get("range_cached") or [None, None])[1] if p and p.get("c_s_per_token2") else None
+    d_hi = (d.get("range_context") or [None, None])[1] if d else None
     uncached = [c.input_tokens - h for c, h in zip(calls, hit)]
     if p_hi is not None:
         n = sum(1 for u in uncached if u > p_hi)
@@ -286,7 +300,7 @@ def extrapolation(calls: Sequence[PlannedCall], hit: Sequence[float], model: dic
     return "extrapolated: " + "; ".join(out) if out else None
 
 
-def cache_figures(cache: PrefixCache | SlotCache, shadow: PrefixCache, arm: ArmSpec) -> dict[str, Any]:
+def cache_figures(cache: PrefixCache | SlotCache, shadow: PrefixCache, arm: ArmSpec) -> CacheFigures:
     """The finite cache's figures beside the unbounded one's, under the same order of calls, with the rule its
     engine keeps it by (:data:`.whatif_cache.RULES`)."""
     return {"capacity_tokens": cache.capacity if math.isfinite(cache.capacity) else None,
@@ -296,11 +310,11 @@ def cache_figures(cache: PrefixCache | SlotCache, shadow: PrefixCache, arm: ArmS
             "unbounded_hit_share": shadow.hit_share, "evicted_tokens": cache.evicted_tokens}
 
 
-def ranking(rows: Sequence[dict[str, Any]], reference: str, knobs: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+def ranking(rows: Sequence[Ranked], reference: str, knobs: Mapping[str, Mapping[str, JSONValue]]) -> list[RankRow]:
     """The arms by GPU-hours per 1,000 calls (then p50 end-to-end), each with the knobs that differ from
     ``reference`` and its multiplier: reference GPU-hours / its GPU-hours."""
     ref = next((r for r in rows if r["arm"] == reference), None)
-    out = []
+    out: list[RankRow] = []
     for r in sorted(rows, key=lambda r: (r["gpu_hours_per_1000_calls"] if r["gpu_hours_per_1000_calls"] is not None
                                          else math.inf, r["e2e_p50_s"] or math.inf)):
         gh, rgh = r["gpu_hours_per_1000_calls"], ref["gpu_hours_per_1000_calls"] if ref else None
@@ -324,7 +338,7 @@ def reference_arm(arms: Sequence[ArmSpec], baseline: str, cache_on: bool) -> tup
                        "(a prefix cache on, as the traffic was served), not the baseline")
 
 
-def prefix_cache_on(knobs: dict[str, Any]) -> bool | None:
+def prefix_cache_on(knobs: Mapping[str, JSONValue]) -> bool | None:
     """Whether an arm's knobs say its prefix cache is on (None: they do not say)."""
     for k in ("prefix_cache", "cache_prompt", "enable_prefix_caching"):
         if k in knobs:
@@ -335,7 +349,7 @@ def prefix_cache_on(knobs: dict[str, Any]) -> bool | None:
 # ---------------------------------------------------------------- the forecast
 
 
-def realized_cache_saving(plan: Plan, model: dict[str, Any]) -> dict[str, Any] | None:
+def realized_cache_saving(plan: Plan, model: RateModelRow) -> CacheSaving | None:
     """Where the trace's cached tokens were served by a cache already on: their share of the input, and the
     prefill seconds they saved on ``model`` = Σ prefill_s(I, 0) − prefill_s(I − C, C); None otherwise."""
     served = [c for c in plan.calls if c.served_cached]
@@ -350,7 +364,7 @@ def realized_cache_saving(plan: Plan, model: dict[str, Any]) -> dict[str, Any] |
 
 
 def forecast(plan: Plan, arms: Sequence[ArmSpec], baseline: str, *,
-             trace_cached_share: float | None = None, orders: int = ORDERS) -> dict[str, Any]:
+             trace_cached_share: float | None = None, orders: int = ORDERS) -> Forecast:
     """Serve ``plan`` on every arm and rank them; the JSON-ready what-if (see the module docstring).
     ``orders``: how many random orders of simultaneous arrivals to serve (where there are any).  An arm with
     ``parallel_slots`` is served a second time, on them in parallel without slowdown: its row's
@@ -364,7 +378,8 @@ def forecast(plan: Plan, arms: Sequence[ArmSpec], baseline: str, *,
     if not any(a.name == baseline for a in arms):  # --arms left the baseline out: rank against the first served
         baseline = arms[0].name
     k, tied, order_note = orders_to_serve(plan, orders)
-    rows, unbounded_share = [], []
+    rows: list[ForecastArm] = []
+    unbounded_share: list[float] = []
     for a in arms:
         runs = [simulate(plan, a, order_seed=j if k > 1 else None) for j in range(k)]
         unbounded_share.append(float(np.mean([r.shadow.hit_share for r in runs])))
@@ -380,10 +395,11 @@ def forecast(plan: Plan, arms: Sequence[ArmSpec], baseline: str, *,
     ref, why = reference_arm(arms, baseline, realized is not None)
     rank = ranking(rows, ref, {a.name: a.knobs for a in arms})
     with_cache = next((r for r in rows if r.get("cache")), None)
+    cache: ForecastCache
     if with_cache is not None:
-        cache = {**with_cache["cache"], "arm": with_cache["arm"]}
+        cache = {**with_cache["cache"], "arm": with_cache["arm"]}  # type: ignore[typeddict-item]
     else:
-        cache = {"arm": None, "capacity_tokens": None, "hit_share": None,
+        cache = {"arm": None, "capacity_tokens": None, "hit_share": None,  # type: ignore[typeddict-item]
                  "unbounded_hit_share": unbounded_share[0], "note": "no arm has a prefix cache on"}
     cache["upper_bound_hit_share"] = cache.get("unbounded_hit_share")
     cache["trace_cached_share"] = trace_cached_share
@@ -401,7 +417,7 @@ def forecast(plan: Plan, arms: Sequence[ArmSpec], baseline: str, *,
             "plan": plan.options, "notes": notes}
 
 
-def cache_pass(plan: Plan, capacity_tokens: float, block_tokens: int) -> dict[str, Any]:
+def cache_pass(plan: Plan, capacity_tokens: float, block_tokens: int) -> CachePass:
     """A finite cache run over the planned calls in the plan's order (sessions one after another, each call
     inserted when it is looked up), without serving them: {hit_tokens, input_tokens, hit_share,
     unbounded_hit_share, capacity_tokens, block_tokens, evicted_tokens}."""

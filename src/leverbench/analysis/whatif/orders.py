@@ -9,11 +9,14 @@ reports each figure's mean over them, with its lowest and highest (:func:`mean_r
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
 from .plan import Plan
+
+if TYPE_CHECKING:
+    from ...schema.whatif_rows import ForecastArm
 
 ORDERS = 16  # random orders of simultaneous arrivals a forecast serves (see the module docstring) ...
 ORDER_BUDGET = 1_000_000  # ... at most this many calls simulated per arm in all: a large trace gets fewer orders
@@ -34,18 +37,18 @@ def tied_calls(plan: Plan) -> int:
     return int(counts[counts > 1].sum())
 
 
-def _mean(values: Sequence[Any]) -> Any:
+def _mean(values: Sequence[float | None]) -> float | None:
     return None if any(v is None for v in values) else float(np.mean(values))
 
 
-def mean_row(rows: Sequence[dict[str, Any]], tied: int) -> dict[str, Any]:
+def mean_row(rows: Sequence[ForecastArm], tied: int) -> ForecastArm:
     """One row from an arm's rows under several orders of simultaneous arrivals: ORDER_FIGURES, the
     distributions and the cache figures averaged; ``orders`` gives their count, the tied calls and, for each
     of ORDER_FIGURES that the order changes, its [lowest, highest].  A single row is returned as it is
     (``orders`` None)."""
     if len(rows) == 1:
         return {**rows[0], "orders": None}
-    out = dict(rows[0])
+    out: ForecastArm = {**rows[0]}
     for k in ORDER_FIGURES:
         out[k] = _mean([r[k] for r in rows])
     for k in ("ttft", "e2e"):

@@ -35,10 +35,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from ..base.bounds import MAX_TOKENS
 from .prefix_cache import Piece
+
+if TYPE_CHECKING:
+    from ...schema.whatif_rows import PlanOptions
+    from ...workload.traces.records import TrafficCall
 
 
 @dataclass
@@ -63,7 +67,7 @@ class Plan:
 
     sessions: list[list[PlannedCall]]
     left_out: dict[str, int] = field(default_factory=dict)
-    options: dict[str, Any] = field(default_factory=dict)
+    options: PlanOptions = field(default_factory=dict)  # type: ignore[assignment]
     has_arrivals: bool = True
 
     @property
@@ -71,7 +75,7 @@ class Plan:
         return [c for s in self.sessions for c in s]
 
 
-def _first_pieces(call: Any, index: int, inp: int, block: int, assumed_share: float | None,
+def _first_pieces(call: TrafficCall, index: int, inp: int, block: int, assumed_share: float | None,
                   chunk: int) -> tuple[Piece, ...]:
     """The pieces of a session's first prompt (see the module docstring)."""
     out: list[Piece] = []
@@ -96,7 +100,7 @@ def _first_pieces(call: Any, index: int, inp: int, block: int, assumed_share: fl
     return tuple(out)
 
 
-def plan_calls(calls: Sequence[Any], *, speed: float = 1.0, scale_input: float = 1.0, scale_output: float = 1.0,
+def plan_calls(calls: Sequence[TrafficCall], *, speed: float = 1.0, scale_input: float = 1.0, scale_output: float = 1.0,
                requests: int | None = None, max_input_tokens: int | None = None, max_tokens: int | None = None,
                block_tokens: int = 512, cached_served: bool = False, assumed_share: float | None = None,
                chunk_tokens: int = 16, template_tokens: int = 0) -> Plan:
@@ -118,7 +122,7 @@ def plan_calls(calls: Sequence[Any], *, speed: float = 1.0, scale_input: float =
         leave("beyond --requests", len(calls) - requests)
         calls = calls[:requests]
     has_arrivals = any(c.arrival_s is not None for c in calls)
-    groups: dict[Any, list[tuple[int, Any]]] = {}
+    groups: dict[tuple[str, object], list[tuple[int, TrafficCall]]] = {}
     for idx, c in enumerate(calls):
         groups.setdefault(("s", c.session) if c.session is not None else ("r", idx), []).append((idx, c))
     block = max(1, round(block_tokens * scale_input))
@@ -178,7 +182,7 @@ def plan_calls(calls: Sequence[Any], *, speed: float = 1.0, scale_input: float =
             pc.session = k
         session[0].start_s = start - t0
         sessions.append(session)
-    opts = {"speed": speed, "scale_input": scale_input, "scale_output": scale_output, "requests": requests,
-            "max_input_tokens": max_input_tokens, "max_tokens": max_tokens, "block_tokens": block_tokens,
-            "template_tokens": template_tokens}
+    opts: PlanOptions = {"speed": speed, "scale_input": scale_input, "scale_output": scale_output,
+                         "requests": requests, "max_input_tokens": max_input_tokens, "max_tokens": max_tokens,
+                         "block_tokens": block_tokens, "template_tokens": template_tokens}
     return Plan(sessions, left, opts, has_arrivals)

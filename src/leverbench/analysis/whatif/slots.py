@@ -16,9 +16,12 @@ assumption was wrong when the measured e2e p50 lies nearer the parallel end.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from .orders import ORDER_FIGURES
+
+if TYPE_CHECKING:
+    from ...schema.whatif_rows import AssumptionCheck, Assumptions, FigureCheck, OrderFigures, OrderRanges
 
 ONE, PARALLEL = "one at a time", "parallel"
 
@@ -27,13 +30,13 @@ def _s(x: float | None) -> str:
     return "–" if x is None else f"{x:.3g}"
 
 
-def assumptions(row: Mapping[str, Any], parallel: Mapping[str, Any], slots: int) -> tuple[dict[str, Any], str]:
+def assumptions(row: OrderFigures, parallel: OrderFigures, slots: int) -> tuple[Assumptions, str]:
     """(the row's ``assumptions``, the note that says so) from the arm's row served one at a time and its row
     served on ``slots`` in parallel without slowdown."""
-    one = {k: row.get(k) for k in ORDER_FIGURES}
-    par = {k: parallel.get(k) for k in ORDER_FIGURES}
-    rng = {k: [min(one[k], par[k]), max(one[k], par[k])] for k in ORDER_FIGURES
-           if one[k] is not None and par[k] is not None}
+    one: OrderFigures = {k: row.get(k) for k in ORDER_FIGURES}  # type: ignore[misc]
+    par: OrderFigures = {k: parallel.get(k) for k in ORDER_FIGURES}  # type: ignore[misc]
+    rng: OrderRanges = {k: [min(one[k], par[k]), max(one[k], par[k])] for k in ORDER_FIGURES  # type: ignore[misc]
+                        if one[k] is not None and par[k] is not None}
     note = (f"{slots} slots known but no batching slowdown measured: these figures serve requests one at a time "
             f"(e2e p50 {_s(one['e2e_p50_s'])} s, p99 {_s(one['e2e_p99_s'])} s, GPU-h/1000 calls "
             f"{_s(one['gpu_hours_per_1000_calls'])}); its {slots} slots in parallel without slowdown give e2e p50 "
@@ -43,11 +46,11 @@ def assumptions(row: Mapping[str, Any], parallel: Mapping[str, Any], slots: int)
     return {"slots": slots, "figures": ONE, "one_at_a_time": one, PARALLEL: par, "range": rng}, note
 
 
-def check(a: Mapping[str, Any], measured: Mapping[str, Any], figures: tuple[str, ...]) -> dict[str, Any]:
+def check(a: Assumptions, measured: Mapping[str, float | None], figures: tuple[str, ...]) -> AssumptionCheck:
     """Where each measured figure lies between the two assumptions: {figures: {k: {measured, one_at_a_time,
     parallel, nearer, between}}, wrong, text}; ``wrong``: the measured e2e p50 lies nearer the parallel end
     than the one-at-a-time end the figures assumed."""
-    out: dict[str, Any] = {}
+    out: dict[str, FigureCheck] = {}
     for k in figures:
         m, one, par = measured.get(k), a["one_at_a_time"].get(k), a[PARALLEL].get(k)
         if m is None or one is None or par is None or one == par:

@@ -31,7 +31,7 @@ The track record (:func:`track_record`): every verification stored with the run,
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -39,6 +39,11 @@ from ..load.stages import columns, distribution, e2e, load_records, ready, ttft
 from ..rates.rate_model import decode_seconds, prefill_seconds
 from .forecast import ranking
 from .slots import check
+
+if TYPE_CHECKING:
+    from ...json_types import JSONValue
+    from ...schema.rate_rows import RateModelRow
+    from ...schema.whatif_rows import ErrorTrack, Forecast, ForecastArm, MeasuredArm, TrackRecord, VerificationEntry
 
 COMPARED = ("ttft_p50_s", "ttft_p99_s", "e2e_p50_s", "e2e_p99_s", "output_tps", "gpu_hours_per_1000_calls")
 
@@ -59,12 +64,12 @@ def busy_seconds(starts: np.ndarray, ends: np.ndarray) -> float:
     return float(total)
 
 
-def _final(rs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def _final(rs: Sequence[Mapping[str, object]]) -> list[Mapping[str, object]]:
     """The calls that count: warm-up and retried attempts left out (failed calls kept)."""
     return [r for r in rs if not r.get("retried") and not r.get("warmup")]
 
 
-def measured_row(rs: Sequence[dict[str, Any]], gpus: float = 1.0) -> dict[str, Any]:
+def measured_row(rs: Sequence[Mapping[str, object]], gpus: float = 1.0) -> MeasuredArm:
     """One arm's measured figures from its stage records (see the module docstring)."""
     final = _final(rs)
     ok = [r for r in final if r.get("error") is None]
@@ -90,7 +95,7 @@ def measured_row(rs: Sequence[dict[str, Any]], gpus: float = 1.0) -> dict[str, A
             "template_tokens": sum(extra) / len(extra) if extra else None}
 
 
-def service_seconds(rs: Sequence[dict[str, Any]], model: Mapping[str, Any] | None) -> tuple[float, float] | None:
+def service_seconds(rs: Sequence[Mapping[str, object]], model: RateModelRow | None) -> tuple[float, float] | None:
     """(the rate model's seconds, the engine's own seconds) for the successful calls as the engine served them
     (see the module docstring: ``service``); None without a model or when a call lacks llama.cpp's timings."""
     ok = [r for r in _final(rs) if r.get("error") is None]
@@ -105,11 +110,11 @@ def service_seconds(rs: Sequence[dict[str, Any]], model: Mapping[str, Any] | Non
     return forecast, sum(t["prompt_ms"] + t["predicted_ms"] for t in tm) / 1000.0
 
 
-def measured(records: Iterable[dict[str, Any]], stage: str, gpus: Mapping[str, float] | None = None,
-             models: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
+def measured(records: Iterable[Mapping[str, object]], stage: str, gpus: Mapping[str, float] | None = None,
+             models: Mapping[str, RateModelRow] | None = None) -> dict[str, MeasuredArm]:
     """Per arm, :func:`measured_row` of the stage's latest execution, with ``service_model_s`` and
     ``service_s`` (:func:`service_seconds` on the arm's rate model in *models*, where it applies)."""
-    out = {}
+    out: dict[str, MeasuredArm] = {}
     for (arm, st), rs in load_records(records).items():
         if st == stage and rs:
             out[arm] = measured_row(rs, (gpus or {}).get(arm, 1.0))
@@ -125,12 +130,12 @@ def error(forecast: float | None, actual: float | None) -> float | None:
     return forecast / actual - 1.0
 
 
-def compare(result: dict[str, Any], meas: Mapping[str, dict[str, Any]],
-            knobs: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
+def compare(result: Forecast, meas: Mapping[str, MeasuredArm],
+            knobs: Mapping[str, Mapping[str, JSONValue]]) -> Forecast:
     """The forecast with, per arm, ``measured`` and ``error`` (per compared figure), and the measured ranking
     beside the forecast one (``ranking_measured``, ``ranking_matches``: the same order of arms)."""
-    out = dict(result)
-    rows = []
+    out: Forecast = {**result}
+    rows: list[ForecastArm] = []
     for row in result["arms"]:
         m = meas.get(row["arm"])
         band = row.get("orders") or {}
@@ -151,7 +156,7 @@ def compare(result: dict[str, Any], meas: Mapping[str, dict[str, Any]],
     return out
 
 
-def track_record(entries: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+def track_record(entries: Sequence[VerificationEntry]) -> TrackRecord | None:
     """Earlier verifications of this run's forecasts: how many, and per arm and figure the errors (in order)
     with their largest absolute value; how often the ranking matched."""
     if not entries:
@@ -165,5 +170,8 @@ def track_record(entries: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     return {"verifications": len(entries),
             "ranking_matched": sum(1 for e in entries if e.get("ranking_matches")),
             "last": entries[-1].get("at"),
-            "errors": {arm: {k: {"values": v, "max_abs": max(abs(x) for x in v)} for k, v in figs.items()}
-                       for arm, figs in per_arm.items()}}
+            "errors": {arm: {k: _track(v) for k, v in figs.items()} for arm, figs in per_arm.items()}}
+
+
+def _track(values: list[float]) -> ErrorTrack:
+    return {"values": values, "max_abs": max(abs(x) for x in values)}
