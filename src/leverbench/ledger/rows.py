@@ -176,7 +176,11 @@ class LoadExtras(TypedDict, total=False):
     clock_uncertainty_s: float | None
 
 
-class CallRow(CallFields, TurnCallExtras, ProbeExtras, LoadExtras, total=False):
+class CallExtras(TurnCallExtras, ProbeExtras, LoadExtras, total=False):
+    """A call record's ``extra`` (:attr:`.records.CallRecord.extra`): the keys its kind adds."""
+
+
+class CallRow(CallFields, CallExtras, total=False):
     """A ``call``, ``probe``, ``sentinel``, ``warmup`` or ``load`` record: a call's fields and its kind's
     ``extra`` keys."""
 
