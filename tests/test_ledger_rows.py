@@ -55,6 +55,13 @@ def test_every_field_a_model_checks_is_a_key_of_its_row(model: type[BaseModel], 
     assert _model_keys(model) - {"kind"} <= _keys(row)
 
 
+def test_required_keys_are_known_at_runtime() -> None:
+    """(A ``from __future__ import annotations`` in rows.py would leave every key of a total=False row optional.)"""
+    assert rows.CallRow.__required_keys__ == {"kind", "arm"}
+    assert rows.RunHeaderRow.__required_keys__ == {"kind", "schema", "config", "arms"}
+    assert rows.MetricsRow.__required_keys__ == {"kind", "arm", "when", "samples"}
+
+
 def test_rows_import_no_pydantic() -> None:
     code = "import sys, leverbench.ledger.rows; sys.exit('pydantic' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

@@ -199,7 +199,7 @@ class CallRecord:
     length_verified: bool | None = _f(omit_none=True)  # a probe generated exactly its forced length
     retried: bool | None = _f(omit_none=True, column=FLAG)  # true: this attempt failed and was tried again
     # -- the keys the record's kind adds (see the module's docstring); none may name a field
-    extra: CallExtras = field(default_factory=lambda: CallExtras())
+    extra: CallExtras = field(default_factory=CallExtras)
 
     @property
     def t_end(self) -> float:

@@ -12,10 +12,11 @@ Every key is optional (``total=False``) but those every record of the kind holds
 schema requires it): a record of an older writer, or of a kind's variant (a warm-up, a probe), lacks some.
 Keys no row names may be present (the schema keeps them): read them with ``.get``.
 
-This module imports nothing but typing (no pydantic): the CLI's ``--help`` must stay light.
+This module imports nothing but typing (no pydantic): the CLI's ``--help`` must stay light.  It has no ``from
+__future__ import annotations``: a TypedDict knows its ``Required`` keys at runtime only from evaluated
+annotations (``__required_keys__``, which pydantic and the tests read).
 """
 
-from __future__ import annotations
 
 from typing import Union
 

@@ -62,7 +62,7 @@ class Schedule:
     # trace replay: (s after the start, the session's calls in round order)
     sessions: list[tuple[float, list[TraceCall]]] = field(default_factory=list)
     tokens_per_word: float = 1.0  # the synthetic prompts' calibration (/tokenize)
-    first_extra: CallExtras = field(default_factory=lambda: CallExtras())  # what this share's first call carries
+    first_extra: CallExtras = field(default_factory=CallExtras)  # what this share's first call carries
     max_in_flight: int | None = None
 
     def index(self, j: int) -> int:

@@ -3,10 +3,10 @@
 A case's messages (:mod:`.cases`), a load stage's and a trace's (``runner.prompts``, ``runner.load``), the
 turn's tool results (``runner.turn``) are :class:`ChatMessage` lists; ``runner.send`` makes the
 :class:`ChatBody`.  The tools' schemas a case declares, and the request fields an arm adds, are the user's
-JSON (:data:`~leverbench.json_types.JSONObject`).  Only typing is imported here.
+JSON (:data:`~leverbench.json_types.JSONObject`).  Only typing is imported here; no ``from __future__ import
+annotations``, so that the TypedDicts know their ``Required`` keys at runtime.
 """
 
-from __future__ import annotations
 
 from typing_extensions import Required, TypedDict
 
