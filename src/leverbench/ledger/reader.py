@@ -70,7 +70,7 @@ import os
 import stat
 from contextlib import suppress
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Generic, Iterable, Iterator, Literal, Mapping, TypeVar, overload
 
 import numpy as np
 import orjson
@@ -89,7 +89,22 @@ from .records import (
     CallRecord,
     TurnRecord,
 )
+from .rows import (
+    CallRow,
+    ClockRow,
+    HeaderRow,
+    LedgerRow,
+    MetricsRow,
+    ResumeRow,
+    RunHeaderRow,
+    ShardHeaderRow,
+    StageEndRow,
+    TurnRow,
+)
 from .schema import check_header, check_record, column_bounds, header_arms
+
+H = TypeVar("H", RunHeaderRow, ShardHeaderRow)  # a ledger's header: a run's, or a worker's shard's
+CallKind = Literal["call", "probe", "sentinel", "load", "warmup"]  # the kinds of a call record (rows.CallRow)
 
 COLUMNAR_MIN_BYTES = 16 << 20  # from this file size on, polars reads the call and turn records as columns
 CHUNK_BYTES = 64 << 20  # what polars reads at a time of a file it does not read whole
@@ -144,7 +159,7 @@ class Columns:
         self.failed, self.has_timings = failed, has_timings
 
     @classmethod
-    def of(cls, kind: str, records: Iterable[dict[str, Any]]) -> Columns:
+    def of(cls, kind: str, records: Iterable[Mapping[str, object]]) -> Columns:
         """From record dicts (of *kind*)."""
         recs = list(records)
         numbers, flags, timings = COLUMN_KINDS[kind]
@@ -187,12 +202,13 @@ class Columns:
                    col("error").is_not_null().to_numpy(writable=True), has_timings.to_numpy(writable=True), hashes)
 
 
-class Ledger:
-    """A ledger as read: ``header``, ``records`` (every record after the header, complete, in file
-    order) and ``warnings`` (what had to be skipped).  Read as columns, it parses records again from
+class Ledger(Generic[H]):
+    """A ledger as read: ``header`` (a ``run`` header, :class:`.rows.RunHeaderRow`; a shard's:
+    :class:`.rows.ShardHeaderRow`), ``records`` (every record after the header, complete, in file
+    order: :data:`.rows.LedgerRow`) and ``warnings`` (what had to be skipped).  Read as columns, it parses records again from
     the file only when asked for: the other kinds' for :meth:`of_kind`, all for ``records``."""
 
-    def __init__(self, path: Path, header: dict[str, Any], records: list[dict[str, Any]] | None = None,
+    def __init__(self, path: Path, header: H, records: list[LedgerRow] | None = None,
                  warnings: list[str] | None = None, *, _source: _Source | None = None,
                  _columns: dict[str, Columns] | None = None) -> None:
         self.path = path
@@ -200,13 +216,13 @@ class Ledger:
         self.warnings = warnings if warnings is not None else []
         self._records = records if records is not None or _source is not None else []
         self._source, self._columns = _source, _columns or {}
-        self._others: list[dict[str, Any]] | None = None
-        self.shards: list[dict[str, Any]] = []  # the headers of the shards read with it (add_shards)
+        self._others: list[LedgerRow] | None = None
+        self.shards: list[ShardHeaderRow] = []  # the headers of the shards read with it (add_shards)
         self.skipped = 0  # records of a known kind their schema refuses, left out (salvage)
-        self._shard_records: list[dict[str, Any]] = []
+        self._shard_records: list[LedgerRow] = []
 
     @property
-    def records(self) -> list[dict[str, Any]]:
+    def records(self) -> list[LedgerRow]:
         if self._records is None:
             assert self._source is not None
             self._records = self._source.parse_all() + self._shard_records
@@ -214,7 +230,23 @@ class Ledger:
             self.skipped += len(self._source.warnings)
         return self._records
 
-    def of_kind(self, *kinds: str) -> Iterator[dict[str, Any]]:
+    @overload
+    def of_kind(self, *kinds: CallKind) -> Iterator[CallRow]: ...
+    @overload
+    def of_kind(self, *kinds: Literal["turn"]) -> Iterator[TurnRow]: ...
+    @overload
+    def of_kind(self, *kinds: Literal["metrics"]) -> Iterator[MetricsRow]: ...
+    @overload
+    def of_kind(self, *kinds: Literal["stage_end"]) -> Iterator[StageEndRow]: ...
+    @overload
+    def of_kind(self, *kinds: Literal["clock"]) -> Iterator[ClockRow]: ...
+    @overload
+    def of_kind(self, *kinds: Literal["resume"]) -> Iterator[ResumeRow]: ...
+    @overload
+    def of_kind(self, *kinds: str) -> Iterator[LedgerRow]: ...
+
+    def of_kind(self, *kinds: str) -> Iterator[LedgerRow]:
+        """The records of *kinds*, in order (typed by their kind: :mod:`.rows`)."""
         if self._records is None and self._source is not None and not set(kinds) & set(self._columns):
             if self._others is None:
                 self._others = self._source.parse(self._source.others)
@@ -227,10 +259,10 @@ class Ledger:
             return self._columns[kind]
         return Columns.of(kind, self.of_kind(kind))
 
-    def add_shards(self, shards: list[Ledger]) -> None:
+    def add_shards(self, shards: list[Ledger[ShardHeaderRow]]) -> None:
         """Merge *shards* (:func:`read_shard`) in: their records after this ledger's own, sorted by time (see
         the module docstring), their warnings after its own.  LedgerError for a shard of another run."""
-        merged: list[dict[str, Any]] = []
+        merged: list[LedgerRow] = []
         for shard in shards:
             if shard.header.get("run_id") != self.header.get("run_id"):
                 raise LedgerError(f"{shard.path}: a shard of run {shard.header.get('run_id')!r}, not of this run "
@@ -257,7 +289,7 @@ class _Source:
         self.path, self.size, self.ident = path, st.st_size, (st.st_dev, st.st_ino)
         self.starts, self.ends, self.others = starts, ends, others
         self.lines, self.scan = lines, scan  # each record's line index; the read's rules (salvage, arms)
-        self.checked_others: list[dict[str, Any]] = []
+        self.checked_others: list[LedgerRow] = []
 
     def check(self, others: list[int], suspect: np.ndarray) -> np.ndarray:
         """Check the records of *others* and the *suspect* ones (a mask) by their schema (:func:`check_record`):
@@ -274,7 +306,7 @@ class _Source:
         self.checked_others = [parsed[j] for j in others]
         return ok
 
-    def parse_all(self) -> list[dict[str, Any]]:
+    def parse_all(self) -> list[LedgerRow]:
         """Every record, each checked by its schema (the columns vouch for the fields analysis reads, not for
         the rest): a record refused is a LedgerError, or with salvage left out, with a warning (``warnings``)."""
         recs = self.parse()
@@ -290,7 +322,7 @@ class _Source:
             self.warnings.append(f"{where}; skipped (--salvage)")
         return out
 
-    def parse(self, rows: list[int] | None = None) -> list[dict[str, Any]]:
+    def parse(self, rows: list[int] | None = None) -> list[LedgerRow]:
         """The records (of *rows*, when given) as dicts."""
         pick: Any = slice(None) if rows is None else rows
         try:
@@ -336,7 +368,7 @@ def _lines(mm: mmap.mmap) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarra
     return starts, ends, nonblank, buf[np.maximum(ends - 1, 0)] == ord("}")
 
 
-def _check_header(path: Path, header: Any, kind: str = "run", line: int = 1) -> dict[str, Any]:
+def _check_header(path: Path, header: Any, kind: str = "run", line: int = 1) -> HeaderRow:
     """A ledger's ``run`` header (a shard's ``shard`` header, *kind*) on line *line*, checked by its schema
     (:func:`.schema.check_header`: types, bounds, the baseline one of the arms)."""
     if not isinstance(header, dict) or header.get("kind") != kind or not isinstance(header.get("schema"), str):
@@ -362,8 +394,8 @@ class _Scan:
         self.arms = arms  # the arms a record may name (a run's from its header; a shard's: its run's, or None)
         self.invalid: set[int] = set()  # the bad lines that are JSON records of a known kind, but not valid ones
         self.header_kind, self.restart_kinds = ("shard", SHARD_RESTART_KINDS) if shard else ("run", RESTART_KINDS)
-        self.header: dict[str, Any] | None = None
-        self.kept: list[Any] = []
+        self.header: HeaderRow | None = None
+        self.kept: list[Any] = []  # records (LedgerRow), or with keep_lines their lines (bytes)
         self.header_line = -1  # its index
         self.bad: dict[int, str] = {}
         self.restarts: set[int] = set()  # line indices of records of RESTART_KINDS
@@ -633,7 +665,7 @@ def _regular(path: Path) -> None:
                           "ledger.jsonl")
 
 
-def read_ledger(path: str | Path, *, salvage: bool = False) -> Ledger:
+def read_ledger(path: str | Path, *, salvage: bool = False) -> Ledger[RunHeaderRow]:
     """Parse ``ledger.jsonl`` (or a run directory holding one), and the shards in ``ledger.d/`` beside it:
     see the module's docstring."""
     path = Path(path)
@@ -661,11 +693,11 @@ def read_ledger(path: str | Path, *, salvage: bool = False) -> Ledger:
     return led
 
 
-def _missing_shards(led: Ledger, shards_dir: Path, salvage: bool) -> None:
+def _missing_shards(led: Ledger[RunHeaderRow], shards_dir: Path, salvage: bool) -> None:
     """A stage that ended on N workers (its ``stage_end``) left shards worker-0 .. worker-(N-1) (each is
     written before the stage starts): one missing is damage, not fewer calls.  LedgerError naming it;
     with *salvage* a warning, and the rest is read."""
-    missing: dict[Path, dict[str, Any]] = {}
+    missing: dict[Path, StageEndRow] = {}
     for end in led.of_kind("stage_end"):
         for k in range(end.get("workers") or 1) if (end.get("workers") or 1) > 1 else ():
             p = shards_dir / f"worker-{k}.jsonl"
@@ -679,7 +711,7 @@ def _missing_shards(led: Ledger, shards_dir: Path, salvage: bool) -> None:
         led.warnings.append(f"{why}; its calls are left out (--salvage)")
 
 
-def read_shard(path: Path, *, salvage: bool = False, arms: frozenset[str] | None = None) -> Ledger | None:
+def read_shard(path: Path, *, salvage: bool = False, arms: frozenset[str] | None = None) -> Ledger[ShardHeaderRow] | None:
     """One worker's shard (``ledger.d/worker-K.jsonl``): its ``shard`` header, records and warnings, by the
     rules of a ledger file (see the module docstring), its absolute times on the coordinator's clock
     (:func:`_align_clocks`); None for an empty file (a worker that died before it wrote its header:
@@ -696,7 +728,7 @@ def read_shard(path: Path, *, salvage: bool = False, arms: frozenset[str] | None
     return shard
 
 
-def _align_clocks(shard: Ledger) -> None:
+def _align_clocks(shard: Ledger[ShardHeaderRow]) -> None:
     """Put *shard*'s absolute times on the coordinator's clock, in place: for each record of a stage execution
     whose ``clock`` record the shard holds (the same ``load_run``; offset_s = worker clock − coordinator's),
     t := t − offset_s for t in ``WORKER_CLOCK_FIELDS``, and ``clock_offset_s`` / ``clock_uncertainty_s`` set

@@ -67,11 +67,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 from pydantic import Field
 
 from ..bounds import MAX_COUNT
+from ..json_types import JSONObject, JSONValue  # noqa: F401 (JSONObject's forward reference, for get_type_hints)
+from .rows import CallExtras, CallRow, TimingsRow, ToolCallRow, TurnRow
 
 LEDGER_SCHEMA = "leverbench.ledger/1"
 LEDGER_SCHEMA_NAME, LEDGER_SCHEMA_VERSION = LEDGER_SCHEMA.rsplit("/", 1)
@@ -176,8 +178,8 @@ class CallRecord:
     answer_chunks: Count = _f(0, column=NUMBER)
     finish_reason: str | None = _f()
     empty_answer: bool = _f(False, column=FLAG)  # cut by max_tokens before any visible answer or tool call
-    tool_calls: list[dict[str, Any]] | None = _f()  # [{id, name, arguments}] as streamed
-    timings: dict[str, Any] | None = _f(column=TIMINGS, keys=(
+    tool_calls: list[ToolCallRow] | None = _f()  # [{id, name, arguments}] as streamed
+    timings: TimingsRow | None = _f(column=TIMINGS, keys=(
         "prompt_n", "prompt_ms", "predicted_n", "predicted_ms", "cache_n", "draft_n", "draft_n_accepted"))
     #                                   llama.cpp's, as sent
     output_sha256: str = _f("", column=HASH)  # of the visible answer's text (equal work: identical outputs)
@@ -187,17 +189,17 @@ class CallRecord:
     # -- what the sender added (runner.send)
     usage_missing: bool | None = _f(omit_none=True)  # true: no usage came; /tokenize counted the tokens
     harness_s: Seconds | None = _f(omit_none=True)  # s the tokenizer took (harness time, out of every measurement)
-    request: dict[str, Any] = _f(factory=dict)  # the JSON body sent, less messages and tools
+    request: JSONObject = _f(factory=dict)  # the JSON body sent, less messages and tools
     input_sha256: str = _f("")
     input_chars: Count = _f(0)
     tools_sent: Count = _f(0)
     attempt: Count | None = _f(omit_none=True)  # with retries: the attempt's index
-    input_messages: list[dict[str, Any]] | None = _f(omit_none=True)  # with store_text
+    input_messages: list[JSONObject] | None = _f(omit_none=True)  # with store_text
     rejected_fields: list[str] | None = _f(omit_none=True)  # the endpoint refused a probe's forcing fields
     length_verified: bool | None = _f(omit_none=True)  # a probe generated exactly its forced length
     retried: bool | None = _f(omit_none=True, column=FLAG)  # true: this attempt failed and was tried again
     # -- the keys the record's kind adds (see the module's docstring); none may name a field
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: CallExtras = field(default_factory=CallExtras)
 
     @property
     def t_end(self) -> float:
@@ -210,11 +212,11 @@ class CallRecord:
 
     def fresh(self) -> CallRecord:
         """A new record with this one's head fields and a copy of its ``extra`` (one per attempt)."""
-        return CallRecord(**{k: getattr(self, k) for k in _CALL_HEAD}, extra=dict(self.extra))
+        return CallRecord(**{k: getattr(self, k) for k in _CALL_HEAD}, extra=CallExtras(**self.extra))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> CallRow:
         """The ledger's JSON object (see the class docstring); ValueError when ``extra`` names a field."""
-        out: dict[str, Any] = {}
+        out: dict[str, object] = {}
         _put(out, self, _CALL_HEAD_WRITE)
         if self.extra:
             if not _CALL_FIELDS.isdisjoint(self.extra):
@@ -222,7 +224,7 @@ class CallRecord:
                 raise ValueError(f"a call record's extra keys name its fields: {named}")
             out.update(self.extra)
         _put(out, self, _CALL_REST_WRITE)
-        return out
+        return cast(CallRow, out)
 
 
 @dataclass(slots=True)
@@ -249,11 +251,11 @@ class TurnRecord:
     reasoning_tokens: Count | None = _f(column=NUMBER)
     error: CallError | None = _f()  # the first failed call's class, "N of M calls failed"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> TurnRow:
         """The ledger's JSON object: every field, in this order."""
-        out: dict[str, Any] = {}
+        out: dict[str, object] = {}
         _put(out, self, _TURN_WRITE)
-        return out
+        return cast(TurnRow, out)
 
 
 def _write_plan(cls: type) -> tuple[tuple[str, bool], ...]:
@@ -268,7 +270,7 @@ _CALL_FIELDS = frozenset(f.name for f in fields(CallRecord))
 _TURN_WRITE = _write_plan(TurnRecord)
 
 
-def _put(out: dict[str, Any], rec: Any, plan: tuple[tuple[str, bool], ...]) -> None:
+def _put(out: dict[str, object], rec: CallRecord | TurnRecord, plan: tuple[tuple[str, bool], ...]) -> None:
     """Add *rec*'s fields of *plan* to *out* as the ledger writes them: a CallError as its dict, a None
     left out where the field says so."""
     for name, omit_none in plan:

@@ -28,7 +28,7 @@ import operator
 import re
 import types
 import typing
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Mapping
 
 import annotated_types
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model, model_validator
@@ -36,6 +36,9 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 from ..bounds import MAX_GPU_HOUR_USD, MAX_GPUS
 from ..config.limits import MAX_REPEATS  # a header states what its experiment file's loader accepted
 from .records import CALL_KINDS, COLUMN, MAX_COUNT, CallRecord, Count, Epoch, Seconds, TurnRecord
+
+if TYPE_CHECKING:
+    from .rows import RunHeaderRow
 
 Number = Annotated[float, Field(allow_inf_nan=False)]
 Sample = float | Literal["NaN", "+Inf", "-Inf"]  # a server's value, a non-finite one as records.json_number stores it
@@ -81,7 +84,14 @@ class _CallChecks(_Open):
         return self
 
 
-OVERRIDES: dict[str, Any] = {"error": RecordError | None, "timings": Timings | None}  # the JSON form of these
+# Unchecked = what a model accepts without looking inside: any JSON value.  (Not ``json_types.JSONValue``: an
+# implicit recursive alias, which pydantic cannot build a schema of; ``object`` is what pydantic takes as any.)
+Unchecked = object
+# The JSON form of these fields (a CallError, an engine's timings; a request body and the messages sent, which
+# are the user's and the server's JSON: checked to be objects, their contents not).
+OVERRIDES: dict[str, object] = {
+    "error": RecordError | None, "timings": Timings | None, "request": dict[str, Unchecked],
+    "tool_calls": list[dict[str, Unchecked]] | None, "input_messages": list[dict[str, Unchecked]] | None}
 # A count analysis reads as a column, as JSON holds it: an int, or a float that is a whole number (polars reads
 # both alike, so a record is judged as its column is), within ``records.Count``'s bounds (pydantic's own checks,
 # not a Python function per value).  A count not read as a column (chunk_chars, ...) is an int.
@@ -102,7 +112,7 @@ def _json_form(t: Any) -> Any:
 
 # The keys of a call record's ``extra`` that analysis reads (see ``records``' docstring: a probe's, a load
 # call's, a worker's), typed; any other is kept as it is.
-CALL_EXTRAS: dict[str, Any] = {
+CALL_EXTRAS: dict[str, object] = {  # key → its type (a type form, for pydantic)
     "probe_tokens": Count | None, "probe_depth": Count | None, "position": str | None, "length_method": str | None,
     "scripted_step": Count | None, "stage": str | None, "load_run": str | int | None, "scheduled_t": Epoch | None,
     "loop_lag_s": Number | None, "target_input_tokens": Count | None, "target_output_tokens": Count | None,
@@ -111,11 +121,11 @@ CALL_EXTRAS: dict[str, Any] = {
 
 
 def _model_of(cls: type, name: str, required: tuple[str, ...], base: type[BaseModel],
-              extras: dict[str, Any] | None = None) -> type[BaseModel]:
+              extras: Mapping[str, object] | None = None) -> type[BaseModel]:
     """A pydantic model of *cls*'s dataclass fields as the ledger holds them (see the module docstring), and of
     the *extras* keys its ``extra`` may hold."""
     hints = typing.get_type_hints(cls, include_extras=True)
-    spec: dict[str, Any] = {k: (t, None) for k, t in (extras or {}).items()}
+    spec: dict[str, tuple[object, object]] = {k: (t, None) for k, t in (extras or {}).items()}  # name → (type, default)
     for f in dataclasses.fields(cls):
         if f.name in ("extra", "kind"):
             continue
@@ -136,7 +146,7 @@ class MetricsModel(_Open):
     arm: str
     when: str
     t: Epoch | None = None
-    samples: dict[str, Any]  # numbers as the writer stores them; analysis leaves out any other (metrics.numeric)
+    samples: dict[str, Unchecked]  # numbers as the writer stores them; analysis leaves out any other (metrics.numeric)
 
 
 class StageEndModel(_Open):
@@ -145,7 +155,7 @@ class StageEndModel(_Open):
     load_run: str | int | None = None
     workers: Annotated[int, Field(ge=1, le=MAX_COUNT)] | None = None
     calls: Count | None = None
-    lost_workers: list[dict[str, Any]] | None = None
+    lost_workers: list[dict[str, Unchecked]] | None = None  # rows.LostWorkerRow, as the writer makes them
 
 
 class ClockModel(_Open):
@@ -172,7 +182,7 @@ class Conditions(_Open):
 class ConfigArm(_Open):
     name: str
     conditions: Conditions | None = None
-    request: dict[str, Any] | None = None
+    request: dict[str, Unchecked] | None = None  # JSON fields for the request body: the user's
 
 
 class ConfigCase(_Open):
@@ -191,7 +201,7 @@ class Experiment(_Open):
     engaged_acceptance_min: Fraction | None = None
     retries: Annotated[int, Field(ge=0, le=MAX_REPEATS)] | None = None
     store_text: bool | None = None
-    adaptive: dict[str, Any] | None = None
+    adaptive: dict[str, Unchecked] | None = None  # the loader's model checked it
 
 
 class Probes(_Open):
@@ -209,7 +219,7 @@ class RunConfig(_Open):
 
 
 class Discovered(_Open):
-    knobs: dict[str, Any] | None = None
+    knobs: dict[str, Unchecked] | None = None  # what the engine answered
 
 
 class HeaderArm(_Open):
@@ -228,7 +238,7 @@ class RunHeader(_Open):
     tool_version: str | None = None
     run_id: str | None = None
     started_at: str | None = None
-    host: dict[str, Any] | None = None
+    host: dict[str, Unchecked] | None = None  # rows.HostRow
     experiment_file: str | None = None
     config: RunConfig
     arms: dict[str, HeaderArm]
@@ -249,7 +259,7 @@ class ShardHeader(_Open):
     worker: Count
 
 
-MODELS: dict[str, Any] = {**dict.fromkeys(CALL_KINDS, CallModel), "warmup": WarmupModel, "turn": TurnModel,
+MODELS: dict[str, type[BaseModel]] = {**dict.fromkeys(CALL_KINDS, CallModel), "warmup": WarmupModel, "turn": TurnModel,
                           "metrics": MetricsModel, "stage_end": StageEndModel, "clock": ClockModel,
                           "resume": ResumeModel, "run": RunHeader, "shard": ShardHeader}
 _VALIDATORS = {kind: TypeAdapter(m) for kind, m in MODELS.items()}
@@ -278,7 +288,7 @@ def _short(v: Any) -> str:
     return r if len(r) <= 60 else r[:57] + "..."
 
 
-def check_record(obj: dict[str, Any], arms: frozenset[str] | None) -> str | None:
+def check_record(obj: Mapping[str, object], arms: frozenset[str] | None) -> str | None:
     """The first defect of a record (of a known kind) by its kind's model, and whether its ``arm`` is one of
     *arms* (None: not checked); None when it has none."""
     validator = _VALIDATORS.get(obj.get("kind"))  # type: ignore[arg-type]
@@ -293,7 +303,7 @@ def check_record(obj: dict[str, Any], arms: frozenset[str] | None) -> str | None
     return None
 
 
-def check_header(obj: dict[str, Any], kind: str) -> str | None:
+def check_header(obj: Mapping[str, object], kind: str) -> str | None:
     """The first defect of a ``run`` (or ``shard``, *kind*) header; None when it has none."""
     try:
         _VALIDATORS[kind].validate_python(obj)
@@ -302,7 +312,7 @@ def check_header(obj: dict[str, Any], kind: str) -> str | None:
     return None
 
 
-def header_arms(obj: dict[str, Any]) -> frozenset[str]:
+def header_arms(obj: RunHeaderRow) -> frozenset[str]:
     """Every arm a valid ``run`` header knows: its config's and its ``arms``'."""
     return frozenset(a["name"] for a in obj["config"]["arms"]) | frozenset(obj["arms"])
 

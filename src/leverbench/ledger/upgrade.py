@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, BinaryIO, Callable
+from typing import BinaryIO, Callable
 
 from ..errors import LedgerError
+from ..json_types import JSONObject
 from .records import LEDGER_SCHEMA_NAME, LEDGER_SCHEMA_VERSION
 
-Upgrade = Callable[[dict[str, Any]], dict[str, Any]]
+Upgrade = Callable[[JSONObject], JSONObject]  # a record of an older schema: its JSON, whatever that schema held
 
 CURRENT = int(LEDGER_SCHEMA_VERSION)
 UPGRADES: dict[int, Upgrade] = {}  # n -> upgrade_to_n: a version n-1 record -> version n
@@ -88,7 +89,7 @@ def older_version(path: Path, fh: BinaryIO) -> int | None:
     return v if v < CURRENT else None
 
 
-def upgrade_record(record: dict[str, Any], version: int) -> dict[str, Any]:
+def upgrade_record(record: JSONObject, version: int) -> JSONObject:
     """*record* (of a version-*version* ledger) in its :data:`CURRENT` form; a header names its new schema."""
     for n in range(version + 1, CURRENT + 1):
         record = UPGRADES[n](record)

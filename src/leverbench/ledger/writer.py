@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Mapping
 
 from .records import json_safe
 from .schema import check_header
@@ -41,7 +41,7 @@ class LedgerWriter:
                     fh.flush()
                     os.fsync(fh.fileno())
 
-    def append(self, record: dict[str, Any]) -> None:
+    def append(self, record: Mapping[str, object]) -> None:
         """Write *record* as one line and fsync; a NaN or infinity in it is written as a string (see
         :func:`~leverbench.ledger.records.json_safe`), never as invalid JSON and never as an error.  A header
         (kind ``run`` or ``shard``) is checked first by the model the reader reads it by

@@ -23,7 +23,8 @@ import aiohttp
 from ..config import TimeoutsSpec as Timeouts  # a call's time limits, defined once with the experiment file's
 from ..ledger.records import CallError, CallRecord, ErrorClass
 from ..redact import redact_text
-from .sse import SSELines, SSELineTooLong, StreamState, split_think
+from ..workload.chat import ChatBody, ChatMessage
+from .sse import SSELines, SSELineTooLong, StreamState, Usage, split_think
 from .strict_json import dumps as strict_dumps
 
 IDLE_CLOSE_S = 2.0  # a kept-alive connection idle this long is closed by us, before a server would (llama.cpp: ~5 s)
@@ -96,12 +97,12 @@ def client_session(*, keep_alive: bool = True, **connector_kw: Any) -> aiohttp.C
     trace.on_connection_create_end.append(_on_create_end)
     trace.on_connection_reuseconn.append(_on_reuse)
     trace.on_request_headers_sent.append(_on_headers_sent)
-    kw: dict[str, Any] = {"force_close": True} if not keep_alive else {"keepalive_timeout": IDLE_CLOSE_S}
+    kw: dict[str, bool | float] = {"force_close": True} if not keep_alive else {"keepalive_timeout": IDLE_CLOSE_S}
     conn = aiohttp.TCPConnector(limit=0, **kw, **connector_kw)
     return aiohttp.ClientSession(connector=conn, trace_configs=[trace], json_serialize=strict_dumps)
 
 
-async def _post(session: aiohttp.ClientSession, url: str, body: dict[str, Any], headers: dict[str, str] | None,
+async def _post(session: aiohttp.ClientSession, url: str, body: ChatBody, headers: dict[str, str] | None,
                 timeout: aiohttp.ClientTimeout, conn: ConnectTiming, t0: float) -> aiohttp.ClientResponse:
     """POST, and once more on a new connection when a kept-alive one turns out stale.
 
@@ -133,7 +134,7 @@ async def _drain(resp: aiohttp.ClientResponse) -> None:
         pass
 
 
-def messages_sha256(messages: list[dict[str, Any]]) -> str:
+def messages_sha256(messages: list[ChatMessage]) -> str:
     return hashlib.sha256(json.dumps(messages, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
 
@@ -177,7 +178,7 @@ def _body_error_message(status: int, body: bytes) -> str:
     return f"HTTP {status}: {msg}"
 
 
-def _set_usage(rec: CallRecord, usage: dict[str, Any] | None) -> None:
+def _set_usage(rec: CallRecord, usage: Usage | None) -> None:
     """The record's token counts from the stream's (checked) usage; none sent: all None, token_source "none"."""
     if not usage:
         rec.prompt_tokens = rec.completion_tokens = rec.cached_tokens = rec.reasoning_tokens = None
@@ -193,7 +194,7 @@ def _set_usage(rec: CallRecord, usage: dict[str, Any] | None) -> None:
 async def stream_chat(
     session: aiohttp.ClientSession,
     url: str,
-    body: dict[str, Any],
+    body: ChatBody,
     *,
     headers: dict[str, str] | None = None,
     timeouts: Timeouts = Timeouts(),

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any
 
 from ..config import Arm, LoadedExperiment
 from ..engines import EngineProcess
 from ..errors import ConfigError
+from ..json_types import JSONObject
 from ..redact import same_origin
+from ..workload.chat import ChatMessage
 
 
 @dataclass
@@ -22,9 +23,9 @@ class ArmEndpoint:
     model: str
     headers: dict[str, str]
     engine: EngineProcess | None = None
-    discovered: dict[str, Any] = field(default_factory=dict)
+    discovered: JSONObject = field(default_factory=dict)  # what discovery found: the engine's answers
     length_by_prompt: bool = False  # the endpoint rejected ignore_eos/min_tokens: probes ask for length instead
-    depth_prompts: dict[tuple[str, int], list[dict[str, Any]]] = field(default_factory=dict)  # (case, depth)
+    depth_prompts: dict[tuple[str, int], list[ChatMessage]] = field(default_factory=dict)  # (case, depth)
 
     def headers_for(self, url: str) -> dict[str, str]:
         """The key's headers for a request to *url*: only on the arm's own origin (scheme, host and
@@ -34,7 +35,7 @@ class ArmEndpoint:
         return {}
 
     @property
-    def request(self) -> dict[str, Any]:
+    def request(self) -> JSONObject:
         """The arm's extra request fields (every call's body carries them)."""
         return self.arm.request
 

@@ -11,7 +11,8 @@ forced (:data:`LENGTH_NATURAL`).
 from __future__ import annotations
 
 import uuid
-from typing import Any
+
+from ..workload.chat import ChatMessage
 
 SENTINEL_PROMPT = "Count upward from 1, one number per line, and keep going."
 SENTINEL_PREAMBLE = ("The following is a calibration request. It is sent at the start of every round of the "
@@ -25,15 +26,15 @@ LENGTH_BY_PROMPT = "prompt (engine rejected ignore_eos)"
 LENGTH_NATURAL = "natural (drafter arm: not forced past end-of-sequence)"
 
 
-def sentinel_messages() -> list[dict[str, Any]]:
+def sentinel_messages() -> list[ChatMessage]:
     """A sentinel's (and warm-up's) prompt: a fresh tag, :data:`SENTINEL_PREAMBLE`, :data:`SENTINEL_PROMPT`."""
     return [{"role": "user", "content": f"[{uuid.uuid4().hex[:8]}] {SENTINEL_PREAMBLE}\n\n{SENTINEL_PROMPT}"}]
 
 
-def ask_at_length(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def ask_at_length(messages: list[ChatMessage]) -> list[ChatMessage]:
     """The same conversation with :data:`LONG_ANSWER` appended to its last user message (or added
     as one), so that the prompt, and the prefill it costs, stay nearly the same."""
-    out = [dict(m) for m in messages]
+    out = [ChatMessage(**m) for m in messages]
     last = out[-1] if out else None
     if last is None or last.get("role") != "user":
         return [*out, {"role": "user", "content": LONG_ANSWER}]

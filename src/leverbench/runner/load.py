@@ -49,11 +49,13 @@ import asyncio
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from ..config import LoadedExperiment
 from ..errors import ConfigError
 from ..ledger.records import CallRecord, ErrorClass
+from ..ledger.rows import CallExtras, TokenCheckRow
+from ..workload.chat import ChatBody, ChatMessage
 from ..workload.load import PlannedStage, check_stages, check_trace_paths, expand
 from .prompts import ROLE_TOKENS, PromptBuilder, SharedPrefix, words
 from .send import Sender, Sent
@@ -136,7 +138,7 @@ class StageRun:
         self.lag = LoopLag()
         self.run_id = uuid.uuid4().hex[:12]
         self.base = {**plan.params(), "load_run": self.run_id}  # every call's extra starts with these
-        self.first_extra: dict[str, Any] = {}
+        self.first_extra: CallExtras = {}
         self.connect_fails = 0
         self.stopped = False
         self.sent = 0  # calls sent (each one record)
@@ -192,7 +194,7 @@ class StageRun:
 
     # -------------------------------------------------- sending
 
-    async def _send(self, body: dict[str, Any], case: str, repeat: int, step: int, extra: dict[str, Any],
+    async def _send(self, body: ChatBody, case: str, repeat: int, step: int, extra: CallExtras,
                     scheduled_t: float, turn_id: str | None = None) -> Sent:
         """Send one call (waiting for a ``max_in_flight`` slot first), its record's ``extra`` the stage's
         keys, then *extra*, then its schedule; the record comes back from the sender."""
@@ -220,7 +222,7 @@ class StageRun:
             self.connect_fails = 0
         return sent
 
-    def _case_body(self) -> tuple[Callable[[int], dict[str, Any]], str]:
+    def _case_body(self) -> tuple[Callable[[int], ChatBody], str]:
         """(request index → body, case name): the case's first call, made distinct per request as the
         stage's ``prefix_sharing`` says (see :class:`SharedPrefix`; the unique words are seeded by the
         stage's seed, this execution's ``load_run`` id and the request index, so that no two requests —
@@ -234,7 +236,7 @@ class StageRun:
         body = self.sender.body(messages, self.s.max_tokens or case.max_tokens, case.temperature, tools=tools)
         shared = SharedPrefix(messages, self.s.prefix_sharing, f"{self.s.seed}:{self.run_id}")
 
-        def body_for(i: int) -> dict[str, Any]:
+        def body_for(i: int) -> ChatBody:
             return body if shared.at is None else {**body, "messages": shared.for_request(i)}
 
         return body_for, case.name
@@ -304,7 +306,7 @@ class StageRun:
 
     # -------------------------------------------------- trace replay
 
-    async def _token_check(self, builder: PromptBuilder, sample: list[TraceCall]) -> dict[str, Any]:
+    async def _token_check(self, builder: PromptBuilder, sample: list[TraceCall]) -> TokenCheckRow:
         """Calibrate words per token with /tokenize and check the first prompts' lengths."""
         probe = " ".join(words(512, "leverbench-tokenize-probe"))
         n = await self.sender.count_text_tokens(probe)
@@ -348,18 +350,18 @@ class StageRun:
         if tasks:
             await asyncio.gather(*tasks)
 
-    def _user_message(self, builder: PromptBuilder, r: TraceCall, rnd: int) -> dict[str, Any]:
+    def _user_message(self, builder: PromptBuilder, r: TraceCall, rnd: int) -> ChatMessage:
         """The round's new user message: round 0 the whole prompt (hash blocks first), later rounds what they add."""
         roles = ROLE_TOKENS if rnd == 0 else 2 * ROLE_TOKENS  # (assistant +) user
         text = builder.content(max(1, r.new_tokens - roles), f"{r.index}", r.blocks if rnd == 0 else None)
         return {"role": "user", "content": text}
 
-    async def _session(self, reqs: list[TraceCall], first: dict[str, Any], scheduled: float, t0: float,
+    async def _session(self, reqs: list[TraceCall], first: ChatMessage, scheduled: float, t0: float,
                        builder: PromptBuilder, case: str) -> None:
         """A trace session: its rounds one after another, each after the previous answer and its tool wait."""
         s = self.s
         turn_id = uuid.uuid4().hex[:12] if len(reqs) > 1 else None
-        messages: list[dict[str, Any]] = [first]
+        messages: list[ChatMessage] = [first]
         for rnd, r in enumerate(reqs):
             if self.stopped:
                 return
@@ -368,8 +370,8 @@ class StageRun:
             force = s.force_output and not self.sender.length_by_prompt
             forced = {"ignore_eos": True, "min_tokens": r.output_tokens} if force else None
             body = self.sender.body(messages, r.output_tokens, 0.0, extra=forced)
-            extra: dict[str, Any] = {"warmup": r.index < s.warmup_requests or scheduled - t0 < s.warmup_s,
-                                     "target_input_tokens": r.input_tokens, "target_output_tokens": r.output_tokens}
+            extra: CallExtras = {"warmup": r.index < s.warmup_requests or scheduled - t0 < s.warmup_s,
+                                  "target_input_tokens": r.input_tokens, "target_output_tokens": r.output_tokens}
             if s.force_output:
                 extra["length_method"] = "ignore_eos" if force else "max_tokens only (engine rejected ignore_eos)"
             if turn_id:

@@ -14,13 +14,15 @@ A depth below the system prompt and the case's prompt alone gets those alone.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
 
 import aiohttp
 
 from ..analysis.base.knobs import is_on
 from ..config import Case, LoadedExperiment
+from ..json_types import JSONObject
 from ..workload.cases import first_messages, first_user_text, system_text
+from ..workload.chat import ChatMessage
 from .tokens import Endpoint, count_chat_tokens
 
 ROUNDS = 4
@@ -31,10 +33,10 @@ CHARS_PER_TOKEN = 4.0
 class ProbeEndpoint(Endpoint, Protocol):
     """What :func:`probe_messages` reads of the runner's ``ArmEndpoint``."""
 
-    depth_prompts: dict[tuple[str, int], list[dict[str, Any]]]  # (case, depth) → messages, measured once
+    depth_prompts: dict[tuple[str, int], list[ChatMessage]]  # (case, depth) → messages, measured once
 
 
-def serves_with_drafter(conditions: dict[str, Any], discovered: dict[str, Any]) -> bool:
+def serves_with_drafter(conditions: JSONObject, discovered: JSONObject) -> bool:
     """Whether an arm serves with a drafter: its declared ``drafter`` condition, else the discovered knob
     (a probe on such an arm is not forced past end-of-sequence)."""
     found = discovered.get("knobs") or {}
@@ -42,7 +44,7 @@ def serves_with_drafter(conditions: dict[str, Any], discovered: dict[str, Any]) 
 
 
 async def probe_messages(session: aiohttp.ClientSession, ep: ProbeEndpoint, exp: LoadedExperiment, case: Case,
-                         depth: int | None) -> list[dict[str, Any]]:
+                         depth: int | None) -> list[ChatMessage]:
     """A probe's messages: the case's first messages, or at *depth* tokens (:func:`depth_messages`, kept in
     ``ep.depth_prompts``)."""
     if depth is None:
@@ -58,7 +60,7 @@ def documents_text(exp: LoadedExperiment, case: Case) -> str:
     return full[: len(full) - len(case.prompt)].rstrip()
 
 
-def messages_with(exp: LoadedExperiment, case: Case, chars: int) -> list[dict[str, Any]]:
+def messages_with(exp: LoadedExperiment, case: Case, chars: int) -> list[ChatMessage]:
     """The case's first messages with its documents cut, or repeated and cut, to *chars* characters."""
     docs = documents_text(exp, case) or case.prompt
     text = (docs + "\n\n") * (chars // (len(docs) + 2) + 1)
@@ -69,7 +71,7 @@ def messages_with(exp: LoadedExperiment, case: Case, chars: int) -> list[dict[st
 
 
 async def depth_messages(session: aiohttp.ClientSession, ep: Endpoint, exp: LoadedExperiment, case: Case,
-                         depth: int) -> list[dict[str, Any]]:
+                         depth: int) -> list[ChatMessage]:
     """The probe's messages at *depth* prompt tokens (see the module docstring)."""
     async def tokens(chars: int) -> float | None:
         got = await count_chat_tokens(session, ep, messages_with(exp, case, chars), "")

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import random
 import re
-from typing import Any
+
+from ..workload.chat import ChatMessage
 
 BLOCK_CACHE = 8192  # Mooncake block texts kept
 ROLE_TOKENS = 1  # tokens a chat message's role adds (the simulator's template; real templates add a few more)
@@ -103,7 +104,7 @@ class SharedPrefix:
     The original text is kept as it is around the inserted words.
     """
 
-    def __init__(self, messages: list[dict[str, Any]], fraction: float, salt: str):
+    def __init__(self, messages: list[ChatMessage], fraction: float, salt: str):
         self.messages = messages
         self.salt = salt
         self.at: tuple[int, int] | None = None  # (message index, character offset) of the unique part
@@ -126,7 +127,7 @@ class SharedPrefix:
                 return
             pos += len(starts)
 
-    def for_request(self, i: int) -> list[dict[str, Any]]:
+    def for_request(self, i: int) -> list[ChatMessage]:
         """Request *i*'s messages (the same list for every *i* when nothing is unique)."""
         if self.at is None:
             return self.messages
@@ -140,6 +141,6 @@ class SharedPrefix:
         return msgs
 
 
-def _text(m: dict[str, Any]) -> str:
+def _text(m: ChatMessage) -> str:
     c = m.get("content")
     return c if isinstance(c, str) else ""

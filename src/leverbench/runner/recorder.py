@@ -13,18 +13,19 @@ from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Coroutine
+from typing import Any, Coroutine, cast
 
 from ..errors import RuntimeFailure
 from ..ledger.records import CALL_KINDS, CallRecord, TurnRecord
+from ..ledger.rows import LedgerRow
 from ..ledger.writer import LedgerWriter
 
-Record = CallRecord | TurnRecord | dict[str, Any]
+Record = CallRecord | TurnRecord | LedgerRow  # a typed record, or a row of another kind (metrics, stage_end, ...)
 
 
-def as_line(record: Record) -> dict[str, Any]:
+def as_line(record: Record) -> LedgerRow:
     """The record's ledger object, taken now: a typed record's :meth:`to_dict`, a copy of a dict."""
-    return dict(record) if isinstance(record, dict) else record.to_dict()
+    return cast(LedgerRow, dict(record)) if isinstance(record, dict) else record.to_dict()
 
 
 @dataclass
@@ -35,7 +36,7 @@ class Tally:
     failed: int = 0
     first_error: str | None = None
 
-    def add(self, line: dict[str, Any]) -> None:
+    def add(self, line: LedgerRow) -> None:
         self.calls += 1
         err = line.get("error")
         if err is not None:
@@ -54,7 +55,7 @@ class CallTally:
     warmup: Tally = field(default_factory=Tally)
     untallied: int = 0
 
-    def add(self, line: dict[str, Any]) -> None:
+    def add(self, line: LedgerRow) -> None:
         kind = line.get("kind")
         if kind in CALL_KINDS:
             self.measured.add(line)

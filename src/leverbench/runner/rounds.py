@@ -11,12 +11,12 @@ ledger and runs only the units it lacks, so it continues where it stopped.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from ..analysis.experiment.verdicts import plan_round
 from ..config import Experiment, LoadedExperiment, with_adaptive
 from ..errors import BadInput
 from ..ledger.reader import read_ledger
+from ..ledger.rows import RunConfigRow
 from .schedule import Unit, adaptive_round
 
 
@@ -42,7 +42,7 @@ class AdaptiveRounds:
                 return units
 
 
-def resumed_adaptive(exp: LoadedExperiment, config: dict[str, Any], out: Path) -> LoadedExperiment:
+def resumed_adaptive(exp: LoadedExperiment, config: RunConfigRow, out: Path) -> LoadedExperiment:
     """The experiment a resumed run continues, given the ledger header's *config*: an adaptive run keeps its
     own adaptive settings when neither the file nor ``--adaptive`` gives them, and its repeats may not change
     (its rounds are numbered after them)."""

@@ -29,7 +29,7 @@ import signal
 import time
 import uuid
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable
+from typing import AsyncIterator, Callable
 
 import aiohttp
 
@@ -40,6 +40,7 @@ from ..engines import make_engine
 from ..errors import BadInput, EngineError
 from ..ledger.reader import read_ledger
 from ..ledger.records import LEDGER_SCHEMA, CallRecord
+from ..ledger.rows import RunHeaderRow
 from ..ledger.writer import LedgerWriter
 from ..redact import redact_tree, redact_url
 from ..workload.cases import case_size_chars
@@ -58,7 +59,7 @@ from .signals import hold_signals, on_main_thread, release_signals, sigterm_as_i
 from .strict_json import check_request_fields
 from .trace_plan import check_traces
 from .turn import run_turn
-from .workers import LoadCluster, RemoteEndpoint, join_cluster
+from .workers import LoadCluster, RemoteEndpoint, StageOutcome, join_cluster
 
 WARMUP_MAX_CALLS = 8  # warm-up calls per arm at most, until its sentinel rate is stable
 
@@ -154,7 +155,7 @@ class Runner:
         self._failed = {k for k, _ in units} - done
         return done
 
-    def _header(self) -> dict[str, Any]:
+    def _header(self) -> RunHeaderRow:
         return {
             "kind": "run",
             "schema": LEDGER_SCHEMA,
@@ -376,7 +377,7 @@ class Runner:
                     self.tally.untallied += int(end.get("calls") or 0)  # in the workers' shards
                 else:
                     await stage.run()
-                    end = {"calls": stage.sent, "stopped": stage.stopped}
+                    end = StageOutcome(calls=stage.sent, stopped=stage.stopped)
                 # the stage's records (and the token counts deferred on its pool) are all on disk before the next
                 await self.recorder.flush()
             await self.scrape(session, f"load-end {plan.name}")

@@ -13,15 +13,20 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from typing import Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import aiohttp
+from typing_extensions import TypedDict
 
+from ..json_types import JSONObject
 from ..ledger.records import CallError, CallRecord, ErrorClass
 from .client import CallCancelled, Streamed, Timeouts, messages_sha256, stream_chat
 from .discover import chat_url
 from .recorder import Recorder
-from .tokens import Endpoint, count_chat_tokens, count_text_tokens
+from .tokens import ChatTokens, Endpoint, count_chat_tokens, count_text_tokens
+
+if TYPE_CHECKING:
+    from ..workload.chat import ChatBody, ChatMessage
 
 FORCE_FIELDS = ("ignore_eos", "min_tokens")  # how a probe forces its output length, where the engine allows it
 
@@ -42,12 +47,12 @@ class Sender(Protocol):
         """The arm rejected ignore_eos/min_tokens: a forced length is asked for in the prompt instead."""
         ...
 
-    def body(self, messages: list[dict[str, Any]], max_tokens: int, temperature: float,
-             extra: dict[str, Any] | None = None, tools: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    def body(self, messages: list[ChatMessage], max_tokens: int, temperature: float,
+             extra: JSONObject | None = None, tools: list[JSONObject] | None = None) -> ChatBody:
         """The request body: model, messages, max_tokens, temperature, tools, the arm's fields, *extra*."""
         ...
 
-    async def send(self, body: dict[str, Any], head: CallRecord, *, think_tags: bool = False,
+    async def send(self, body: ChatBody, head: CallRecord, *, think_tags: bool = False,
                    defer_counting: bool = False, forced_tokens: int | None = None) -> Sent:
         """Send *body*; each attempt's record is *head* (who the call is: see ``CallRecord``'s head and
         ``extra``) with what was measured and sent, appended to the ledger.  *forced_tokens*: the output
@@ -64,7 +69,7 @@ class ArmEndpointLike(Endpoint, Protocol):
     """What :class:`ArmSender` reads of the runner's ``ArmEndpoint``."""
 
     length_by_prompt: bool
-    request: dict[str, Any]  # the arm's extra request fields
+    request: JSONObject  # the arm's extra request fields (the experiment file's JSON)
 
     def death_note(self) -> str | None:
         """Why the arm's engine died (the tail of its log); None while it lives or when there is none."""
@@ -87,13 +92,13 @@ class ArmSender:
     def length_by_prompt(self) -> bool:
         return self.ep.length_by_prompt
 
-    def body(self, messages: list[dict[str, Any]], max_tokens: int, temperature: float,
-             extra: dict[str, Any] | None = None, tools: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": self.ep.model, "messages": messages, "max_tokens": max_tokens,
+    def body(self, messages: list[ChatMessage], max_tokens: int, temperature: float,
+             extra: JSONObject | None = None, tools: list[JSONObject] | None = None) -> ChatBody:
+        body: ChatBody = {"model": self.ep.model, "messages": messages, "max_tokens": max_tokens,
                                 "temperature": temperature}
         if tools:
             body["tools"] = tools
-        body.update(self.ep.request)
+        body.update(self.ep.request)  # the user's fields: any JSON
         if extra:
             body.update(extra)
         return body
@@ -101,7 +106,7 @@ class ArmSender:
     async def count_text_tokens(self, text: str) -> int | None:
         return await count_text_tokens(self.session, self.ep, text)
 
-    async def send(self, body: dict[str, Any], head: CallRecord, *, think_tags: bool = False,
+    async def send(self, body: ChatBody, head: CallRecord, *, think_tags: bool = False,
                    defer_counting: bool = False, forced_tokens: int | None = None) -> Sent:
         """One call, recorded; with ``retries`` set, a failed attempt is recorded and tried again.  A
         fixed-length call (*forced_tokens*) gets :func:`length_check`'s fields; one the endpoint rejected
@@ -153,7 +158,7 @@ class ArmSender:
                 break
         return Sent(rec, got.content, retried_s)
 
-    async def _count_then_append(self, messages: list[dict[str, Any]], got: Streamed, rec: CallRecord) -> None:
+    async def _count_then_append(self, messages: list[ChatMessage], got: Streamed, rec: CallRecord) -> None:
         """A deferred :func:`count_chat_tokens` (see :meth:`send`): count, then append (a copy of) the record."""
         counted = dataclasses.replace(rec)
         h0 = time.perf_counter()
@@ -166,7 +171,7 @@ class ArmSender:
         self.recorder.append(counted)
 
 
-def _counted(rec: CallRecord, tokens: Any) -> None:
+def _counted(rec: CallRecord, tokens: ChatTokens | None) -> None:
     """A call counted by its tokenizer (*tokens*: a ChatTokens, or None when it could not) counts as measured."""
     if tokens is None:
         return
@@ -175,7 +180,7 @@ def _counted(rec: CallRecord, tokens: Any) -> None:
     rec.usage_missing, rec.error = True, None
 
 
-def _sent(rec: CallRecord, body: dict[str, Any], attempt: int | None, keep_text: bool) -> None:
+def _sent(rec: CallRecord, body: ChatBody, attempt: int | None, keep_text: bool) -> None:
     """The record's fields of what was sent: the body less messages and tools, the input's hash and size."""
     messages = body["messages"]
     rec.request = {k: v for k, v in body.items() if k not in ("messages", "tools")}
@@ -184,10 +189,18 @@ def _sent(rec: CallRecord, body: dict[str, Any], attempt: int | None, keep_text:
     rec.tools_sent = len(body.get("tools") or [])
     rec.attempt = attempt
     if keep_text:
-        rec.input_messages = messages
+        rec.input_messages = messages  # stored as the JSON they are
 
 
-def length_check(rec: CallRecord, body: dict[str, Any], n: int) -> dict[str, Any]:
+class LengthCheck(TypedDict, total=False):
+    """The fields :func:`length_check` sets on a fixed-length call's record (``CallRecord``'s)."""
+
+    rejected_fields: list[str]
+    retried: bool
+    length_verified: bool
+
+
+def length_check(rec: CallRecord, body: ChatBody, n: int) -> LengthCheck:
     """Fields for a fixed-length call's record: ``rejected_fields`` (+ ``retried``) when the endpoint
     refused a body that carried :data:`FORCE_FIELDS` with HTTP 400 or 422 (a strict API); else,
     for a call that succeeded, ``length_verified`` = the engine generated exactly ``n`` tokens."""

@@ -26,9 +26,9 @@ process is the share of worker None out of 1.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from ..config.stages import LoadStage
+from ..ledger.rows import CallExtras
 from ..workload.load import arrival_offsets
 
 
@@ -62,7 +62,7 @@ class Schedule:
     # trace replay: (s after the start, the session's calls in round order)
     sessions: list[tuple[float, list[TraceCall]]] = field(default_factory=list)
     tokens_per_word: float = 1.0  # the synthetic prompts' calibration (/tokenize)
-    first_extra: dict[str, Any] = field(default_factory=dict)  # what this share's first call carries
+    first_extra: CallExtras = field(default_factory=CallExtras)  # what this share's first call carries
     max_in_flight: int | None = None
 
     def index(self, j: int) -> int:

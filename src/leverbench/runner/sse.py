@@ -11,14 +11,35 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
+from typing_extensions import TypedDict
 
 from ..bounds import MAX_COUNT
+from ..json_types import JSONObject
+from ..ledger.rows import TimingsRow, ToolCallRow
 from ..ledger.schema import Timings
 
 MAX_SSE_LINE_BYTES = 8 * 2**20  # a longer SSE line is recorded as malformed
+
+
+class PromptTokensDetails(TypedDict, total=False):
+    cached_tokens: int | None
+
+
+class CompletionTokensDetails(TypedDict, total=False):
+    reasoning_tokens: int | None
+
+
+class Usage(TypedDict, total=False):
+    """A stream's ``usage`` with its counts checked (:func:`checked_usage`); keys the server adds are kept."""
+
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    total_tokens: int | None
+    prompt_tokens_details: PromptTokensDetails | None
+    completion_tokens_details: CompletionTokensDetails | None
 
 
 class SSELineTooLong(Exception):
@@ -90,14 +111,14 @@ class StreamState:
         self.first_token_s: float | None = None
         self.first_answer_s: float | None = None
         self.finish_reason: str | None = None
-        self.usage: dict[str, Any] | None = None
-        self.timings: dict[str, Any] | None = None
-        self.tool_calls: dict[int, dict[str, Any]] = {}
+        self.usage: Usage | None = None
+        self.timings: TimingsRow | None = None
+        self.tool_calls: dict[int, ToolCallRow] = {}  # by the stream's index
         self.done = False
 
-    def feed(self, obj: dict[str, Any], now: float) -> None:
-        """Take one SSE chunk.  Anything of the wrong shape raises ValueError (the call is then
-        ``malformed``): a usage whose counts are not token counts, content that is neither text nor
+    def feed(self, obj: JSONObject, now: float) -> None:
+        """Take one SSE chunk (its JSON, not yet checked).  Anything of the wrong shape raises ValueError (the
+        call is then ``malformed``): a usage whose counts are not token counts, content that is neither text nor
         text parts, choices or tool calls that are not objects."""
         if obj.get("usage"):
             self.usage = checked_usage(obj["usage"])
@@ -203,7 +224,7 @@ def token_count(value: Any, where: str) -> int | None:
     return int(value)
 
 
-def checked_usage(usage: Any) -> dict[str, Any]:
+def checked_usage(usage: Any) -> Usage:
     """The usage object with its counts checked (:func:`token_count`); ValueError when it is of the wrong shape."""
     if not isinstance(usage, dict):
         raise ValueError(f"usage is not an object: {usage!r:.80}")
@@ -223,10 +244,10 @@ def checked_usage(usage: Any) -> dict[str, Any]:
     if cached is not None and out.get("prompt_tokens") is not None and cached > out["prompt_tokens"]:
         raise ValueError(f"usage.prompt_tokens_details.cached_tokens {cached} is more than usage.prompt_tokens "
                          f"{out['prompt_tokens']} (the cached tokens are part of the prompt)")
-    return out
+    return cast(Usage, out)
 
 
-def checked_timings(timings: Any) -> dict[str, Any]:
+def checked_timings(timings: Any) -> TimingsRow:
     """llama.cpp's ``timings`` object checked by the ledger's own model of it (:class:`~leverbench.ledger.schema.
     Timings`: its counts and milliseconds are numbers), so that what the call records the ledger reads back;
     ValueError when it is of the wrong shape."""
@@ -239,4 +260,4 @@ def checked_timings(timings: Any) -> dict[str, Any]:
     except ValidationError as err:
         e = err.errors()[0]
         raise ValueError(f"timings.{'.'.join(map(str, e['loc']))} is not a number: {e.get('input')!r:.40}") from None
-    return timings
+    return cast(TimingsRow, timings)

@@ -10,11 +10,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Mapping, Protocol
 
 import aiohttp
 
 from .discover import api_root
+
+if TYPE_CHECKING:
+    from ..workload.chat import ChatMessage
 
 TIMEOUT = aiohttp.ClientTimeout(total=30)
 
@@ -36,7 +39,7 @@ class ChatTokens:
     source: str
 
 
-async def _post(session: aiohttp.ClientSession, ep: Endpoint, path: str, payload: dict[str, Any]) -> Any:
+async def _post(session: aiohttp.ClientSession, ep: Endpoint, path: str, payload: Mapping[str, object]) -> Any:
     """The JSON answer of ``POST root + path``; None when the status is not 200."""
     async with session.post(api_root(ep.base_url) + path, json=payload, headers=ep.headers, timeout=TIMEOUT) as resp:
         if resp.status != 200:
@@ -44,7 +47,7 @@ async def _post(session: aiohttp.ClientSession, ep: Endpoint, path: str, payload
         return await resp.json(content_type=None)
 
 
-async def count_chat_tokens(session: aiohttp.ClientSession, ep: Endpoint, messages: list[dict[str, Any]],
+async def count_chat_tokens(session: aiohttp.ClientSession, ep: Endpoint, messages: list[ChatMessage],
                             output: str) -> ChatTokens | None:
     """The prompt's tokens (its chat template applied, when the server offers ``/apply-template``) and the
     output's, by the server's ``/tokenize`` (llama.cpp's ``{"content"}``); None when it cannot count."""

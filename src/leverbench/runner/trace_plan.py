@@ -13,6 +13,7 @@ from ..config import LoadedExperiment
 from ..config.limits import MAX_STAGE_S
 from ..config.stages import LoadStage
 from ..errors import BadInput, ConfigError
+from ..ledger.rows import TraceImportRow
 from .shares import TraceCall
 
 
@@ -28,7 +29,7 @@ def _trace_path(exp: LoadedExperiment, stage: LoadStage) -> Path:
     p = Path(stage.trace or "")
     return p if p.is_absolute() else (Path(exp.path).resolve().parent / p)
 
-def plan_trace(exp: LoadedExperiment, stage: LoadStage) -> tuple[list[tuple[float, list[TraceCall]]], dict[str, Any]]:
+def plan_trace(exp: LoadedExperiment, stage: LoadStage) -> tuple[list[tuple[float, list[TraceCall]]], TraceImportRow]:
     """A trace stage's sessions as (start offset in s after the stage starts, calls in round order), and the
     import report; ConfigError for a trace that cannot be read or a plan past the bounds (a call's scaled
     tokens, the replay's length at its speed)."""
@@ -96,7 +97,7 @@ def plan_trace(exp: LoadedExperiment, stage: LoadStage) -> tuple[list[tuple[floa
                           f"at speed {s.speed:g} the replay's last session starts {planned[-1][0]:.3g} s after its "
                           f"first; the limit is {MAX_STAGE_S:g} s (a week) per stage (raise speed, or set "
                           "duration_s or requests)")
-    report = {"path": str(stage.trace), "fmt": tl.fmt, "rows_used": tl.used, "rows_skipped": dict(tl.skipped),
-              "left_out": left_out, "replayed": sum(len(r) for _, r in planned), "sessions": len(planned),
-              "notes": list(tl.notes)}
+    report = TraceImportRow(path=str(stage.trace), fmt=tl.fmt, rows_used=tl.used, rows_skipped=dict(tl.skipped),
+                            left_out=left_out, replayed=sum(len(r) for _, r in planned), sessions=len(planned),
+                            notes=list(tl.notes))
     return planned, report

@@ -15,7 +15,9 @@ from typing import Any
 
 from ..config import Case, LoadedExperiment
 from ..ledger.records import CallError, CallRecord, ErrorClass, TurnRecord
+from ..ledger.rows import ToolCallRow
 from ..workload.cases import first_messages, next_messages, step_prompts
+from ..workload.chat import ChatMessage
 from .schedule import Unit
 from .send import Sender, Sent
 
@@ -75,7 +77,7 @@ async def run_turn(sender: Sender, exp: LoadedExperiment, unit: Unit) -> TurnRec
     )
 
 
-def tool_results(exp: LoadedExperiment, case: Case, calls: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], float]:
+def tool_results(exp: LoadedExperiment, case: Case, calls: list[ToolCallRow]) -> tuple[list[ChatMessage], float]:
     """Answer each tool call from the case's script; returns the tool messages and their declared seconds."""
     script = exp.tool_scripts.get(case.name, {})
     msgs, seconds = [], 0.0
@@ -91,7 +93,7 @@ def tool_results(exp: LoadedExperiment, case: Case, calls: list[dict[str, Any]])
     return msgs, seconds
 
 
-def assistant_tool_message(content: str, tool_calls: list[dict[str, Any]]) -> dict[str, Any]:
+def assistant_tool_message(content: str, tool_calls: list[ToolCallRow]) -> ChatMessage:
     return {"role": "assistant", "content": content or None,
             "tool_calls": [{"id": tc.get("id") or f"call_{i}", "type": "function",
                             "function": {"name": tc.get("name") or "", "arguments": tc.get("arguments") or "{}"}}

@@ -46,11 +46,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from typing_extensions import TypedDict
+
 from .. import __version__
 from ..config import Experiment, LoadedExperiment
 from ..errors import BadInput, LedgerError
+from ..json_types import JSONObject
 from ..ledger.reader import SHARDS_DIR, read_shard
 from ..ledger.records import LEDGER_SCHEMA
+from ..ledger.rows import LostWorkerRow
 from ..ledger.writer import LedgerWriter
 from ..workload.load import PlannedStage, expand
 from .client import Timeouts, client_session
@@ -104,6 +108,31 @@ def clock_offset(samples: list[tuple[float, float, float]]) -> ClockOffset:
 # ------------------------------------------------------------------ one worker
 
 
+class WorkerHello(TypedDict):
+    """Who a worker is (:meth:`LoadWorker.hello`): its host, process and leverbench version."""
+
+    host: str
+    pid: int
+    version: str
+
+
+class ShareDone(TypedDict):
+    """What a worker's share came to (:meth:`LoadWorker.run`): calls sent, and whether the stage stopped."""
+
+    sent: int
+    stopped: bool
+
+
+class StageOutcome(TypedDict, total=False):
+    """The keys a load stage's ``stage_end`` record gets from its run (``rows.StageEndRow``'s): calls and
+    stopped; on several workers also workers and lost_workers (:meth:`LoadCluster.run_stage`)."""
+
+    calls: int
+    stopped: bool
+    workers: int
+    lost_workers: list[LostWorkerRow]
+
+
 @dataclass(frozen=True)
 class RemoteEndpoint:
     """What a worker needs of an arm's endpoint (an ``ArmEndpoint`` without its engine: an engine the
@@ -112,7 +141,7 @@ class RemoteEndpoint:
     base_url: str
     model: str
     headers: dict[str, str]
-    request: dict[str, Any]
+    request: JSONObject  # the arm's extra request fields (the experiment file's JSON)
     length_by_prompt: bool
 
     @classmethod
@@ -152,7 +181,7 @@ class LoadWorker:
         self.writer: LedgerWriter | None = None
         self.task: asyncio.Task | None = None
 
-    async def hello(self) -> dict[str, Any]:
+    async def hello(self) -> WorkerHello:
         return {"host": socket.gethostname(), "pid": os.getpid(), "version": __version__}
 
     async def clock(self) -> float:
@@ -179,7 +208,7 @@ class LoadWorker:
         self.job = job
         return job.share.scheduled
 
-    async def run(self, start: float) -> dict[str, Any]:
+    async def run(self, start: float) -> ShareDone:
         """Run the prepared share from the shared *start* (the coordinator's clock; + the offset: this
         host's); every record is on disk when it returns.  Cancelled (:meth:`stop`): the calls in flight
         are recorded first."""
@@ -278,7 +307,7 @@ class LoadCluster:
         return clock_offset(samples)
 
     async def run_stage(self, stage: StageRun, endpoint: RemoteEndpoint, *, timeouts: Timeouts, retries: int,
-                        keep_text: bool, run_id: str) -> dict[str, Any]:
+                        keep_text: bool, run_id: str) -> StageOutcome:
         """Run *stage* (built on the coordinator's sender, for the schedule) on its workers; the keys its
         ``stage_end`` record gets: calls, stopped, workers, lost_workers (see the module docstring)."""
         n = stage.s.workers
@@ -305,7 +334,8 @@ class LoadCluster:
                 await asyncio.wait_for(asyncio.gather(*(_wait(r) for r in refs), return_exceptions=True),
                                        STOP_TIMEOUT_S)
             raise
-        calls, stopped, lost = 0, False, []
+        calls, stopped = 0, False
+        lost: list[LostWorkerRow] = []
         for k, res in enumerate(results):
             if isinstance(res, self.ray.exceptions.RayActorError):  # the worker died: its shard says how far it got
                 self.actors.pop(k, None)
@@ -333,8 +363,9 @@ async def _wait(ref: Any) -> Any:
     return await ref
 
 
-def _first_record(path: Path) -> dict[str, Any] | None:
-    """The first line of the file at *path* as a JSON object; None when there is none (no file, or empty);
+def _first_record(path: Path) -> JSONObject | None:
+    """The first line of the file at *path* as a JSON object (not yet checked: a shard header, or not); None
+    when there is none (no file, or empty);
     LedgerError naming the file when it is no JSON object (a header cut by a crash as it was written)."""
     try:
         with open(path, "rb") as fh:

@@ -10,9 +10,9 @@ pattern in which every call repeats a growing prefix.
 from __future__ import annotations
 
 from pathlib import PurePath
-from typing import Any
 
 from ..config import Case, LoadedExperiment
+from .chat import ChatMessage
 
 
 def system_text(exp: LoadedExperiment, case: Case) -> str | None:
@@ -29,8 +29,8 @@ def first_user_text(exp: LoadedExperiment, case: Case) -> str:
     return "\n\n".join(parts)
 
 
-def first_messages(exp: LoadedExperiment, case: Case) -> list[dict[str, Any]]:
-    msgs: list[dict[str, Any]] = []
+def first_messages(exp: LoadedExperiment, case: Case) -> list[ChatMessage]:
+    msgs: list[ChatMessage] = []
     sys = system_text(exp, case)
     if sys:
         msgs.append({"role": "system", "content": sys})
@@ -38,7 +38,7 @@ def first_messages(exp: LoadedExperiment, case: Case) -> list[dict[str, Any]]:
     return msgs
 
 
-def next_messages(previous: list[dict[str, Any]], answer: str, prompt: str) -> list[dict[str, Any]]:
+def next_messages(previous: list[ChatMessage], answer: str, prompt: str) -> list[ChatMessage]:
     return [*previous, {"role": "assistant", "content": answer}, {"role": "user", "content": prompt}]
 
 

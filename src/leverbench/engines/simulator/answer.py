@@ -6,6 +6,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...json_types import JSONObject
 from . import dialects
 from .config import SimConfig
 from .tokens import chat_prompt_tokens, message_text, stable_int, synthetic_text, tokenize
@@ -144,9 +145,9 @@ def step_sizes(n_tokens: int, per_step: int) -> list[int]:
     return [per_step] * full + ([rest] if rest else [])
 
 
-def chunk_delta(pieces: list[tuple[str, str]], answer: Answer, first: bool) -> dict:
-    """The ``delta`` of the SSE chunk carrying ``pieces`` (one decode step)."""
-    delta: dict[str, Any] = {"role": "assistant"} if first else {}
+def chunk_delta(pieces: list[tuple[str, str]], answer: Answer, first: bool) -> JSONObject:
+    """The ``delta`` of the SSE chunk carrying ``pieces`` (one decode step): the server's JSON."""
+    delta: JSONObject = {"role": "assistant"} if first else {}
     reasoning = "".join(text for kind, text in pieces if kind == "reasoning")
     content = "".join(text for kind, text in pieces if kind == "content")
     if reasoning:
@@ -154,20 +155,20 @@ def chunk_delta(pieces: list[tuple[str, str]], answer: Answer, first: bool) -> d
     if content:
         delta["content"] = content
     if answer.tool_call is not None:
-        fragment: dict[str, Any] = {"index": 0}
+        fragment: JSONObject = {"index": 0}
+        function: JSONObject = {}
         if any(kind == "tool_head" for kind, _ in pieces):
             fragment.update(id=answer.tool_call["id"], type="function")
-            fragment["function"] = {"name": answer.tool_call["name"], "arguments": ""}
-        else:
-            fragment["function"] = {}
-        fragment["function"]["arguments"] = "".join(text for kind, text in pieces if kind == "tool_args")
+            function["name"] = answer.tool_call["name"]
+        function["arguments"] = "".join(text for kind, text in pieces if kind == "tool_args")
+        fragment["function"] = function
         delta["tool_calls"] = [fragment]
     return delta
 
 
-def full_message(answer: Answer) -> dict:
+def full_message(answer: Answer) -> JSONObject:
     """The ``message`` of a non-streaming response."""
-    message: dict[str, Any] = {"role": "assistant", "content": "".join(t for k, t in answer.pieces if k == "content")}
+    message: JSONObject = {"role": "assistant", "content": "".join(t for k, t in answer.pieces if k == "content")}
     reasoning = "".join(text for kind, text in answer.pieces if kind == "reasoning")
     if reasoning:
         message["reasoning_content"] = reasoning

@@ -78,6 +78,8 @@ from dataclasses import asdict
 from http import HTTPStatus
 from typing import Any
 
+from ...json_types import JSONObject
+
 DIALECTS = ("llama.cpp", "vllm", "sglang", "openai")
 CONTEXT_LENGTH = 32768  # the context the simulator claims (it enforces none)
 SGLANG_DP_SIZE = 2  # data-parallel ranks the sglang dialect reports and labels its scheduler metrics with
@@ -122,11 +124,11 @@ def vllm_error_type(status: int) -> str:
     return names.get(status) or HTTPStatus(status).phrase
 
 
-def usage(dialect: str, prompt_tokens_details: bool, t: Any, cache_block: int = 0) -> dict:
+def usage(dialect: str, prompt_tokens_details: bool, t: Any, cache_block: int = 0) -> JSONObject:
     """The ``usage`` object for trace ``t`` (a simulator ``_Trace``) in the dialect's shape.
     ``cache_block``: the prefix cache's block (0: no prefix cache), for vLLM's ``created_cache_tokens``
     = the prompt's whole blocks − the cached ones."""
-    out: dict[str, Any] = {
+    out: JSONObject = {
         "prompt_tokens": t.prompt_tokens,
         "completion_tokens": t.completion_tokens,
         "total_tokens": t.prompt_tokens + t.completion_tokens,
@@ -156,9 +158,9 @@ def usage(dialect: str, prompt_tokens_details: bool, t: Any, cache_block: int = 
     return out
 
 
-def models_body(cfg: Any, created: int) -> dict:
+def models_body(cfg: Any, created: int) -> JSONObject:
     """``GET BASE_PATH/models`` in the dialect's shape, with the simulator's ``"sim"`` marker."""
-    entry: dict[str, Any] = {"id": cfg.model, "object": "model", "created": created}
+    entry: JSONObject = {"id": cfg.model, "object": "model", "created": created}
     if cfg.dialect == "llama.cpp":
         entry.update(owned_by="llamacpp", meta={"n_ctx": CONTEXT_LENGTH})
     elif cfg.dialect in ("vllm", "sglang"):

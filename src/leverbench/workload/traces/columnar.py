@@ -36,7 +36,7 @@ import polars as pl
 
 from ...errors import BadInput
 from .bounds import MAX_CALL_S, MAX_STAMP_S, MAX_TOKENS, tokens_text
-from .records import COLUMNS, TrafficLoad, no_usable_rows
+from .records import COLUMNS, DType, TrafficLoad, no_usable_rows
 
 BATCH_ROWS = 500_000
 MAX_CELL_CHARS = 1 << 26  # a CSV cell the careful pass reads (64 Mi characters: a prompt's text is far shorter)
@@ -169,9 +169,12 @@ def csv_source(path: Path, fields: list[Field], header: list[str], *, short_rows
     return lf if short_rows == "guard" else lf.drop("maybe_short")
 
 
-def _json_schema(keys: dict[str, Any]) -> dict[str, Any]:
+_Tree = dict[str, "DType | _Tree"]  # a dotted key's parts as nested keys, its type at the leaf
+
+
+def _json_schema(keys: Mapping[str, DType]) -> dict[str, DType]:
     """A polars schema reading each dotted key as its type, nested objects as structs."""
-    tree: dict[str, Any] = {}
+    tree: _Tree = {}
     for k, dtype in keys.items():
         node = tree
         parts = k.split(".")
@@ -181,7 +184,7 @@ def _json_schema(keys: dict[str, Any]) -> dict[str, Any]:
                 raise BadInput(f"JSON key {k!r} reads into {p!r}, which another column reads as a value")
         node.setdefault(parts[-1], dtype)
 
-    def conv(t: dict[str, Any]) -> dict[str, Any]:
+    def conv(t: _Tree) -> dict[str, DType]:
         return {k: pl.Struct(conv(v)) if isinstance(v, dict) else v for k, v in t.items()}
 
     return conv(tree)

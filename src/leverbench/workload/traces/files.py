@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from ...errors import BadInput
+from ...json_types import JSONObject
 from .records import Rows
 
 #: Bytes read to detect a format (the first record of a log is far shorter).
@@ -116,8 +117,8 @@ def first_json(path: Path, head: str) -> Any:
     raise BadInput(f"{path}: line 1 is not valid JSON; is this a JSONL trace? (or name --trace-format)")
 
 
-def jsonl(text: str, rows: Rows) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, object) for each JSON-object line; bad lines are counted as skipped."""
+def jsonl(text: str, rows: Rows) -> Iterator[tuple[int, JSONObject]]:
+    """(line number, object: the trace's raw row) for each JSON-object line; bad lines are counted as skipped."""
     for i, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue

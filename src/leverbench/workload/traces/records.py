@@ -15,16 +15,20 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Union
 
 import polars as pl
+from typing_extensions import TypeAlias
 
 from ...errors import BadInput
 from .bounds import MAX_CALL_S, MAX_STAMP_S, MAX_TOKENS, tokens_text
 from .names import FORMATS
 
+#: A polars column type: a class (``pl.Int64``) or an instance (``pl.Struct({...})``).
+DType: TypeAlias = Union[type[pl.DataType], pl.DataType]
+
 #: The canonical columns of a traffic frame, with their types; ``arrival`` is seconds after the earliest stamp.
-COLUMNS: dict[str, Any] = {
+COLUMNS: dict[str, DType] = {
     "input": pl.Int64, "output": pl.Int64, "cached": pl.Int64, "latency": pl.Float64, "ttft": pl.Float64,
     "model": pl.String, "arrival": pl.Float64, "session": pl.String, "round": pl.Int64, "tool_wait": pl.Float64,
 }

@@ -14,12 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import BadInput
+from ...json_types import JSONObject
 from .base import Format, Sniff
 from .files import loads, read_text
 from .records import Rows, Skip, TrafficCall, TrafficLoad, count, opt_seconds, opt_stamp, opt_str
 
 
-def _read(path: Path) -> dict[str, Any]:
+def _read(path: Path) -> JSONObject:
+    """The file ``vllm bench serve --save-result`` wrote (its JSON, the per-request arrays checked to be lists)."""
     try:
         obj = loads(path, read_text(path))
     except json.JSONDecodeError as exc:
