@@ -1,5 +1,6 @@
 """The experiment's sections of the summary: the run, its arms, comparisons, verdicts, drift, equal work,
-engagement, cost and the warnings."""
+engagement, cost and the warnings (engagement, drift, equal work and
+cost: :mod:`.check_rows`)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ from typing import Any
 from typing_extensions import TypedDict
 
 from . import STRICT
+from .check_rows import CheckSections
 
 
-class ExperimentSections(TypedDict):
-    """The summary's sections about the experiment's comparisons (rows typed: issue 24 part 3)."""
+class ExperimentSections(CheckSections):
+    """The summary's sections about the experiment's comparisons (rows typed: issue 24 part 3); engagement, drift,
+    equal work and cost: :class:`.check_rows.CheckSections`."""
 
     __pydantic_config__ = STRICT
 
@@ -29,12 +32,6 @@ class ExperimentSections(TypedDict):
     variant_cells: list[Any]
     prompt_discipline: Any
     reasoning: Any
-    engaged: Any
-    cost: Any
-    drift: list[Any]
-    drift_pairs: list[Any]
-    drift_common: Any
-    equal_work: list[Any]
     tolerances: Any
     warnings: list[str]
     warning_items: list[Any]
