@@ -13,6 +13,9 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+# every summary a test builds is checked against leverbench.summary/1 (analysis.summary.summarize), in this
+# process and in the leverbench commands the tests start
+os.environ["LEVERBENCH_CHECK_SUMMARY"] = "1"
 
 REQUIRE_ALL = all(os.environ.get(v) for v in ("LEVERBENCH_REQUIRE_ENGINE", "LEVERBENCH_REQUIRE_CHROMIUM"))
 REQUIRE_VLLM = bool(os.environ.get("LEVERBENCH_REQUIRE_VLLM"))

@@ -12,8 +12,9 @@ input should ever get (the fuzz suite, ``tests/test_fuzz.py``, checks it).
     ├── BadInput            exit 2
     │   ├── ConfigError     experiment file: file, key, what is wrong
     │   └── LedgerError     unreadable, foreign or too-new ledger
-    └── RuntimeFailure      exit 1
-        └── EngineError     a server the tool started did not come up or died
+    ├── RuntimeFailure      exit 1
+    │   └── EngineError     a server the tool started did not come up or died
+    └── SummaryMismatch     exit 70: a summary leverbench built departs from its own schema (a bug)
 """
 
 from __future__ import annotations
@@ -46,3 +47,10 @@ class RuntimeFailure(LeverbenchError):
 
 class EngineError(RuntimeFailure):
     pass
+
+
+class SummaryMismatch(LeverbenchError):
+    """A summary built from a ledger that departs from ``leverbench.summary/1`` (:mod:`leverbench.schema`): a bug
+    in leverbench, never the input's fault; exit 70 like every internal error."""
+
+    exit_code = 70

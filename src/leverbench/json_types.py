@@ -8,10 +8,22 @@ shape (the ledger's records, the summary's rows), the data has a typed record in
 
 from __future__ import annotations
 
-from typing import Union
+import math
+from typing import Any, Union
 
 from typing_extensions import TypeAlias
 
 JSONScalar: TypeAlias = Union[str, int, float, bool, None]
 JSONValue: TypeAlias = Union[JSONScalar, list["JSONValue"], dict[str, "JSONValue"]]
 JSONObject: TypeAlias = dict[str, JSONValue]
+
+
+def finite(o: Any) -> Any:
+    """*o* as JSON holds it: non-finite floats become null (JSON has no inf/NaN), tuples lists."""
+    if isinstance(o, float):
+        return o if math.isfinite(o) else None
+    if isinstance(o, dict):
+        return {k: finite(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [finite(v) for v in o]
+    return o

@@ -1,15 +1,20 @@
 """Everything the reports show, computed from the ledger alone.
 
 ``summarize(ledger)`` returns the ``leverbench.summary/1`` dict that is written
-as ``summary.json``; every report formats it and computes nothing new.
+as ``summary.json``; every report formats it and computes nothing new.  Its rows are the typed rows of
+:mod:`leverbench.schema`; with ``LEVERBENCH_CHECK_SUMMARY=1`` (the test suite sets it, ``tests/conftest.py``)
+every summary built is checked against that schema and one that departs is an error at once, so every summary
+the suite produces is validated, not only those it writes.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
 
+from ..errors import SummaryMismatch
 from ..ledger.reader import Ledger
 from ..ledger.records import KINDS, SUMMARY_SCHEMA
 from ..levers import used_in
@@ -163,8 +168,25 @@ def projection_costs(summary: dict[str, Any], gpu_hour_usd: float | None = None)
                           summary["baseline"], gpu_hour_usd, cite)
 
 
+CHECK_ENV = "LEVERBENCH_CHECK_SUMMARY"
+
+
 def summarize(ledger: Ledger, *, scenario: tuple[int, int] | None = None,
               gpu_hour_usd: float | None = None) -> dict[str, Any]:
+    """The summary of *ledger* (checked against the schema when :data:`CHECK_ENV` is set)."""
+    out = _summarize(ledger, scenario=scenario, gpu_hour_usd=gpu_hour_usd)
+    if os.environ.get(CHECK_ENV, "") not in ("", "0"):
+        from ..schema.check import summary_problems  # noqa: PLC0415 (pydantic)
+
+        problems = summary_problems(out)
+        if problems:
+            raise SummaryMismatch(f"summary of {ledger.path} departs from leverbench.summary/1: "
+                                  + "; ".join(map(str, problems[:5])))
+    return out
+
+
+def _summarize(ledger: Ledger, *, scenario: tuple[int, int] | None,
+               gpu_hour_usd: float | None) -> dict[str, Any]:
     ds = dataset(ledger)
     warnings: list[RunWarning] = list(ds.warnings)
     knobs, contradictions = {}, {}

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..analysis.summary import summarize
-from ..errors import RuntimeFailure
+from ..errors import RuntimeFailure, SummaryMismatch
 from ..ledger.reader import Ledger, read_ledger
 from .html import render_html, render_replay
 from .jsonio import finite
@@ -20,12 +20,24 @@ from .markdown import render_markdown
 
 
 def write_reports(run_dir: Path, summary: dict[str, Any], ledger: Any = None) -> list[Path]:
-    """Write summary.json, report.md and report.html (with the replay when *ledger* is given)."""
+    """Write summary.json, report.md and report.html (with the replay when *ledger* is given), then check the
+    summary against its schema (:mod:`leverbench.schema`): one that departs is a bug, :class:`SummaryMismatch`
+    (exit 70) naming where, raised after the files are written (nothing is lost; the ledger is untouched)."""
+    from ..schema.check import summary_problems  # noqa: PLC0415 (pydantic)
+
     run_dir = Path(run_dir)
     paths = [run_dir / "summary.json", run_dir / "report.md", run_dir / "report.html"]
-    paths[0].write_text(json.dumps(finite(summary), indent=1, ensure_ascii=False, allow_nan=False) + "\n")
+    data = finite(summary)
+    paths[0].write_text(json.dumps(data, indent=1, ensure_ascii=False, allow_nan=False) + "\n")
     paths[1].write_text(render_markdown(summary), encoding="utf-8")
-    paths[2].write_text(render_html(finite(summary), ledger), encoding="utf-8")
+    paths[2].write_text(render_html(data, ledger), encoding="utf-8")
+    problems = summary_problems(data)
+    if problems:
+        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+        raise SummaryMismatch(f"{paths[0]}: the summary departs from its own schema, leverbench.summary/1: "
+                              f"{'; '.join(map(str, problems[:3]))}{more}. This is a bug in leverbench: the files "
+                              "are written and the ledger is intact; please report it with "
+                              f"`leverbench schema summary --check {paths[0]}`")
     return paths
 
 

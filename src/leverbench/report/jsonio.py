@@ -5,16 +5,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ..json_types import finite
 
-def finite(o: Any) -> Any:
-    """JSON has no inf/NaN: non-finite floats become null."""
-    if isinstance(o, float):
-        return o if math.isfinite(o) else None
-    if isinstance(o, dict):
-        return {k: finite(v) for k, v in o.items()}
-    if isinstance(o, (list, tuple)):
-        return [finite(v) for v in o]
-    return o
+__all__ = ["finite", "number"]
 
 
 def number(x: Any) -> float | None:

@@ -1,33 +1,74 @@
-"""Validating a summary against :class:`.summary.Summary` (pydantic, loaded only when a summary is checked)."""
+"""Validating a summary against :class:`.summary.Summary` (pydantic, loaded only when a summary is checked).
+
+Two views of the one schema: the whole file (every section, as ``summarize`` builds it and ``write_reports``
+checks it) and a reader's (:data:`READER_NEEDS` required, every other section checked where present: what
+``analyze --rates`` and ``whatif --rates`` accept from a summary.json, which may have been cut to what they use).
+Either way every row that is there is checked against the same typed row, strictly.
+"""
 
 from __future__ import annotations
 
-import json
 from functools import cache
-from typing import Any
+from typing import Any, NamedTuple
+
+from ..json_types import finite
+
+#: The sections a reader of summary.json (``analyze --rates``, ``whatif --rates``) cannot do without.
+READER_NEEDS = ("schema", "run", "baseline", "arms", "rates", "drift", "warnings")
+
+
+class Problem(NamedTuple):
+    """Where a summary departs from the schema (a path into it, ``rates[0].decode_tps``) and what is wrong."""
+
+    where: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.where or '(top)'}: {self.message}"
 
 
 @cache
-def _adapter() -> Any:
-    from pydantic import TypeAdapter  # noqa: PLC0415  (pydantic only when checking)
+def _adapter(whole: bool) -> Any:
+    from typing import get_type_hints  # noqa: PLC0415
 
+    from pydantic import TypeAdapter  # noqa: PLC0415  (pydantic only when checking)
+    from typing_extensions import NotRequired, Required, TypedDict  # noqa: PLC0415
+
+    from . import STRICT  # noqa: PLC0415
     from .summary import Summary  # noqa: PLC0415
 
-    return TypeAdapter(Summary)
+    if whole:
+        return TypeAdapter(Summary)
+    hints = get_type_hints(Summary, include_extras=True)
+    fields = {k: (Required if k in READER_NEEDS else NotRequired)[t] for k, t in hints.items()}
+    part = TypedDict("SummaryAsRead", fields)  # type: ignore[operator]
+    part.__pydantic_config__ = STRICT  # type: ignore[attr-defined]
+    return TypeAdapter(part)
 
 
-def summary_problems(summary: object) -> list[str]:
-    """Where *summary* (as ``summary.json`` holds it: lists, not tuples) departs from the schema: one line per
-    error (location: message), empty when it fits."""
+def _where(loc: tuple[Any, ...]) -> str:
+    """A pydantic location as a path into the file: ``rates[0].decode_tps``."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return out.lstrip(".")
+
+
+def summary_problems(summary: object, *, whole: bool = True) -> list[Problem]:
+    """Where *summary* departs from the schema, one :class:`Problem` per error; empty when it fits.  *summary* is
+    taken as ``summary.json`` holds it (a tuple is a list there, NaN null).  *whole*: every section required (a summary
+    leverbench built); else only :data:`READER_NEEDS` (a summary a reader was given)."""
     from pydantic import ValidationError  # noqa: PLC0415
 
     try:
-        _adapter().validate_python(json.loads(json.dumps(summary)))
+        _adapter(whole).validate_python(finite(summary))
     except ValidationError as e:
-        return [f"{'.'.join(str(x) for x in err['loc']) or '(top)'}: {err['msg']}" for err in e.errors()]
+        return [Problem(_where(err["loc"]), err["msg"].removeprefix("Value error, ")) for err in e.errors()]
     return []
 
 
 def summary_json_schema() -> str:
     """The JSON Schema of ``summary.json``, as ``leverbench schema summary`` prints it (sorted keys, indent 2)."""
-    return json.dumps(_adapter().json_schema(), indent=2, sort_keys=True) + "\n"
+    import json  # noqa: PLC0415
+
+    return json.dumps(_adapter(True).json_schema(), indent=2, sort_keys=True) + "\n"

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from typing_extensions import TypedDict
-
 from . import STRICT
 from .check_rows import CheckSections
 

@@ -1,0 +1,30 @@
+"""``leverbench schema``: the JSON Schema of a file leverbench writes, or a file checked against it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from .common import Command
+
+
+@click.command(name="schema", cls=Command)
+@click.argument("which", type=click.Choice(["summary"]))
+@click.option("--check", "check", type=click.Path(path_type=Path), default=None, metavar="PATH",
+              help="Check PATH (a summary.json or the run directory that holds it) against the schema instead of "
+                   "printing it: one line per problem, exit code 2 when it departs.")
+def schema_command(which: str, check: Path | None) -> None:
+    """Print the JSON Schema of WHICH (summary: summary.json, leverbench.summary/1).
+
+    The schema is derived from the typed rows the analysis builds and the
+    reports read (leverbench.schema); a copy is in docs/summary.schema.json.
+    Every key is named, no other key is allowed, and the numbers a reader
+    computes with carry their bounds.
+    """
+    from ..schema.check import check_summary_file, summary_json_schema  # noqa: PLC0415 (pydantic)
+
+    if check is None:
+        click.echo(summary_json_schema(), nl=False)
+        return
+    click.echo(f"{check_summary_file(check)}: fits leverbench.summary/1")
