@@ -15,6 +15,7 @@ from ..ledger.records import KINDS, SUMMARY_SCHEMA
 from ..levers import used_in
 from ..redact import redact_tree
 from ..schema.check_rows import Citability, CommonDrift, CostRow, DriftCommon, DriftRow
+from ..schema.lever_rows import EngagedRow
 from .base.dataset import Dataset, dataset, first_seen, groups
 from .base.guard import CONTRADICTION, DRIFT, NOT_ENGAGED, REFERENCE_USED, Reason, measurement_guard
 from .base.knobs import UNKNOWN, Comparison, comparisons
@@ -105,7 +106,7 @@ def rates_table(rates: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def comparison_reasons(comps: list[Comparison], contradictions: dict[str, dict[str, str]],
-                       engaged_rows: list[dict[str, Any]], pair_drift: list[PairDrift] | None = None
+                       engaged_rows: Sequence[EngagedRow], pair_drift: list[PairDrift] | None = None
                        ) -> dict[tuple[str, str], list[Reason]]:
     """Per comparison (arm, vs): why it may not be cited beyond the guard's own rules — drift that biases it
     (:func:`.drift.pair_drift`); a knob in which the two arms differ whose value one arm contradicts; and for
