@@ -10,7 +10,7 @@ the suite produces is validated, not only those it writes.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -19,6 +19,8 @@ from ..ledger.reader import Ledger
 from ..ledger.records import KINDS, SUMMARY_SCHEMA
 from ..levers import used_in
 from ..redact import redact_tree
+from ..schema.check_rows import Citability, CommonDrift, CostRow, DriftCommon, DriftRow
+from ..schema.lever_rows import EngagedRow
 from .base.dataset import Dataset, dataset, first_seen, groups
 from .base.guard import CONTRADICTION, DRIFT, NOT_ENGAGED, REFERENCE_USED, Reason, measurement_guard
 from .base.knobs import UNKNOWN, Comparison, comparisons
@@ -109,7 +111,7 @@ def rates_table(rates: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def comparison_reasons(comps: list[Comparison], contradictions: dict[str, dict[str, str]],
-                       engaged_rows: list[dict[str, Any]], pair_drift: list[PairDrift] | None = None
+                       engaged_rows: Sequence[EngagedRow], pair_drift: list[PairDrift] | None = None
                        ) -> dict[tuple[str, str], list[Reason]]:
     """Per comparison (arm, vs): why it may not be cited beyond the guard's own rules — drift that biases it
     (:func:`.drift.pair_drift`); a knob in which the two arms differ whose value one arm contradicts; and for
@@ -135,9 +137,8 @@ def comparison_reasons(comps: list[Comparison], contradictions: dict[str, dict[s
     return out
 
 
-def cost_citability(baseline: str, cell_list: list[dict[str, Any]], mults: list[dict[str, Any]],
-                    drift_rows: list[dict[str, Any]], common_row: dict[str, Any] | None = None
-                    ) -> dict[str, tuple[bool, str | None]]:
+def cost_citability(baseline: str, cell_list: Sequence[Mapping[str, Any]], mults: Sequence[Mapping[str, Any]],
+                    drift_rows: Sequence[DriftRow], common_row: CommonDrift | None = None) -> Citability:
     """Per arm, whether its cost row may be cited: the baseline by its own measurements, every other
     arm by its total multiplier against the baseline (the comparison "GPU-hours returned" comes from);
     and no arm whose own speed drifted, nor any arm where the machine's speed changed for every arm alike
@@ -158,7 +159,7 @@ def cost_citability(baseline: str, cell_list: list[dict[str, Any]], mults: list[
     return out
 
 
-def projection_costs(summary: dict[str, Any], gpu_hour_usd: float | None = None) -> list[dict[str, Any]]:
+def projection_costs(summary: Mapping[str, Any], gpu_hour_usd: float | None = None) -> list[CostRow]:
     """What one turn of the summary's projected scenario costs per arm (:func:`.cost.scenario_costs`;
     *gpu_hour_usd* where an arm's conditions give no price), each row cited as :func:`cost_citability`
     allows.  Reads only the summary, so it applies to one read back."""
@@ -224,9 +225,9 @@ def _summarize(ledger: Ledger, *, scenario: tuple[int, int] | None,
     probe_own = own_metrics(server_metrics(ds.metrics, ds.arms, ds.header, "probes-before", "probes-after"))
     eng, w = engaged(ds, own, knobs, ledger.of_kind("load"))
     warnings += w
-    common_row = common(ds, pair_drift)
-    adjusted = adjusted_turn_s(ds, common_row)
-    common_row["adjusted"] = adjusted is not None
+    common_trend = common(ds, pair_drift)
+    adjusted = adjusted_turn_s(ds, common_trend)
+    common_row: DriftCommon = {**common_trend, "adjusted": adjusted is not None}
     cell_list = cells(ds, turn_s=adjusted)
     total_list = totals(ds, cell_list)
     mults = multipliers(ds, cell_list, total_list, comps, comparison_reasons(comps, contradictions, eng, pair_drift))

@@ -19,9 +19,12 @@ $0.0257 per turn, 12.07 and 4.67 GPU-hours per 1000 turns.)
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Mapping, Sequence, Union
 
 from ...errors import BadInput
+from ...json_types import JSONValue
+from ...schema.check_rows import Citability, CostRow, TurnCost
+from ...schema.rate_rows import ProjectedArm, RefusedArm
 from ..base.bounds import MAX_GPU_HOUR_USD, MAX_GPUS
 
 
@@ -29,7 +32,8 @@ def _fmt(x: float) -> str:
     return f"{int(x):,}" if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
 
 
-def price_and_gpus(cond: dict[str, Any], arm: str, gpu_hour_usd: float | None = None) -> tuple[float | None, float]:
+def price_and_gpus(cond: Mapping[str, JSONValue], arm: str, gpu_hour_usd: float | None = None
+                   ) -> tuple[float | None, float]:
     """(price of a GPU-hour, GPUs) of an arm: its conditions' ``gpu_hour_usd`` (else ``gpu_hour_usd``) and
     ``gpus`` (else 1), each a number in range (:mod:`.bounds`); else BadInput naming the arm and the key (a
     ledger whose header gave ``gpu_hour_usd = -5.5`` printed negative dollars)."""
@@ -46,46 +50,49 @@ def price_and_gpus(cond: dict[str, Any], arm: str, gpu_hour_usd: float | None = 
     return (float(price) if price is not None else None), float(gpus)
 
 
-def turn_cost(turn_s: float, gpu_hour_usd: float | None, gpus: float = 1.0) -> dict[str, Any]:
+def turn_cost(turn_s: float, gpu_hour_usd: float | None, gpus: float = 1.0) -> TurnCost:
     gpu_hours = turn_s * gpus * 1000.0 / 3600.0
     usd = turn_s * gpu_hour_usd * gpus / 3600.0 if gpu_hour_usd is not None else None
     return {"turn_s": turn_s, "gpus": gpus, "gpu_hour_usd": gpu_hour_usd, "usd_per_turn": usd,
             "gpu_hours_per_1000_turns": gpu_hours, "usd_per_1000_turns": usd * 1000.0 if usd is not None else None}
 
 
-Citability = dict[str, tuple[bool, "str | None"]]
-
-
-def costs(totals: list[dict[str, Any]], conditions: dict[str, dict[str, Any]], baseline: str,
-          gpu_hour_usd: float | None = None, citability: Citability | None = None) -> list[dict[str, Any]]:
-    """Per arm with a price or a GPU count in its conditions: the cost of its mean turn."""
-    out = []
+def costs(totals: Sequence[Mapping[str, Any]], conditions: Mapping[str, Mapping[str, JSONValue]], baseline: str,
+          gpu_hour_usd: float | None = None, citability: Citability | None = None) -> list[CostRow]:
+    """Per arm with a price or a GPU count in its conditions (*totals*: the summary's ``totals[]``): the cost
+    of its mean turn."""
+    out: list[tuple[str, TurnCost]] = []
     for t in totals:
         cond = conditions.get(t["arm"], {})
         price, gpus = price_and_gpus(cond, t["arm"], gpu_hour_usd)
         if t["total_s"] is None or (price is None and "gpus" not in cond):
             continue
-        out.append({"arm": t["arm"], **turn_cost(t["total_s"] / t["cases"], price, gpus)})
+        out.append((t["arm"], turn_cost(t["total_s"] / t["cases"], price, gpus)))
     return _with_returned(out, baseline, citability)
 
 
-def scenario_costs(projected: list[dict[str, Any]], conditions: dict[str, dict[str, Any]], baseline: str,
-                   gpu_hour_usd: float | None = None, citability: Citability | None = None) -> list[dict[str, Any]]:
+def scenario_costs(projected: Sequence[Union[ProjectedArm, RefusedArm]],
+                   conditions: Mapping[str, Mapping[str, JSONValue]], baseline: str,
+                   gpu_hour_usd: float | None = None, citability: Citability | None = None) -> list[CostRow]:
     """Per projected arm (``projection.arms`` rows with ``total_s``): the cost of one scenario turn."""
-    out = []
+    out: list[tuple[str, TurnCost]] = []
     for a in projected:
-        if a.get("total_s") is None:
+        total_s = a.get("total_s")
+        if total_s is None:
             continue
         price, gpus = price_and_gpus(conditions.get(a["arm"], {}), a["arm"], gpu_hour_usd)
-        out.append({"arm": a["arm"], **turn_cost(a["total_s"], price, gpus)})
+        out.append((a["arm"], turn_cost(total_s, price, gpus)))
     return _with_returned(out, baseline, citability)
 
 
-def _with_returned(rows: list[dict[str, Any]], baseline: str, citability: Citability | None) -> list[dict[str, Any]]:
-    """Add the GPU-hours per 1000 turns each arm returns against the baseline, and each row's citability."""
-    base = next((c for c in rows if c["arm"] == baseline), None)
-    for c in rows:
-        c["gpu_hours_returned_per_1000_turns"] = (base["gpu_hours_per_1000_turns"] - c["gpu_hours_per_1000_turns"]
-                                                  if base else None)
-        c["citable"], c["reason"] = (citability or {}).get(c["arm"], (None, "no comparison to judge it by"))
-    return rows
+def _with_returned(rows: list[tuple[str, TurnCost]], baseline: str, citability: Citability | None) -> list[CostRow]:
+    """Each arm's cost row: its turn cost, the GPU-hours per 1000 turns it returns against the baseline, and its
+    citability."""
+    base = next((c for arm, c in rows if arm == baseline), None)
+    out: list[CostRow] = []
+    for arm, c in rows:
+        citable, reason = (citability or {}).get(arm, (None, "no comparison to judge it by"))
+        out.append({"arm": arm, **c, "gpu_hours_returned_per_1000_turns": (
+            base["gpu_hours_per_1000_turns"] - c["gpu_hours_per_1000_turns"] if base else None),
+            "citable": citable, "reason": reason})
+    return out

@@ -60,12 +60,13 @@ An arm's own detected trend (``drifted``) refuses its absolute figures (its cost
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 from scipy import stats
 
+from ...schema.check_rows import CommonDrift, DriftRow, Order, PairDriftRow, TrendRow, WarmupRow
 from ..base.dataset import Dataset
 from ..base.warning_kinds import RunWarning, WarningKind
 
@@ -73,7 +74,7 @@ CONFIDENCE = 0.95
 MIN_POINTS = 3  # a trend with an interval needs a residual degree of freedom
 
 
-def sentinel_rate(rec: dict[str, Any]) -> float | None:
+def sentinel_rate(rec: Mapping[str, Any]) -> float | None:
     """A successful sentinel's decode speed in tokens/s (module docstring), or None."""
     if rec.get("error") is not None:
         return None
@@ -86,7 +87,7 @@ def sentinel_rate(rec: dict[str, Any]) -> float | None:
     return None
 
 
-def sentinel_prefill_speed(rec: dict[str, Any]) -> float | None:
+def sentinel_prefill_speed(rec: Mapping[str, Any]) -> float | None:
     """A successful sentinel's prefill speed, 1 / (time to its first token) in 1/s (module docstring), or None."""
     if rec.get("error") is not None:
         return None
@@ -119,8 +120,9 @@ class Trend:
         """Significant and beyond *tolerance*: a drift the scatter does not explain, and large enough to matter."""
         return self.significant and self.change is not None and abs(self.change) > tolerance
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def as_dict(self) -> TrendRow:
+        return {"points": self.points, "change": self.change, "low": self.low, "high": self.high,
+                "significant": self.significant}
 
     def words(self) -> str:
         if self.change is None:
@@ -198,20 +200,20 @@ class PairDrift:
 
     arm: str
     vs: str
-    order: str
+    order: Order
     decode: Trend
     prefill: Trend
     refuses: bool
     reason: str | None
     undetermined: bool = False  # not refused, but the series cannot rule out a drift beyond tolerance either
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> PairDriftRow:
         return {"arm": self.arm, "vs": self.vs, "order": self.order, "points": self.decode.points,
                 "decode": self.decode.as_dict(), "prefill": self.prefill.as_dict(), "refuses": self.refuses,
                 "reason": self.reason, "undetermined": self.undetermined}
 
 
-def pair_drift(arm: str, vs: str, own: dict[str, list[Point]], order: str, tol: float,
+def pair_drift(arm: str, vs: str, own: dict[str, list[Point]], order: Order, tol: float,
                confidence: float = CONFIDENCE) -> PairDrift:
     """Whether drift refuses the comparison *arm* against *vs* (module docstring); *confidence*: of each
     interval (:func:`family_confidence` over the run's tests)."""
@@ -240,7 +242,7 @@ def pair_drift(arm: str, vs: str, own: dict[str, list[Point]], order: str, tol: 
 
 
 def common_drift(own: dict[str, list[Point]], arms: list[str], tol: float, order: str = "interleaved",
-                 differential: bool = False) -> dict[str, Any]:
+                 differential: bool = False) -> CommonDrift:
     """The trend of the arms' mean log speed at the places every arm ran a sentinel, and its words when
     detected (module docstring); *differential*: some comparison's arms drifted differently (then the words
     do not say "alike")."""
@@ -271,7 +273,7 @@ def common_drift(own: dict[str, list[Point]], arms: list[str], tol: float, order
     return {"decode": d.as_dict(), "prefill": p.as_dict(), "text": text, "detected": detected and not differential}
 
 
-def adjusted_turn_s(ds: Dataset, common_row: dict[str, Any]) -> np.ndarray | None:
+def adjusted_turn_s(ds: Dataset, common_row: CommonDrift) -> np.ndarray | None:
     """The turns' times put on the speed at the run's first sentinel, where a common drift was detected in
     interleaved order (None otherwise): each call's prefill (TTFT) and decode (latency − TTFT) time at run
     time x is multiplied by exp(b·x), b = log(1 + change) of the common prefill and decode trends, and the
@@ -280,8 +282,9 @@ def adjusted_turn_s(ds: Dataset, common_row: dict[str, Any]) -> np.ndarray | Non
         return None
     t = [float(s["t_send"]) for s in ds.sentinels if s.get("error") is None and s.get("t_send") is not None]
     t0, span = min(t), (max(t) - min(t)) or 1.0
-    bd = math.log1p(common_row["decode"]["change"]) if common_row["decode"]["change"] is not None else 0.0
-    bp = math.log1p(common_row["prefill"]["change"]) if common_row["prefill"]["change"] is not None else 0.0
+    d, p = common_row["decode"], common_row["prefill"]
+    bd = math.log1p(d["change"]) if d is not None and d["change"] is not None else 0.0
+    bp = math.log1p(p["change"]) if p is not None and p["change"] is not None else 0.0
     c = ds.call
     x = np.clip((c.t_send - t0) / span, 0.0, 1.0)  # a call before the first sentinel (after the last): its speed
     ttft = np.where(np.isnan(c.ttft_s), 0.0, c.ttft_s)
@@ -291,27 +294,24 @@ def adjusted_turn_s(ds: Dataset, common_row: dict[str, Any]) -> np.ndarray | Non
     return ds.turn.turn_s + np.bincount(np.maximum(c.turn, 0), weights=change, minlength=len(ds.turn))[:len(ds.turn)]
 
 
-def warmup_rows(ds: Dataset, tol: float) -> dict[str, dict[str, Any]]:
+def warmup_rows(ds: Dataset, tol: float) -> dict[str, WarmupRow]:
     """Per arm, its last warm-up (the calls since its last ``repeat`` 0): calls, decode speeds, settled."""
-    out: dict[str, dict[str, Any]] = {}
+    tps: dict[Any, list[float | None]] = {}
     for w in ds.warmups:
         arm = w.get("arm")
-        if w.get("repeat") == 0 or arm not in out:
-            out[arm] = {"calls": 0, "tps": []}
-        out[arm]["calls"] += 1
-        out[arm]["tps"].append(sentinel_rate(w))
-    for row in out.values():
-        row["settled"] = settled(row["tps"], tol)
-    return out
+        if w.get("repeat") == 0 or arm not in tps:
+            tps[arm] = []
+        tps[arm].append(sentinel_rate(w))
+    return {arm: {"calls": len(r), "tps": r, "settled": settled(r, tol)} for arm, r in tps.items()}
 
 
-def drift(ds: Dataset) -> tuple[list[dict[str, Any]], list[RunWarning]]:
+def drift(ds: Dataset) -> tuple[list[DriftRow], list[RunWarning]]:
     """``summary.json`` ``drift[]``, one row per arm: its own trends (decode, prefill), ``drifted`` (its own
     trend detected), ``unknown`` (fewer than 3 sentinels), its warm-up; and the warnings."""
     tol = ds.config["experiment"].get("drift_tolerance", 0.10)
     own = series(ds)
     warm = warmup_rows(ds, tol)
-    out: list[dict[str, Any]] = []
+    out: list[DriftRow] = []
     warnings: list[RunWarning] = []
     for arm in ds.arms:
         pts = own.get(arm, [])
@@ -319,10 +319,10 @@ def drift(ds: Dataset) -> tuple[list[dict[str, Any]], list[RunWarning]]:
         rates = [math.exp(q.decode) for q in pts if math.isfinite(q.decode)]
         unknown = len(rates) < MIN_POINTS  # sentinels whose speed could be read (token counts and times known)
         drifted = d.detected(tol) or p.detected(tol)
-        row = {"arm": arm, "sentinels": len(rates), "decode": d.as_dict(), "prefill": p.as_dict(),
-               "drifted": drifted, "unknown": unknown, "tolerance": tol,
-               "start_tps": rates[0] if rates else None, "end_tps": rates[-1] if rates else None,
-               "change": d.change, "warmup": warm.get(arm)}
+        row: DriftRow = {"arm": arm, "sentinels": len(rates), "decode": d.as_dict(), "prefill": p.as_dict(),
+                         "drifted": drifted, "unknown": unknown, "tolerance": tol,
+                         "start_tps": rates[0] if rates else None, "end_tps": rates[-1] if rates else None,
+                         "change": d.change, "warmup": warm.get(arm)}
         out.append(row)
         if drifted:
             what = "; ".join(f"{ph} speed {tr.words()}" for ph, tr in (("decode", d), ("prefill", p))
@@ -357,7 +357,7 @@ def pair_drifts(ds: Dataset, comps: list[Any]) -> list[PairDrift]:
     return [pair_drift(c.arm, c.vs, own, order, tol, family_confidence(tests)) for c in comps]
 
 
-def common(ds: Dataset, pairs: list[PairDrift] | None = None) -> dict[str, Any]:
+def common(ds: Dataset, pairs: list[PairDrift] | None = None) -> CommonDrift:
     """:func:`common_drift` of the run's arms (*pairs*: the comparisons' :class:`PairDrift`)."""
     exp = ds.config["experiment"]
     order = exp.get("order") or "interleaved"
@@ -365,7 +365,7 @@ def common(ds: Dataset, pairs: list[PairDrift] | None = None) -> dict[str, Any]:
     return common_drift(series(ds), ds.arms, exp.get("drift_tolerance", 0.10), order, differential)
 
 
-def drifted_arms(rows: list[dict[str, Any]]) -> dict[str, str]:
+def drifted_arms(rows: Sequence[DriftRow]) -> dict[str, str]:
     """Arm → what drifted, for the arms whose own trend was detected (the input of the guard of an arm's own,
     absolute figures)."""
     out = {}

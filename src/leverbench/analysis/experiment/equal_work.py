@@ -44,10 +44,12 @@ its time").
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping, MutableMapping, Sequence
 
 import numpy as np
 
+from ...schema.check_rows import EqualWorkFigure, EqualWorkRow, IdentityFigures
+from ...schema.rate_rows import ProbeRow, RateModelRow
 from ..base.dataset import Dataset
 from ..base.knobs import Comparison, is_on
 from ..base.stats import median
@@ -56,7 +58,7 @@ from ..rates.rate_model import decode_seconds, prefill_seconds
 MAX_CORRECTION = 0.25
 
 
-def call_seconds(model: dict[str, Any], prompt: Any, cached: Any, output: Any) -> Any:
+def call_seconds(model: RateModelRow, prompt: Any, cached: Any, output: Any) -> Any:
     """M(P, k, O) = prefill_s(P − k, k) + decode_s(P + 1, O − 1) of the arm's rate model (module docstring);
     numbers or numpy arrays alike."""
     return prefill_seconds(model, prompt - cached, cached) + decode_seconds(model, prompt + 1.0, output - 1.0)
@@ -108,7 +110,7 @@ class Identity:
     def identical_share(self) -> float | None:
         return self.identical / self.calls if self.calls else None
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> IdentityFigures:
         return {"calls": self.calls, "identical": self.identical, "identical_share": self.identical_share,
                 "divergence_chars_median": self.divergence_chars_median}
 
@@ -216,7 +218,7 @@ def identity(ds: Dataset, comp: Comparison, tt: Turns, texts: dict[tuple[str, st
     return out
 
 
-def _cross_checked(probe_rows: list[dict[str, Any]], arm: str, tolerance: float | None = None
+def _cross_checked(probe_rows: Sequence[ProbeRow], arm: str, tolerance: float | None = None
                    ) -> tuple[str | None, float | None]:
     """(why the arm's rate model is not cross-checked, and what to do; the worst spread of its views where the
     check failed): (None, None) when it is — a probe agrees and none disagrees."""
@@ -232,7 +234,7 @@ def _cross_checked(probe_rows: list[dict[str, Any]], arm: str, tolerance: float 
     return None, None
 
 
-def equal_work(ds: Dataset, comp: Comparison, model: dict[str, Any] | None, probe_rows: list[dict[str, Any]],
+def equal_work(ds: Dataset, comp: Comparison, model: RateModelRow | None, probe_rows: Sequence[ProbeRow],
                tt: Turns, texts: dict[tuple[str, str, int, int], str] | None = None,
                turn_s: np.ndarray | None = None, correct: bool = True) -> EqualWork:
     """*comp* at equal work (module docstring): its arm's turns corrected to the reference's work; *turn_s*:
@@ -295,7 +297,7 @@ def equal_work(ds: Dataset, comp: Comparison, model: dict[str, Any] | None, prob
     return out
 
 
-def figure(ew: EqualWork, cases: list[str], row: dict[str, Any], tolerance: float = 0.05) -> dict[str, Any]:
+def figure(ew: EqualWork, cases: list[str], row: Mapping[str, Any], tolerance: float = 0.05) -> EqualWorkFigure:
     """A multiplier row's ``equal_work``: {value, citable, reason, corrected, correction_share, token_change}
     for the row's scope (a case, or the total over *cases*).  A total is citable only where each of its cases'
     corrections is (a total whose gain came from one case corrected beyond the limit would hide it).
@@ -335,8 +337,8 @@ def figure(ew: EqualWork, cases: list[str], row: dict[str, Any], tolerance: floa
             "corrected": words, "correction_share": share, "token_change": ew.token_change()}
 
 
-def equal_work_rows(ews: list[EqualWork], mults: list[dict[str, Any]], cases: list[str],
-                    tolerances: tuple[float, float] = (0.20, 0.05)) -> list[dict[str, Any]]:
+def equal_work_rows(ews: list[EqualWork], mults: Sequence[MutableMapping[str, Any]], cases: list[str],
+                    tolerances: tuple[float, float] = (0.20, 0.05)) -> list[EqualWorkRow]:
     """``summary.json`` ``equal_work[]``: per comparison, its identity figures and, where its total is refused
     for volume, the equal-work total; adds ``equal_work`` to every multiplier row refused for its volume
     (*tolerances*: the guard's volume tolerances of a cell and of a total)."""
@@ -345,7 +347,7 @@ def equal_work_rows(ews: list[EqualWork], mults: list[dict[str, Any]], cases: li
         ew = by.get((m["arm"], m["vs"]))
         tol = tolerances[1] if m["scope"] == "total" else tolerances[0]
         m["equal_work"] = figure(ew, cases, m, tol) if ew and "volume" in (m.get("reason_codes") or []) else None
-    out = []
+    out: list[EqualWorkRow] = []
     for e in ews:
         total = next((m for m in mults if (m["arm"], m["vs"]) == (e.arm, e.vs) and m["scope"] == "total"), None)
         out.append({"arm": e.arm, "vs": e.vs, **e.identity.as_dict(), "turns_corrected": len(e.corrected),
