@@ -184,9 +184,9 @@ def _model(d: dict) -> dict:
      "rate_models[2].decode.acceptance"),
     (lambda d: [r.update(prefill_tps=1e-300, decode_tps=1e-300) for r in d["rates"]], "rates[0].decode_tps"),
     (lambda d: [r.update(prefill_a_s=-10) for r in d["rates"]], "rates[0].prefill_a_s"),
-    (lambda d: d["arms"][0]["conditions"].update(gpus=-2), "arms[0].conditions: gpus"),
-    (lambda d: d["arms"][0]["conditions"].update(gpu_hour_usd=float("nan")), "arms[0].conditions: gpu_hour_usd"),
-    (lambda d: d["arms"][1]["knobs"].update(kv_capacity_tokens=float("inf")), "arms[1].knobs: kv_capacity_tokens"),
+    (lambda d: d["arms"][0]["conditions"].update(gpus=-2), "arms[0].conditions.gpus"),
+    (lambda d: d["arms"][0]["conditions"].update(gpu_hour_usd=float("nan")), "arms[0].conditions.gpu_hour_usd"),
+    (lambda d: d["arms"][1]["knobs"].update(kv_capacity_tokens=float("inf")), "arms[1].knobs.kv_capacity_tokens"),
     (lambda d: d["rates"][0].update(arm="zzz"), "rates[0].arm"),
     (lambda d: _model(d)["decode"].update(range_context=[22, [1, 2]]),  # TypeError: '>' between int and list
      "rate_models[0].decode.range_context"),

@@ -21,7 +21,7 @@ ARMS = {"base": {"hardware": "old", "gpu_hour_usd": 5.5}, "fast": {"hardware": "
 
 
 def _check_problems(summary: dict) -> list[str]:
-    return [p for p in summary_problems(summary) if p.split(".", 1)[0].split(":")[0] in CHECK_SECTIONS]
+    return [str(p) for p in summary_problems(summary) if p.where.split(".", 1)[0].split("[")[0] in CHECK_SECTIONS]
 
 
 def _sentinel(arm: str, position: str, repeat: int, t: float, tps: float, ttft: float = 0.1) -> dict:
@@ -144,12 +144,12 @@ def test_each_section_refuses_an_unknown_key_a_missing_one_and_a_wrong_type() ->
     del s["equal_work"][0]["model_problem"]
     s["equal_work"][0]["calls"] = 36.0
     assert sorted(_located(s)) == sorted([
-        "engaged.0.bogus", "engaged.1.prefix_cache", "engaged.0.prompt_tokens",
-        "cost.0.bogus", "cost.0.reason", "cost.0.citable",
-        "drift.0.decode.bogus", "drift.0.warmup.settled", "drift.0.drifted",
-        "drift_pairs.0.bogus", "drift_pairs.0.undetermined", "drift_pairs.0.order",
+        "engaged[0].bogus", "engaged[1].prefix_cache", "engaged[0].prompt_tokens",
+        "cost[0].bogus", "cost[0].reason", "cost[0].citable",
+        "drift[0].decode.bogus", "drift[0].warmup.settled", "drift[0].drifted",
+        "drift_pairs[0].bogus", "drift_pairs[0].undetermined", "drift_pairs[0].order",
         "drift_common.bogus", "drift_common.adjusted", "drift_common.text",
-        "equal_work.0.total.bogus", "equal_work.0.model_problem", "equal_work.0.calls"]), _located(s)
+        "equal_work[0].total.bogus", "equal_work[0].model_problem", "equal_work[0].calls"]), _located(s)
 
 
 def test_the_figures_a_reader_computes_with_are_bounded() -> None:
@@ -164,6 +164,6 @@ def test_the_figures_a_reader_computes_with_are_bounded() -> None:
     s["cost"][0]["gpus"] = 0.0
     s["cost"][0]["gpu_hour_usd"] = 2e6  # beyond MAX_GPU_HOUR_USD
     assert _located(s) == [
-        "cost.0.gpus", "cost.0.gpu_hour_usd", "cost.0.usd_per_turn", "drift.0.decode.change", "drift.0.start_tps",
-        "drift_pairs.0.points", "drift_common.decode.low", "equal_work.0.identical_share",
-        "equal_work.0.total.token_change"], _located(s)
+        "cost[0].gpus", "cost[0].gpu_hour_usd", "cost[0].usd_per_turn", "drift[0].decode.change", "drift[0].start_tps",
+        "drift_pairs[0].points", "drift_common.decode.low", "equal_work[0].identical_share",
+        "equal_work[0].total.token_change"], _located(s)

@@ -68,7 +68,7 @@ def _broken(tmp_path: Path, change) -> Path:
     (lambda d: d.pop("rates"), "rates: Field required"),
     (lambda d: d["rates"][1].update(decode_tps="fast"), "rates[1].decode_tps: Input should be a valid number"),
     (lambda d: d["arms"][0].pop("name"), "arms[0].name: Field required"),
-    (lambda d: d.update(baseline="nobody"), "baseline 'nobody' is none of the arms ('base', 'cache'"),
+    (lambda d: d.update(baseline="nobody"), "baseline: 'nobody' is none of the arms ('base', 'cache'"),
     (lambda d: d.update(schema="leverbench.summary/2"),
      "schema: summary schema version 2 is newer than this leverbench"),
     (lambda d: d.update(schema="other.summary/1"), "schema: not a leverbench summary schema: 'other.summary/1'"),
@@ -103,10 +103,10 @@ MOONCAKE = Path(__file__).parent / "data" / "traces" / "mooncake_conversation_tr
 
 
 @pytest.mark.parametrize(("change", "message"), [
-    (lambda d: d["arms"][0]["conditions"].update(gpus="two"), "arms[0].conditions: gpus: should be a number"),
+    (lambda d: d["arms"][0]["conditions"].update(gpus="two"), "arms[0].conditions.gpus: should be a number"),
     (lambda d: d["arms"][0]["conditions"].update(gpu_hour_usd=[1]),
-     "arms[0].conditions: gpu_hour_usd: should be a number"),
-    (lambda d: d["arms"][0]["knobs"].update(slots="many"), "arms[0].knobs: slots: should be a number"),
+     "arms[0].conditions.gpu_hour_usd: should be a number"),
+    (lambda d: d["arms"][0]["knobs"].update(slots="many"), "arms[0].knobs.slots: should be a number"),
     (lambda d: d["rates"][0].update(decode_tps=-5), "rates[0].decode_tps: Input should be greater than or equal"),
     (lambda d: d.update(rate_models="x"), "rate_models: Input should be a valid list"),
     (lambda d: d["rate_models"][0]["prefill"].update(b_s_per_token="x"),

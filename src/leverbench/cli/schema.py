@@ -22,9 +22,11 @@ def schema_command(which: str, check: Path | None) -> None:
     Every key is named, no other key is allowed, and the numbers a reader
     computes with carry their bounds.
     """
-    from ..schema.check import check_summary_file, summary_json_schema  # noqa: PLC0415 (pydantic)
+    from ..report.summary_file import read_summary  # noqa: PLC0415 (pydantic)
+    from ..schema.check import summary_json_schema  # noqa: PLC0415
 
     if check is None:
         click.echo(summary_json_schema(), nl=False)
         return
-    click.echo(f"{check_summary_file(check)}: fits leverbench.summary/1")
+    read_summary(check, whole=True)
+    click.echo(f"{check}: fits leverbench.summary/1")

@@ -15,6 +15,14 @@ from ..json_types import finite
 
 #: The sections a reader of summary.json (``analyze --rates``, ``whatif --rates``) cannot do without.
 READER_NEEDS = ("schema", "run", "baseline", "arms", "rates", "drift", "warnings")
+#: The keys of a row a reader computes with (a path, list indices left out): in a reader's view a row must have
+#: these; any other key of the row is checked where present (a summary cut to what its reader uses, or written
+#: by an earlier leverbench of the same schema version, may lack it).
+READER_ROW_NEEDS = frozenset({
+    "arms.name", "rates.arm", "rate_models.arm", "rate_models.prefill.a_s", "rate_models.prefill.b_s_per_token",
+    "rate_models.decode.d0_s_per_token", "rate_models.batch.concurrency", "rate_models.batch.slowdown",
+    "engaged.arm", "drift.arm", "drift.drifted", "warning_items.kind", "warning_items.arm", "warning_items.case",
+    "warning_items.text"})
 
 
 class Problem(NamedTuple):
@@ -56,15 +64,23 @@ def _where(loc: tuple[Any, ...]) -> str:
 
 def summary_problems(summary: object, *, whole: bool = True) -> list[Problem]:
     """Where *summary* departs from the schema, one :class:`Problem` per error; empty when it fits.  *summary* is
-    taken as ``summary.json`` holds it (a tuple is a list there, NaN null).  *whole*: every section required (a summary
-    leverbench built); else only :data:`READER_NEEDS` (a summary a reader was given)."""
+    taken as ``summary.json`` holds it (a tuple is a list there, NaN null).  *whole*: every section and key required (a
+    summary leverbench built); else only :data:`READER_NEEDS` and, in a row, :data:`READER_ROW_NEEDS` (a summary
+    a reader was given): every value present is checked either way."""
     from pydantic import ValidationError  # noqa: PLC0415
 
     try:
         _adapter(whole).validate_python(finite(summary))
     except ValidationError as e:
-        return [Problem(_where(err["loc"]), err["msg"].removeprefix("Value error, ")) for err in e.errors()]
+        return [Problem(_where(err["loc"]), err["msg"].removeprefix("Value error, ")) for err in e.errors()
+                if whole or not _tolerated(err)]
     return []
+
+
+def _tolerated(err: Any) -> bool:
+    """In a reader's view: a key missing from a row that the reader does not compute with."""
+    path = ".".join(str(x) for x in err["loc"] if not isinstance(x, int))
+    return err["type"] == "missing" and "." in path and path not in READER_ROW_NEEDS
 
 
 def summary_json_schema() -> str:
