@@ -50,6 +50,8 @@ def test_call_row_holds_every_extra_the_schema_types() -> None:
     (schema.ConfigArm, rows.ConfigArmRow), (schema.ConfigCase, rows.ConfigCaseRow),
     (schema.Probes, rows.ConfigProbesRow), (schema.HeaderArm, rows.HeaderArmRow),
     (schema.RecordError, rows.ErrorRow), (schema.Timings, rows.TimingsRow),
+    (schema.EngineStartModel, rows.EngineStartRow), (schema.EngineStopModel, rows.EngineStopRow),
+    (schema.GpuSamplesModel, rows.GpuSamplesRow), (schema.Engines, rows.EnginesRow),
 ])
 def test_every_field_a_model_checks_is_a_key_of_its_row(model: type[BaseModel], row: type) -> None:
     assert _model_keys(model) - {"kind"} <= _keys(row)

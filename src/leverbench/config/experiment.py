@@ -26,12 +26,15 @@ from .limits import (
     MAX_DEPTHS,
     MAX_GPU_HOUR_USD,
     MAX_GPUS,
+    MAX_GPUS_PER_ENGINE,
     MAX_REPEATS,
     CallSeconds,
     CallSecondsOrZero,
     CtxSize,
     Flag,
     Fraction,
+    GpuIndex,
+    GpuSampleHz,
     PositiveTolerance,
     Repeats,
     Retries,
@@ -85,6 +88,13 @@ class ExperimentSection(_Strict):
     engaged_acceptance_min: Fraction = 0.2
     adaptive: AdaptiveSpec | None = Field(None, description="adaptive repeats (true: the defaults; false or left "
                                                             "out: a fixed number of repeats)")
+    # the engines the tool starts: all up for the whole run ("together"), or each arm's started, warmed, used for
+    # its block of the round and stopped before the next arm's ("one at a time"); left out: one at a time when two
+    # of them would share a GPU, else together (runner.engine_mode)
+    engines: Literal["together", "one at a time"] | None = None
+    # GPU telemetry: samples per second (NVML for the engines the tool starts, a DCGM exporter for an endpoint);
+    # left out: 10; 0: none
+    gpu_sample_hz: GpuSampleHz | None = None
 
     @field_validator("adaptive", mode="before")
     @classmethod
@@ -92,6 +102,14 @@ class ExperimentSection(_Strict):
         if v is True:
             return {}
         return None if v is False else v
+
+    @model_validator(mode="after")
+    def _blocks_interleaved(self) -> "ExperimentSection":
+        if self.engines == "one at a time" and self.order == "blocked":
+            raise ValueError('engines = "one at a time" runs each round as a block per arm, counterbalanced, with '
+                             'its sentinels: it needs order = "interleaved" (the default); blocked order runs '
+                             "every arm's sentinels inside each arm's block, which needs every engine up")
+        return self
 
 
 class EngineSpec(_Strict):
@@ -109,6 +127,9 @@ class EngineSpec(_Strict):
     # llama.cpp only: a llama-server binary to run instead of the prebuilt engine (a name on PATH, or a path
     # relative to the experiment file; the loaded experiment holds it resolved)
     binary: FilePath | None = Field(None, min_length=1)
+    # the GPUs the engine may use (NVML's indices, as nvidia-smi numbers them): its CUDA_VISIBLE_DEVICES, with
+    # CUDA_DEVICE_ORDER=PCI_BUS_ID; left out: every GPU the tool sees
+    devices: list[GpuIndex] | None = Field(None, min_length=1, max_length=MAX_GPUS_PER_ENGINE)
 
     @model_validator(mode="after")
     def _threads_for_llamacpp(self) -> "EngineSpec":
@@ -144,6 +165,7 @@ class Arm(_Strict):
     conditions: dict[str, object] = Field(default_factory=dict)  # declared: free-form
     metrics_url: Url | None = None
     metrics_send_key: Flag = False  # send the api_key_env key to a metrics_url on another origin too
+    gpu_metrics_url: Url | None = None  # a DCGM exporter's /metrics for the endpoint's GPUs (default: metrics_url's)
 
     @model_validator(mode="after")
     def _endpoint_xor_engine(self) -> "Arm":
@@ -267,12 +289,17 @@ class LoadedExperiment(BaseModel):
         """The validated experiment as JSON, for the ledger's header: the arms' URLs redacted
         (:func:`~leverbench.redact.redact_url`), so credentials in them are never written."""
         snap = self.spec.model_dump(mode="json")
-        if snap["experiment"]["adaptive"] is None:  # as the headers of runs before adaptive repeats existed
-            del snap["experiment"]["adaptive"]
+        for key in ("adaptive", "engines", "gpu_sample_hz"):  # as the headers of runs before these keys existed
+            if snap["experiment"][key] is None:
+                del snap["experiment"][key]
         for arm in snap["arms"]:
-            for key in ("base_url", "metrics_url"):
+            for key in ("base_url", "metrics_url", "gpu_metrics_url"):
                 if arm.get(key):
                     arm[key] = redact_url(arm[key])
+            if arm.get("gpu_metrics_url", 0) is None:
+                del arm["gpu_metrics_url"]
+            if isinstance(arm.get("engine"), dict) and arm["engine"].get("devices", 0) is None:
+                del arm["engine"]["devices"]
         return snap
 
 

@@ -42,6 +42,8 @@ MAX_TOLERANCE = 100.0  # a relative difference (100 = 10,000 %): past any the ch
 MAX_TEMPERATURE = 100.0  # sampling temperature (APIs allow 0-2; llama.cpp any, but past 100 it is noise)
 MAX_GPU_HOURS = 1e9  # adaptive max_gpu_hours
 MAX_MIN_EFFECT = 1000.0  # adaptive min_effect: a lever 1000× faster
+MAX_GPUS_PER_ENGINE = 64  # engine.devices: GPUs one engine may use (NVML indices)
+MAX_GPU_SAMPLE_HZ = 1000.0  # gpu_sample_hz: past what NVML's own sampling resolves (1/6 s to 1 s per reading)
 MAX_DEPTHS = 100  # probes.depths: prompt lengths probed (each × repeats × output lengths × arms calls)
 MAX_NAME_CHARS = 100  # experiment.name: it names the run directory (runs/NAME-YYYYmmdd-HHMMSS)
 MAX_NAME_BYTES = 200  # ... and its UTF-8 must fit a file name (255 bytes) with the 16-character time stamp
@@ -169,6 +171,8 @@ Burstiness = _number(*BURSTINESS_RANGE)
 MinEffect = _number(1, MAX_MIN_EFFECT, lo_open=True, unit=" (a ratio: 1.10 = the lever must make turns 10 % faster)")
 Confidence = _number(0, 1, lo_open=True)  # and below 1: AdaptiveSpec says so
 GpuHours = _number(0, MAX_GPU_HOURS, lo_open=True, unit=" GPU-hours")
+GpuIndex = _whole(0, MAX_GPUS_PER_ENGINE - 1, " (a GPU's index, as nvidia-smi numbers them)")
+GpuSampleHz = _number(0, MAX_GPU_SAMPLE_HZ, unit=" samples per second (0: none)")
 
 
 def check_rate(v: Any) -> str | None:

@@ -13,11 +13,14 @@ __all__ = ["EngineProcess", "make_engine"]
 def make_engine(arm: str, spec: Any, log_path: Path) -> EngineProcess:
     """The engine of an arm's ``engine`` table (:class:`~leverbench.config.EngineSpec`): ``embedded``
     (llama.cpp, the historical name) or ``vllm``; its log at *log_path*."""
+    # a start timeout the arm does not set is derived from the model's size (EngineProcess)
+    timeout = spec.startup_timeout_s if "startup_timeout_s" in spec.model_fields_set else None
     if spec.kind == "vllm":
         from .vllm import VllmEngine  # noqa: PLC0415
 
-        return VllmEngine(arm, spec.args, log_path, ctx_size=spec.ctx_size, startup_timeout_s=spec.startup_timeout_s)
+        return VllmEngine(arm, spec.args, log_path, ctx_size=spec.ctx_size, startup_timeout_s=timeout,
+                          devices=spec.devices)
     from .embedded import EmbeddedEngine  # noqa: PLC0415
 
     return EmbeddedEngine(arm, spec.args, log_path, threads=spec.threads, ctx_size=spec.ctx_size,
-                          startup_timeout_s=spec.startup_timeout_s, binary=spec.binary)
+                          startup_timeout_s=timeout, binary=spec.binary, devices=spec.devices)

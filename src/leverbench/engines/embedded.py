@@ -92,12 +92,20 @@ class EmbeddedEngine(EngineProcess):
     model_id = "SmolLM2-135M-Instruct-Q4_1"
 
     def __init__(self, name: str, args: list[str], log_path: Path, *, threads: int | None = None,
-                 ctx_size: int = 8192, startup_timeout_s: float = 300.0, binary: str | None = None):
-        super().__init__(name, args, log_path, startup_timeout_s=startup_timeout_s)
+                 ctx_size: int = 8192, startup_timeout_s: float | None = None, binary: str | None = None,
+                 devices: list[int] | None = None):
+        super().__init__(name, args, log_path, startup_timeout_s=startup_timeout_s, devices=devices)
         self.threads = threads or max(1, min(os.cpu_count() or 1, 8))
         self.ctx_size = ctx_size
         self.binary = binary
         self.label = f"llama-server ({binary})" if binary else "llama.cpp server (prebuilt xllamacpp)"
+
+    def model_bytes(self) -> tuple[int | None, str]:
+        try:
+            path = model_path()
+            return path.stat().st_size, path.name
+        except (EngineError, OSError):
+            return None, "the bundled model"
 
     def _program(self) -> list[str]:
         if self.binary:

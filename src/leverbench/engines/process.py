@@ -55,6 +55,8 @@ class EngineFacts(TypedDict, total=False):
     model_file: str | None
     model_id: str
     model_source: JSONValue  # the converted checkpoint's source.json ``gguf`` (vLLM)
+    torch: dict[str, str]  # the torch build vLLM runs on: its version and CUDA (engines.vllm.torch_build)
+    tensor_parallel: int  # vLLM's --tensor-parallel-size (1 when not given)
 
 
 def free_port() -> int:
@@ -98,21 +100,60 @@ def end_group(pgid: int, grace_s: float) -> None:
         pass
 
 
+DEFAULT_STARTUP_TIMEOUT_S = 300.0  # an engine's start, unless the arm sets startup_timeout_s (or its model's size)
+STARTUP_S_PER_GB = 5.0  # ... a model of G GB gets DEFAULT_STARTUP_TIMEOUT_S + this × G: read at 200 MB/s at worst
+
+
+def derived_timeout(model_bytes: int | None, where: str) -> tuple[float, str]:
+    """(the start timeout, where it came from in words) for a model of *model_bytes* (None: not known) at *where*:
+    :data:`DEFAULT_STARTUP_TIMEOUT_S` + :data:`STARTUP_S_PER_GB` s per GB of it."""
+    if not model_bytes:
+        return DEFAULT_STARTUP_TIMEOUT_S, f"the default ({where}: its size not known)"
+    gb = model_bytes / 1e9
+    return (DEFAULT_STARTUP_TIMEOUT_S + STARTUP_S_PER_GB * gb,
+            f"derived from the model's size: {DEFAULT_STARTUP_TIMEOUT_S:g} s + {STARTUP_S_PER_GB:g} s per GB of "
+            f"its {gb:.1f} GB ({where})")
+
+
 class EngineProcess:
-    """One server process for one arm: ``start()`` → base URL, ``alive()``, ``death_note()``, ``stop()``."""
+    """One server process for one arm: ``start()`` → base URL, ``alive()``, ``death_note()``, ``stop()``.
+
+    ``startup_timeout_s`` None: derived from the model's size where the engine knows it (:meth:`model_bytes`,
+    :func:`derived_timeout`), else :data:`DEFAULT_STARTUP_TIMEOUT_S`; ``timeout_from`` says which.  ``devices``:
+    the GPUs it may use (``CUDA_VISIBLE_DEVICES``, in NVML's order: ``CUDA_DEVICE_ORDER=PCI_BUS_ID``); None:
+    the tool's own environment.  A start is timed: ``t_start`` (epoch s) and ``ready_s`` (spawned → healthy)."""
 
     label = "engine"
     model_id = ""
     stop_timeout_s = 10.0
     orphan_grace_s = 5.0
 
-    def __init__(self, name: str, args: list[str], log_path: Path, *, startup_timeout_s: float = 300.0):
+    def __init__(self, name: str, args: list[str], log_path: Path, *, startup_timeout_s: float | None = None,
+                 devices: list[int] | None = None):
         self.name = name
         self.args = list(args)
         self.log_path = Path(log_path)
-        self.startup_timeout_s = startup_timeout_s
+        self.explicit_timeout = startup_timeout_s
+        self.startup_timeout_s = startup_timeout_s or DEFAULT_STARTUP_TIMEOUT_S
+        self.timeout_from = "the arm's startup_timeout_s" if startup_timeout_s else "the default"
+        self.devices = None if devices is None else [str(d) for d in devices]
         self.port: int | None = None
         self.proc: subprocess.Popen[bytes] | None = None
+        self.t_start: float | None = None
+        self.ready_s: float | None = None
+
+    def model_bytes(self) -> tuple[int | None, str]:
+        """(the size of the model the engine loads, in bytes, or None; where it is) for the start timeout."""
+        return None, "model"
+
+    def model_load_s(self) -> float | None:
+        """What the engine's log says loading its model took (None: it does not say)."""
+        return None
+
+    def _timeout(self) -> None:
+        if self.explicit_timeout is None:
+            size, where = self.model_bytes()
+            self.startup_timeout_s, self.timeout_from = derived_timeout(size, where)
 
     @property
     def base_url(self) -> str:
@@ -133,8 +174,13 @@ class EngineProcess:
         A process that exits while starting, or is not healthy within ``startup_timeout_s``, raises
         :class:`EngineError` with the log's last lines."""
         self.port = free_port()
+        self._timeout()
         cmd = self.command()
         env = self.environment()
+        if self.devices is not None:
+            env = {**(env if env is not None else os.environ), "CUDA_VISIBLE_DEVICES": ",".join(self.devices),
+                   "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+        self.t_start, self.ready_s, t0 = time.time(), None, time.monotonic()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
         log.write(("$ " + " ".join(cmd) + "\n").encode())
@@ -157,13 +203,15 @@ class EngineProcess:
             try:
                 with urllib.request.urlopen(self.base_url + "/health", timeout=2) as resp:  # noqa: S310
                     if resp.status == 200:
+                        self.ready_s = time.monotonic() - t0
                         return self.base_url
             except (urllib.error.URLError, OSError, ValueError):
                 pass
             time.sleep(0.2)
         self.stop()
-        raise EngineError(f"arm {self.name!r}: {self.label} not healthy after {self.startup_timeout_s:g} s; "
-                          f"last lines of {self.log_path}:\n{log_tail(self.log_path)}")
+        raise EngineError(f"arm {self.name!r}: {self.label} not healthy after {self.startup_timeout_s:g} s (start "
+                          f"timeout: {self.timeout_from}; set the arm's engine startup_timeout_s); last lines of "
+                          f"{self.log_path}:\n{log_tail(self.log_path)}")
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

@@ -36,6 +36,7 @@ import importlib.metadata
 import importlib.util
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -194,6 +195,65 @@ def ensure_hf_model(say: Any = None) -> Path:
     return dest
 
 
+_LOAD_LINE = re.compile(r"Model loading took [\d.]+ Gi?B(?: memory)? and ([\d.]+) seconds")
+_WEIGHTS = (".safetensors", ".bin", ".pt", ".gguf")
+
+
+def flag_value(args: list[str], flag: str) -> str | None:
+    """The value of the last *flag* in *args* (``--flag V`` or ``--flag=V``), else None."""
+    value = None
+    for i, a in enumerate(args):
+        if a == flag and i + 1 < len(args):
+            value = args[i + 1]
+        elif a.startswith(flag + "="):
+            value = a.split("=", 1)[1]
+    return value
+
+
+def checkpoint_bytes(model: str) -> int | None:
+    """The bytes of a checkpoint's weights: a local directory's (or file's), else a hub id's snapshot in the
+    Hugging Face cache (``$HF_HUB_CACHE``, ``$HF_HOME/hub``, ``~/.cache/huggingface/hub``); None: not found."""
+    path = Path(model).expanduser()
+    if not path.exists():
+        hub = os.environ.get("HF_HUB_CACHE") or str(Path(os.environ.get("HF_HOME") or
+                                                         Path.home() / ".cache" / "huggingface") / "hub")
+        snaps = sorted((Path(hub) / ("models--" + model.replace("/", "--")) / "snapshots").glob("*"))
+        if not snaps:
+            return None
+        path = snaps[-1]
+    files = [path] if path.is_file() else [p for p in path.rglob("*") if p.suffix in _WEIGHTS]
+    try:
+        return sum(p.stat().st_size for p in files) or None
+    except OSError:
+        return None
+
+
+def torch_build() -> dict[str, str]:
+    """The installed torch's version and CUDA build, read from its ``version.py`` (importing torch takes
+    seconds): ``{"version": "2.5.1+cu124", "cuda": "12.4"}``; empty without torch."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return {}
+    try:
+        text = (Path(next(iter(spec.submodule_search_locations))) / "version.py").read_text()
+    except OSError:
+        return {}
+    out = {}
+    for key, name in (("version", "__version__"), ("cuda", "cuda")):
+        m = re.search(rf"^{name}\s*(?::\s*[^=]+)?=\s*['\"]([^'\"]+)['\"]", text, re.M)
+        out[key] = m.group(1) if m else "none"
+    return out
+
+
+def tensor_parallel(args: list[str]) -> int:
+    """vLLM's tensor-parallel size in *args* (``--tensor-parallel-size``, ``-tp``; 1 when not given)."""
+    v = flag_value(args, "--tensor-parallel-size") or flag_value(args, "-tp")
+    try:
+        return int(v) if v is not None else 1
+    except ValueError:
+        return 1
+
+
 def speculative_method(args: list[str]) -> str | bool | None:
     """The drafter named by ``--speculative-config`` (or ``--speculative_config``) in vLLM arguments:
     its ``method`` (``ngram``, ``eagle``, ...), True when the JSON names none, None without the flag."""
@@ -219,8 +279,9 @@ class VllmEngine(EngineProcess):
     stop_timeout_s = 30.0  # the API server stops its engine-core process first
 
     def __init__(self, name: str, args: list[str], log_path: Path, *, ctx_size: int = 4096,
-                 startup_timeout_s: float = 600.0, model_dir: Path | None = None):
-        super().__init__(name, args, log_path, startup_timeout_s=startup_timeout_s)
+                 startup_timeout_s: float | None = None, model_dir: Path | None = None,
+                 devices: list[int] | None = None):
+        super().__init__(name, args, log_path, startup_timeout_s=startup_timeout_s, devices=devices)
         self.ctx_size = ctx_size
         self.model_dir = model_dir
         self.work_dir = self.log_path.with_suffix(".d")  # engine-ARM.d/: its TMPDIR and VLLM_CACHE_ROOT
@@ -262,6 +323,20 @@ class VllmEngine(EngineProcess):
             return self._rpc_tmp
         rpc.mkdir(parents=True, exist_ok=True)
         return rpc
+
+    def model_bytes(self) -> tuple[int | None, str]:
+        """The size of the checkpoint the server loads: the last ``--model`` of the arm's args (a later flag
+        wins), else the converted embedded model; a hub id is looked for in the Hugging Face cache."""
+        model = flag_value(self.args, "--model") or (str(self.model_dir) if self.model_dir else None)
+        return (checkpoint_bytes(model), model) if model else (None, "model")
+
+    def model_load_s(self) -> float | None:
+        """Seconds vLLM's log says the model took to load ("Model loading took X GiB and Y seconds")."""
+        try:
+            found = _LOAD_LINE.findall(self.log_path.read_text(errors="replace"))
+        except OSError:
+            return None
+        return float(found[-1]) if found else None
 
     def stop(self) -> None:
         super().stop()
@@ -310,7 +385,8 @@ class VllmEngine(EngineProcess):
         dist = distribution() or ("vllm", "unknown")
         out: EngineFacts = {"engine": "vllm", "engine_build": {"distribution": dist[0], "version": dist[1]},
                             "engine_args": self.args, "ctx_size": self.ctx_size,
-                            "model_file": self.model_dir.name if self.model_dir else None}
+                            "model_file": self.model_dir.name if self.model_dir else None,
+                            "torch": torch_build(), "tensor_parallel": tensor_parallel(self.args)}
         source = self.model_dir / SOURCE_FILE if self.model_dir else None
         if source and source.is_file():
             out["model_source"] = json.loads(source.read_text()).get("gguf")

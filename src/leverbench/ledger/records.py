@@ -4,11 +4,13 @@
 ``run`` header; every later line is one of the kinds below.  A record is never
 rewritten: a resumed run appends a ``resume`` record and continues.
 
-Schema ``leverbench.ledger/1``:
+Schema ``leverbench.ledger/2`` (version 1 lacked the kinds ``engine_start``, ``engine_stop`` and ``gpu`` and the
+header's ``engines`` and ``host.gpu``; a version 1 ledger reads unchanged, :mod:`.upgrade`):
 
 - ``run``: schema, tool_version, run_id, started_at (ISO 8601 UTC), host{...},
   experiment_file, config (the validated experiment, as JSON), arms{name:
-  {role, conditions (declared), discovered{...}}}.
+  {role, conditions (declared), discovered{...}}}, engines{mode, declared, reason,
+  server_state} (how the engines the tool starts ran); host.gpu (the host's GPUs).
 - ``call`` / ``probe`` / ``sentinel`` / ``warmup``: one model call each, a
   :class:`CallRecord` (its fields are documented there, once): who (kind, arm,
   case, repeat, step, turn_id), the per-kind keys of ``extra`` (a turn's
@@ -53,6 +55,19 @@ Schema ``leverbench.ledger/1``:
   measurement), offset_s (the worker's clock − the coordinator's, from the
   round trip with the least delay of several), uncertainty_s (half that round
   trip: the offset is within ± it), rtt_s, samples.
+- ``engine_start``: an engine the tool started for an arm, healthy and warmed: arm, mode, block (the
+  run's engine starts counted from 0), round and part ("round": the arm's block of a round, "closing": its
+  probes, closing sentinel and load stages, "run": an engine up for the whole run), t (epoch s the start
+  began), ready_s (spawned → healthy), model_load_s (the engine's log, where it says), warmup_s,
+  warmup_calls, settled, server_state ("cold": a fresh process), timeout_s and timeout_from (the start
+  timeout and where it came from), devices (the GPUs it may use), pid.
+- ``engine_stop``: arm, block, t, stop_s, released (its process group gone and, on a GPU, none of its
+  processes left there and the memory back where it was), check (what was checked, in words), leftover (pids).
+- ``gpu``: one device's readings since the last such record (``gpu.readings``): source ("nvml", "dcgm"),
+  device, arms (whose engine or endpoint uses it), fields (which source field each utilisation is), and
+  the columns t (epoch s) and sm, dram (fractions of the sample period busy), mem_used_mib, power_w,
+  sm_clock_mhz, energy_j (the device's counter), each a number or null per reading.  Written between
+  units of work, never inside a measured interval.
 - ``resume``: at, tool_version, completed_units (units with a successful
   record, not run again), failed_units_rerun (units whose every record failed,
   run again), repeats.
@@ -75,7 +90,7 @@ from ..bounds import MAX_COUNT
 from ..json_types import JSONObject, JSONValue  # noqa: F401 (JSONObject's forward reference, for get_type_hints)
 from .rows import CallExtras, CallRow, TimingsRow, ToolCallRow, TurnRow
 
-LEDGER_SCHEMA = "leverbench.ledger/1"
+LEDGER_SCHEMA = "leverbench.ledger/2"
 LEDGER_SCHEMA_NAME, LEDGER_SCHEMA_VERSION = LEDGER_SCHEMA.rsplit("/", 1)
 SUMMARY_SCHEMA = "leverbench.summary/1"
 
@@ -88,7 +103,8 @@ CALL_KINDS = ("call", "probe", "sentinel", "load")
 Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]  # a duration
 Epoch = Annotated[float, Field(ge=0, allow_inf_nan=False)]  # epoch seconds
 Count = Annotated[int, Field(ge=0, le=MAX_COUNT)]
-KINDS = ("run", "turn", "metrics", "resume", "warmup", "stage_end", "shard", "clock", *CALL_KINDS)
+KINDS = ("run", "turn", "metrics", "resume", "warmup", "stage_end", "shard", "clock", "engine_start", "engine_stop",
+         "gpu", *CALL_KINDS)
 
 
 class ErrorClass(StrEnum):

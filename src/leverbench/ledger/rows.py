@@ -23,6 +23,7 @@ from typing import Union
 from typing_extensions import Literal, Required, TypeAlias, TypedDict
 
 from ..json_types import JSONObject, JSONValue
+from .engine_rows import EnginesRow, EngineStartRow, EngineStopRow, GpuFactsRow, GpuSamplesRow
 
 #: A server's number as the ledger stores it: finite, or "NaN", "+Inf", "-Inf" (``records.json_number``).
 Sample: TypeAlias = Union[float, str]
@@ -286,13 +287,14 @@ class ResumeRow(TypedDict, total=False):
 
 
 class HostRow(TypedDict, total=False):
-    """The header's ``host`` (``runner.discover.host_info``)."""
+    """The header's ``host`` (``runner.discover.host_info``; ``gpu``: ``runner.telemetry``)."""
 
     hostname: str
     os: str
     cpu: str
     cores: int | None
     python: str
+    gpu: GpuFactsRow
 
 
 class ConfigArmRow(TypedDict, total=False):
@@ -368,10 +370,11 @@ class RunHeaderRow(TypedDict, total=False):
     experiment_file: str | None
     config: Required[RunConfigRow]
     arms: Required[dict[str, HeaderArmRow]]
+    engines: EnginesRow
 
 
 #: Any record after the header, as read.
 LedgerRow: TypeAlias = Union[CallRow, TurnRow, MetricsRow, StageEndRow, ClockRow, ShardHeaderRow, ResumeRow,
-                             RunHeaderRow]
+                             RunHeaderRow, EngineStartRow, EngineStopRow, GpuSamplesRow]
 #: The header a ledger (or a shard) opens with.
 HeaderRow: TypeAlias = Union[RunHeaderRow, ShardHeaderRow]

@@ -169,6 +169,64 @@ class ResumeModel(_Open):
     repeats: Repeats | None = None
 
 
+EngineMode = Literal["together", "one at a time"]
+GpuValue = Annotated[float, Field(allow_inf_nan=False)] | None  # a reading's field: a finite number, or null
+
+
+class EngineStartModel(_Open):
+    arm: str
+    mode: EngineMode | None = None
+    block: Count | None = None
+    round: Count | None = None
+    part: Literal["round", "closing", "run", "discovery"] | None = None
+    t: Epoch | None = None
+    ready_s: Seconds | None = None
+    model_load_s: Seconds | None = None
+    warmup_s: Seconds | None = None
+    warmup_calls: Count | None = None
+    settled: bool | None = None
+    server_state: str | None = None
+    timeout_s: Seconds | None = None
+    timeout_from: str | None = None
+    devices: list[str] | None = None
+    pid: Count | None = None
+
+
+class EngineStopModel(_Open):
+    arm: str
+    block: Count | None = None
+    t: Epoch | None = None
+    stop_s: Seconds | None = None
+    released: bool | None = None
+    check: str | None = None
+    leftover: list[Count] | None = None
+
+
+class GpuSamplesModel(_Open):
+    """A ``gpu`` record: its columns of one length, times epoch seconds, utilisations fractions."""
+
+    source: Literal["nvml", "dcgm"]
+    device: str
+    arms: list[str] | None = None
+    fields: dict[str, str] | None = None
+    t: list[Epoch]
+    sm: list[Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] | None] | None = None
+    dram: list[Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] | None] | None = None
+    mem_used_mib: list[Annotated[float, Field(ge=0, allow_inf_nan=False)] | None] | None = None
+    power_w: list[Annotated[float, Field(ge=0, allow_inf_nan=False)] | None] | None = None
+    sm_clock_mhz: list[Annotated[float, Field(ge=0, allow_inf_nan=False)] | None] | None = None
+    energy_j: list[Annotated[float, Field(ge=0, allow_inf_nan=False)] | None] | None = None
+
+    @model_validator(mode="after")
+    def _one_length(self) -> GpuSamplesModel:
+        for name in ("sm", "dram", "mem_used_mib", "power_w", "sm_clock_mhz", "energy_j"):
+            col = getattr(self, name)
+            if col is not None and len(col) != len(self.t):
+                raise ValueError(f"{name}: {len(col)} values for {len(self.t)} times (t): a gpu record's columns "
+                                 "have one length")
+        return self
+
+
 # -- the header
 
 
@@ -230,6 +288,13 @@ class HeaderArm(_Open):
     model: str | None = None
 
 
+class Engines(_Open):
+    mode: EngineMode
+    declared: EngineMode | None = None
+    reason: str | None = None
+    server_state: str | None = None
+
+
 class RunHeader(_Open):
     """A ledger's first line (kind ``run``; the schema's name and version are checked by :mod:`.upgrade`)."""
 
@@ -242,6 +307,7 @@ class RunHeader(_Open):
     experiment_file: str | None = None
     config: RunConfig
     arms: dict[str, HeaderArm]
+    engines: Engines | None = None
 
     @model_validator(mode="after")
     def _baseline_is_an_arm(self) -> RunHeader:
@@ -261,7 +327,8 @@ class ShardHeader(_Open):
 
 MODELS: dict[str, type[BaseModel]] = {**dict.fromkeys(CALL_KINDS, CallModel), "warmup": WarmupModel, "turn": TurnModel,
                           "metrics": MetricsModel, "stage_end": StageEndModel, "clock": ClockModel,
-                          "resume": ResumeModel, "run": RunHeader, "shard": ShardHeader}
+                          "resume": ResumeModel, "run": RunHeader, "shard": ShardHeader,
+                          "engine_start": EngineStartModel, "engine_stop": EngineStopModel, "gpu": GpuSamplesModel}
 _VALIDATORS = {kind: TypeAdapter(m) for kind, m in MODELS.items()}
 
 

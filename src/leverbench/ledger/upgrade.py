@@ -10,14 +10,17 @@ in memory, line by line (a line that does not parse is kept as it is, for the
 reader to judge), so line numbers and the reader's rules for cut and damaged
 lines hold unchanged.  The file itself is never rewritten.
 
-The chain is empty today: version 1 is the first.  To change the ledger's
-shape, raise ``LEDGER_SCHEMA`` in :mod:`.records` to N and register::
+To change the ledger's shape, raise ``LEDGER_SCHEMA`` in :mod:`.records` to N and register::
 
     @upgrade_to(N)
     def upgrade_to_N(record: dict) -> dict:
         ...  # a version N-1 record -> version N
 
-with a test that reads a version N − 1 ledger.
+with a test that reads a version N − 1 ledger.  A version that only adds (record kinds, optional keys)
+registers :func:`additive`: its older ledgers are read as they are, line for line, without a pass over them.
+
+The chain: version 2 (``engine_start``, ``engine_stop`` and ``gpu`` records, the header's ``engines`` and
+``host.gpu``) adds to version 1 only.
 """
 
 from __future__ import annotations
@@ -44,6 +47,11 @@ def upgrade_to(n: int) -> Callable[[Upgrade], Upgrade]:
         UPGRADES[n] = fn
         return fn
     return register
+
+
+def additive(record: JSONObject) -> JSONObject:
+    """The upgrade of a version that only adds to the one before: a record of that one is one of this one."""
+    return record
 
 
 def oldest_readable() -> int:
@@ -86,7 +94,9 @@ def older_version(path: Path, fh: BinaryIO) -> int | None:
     if not isinstance(header, dict) or header.get("kind") != "run" or not isinstance(header.get("schema"), str):
         return None
     v = schema_version(path, header["schema"])
-    return v if v < CURRENT else None
+    if all(UPGRADES[n] is additive for n in range(v + 1, CURRENT + 1)):
+        return None  # its records read as they are (the header keeps its own schema's name)
+    return v
 
 
 def upgrade_record(record: JSONObject, version: int) -> JSONObject:
@@ -109,3 +119,6 @@ def upgrade_lines(data: bytes, version: int) -> bytes:
             obj = None
         out.append(json.dumps(upgrade_record(obj, version)).encode() if isinstance(obj, dict) else line)
     return b"\n".join(out)
+
+
+upgrade_to(2)(additive)

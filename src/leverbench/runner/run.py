@@ -37,29 +37,32 @@ from .. import __version__
 from ..analysis.experiment.drift import sentinel_rate, settled
 from ..config import LoadedExperiment
 from ..engines import make_engine
-from ..errors import BadInput, EngineError
-from ..ledger.reader import read_ledger
+from ..engines.vllm import distribution
+from ..errors import EngineError
 from ..ledger.records import LEDGER_SCHEMA, CallRecord
-from ..ledger.rows import RunHeaderRow
+from ..ledger.rows import EnginesRow, RunHeaderRow
 from ..ledger.writer import LedgerWriter
 from ..redact import redact_tree, redact_url
 from ..workload.cases import case_size_chars
 from .client import Timeouts, client_session
-from .discover import api_root, endpoint_info, host_info, scrape_metrics
+from .discover import api_root, host_info, scrape_metrics
 from .endpoint import ArmEndpoint, Interrupted, endpoint_headers  # noqa: F401 (Interrupted: the run's public error)
+from .engine_blocks import EngineBlocks
+from .engine_mode import ONE_AT_A_TIME, Devices, choose, engine_devices
 from .file_names import file_part
-from .fixed_length import LENGTH_BY_FIELDS, LENGTH_BY_PROMPT, LENGTH_NATURAL, ask_at_length, sentinel_messages
-from .load import StageRun, stage_work
-from .probe_prompt import probe_messages, serves_with_drafter
+from .fixed_calls import fixed_length
+from .load_run import run_load
 from .recorder import CallTally, Recorder
-from .rounds import AdaptiveRounds, resumed_adaptive
+from .resume import completed
+from .rounds import AdaptiveRounds
 from .schedule import SENTINEL_CASE, Unit, build_schedule
 from .send import ArmSender
 from .signals import hold_signals, on_main_thread, release_signals, sigterm_as_interrupt
 from .strict_json import check_request_fields
+from .telemetry import Telemetry
 from .trace_plan import check_traces
 from .turn import run_turn
-from .workers import LoadCluster, RemoteEndpoint, StageOutcome, join_cluster
+from .workers import LoadCluster, join_cluster
 
 WARMUP_MAX_CALLS = 8  # warm-up calls per arm at most, until its sentinel rate is stable
 
@@ -89,6 +92,14 @@ class Runner:
         self.run_id = uuid.uuid4().hex[:12]  # the header's (a resumed run's: its ledger's)
         self.ray_address = ray_address  # load stages with workers > 1: the Ray cluster (None: RAY_ADDRESS, or local)
         self.cluster: LoadCluster | None = None
+        self.telemetry: Telemetry | None = None  # the run's GPUs: facts, readings, release checks
+        self.engines: EnginesRow | None = None  # together or one at a time, and why (the header's)
+        self.engine_devices: dict[str, Devices] = {}  # arm → the GPUs its engine would use (None: the CPU)
+        self.blocks = EngineBlocks(self)
+        self.sizes: dict[str, int] = {}  # case → its size in characters (the probes' default case)
+        self._early: list = []  # engine records made before the header, appended right after it
+        self._header_written = False  # records may follow (a resumed run's ledger has its header)
+        self._resumed_engines: EnginesRow | None = None  # a resumed run's choice (its header's)
 
     # ------------------------------------------------------------ set-up
 
@@ -101,59 +112,44 @@ class Runner:
             else:
                 self.endpoints[arm.name] = ArmEndpoint(arm, arm.base_url or "", arm.model or "", headers)
 
+    def _choose_engines(self, resumed: EnginesRow | None) -> None:
+        """Which GPUs each engine would use, together or one at a time (:mod:`.engine_mode`; a resumed run keeps
+        its own), and each engine arm's GPU facts (:mod:`.telemetry`)."""
+        assert self.telemetry is not None
+        host, build = self.telemetry.host_gpus(), (distribution() or (None,))[0]
+        self.engine_devices = {name: engine_devices(ep.arm.engine, host, build)
+                               for name, ep in self.endpoints.items() if ep.arm.engine is not None}
+        self.engines = resumed or choose(self.spec.experiment.engines, self.engine_devices, self.spec.experiment.order)
+        for name, devs in self.engine_devices.items():
+            self.endpoints[name].discovered["gpu"] = dict(self.telemetry.engine_facts(devs))
+
     def _start_engines(self) -> None:
-        for ep in self.endpoints.values():
+        """Engines together: every engine started now (each start recorded after the header and its warm-up)."""
+        for name, ep in self.endpoints.items():
             if ep.engine is not None:
-                ep.base_url = ep.engine.start()
-                ep.discovered.update(ep.engine.discover())
+                self._early.append(self.blocks.start(name, "run"))
 
     def stop_engines(self) -> None:
-        """Stop every engine the tool started; a second Ctrl-C (or a SIGTERM) meanwhile waits until they are
-        (they run in their own process group: the terminal's SIGINT never reaches them)."""
+        """Stop every engine still running, each stop recorded; a second Ctrl-C (or a SIGTERM) meanwhile waits until
+        they are (they run in their own process group: the terminal's SIGINT never reaches them)."""
         held = hold_signals()
         try:
-            for ep in self.endpoints.values():
-                if ep.engine is not None:
-                    ep.engine.stop()
+            stops = self.blocks.stop_all(wait_s=5.0)
+            if self._recorder is not None and self._header_written:
+                for rec in stops:
+                    self._recorder.append(rec)
         finally:
             release_signals(held)
 
     def _completed(self) -> set[tuple]:
-        """The units a resumed run skips: those with a successful record (a failed unit is run again)."""
-        ledger_path = self.out / "ledger.jsonl"
-        if ledger_path.exists() and not holds_a_run(ledger_path):
-            # stopped before its first record (engine start, discovery): nothing measured, nothing to keep
-            ledger_path.unlink()
-            self._fresh = True
-            return set()
-        if not ledger_path.exists():
-            if self.resume:
-                raise BadInput(f"{self.out}: nothing to resume (no ledger.jsonl); run without --resume")
-            return set()
-        if not self.resume:
-            raise BadInput(f"{self.out} already holds a ledger; pass --resume to continue it or choose another --out")
-        led = read_ledger(ledger_path)
-        self.exp = resumed_adaptive(self.exp, led.header.get("config") or {}, self.out)
-        self.spec = self.exp.spec
-        if led.header.get("config") != self.exp.snapshot():
-            old = led.header.get("config", {}).get("experiment", {}).get("repeats")
-            new = self.spec.experiment.repeats
-            cfg_old = {**led.header.get("config", {}),
-                       "experiment": {**led.header["config"].get("experiment", {}), "repeats": new}}
-            if cfg_old != self.exp.snapshot():
-                raise BadInput(f"{self.out}: the experiment changed since this run started; resume needs the same "
-                               "experiment file (only --repeats may grow)")
-            if new < (old or 0):
-                raise BadInput(f"{self.out}: --repeats {new} is fewer than the run's {old}")
-        units = [(Unit.of_record(r).key(), r.get("error") is None) for r in led.records
-                 if r.get("kind") in ("turn", "probe", "sentinel")]
-        self.run_id = led.header.get("run_id", self.run_id)
-        # a stage one of whose workers died is run again whole (its stage_end says which, and what was lost)
-        self.stages_done = {(r.get("stage"), r.get("arm")) for r in led.of_kind("stage_end")
-                            if not r.get("lost_workers")}
-        done = {k for k, ok in units if ok}
-        self._failed = {k for k, _ in units} - done
-        return done
+        """The units a resumed run skips (:func:`.resume.completed`), and what else it takes from its ledger."""
+        got = completed(self.out, self.resume, self.exp)
+        self._fresh, self._failed, self.stages_done = got.fresh, got.failed, got.stages_done
+        self._resumed_engines, self._header_written = got.engines, got.header
+        if got.exp is not None:
+            self.exp, self.spec = got.exp, got.exp.spec
+        self.run_id = got.run_id or self.run_id
+        return got.done
 
     def _header(self) -> RunHeaderRow:
         return {
@@ -162,7 +158,7 @@ class Runner:
             "tool_version": __version__,
             "run_id": self.run_id,
             "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-            "host": host_info(),
+            "host": {**host_info(), **({"gpu": dict(self.telemetry.host)} if self.telemetry else {})},
             "experiment_file": str(self.exp.path),
             "config": self.exp.snapshot(),
             "arms": {
@@ -170,6 +166,7 @@ class Runner:
                        "endpoint": "embedded" if ep.engine else redact_url(api_root(ep.base_url)), "model": ep.model}
                 for name, ep in self.endpoints.items()
             },
+            **({"engines": self.engines} if self.engines else {}),
         }
 
     # ------------------------------------------------------------ the ledger, and calls
@@ -217,7 +214,7 @@ class Runner:
         """One agent turn (:func:`~leverbench.runner.turn.run_turn`) on the arm's pool; its record appended."""
         self.recorder.append(await run_turn(self.sender(unit.arm, session), self.exp, unit))
 
-    async def _warm_up(self, arm: str) -> None:
+    async def _warm_up(self, arm: str) -> tuple[int, bool]:
         """Warm *arm*'s endpoint before the first measured round: the sentinel's call (kind ``warmup``, repeat
         0, 1, …) until its decode rate is stable — two in a row within the drift tolerance
         (:func:`~leverbench.analysis.experiment.drift.settled`) — or :data:`WARMUP_MAX_CALLS` were sent.  The calls
@@ -231,42 +228,11 @@ class Runner:
             rates.append(sentinel_rate(rec.to_dict()) if rec is not None else None)
             if settled(rates, self.spec.experiment.drift_tolerance):
                 break
+        return len(rates), settled(rates, self.spec.experiment.drift_tolerance)
 
     async def _fixed_length(self, session: aiohttp.ClientSession, unit: Unit) -> CallRecord | None:
-        """A probe or sentinel: one call whose output length is forced with ``ignore_eos`` +
-        ``min_tokens`` (``max_tokens`` = n).  An endpoint that rejects those fields (HTTP 400/422)
-        gets the same prompt again without them, with :data:`LONG_ANSWER` appended so that
-        ``max_tokens`` ends the answer; the rejected attempt stays in the ledger (``retried``,
-        ``rejected_fields``), and the arm's later probes ask that way straight away.  A probe on an arm
-        with a drafter is not forced (:data:`LENGTH_NATURAL`: ``max_tokens`` = n only), so that its decode
-        is that of a natural answer.  A probe with a ``depth`` sends its case's prompt cut or padded to
-        that many tokens (:mod:`.probe_prompt`, measured once per arm, case and depth)."""
-        ep = self.endpoints[unit.arm]
-        sender = self.sender(unit.arm, session)
-        n = unit.probe_tokens or 1
-        if unit.kind in ("sentinel", "warmup"):
-            messages = sentinel_messages()
-        else:
-            case = next(c for c in self.spec.cases if c.name == unit.case)
-            messages = await probe_messages(session, ep, self.exp, case, unit.depth)
-        depth = {"probe_depth": unit.depth} if unit.depth is not None else {}
-
-        def head(length_method: str) -> CallRecord:
-            return CallRecord(kind=unit.kind, arm=unit.arm, case=unit.case, repeat=unit.repeat, step=0,
-                              extra={"probe_tokens": n, "position": unit.position, "length_method": length_method,
-                                     **depth})
-        if unit.kind == "probe" and serves_with_drafter(ep.arm.conditions, ep.discovered):
-            return (await sender.send(sender.body(messages, n, 0.0), head(LENGTH_NATURAL))).record
-        if not ep.length_by_prompt:
-            body = sender.body(messages, n, 0.0, extra={"ignore_eos": True, "min_tokens": n})
-            sent = await sender.send(body, head(LENGTH_BY_FIELDS), forced_tokens=n)
-            if not sent.record.rejected_fields:
-                return sent.record
-        body = sender.body(ask_at_length(messages), n, 0.0)
-        sent = await sender.send(body, head(LENGTH_BY_PROMPT), forced_tokens=n)
-        if sent.record.error is None:
-            ep.length_by_prompt = True
-        return sent.record
+        """A probe, sentinel or warm-up call (:func:`.fixed_calls.fixed_length`) on the arm's *session*."""
+        return await fixed_length(self.sender(unit.arm, session), self.endpoints[unit.arm], self.exp, session, unit)
 
     async def scrape(self, session: aiohttp.ClientSession, when: str, arms: list[str] | None = None) -> None:
         """Scrape each arm's (or the given arms') Prometheus metrics into a ``metrics`` record."""
@@ -279,114 +245,135 @@ class Runner:
                 self.recorder.append({"kind": "metrics", "arm": name, "when": when, "t": time.time(),
                                       "samples": samples})
 
+    async def _discover(self, session: aiohttp.ClientSession) -> None:
+        """What each endpoint serves (its engine's, one at a time, by its discovery start), and its GPUs'
+        facts from a DCGM exporter where an endpoint has one; the header, then the engines' early records."""
+        if self.engines and self.engines["mode"] == ONE_AT_A_TIME and (not self.resume or self._fresh):
+            for name, ep in self.endpoints.items():
+                if ep.engine is not None:
+                    self._early.append(self.blocks.start(name, "discovery"))
+                    await self.blocks.discover_endpoint(session, name)
+                    self._early.append(self.blocks.stopped(self.blocks.stop(name)))
+        for name, ep in self.endpoints.items():
+            if ep.engine is None or ep.engine.proc is not None:
+                await self.blocks.discover_endpoint(session, name)
+            if ep.engine is None and self.telemetry is not None:
+                url = ep.arm.gpu_metrics_url or ep.arm.metrics_url
+                facts = await asyncio.to_thread(self.telemetry.endpoint_facts, name, url,
+                                                ep.headers_for(url) if url else {})
+                ep.discovered["gpu"] = dict(facts)
+        if not self.resume or self._fresh:
+            self.recorder.append(self._header())
+        self._header_written = True
+        for rec in self._early:
+            if rec["kind"] != "engine_start" or rec["part"] != "run":  # together: recorded with its warm-up
+                self.recorder.append(rec)
+
     async def _main(self, units: list[Unit], done: set[tuple]) -> None:
         # SIGTERM (kill, timeout) stops the run as Ctrl-C does: the calls in flight are recorded as cancelled
         on_main_thread(asyncio.get_running_loop().add_signal_handler, signal.SIGTERM, asyncio.current_task().cancel)
         # discovery, metrics scrapes: a connection each; model calls go through each arm's kept-alive pool
         async with client_session(keep_alive=False) as session, self._arm_pools():
-            for ep in self.endpoints.values():
-                murl = ep.arm.metrics_url
-                ep.discovered.update(await endpoint_info(session, ep.base_url, ep.headers, metrics_url=murl,
-                                                         metrics_headers=ep.headers_for(murl) if murl else None,
-                                                         known=ep.discovered))
-            if not self.resume or self._fresh:
-                self.recorder.append(self._header())
-            for name in self.endpoints:  # a fresh server's first calls are slow: record them, don't count them
-                await self._warm_up(name)
-            todo = [u for u in units if u.key() not in done]
-            total = len(units)
-            finished = total - len(todo)
-            # adaptive: after the initial repeats, before the probes and closing sentinels, round after round
-            rounds = AdaptiveRounds(self.spec, self.out / "ledger.jsonl", done) if self.spec.experiment.adaptive \
-                else None
-            cut = next((k for k, u in enumerate(todo) if u.kind == "probe" or u.position == "end"), len(todo))
-            # The server's counters are scraped around each arm's block (its turns, probes and sentinels: in
-            # blocked order around each arm's own units, so arms sharing one endpoint are told apart, else
-            # around all of them) and around each run of probes (one prompt sent again: what a cache finds).
-            blocked = self.spec.experiment.order == "blocked"
-
-            def block_arms(u: Unit) -> list[str] | None:  # whose endpoints a scrape around *u* covers
-                return [u.block or u.arm] if blocked else None
-            k = -1
-            while True:
-                k += 1
-                if rounds is not None and k == cut:
-                    await self.recorder.flush()  # the round's turns on disk: the next round is decided from them
-                    extra = rounds.next_units()
-                    todo[k:k] = extra
-                    cut, total = cut + len(extra), total + len(extra)
-                    rounds = rounds if extra else None
-                if k >= len(todo):
-                    break
-                unit = todo[k]
-                prev = todo[k - 1] if k else None
-                if prev is None or (blocked and (unit.block or unit.arm) != (prev.block or prev.arm)):
-                    if prev is not None:
-                        await self.scrape(session, "after", block_arms(prev))
-                    await self.scrape(session, "before", block_arms(unit))
-                if unit.kind == "probe" and (prev is None or prev.kind != "probe"
-                                             or (blocked and prev.arm != unit.arm)):  # probes: their arm's block
-                    await self.scrape(session, "probes-before", block_arms(unit))
+            await self._discover(session)
+            if self.telemetry is not None:
+                self.telemetry.start(self.engine_devices)
+            one = self.engines is not None and self.engines["mode"] == ONE_AT_A_TIME
+            for name, ep in self.endpoints.items():  # a fresh server's first calls are slow: record, don't count them
+                if one and ep.engine is not None:
+                    continue  # warmed in each of its blocks
+                t0 = time.monotonic()
+                calls, ok = await self._warm_up(name)
+                start = next((r for r in self._early if r["kind"] == "engine_start" and r["arm"] == name), None)
+                if start is not None:
+                    self.recorder.append(self.blocks.warmed(start, time.monotonic() - t0, calls, ok))
+            if one:
+                await self.blocks.run(session, done)
+            else:
+                await self._run_units(session, units, done)
+                await self.run_load(session)
                 if self.progress:
-                    self.progress(unit, finished, total)
-                if unit.kind == "turn":
-                    await self._turn(self.pool(unit.arm), unit)
-                else:
-                    await self._fixed_length(self.pool(unit.arm), unit)
-                await self.recorder.flush()  # between units: nothing is being measured
-                finished += 1
-                nxt = todo[k + 1] if k + 1 < len(todo) else None
-                if unit.kind == "probe" and (nxt is None or nxt.kind != "probe" or (blocked and nxt.arm != unit.arm)):
-                    await self.scrape(session, "probes-after", block_arms(unit))
-                dead = [ep.engine.death_note() for ep in self.endpoints.values() if ep.engine and not ep.engine.alive()]
-                if dead:
-                    raise EngineError(dead[0] or "an engine died")
-            if todo:
-                await self.scrape(session, "after", block_arms(todo[-1]))
-            await self.run_load(session)
-            if self.progress:
-                self.progress(Unit("done", "", "", 0), finished, total)
+                    self.progress(Unit("done", "", "", 0), len(units), len(units))
             await self.recorder.flush()
+            if self.telemetry is not None:
+                self.telemetry.stop()
+            self.drain_gpu()
 
-    async def run_load(self, session: aiohttp.ClientSession) -> None:
-        """The experiment's load stages (:mod:`.load`), each on each of its arms in turn through its own
-        :class:`~leverbench.runner.send.Sender`, between metrics scrapes (on *session*); a stage's records
-        are all written before the next one begins."""
-        if not self.spec.load:
-            return
-        work = stage_work(self.exp, list(self.endpoints))
-        for n, (plan, arm) in enumerate(work):
-            if (plan.name, arm) in self.stages_done:  # a resumed run: this stage finished on this arm
-                continue
-            if self.progress:
-                self.progress(Unit("load", arm, plan.name, 0), n, len(work))
-            await self.scrape(session, f"load-start {plan.name}")
-            # Reuse connections within the stage (as serving clients do, and as the turns do): a new TCP connection
-            # per call costs the client ~0.6 ms and a burst of them serialises.  One pool per stage and arm, closed
-            # when it ends, so that tearing down its connections falls between stages, not into the next one's
-            # measurements; a connection idle for client.IDLE_CLOSE_S is dropped before a server would drop it.  A
-            # call that opens a connection records that time apart (connect_s).  keep_alive = false: a new
-            # connection per call.
-            async with client_session(keep_alive=plan.stage.keep_alive) as own:
-                stage = StageRun(self.sender(arm, own), self.exp, plan, arm)
-                if plan.stage.workers > 1:  # its schedule split across Ray actors, each writing its own shard
-                    assert self.cluster is not None
-                    end = await self.cluster.run_stage(stage, RemoteEndpoint.of(self.endpoints[arm]),
-                                                       timeouts=self.timeouts, retries=self.retries,
-                                                       keep_text=self.keep_text, run_id=self.run_id)
-                    self.tally.untallied += int(end.get("calls") or 0)  # in the workers' shards
-                else:
-                    await stage.run()
-                    end = StageOutcome(calls=stage.sent, stopped=stage.stopped)
-                # the stage's records (and the token counts deferred on its pool) are all on disk before the next
-                await self.recorder.flush()
-            await self.scrape(session, f"load-end {plan.name}")
-            self.recorder.append({"kind": "stage_end", "stage": plan.name, "arm": arm, "load_run": stage.run_id,
-                                  **end})
-            ep = self.endpoints[arm]
-            if ep.engine is not None and not ep.engine.alive():
-                raise EngineError(ep.engine.death_note()
-                                  or f"the engine of arm {arm!r} died during load stage {plan.name!r}")
+    async def _run_units(self, session: aiohttp.ClientSession, units: list[Unit], done: set[tuple]) -> None:
+        """The units in schedule order, with engines together (an adaptive run's rounds added after the initial
+        repeats, before the probes and closing sentinels)."""
+        todo = [u for u in units if u.key() not in done]
+        total = len(units)
+        finished = total - len(todo)
+        # adaptive: after the initial repeats, before the probes and closing sentinels, round after round
+        rounds = AdaptiveRounds(self.spec, self.out / "ledger.jsonl", done) if self.spec.experiment.adaptive else None
+        cut = next((k for k, u in enumerate(todo) if u.kind == "probe" or u.position == "end"), len(todo))
+        # The server's counters are scraped around each arm's block (its turns, probes and sentinels: in
+        # blocked order around each arm's own units, so arms sharing one endpoint are told apart, else
+        # around all of them) and around each run of probes (one prompt sent again: what a cache finds).
+        blocked = self.spec.experiment.order == "blocked"
+
+        def block_arms(u: Unit) -> list[str] | None:  # whose endpoints a scrape around *u* covers
+            return [u.block or u.arm] if blocked else None
+        k = -1
+        while True:
+            k += 1
+            if rounds is not None and k == cut:
+                await self.recorder.flush()  # the round's turns on disk: the next round is decided from them
+                extra = rounds.next_units()
+                todo[k:k] = extra
+                cut, total = cut + len(extra), total + len(extra)
+                rounds = rounds if extra else None
+            if k >= len(todo):
+                break
+            unit = todo[k]
+            prev = todo[k - 1] if k else None
+            if prev is None or (blocked and (unit.block or unit.arm) != (prev.block or prev.arm)):
+                if prev is not None:
+                    await self.scrape(session, "after", block_arms(prev))
+                await self.scrape(session, "before", block_arms(unit))
+            await self.do_unit(session, unit, prev, todo[k + 1] if k + 1 < len(todo) else None, block_arms(unit),
+                               finished, total)
+            finished += 1
+        if todo:
+            await self.scrape(session, "after", block_arms(todo[-1]))
+
+    async def do_unit(self, session: aiohttp.ClientSession, unit: Unit, prev: Unit | None, nxt: Unit | None,
+                      arms: list[str] | None, finished: int, total: int) -> None:
+        """One unit of work (a turn, probe or sentinel), its records on disk after it; a run of probes between
+        metrics scrapes of *arms* (None: every arm); an engine that died ends the run."""
+        blocked = self.spec.experiment.order == "blocked"
+        if unit.kind == "probe" and (prev is None or prev.kind != "probe" or (blocked and prev.arm != unit.arm)):
+            await self.scrape(session, "probes-before", arms)  # probes: their arm's block
+        if self.progress:
+            self.progress(unit, finished, total)
+        if unit.kind == "turn":
+            await self._turn(self.pool(unit.arm), unit)
+        else:
+            await self._fixed_length(self.pool(unit.arm), unit)
+        await self.recorder.flush()  # between units: nothing is being measured
+        self.drain_gpu()
+        if unit.kind == "probe" and (nxt is None or nxt.kind != "probe" or (blocked and nxt.arm != unit.arm)):
+            await self.scrape(session, "probes-after", arms)
+        dead = [ep.engine.death_note() for ep in self.endpoints.values() if ep.engine and ep.engine.proc is not None
+                and not ep.engine.alive()]
+        if dead:
+            raise EngineError(dead[0] or "an engine died")
+
+    def drain_gpu(self) -> None:
+        """The GPU readings taken since the last drain, into the ledger (called between units of work)."""
+        if self.telemetry is not None:
+            for rec in self.telemetry.records():
+                self.recorder.append(rec)
+
+    async def close_pool(self, arm: str) -> None:
+        """Close *arm*'s connection pool (its engine is about to stop; the next block's listens elsewhere)."""
+        pool = self._pools.pop(arm, None)
+        if pool is not None:
+            await pool.close()
+
+    async def run_load(self, session: aiohttp.ClientSession, arms: list[str] | None = None) -> None:
+        """The experiment's load stages (:func:`.load_run.run_load`); *arms*: only theirs."""
+        await run_load(self, session, arms)
 
     @contextlib.asynccontextmanager
     async def _arm_pools(self) -> AsyncIterator[None]:
@@ -406,11 +393,13 @@ class Runner:
         self._prepare_endpoints()
         # before the engines start and the run's signal handlers are set (ray.init sets its own)
         self.cluster = join_cluster(self.spec, self.stages_done, self.out, self.secrets(), self.ray_address)
-        sizes = {c.name: case_size_chars(self.exp, c) for c in self.spec.cases}
-        units = build_schedule(self.spec, sizes)
+        self.sizes = {c.name: case_size_chars(self.exp, c) for c in self.spec.cases}
+        units = build_schedule(self.spec, self.sizes)
         self.out.mkdir(parents=True, exist_ok=True)
         self.open_ledger()
+        self.telemetry = Telemetry.open(self.spec.experiment.gpu_sample_hz)
         try:
+            self._choose_engines(self._resumed_engines)
             if self.resume and not self._fresh:
                 failed = sum(1 for u in units if u.key() in self._failed)
                 at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
@@ -419,7 +408,8 @@ class Runner:
                                     "repeats": self.spec.experiment.repeats})
             previous = on_main_thread(signal.signal, signal.SIGTERM, sigterm_as_interrupt)  # outside the loop
             try:
-                self._start_engines()
+                if self.engines is not None and self.engines["mode"] != ONE_AT_A_TIME:
+                    self._start_engines()
                 asyncio.run(self._main(units, done))
             except (KeyboardInterrupt, asyncio.CancelledError):  # Ctrl-C, or SIGTERM (see _main)
                 raise Interrupted(str(self.out)) from None
@@ -428,15 +418,9 @@ class Runner:
                     signal.signal(signal.SIGTERM, previous)
         finally:
             self.stop_engines()
+            self.telemetry.close()
             if self.cluster is not None:
                 self.cluster.close()
             self.close_ledger()  # every record handed to the writer is written, whatever ended the run
         self.recorder.reap()  # a normal end: a failed append is an error
         return self.out / "ledger.jsonl"
-
-
-def holds_a_run(path: Path) -> bool:
-    """Whether a ledger holds its run header: a first line written whole.  A file without one (empty, or a
-    header cut by a crash) is what a run stopped before its first record leaves: no measurement in it."""
-    with open(path, "rb") as fh:
-        return fh.readline().endswith(b"\n")

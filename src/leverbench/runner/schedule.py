@@ -25,6 +25,16 @@ arm (in blocked order, within the arm's block).
 An adaptive experiment (``[experiment] adaptive``, interleaved) adds its rounds (:func:`adaptive_round`:
 one more repeat of the cells still open, opened by a sentinel of each arm in it) after the initial
 repeats, before the probes and the closing sentinels.
+
+**Engines one at a time** (``[experiment] engines = "one at a time"``, :func:`build_blocks`): each round is
+one **block** per arm — the arm's engine started and warmed, its round-start sentinel, its turn of every case
+(the experiment's case order), its engine stopped — and the arms' blocks follow :func:`block_order`: the rows
+of the Williams design, each row followed by its mirror (A B C, C B A, B C A, A C B, …), so that every two
+rounds put every arm at the same mean place and a slow drift adds as much to both sides of every pair; over
+all the rows every arm also follows every other equally often.  After the rounds (and an adaptive run's extra
+rounds, regrouped the same way: :func:`blocks_of`), a **closing** block per arm: its probes, its closing
+sentinel and its load stages.  The units and their keys are the interleaved order's, so the sentinels pair by
+round as before (:mod:`leverbench.analysis.experiment.drift`) and a resumed run skips what is done.
 """
 
 from __future__ import annotations
@@ -126,6 +136,63 @@ def adaptive_round(spec: Experiment, cells: list[tuple[str, str]], repeat: int) 
     arms = [a.name for a in spec.arms]
     used = [a for a in arms if any(a == arm for arm, _ in cells)]
     return _round_sentinels(spec, used, repeat) + _round(arms, [c.name for c in spec.cases], repeat, set(cells))
+
+
+def block_rows(n: int) -> list[list[int]]:
+    """:func:`williams_rows` reordered so that each row is followed by its mirror image (for even *n* the
+    mirror is itself a row, n/2 further on): every even number of rounds then puts every arm at the same mean
+    place."""
+    rows = williams_rows(n)
+    out: list[list[int]] = []
+    for row in rows:
+        if row not in out:
+            out.append(row)
+            if row[::-1] not in out:
+                out.append(row[::-1])
+    return out
+
+
+def block_order(arms: list[str], repeat: int) -> list[str]:
+    """The order of the arms' blocks in round *repeat* (engines one at a time): row *repeat* mod rows of
+    :func:`block_rows`."""
+    rows = block_rows(len(arms))
+    return [arms[k] for k in rows[repeat % len(rows)]] if arms else []
+
+
+@dataclass(frozen=True)
+class Block:
+    """One arm's share of a round with its engine to itself (engines one at a time): ``part`` "round" (its
+    sentinel and turns of round ``repeat``) or "closing" (its probes and closing sentinel; its load stages
+    run after them)."""
+
+    arm: str
+    repeat: int
+    part: str
+    units: tuple[Unit, ...]
+
+
+def blocks_of(arms: list[str], units: list[Unit], repeat: int, part: str = "round") -> list[Block]:
+    """*units* of one round grouped by arm, each arm's in their order, the arms in :func:`block_order` of the
+    arms among *arms* that have any."""
+    used = [a for a in arms if any(u.arm == a for u in units)]
+    return [Block(a, repeat, part, tuple(u for u in units if u.arm == a)) for a in block_order(used, repeat)]
+
+
+def build_blocks(spec: Experiment, case_sizes: dict[str, int]) -> list[Block]:
+    """The blocks of the initial rounds and the closing blocks (module docstring); the closing blocks come in
+    the order of round ``repeats``, and hold every arm, whether it has probes or not (its load stages)."""
+    arms = [a.name for a in spec.arms]
+    cases = [c.name for c in spec.cases]
+    pcase = probe_case(spec, case_sizes)
+    out: list[Block] = []
+    for r in range(spec.experiment.repeats):
+        out += [Block(arm, r, "round", tuple(_sentinel(spec, arm, "start", r) + [Unit("turn", arm, case, r)
+                                                                                for case in cases]))
+                for arm in block_order(arms, r)]
+    closing = spec.experiment.repeats
+    out += [Block(arm, closing, "closing", tuple(_probes(spec, [arm], pcase) + _sentinel(spec, arm, "end")))
+            for arm in block_order(arms, closing)]
+    return out
 
 
 def build_schedule(spec: Experiment, case_sizes: dict[str, int]) -> list[Unit]:

@@ -1,0 +1,71 @@
+"""What a resumed run (``run --resume``) takes from the ledger it continues."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..config import LoadedExperiment
+from ..errors import BadInput
+from ..ledger.reader import read_ledger
+from ..ledger.rows import EnginesRow
+from .rounds import resumed_adaptive
+from .schedule import Unit
+
+
+def holds_a_run(path: Path) -> bool:
+    """Whether a ledger holds its run header: a first line written whole.  A file without one (empty, or a
+    header cut by a crash) is what a run stopped before its first record leaves: no measurement in it."""
+    with open(path, "rb") as fh:
+        return fh.readline().endswith(b"\n")
+
+
+@dataclass
+class Resumed:
+    """What a run continues from (:func:`completed`): the units done (successful), those whose every record
+    failed, whether it starts afresh, the experiment (a resumed adaptive run's own settings), the run's id,
+    the load stages done, and how its engines ran (its header's ``engines``)."""
+
+    done: set[tuple] = field(default_factory=set)
+    failed: set[tuple] = field(default_factory=set)
+    fresh: bool = False
+    exp: LoadedExperiment | None = None
+    run_id: str | None = None
+    stages_done: set[tuple[str, str]] = field(default_factory=set)
+    engines: EnginesRow | None = None
+    header: bool = False  # the ledger has its header (records may follow)
+
+
+def completed(out: Path, resume: bool, exp: LoadedExperiment) -> Resumed:
+    """The units a resumed run skips: those with a successful record (a failed unit is run again); what else it
+    takes from the ledger in *out* (:class:`Resumed`; a run that stopped before its header starts afresh)."""
+    ledger_path = out / "ledger.jsonl"
+    if ledger_path.exists() and not holds_a_run(ledger_path):
+        # stopped before its first record (engine start, discovery): nothing measured, nothing to keep
+        ledger_path.unlink()
+        return Resumed(fresh=True)
+    if not ledger_path.exists():
+        if resume:
+            raise BadInput(f"{out}: nothing to resume (no ledger.jsonl); run without --resume")
+        return Resumed()
+    if not resume:
+        raise BadInput(f"{out} already holds a ledger; pass --resume to continue it or choose another --out")
+    led = read_ledger(ledger_path)
+    exp = resumed_adaptive(exp, led.header.get("config") or {}, out)
+    if led.header.get("config") != exp.snapshot():
+        old = led.header.get("config", {}).get("experiment", {}).get("repeats")
+        new = exp.spec.experiment.repeats
+        cfg_old = {**led.header.get("config", {}),
+                   "experiment": {**led.header["config"].get("experiment", {}), "repeats": new}}
+        if cfg_old != exp.snapshot():
+            raise BadInput(f"{out}: the experiment changed since this run started; resume needs the same "
+                           "experiment file (only --repeats may grow)")
+        if new < (old or 0):
+            raise BadInput(f"{out}: --repeats {new} is fewer than the run's {old}")
+    units = [(Unit.of_record(rec).key(), rec.get("error") is None) for rec in led.records
+             if rec.get("kind") in ("turn", "probe", "sentinel")]
+    done = {k for k, ok in units if ok}
+    # a stage one of whose workers died is run again whole (its stage_end says which, and what was lost)
+    stages = {(rec.get("stage"), rec.get("arm")) for rec in led.of_kind("stage_end") if not rec.get("lost_workers")}
+    return Resumed(done, {k for k, _ in units} - done, False, exp, led.header.get("run_id"), stages,  # type: ignore[arg-type]
+                   led.header.get("engines"), True)
