@@ -45,6 +45,7 @@ ANALYSIS_PARTS: dict[str, set[str]] = {
     "experiment": {"base", "sequential", "rates", "load"},
     "traffic": {"base", "rates"},
     "whatif": {"base", "rates", "load"},
+    "hardware": {"base"},
 }
 ANALYSIS_TOP = {"leverbench.analysis", "leverbench.analysis.summary"}
 

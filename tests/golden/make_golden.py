@@ -32,7 +32,9 @@ the probe's own calls out of its fit); issue 22 rewrote every file (drift judged
 and per comparison, ``drift_pairs``, ``drift_common``, ``equal_work`` and ``multipliers[].equal_work``, coded
 reasons, Welch intervals in ``verdicts``, probes' ``prefill_s`` one token later) and regenerated the
 ``handmade`` and ``sim`` ledgers (a sentinel of every arm opening every round, warm-ups until stable, the
-Williams order); the rest of each file is as first computed.  These files catch change; tests/test_oracles.py checks the
+Williams order); issue 27 added ``engines`` and ``gpu`` to every file (their ledgers hold no engine or GPU
+records: no mode, no starts, every arm's GPU "not recorded"), the rest unchanged; the rest of each file is as
+first computed.  These files catch change; tests/test_oracles.py checks the
 headline numbers against hand computation.
 """
 

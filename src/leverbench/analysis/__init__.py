@@ -17,5 +17,7 @@ sub-packages, and what each may import from the others (``tests/test_architectur
   ``rates``.
 - :mod:`.whatif` — a trace served on each arm's measured rates, and its cross-check.  May import ``base``,
   ``rates``, ``load``.
+- :mod:`.hardware` — the engines the tool started (together or one at a time, each start and stop) and the
+  GPUs: their facts, what they did in prefill and decode, the energy of a turn.  May import ``base``.
 - :mod:`.summary` (a module) — assembles everything the reports show; may import every part.
 """

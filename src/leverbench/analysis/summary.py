@@ -35,6 +35,8 @@ from .experiment.equal_work import equal_work, equal_work_rows, turns
 from .experiment.levers import levers
 from .experiment.reasoning import prompt_discipline, reasoning_split
 from .experiment.verdicts import verdicts
+from .hardware.engines import engines_section
+from .hardware.facts import gpu_section
 from .load.stages import load_summary, load_warnings, sweep_curves
 from .rates.phases import arm_rates, cell_shares, prefill_model, project
 from .rates.probes import probes
@@ -287,6 +289,10 @@ def _summarize(ledger: Ledger, *, scenario: tuple[int, int] | None,
         warnings.append(RunWarning(WarningKind.RETRIED, f"{retried} failed attempt(s) were retried (retries = "
                                    f"{ds.config['experiment'].get('retries')}); each attempt is in the ledger, and the "
                                    "cells that hold them are not citable"))
+    engines, w = engines_section(ds.header, ledger.of_kind("engine_start"), ledger.of_kind("engine_stop"))
+    warnings += w
+    gpu, w = gpu_section(ds, ledger.of_kind("gpu"), ledger.of_kind("load"))
+    warnings += w
     verdict_rows, adaptive = verdicts(ds, comps, mults, ews)
     citability = cost_citability(ds.baseline, cell_list, mults, drift_list, common_row)
     cost_rows = costs(total_list, {a: ds.conditions(a) for a in ds.arms}, ds.baseline, gpu_hour_usd, citability)
@@ -331,6 +337,8 @@ def _summarize(ledger: Ledger, *, scenario: tuple[int, int] | None,
         "drift_pairs": [d.as_dict() for d in pair_drift],
         "drift_common": common_row,
         "equal_work": ew_rows,
+        "engines": engines,
+        "gpu": gpu,
         "tolerances": {"volume_cell": ds.config["experiment"].get("volume_tolerance_cell"),
                        "volume_total": ds.config["experiment"].get("volume_tolerance_total"),
                        "probe_agreement": (ds.config.get("probes") or {}).get("tolerance", 0.05),

@@ -173,7 +173,7 @@ class CallRecord:
     turn_id: str | None = _f(head=True, omit_none=True, column=LABEL)  # the turn (trace session) it belongs to
     # -- what the client measured (runner.client.stream_chat)
     t_send: Epoch = _f(0.0, column=NUMBER)  # epoch s at which the call started
-    connect_s: Seconds | None = _f()  # s opening a new connection (DNS, TCP, TLS); 0.0 reused; null: none made
+    connect_s: Seconds | None = _f(column=NUMBER)  # s opening a new connection (DNS, TCP, TLS); 0.0 reused; null: none made
     stale_connection: bool | None = _f(omit_none=True)  # true: a kept-alive connection the server had closed;
     #                                                     the call went out on a new one (connect_s from the start)
     ttft_s: Seconds | None = _f(column=NUMBER)  # → the first chunk with content (reasoning included)
@@ -252,9 +252,9 @@ class TurnRecord:
     case: str = _f("", column=LABEL)
     repeat: Count = _f(0, column=NUMBER)
     turn_id: str | None = _f(column=LABEL)  # its calls carry the same
-    t_start: Epoch = _f(0.0)  # epoch s
+    t_start: Epoch = _f(0.0, column=NUMBER)  # epoch s
     turn_s: Seconds = _f(0.0, column=NUMBER)  # the turn's full wall clock: model_s + tool_s
-    model_s: Seconds = _f(0.0)  # first call's start → last token, connect times included, harness_s left out
+    model_s: Seconds = _f(0.0, column=NUMBER)  # first call's start → last token, connect times included, harness_s left out
     tool_s: Seconds = _f(0.0, column=NUMBER)  # the tool results' scripted latencies
     calls: Count = _f(0)
     scripted_steps: Count = _f(0)

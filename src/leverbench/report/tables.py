@@ -12,6 +12,7 @@ from typing import Any
 from ..analysis.base.knobs import is_on
 from ..analysis.rates.rate_model import tokens_per_second_at
 from .guard_tables import drift_table, equal_work_table, multiplier_table
+from .hardware_tables import hardware_tables
 from .load_tables import load_tables
 from .table import Table, pct, s
 
@@ -444,5 +445,5 @@ def all_tables(summary: dict[str, Any]) -> list[Table]:
             shares_table(summary), decomposition_table(summary), probe_table(summary), rate_model_table(summary),
             server_table(summary),
             metrics_table(summary), projection_table(summary), cost_table(summary), drift_table(summary),
-            *load_tables(summary)]
+            *load_tables(summary), *hardware_tables(summary)]
     return [t for t in tabs if t is not None and t.rows]

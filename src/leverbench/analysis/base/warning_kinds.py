@@ -49,6 +49,11 @@ class WarningKind(StrEnum):
     RETRIED = "retried", "Retried attempts"
     EMPTY_ANSWER = "empty_answer", "Answers that used all of max_tokens and showed nothing"
     STEP_LIMIT = "step_limit", "Turns cut by the step limit"
+    # the engines and the hardware
+    ENGINES_OVERLAP = "engines_overlap", "Engines one at a time that were up at once"
+    ENGINE_NOT_RELEASED = "engine_not_released", "Engines that did not release their devices"
+    ENGINE_START_SLOW = "engine_start_slow", "Engine starts near their timeout"
+    GPU_UNKNOWN = "gpu_unknown", "Arms whose GPUs are unknown"
     # whether the levers engaged
     NOT_ENGAGED = "not_engaged", "Levers that did not engage"
     ENGAGEMENT_UNKNOWN = "engagement_unknown", "Levers whose engagement nothing reports"

@@ -1,0 +1,101 @@
+"""The engines the tool started: how they ran (together or one at a time), each start and stop, per arm.
+
+From the header's ``engines`` and the ``engine_start`` / ``engine_stop`` records (a start and its stop share
+arm and ``block``).  An engine's lifetime runs from its start's ``t`` to its stop's ``t + stop_s`` (to the
+end of time when no stop was recorded); ``overlaps`` counts the pairs of lifetimes of different arms that
+overlap: every pair with engines together, none with engines one at a time (else a warning).  A start
+whose ``ready_s`` used more than :data:`TIMEOUT_USED_WARN` of its timeout is warned about (a larger model, a
+slower disk, and the next start fails), and so is a stop that did not release its devices.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable, Mapping, Optional
+
+from ...schema.hardware_rows import EngineArmRow, EnginesSection, EngineStartRow
+from ..base.stats import median
+from ..base.warning_kinds import RunWarning, WarningKind
+
+TIMEOUT_USED_WARN = 0.8
+MODES = ("together", "one at a time")
+
+
+def _num(v: Any) -> Optional[float]:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+def _count(v: Any) -> Optional[int]:
+    return int(v) if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
+
+
+def start_rows(starts: Iterable[Mapping[str, Any]], stops: Iterable[Mapping[str, Any]]) -> list[EngineStartRow]:
+    """Each engine start with its stop (by arm and block), in the order recorded."""
+    ends = {(s.get("arm"), s.get("block")): s for s in stops}
+    out: list[EngineStartRow] = []
+    for s in starts:
+        e = ends.get((s.get("arm"), s.get("block")), {})
+        out.append({"arm": str(s["arm"]), "block": _count(s.get("block")), "part": s.get("part"),
+                    "round": _count(s.get("round")), "t": _num(s.get("t")), "ready_s": _num(s.get("ready_s")),
+                    "model_load_s": _num(s.get("model_load_s")), "warmup_s": _num(s.get("warmup_s")),
+                    "warmup_calls": _count(s.get("warmup_calls")), "settled": s.get("settled"),
+                    "timeout_s": _num(s.get("timeout_s")), "timeout_from": s.get("timeout_from"),
+                    "stop_s": _num(e.get("stop_s")), "released": e.get("released"), "check": e.get("check")})
+    return out
+
+
+def overlaps(rows: list[EngineStartRow], stops: Iterable[Mapping[str, Any]]) -> int:
+    """How many pairs of engine lifetimes of different arms overlapped in time (module docstring)."""
+    ends = {(s.get("arm"), s.get("block")): (_num(s.get("t")) or 0.0) + (_num(s.get("stop_s")) or 0.0)
+            for s in stops}
+    spans = [(r["arm"], r["t"], ends.get((r["arm"], r["block"]), math.inf)) for r in rows if r["t"] is not None]
+    return sum(1 for i, (a, s0, e0) in enumerate(spans) for b, s1, e1 in spans[i + 1:]
+               if a != b and s0 < e1 and s1 < e0)
+
+
+def arm_rows(rows: list[EngineStartRow]) -> list[EngineArmRow]:
+    """Each arm's starts summed up: medians and the slowest, the slowest start's share of its timeout, whether
+    every stop released its devices."""
+    out: list[EngineArmRow] = []
+    for arm in dict.fromkeys(r["arm"] for r in rows):
+        mine = [r for r in rows if r["arm"] == arm]
+        ready = [r["ready_s"] for r in mine if r["ready_s"] is not None]
+        used = [r["ready_s"] / r["timeout_s"] for r in mine if r["ready_s"] is not None and r["timeout_s"]]
+        loads = [r["model_load_s"] for r in mine if r["model_load_s"] is not None]
+        warm = [r["warmup_s"] for r in mine if r["warmup_s"] is not None and r["part"] != "discovery"]
+        released = [r["released"] for r in mine if r["released"] is not None]
+        out.append({"arm": arm, "starts": len(mine), "ready_s_median": median(ready) if ready else None,
+                    "ready_s_max": max(ready) if ready else None,
+                    "model_load_s_median": median(loads) if loads else None,
+                    "warmup_s_median": median(warm) if warm else None,
+                    "timeout_s": mine[-1]["timeout_s"], "timeout_from": mine[-1]["timeout_from"],
+                    "timeout_used": max(used) if used else None,
+                    "released": all(released) if released else None})
+    return out
+
+
+def engines_section(header: Mapping[str, Any], starts: Iterable[Mapping[str, Any]],
+                    stops: Iterable[Mapping[str, Any]]) -> tuple[EnginesSection, list[RunWarning]]:
+    """``summary.json`` ``engines`` and its warnings (module docstring)."""
+    starts, stops = list(starts), list(stops)
+    e = header.get("engines") if isinstance(header.get("engines"), Mapping) else {}
+    rows = start_rows(starts, stops)
+    mode = e.get("mode") if e.get("mode") in MODES else None
+    section: EnginesSection = {"mode": mode, "declared": e.get("declared") if e.get("declared") in MODES else None,
+                               "reason": e.get("reason"), "server_state": e.get("server_state"), "starts": rows,
+                               "arms": arm_rows(rows), "overlaps": overlaps(rows, stops)}
+    warnings = []
+    if mode == "one at a time" and section["overlaps"]:
+        warnings.append(RunWarning(WarningKind.ENGINES_OVERLAP, f"engines one at a time, yet {section['overlaps']} "
+                                   "pair(s) of engines were up at once (their start and stop records overlap)"))
+    for r in rows:
+        if r["released"] is False:
+            warnings.append(RunWarning(WarningKind.ENGINE_NOT_RELEASED, f"arm {r['arm']!r}: its engine (start "
+                                       f"{r['block']}) stopped without releasing its devices: {r['check']}", r["arm"]))
+    for a in section["arms"]:
+        if a["timeout_used"] is not None and a["timeout_used"] > TIMEOUT_USED_WARN:
+            warnings.append(RunWarning(WarningKind.ENGINE_START_SLOW, f"arm {a['arm']!r}: its slowest engine start "
+                                       f"took {a['ready_s_max']:.0f} s, {a['timeout_used']:.0%} of its start timeout "
+                                       f"({a['timeout_s']:.0f} s, {a['timeout_from']}); a slower one fails: raise "
+                                       "the arm's engine startup_timeout_s", a["arm"]))
+    return section, warnings
