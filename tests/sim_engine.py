@@ -47,8 +47,9 @@ def patch_engines(monkeypatch, sim_args: dict[str, list[str]]) -> None:
     monkeypatch.setattr(run_module, "make_engine", make)
 
 
-def engine_pids() -> list[int]:
-    """The pids of the simulator engines alive now (from /proc: their command line names :data:`SIM_TITLE`)."""
+def engine_pids(title: str = SIM_TITLE) -> list[int]:
+    """The pids of this process's engines alive now (from /proc: children of this process whose command line
+    holds *title*, not zombies): the simulators this module starts, or another engine's (*title*)."""
     out = []
     for p in os.listdir("/proc"):
         if not p.isdigit():
@@ -57,9 +58,9 @@ def engine_pids() -> list[int]:
             with open(f"/proc/{p}/cmdline", "rb") as fh:
                 cmd = fh.read()
             with open(f"/proc/{p}/stat", "rb") as fh:
-                state = fh.read().rsplit(b")", 1)[1].split()[0]
-        except OSError:
+                stat = fh.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
             continue
-        if SIM_TITLE.encode() in cmd and state not in (b"Z", b"X"):
+        if title.encode() in cmd and stat[0] not in (b"Z", b"X") and int(stat[1]) == os.getpid():
             out.append(int(p))
     return out

@@ -8,7 +8,8 @@ exporters ``DCGM_FI_DRIVER_VERSION``; a GPU split by MIG has one sample per inst
 Readings (:class:`~.readings.Reading`) from the fields, where the exporter collects them:
 
 ====================  ===========================================================================
-``sm``                ``DCGM_FI_PROF_SM_ACTIVE`` (a ratio), else ``DCGM_FI_DEV_GPU_UTIL`` / 100
+``sm``                ``DCGM_FI_PROF_SM_ACTIVE`` (a ratio), else ``DCGM_FI_PROF_GR_ENGINE_ACTIVE``, else
+                      ``DCGM_FI_DEV_GPU_UTIL`` / 100
 ``dram``              ``DCGM_FI_PROF_DRAM_ACTIVE`` (a ratio), else ``DCGM_FI_DEV_MEM_COPY_UTIL`` / 100
 ``mem_used_mib``      ``DCGM_FI_DEV_FB_USED`` (MiB; summed over a MIG GPU's instances)
 ``power_w``           ``DCGM_FI_DEV_POWER_USAGE`` (W)
@@ -17,8 +18,9 @@ Readings (:class:`~.readings.Reading`) from the fields, where the exporter colle
 ====================  ===========================================================================
 
 The default exporter collects the ``DCGM_FI_DEV_*`` fields only (its ``default-counters.csv``); the profiling
-fields (``DCGM_FI_PROF_*``: SMs and DRAM actually busy, rather than "a kernel ran") need
-``dcp-metrics-included.csv``.  The exporter refreshes its page every collect interval (``-c``, 30 s by
+fields (``DCGM_FI_PROF_*``: the graphics engine, SMs and DRAM actually busy, rather than "a kernel ran") need
+``dcp-metrics-included.csv`` (which has ``GR_ENGINE_ACTIVE`` and ``DRAM_ACTIVE``; ``SM_ACTIVE`` is commented
+out there).  The exporter refreshes its page every collect interval (``-c``, 30 s by
 default): readings taken more often repeat a value, which the analysis says (its resolution).
 
 Facts (:class:`~.readings.GpuFacts`): ``modelName``, how many GPUs, their memory (FB_FREE + FB_USED +
@@ -55,7 +57,9 @@ class Page:
                     continue
                 key = f"{s.labels.get('Hostname', '')}:{s.labels.get('gpu', s.labels.get('UUID', '?'))}"
                 self.labels.setdefault(key, {}).update(s.labels)
-                parts.setdefault(key, {}).setdefault(s.name, []).append(float(s.value))
+                # the parser names a counter's sample NAME_total (the exporter writes NAME): the field's name
+                name = fam.name if fam.type == "counter" else s.name
+                parts.setdefault(key, {}).setdefault(name, []).append(float(s.value))
         for key, fields in parts.items():
             self.values[key] = {name: sum(v) if name in SUMMED else sum(v) / len(v) for name, v in fields.items()}
 
@@ -66,7 +70,7 @@ class Page:
         """Each GPU's reading, stamped *t* (module docstring)."""
         out = []
         for key, v in self.values.items():
-            sm = v.get("DCGM_FI_PROF_SM_ACTIVE")
+            sm = v.get("DCGM_FI_PROF_SM_ACTIVE", v.get("DCGM_FI_PROF_GR_ENGINE_ACTIVE"))
             if sm is None and "DCGM_FI_DEV_GPU_UTIL" in v:
                 sm = v["DCGM_FI_DEV_GPU_UTIL"] / 100.0
             dram = v.get("DCGM_FI_PROF_DRAM_ACTIVE")
@@ -82,8 +86,10 @@ class Page:
     def fields(self) -> dict[str, str]:
         """Which field each reading's utilisations came from (the first GPU's: a page is one exporter's)."""
         v = next(iter(self.values.values()), {})
-        return {"sm": "DCGM_FI_PROF_SM_ACTIVE" if "DCGM_FI_PROF_SM_ACTIVE" in v else "DCGM_FI_DEV_GPU_UTIL",
-                "dram": "DCGM_FI_PROF_DRAM_ACTIVE" if "DCGM_FI_PROF_DRAM_ACTIVE" in v else "DCGM_FI_DEV_MEM_COPY_UTIL"}
+        sm = next((f for f in ("DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_PROF_GR_ENGINE_ACTIVE") if f in v),
+                  "DCGM_FI_DEV_GPU_UTIL / 100")
+        dram = "DCGM_FI_PROF_DRAM_ACTIVE" if "DCGM_FI_PROF_DRAM_ACTIVE" in v else "DCGM_FI_DEV_MEM_COPY_UTIL / 100"
+        return {"sm": sm, "dram": dram}
 
     def facts(self) -> GpuFacts:
         """The GPUs' facts (module docstring)."""

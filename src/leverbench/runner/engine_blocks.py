@@ -33,6 +33,7 @@ import aiohttp
 from ..config import Experiment, LoadedExperiment
 from ..errors import EngineError
 from ..ledger.rows import EnginesRow, EngineStartRow, EngineStopRow
+from . import telemetry
 from .discover import endpoint_info
 from .endpoint import ArmEndpoint
 from .engine_mode import Devices
@@ -40,7 +41,7 @@ from .load import stage_work
 from .recorder import Recorder
 from .rounds import AdaptiveRounds
 from .schedule import Block, Unit, blocks_of, build_blocks
-from .telemetry import RELEASE_WAIT_S, Telemetry
+from .telemetry import Telemetry
 
 
 class BlockRunner(Protocol):
@@ -109,7 +110,7 @@ class EngineBlocks:
     def warmed(rec: EngineStartRow, seconds: float, calls: int, settled: bool) -> EngineStartRow:
         return {**rec, "warmup_s": round(seconds, 4), "warmup_calls": calls, "settled": settled}
 
-    def stop(self, arm: str, wait_s: float = RELEASE_WAIT_S) -> EngineStopRow:
+    def stop(self, arm: str, wait_s: float | None = None) -> EngineStopRow:
         """Stop *arm*'s engine and check that it released its devices (waiting up to *wait_s*); its
         ``engine_stop`` record."""
         r = self.r
@@ -119,12 +120,13 @@ class EngineBlocks:
         t, t0 = time.time(), time.monotonic()
         ep.engine.stop()
         stop_s = time.monotonic() - t0
-        released, check, left = r.telemetry.release(r.engine_devices.get(arm), pgid, self.before.pop(arm, {}), wait_s)
+        wait = telemetry.RELEASE_WAIT_S if wait_s is None else wait_s
+        released, check, left = r.telemetry.release(r.engine_devices.get(arm), pgid, self.before.pop(arm, {}), wait)
         ep.engine.proc = None
         return {"kind": "engine_stop", "arm": arm, "block": self.blocks.pop(arm, self.count - 1), "t": round(t, 4),
                 "stop_s": round(stop_s, 4), "released": released, "check": check, "leftover": left}
 
-    def stop_all(self, wait_s: float = RELEASE_WAIT_S) -> list[EngineStopRow]:
+    def stop_all(self, wait_s: float | None = None) -> list[EngineStopRow]:
         """Stop every engine still running (the run's end, however it ended); their records."""
         out = []
         for name, ep in self.r.endpoints.items():

