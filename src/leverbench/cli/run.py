@@ -121,5 +121,7 @@ def _progress() -> Iterator[Any]:
 
 
 def _what(unit: Any) -> str:
-    """One unit of work in words: 'done', or KIND ARM / CASE #REPEAT."""
+    """One unit of work in words: 'done', an engine starting, or KIND ARM / CASE #REPEAT."""
+    if unit.kind == "engine":
+        return f"starting {unit.arm}'s engine (round {unit.repeat + 1})"
     return "done" if unit.kind == "done" else f"{unit.kind} {unit.arm} / {unit.case} #{unit.repeat + 1}"
