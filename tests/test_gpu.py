@@ -234,4 +234,77 @@ def test_the_summary_holds_the_gpu_section_and_warns_of_unknown_hardware():
         pytest.approx(120.0)
     assert [a["known"] for a in s["gpu"]["arms"]] == [True, False]
     assert warned(s, "gpu_unknown", "b") and not warned(s, "gpu_unknown", "a")
+    assert not any(k.startswith("fact:gpu") for a in s["arms"] for k in a["knobs"])  # why, or whence: no knob
     assert math.isclose(s["gpu"]["energy"][0]["kwh_per_1000_turns"], 120.0 / 3600)
+
+
+# ---------------------------------------------------------------- an endpoint's GPUs, from its DCGM exporter
+
+
+def test_an_endpoints_gpus_come_from_its_dcgm_exporter(tmp_path):
+    """Two endpoints (simulators) whose GPUs a DCGM exporter serves (the page of tests/data/dcgm/, from a local
+    HTTP server): their facts in the header, the page's readings in the ledger as ``gpu`` records of source
+    ``dcgm``, aligned with the arms' calls."""
+    import http.server  # noqa: PLC0415
+
+    from leverbench.config import load  # noqa: PLC0415
+    from leverbench.engines.simulator import SimConfig, SimulatorThread  # noqa: PLC0415
+    from leverbench.ledger.reader import read_ledger  # noqa: PLC0415
+    from leverbench.runner.run import Runner  # noqa: PLC0415
+
+    page = (DATA / "h100x2-dcp.metrics").read_bytes()
+
+    class Exporter(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (http.server's name)
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.end_headers()
+            self.wfile.write(page)
+
+        def log_message(self, *args):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Exporter)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{srv.server_address[1]}/metrics"
+    try:
+        with SimulatorThread(SimConfig(decode_tps=400.0)) as a, SimulatorThread(SimConfig(decode_tps=400.0)) as b:
+            arms = "".join(f'''
+[[arms]]
+name = "{n}"
+role = "{r}"
+base_url = "{s.base_url}"
+model = "sim"
+gpu_metrics_url = "{url}"
+conditions = {{ prefix_cache = {c} }}
+''' for n, r, s, c in (("a", "baseline", a, "false"), ("b", "treatment", b, "true")))
+            (tmp_path / "exp.toml").write_text(f'''
+[experiment]
+name = "dcgm"
+repeats = 2
+baseline = "a"
+sentinel_tokens = 8
+gpu_sample_hz = 20
+{arms}
+[[cases]]
+name = "c"
+prompt = "write at length"
+max_tokens = 60
+''')
+            Runner(load(tmp_path / "exp.toml"), tmp_path / "run").run()
+    finally:
+        srv.shutdown()
+    led = read_ledger(tmp_path / "run")
+    facts = led.header["arms"]["a"]["discovered"]["gpu"]
+    assert (facts["source"], facts["name"], facts["count"], facts["driver"]) == \
+        ("dcgm", "NVIDIA H100 80GB HBM3", 2, "550.90.07")
+    gpu = list(led.of_kind("gpu"))
+    assert {(r["source"], r["device"]) for r in gpu} == {("dcgm", "gpu-node-7:0"), ("dcgm", "gpu-node-7:1")}
+    assert all(r["arms"] == ["a", "b"] and r["fields"]["sm"] == "DCGM_FI_PROF_SM_ACTIVE" for r in gpu)
+    s = summarize(led)
+    rows = {r["arm"]: r for r in s["gpu"]["telemetry"]}
+    assert set(rows) == {"a", "b"} and rows["a"]["devices"] == ["gpu-node-7:0", "gpu-node-7:1"]
+    # the page never changes: both GPUs' mean, whatever the phase (and no resolution to speak of)
+    assert rows["a"]["decode"]["sm"] == pytest.approx((0.9345 + 0.6113) / 2)  # as the ledger keeps them: 4 places
+    assert rows["a"]["decode"]["power_w"] == pytest.approx(612.345 + 388.12)
+    assert rows["a"]["resolution_s"] is None and not warned(s, "gpu_unknown")

@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import signal
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -65,6 +66,7 @@ from .turn import run_turn
 from .workers import LoadCluster, join_cluster
 
 WARMUP_MAX_CALLS = 8  # warm-up calls per arm at most, until its sentinel rate is stable
+QUICK_RELEASE_S = 5.0  # a run ending on an error waits this long for its engines' devices to be released
 
 
 ProgressFn = Callable[[Unit, int, int], None]
@@ -129,12 +131,14 @@ class Runner:
             if ep.engine is not None:
                 self._early.append(self.blocks.start(name, "run"))
 
-    def stop_engines(self) -> None:
-        """Stop every engine still running, each stop recorded; a second Ctrl-C (or a SIGTERM) meanwhile waits until
-        they are (they run in their own process group: the terminal's SIGINT never reaches them)."""
+    def stop_engines(self, quick: bool = False) -> None:
+        """Stop every engine still running, each stop recorded (*quick*: the run is ending on an error or an
+        interrupt, its devices' release is waited for a few seconds only); a second Ctrl-C (or a SIGTERM)
+        meanwhile waits until they are (they run in their own process group: the terminal's SIGINT never
+        reaches them)."""
         held = hold_signals()
         try:
-            stops = self.blocks.stop_all(wait_s=5.0)
+            stops = self.blocks.stop_all(wait_s=QUICK_RELEASE_S if quick else None)
             if self._recorder is not None and self._header_written:
                 for rec in stops:
                     self._recorder.append(rec)
@@ -417,7 +421,7 @@ class Runner:
                 if previous is not None:
                     signal.signal(signal.SIGTERM, previous)
         finally:
-            self.stop_engines()
+            self.stop_engines(quick=sys.exc_info()[0] is not None)
             self.telemetry.close()
             if self.cluster is not None:
                 self.cluster.close()

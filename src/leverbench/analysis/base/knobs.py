@@ -145,11 +145,14 @@ def contradiction(declared: JSONValue, stated: JSONValue) -> str | None:
 #: modules name their facts (:func:`leverbench.levers.by_fact`); this is their table, for reading.
 FACT_KNOB = registry.fact_knobs()
 #: Facts that are never knobs: the simulator's own settings (a test instrument's truth), what discovery keeps
-#: as bookkeeping (``knobs``, derived from the rest), a build's date and platform (its version is the knob),
+#: as bookkeeping (``knobs``, derived from the rest; where the GPU facts came from, or why they are unknown:
+#: the report says it, and an unknown GPU is warned about, not a knob), a build's date and platform (its
+#: version is the knob),
 #: and switches that only change what the server reports, not how it serves (SGLang's cache report and
 #: metrics: the tool asks for them to see engagement).
 NOT_FACTS = ("knobs", "sim", "props.sim", "engine_build.build_date", "engine_build.platform",
-             "server_info.enable_cache_report", "server_info.enable_metrics", "unreachable")
+             "server_info.enable_cache_report", "server_info.enable_metrics", "unreachable",
+             "gpu.unknown", "gpu.source")
 #: Engine flags that only change what the server reports or where it listens, not how it serves.
 NOT_FLAGS = ("--enable-prompt-tokens-details", "--enable-cache-report", "--enable-metrics", "--metrics",
              "--disable-log-requests", "--enable-log-requests", "--disable-log-stats", "--no-webui", "--host",
