@@ -254,3 +254,41 @@ def load_arm_engine(**kw):
     from leverbench.config import EngineSpec  # noqa: PLC0415
 
     return EngineSpec(**kw)
+
+
+def test_a_start_timeout_derived_from_the_models_size_and_said(tmp_path):
+    from leverbench.engines.process import derived_timeout  # noqa: PLC0415
+    from leverbench.engines.vllm import VllmEngine  # noqa: PLC0415
+
+    assert derived_timeout(140 * 10**9, "m") == (1000.0, "derived from the model's size: 300 s + 5 s per GB of its "
+                                                         "140.0 GB (m)")
+    assert derived_timeout(None, "m") == (300.0, "the default (m: its size not known)")
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    for name, size in (("model-00001.safetensors", 3 * 10**9), ("model-00002.safetensors", 1 * 10**9),
+                       ("tokenizer.json", 10**6)):
+        with open(ckpt / name, "wb") as fh:
+            fh.truncate(size)  # sparse: the size is what counts
+    eng = VllmEngine("a", ["--model", str(ckpt), "--tensor-parallel-size", "2"], tmp_path / "engine-a.log")
+    assert eng.model_bytes() == (4 * 10**9, str(ckpt))
+    eng._timeout()
+    assert eng.startup_timeout_s == 320.0 and "4.0 GB" in eng.timeout_from
+    set_by_arm = VllmEngine("a", ["--model", str(ckpt)], tmp_path / "x.log", startup_timeout_s=50.0)
+    set_by_arm._timeout()
+    assert (set_by_arm.startup_timeout_s, set_by_arm.timeout_from) == (50.0, "the arm's startup_timeout_s")
+    (tmp_path / "engine-a.log").write_text("INFO ... Loading weights took 3.1 seconds\n"
+                                           "INFO [gpu_model_runner.py:1890] Model loading took 14.99 GiB memory "
+                                           "and 21.53 seconds\n")
+    assert eng.model_load_s() == 21.53
+
+
+def test_a_vllm_engines_torch_build_and_tensor_parallel_size(tmp_path, monkeypatch):
+    from leverbench.engines import vllm  # noqa: PLC0415
+
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text("")
+    (tmp_path / "torch" / "version.py").write_text("from typing import Optional\n__version__ = '2.5.1+cu124'\n"
+                                                   "cuda: Optional[str] = '12.4'\ngit_version = 'abc'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert vllm.torch_build() == {"version": "2.5.1+cu124", "cuda": "12.4"}
+    assert [vllm.tensor_parallel(a) for a in (["-tp", "4"], ["--tensor-parallel-size=2"], [])] == [4, 2, 1]
