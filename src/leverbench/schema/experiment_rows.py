@@ -84,7 +84,8 @@ class MeasuredFigure(TypedDict):
 
 class LeverHeadlineRow(TypedDict):
     """``levers[]``: a lever and the controlled comparison that measures it
-    (:func:`...analysis.experiment.levers.levers`); ``arm``/``vs`` None and ``reason`` the suggestion where no controlled comparison measures it."""
+    (:func:`...analysis.experiment.levers.levers`); ``arm``/``vs`` None and ``reason`` the suggestion where no
+    controlled comparison measures it."""
 
     __pydantic_config__ = STRICT
 
