@@ -164,3 +164,26 @@ def test_a_warm_up_is_stable_when_two_in_a_row_agree():
 
 def test_scipy_t_quantile_used_by_hand_above():
     assert stats.t.ppf(0.975, 2) == pytest.approx(4.302652729911275)
+
+
+def test_an_arm_without_sentinels_does_not_hide_the_common_drift():
+    """The machine slows 40 % for every arm alike while a third arm has no sentinels (review of issue 22): the
+    common trend is taken over the arms that have them, so it is said, the turns are adjusted, and no arm's
+    cost (an absolute figure, which the slowdown biases) is cited, the sentinel-less arm's included.  Before,
+    the places every arm ran a sentinel were none: no common drift, and that arm's cost was cited."""
+    arms = {a: {"hardware": h, "gpu_hour_usd": 2.0} for a, h in (("base", "a"), ("cached", "b"), ("extra", "c"))}
+    recs, rounds = [], 6
+    for r in range(rounds):
+        x = r / rounds
+        sp = 1.0 - 0.4 * x
+        recs += [_sentinel(a, "start", r, 1000.0 + 100 * x, 100 * sp, 0.1 / sp) for a in ("base", "cached")]
+        for i, a in enumerate(arms):
+            t = (10.0 / (1 + 0.5 * i)) / sp
+            recs += turn(a, "c", r, t, 100, calls=[call(a, "c", r, latency=t, out=100, t_send=1000.0 + 100 * x)])
+    recs += [_sentinel(a, "end", 0, 1100.0, 60.0, 0.1 / 0.6) for a in ("base", "cached")]
+    s = summarize(ledger(header(arms, ["c"], repeats=rounds), recs))
+    assert s["drift_common"]["detected"] and s["drift_common"]["adjusted"]
+    assert s["drift_common"]["decode"]["change"] == pytest.approx(-0.4, abs=0.05)
+    assert {d["arm"]: d["unknown"] for d in s["drift"]} == {"base": False, "cached": False, "extra": True}
+    cost = {c["arm"]: c for c in s["cost"]}
+    assert cost["extra"]["citable"] is False and "alike for every arm" in cost["extra"]["reason"]
