@@ -211,6 +211,14 @@ def _summarize(ledger: Ledger, *, scenario: tuple[int, int] | None,
         if d.refuses:
             warnings.append(RunWarning(WarningKind.DRIFT_DIFFERENTIAL, f"{d.arm} vs {d.vs}: {d.reason}; the "
                                        "comparison is not citable", d.arm))
+    undetermined = [d for d in pair_drift if d.undetermined and d.decode.low is not None]  # else: drift_unknown
+    if undetermined:
+        tol = ds.config["experiment"].get("drift_tolerance", 0.10)
+        warnings.append(RunWarning(WarningKind.DRIFT_UNDETERMINED, "drift undetermined: the sentinels of "
+                                   + "; ".join(f"{d.arm} vs {d.vs} (decode {d.decode.words()})" for d in undetermined)
+                                   + f" cannot rule out that the two arms drifted apart by more than {tol:.0%} over "
+                                   "the run; no drift was seen, so the comparisons are cited, but a drift that hit "
+                                   "one arm only would bias them: more repeats (each adds a sentinel) tell"))
     for a in ds.arms:
         unknown = sorted(k for k, v in knobs[a].items() if v == UNKNOWN)
         if unknown:

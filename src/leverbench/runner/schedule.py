@@ -9,11 +9,11 @@ in the machine or the endpoint hits all arms alike.  ``blocked``: each arm's rep
 odd): case c of C, in round r, takes row (r + ⌊c·rows / C⌋) mod rows.  Each case walks the rows one a round
 (so a case's own pairs see every order in turn), and the cases start spread evenly over the rows, so that a
 run's cells use the rows as evenly as they can (3 arms, 2 cases, 3 repeats: each of the 6 rows once; starting
-case c at row c instead used rows 1 and 2 twice and 4 and 5 never).  Over its rows every arm takes every position equally often and
-every arm comes right after every other arm equally often, so a position effect (the first turn after a
-switch of engine is slower, say) and a slow drift add as much to one side of every pair as to the other,
-and every two arms run next to each other (A B C / C B A would never put A beside C).  With two arms it is
-A B, B A, …
+case c at row c instead used rows 1 and 2 twice and 4 and 5 never).  Over its rows every arm takes every
+position equally often and every arm comes right after every other arm equally often, so a position effect
+(the first turn after a switch of engine is slower, say) and a slow drift add as much to one side of every
+pair as to the other, and every two arms run next to each other (A B C / C B A would never put A beside C).
+With two arms it is A B, B A, …
 
 **Drift sentinels** (a short fixed call of ``sentinel_tokens`` forced tokens on a prompt no cache holds):
 in interleaved order, one for every arm at the start of every round (``position`` "start", ``repeat`` r:
