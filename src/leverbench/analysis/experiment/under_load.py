@@ -27,14 +27,15 @@ elapsed time and never meet an SLO), so > 1 means the lever pays at that level.
   level in ``failed``.
 
 **The interval per level** is a bootstrap over calls (scipy's ``bootstrap``, percentile method, 95 %,
-:data:`RESAMPLES` resamples, seeded): each arm's measured calls at the level are resampled independently — a
-stage runs once per arm, so there are no repeated stages to take an interval over, while a level has tens of
-calls whose spread is what the percentiles and rates are uncertain by.  A latency percentile is recomputed on
-the resample; a rate (Little's law: with N calls in flight, throughput = N · Σ w / Σ e2e) is the measured rate
-scaled by the resample's Σ w / Σ e2e over the sample's, w the output tokens of each successful call (throughput)
-or 1 for each call that met every SLO (goodput).  That is exact in a closed loop, where N is set, and
-conservative in an open one, whose offered rate both arms share.  Calls within a stage are not independent
-(they share the server), so the interval is a lower bound on the uncertainty a repeat of the stage would show.
+:data:`RESAMPLES` resamples, fewer for a level of more than 500 calls a side, seeded): each arm's measured calls
+at the level are resampled independently — a stage runs once per arm, so there are no repeated stages to take an
+interval over, while a level has tens of calls whose spread is what the percentiles and rates are uncertain by.
+A latency percentile is recomputed on the resample; a rate (Little's law: with N calls in flight, throughput =
+N · Σ w / Σ e2e) is the measured rate scaled by the resample's Σ w / Σ e2e over the sample's, w the output tokens
+of each successful call (throughput) or 1 for each call that met every SLO (goodput).  That is exact in a closed
+loop, where N is set, and conservative in an open one, whose offered rate both arms share.  Calls within a stage
+are not independent (they share the server), so the interval is a lower bound on the uncertainty a repeat of the
+stage would show.
 
 **Where it flips**: per metric, :mod:`.crossover` (the first crossing of 1, interpolated, with its interval).
 **Capacity**: the lever's capacity multiplier at the SLOs is the ratio of the two arms' capacities on the
@@ -72,6 +73,9 @@ CLIENT_LAG, PREFIX_SHARING, CALLS = "client_lag", "prefix_sharing", "calls"
 MIN_CALLS = 5
 CONFIDENCE = 0.95
 RESAMPLES = 2000
+#: A level of many calls gets fewer resamples (its interval is narrow, and each resample costs its calls): at
+#: most RESAMPLE_BUDGET values drawn per metric, and never fewer than MIN_RESAMPLES resamples.
+RESAMPLE_BUDGET, MIN_RESAMPLES = 2_000_000, 200
 SEED = 25
 #: The metrics compared at each level: (name, kind, the stage row's key, percentile).  Latency metrics ("time")
 #: are better lower, rates better higher.
@@ -93,8 +97,9 @@ def _finite(x: float) -> float | None:
 def _interval(stat: Callable[..., np.ndarray], na: int, nr: int) -> tuple[float | None, float | None]:
     """The 95 % percentile-bootstrap interval of stat(arm indices, reference indices) (see the docstring)."""
     data = (np.arange(na, dtype=float), np.arange(nr, dtype=float))
+    b = int(min(RESAMPLES, max(MIN_RESAMPLES, RESAMPLE_BUDGET // (na + nr))))
     with np.errstate(all="ignore"):
-        res = bootstrap(data, stat, vectorized=True, paired=False, n_resamples=RESAMPLES, batch=250,
+        res = bootstrap(data, stat, vectorized=True, paired=False, n_resamples=b, batch=250,
                         confidence_level=CONFIDENCE, method="percentile", random_state=np.random.default_rng(SEED))
     lo, hi = res.confidence_interval
     return _finite(lo), _finite(hi)
