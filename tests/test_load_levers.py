@@ -344,7 +344,9 @@ def test_the_drafter_pays_alone_costs_in_a_batch_and_flips_where_the_simulator_d
         model_pays = c < TRUE_CROSSOVER
         assert (true_m > 1) is model_pays, (c, true_m)  # the simulator did what its model says
         assert (lv["value"] > 1) is model_pays, (c, lv["value"])  # ... and the reported multiplier says so
-        assert lv["value"] == pytest.approx(true_m, rel=0.1)
+        # the client's own time per call (its network, its loop) adds alike to both arms' e2e and pulls the
+        # ratio toward 1: at 1 in flight, 65 ms against 245 ms, 20 ms of it would be 17 %
+        assert lv["value"] == pytest.approx(true_m, rel=0.2)
         assert lv["low"] <= lv["value"] <= lv["high"]
     cross = e2e["crossover"]
     assert e2e["pays"] == "below" and 2.0 < cross["load"] < 4.0 and cross["between"] == [2.0, 4.0]
