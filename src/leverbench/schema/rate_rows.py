@@ -21,6 +21,7 @@ from typing_extensions import NotRequired, TypeAlias, TypedDict
 from ..bounds import MAX_CALL_S, TPS_RANGE
 from ..bounds import MAX_CONCURRENCY as MAX_SLOTS
 from . import STRICT
+from .load_lever_rows import CapacityRow, LoadLeverRow
 from .load_rows import LoadCurve, LoadRow
 
 # ---------------------------------------------------------------- the bounds a reader computes with
@@ -403,4 +404,6 @@ class RateSections(TypedDict):
     rate_models: list[RateModelRow]
     load: list[LoadRow]
     load_curves: list[LoadCurve]
+    load_levers: list[LoadLeverRow]
+    capacity: list[CapacityRow]
     server_metrics: list[ServerMetricsRow]
