@@ -163,3 +163,13 @@ def test_chunked_prefill_is_vllm_s_default():
 
     assert knob([]) is True and knob(["--enable-chunked-prefill"]) is True
     assert knob(["--no-enable-chunked-prefill"]) is False
+
+
+def test_whatif_knows_the_prefix_cache_by_every_name_the_registry_has():
+    """whatif's arms read the prefix cache from the knobs by the lever's names (issue 24's review: its own list
+    missed prompt_cache and radix_cache)."""
+    from leverbench.analysis.whatif.forecast import prefix_cache_on
+
+    for name in lever("prefix_cache").names():
+        assert prefix_cache_on({name: True}) is True and prefix_cache_on({name: "off"}) is False
+    assert prefix_cache_on({"drafter": True}) is None

@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 import numpy as np
 
+from ...levers import lever
 from ..base.knobs import differing, is_on
 from ..base.operating_point import operating_point
 from ..load.stages import distribution
@@ -342,8 +343,9 @@ def reference_arm(arms: Sequence[ArmSpec], baseline: str, cache_on: bool) -> tup
 
 
 def prefix_cache_on(knobs: Mapping[str, JSONValue]) -> bool | None:
-    """Whether an arm's knobs say its prefix cache is on (None: they do not say)."""
-    for k in ("prefix_cache", "cache_prompt", "enable_prefix_caching"):
+    """Whether an arm's knobs say its prefix cache is on (None: they do not say), by the knob's name or any of
+    its aliases (:mod:`leverbench.levers.prefix_cache`)."""
+    for k in lever("prefix_cache").names():  # type: ignore[union-attr]  (a built-in lever)
         if k in knobs:
             return is_on(knobs[k])
     return None
