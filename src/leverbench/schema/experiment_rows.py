@@ -31,9 +31,10 @@ StoppedBy: TypeAlias = Literal["decided", "max_repeats", "max_gpu_hours", "not f
 
 
 class HostFigures(TypedDict):
-    """The run's host as the ledger's header has it (``runner.discover.host_info``)."""
+    """The run's host as the ledger's header has it (``runner.discover.host_info``: its keys typed; any other
+    key an earlier or later leverbench recorded, as the ledger's schema lets it, passes)."""
 
-    __pydantic_config__ = STRICT
+    __pydantic_config__ = {**STRICT, "extra": "allow"}
 
     hostname: NotRequired[str]
     os: NotRequired[str]
