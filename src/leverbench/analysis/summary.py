@@ -23,6 +23,7 @@ from ..schema.check_rows import Citability, CommonDrift, CostRow, DriftCommon, D
 from ..schema.experiment_rows import CellRow, MultiplierRow
 from ..schema.lever_rows import EngagedRow
 from ..schema.rate_rows import RateRow
+from ..schema.summary import Summary
 from .base.dataset import Dataset, dataset, first_seen, groups
 from .base.guard import CONTRADICTION, DRIFT, NOT_ENGAGED, REFERENCE_USED, Reason, measurement_guard
 from .base.knobs import UNKNOWN, Comparison, comparisons
@@ -178,7 +179,7 @@ CHECK_ENV = "LEVERBENCH_CHECK_SUMMARY"
 
 
 def summarize(ledger: Ledger, *, scenario: tuple[int, int] | None = None,
-              gpu_hour_usd: float | None = None) -> dict[str, Any]:
+              gpu_hour_usd: float | None = None) -> Summary:
     """The summary of *ledger* (checked against the schema when :data:`CHECK_ENV` is set)."""
     out = _summarize(ledger, scenario=scenario, gpu_hour_usd=gpu_hour_usd)
     if os.environ.get(CHECK_ENV, "") not in ("", "0"):
@@ -192,7 +193,7 @@ def summarize(ledger: Ledger, *, scenario: tuple[int, int] | None = None,
 
 
 def _summarize(ledger: Ledger, *, scenario: tuple[int, int] | None,
-               gpu_hour_usd: float | None) -> dict[str, Any]:
+               gpu_hour_usd: float | None) -> Summary:
     ds = dataset(ledger)
     warnings: list[RunWarning] = list(ds.warnings)
     knobs, contradictions = {}, {}
