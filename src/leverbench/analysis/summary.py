@@ -20,13 +20,17 @@ from ..ledger.records import KINDS, SUMMARY_SCHEMA
 from ..levers import used_in
 from ..redact import redact_tree
 from ..schema.check_rows import Citability, CommonDrift, CostRow, DriftCommon, DriftRow
+from ..schema.experiment_rows import CellRow, MultiplierRow
 from ..schema.lever_rows import EngagedRow
+from ..schema.rate_rows import RateRow
+from ..schema.summary import Summary
 from .base.dataset import Dataset, dataset, first_seen, groups
 from .base.guard import CONTRADICTION, DRIFT, NOT_ENGAGED, REFERENCE_USED, Reason, measurement_guard
 from .base.knobs import UNKNOWN, Comparison, comparisons
 from .base.metrics import own_metrics, server_metrics
 from .base.stats import median
 from .base.warning_kinds import RunWarning, WarningKind
+from .experiment.capacity import capacity_rows
 from .experiment.cells import cells, multipliers, totals
 from .experiment.cost import costs, scenario_costs
 from .experiment.drift import PairDrift, adjusted_turn_s, common, drift, drifted_arms, pair_drifts
@@ -34,9 +38,11 @@ from .experiment.engaged import engaged
 from .experiment.equal_work import equal_work, equal_work_rows, turns
 from .experiment.levers import levers
 from .experiment.reasoning import prompt_discipline, reasoning_split
+from .experiment.under_load import load_levers
 from .experiment.verdicts import verdicts
 from .hardware.engines import engines_section
 from .hardware.facts import gpu_section
+from .load.levels import level_calls
 from .load.stages import load_summary, load_warnings, sweep_curves
 from .rates.phases import arm_rates, cell_shares, prefill_model, project
 from .rates.probes import probes
@@ -45,7 +51,7 @@ from .rates.regression import decomposition
 from .rates.server import server_account
 
 
-def _largest_case_scenario(ds: Dataset, cell_list: list[dict[str, Any]]) -> tuple[int, int] | None:
+def _largest_case_scenario(ds: Dataset, cell_list: Sequence[CellRow]) -> tuple[int, int] | None:
     """Default scenario: the baseline's largest case — its first call's prompt tokens and the
     generated tokens of its whole turn (medians)."""
     c = ds.call
@@ -98,9 +104,9 @@ def _load_view(ledger: Ledger) -> Ledger:
                   records=list(ledger.of_kind(*(k for k in KINDS if k not in ("call", "turn")))))
 
 
-def rates_table(rates: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+def rates_table(rates: dict[str, dict[str, Any]]) -> list[RateRow]:
     """Per arm, the measured rates a projection uses: prefill_s = prefill_a_s + uncached / prefill_tps."""
-    out = []
+    out: list[RateRow] = []
     for arm, r in rates.items():
         m = prefill_model(r["prefill_points"])
         out.append({"arm": arm, "decode_tps": r["decode_tps"], "decode_source": r["decode_source"],
@@ -139,7 +145,7 @@ def comparison_reasons(comps: list[Comparison], contradictions: dict[str, dict[s
     return out
 
 
-def cost_citability(baseline: str, cell_list: Sequence[Mapping[str, Any]], mults: Sequence[Mapping[str, Any]],
+def cost_citability(baseline: str, cell_list: Sequence[CellRow], mults: Sequence[MultiplierRow],
                     drift_rows: Sequence[DriftRow], common_row: CommonDrift | None = None) -> Citability:
     """Per arm, whether its cost row may be cited: the baseline by its own measurements, every other
     arm by its total multiplier against the baseline (the comparison "GPU-hours returned" comes from);
@@ -175,7 +181,7 @@ CHECK_ENV = "LEVERBENCH_CHECK_SUMMARY"
 
 
 def summarize(ledger: Ledger, *, scenario: tuple[int, int] | None = None,
-              gpu_hour_usd: float | None = None) -> dict[str, Any]:
+              gpu_hour_usd: float | None = None) -> Summary:
     """The summary of *ledger* (checked against the schema when :data:`CHECK_ENV` is set)."""
     out = _summarize(ledger, scenario=scenario, gpu_hour_usd=gpu_hour_usd)
     if os.environ.get(CHECK_ENV, "") not in ("", "0"):
@@ -189,7 +195,7 @@ def summarize(ledger: Ledger, *, scenario: tuple[int, int] | None = None,
 
 
 def _summarize(ledger: Ledger, *, scenario: tuple[int, int] | None,
-               gpu_hour_usd: float | None) -> dict[str, Any]:
+               gpu_hour_usd: float | None) -> Summary:
     ds = dataset(ledger)
     warnings: list[RunWarning] = list(ds.warnings)
     knobs, contradictions = {}, {}
@@ -211,6 +217,14 @@ def _summarize(ledger: Ledger, *, scenario: tuple[int, int] | None,
         if d.refuses:
             warnings.append(RunWarning(WarningKind.DRIFT_DIFFERENTIAL, f"{d.arm} vs {d.vs}: {d.reason}; the "
                                        "comparison is not citable", d.arm))
+    undetermined = [d for d in pair_drift if d.undetermined and d.decode.low is not None]  # else: drift_unknown
+    if undetermined:
+        tol = ds.config["experiment"].get("drift_tolerance", 0.10)
+        warnings.append(RunWarning(WarningKind.DRIFT_UNDETERMINED, "drift undetermined: the sentinels of "
+                                   + "; ".join(f"{d.arm} vs {d.vs} (decode {d.decode.words()})" for d in undetermined)
+                                   + f" cannot rule out that the two arms drifted apart by more than {tol:.0%} over "
+                                   "the run; no drift was seen, so the comparisons are cited, but a drift that hit "
+                                   "one arm only would bias them: more repeats (each adds a sentinel) tell"))
     for a in ds.arms:
         unknown = sorted(k for k, v in knobs[a].items() if v == UNKNOWN)
         if unknown:
@@ -232,8 +246,10 @@ def _summarize(ledger: Ledger, *, scenario: tuple[int, int] | None,
     common_row: DriftCommon = {**common_trend, "adjusted": adjusted is not None}
     cell_list = cells(ds, turn_s=adjusted)
     total_list = totals(ds, cell_list)
-    mults = multipliers(ds, cell_list, total_list, comps, comparison_reasons(comps, contradictions, eng, pair_drift))
-    load_rows = load_summary(_load_view(ledger))
+    comp_reasons = comparison_reasons(comps, contradictions, eng, pair_drift)
+    mults = multipliers(ds, cell_list, total_list, comps, comp_reasons)
+    load_view = _load_view(ledger)
+    load_rows = load_summary(load_view)
     models = rate_models(ds, load_rows, own)
     decomp = decomposition(ds)
     probe_list, w = probes(ds, decomp, models)
@@ -296,6 +312,9 @@ def _summarize(ledger: Ledger, *, scenario: tuple[int, int] | None,
     verdict_rows, adaptive = verdicts(ds, comps, mults, ews)
     citability = cost_citability(ds.baseline, cell_list, mults, drift_list, common_row)
     cost_rows = costs(total_list, {a: ds.conditions(a) for a in ds.arms}, ds.baseline, gpu_hour_usd, citability)
+    capacity = capacity_rows(load_rows, {a: ds.conditions(a) for a in ds.arms}, gpu_hour_usd)
+    under_load = load_levers(comps, load_rows, level_calls(load_view.of_kind("load")) if load_rows else {},
+                             ds.config["experiment"].get("volume_tolerance_total", 0.05), comp_reasons, capacity)
     arms_h = ds.header["arms"]
     return {
         "schema": SUMMARY_SCHEMA,
@@ -331,6 +350,8 @@ def _summarize(ledger: Ledger, *, scenario: tuple[int, int] | None,
         "rate_models": models,
         "load": load_rows,
         "load_curves": sweep_curves(load_rows),
+        "load_levers": under_load,
+        "capacity": capacity,
         "server_metrics": metrics_rows,
         "cost": cost_rows,
         "drift": drift_list,
