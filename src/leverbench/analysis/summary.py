@@ -32,6 +32,7 @@ from .experiment.cost import costs, scenario_costs
 from .experiment.drift import PairDrift, adjusted_turn_s, common, drift, drifted_arms, pair_drifts
 from .experiment.engaged import engaged
 from .experiment.equal_work import equal_work, equal_work_rows, turns
+from .experiment.fidelity import fidelity
 from .experiment.levers import levers
 from .experiment.reasoning import prompt_discipline, reasoning_split
 from .experiment.verdicts import verdicts
@@ -290,6 +291,8 @@ def _summarize(ledger: Ledger, *, scenario: tuple[int, int] | None,
     verdict_rows, adaptive = verdicts(ds, comps, mults, ews)
     citability = cost_citability(ds.baseline, cell_list, mults, drift_list, common_row)
     cost_rows = costs(total_list, {a: ds.conditions(a) for a in ds.arms}, ds.baseline, gpu_hour_usd, citability)
+    recorded, w = fidelity(ledger, ds)
+    warnings += w
     arms_h = ds.header["arms"]
     return {
         "schema": SUMMARY_SCHEMA,
@@ -337,4 +340,5 @@ def _summarize(ledger: Ledger, *, scenario: tuple[int, int] | None,
                        "drift": ds.config["experiment"].get("drift_tolerance")},
         "warnings": [w.text for w in warnings],
         "warning_items": [w.as_dict() for w in warnings],
+        **({"recorded": recorded} if recorded is not None else {}),
     }

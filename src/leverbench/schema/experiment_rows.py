@@ -6,8 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from typing_extensions import NotRequired
+
 from . import STRICT
 from .check_rows import CheckSections
+from .recorded_rows import RecordedSection
 
 
 class ExperimentSections(CheckSections):
@@ -33,3 +36,4 @@ class ExperimentSections(CheckSections):
     tolerances: Any
     warnings: list[str]
     warning_items: list[Any]
+    recorded: NotRequired[RecordedSection]  # only a run that replayed recorded turns

@@ -49,6 +49,9 @@ class WarningKind(StrEnum):
     RETRIED = "retried", "Retried attempts"
     EMPTY_ANSWER = "empty_answer", "Answers that used all of max_tokens and showed nothing"
     STEP_LIMIT = "step_limit", "Turns cut by the step limit"
+    # recorded turns replayed
+    REPLAY_PROMPT_DIFFERS = "replay_prompt_differs", "Replayed calls whose prompt length is not the recording's"
+    REPLAY_DEPARTED = "replay_departed", "Live replays that departed from the recording"
     # whether the levers engaged
     NOT_ENGAGED = "not_engaged", "Levers that did not engage"
     ENGAGEMENT_UNKNOWN = "engagement_unknown", "Levers whose engagement nothing reports"
