@@ -1,0 +1,88 @@
+"""The recording's one writer: a thread that parses each captured exchange, masks it, puts it in its turn and
+appends it to ``exchanges.jsonl`` (flushed and fsync'd), so that none of that work sits on the proxy's path.
+
+The proxy hands each exchange over the moment its response has gone to the client (:meth:`RecordingWriter.
+submit` returns at once); exchanges are written in that order, and turns assigned in it (an agent sends a
+turn's next request after it has read the answer before, so that answer's exchange is handed over first).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+from .. import __version__
+from ..errors import BadInput
+from ..json_types import JSONObject
+from ..recording import EXCHANGES_FILE, RECORDING_SCHEMA, ExchangeRow, RecordingHeaderRow
+from ..redact import redact_url
+from ..workload.recorded.grouping import TurnGrouper
+from .exchange import RawExchange, exchange_row, masked
+
+
+class RecordingWriter:
+    """Writes ``DIR/exchanges.jsonl``: the header now, then each exchange handed over (see the module's
+    docstring).  *patterns*: ``--redact``; their matches never reach the file."""
+
+    def __init__(self, out: Path, upstream: str, patterns: list[re.Pattern[str]], session_header: str):
+        self.path = Path(out) / EXCHANGES_FILE
+        if self.path.exists() and self.path.stat().st_size > 0:
+            raise BadInput(f"{self.path} already holds a recording; choose another --out")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.patterns = patterns
+        self.grouper = TurnGrouper()
+        self.exchanges = 0
+        self.failed = 0
+        self.turns: set[str] = set()
+        self._fh = open(self.path, "a", encoding="utf-8")
+        self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="recording")
+        self._last: Future[None] | None = None
+        header: RecordingHeaderRow = {
+            "kind": "recording", "schema": RECORDING_SCHEMA, "tool_version": __version__,
+            "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "upstream": redact_url(upstream), "session_header": session_header, "redact_patterns": len(patterns)}
+        self._write(header)
+
+    def submit(self, raw: RawExchange) -> None:
+        """Hand *raw* over and return at once; a failed earlier write (a full disk) is raised here."""
+        if self._last is not None and self._last.done():
+            self._last.result()
+        self._last = self._io.submit(self._record, raw)
+
+    def close(self) -> None:
+        """Write what was handed over, then close the file (a failed write is raised)."""
+        self._io.shutdown(wait=True)
+        self._fh.close()
+        if self._last is not None:
+            self._last.result()
+
+    def _record(self, raw: RawExchange) -> None:
+        request: JSONObject | None = None
+        error = raw.error
+        try:
+            parsed = json.loads(raw.request)
+            request = parsed if isinstance(parsed, dict) else None
+        except (ValueError, RecursionError):
+            pass
+        if request is None and error is None:
+            error = "the request is not a JSON object"
+        request, redactions = masked(request, self.patterns) if request is not None else (None, 0)
+        messages = (request or {}).get("messages")
+        session = masked(raw.session, self.patterns)[0] if raw.session is not None else None
+        turn, step = self.grouper.assign(messages if isinstance(messages, list) else [], session)
+        self.exchanges += 1
+        row = exchange_row(raw, self.exchanges, turn, step, request, self.patterns, redactions)
+        if error is not None and row["error"] is None:
+            row["error"] = error
+        self.failed += row["error"] is not None
+        self.turns.add(turn)
+        self._write(row)
+
+    def _write(self, row: ExchangeRow | RecordingHeaderRow) -> None:
+        self._fh.write(json.dumps(row, ensure_ascii=False, separators=(",", ":")) + "\n")
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
