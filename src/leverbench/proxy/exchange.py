@@ -10,11 +10,12 @@ exists.
 
 from __future__ import annotations
 
-import json
 import re
 import zlib
 from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 from ..json_types import JSONObject, JSONValue
 from ..recording import ExchangeRow, ResponseRow, ToolCallJSON
@@ -92,7 +93,7 @@ def _sse(raw: RawExchange, state: StreamState) -> None:
             payload = line[5:].strip()
             if payload == b"[DONE]":
                 return
-            obj = json.loads(payload)
+            obj = orjson.loads(payload)
             if isinstance(obj, dict) and "error" in obj and not obj.get("choices"):
                 raise ValueError(f"error event in the stream: {str(obj['error'])[:200]}")
             if not isinstance(obj, dict):
@@ -106,7 +107,7 @@ def parsed_response(raw: RawExchange) -> tuple[ResponseRow, float | None]:
     if raw.content_type.lower().startswith("text/event-stream"):
         _sse(raw, state)
     else:
-        obj = json.loads(_body(raw))
+        obj = orjson.loads(_body(raw))
         if not isinstance(obj, dict):
             raise ValueError("the response is not a JSON object")
         state.feed(obj, raw.end_s)
@@ -128,7 +129,7 @@ def exchange_row(raw: RawExchange, n: int, turn: str, step: int, request: JSONOb
     if error is None and raw.status is not None and raw.status < 400:
         try:
             response, ttft = parsed_response(raw)
-        except (ValueError, TypeError, AttributeError, RecursionError, zlib.error) as exc:
+        except (ValueError, TypeError, AttributeError, RecursionError, zlib.error) as exc:  # (orjson's: ValueErrors)
             error = f"response not parsed: {type(exc).__name__}: {exc}"[:500]
         else:
             masked_response, k = masked(response, patterns)  # type: ignore[arg-type]

@@ -9,11 +9,12 @@ turn's next request after it has read the answer before, so that answer's exchan
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import re
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+
+import orjson
 
 from .. import __version__
 from ..errors import BadInput
@@ -38,7 +39,7 @@ class RecordingWriter:
         self.exchanges = 0
         self.failed = 0
         self.turns: set[str] = set()
-        self._fh = open(self.path, "a", encoding="utf-8")
+        self._fh = open(self.path, "ab")
         self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="recording")
         self._last: Future[None] | None = None
         header: RecordingHeaderRow = {
@@ -64,9 +65,9 @@ class RecordingWriter:
         request: JSONObject | None = None
         error = raw.error
         try:
-            parsed = json.loads(raw.request)
+            parsed = orjson.loads(raw.request)  # strict JSON: NaN is none (a replay could not send it)
             request = parsed if isinstance(parsed, dict) else None
-        except (ValueError, RecursionError):
+        except orjson.JSONDecodeError:
             pass
         if request is None and error is None:
             error = "the request is not a JSON object"
@@ -83,6 +84,6 @@ class RecordingWriter:
         self._write(row)
 
     def _write(self, row: ExchangeRow | RecordingHeaderRow) -> None:
-        self._fh.write(json.dumps(row, ensure_ascii=False, separators=(",", ":")) + "\n")
+        self._fh.write(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE))
         self._fh.flush()
         os.fsync(self._fh.fileno())
