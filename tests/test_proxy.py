@@ -24,9 +24,8 @@ KEY = "sk-test-not-stored-42"
 
 
 def _chunk(delta: dict, **more: object) -> bytes:
-    return b"data: " + json.dumps({"id": "x", "object": "chat.completion.chunk",
-                                    "choices": [{"index": 0, "delta": delta, "finish_reason": more.pop("finish", None)}],
-                                    **more}).encode()
+    choice = {"index": 0, "delta": delta, "finish_reason": more.pop("finish", None)}
+    return b"data: " + json.dumps({"id": "x", "object": "chat.completion.chunk", "choices": [choice], **more}).encode()
 
 
 # what the stub streams, written in these pieces (split mid-line and mid-JSON), with a pause after each
@@ -163,6 +162,36 @@ def test_an_unreachable_upstream_is_a_502_and_a_failed_exchange(tmp_path):
     assert status == 502 and "cannot reach the upstream" in json.loads(body)["error"]["message"]
     (row,) = [json.loads(line) for line in (tmp_path / "rec" / "exchanges.jsonl").read_text().splitlines()[1:]]
     assert row["status"] is None and "cannot reach the upstream" in row["error"]
+
+
+def test_a_client_that_goes_away_mid_stream_is_recorded_as_such(tmp_path):
+    async def go() -> None:
+        stub = Stub()
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", stub.chat)
+        runner, url = await _serve(app)
+        writer = RecordingWriter(tmp_path / "rec", url, [], "X-Session-Id")
+        proxy = RecordingProxy(url, writer)
+        base = await proxy.start("127.0.0.1", 0)
+        try:
+            async with aiohttp.ClientSession() as s:
+                body = b'{"messages": [{"role": "user", "content": "x"}]}'
+                r = await s.post(base + "/v1/chat/completions", data=body,
+                                 timeout=aiohttp.ClientTimeout(total=limits.HTTP_S))
+                await r.content.readany()  # the first piece, then the client hangs up
+                r.close()
+            for _ in range(int(limits.SETTLE_S / 0.05)):  # the proxy notices at its next write
+                if writer.exchanges:
+                    break
+                await asyncio.sleep(0.05)
+        finally:
+            await proxy.stop()
+            await runner.cleanup()
+            writer.close()
+
+    asyncio.run(go())
+    (row,) = [json.loads(line) for line in (tmp_path / "rec" / "exchanges.jsonl").read_text().splitlines()[1:]]
+    assert row["status"] == 200 and row["error"] == "the client went away mid-response" and row["response"] is None
 
 
 def test_the_upstream_path_is_kept_once():

@@ -175,7 +175,8 @@ def test_the_recording_replays_on_two_arms_with_the_recorded_requests_in_both_mo
     assert sec["requests_compared"] == sec["requests_identical"] == 30 and sec["departures"] == []
     assert [(a["arm"], a["calls"], a["compared"], a["within"], a["max_deviation"]) for a in sec["arms"]] == \
         [("nocache", 30, 30, 30, 0.0), ("cache", 30, 30, 30, 0.0)]
-    assert not {w["kind"] for w in s["warning_items"]} & {WarningKind.REPLAY_DEPARTED, WarningKind.REPLAY_PROMPT_DIFFERS}
+    kinds = {w["kind"] for w in s["warning_items"]}
+    assert not kinds & {WarningKind.REPLAY_DEPARTED, WarningKind.REPLAY_PROMPT_DIFFERS}
     # the prefix cache engaged on the replayed turns: the recorded prefixes are what decides it
     assert next(e for e in s["engaged"] if e["arm"] == "cache")["cached_share"] > 0.5
     shown = CliRunner().invoke(cli, ["report", str(tmp_path / "run"), "--no-write"], catch_exceptions=False).output
@@ -219,3 +220,5 @@ select = ["t0001"]
                               catch_exceptions=False).output
     assert "Recorded turns replayed (2 turns, mode live and recorded)" in full
     assert "departed: answered where the recording called read_file" in " ".join(full.split())
+    CliRunner().invoke(cli, ["report", str(tmp_path / "run"), "--format", "html"], catch_exceptions=False)
+    assert "Recorded turns replayed (2 turns, mode live and recorded)" in (tmp_path / "run" / "report.html").read_text()
