@@ -61,10 +61,13 @@ class Stub:
             return web.json_response({"error": {"message": "bad model"}}, status=400)
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "X-Upstream": "stub"})
         await resp.prepare(request)
-        for piece in PIECES:
+        for piece in PIECES[:3] if mode in ("cut", "unfinished") else PIECES:
             await resp.write(piece)
             await asyncio.sleep(0.01)
-        await resp.write_eof()
+        if mode == "cut":  # the upstream dies mid-stream
+            request.transport.close()
+            return resp
+        await resp.write_eof()  # "unfinished": an HTTP body that ends before [DONE] or a finish reason
         return resp
 
     async def models(self, request: web.Request) -> web.Response:
@@ -192,6 +195,39 @@ def test_a_client_that_goes_away_mid_stream_is_recorded_as_such(tmp_path):
     asyncio.run(go())
     (row,) = [json.loads(line) for line in (tmp_path / "rec" / "exchanges.jsonl").read_text().splitlines()[1:]]
     assert row["status"] == 200 and row["error"] == "the client went away mid-response" and row["response"] is None
+
+
+def test_a_stream_cut_or_unfinished_upstream_is_a_failed_exchange(tmp_path):
+    async def go() -> list[bytes]:
+        stub = Stub()
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", stub.chat)
+        runner, url = await _serve(app)
+        writer = RecordingWriter(tmp_path / "rec", url, [], "X-Session-Id")
+        proxy = RecordingProxy(url, writer)
+        base = await proxy.start("127.0.0.1", 0)
+        got = []
+        try:
+            async with aiohttp.ClientSession() as s:
+                for mode in ("cut", "unfinished"):
+                    body = json.dumps({"mode": mode, "messages": [{"role": "user", "content": mode}]}).encode()
+                    async with s.post(base + "/v1/chat/completions", data=body,
+                                      timeout=aiohttp.ClientTimeout(total=limits.HTTP_S)) as r:
+                        try:
+                            got.append(await r.read())
+                        except aiohttp.ClientPayloadError:
+                            got.append(b"(cut)")
+        finally:
+            await proxy.stop()
+            await runner.cleanup()
+            writer.close()
+        return got
+
+    cut, unfinished = asyncio.run(go())
+    assert cut == b"(cut)" and unfinished == b"".join(PIECES[:3])  # the client saw what the upstream sent
+    rows = [json.loads(line) for line in (tmp_path / "rec" / "exchanges.jsonl").read_text().splitlines()[1:]]
+    assert rows[0]["error"].startswith("the upstream's response broke")
+    assert rows[1]["error"] == "response not parsed: ValueError: the stream ended without a finish reason or [DONE]"
 
 
 def test_the_upstream_path_is_kept_once():

@@ -79,7 +79,8 @@ def _body(raw: RawExchange) -> bytes:
 
 
 def _sse(raw: RawExchange, state: StreamState) -> None:
-    """Feed each ``data:`` line of the stream, at the time the body read that ended it arrived."""
+    """Feed each ``data:`` line of the stream, at the time the body read that ended it arrived; ValueError for a
+    stream that ended without ``[DONE]`` or a finish reason (cut: not an answer to replay)."""
     head = b""
     enc = raw.content_encoding.lower().strip()
     chunks = raw.chunks if enc in ("", "identity") else [(raw.end_s, _body(raw))]
@@ -92,6 +93,7 @@ def _sse(raw: RawExchange, state: StreamState) -> None:
                 continue
             payload = line[5:].strip()
             if payload == b"[DONE]":
+                state.done = True
                 return
             obj = orjson.loads(payload)
             if isinstance(obj, dict) and "error" in obj and not obj.get("choices"):
@@ -99,6 +101,8 @@ def _sse(raw: RawExchange, state: StreamState) -> None:
             if not isinstance(obj, dict):
                 raise ValueError("an SSE data line is not a JSON object")
             state.feed(obj, t)
+    if state.finish_reason is None:
+        raise ValueError("the stream ended without a finish reason or [DONE]")
 
 
 def parsed_response(raw: RawExchange) -> tuple[ResponseRow, float | None]:

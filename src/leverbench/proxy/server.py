@@ -136,7 +136,11 @@ class RecordingProxy:
             if raw is not None:
                 raw.end_s = time.perf_counter() - t0
                 self._hand_over(raw)
-            return resp if resp is not None and resp.prepared else web.Response(status=502)
+            if resp is None or not resp.prepared:
+                return web.Response(status=502)
+            if request.transport is not None:  # the upstream broke off: so does the client's stream (never a clean end)
+                request.transport.abort()
+            return resp
         up.release()
         if raw is not None:
             raw.end_s = time.perf_counter() - t0
