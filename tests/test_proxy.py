@@ -10,6 +10,7 @@ import asyncio
 import gzip
 import json
 import re
+import socket
 from pathlib import Path
 
 import aiohttp
@@ -235,3 +236,26 @@ def test_the_upstream_path_is_kept_once():
     assert upstream_url("http://h:8000/v1/", "/chat/completions") == "http://h:8000/v1/chat/completions"
     assert upstream_url("http://h:8000", "/v1/models") == "http://h:8000/v1/models"
     assert upstream_url("https://h/openai/v1", "/props") == "https://h/openai/v1/props"
+
+
+def test_bad_record_options_are_one_line_and_leave_no_recording(tmp_path):
+    from click.testing import CliRunner  # noqa: PLC0415
+
+    from leverbench.cli import cli  # noqa: PLC0415
+
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "exchanges.jsonl").write_text('{"kind": "recording"}\n')
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        up = ["--upstream", "http://127.0.0.1:9/v1"]
+        for args, says in ((["--upstream", "ftp://x"], "--upstream must be an http:// or https:// URL"),
+                           ([*up, "--listen", "nowhere"], "--listen 'nowhere': give"),
+                           ([*up, "--redact", "(unclosed"], "not a regular expression"),
+                           ([*up, "--out", str(tmp_path / "old")], "already holds a recording"),
+                           ([*up, "--listen", f"127.0.0.1:{port}"], "cannot listen there")):
+            out = args if "--out" in args else [*args, "--out", str(tmp_path / "new")]
+            res = CliRunner().invoke(cli, ["record", *out])
+            assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1 and says in res.output, res.output
+    assert not (tmp_path / "new" / "exchanges.jsonl").exists()  # nothing recorded: no file left behind

@@ -90,7 +90,7 @@ def record_command(upstream: str, listen: str, out: Path, redact: tuple[str, ...
     except asyncio.CancelledError:
         pass
     except OSError as exc:
-        writer.close()
+        writer.discard_if_empty()
         raise BadInput(f"--listen {listen}: cannot listen there ({exc.strerror or exc}); pick another port (0: any "
                        "free one)") from None
     writer.close()

@@ -61,6 +61,12 @@ class RecordingWriter:
         if self._last is not None:
             self._last.result()
 
+    def discard_if_empty(self) -> None:
+        """Close, and remove the file when it holds no exchange (the proxy never listened: nothing recorded)."""
+        self.close()
+        if self.exchanges == 0:
+            self.path.unlink(missing_ok=True)
+
     def _record(self, raw: RawExchange) -> None:
         request: JSONObject | None = None
         error = raw.error
