@@ -131,7 +131,7 @@ def test_the_ledger_holds_the_counterbalanced_order(adaptive_run):
     firsts = set()
     for (r, c), arms in groups.items():
         order = [a for a in ("base", "fast", "same") if a in arms]
-        assert arms == arm_order(order, CASES.index(c), r), (r, c)  # a row of the Williams design
+        assert arms == arm_order(order, CASES.index(c), r, len(CASES)), (r, c)  # a row of the Williams design
         firsts.add(arms[0])
     assert len(firsts) >= 2  # the first place goes round
     # the rounds come after the initial repeats, before the probes and the closing sentinels
@@ -231,5 +231,5 @@ def test_a_resumed_adaptive_run_continues_where_it_stopped(tmp_path):
     # the first round's other turns ran after the resume, in their counterbalanced places
     resumed_at = next(i for i, r in enumerate(led.records) if r["kind"] == "resume")
     after = [(r["repeat"], r["case"], r["arm"]) for r in led.records[resumed_at:] if r["kind"] == "turn"]
-    assert after[:5] == [(2, "one", "fast"), (2, "two", "fast"), (2, "two", "base"), (2, "three", "base"),
-                         (2, "three", "fast")]
+    assert after[:5] == [(2, "one", "fast"), (2, "two", "base"), (2, "two", "fast"), (2, "three", "fast"),
+                         (2, "three", "base")]  # arm_order(["base", "fast"], c, 2, cases=3): rows 0, 0, 1

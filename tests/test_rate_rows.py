@@ -16,7 +16,7 @@ RATE_SECTIONS = ("decomposition", "probes", "server", "time_shares", "projection
 
 
 def _rate_problems(summary: dict) -> list[str]:
-    return [p for p in summary_problems(summary) if p.split(".", 1)[0].split(":")[0] in RATE_SECTIONS]
+    return [str(p) for p in summary_problems(summary) if p.where.split(".", 1)[0].split("[")[0] in RATE_SECTIONS]
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in GOLDEN.glob("*.summary.json")))
@@ -104,5 +104,5 @@ def test_the_schema_is_strict_and_bounded() -> None:
     summary["rate_models"][0]["decode"]["range_context"] = [515]
     problems = _rate_problems(summary)
     assert [p.split(":")[0] for p in problems] == [
-        "probes.0.bogus", "server.0.turns", "time_shares.0.turn_s", "rates.0.decode_tps",
-        "rate_models.0.prefill.b_s_per_token", "rate_models.0.decode.range_context"], problems
+        "probes[0].bogus", "server[0].turns", "time_shares[0].turn_s", "rates[0].decode_tps",
+        "rate_models[0].prefill.b_s_per_token", "rate_models[0].decode.range_context"], problems

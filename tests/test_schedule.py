@@ -76,3 +76,24 @@ def test_blocked_order_runs_every_arm_s_sentinel_before_every_repeat_of_each_blo
 def test_arm_order_follows_the_rows_by_case_and_repeat():
     assert arm_order(["a", "b"], 0, 0) == ["a", "b"] and arm_order(["a", "b"], 1, 0) == ["b", "a"]
     assert arm_order(["a", "b", "c"], 0, 3) == ["c", "b", "a"]  # the mirror rows follow the square's
+    assert arm_order(["a", "b", "c"], 1, 1, cases=2) == arm_order(["a", "b", "c"], 0, 4)  # row 1 + 1 × 6 // 2
+
+
+def test_three_arms_two_cases_three_repeats_take_every_row_once():
+    """6 cells on 3 arms: the 6 rows of the Williams design each once, so every arm is first, second and last
+    twice and every ordered pair of arms is as often one way as the other (starting case c at row c used rows
+    1 and 2 twice, 4 and 5 never: a before c in 1 of 6 cells); and each case walks the rows one a round."""
+    arms, rows = ["a", "b", "c"], []
+    for r in range(3):
+        for c in range(2):
+            rows.append(tuple(arm_order(arms, c, r, cases=2)))
+    assert len(set(rows)) == 6
+    for x in arms:
+        assert sorted(row.index(x) for row in rows) == [0, 0, 1, 1, 2, 2]
+        for y in arms:
+            if x != y:
+                assert sum(row.index(x) < row.index(y) for row in rows) == 3, (x, y)
+    four = [[tuple(arm_order(arms, c, r, cases=4)) for r in range(3)] for c in range(4)]  # 12 cells, 6 rows
+    assert sorted({row: sum(x.count(row) for x in four) for row in set(sum(four, []))}.values()) == [2] * 6
+    two = [[arm_order(["a", "b"], c, r, cases=2) for r in range(2)] for c in range(2)]
+    assert all(x[0] != x[1] for x in two)  # two arms: each case alternates which goes first

@@ -38,7 +38,7 @@ def test_items_carry_kind_arm_case_and_the_texts_in_order():
     assert all(list(w) == ["kind", "arm", "case", "text"] for w in s["warning_items"])
     assert [(w["kind"], w["arm"], w["case"]) for w in s["warning_items"]] == [
         ("orphan_calls", None, None), ("superseded", None, None), ("drift", "base", None),
-        ("drift_unknown", "flaky", None), ("drift_differential", "spec", None),
+        ("drift_unknown", "flaky", None), ("drift_differential", "spec", None), ("drift_undetermined", None, None),
         ("probe_disobeyed", "cache", "long"), ("probe_failed", "flaky", "long"),
         ("client_server_disagree", "flaky", "reason"), ("failed_calls", "flaky", "tools"),
         ("uncontrolled", "spec", None), ("uncontrolled", "eagle", None), ("step_limit", "spec", "tools"),

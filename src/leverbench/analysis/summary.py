@@ -20,7 +20,9 @@ from ..ledger.records import KINDS, SUMMARY_SCHEMA
 from ..levers import used_in
 from ..redact import redact_tree
 from ..schema.check_rows import Citability, CommonDrift, CostRow, DriftCommon, DriftRow
+from ..schema.experiment_rows import CellRow, MultiplierRow
 from ..schema.lever_rows import EngagedRow
+from ..schema.rate_rows import RateRow
 from .base.dataset import Dataset, dataset, first_seen, groups
 from .base.guard import CONTRADICTION, DRIFT, NOT_ENGAGED, REFERENCE_USED, Reason, measurement_guard
 from .base.knobs import UNKNOWN, Comparison, comparisons
@@ -44,7 +46,7 @@ from .rates.regression import decomposition
 from .rates.server import server_account
 
 
-def _largest_case_scenario(ds: Dataset, cell_list: list[dict[str, Any]]) -> tuple[int, int] | None:
+def _largest_case_scenario(ds: Dataset, cell_list: Sequence[CellRow]) -> tuple[int, int] | None:
     """Default scenario: the baseline's largest case — its first call's prompt tokens and the
     generated tokens of its whole turn (medians)."""
     c = ds.call
@@ -97,9 +99,9 @@ def _load_view(ledger: Ledger) -> Ledger:
                   records=list(ledger.of_kind(*(k for k in KINDS if k not in ("call", "turn")))))
 
 
-def rates_table(rates: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+def rates_table(rates: dict[str, dict[str, Any]]) -> list[RateRow]:
     """Per arm, the measured rates a projection uses: prefill_s = prefill_a_s + uncached / prefill_tps."""
-    out = []
+    out: list[RateRow] = []
     for arm, r in rates.items():
         m = prefill_model(r["prefill_points"])
         out.append({"arm": arm, "decode_tps": r["decode_tps"], "decode_source": r["decode_source"],
@@ -138,7 +140,7 @@ def comparison_reasons(comps: list[Comparison], contradictions: dict[str, dict[s
     return out
 
 
-def cost_citability(baseline: str, cell_list: Sequence[Mapping[str, Any]], mults: Sequence[Mapping[str, Any]],
+def cost_citability(baseline: str, cell_list: Sequence[CellRow], mults: Sequence[MultiplierRow],
                     drift_rows: Sequence[DriftRow], common_row: CommonDrift | None = None) -> Citability:
     """Per arm, whether its cost row may be cited: the baseline by its own measurements, every other
     arm by its total multiplier against the baseline (the comparison "GPU-hours returned" comes from);
@@ -210,6 +212,14 @@ def _summarize(ledger: Ledger, *, scenario: tuple[int, int] | None,
         if d.refuses:
             warnings.append(RunWarning(WarningKind.DRIFT_DIFFERENTIAL, f"{d.arm} vs {d.vs}: {d.reason}; the "
                                        "comparison is not citable", d.arm))
+    undetermined = [d for d in pair_drift if d.undetermined and d.decode.low is not None]  # else: drift_unknown
+    if undetermined:
+        tol = ds.config["experiment"].get("drift_tolerance", 0.10)
+        warnings.append(RunWarning(WarningKind.DRIFT_UNDETERMINED, "drift undetermined: the sentinels of "
+                                   + "; ".join(f"{d.arm} vs {d.vs} (decode {d.decode.words()})" for d in undetermined)
+                                   + f" cannot rule out that the two arms drifted apart by more than {tol:.0%} over "
+                                   "the run; no drift was seen, so the comparisons are cited, but a drift that hit "
+                                   "one arm only would bias them: more repeats (each adds a sentinel) tell"))
     for a in ds.arms:
         unknown = sorted(k for k, v in knobs[a].items() if v == UNKNOWN)
         if unknown:

@@ -6,11 +6,14 @@ in the machine or the endpoint hits all arms alike.  ``blocked``: each arm's rep
 
 **Arm order** (:func:`arm_order`): within a round, each case's arms follow the rows of a Williams design
 (a balanced Latin square: n rows for n arms when n is even, 2n — the square and its mirror — when n is
-odd), row (case index + repeat) mod rows.  Over its rows every arm takes every position equally often and
-every arm comes right after every other arm equally often, so a position effect (the first turn after a
-switch of engine is slower, say) and a slow drift add as much to one side of every pair as to the other,
-and every two arms run next to each other (A B C / C B A would never put A beside C).  With two arms it is
-A B, B A, …
+odd): case c of C, in round r, takes row (r + ⌊c·rows / C⌋) mod rows.  Each case walks the rows one a round
+(so a case's own pairs see every order in turn), and the cases start spread evenly over the rows, so that a
+run's cells use the rows as evenly as they can (3 arms, 2 cases, 3 repeats: each of the 6 rows once; starting
+case c at row c instead used rows 1 and 2 twice and 4 and 5 never).  Over its rows every arm takes every
+position equally often and every arm comes right after every other arm equally often, so a position effect
+(the first turn after a switch of engine is slower, say) and a slow drift add as much to one side of every
+pair as to the other, and every two arms run next to each other (A B C / C B A would never put A beside C).
+With two arms it is A B, B A, …
 
 **Drift sentinels** (a short fixed call of ``sentinel_tokens`` forced tokens on a prompt no cache holds):
 in interleaved order, one for every arm at the start of every round (``position`` "start", ``repeat`` r:
@@ -99,11 +102,13 @@ def williams_rows(n: int) -> list[list[int]]:
     return rows + [row[::-1] for row in rows] if n % 2 else rows
 
 
-def arm_order(arms: list[str], case_index: int, repeat: int) -> list[str]:
-    """The order of *arms* for one case and repeat: row (case_index + repeat) mod rows of
-    :func:`williams_rows` (see the module docstring)."""
+def arm_order(arms: list[str], case_index: int, repeat: int, cases: int | None = None) -> list[str]:
+    """The order of *arms* for case *case_index* of *cases* in round *repeat*: row (repeat + ⌊case_index ·
+    rows / cases⌋) mod rows of :func:`williams_rows` (see the module docstring; *cases* None: the case's
+    start row is its index)."""
     rows = williams_rows(len(arms))
-    return [arms[k] for k in rows[(case_index + repeat) % len(rows)]]
+    start = case_index if cases is None else case_index * len(rows) // cases
+    return [arms[k] for k in rows[(repeat + start) % len(rows)]]
 
 
 counterbalanced = arm_order  # the name the adaptive rounds' docs and tests use
@@ -112,12 +117,12 @@ counterbalanced = arm_order  # the name the adaptive rounds' docs and tests use
 def _round(arms: list[str], cases: list[str], repeat: int, cells: set[tuple[str, str]] | None = None) -> list[Unit]:
     """One repeat of the turns of *cells* (default: every arm and case), in :func:`arm_order`."""
     return [Unit("turn", arm, case, repeat) for i, case in enumerate(cases)
-            for arm in arm_order([a for a in arms if cells is None or (a, case) in cells], i, repeat)]
+            for arm in arm_order([a for a in arms if cells is None or (a, case) in cells], i, repeat, len(cases))]
 
 
 def _round_sentinels(spec: Experiment, arms: list[str], repeat: int) -> list[Unit]:
     """A sentinel of each of *arms* opening round *repeat*, in the order of the round's first row."""
-    return [u for arm in arm_order(arms, 0, repeat) for u in _sentinel(spec, arm, "start", repeat)]
+    return [u for arm in arm_order(arms, 0, repeat, len(spec.cases)) for u in _sentinel(spec, arm, "start", repeat)]
 
 
 def adaptive_round(spec: Experiment, cells: list[tuple[str, str]], repeat: int) -> list[Unit]:

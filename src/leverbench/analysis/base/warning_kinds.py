@@ -44,6 +44,8 @@ class WarningKind(StrEnum):
     DRIFT_DIFFERENTIAL = ("drift_differential",
                           "Comparisons refused for drift (arms drifted differently, or blocked order)")
     DRIFT_UNKNOWN = "drift_unknown", "Drift unknown: too few sentinels"
+    DRIFT_UNDETERMINED = ("drift_undetermined",
+                          "Comparisons whose sentinels cannot rule out that their arms drifted differently")
     WARMUP_UNSETTLED = "warmup_unsettled", "Engines whose speed had not settled after the warm-up"
     FAILED_CALLS = "failed_calls", "Failed calls and turns"
     RETRIED = "retried", "Retried attempts"

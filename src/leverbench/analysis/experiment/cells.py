@@ -12,17 +12,18 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Sequence
 
 import numpy as np
 
+from ...schema.experiment_rows import CellRow, MultiplierRow, TotalRow
 from ..base.dataset import Dataset, groups, sums, zero_nan
 from ..base.guard import Reason, judge
 from ..base.knobs import Comparison
 from ..base.stats import median, overlap
 
 
-def cells(ds: Dataset, case_names: list[str] | None = None, turn_s: np.ndarray | None = None) -> list[dict[str, Any]]:
+def cells(ds: Dataset, case_names: list[str] | None = None, turn_s: np.ndarray | None = None) -> list[CellRow]:
     """One row per (arm, case) of *case_names* (default: the engine comparison's cases); *turn_s*: the turns'
     times to take (default: as measured; :func:`.drift.adjusted_turn_s` puts them on one speed)."""
     case_names = ds.cases if case_names is None else case_names
@@ -45,7 +46,7 @@ def cells(ds: Dataset, case_names: list[str] | None = None, turn_s: np.ndarray |
             ins = T.prompt_tokens[ok]
             outs, ins = outs[~np.isnan(outs)], ins[~np.isnan(ins)]
             has = len(ok) > 0
-            cell = {
+            cell: CellRow = {  # type: ignore[typeddict-item]  (overlaps_baseline: below)
                 "arm": arm, "case": case, "n": len(ok), "attempted": len(turns),
                 "failed_turns": len(turns) - len(ok),
                 "failed_calls": int(failed[k]),
@@ -75,8 +76,8 @@ def cells(ds: Dataset, case_names: list[str] | None = None, turn_s: np.ndarray |
     return out
 
 
-def totals(ds: Dataset, cell_list: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    out = []
+def totals(ds: Dataset, cell_list: Sequence[CellRow]) -> list[TotalRow]:
+    out: list[TotalRow] = []
     for arm in ds.arms:
         mine = [c for c in cell_list if c["arm"] == arm]
         complete = all(c["median_s"] is not None for c in mine) and len(mine) == len(ds.cases)
@@ -91,9 +92,9 @@ def totals(ds: Dataset, cell_list: list[dict[str, Any]]) -> list[dict[str, Any]]
     return out
 
 
-def multipliers(ds: Dataset, cell_list: list[dict[str, Any]], total_list: list[dict[str, Any]],
+def multipliers(ds: Dataset, cell_list: Sequence[CellRow], total_list: Sequence[TotalRow],
                 comps: list[Comparison], also: dict[tuple[str, str], list[Reason]] | None = None
-                ) -> list[dict[str, Any]]:
+                ) -> list[MultiplierRow]:
     """Per comparison: one row per case and one for the total (``vs`` = the reference arm); *also*: the
     comparison's own reasons not to cite it (drift, contradictions, engagement), by (arm, vs)."""
     exp = ds.config["experiment"]

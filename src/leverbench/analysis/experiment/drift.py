@@ -36,10 +36,12 @@ Refusing on evidence, not on the lack of it, in interleaved order: there the pai
 verdict already carries the noise both arms share, and a differential drift needs a cause (a cache warming
 up on one arm) that the differential series shows.  With few rounds the series has little power (3 repeats:
 4 sentinels per arm); a comparison whose interval cannot rule out a drift beyond the tolerance either way
-is marked ``undetermined`` (the drift table says so), not refused.
+is marked ``undetermined`` (the drift table says so, and one warning of kind ``drift_undetermined`` names
+them), not refused.
 
 **Common drift** (:func:`common_drift`): the trend of the mean over arms of log speed at the places every arm
-ran a sentinel, said in words when detected ("the machine slowed 30 % during the run, alike for every arm").
+with sentinels ran one (an arm without any is left out), said in words when detected ("the machine slowed
+30 % during the run, alike for every arm").
 A paired ratio cancels it, but the cells' medians need not pair the same rounds (a cache arm's cold first
 turn moves its median to a later, slower round than the reference's), so in interleaved order, where a
 common drift is detected and no comparison's arms drifted differently, the turns' times are put on the
@@ -243,9 +245,11 @@ def pair_drift(arm: str, vs: str, own: dict[str, list[Point]], order: Order, tol
 
 def common_drift(own: dict[str, list[Point]], arms: list[str], tol: float, order: str = "interleaved",
                  differential: bool = False) -> CommonDrift:
-    """The trend of the arms' mean log speed at the places every arm ran a sentinel, and its words when
-    detected (module docstring); *differential*: some comparison's arms drifted differently (then the words
-    do not say "alike")."""
+    """The trend of the arms' mean log speed at the places every arm with sentinels ran one, and its words
+    when detected (module docstring); *differential*: some comparison's arms drifted differently (then the
+    words do not say "alike").  An arm without sentinels (its drift unknown) is left out, not allowed to hide
+    the others' common trend: the machine's speed is a fact of the run, and the arm's times carry it too."""
+    arms = [a for a in arms if own.get(a)]
     keys = None
     for a in arms:
         k = {p.key for p in own.get(a, [])}

@@ -19,17 +19,19 @@ reference's less the arm's at equal work (reference GPU-hours / multiplier).
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Mapping, Sequence
 
 from ...json_types import JSONValue
 from ...levers import engaged_in
+from ...schema.check_rows import CostRow
+from ...schema.experiment_rows import LeverHeadlineRow, MultiplierRow
 from ...schema.lever_rows import EngagedRow
 from ..base.guard import cited
 from ..base.knobs import UNKNOWN, differing, suggestion
 
 
-def levers(arms: list[str], knobs: Mapping[str, Mapping[str, JSONValue]], multipliers: list[dict[str, Any]],
-           engaged_rows: list[EngagedRow], cost_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def levers(arms: list[str], knobs: Mapping[str, Mapping[str, JSONValue]], multipliers: Sequence[MultiplierRow],
+           engaged_rows: Sequence[EngagedRow], cost_rows: Sequence[CostRow]) -> list[LeverHeadlineRow]:
     names: list[str] = []
     for i, x in enumerate(arms):
         for y in arms[i + 1:]:
@@ -39,7 +41,7 @@ def levers(arms: list[str], knobs: Mapping[str, Mapping[str, JSONValue]], multip
                       and not k.startswith(("fact:", "flag:")) and UNKNOWN not in (knobs[x].get(k), knobs[y].get(k))]
     eng: dict[str, EngagedRow] = {e["arm"]: e for e in engaged_rows}
     cost = {c["arm"]: c for c in cost_rows}
-    out = []
+    out: list[LeverHeadlineRow] = []
     for knob in names:
         pairs = [m for m in multipliers if m["scope"] == "total" and m.get("lever") == knob]
         if not pairs:
@@ -50,7 +52,8 @@ def levers(arms: list[str], knobs: Mapping[str, Mapping[str, JSONValue]], multip
         for m in pairs:
             ca, cr = cost.get(m["arm"]), cost.get(m["vs"])
             returned = (cr["gpu_hours_per_1000_turns"] - ca["gpu_hours_per_1000_turns"]) if ca and cr else None
-            row = {"lever": knob, "arm": m["arm"], "vs": m["vs"], "multiplier": m["value"], "citable": m["citable"],
+            row: LeverHeadlineRow = {
+                   "lever": knob, "arm": m["arm"], "vs": m["vs"], "multiplier": m["value"], "citable": m["citable"],
                    "reason": m["reason"], "engaged": _engaged(eng, m["arm"], knob),
                    "gpu_hours_returned_per_1000_turns": returned, "measure": "measured", "note": None,
                    "measured": {"value": m["value"], "citable": m["citable"], "reason": m["reason"]}}

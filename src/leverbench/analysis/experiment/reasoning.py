@@ -15,19 +15,20 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Sequence
 
 import numpy as np
 
+from ...schema.experiment_rows import CellRow, PromptDisciplineRow, ReasoningRow
 from ..base.dataset import Dataset, first_seen, groups, zero_nan
 from ..base.stats import median, spread
 
 
-def reasoning_split(ds: Dataset) -> list[dict[str, Any]]:
+def reasoning_split(ds: Dataset) -> list[ReasoningRow]:
     c = ds.call
     cell = np.where(c.ok, ds.cell_code(c.arm, c.case), -1)
     by = groups(cell, ds.n_cells)
-    out = []
+    out: list[ReasoningRow] = []
     for k in first_seen(by):
         g = by[k]
         rt_known = ~np.isnan(c.reasoning_tokens[g])
@@ -55,10 +56,10 @@ def reasoning_split(ds: Dataset) -> list[dict[str, Any]]:
     return sorted(out, key=lambda r: (order.get(r["arm"], 99), r["case"] is None, r["case"] or ""))
 
 
-def prompt_discipline(ds: Dataset, variant_cells: list[dict[str, Any]],
-                      base_cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def prompt_discipline(ds: Dataset, variant_cells: Sequence[CellRow],
+                      base_cells: Sequence[CellRow]) -> list[PromptDisciplineRow]:
     base = {(c["arm"], c["case"]): c for c in base_cells}
-    out = []
+    out: list[PromptDisciplineRow] = []
     for v in variant_cells:
         b = base.get((v["arm"], ds.variants[v["case"]]))
         if not b or b["median_s"] is None or v["median_s"] is None:

@@ -44,11 +44,12 @@ ratios (:mod:`.sequential`), not the total multiplier (Σ reference / Σ arm) of
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
 from ...ledger.reader import Ledger
+from ...schema.experiment_rows import AdaptiveBlock, MultiplierRow, RoundRow, VerdictRow
 from ..base.dataset import Dataset, dataset
 from ..base.guard import refused_for_volume_alone
 from ..base.knobs import Comparison, comparisons
@@ -179,7 +180,7 @@ class Replay:
     comparisons: list[Comparison]
     last_look: int
     stops: dict[Comparison, Stop] = field(default_factory=dict)
-    rounds: list[dict[str, Any]] = field(default_factory=list)
+    rounds: list[RoundRow] = field(default_factory=list)
     next_cells: list[tuple[str, str]] = field(default_factory=list)
     stopped_by: str | None = None
 
@@ -283,7 +284,7 @@ def _fixed_decision(log: TurnLog, comp: Comparison, cases: list[str], st: Settin
             "pairs": iv.pairs, "sd": iv.sd, "reason": reason, "fixed_design_repeats": fixed}
 
 
-def _refusal(rows: list[dict[str, Any]]) -> str | None:
+def _refusal(rows: list[MultiplierRow]) -> str | None:
     """Why a comparison may not be cited, from its multiplier rows: its total's reasons, then each refused
     cell's (a cell the guard refuses refuses the verdict too: the verdict weighs every case alike), and why
     its equal-work figure may not be cited either where it has one."""
@@ -299,7 +300,7 @@ def _refusal(rows: list[dict[str, Any]]) -> str | None:
     return "; ".join(dict.fromkeys(parts)) or None
 
 
-def _at_equal_work(rows: list[dict[str, Any]], ew: EqualWork | None) -> bool:
+def _at_equal_work(rows: list[MultiplierRow], ew: EqualWork | None) -> bool:
     """Whether the comparison's refused rows are all refused for their volume alone, each with a citable
     equal-work figure, and every corrected turn keeps a time (then the verdict is taken on the arm's turns
     corrected to equal work)."""
@@ -308,8 +309,8 @@ def _at_equal_work(rows: list[dict[str, Any]], ew: EqualWork | None) -> bool:
             and all(refused_for_volume_alone(m) and (m.get("equal_work") or {}).get("citable") for m in refused))
 
 
-def verdicts(ds: Dataset, comps: list[Comparison], mults: list[dict[str, Any]],
-             equal: list[EqualWork] | None = None) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+def verdicts(ds: Dataset, comps: list[Comparison], mults: Sequence[MultiplierRow],
+             equal: list[EqualWork] | None = None) -> tuple[list[VerdictRow], AdaptiveBlock | None]:
     """``summary.json`` ``verdicts[]`` and ``adaptive`` (None for a run with fixed repeats): one row per decided
     comparison — {arm, vs, lever, verdict, ratio, low, high, confidence, method, repeats (per case), pairs (per
     case), looks, stopped_by, gpu_hours, fixed_design_repeats, fixed_design_gpu_hours, fixed_design_power,
@@ -319,13 +320,13 @@ def verdicts(ds: Dataset, comps: list[Comparison], mults: list[dict[str, Any]],
     equal-work figure (*equal*, :mod:`.equal_work`): then its pairs are taken with the arm's turns corrected
     to the reference's work (``measure`` "equal work")."""
     st = Settings.of_config(ds.config)
-    by: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    by: dict[tuple[str, str], list[MultiplierRow]] = {}
     for m in mults:
         by.setdefault((m["arm"], m["vs"]), []).append(m)
     ew = {(e.arm, e.vs): e for e in equal or []}
     base_log, gpus, cases = turn_log(ds), gpus_of(ds), ds.cases
     rp = replay(ds, st, comps=comps) if st.adaptive else None
-    rows = []
+    rows: list[VerdictRow] = []
     for comp in rp.comparisons if rp else decided_comparisons(comps, ds.baseline):
         mine = by.get((comp.arm, comp.vs), [])
         log, measure, why = base_log, "measured", _refusal(mine)
@@ -351,7 +352,7 @@ def verdicts(ds: Dataset, comps: list[Comparison], mults: list[dict[str, Any]],
                      "refused": why, "reason": d["reason"], "measure": measure})
     if rp is None:
         return rows, None
-    block = {"min_effect": st.min_effect, "confidence": st.confidence, "max_repeats": st.max_repeats,
+    block: AdaptiveBlock = {"min_effect": st.min_effect, "confidence": st.confidence, "max_repeats": st.max_repeats,
              "max_gpu_hours": st.max_gpu_hours, "initial_repeats": st.initial, "rounds": rp.rounds,
              "stopped_by": rp.stopped_by if not rp.next_cells else NOT_FINISHED,
              "gpu_hours": spent_gpu_hours(log, gpus)}

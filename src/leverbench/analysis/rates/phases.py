@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 import numpy as np
 from typing_extensions import TypedDict
 
+from ..base.bounds import TPS_RANGE
 from ..base.dataset import CallTable, Dataset, groups, sums, turn_groups, zero_nan
 from ..base.guard import cited
 from ..base.knobs import is_on, lever_phase
@@ -215,7 +216,9 @@ def arm_rates(ds: Dataset, probes: Sequence[ProbeRow], decomposition: Sequence[D
 
 
 def prefill_model(points: tuple[Sequence[float], Sequence[float]]) -> FlatPrefillFit | None:
-    """Fit prefill_s = a + b·n over (uncached tokens n, seconds) points; b = 1/prefill_tps."""
+    """Fit prefill_s = a + b·n over (uncached tokens n, seconds) points; b = 1/prefill_tps.  A slope that
+    would put the rate past ``TPS_RANGE`` (the times do not grow with the tokens: a flat prefill, b a rounding
+    error of 0) is taken as b = 0: the prefill costs a and no rate is measured."""
     n, s = np.asarray(points[0]), np.asarray(points[1], dtype=float)
     keep = n > 0
     xs, ys = n[keep], s[keep]
@@ -225,6 +228,7 @@ def prefill_model(points: tuple[Sequence[float], Sequence[float]]) -> FlatPrefil
     if lo != hi:  # at least two input lengths
         a, b, r2 = fit_line(xs, ys)
         if b > 0:
+            b = b if b >= 1.0 / TPS_RANGE[1] else 0.0
             return {"a": max(a, 0.0), "b": b, "r2": r2, "min_input": lo, "max_input": hi, "n": len(xs)}
     # one input length (or a non-positive slope): proportional through zero
     b = sum(ys.tolist()) / sum(xs.tolist())
