@@ -259,3 +259,40 @@ def test_bad_record_options_are_one_line_and_leave_no_recording(tmp_path):
             res = CliRunner().invoke(cli, ["record", *out])
             assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1 and says in res.output, res.output
     assert not (tmp_path / "new" / "exchanges.jsonl").exists()  # nothing recorded: no file left behind
+
+
+def test_a_recording_that_cannot_be_written_never_stops_the_pass_through(tmp_path, monkeypatch):
+    from leverbench.errors import RuntimeFailure  # noqa: PLC0415
+
+    def full_disk(self: RecordingWriter, raw: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(RecordingWriter, "_record", full_disk)
+
+    async def go() -> tuple[bytes, BaseException | None]:
+        stub = Stub()
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", stub.chat)
+        runner, url = await _serve(app)
+        writer = RecordingWriter(tmp_path / "rec", url, [], "X-Session-Id")
+        proxy = RecordingProxy(url, writer)
+        base = await proxy.start("127.0.0.1", 0)
+        try:
+            async with aiohttp.ClientSession() as s:
+                bodies = []
+                for _ in range(2):
+                    async with s.post(base + "/v1/chat/completions", data=b'{"messages": [{"role": "user"}]}',
+                                      timeout=aiohttp.ClientTimeout(total=limits.HTTP_S)) as r:
+                        bodies.append(await r.read())
+        finally:
+            await proxy.stop()
+            await runner.cleanup()
+        try:
+            writer.close()
+        except RuntimeFailure as exc:
+            return bodies[-1], exc
+        return bodies[-1], None
+
+    body, err = asyncio.run(go())
+    assert body == STREAM  # both calls went through
+    assert err is not None and "2 exchange(s) could not be recorded" in str(err) and "No space left" in str(err)

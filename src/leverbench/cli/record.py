@@ -93,9 +93,11 @@ def record_command(upstream: str, listen: str, out: Path, redact: tuple[str, ...
         writer.discard_if_empty()
         raise BadInput(f"--listen {listen}: cannot listen there ({exc.strerror or exc}); pick another port (0: any "
                        "free one)") from None
-    writer.close()
-    click.echo(f"recorded {writer.exchanges} exchange(s) ({writer.failed} failed) in {len(writer.turns)} turn(s): "
-               f"{writer.path}", err=True)
+    try:
+        writer.close()
+    finally:
+        click.echo(f"recorded {writer.exchanges} exchange(s) ({writer.failed} failed) in {len(writer.turns)} "
+                   f"turn(s): {writer.path}", err=True)
 
 
 def urlsplit_path(url: str) -> str:
