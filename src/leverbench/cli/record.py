@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 import click
@@ -11,6 +12,7 @@ from ..errors import BadInput
 from .common import Command
 
 DEFAULT_LISTEN = "127.0.0.1:8099"
+SWITCH_INTERVAL_S = 0.0005
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
@@ -65,6 +67,9 @@ def record_command(upstream: str, listen: str, out: Path, redact: tuple[str, ...
     from ..proxy.server import RecordingProxy, serve  # noqa: PLC0415 (aiohttp)
     from ..proxy.writer import RecordingWriter  # noqa: PLC0415
 
+    # the recording's thread parses and writes each exchange; a thread holding the GIL keeps the proxy's event
+    # loop waiting until the interpreter's switch interval (5 ms) ends: a shorter one hands it back sooner
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     problem = url_problem(upstream)
     if problem:
         raise BadInput(f"--upstream {problem}")
