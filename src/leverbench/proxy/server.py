@@ -28,9 +28,10 @@ from multidict import CIMultiDict
 from .exchange import RawExchange
 from .writer import RecordingWriter
 
-#: Headers of one hop (RFC 9110 7.6.1, and what each side's HTTP stack sets itself): never forwarded.
+#: Headers of one hop (RFC 9110 7.6.1, and what each side's HTTP stack sets itself: the length, the host, a
+#: 100-continue the proxy's server has answered already): never forwarded.
 HOP_HEADERS = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection",
-                         "te", "trailer", "transfer-encoding", "upgrade", "host", "content-length"})
+                         "te", "trailer", "transfer-encoding", "upgrade", "host", "content-length", "expect"})
 #: Headers aiohttp's client adds when a request lacks them: left out, so the upstream gets what the agent sent.
 AUTO_HEADERS = ("Accept", "Accept-Encoding", "User-Agent", "Content-Type")
 CONNECT_S = 30.0  # a connection to the upstream; once connected, a response may take as long as it takes
