@@ -27,7 +27,7 @@ OTEL = DATA / "otel-genai.jsonl"
 RATIO = 1.25  # the batch file's usage counts 25 % more prompt tokens than the simulator's tokenizer does
 
 
-def _experiment(tmp: Path, url: str, case: str) -> Path:
+def _experiment(tmp: Path, url: str, case: str, arm: str = "") -> Path:
     p = tmp / "exp.toml"
     p.write_text(f'''
 [experiment]
@@ -41,7 +41,7 @@ name = "a"
 role = "baseline"
 base_url = "{url}"
 model = "sim"
-
+{arm}
 [[cases]]
 {case}
 ''')
@@ -77,7 +77,12 @@ def test_a_replay_says_the_arm_counts_tokens_differently_than_the_recording(tmp_
     calls = [r for r in led.records if r["kind"] == "call"]
     assert [(c["case"], c["step"]) for c in calls] == [("ci/t0001", 0), ("ci/t0001", 1), ("ci/t0001", 2),
                                                       ("ci/t0002", 0)]
-    # the requests went out as recorded: the simulator counted what it counts for the recorded messages and tools
+    # the requests went out as recorded: their sampling as the recording has it (nothing added: the fourth gave no
+    # temperature), the arm's model ...
+    assert [c["request"] for c in calls] == [{"model": "sim", "max_tokens": 128, "temperature": 0}] * 2 + [
+        {"model": "sim", "max_tokens": 64, "temperature": 0}, {"model": "sim", "max_tokens": 32}]
+    assert [c["tools_sent"] for c in calls] == [1, 1, 1, 0]
+    # ... and the simulator counted what it counts for the recorded messages and tools
     imp = load_requests(BATCH)
     sent = [c for t in imp.turns for c in t.calls]
     assert [t["prompt_tokens"] for t in truth[-4:]] == [len(chat_prompt_tokens(c.messages, c.tools)) for c in sent]
@@ -90,6 +95,16 @@ def test_a_replay_says_the_arm_counts_tokens_differently_than_the_recording(tmp_
     assert {d["reason"] for d in arm["differing"]} == {arm["reason"]}
     kinds = [w["kind"] for w in summarize(led)["warning_items"]]
     assert WarningKind.REPLAY_PROMPT_DIFFERS.value in kinds
+
+
+def test_the_arms_own_request_fields_override_the_recordings(tmp_path):
+    with SimulatorThread(SimConfig(prefill_tps=1e6, decode_tps=2000, output_tokens=8)) as sim:
+        exp = _experiment(tmp_path, sim.base_url + "/v1", f'name = "ci"\nfrom = "{BATCH}"\nselect = ["t0001"]',
+                          "request = { temperature = 0.5, cache_prompt = false }")
+        Runner(load(exp), tmp_path / "run").run()
+    calls = [r for r in read_ledger(tmp_path / "run").records if r["kind"] == "call"]
+    assert [c["request"] for c in calls] == [{"model": "sim", "temperature": 0.5, "cache_prompt": False,
+                                              "max_tokens": n} for n in (128, 128, 64)]
 
 
 def test_otel_genai_spans_import_as_one_conversation():
