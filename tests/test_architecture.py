@@ -231,6 +231,36 @@ def test_analysis_sub_packages_import_only_what_they_may():
     assert not found, "imports across analysis' sub-packages that the rules forbid: " + " | ".join(found)
 
 
+#: Parts that sit below analysis, the runner and the reports, and the only other parts each may import (their
+#: package docstrings say so): the levers are data over JSON; the summary's schema reads the shared bounds.
+LOW_PARTS: dict[str, set[str]] = {
+    "leverbench.levers": {"leverbench.json_types"},
+    "leverbench.schema": {"leverbench.json_types", "leverbench.bounds"},
+}
+
+
+def low_part_trespasses(graph: dict[str, set[str]], rules: dict[str, set[str]]) -> list[str]:
+    """Every import from a part of *rules* into a part its rule does not name."""
+    parts = part_graph(graph)
+    return [f"{p} → {t}" for p, allowed in sorted(rules.items()) for t in sorted(parts.get(p, set()) - allowed)]
+
+
+def test_the_levers_and_the_schema_import_only_the_leaves():
+    graph = import_graph(SRC)
+    assert set(LOW_PARTS) <= set(part_graph(graph))
+    found = low_part_trespasses(graph, LOW_PARTS)
+    assert not found, "imports out of the low parts that their rules forbid: " + " | ".join(found)
+
+
+def test_the_low_part_rules_catch_a_trespass(tmp_path):
+    src = _package(tmp_path, {
+        "__init__.py": "", "json_types.py": "", "config.py": "x = 1\n",
+        "levers/__init__.py": "", "levers/a.py": "from ..json_types import *\ndef f():\n    from ..config import x\n",
+    })
+    assert low_part_trespasses(import_graph(src), {"leverbench.levers": {"leverbench.json_types"}}) == [
+        "leverbench.levers → leverbench.config"]
+
+
 def test_analysis_says_its_rules_in_words():
     """The package's docstring names every sub-package with what it may import, and each sub-package has a
     docstring saying what it holds."""

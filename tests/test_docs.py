@@ -98,3 +98,41 @@ def test_every_docs_page_is_linked_from_the_index():
     index = (DOCS / "index.md").read_text(encoding="utf-8")
     linked = {t.partition("#")[0] for t in LINK.findall(index)}
     assert {p.name for p in DOCS.glob("*.md")} - {"index.md"} <= linked
+
+
+def _command_options(command: click.Command, path: str = "leverbench") -> dict[str, list[str]]:
+    """Each leaf command (its path: ``leverbench schema summary``) with the options --help lists for it: each
+    option by its long names, or its short one where it has none."""
+    if isinstance(command, click.Group):
+        out: dict[str, list[str]] = {}
+        for name, sub in sorted(command.commands.items()):
+            out.update(_command_options(sub, f"{path} {name}"))
+        return out
+    opts = []
+    for param in command.params:
+        if isinstance(param, click.Option) and param.name != "help":
+            names = [o for o in (*param.opts, *param.secondary_opts) if o.startswith("--")]
+            opts += names or list(param.opts)
+    return {path: opts}
+
+
+def test_every_command_s_options_are_named_in_its_own_section_of_commands_md():
+    """Not only somewhere in docs/ (an option of another command, or a page about something else, would do):
+    in the section of docs/commands.md headed by the command itself."""
+    text = (DOCS / "commands.md").read_text(encoding="utf-8")
+    sections = {m.group(1): m for m in re.finditer(r"^## `(leverbench [a-z]+(?: [a-z]+)*)", text, re.M)}
+    commands = _command_options(cli)
+    assert "leverbench run" in commands and "leverbench whatif" in commands
+    missing = {}
+    for path, opts in commands.items():
+        head = next((m for name, m in sections.items() if name == path or name.startswith(path + " ")), None)
+        if head is None:
+            missing[path] = ["(no section headed `" + path + " …` in docs/commands.md)"]
+            continue
+        end = text.find("\n## ", head.end())
+        body = text[head.start(): end if end >= 0 else len(text)]
+        gone = [o for o in opts if not re.search(rf"(?<![\w-]){re.escape(o)}(?![\w-])", body)]
+        if gone:
+            missing[path] = gone
+    assert not missing, "options --help lists that their command's section of docs/commands.md does not name: " \
+        + "; ".join(f"{p}: {', '.join(o)}" for p, o in sorted(missing.items()))

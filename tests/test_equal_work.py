@@ -162,3 +162,52 @@ def test_equal_work_is_not_citable_without_a_cross_checked_rate_model():
     cell = next(m for m in s["multipliers"] if m["scope"] == "case:b")
     assert cell["equal_work"] is not None and not cell["equal_work"]["citable"]
     assert "rate model" in cell["equal_work"]["reason"]
+
+
+def test_equal_work_pairs_the_call_that_counted_not_its_failed_attempt():
+    """A retried call shares its step's key with the retry that counted; equal work must pair that retry (review
+    of issue 22: the failed attempt was paired and the retry subtracted as a step only the arm ran, so the
+    correction read 21 % instead of 12 % and a turn could drop out).  Both arms: 1000 prompt tokens at 1000 tok/s,
+    decode 50 tok/s; the reference writes 100 tokens, the arm 120: the correction is 20/50 s of 3.38 s."""
+    from ledgers import probes_for, timed
+
+    arms = {"base": {"hardware": "old"}, "fast": {"hardware": "new"}}
+
+    def c(arm, r, out):
+        return timed(arm, "c", r, prompt=1000, cached=0, out=out, prefill_tps=1000.0, decode_tps=50.0)
+
+    recs = []
+    for r in range(6):
+        recs += turn("base", "c", r, 1 + 99 / 50, 100, calls=[c("base", r, 100)])
+        calls = [c("fast", r, 120)]
+        if r == 0:
+            bad = c("fast", r, 60)  # a stream cut after 60 tokens (its usage partial), tried again
+            bad.update(error={"class": "stream_cut", "message": "stream broken"}, retried=True, status=200)
+            calls = [bad, *calls]
+        t = turn("fast", "c", r, 1 + 119 / 50, 120, calls=calls)
+        t[-1].update(error=None, failed_calls=0, output_tokens=120)
+        recs += t
+    head = header(arms, ["c"], repeats=6)
+    s = summarize(ledger(head, recs + probes_for(head, arms)))
+    [row] = s["equal_work"]
+    assert row["turns_corrected"] == 6 and row["calls"] == 6
+    assert row["correction_share"] == pytest.approx((20 / 50) / (1 + 119 / 50), rel=0.01)
+
+
+def test_an_arm_that_sends_another_temperature_is_not_compared_as_greedy():
+    """The case is greedy, but one arm's request fields send temperature 0.8 (they override the case's): its
+    calls are not compared for identical outputs (review of issue 22: the case alone decided)."""
+    def run(request):
+        head = header({"base": {"hardware": "a"}, "hot": {"hardware": "b"}}, ["c"])
+        head["config"]["arms"][1]["request"] = request
+        recs = []
+        for arm in ("base", "hot"):
+            for r in range(3):
+                recs += turn(arm, "c", r, 2.0, 50, calls=[call(arm, "c", r, latency=2.0, out=50,
+                                                               output_sha256="ab" * 32)])
+        return summarize(ledger(head, recs))["equal_work"][0]
+
+    greedy = run({})
+    assert greedy["calls"] == 3 and greedy["identical"] == 3
+    hot = run({"temperature": 0.8})
+    assert hot["calls"] == 0 and hot["identical_share"] is None

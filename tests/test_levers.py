@@ -127,3 +127,49 @@ def test_the_golden_summaries_engaged_rows_are_the_schemas(name):
     golden = Path(__file__).parent / "golden" / f"{name}.summary.json"
     rows = json.loads(golden.read_text(encoding="utf-8"))["engaged"]
     assert TypeAdapter(list[EngagedRow]).validate_python(rows) == rows
+
+
+@pytest.mark.parametrize(("args", "lever"), [
+    (["--quantization", "fp8"], "quantization"), (["-q", "fp8"], "quantization"),
+    (["--max-num-seqs", "8"], "slots"), (["--kv-cache-dtype", "fp8"], "kv_cache_dtype"),
+])
+def test_a_vllm_flag_against_none_is_a_controlled_pair_measuring_its_lever(args, lever):
+    """Two vLLM arms the tool started, one with a lever's flag, one without: one knob differs (the other arm runs
+    the engine's default, known, not an unknown value), so the pair is controlled and measures that lever
+    (issue 24's review: quantisation and chunked prefill had become uncontrolled, -q was a second knob, and
+    --max-num-seqs was no lever at all)."""
+    from leverbench.analysis.base.knobs import all_arm_knobs, comparisons
+    from leverbench.runner.discover import knobs as discovered_knobs
+
+    def vllm(a):
+        raw = {"known": {"engine": "vllm", "engine_args": a}, "version": {"version": "0.32.0"},
+               "models": [{"id": "m", "owned_by": "vllm", "root": "m", "max_model_len": 4096}]}
+        return {"engine_args": a, "models": ["m"], "version": {"version": "0.32.0"}, "knobs": discovered_knobs(raw)}
+
+    arms = {"base": {"conditions": {}, "discovered": vllm([])}, "x": {"conditions": {}, "discovered": vllm(args)}}
+    knobs, _ = all_arm_knobs(arms, {}, ["base", "x"])
+    [c] = comparisons(["base", "x"], "base", knobs, {"base": "baseline", "x": "treatment"})
+    assert (c.knobs, c.lever, c.unknown, c.controlled) == ((lever,), lever, (), True)
+
+
+def test_chunked_prefill_is_vllm_s_default():
+    """vLLM's V1 engine chunks prefill unless told not to: --enable-chunked-prefill changes nothing (the knob is on
+    for both arms), --no-enable-chunked-prefill turns the lever off."""
+    from leverbench.runner.discover import knobs as discovered_knobs
+
+    def knob(a):
+        return discovered_knobs({"known": {"engine": "vllm", "engine_args": a}, "version": {"version": "0.32.0"},
+                                 "models": [{"id": "m", "owned_by": "vllm", "root": "m"}]}).get("chunked_prefill")
+
+    assert knob([]) is True and knob(["--enable-chunked-prefill"]) is True
+    assert knob(["--no-enable-chunked-prefill"]) is False
+
+
+def test_whatif_knows_the_prefix_cache_by_every_name_the_registry_has():
+    """whatif's arms read the prefix cache from the knobs by the lever's names (issue 24's review: its own list
+    missed prompt_cache and radix_cache)."""
+    from leverbench.analysis.whatif.forecast import prefix_cache_on
+
+    for name in lever("prefix_cache").names():
+        assert prefix_cache_on({name: True}) is True and prefix_cache_on({name: "off"}) is False
+    assert prefix_cache_on({"drafter": True}) is None

@@ -90,3 +90,14 @@ def test_the_suite_checks_every_summary_it_builds(monkeypatch: pytest.MonkeyPatc
         summarize(ledger)
     monkeypatch.setenv(CHECK_ENV, "0")
     assert summarize(ledger)["bogus"] == 1
+
+
+def test_a_tolerance_the_experiment_file_allows_fits_the_summary() -> None:
+    """The experiment file takes a volume tolerance up to 100 (10,000 %); the summary's schema must too (issue 24's
+    review: it capped them at 1, so a run with volume_tolerance_cell = 1.5 ended in exit 70)."""
+    ledger = read_ledger(GOLDEN / "handmade.ledger.jsonl")
+    ledger.header["config"]["experiment"]["volume_tolerance_cell"] = 1.5
+    summary = summarize(ledger)
+    assert summary["tolerances"]["volume_cell"] == 1.5
+    summary["tolerances"]["volume_cell"] = 101.0
+    assert [p.where for p in summary_problems(summary)] == ["tolerances.volume_cell"]

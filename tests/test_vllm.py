@@ -243,6 +243,48 @@ def _processes_in(scratch: Path) -> list[int]:
     return pids
 
 
+def test_the_drafter_under_load_beside_vllms_own_counters(servers, tmp_path):
+    """Issue 25, kept small: the two servers (the same but for the drafter) swept at 1 and 2 streams, 4 calls a
+    level.  The drafter's pair has a row at both levels, each with a multiplier and vLLM's own spec-decode
+    counters over that stage beside it (the plain arm's acceptance = accepted / drafted tokens, above 0; the
+    reference has none); the report says it in a sentence."""
+    toml = f'''
+[experiment]
+name = "vllm-load-test"
+repeats = 1
+baseline = "details"
+sentinel_tokens = 0
+{arm_toml("details", servers["details"], "baseline", '{ prefix_cache = true, drafter = "none" }')}
+{arm_toml("plain", servers["plain"], "treatment", '{ prefix_cache = true, drafter = "ngram" }')}
+[[cases]]
+name = "quote"
+system = "You are an auditor. Quote the document exactly."
+documents = ["doc.txt"]
+prompt = "Quote the first sentence of the document, word for word."
+max_tokens = 8
+temperature = 0.0
+
+[[load]]
+name = "sweep"
+mode = "closed"
+concurrency = [1, 2]
+requests = 4
+max_tokens = 32
+prefix_sharing = 0.9
+'''
+    summary, _ = run_experiment(tmp_path, "load", toml)
+    (row,) = [r for r in summary["load_levers"] if r["lever"] == "drafter"]
+    assert (row["arm"], row["vs"], [lv["load"] for lv in row["levels"]]) == ("plain", "details", [1.0, 2.0])
+    for lv in row["levels"]:
+        counters = lv["engagement"]
+        assert counters["drafter_acceptance"]["arm"] > 0 and counters["drafter_acceptance"]["vs"] is None
+        assert counters["draft_tokens"]["arm"] >= counters["accepted_tokens"]["arm"] > 0
+    e2e = next(m for m in row["metrics"] if m["metric"] == "e2e_p50")
+    assert all(v["value"] is not None and v["value"] > 0 for v in e2e["levels"])
+    report = (tmp_path / "load" / "report.md").read_text()
+    assert "drafter under load (plain vs details, sweep)" in report
+
+
 def test_an_engine_arm_is_started_discovered_and_stopped_by_the_runner(tmp_path):
     """``engine = { kind = "vllm" }``: the runner starts vLLM, keeps its log and scratch in the run
     directory, records what it found (the drafter's method from its own arguments), and stops it."""

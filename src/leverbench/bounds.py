@@ -32,6 +32,9 @@ SCALE_RANGE = (0.000001, 1000.0)
 #: A prefill or decode rate, tokens/s: a token in 1000 s to 10^3 x the fastest served (the analysis' options and
 #: summary.json's rates; here because the summary's schema, :mod:`leverbench.schema`, bounds them too).
 TPS_RANGE = (0.001, 1e9)
+#: A relative difference a tolerance may allow (100 = 10,000 %): past any the checks could tell apart (the
+#: experiment file's tolerances; summary.json's ``tolerances``).
+MAX_TOLERANCE = 100.0
 #: Any count a ledger record holds (tokens, characters, chunks, indices): a few calls past MAX_TOKENS summed.
 MAX_COUNT = 10**9
 

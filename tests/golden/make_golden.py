@@ -34,9 +34,11 @@ reasons, Welch intervals in ``verdicts``, probes' ``prefill_s`` one token later)
 ``handmade`` and ``sim`` ledgers (a sentinel of every arm opening every round, warm-ups until stable, the
 Williams order); the review of issue 22 added a ``drift_undetermined`` warning to ``warnings`` and
 ``warning_items`` of ``handmade`` and ``sim`` (those two keys only were rewritten: regenerating whole files
-would also move the last digits of sums the vectorized analysis adds in another order); the rest of each file
-is as first computed.  These files catch change; tests/test_oracles.py checks the
-headline numbers against hand computation.
+would also move the last digits of sums the vectorized analysis adds in another order), and, when equal work
+began pairing the call that counted rather than a failed attempt it retried, ``multipliers`` and
+``equal_work`` of ``handmade`` and ``sim`` and ``levers`` and ``verdicts`` of ``sim`` (its retried turns are now
+corrected: 9 turns, not 6); the rest of each file is as first computed.  These files catch change;
+tests/test_oracles.py checks the headline numbers against hand computation.
 """
 
 from __future__ import annotations

@@ -23,12 +23,14 @@ from ..schema.check_rows import Citability, CommonDrift, CostRow, DriftCommon, D
 from ..schema.experiment_rows import CellRow, MultiplierRow
 from ..schema.lever_rows import EngagedRow
 from ..schema.rate_rows import RateRow
+from ..schema.summary import Summary
 from .base.dataset import Dataset, dataset, first_seen, groups
 from .base.guard import CONTRADICTION, DRIFT, NOT_ENGAGED, REFERENCE_USED, Reason, measurement_guard
 from .base.knobs import UNKNOWN, Comparison, comparisons
 from .base.metrics import own_metrics, server_metrics
 from .base.stats import median
 from .base.warning_kinds import RunWarning, WarningKind
+from .experiment.capacity import capacity_rows
 from .experiment.cells import cells, multipliers, totals
 from .experiment.cost import costs, scenario_costs
 from .experiment.drift import PairDrift, adjusted_turn_s, common, drift, drifted_arms, pair_drifts
@@ -37,7 +39,9 @@ from .experiment.equal_work import equal_work, equal_work_rows, turns
 from .experiment.fidelity import fidelity
 from .experiment.levers import levers
 from .experiment.reasoning import prompt_discipline, reasoning_split
+from .experiment.under_load import load_levers
 from .experiment.verdicts import verdicts
+from .load.levels import level_calls
 from .load.stages import load_summary, load_warnings, sweep_curves
 from .rates.phases import arm_rates, cell_shares, prefill_model, project
 from .rates.probes import probes
@@ -176,7 +180,7 @@ CHECK_ENV = "LEVERBENCH_CHECK_SUMMARY"
 
 
 def summarize(ledger: Ledger, *, scenario: tuple[int, int] | None = None,
-              gpu_hour_usd: float | None = None) -> dict[str, Any]:
+              gpu_hour_usd: float | None = None) -> Summary:
     """The summary of *ledger* (checked against the schema when :data:`CHECK_ENV` is set)."""
     out = _summarize(ledger, scenario=scenario, gpu_hour_usd=gpu_hour_usd)
     if os.environ.get(CHECK_ENV, "") not in ("", "0"):
@@ -190,7 +194,7 @@ def summarize(ledger: Ledger, *, scenario: tuple[int, int] | None = None,
 
 
 def _summarize(ledger: Ledger, *, scenario: tuple[int, int] | None,
-               gpu_hour_usd: float | None) -> dict[str, Any]:
+               gpu_hour_usd: float | None) -> Summary:
     ds = dataset(ledger)
     warnings: list[RunWarning] = list(ds.warnings)
     knobs, contradictions = {}, {}
@@ -241,8 +245,10 @@ def _summarize(ledger: Ledger, *, scenario: tuple[int, int] | None,
     common_row: DriftCommon = {**common_trend, "adjusted": adjusted is not None}
     cell_list = cells(ds, turn_s=adjusted)
     total_list = totals(ds, cell_list)
-    mults = multipliers(ds, cell_list, total_list, comps, comparison_reasons(comps, contradictions, eng, pair_drift))
-    load_rows = load_summary(_load_view(ledger))
+    comp_reasons = comparison_reasons(comps, contradictions, eng, pair_drift)
+    mults = multipliers(ds, cell_list, total_list, comps, comp_reasons)
+    load_view = _load_view(ledger)
+    load_rows = load_summary(load_view)
     models = rate_models(ds, load_rows, own)
     decomp = decomposition(ds)
     probe_list, w = probes(ds, decomp, models)
@@ -301,6 +307,9 @@ def _summarize(ledger: Ledger, *, scenario: tuple[int, int] | None,
     verdict_rows, adaptive = verdicts(ds, comps, mults, ews)
     citability = cost_citability(ds.baseline, cell_list, mults, drift_list, common_row)
     cost_rows = costs(total_list, {a: ds.conditions(a) for a in ds.arms}, ds.baseline, gpu_hour_usd, citability)
+    capacity = capacity_rows(load_rows, {a: ds.conditions(a) for a in ds.arms}, gpu_hour_usd)
+    under_load = load_levers(comps, load_rows, level_calls(load_view.of_kind("load")) if load_rows else {},
+                             ds.config["experiment"].get("volume_tolerance_total", 0.05), comp_reasons, capacity)
     recorded, w = fidelity(ledger, ds)
     warnings += w
     arms_h = ds.header["arms"]
@@ -338,6 +347,8 @@ def _summarize(ledger: Ledger, *, scenario: tuple[int, int] | None,
         "rate_models": models,
         "load": load_rows,
         "load_curves": sweep_curves(load_rows),
+        "load_levers": under_load,
+        "capacity": capacity,
         "server_metrics": metrics_rows,
         "cost": cost_rows,
         "drift": drift_list,

@@ -23,6 +23,9 @@ _HELP = {
                          "n / prefill-tps + this × n·(k + n/2) (attention over earlier tokens).",
     "decode_slowdown_per_ctx": "Context-dependent decode, s per context token: a step at a context of L tokens "
                                "takes 1 / decode-tps + this × L.",
+    "decode_batch_slowdown": "Batch-dependent decode: each decode step takes (1 + this × (k − 1)) times as long, k "
+                             "the requests decoding at once (itself included); set per arm, e.g. a drafter's "
+                             "verification that is cheap alone and dear in a batch.",
     "overhead_s": "Fixed seconds per request after it gets a slot, before prefill.",
     "slots": "Requests served at once; the rest wait first come, first served.",
     "prefix_cache": "Reuse prompt prefixes seen before (whole blocks only).",

@@ -21,6 +21,7 @@ from ..bounds import (  # noqa: F401
     MAX_GPUS,
     MAX_REQUESTS,
     MAX_TOKENS,
+    MAX_TOLERANCE,
     SCALE_RANGE,  # shared with traffic files, the ledger and the analysis (re-exported)
     SPEED_RANGE,
     bound_text,
@@ -38,7 +39,6 @@ MAX_THREADS = 4096  # an engine's threads: more than any machine's cores
 SEED_RANGE = (-(2**63), 2**63 - 1)  # a seed is an int64 wherever it is recorded or passed on
 MAX_STAGE_S = 7 * 86_400.0  # a stage's planned time (duration, warm-up, ramp, requests at a rate): a week
 BURSTINESS_RANGE = (0.001, 1000.0)  # gamma shape k: CV of the gaps 31.6 (bursts) to 0.03 (nearly constant)
-MAX_TOLERANCE = 100.0  # a relative difference (100 = 10,000 %): past any the checks could tell apart
 MAX_TEMPERATURE = 100.0  # sampling temperature (APIs allow 0-2; llama.cpp any, but past 100 it is noise)
 MAX_GPU_HOURS = 1e9  # adaptive max_gpu_hours
 MAX_MIN_EFFECT = 1000.0  # adaptive min_effect: a lever 1000× faster

@@ -17,6 +17,7 @@ class SimConfig:
     decode_tps: float = 200.0  # decode steps per second per request
     prefill_quadratic: float = 0.0  # s per token²: n uncached tokens after k cached take + this × n·(k + n/2)
     decode_slowdown_per_ctx: float = 0.0  # s per context token: a decode step at context L takes + this × L
+    decode_batch_slowdown: float = 0.0  # a decode step takes (1 + this × (k − 1)) × as long, k requests decoding
     overhead_s: float = 0.0  # fixed per-request overhead after admission, before prefill
     slots: int = 1  # requests served at once; the rest queue FIFO
     prefix_cache: bool = True  # reuse previously seen prompt prefixes
@@ -69,7 +70,8 @@ class SimConfig:
 
 _NON_NEGATIVE_FIELDS = (
     "overhead_s", "fault_stall_s", "output_tokens", "draft_k", "reasoning_tokens", "tool_call_rounds",
-    "prefill_quadratic", "decode_slowdown_per_ctx", "drift_t0", "speed_jitter", "cold_requests",
+    "prefill_quadratic", "decode_slowdown_per_ctx", "decode_batch_slowdown", "drift_t0", "speed_jitter",
+    "cold_requests",
 )  # fmt: skip
 _FRACTION_FIELDS = (
     "output_jitter", "draft_acceptance", "fault_http_500", "fault_http_429", "fault_cut_stream", "fault_stall",

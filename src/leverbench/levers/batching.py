@@ -10,7 +10,29 @@ server serves with the slots it was started with.
 
 from __future__ import annotations
 
-from .lever import Lever
+from typing import Mapping, Optional
+
+from ..json_types import JSONValue
+from .lever import KnobValue, Lever, flag_value
+
+#: The flag that sets the slots on each engine the tool may start.
+_SLOT_FLAGS = {"vllm": ("--max-num-seqs",), "sglang": ("--max-running-requests",), "llama.cpp": ("-np", "--parallel")}
+
+
+def _slots(raw: Mapping[str, JSONValue], engine: Optional[str]) -> KnobValue:
+    """The slots an engine the tool started was given on its command line (where its endpoint did not report
+    them: llama.cpp's /props and SGLang's server info are read first); "default" without the flag (the engine's
+    own number, which differs by engine and device: an arm that sets it against one that does not differs in
+    this knob alone)."""
+    known = raw.get("known")
+    args = known.get("engine_args") if isinstance(known, dict) else None
+    if not isinstance(args, list) or engine not in _SLOT_FLAGS:
+        return None
+    value = flag_value([str(a) for a in args], *_SLOT_FLAGS[engine])
+    try:
+        return int(value) if value is not None else "default"
+    except ValueError:
+        return value
 
 LEVERS = (
     Lever(
@@ -21,9 +43,10 @@ LEVERS = (
         words="batching",
         advice="llama.cpp: -np N; vLLM: --max-num-seqs N; SGLang: --max-running-requests N",
         aliases=("parallel", "n_parallel", "max_num_seqs", "max_running_requests"),
-        flags=("-np", "--parallel"),
+        flags=("-np", "--parallel", "--max-num-seqs", "--max-running-requests"),
         facts=("props.total_slots", "server_info.max_running_requests", "parallel"),
         server_info_keys=("max_running_requests",),
+        discover=_slots,
         rank=30,
     ),
     Lever(
@@ -34,7 +57,7 @@ LEVERS = (
         words="batch token budget",
         advice="vLLM: --max-num-batched-tokens N; SGLang: --max-prefill-tokens N; llama.cpp: -b N",
         aliases=("max_num_batched_tokens", "max_prefill_tokens", "batch_size"),
-        flags=("--max-num-batched-tokens", "--max-prefill-tokens"),
+        flags=("--max-num-batched-tokens", "--max-prefill-tokens", "-b", "--batch-size"),
         rank=31,
     ),
 )

@@ -1,5 +1,8 @@
 """Chunked prefill: a long prompt is prefilled in chunks that share engine steps with other calls' decode
-(vLLM ``--enable-chunked-prefill``, SGLang ``--chunked-prefill-size``).
+(vLLM ``--enable-chunked-prefill``, SGLang ``--chunked-prefill-size``).  vLLM's V1 engine (every vLLM this tool
+starts) prefills in chunks unless ``--no-enable-chunked-prefill``; SGLang chunks by a size it picks unless
+``--chunked-prefill-size`` sets one: an engine the tool started without a flag has its default, "on" for
+vLLM and "default" for SGLang, never an unknown value.
 
 It acts on prefill: what it changes is how a prompt's prefill is cut and scheduled, so the projection treats
 it on the prefill seconds (its effect on other calls' decode shows under load, not in a one-call projection).
@@ -21,9 +24,9 @@ def _discover(raw: Mapping[str, JSONValue], engine: Optional[str]) -> KnobValue:
         return None
     args = [str(a) for a in args]
     if engine == "vllm":
-        return True if "--enable-chunked-prefill" in args else False if "--no-enable-chunked-prefill" in args else None
+        return "--no-enable-chunked-prefill" not in args
     if engine == "sglang":
-        return flag_value(args, "--chunked-prefill-size")
+        return flag_value(args, "--chunked-prefill-size") or "default"
     return None
 
 

@@ -32,9 +32,10 @@ LEVER = Lever(
     advice="vLLM / SGLang: --quantization fp8 (or a quantised checkpoint); llama.cpp: a model file of another "
            "quant type",
     aliases=("quantisation", "weights_quantization", "weight_quantization"),
-    flags=("--quantization",),
+    flags=("--quantization", "-q"),
     server_info_keys=("quantization",),
     facts=("server_info.quantization",),
     discover=_discover,
+    reported_by=("engine_args",),  # an engine the tool started without --quantization serves unquantised weights
     rank=40,
 )

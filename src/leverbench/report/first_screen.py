@@ -1,10 +1,11 @@
 """The first screen of every report: the answer in a few lines, before any table.
 
 One line on the run, one line per lever (its pair, the verdict with its interval or the multiplier, citable or
-why not in a short phrase), one line on where the time goes, the warnings by kind, and where the rest is.  A
-reason shared by several rows is written once, as a numbered note.  The terminal prints these lines, and
-``report.md`` and ``report.html`` open with them, so all three give the same answer first.  Only formatting:
-every figure is the summary's.
+why not in a short phrase), one line per lever pair measured under load (where it pays along the load levels and
+where it flips: :func:`.load_levers.pair_sentence`), one line on where the time goes, the warnings by kind, and
+where the rest is.  A reason shared by several rows is written once, as a numbered note.  The terminal prints
+these lines, and ``report.md`` and ``report.html`` open with them, so all three give the same answer first.  Only
+formatting: every figure is the summary's.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 from ..analysis.base import reason_codes as guard
 from ..analysis.base.warning_kinds import warning_groups
+from .load_levers import pair_sentence
 from .recorded_tables import replay_line
 from .table import pct
 from .tables import ratio_interval
@@ -55,9 +57,9 @@ class Notes:
 @dataclass(frozen=True)
 class FirstScreen:
     """The first screen as parts: ``head`` (the run) and ``conditions`` (e.g. common drift, a line each),
-    ``levers`` (one line each), ``time`` (where it goes), ``notes`` (shared reasons, numbered), ``firsts``
-    (each lever's first note number: kept when notes must be left out), ``warnings`` (one line), ``more``
-    (where the rest is)."""
+    ``levers`` (one line each), ``under_load`` (one line per lever pair under load), ``time`` (where it goes),
+    ``notes`` (shared reasons, numbered), ``firsts`` (each lever's first note number: kept when notes must be left
+    out), ``warnings`` (one line), ``more`` (where the rest is)."""
 
     head: str
     conditions: list[str]
@@ -67,12 +69,14 @@ class FirstScreen:
     firsts: list[int]
     warnings: str | None
     more: list[str]
+    under_load: list[str] = field(default_factory=list)
 
     def lines(self, width: int = NOTE_WIDTH, budget: int = LINES) -> list[str]:
         """The screen's lines: every line but a lever's cut at *width* characters, the notes that fit in
         *budget* lines (each lever's first note first), then how many were left out."""
         fixed = [_clip(self.head, width), *(_clip(c, width) for c in self.conditions),
-                 *(f"  {x}" for x in self.levers), *([_clip(self.time, width)] if self.time else [])]
+                 *(f"  {x}" for x in self.levers), *(f"  {x}" for x in self.under_load),
+                 *([_clip(self.time, width)] if self.time else [])]
         tail = ([_clip(self.warnings, width)] if self.warnings else []) + [_clip(m, width) for m in self.more]
         room = max(budget - len(fixed) - len(tail), 1)
         keep = list(range(1, len(self.notes) + 1))
@@ -213,4 +217,5 @@ def first_screen(summary: dict[str, Any], *, report_path: str | None = None,
                     + (" (the full report lists them)" if full_hint else ""))
     more = [x for x in (f"report: {report_path}" if report_path else None, full_hint) if x]
     return FirstScreen(_head(summary), conditions, lines or ["no lever: the arms differ in no knob"],
-                       time_line(summary), notes.texts, firsts, warnings, [" · ".join(more)] if more else [])
+                       time_line(summary), notes.texts, firsts, warnings, [" · ".join(more)] if more else [],
+                       [pair_sentence(r) for r in summary.get("load_levers") or [] if isinstance(r, dict)])

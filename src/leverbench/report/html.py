@@ -36,8 +36,10 @@ from ..analysis.base.warning_kinds import warning_groups
 from ..ledger.reader import Ledger
 from .first_screen import first_screen
 from .jsonio import finite, number
+from .load_levers import pair_sentence
 from .replay import replay_choice, replay_data
 from .svg import PHASE_COLORS, arm_colors, svg_hbars, svg_load, svg_scatter, svg_stacked_bars
+from .svg_levers import svg_lever_load
 from .table import Table
 from .tables import all_tables
 
@@ -211,6 +213,8 @@ def render_html(summary: dict[str, Any], ledger: Ledger | None = None) -> str:
         scenario_svg=svg_stacked_bars(scen, label="where the time would go in the scenario") if scen else None,
         scatters=_scatters(summary), load=load, load_svg=svg_load(load, arms) if load else None,
         cost_svg=cost_svg, warnings=warning_groups(summary), replay=replay, has_ledger=ledger is not None,
+        lever_load=[{"text": pair_sentence(r), "svg": svg_lever_load(r, summary.get("capacity") or [])}
+                    for r in summary.get("load_levers") or []],
         phase_colors=PHASE_COLORS, answer=first_screen(summary, full_hint=None).lines(width=1000))
     return page
 

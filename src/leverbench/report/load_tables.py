@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .load_levers import lever_load_tables
 from .table import Table
 
 if TYPE_CHECKING:
@@ -137,5 +138,5 @@ def sweep_table(summary: Summary) -> Table | None:
 
 
 def load_tables(summary: Summary) -> list[Table]:
-    """The load tables that have rows."""
-    return [t for t in (load_table(summary), sweep_table(summary)) if t is not None]
+    """The load tables that have rows, then the levers under load's (:mod:`.load_levers`)."""
+    return [t for t in (load_table(summary), sweep_table(summary)) if t is not None] + lever_load_tables(summary)

@@ -20,6 +20,7 @@ from rich.text import Text
 
 from ..analysis.traffic.analyze import PHASES, summarize_skips
 from .jsonio import finite
+from .load_levers import operating_lines
 from .markdown import _md_table
 from .tables import Table
 
@@ -51,6 +52,12 @@ def headline(result: TrafficResult) -> list[str]:
     return [f"{inp['path']} ({inp['format']}): {inp['used']:,} calls used, "
             f"{sum(inp['skipped'].values()):,} skipped ({summarize_skips(inp['skipped'])})",
             *["  " + note for note in inp["notes"]], "Rates used: " + "; ".join(result["rates_used"])]
+
+
+def load_lines(result: TrafficResult) -> list[str]:
+    """The traffic's operating point and, with a ``--rates`` run that swept load, each lever's side of its
+    crossover (:func:`.load_levers.operating_lines`)."""
+    return operating_lines(result.get("operating_point"), result.get("under_load") or [])
 
 
 def cost_line(result: TrafficResult) -> str:
@@ -160,6 +167,8 @@ def render_terminal(result: TrafficResult, console: Console) -> None:
     console.print()
     console.print(Text("Recommendation", style="bold"))
     console.print(Text(result["recommendation"]))
+    for line in load_lines(result):
+        console.print(Text(line))
 
 
 def render_markdown(result: TrafficResult) -> str:
@@ -169,6 +178,7 @@ def render_markdown(result: TrafficResult) -> str:
     for t in traffic_tables(result):
         out += [_md_table(t), ""]
     out += [cost_line(result), "", "## Recommendation", "", result["recommendation"], ""]
+    out += [f"- {line}" for line in load_lines(result)] + ([""] if load_lines(result) else [])
     return "\n".join(out)
 
 
@@ -192,7 +202,8 @@ def render_html(result: TrafficResult) -> str:
     lines = headline(result)
     return _env.get_template("traffic.html.j2").render(
         csp=CSP, style=Markup(_STYLE), title="leverbench analyze: " + result["input"]["path"], head=lines[0],
-        notes=[n.strip() for n in lines[1:]], tables=[_table_view(t) for t in traffic_tables(result)],
+        notes=[n.strip() for n in lines[1:]] + load_lines(result),
+        tables=[_table_view(t) for t in traffic_tables(result)],
         phases_svg=phases_svg, levers_svg=levers_svg, cost=cost_line(result), recommendation=result["recommendation"],
         conditions=result.get("conditions") or [])
 

@@ -98,7 +98,8 @@ def analyze_file(traffic: str | Path, *, fmt: str | None = None, columns: str | 
                              answer_cap=answer_cap, assumed_cached_share=cached_share,
                              gpus=gpus if gpus is not None else 1.0, gpu_hour_usd=gpu_hour_usd,
                              cached_meaning=_cached_note(load.notes),
-                             finite_cache=finite_cache(load, summary, cache_tokens, block_tokens))
+                             finite_cache=finite_cache(load, summary, cache_tokens, block_tokens),
+                             load_levers=(summary or {}).get("load_levers") or ())
     result["input"] = {"path": str(load.path), "format": load.fmt, "rows": load.rows, "used": load.used,
                        "skipped": load.skipped, "first_skipped_line": load.first_skipped_line, "notes": load.notes}
     result["fits"] = fits

@@ -10,6 +10,7 @@ import json
 from typing import TYPE_CHECKING
 
 from .jsonio import finite
+from .load_levers import operating_lines
 from .table import Table
 
 if TYPE_CHECKING:
@@ -128,7 +129,8 @@ def whatif_tables(result: Forecast) -> list[Table]:
 
 
 def whatif_lines(result: Forecast) -> list[str]:
-    """The lines below the tables: the cache, the notes, the track record."""
+    """The lines below the tables: the cache, the notes, the track record, the operating point and the levers
+    under load against it."""
     out = [cache_line(result)]
     ca = result.get("cache_already_on")
     if ca:
@@ -140,7 +142,7 @@ def whatif_lines(result: Forecast) -> list[str]:
     t = track_line(result)
     if t:
         out.append(t)
-    return out
+    return out + operating_lines(result.get("operating_point"), result.get("under_load") or [])
 
 
 def headline(result: Forecast) -> str:

@@ -18,6 +18,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
+from ..analysis.base.operating_point import sides, under_load
 from ..analysis.whatif.arms import arm_specs
 from ..analysis.whatif.forecast import forecast
 from ..analysis.whatif.orders import ORDERS
@@ -30,6 +31,7 @@ from .traffic_files import run_summary
 
 if TYPE_CHECKING:
     from ..json_types import JSONObject
+    from ..schema.load_lever_rows import LoadLeverRow, OperatingPoint
     from ..schema.whatif_rows import Forecast, ForecastArm, VerificationEntry
 
 TRACK_FILE = "whatif-verify.jsonl"
@@ -102,7 +104,24 @@ def whatif_file(traffic: str | Path, rates: str | Path, *, arms: Sequence[str] |
     result["run"] = {"path": str(rates), "name": (summary.get("run") or {}).get("name"),
                      "baseline": summary.get("baseline")}
     result["track_record"] = track_record(read_track(run_dir_of(Path(rates))))
+    result["operating_point"] = _operating_point(result, summary.get("load_levers") or [])
+    result["under_load"] = under_load(summary.get("load_levers") or [])
     return result
+
+
+def _operating_point(result: Forecast, load_levers: Sequence[LoadLeverRow]) -> OperatingPoint | None:
+    """The traffic's operating point as served on the reference arm (simulated), with the side of each of the
+    run's levers under load: each pair judged on the calls in flight of its own reference arm where it was served
+    (:mod:`leverbench.analysis.base.operating_point`)."""
+    points = {r["arm"]: r["operating_point"] for r in result["arms"] if r.get("operating_point")}
+    ref = points.get(result["reference"])
+    if ref is None:
+        return None
+    out: OperatingPoint = {**ref, "duration_source": f"each call's end-to-end time as simulated on arm "
+                                                     f"{result['reference']!r}", "sides": []}
+    for row in load_levers:
+        out["sides"] += sides([row], points.get(row["vs"], ref))
+    return out
 
 
 # ---------------------------------------------------------------- verification

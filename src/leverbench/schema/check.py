@@ -1,9 +1,11 @@
 """Validating a summary against :class:`.summary.Summary` (pydantic, loaded only when a summary is checked).
 
 Two views of the one schema: the whole file (every section, as ``summarize`` builds it and ``write_reports``
-checks it) and a reader's (:data:`READER_NEEDS` required, every other section checked where present: what
-``analyze --rates`` and ``whatif --rates`` accept from a summary.json, which may have been cut to what they use).
-Either way every row that is there is checked against the same typed row, strictly.
+checks it: every row strictly, no unknown key) and a reader's (what ``analyze --rates`` and ``whatif --rates``
+accept from a summary.json: :data:`READER_NEEDS` required, the other sections it reads (:data:`READER_USES`)
+checked where present, the sections it does not read left alone, and in a row a key this leverbench does not
+know let pass — a summary of the same schema version written by an earlier leverbench, or cut to what its
+reader uses, still reads; every value the reader computes with is checked against the same typed row).
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from ..json_types import finite
 
 #: The sections a reader of summary.json (``analyze --rates``, ``whatif --rates``) cannot do without.
 READER_NEEDS = ("schema", "run", "baseline", "arms", "rates", "drift", "warnings")
+#: Every section a reader of summary.json reads: checked where present, in the reader's view (the others are not).
+READER_USES = (*READER_NEEDS, "rate_models", "engaged", "warning_items")
 #: The keys of a row a reader computes with (a path, list indices left out): in a reader's view a row must have
 #: these; any other key of the row is checked where present (a summary cut to what its reader uses, or written
 #: by an earlier leverbench of the same schema version, may lack it).
@@ -69,6 +73,8 @@ def summary_problems(summary: object, *, whole: bool = True) -> list[Problem]:
     a reader was given): every value present is checked either way."""
     from pydantic import ValidationError  # noqa: PLC0415
 
+    if not whole and isinstance(summary, dict):
+        summary = {k: v for k, v in summary.items() if k in READER_USES}
     try:
         _adapter(whole).validate_python(finite(summary))
     except ValidationError as e:
@@ -78,9 +84,11 @@ def summary_problems(summary: object, *, whole: bool = True) -> list[Problem]:
 
 
 def _tolerated(err: Any) -> bool:
-    """In a reader's view: a key missing from a row that the reader does not compute with."""
+    """In a reader's view: a key missing from a row that the reader does not compute with, or a key in a row that
+    this leverbench does not know (an earlier one of the same schema version wrote it)."""
     path = ".".join(str(x) for x in err["loc"] if not isinstance(x, int))
-    return err["type"] == "missing" and "." in path and path not in READER_ROW_NEEDS
+    return "." in path and (err["type"] == "extra_forbidden" or
+                            (err["type"] == "missing" and path not in READER_ROW_NEEDS))
 
 
 def summary_json_schema() -> str:

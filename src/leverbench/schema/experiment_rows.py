@@ -17,11 +17,13 @@ from typing import Annotated, Literal
 from annotated_types import Ge, Gt, Le, Predicate
 from typing_extensions import NotRequired, TypeAlias, TypedDict
 
+from ..bounds import MAX_TOLERANCE
 from . import STRICT
-from .check_rows import CheckSections, Count, EqualWorkFigure, Finite, NonNegative, Order, Share
+from .check_rows import CheckSections, Count, EqualWorkFigure, Finite, NonNegative, Order
 from .recorded_rows import RecordedSection
 
 Positive: TypeAlias = Annotated[float, Gt(0.0), Predicate(math.isfinite)]  # a ratio of two times
+Tolerance: TypeAlias = Annotated[float, Ge(0.0), Le(MAX_TOLERANCE)]  # as the experiment file bounds it
 Probability: TypeAlias = Annotated[float, Gt(0.0), Le(1.0)]
 Verdict: TypeAlias = Literal["pays", "equivalent", "does not pay", "undecided", "open"]
 Measure: TypeAlias = Literal["measured", "equal work"]
@@ -30,9 +32,10 @@ StoppedBy: TypeAlias = Literal["decided", "max_repeats", "max_gpu_hours", "not f
 
 
 class HostFigures(TypedDict):
-    """The run's host as the ledger's header has it (``runner.discover.host_info``)."""
+    """The run's host as the ledger's header has it (``runner.discover.host_info``: its keys typed; any other
+    key an earlier or later leverbench recorded, as the ledger's schema lets it, passes)."""
 
-    __pydantic_config__ = STRICT
+    __pydantic_config__ = {**STRICT, "extra": "allow"}
 
     hostname: NotRequired[str]
     os: NotRequired[str]
@@ -265,10 +268,10 @@ class Tolerances(TypedDict):
 
     __pydantic_config__ = STRICT
 
-    volume_cell: Share | None
-    volume_total: Share | None
-    probe_agreement: NonNegative | None
-    drift: NonNegative | None
+    volume_cell: Tolerance | None
+    volume_total: Tolerance | None
+    probe_agreement: Tolerance | None
+    drift: Tolerance | None
 
 
 class WarningItem(TypedDict):

@@ -130,6 +130,7 @@ class LoadRow(TypedDict):
     service: Distribution | None
     queueing: bool
     server_queue_s: float | None
+    server_figures: dict[str, float]
     connect: Distribution | None
     new_connections: int
     client_lag: Distribution | None

@@ -13,6 +13,7 @@ d0 and d1 are both 0.
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Union
 
 from annotated_types import Ge, Gt, Le, Len, Predicate
@@ -21,6 +22,7 @@ from typing_extensions import NotRequired, TypeAlias, TypedDict
 from ..bounds import MAX_CALL_S, TPS_RANGE
 from ..bounds import MAX_CONCURRENCY as MAX_SLOTS
 from . import STRICT
+from .load_lever_rows import CapacityRow, LoadLeverRow
 from .load_rows import LoadCurve, LoadRow
 
 # ---------------------------------------------------------------- the bounds a reader computes with
@@ -43,7 +45,7 @@ TpotSeconds: TypeAlias = Annotated[float, Gt(0.0), Le(MAX_CALL_S)]
 Span: TypeAlias = Annotated[list[Tokens], Len(2, 2)]  # [lowest, highest] tokens a fit saw
 
 #: A token count as the ledger gave it: an integer unless it said otherwise (``regression._count``).
-Count: TypeAlias = Union[int, float]
+Count: TypeAlias = Union[Annotated[int, Ge(0)], Annotated[float, Ge(0.0), Predicate(math.isfinite)]]
 
 
 # ---------------------------------------------------------------- decomposition, probes, server, time shares
@@ -278,7 +280,7 @@ class RateRow(TypedDict):
     prefill_a_s: Seconds | None
     prefill_source: str | None
     prefill_input_range: Span | None
-    cached_share: float | None
+    cached_share: Share | None
     cached_share_source: str
     refused: str | None
 
@@ -403,4 +405,6 @@ class RateSections(TypedDict):
     rate_models: list[RateModelRow]
     load: list[LoadRow]
     load_curves: list[LoadCurve]
+    load_levers: list[LoadLeverRow]
+    capacity: list[CapacityRow]
     server_metrics: list[ServerMetricsRow]

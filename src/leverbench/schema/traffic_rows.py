@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing_extensions import NotRequired, TypedDict
 
+from .load_lever_rows import OperatingPoint, UnderLoad
 from .whatif_rows import CachePass
 
 # ---------------------------------------------------------------- the sums the analysis starts from
@@ -242,3 +243,5 @@ class TrafficResult(TypedDict):
     input: NotRequired[TrafficInput]
     fits: NotRequired[list[FitRow]]
     rates_used: NotRequired[list[str]]
+    operating_point: NotRequired[OperatingPoint | None]
+    under_load: NotRequired[list[UnderLoad]]

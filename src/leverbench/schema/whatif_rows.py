@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing_extensions import NotRequired, TypedDict
 
 from ..json_types import JSONValue
+from .load_lever_rows import OperatingPoint, UnderLoad
 from .load_rows import Distribution
 from .rate_rows import BatchSlowdown, DecodeFit, PrefillFit
 
@@ -98,6 +99,7 @@ class ForecastArm(OrderFigures):
     rate_model: RateModelUsed
     notes: list[str]
     extrapolation: str | None
+    operating_point: NotRequired[OperatingPoint]
     cache: NotRequired[CacheFigures]
     orders: NotRequired[Orders | None]
     assumptions: NotRequired[Assumptions]
@@ -258,6 +260,8 @@ class Forecast(TypedDict):
     ranking_measured: NotRequired[list[RankRow]]
     ranking_matches: NotRequired[bool]
     verify_dir: NotRequired[str]
+    operating_point: NotRequired[OperatingPoint | None]
+    under_load: NotRequired[list[UnderLoad]]
 
 
 class ErrorTrack(TypedDict):

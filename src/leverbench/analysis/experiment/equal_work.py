@@ -186,17 +186,24 @@ def _pairs(keys_a: np.ndarray, keys_b: np.ndarray) -> tuple[np.ndarray, np.ndarr
 
 
 def _side(ds: Dataset, tt: Turns, arm: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """An arm's successful turns (rows, keys) and their calls (rows, keys)."""
+    """An arm's successful turns (rows, keys) and their calls (rows, keys): the calls that counted, not an attempt
+    that failed and was retried (it shares its step's key with the retry that counted)."""
     t = np.flatnonzero((ds.turn.arm == arm) & (tt.turn_key >= 0))
-    c = np.flatnonzero((ds.call.arm == arm) & (tt.call_key >= 0))
+    c = np.flatnonzero((ds.call.arm == arm) & (tt.call_key >= 0) & ~ds.call.retried)
     return t, tt.turn_key[t], c, tt.call_key[c]
 
 
 def identity(ds: Dataset, comp: Comparison, tt: Turns, texts: dict[tuple[str, str, int, int], str] | None
              ) -> Identity:
-    """The calls of *comp*'s two arms compared (module docstring), over the cases at temperature 0."""
+    """The calls of *comp*'s two arms compared (module docstring), over the cases both arms sent at temperature 0
+    (the case's temperature, or the arm's ``request`` field where it sets one: the body sent)."""
     C = ds.call
-    greedy = np.array([not c.get("temperature") for c in ds.config.get("cases", [])]
+    sent = {a.get("name"): (a.get("request") or {}).get("temperature") for a in ds.config.get("arms", [])}
+
+    def greedy_on_both(case_temperature: object) -> bool:  # an arm's request fields override the case's
+        return all(not (case_temperature if sent.get(a) is None else sent[a]) for a in (comp.arm, comp.vs))
+
+    greedy = np.array([greedy_on_both(c.get("temperature")) for c in ds.config.get("cases", [])]
                       + [False] * (len(ds.case_names) - len(ds.config.get("cases", []))), dtype=bool)
     _, _, ca, ka = _side(ds, tt, ds.arm_index(comp.arm))
     _, _, cv, kv = _side(ds, tt, ds.arm_index(comp.vs))

@@ -57,6 +57,9 @@ time it spent opening one, so from the schedule it is added back:
                 server's queue, plus network and the server's per-request overhead)
 - server_queue_s = Δ vllm:request_queue_time_seconds_sum / Δ _count between the scrapes around
                 the stage (SGLang: sglang:queue_time_seconds); covers warm-up calls too
+- server_figures = every figure of the server's own metrics over the stage (those scrapes:
+                :func:`.metrics.arm_metrics`: a drafter's acceptance and draft tokens, the prefix cache's
+                hits, queue and phase times), warm-up included; {} without them
 - window      = [first scheduled_t, last t_send] of the measured calls: the time during which the
                 stage offered its planned load (without the warm-up before it and the drain after
                 it, when fewer calls are in flight).  When that is shorter than the median e2e (a
@@ -428,7 +431,7 @@ def stage_row(rs: list[Mapping[str, object]], ttft_floors: dict[tuple[object, ob
         "queue_source": ", ".join(sources) or None, "service": svc,
         "queueing": bool(server_wait and mean_service is not None
                          and server_wait["mean"] > max(QUEUE_FLOOR_S, QUEUE_SHARE * mean_service)),
-        "server_queue_s": figures.get("queue_s_per_request"),
+        "server_queue_s": figures.get("queue_s_per_request"), "server_figures": dict(figures),
         "connect": distribution(conn[conn > 0]), "new_connections": int((conn > 0).sum()),
         "client_lag": distribution(client_lag(c)),
         "loop_lag": distribution(np.array([r.get("loop_lag_s") for r in final], dtype=float)),

@@ -1,2 +1,3 @@
 """Recorded traffic (``analyze``): its token sums (``sums``), the rates it is costed at (``rates``), the fit of
-its phases (``fit``) and the recommendation's words (``words``).  May import :mod:`..base` and :mod:`..rates`."""
+its phases (``fit``), its operating point (``operating``) and the recommendation's words (``words``).  May import
+:mod:`..base` and :mod:`..rates`."""

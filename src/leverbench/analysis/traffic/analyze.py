@@ -70,7 +70,9 @@ import polars as pl
 
 from ...errors import BadInput
 from ..base.bounds import MAX_GPU_HOUR_USD, MAX_GPUS
+from ..base.operating_point import sides, under_load
 from .fit import fit_rates
+from .operating import traffic_operating_point
 from .rates import RateBook, Rates, choose_rates, hand_rates, rates_for, rates_from_summary, with_drafter  # noqa: F401
 from .sums import (
     BUCKETS,
@@ -87,6 +89,7 @@ from .sums import (
 from .words import PHASES, conditions, pct, recommend
 
 if TYPE_CHECKING:
+    from ...schema.load_lever_rows import LoadLeverRow
     from ...schema.traffic_rows import (
         BucketRow,
         FiniteCache,
@@ -292,7 +295,8 @@ def analyze_traffic(calls: Sequence[TrafficCall] | TrafficLoad | pl.LazyFrame | 
                     cached_served: bool = False, queue_from_ttft: bool = True, answer_cap: int | None = None,
                     assumed_cached_share: float | None = None, gpus: float = 1.0,
                     gpu_hour_usd: float | None = None, cached_meaning: str | None = None,
-                    finite_cache: FiniteCache | None = None) -> TrafficResult:
+                    finite_cache: FiniteCache | None = None, load_levers: Sequence[LoadLeverRow] = ()
+                    ) -> TrafficResult:
     """Where the time of ``calls`` goes under ``book``'s rates, and what each lever would return.
 
     ``calls``: TrafficCall records, a TrafficLoad, or a frame of the canonical
@@ -302,7 +306,10 @@ def analyze_traffic(calls: Sequence[TrafficCall] | TrafficLoad | pl.LazyFrame | 
     assumption, said so).  ``assumed_cached_share`` fills cached tokens for
     calls that record none.  ``finite_cache``: a finite cache's hits over these
     calls ({hit_tokens, hit_share, capacity_tokens, block_tokens, source}), shown
-    beside the unbounded saving.  Returns a JSON-ready dict: distribution, rates,
+    beside the unbounded saving.  ``load_levers``: the ``--rates`` run's levers under load (its summary's
+    ``load_levers``): the operating point (arrival rate, calls in flight: :mod:`.operating`) says on which side of
+    each one's crossover this traffic lies, and a queue that dominates names batching with its measured effect
+    (``under_load``).  Returns a JSON-ready dict: distribution, rates,
     overall and per-bucket shares, levers (ranked), recommendation, and
     ``cache_already_on`` (the log's cached tokens were served: prefill counts the
     uncached tokens only and the cache is not a lever to try).
@@ -383,6 +390,11 @@ def analyze_traffic(calls: Sequence[TrafficCall] | TrafficLoad | pl.LazyFrame | 
         "cache_already_on": cache_on,
         "extrapolation": _extrapolation(rows, rates, n),
     }
+    point = traffic_operating_point(lf, rate_table(models, book), cached_served)
+    if point is not None:
+        point["sides"] = sides(load_levers, point)
+    result["operating_point"] = point
+    result["under_load"] = under_load(load_levers)
     result["conditions"] = conditions(result, book)
     result["recommendation"] = recommend(result)
     return result

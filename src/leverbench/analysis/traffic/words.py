@@ -75,7 +75,7 @@ def recommend(result: Mapping[str, Any]) -> str:
                     f"these calls would take without it, {on['realized_gpu_hours_per_1000_calls']:.3g} GPU-hours per "
                     "1,000 calls); the other levers are ranked against the time actually spent.")
     if dom == "queue":
-        text.append(f"No lever here targets queueing: add capacity or {_queue_lever()} first.")
+        text.append(_queue_words(result))
     elif (target is not None and not target["estimated"]
           and (best is None or (target["ceiling_share"] or 0) > best["saved_share"])):
         text.append(f"Try a {target['lever']} first: it targets the dominant phase, but "
@@ -117,6 +117,38 @@ def _gain(l: Mapping[str, Any], result: Mapping[str, Any]) -> str:
     if l.get("usd_per_1000_calls") is not None:
         s += f" (${l['usd_per_1000_calls']:,.2f})"
     return s
+
+
+_METRIC_WORDS = {"e2e_p50": "end-to-end p50", "goodput": "goodput", "output_tps": "throughput"}
+
+
+def load_words(x: float, axis: str) -> str:
+    """A load level in words: "4 in flight", "2.5 requests/s", "×4 trace speed"."""
+    return f"{x:g} in flight" if axis == "concurrency" else f"{x:g} requests/s" if axis == "rate" else f"×{x:g} speed"
+
+
+def _queue_words(result: Mapping[str, Any]) -> str:
+    """What to do about a queue that dominates: the lever acting on queueing (batching) that the ``--rates`` run
+    measured under load, with its multipliers level by level and where this traffic lies (``under_load``,
+    ``operating_point``); without such a measurement, capacity or batching in general."""
+    measured = [u for u in result.get("under_load") or [] if u["queueing"] and u["levels"]]
+    if not measured:
+        return f"No lever here targets queueing: add capacity or {_queue_lever()} first."
+    u = max(measured, key=lambda u: max(v for _, v in u["levels"]))
+    levels = ", ".join(f"{v:.2f}x at {load_words(x, u['x'])}" for x, v in u["levels"])
+    said = (f"Queueing is {u['words']}'s to shorten, and the --rates run measured it under load: {u['lever']} "
+            f"({u['arm']} vs {u['vs']}, '{u['sweep']}') multiplies the {_METRIC_WORDS.get(u['metric'], u['metric'])} "
+            f"by {levels}")
+    cross = f" and crosses 1 at about {load_words(u['crossover']['load'], u['x'])}" if u["crossover"] else ""
+    said += {"every level": ", paying at every level measured.", "no level": ": it paid at none of them, so add "
+             "capacity first."}.get(u["pays"], f"{cross}.")
+    side = next((s for s in (result.get("operating_point") or {}).get("sides") or []
+                 if (s["arm"], s["vs"], s["sweep"]) == (u["arm"], u["vs"], u["sweep"])), None)
+    if side is not None and side["multiplier"] is not None:
+        said += (f" At this traffic's {side['at_what']} ({load_words(side['at'], side['x'])}) it is "
+                 f"{side['multiplier']:.2f}x{'' if side['measured'] else ' (beyond the levels measured: the nearest)'}"
+                 f": {side['advice']}.")
+    return said
 
 
 def _queue_lever() -> str:

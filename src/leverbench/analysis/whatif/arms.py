@@ -32,6 +32,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from ...errors import BadInput
+from ...levers import lever
 from ..base.knobs import differing
 from ..rates.rate_model import from_rates_row, single_stream_tpot
 from .cache import rule_of
@@ -52,13 +53,19 @@ def _num(x: object) -> float | None:
     return v if v > 0 else None
 
 
+#: The knobs in which an arm and its twin without a prefix cache may differ: the lever's names, and its per-call
+#: request fields as knobs (``request.cache_prompt``).
+_PREFIX_CACHE_KNOBS = {*lever("prefix_cache").names(),  # type: ignore[union-attr]  (a built-in lever)
+                       *(f"request.{f}" for f in lever("prefix_cache").request_fields)}  # type: ignore[union-attr]
+
+
 def _twin_prefill(summary: Summary, arm: str) -> tuple[RateRow, str] | None:
     """(the ``rates[]`` row with the prefill of the arm's twin without a prefix cache, the twin's name)."""
     knobs = {a["name"]: dict(a.get("knobs") or a.get("conditions") or {}) for a in summary.get("arms") or []}
     rows = {r.get("arm"): r for r in summary.get("rates") or []}
     for name, k in knobs.items():
         if name != arm and rows.get(name, {}).get("prefill_tps") and \
-                set(differing(k, knobs.get(arm, {}))) <= {"prefix_cache", "cache_prompt", "request.cache_prompt"} \
+                set(differing(k, knobs.get(arm, {}))) <= _PREFIX_CACHE_KNOBS \
                 and not prefix_cache_on(k):
             return rows[name], name
     return None

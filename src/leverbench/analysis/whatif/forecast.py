@@ -29,6 +29,7 @@ capacity (:mod:`.prefix_cache`).  Per call i, on one arm:
 
     output_tps          = Σ O / (last end − first arrival)
     busy_s              = time during which at least one request is in service
+    operating_point     = the arrival rate and the calls in flight as served (:mod:`..base.operating_point`)
     GPU-h per 1000 calls = busy_s / n × gpus × 1000 / 3600;   $ = × gpu_hour_usd
 
 The loop is hand-written over a heap of arrivals and a heap of phase ends in "virtual work" (every request
@@ -52,7 +53,9 @@ from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 import numpy as np
 
+from ...levers import lever
 from ..base.knobs import differing, is_on
+from ..base.operating_point import operating_point
 from ..load.stages import distribution
 from ..rates.rate_model import decode_seconds, prefill_seconds
 from .cache import RULES, Serving
@@ -262,6 +265,7 @@ def arm_row(s: Served, arm: ArmSpec) -> ForecastArm:
                        "batch": arm.model.get("batch"), "source": arm.model.get("source")},  # type: ignore[typeddict-item]
         "notes": list(arm.notes),
         "extrapolation": extrapolation(s.calls, s.hit, arm.model),
+        "operating_point": operating_point(s.arrival, s.e2e, "each call's end-to-end time as simulated on this arm"),
     }
     if row["extrapolation"]:
         row["notes"].append(row["extrapolation"])
@@ -339,8 +343,9 @@ def reference_arm(arms: Sequence[ArmSpec], baseline: str, cache_on: bool) -> tup
 
 
 def prefix_cache_on(knobs: Mapping[str, JSONValue]) -> bool | None:
-    """Whether an arm's knobs say its prefix cache is on (None: they do not say)."""
-    for k in ("prefix_cache", "cache_prompt", "enable_prefix_caching"):
+    """Whether an arm's knobs say its prefix cache is on (None: they do not say), by the knob's name or any of
+    its aliases (:mod:`leverbench.levers.prefix_cache`)."""
+    for k in lever("prefix_cache").names():  # type: ignore[union-attr]  (a built-in lever)
         if k in knobs:
             return is_on(knobs[k])
     return None

@@ -31,6 +31,10 @@ Timing model (real ``asyncio.sleep``)
     L`` — the rate model's prefill_s(n, k) and decode_s(L, O) with a = 0,
     b = 1 / prefill_tps, c = prefill_quadratic, d0 = 1 / decode_tps,
     d1 = decode_slowdown_per_ctx (:mod:`leverbench.analysis.rates.rate_model`).
+    Batch-dependent decode (0 by default): each decode step takes (1 + ``decode_batch_slowdown`` · (k − 1))
+    times as long, k the requests in their decode phase when the step starts (itself included; the
+    request's mean k is its truth's ``decode_batch``), so an arm can be set faster alone and slower in a
+    batch (a drafter whose verification a batch makes dear).
     Speed (all 1 by default): every service time of a request (overhead, prefill, each decode step) is
     multiplied by its ``speed_factor``, drawn when it is admitted: 1 + ``drift_per_s`` · (t − ``drift_t0``)
     (a machine that slows, or speeds up, over wall time t; simulators given the same ``drift_t0`` drift

@@ -35,6 +35,7 @@ class Trace:
     stall_s: float = 0.0
     decode_s: float = 0.0
     first_step_s: float = 0.0  # decode time until the first token (llama.cpp's timings count from it)
+    decode_batch: float = 0.0  # mean over its decode steps of the requests decoding at once (itself included)
     prompt_tokens: int = 0
     cached_tokens: int = 0
     completion_tokens: int = 0
@@ -157,20 +158,30 @@ class Exchange:
         cut = "cut_stream" in self.faults
         start, step_s, emitted, due = self.loop.time(), 1.0 / self.cfg.decode_tps, 0, 0.0
         context = len(self.req.prompt)
-        for index, size in enumerate(sizes, 1):
-            if cut and (emitted >= n // 2 or emitted + size >= n):
-                return False  # half sent, and never the final chunk
-            due += (step_s + self.cfg.decode_slowdown_per_ctx * (context + emitted)) * self.factor
-            await _sleep_until(start + due)
-            pieces = self.answer.pieces[emitted : emitted + size]
-            emitted += size
-            self._count_step(size, emitted, start)
-            if index == 1:  # the steps after the first token are paced from it (llama.cpp's generation clock)
-                due = self.first_step_s
-            await self._emit(index, pieces, last=emitted == n)
-            if index == malformed_after and self.req.stream:
-                self.applied.append("malformed")
-                await self._write_line('{"id": "' + self.trace.id + '", "choices": [{"delta": {"content": "x')
+        state, beside = self.state, self.cfg.decode_batch_slowdown
+        state.decoding += 1
+        batch_sum = 0
+        try:
+            for index, size in enumerate(sizes, 1):
+                if cut and (emitted >= n // 2 or emitted + size >= n):
+                    return False  # half sent, and never the final chunk
+                k = state.decoding  # the requests decoding now, this one included: the step's batch
+                batch_sum += k
+                self.trace.decode_batch = batch_sum / index
+                due += (step_s + self.cfg.decode_slowdown_per_ctx * (context + emitted)) * self.factor * \
+                    (1.0 + beside * (k - 1))
+                await _sleep_until(start + due)
+                pieces = self.answer.pieces[emitted : emitted + size]
+                emitted += size
+                self._count_step(size, emitted, start)
+                if index == 1:  # the steps after the first token are paced from it (llama.cpp's generation clock)
+                    due = self.first_step_s
+                await self._emit(index, pieces, last=emitted == n)
+                if index == malformed_after and self.req.stream:
+                    self.applied.append("malformed")
+                    await self._write_line('{"id": "' + self.trace.id + '", "choices": [{"delta": {"content": "x')
+        finally:
+            state.decoding -= 1
         return True
 
     def _count_step(self, size: int, emitted: int, start: float) -> None:

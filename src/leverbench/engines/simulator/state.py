@@ -110,6 +110,7 @@ class SimState:
         self.slots = FifoSlots(cfg.slots)
         self.metrics = dialects.metrics_for(cfg)  # None: the dialect has no /metrics
         self.phases: dict[str, tuple[int, str]] = {}  # request id -> (scheduler rank, "waiting" | "running")
+        self.decoding = 0  # requests in their decode phase now (a decode step's batch: decode_batch_slowdown)
         self.truth: deque[dict] = deque(maxlen=TRUTH_LIMIT)
         self.started = int(time.time())
         self.drift_t0 = cfg.drift_t0 or time.time()

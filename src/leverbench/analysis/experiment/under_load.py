@@ -1,0 +1,294 @@
+"""Does the lever still pay under load? Each lever's controlled pair at every load level both arms ran
+(issue 25 parts 1, 2 and 4).
+
+For each controlled comparison that measures a lever (:func:`..base.knobs.comparisons`: two arms that differ in
+one knob, the lever's; batching's slots and batch limits among them) and each sweep (one ``[[load]]`` entry; a
+stage that is no sweep is its own), the **levels** are the stages both arms ran, in load order (a closed loop's
+concurrency, an open loop's rate, a trace's replay speed: :func:`..load.levels.level_load`).  At each level, with
+A the arm that has the lever and R the reference:
+
+    latency metrics (TTFT, TPOT, end-to-end; p50 and p99):  multiplier = R's percentile / A's percentile
+    rate metrics (output tokens/s, goodput):                multiplier = A's rate / R's rate
+
+each taken from the stage rows (:mod:`..load.stages`: failed calls count in TTFT and end-to-end at their
+elapsed time and never meet an SLO), so > 1 means the lever pays at that level.
+
+**The guard, per level** (a level it refuses keeps its figures, marked, and is left out of the crossover):
+
+- the same work: output tokens per successful call within ``volume_tolerance_total`` of each other
+  (spread = (max − min) / min, as the turns' guard), and the same ``prefix_sharing`` (codes ``volume``,
+  ``volume_unknown``, ``prefix_sharing``);
+- the client on schedule on both arms: client lag p99 within :func:`..load.levels.lag_budget` (code
+  ``client_lag``: the load offered was lower than planned);
+- at least :data:`MIN_CALLS` measured calls on each arm (code ``calls``);
+- what refuses the pair itself (a contradicted knob, the lever not engaging on A, R using it too: the reasons
+  of the turns' comparison other than drift, which sentinels measure between turns) refuses every level;
+- failed calls are counted, not refused: in the latencies at their elapsed time, in goodput as misses, and per
+  level in ``failed``.
+
+**The interval per level** is a bootstrap over calls (scipy's ``bootstrap``, percentile method, 95 %,
+:data:`RESAMPLES` resamples, fewer for a level of more than 500 calls a side, seeded): each arm's measured calls
+at the level are resampled independently — a stage runs once per arm, so there are no repeated stages to take an
+interval over, while a level has tens of calls whose spread is what the percentiles and rates are uncertain by.
+A latency percentile is recomputed on the resample; a rate (Little's law: with N calls in flight, throughput =
+N · Σ w / Σ e2e) is the measured rate scaled by the resample's Σ w / Σ e2e over the sample's, w the output tokens
+of each successful call (throughput) or 1 for each call that met every SLO (goodput).  That is exact in a closed
+loop, where N is set, and conservative in an open one, whose offered rate both arms share.  Calls within a stage
+are not independent (they share the server), so the interval is a lower bound on the uncertainty a repeat of the
+stage would show.
+
+**Where it flips**: per metric, :mod:`.crossover` (the first crossing of 1, interpolated, with its interval).
+**Capacity**: the lever's capacity multiplier at the SLOs is the ratio of the two arms' capacities on the
+sweep (:mod:`.capacity`).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+
+import numpy as np
+from scipy.stats import bootstrap
+
+from ...levers import registry
+from ..base.reason_codes import VOLUME, VOLUME_UNKNOWN
+from ..load.levels import LevelCalls, level_load, on_schedule
+from .crossover import crossover, pays
+
+if TYPE_CHECKING:
+    from ...schema.load_lever_rows import (
+        CapacityPair,
+        CapacityRow,
+        LevelValue,
+        LoadLevel,
+        LoadLeverRow,
+        MetricRow,
+        PairCount,
+    )
+    from ...schema.load_rows import LoadRow
+    from ..base.guard import Reason
+    from ..base.knobs import Comparison
+
+CLIENT_LAG, PREFIX_SHARING, CALLS = "client_lag", "prefix_sharing", "calls"
+MIN_CALLS = 5
+CONFIDENCE = 0.95
+RESAMPLES = 2000
+#: A level of many calls gets fewer resamples (its interval is narrow, and each resample costs its calls): at
+#: most RESAMPLE_BUDGET values drawn per metric, and never fewer than MIN_RESAMPLES resamples.
+RESAMPLE_BUDGET, MIN_RESAMPLES = 2_000_000, 200
+SEED = 25
+#: The metrics compared at each level: (name, kind, the stage row's key, percentile).  Latency metrics ("time")
+#: are better lower, rates better higher.
+METRICS: tuple[tuple[str, str, str, int], ...] = (
+    ("e2e_p50", "time", "e2e", 50), ("goodput", "rate", "goodput_rps", 0), ("output_tps", "rate", "output_tps", 0),
+    ("e2e_p99", "time", "e2e", 99), ("ttft_p50", "time", "ttft", 50), ("ttft_p99", "time", "ttft", 99),
+    ("tpot_p50", "time", "tpot", 50), ("tpot_p99", "time", "tpot", 99))
+#: The metrics whose crossover is reported by default (issue 25: end-to-end p50 and goodput).
+DEFAULT_METRICS = ("e2e_p50", "goodput")
+
+
+# ---------------------------------------------------------------- one level
+
+
+def _finite(x: float) -> float | None:
+    return float(x) if np.isfinite(x) and x >= 0 else None
+
+
+def _interval(stat: Callable[..., np.ndarray], na: int, nr: int) -> tuple[float | None, float | None]:
+    """The 95 % percentile-bootstrap interval of stat(arm indices, reference indices) (see the docstring)."""
+    data = (np.arange(na, dtype=float), np.arange(nr, dtype=float))
+    b = int(min(RESAMPLES, max(MIN_RESAMPLES, RESAMPLE_BUDGET // (na + nr))))
+    with np.errstate(all="ignore"):
+        res = bootstrap(data, stat, vectorized=True, paired=False, n_resamples=b, batch=250,
+                        confidence_level=CONFIDENCE, method="percentile", random_state=np.random.default_rng(SEED))
+    lo, hi = res.confidence_interval
+    return _finite(lo), _finite(hi)
+
+
+def _time_value(metric: tuple[str, str, str, int], ra: LoadRow, rr: LoadRow, ca: LevelCalls, cr: LevelCalls
+                ) -> tuple[float | None, float | None, float | None]:
+    """(R's percentile / A's, low, high) of a latency metric."""
+    _, _, key, q = metric
+    da, dr = ra.get(key), rr.get(key)  # type: ignore[misc]
+    if not da or not dr or not da[f"p{q}"] > 0:
+        return None, None, None
+    value = dr[f"p{q}"] / da[f"p{q}"]
+    a, r = getattr(ca, key), getattr(cr, key)
+    a, r = a[~np.isnan(a)], r[~np.isnan(r)]
+    if a.size < 2 or r.size < 2:
+        return value, None, None
+
+    def stat(i: np.ndarray, j: np.ndarray, axis: int = -1) -> np.ndarray:
+        return np.percentile(r[j.astype(int)], q, axis=axis) / np.percentile(a[i.astype(int)], q, axis=axis)
+    return (value, *_interval(stat, a.size, r.size))
+
+
+def _rate_value(metric: tuple[str, str, str, int], ra: LoadRow, rr: LoadRow, ca: LevelCalls, cr: LevelCalls
+                ) -> tuple[float | None, float | None, float | None]:
+    """(A's rate / R's, low, high) of a rate metric, its interval by Little's law (see the docstring)."""
+    name, _, key, _ = metric
+    pa, pr = ra.get(key), rr.get(key)  # type: ignore[misc]
+    if pa is None or pr is None or not pr > 0:
+        return None, None, None
+    pa, pr = float(pa), float(pr)
+    wa, wr = (ca.good.astype(float), cr.good.astype(float)) if name == "goodput" else (ca.output, cr.output)
+    ea, er = np.nan_to_num(ca.e2e), np.nan_to_num(cr.e2e)
+    rho_a, rho_r = wa.sum() / ea.sum(), wr.sum() / er.sum()
+    if not rho_r > 0 or not np.isfinite(rho_a):
+        return pa / pr, None, None
+
+    def stat(i: np.ndarray, j: np.ndarray, axis: int = -1) -> np.ndarray:
+        i, j = i.astype(int), j.astype(int)
+        xa = pa * (wa[i].sum(axis=axis) / ea[i].sum(axis=axis)) / rho_a if rho_a > 0 else np.zeros(i.shape[0])
+        return xa / (pr * (wr[j].sum(axis=axis) / er[j].sum(axis=axis)) / rho_r)
+    return (pa / pr, *_interval(stat, ca.n, cr.n))
+
+
+def _pair(a: float | None, r: float | None) -> PairCount:
+    return {"arm": a, "vs": r}
+
+
+def _engagement(knob: str, ra: LoadRow, rr: LoadRow) -> dict[str, PairCount]:
+    """The server's own figures of the lever's engagement at this level (its module names them:
+    :class:`leverbench.levers.MetricTable`), each arm's; those neither arm's metrics gave are left out."""
+    x = registry.lever(knob)
+    if x is None:
+        return {}
+    names = [n.removeprefix("llamacpp_").removeprefix("sglang_") for n, *_ in x.metrics.shares]
+    names += [n for n, _ in x.metrics.deltas] + [n for n, _ in x.metrics.gauges]
+    fa, fr = ra.get("server_figures") or {}, rr.get("server_figures") or {}
+    return {n: _pair(fa.get(n), fr.get(n)) for n in dict.fromkeys(names) if n in fa or n in fr}
+
+
+def _per_call(r: LoadRow) -> float | None:
+    return r["output_tokens"] / r["ok"] if r.get("ok") else None
+
+
+def level_guard(ra: LoadRow, rr: LoadRow, ca: LevelCalls | None, cr: LevelCalls | None, tolerance: float,
+                pair_reasons: Sequence[Reason]) -> tuple[list[Reason], LoadLevel]:
+    """The guard's reasons to refuse one level (see the module docstring), and the level's row without its
+    verdict (``citable``/``reason`` are set from the reasons by the caller)."""
+    reasons: list[Reason] = list(pair_reasons)
+    na, nr = (ca.n if ca else 0), (cr.n if cr else 0)
+    if min(na, nr) < MIN_CALLS:
+        reasons.append((CALLS, f"too few measured calls ({ra['arm']} {na}, {rr['arm']} {nr}; at least {MIN_CALLS})"))
+    sched = {r["arm"]: on_schedule(r) for r in (ra, rr)}
+    late = [f"{a} {p99 * 1000:.0f} ms > {b * 1000:.0f} ms" for a, (ok, p99, b) in sched.items() if not ok]
+    if late:
+        reasons.append((CLIENT_LAG, "the client fell behind its schedule (lag p99 " + ", ".join(late) +
+                        "): the load offered was lower than planned"))
+    if ra.get("prefix_sharing") != rr.get("prefix_sharing"):
+        reasons.append((PREFIX_SHARING, f"prefix sharing differs ({ra.get('prefix_sharing')} vs "
+                                        f"{rr.get('prefix_sharing')})"))
+    va, vr = _per_call(ra), _per_call(rr)
+    if va is None or vr is None or not min(va, vr) > 0:
+        reasons.append((VOLUME_UNKNOWN, "output volume unknown (no successful call with tokens on an arm)"))
+    elif (max(va, vr) - min(va, vr)) / min(va, vr) > tolerance:
+        reasons.append((VOLUME, f"output volumes differ: {va:.1f} vs {vr:.1f} tokens per call (spread "
+                                f"{(max(va, vr) - min(va, vr)) / min(va, vr):.1%} > {tolerance:.0%})"))
+    _, x = level_load(ra)
+    level: LoadLevel = {
+        "stage": ra["stage"], "load": float(x or 0.0), "citable": not reasons,
+        "reason": "; ".join(text for _, text in reasons) or None, "reason_codes": list(dict.fromkeys(c for c, _ in
+                                                                                                  reasons)),
+        "calls": _pair(float(na), float(nr)), "failed": _pair(float(ra["failed"]), float(rr["failed"])),
+        "output_tokens_per_call": _pair(va, vr),
+        "client_lag_p99_s": _pair(sched[ra["arm"]][1], sched[rr["arm"]][1]),
+        "lag_budget_s": _pair(sched[ra["arm"]][2], sched[rr["arm"]][2]),
+        "cached_share": _pair(ra.get("cached_share"), rr.get("cached_share")), "engagement": {}}
+    return reasons, level
+
+
+# ---------------------------------------------------------------- a pair on a sweep
+
+
+def _metric_row(metric: tuple[str, str, str, int], levels: list[LoadLevel], values: list[tuple[float | None, ...]],
+                has_slo: bool) -> MetricRow:
+    vals: list[LevelValue] = [{"stage": lv["stage"], "load": lv["load"], "value": v, "low": lo, "high": hi,
+                               "citable": lv["citable"] and v is not None} for lv, (v, lo, hi) in zip(levels, values)]
+    use = [v for v in vals if v["citable"]]
+    xs, ms = [v["load"] for v in use], [float(v["value"]) for v in use]  # type: ignore[arg-type]
+    cross, n = crossover(xs, ms, [v["low"] for v in use], [v["high"] for v in use])
+    where = pays(ms, n)
+    reason = None
+    if metric[0] == "goodput" and not has_slo:
+        reason = "no SLO set on the stage: no goodput"
+    elif not use:
+        reason = "no level the guard lets through"
+    elif cross is None:
+        reason = f"pays at every level measured ({xs[0]:g}–{xs[-1]:g})" if where == "every level" else \
+            f"pays at none of the levels measured ({xs[0]:g}–{xs[-1]:g})"
+    elif n > 1:
+        reason = f"crosses 1 {n} times; the first is given"
+    return {"metric": metric[0], "default": metric[0] in DEFAULT_METRICS, "levels": vals, "pays": where,
+            "crossover": cross, "reason": reason, "crossings": n}
+
+
+def capacity_pair(arm: CapacityRow | None, vs: CapacityRow | None) -> CapacityPair | None:
+    """The lever's capacity multiplier: the arm's capacity / the reference's (:mod:`.capacity`), a bound where
+    either is one; None when the sweep sets no SLO."""
+    if arm is None or vs is None:
+        return None
+    a, v = arm["load"], vs["load"]
+    out: CapacityPair = {"arm_load": a, "vs_load": v, "value": None, "bound": None, "reason": None}
+    if a is None or v is None or not v > 0:
+        who = " and ".join(r["arm"] for r in (arm, vs) if r["load"] is None)
+        out["reason"] = f"{who}: no capacity at the SLOs ({'; '.join(r['reason'] or '' for r in (arm, vs))})"
+        return out
+    if arm["bound"] == "at least" and vs["bound"] == "at least":
+        out["reason"] = "both arms met the SLOs at the highest level they ran: the sweep did not reach either capacity"
+        return out
+    out["value"] = a / v
+    out["bound"] = "at least" if arm["bound"] == "at least" else "at most" if vs["bound"] == "at least" else "exact"
+    return out
+
+
+def pair_on_sweep(c: Comparison, sweep: str, rows: list[tuple[LoadRow, LoadRow]],
+                  calls: Mapping[tuple[str, str], LevelCalls], tolerance: float, pair_reasons: Sequence[Reason],
+                  capacity: Mapping[tuple[str, str], CapacityRow]) -> LoadLeverRow:
+    """One lever pair's row on one sweep: *rows* the (arm's, reference's) stage rows of each level."""
+    assert c.lever is not None
+    rows = sorted(rows, key=lambda p: level_load(p[0])[1] or 0.0)
+    levels: list[LoadLevel] = []
+    values: dict[str, list[tuple[float | None, ...]]] = defaultdict(list)
+    for ra, rr in rows:
+        ca, cr = calls.get((c.arm, ra["stage"])), calls.get((c.vs, rr["stage"]))
+        _, level = level_guard(ra, rr, ca, cr, tolerance, pair_reasons)
+        level["engagement"] = _engagement(c.lever, ra, rr)
+        levels.append(level)
+        for m in METRICS:
+            ok = ca is not None and cr is not None and min(ca.n, cr.n) >= 2
+            fn = _time_value if m[1] == "time" else _rate_value
+            values[m[0]].append(fn(m, ra, rr, ca, cr) if ok else (None, None, None))  # type: ignore[arg-type]
+    has_slo = any(ra.get("slo") for ra, _ in rows)
+    r0 = rows[0][0]
+    return {"lever": c.lever, "arm": c.arm, "vs": c.vs, "sweep": sweep, "mode": r0.get("mode"),
+            "x": level_load(r0)[0], "levels": levels,  # type: ignore[typeddict-item]
+            "metrics": [_metric_row(m, levels, values[m[0]], has_slo) for m in METRICS],
+            "capacity": capacity_pair(capacity.get((c.arm, sweep)), capacity.get((c.vs, sweep))),
+            "refused": "; ".join(text for _, text in pair_reasons) or None}
+
+
+def load_levers(comps: Sequence[Comparison], rows: Sequence[LoadRow], calls: Mapping[tuple[str, str], LevelCalls],
+                tolerance: float, reasons: Mapping[tuple[str, str], Sequence[Reason]],
+                capacity: Sequence[CapacityRow]) -> list[LoadLeverRow]:
+    """Every controlled lever pair on every sweep (or stage) both its arms ran: see the module docstring.
+    *reasons*: per comparison (arm, vs), what refuses it whole (drift left out); *capacity*: :mod:`.capacity`'s
+    rows."""
+    by_arm: dict[str, dict[str, LoadRow]] = defaultdict(dict)
+    for r in rows:
+        if level_load(r)[1] is not None:
+            by_arm[r["arm"]][r["stage"]] = r
+    cap = {(r["arm"], r["sweep"]): r for r in capacity}
+    out: list[LoadLeverRow] = []
+    for c in comps:
+        if c.lever is None or not c.controlled:
+            continue
+        both: dict[str, list[tuple[LoadRow, LoadRow]]] = defaultdict(list)
+        for stage, ra in by_arm.get(c.arm, {}).items():
+            rr = by_arm.get(c.vs, {}).get(stage)
+            if rr is not None:
+                both[ra.get("sweep") or stage].append((ra, rr))
+        pair_reasons = [r for r in reasons.get((c.arm, c.vs), ()) if r[0] != "drift"]
+        out += [pair_on_sweep(c, sweep, pairs, calls, tolerance, pair_reasons, cap) for sweep, pairs in both.items()]
+    return out
