@@ -36,6 +36,7 @@ from .experiment.cost import costs, scenario_costs
 from .experiment.drift import PairDrift, adjusted_turn_s, common, drift, drifted_arms, pair_drifts
 from .experiment.engaged import engaged
 from .experiment.equal_work import equal_work, equal_work_rows, turns
+from .experiment.fidelity import fidelity
 from .experiment.levers import levers
 from .experiment.reasoning import prompt_discipline, reasoning_split
 from .experiment.under_load import load_levers
@@ -315,6 +316,8 @@ def _summarize(ledger: Ledger, *, scenario: tuple[int, int] | None,
     capacity = capacity_rows(load_rows, {a: ds.conditions(a) for a in ds.arms}, gpu_hour_usd)
     under_load = load_levers(comps, load_rows, level_calls(load_view.of_kind("load")) if load_rows else {},
                              ds.config["experiment"].get("volume_tolerance_total", 0.05), comp_reasons, capacity)
+    recorded, w = fidelity(ledger, ds)
+    warnings += w
     arms_h = ds.header["arms"]
     return {
         "schema": SUMMARY_SCHEMA,
@@ -366,4 +369,5 @@ def _summarize(ledger: Ledger, *, scenario: tuple[int, int] | None,
                        "drift": ds.config["experiment"].get("drift_tolerance")},
         "warnings": [w.text for w in warnings],
         "warning_items": [w.as_dict() for w in warnings],
+        **({"recorded": recorded} if recorded is not None else {}),
     }

@@ -8,6 +8,7 @@
     replay   replay.py   one turn's answers streaming side by side (HTML)
     serve    serve.py    the embedded engine, started by hand
     sim      sim.py      the simulator, a test instrument with set speeds
+    record   record.py   an agent's real calls, recorded through a pass-through proxy
     schema   schema.py   the JSON Schema of summary.json, or a summary checked against it
 
 Exit codes: 0 ok, 1 runtime failure (a run whose every call failed among them),
@@ -24,6 +25,7 @@ import click
 from .. import __version__
 from .analyze import analyze_command
 from .project import project_command
+from .record import record_command
 from .replay import replay_command
 from .report import report_command
 from .run import run_command
@@ -33,7 +35,7 @@ from .sim import sim_command
 from .whatif import whatif_command
 
 COMMANDS = (run_command, report_command, project_command, serve_command, sim_command, analyze_command, replay_command,
-            whatif_command, schema_command)
+            whatif_command, schema_command, record_command)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

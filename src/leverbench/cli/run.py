@@ -53,7 +53,9 @@ def run_command(experiment: Path | None, out_dir: Path | None, repeats: int | No
 
     if experiment is None:
         experiment = bundled_example(DEFAULT_EXPERIMENT)
-    exp = with_adaptive(with_repeats(load(experiment), repeats), adaptive)
+    from ..workload.recorded.expand import with_recorded  # noqa: PLC0415
+
+    exp = with_recorded(with_adaptive(with_repeats(load(experiment), repeats), adaptive))
     if resume and out_dir is None:
         raise BadInput("--resume needs --out RUN_DIR (the run to continue)")
     out = out_dir or default_run_dir(exp.spec.experiment.name)

@@ -13,12 +13,13 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, InstanceOf, ValidationError, field_validator, model_validator
 
 from ..engines.llama_flags import FlagError
 from ..engines.llama_flags import check as check_llama_flags
 from ..errors import ConfigError
 from ..json_types import JSONObject
+from ..recording import RecordedTurn
 from ..redact import redact_url
 from .adaptive import AdaptiveSpec, check_adaptive
 from .files import read_json, read_text, regular_file, resolve_binary
@@ -28,6 +29,7 @@ from .limits import (
     MAX_GPUS,
     MAX_GPUS_PER_ENGINE,
     MAX_REPEATS,
+    MAX_SELECT,
     CallSeconds,
     CallSecondsOrZero,
     CtxSize,
@@ -38,17 +40,20 @@ from .limits import (
     PositiveTolerance,
     Repeats,
     Retries,
+    Seed,
     Steps,
     Temperature,
     Threads,
     Tokens,
     TokensOrZero,
     Tolerance,
+    Turns,
     check_number,
     check_whole,
 )
 from .names import Arg, FilePath, Label, RunName, Url, json_problem
 from .problems import first_error
+from .recorded import recorded_case_problem
 from .stages import LoadStage, check_plans, check_stages, check_trace_paths
 
 DEFAULT_EXPERIMENT = Path("examples/agent-turns.toml")
@@ -220,7 +225,7 @@ class Case(_Strict):
     system: str | None = None
     system_file: FilePath | None = None
     documents: list[FilePath] = Field(default_factory=list)
-    prompt: str = Field(min_length=1)
+    prompt: str | None = Field(None, min_length=1)  # required, but for a case of recorded turns (from)
     max_tokens: Tokens = 256
     temperature: Temperature = 0.0  # greedy by default: sampling makes arms generate different volumes
     tools: FilePath | None = None
@@ -232,11 +237,25 @@ class Case(_Strict):
     steps: list[Step] = Field(default_factory=list)
     variants: list[Variant] = Field(default_factory=list)
     variant_of: str | None = None     # set by the loader on expanded variants; not for the file
+    # recorded turns (docs/recording.md): a recording directory or a request log, relative to this file; each of
+    # its turns (those select, sample and limit keep) becomes a case of its own, NAME/TURN
+    from_: FilePath | None = Field(None, alias="from", min_length=1)
+    format: Label | None = None       # the request log's format (default: detected)
+    select: list[Label] = Field(default_factory=list, max_length=MAX_SELECT)  # turn ids or glob patterns of them
+    sample: Turns | None = None       # this many turns, drawn at random (seed), in the recording's order
+    seed: Seed = 0
+    limit: Turns | None = None        # at most this many turns (the first, after select and sample)
+    replay: Literal["recorded", "live"] = "recorded"
+    recorded_from: str | None = None  # set by the loader on a recorded turn's case (its case); not for the file
+    recorded_turn: str | None = None  # ... and the turn's id in the recording
 
     @model_validator(mode="after")
     def _one_system(self) -> "Case":
         if self.system is not None and self.system_file is not None:
             raise ValueError("give system or system_file, not both")
+        problem = recorded_case_problem(self)
+        if problem:
+            raise ValueError(problem)
         return self
 
 
@@ -284,11 +303,13 @@ class LoadedExperiment(BaseModel):
     # the cases' JSON files, as read (JSON: the values are JSONValue; typed ``object`` for pydantic, see Arm)
     tools: dict[str, list[dict[str, object]]]  # case name -> tool schemas
     tool_scripts: dict[str, dict[str, object]] = {}  # case name -> canned tool results
+    # case name -> the recorded turn it replays (``from``: workload.recorded.expand.with_recorded reads them)
+    recorded: dict[str, InstanceOf[RecordedTurn]] = {}  # (checked as instances: a dataclass of JSON)
 
     def snapshot(self) -> JSONObject:
         """The validated experiment as JSON, for the ledger's header: the arms' URLs redacted
         (:func:`~leverbench.redact.redact_url`), so credentials in them are never written."""
-        snap = self.spec.model_dump(mode="json")
+        snap = self.spec.model_dump(mode="json", by_alias=True)  # keys as the file spells them (from)
         for key in ("adaptive", "engines", "gpu_sample_hz"):  # as the headers of runs before these keys existed
             if snap["experiment"][key] is None:
                 del snap["experiment"][key]

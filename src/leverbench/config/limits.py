@@ -51,6 +51,8 @@ MAX_LABEL_CHARS = 200  # an arm's, case's, variant's or stage's name: shown in t
 MAX_PATH_CHARS = 4096  # a file path (PATH_MAX on Linux)
 MAX_FILE_BYTES = 64 * 1024 * 1024  # a document, system prompt, tool schema or script (read whole into memory)
 MAX_JSON_DEPTH = 64  # nesting of a tool schema or script (and of request/conditions values)
+MAX_SELECT = 1000  # a case's select: turn ids or patterns of recorded turns
+MAX_TURNS = 100_000  # a case's sample and limit: recorded turns replayed
 
 
 # ---------------------------------------------------------------- messages
@@ -157,6 +159,7 @@ Steps = _whole(1, MAX_STEPS)
 Workers = _whole(1, MAX_WORKERS)
 Threads = _whole(1, MAX_THREADS)
 Seed = _whole(*SEED_RANGE, " (an int64)")
+Turns = _whole(1, MAX_TURNS, " turns")
 CallSeconds = _number(0, MAX_CALL_S, lo_open=True, unit=" s (a day)")
 CallSecondsOrZero = _number(0, MAX_CALL_S, unit=" s (a day)")
 StageSeconds = _number(0, MAX_STAGE_S, lo_open=True, unit=" s (a week)")

@@ -66,7 +66,7 @@ def first_error(file: str, err: ValidationError, root: type[BaseModel]) -> Confi
         owner = _model_at(root, loc)
         hint = ""
         if owner is not None:
-            keys = list(owner.model_fields)
+            keys = [f.alias or k for k, f in owner.model_fields.items()]  # as the file spells them (from)
             near = difflib.get_close_matches(str(loc[-1]), keys, n=1)
             hint = f"; did you mean {near[0]!r}?" if near else f"; valid keys: {', '.join(keys)}"
         return ConfigError(file, key, f"unknown key{hint}")

@@ -14,7 +14,8 @@ header's ``engines`` and ``host.gpu``; a version 1 ledger reads unchanged, :mod:
 - ``call`` / ``probe`` / ``sentinel`` / ``warmup``: one model call each, a
   :class:`CallRecord` (its fields are documented there, once): who (kind, arm,
   case, repeat, step, turn_id), the per-kind keys of ``extra`` (a turn's
-  calls: scripted_step; probes, sentinels and warm-ups: ``probe_tokens``, the
+  calls: scripted_step; a recorded turn's calls also replay, recorded_step,
+  recorded_prompt_tokens, as_recorded, recorded_redactions, departed; probes, sentinels and warm-ups: ``probe_tokens``, the
   forced output length, ``position`` and ``length_method``), what the client
   measured, and what was sent.
 - ``load``: one call of a load stage, a :class:`CallRecord` whose ``extra``

@@ -104,9 +104,18 @@ class CallFields(TypedDict, total=False):
 
 
 class TurnCallExtras(TypedDict, total=False):
-    """The key of ``extra`` a turn's call adds."""
+    """The keys of ``extra`` a turn's call adds: its scripted step; a recorded turn's call
+    (``runner.recorded_turn``) also the replay mode, the recorded call it stands for, the recording's prompt
+    tokens for it, whether its messages are that call's, the matches the recording masked, and (a live replay)
+    where it departed from the recording."""
 
     scripted_step: int | None
+    replay: str  # "recorded" or "live"
+    recorded_step: int
+    recorded_prompt_tokens: int | None
+    as_recorded: bool
+    recorded_redactions: int
+    departed: str
 
 
 class ProbeExtras(TypedDict, total=False):
@@ -310,6 +319,10 @@ class ConfigCaseRow(TypedDict, total=False):
 
     name: Required[str]
     variant_of: str | None
+    temperature: float
+    recorded_from: str | None  # a recorded turn's case: the case of recorded turns it came from
+    recorded_turn: str | None
+    replay: str
 
 
 class ConfigExperimentRow(TypedDict, total=False):

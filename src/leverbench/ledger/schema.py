@@ -117,6 +117,9 @@ CALL_EXTRAS: dict[str, object] = {  # key → its type (a type form, for pydanti
     "scripted_step": Count | None, "stage": str | None, "load_run": str | int | None, "scheduled_t": Epoch | None,
     "loop_lag_s": Number | None, "target_input_tokens": Count | None, "target_output_tokens": Count | None,
     "worker": Count | None, "workers": Annotated[int, Field(ge=1, le=MAX_COUNT)] | None,
+    "replay": Literal["recorded", "live"] | None, "recorded_step": Count | None,
+    "recorded_prompt_tokens": Count | None, "as_recorded": bool | None, "recorded_redactions": Count | None,
+    "departed": str | None,
 }
 
 
@@ -246,6 +249,9 @@ class ConfigArm(_Open):
 class ConfigCase(_Open):
     name: str
     variant_of: str | None = None
+    recorded_from: str | None = None
+    recorded_turn: str | None = None
+    replay: Literal["recorded", "live"] | None = None
 
 
 class Experiment(_Open):

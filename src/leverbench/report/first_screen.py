@@ -16,6 +16,7 @@ from typing import Any
 from ..analysis.base import reason_codes as guard
 from ..analysis.base.warning_kinds import warning_groups
 from .load_levers import pair_sentence
+from .recorded_tables import replay_line
 from .table import pct
 from .tables import ratio_interval
 
@@ -205,6 +206,7 @@ def first_screen(summary: dict[str, Any], *, report_path: str | None = None,
         firsts += numbers[:1]
     common = summary.get("drift_common") or {}
     conditions = [f"Drift: {common['text']}"] if common.get("text") else []
+    conditions += [x for x in (replay_line(summary),) if x]
     groups = warning_groups(summary)
     warnings = None
     if groups:

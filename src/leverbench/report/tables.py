@@ -14,6 +14,7 @@ from ..analysis.rates.rate_model import tokens_per_second_at
 from .guard_tables import drift_table, equal_work_table, multiplier_table
 from .hardware_tables import hardware_tables
 from .load_tables import load_tables
+from .recorded_tables import recorded_table
 from .table import Table, pct, s
 
 
@@ -440,7 +441,8 @@ def discipline_table(summary: dict[str, Any]) -> Table | None:
 
 def all_tables(summary: dict[str, Any]) -> list[Table]:
     tabs = [levers_table(summary), verdicts_table(summary), conditions_table(summary), result_table(summary),
-            volume_table(summary), multiplier_table(summary), equal_work_table(summary), discipline_table(summary),
+            volume_table(summary), multiplier_table(summary), equal_work_table(summary), recorded_table(summary),
+            discipline_table(summary),
             reasoning_table(summary),
             shares_table(summary), decomposition_table(summary), probe_table(summary), rate_model_table(summary),
             server_table(summary),

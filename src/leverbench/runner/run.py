@@ -45,6 +45,7 @@ from ..ledger.rows import EnginesRow, RunHeaderRow
 from ..ledger.writer import LedgerWriter
 from ..redact import redact_tree, redact_url
 from ..workload.cases import case_size_chars
+from ..workload.recorded.expand import with_recorded
 from .client import Timeouts, client_session
 from .discover import api_root, host_info, scrape_metrics
 from .endpoint import ArmEndpoint, Interrupted, endpoint_headers  # noqa: F401 (Interrupted: the run's public error)
@@ -53,6 +54,7 @@ from .engine_mode import ONE_AT_A_TIME, Devices, choose, engine_devices
 from .file_names import file_part
 from .fixed_calls import fixed_length
 from .load_run import run_load
+from .recorded_turn import run_recorded_turn
 from .recorder import CallTally, Recorder
 from .resume import completed
 from .rounds import AdaptiveRounds
@@ -75,8 +77,8 @@ ProgressFn = Callable[[Unit, int, int], None]
 class Runner:
     def __init__(self, exp: LoadedExperiment, out_dir: Path, *, resume: bool = False,
                  progress: ProgressFn | None = None, timeouts: Timeouts | None = None, ray_address: str | None = None):
-        self.exp = exp
-        self.spec = exp.spec
+        self.exp = with_recorded(exp)  # a case of recorded turns: a case per turn (the CLI may have done it)
+        self.spec = self.exp.spec
         self.out = Path(out_dir)
         self.resume = resume
         self.progress = progress
@@ -215,8 +217,14 @@ class Runner:
         return self._pools[arm]
 
     async def _turn(self, session: aiohttp.ClientSession, unit: Unit) -> None:
-        """One agent turn (:func:`~leverbench.runner.turn.run_turn`) on the arm's pool; its record appended."""
-        self.recorder.append(await run_turn(self.sender(unit.arm, session), self.exp, unit))
+        """One agent turn (:func:`~leverbench.runner.turn.run_turn`; a recorded one:
+        :func:`~leverbench.runner.recorded_turn.run_recorded_turn`) on the arm's pool; its record appended."""
+        sender = self.sender(unit.arm, session)
+        if unit.case in self.exp.recorded:
+            case = next(c for c in self.spec.cases if c.name == unit.case)
+            self.recorder.append(await run_recorded_turn(sender, self.exp, unit, case))
+        else:
+            self.recorder.append(await run_turn(sender, self.exp, unit))
 
     async def _warm_up(self, arm: str) -> tuple[int, bool]:
         """Warm *arm*'s endpoint before the first measured round: the sentinel's call (kind ``warmup``, repeat

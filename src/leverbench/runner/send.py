@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Callable, NamedTuple, Protocol
 
 import aiohttp
 from typing_extensions import TypedDict
@@ -47,17 +47,20 @@ class Sender(Protocol):
         """The arm rejected ignore_eos/min_tokens: a forced length is asked for in the prompt instead."""
         ...
 
-    def body(self, messages: list[ChatMessage], max_tokens: int, temperature: float,
+    def body(self, messages: list[ChatMessage], max_tokens: int | None, temperature: float | None,
              extra: JSONObject | None = None, tools: list[JSONObject] | None = None) -> ChatBody:
-        """The request body: model, messages, max_tokens, temperature, tools, the arm's fields, *extra*."""
+        """The request body: model, messages, max_tokens and temperature (left out when None: a recorded request
+        that gave none), tools, the arm's fields, *extra*."""
         ...
 
     async def send(self, body: ChatBody, head: CallRecord, *, think_tags: bool = False,
-                   defer_counting: bool = False, forced_tokens: int | None = None) -> Sent:
+                   defer_counting: bool = False, forced_tokens: int | None = None,
+                   note: Callable[[CallRecord], None] | None = None) -> Sent:
         """Send *body*; each attempt's record is *head* (who the call is: see ``CallRecord``'s head and
         ``extra``) with what was measured and sent, appended to the ledger.  *forced_tokens*: the output
-        length the body forces (a probe: :func:`length_check`).  Cancelled: the call is recorded, then
-        the cancellation goes on."""
+        length the body forces (a probe: :func:`length_check`).  *note*: the caller's last word on each
+        attempt's record, given it before it is appended (a live replay's ``departed``, which depends on the
+        answer).  Cancelled: the call is recorded, then the cancellation goes on."""
         ...
 
     async def count_text_tokens(self, text: str) -> int | None:
@@ -92,10 +95,13 @@ class ArmSender:
     def length_by_prompt(self) -> bool:
         return self.ep.length_by_prompt
 
-    def body(self, messages: list[ChatMessage], max_tokens: int, temperature: float,
+    def body(self, messages: list[ChatMessage], max_tokens: int | None, temperature: float | None,
              extra: JSONObject | None = None, tools: list[JSONObject] | None = None) -> ChatBody:
-        body: ChatBody = {"model": self.ep.model, "messages": messages, "max_tokens": max_tokens,
-                                "temperature": temperature}
+        body: ChatBody = {"model": self.ep.model, "messages": messages}
+        if max_tokens is not None:
+            body["max_tokens"] = max_tokens
+        if temperature is not None:
+            body["temperature"] = temperature
         if tools:
             body["tools"] = tools
         body.update(self.ep.request)  # the user's fields: any JSON
@@ -107,7 +113,8 @@ class ArmSender:
         return await count_text_tokens(self.session, self.ep, text)
 
     async def send(self, body: ChatBody, head: CallRecord, *, think_tags: bool = False,
-                   defer_counting: bool = False, forced_tokens: int | None = None) -> Sent:
+                   defer_counting: bool = False, forced_tokens: int | None = None,
+                   note: Callable[[CallRecord], None] | None = None) -> Sent:
         """One call, recorded; with ``retries`` set, a failed attempt is recorded and tried again.  A
         fixed-length call (*forced_tokens*) gets :func:`length_check`'s fields; one the endpoint rejected
         for its forcing fields is not tried again (the caller falls back).
@@ -145,6 +152,8 @@ class ArmSender:
             if forced_tokens is not None:
                 for k, v in length_check(rec, body, forced_tokens).items():
                     setattr(rec, k, v)
+            if note is not None:
+                note(rec)
             will_retry = (rec.error is not None and attempt < self.retries and rec.error.cls != ErrorClass.ENGINE_DIED
                           and not rec.rejected_fields)
             if will_retry:

@@ -70,9 +70,9 @@ async def run_turn(sender: Sender, exp: LoadedExperiment, unit: Unit) -> TurnRec
         calls=len(recs), scripted_steps=len(scripted), failed_calls=len(failed),
         step_limit=step_limit, empty_answers=sum(1 for r in recs if r.empty_answer),
         retried_s=sum(c.retried_s for c in calls),
-        output_tokens=_sum_or_none(r.completion_tokens for r in recs),
-        prompt_tokens=_sum_or_none(r.prompt_tokens for r in recs),
-        reasoning_tokens=_sum_or_none(r.reasoning_tokens or 0 for r in recs),
+        output_tokens=sum_or_none(r.completion_tokens for r in recs),
+        prompt_tokens=sum_or_none(r.prompt_tokens for r in recs),
+        reasoning_tokens=sum_or_none(r.reasoning_tokens or 0 for r in recs),
         error=CallError(failed[0].cls, f"{len(failed)} of {len(recs)} calls failed") if failed else None,
     )
 
@@ -100,7 +100,7 @@ def assistant_tool_message(content: str, tool_calls: list[ToolCallRow]) -> ChatM
                            for i, tc in enumerate(tool_calls)]}
 
 
-def _sum_or_none(values: Any) -> int | None:
+def sum_or_none(values: Any) -> int | None:
     vals = list(values)
     if not vals or any(v is None for v in vals):
         return None

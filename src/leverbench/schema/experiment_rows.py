@@ -20,6 +20,7 @@ from typing_extensions import NotRequired, TypeAlias, TypedDict
 from ..bounds import MAX_TOLERANCE
 from . import STRICT
 from .check_rows import CheckSections, Count, EqualWorkFigure, Finite, NonNegative, Order
+from .recorded_rows import RecordedSection
 
 Positive: TypeAlias = Annotated[float, Gt(0.0), Predicate(math.isfinite)]  # a ratio of two times
 Tolerance: TypeAlias = Annotated[float, Ge(0.0), Le(MAX_TOLERANCE)]  # as the experiment file bounds it
@@ -308,3 +309,4 @@ class ExperimentSections(CheckSections):
     tolerances: Tolerances
     warnings: list[str]
     warning_items: list[WarningItem]
+    recorded: NotRequired[RecordedSection]  # only a run that replayed recorded turns

@@ -104,7 +104,8 @@ class Dataset:
     probe: CallTable                      # the probes as columns
     warnings: list[RunWarning] = field(default_factory=list)
     warmups: list[Mapping[str, object]] = field(default_factory=list)  # the warm-up calls ("warmup"), in order
-    turn_ids: list[Any] = field(default_factory=list)  # the counted turns' turn_id, as ``turn`` (with store_text)
+    turn_ids: list[Any] = field(default_factory=list)  # the counted turns' turn_id, as ``turn`` (with store_text, or
+    #                                                    recorded turns: the replay's fidelity reads their calls)
     _knobs: tuple[dict[str, dict[str, JSONValue]], dict[str, dict[str, str]]] | None = field(default=None, repr=False)
 
     def conditions(self, arm: str) -> dict[str, JSONValue]:
@@ -336,7 +337,8 @@ def dataset(ledger: Ledger) -> Dataset:
         metrics=list(ledger.of_kind("metrics")), arms=arms, cases=cases, variants=variants,
         baseline=cfg["experiment"]["baseline"], config=cfg, arm_names=arm_names, case_names=case_names,
         probe=probe, warnings=warnings, warmups=list(ledger.of_kind("warmup")),
-        turn_ids=_labels_of(turn_cols, "turn_id", kept) if cfg["experiment"].get("store_text") else [],
+        turn_ids=_labels_of(turn_cols, "turn_id", kept)
+        if cfg["experiment"].get("store_text") or any(c.get("recorded_from") for c in cfg.get("cases", [])) else [],
     )
 
 

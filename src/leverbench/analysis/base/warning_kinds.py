@@ -56,6 +56,9 @@ class WarningKind(StrEnum):
     ENGINE_NOT_RELEASED = "engine_not_released", "Engines that did not release their devices"
     ENGINE_START_SLOW = "engine_start_slow", "Engine starts near their timeout"
     GPU_UNKNOWN = "gpu_unknown", "Arms whose GPUs are unknown"
+    # recorded turns replayed
+    REPLAY_PROMPT_DIFFERS = "replay_prompt_differs", "Replayed calls whose prompt length is not the recording's"
+    REPLAY_DEPARTED = "replay_departed", "Live replays that departed from the recording"
     # whether the levers engaged
     NOT_ENGAGED = "not_engaged", "Levers that did not engage"
     ENGAGEMENT_UNKNOWN = "engagement_unknown", "Levers whose engagement nothing reports"

@@ -1,0 +1,112 @@
+"""``leverbench record``: the recording proxy (:mod:`leverbench.proxy`), until Ctrl-C."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import click
+
+from ..errors import BadInput
+from .common import Command
+
+DEFAULT_LISTEN = "127.0.0.1:8099"
+SWITCH_INTERVAL_S = 0.0005
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:PORT`` for IPv6; ``:PORT`` is 127.0.0.1) as (host, port); BadInput when it is not."""
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise BadInput(f"--listen {listen!r}: give HOST:PORT, e.g. {DEFAULT_LISTEN} (port 0: any free one)")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def compiled(patterns: tuple[str, ...]) -> list[re.Pattern[str]]:
+    out = []
+    for p in patterns:
+        try:
+            out.append(re.compile(p))
+        except re.error as exc:
+            raise BadInput(f"--redact {p!r}: not a regular expression ({exc})") from None
+    return out
+
+
+@click.command(name="record", cls=Command)
+@click.option("--upstream", required=True, metavar="URL",
+              help="The OpenAI-compatible endpoint the agent would call (e.g. http://127.0.0.1:8000/v1).")
+@click.option("--listen", default=DEFAULT_LISTEN, show_default=True, metavar="HOST:PORT",
+              help="Where the proxy listens; point the agent's base URL at it (with the upstream's path, e.g. /v1). "
+              "Port 0: any free one (printed).")
+@click.option("--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="The recording's directory: exchanges.jsonl is written there (a new one).")
+@click.option("--redact", "redact", multiple=True, metavar="REGEX",
+              help="Mask every match of this regular expression (***) in the recorded requests and responses before "
+              "anything is written; repeat for more. The agent and the upstream still see the text.")
+@click.option("--session-header", default="X-Session-Id", show_default=True, metavar="NAME",
+              help="A request header that names the agent's session: requests with the same value are one turn "
+              "(without it, a request that extends an earlier one's messages continues its turn).")
+def record_command(upstream: str, listen: str, out: Path, redact: tuple[str, ...], session_header: str) -> None:
+    """Record an agent's real model calls: an OpenAI-compatible pass-through proxy.
+
+    Point the agent's base URL at the proxy and run it as usual. Every request
+    goes to --upstream unchanged (chat completions streamed or not, tools,
+    /v1/models and the rest; the Authorization header is forwarded, never
+    stored) and every response comes back unchanged, byte for byte, as it
+    arrives. Each chat exchange is appended to OUT/exchanges.jsonl: the request
+    (messages, tools, sampling), the response (text, reasoning, tool calls,
+    usage, the engine's timings) and its timing, grouped into turns. Prints the
+    proxy's base URL, then runs until Ctrl-C. Replay the recording with
+    [[cases]] from = "OUT" in an experiment (docs/recording.md).
+    """
+    import asyncio  # noqa: PLC0415
+    import signal  # noqa: PLC0415
+
+    from ..config.names import url_problem  # noqa: PLC0415
+    from ..proxy.server import RecordingProxy, serve  # noqa: PLC0415 (aiohttp)
+    from ..proxy.writer import RecordingWriter  # noqa: PLC0415
+
+    # the recording's thread parses and writes each exchange; a thread holding the GIL keeps the proxy's event
+    # loop waiting until the interpreter's switch interval (5 ms) ends: a shorter one hands it back sooner
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
+    problem = url_problem(upstream)
+    if problem:
+        raise BadInput(f"--upstream {problem}")
+    host, port = parse_listen(listen)
+    writer = RecordingWriter(out, upstream, compiled(redact), session_header)
+    path = urlsplit_path(upstream)
+
+    def ready(url: str) -> None:
+        click.echo(url + path, nl=True)
+        click.echo(f"leverbench record: {url}{path} → {upstream}; recording to {writer.path} (Ctrl-C stops)", err=True)
+
+    async def main() -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        for sig in (signal.SIGINT, signal.SIGTERM):  # (SIGINT too: a shell's background job ignores it otherwise)
+            asyncio.get_running_loop().add_signal_handler(sig, task.cancel)
+        await serve(RecordingProxy(upstream, writer, session_header), host, port, ready)
+
+    try:
+        asyncio.run(main())
+    except KeyboardInterrupt:
+        pass
+    except asyncio.CancelledError:
+        pass
+    except OSError as exc:
+        writer.discard_if_empty()
+        raise BadInput(f"--listen {listen}: cannot listen there ({exc.strerror or exc}); pick another port (0: any "
+                       "free one)") from None
+    try:
+        writer.close()
+    finally:
+        click.echo(f"recorded {writer.exchanges} exchange(s) ({writer.failed} failed) in {len(writer.turns)} "
+                   f"turn(s): {writer.path}", err=True)
+
+
+def urlsplit_path(url: str) -> str:
+    """The path of *url* without its trailing slash (what the agent's base URL adds to the proxy's)."""
+    from urllib.parse import urlsplit  # noqa: PLC0415
+
+    return urlsplit(url).path.rstrip("/")

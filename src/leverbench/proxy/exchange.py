@@ -1,0 +1,156 @@
+"""One exchange as the proxy captured it (:class:`RawExchange`: bytes and arrival times, nothing parsed), and
+the recording's row made of it (:func:`exchange_row`), after the response has gone to the client.
+
+The response is read as the client read it: a stream's SSE ``data:`` lines, each chunk fed to the runner's own
+accumulator (:class:`~leverbench.runner.sse.StreamState`: the answer's text, reasoning, tool calls, usage,
+llama.cpp's ``timings``, the finish reason), or the one JSON body of a call that did not stream.  ``--redact``
+patterns mask their matches in every string of the request and the response (:func:`masked`) before the row
+exists.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from ..json_types import JSONObject, JSONValue
+from ..recording import ExchangeRow, ResponseRow, ToolCallJSON
+from ..redact import HIDDEN, redact_text
+from ..runner.sse import StreamState
+
+
+@dataclass
+class RawExchange:
+    """What the proxy kept of one chat exchange while passing it through: the request's bytes, the response's
+    body reads with their times (``time.perf_counter`` − ``t0``, when the proxy got the request), and how it
+    ended."""
+
+    t_start: float  # epoch seconds
+    method: str
+    path: str
+    session: str | None
+    request: bytes
+    status: int | None = None
+    content_type: str = ""
+    content_encoding: str = ""
+    chunks: list[tuple[float, bytes]] = field(default_factory=list)
+    end_s: float = 0.0
+    error: str | None = None
+
+
+def masked(obj: JSONValue, patterns: list[re.Pattern[str]]) -> tuple[Any, int]:
+    """*obj* with every match of *patterns* in its strings replaced by ``***``, and how many were."""
+    if not patterns:
+        return obj, 0
+    if isinstance(obj, str):
+        n = 0
+        for p in patterns:
+            obj, k = p.subn(HIDDEN, obj)
+            n += k
+        return obj, n
+    if isinstance(obj, list):
+        out, n = [], 0
+        for v in obj:
+            v, k = masked(v, patterns)
+            out.append(v)
+            n += k
+        return out, n
+    if isinstance(obj, dict):
+        d, n = {}, 0
+        for key, v in obj.items():
+            d[key], k = masked(v, patterns)
+            n += k
+        return d, n
+    return obj, 0
+
+
+def _body(raw: RawExchange) -> bytes:
+    data = b"".join(c for _, c in raw.chunks)
+    enc = raw.content_encoding.lower().strip()
+    if enc in ("", "identity"):
+        return data
+    if enc in ("gzip", "x-gzip", "deflate"):
+        return zlib.decompress(data, 47)  # 32 + 15: gzip or zlib, by their headers
+    raise ValueError(f"content-encoding {enc!r} is not read (the response went to the client as it came)")
+
+
+def _sse(raw: RawExchange, state: StreamState) -> None:
+    """Feed each ``data:`` line of the stream, at the time the body read that ended it arrived; ValueError for a
+    stream that ended without ``[DONE]`` or a finish reason (cut: not an answer to replay)."""
+    head = b""
+    enc = raw.content_encoding.lower().strip()
+    chunks = raw.chunks if enc in ("", "identity") else [(raw.end_s, _body(raw))]
+    for t, data in chunks:
+        lines = (head + data).split(b"\n")
+        head = lines.pop()
+        for line in lines:
+            line = line.strip()
+            if not line.startswith(b"data:"):
+                continue
+            payload = line[5:].strip()
+            if payload == b"[DONE]":
+                state.done = True
+                return
+            obj = orjson.loads(payload)
+            if isinstance(obj, dict) and "error" in obj and not obj.get("choices"):
+                raise ValueError(f"error event in the stream: {str(obj['error'])[:200]}")
+            if not isinstance(obj, dict):
+                raise ValueError("an SSE data line is not a JSON object")
+            state.feed(obj, t)
+    if state.finish_reason is None:
+        raise ValueError("the stream ended without a finish reason or [DONE]")
+
+
+def parsed_response(raw: RawExchange) -> tuple[ResponseRow, float | None]:
+    """The response as a row, and its first token's time; ValueError when it does not parse."""
+    state = StreamState(0.0, keep_text=True)
+    if raw.content_type.lower().startswith("text/event-stream"):
+        _sse(raw, state)
+    else:
+        obj = orjson.loads(_body(raw))
+        if not isinstance(obj, dict):
+            raise ValueError("the response is not a JSON object")
+        state.feed(obj, raw.end_s)
+    calls: list[ToolCallJSON] = [{"id": tc.get("id"), "name": tc.get("name") or "", "arguments": tc.get("arguments")
+                                  or ""} for _, tc in sorted(state.tool_calls.items())]
+    row: ResponseRow = {"content": "".join(state.content), "reasoning": "".join(state.reasoning),
+                        "tool_calls": calls, "finish_reason": state.finish_reason,
+                        "usage": dict(state.usage) if state.usage else None,  # type: ignore[arg-type]
+                        "timings": dict(state.timings) if state.timings else None}  # type: ignore[arg-type]
+    return row, state.first_token_s
+
+
+def exchange_row(raw: RawExchange, n: int, turn: str, step: int, request: JSONObject | None,
+                 patterns: list[re.Pattern[str]], redactions: int) -> ExchangeRow:
+    """The recording's row of *raw* (its *request* parsed and masked already, with its *redactions*)."""
+    response: ResponseRow | None = None
+    ttft: float | None = None
+    error = raw.error
+    if error is None and raw.status is not None and raw.status < 400:
+        try:
+            response, ttft = parsed_response(raw)
+        except (ValueError, TypeError, AttributeError, RecursionError, zlib.error) as exc:  # (orjson's: ValueErrors)
+            error = f"response not parsed: {type(exc).__name__}: {exc}"[:500]
+        else:
+            masked_response, k = masked(response, patterns)  # type: ignore[arg-type]
+            response, redactions = masked_response, redactions + k
+    elif error is None:
+        error = f"HTTP {raw.status}: {_body_text(raw)}"
+    session, k = masked(raw.session, patterns) if raw.session is not None else (None, 0)
+    return {"kind": "exchange", "n": n, "turn": turn, "step": step, "session": session, "t_start": raw.t_start,
+            "method": raw.method, "path": raw.path, "status": raw.status,
+            "stream": raw.content_type.lower().startswith("text/event-stream"), "request": request,
+            "response": response, "timing": {"ttft_s": None if ttft is None else round(ttft, 6),
+                                             "latency_s": round(raw.end_s, 6), "chunks": len(raw.chunks)},
+            "redactions": redactions + k, "error": None if error is None else redact_text(masked(error, patterns)[0])}
+
+
+def _body_text(raw: RawExchange) -> str:
+    try:
+        return " ".join(_body(raw).decode("utf-8", "replace").split())[:300]
+    except (ValueError, zlib.error):
+        return "(a body that does not decode)"

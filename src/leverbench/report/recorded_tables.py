@@ -1,0 +1,60 @@
+"""The replay of recorded turns, as the reports show it (the summary's ``recorded`` section): one line for the
+first screen, and a table with the mode, each arm's prompt lengths against the recording's, the identical
+requests and where a live replay departed.  Formats only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .table import Table, pct
+
+
+def _modes(section: dict[str, Any]) -> str:
+    modes = sorted({c["mode"] for c in section["cases"]})
+    return " and ".join(modes)
+
+
+def replay_line(summary: dict[str, Any]) -> str | None:
+    """One line: how many recorded turns, in which mode, and whether every arm received them as recorded."""
+    sec = summary.get("recorded")
+    if not sec:
+        return None
+    n = len(sec["cases"])
+    off = [f"{a['arm']} ({a['differing_calls']} of {a['calls']} calls)" for a in sec["arms"] if a["differing_calls"]]
+    prompts = (f"prompts as recorded on every arm (within {pct(sec['tolerance'])})" if not off
+               else f"prompts NOT as recorded on {', '.join(off)}")
+    same = sec["requests_identical"] == sec["requests_compared"]
+    requests = "identical requests on every arm" if same else \
+        f"identical requests at {sec['requests_identical']} of {sec['requests_compared']} calls"
+    departed = sum(a["departed_calls"] for a in sec["arms"])
+    gone = f"; the live path departed at {departed} call(s)" if departed else ""
+    return (f"Replay: {n} recorded turn{'s' if n != 1 else ''}, mode {_modes(sec)}; {prompts}; {requests}{gone}")
+
+
+def recorded_table(summary: dict[str, Any]) -> Table | None:
+    sec = summary.get("recorded")
+    if not sec:
+        return None
+    rows = []
+    for a in sec["arms"]:
+        dev = "—" if a["max_deviation"] is None else f"{a['max_deviation'] * 100:+.2f}%"
+        rows.append([a["arm"], str(a["calls"]), f"{a['within']} of {a['compared']}", dev, str(a["departed_calls"]),
+                     a["reason"] or (a["differing"][0]["reason"] if a["differing"] else "")])
+    notes = [f"Mode {_modes(sec)}: " + ("each call sent the recorded request (its messages, recorded answers and tool "
+                                        "results, tools and sampling): every arm received the same work."
+                                        if _modes(sec) == "recorded" else
+                                        "live cases let the arm's own tool calls drive the turn, answered from the "
+                                        "recorded tool results by tool name and arguments."),
+             f"Identical requests: {sec['requests_identical']} of {sec['requests_compared']} calls of the same case, "
+             "repeat and step had the same messages on every arm that made them."]
+    for a in sec["arms"]:
+        for d in a["differing"]:
+            got = "—" if d["prompt_tokens"] is None else f"{d['prompt_tokens']:,}"
+            notes.append(f"{a['arm']} {d['case']} #{d['repeat'] + 1} step {d['step']}: {got} prompt tokens, recorded "
+                         f"{d['recorded_tokens'] or 0:,}: {d['reason']}")
+    notes += [f"{d['arm']} {d['case']} #{d['repeat'] + 1} step {d['step']} departed: {d['text']}"
+              for d in sec["departures"]]
+    return Table("recorded", f"Recorded turns replayed ({len(sec['cases'])} turns, mode {_modes(sec)}): prompt tokens "
+                             f"against the recording's (within {pct(sec['tolerance'])})",
+                 ["arm", "calls", "prompts as recorded", "largest deviation", "departed calls", "why not"], rows,
+                 notes=notes)

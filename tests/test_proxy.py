@@ -1,0 +1,298 @@
+"""The recording proxy passes everything through unchanged (issue 26): against a stub upstream whose bytes are known,
+a streamed answer reaches the client byte for byte (SSE comments, CRLF line ends, lines split across writes), a
+gzip-encoded JSON answer stays encoded, the request's body and headers reach the upstream as the client sent them
+(Authorization included, no header added), and an error passes through; the recording parses each, masks what
+``--redact`` names and stores no key."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import re
+import socket
+from pathlib import Path
+
+import aiohttp
+import limits
+from aiohttp import web
+
+from leverbench.proxy.server import RecordingProxy, upstream_url
+from leverbench.proxy.writer import RecordingWriter
+from leverbench.workload.recorded.registry import load_requests
+
+KEY = "sk-test-not-stored-42"
+
+
+def _chunk(delta: dict, **more: object) -> bytes:
+    choice = {"index": 0, "delta": delta, "finish_reason": more.pop("finish", None)}
+    return b"data: " + json.dumps({"id": "x", "object": "chat.completion.chunk", "choices": [choice], **more}).encode()
+
+
+# what the stub streams, written in these pieces (split mid-line and mid-JSON), with a pause after each
+STREAM = (b": keep-alive comment\n\n" + _chunk({"role": "assistant", "reasoning_content": "think "}) + b"\r\n\r\n"
+          + _chunk({"content": "Hello"}) + b"\n\n" + _chunk({"content": " secret-token-AB12 world"}) + b"\n\n"
+          + _chunk({"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
+                                    "function": {"name": "lookup", "arguments": "{\"q\":"}}]}) + b"\n\n"
+          + _chunk({"tool_calls": [{"index": 0, "function": {"arguments": " 1}"}}]}, finish="tool_calls") + b"\n\n"
+          + b'data: {"id":"x","choices":[],"usage":{"prompt_tokens":21,"completion_tokens":7,"total_tokens":28},'
+            b'"timings":{"prompt_n":21,"prompt_ms":3.5,"predicted_n":7,"predicted_ms":9.25}}\n\n'
+          + b"data: [DONE]\n\n")
+PIECES = [STREAM[i:j] for i, j in zip([0, 5, 40, 41, 200, 333, 500], [5, 40, 41, 200, 333, 500, len(STREAM)])]
+JSON_BODY = json.dumps({"id": "y", "object": "chat.completion", "model": "stub-model",
+                        "choices": [{"index": 0, "message": {"role": "assistant", "content": "plain answer"},
+                                     "finish_reason": "stop"}],
+                        "usage": {"prompt_tokens": 9, "completion_tokens": 2, "total_tokens": 11}}).encode()
+GZIPPED = gzip.compress(JSON_BODY)
+
+
+class Stub:
+    """An upstream whose every byte is known; it keeps what each request brought."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str, dict[str, str], bytes]] = []
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        self.seen.append((request.method, request.path_qs, dict(request.headers), body))
+        mode = json.loads(body).get("mode")
+        if mode == "gzip":
+            return web.Response(body=GZIPPED, headers={"Content-Type": "application/json", "Content-Encoding": "gzip"})
+        if mode == "error":
+            return web.json_response({"error": {"message": "bad model"}}, status=400)
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "X-Upstream": "stub"})
+        await resp.prepare(request)
+        for piece in PIECES[:3] if mode in ("cut", "unfinished") else PIECES:
+            await resp.write(piece)
+            await asyncio.sleep(0.01)
+        if mode == "cut":  # the upstream dies mid-stream
+            request.transport.close()
+            return resp
+        await resp.write_eof()  # "unfinished": an HTTP body that ends before [DONE] or a finish reason
+        return resp
+
+    async def models(self, request: web.Request) -> web.Response:
+        self.seen.append((request.method, request.path_qs, dict(request.headers), b""))
+        return web.json_response({"object": "list", "data": [{"id": "stub-model", "object": "model"}]})
+
+
+async def _serve(app: web.Application) -> tuple[web.AppRunner, str]:
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    return runner, f"http://127.0.0.1:{runner.addresses[0][1]}"
+
+
+async def _exercise(out: Path) -> tuple[Stub, list[tuple[int, dict[str, str], bytes]], bytes]:
+    stub = Stub()
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", stub.chat)
+    app.router.add_get("/v1/models", stub.models)
+    runner, url = await _serve(app)
+    writer = RecordingWriter(out, url + "/v1", [re.compile(r"secret-token-\w+")], "X-Session-Id")
+    proxy = RecordingProxy(url + "/v1", writer)
+    base = await proxy.start("127.0.0.1", 0) + "/v1"
+    got = []
+    sent = b'{"model": "m",  "messages": [{"role": "user", "content": "hi secret-token-ZZ9"}], "stream": true}'
+    try:
+        # a client that sends only the headers given (aiohttp adds User-Agent, Accept, Accept-Encoding otherwise)
+        async with aiohttp.ClientSession(auto_decompress=False,
+                                         skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding")) as s:
+            headers = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json", "X-Custom": "kept"}
+            for body in (sent, b'{"mode": "gzip", "messages": [{"role": "user", "content": "plain"}]}',
+                         b'{"mode": "error", "messages": [{"role": "user", "content": "x"}]}'):
+                async with s.post(base + "/chat/completions?trace=1", data=body, headers=headers,
+                                  timeout=aiohttp.ClientTimeout(total=limits.HTTP_S)) as r:
+                    got.append((r.status, dict(r.headers), await r.read()))
+            async with s.get(base + "/models", timeout=aiohttp.ClientTimeout(total=limits.HTTP_S)) as r:
+                got.append((r.status, dict(r.headers), await r.read()))
+    finally:
+        await proxy.stop()
+        await runner.cleanup()
+        writer.close()
+    return stub, got, sent
+
+
+def test_the_proxy_passes_bytes_through_unchanged_and_records_them_parsed(tmp_path):
+    stub, got, sent = asyncio.run(_exercise(tmp_path / "rec"))
+    (s_status, s_headers, s_body), (g_status, g_headers, g_body), (e_status, _, e_body), (_, _, m_body) = got
+    # the stream: every byte as the upstream wrote it, its headers too
+    assert s_status == 200 and s_body == STREAM
+    assert s_headers["Content-Type"] == "text/event-stream" and s_headers["X-Upstream"] == "stub"
+    # gzip stays gzip: the client gets the upstream's compressed bytes (and decodes them itself)
+    assert g_headers["Content-Encoding"] == "gzip" and g_body == GZIPPED
+    assert e_status == 400 and json.loads(e_body) == {"error": {"message": "bad model"}}
+    assert json.loads(m_body)["data"][0]["id"] == "stub-model"
+    # the upstream got the request as sent: method, path and query, body bytes, the key; no header the client lacks
+    method, path, headers, body = stub.seen[0]
+    assert (method, path, body) == ("POST", "/v1/chat/completions?trace=1", sent)
+    assert headers["Authorization"] == f"Bearer {KEY}" and headers["X-Custom"] == "kept"
+    assert sorted(headers) == ["Authorization", "Content-Length", "Content-Type", "Host", "X-Custom"]
+    # the recording: three chat exchanges (the model list is not one), parsed, masked, without the key
+    text = (tmp_path / "rec" / "exchanges.jsonl").read_text()
+    assert KEY not in text and "secret-token-" not in text
+    header, *rows = [json.loads(line) for line in text.splitlines()]
+    assert header["kind"] == "recording" and header["redact_patterns"] == 1
+    stream, gz, err = rows
+    assert stream["request"]["messages"][0]["content"] == "hi ***" and stream["redactions"] == 2
+    r = stream["response"]
+    assert (r["content"], r["reasoning"], r["finish_reason"]) == ("Hello *** world", "think ", "tool_calls")
+    assert r["tool_calls"] == [{"id": "call_1", "name": "lookup", "arguments": '{"q": 1}'}]
+    assert r["usage"]["prompt_tokens"] == 21 and r["timings"]["predicted_ms"] == 9.25
+    assert stream["timing"]["chunks"] >= 2 and 0 < stream["timing"]["ttft_s"] < stream["timing"]["latency_s"]
+    assert gz["stream"] is False and gz["response"]["content"] == "plain answer" and gz["error"] is None
+    assert err["status"] == 400 and err["error"].startswith("HTTP 400") and err["response"] is None
+    # the importer reads the recording back: the successful exchanges are calls (the failed one left out)
+    imp = load_requests(tmp_path / "rec")
+    assert [len(t.calls) for t in imp.turns] == [1, 1] and imp.skipped == {"failed exchange": 1}
+    assert imp.turns[0].calls[0].prompt_tokens == 21 and imp.turns[0].calls[0].redactions == 2
+
+
+def test_an_unreachable_upstream_is_a_502_and_a_failed_exchange(tmp_path):
+    async def go() -> tuple[int, bytes]:
+        writer = RecordingWriter(tmp_path / "rec", "http://127.0.0.1:9/v1", [], "X-Session-Id")
+        proxy = RecordingProxy("http://127.0.0.1:9/v1", writer)
+        base = await proxy.start("127.0.0.1", 0)
+        try:
+            async with aiohttp.ClientSession() as s, s.post(base + "/v1/chat/completions", data=b'{"messages": []}',
+                                                           timeout=aiohttp.ClientTimeout(total=limits.HTTP_S)) as r:
+                return r.status, await r.read()
+        finally:
+            await proxy.stop()
+            writer.close()
+
+    status, body = asyncio.run(go())
+    assert status == 502 and "cannot reach the upstream" in json.loads(body)["error"]["message"]
+    (row,) = [json.loads(line) for line in (tmp_path / "rec" / "exchanges.jsonl").read_text().splitlines()[1:]]
+    assert row["status"] is None and "cannot reach the upstream" in row["error"]
+
+
+def test_a_client_that_goes_away_mid_stream_is_recorded_as_such(tmp_path):
+    async def go() -> None:
+        stub = Stub()
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", stub.chat)
+        runner, url = await _serve(app)
+        writer = RecordingWriter(tmp_path / "rec", url, [], "X-Session-Id")
+        proxy = RecordingProxy(url, writer)
+        base = await proxy.start("127.0.0.1", 0)
+        try:
+            async with aiohttp.ClientSession() as s:
+                body = b'{"messages": [{"role": "user", "content": "x"}]}'
+                r = await s.post(base + "/v1/chat/completions", data=body,
+                                 timeout=aiohttp.ClientTimeout(total=limits.HTTP_S))
+                await r.content.readany()  # the first piece, then the client hangs up
+                r.close()
+            for _ in range(int(limits.SETTLE_S / 0.05)):  # the proxy notices at its next write
+                if writer.exchanges:
+                    break
+                await asyncio.sleep(0.05)
+        finally:
+            await proxy.stop()
+            await runner.cleanup()
+            writer.close()
+
+    asyncio.run(go())
+    (row,) = [json.loads(line) for line in (tmp_path / "rec" / "exchanges.jsonl").read_text().splitlines()[1:]]
+    assert row["status"] == 200 and row["error"] == "the client went away mid-response" and row["response"] is None
+
+
+def test_a_stream_cut_or_unfinished_upstream_is_a_failed_exchange(tmp_path):
+    async def go() -> list[bytes]:
+        stub = Stub()
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", stub.chat)
+        runner, url = await _serve(app)
+        writer = RecordingWriter(tmp_path / "rec", url, [], "X-Session-Id")
+        proxy = RecordingProxy(url, writer)
+        base = await proxy.start("127.0.0.1", 0)
+        got = []
+        try:
+            async with aiohttp.ClientSession() as s:
+                for mode in ("cut", "unfinished"):
+                    body = json.dumps({"mode": mode, "messages": [{"role": "user", "content": mode}]}).encode()
+                    async with s.post(base + "/v1/chat/completions", data=body,
+                                      timeout=aiohttp.ClientTimeout(total=limits.HTTP_S)) as r:
+                        try:
+                            got.append(await r.read())
+                        except aiohttp.ClientPayloadError:
+                            got.append(b"(cut)")
+        finally:
+            await proxy.stop()
+            await runner.cleanup()
+            writer.close()
+        return got
+
+    cut, unfinished = asyncio.run(go())
+    assert cut == b"(cut)" and unfinished == b"".join(PIECES[:3])  # the client saw what the upstream sent
+    rows = [json.loads(line) for line in (tmp_path / "rec" / "exchanges.jsonl").read_text().splitlines()[1:]]
+    assert rows[0]["error"].startswith("the upstream's response broke")
+    assert rows[1]["error"] == "response not parsed: ValueError: the stream ended without a finish reason or [DONE]"
+
+
+def test_the_upstream_path_is_kept_once():
+    assert upstream_url("http://h:8000/v1", "/v1/chat/completions?x=1") == "http://h:8000/v1/chat/completions?x=1"
+    assert upstream_url("http://h:8000/v1/", "/chat/completions") == "http://h:8000/v1/chat/completions"
+    assert upstream_url("http://h:8000", "/v1/models") == "http://h:8000/v1/models"
+    assert upstream_url("https://h/openai/v1", "/props") == "https://h/openai/v1/props"
+
+
+def test_bad_record_options_are_one_line_and_leave_no_recording(tmp_path):
+    from click.testing import CliRunner  # noqa: PLC0415
+
+    from leverbench.cli import cli  # noqa: PLC0415
+
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "exchanges.jsonl").write_text('{"kind": "recording"}\n')
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        up = ["--upstream", "http://127.0.0.1:9/v1"]
+        for args, says in ((["--upstream", "ftp://x"], "--upstream must be an http:// or https:// URL"),
+                           ([*up, "--listen", "nowhere"], "--listen 'nowhere': give"),
+                           ([*up, "--redact", "(unclosed"], "not a regular expression"),
+                           ([*up, "--out", str(tmp_path / "old")], "already holds a recording"),
+                           ([*up, "--listen", f"127.0.0.1:{port}"], "cannot listen there")):
+            out = args if "--out" in args else [*args, "--out", str(tmp_path / "new")]
+            res = CliRunner().invoke(cli, ["record", *out])
+            assert res.exit_code == 2 and len(res.output.strip().splitlines()) == 1 and says in res.output, res.output
+    assert not (tmp_path / "new" / "exchanges.jsonl").exists()  # nothing recorded: no file left behind
+
+
+def test_a_recording_that_cannot_be_written_never_stops_the_pass_through(tmp_path, monkeypatch):
+    from leverbench.errors import RuntimeFailure  # noqa: PLC0415
+
+    def full_disk(self: RecordingWriter, raw: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(RecordingWriter, "_record", full_disk)
+
+    async def go() -> tuple[bytes, BaseException | None]:
+        stub = Stub()
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", stub.chat)
+        runner, url = await _serve(app)
+        writer = RecordingWriter(tmp_path / "rec", url, [], "X-Session-Id")
+        proxy = RecordingProxy(url, writer)
+        base = await proxy.start("127.0.0.1", 0)
+        try:
+            async with aiohttp.ClientSession() as s:
+                bodies = []
+                for _ in range(2):
+                    async with s.post(base + "/v1/chat/completions", data=b'{"messages": [{"role": "user"}]}',
+                                      timeout=aiohttp.ClientTimeout(total=limits.HTTP_S)) as r:
+                        bodies.append(await r.read())
+        finally:
+            await proxy.stop()
+            await runner.cleanup()
+        try:
+            writer.close()
+        except RuntimeFailure as exc:
+            return bodies[-1], exc
+        return bodies[-1], None
+
+    body, err = asyncio.run(go())
+    assert body == STREAM  # both calls went through
+    assert err is not None and "2 exchange(s) could not be recorded" in str(err) and "No space left" in str(err)

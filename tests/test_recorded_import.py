@@ -1,0 +1,183 @@
+"""Request logs read as cases (issue 26): OpenAI's chat-request JSONL and OpenTelemetry GenAI spans imported into
+turns, the turns a case keeps, a replay whose upstream counted tokens differently, and bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from leverbench.analysis.base.warning_kinds import WarningKind
+from leverbench.analysis.summary import summarize
+from leverbench.cli import cli
+from leverbench.config import load
+from leverbench.engines.simulator import SimConfig, SimulatorThread, chat_prompt_tokens
+from leverbench.errors import ConfigError
+from leverbench.ledger.reader import read_ledger
+from leverbench.runner.run import Runner
+from leverbench.workload.recorded.expand import with_recorded
+from leverbench.workload.recorded.grouping import TurnGrouper
+from leverbench.workload.recorded.registry import detect_format, load_requests
+
+DATA = Path(__file__).parent / "data" / "recorded"
+BATCH = DATA / "openai-batch.jsonl"
+OTEL = DATA / "otel-genai.jsonl"
+RATIO = 1.25  # the batch file's usage counts 25 % more prompt tokens than the simulator's tokenizer does
+
+
+def _experiment(tmp: Path, url: str, case: str, arm: str = "") -> Path:
+    p = tmp / "exp.toml"
+    p.write_text(f'''
+[experiment]
+name = "imported"
+repeats = 1
+baseline = "a"
+sentinel_tokens = 0
+
+[[arms]]
+name = "a"
+role = "baseline"
+base_url = "{url}"
+model = "sim"
+{arm}
+[[cases]]
+{case}
+''')
+    return p
+
+
+def test_an_openai_batch_file_imports_as_turns_with_its_responses():
+    assert detect_format(BATCH) == "openai-jsonl"
+    imp = load_requests(BATCH)
+    assert [t.id for t in imp.turns] == ["t0001", "t0002"]
+    agent, other = imp.turns
+    # three requests, each extending the one before (a tool round, then a user's next question): one turn
+    assert len(agent.calls) == 3 and len(other.calls) == 1
+    first, second, third = agent.calls
+    assert first.request["max_tokens"] == 128 and first.tools[0]["function"]["name"] == "search_logs"
+    # each response found its request by custom_id, in the batch output lines further down the file
+    assert [c.name for c in first.tool_calls] == ["search_logs"] and first.finish_reason == "tool_calls"
+    assert second.content == "The linker failed on a missing symbol." and third.content.startswith("Commit 9f3e2a1")
+    assert first.model == "gpt-4o-mini-2024-07-18"
+    tools = first.tools
+    assert [c.prompt_tokens for c in agent.calls] == [round(len(chat_prompt_tokens(c.messages, tools)) * RATIO)
+                                                      for c in agent.calls]
+    assert other.calls[0].prompt_tokens is None  # a request without a response: no usage
+    assert imp.skipped == {"url '/v1/embeddings' is not chat completions": 1}
+
+
+def test_a_replay_says_the_arm_counts_tokens_differently_than_the_recording(tmp_path):
+    with SimulatorThread(SimConfig(prefill_tps=1e6, decode_tps=2000, output_tokens=8)) as sim:
+        exp = _experiment(tmp_path, sim.base_url + "/v1", f'name = "ci"\nfrom = "{BATCH}"')
+        Runner(load(exp), tmp_path / "run").run()
+        truth = sim.truth()
+    led = read_ledger(tmp_path / "run")
+    calls = [r for r in led.records if r["kind"] == "call"]
+    assert [(c["case"], c["step"]) for c in calls] == [("ci/t0001", 0), ("ci/t0001", 1), ("ci/t0001", 2),
+                                                      ("ci/t0002", 0)]
+    # the requests went out as recorded: their sampling as the recording has it (nothing added: the fourth gave no
+    # temperature), the arm's model ...
+    assert [c["request"] for c in calls] == [{"model": "sim", "max_tokens": 128, "temperature": 0}] * 2 + [
+        {"model": "sim", "max_tokens": 64, "temperature": 0}, {"model": "sim", "max_tokens": 32}]
+    assert [c["tools_sent"] for c in calls] == [1, 1, 1, 0]
+    # ... and the simulator counted what it counts for the recorded messages and tools
+    imp = load_requests(BATCH)
+    sent = [c for t in imp.turns for c in t.calls]
+    assert [t["prompt_tokens"] for t in truth[-4:]] == [len(chat_prompt_tokens(c.messages, c.tools)) for c in sent]
+    rec = summarize(led)["recorded"]
+    arm = rec["arms"][0]
+    # three calls have the recording's usage; each got a prompt 1/1.25 of it: every one differs alike
+    assert (arm["compared"], arm["within"], arm["differing_calls"]) == (3, 0, 3)
+    assert arm["max_deviation"] == pytest.approx(1 / RATIO - 1, abs=0.01)
+    assert "different tokenizer" in arm["reason"] and "a serves sim" in arm["reason"]
+    assert {d["reason"] for d in arm["differing"]} == {arm["reason"]}
+    kinds = [w["kind"] for w in summarize(led)["warning_items"]]
+    assert WarningKind.REPLAY_PROMPT_DIFFERS.value in kinds
+
+
+def test_the_arms_own_request_fields_override_the_recordings(tmp_path):
+    with SimulatorThread(SimConfig(prefill_tps=1e6, decode_tps=2000, output_tokens=8)) as sim:
+        exp = _experiment(tmp_path, sim.base_url + "/v1", f'name = "ci"\nfrom = "{BATCH}"\nselect = ["t0001"]',
+                          "request = { temperature = 0.5, cache_prompt = false }")
+        Runner(load(exp), tmp_path / "run").run()
+    calls = [r for r in read_ledger(tmp_path / "run").records if r["kind"] == "call"]
+    assert [c["request"] for c in calls] == [{"model": "sim", "temperature": 0.5, "cache_prompt": False,
+                                              "max_tokens": n} for n in (128, 128, 64)]
+
+
+def test_otel_genai_spans_import_as_one_conversation():
+    assert detect_format(OTEL) == "otel-genai"
+    imp = load_requests(OTEL)
+    assert imp.skipped == {"not a chat span": 1}  # the execute_tool span
+    (turn,) = imp.turns
+    assert turn.id == "s-conv-7" and len(turn.calls) == 2  # its conversation id, in the order the spans started
+    first, second = turn.calls
+    assert first.messages == [{"role": "system", "content": "You are a helpful travel agent."},
+                              {"role": "user", "content": "Weather in Paris?"}]
+    assert first.request["max_tokens"] == 100 and first.request["temperature"] == 0.2
+    assert first.tools[0]["function"]["name"] == "get_weather"
+    assert [(c.name, json.loads(c.arguments)) for c in first.tool_calls] == [("get_weather", {"city": "Paris"})]
+    assert second.messages[2]["tool_calls"][0]["function"]["name"] == "get_weather"
+    assert second.messages[3] == {"role": "tool", "tool_call_id": "call_w", "content": "rainy, 57F"}
+    assert (second.prompt_tokens, second.content) == (48, "It is rainy, 57F.")
+
+
+def test_select_sample_and_limit_pick_turns(tmp_path):
+    def cases(extra: str) -> list[str]:
+        exp = _experiment(tmp_path, "http://127.0.0.1:9/v1", f'name = "ci"\nfrom = "{BATCH}"\n{extra}')
+        return [c.name for c in with_recorded(load(exp)).spec.cases]
+
+    assert cases("") == ["ci/t0001", "ci/t0002"]
+    assert cases('select = ["t0002"]') == ["ci/t0002"]
+    assert cases('select = ["t*"]\nlimit = 1') == ["ci/t0001"]
+    drawn = cases("sample = 1\nseed = 3")
+    assert len(drawn) == 1 and drawn == cases("sample = 1\nseed = 3")  # seeded: the same draw every time
+    loaded = with_recorded(load(_experiment(tmp_path, "http://127.0.0.1:9/v1", f'name = "ci"\nfrom = "{BATCH}"')))
+    case = loaded.spec.cases[0]
+    # the first request's sampling and tools go with the case (the equal-work analysis reads its temperature)
+    assert (case.temperature, case.max_tokens, case.replay) == (0.0, 128, "recorded")
+    assert loaded.tools["ci/t0001"][0]["function"]["name"] == "search_logs"
+    assert loaded.spec.cases[1].temperature == 1.0  # no temperature in the request: the API's default
+
+
+@pytest.mark.parametrize(("case", "key", "says"), [
+    ('name = "x"\nfrom = "missing.jsonl"', "cases[0].from", "no such file"),
+    (f'name = "x"\nfrom = "{BATCH}"\nselect = ["nope*"]', "cases[0].from", "matches none of the 2 recorded turns"),
+    (f'name = "x"\nfrom = "{BATCH}"\nformat = "har"', "cases[0].format", "unknown request-log format"),
+    (f'name = "x"\nfrom = "{BATCH}"\nprompt = "hi"', "cases[0]", "drop prompt"),
+    ('name = "x"\nprompt = "hi"\nreplay = "live"', "cases[0]", "replay applies to recorded turns"),
+    (f'name = "x"\nfrom = "{BATCH}"\nreplay = "both"', "cases[0].replay", "'recorded' or 'live'"),
+])
+def test_bad_recorded_cases_are_one_line_naming_the_key(tmp_path, case, key, says):
+    exp = _experiment(tmp_path, "http://127.0.0.1:9/v1", case)
+    res = CliRunner().invoke(cli, ["run", str(exp), "--out", str(tmp_path / "run")])
+    assert res.exit_code == 2, res.output
+    line = res.output.strip()
+    assert len(line.splitlines()) == 1 and line.startswith(f"leverbench: error: {exp}: {key}: ") and says in line
+
+
+def test_a_request_log_without_a_replayable_line_names_its_reasons(tmp_path):
+    bad = tmp_path / "log.jsonl"
+    bad.write_text('{"messages": []}\nnot json\n{"messages": [{"content": "no role"}]}\n')
+    exp = _experiment(tmp_path, "http://127.0.0.1:9/v1", f'name = "x"\nfrom = "{bad}"')
+    with pytest.raises(ConfigError) as err:
+        with_recorded(load(exp))
+    assert "no request that can be replayed" in str(err.value) and "first line 1" in str(err.value)
+    assert "not JSON: 1 line(s), first line 2" in str(err.value)
+
+
+def test_turns_by_session_or_by_the_conversation_they_extend():
+    g = TurnGrouper()
+    sys_ = {"role": "system", "content": "rules"}
+    a1 = [sys_, {"role": "user", "content": "task a"}]
+    b1 = [sys_, {"role": "user", "content": "task b"}]  # the same system prompt, another conversation
+    a2 = [*a1, {"role": "assistant", "content": "ok"}, {"role": "user", "content": "more"}]
+    assert g.assign(a1) == ("t0001", 0)
+    assert g.assign(b1) == ("t0002", 0)
+    assert g.assign(list(reversed(a2[::-1]))) == ("t0001", 1)  # extends a1 (key order inside messages aside)
+    assert g.assign([{"content": "rules", "role": "system"}, *a2[1:], {"role": "user", "content": "x"}]) == ("t0001", 2)
+    assert g.assign(a1) == ("t0003", 0)  # the same request again extends nothing: a new turn
+    assert g.assign([{"role": "user", "content": "anything"}], session="sess\n1") == ("s-sess1", 0)
+    assert g.assign([{"role": "user", "content": "else"}], session="sess\n1") == ("s-sess1", 1)
