@@ -1,7 +1,8 @@
 """The experiment file: TOML in, validated pydantic models out.
 
 The schema in one place: :mod:`.experiment` (the experiment, its arms, cases, probes and timeouts, and
-loading a file), :mod:`.adaptive` (``[experiment] adaptive``), :mod:`.stages` (the ``[[load]]``
+loading a file), :mod:`.overrides` (``run --repeats`` and ``--adaptive``), :mod:`.adaptive`
+(``[experiment] adaptive``), :mod:`.stages` (the ``[[load]]``
 stages), and the bounds every number and name is held to: :mod:`.limits`, :mod:`.names`.  Every problem
 is reported as a :class:`~leverbench.errors.ConfigError` naming the file, the key (dotted path, e.g.
 ``arms[1].engine.kind``) and what is wrong; unknown keys get the nearest valid key as a suggestion.
@@ -22,9 +23,8 @@ from .experiment import (
     Variant,
     load,
     variant_name,
-    with_adaptive,
-    with_repeats,
 )
+from .overrides import with_adaptive, with_repeats
 from .stages import TRACE_FORMATS, LoadStage, PlannedStage, check_plans, check_stages, check_trace_paths, expand
 
 __all__ = ["DEFAULT_EXPERIMENT", "TRACE_FORMATS", "AdaptiveSpec", "Arm", "Case", "EngineSpec", "Experiment",

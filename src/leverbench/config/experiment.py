@@ -28,7 +28,6 @@ from .limits import (
     MAX_GPU_HOUR_USD,
     MAX_GPUS,
     MAX_GPUS_PER_ENGINE,
-    MAX_REPEATS,
     MAX_SELECT,
     CallSeconds,
     CallSecondsOrZero,
@@ -49,7 +48,6 @@ from .limits import (
     Tolerance,
     Turns,
     check_number,
-    check_whole,
 )
 from .names import Arg, FilePath, Label, RunName, Url, json_problem
 from .problems import first_error
@@ -442,26 +440,3 @@ def _expand_variants(file: str, spec: Experiment) -> list[Case]:
             out.append(case.model_copy(update={"name": name, "prompt": prompt, "variants": [], "variant_of": case.name,
                                                "max_tokens": v.max_tokens or case.max_tokens}))
     return out
-
-
-def with_repeats(exp: LoadedExperiment, repeats: int | None) -> LoadedExperiment:
-    if repeats is None:
-        return exp
-    problem = check_whole(repeats, 1, MAX_REPEATS)  # the bound of the file's repeats
-    if problem:
-        raise ConfigError(str(exp.path), "--repeats", problem)
-    spec = exp.spec.model_copy(deep=True)
-    spec.experiment.repeats = repeats
-    check_adaptive(str(exp.path), spec.experiment, "--repeats")
-    return exp.model_copy(update={"spec": spec})
-
-
-def with_adaptive(exp: LoadedExperiment, adaptive: bool | JSONObject) -> LoadedExperiment:
-    """``run --adaptive`` (True): the experiment with adaptive repeats at the defaults of :class:`AdaptiveSpec`,
-    unless its file sets them already (then as the file says); a dict: those settings (a resumed run's own)."""
-    if not adaptive or exp.spec.experiment.adaptive is not None:
-        return exp
-    spec = exp.spec.model_copy(deep=True)
-    spec.experiment.adaptive = AdaptiveSpec(**adaptive) if isinstance(adaptive, dict) else AdaptiveSpec()
-    check_adaptive(str(exp.path), spec.experiment, "--adaptive")
-    return exp.model_copy(update={"spec": spec})

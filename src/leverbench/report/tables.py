@@ -1,8 +1,7 @@
 """The report's tables as plain rows of strings, built from ``summary.json``.
 
-Both the terminal and the Markdown report render these same tables, so the
-two never disagree.  Nothing here computes a statistic: it only formats what
-the analysis returned.
+Both the terminal and the Markdown report render these same tables, so the two never disagree.  Nothing here
+computes a statistic: it only formats what the analysis returned.
 """
 
 from __future__ import annotations
