@@ -60,8 +60,11 @@ def run_command(experiment: Path | None, out_dir: Path | None, repeats: int | No
         raise BadInput("--resume needs --out RUN_DIR (the run to continue)")
     out = out_dir or default_run_dir(exp.spec.experiment.name)
     ad = exp.spec.experiment.adaptive
+    variants = sum(c.variant_of is not None for c in exp.spec.cases)  # the loader made each a case of its own
+    cases = f"{len(exp.spec.cases) - variants} cases" + (f" (+{variants} variant{'s' * (variants > 1)})"
+                                                          if variants else "")
     err_console.print(f"leverbench {__version__}: {exp.spec.experiment.name}: {len(exp.spec.arms)} arms × "
-                      f"{len(exp.spec.cases)} cases × {exp.spec.experiment.repeats} repeats"
+                      f"{cases} × {exp.spec.experiment.repeats} repeats"
                       + (f" (adaptive: up to {ad.max_repeats})" if ad else "") + f" → {out}", highlight=False)
     with _progress() as progress:
         runner = Runner(exp, out, resume=resume, progress=progress, ray_address=ray_address)
