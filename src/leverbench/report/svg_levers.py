@@ -22,7 +22,8 @@ def svg_lever_load(row: Mapping[str, Any], capacity: Sequence[Mapping[str, Any]]
     interval; each arm's capacity at the SLOs as a triangle on the load axis."""
     metrics = shown_metrics(row)  # type: ignore[arg-type]
     loads = [lv["load"] for lv in row["levels"]]
-    caps = {who: next((c for c in capacity if c["arm"] == row[who] and c["sweep"] == row["sweep"]), None)
+    caps = {who: next((c for c in capacity if c["arm"] == row[who] and c["sweep"] == row["sweep"]
+                       and c["x"] == row["x"]), None)
             for who in ("arm", "vs")}
     xs_all = loads + [c["load"] for c in caps.values() if c and c["load"] is not None]
     ys = [v for m in metrics for lv in m["levels"] for v in (lv["value"], lv["high"]) if v is not None]

@@ -113,13 +113,13 @@ def sweep_capacity(levels: Sequence[LoadRow], q: int = PERCENTILE) -> tuple[floa
 
 def capacity_rows(rows: Sequence[LoadRow], conditions: Mapping[str, Mapping[str, JSONValue]],
                   gpu_hour_usd: float | None = None, q: int = PERCENTILE) -> list[CapacityRow]:
-    """Per (arm, sweep) whose stages set SLOs: its capacity and the price of it (see the module docstring)."""
-    groups: dict[tuple[str, str], list[LoadRow]] = defaultdict(list)
+    """Per (arm, sweep, axis) whose stages set SLOs: its capacity and the price of it (see the module docstring)."""
+    groups: dict[tuple[str, str, str], list[LoadRow]] = defaultdict(list)
     for r in rows:
-        if r.get("sweep") and r.get("slo"):
-            groups[(r["arm"], r["sweep"])].append(r)
+        if r.get("sweep") and r.get("slo"):  # a sweep is one mode: one axis
+            groups[(r["arm"], r["sweep"], level_load(r)[0])].append(r)
     out: list[CapacityRow] = []
-    for (arm, sweep), rs in groups.items():
+    for (arm, sweep, _), rs in groups.items():
         rs = sorted(rs, key=lambda r: level_load(r)[1] or 0.0)
         load, bound, reason, tps, rps, levels = sweep_capacity(rs, q)
         price, gpus = price_and_gpus(conditions.get(arm, {}), arm, gpu_hour_usd)

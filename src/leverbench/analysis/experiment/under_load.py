@@ -2,10 +2,11 @@
 (issue 25 parts 1, 2 and 4).
 
 For each controlled comparison that measures a lever (:func:`..base.knobs.comparisons`: two arms that differ in
-one knob, the lever's; batching's slots and batch limits among them) and each sweep (one ``[[load]]`` entry; a
-stage that is no sweep is its own), the **levels** are the stages both arms ran, in load order (a closed loop's
-concurrency, an open loop's rate, a trace's replay speed: :func:`..load.levels.level_load`).  At each level, with
-A the arm that has the lever and R the reference:
+one knob, the lever's; batching's slots and batch limits among them) and each sweep (one ``[[load]]`` entry, one
+mode: a ledger that gave two entries one name keeps their modes apart; a stage that is no sweep is its own), the
+**levels** are the stages both arms ran, in load order (a closed loop's concurrency, an open loop's rate, a
+trace's replay speed: :func:`..load.levels.level_load`).  At each level, with A the arm that has the lever and R
+the reference:
 
     latency metrics (TTFT, TPOT, end-to-end; p50 and p99):  multiplier = R's percentile / A's percentile
     rate metrics (output tokens/s, goodput):                multiplier = A's rate / R's rate
@@ -245,7 +246,7 @@ def capacity_pair(arm: CapacityRow | None, vs: CapacityRow | None) -> CapacityPa
 
 def pair_on_sweep(c: Comparison, sweep: str, rows: list[tuple[LoadRow, LoadRow]],
                   calls: Mapping[tuple[str, str], LevelCalls], tolerance: float, pair_reasons: Sequence[Reason],
-                  capacity: Mapping[tuple[str, str], CapacityRow]) -> LoadLeverRow:
+                  capacity: Mapping[tuple[str, str, str], CapacityRow]) -> LoadLeverRow:
     """One lever pair's row on one sweep: *rows* the (arm's, reference's) stage rows of each level."""
     assert c.lever is not None
     rows = sorted(rows, key=lambda p: level_load(p[0])[1] or 0.0)
@@ -262,10 +263,11 @@ def pair_on_sweep(c: Comparison, sweep: str, rows: list[tuple[LoadRow, LoadRow]]
             values[m[0]].append(fn(m, ra, rr, ca, cr) if ok else (None, None, None))  # type: ignore[arg-type]
     has_slo = any(ra.get("slo") for ra, _ in rows)
     r0 = rows[0][0]
+    axis = level_load(r0)[0]
     return {"lever": c.lever, "arm": c.arm, "vs": c.vs, "sweep": sweep, "mode": r0.get("mode"),
-            "x": level_load(r0)[0], "levels": levels,  # type: ignore[typeddict-item]
+            "x": axis, "levels": levels,  # type: ignore[typeddict-item]
             "metrics": [_metric_row(m, levels, values[m[0]], has_slo) for m in METRICS],
-            "capacity": capacity_pair(capacity.get((c.arm, sweep)), capacity.get((c.vs, sweep))),
+            "capacity": capacity_pair(capacity.get((c.arm, sweep, axis)), capacity.get((c.vs, sweep, axis))),
             "refused": "; ".join(text for _, text in pair_reasons) or None}
 
 
@@ -279,16 +281,17 @@ def load_levers(comps: Sequence[Comparison], rows: Sequence[LoadRow], calls: Map
     for r in rows:
         if level_load(r)[1] is not None:
             by_arm[r["arm"]][r["stage"]] = r
-    cap = {(r["arm"], r["sweep"]): r for r in capacity}
+    cap = {(r["arm"], r["sweep"], r["x"]): r for r in capacity}
     out: list[LoadLeverRow] = []
     for c in comps:
         if c.lever is None or not c.controlled:
             continue
-        both: dict[str, list[tuple[LoadRow, LoadRow]]] = defaultdict(list)
+        both: dict[tuple[str, str], list[tuple[LoadRow, LoadRow]]] = defaultdict(list)
         for stage, ra in by_arm.get(c.arm, {}).items():
             rr = by_arm.get(c.vs, {}).get(stage)
-            if rr is not None:
-                both[ra.get("sweep") or stage].append((ra, rr))
+            if rr is not None:  # a sweep is one mode (one axis), even in a ledger that gave two entries one name
+                both[(ra.get("sweep") or stage, level_load(ra)[0])].append((ra, rr))
         pair_reasons = [r for r in reasons.get((c.arm, c.vs), ()) if r[0] != "drift"]
-        out += [pair_on_sweep(c, sweep, pairs, calls, tolerance, pair_reasons, cap) for sweep, pairs in both.items()]
+        out += [pair_on_sweep(c, sweep, pairs, calls, tolerance, pair_reasons, cap)
+                for (sweep, _), pairs in both.items()]
     return out
