@@ -99,3 +99,53 @@ def test_a_ledger_that_mixes_modes_in_one_sweep_keeps_them_apart():
     rows = summ(recs)["load_levers"]
     assert sorted((r["x"], tuple(lv["load"] for lv in r["levels"])) for r in rows) == [
         ("concurrency", (1.0, 2.0)), ("rate", (4.0,))]
+
+
+# ------------------------------------------------------------------ finding 1: capacity below a level that failed
+
+
+def _row(arm: str, c: int, *, p99: float, failed: int = 0) -> dict:
+    d = {"n": 20, "p50": p99 / 2, "p90": p99, "p95": p99, "p99": p99, "mean": p99 / 2, "max": p99}
+    lag = {**d, "p50": 0.001, "p99": 0.001, "max": 0.001}
+    return {"arm": arm, "stage": f"s@c{c}", "sweep": "s", "mode": "closed", "concurrency": c, "rate": None,
+            "speed": None, "slo": {"slo_e2e_s": 0.4}, "requests": 20, "failed": failed, "e2e": d, "ttft": d, "tpot": d,
+            "client_lag": lag, "output_tps": 10.0 * c, "requests_per_s": float(c)}
+
+
+def _cap(lo: float | None, bound: str, upper: float | None = None) -> dict:
+    return {"arm": "x", "load": lo, "upper": upper, "bound": bound, "reason": None}
+
+
+def test_a_capacity_below_a_level_whose_calls_failed_is_bounded_above():
+    """p99 e2e 0.2 and 0.3 s at 1 and 2 in flight (SLO 0.4 s: met), then at 4 in flight 5 of 20 calls failed: more
+    than the 1 % a p99 allows, so 4 misses the SLO whatever its latencies, and the capacity lies between 2 and 4 —
+    not "at least 2". Against a reference that met the SLO at every level up to 4 ("at least 4") the lever's
+    capacity multiplier is at most 4 / 4 = 1.0: its capacity is no larger, which "both arms met the SLOs at the
+    highest level they ran" denied.  Each combination of bounds, by hand: [2, 4] against ≥ 8: at most 0.5;
+    ≥ 8 against [2, 4]: at least 2; 3 against [2, 4]: between 0.75 and 1.5; [2, 4] against [1, 2]: between 1 and 4."""
+    from leverbench.analysis.experiment.capacity import capacity_rows
+    from leverbench.analysis.experiment.under_load import capacity_pair
+
+    rows = [_row("a", 1, p99=0.2), _row("a", 2, p99=0.3), _row("a", 4, p99=0.01, failed=5)]
+    (cap,) = capacity_rows(rows, {})
+    assert (cap["load"], cap["upper"], cap["bound"]) == (2.0, 4.0, "between") and "between 2 and 4" in cap["reason"]
+    p = capacity_pair({**cap, "arm": "a"}, _cap(4.0, "at least"))
+    assert (p["value"], p["bound"], p["low"], p["high"]) == (1.0, "at most", None, 1.0)
+    assert p["reason"] is None
+    cases = [((2.0, "between", 4.0), (8.0, "at least"), (0.5, "at most")),
+             ((8.0, "at least"), (2.0, "between", 4.0), (2.0, "at least")),
+             ((3.0, "interpolated"), (2.0, "between", 4.0), (None, "between", 0.75, 1.5)),
+             ((2.0, "between", 4.0), (1.0, "between", 2.0), (None, "between", 1.0, 4.0)),
+             ((3.0, "interpolated"), (2.0, "interpolated"), (1.5, "exact"))]
+    for a, v, want in cases:
+        p = capacity_pair(_cap(*a), _cap(*v))
+        assert (p["value"], p["bound"]) == want[:2], (a, v, p)
+        if want[1] == "between":
+            assert (p["low"], p["high"]) == want[2:]
+    p = capacity_pair(_cap(8.0, "at least"), _cap(4.0, "at least"))
+    assert p["value"] is None and "did not reach either capacity" in p["reason"]
+    from leverbench.report.load_levers import capacity_load, capacity_words
+
+    assert capacity_words(capacity_pair(_cap(2.0, "between", 4.0), _cap(1.0, "between", 2.0))) == \
+        "between 1.00x and 4.00x"
+    assert capacity_load({**cap, "x": "concurrency"}) == "2–4 in flight"

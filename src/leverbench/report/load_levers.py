@@ -26,9 +26,14 @@ SHORT = {"e2e_p50": "e2e p50", "e2e_p99": "e2e p99", "goodput": "goodput", "outp
 LEVEL_METRICS = ("e2e_p50", "goodput", "output_tps", "e2e_p99", "ttft_p99", "tpot_p50")
 
 
+def num(x: float, digits: int = 6) -> str:
+    """A number with *digits* significant, never in exponent form: a whole number from 10^(digits − 1) up."""
+    return f"{x:.{digits}g}" if abs(x) < 10 ** (digits - 1) else f"{x:.0f}"
+
+
 def at(x: float, axis: str, digits: int = 6) -> str:
-    """A load in words: "4 in flight", "2.5 requests/s", "×4 speed" (*digits* significant)."""
-    v = f"{x:.{digits}g}"
+    """A load in words: "4 in flight", "2.5 requests/s", "×4 speed" (*digits* significant: :func:`num`)."""
+    v = num(x, digits)
     return f"{v} in flight" if axis == "concurrency" else f"{v} requests/s" if axis == "rate" else f"×{v} speed"
 
 
@@ -97,11 +102,27 @@ def pair_sentence(row: LoadLeverRow) -> str:
     if left:
         codes = sorted({c for lv in left for c in lv["reason_codes"]})
         out += f" ({len(left)} of {len(row['levels'])} levels left out: {', '.join(codes)})"
-    cap = row.get("capacity")
-    if cap and cap.get("value") is not None:
-        bound = {"at least": "at least ", "at most": "at most "}.get(cap["bound"] or "", "")
-        out += f"; capacity at the SLOs {bound}{cap['value']:.2f}x"
-    return out
+    said = capacity_words(row.get("capacity"))
+    return out + (f"; capacity at the SLOs {said}" if said else "")
+
+
+def capacity_words(cap: Mapping[str, Any] | None) -> str | None:
+    """A lever's capacity multiplier in words ("at least 1.50x", "between 0.75x and 1.50x"); None without one."""
+    if not cap or cap.get("bound") is None:
+        return None
+    if cap["bound"] == "between":
+        return f"between {cap['low']:.2f}x and {cap['high']:.2f}x"
+    return {"at least": "at least ", "at most": "at most "}.get(cap["bound"], "") + f"{cap['value']:.2f}x"
+
+
+def capacity_load(c: Mapping[str, Any], digits: int = 3, unit: bool = True) -> str:
+    """An arm's capacity on its sweep's axis in words: "≥ 8 in flight", "2–4 in flight" (between a level that met
+    the SLOs and the next, whose calls failed), "3.4 in flight" (*unit* False: the number alone); "none"."""
+    if c["load"] is None:
+        return "none"
+    top = c["upper"] if c["bound"] == "between" and c.get("upper") is not None else c["load"]
+    head = f"{num(c['load'], digits)}–" if top != c["load"] else "≥ " if c["bound"] == "at least" else ""
+    return head + (at(top, c["x"], digits) if unit else num(top, digits))
 
 
 def under_load_sentence(u: UnderLoad, side: LeverSide | None = None) -> str:
@@ -212,7 +233,7 @@ def capacity_table(summary: Mapping[str, Any]) -> Table | None:
     for c in summary.get("capacity") or []:
         slo = ", ".join(f"{k.removeprefix('slo_').removesuffix('_s').upper()} ≤ {v * 1000:g} ms"
                         for k, v in c["slo"].items())
-        load = "none" if c["load"] is None else ("≥ " if c["bound"] == "at least" else "") + at(c["load"], c["x"], 3)
+        load = capacity_load(c)
         usd, usd_m = c["usd_per_1000_requests"], c["usd_per_million_output_tokens"]
         rows.append([c["arm"], c["sweep"], f"p{c['percentile']:g}: {slo}", load, _g(c["output_tps"]),
                      _g(c["requests_per_s"]), _g(c["gpu_hours_per_1000_requests"]),
@@ -221,14 +242,14 @@ def capacity_table(summary: Mapping[str, Any]) -> Table | None:
     if not rows:
         return None
     notes = ["Capacity: the highest load whose percentile of each SLO's metric meets it, interpolated linearly "
-             "between the last level that meets them and the first that does not (≥: every level met them). "
+             "between the last level that meets them and the first that does not (≥: every level met them; a–b: "
+             "level b's calls failed, so the capacity lies between them). "
              "GPU-hours per 1,000 requests = GPUs × 1,000 / (3,600 × requests/s there); per million output tokens "
              "= GPUs × 10^6 / (3,600 × output tokens/s there)."]
     for r in summary.get("load_levers") or []:
         cap = r.get("capacity")
         if cap:
-            said = f"{cap['value']:.2f}x" + (f" ({cap['bound']})" if cap["bound"] != "exact" else "") \
-                if cap["value"] is not None else f"none ({cap['reason']})"
+            said = capacity_words(cap) or f"none ({cap['reason']})"
             notes.append(f"{words(r['lever'])} ({r['arm']} vs {r['vs']}, {r['sweep']}): capacity multiplier {said}")
     return Table("capacity", "Capacity at the SLOs, and its price", ["arm", "sweep", "SLOs", "capacity", "out tok/s",
                  "req/s", "GPU-h / 1k req", "GPU-h / M tok", "$ / 1k req", "$ / M tok", "note"], rows, notes)

@@ -8,7 +8,7 @@ from typing import Any, Mapping, Sequence
 
 from markupsafe import Markup
 
-from .load_levers import METRIC_WORDS, shown_metrics
+from .load_levers import METRIC_WORDS, capacity_load, shown_metrics
 from .svg import _axes, _nice_ticks
 
 M = Markup
@@ -73,11 +73,11 @@ def svg_lever_load(row: Mapping[str, Any], capacity: Sequence[Mapping[str, Any]]
         if not cap or cap["load"] is None:
             continue
         x, c = X(cap["load"]), CAPACITY_COLORS[who]
-        ge = "≥ " if cap["bound"] == "at least" else ""
-        parts.append(M('<path d="M{:.1f},{} l-6,10 h12 z" fill="{}"><title>{} capacity at the SLOs: {}{:.3g}</title>'
-                       '</path>').format(x, t + ph - 10, c, row[who], ge, cap["load"]))
-        parts.append(M('<path d="M{},{} l-5,9 h10 z" fill="{}"/><text x="{}" y="{}" class="lg">{} SLO capacity {}{:.3g}'
-                       '</text>').format(l + pw + 22, ly - 6, c, l + pw + 36, ly + 4, row[who], ge, cap["load"]))
+        said = capacity_load(cap, unit=False)
+        parts.append(M('<path d="M{:.1f},{} l-6,10 h12 z" fill="{}"><title>{} capacity at the SLOs: {}</title>'
+                       '</path>').format(x, t + ph - 10, c, row[who], capacity_load(cap)))
+        parts.append(M('<path d="M{},{} l-5,9 h10 z" fill="{}"/><text x="{}" y="{}" class="lg">{} SLO capacity {}'
+                       '</text>').format(l + pw + 22, ly - 6, c, l + pw + 36, ly + 4, row[who], said))
         ly += 16
     axis = {"concurrency": "requests in flight (closed loop)", "rate": "requests per second (open loop)",
             "speed": "trace replay speed"}.get(row["x"], row["x"])

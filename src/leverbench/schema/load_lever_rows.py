@@ -29,9 +29,10 @@ Share: TypeAlias = Annotated[float, Ge(0.0), Le(1.0)]
 LoadAxis: TypeAlias = Literal["concurrency", "rate", "speed"]
 #: Where a lever pays along the levels measured (:func:`...analysis.experiment.crossover.pays`).
 Pays: TypeAlias = Literal["every level", "no level", "below", "above", "mixed", "unknown"]
-#: How a capacity was had: between two levels, at least the highest level measured (every level met the
-#: SLOs, or the next level's calls failed), or none (the lowest level missed them).
-Bound: TypeAlias = Literal["interpolated", "at least", "none"]
+#: How a capacity was had: interpolated between two levels, at least the highest level measured (every level met
+#: the SLOs), between a level that met them and the next, whose calls failed (``load`` and ``upper``), or none (the
+#: lowest level missed them).
+Bound: TypeAlias = Literal["interpolated", "at least", "between", "none"]
 
 
 class PairCount(TypedDict):
@@ -102,15 +103,19 @@ class LoadLevel(TypedDict):
 
 
 class CapacityPair(TypedDict):
-    """A lever's capacity multiplier at the SLOs: the arm's capacity over the reference's (``bound``: "exact", or
-    "at least" / "at most" where one of them is a bound; None with ``reason`` where one has none)."""
+    """A lever's capacity multiplier at the SLOs: the arm's capacity over the reference's, [``low``, ``high``] the
+    range the two capacities' bounds allow (None: open on that side).  ``bound``: "exact" (``value``), "at least"
+    (``value`` = ``low``), "at most" (``value`` = ``high``), "between" (``value`` None); None, with ``reason``, where
+    one arm has no capacity, neither is bounded, or the pair is not citable."""
 
     __pydantic_config__ = STRICT
 
     arm_load: NonNegative | None
     vs_load: NonNegative | None
     value: NonNegative | None
-    bound: Literal["exact", "at least", "at most"] | None
+    low: NonNegative | None
+    high: NonNegative | None
+    bound: Literal["exact", "at least", "at most", "between"] | None
     reason: str | None
 
 
@@ -146,7 +151,8 @@ class CapacityLevel(TypedDict):
 
 
 class CapacityRow(TypedDict):
-    """``capacity[]``: per arm and sweep, the highest load that meets the stage's SLOs and its price there."""
+    """``capacity[]``: per arm and sweep, the highest load that meets the stage's SLOs (``load``; below ``upper``
+    where that level's calls failed) and its price there."""
 
     __pydantic_config__ = STRICT
 
@@ -156,6 +162,7 @@ class CapacityRow(TypedDict):
     slo: StageSlo
     percentile: Annotated[float, Ge(0.0), Le(100.0)]
     load: NonNegative | None
+    upper: NonNegative | None
     bound: Bound
     reason: str | None
     output_tps: NonNegative | None

@@ -15,7 +15,8 @@ level that misses:
 
     capacity = x_(j−1) + (x_j − x_(j−1)) · (1 − g_(j−1)) / (g_j − g_(j−1))    ("interpolated": linear in load)
     capacity = x_n           every level met the SLOs ("at least": the capacity lies beyond the sweep)
-    capacity = x_(j−1)       level j missed for its failures, so g_j is unknown ("at least")
+    x_(j−1) ≤ capacity < x_j level j missed for its failures, so g_j is unknown ("between": ``load`` x_(j−1),
+                             ``upper`` x_j)
     none                     the lowest level already missed them
 
 and the throughput at the capacity, ``output_tps`` and ``requests_per_s``, interpolated linearly between the
@@ -33,7 +34,7 @@ of its two arms' capacities (:mod:`.under_load`).
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -77,11 +78,21 @@ def _at(x: float, x0: float, x1: float, y0: float | None, y1: float | None) -> f
     return float(np.interp(x, [x0, x1], [y0, y1]))
 
 
-def sweep_capacity(levels: Sequence[LoadRow], q: int = PERCENTILE) -> tuple[float | None, str, str | None,
-                                                                            float | None, float | None,
-                                                                            list[CapacityLevel]]:
-    """(capacity, bound, reason, output_tps there, requests_per_s there, the levels) of one arm's sweep, its rows
-    in load order (see the module docstring)."""
+class SweepCapacity(NamedTuple):
+    """One arm's capacity on a sweep (see the module docstring): ``load`` (the lower end where ``bound`` is
+    "between"), ``upper`` (the level that failed, above it; else None), the throughput at ``load``."""
+
+    load: float | None
+    upper: float | None
+    bound: str
+    reason: str | None
+    output_tps: float | None
+    requests_per_s: float | None
+    levels: list[CapacityLevel]
+
+
+def sweep_capacity(levels: Sequence[LoadRow], q: int = PERCENTILE) -> SweepCapacity:
+    """One arm's sweep's capacity, its rows in load order (see the module docstring)."""
     out: list[CapacityLevel] = []
     used: list[tuple[float, float | None, LoadRow]] = []
     for r in levels:
@@ -95,20 +106,24 @@ def sweep_capacity(levels: Sequence[LoadRow], q: int = PERCENTILE) -> tuple[floa
         if ok:
             used.append((float(x), g, r))
     if not used:
-        return None, "none", "no level on schedule (the client fell behind at every one)", None, None, out
+        return SweepCapacity(None, None, "none", "no level on schedule (the client fell behind at every one)", None,
+                             None, out)
     x0, g0, r0 = used[0]
     if g0 is None or g0 > 1.0:
-        return None, "none", f"misses the SLOs at the lowest load measured ({x0:g})", None, None, out
+        return SweepCapacity(None, None, "none", f"misses the SLOs at the lowest load measured ({x0:g})", None, None,
+                             out)
     for (xa, ga, ra), (xb, gb, rb) in zip(used, used[1:]):
         if gb is not None and gb <= 1.0:
             continue
         if gb is None:
-            return xa, "at least", f"calls failed at {xb:g}", ra.get("output_tps"), ra.get("requests_per_s"), out
+            return SweepCapacity(xa, xb, "between", f"calls failed at {xb:g}: the capacity lies between {xa:g} and "
+                                 f"{xb:g}", ra.get("output_tps"), ra.get("requests_per_s"), out)
         x = xa + (xb - xa) * (1.0 - ga) / (gb - ga)  # type: ignore[operator]
-        return (x, "interpolated", None, _at(x, xa, xb, ra.get("output_tps"), rb.get("output_tps")),
-                _at(x, xa, xb, ra.get("requests_per_s"), rb.get("requests_per_s")), out)
+        return SweepCapacity(x, None, "interpolated", None, _at(x, xa, xb, ra.get("output_tps"), rb.get("output_tps")),
+                             _at(x, xa, xb, ra.get("requests_per_s"), rb.get("requests_per_s")), out)
     xn, _, rn = used[-1]
-    return xn, "at least", "met the SLOs at every level measured", rn.get("output_tps"), rn.get("requests_per_s"), out
+    return SweepCapacity(xn, None, "at least", "met the SLOs at every level measured", rn.get("output_tps"),
+                         rn.get("requests_per_s"), out)
 
 
 def capacity_rows(rows: Sequence[LoadRow], conditions: Mapping[str, Mapping[str, JSONValue]],
@@ -121,12 +136,13 @@ def capacity_rows(rows: Sequence[LoadRow], conditions: Mapping[str, Mapping[str,
     out: list[CapacityRow] = []
     for (arm, sweep, _), rs in groups.items():
         rs = sorted(rs, key=lambda r: level_load(r)[1] or 0.0)
-        load, bound, reason, tps, rps, levels = sweep_capacity(rs, q)
+        load, upper, bound, reason, tps, rps, levels = sweep_capacity(rs, q)
         price, gpus = price_and_gpus(conditions.get(arm, {}), arm, gpu_hour_usd)
         per_req = gpus * 1000.0 / (3600.0 * rps) if rps else None
         per_tok = gpus * 1e6 / (3600.0 * tps) if tps else None
         out.append({"arm": arm, "sweep": sweep, "x": level_load(rs[0])[0], "slo": rs[0]["slo"] or {},
-                    "percentile": float(q), "load": load, "bound": bound, "reason": reason,  # type: ignore[typeddict-item]
+                    "percentile": float(q), "load": load, "upper": upper, "bound": bound,  # type: ignore[typeddict-item]
+                    "reason": reason,
                     "output_tps": tps, "requests_per_s": rps, "gpus": gpus, "gpu_hour_usd": price,
                     "gpu_hours_per_1000_requests": per_req, "gpu_hours_per_million_output_tokens": per_tok,
                     "usd_per_1000_requests": per_req * price if per_req is not None and price is not None else None,

@@ -225,22 +225,41 @@ def _metric_row(metric: tuple[str, str, str, int], levels: list[LoadLevel], valu
             "crossover": cross, "reason": reason, "crossings": n}
 
 
+def _span(row: CapacityRow) -> tuple[float, float] | None:
+    """The range an arm's capacity lies in: [load, load] interpolated, [load, ∞) at least, [load, upper) between."""
+    lo = row["load"]
+    if lo is None:
+        return None
+    hi = lo if row["bound"] == "interpolated" else row.get("upper") if row["bound"] == "between" else None
+    return lo, (hi if hi is not None else np.inf)
+
+
 def capacity_pair(arm: CapacityRow | None, vs: CapacityRow | None) -> CapacityPair | None:
-    """The lever's capacity multiplier: the arm's capacity / the reference's (:mod:`.capacity`), a bound where
-    either is one; None when the sweep sets no SLO."""
+    """The lever's capacity multiplier: the arm's capacity / the reference's (:mod:`.capacity`); where either is a
+    bound, the range [arm's low / vs's high, arm's high / vs's low] that the two allow, cited by its finite end
+    ("at least", "at most") or both ("between"); None when the sweep sets no SLO."""
     if arm is None or vs is None:
         return None
-    a, v = arm["load"], vs["load"]
-    out: CapacityPair = {"arm_load": a, "vs_load": v, "value": None, "bound": None, "reason": None}
-    if a is None or v is None or not v > 0:
+    out: CapacityPair = {"arm_load": arm["load"], "vs_load": vs["load"], "value": None, "low": None, "high": None,
+                         "bound": None, "reason": None}
+    a, v = _span(arm), _span(vs)
+    if a is None or v is None or not v[0] > 0:
         who = " and ".join(r["arm"] for r in (arm, vs) if r["load"] is None)
         out["reason"] = f"{who}: no capacity at the SLOs ({'; '.join(r['reason'] or '' for r in (arm, vs))})"
         return out
-    if arm["bound"] == "at least" and vs["bound"] == "at least":
+    low, high = a[0] / v[1], a[1] / v[0]
+    if not low > 0 and not np.isfinite(high):
         out["reason"] = "both arms met the SLOs at the highest level they ran: the sweep did not reach either capacity"
         return out
-    out["value"] = a / v
-    out["bound"] = "at least" if arm["bound"] == "at least" else "at most" if vs["bound"] == "at least" else "exact"
+    out["low"], out["high"] = (low if low > 0 else None), (high if np.isfinite(high) else None)
+    if low == high:
+        out["value"], out["bound"] = low, "exact"
+    elif out["high"] is None:
+        out["value"], out["bound"] = low, "at least"
+    elif out["low"] is None:
+        out["value"], out["bound"] = high, "at most"
+    else:
+        out["bound"] = "between"
     return out
 
 
