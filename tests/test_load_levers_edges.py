@@ -149,3 +149,31 @@ def test_a_capacity_below_a_level_whose_calls_failed_is_bounded_above():
     assert capacity_words(capacity_pair(_cap(2.0, "between", 4.0), _cap(1.0, "between", 2.0))) == \
         "between 1.00x and 4.00x"
     assert capacity_load({**cap, "x": "concurrency"}) == "2–4 in flight"
+
+
+# ------------------------------------------------------------------ finding 12: large loads in words
+
+
+def test_large_loads_and_rates_read_as_whole_numbers():
+    """A drafter paying 1.5x at 64 in flight and costing 10 % at 128 crosses at 64 + 64 × 0.5 / 0.6 = 117.3: the
+    sentence says "about 117 in flight", not "1.2e+02"; the tables print 117 and a throughput of 12,345 tokens/s
+    without an exponent either."""
+    from leverbench.analysis.experiment.crossover import crossover, pays
+    from leverbench.report.load_levers import capacity_table, crossover_table, pays_clause
+
+    xs, ms = [64.0, 128.0, 256.0], [1.5, 0.9, 0.5]
+    c, n = crossover(xs, ms, [1.4, 0.85, 0.45], [1.6, 0.95, 0.55])
+    text = pays_clause(list(zip(xs, ms)), "concurrency", pays(ms, n), c, n)
+    assert "up to about 117 in flight" in text and "e+" not in text, text
+    m = {"metric": "e2e_p50", "default": True, "pays": "below", "crossover": c, "reason": None, "crossings": 1,
+         "levels": []}
+    summary = {"load_levers": [{"lever": "drafter", "arm": "d", "vs": "p", "sweep": "s", "x": "concurrency",
+                                "metrics": [m], "capacity": None}],
+               "capacity": [{"arm": "d", "sweep": "s", "x": "concurrency", "slo": {"slo_e2e_s": 1.0},
+                             "percentile": 99.0, "load": 150.0, "upper": None, "bound": "interpolated", "reason": None,
+                             "output_tps": 12345.0, "requests_per_s": 1234.5, "gpus": 1.0, "gpu_hour_usd": None,
+                             "gpu_hours_per_1000_requests": 0.000225, "gpu_hours_per_million_output_tokens": 0.0225,
+                             "usd_per_1000_requests": None, "usd_per_million_output_tokens": None, "levels": []}]}
+    cells = [str(x) for t in (crossover_table(summary), capacity_table(summary)) for row in t.rows for x in row]
+    assert not any("e+" in x for x in cells), cells
+    assert any(x.startswith("117 (64–128") for x in cells) and "12345" in cells, cells

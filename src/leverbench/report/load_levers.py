@@ -45,7 +45,7 @@ def _fig(m: float) -> str:
 
 
 def _g(x: float | None) -> str:
-    return "…" if x is None else f"{x:.3g}"
+    return "…" if x is None else num(x, 3)
 
 
 def pays_clause(points: Sequence[tuple[float, float]], axis: str, pays: str, crossover: Mapping[str, Any] | None,
@@ -213,7 +213,7 @@ def crossover_table(summary: Mapping[str, Any]) -> Table | None:
     for r in summary.get("load_levers") or []:
         for m in r["metrics"]:
             c = m["crossover"]
-            cross = "—" if c is None else (f"{c['load']:.3g} ({c['between'][0]:g}–{c['between'][1]:g}; interval "
+            cross = "—" if c is None else (f"{num(c['load'], 3)} ({c['between'][0]:g}–{c['between'][1]:g}; interval "
                                            f"{_g(c['low'])}–{_g(c['high'])})")
             rows.append([f"{words(r['lever'])}: {r['arm']} vs {r['vs']} ({r['sweep']})", METRIC_WORDS[m["metric"]]
                          + (" ◆" if m["default"] else ""), m["pays"], cross, m["reason"] or ""])

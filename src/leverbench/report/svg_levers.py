@@ -8,7 +8,7 @@ from typing import Any, Mapping, Sequence
 
 from markupsafe import Markup
 
-from .load_levers import METRIC_WORDS, capacity_load, shown_metrics
+from .load_levers import METRIC_WORDS, capacity_load, num, shown_metrics
 from .svg import _axes, _nice_ticks
 
 M = Markup
@@ -48,9 +48,9 @@ def svg_lever_load(row: Mapping[str, Any], capacity: Sequence[Mapping[str, Any]]
             hi = cross["high"] if cross["high"] is not None else cross["between"][1]
             parts.append(M('<rect x="{:.1f}" y="{}" width="{:.1f}" height="{}" fill="{}" opacity="0.12"/>'
                            '<line x1="{:.1f}" y1="{}" x2="{:.1f}" y2="{}" stroke="{}" class="dash"/>'
-                           '<text x="{:.1f}" y="{}" class="tick" fill="{}">crosses at {:.3g}</text>').format(
+                           '<text x="{:.1f}" y="{}" class="tick" fill="{}">crosses at {}</text>').format(
                 X(lo), t, max(X(hi) - X(lo), 1.0), ph, c, X(cross["load"]), t, X(cross["load"]), t + ph, c,
-                X(cross["load"]) + 3, t + 12 + 12 * i, c, cross["load"]))
+                X(cross["load"]) + 3, t + 12 + 12 * i, c, num(cross["load"], 3)))
         pts = [(X(v["load"]), Y(v["value"])) for v in m["levels"] if v["citable"] and v["value"] is not None]
         if pts:
             parts.append(M('<polyline points="{}" class="fit" stroke="{}" fill="none"/>').format(
