@@ -177,3 +177,42 @@ def test_large_loads_and_rates_read_as_whole_numbers():
     cells = [str(x) for t in (crossover_table(summary), capacity_table(summary)) for row in t.rows for x in row]
     assert not any("e+" in x for x in cells), cells
     assert any(x.startswith("117 (64–128") for x in cells) and "12345" in cells, cells
+
+
+# ------------------------------------------------------------------ finding 2: no capacity multiplier past the guard
+
+
+def _capacity_sweep(out_cache: int = 10, cached: int = 50) -> list[dict]:
+    """Base 0.5, 1.0, 1.6, 3.0 s a call at 1, 2, 4, 8 in flight, the cache arm 0.3, 0.6, 0.9, 1.5 s; SLO e2e 1.2 s:
+    base's capacity 2 + 2 × (1 − 1/1.2) / (1.6/1.2 − 1/1.2) = 2.667, the cache arm's 4 + 4 × (1 − 0.75) / (1.25 −
+    0.75) = 6: a multiplier of 2.25 when the pair may be cited."""
+    slo = {"slo_e2e_s": 1.2}
+    recs = []
+    for c, lb, la in [(1, 0.5, 0.3), (2, 1.0, 0.6), (4, 1.6, 0.9), (8, 3.0, 1.5)]:
+        recs += level("base", f"s@c{c}", c, [lb] * 12, slo=slo)
+        recs += level("cache", f"s@c{c}", c, [la] * 12, cached=cached, slo=slo, out=out_cache)
+    return recs
+
+
+def test_the_capacity_multiplier_is_not_cited_past_the_guard():
+    """The same sweep three ways.  Citable: the multiplier is 6 / 2.667 = 2.25 and the first screen says it.  The
+    cache arm answering 50 % longer at every level (the guard refuses every level for volume): each arm's own
+    capacity stays in ``capacity[]``, but the lever's multiplier is None with the reason, and neither the first
+    screen nor the capacity table's notes cite it.  The cache never engaging (the pair refused whole): likewise."""
+    from leverbench.report.first_screen import first_screen
+    from leverbench.report.load_levers import capacity_table
+
+    s = summ(_capacity_sweep())
+    cap = s["load_levers"][0]["capacity"]
+    assert (cap["value"], cap["bound"]) == (pytest.approx(6 / (2 + 2 * (1 - 1 / 1.2) / (0.6 / 1.2))), "exact")
+    assert "capacity at the SLOs 2.25x" in next(x for x in first_screen(s).lines(width=600) if "under load" in x)
+    for recs, why in ((_capacity_sweep(out_cache=15), "no level the guard lets through"),
+                      (_capacity_sweep(cached=0), "did not engage")):
+        s = summ(recs)
+        cap = s["load_levers"][0]["capacity"]
+        assert cap["value"] is None and cap["bound"] is None and why in cap["reason"], cap
+        assert {c["arm"]: c["bound"] for c in s["capacity"]} == {"base": "interpolated", "cache": "interpolated"}
+        said = next(x for x in first_screen(s).lines(width=600) if "under load" in x)
+        assert "capacity at the SLOs" not in said, said
+        note = capacity_table(s).notes[-1]
+        assert "capacity multiplier none" in note and why in note and "x" not in note.split("none")[1][:2], note

@@ -40,7 +40,7 @@ stage would show.
 
 **Where it flips**: per metric, :mod:`.crossover` (the first crossing of 1, interpolated, with its interval).
 **Capacity**: the lever's capacity multiplier at the SLOs is the ratio of the two arms' capacities on the
-sweep (:mod:`.capacity`).
+sweep (:mod:`.capacity`); none, with the reason, where the pair is refused or the guard lets no level through.
 """
 
 from __future__ import annotations
@@ -263,6 +263,19 @@ def capacity_pair(arm: CapacityRow | None, vs: CapacityRow | None) -> CapacityPa
     return out
 
 
+def _guarded(cap: CapacityPair | None, pair_reasons: Sequence[Reason], levels: list[LoadLevel]
+             ) -> CapacityPair | None:
+    """The capacity multiplier as the guard lets it be cited: none, with the reason, when the pair is refused or
+    no level is citable (each arm's own capacity stays in ``capacity[]``)."""
+    if cap is None:
+        return None
+    why = "; ".join(text for _, text in pair_reasons) or (
+        None if any(lv["citable"] for lv in levels) else "no level the guard lets through")
+    if why is None:
+        return cap
+    return {**cap, "value": None, "low": None, "high": None, "bound": None, "reason": f"not citable ({why})"}
+
+
 def pair_on_sweep(c: Comparison, sweep: str, rows: list[tuple[LoadRow, LoadRow]],
                   calls: Mapping[tuple[str, str], LevelCalls], tolerance: float, pair_reasons: Sequence[Reason],
                   capacity: Mapping[tuple[str, str, str], CapacityRow]) -> LoadLeverRow:
@@ -286,7 +299,8 @@ def pair_on_sweep(c: Comparison, sweep: str, rows: list[tuple[LoadRow, LoadRow]]
     return {"lever": c.lever, "arm": c.arm, "vs": c.vs, "sweep": sweep, "mode": r0.get("mode"),
             "x": axis, "levels": levels,  # type: ignore[typeddict-item]
             "metrics": [_metric_row(m, levels, values[m[0]], has_slo) for m in METRICS],
-            "capacity": capacity_pair(capacity.get((c.arm, sweep, axis)), capacity.get((c.vs, sweep, axis))),
+            "capacity": _guarded(capacity_pair(capacity.get((c.arm, sweep, axis)), capacity.get((c.vs, sweep, axis))),
+                                 pair_reasons, levels),
             "refused": "; ".join(text for _, text in pair_reasons) or None}
 
 
