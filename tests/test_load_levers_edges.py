@@ -216,3 +216,42 @@ def test_the_capacity_multiplier_is_not_cited_past_the_guard():
         assert "capacity at the SLOs" not in said, said
         note = capacity_table(s).notes[-1]
         assert "capacity multiplier none" in note and why in note and "x" not in note.split("none")[1][:2], note
+
+
+# ------------------------------------------------------------------ finding 3: a level where every call failed
+
+
+def test_a_level_where_every_call_of_an_arm_failed_counts_and_is_named():
+    """Base takes 1.0 s a call at 1, 2 and 4 in flight; the cache arm 0.5 and 0.8 s at 1 and 2, and at 4 every one
+    of its 12 calls fails (HTTP 500) after 10 ms.  SLO e2e 1.5 s.  At 4 the cache arm served nothing: its goodput
+    and throughput are 0, multipliers 0 / base's = 0 (interval [0, 0]) — the lever's result there, so the level
+    counts (code ``failed``) and those multipliers are citable; its "end-to-end p50" of 10 ms (1.0 / 0.01 = 100x)
+    is no latency, so the latency multipliers there are not.  The sentence names the level and does not say the
+    lever pays "at every level measured"; the capacity multiplier is at most 4 / 4 = 1.0 (base met the SLO up to 4,
+    the cache arm's capacity lies between 2 and 4)."""
+    from leverbench.report.first_screen import first_screen
+    from leverbench.report.load_levers import levels_table
+
+    slo = {"slo_e2e_s": 1.5}
+    recs = []
+    for c, la in [(1, 0.5), (2, 0.8)]:
+        recs += level("base", f"s@c{c}", c, [1.0] * 12, slo=slo) + level("cache", f"s@c{c}", c, [la] * 12, cached=50,
+                                                                         slo=slo)
+    recs += level("base", "s@c4", 4, [1.0] * 12, slo=slo)
+    recs += level("cache", "s@c4", 4, [0.01] * 12, error=FAIL, slo=slo)
+    s = summ(recs)
+    (row,) = s["load_levers"]
+    top = row["levels"][-1]
+    assert top["citable"] and top["reason_codes"] == ["failed"] and "every call of cache failed" in top["reason"]
+    assert top["failed"] == {"arm": 12, "vs": 0} and top["calls"] == {"arm": 12, "vs": 12}
+    for name in ("goodput", "output_tps"):
+        v = metric(row, name)["levels"][-1]
+        assert (v["value"], v["low"], v["high"], v["citable"]) == (0.0, 0.0, 0.0, True), (name, v)
+    e2e = metric(row, "e2e_p50")["levels"][-1]
+    assert e2e["value"] == pytest.approx(100.0) and not e2e["citable"]
+    said = next(x for x in first_screen(s).lines(width=600) if "under load" in x)
+    assert "every call of cache failed at 4 in flight" in said and "every level measured" not in said, said
+    assert "goodput" in said and "costs 100% at 4 in flight" in said, said
+    assert "capacity at the SLOs at most 1.00x" in said, said
+    cells = levels_table(s).rows[-1]
+    assert "rates only" in cells, cells

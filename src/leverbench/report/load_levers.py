@@ -49,8 +49,9 @@ def _g(x: float | None) -> str:
 
 
 def pays_clause(points: Sequence[tuple[float, float]], axis: str, pays: str, crossover: Mapping[str, Any] | None,
-                crossings: int = 0) -> str:
-    """Where one metric's multiplier pays along the levels, from its citable (load, multiplier) points."""
+                crossings: int = 0, scope: str = "measured") -> str:
+    """Where one metric's multiplier pays along the levels, from its citable (load, multiplier) points (*scope*:
+    "compared" where a level measured was not, every call of an arm having failed there)."""
     if not points:
         return "no level to judge"
     (x1, m1), (xn, mn) = points[0], points[-1]
@@ -58,7 +59,7 @@ def pays_clause(points: Sequence[tuple[float, float]], axis: str, pays: str, cro
         def one(m: float) -> str:
             return f"{m:.2f}x" if pays == "every level" else f"{1.0 - m:.0%}"
         span = f"{one(m1)} at {at(x1, axis)}" + (f" … {one(mn)} at {at(xn, axis)}" if xn != x1 else "")
-        return f"{'pays' if pays == 'every level' else 'costs'} at every level measured ({span})"
+        return f"{'pays' if pays == 'every level' else 'costs'} at every level {scope} ({span})"
     if crossover is None:
         return f"{_fig(m1)} at {at(x1, axis)}, {_fig(mn)} at {at(xn, axis)}"
     a, b = crossover["between"]
@@ -95,8 +96,15 @@ def pair_sentence(row: LoadLeverRow) -> str:
     head = f"{words(row['lever'])} under load ({row['arm']} vs {row['vs']}, {row['sweep']})"
     if row["refused"]:
         return f"{head}: not citable ({row['refused']})"
-    parts = [f"{METRIC_WORDS[m['metric']]} "
-             + pays_clause(_points(m), row["x"], m["pays"], m["crossover"], m["crossings"]) for m in shown_metrics(row)]
+    dead = [(lv, [row[w] for w in ("arm", "vs") if lv["calls"][w] and lv["failed"][w] == lv["calls"][w]])
+            for lv in row["levels"] if lv["citable"] and "failed" in lv["reason_codes"]]
+    parts = [f"every call of {' and '.join(who)} failed at {at(lv['load'], row['x'])} (goodput and throughput 0 there, "
+             "latencies not compared)" for lv, who in dead]
+    for m in shown_metrics(row):
+        skipped = dead and any(not v["citable"] for v in m["levels"] if v["stage"] in {lv["stage"] for lv, _ in dead})
+        parts.append(f"{METRIC_WORDS[m['metric']]} " + pays_clause(_points(m), row["x"], m["pays"], m["crossover"],
+                                                                   m["crossings"], "compared" if skipped else
+                                                                   "measured"))
     left = [lv for lv in row["levels"] if not lv["citable"]]
     out = f"{head}: " + "; ".join(parts)
     if left:
@@ -193,7 +201,8 @@ def levels_table(summary: Mapping[str, Any]) -> Table | None:
             rows.append([f"{words(r['lever'])}: {r['arm']} vs {r['vs']} ({r['sweep']})", at(lv["load"], r["x"]),
                          *[_mult(by.get(k, {}).get(lv["stage"])) for k in LEVEL_METRICS],
                          f"{lv['failed']['arm']:.0f}/{lv['failed']['vs']:.0f}", _engagement(lv["engagement"]),
-                         "yes" if lv["citable"] else "no", lv["reason"] or ""])
+                         ("rates only" if "failed" in lv["reason_codes"] else "yes") if lv["citable"] else "no",
+                         lv["reason"] or ""])
     if not rows:
         return None
     return Table("load_levers", "Levers under load: each pair's multipliers at every level both arms ran",
@@ -203,8 +212,9 @@ def levels_table(summary: Mapping[str, Any]) -> Table | None:
                         "rate / reference rate for a throughput); [low–high]: 95 % bootstrap interval over the level's "
                         "calls; in parentheses: a level the guard leaves out (the client fell behind its schedule, "
                         "unequal work, too few calls) or a figure without its value. Failed calls count in the "
-                        "latencies at their elapsed time and miss every SLO. Server figures: the lever's own counters "
-                        "over the stage (e.g. a drafter's acceptance), each arm's."])
+                        "latencies at their elapsed time and miss every SLO; where every call of an arm failed, the "
+                        "level counts for goodput and throughput alone (citable: rates only). Server figures: the "
+                        "lever's own counters over the stage (e.g. a drafter's acceptance), each arm's."])
 
 
 def crossover_table(summary: Mapping[str, Any]) -> Table | None:

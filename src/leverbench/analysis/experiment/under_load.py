@@ -25,7 +25,9 @@ elapsed time and never meet an SLO), so > 1 means the lever pays at that level.
 - what refuses the pair itself (a contradicted knob, the lever not engaging on A, R using it too: the reasons
   of the turns' comparison other than drift, which sentinels measure between turns) refuses every level;
 - failed calls are counted, not refused: in the latencies at their elapsed time, in goodput as misses, and per
-  level in ``failed``.
+  level in ``failed``; a level where every call of an arm failed counts too (code ``failed``: that arm's goodput
+  and throughput are 0 there, the lever's result), its latency multipliers alone left out (a failed call's time
+  is no latency, and there is no work to compare).
 
 **The interval per level** is a bootstrap over calls (scipy's ``bootstrap``, percentile method, 95 %,
 :data:`RESAMPLES` resamples, fewer for a level of more than 500 calls a side, seeded): each arm's measured calls
@@ -52,7 +54,7 @@ import numpy as np
 from scipy.stats import bootstrap
 
 from ...levers import registry
-from ..base.reason_codes import VOLUME, VOLUME_UNKNOWN
+from ..base.reason_codes import FAILED, VOLUME, VOLUME_UNKNOWN
 from ..load.levels import LevelCalls, level_load, on_schedule
 from .crossover import crossover, pays
 
@@ -182,16 +184,21 @@ def level_guard(ra: LoadRow, rr: LoadRow, ca: LevelCalls | None, cr: LevelCalls 
         reasons.append((PREFIX_SHARING, f"prefix sharing differs ({ra.get('prefix_sharing')} vs "
                                         f"{rr.get('prefix_sharing')})"))
     va, vr = _per_call(ra), _per_call(rr)
-    if va is None or vr is None or not min(va, vr) > 0:
+    dead = [r["arm"] for r in (ra, rr) if r.get("requests") and not r.get("ok")]
+    notes: list[Reason] = []
+    if dead:  # no work to compare: the failure is the lever's result there
+        notes.append((FAILED, f"every call of {' and '.join(dead)} failed: its goodput and throughput count (0), its "
+                              "latencies are not compared"))
+    elif va is None or vr is None or not min(va, vr) > 0:
         reasons.append((VOLUME_UNKNOWN, "output volume unknown (no successful call with tokens on an arm)"))
     elif (max(va, vr) - min(va, vr)) / min(va, vr) > tolerance:
         reasons.append((VOLUME, f"output volumes differ: {va:.1f} vs {vr:.1f} tokens per call (spread "
                                 f"{(max(va, vr) - min(va, vr)) / min(va, vr):.1%} > {tolerance:.0%})"))
     _, x = level_load(ra)
+    said = reasons + notes
     level: LoadLevel = {
         "stage": ra["stage"], "load": float(x or 0.0), "citable": not reasons,
-        "reason": "; ".join(text for _, text in reasons) or None, "reason_codes": list(dict.fromkeys(c for c, _ in
-                                                                                                  reasons)),
+        "reason": "; ".join(text for _, text in said) or None, "reason_codes": list(dict.fromkeys(c for c, _ in said)),
         "calls": _pair(float(na), float(nr)), "failed": _pair(float(ra["failed"]), float(rr["failed"])),
         "output_tokens_per_call": _pair(va, vr),
         "client_lag_p99_s": _pair(sched[ra["arm"]][1], sched[rr["arm"]][1]),
@@ -205,9 +212,12 @@ def level_guard(ra: LoadRow, rr: LoadRow, ca: LevelCalls | None, cr: LevelCalls 
 
 def _metric_row(metric: tuple[str, str, str, int], levels: list[LoadLevel], values: list[tuple[float | None, ...]],
                 has_slo: bool) -> MetricRow:
+    def citable(lv: LoadLevel, v: float | None) -> bool:  # a failed call's time is no latency
+        return lv["citable"] and v is not None and not (metric[1] == "time" and FAILED in lv["reason_codes"])
     vals: list[LevelValue] = [{"stage": lv["stage"], "load": lv["load"], "value": v, "low": lo, "high": hi,
-                               "citable": lv["citable"] and v is not None} for lv, (v, lo, hi) in zip(levels, values)]
+                               "citable": citable(lv, v)} for lv, (v, lo, hi) in zip(levels, values)]
     use = [v for v in vals if v["citable"]]
+    scope = "compared" if any(lv["citable"] and not v["citable"] for lv, v in zip(levels, vals)) else "measured"
     xs, ms = [v["load"] for v in use], [float(v["value"]) for v in use]  # type: ignore[arg-type]
     cross, n = crossover(xs, ms, [v["low"] for v in use], [v["high"] for v in use])
     where = pays(ms, n)
@@ -217,8 +227,8 @@ def _metric_row(metric: tuple[str, str, str, int], levels: list[LoadLevel], valu
     elif not use:
         reason = "no level the guard lets through"
     elif cross is None:
-        reason = f"pays at every level measured ({xs[0]:g}–{xs[-1]:g})" if where == "every level" else \
-            f"pays at none of the levels measured ({xs[0]:g}–{xs[-1]:g})"
+        reason = f"pays at every level {scope} ({xs[0]:g}–{xs[-1]:g})" if where == "every level" else \
+            f"pays at none of the levels {scope} ({xs[0]:g}–{xs[-1]:g})"
     elif n > 1:
         reason = f"crosses 1 {n} times; the first is given"
     return {"metric": metric[0], "default": metric[0] in DEFAULT_METRICS, "levels": vals, "pays": where,
