@@ -63,7 +63,10 @@ def test_crossover_interpolates_between_the_levels_and_inverts_the_band():
     assert c["high"] is None
     assert crossover(xs, [2.0, 1.5, 1.2, 1.1], [1.0] * 4, [3.0] * 4) == (None, 0)
     assert pays([2.0, 1.5, 1.2, 1.1], 0) == "every level" and pays([0.9, 0.5], 0) == "no level"
-    c, n = crossover(xs, [2.0, 0.5, 1.5, 0.5], [1.0] * 4, [3.0] * 4)
+    # intervals that hold 1 at every level: no crossing (finding 5 of the review); without intervals, each
+    # multiplier's side of 1
+    assert crossover(xs, [2.0, 0.5, 1.5, 0.5], [1.0] * 4, [3.0] * 4) == (None, 0)
+    c, n = crossover(xs, [2.0, 0.5, 1.5, 0.5], [None] * 4, [None] * 4)
     assert n == 3 and pays([2.0, 0.5, 1.5, 0.5], n) == "mixed"
     assert c["load"] == pytest.approx(1 + 1 / 1.5)
 

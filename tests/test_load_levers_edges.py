@@ -255,3 +255,55 @@ def test_a_level_where_every_call_of_an_arm_failed_counts_and_is_named():
     assert "capacity at the SLOs at most 1.00x" in said, said
     cells = levels_table(s).rows[-1]
     assert "rates only" in cells, cells
+
+
+# ------------------------------------------------------------------ finding 5: crossings beyond the noise
+
+
+def test_a_crossing_needs_levels_clearly_on_either_side_of_one():
+    """A level is on a side of 1 only when its whole interval is: above (low > 1, the lever pays beyond doubt) or
+    below (high < 1).  Multipliers 0.999, 1.001, 0.999, 1.001 with intervals ±4 % wobble across 1 three times but
+    differ from it nowhere: no crossing, "no clear difference".  2, 1, 2 (exact: every resample alike) only touches
+    1 at the middle level: no crossing, it pays wherever it differs.  2, 1, 0.5 crosses between the two clear levels
+    1 and 4, at 2 where the multiplier is 1."""
+    from leverbench.analysis.experiment.crossover import crossover, pays, sides
+
+    xs = [2.0, 4.0, 6.0, 8.0]
+    ms = [0.999, 1.001, 0.999, 1.001]
+    lows, highs = [m - 0.04 for m in ms], [m + 0.04 for m in ms]
+    assert crossover(xs, ms, lows, highs) == (None, 0)
+    assert pays(ms, 0, sides(ms, lows, highs)) == "no clear difference"
+    xs = [1.0, 2.0, 4.0]
+    assert crossover(xs, [2.0, 1.0, 2.0], [2.0, 1.0, 2.0], [2.0, 1.0, 2.0]) == (None, 0)
+    assert pays([2.0, 1.0, 2.0], 0, sides([2.0, 1.0, 2.0], [2.0, 1.0, 2.0], [2.0, 1.0, 2.0])) == "every level"
+    c, n = crossover(xs, [2.0, 1.0, 0.5], [2.0, 1.0, 0.5], [2.0, 1.0, 0.5])
+    assert n == 1 and c["load"] == 2.0 and c["between"] == [1.0, 4.0]
+
+
+def test_an_open_loop_below_saturation_shows_no_clear_goodput_difference():
+    """An open loop at 2, 4, 6 and 8 requests/s whose every call meets the SLO on both arms: goodput is the offered
+    rate on both (the cache arm's last call sent 0.1 s early or late moves its window by a fraction of a per cent).
+    Each level's goodput interval holds 1, so the summary, its metric row and the first screen say there is no
+    clear difference, and name no crossover."""
+    import numpy as np
+
+    from leverbench.report.first_screen import first_screen
+
+    rng = np.random.default_rng(8)
+    slo = {"slo_e2e_s": 2.0}
+    recs = []
+    for r, shift in [(2, 0.1), (4, -0.1), (6, 0.1), (8, -0.1)]:
+        recs += level("base", f"o@{r}rps", r, list(1.0 + 0.05 * rng.standard_normal(12)), mode="open", sweep="o",
+                      slo=slo)
+        rs = level("cache", f"o@{r}rps", r, list(0.9 + 0.045 * rng.standard_normal(12)), mode="open", sweep="o",
+                   slo=slo, cached=50)
+        rs[-1]["t_send"] += shift
+        rs[-1]["scheduled_t"] += shift
+        recs += rs
+    s = summ(recs)
+    g = metric(s["load_levers"][0], "goodput")
+    assert all(v["low"] < 1.0 < v["high"] for v in g["levels"]), g["levels"]
+    assert (g["pays"], g["crossover"], g["crossings"]) == ("no clear difference", None, 0)
+    assert g["reason"] == "no clear difference at any level measured (2–8)"
+    said = next(x for x in first_screen(s).lines(width=600) if "under load" in x)
+    assert "goodput shows no clear difference at any level measured" in said and "crosses" not in said, said

@@ -48,26 +48,49 @@ def _g(x: float | None) -> str:
     return "…" if x is None else num(x, 3)
 
 
+def loads_words(xs: Sequence[float], axis: str) -> str:
+    """Loads in words: "2, 4 and 8 in flight", "2 and 6 requests/s", "×2 and ×4 speed"."""
+    vs = [("×" if axis == "speed" else "") + num(x) for x in xs]
+    said = vs[0] if len(vs) == 1 else ", ".join(vs[:-1]) + " and " + vs[-1]
+    return said + (" in flight" if axis == "concurrency" else " requests/s" if axis == "rate" else " speed")
+
+
 def pays_clause(points: Sequence[tuple[float, float]], axis: str, pays: str, crossover: Mapping[str, Any] | None,
-                crossings: int = 0, scope: str = "measured") -> str:
+                crossings: int = 0, scope: str = "measured", unclear: Sequence[float] = ()) -> str:
     """Where one metric's multiplier pays along the levels, from its citable (load, multiplier) points (*scope*:
-    "compared" where a level measured was not, every call of an arm having failed there)."""
+    "compared" where a level measured was not, every call of an arm having failed there; *unclear*: the loads
+    whose interval holds 1, no clear difference)."""
     if not points:
         return "no level to judge"
     (x1, m1), (xn, mn) = points[0], points[-1]
+    if pays == "no clear difference":
+        span = f"{m1:.2f}x at {at(x1, axis)}" + (f" … {mn:.2f}x at {at(xn, axis)}" if xn != x1 else "")
+        return f"shows no clear difference at any level {scope} ({span})"
+    none_at = f" (no clear difference at {loads_words(unclear, axis)})" if unclear else ""
     if pays in ("every level", "no level"):
+        clear = [p for p in points if p[0] not in set(unclear)] or list(points)
+        (x1, m1), (xn, mn) = clear[0], clear[-1]
+        if unclear and len(clear) == 1:
+            return f"{_fig(m1)} at {at(x1, axis)}{none_at}"
+
         def one(m: float) -> str:
             return f"{m:.2f}x" if pays == "every level" else f"{1.0 - m:.0%}"
         span = f"{one(m1)} at {at(x1, axis)}" + (f" … {one(mn)} at {at(xn, axis)}" if xn != x1 else "")
-        return f"{'pays' if pays == 'every level' else 'costs'} at every level {scope} ({span})"
+        where = f"every level {scope}" if not unclear else "every level where it differs clearly"
+        span += f"; no clear difference at {loads_words(unclear, axis)}" if unclear else ""
+        return f"{'pays' if pays == 'every level' else 'costs'} at {where} ({span})"
     if crossover is None:
-        return f"{_fig(m1)} at {at(x1, axis)}, {_fig(mn)} at {at(xn, axis)}"
+        return f"{_fig(m1)} at {at(x1, axis)}, {_fig(mn)} at {at(xn, axis)}{none_at}"
     a, b = crossover["between"]
     band = f"; interval {_g(crossover['low'])}–{_g(crossover['high'])}" \
         if crossover["low"] is not None or crossover["high"] is not None else ""
     where = f"about {at(crossover['load'], axis, 2)} (between {a:g} and {b:g}{band})"
     mixed = f"; it crosses 1 {crossings} times" if crossings > 1 else ""
-    return f"{_fig(m1)} at {at(x1, axis)}, up to {where}, and {_fig(mn)} at {at(xn, axis)}{mixed}"
+    return f"{_fig(m1)} at {at(x1, axis)}, up to {where}, and {_fig(mn)} at {at(xn, axis)}{mixed}{none_at}"
+
+
+def _unclear(m: MetricRow) -> list[float]:
+    return [v["load"] for v in m["levels"] if v["citable"] and v["value"] is not None and not v["clear"]]
 
 
 def _points(m: MetricRow) -> list[tuple[float, float]]:
@@ -104,7 +127,7 @@ def pair_sentence(row: LoadLeverRow) -> str:
         skipped = dead and any(not v["citable"] for v in m["levels"] if v["stage"] in {lv["stage"] for lv, _ in dead})
         parts.append(f"{METRIC_WORDS[m['metric']]} " + pays_clause(_points(m), row["x"], m["pays"], m["crossover"],
                                                                    m["crossings"], "compared" if skipped else
-                                                                   "measured"))
+                                                                   "measured", _unclear(m)))
     left = [lv for lv in row["levels"] if not lv["citable"]]
     out = f"{head}: " + "; ".join(parts)
     if left:
@@ -139,7 +162,7 @@ def under_load_sentence(u: UnderLoad, side: LeverSide | None = None) -> str:
     1 in flight, up to about 3.5 in flight (…), and costs 20% at 8 in flight; at your p95 of 6 in flight, …"."""
     points = [(float(x), float(m)) for x, m in u["levels"]]
     text = (f"the {u['words']} ({u['arm']} vs {u['vs']}, {u['sweep']}, {METRIC_WORDS.get(u['metric'], u['metric'])}) "
-            + pays_clause(points, u["x"], u["pays"], u["crossover"]))
+            + pays_clause(points, u["x"], u["pays"], u["crossover"], unclear=u.get("unclear") or ()))
     said = side_sentence(side) if side is not None else ""
     return text + (f"; {said}" if said else "")
 

@@ -28,7 +28,7 @@ Share: TypeAlias = Annotated[float, Ge(0.0), Le(1.0)]
 #: What a level's load is: a closed loop's concurrency, an open loop's rate, a trace's replay speed.
 LoadAxis: TypeAlias = Literal["concurrency", "rate", "speed"]
 #: Where a lever pays along the levels measured (:func:`...analysis.experiment.crossover.pays`).
-Pays: TypeAlias = Literal["every level", "no level", "below", "above", "mixed", "unknown"]
+Pays: TypeAlias = Literal["every level", "no level", "below", "above", "mixed", "no clear difference", "unknown"]
 #: How a capacity was had: interpolated between two levels, at least the highest level measured (every level met
 #: the SLOs), between a level that met them and the next, whose calls failed (``load`` and ``upper``), or none (the
 #: lowest level missed them).
@@ -45,7 +45,8 @@ class PairCount(TypedDict):
 
 
 class LevelValue(TypedDict):
-    """One metric's multiplier at one level, with its 95 % bootstrap interval (None: not taken)."""
+    """One metric's multiplier at one level, with its 95 % bootstrap interval (None: not taken); ``clear``: the
+    interval lies on one side of 1 (:func:`...analysis.experiment.crossover.sides`)."""
 
     __pydantic_config__ = STRICT
 
@@ -55,6 +56,7 @@ class LevelValue(TypedDict):
     low: NonNegative | None
     high: NonNegative | None
     citable: bool
+    clear: bool
 
 
 class Crossover(TypedDict):
@@ -236,6 +238,7 @@ class UnderLoad(TypedDict):
     pays: str
     crossover: Crossover | None
     levels: list[list[float]]
+    unclear: list[float]
 
 
 __all__ = ["Bound", "CapacityLevel", "CapacityPair", "CapacityRow", "Crossover", "InFlight", "LevelValue",

@@ -96,7 +96,9 @@ def under_load(rows: Iterable[LoadLeverRow]) -> list[UnderLoad]:
                     "sweep": r["sweep"], "x": r["x"], "metric": m["metric"], "pays": m["pays"],
                     "crossover": m.get("crossover"),
                     "levels": [[v["load"], v["value"]] for v in m["levels"]
-                               if v["citable"] and v["value"] is not None]})
+                               if v["citable"] and v["value"] is not None],
+                    "unclear": [v["load"] for v in m["levels"]
+                                if v["citable"] and v["value"] is not None and not v.get("clear", True)]})
     return out
 
 

@@ -56,7 +56,7 @@ from scipy.stats import bootstrap
 from ...levers import registry
 from ..base.reason_codes import FAILED, VOLUME, VOLUME_UNKNOWN
 from ..load.levels import LevelCalls, level_load, on_schedule
-from .crossover import crossover, pays
+from .crossover import crossover, pays, sides
 
 if TYPE_CHECKING:
     from ...schema.load_lever_rows import (
@@ -214,21 +214,29 @@ def _metric_row(metric: tuple[str, str, str, int], levels: list[LoadLevel], valu
                 has_slo: bool) -> MetricRow:
     def citable(lv: LoadLevel, v: float | None) -> bool:  # a failed call's time is no latency
         return lv["citable"] and v is not None and not (metric[1] == "time" and FAILED in lv["reason_codes"])
-    vals: list[LevelValue] = [{"stage": lv["stage"], "load": lv["load"], "value": v, "low": lo, "high": hi,
-                               "citable": citable(lv, v)} for lv, (v, lo, hi) in zip(levels, values)]
+    vals: list[LevelValue] = []
+    for lv, (v, lo, hi) in zip(levels, values):
+        (side,) = sides([v or 0.0], [lo], [hi])
+        vals.append({"stage": lv["stage"], "load": lv["load"], "value": v, "low": lo, "high": hi,
+                     "citable": citable(lv, v), "clear": v is not None and side != 0})
     use = [v for v in vals if v["citable"]]
     scope = "compared" if any(lv["citable"] and not v["citable"] for lv, v in zip(levels, vals)) else "measured"
     xs, ms = [v["load"] for v in use], [float(v["value"]) for v in use]  # type: ignore[arg-type]
-    cross, n = crossover(xs, ms, [v["low"] for v in use], [v["high"] for v in use])
-    where = pays(ms, n)
+    lows, highs = [v["low"] for v in use], [v["high"] for v in use]
+    cross, n = crossover(xs, ms, lows, highs)
+    where = pays(ms, n, sides(ms, lows, highs))
+    unclear = [f"{v['load']:g}" for v in use if not v["clear"]]
     reason = None
     if metric[0] == "goodput" and not has_slo:
         reason = "no SLO set on the stage: no goodput"
     elif not use:
         reason = "no level the guard lets through"
+    elif where == "no clear difference":
+        reason = f"no clear difference at any level {scope} ({xs[0]:g}–{xs[-1]:g})"
     elif cross is None:
-        reason = f"pays at every level {scope} ({xs[0]:g}–{xs[-1]:g})" if where == "every level" else \
-            f"pays at none of the levels {scope} ({xs[0]:g}–{xs[-1]:g})"
+        reason = (f"pays at every level {scope}" if where == "every level" else
+                  f"pays at none of the levels {scope}") + f" ({xs[0]:g}–{xs[-1]:g})" + \
+            (f"; no clear difference at {', '.join(unclear)}" if unclear else "")
     elif n > 1:
         reason = f"crosses 1 {n} times; the first is given"
     return {"metric": metric[0], "default": metric[0] in DEFAULT_METRICS, "levels": vals, "pays": where,
