@@ -307,3 +307,34 @@ def test_an_open_loop_below_saturation_shows_no_clear_goodput_difference():
     assert g["reason"] == "no clear difference at any level measured (2–8)"
     said = next(x for x in first_screen(s).lines(width=600) if "under load" in x)
     assert "goodput shows no clear difference at any level measured" in said and "crosses" not in said, said
+
+
+# ------------------------------------------------------------------ finding 6: the crossover of two straight lines
+
+
+def test_the_crossover_interpolates_the_difference_of_the_arms():
+    """The simulator's drafter model without its noise: end-to-end 0.216 + 0.024 c without the drafter and
+    −0.036 + 0.096 c with it (tests/test_load_levers.py), at 2 and 4 in flight 0.264 / 0.156 s and 0.312 / 0.348 s.
+    The two lines meet at c = 0.252 / 0.072 = 3.5.  Their ratio is curved: interpolating the multipliers 1.692 and
+    0.897 puts the crossing at 2 + 2 × 0.692 / 0.796 = 3.74, outside an interval of the sampling alone (here every
+    resample is alike, so it is a point); interpolating the difference of the arms' p50s, 0.108 and −0.036, gives
+    2 + 2 × 0.108 / 0.144 = 3.5.  The sentence calls the band what it is, the sampling's part only; and the
+    operating point at 3 in flight reads the same lines: (0.216 + 0.072) / (−0.036 + 0.288) = 1.143x, not the
+    multipliers' straight line (1.692 + 0.897) / 2 = 1.294x."""
+    from leverbench.analysis.base.operating_point import sides
+    from leverbench.report.first_screen import first_screen
+
+    recs = []
+    for c in (2, 4):
+        recs += level("base", f"s@c{c}", c, [0.216 + 0.024 * c] * 12)
+        recs += level("cache", f"s@c{c}", c, [-0.036 + 0.096 * c] * 12, cached=50)
+    s = summ(recs)
+    (row,) = s["load_levers"]
+    e2e = metric(row, "e2e_p50")
+    assert e2e["crossover"]["load"] == pytest.approx(3.5) and e2e["crossover"]["between"] == [2.0, 4.0]
+    said = next(x for x in first_screen(s).lines(width=600) if "under load" in x)
+    assert "up to about 3.5 in flight (between 2 and 4; sampling only: 3.5–3.5)" in said, said
+    point = {"calls": 10, "arrival_rate": 1.0, "in_flight": {"p50": 2, "p95": 3, "mean": 2, "max": 4, "span_s": 9},
+             "duration_source": "hand", "sides": []}
+    (side,) = sides([row], point)
+    assert side["multiplier"] == pytest.approx(0.288 / 0.252)

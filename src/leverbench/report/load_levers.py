@@ -82,7 +82,7 @@ def pays_clause(points: Sequence[tuple[float, float]], axis: str, pays: str, cro
     if crossover is None:
         return f"{_fig(m1)} at {at(x1, axis)}, {_fig(mn)} at {at(xn, axis)}{none_at}"
     a, b = crossover["between"]
-    band = f"; interval {_g(crossover['low'])}–{_g(crossover['high'])}" \
+    band = f"; sampling only: {_g(crossover['low'])}–{_g(crossover['high'])}" \
         if crossover["low"] is not None or crossover["high"] is not None else ""
     where = f"about {at(crossover['load'], axis, 2)} (between {a:g} and {b:g}{band})"
     mixed = f"; it crosses 1 {crossings} times" if crossings > 1 else ""
@@ -246,18 +246,20 @@ def crossover_table(summary: Mapping[str, Any]) -> Table | None:
     for r in summary.get("load_levers") or []:
         for m in r["metrics"]:
             c = m["crossover"]
-            cross = "—" if c is None else (f"{num(c['load'], 3)} ({c['between'][0]:g}–{c['between'][1]:g}; interval "
-                                           f"{_g(c['low'])}–{_g(c['high'])})")
+            cross = "—" if c is None else (f"{num(c['load'], 3)} ({c['between'][0]:g}–{c['between'][1]:g}; "
+                                           f"sampling only {_g(c['low'])}–{_g(c['high'])})")
             rows.append([f"{words(r['lever'])}: {r['arm']} vs {r['vs']} ({r['sweep']})", METRIC_WORDS[m["metric"]]
                          + (" ◆" if m["default"] else ""), m["pays"], cross, m["reason"] or ""])
     if not rows:
         return None
     return Table("load_crossovers", "Where each lever flips: the load at which its multiplier crosses 1",
-                 ["lever: pair (sweep)", "metric", "pays", "crossover (between levels; interval)", "note"], rows,
-                 notes=["Interpolated linearly between the two citable levels around it; the interval is where the "
-                        "multipliers' 95 % bounds cross 1 (… : beyond the levels measured), the sampling's part of "
-                        "the uncertainty; between two levels the curve's shape is not measured. ◆: reported by "
-                        "default."])
+                 ["lever: pair (sweep)", "metric", "pays", "crossover (between levels; sampling interval)", "note"],
+                 rows,
+                 notes=["Between two citable levels whose intervals lie on opposite sides of 1, where the difference "
+                        "of the two arms' statistics, interpolated linearly, is 0; the interval is where the "
+                        "multipliers' 95 % bounds cross 1 the same way (… : beyond the levels measured), the "
+                        "sampling's part of the uncertainty only: between two levels the curve's shape is not "
+                        "measured. ◆: reported by default."])
 
 
 def capacity_table(summary: Mapping[str, Any]) -> Table | None:

@@ -45,8 +45,10 @@ class PairCount(TypedDict):
 
 
 class LevelValue(TypedDict):
-    """One metric's multiplier at one level, with its 95 % bootstrap interval (None: not taken); ``clear``: the
-    interval lies on one side of 1 (:func:`...analysis.experiment.crossover.sides`)."""
+    """One metric's multiplier at one level, with its 95 % bootstrap interval (None: not taken); ``denominator``:
+    the statistic it divides by (the arm's percentile in seconds for a latency, the reference's rate for a rate),
+    so that denominator × (value − 1) is the difference of the two arms' statistics; ``clear``: the interval lies
+    on one side of 1 (:func:`...analysis.experiment.crossover.sides`)."""
 
     __pydantic_config__ = STRICT
 
@@ -55,6 +57,7 @@ class LevelValue(TypedDict):
     value: NonNegative | None
     low: NonNegative | None
     high: NonNegative | None
+    denominator: NonNegative | None
     citable: bool
     clear: bool
 

@@ -20,8 +20,9 @@ law: arrival rate × mean duration, over the span); max the most at once.
 **Sides**: for each lever pair and metric of a run's ``load_levers`` (its default metrics: end-to-end p50 and
 goodput, else throughput), the traffic's own load on that sweep's axis — its p95 (and p50) in flight for a
 closed-loop sweep (whose concurrency is calls in flight), its arrival rate for an open-loop one (a trace
-replay's speed compares with no traffic) — and the multiplier there, interpolated linearly between the
-citable levels (the nearest level's where the load lies beyond them: ``measured`` false).  The lever pays
+replay's speed compares with no traffic) — and the multiplier there, between the citable levels the ratio of
+the two arms' statistics each interpolated linearly (as the crossover reads them; the nearest level's where the
+load lies beyond them: ``measured`` false).  The lever pays
 there when that multiplier is > 1: "turn it on"; else "leave it off".
 """
 
@@ -103,13 +104,21 @@ def under_load(rows: Iterable[LoadLeverRow]) -> list[UnderLoad]:
 
 
 def _at(row: Mapping[str, object], x: float) -> tuple[float | None, bool]:
-    """A metric row's multiplier at load x, interpolated between its citable levels (the nearest one's beyond
-    them), and whether x lies within the levels measured."""
-    use = [(v["load"], v["value"]) for v in row["levels"] if v["citable"] and v["value"] is not None]  # type: ignore[index]
+    """A metric row's multiplier at load x, between its citable levels (the nearest one's beyond them), and whether
+    x lies within the levels measured: 1 + d(x) / s(x), the difference d = s · (m − 1) of the two arms' statistics
+    and the denominator s each interpolated linearly — the ratio of the two arms' statistics each on its straight
+    line, as the crossover reads them (:mod:`..experiment.crossover`); the multiplier interpolated where a level
+    lacks its denominator."""
+    use = [(v["load"], v["value"], v.get("denominator")) for v in row["levels"]  # type: ignore[index, union-attr]
+           if v["citable"] and v["value"] is not None]  # type: ignore[index]
     if not use:
         return None, False
-    xs, ms = zip(*use)
-    return float(np.interp(x, xs, ms)), min(xs) <= x <= max(xs)
+    xs, ms, ss = zip(*use)
+    inside = min(xs) <= x <= max(xs)
+    if any(v is None or not v > 0 for v in ss):
+        return float(np.interp(x, xs, ms)), inside
+    den = float(np.interp(x, xs, ss))
+    return 1.0 + float(np.interp(x, xs, [k * (m - 1.0) for k, m in zip(ss, ms)])) / den, inside
 
 
 def sides(rows: Iterable[LoadLeverRow], point: OperatingPoint) -> list[LeverSide]:

@@ -12,7 +12,9 @@ the reference:
     rate metrics (output tokens/s, goodput):                multiplier = A's rate / R's rate
 
 each taken from the stage rows (:mod:`..load.stages`: failed calls count in TTFT and end-to-end at their
-elapsed time and never meet an SLO), so > 1 means the lever pays at that level.
+elapsed time and never meet an SLO), so > 1 means the lever pays at that level.  Beside each, its
+``denominator`` (A's percentile, R's rate): denominator × (multiplier − 1) is the difference of the two arms'
+statistics, which the crossover interpolates (:mod:`.crossover`).
 
 **The guard, per level** (a level it refuses keeps its figures, marked, and is left out of the crossover):
 
@@ -108,43 +110,47 @@ def _interval(stat: Callable[..., np.ndarray], na: int, nr: int) -> tuple[float 
     return _finite(lo), _finite(hi)
 
 
+Value = tuple[float | None, float | None, float | None, float | None]  # multiplier, low, high, denominator
+NO_VALUE: Value = (None, None, None, None)
+
+
 def _time_value(metric: tuple[str, str, str, int], ra: LoadRow, rr: LoadRow, ca: LevelCalls, cr: LevelCalls
-                ) -> tuple[float | None, float | None, float | None]:
-    """(R's percentile / A's, low, high) of a latency metric."""
+                ) -> Value:
+    """(R's percentile / A's, low, high, A's percentile) of a latency metric."""
     _, _, key, q = metric
     da, dr = ra.get(key), rr.get(key)  # type: ignore[misc]
     if not da or not dr or not da[f"p{q}"] > 0:
-        return None, None, None
-    value = dr[f"p{q}"] / da[f"p{q}"]
+        return NO_VALUE
+    value, den = dr[f"p{q}"] / da[f"p{q}"], float(da[f"p{q}"])
     a, r = getattr(ca, key), getattr(cr, key)
     a, r = a[~np.isnan(a)], r[~np.isnan(r)]
     if a.size < 2 or r.size < 2:
-        return value, None, None
+        return value, None, None, den
 
     def stat(i: np.ndarray, j: np.ndarray, axis: int = -1) -> np.ndarray:
         return np.percentile(r[j.astype(int)], q, axis=axis) / np.percentile(a[i.astype(int)], q, axis=axis)
-    return (value, *_interval(stat, a.size, r.size))
+    return (value, *_interval(stat, a.size, r.size), den)
 
 
 def _rate_value(metric: tuple[str, str, str, int], ra: LoadRow, rr: LoadRow, ca: LevelCalls, cr: LevelCalls
-                ) -> tuple[float | None, float | None, float | None]:
-    """(A's rate / R's, low, high) of a rate metric, its interval by Little's law (see the docstring)."""
+                ) -> Value:
+    """(A's rate / R's, low, high, R's rate) of a rate metric, its interval by Little's law (see the docstring)."""
     name, _, key, _ = metric
     pa, pr = ra.get(key), rr.get(key)  # type: ignore[misc]
     if pa is None or pr is None or not pr > 0:
-        return None, None, None
+        return NO_VALUE
     pa, pr = float(pa), float(pr)
     wa, wr = (ca.good.astype(float), cr.good.astype(float)) if name == "goodput" else (ca.output, cr.output)
     ea, er = np.nan_to_num(ca.e2e), np.nan_to_num(cr.e2e)
     rho_a, rho_r = wa.sum() / ea.sum(), wr.sum() / er.sum()
     if not rho_r > 0 or not np.isfinite(rho_a):
-        return pa / pr, None, None
+        return pa / pr, None, None, pr
 
     def stat(i: np.ndarray, j: np.ndarray, axis: int = -1) -> np.ndarray:
         i, j = i.astype(int), j.astype(int)
         xa = pa * (wa[i].sum(axis=axis) / ea[i].sum(axis=axis)) / rho_a if rho_a > 0 else np.zeros(i.shape[0])
         return xa / (pr * (wr[j].sum(axis=axis) / er[j].sum(axis=axis)) / rho_r)
-    return (pa / pr, *_interval(stat, ca.n, cr.n))
+    return (pa / pr, *_interval(stat, ca.n, cr.n), pr)
 
 
 def _pair(a: float | None, r: float | None) -> PairCount:
@@ -210,20 +216,20 @@ def level_guard(ra: LoadRow, rr: LoadRow, ca: LevelCalls | None, cr: LevelCalls 
 # ---------------------------------------------------------------- a pair on a sweep
 
 
-def _metric_row(metric: tuple[str, str, str, int], levels: list[LoadLevel], values: list[tuple[float | None, ...]],
-                has_slo: bool) -> MetricRow:
+def _metric_row(metric: tuple[str, str, str, int], levels: list[LoadLevel], values: list[Value], has_slo: bool
+                ) -> MetricRow:
     def citable(lv: LoadLevel, v: float | None) -> bool:  # a failed call's time is no latency
         return lv["citable"] and v is not None and not (metric[1] == "time" and FAILED in lv["reason_codes"])
     vals: list[LevelValue] = []
-    for lv, (v, lo, hi) in zip(levels, values):
+    for lv, (v, lo, hi, den) in zip(levels, values):
         (side,) = sides([v or 0.0], [lo], [hi])
-        vals.append({"stage": lv["stage"], "load": lv["load"], "value": v, "low": lo, "high": hi,
+        vals.append({"stage": lv["stage"], "load": lv["load"], "value": v, "low": lo, "high": hi, "denominator": den,
                      "citable": citable(lv, v), "clear": v is not None and side != 0})
     use = [v for v in vals if v["citable"]]
     scope = "compared" if any(lv["citable"] and not v["citable"] for lv, v in zip(levels, vals)) else "measured"
     xs, ms = [v["load"] for v in use], [float(v["value"]) for v in use]  # type: ignore[arg-type]
     lows, highs = [v["low"] for v in use], [v["high"] for v in use]
-    cross, n = crossover(xs, ms, lows, highs)
+    cross, n = crossover(xs, ms, lows, highs, [v["denominator"] for v in use])
     where = pays(ms, n, sides(ms, lows, highs))
     unclear = [f"{v['load']:g}" for v in use if not v["clear"]]
     reason = None
@@ -301,7 +307,7 @@ def pair_on_sweep(c: Comparison, sweep: str, rows: list[tuple[LoadRow, LoadRow]]
     assert c.lever is not None
     rows = sorted(rows, key=lambda p: level_load(p[0])[1] or 0.0)
     levels: list[LoadLevel] = []
-    values: dict[str, list[tuple[float | None, ...]]] = defaultdict(list)
+    values: dict[str, list[Value]] = defaultdict(list)
     for ra, rr in rows:
         ca, cr = calls.get((c.arm, ra["stage"])), calls.get((c.vs, rr["stage"]))
         _, level = level_guard(ra, rr, ca, cr, tolerance, pair_reasons)
@@ -310,7 +316,7 @@ def pair_on_sweep(c: Comparison, sweep: str, rows: list[tuple[LoadRow, LoadRow]]
         for m in METRICS:
             ok = ca is not None and cr is not None and min(ca.n, cr.n) >= 2
             fn = _time_value if m[1] == "time" else _rate_value
-            values[m[0]].append(fn(m, ra, rr, ca, cr) if ok else (None, None, None))  # type: ignore[arg-type]
+            values[m[0]].append(fn(m, ra, rr, ca, cr) if ok else NO_VALUE)  # type: ignore[arg-type]
     has_slo = any(ra.get("slo") for ra, _ in rows)
     r0 = rows[0][0]
     axis = level_load(r0)[0]
