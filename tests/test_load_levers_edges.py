@@ -338,3 +338,28 @@ def test_the_crossover_interpolates_the_difference_of_the_arms():
              "duration_source": "hand", "sides": []}
     (side,) = sides([row], point)
     assert side["multiplier"] == pytest.approx(0.288 / 0.252)
+
+
+# ------------------------------------------------------------------ finding 4: batching toward the larger batch
+
+
+def test_batching_is_judged_toward_the_larger_batch_whichever_arm_is_the_baseline():
+    """Four slots (the baseline) against one, on an open loop at 4 and 11 requests/s: one slot queues (0.12 and
+    0.6 s a call against four slots' 0.08 s).  Roles alone would make the pair "one vs four", its multipliers
+    0.67 and 0.13, and a queue-dominated ``analyze`` would then advise "it paid at none of them, so add capacity
+    first" — the opposite of what was measured.  A queueing lever is judged toward the larger batch: "four vs
+    one", 0.12 / 0.08 = 1.5x and 0.6 / 0.08 = 7.5x, paying at every level; and so the advice says."""
+    from leverbench.analysis.base.operating_point import under_load
+    from leverbench.analysis.traffic.words import _queue_words
+
+    recs = []
+    for r, lo in [(4, 0.12), (11, 0.6)]:
+        recs += level("four", f"open@{r}rps", r, [0.08] * 12, mode="open", sweep="open", ttft=0.01)
+        recs += level("one", f"open@{r}rps", r, [lo] * 12, mode="open", sweep="open", ttft=0.01)
+    s = summ(recs, arms={"four": {"slots": 4}, "one": {"slots": 1}})
+    (row,) = s["load_levers"]
+    assert (row["lever"], row["arm"], row["vs"]) == ("slots", "four", "one")
+    assert [v["value"] for v in metric(row, "e2e_p50")["levels"]] == [pytest.approx(1.5), pytest.approx(7.5)]
+    said = _queue_words({"under_load": under_load(s["load_levers"]), "operating_point": None})
+    assert "slots (four vs one, 'open')" in said and "paying at every level measured" in said, said
+    assert "add capacity" not in said

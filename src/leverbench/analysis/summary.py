@@ -315,7 +315,8 @@ def _summarize(ledger: Ledger, *, scenario: tuple[int, int] | None,
     cost_rows = costs(total_list, {a: ds.conditions(a) for a in ds.arms}, ds.baseline, gpu_hour_usd, citability)
     capacity = capacity_rows(load_rows, {a: ds.conditions(a) for a in ds.arms}, gpu_hour_usd)
     under_load = load_levers(comps, load_rows, level_calls(load_view.of_kind("load")) if load_rows else {},
-                             ds.config["experiment"].get("volume_tolerance_total", 0.05), comp_reasons, capacity)
+                             ds.config["experiment"].get("volume_tolerance_total", 0.05), comp_reasons, capacity,
+                             knobs)
     recorded, w = fidelity(ledger, ds)
     warnings += w
     arms_h = ds.header["arms"]

@@ -2,7 +2,8 @@
 (issue 25 parts 1, 2 and 4).
 
 For each controlled comparison that measures a lever (:func:`..base.knobs.comparisons`: two arms that differ in
-one knob, the lever's; batching's slots and batch limits among them) and each sweep (one ``[[load]]`` entry, one
+one knob, the lever's; batching's slots and batch limits among them, judged toward the larger batch whatever the
+roles: :func:`toward_larger_batch`) and each sweep (one ``[[load]]`` entry, one
 mode: a ledger that gave two entries one name keeps their modes apart; a stage that is no sweep is its own), the
 **levels** are the stages both arms ran, in load order (a closed loop's concurrency, an open loop's rate, a
 trace's replay speed: :func:`..load.levels.level_load`).  At each level, with A the arm that has the lever and R
@@ -50,6 +51,7 @@ sweep (:mod:`.capacity`); none, with the reason, where the pair is refused or th
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 import numpy as np
@@ -328,27 +330,49 @@ def pair_on_sweep(c: Comparison, sweep: str, rows: list[tuple[LoadRow, LoadRow]]
             "refused": "; ".join(text for _, text in pair_reasons) or None}
 
 
+def _number(v: object) -> float | None:
+    if isinstance(v, bool):
+        return None
+    try:
+        return float(v)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+
+
+def toward_larger_batch(c: Comparison, knobs: Mapping[str, Mapping[str, object]]) -> Comparison:
+    """A queueing lever's pair (batching: :mod:`leverbench.levers`) with the larger batch as the arm and the
+    smaller as the reference, whichever the roles made the reference — so that > 1 means more batching pays
+    (the advice of ``analyze`` follows it); any other pair, or values that are not numbers, as it is."""
+    x = registry.lever(c.lever or "")
+    if x is None or "queueing" not in x.phases:
+        return c
+    a, v = _number(knobs.get(c.arm, {}).get(c.lever)), _number(knobs.get(c.vs, {}).get(c.lever))  # type: ignore[arg-type]
+    return replace(c, arm=c.vs, vs=c.arm) if a is not None and v is not None and v > a else c
+
+
 def load_levers(comps: Sequence[Comparison], rows: Sequence[LoadRow], calls: Mapping[tuple[str, str], LevelCalls],
                 tolerance: float, reasons: Mapping[tuple[str, str], Sequence[Reason]],
-                capacity: Sequence[CapacityRow]) -> list[LoadLeverRow]:
+                capacity: Sequence[CapacityRow], knobs: Mapping[str, Mapping[str, object]] | None = None
+                ) -> list[LoadLeverRow]:
     """Every controlled lever pair on every sweep (or stage) both its arms ran: see the module docstring.
     *reasons*: per comparison (arm, vs), what refuses it whole (drift left out); *capacity*: :mod:`.capacity`'s
-    rows."""
+    rows; *knobs*: each arm's, to judge batching toward the larger batch (:func:`toward_larger_batch`)."""
     by_arm: dict[str, dict[str, LoadRow]] = defaultdict(dict)
     for r in rows:
         if level_load(r)[1] is not None:
             by_arm[r["arm"]][r["stage"]] = r
     cap = {(r["arm"], r["sweep"], r["x"]): r for r in capacity}
     out: list[LoadLeverRow] = []
-    for c in comps:
-        if c.lever is None or not c.controlled:
+    for c0 in comps:
+        if c0.lever is None or not c0.controlled:
             continue
+        c = toward_larger_batch(c0, knobs or {})
         both: dict[tuple[str, str], list[tuple[LoadRow, LoadRow]]] = defaultdict(list)
         for stage, ra in by_arm.get(c.arm, {}).items():
             rr = by_arm.get(c.vs, {}).get(stage)
             if rr is not None:  # a sweep is one mode (one axis), even in a ledger that gave two entries one name
                 both[(ra.get("sweep") or stage, level_load(ra)[0])].append((ra, rr))
-        pair_reasons = [r for r in reasons.get((c.arm, c.vs), ()) if r[0] != "drift"]
+        pair_reasons = [r for r in reasons.get((c0.arm, c0.vs), ()) if r[0] != "drift"]
         out += [pair_on_sweep(c, sweep, pairs, calls, tolerance, pair_reasons, cap)
                 for (sweep, _), pairs in both.items()]
     return out
