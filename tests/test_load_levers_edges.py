@@ -363,3 +363,36 @@ def test_batching_is_judged_toward_the_larger_batch_whichever_arm_is_the_baselin
     said = _queue_words({"under_load": under_load(s["load_levers"]), "operating_point": None})
     assert "slots (four vs one, 'open')" in said and "paying at every level measured" in said, said
     assert "add capacity" not in said
+
+
+# ------------------------------------------------------------------ finding 8: the client's lag, and only its own
+
+
+def test_the_lag_guard_judges_the_measured_calls_and_not_a_wait_for_a_slot():
+    """Two ways a level looked late without the client falling behind.  (1) Two warm-up calls of the cache arm
+    sent 0.5 s late, its 12 measured calls on time: the warm-up is left out of the latencies and so of the lag, and
+    the level stays citable.  (2) An open loop at 11 requests/s whose one-slot arm filled ``max_in_flight``: its
+    calls waited 0.4 s for a slot (``slot_wait_s``) and went out that late. The wait is the server's backlog,
+    counted in the latency from the schedule (end-to-end 0.9 + 0.4 = 1.3 s against 0.08 s: 16.25x), not the client
+    falling behind: the level, where batching pays most, is kept."""
+    recs = []
+    for c, la in [(1, 0.5), (2, 1.5)]:
+        recs += level("base", f"s@c{c}", c, [1.0] * 12)
+        recs += [rec("cache", f"s@c{c}", c, 100 + i, 0.5, warmup=True, cached=50, lag=0.5) for i in range(2)]
+        recs += level("cache", f"s@c{c}", c, [la] * 12, cached=50)
+    (row,) = summ(recs)["load_levers"]
+    assert all(lv["citable"] for lv in row["levels"]), [lv["reason"] for lv in row["levels"]]
+    assert row["levels"][0]["client_lag_p99_s"] == {"arm": 0.0, "vs": 0.0}
+
+    recs = []
+    for r, lo, wait in [(4, 0.12, 0.0), (11, 0.9, 0.4)]:
+        recs += level("four", f"open@{r}rps", r, [0.08] * 16, mode="open", sweep="open", ttft=0.01)
+        recs += level("one", f"open@{r}rps", r, [lo] * 16, mode="open", sweep="open", ttft=0.01, lag=wait,
+                      slot_wait_s=wait)
+    s = summ(recs, arms={"one": {"slots": 1}, "four": {"slots": 4}})
+    (row,) = s["load_levers"]
+    top = row["levels"][-1]
+    assert top["citable"] and top["client_lag_p99_s"]["vs"] == pytest.approx(0.0), top
+    assert metric(row, "e2e_p50")["levels"][-1]["value"] == pytest.approx(1.3 / 0.08)
+    one = next(r for r in s["load"] if r["arm"] == "one" and r["rate"] == 11)
+    assert one["slot_wait"]["p99"] == pytest.approx(0.4) and one["client_lag"]["p99"] == pytest.approx(0.0)
