@@ -396,3 +396,37 @@ def test_the_lag_guard_judges_the_measured_calls_and_not_a_wait_for_a_slot():
     assert metric(row, "e2e_p50")["levels"][-1]["value"] == pytest.approx(1.3 / 0.08)
     one = next(r for r in s["load"] if r["arm"] == "one" and r["rate"] == 11)
     assert one["slot_wait"]["p99"] == pytest.approx(0.4) and one["client_lag"]["p99"] == pytest.approx(0.0)
+
+
+# ------------------------------------------------------------------ finding 9: analyze and whatif read load_levers
+
+
+def test_a_summary_read_back_has_its_levers_under_load_checked(tmp_path):
+    """``analyze --rates`` and ``whatif --rates`` read ``load_levers`` from a summary.json: a row cut short (a level
+    without ``citable``: an internal KeyError before), a negative multiplier (it printed "costs 600%") or an axis
+    that is none are refused on reading, naming where; the row as written reads back."""
+    import copy
+    import json
+
+    from leverbench.errors import BadInput
+    from leverbench.json_types import finite
+    from leverbench.report.summary_file import read_summary
+
+    recs = []
+    for c in (1, 2):
+        recs += level("base", f"s@c{c}", c, [1.0] * 8) + level("cache", f"s@c{c}", c, [0.5] * 8, cached=50)
+    good = json.loads(json.dumps(finite(summ(recs))))
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps(good))
+    assert read_summary(path)["load_levers"][0]["arm"] == "cache"
+    cut = copy.deepcopy(good)
+    del cut["load_levers"][0]["metrics"][0]["levels"][0]["citable"]
+    negative = copy.deepcopy(good)
+    negative["load_levers"][0]["metrics"][0]["levels"][0]["value"] = -5.0
+    axis = copy.deepcopy(good)
+    axis["load_levers"][0]["x"] = "bogus"
+    for bad, where in ((cut, "load_levers[0].metrics[0].levels[0].citable"),
+                       (negative, "load_levers[0].metrics[0].levels[0].value"), (axis, "load_levers[0].x")):
+        path.write_text(json.dumps(bad))
+        with pytest.raises(BadInput, match=where.replace("[", r"\[").replace("]", r"\]")):
+            read_summary(path)
