@@ -430,3 +430,29 @@ def test_a_summary_read_back_has_its_levers_under_load_checked(tmp_path):
         path.write_text(json.dumps(bad))
         with pytest.raises(BadInput, match=where.replace("[", r"\[").replace("]", r"\]")):
             read_summary(path)
+
+
+# ------------------------------------------------------------------ finding 10: the price at a capacity
+
+
+def test_a_closed_loops_capacity_is_priced_by_littles_law():
+    """A closed loop at 1 and 2 in flight, every call 0.5 s with 10 output tokens, SLO e2e 1 s: met at both, so
+    the capacity is at least 2 in flight.  With N calls always in flight, the loop serves N · n / Σ e2e = 2 × 12 /
+    6 = 4 requests/s and 4 × 10 = 40 output tokens/s — whatever the stage's sending window (here the calls are
+    spread over 110 s, which the window would read as 0.1 requests/s).  So at 2 GPUs, 2 × 1,000 / (3,600 × 4) =
+    0.1389 GPU-hours per 1,000 requests and 2 × 10^6 / (3,600 × 40) = 13.89 per million tokens: the two prices
+    agree on 10 tokens a request."""
+    slo = {"slo_e2e_s": 1.0}
+    recs = []
+    for c in (1, 2):
+        recs += level("base", f"s@c{c}", c, [0.5] * 12, slo=slo) + level("cache", f"s@c{c}", c, [0.5] * 12,
+                                                                         cached=50, slo=slo)
+    s = summarize(ledger(header({"base": {"prefix_cache": False, "gpus": 2}, "cache": {"prefix_cache": True}},
+                                ["r"]), recs))
+    caps = {c["arm"]: c for c in s["capacity"]}
+    base = caps["base"]
+    assert (base["load"], base["bound"]) == (2.0, "at least")
+    assert (base["requests_per_s"], base["output_tps"]) == (pytest.approx(4.0), pytest.approx(40.0))
+    assert base["gpu_hours_per_1000_requests"] == pytest.approx(2000 / (3600 * 4))
+    assert base["gpu_hours_per_million_output_tokens"] == pytest.approx(2e6 / (3600 * 40))
+    assert base["throughput_source"] == "calls in flight"

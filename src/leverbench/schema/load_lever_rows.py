@@ -172,6 +172,7 @@ class CapacityRow(TypedDict):
     reason: str | None
     output_tps: NonNegative | None
     requests_per_s: NonNegative | None
+    throughput_source: Literal["calls in flight", "window"]
     gpus: Annotated[float, Ge(0.0), Le(float(MAX_GPUS))]
     gpu_hour_usd: Annotated[float, Ge(0.0), Le(MAX_GPU_HOUR_USD)] | None
     gpu_hours_per_1000_requests: NonNegative | None
