@@ -456,3 +456,28 @@ def test_a_closed_loops_capacity_is_priced_by_littles_law():
     assert base["gpu_hours_per_1000_requests"] == pytest.approx(2000 / (3600 * 4))
     assert base["gpu_hours_per_million_output_tokens"] == pytest.approx(2e6 / (3600 * 40))
     assert base["throughput_source"] == "calls in flight"
+
+
+# ------------------------------------------------------------------ finding 11: the plot's scale
+
+
+def test_the_plot_is_scaled_on_the_citable_multipliers():
+    """The sweep of finding 3 with a level at 8 where every call of the cache arm failed after 10 ms: its end-to-end
+    p50 "multiplier" 1.0 / 0.01 = 100x is not citable, the citable ones lie within 0 and 2.  The y axis is scaled on
+    those (its top tick below 3, not 100 squashing them flat); the 100x is drawn clipped at the top, with a marker
+    that says so."""
+    import re
+
+    from leverbench.report.svg_levers import svg_lever_load
+
+    slo = {"slo_e2e_s": 1.5}
+    recs = []
+    for c, la in [(1, 0.5), (2, 0.8), (4, 1.2)]:
+        recs += level("base", f"s@c{c}", c, [1.0] * 12, slo=slo) + level("cache", f"s@c{c}", c, [la] * 12, cached=50,
+                                                                         slo=slo)
+    recs += level("base", "s@c8", 8, [1.0] * 12, slo=slo) + level("cache", "s@c8", 8, [0.01] * 12, error=FAIL, slo=slo)
+    s = summ(recs)
+    svg = str(svg_lever_load(s["load_levers"][0], s["capacity"]))
+    yticks = [float(v) for v in re.findall(r'text-anchor="end">([0-9.]+)</text>', svg)]
+    assert yticks and max(yticks) < 3.0, yticks
+    assert "above the plot: 100.00x" in svg and 'class="clipped"' in svg

@@ -18,7 +18,8 @@ CAPACITY_COLORS = {"arm": "#b07aa1", "vs": "#9c755f"}
 
 def svg_lever_load(row: Mapping[str, Any], capacity: Sequence[Mapping[str, Any]]) -> Markup:
     """One lever pair on one sweep: each shown metric's multiplier (> 1: the lever pays) against the load, its 95 %
-    interval as a bar, a level the guard left out hollow; 1.0 dashed; the crossover as a vertical line over its
+    interval as a bar, a level the guard left out hollow; the y axis scaled on the citable multipliers, a value
+    above it a triangle at the top edge ("above the plot"); 1.0 dashed; the crossover as a vertical line over its
     interval; each arm's capacity at the SLOs as a triangle on the load axis."""
     metrics = shown_metrics(row)  # type: ignore[arg-type]
     loads = [lv["load"] for lv in row["levels"]]
@@ -26,7 +27,10 @@ def svg_lever_load(row: Mapping[str, Any], capacity: Sequence[Mapping[str, Any]]
                        and c["x"] == row["x"]), None)
             for who in ("arm", "vs")}
     xs_all = loads + [c["load"] for c in caps.values() if c and c["load"] is not None]
-    ys = [v for m in metrics for lv in m["levels"] for v in (lv["value"], lv["high"]) if v is not None]
+    # scaled on the citable multipliers (a refused level's may be anything: 100x of calls that failed in 10 ms);
+    # the rest are drawn clipped at the top, marked
+    ys = [v for m in metrics for lv in m["levels"] if lv["citable"] for v in (lv["value"], lv["high"]) if v is not None]
+    ys = ys or [v for m in metrics for lv in m["levels"] for v in (lv["value"], lv["high"]) if v is not None]
     W, H, l, r, t, b = 760, 300, 56, 190, 14, 40
     pw, ph = W - l - r, H - t - b
     xt, yt = _nice_ticks(0, max(xs_all + [1.0]) * 1.05), _nice_ticks(0, max(ys + [1.2]) * 1.05)
@@ -61,6 +65,12 @@ def svg_lever_load(row: Mapping[str, Any], capacity: Sequence[Mapping[str, Any]]
             if v["low"] is not None and v["high"] is not None:
                 parts.append(M('<line x1="{:.1f}" y1="{:.1f}" x2="{:.1f}" y2="{:.1f}" stroke="{}"/>').format(
                     X(v["load"]), Y(v["low"]), X(v["load"]), Y(v["high"]), c))
+            if v["value"] > yt[-1]:
+                parts.append(M('<path d="M{:.1f},{} l-5,8 h10 z" class="clipped" fill="{}" stroke="{}"><title>{} at '
+                               '{}: above the plot: {:.2f}x{}</title></path>').format(
+                    X(v["load"]), t, c if v["citable"] else "#fff", c, METRIC_WORDS[m["metric"]], num(v["load"]),
+                    v["value"], "" if v["citable"] else " (left out by the guard)"))
+                continue
             parts.append(M('<circle cx="{:.1f}" cy="{:.1f}" r="4" fill="{}" stroke="{}"><title>{} at {}: {:.2f}x'
                            '{}</title></circle>').format(
                 X(v["load"]), Y(v["value"]), c if v["citable"] else "#fff", c, METRIC_WORDS[m["metric"]],
