@@ -481,3 +481,41 @@ def test_the_plot_is_scaled_on_the_citable_multipliers():
     yticks = [float(v) for v in re.findall(r'text-anchor="end">([0-9.]+)</text>', svg)]
     assert yticks and max(yticks) < 3.0, yticks
     assert "above the plot: 100.00x" in svg and 'class="clipped"' in svg
+
+
+# ------------------------------------------------------------------ finding 13: the rows' types
+
+
+def test_the_level_rows_hold_counts_shares_and_where_the_gpu_count_came_from():
+    """A level's ``calls`` and ``failed`` are counts, its ``cached_share`` a share: a summary that says 2.5 calls,
+    −1 failed or a cached share of 1.5 departs from the schema.  A capacity's price names where its GPU count came
+    from: the arm's conditions, or assumed (1: none given), and the capacity table says so."""
+    import copy
+    import json
+
+    from leverbench.analysis.experiment.capacity import capacity_rows
+    from leverbench.json_types import finite
+    from leverbench.report.load_levers import capacity_table
+    from leverbench.schema.check import summary_problems
+
+    slo = {"slo_e2e_s": 1.0}
+    recs = []
+    for c in (1, 2):
+        recs += level("base", f"s@c{c}", c, [0.5] * 8, slo=slo) + level("cache", f"s@c{c}", c, [0.4] * 8, cached=50,
+                                                                        slo=slo)
+    s = summ(recs)
+    good = json.loads(json.dumps(finite(s)))
+    lv = good["load_levers"][0]["levels"][0]
+    assert lv["calls"] == {"arm": 8, "vs": 8} and all(isinstance(v, int) for v in lv["calls"].values())
+    assert lv["cached_share"]["arm"] == pytest.approx(0.5)
+    assert summary_problems(good) == []
+    for key, who, value in (("calls", "arm", 2.5), ("failed", "vs", -1), ("cached_share", "arm", 1.5)):
+        bad = copy.deepcopy(good)
+        bad["load_levers"][0]["levels"][0][key][who] = value
+        assert any(p.where == f"load_levers[0].levels[0].{key}.{who}" for p in summary_problems(bad)), (key, value)
+    caps = {c["arm"]: c for c in s["capacity"]}
+    assert (caps["cache"]["gpus"], caps["cache"]["gpus_source"]) == (1.0, "assumed")
+    notes = " ".join(capacity_table(s).notes)
+    assert "base, cache: 1 GPU assumed (no gpus in the arm's conditions)" in notes, notes
+    (cap,) = capacity_rows([_row("a", 1, p99=0.2), _row("a", 2, p99=0.3)], {"a": {"gpus": 2}})
+    assert (cap["gpus"], cap["gpus_source"]) == (2.0, "conditions")

@@ -281,6 +281,10 @@ def capacity_table(summary: Mapping[str, Any]) -> Table | None:
              "level b's calls failed, so the capacity lies between them). "
              "GPU-hours per 1,000 requests = GPUs × 1,000 / (3,600 × requests/s there); per million output tokens "
              "= GPUs × 10^6 / (3,600 × output tokens/s there)."]
+    assumed = [c["arm"] for c in summary.get("capacity") or [] if c.get("gpus_source") == "assumed"]
+    if assumed:
+        notes.append(f"{', '.join(dict.fromkeys(assumed))}: 1 GPU assumed (no gpus in the arm's conditions): set "
+                     "conditions.gpus for the price of the GPUs the arm uses")
     for r in summary.get("load_levers") or []:
         cap = r.get("capacity")
         if cap:

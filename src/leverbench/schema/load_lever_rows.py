@@ -23,6 +23,7 @@ from . import STRICT
 from .load_rows import StageSlo
 
 NonNegative: TypeAlias = Annotated[float, Ge(0.0), Predicate(math.isfinite)]
+Finite: TypeAlias = Annotated[float, Predicate(math.isfinite)]
 Count: TypeAlias = Annotated[int, Ge(0)]
 Share: TypeAlias = Annotated[float, Ge(0.0), Le(1.0)]
 #: What a level's load is: a closed loop's concurrency, an open loop's rate, a trace's replay speed.
@@ -36,12 +37,31 @@ Bound: TypeAlias = Literal["interpolated", "at least", "between", "none"]
 
 
 class PairCount(TypedDict):
-    """One figure of each arm of a pair: ``arm`` (with the lever) and ``vs`` (the reference)."""
+    """A count of each arm of a pair (calls, failed calls): ``arm`` (with the lever) and ``vs`` (the reference)."""
 
     __pydantic_config__ = STRICT
 
-    arm: float | None
-    vs: float | None
+    arm: Count | None
+    vs: Count | None
+
+
+class PairShare(TypedDict):
+    """A share of each arm of a pair (the cached share of its prompt tokens), in [0, 1]."""
+
+    __pydantic_config__ = STRICT
+
+    arm: Share | None
+    vs: Share | None
+
+
+class PairFigure(TypedDict):
+    """A figure of each arm of a pair that is no count or share (tokens per call, seconds of lag, a server
+    counter's figure over the stage): finite."""
+
+    __pydantic_config__ = STRICT
+
+    arm: Finite | None
+    vs: Finite | None
 
 
 class LevelValue(TypedDict):
@@ -100,11 +120,11 @@ class LoadLevel(TypedDict):
     reason_codes: list[str]
     calls: PairCount
     failed: PairCount
-    output_tokens_per_call: PairCount
-    client_lag_p99_s: PairCount
-    lag_budget_s: PairCount
-    cached_share: PairCount
-    engagement: dict[str, PairCount]
+    output_tokens_per_call: PairFigure
+    client_lag_p99_s: PairFigure
+    lag_budget_s: PairFigure
+    cached_share: PairShare
+    engagement: dict[str, PairFigure]
 
 
 class CapacityPair(TypedDict):
@@ -174,6 +194,7 @@ class CapacityRow(TypedDict):
     requests_per_s: NonNegative | None
     throughput_source: Literal["calls in flight", "window"]
     gpus: Annotated[float, Ge(0.0), Le(float(MAX_GPUS))]
+    gpus_source: Literal["conditions", "assumed"]
     gpu_hour_usd: Annotated[float, Ge(0.0), Le(MAX_GPU_HOUR_USD)] | None
     gpu_hours_per_1000_requests: NonNegative | None
     gpu_hours_per_million_output_tokens: NonNegative | None
@@ -246,5 +267,5 @@ class UnderLoad(TypedDict):
 
 
 __all__ = ["Bound", "CapacityLevel", "CapacityPair", "CapacityRow", "Crossover", "InFlight", "LevelValue",
-           "LeverSide", "LoadAxis", "LoadLevel", "LoadLeverRow", "MetricRow", "OperatingPoint", "PairCount", "Pays",
-           "Share", "UnderLoad"]
+           "LeverSide", "LoadAxis", "LoadLevel", "LoadLeverRow", "MetricRow", "OperatingPoint", "PairCount",
+           "PairFigure", "PairShare", "Pays", "Share", "UnderLoad"]

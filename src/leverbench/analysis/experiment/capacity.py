@@ -35,8 +35,9 @@ capacity there (``gpus`` and ``gpu_hour_usd`` from the arm's conditions, :func:`
     GPU-hours per million output tokens    = gpus × 10^6 / (3,600 × output_tps)
     $ per 1,000 requests (per million)     = GPU-hours × gpu_hour_usd
 
-(a request: one call of the stage, a one-call turn of its case).  A lever's capacity multiplier is the ratio
-of its two arms' capacities (:mod:`.under_load`).
+(a request: one call of the stage, the first call of its case made distinct per request — not a whole turn;
+``gpus_source``: "conditions", or "assumed" where the arm's conditions name no ``gpus`` and 1 is taken).  A
+lever's capacity multiplier is the ratio of its two arms' capacities (:mod:`.under_load`).
 """
 
 from __future__ import annotations
@@ -171,7 +172,8 @@ def capacity_rows(rows: Sequence[LoadRow], conditions: Mapping[str, Mapping[str,
         little = {r["stage"]: level_throughput(r, (calls or {}).get((arm, r["stage"]))) for r in rs}
         little_all = all(v is not None for v in little.values())  # one basis for the whole sweep
         load, upper, bound, reason, tps, rps, levels = sweep_capacity(rs, q, little if little_all else None)  # type: ignore[arg-type]
-        price, gpus = price_and_gpus(conditions.get(arm, {}), arm, gpu_hour_usd)
+        cond = conditions.get(arm, {})
+        price, gpus = price_and_gpus(cond, arm, gpu_hour_usd)
         per_req = gpus * 1000.0 / (3600.0 * rps) if rps else None
         per_tok = gpus * 1e6 / (3600.0 * tps) if tps else None
         out.append({"arm": arm, "sweep": sweep, "x": level_load(rs[0])[0], "slo": rs[0]["slo"] or {},
@@ -179,6 +181,7 @@ def capacity_rows(rows: Sequence[LoadRow], conditions: Mapping[str, Mapping[str,
                     "reason": reason,
                     "output_tps": tps, "requests_per_s": rps,
                     "throughput_source": "calls in flight" if little_all else "window", "gpus": gpus,
+                    "gpus_source": "conditions" if "gpus" in cond else "assumed",
                     "gpu_hour_usd": price,
                     "gpu_hours_per_1000_requests": per_req, "gpu_hours_per_million_output_tokens": per_tok,
                     "usd_per_1000_requests": per_req * price if per_req is not None and price is not None else None,

@@ -70,7 +70,7 @@ if TYPE_CHECKING:
         LoadLevel,
         LoadLeverRow,
         MetricRow,
-        PairCount,
+        PairFigure,
     )
     from ...schema.load_rows import LoadRow
     from ..base.guard import Reason
@@ -155,11 +155,11 @@ def _rate_value(metric: tuple[str, str, str, int], ra: LoadRow, rr: LoadRow, ca:
     return (pa / pr, *_interval(stat, ca.n, cr.n), pr)
 
 
-def _pair(a: float | None, r: float | None) -> PairCount:
+def _pair(a: float | None, r: float | None) -> PairFigure:
     return {"arm": a, "vs": r}
 
 
-def _engagement(knob: str, ra: LoadRow, rr: LoadRow) -> dict[str, PairCount]:
+def _engagement(knob: str, ra: LoadRow, rr: LoadRow) -> dict[str, PairFigure]:
     """The server's own figures of the lever's engagement at this level (its module names them:
     :class:`leverbench.levers.MetricTable`), each arm's; those neither arm's metrics gave are left out."""
     x = registry.lever(knob)
@@ -207,11 +207,11 @@ def level_guard(ra: LoadRow, rr: LoadRow, ca: LevelCalls | None, cr: LevelCalls 
     level: LoadLevel = {
         "stage": ra["stage"], "load": float(x or 0.0), "citable": not reasons,
         "reason": "; ".join(text for _, text in said) or None, "reason_codes": list(dict.fromkeys(c for c, _ in said)),
-        "calls": _pair(float(na), float(nr)), "failed": _pair(float(ra["failed"]), float(rr["failed"])),
+        "calls": {"arm": na, "vs": nr}, "failed": {"arm": int(ra["failed"]), "vs": int(rr["failed"])},
         "output_tokens_per_call": _pair(va, vr),
         "client_lag_p99_s": _pair(sched[ra["arm"]][1], sched[rr["arm"]][1]),
         "lag_budget_s": _pair(sched[ra["arm"]][2], sched[rr["arm"]][2]),
-        "cached_share": _pair(ra.get("cached_share"), rr.get("cached_share")), "engagement": {}}
+        "cached_share": {"arm": ra.get("cached_share"), "vs": rr.get("cached_share")}, "engagement": {}}
     return reasons, level
 
 
