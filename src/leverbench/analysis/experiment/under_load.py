@@ -26,7 +26,8 @@ statistics, which the crossover interpolates (:mod:`.crossover`).
   ``client_lag``: the load offered was lower than planned);
 - at least :data:`MIN_CALLS` measured calls on each arm (code ``calls``);
 - what refuses the pair itself (a contradicted knob, the lever not engaging on A, R using it too: the reasons
-  of the turns' comparison other than drift, which sentinels measure between turns) refuses every level;
+  of the turns' comparison other than drift, which sentinels measure between turns, not during load stages:
+  deliberately left out) refuses every level;
 - failed calls are counted, not refused: in the latencies at their elapsed time, in goodput as misses, and per
   level in ``failed``; a level where every call of an arm failed counts too (code ``failed``: that arm's goodput
   and throughput are 0 there, the lever's result), its latency multipliers alone left out (a failed call's time
