@@ -519,3 +519,18 @@ def test_the_level_rows_hold_counts_shares_and_where_the_gpu_count_came_from():
     assert "base, cache: 1 GPU assumed (no gpus in the arm's conditions)" in notes, notes
     (cap,) = capacity_rows([_row("a", 1, p99=0.2), _row("a", 2, p99=0.3)], {"a": {"gpus": 2}})
     assert (cap["gpus"], cap["gpus_source"]) == (2.0, "conditions")
+
+
+def test_the_side_of_a_lever_with_no_clear_difference_gives_no_advice_either_way():
+    """A lever whose multiplier shows no clear difference at any level (each interval holds 1): at the traffic's
+    load its 1.001x is no reason to turn it on, nor its 0.999x to leave it off."""
+    from leverbench.analysis.base.operating_point import sides
+
+    levels = [{"stage": f"s{i}", "load": x, "value": m, "low": m - 0.04, "high": m + 0.04, "citable": True,
+               "clear": False} for i, (x, m) in enumerate([(1.0, 1.001), (4.0, 0.999)])]
+    row = {"lever": "drafter", "arm": "d", "vs": "p", "sweep": "s", "x": "concurrency",
+           "metrics": [{"metric": "e2e_p50", "levels": levels, "pays": "no clear difference", "crossover": None}]}
+    point = {"calls": 10, "arrival_rate": 2.0, "in_flight": {"p50": 1, "p95": 2, "mean": 1, "max": 4, "span_s": 9},
+             "duration_source": "hand", "sides": []}
+    (s,) = sides([row], point)
+    assert (s["side"], s["advice"]) == ("no clear difference", "either: no clear difference measured")

@@ -23,7 +23,8 @@ closed-loop sweep (whose concurrency is calls in flight), its arrival rate for a
 replay's speed compares with no traffic) — and the multiplier there, between the citable levels the ratio of
 the two arms' statistics each interpolated linearly (as the crossover reads them; the nearest level's where the
 load lies beyond them: ``measured`` false).  The lever pays
-there when that multiplier is > 1: "turn it on"; else "leave it off".
+there when that multiplier is > 1: "turn it on"; else "leave it off" — unless the metric shows no clear
+difference at any level (each interval holds 1): then neither ("either").
 """
 
 from __future__ import annotations
@@ -138,10 +139,12 @@ def sides(rows: Iterable[LoadLeverRow], point: OperatingPoint) -> list[LeverSide
         value, measured = _at(m, at)
         p50_value = _at(m, at_p50)[0] if at_p50 is not None else None
         cross = m.get("crossover")
+        even, pays_there = m["pays"] == "no clear difference", value is not None and value > 1.0
         out.append({"lever": r["lever"], "arm": r["arm"], "vs": r["vs"], "sweep": r["sweep"], "x": r["x"],
                     "metric": m["metric"], "at": float(at), "at_what": what, "multiplier": value,
                     "p50": at_p50, "p50_multiplier": p50_value, "measured": measured,
                     "crossover": cross["load"] if cross else None, "pays": m["pays"],
-                    "side": "pays" if value is not None and value > 1.0 else "costs",
-                    "advice": "turn it on" if value is not None and value > 1.0 else "leave it off"})
+                    "side": "no clear difference" if even else "pays" if pays_there else "costs",
+                    "advice": "either: no clear difference measured" if even else "turn it on" if pays_there
+                    else "leave it off"})
     return out
