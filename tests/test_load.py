@@ -252,9 +252,10 @@ def test_no_coordinated_omission(tmp_path):
     recs = [r for r in read_ledger(tmp_path / "run").records if r["kind"] == "load"]
     sched = sorted(r["scheduled_t"] for r in recs)
     assert [round(s - sched[0], 6) for s in sched] == [round(i * 0.05, 6) for i in range(12)]
-    # service 0.1 s, schedule every 0.05 s, one call at a time: call i goes out ≈ 0.05·i late
-    assert row["client_lag"]["max"] > 0.4
-    assert row["e2e"]["max"] > row["client_lag"]["max"] + 0.09
+    # service 0.1 s, schedule every 0.05 s, one call at a time: call i goes out ≈ 0.05·i late, waiting for the
+    # slot (the server's backlog at the cap, recorded apart from the client's own lag)
+    assert row["slot_wait"]["max"] > 0.4 and row["client_lag"]["max"] < row["slot_wait"]["max"]
+    assert row["e2e"]["max"] > row["slot_wait"]["max"] + 0.09
     assert row["e2e"]["p99"] > 4 * max(r["latency_s"] for r in recs)
     assert [w.kind for w in load_warnings(rows)] == [W.LOAD_CLIENT_LAG]
 

@@ -63,7 +63,10 @@ def test_crossover_interpolates_between_the_levels_and_inverts_the_band():
     assert c["high"] is None
     assert crossover(xs, [2.0, 1.5, 1.2, 1.1], [1.0] * 4, [3.0] * 4) == (None, 0)
     assert pays([2.0, 1.5, 1.2, 1.1], 0) == "every level" and pays([0.9, 0.5], 0) == "no level"
-    c, n = crossover(xs, [2.0, 0.5, 1.5, 0.5], [1.0] * 4, [3.0] * 4)
+    # intervals that hold 1 at every level: no crossing (finding 5 of the review); without intervals, each
+    # multiplier's side of 1
+    assert crossover(xs, [2.0, 0.5, 1.5, 0.5], [1.0] * 4, [3.0] * 4) == (None, 0)
+    c, n = crossover(xs, [2.0, 0.5, 1.5, 0.5], [None] * 4, [None] * 4)
     assert n == 3 and pays([2.0, 0.5, 1.5, 0.5], n) == "mixed"
     assert c["load"] == pytest.approx(1 + 1 / 1.5)
 
@@ -93,13 +96,15 @@ def test_capacity_interpolates_the_worst_slo_and_prices_it():
     assert cap["usd_per_1000_requests"] == pytest.approx(4 * 2000 / (3600 * 13))
     assert [lv["meets"] for lv in cap["levels"]] == [True, True, False, False]
     # every level met: at least the highest; the lowest missed: none; calls failed past what p99 allows: a miss
+    # whose ratio is unknown, so the capacity lies between the level before and it
     (cap,) = capacity_rows([_row("a", c, p99=0.1, tps=t, rps=r) for c, _, t, r in levels], {})
     assert (cap["load"], cap["bound"], cap["gpu_hour_usd"]) == (8.0, "at least", None)
     (cap,) = capacity_rows([_row("a", c, p99=1.0, tps=t, rps=r) for c, _, t, r in levels], {})
     assert (cap["load"], cap["bound"]) == (None, "none")
     rows[2] = _row("a", 4, p99=0.3, tps=160, rps=16, failed=1)  # 1 of 20 failed: 5 % > the 1 % p99 allows
     (cap,) = capacity_rows(rows, {})
-    assert (cap["load"], cap["bound"], cap["reason"]) == (2.0, "at least", "calls failed at 4")
+    assert (cap["load"], cap["upper"], cap["bound"]) == (2.0, 4.0, "between")
+    assert cap["reason"] == "calls failed at 4: the capacity lies between 2 and 4"
     # a level where the client fell behind is left out: the capacity interpolates over the others
     rows = [_row("a", c, p99=p, tps=t, rps=r, lag=5.0 if c == 4 else 0.001) for c, p, t, r in levels]
     (cap,) = capacity_rows(rows, {})

@@ -160,6 +160,8 @@ def test_an_open_loops_late_send_keeps_its_scheduled_time(tmp_path, monkeypatch)
     assert lag == pytest.approx([k * (0.2 - 0.05) for k in range(6)], abs=1e-9)  # late, and later and later
     e2e = [r.t_end - r.extra["scheduled_t"] for r in recs]  # the latency from the schedule counts the wait
     assert e2e == pytest.approx([0.2 + k * 0.15 for k in range(6)], abs=1e-9)
+    # each waited that long for the slot, and records it apart: the client itself was on time
+    assert [r.extra["slot_wait_s"] for r in recs] == pytest.approx(lag, abs=1e-9)
 
 
 def test_an_open_loop_on_time_sends_at_its_schedule(tmp_path, monkeypatch):

@@ -313,9 +313,11 @@ def _summarize(ledger: Ledger, *, scenario: tuple[int, int] | None,
     verdict_rows, adaptive = verdicts(ds, comps, mults, ews)
     citability = cost_citability(ds.baseline, cell_list, mults, drift_list, common_row)
     cost_rows = costs(total_list, {a: ds.conditions(a) for a in ds.arms}, ds.baseline, gpu_hour_usd, citability)
-    capacity = capacity_rows(load_rows, {a: ds.conditions(a) for a in ds.arms}, gpu_hour_usd)
-    under_load = load_levers(comps, load_rows, level_calls(load_view.of_kind("load")) if load_rows else {},
-                             ds.config["experiment"].get("volume_tolerance_total", 0.05), comp_reasons, capacity)
+    load_calls = level_calls(load_view.of_kind("load")) if load_rows else {}
+    capacity = capacity_rows(load_rows, {a: ds.conditions(a) for a in ds.arms}, gpu_hour_usd, calls=load_calls)
+    under_load = load_levers(comps, load_rows, load_calls,
+                             ds.config["experiment"].get("volume_tolerance_total", 0.05), comp_reasons, capacity,
+                             knobs)
     recorded, w = fidelity(ledger, ds)
     warnings += w
     arms_h = ds.header["arms"]

@@ -281,10 +281,16 @@ def expand(stages: list[LoadStage]) -> list[PlannedStage]:
 
 
 def check_stages(stages: list[LoadStage], arms: list[str], cases: list[str]) -> list[tuple[str, str]]:
-    """Cross-checks against the experiment: (key, problem) for each bad reference or duplicate stage name."""
+    """Cross-checks against the experiment: (key, problem) for each bad reference, duplicate ``[[load]]`` name or
+    duplicate stage name."""
     problems: list[tuple[str, str]] = []
     seen: dict[str, int] = {}
+    entries: dict[str, int] = {}
     for i, s in enumerate(stages):
+        if s.name in entries:  # one entry is one sweep: two would share its name, and its axis, in the analysis
+            problems.append((f"load[{i}].name", f"duplicate [[load]] name {s.name!r} (also load[{entries[s.name]}]); "
+                                                "each entry is its own sweep: give it its own name"))
+        entries.setdefault(s.name, i)
         for p in expand([s]):
             if p.name in seen and seen[p.name] != i:
                 problems.append((f"load[{i}].name", f"duplicate stage name {p.name!r} (also load[{seen[p.name]}])"))

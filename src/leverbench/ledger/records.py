@@ -25,7 +25,8 @@ header's ``engines`` and ``host.gpu``; a version 1 ledger reads unchanged, :mod:
   scheduled_t (epoch s at which the schedule meant to send it; the client's
   lag is t_send − scheduled_t), warmup, load_run (which execution of the stage:
   a resumed run repeats load stages and analysis keeps the latest), repeat
-  (request index), step, loop_lag_s; trace calls add target_input_tokens,
+  (request index), step, loop_lag_s, slot_wait_s (with max_in_flight: the wait
+  for a slot, part of t_send − scheduled_t); trace calls add target_input_tokens,
   target_output_tokens, session (and turn_id); a trace stage's first call carries
   trace_import (rows used / skipped and why) and token_check (/tokenize).  A
   stage run on several workers (issue 17) adds workers (N) and, in each

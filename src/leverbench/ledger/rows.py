@@ -175,6 +175,7 @@ class LoadExtras(TypedDict, total=False):
     load_run: LoadRun | None
     scheduled_t: float | None
     loop_lag_s: float | None
+    slot_wait_s: float
     warmup: bool
     session: str
     target_input_tokens: int | None

@@ -115,7 +115,7 @@ def _json_form(t: Any) -> Any:
 CALL_EXTRAS: dict[str, object] = {  # key → its type (a type form, for pydantic)
     "probe_tokens": Count | None, "probe_depth": Count | None, "position": str | None, "length_method": str | None,
     "scripted_step": Count | None, "stage": str | None, "load_run": str | int | None, "scheduled_t": Epoch | None,
-    "loop_lag_s": Number | None, "target_input_tokens": Count | None, "target_output_tokens": Count | None,
+    "loop_lag_s": Number | None, "slot_wait_s": Number | None, "target_input_tokens": Count | None, "target_output_tokens": Count | None,
     "worker": Count | None, "workers": Annotated[int, Field(ge=1, le=MAX_COUNT)] | None,
     "replay": Literal["recorded", "live"] | None, "recorded_step": Count | None,
     "recorded_prompt_tokens": Count | None, "as_recorded": bool | None, "recorded_redactions": Count | None,

@@ -8,7 +8,7 @@ from typing import Any, Mapping, Sequence
 
 from markupsafe import Markup
 
-from .load_levers import METRIC_WORDS, shown_metrics
+from .load_levers import METRIC_WORDS, capacity_load, num, shown_metrics
 from .svg import _axes, _nice_ticks
 
 M = Markup
@@ -18,14 +18,19 @@ CAPACITY_COLORS = {"arm": "#b07aa1", "vs": "#9c755f"}
 
 def svg_lever_load(row: Mapping[str, Any], capacity: Sequence[Mapping[str, Any]]) -> Markup:
     """One lever pair on one sweep: each shown metric's multiplier (> 1: the lever pays) against the load, its 95 %
-    interval as a bar, a level the guard left out hollow; 1.0 dashed; the crossover as a vertical line over its
+    interval as a bar, a level the guard left out hollow; the y axis scaled on the citable multipliers, a value
+    above it a triangle at the top edge ("above the plot"); 1.0 dashed; the crossover as a vertical line over its
     interval; each arm's capacity at the SLOs as a triangle on the load axis."""
     metrics = shown_metrics(row)  # type: ignore[arg-type]
     loads = [lv["load"] for lv in row["levels"]]
-    caps = {who: next((c for c in capacity if c["arm"] == row[who] and c["sweep"] == row["sweep"]), None)
+    caps = {who: next((c for c in capacity if c["arm"] == row[who] and c["sweep"] == row["sweep"]
+                       and c["x"] == row["x"]), None)
             for who in ("arm", "vs")}
     xs_all = loads + [c["load"] for c in caps.values() if c and c["load"] is not None]
-    ys = [v for m in metrics for lv in m["levels"] for v in (lv["value"], lv["high"]) if v is not None]
+    # scaled on the citable multipliers (a refused level's may be anything: 100x of calls that failed in 10 ms);
+    # the rest are drawn clipped at the top, marked
+    ys = [v for m in metrics for lv in m["levels"] if lv["citable"] for v in (lv["value"], lv["high"]) if v is not None]
+    ys = ys or [v for m in metrics for lv in m["levels"] for v in (lv["value"], lv["high"]) if v is not None]
     W, H, l, r, t, b = 760, 300, 56, 190, 14, 40
     pw, ph = W - l - r, H - t - b
     xt, yt = _nice_ticks(0, max(xs_all + [1.0]) * 1.05), _nice_ticks(0, max(ys + [1.2]) * 1.05)
@@ -47,9 +52,9 @@ def svg_lever_load(row: Mapping[str, Any], capacity: Sequence[Mapping[str, Any]]
             hi = cross["high"] if cross["high"] is not None else cross["between"][1]
             parts.append(M('<rect x="{:.1f}" y="{}" width="{:.1f}" height="{}" fill="{}" opacity="0.12"/>'
                            '<line x1="{:.1f}" y1="{}" x2="{:.1f}" y2="{}" stroke="{}" class="dash"/>'
-                           '<text x="{:.1f}" y="{}" class="tick" fill="{}">crosses at {:.3g}</text>').format(
+                           '<text x="{:.1f}" y="{}" class="tick" fill="{}">crosses at {}</text>').format(
                 X(lo), t, max(X(hi) - X(lo), 1.0), ph, c, X(cross["load"]), t, X(cross["load"]), t + ph, c,
-                X(cross["load"]) + 3, t + 12 + 12 * i, c, cross["load"]))
+                X(cross["load"]) + 3, t + 12 + 12 * i, c, num(cross["load"], 3)))
         pts = [(X(v["load"]), Y(v["value"])) for v in m["levels"] if v["citable"] and v["value"] is not None]
         if pts:
             parts.append(M('<polyline points="{}" class="fit" stroke="{}" fill="none"/>').format(
@@ -60,6 +65,12 @@ def svg_lever_load(row: Mapping[str, Any], capacity: Sequence[Mapping[str, Any]]
             if v["low"] is not None and v["high"] is not None:
                 parts.append(M('<line x1="{:.1f}" y1="{:.1f}" x2="{:.1f}" y2="{:.1f}" stroke="{}"/>').format(
                     X(v["load"]), Y(v["low"]), X(v["load"]), Y(v["high"]), c))
+            if v["value"] > yt[-1]:
+                parts.append(M('<path d="M{:.1f},{} l-5,8 h10 z" class="clipped" fill="{}" stroke="{}"><title>{} at '
+                               '{}: above the plot: {:.2f}x{}</title></path>').format(
+                    X(v["load"]), t, c if v["citable"] else "#fff", c, METRIC_WORDS[m["metric"]], num(v["load"]),
+                    v["value"], "" if v["citable"] else " (left out by the guard)"))
+                continue
             parts.append(M('<circle cx="{:.1f}" cy="{:.1f}" r="4" fill="{}" stroke="{}"><title>{} at {}: {:.2f}x'
                            '{}</title></circle>').format(
                 X(v["load"]), Y(v["value"]), c if v["citable"] else "#fff", c, METRIC_WORDS[m["metric"]],
@@ -72,11 +83,11 @@ def svg_lever_load(row: Mapping[str, Any], capacity: Sequence[Mapping[str, Any]]
         if not cap or cap["load"] is None:
             continue
         x, c = X(cap["load"]), CAPACITY_COLORS[who]
-        ge = "≥ " if cap["bound"] == "at least" else ""
-        parts.append(M('<path d="M{:.1f},{} l-6,10 h12 z" fill="{}"><title>{} capacity at the SLOs: {}{:.3g}</title>'
-                       '</path>').format(x, t + ph - 10, c, row[who], ge, cap["load"]))
-        parts.append(M('<path d="M{},{} l-5,9 h10 z" fill="{}"/><text x="{}" y="{}" class="lg">{} SLO capacity {}{:.3g}'
-                       '</text>').format(l + pw + 22, ly - 6, c, l + pw + 36, ly + 4, row[who], ge, cap["load"]))
+        said = capacity_load(cap, unit=False)
+        parts.append(M('<path d="M{:.1f},{} l-6,10 h12 z" fill="{}"><title>{} capacity at the SLOs: {}</title>'
+                       '</path>').format(x, t + ph - 10, c, row[who], capacity_load(cap)))
+        parts.append(M('<path d="M{},{} l-5,9 h10 z" fill="{}"/><text x="{}" y="{}" class="lg">{} SLO capacity {}'
+                       '</text>').format(l + pw + 22, ly - 6, c, l + pw + 36, ly + 4, row[who], said))
         ly += 16
     axis = {"concurrency": "requests in flight (closed loop)", "rate": "requests per second (open loop)",
             "speed": "trace replay speed"}.get(row["x"], row["x"])

@@ -16,8 +16,10 @@ schedule meant the call to go out), ``warmup`` (bool), ``load_run`` (one id
 per execution of a stage on an arm; a resumed run re-runs its stages and the
 analysis keeps the latest execution) and ``loop_lag_s`` (the longest
 event-loop stall the client saw since the stage's previous send: these
-windows tile the stage, so their maximum is the client's worst stall).  The client's lag behind its schedule is
-``t_send − scheduled_t`` (no separate key: both are recorded).  Its
+windows tile the stage, so their maximum is the client's worst stall); with
+``max_in_flight``, ``slot_wait_s`` (the seconds the call waited for a slot).  How
+late a call went out is ``t_send − scheduled_t`` (no separate key: both are
+recorded); less ``slot_wait_s``, the client's own lag.  Its
 ``repeat`` is the request's index in the stage, its ``step`` the round within
 a trace session (else 0).  Trace calls add ``target_input_tokens`` /
 ``target_output_tokens`` (what the trace asked for, after scaling),
@@ -200,11 +202,15 @@ class StageRun:
         keys, then *extra*, then its schedule; the record comes back from the sender."""
         me = asyncio.current_task()
         self.sending.add(me)
+        waited: dict[str, float] = {}
         if self.sem is not None:
+            t0 = time.time()
             await self.sem.acquire()
+            waited["slot_wait_s"] = time.time() - t0  # the server's backlog at the cap, apart from the client's lag
         try:
             head = CallRecord(kind="load", arm=self.arm, case=case, repeat=repeat, step=step, turn_id=turn_id,
-                              extra={**self.base, **extra, "scheduled_t": scheduled_t, "loop_lag_s": self.lag.take()})
+                              extra={**self.base, **extra, "scheduled_t": scheduled_t, "loop_lag_s": self.lag.take(),
+                                     **waited})
             if self.first_extra:  # the stage's first call carries the trace import and token check
                 head.extra.update(self.first_extra)
                 self.first_extra = {}

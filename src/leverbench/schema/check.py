@@ -18,7 +18,7 @@ from ..json_types import finite
 #: The sections a reader of summary.json (``analyze --rates``, ``whatif --rates``) cannot do without.
 READER_NEEDS = ("schema", "run", "baseline", "arms", "rates", "drift", "warnings")
 #: Every section a reader of summary.json reads: checked where present, in the reader's view (the others are not).
-READER_USES = (*READER_NEEDS, "rate_models", "engaged", "warning_items")
+READER_USES = (*READER_NEEDS, "rate_models", "engaged", "warning_items", "load_levers")
 #: The keys of a row a reader computes with (a path, list indices left out): in a reader's view a row must have
 #: these; any other key of the row is checked where present (a summary cut to what its reader uses, or written
 #: by an earlier leverbench of the same schema version, may lack it).
@@ -26,7 +26,10 @@ READER_ROW_NEEDS = frozenset({
     "arms.name", "rates.arm", "rate_models.arm", "rate_models.prefill.a_s", "rate_models.prefill.b_s_per_token",
     "rate_models.decode.d0_s_per_token", "rate_models.batch.concurrency", "rate_models.batch.slowdown",
     "engaged.arm", "drift.arm", "drift.drifted", "warning_items.kind", "warning_items.arm", "warning_items.case",
-    "warning_items.text"})
+    "warning_items.text", *(f"load_levers.{k}" for k in (
+        "lever", "arm", "vs", "sweep", "x", "metrics", "metrics.metric", "metrics.pays", "metrics.crossover",
+        "metrics.crossover.load", "metrics.crossover.low", "metrics.crossover.high", "metrics.crossover.between",
+        "metrics.levels", "metrics.levels.load", "metrics.levels.value", "metrics.levels.citable"))})
 
 
 class Problem(NamedTuple):

@@ -23,28 +23,52 @@ from . import STRICT
 from .load_rows import StageSlo
 
 NonNegative: TypeAlias = Annotated[float, Ge(0.0), Predicate(math.isfinite)]
+Finite: TypeAlias = Annotated[float, Predicate(math.isfinite)]
 Count: TypeAlias = Annotated[int, Ge(0)]
 Share: TypeAlias = Annotated[float, Ge(0.0), Le(1.0)]
 #: What a level's load is: a closed loop's concurrency, an open loop's rate, a trace's replay speed.
 LoadAxis: TypeAlias = Literal["concurrency", "rate", "speed"]
 #: Where a lever pays along the levels measured (:func:`...analysis.experiment.crossover.pays`).
-Pays: TypeAlias = Literal["every level", "no level", "below", "above", "mixed", "unknown"]
-#: How a capacity was had: between two levels, at least the highest level measured (every level met the
-#: SLOs, or the next level's calls failed), or none (the lowest level missed them).
-Bound: TypeAlias = Literal["interpolated", "at least", "none"]
+Pays: TypeAlias = Literal["every level", "no level", "below", "above", "mixed", "no clear difference", "unknown"]
+#: How a capacity was had: interpolated between two levels, at least the highest level measured (every level met
+#: the SLOs), between a level that met them and the next, whose calls failed (``load`` and ``upper``), or none (the
+#: lowest level missed them).
+Bound: TypeAlias = Literal["interpolated", "at least", "between", "none"]
 
 
 class PairCount(TypedDict):
-    """One figure of each arm of a pair: ``arm`` (with the lever) and ``vs`` (the reference)."""
+    """A count of each arm of a pair (calls, failed calls): ``arm`` (with the lever) and ``vs`` (the reference)."""
 
     __pydantic_config__ = STRICT
 
-    arm: float | None
-    vs: float | None
+    arm: Count | None
+    vs: Count | None
+
+
+class PairShare(TypedDict):
+    """A share of each arm of a pair (the cached share of its prompt tokens), in [0, 1]."""
+
+    __pydantic_config__ = STRICT
+
+    arm: Share | None
+    vs: Share | None
+
+
+class PairFigure(TypedDict):
+    """A figure of each arm of a pair that is no count or share (tokens per call, seconds of lag, a server
+    counter's figure over the stage): finite."""
+
+    __pydantic_config__ = STRICT
+
+    arm: Finite | None
+    vs: Finite | None
 
 
 class LevelValue(TypedDict):
-    """One metric's multiplier at one level, with its 95 % bootstrap interval (None: not taken)."""
+    """One metric's multiplier at one level, with its 95 % bootstrap interval (None: not taken); ``denominator``:
+    the statistic it divides by (the arm's percentile in seconds for a latency, the reference's rate for a rate),
+    so that denominator × (value − 1) is the difference of the two arms' statistics; ``clear``: the interval lies
+    on one side of 1 (:func:`...analysis.experiment.crossover.sides`)."""
 
     __pydantic_config__ = STRICT
 
@@ -53,7 +77,9 @@ class LevelValue(TypedDict):
     value: NonNegative | None
     low: NonNegative | None
     high: NonNegative | None
+    denominator: NonNegative | None
     citable: bool
+    clear: bool
 
 
 class Crossover(TypedDict):
@@ -94,23 +120,27 @@ class LoadLevel(TypedDict):
     reason_codes: list[str]
     calls: PairCount
     failed: PairCount
-    output_tokens_per_call: PairCount
-    client_lag_p99_s: PairCount
-    lag_budget_s: PairCount
-    cached_share: PairCount
-    engagement: dict[str, PairCount]
+    output_tokens_per_call: PairFigure
+    client_lag_p99_s: PairFigure
+    lag_budget_s: PairFigure
+    cached_share: PairShare
+    engagement: dict[str, PairFigure]
 
 
 class CapacityPair(TypedDict):
-    """A lever's capacity multiplier at the SLOs: the arm's capacity over the reference's (``bound``: "exact", or
-    "at least" / "at most" where one of them is a bound; None with ``reason`` where one has none)."""
+    """A lever's capacity multiplier at the SLOs: the arm's capacity over the reference's, [``low``, ``high``] the
+    range the two capacities' bounds allow (None: open on that side).  ``bound``: "exact" (``value``), "at least"
+    (``value`` = ``low``), "at most" (``value`` = ``high``), "between" (``value`` None); None, with ``reason``, where
+    one arm has no capacity, neither is bounded, or the pair is not citable."""
 
     __pydantic_config__ = STRICT
 
     arm_load: NonNegative | None
     vs_load: NonNegative | None
     value: NonNegative | None
-    bound: Literal["exact", "at least", "at most"] | None
+    low: NonNegative | None
+    high: NonNegative | None
+    bound: Literal["exact", "at least", "at most", "between"] | None
     reason: str | None
 
 
@@ -146,7 +176,8 @@ class CapacityLevel(TypedDict):
 
 
 class CapacityRow(TypedDict):
-    """``capacity[]``: per arm and sweep, the highest load that meets the stage's SLOs and its price there."""
+    """``capacity[]``: per arm and sweep, the highest load that meets the stage's SLOs (``load``; below ``upper``
+    where that level's calls failed) and its price there."""
 
     __pydantic_config__ = STRICT
 
@@ -156,11 +187,14 @@ class CapacityRow(TypedDict):
     slo: StageSlo
     percentile: Annotated[float, Ge(0.0), Le(100.0)]
     load: NonNegative | None
+    upper: NonNegative | None
     bound: Bound
     reason: str | None
     output_tps: NonNegative | None
     requests_per_s: NonNegative | None
+    throughput_source: Literal["calls in flight", "window"]
     gpus: Annotated[float, Ge(0.0), Le(float(MAX_GPUS))]
+    gpus_source: Literal["conditions", "assumed"]
     gpu_hour_usd: Annotated[float, Ge(0.0), Le(MAX_GPU_HOUR_USD)] | None
     gpu_hours_per_1000_requests: NonNegative | None
     gpu_hours_per_million_output_tokens: NonNegative | None
@@ -229,8 +263,9 @@ class UnderLoad(TypedDict):
     pays: str
     crossover: Crossover | None
     levels: list[list[float]]
+    unclear: list[float]
 
 
 __all__ = ["Bound", "CapacityLevel", "CapacityPair", "CapacityRow", "Crossover", "InFlight", "LevelValue",
-           "LeverSide", "LoadAxis", "LoadLevel", "LoadLeverRow", "MetricRow", "OperatingPoint", "PairCount", "Pays",
-           "Share", "UnderLoad"]
+           "LeverSide", "LoadAxis", "LoadLevel", "LoadLeverRow", "MetricRow", "OperatingPoint", "PairCount",
+           "PairFigure", "PairShare", "Pays", "Share", "UnderLoad"]

@@ -134,6 +134,7 @@ class LoadRow(TypedDict):
     connect: Distribution | None
     new_connections: int
     client_lag: Distribution | None
+    slot_wait: Distribution | None
     loop_lag: Distribution | None
     input_token_error: float | None
     trace_import: TraceImport | None

@@ -20,9 +20,11 @@ law: arrival rate × mean duration, over the span); max the most at once.
 **Sides**: for each lever pair and metric of a run's ``load_levers`` (its default metrics: end-to-end p50 and
 goodput, else throughput), the traffic's own load on that sweep's axis — its p95 (and p50) in flight for a
 closed-loop sweep (whose concurrency is calls in flight), its arrival rate for an open-loop one (a trace
-replay's speed compares with no traffic) — and the multiplier there, interpolated linearly between the
-citable levels (the nearest level's where the load lies beyond them: ``measured`` false).  The lever pays
-there when that multiplier is > 1: "turn it on"; else "leave it off".
+replay's speed compares with no traffic) — and the multiplier there, between the citable levels the ratio of
+the two arms' statistics each interpolated linearly (as the crossover reads them; the nearest level's where the
+load lies beyond them: ``measured`` false).  The lever pays
+there when that multiplier is > 1: "turn it on"; else "leave it off" — unless the metric shows no clear
+difference at any level (each interval holds 1): then neither ("either").
 """
 
 from __future__ import annotations
@@ -96,18 +98,28 @@ def under_load(rows: Iterable[LoadLeverRow]) -> list[UnderLoad]:
                     "sweep": r["sweep"], "x": r["x"], "metric": m["metric"], "pays": m["pays"],
                     "crossover": m.get("crossover"),
                     "levels": [[v["load"], v["value"]] for v in m["levels"]
-                               if v["citable"] and v["value"] is not None]})
+                               if v["citable"] and v["value"] is not None],
+                    "unclear": [v["load"] for v in m["levels"]
+                                if v["citable"] and v["value"] is not None and not v.get("clear", True)]})
     return out
 
 
 def _at(row: Mapping[str, object], x: float) -> tuple[float | None, bool]:
-    """A metric row's multiplier at load x, interpolated between its citable levels (the nearest one's beyond
-    them), and whether x lies within the levels measured."""
-    use = [(v["load"], v["value"]) for v in row["levels"] if v["citable"] and v["value"] is not None]  # type: ignore[index]
+    """A metric row's multiplier at load x, between its citable levels (the nearest one's beyond them), and whether
+    x lies within the levels measured: 1 + d(x) / s(x), the difference d = s · (m − 1) of the two arms' statistics
+    and the denominator s each interpolated linearly — the ratio of the two arms' statistics each on its straight
+    line, as the crossover reads them (:mod:`..experiment.crossover`); the multiplier interpolated where a level
+    lacks its denominator."""
+    use = [(v["load"], v["value"], v.get("denominator")) for v in row["levels"]  # type: ignore[index, union-attr]
+           if v["citable"] and v["value"] is not None]  # type: ignore[index]
     if not use:
         return None, False
-    xs, ms = zip(*use)
-    return float(np.interp(x, xs, ms)), min(xs) <= x <= max(xs)
+    xs, ms, ss = zip(*use)
+    inside = min(xs) <= x <= max(xs)
+    if any(v is None or not v > 0 for v in ss):
+        return float(np.interp(x, xs, ms)), inside
+    den = float(np.interp(x, xs, ss))
+    return 1.0 + float(np.interp(x, xs, [k * (m - 1.0) for k, m in zip(ss, ms)])) / den, inside
 
 
 def sides(rows: Iterable[LoadLeverRow], point: OperatingPoint) -> list[LeverSide]:
@@ -127,10 +139,12 @@ def sides(rows: Iterable[LoadLeverRow], point: OperatingPoint) -> list[LeverSide
         value, measured = _at(m, at)
         p50_value = _at(m, at_p50)[0] if at_p50 is not None else None
         cross = m.get("crossover")
+        even, pays_there = m["pays"] == "no clear difference", value is not None and value > 1.0
         out.append({"lever": r["lever"], "arm": r["arm"], "vs": r["vs"], "sweep": r["sweep"], "x": r["x"],
                     "metric": m["metric"], "at": float(at), "at_what": what, "multiplier": value,
                     "p50": at_p50, "p50_multiplier": p50_value, "measured": measured,
                     "crossover": cross["load"] if cross else None, "pays": m["pays"],
-                    "side": "pays" if value is not None and value > 1.0 else "costs",
-                    "advice": "turn it on" if value is not None and value > 1.0 else "leave it off"})
+                    "side": "no clear difference" if even else "pays" if pays_there else "costs",
+                    "advice": "either: no clear difference measured" if even else "turn it on" if pays_there
+                    else "leave it off"})
     return out

@@ -17,7 +17,9 @@ second of call time (Little's law: with N calls in flight throughout, throughput
 
 **On schedule**: a level's latencies count from the scheduled send time, so a client that falls behind adds its
 delay to them, but then the load it offered was lower than planned and the level does not measure what it
-names.  The client kept to schedule when its lag p99 (:func:`.stages.client_lag`) is within
+names.  The client kept to schedule when its lag p99 (:func:`.stages.client_lag`, over the measured calls: the
+warm-up's schedule is no level's; a wait for a ``max_in_flight`` slot left out: that is the server's backlog at the
+client's cap, counted in the latencies, not the client falling behind) is within
 
     lag_budget = max(LAG_BUDGET_S, LAG_BUDGET_SHARE × the level's e2e p50)
 

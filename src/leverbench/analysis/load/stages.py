@@ -11,7 +11,9 @@ counts.
 Every latency is taken from the call's **scheduled** send time, not from when
 the client actually sent it: a client that falls behind its schedule (or waits
 for ``max_in_flight``) then adds its delay to the latency instead of hiding it
-(no "coordinated omission").  ``client_lag`` reports that delay by itself.
+(no "coordinated omission").  ``client_lag`` reports the client's own part of
+that delay by itself, ``slot_wait`` the part spent waiting for a ``max_in_flight``
+slot (the server's backlog reaching the client's cap).
 
 Failed calls (a timeout, an error status, a broken stream) are not dropped from
 the latencies: a stage whose slow calls time out would otherwise read fast.
@@ -35,12 +37,15 @@ counted them in ``usage``).  A call's ``ttft_s``, ``t_first_answer_s``,
 ``connect_s`` (0 on a reused connection, and where the record has none) is the
 time it spent opening one, so from the schedule it is added back:
 
-- client_lag  = t_send − scheduled_t
+- delay       = t_send − scheduled_t           (how late the call went out, for whatever reason)
+- slot_wait   = slot_wait_s: of that delay, the time it waited for a ``max_in_flight`` slot (0 where the
+                record has none: no cap, or a ledger from before it was recorded)
+- client_lag  = delay − slot_wait              (the client's own lateness: its loop, its machine)
 - ready       = t_send + connect_s             (epoch the connection was ready; chunk i arrived at ready + chunk_t[i])
-- ttft        = client_lag + connect_s + ttft_s            (first streamed token, reasoning included)
-- ttfat       = client_lag + connect_s + t_first_answer_s  (first token of the answer proper)
-- e2e         = client_lag + connect_s + latency_s         (scheduled send → last byte; for a failed call,
-                                                           → its failure: its elapsed time)
+- ttft        = delay + connect_s + ttft_s            (first streamed token, reasoning included)
+- ttfat       = delay + connect_s + t_first_answer_s  (first token of the answer proper)
+- e2e         = delay + connect_s + latency_s         (scheduled send → last byte; for a failed call,
+                                                      → its failure: its elapsed time)
 - ttft, ttfat of a failed call: as above where it had that token, else its e2e (a lower bound)
 - connect     = connect_s, over the calls that opened a connection (``new_connections`` counts them)
 - tpot        = (latency_s − ttft_s) / (completion_tokens − 1)   (calls with ≥ 2 tokens)
@@ -53,7 +58,7 @@ time it spent opening one, so from the schedule it is added back:
                 floor"; closed and open stages only, whose calls all send prompts of one length and
                 share).  All the time the call waited from its scheduled send time without being
                 served: client lag + network + the server's queue and overhead
-- server_wait = queue − client_lag: the part of the wait after the call left the client (the
+- server_wait = queue − delay: the part of the wait after the call left the client (the
                 server's queue, plus network and the server's per-request overhead)
 - server_queue_s = Δ vllm:request_queue_time_seconds_sum / Δ _count between the scrapes around
                 the stage (SGLang: sglang:queue_time_seconds); covers warm-up calls too
@@ -146,6 +151,7 @@ def columns(rs: Sequence[Mapping[str, object]]) -> dict[str, np.ndarray]:
     timings = [r.get("timings") or {} for r in rs]
     return {
         "t_send": col("t_send"), "connect_s": col("connect_s"), "scheduled_t": col("scheduled_t"),
+        "slot_wait_s": col("slot_wait_s"),
         "ttft_s": col("ttft_s"), "t_first_answer_s": col("t_first_answer_s"), "latency_s": col("latency_s"),
         "completion_tokens": col("completion_tokens"), "prompt_tokens": col("prompt_tokens"),
         "prompt_ms": np.array([t.get("prompt_ms") for t in timings], dtype=float),
@@ -156,10 +162,20 @@ def columns(rs: Sequence[Mapping[str, object]]) -> dict[str, np.ndarray]:
 # ------------------------------------------------------------------ per-call metrics (on columns)
 
 
-def client_lag(c: Cols) -> np.ndarray:
-    """How late the client sent the call: t_send − scheduled_t (0 where no schedule was recorded)."""
+def delay(c: Cols) -> np.ndarray:
+    """How late the call went out: t_send − scheduled_t (0 where no schedule was recorded)."""
     lag = c["t_send"] - c["scheduled_t"]
     return np.where(np.isnan(lag), 0.0, lag)
+
+
+def slot_wait(c: Cols) -> np.ndarray:
+    """Of that delay, the time the call waited for a ``max_in_flight`` slot: slot_wait_s (0 where not recorded)."""
+    return np.nan_to_num(c["slot_wait_s"], nan=0.0)
+
+
+def client_lag(c: Cols) -> np.ndarray:
+    """How late the client itself sent the call: delay − slot_wait (a wait for a slot is the server's backlog)."""
+    return delay(c) - slot_wait(c)
 
 
 def connect(c: Cols) -> np.ndarray:
@@ -173,18 +189,18 @@ def ready(c: Cols) -> np.ndarray:
 
 
 def ttft(c: Cols) -> np.ndarray:
-    """Time to first token from the schedule: client_lag + connect_s + ttft_s."""
-    return client_lag(c) + connect(c) + c["ttft_s"]
+    """Time to first token from the schedule: delay + connect_s + ttft_s."""
+    return delay(c) + connect(c) + c["ttft_s"]
 
 
 def ttfat(c: Cols) -> np.ndarray:
-    """Time to first answer token (reasoning excluded) from the schedule: client_lag + connect_s + t_first_answer_s."""
-    return client_lag(c) + connect(c) + c["t_first_answer_s"]
+    """Time to first answer token (reasoning excluded) from the schedule: delay + connect_s + t_first_answer_s."""
+    return delay(c) + connect(c) + c["t_first_answer_s"]
 
 
 def e2e(c: Cols) -> np.ndarray:
-    """End-to-end latency from the schedule: client_lag + connect_s + latency_s."""
-    return client_lag(c) + connect(c) + c["latency_s"]
+    """End-to-end latency from the schedule: delay + connect_s + latency_s."""
+    return delay(c) + connect(c) + c["latency_s"]
 
 
 def at_least_elapsed(x: np.ndarray, c: Cols, failed: np.ndarray) -> np.ndarray:
@@ -395,7 +411,7 @@ def stage_row(rs: list[Mapping[str, object]], ttft_floors: dict[tuple[object, ob
     floor = ttft_floors.get(floor_key(r0)) if r0.get("mode") != "trace" else None  # one prompt size and share only
     q, from_timings = queue(ok_c, floor)
     queue_d = distribution(q)
-    server_wait = distribution(q - client_lag(ok_c))
+    server_wait = distribution(q - delay(ok_c))
     sources = []
     if from_timings.any():
         sources.append("server timings")
@@ -433,7 +449,8 @@ def stage_row(rs: list[Mapping[str, object]], ttft_floors: dict[tuple[object, ob
                          and server_wait["mean"] > max(QUEUE_FLOOR_S, QUEUE_SHARE * mean_service)),
         "server_queue_s": figures.get("queue_s_per_request"), "server_figures": dict(figures),
         "connect": distribution(conn[conn > 0]), "new_connections": int((conn > 0).sum()),
-        "client_lag": distribution(client_lag(c)),
+        "client_lag": distribution(client_lag(m_c)),  # the measured calls': the warm-up's schedule is no level's
+        "slot_wait": distribution(slot_wait(m_c)) if np.isfinite(m_c["slot_wait_s"]).any() else None,
         "loop_lag": distribution(np.array([r.get("loop_lag_s") for r in final], dtype=float)),
         "input_token_error": float(err.mean()) if err.size else None,
         "trace_import": _first(rs, "trace_import"), "token_check": _first(rs, "token_check"),
@@ -457,8 +474,14 @@ def row_warnings(row: LoadRow) -> list[RunWarning]:
         warn(WarningKind.LOAD_CLIENT_LAG,
              f"the client sent late (lag behind schedule p99 {lag['p99'] * 1000:.1f} ms, max "
              f"{lag['max'] * 1000:.1f} ms > {LAG_WARN_S * 1000:.0f} ms); latencies count the delay from the "
-             "schedule, but the load offered was lower than planned: lower the load, raise max_in_flight, or "
-             "run the client on a less busy machine")
+             "schedule, but the load offered was lower than planned: lower the load, or run the client on a less "
+             "busy machine")
+    wait = row.get("slot_wait")
+    if wait and wait["p99"] > LAG_WARN_S:
+        warn(WarningKind.LOAD_CLIENT_LAG,
+             f"calls waited for a max_in_flight slot (p99 {wait['p99'] * 1000:.1f} ms, max {wait['max'] * 1000:.1f} "
+             "ms): the server's backlog reached the cap; latencies count the wait from the schedule, but those calls "
+             "went out later than planned: raise max_in_flight to offer the planned load")
     loop = row.get("loop_lag")
     if loop and loop["max"] > LAG_WARN_S:
         warn(WarningKind.LOAD_LOOP_STALL, f"the client's event loop stalled up to {loop['max'] * 1000:.1f} ms (p99 of "

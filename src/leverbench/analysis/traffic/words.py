@@ -141,7 +141,8 @@ def _queue_words(result: Mapping[str, Any]) -> str:
             f"by {levels}")
     cross = f" and crosses 1 at about {load_words(u['crossover']['load'], u['x'])}" if u["crossover"] else ""
     said += {"every level": ", paying at every level measured.", "no level": ": it paid at none of them, so add "
-             "capacity first."}.get(u["pays"], f"{cross}.")
+             "capacity first.", "no clear difference": ": no clear difference at any of them, so add capacity "
+             "first."}.get(u["pays"], f"{cross}.")
     side = next((s for s in (result.get("operating_point") or {}).get("sides") or []
                  if (s["arm"], s["vs"], s["sweep"]) == (u["arm"], u["vs"], u["sweep"])), None)
     if side is not None and side["multiplier"] is not None:
