@@ -53,6 +53,7 @@ Nothing here is a test: the figures depend on the machine and on what else runs 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import json
 import math
@@ -63,6 +64,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,6 +77,7 @@ from leverbench.runner.run import Runner  # noqa: E402
 
 PROMPT_TOKENS = 200
 OUTPUT_TOKENS = 50
+SWEEPS = ("burst", "staggered")
 
 
 def pct(xs: list[float], p: float) -> float:
@@ -88,28 +91,71 @@ def pct(xs: list[float], p: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (r - lo)
 
 
-def start_sim(decode_tps: float, prefill_tps: float, slots: int) -> tuple[subprocess.Popen, str]:
+SIM_CODE = """
+import gc, sys
+gc.disable()
+from aiohttp import web
+import leverbench.engines.simulator.server as server
+close = sys.argv.pop(1)
+build = server.build_app
+
+def closing_app(cfg):
+    app = build(cfg)
+    chat = cfg.base_path + "/chat/completions"
+    if close == "silent":  # llama.cpp's way: the response says keep-alive, then the server closes the connection
+        @web.middleware
+        async def close_after(request, handler):
+            resp = await handler(request)
+            if request.path == chat:
+                resp.force_close()
+            return resp
+        app.middlewares.append(close_after)
+    elif close == "announced":  # Connection: close in the response's headers
+        async def announce(request, resp):
+            if request.path == chat:
+                resp.force_close()
+        app.on_response_prepare.append(announce)
+    return app
+
+server.build_app = closing_app
+from leverbench.cli import main
+sys.argv[0] = "leverbench"
+main()
+"""
+
+
+def start_sim(decode_tps: float, prefill_tps: float, slots: int, close: str = "off") -> tuple[subprocess.Popen, str]:
+    """The simulator in its own process.  *close*: "off" (connections kept alive), "silent" (each chat
+    connection closed after its response, which said keep-alive: llama.cpp's server does so) or "announced"
+    (``Connection: close`` in the response)."""
     # The simulator is the reference: its collector is switched off so that its own GC pauses (its truth list
     # grows to thousands of records) do not show up as client error.  The client keeps its collector.
-    code = "import gc, sys; gc.disable(); from leverbench.cli import main; sys.argv[0] = 'leverbench'; main()"
-    cmd = [sys.executable, "-c", code, "sim", "--port", "0", "--slots", str(slots), "--decode-tps", str(decode_tps),
-           "--prefill-tps", str(prefill_tps), "--output-tokens", str(OUTPUT_TOKENS), "--no-prefix-cache"]
+    cmd = [sys.executable, "-c", SIM_CODE, close, "sim", "--port", "0", "--slots", str(slots), "--decode-tps",
+           str(decode_tps), "--prefill-tps", str(prefill_tps), "--output-tokens", str(OUTPUT_TOKENS),
+           "--no-prefix-cache"]
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    err = tempfile.TemporaryFile("w+")  # not a pipe: one nobody reads would block the simulator once full
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env)
     line = proc.stdout.readline().strip()
     if not line.startswith("http"):
         proc.kill()
-        raise SystemExit(f"simulator did not start: {line!r} {proc.stderr.read()[:2000]}")
+        proc.wait()
+        err.seek(0)
+        raise SystemExit(f"simulator did not start: {line!r} {err.read()[:2000]}")
     return proc, line
 
 
 def experiment(tmp: Path, url: str, levels: list[int], warmup_s: float, duration_s: float, ramp_s: float,
-               workers: int = 1) -> Path:
+               workers: int = 1, sweeps: tuple[str, ...] = SWEEPS) -> Path:
+    """The experiment file: one arm (the simulator), one case, and a closed-loop stage per sweep over *levels*:
+    ``burst`` (every client starts at once: the loop stays in lock-step, every send in a burst) and
+    ``staggered`` (the clients' starts spread over *ramp_s*)."""
     tmp.mkdir(parents=True, exist_ok=True)
     p = tmp / "exp.toml"
     shard = f"workers = {workers}\n" if workers > 1 else ""
     prompt = synthetic_text(PROMPT_TOKENS - 1, "client-overhead")  # + 1 role token = 200 simulator tokens
-    p.write_text(f'''
+    stages = {"burst": "", "staggered": f"ramp_s = {ramp_s}\n"}
+    text = f'''
 [experiment]
 name = "client-overhead"
 repeats = 1
@@ -127,24 +173,19 @@ name = "p200"
 prompt = "{prompt}"
 max_tokens = {OUTPUT_TOKENS}
 temperature = 0.0
-
+'''
+    for sweep in sweeps:
+        ramp = ramp_s if sweep == "staggered" else 0.0
+        text += f'''
 [[load]]
-name = "burst"
+name = "{sweep}"
 mode = "closed"
 case = "p200"
 concurrency = {levels}
-warmup_s = {warmup_s}
+warmup_s = {warmup_s + ramp}
 duration_s = {duration_s}
-{shard}
-[[load]]
-name = "staggered"
-mode = "closed"
-case = "p200"
-concurrency = {levels}
-ramp_s = {ramp_s}
-warmup_s = {warmup_s + ramp_s}
-duration_s = {duration_s}
-{shard}''')
+{stages[sweep]}{shard}'''
+    p.write_text(text)
     return p
 
 
@@ -206,6 +247,16 @@ class CpuSampler(threading.Thread):
         return (inside[-1][1] - inside[0][1]) / (inside[-1][0] - inside[0][0])
 
 
+Variant = tuple[str, str, int]  # (client: "leverbench" or "bare", the ledger's fsync: "on"/"off"/"-", workers)
+
+
+def variant_name(v: Variant) -> str:
+    client, mode, w = v
+    if client == "bare":
+        return "bare aiohttp client"
+    return f"leverbench, fsync {mode}, {w} client process{'es' if w > 1 else ''}"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--levels", default="1,2,4,8,16,32,64,128", help="concurrency levels (comma-separated)")
@@ -214,37 +265,57 @@ def main() -> None:
     ap.add_argument("--warmup", type=float, default=1.0, help="seconds of warm-up per level")
     ap.add_argument("--duration", type=float, default=6.0, help="measured seconds per level")
     ap.add_argument("--threshold-ms", type=float, default=1.0)
+    ap.add_argument("--sweeps", default=",".join(SWEEPS), help="burst (lock-step: every client starts at once), "
+                    "staggered (starts spread over one service time), or both (comma-separated)")
+    ap.add_argument("--server-close", choices=("off", "silent", "announced"), default="off",
+                    help="the simulator closes each chat connection after its response: silent (the response said "
+                         "keep-alive: llama.cpp's server does so), announced (Connection: close), or off")
+    ap.add_argument("--bare", action="store_true", help="a bare aiohttp client (benchmarks/bare_client.py) in the "
+                    "same run, alternating with leverbench's at each level, compared side by side")
     ap.add_argument("--fsync", choices=("on", "off", "both"), default="on",
-                    help="the ledger's fsync per record: on, patched out, or both (two sweeps, compared side by side)")
-    ap.add_argument("--rounds", type=int, default=1, help="sweeps per fsync mode (with --fsync both: ABBA order)")
+                    help="the ledger's fsync per record: on, patched out, or both (compared side by side)")
+    ap.add_argument("--repeats", "--rounds", type=int, default=1, help="repetitions of each level per client "
+                    "variant, in ABBA order (A, B, B, A, ...: drift of a shared machine falls on both alike)")
     ap.add_argument("--workers", default="1", help="client processes per stage (Ray actors), comma-separated: "
-                    "one sweep per value, compared side by side")
+                    "each value a variant, compared side by side")
     args = ap.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
     workers = [int(x) for x in args.workers.split(",")]
+    sweeps = tuple(x for x in args.sweeps.split(",") if x)
+    if not sweeps or set(sweeps) - set(SWEEPS):
+        raise SystemExit(f"--sweeps: burst, staggered or both, not {args.sweeps!r}")
     modes = ["on", "off"] if args.fsync == "both" else [args.fsync]
     if max(workers) > 1 and modes != ["on"]:
         raise SystemExit("--fsync off/both patches this process's writer only, not the workers': use --fsync on")
-    runs = [(m, w) for m in modes for w in workers]
-    order = [c for r in range(args.rounds) for c in (runs if r % 2 == 0 else runs[::-1])]
+    variants: list[Variant] = [("leverbench", m, w) for m in modes for w in workers]
+    if args.bare:
+        variants.append(("bare", "-", 1))
+    # per level, each repetition runs every variant, in reverse order every other time (ABBA)
+    order = [(v, c, r) for c in levels for r in range(args.repeats)
+             for v in (variants if r % 2 == 0 else variants[::-1]) if c >= v[2]]
     if max(workers) > 1:
         start_ray(max(workers))
-    proc, url = start_sim(args.decode_tps, args.prefill_tps, slots=max(levels) * 2)
-    t_start, load0 = time.time(), os.getloadavg()[0]
+    proc, url = start_sim(args.decode_tps, args.prefill_tps, slots=max(levels) * 2, close=args.server_close)
+    t_start, load0 = time.time(), os.getloadavg()
     cpu0 = time.process_time()
     sampler = CpuSampler()
     sampler.start()
-    records: dict[tuple[str, int], list[dict]] = {r: [] for r in runs}
+    ramp = OUTPUT_TOKENS / args.decode_tps  # one service time: the clients' sends spread evenly
+    units: list[tuple[Variant, int, int, list[dict], float]] = []  # variant, level, repeat, records, load avg
     try:
         with tempfile.TemporaryDirectory() as d:
             tmp = Path(d)
-            ramp = OUTPUT_TOKENS / args.decode_tps  # one service time: the clients' sends spread evenly
-            exps = {w: load_experiment(experiment(tmp / f"w{w}", url, [c for c in levels if c >= w], args.warmup,
-                                                  args.duration, ramp, w)) for w in workers}
-            for k, (mode, w) in enumerate(order):
-                with fsync_patched_out(mode == "off"):
-                    Runner(exps[w], tmp / f"run-{k}").run()
-                records[(mode, w)] += read_ledger(tmp / f"run-{k}").records
+            for k, (v, c, r) in enumerate(order):
+                load1 = os.getloadavg()[0]
+                if v[0] == "bare":
+                    recs = run_bare(url, c, sweeps, args.warmup, args.duration, ramp, args.server_close == "off")
+                else:
+                    exp = load_experiment(experiment(tmp / f"exp-{k}", url, [c], args.warmup, args.duration, ramp,
+                                                     v[2], sweeps))
+                    with fsync_patched_out(v[1] == "off"):
+                        Runner(exp, tmp / f"run-{k}").run()
+                    recs = read_ledger(tmp / f"run-{k}").records
+                units.append((v, c, r, recs, load1))
             truths = truth(url)
     finally:
         sampler.halt.set()
@@ -254,18 +325,97 @@ def main() -> None:
           "simulator's own stamps (separate process)")
     print(f"machine: {os.cpu_count()} cores; prompt {PROMPT_TOKENS} tokens, {OUTPUT_TOKENS} output tokens, "
           f"decode {args.decode_tps:g} tok/s per request; {args.warmup:g} s warm-up + {args.duration:g} s per level; "
-          f"order of the sweeps: {', '.join(f'fsync {m}, {w} worker(s)' for m, w in order)}")
-    by_run = {r: compare(records[r], truths) for r in runs}
-    for mode, w in runs:
-        print(f"\n=== ledger fsync per record {mode.upper()}, {w} client process{'es' if w > 1 else ''} ===")
-        print_tables(by_run[(mode, w)], sampler if w == 1 else None, args.threshold_ms)
+          f"server closes connections: {args.server_close}; {args.repeats} repetition(s) per level and variant, "
+          f"ABBA; variants: {'; '.join(variant_name(v) for v in variants)}")
+    per_unit: dict[Variant, dict[tuple[str, int], list[dict]]] = {v: {} for v in variants}
+    for v, _c, _r, recs, load1 in units:
+        for st in compare(recs, truths).values():
+            st["load"] = load1
+            st["cpu"] = sampler.share(min(st["t"]), max(st["t"])) if v[2] == 1 and st["t"] else math.nan
+            per_unit[v].setdefault((st["sweep"], st["c"]), []).append(st)
+    pooled = {v: {f"{k[0]}@{k[1]}": pool(sts) for k, sts in sorted(per_unit[v].items())} for v in variants}
+    for v in variants:
+        print(f"\n=== {variant_name(v)} (every repetition pooled) ===")
+        print_tables(pooled[v], args.threshold_ms, sweeps)
     if len(modes) == 2:
-        print_fsync_comparison(by_run[("on", 1)], by_run[("off", 1)])
+        print_fsync_comparison(pooled[("leverbench", "on", 1)], pooled[("leverbench", "off", 1)])
     if len(workers) > 1:
-        print_workers_comparison({w: by_run[(modes[0], w)] for w in workers}, args.threshold_ms)
+        print_workers_comparison({w: pooled[("leverbench", modes[0], w)] for w in workers}, args.threshold_ms)
+    if args.bare:
+        print_bare_comparison(per_unit[variants[0]], per_unit[("bare", "-", 1)], variant_name(variants[0]))
     cpu = time.process_time() - cpu0
-    print(f"\nwall clock {time.time() - t_start:.0f} s; client process CPU {cpu:.1f} s; load average (1 min) "
-          f"{load0:.1f} at the start, {os.getloadavg()[0]:.1f} now")
+    print(f"\nwall clock {time.time() - t_start:.0f} s; client process CPU {cpu:.1f} s; load average (1, 5, 15 min) "
+          f"{' '.join(f'{x:.2f}' for x in load0)} at the start, {' '.join(f'{x:.2f}' for x in os.getloadavg())} now")
+
+
+def run_bare(url: str, c: int, sweeps: tuple[str, ...], warmup_s: float, duration_s: float, ramp_s: float,
+             keep_alive: bool) -> list[dict]:
+    """The bare client's closed loop at concurrency *c*, once per sweep (the same bodies' shape as leverbench's
+    stage: the case's prompt and a few distinct words per request)."""
+    from bare_client import closed_loop  # noqa: PLC0415 (this directory's module)
+
+    prompt = synthetic_text(PROMPT_TOKENS - 1, "client-overhead")
+    salt = uuid.uuid4().hex[:8]
+
+    def body_for(i: int) -> dict:
+        return {"model": "sim", "messages": [{"role": "user", "content": f"{prompt} {salt} {i}"}],
+                "max_tokens": OUTPUT_TOKENS, "temperature": 0.0, "stream": True,
+                "stream_options": {"include_usage": True}}
+
+    out: list[dict] = []
+    for sweep in sweeps:
+        ramp = ramp_s if sweep == "staggered" else 0.0
+        out += asyncio.run(closed_loop(url + "/v1/chat/completions", body_for, c, warmup_s=warmup_s + ramp,
+                                       duration_s=duration_s, starts=[k * ramp / c for k in range(c)],
+                                       keep_alive=keep_alive, stage=f"{sweep}@{c}", sweep=sweep))
+    return out
+
+
+def pool(sts: list[dict]) -> dict:
+    """One stage's stats over its repetitions: the lists joined, the counts summed."""
+    out = {"c": sts[0]["c"], "sweep": sts[0]["sweep"]}
+    for k, v in sts[0].items():
+        if isinstance(v, list):
+            out[k] = [x for st in sts for x in st[k]]
+        elif k in ("n", "unmatched"):
+            out[k] = sum(st[k] for st in sts)
+    out["cpu"] = [st["cpu"] for st in sts]
+    out["spans"] = [(min(st["t"]), max(st["t"])) for st in sts if st["t"]]
+    return out
+
+
+def spread(sts: list[dict], key: str, p: float) -> str:
+    """The median over repetitions of the p-th percentile, and their range: "12.3 [10.1–15.0]"."""
+    xs = sorted(pct(st[key], p) for st in sts)
+    if len(xs) == 1:
+        return f"{xs[0]:.1f}"
+    return f"{pct(xs, 50):.1f} [{xs[0]:.1f}–{xs[-1]:.1f}]"
+
+
+def print_bare_comparison(lev: dict[tuple[str, int], list[dict]], bare: dict[tuple[str, int], list[dict]],
+                          name: str) -> None:
+    """Per sweep and level, leverbench's TTFT and gap errors beside the bare client's (ms): each the median over
+    repetitions [their range], and the p99 of every repetition's calls pooled."""
+    print(f"\n=== {name} vs the bare aiohttp client, same run, same server (ms; per repetition: median "
+          f"[min–max]; pooled: every repetition's calls) ===")
+    hdr = (f"{'sweep':>9} {'conc':>5} {'client':>10} {'reps':>4} {'calls':>6} | {'TTFT err p50':>20} "
+           f"{'p99':>20} {'pooled p99':>10} | {'gap err p99':>20} | {'load 1m':>12}")
+    print(hdr)
+    print("-" * len(hdr))
+    for key in sorted(set(lev) | set(bare), key=lambda k: (SWEEPS.index(k[0]), k[1])):
+        for who, sts in (("leverbench", lev.get(key)), ("bare", bare.get(key))):
+            if not sts:
+                continue
+            loads = sorted(st["load"] for st in sts)
+            print(f"{key[0]:>9} {key[1]:>5} {who:>10} {len(sts):>4} {sum(st['n'] for st in sts):>6} | "
+                  f"{spread(sts, 'ttft', 50):>20} {spread(sts, 'ttft', 99):>20} "
+                  f"{pct([x for st in sts for x in st['ttft']], 99):>10.1f} | {spread(sts, 'gap', 99):>20} | "
+                  f"{loads[0]:>5.2f}–{loads[-1]:<5.2f}")
+        if lev.get(key) and bare.get(key):
+            a = pct([x for st in lev[key] for x in st["ttft"]], 99)
+            b = pct([x for st in bare[key] for x in st["ttft"]], 99)
+            print(f"{'':>9} {'':>5} {'=> pooled TTFT err p99 leverbench / bare':>55}: {a / b:.2f}x "
+                  f"({'below' if a < b else 'NOT below'} the bare client's)")
 
 
 @contextlib.contextmanager
@@ -351,27 +501,31 @@ def print_workers_comparison(by_w: dict[int, dict[str, dict]], thr: float) -> No
                   f"{thr:g} ms: {best if best is not None else 'none'}")
 
 
-def print_tables(stats: dict[str, dict], sampler: CpuSampler | None, thr: float) -> None:
-    """The per-level error tables of one sweep."""
+def print_tables(stats: dict[str, dict], thr: float, sweeps: tuple[str, ...] = SWEEPS) -> None:
+    """The per-level error tables of each sweep (*stats*: :func:`pool`'s, by stage; the client CPU the median
+    over repetitions of this process's share, left out where the clients are Ray workers)."""
     hdr = (f"{'conc':>5} {'calls':>6} {'req/s':>7} {'chunks/s':>9} | {'TTFT err ms p50':>15} {'p99':>7} | "
            f"{'gap err ms p50':>14} {'p99':>7} | {'stamp err p50':>13} {'p99':>7} | {'send lag p99':>12} "
            f"{'loop stall max':>14} {'client CPU':>10}")
     for sweep, title in (("burst", "clients start together (closed loop in lock-step: every send comes in a burst of "
                                    "`conc`)"),
                          ("staggered", "clients' starts spread over one service time (sends evenly spaced)")):
+        if sweep not in sweeps:
+            continue
         rows = [st for st in stats.values() if st["sweep"] == sweep]
         print()
         print(f"{sweep}: {title}")
         print(hdr)
         print("-" * len(hdr))
         for st in rows:
-            span = (max(st["t"]) - min(st["t"])) if st["t"] else math.nan
-            rps = st["n"] / span if span else math.nan
+            span = sum(b - a for a, b in st["spans"]) or math.nan
+            rps = st["n"] / span
+            cpu = pct([x for x in st["cpu"] if not math.isnan(x)], 50)
             print(f"{st['c']:>5} {st['n']:>6} {rps:>7.1f} {rps * OUTPUT_TOKENS:>9.0f} | {pct(st['ttft'], 50):>15.2f} "
                   f"{pct(st['ttft'], 99):>7.2f} | {pct(st['gap'], 50):>14.2f} {pct(st['gap'], 99):>7.2f} | "
                   f"{pct(st['stamp'], 50):>13.2f} {pct(st['stamp'], 99):>7.2f} | {pct(st['lag'], 99):>12.2f} "
                   f"{max(st['loop'] or [math.nan]):>14.2f} "
-                  + (f"{sampler.share(min(st['t']), max(st['t'])):>9.0%}" if sampler and st["t"] else f"{'-':>9}")
+                  + (f"{cpu:>9.0%}" if not math.isnan(cpu) else f"{'-':>9}")
                   + (f"  ({st['unmatched']} unmatched)" if st["unmatched"] else ""))
         for what, keys in (("TTFT error", ("ttft",)), ("gap error", ("gap",)), ("TTFT and gap error", ("ttft", "gap"))):
             best = None
