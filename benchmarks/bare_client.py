@@ -1,5 +1,7 @@
 """The reference for ``client_overhead.py --bare``: a bare aiohttp streaming client, about 30 lines of what one
-would write by hand, run in the same process and against the same server as leverbench's client.
+would write by hand, run against the same server as leverbench's client, in its own process (a fresh
+interpreter that imports aiohttp alone: its collector does not scan what leverbench loaded, as a script of
+one's own would not).
 
 It does nothing leverbench does around a call (no record, no ledger, no retries, no checks): a closed loop of
 ``concurrency`` tasks, each POSTing the next request as soon as its previous stream ends, reading the SSE
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import time
 from typing import Any, Callable
 
@@ -68,3 +71,17 @@ async def closed_loop(url: str, body_for: Callable[[int], dict], concurrency: in
     async with aiohttp.ClientSession(connector=connector, trace_configs=[trace]) as session:
         await asyncio.gather(*(client(s) for s in starts))
     return out
+
+
+if __name__ == "__main__":  # URL CONCURRENCY WARMUP_S DURATION_S RAMP_S KEEP_ALIVE(0/1) STAGE SWEEP PROMPT
+    url, c, warm, dur, ramp, keep, stage, sweep, prompt = sys.argv[1:]
+    n = int(c)
+
+    def body_for(i: int) -> dict:
+        return {"model": "sim", "messages": [{"role": "user", "content": f"{prompt} {stage} {i}"}],
+                "max_tokens": 50, "temperature": 0.0, "stream": True, "stream_options": {"include_usage": True}}
+
+    calls = asyncio.run(closed_loop(url, body_for, n, warmup_s=float(warm), duration_s=float(dur),
+                                    starts=[k * float(ramp) / n for k in range(n)], keep_alive=keep == "1",
+                                    stage=stage, sweep=sweep))
+    sys.stdout.write("".join(json.dumps(r) + "\n" for r in calls))

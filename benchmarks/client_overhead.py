@@ -53,8 +53,8 @@ Nothing here is a test: the figures depend on the machine and on what else runs 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
+import gc
 import json
 import math
 import os
@@ -189,9 +189,13 @@ duration_s = {duration_s}
     return p
 
 
-def truth(url: str) -> list[dict]:
+def truth(url: str, reset: bool = False) -> list[dict]:
+    """The simulator's ground-truth records so far; with *reset*, forgotten after (the next unit's start clean)."""
     with urllib.request.urlopen(url + "/sim/truth", timeout=60) as r:
-        return json.loads(r.read())
+        out = json.loads(r.read())
+    if reset:
+        urllib.request.urlopen(urllib.request.Request(url + "/sim/reset", method="POST"), timeout=60).close()
+    return out
 
 
 def compare(records: list[dict], truths: list[dict]) -> dict[str, dict]:
@@ -301,7 +305,7 @@ def main() -> None:
     sampler = CpuSampler()
     sampler.start()
     ramp = OUTPUT_TOKENS / args.decode_tps  # one service time: the clients' sends spread evenly
-    units: list[tuple[Variant, int, int, list[dict], float]] = []  # variant, level, repeat, records, load avg
+    units: list[tuple[Variant, int, int, dict, float]] = []  # variant, level, repeat, its stats by stage, load avg
     try:
         with tempfile.TemporaryDirectory() as d:
             tmp = Path(d)
@@ -315,8 +319,10 @@ def main() -> None:
                     with fsync_patched_out(v[1] == "off"):
                         Runner(exp, tmp / f"run-{k}").run()
                     recs = read_ledger(tmp / f"run-{k}").records
-                units.append((v, c, r, recs, load1))
-            truths = truth(url)
+                stats = compare(recs, truth(url, reset=True))  # matched now: the records are not kept
+                del recs
+                units.append((v, c, r, stats, load1))
+                gc.collect()  # between units, outside any measurement: each starts with no garbage pending
     finally:
         sampler.halt.set()
         proc.terminate()
@@ -328,8 +334,8 @@ def main() -> None:
           f"server closes connections: {args.server_close}; {args.repeats} repetition(s) per level and variant, "
           f"ABBA; variants: {'; '.join(variant_name(v) for v in variants)}")
     per_unit: dict[Variant, dict[tuple[str, int], list[dict]]] = {v: {} for v in variants}
-    for v, _c, _r, recs, load1 in units:
-        for st in compare(recs, truths).values():
+    for v, _c, _r, stats, load1 in units:
+        for st in stats.values():
             st["load"] = load1
             st["cpu"] = sampler.share(min(st["t"]), max(st["t"])) if v[2] == 1 and st["t"] else math.nan
             per_unit[v].setdefault((st["sweep"], st["c"]), []).append(st)
@@ -350,24 +356,19 @@ def main() -> None:
 
 def run_bare(url: str, c: int, sweeps: tuple[str, ...], warmup_s: float, duration_s: float, ramp_s: float,
              keep_alive: bool) -> list[dict]:
-    """The bare client's closed loop at concurrency *c*, once per sweep (the same bodies' shape as leverbench's
-    stage: the case's prompt and a few distinct words per request)."""
-    from bare_client import closed_loop  # noqa: PLC0415 (this directory's module)
-
+    """The bare client's closed loop at concurrency *c*, once per sweep, each in its own process
+    (``bare_client.py``): the case's prompt and a few distinct words per request, as leverbench's stage sends."""
     prompt = synthetic_text(PROMPT_TOKENS - 1, "client-overhead")
-    salt = uuid.uuid4().hex[:8]
-
-    def body_for(i: int) -> dict:
-        return {"model": "sim", "messages": [{"role": "user", "content": f"{prompt} {salt} {i}"}],
-                "max_tokens": OUTPUT_TOKENS, "temperature": 0.0, "stream": True,
-                "stream_options": {"include_usage": True}}
-
     out: list[dict] = []
     for sweep in sweeps:
         ramp = ramp_s if sweep == "staggered" else 0.0
-        out += asyncio.run(closed_loop(url + "/v1/chat/completions", body_for, c, warmup_s=warmup_s + ramp,
-                                       duration_s=duration_s, starts=[k * ramp / c for k in range(c)],
-                                       keep_alive=keep_alive, stage=f"{sweep}@{c}", sweep=sweep))
+        cmd = [sys.executable, str(Path(__file__).with_name("bare_client.py")), url + "/v1/chat/completions", str(c),
+               str(warmup_s + ramp), str(duration_s), str(ramp), "1" if keep_alive else "0",
+               f"{sweep}@{c}-{uuid.uuid4().hex[:8]}", sweep, prompt]
+        done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if done.returncode:
+            raise SystemExit(f"the bare client failed: {done.stderr[-2000:]}")
+        out += [json.loads(line) for line in done.stdout.splitlines()]
     return out
 
 
