@@ -1,15 +1,138 @@
-"""The client's timestamps and connections under load (issue 25, part 0): a load stage's sends are not held
-up by a full collection of the process's heap; the pool allows the concurrency asked for."""
+"""The client's timestamps and connections under load (issue 25, part 0): a chunk is stamped when its bytes
+arrive, not when the call's task parses it; the idle limit holds without a timer per chunk; a server that
+closes each connection costs no failed call; a load stage's sends are not held up by a full collection of
+the process's heap; the pool allows the concurrency asked for."""
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import json
+import time
 
+import aiohttp
 import pytest
 
-from leverbench.runner.client import client_session
+from leverbench.engines.simulator import SimConfig, SimulatorThread
+from leverbench.runner.client import STALE_IN_A_ROW, Timeouts, client_session, server_habit, stream_chat
 from leverbench.runner.load import heap_frozen
+from leverbench.runner.sse import SSELines
+
+BODY = {"model": "sim", "messages": [{"role": "user", "content": "one two three"}], "max_tokens": 4}
+
+
+class _Protocol:  # what a StreamReader asks of its protocol
+    def pause_reading(self) -> None: ...
+
+    def resume_reading(self, resume_parser: bool = True) -> None: ...
+
+
+def test_sse_lines_carry_the_time_their_bytes_arrived_not_when_they_are_read():
+    async def go() -> tuple[list[tuple[bytes, float]], float, float, float]:
+        reader = aiohttp.StreamReader(_Protocol(), 2**16, loop=asyncio.get_running_loop())
+        lines = SSELines(reader)
+        t_a = time.perf_counter()
+        reader.feed_data(b"data: a\n\ndata: b")  # "data: b" not complete yet
+        time.sleep(0.05)
+        t_b = time.perf_counter()
+        reader.feed_data(b"c\n\n")
+        time.sleep(0.05)
+        reader.feed_eof()
+        t_read = time.perf_counter()
+        return [x async for x in lines], t_a, t_b, t_read
+
+    got, t_a, t_b, t_read = asyncio.run(go())
+    assert [line for line, _ in got] == [b"data: a", b"", b"data: bc", b""]
+    stamps = [t for _, t in got]
+    assert t_a <= stamps[0] == stamps[1] < t_a + 0.04  # fed together, read 0.1 s later
+    assert t_b <= stamps[2] == stamps[3] < t_b + 0.04 < t_read  # a line is complete when its end arrives
+
+
+def test_a_chunk_parsed_late_keeps_the_time_it_arrived(monkeypatch):
+    """Each content chunk arrives while the loop has 0.1 s of other work queued before the call's task (as
+    with 128 streams' chunks arriving together): its time is still within a few ms of the server's stamp.
+    (The chunks come 0.25 s apart: a chunk that arrives while the loop is blocked is seen when it is free.)"""
+    feed = aiohttp.streams.StreamReader.feed_data
+
+    def busy_after(self, data, *args):
+        if b'"content"' in data:  # the loop has other work queued before the task that reads this chunk
+            asyncio.get_running_loop().call_soon(time.sleep, 0.1)
+        return feed(self, data, *args)
+
+    monkeypatch.setattr(aiohttp.streams.StreamReader, "feed_data", busy_after)
+
+    async def go(url: str):
+        async with client_session() as session:
+            return (await stream_chat(session, url, BODY)).record
+
+    with SimulatorThread(SimConfig(prefill_tps=100_000.0, decode_tps=4.0, output_tokens=4)) as sim:
+        rec = asyncio.run(go(sim.base_url + "/v1/chat/completions"))
+        truth = sim.truth()[-1]
+    assert rec.error is None and len(rec.chunk_t) == len(truth["chunk_times"]) == 4
+    ready = rec.t_send + rec.connect_s
+    late = [ready + c - s for c, s in zip(rec.chunk_t, truth["chunk_times"])]
+    assert all(-0.01 < x < 0.05 for x in late), late  # each parsed 0.1 s after it arrived
+
+
+def test_the_idle_limit_holds_without_a_timer_per_chunk():
+    """A stream longer than idle_s whose chunks come every 5 ms is not cut (the one timer looks again when
+    it fires); one whose chunks come every 50 ms with idle_s = 20 ms is, as timeout_idle."""
+    async def go(url: str, idle_s: float):
+        async with client_session() as session:
+            return (await stream_chat(session, url, {**BODY, "max_tokens": 40},
+                                      timeouts=Timeouts(first_token_s=5, idle_s=idle_s, total_s=10))).record
+
+    with SimulatorThread(SimConfig(prefill_tps=100_000.0, decode_tps=200.0, output_tokens=40)) as sim:
+        rec = asyncio.run(go(sim.base_url + "/v1/chat/completions", 0.05))
+    assert rec.error is None and rec.latency_s > 0.15 and len(rec.chunk_t) == 40
+    with SimulatorThread(SimConfig(prefill_tps=100_000.0, decode_tps=20.0, output_tokens=40)) as sim:
+        rec = asyncio.run(go(sim.base_url + "/v1/chat/completions", 0.02))
+    assert rec.error is not None and rec.error.cls == "timeout_idle"
+
+
+async def _closes_on_next_request(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """llama.cpp's way: a streamed answer that says keep-alive; the connection is dead for the next request
+    (closed when it arrives, unanswered: deterministic, where a close right after the answer races)."""
+    try:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                      if line.lower().startswith(b"content-length"))
+        await reader.readexactly(length)
+        await asyncio.sleep(0.02)
+        events = [{"choices": [{"delta": {"content": "hi"}}]},
+                  {"choices": [{"delta": {}, "finish_reason": "stop"}],
+                   "usage": {"prompt_tokens": 3, "completion_tokens": 1}}]
+        body = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events) + b"data: [DONE]\n\n"
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
+                     b"Keep-Alive: timeout=5, max=100\r\n\r\n" + b"%x\r\n" % len(body) + body + b"\r\n0\r\n\r\n")
+        await writer.drain()
+        await reader.read(1)
+    except asyncio.CancelledError:  # the test's end: the server closes what is still open
+        pass
+    finally:
+        writer.close()
+
+
+def test_a_server_that_closes_every_connection_is_learnt_and_costs_no_failed_call():
+    """Two streams end together, leaving two dead connections in the pool: the next call meets both before
+    it opens a new one (the second dead one was a failed call, stream_cut).  After STALE_IN_A_ROW stale
+    connections in a row (the third call's two, the fourth's) the session stops pooling: the calls after
+    go out on a new connection at once."""
+    async def calls() -> list:
+        server = await asyncio.start_server(_closes_on_next_request, "127.0.0.1", 0)
+        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1/chat/completions"
+        async with server, client_session() as session:
+            recs = [g.record for g in await asyncio.gather(*(stream_chat(session, url, BODY) for _ in range(2)))]
+            for _ in range(5):
+                recs.append((await stream_chat(session, url, BODY)).record)
+            assert server_habit(session).closes
+            return recs
+
+    recs = asyncio.run(calls())
+    assert [r.error for r in recs] == [None] * 7
+    assert STALE_IN_A_ROW == 3
+    assert [bool(r.stale_connection) for r in recs] == [False, False, True, True, False, False, False]
+    assert all(r.connect_s > 0 for r in recs)  # each went out on a new connection, its time recorded apart
 
 
 def test_a_load_stage_sends_with_the_heap_frozen():

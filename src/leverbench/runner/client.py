@@ -16,6 +16,7 @@ import asyncio
 import hashlib
 import json
 import time
+import weakref
 from typing import Any, NamedTuple
 
 import aiohttp
@@ -29,6 +30,7 @@ from .strict_json import dumps as strict_dumps
 
 IDLE_CLOSE_S = 2.0  # a kept-alive connection idle this long is closed by us, before a server would (llama.cpp: ~5 s)
 STALE_MAX_S = 0.25  # a reused connection that fails this soon after the request went out was stale (sent again)
+STALE_IN_A_ROW = 3  # stale connections in a row after which a session stops pooling (see ServerHabit)
 DRAIN_S = 0.05  # how long a stream's end after [DONE] is waited for (outside the call's time), to reuse its connection
 
 
@@ -102,25 +104,72 @@ def client_session(*, keep_alive: bool = True, **connector_kw: Any) -> aiohttp.C
     return aiohttp.ClientSession(connector=conn, trace_configs=[trace], json_serialize=strict_dumps)
 
 
+class ServerHabit:
+    """What a session has learnt of its server's connections: a server that closes each one right after its
+    response without saying so (llama.cpp's) hands every reused connection back dead.  After
+    ``STALE_IN_A_ROW`` such connections with no good reuse between them, the session stops pooling, as with
+    ``keep_alive = false`` (``closes``): each call goes out on a new connection, closed when its response
+    ends, instead of on a dead one first (a failed try, its exception and a second request on the loop,
+    per call; with many streams ending together, several dead ones in a row)."""
+
+    __slots__ = ("stale_in_a_row", "closes")
+
+    def __init__(self) -> None:
+        self.stale_in_a_row = 0
+        self.closes = False
+
+    def stale(self, session: aiohttp.ClientSession) -> None:
+        self.stale_in_a_row += 1
+        if not self.closes and self.stale_in_a_row >= STALE_IN_A_ROW:
+            self.closes = True
+            # the connector's own force_close (as created with it): a connection closed when its response ends,
+            # and the request says so ("Connection: close"); an aiohttp without it goes on meeting dead ones
+            if hasattr(session.connector, "_force_close"):
+                session.connector._force_close = True
+
+    def reused(self) -> None:
+        self.stale_in_a_row = 0
+
+
+_HABITS: weakref.WeakKeyDictionary[aiohttp.ClientSession, ServerHabit] = weakref.WeakKeyDictionary()
+
+
+def server_habit(session: aiohttp.ClientSession) -> ServerHabit:
+    """The session's :class:`ServerHabit` (one per session, made on first use)."""
+    habit = _HABITS.get(session)
+    if habit is None:
+        habit = _HABITS[session] = ServerHabit()
+    return habit
+
+
 async def _post(session: aiohttp.ClientSession, url: str, body: ChatBody, headers: dict[str, str] | None,
                 timeout: aiohttp.ClientTimeout, conn: ConnectTiming, t0: float) -> aiohttp.ClientResponse:
-    """POST, and once more on a new connection when a kept-alive one turns out stale.
+    """POST, and again while the kept-alive connection it went out on turns out stale.
 
     A server may close a connection right after a response without saying so (llama.cpp's
     llama-server does after every streamed one, though it sends ``Keep-Alive``); a request sent on it
     before its close arrived fails before any response (cannot write, or the server disconnects).
-    The server never answered it, so it goes out again on a new connection (``conn.stale``), as
-    HTTP clients do for a request on a reused connection that got nothing back.
+    The server never answered it, so it goes out again (``conn.stale``), as HTTP clients do for a
+    request on a reused connection that got nothing back.  The pool's next connection may be as dead
+    (other calls' streams ended at the same time): each try takes one dead connection out of the pool,
+    until a new one is opened or a live one answers (a failure on a new connection is the call's).  The
+    session learns from it (:class:`ServerHabit`).
     """
-    try:
-        return await session.post(url, json=body, headers=headers, timeout=timeout, trace_request_ctx=conn)
-    except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError):
-        # stale: the failure came at once (a server that took the request and worked on it before closing
-        # did answer it, in its way: that is not sent again)
-        if not conn.reused or (conn.sent_at is not None and time.perf_counter() - conn.sent_at > STALE_MAX_S):
-            raise
-    conn.reused, conn.stale, conn.start, conn.sent_at = False, True, t0, None
-    return await session.post(url, json=body, headers=headers, timeout=timeout, trace_request_ctx=conn)
+    habit = server_habit(session)
+    while True:
+        try:
+            resp = await session.post(url, json=body, headers=headers, timeout=timeout, trace_request_ctx=conn)
+        except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError):
+            # stale: the failure came at once (a server that took the request and worked on it before closing
+            # did answer it, in its way: that is not sent again)
+            if not conn.reused or (conn.sent_at is not None and time.perf_counter() - conn.sent_at > STALE_MAX_S):
+                raise
+            habit.stale(session)
+            conn.reused, conn.stale, conn.start, conn.sent_at = False, True, t0, None
+            continue
+        if conn.reused:
+            habit.reused()
+        return resp
 
 
 async def _drain(resp: aiohttp.ClientResponse) -> None:
@@ -132,6 +181,37 @@ async def _drain(resp: aiohttp.ClientResponse) -> None:
             await resp.content.read()
     except (TimeoutError, aiohttp.ClientError):
         pass
+
+
+class IdleWatch:
+    """The idle limit between a stream's chunks, without a timer per chunk: each line only notes when it
+    arrived (``last``); one timer, set ``idle_s`` after the latest note it has seen, looks again when it
+    fires, and only when nothing came for ``idle_s`` ends the call (it sets *deadline*, the call's
+    ``asyncio.timeout``, to now: ``expired`` tells the TimeoutError apart from the total's).  Rescheduling the
+    timeout at every chunk cost two timer handles and a heap push per SSE line, on the loop, for every
+    stream in flight."""
+
+    __slots__ = ("deadline", "idle_s", "last", "expired", "_handle", "_loop")
+
+    def __init__(self, deadline: asyncio.Timeout, idle_s: float, last: float):
+        self.deadline, self.idle_s, self.last, self.expired = deadline, idle_s, last, False
+        self._loop = asyncio.get_running_loop()
+        self._handle: asyncio.TimerHandle | None = self._loop.call_later(idle_s, self._check)
+
+    def _check(self) -> None:
+        quiet = time.perf_counter() - self.last  # ``last``: time.perf_counter() of the latest line's arrival
+        if self.deadline.expired():  # the total limit came first
+            self._handle = None
+        elif quiet >= self.idle_s:
+            self.expired, self._handle = True, None
+            self.deadline.reschedule(self._loop.time())
+        else:
+            self._handle = self._loop.call_later(self.idle_s - quiet, self._check)
+
+    def stop(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
 
 
 def messages_sha256(messages: list[ChatMessage]) -> str:
@@ -224,11 +304,12 @@ async def stream_chat(
     loop = asyncio.get_running_loop()
     start = loop.time()
     total_deadline = start + timeouts.total_s
-    # which deadline the one timer is set to: the first token's, then the idle gap's or the total's
+    # which deadline the one timer is set to: the first token's, then the total's (the idle gap: IdleWatch)
     armed = "first_token" if timeouts.first_token_s < timeouts.total_s else "total"
     # connect covers the whole connection's establishment, DNS included (sock_connect only the TCP part)
     timeout = aiohttp.ClientTimeout(total=None, connect=timeouts.connect_s, sock_connect=timeouts.connect_s,
                                     sock_read=None)
+    idle: IdleWatch | None = None
     try:
         async with asyncio.timeout_at(start + min(timeouts.first_token_s, timeouts.total_s)) as deadline:
             async with await _post(session, url, body, headers, timeout, conn, t0) as resp:
@@ -239,18 +320,17 @@ async def stream_chat(
                     raw = await resp.read()
                     error = _error(ErrorClass.HTTP_STATUS, _body_error_message(status, raw))
                 else:
-                    async for raw_line in SSELines(resp.content):
-                        now = time.perf_counter()
-                        if st.first_token_s is not None:
-                            idle_at = loop.time() + timeouts.idle_s
-                            armed = "idle" if idle_at < total_deadline else "total"
-                            deadline.reschedule(min(idle_at, total_deadline))
+                    # each line comes with the time its bytes arrived (sse.Arrivals), not the time it is parsed
+                    async for raw_line, now in SSELines(resp.content):
+                        if idle is not None:
+                            idle.last = now
                         line = raw_line.strip()
                         if not line or line.startswith(b":") or not line.startswith(b"data:"):
                             continue
                         data = line[5:].strip()
                         if data == b"[DONE]":
                             st.done = True
+                            t_done = now
                             break
                         try:
                             obj = json.loads(data)
@@ -265,13 +345,17 @@ async def stream_chat(
                         except (ValueError, TypeError, AttributeError, RecursionError) as exc:
                             error = _error(ErrorClass.MALFORMED, f"bad SSE data line: {exc}: {data[:120]!r}")
                             break
-                        if st.first_token_s is not None and armed == "first_token":
-                            armed = "idle"
-                            deadline.reschedule(min(loop.time() + timeouts.idle_s, total_deadline))
+                        if idle is None and st.first_token_s is not None:  # from now on: the idle gap, the total
+                            if armed == "first_token":
+                                armed = "total"
+                                deadline.reschedule(total_deadline)
+                            idle = IdleWatch(deadline, timeouts.idle_s, now)
+                    if idle is not None:
+                        idle.stop()
                     if st.done:  # the call's time ends here; what follows [DONE] is read outside it
-                        t_done = time.perf_counter()
                         deadline.reschedule(None)
-                        await _drain(resp)
+                        if not server_habit(session).closes:  # (one its server closes is not read to its end)
+                            await _drain(resp)
     except asyncio.CancelledError:  # Ctrl-C: record what arrived, then let the cancellation go on (below)
         error = _error(ErrorClass.CANCELLED, "the run was interrupted while the call was in flight")
     except SSELineTooLong as exc:
@@ -279,6 +363,8 @@ async def stream_chat(
     except aiohttp.ServerTimeoutError:  # before TimeoutError, which it subclasses on Python 3.11+
         error = _error(ErrorClass.TIMEOUT_CONNECT, f"connect timed out after {timeouts.connect_s:g} s")
     except TimeoutError:
+        if idle is not None and idle.expired:
+            armed = "idle"
         if armed == "first_token":
             error = _error(ErrorClass.TIMEOUT_FIRST_TOKEN, f"no token within {timeouts.first_token_s:g} s")
         elif armed == "idle":
@@ -301,6 +387,9 @@ async def stream_chat(
     except aiohttp.ClientError as exc:
         error = _error(ErrorClass.CONNECT if status is None and conn.sent_at is None else ErrorClass.STREAM_CUT,
                        f"{type(exc).__name__}: {exc}")
+    finally:
+        if idle is not None:
+            idle.stop()
     t_end = (t_done if t_done is not None else time.perf_counter()) - (t0 + (conn.connect_s or 0.0))
     if error is None and status is not None and status < 400:
         if not st.done and st.finish_reason is None:
