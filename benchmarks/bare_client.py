@@ -29,7 +29,8 @@ async def _ready(session: Any, ctx: Any, params: Any) -> None:
 async def closed_loop(url: str, body_for: Callable[[int], dict], concurrency: int, *, warmup_s: float,
                       duration_s: float, starts: list[float], keep_alive: bool, stage: str, sweep: str) -> list[dict]:
     """A closed loop of *concurrency* clients (client k from ``starts[k]`` s after the start) for warmup_s +
-    duration_s; one dict per call (calls that failed are dropped: the comparison uses successful calls only)."""
+    duration_s; one dict per call (a failed one with its ``error``), and last this process's CPU share over
+    the measured seconds (``{"kind": "cpu", "share": ...}``)."""
     trace = aiohttp.TraceConfig()
     trace.on_connection_create_end.append(_ready)
     connector = aiohttp.TCPConnector(limit=0, force_close=not keep_alive)
@@ -61,16 +62,25 @@ async def closed_loop(url: str, body_for: Callable[[int], dict], concurrency: in
                 ok = False
             end = time.perf_counter()
             ready = ctx.get("ready", p0)
-            if ok and chunk_t:
+            if not (ok and chunk_t):
+                out.append({"kind": "load", "stage": stage, "sweep": sweep, "concurrency": concurrency,
+                            "warmup": t_send < t_warm, "error": "failed"})
+            else:
                 out.append({"kind": "load", "stage": stage, "sweep": sweep, "concurrency": concurrency,
                             "warmup": t_send < t_warm, "error": None, "timings": timings, "t_send": t_send,
                             "connect_s": ready - p0, "ttft_s": chunk_t[0] - ready, "latency_s": end - ready,
                             "chunk_t": [t - ready for t in chunk_t], "scheduled_t": scheduled, "loop_lag_s": 0.0})
             scheduled = t_send + (end - p0)
 
+    async def cpu() -> dict:  # (not part of the client: the benchmark's measure of it)
+        await asyncio.sleep(t_warm - time.time())
+        c0, w0 = time.process_time(), time.time()
+        await asyncio.sleep(t_stop - time.time())
+        return {"kind": "cpu", "share": (time.process_time() - c0) / (time.time() - w0)}
+
     async with aiohttp.ClientSession(connector=connector, trace_configs=[trace]) as session:
-        await asyncio.gather(*(client(s) for s in starts))
-    return out
+        *_, share = await asyncio.gather(*(client(s) for s in starts), cpu())
+    return [*out, share]
 
 
 if __name__ == "__main__":  # URL CONCURRENCY WARMUP_S DURATION_S RAMP_S KEEP_ALIVE(0/1) STAGE SWEEP PROMPT

@@ -111,9 +111,10 @@ def closing_app(cfg):
             return resp
         app.middlewares.append(close_after)
     elif close == "announced":  # Connection: close in the response's headers
-        async def announce(request, resp):
+        async def announce(request, resp):  # (runs after aiohttp chose its headers: the header set here)
             if request.path == chat:
                 resp.force_close()
+                resp.headers["Connection"] = "close"
         app.on_response_prepare.append(announce)
     return app
 
@@ -199,17 +200,20 @@ def truth(url: str, reset: bool = False) -> list[dict]:
 
 
 def compare(records: list[dict], truths: list[dict]) -> dict[str, dict]:
-    """Per stage: the error lists (ms) of every matched call."""
+    """Per stage: the error lists (ms) of every matched call, and the failed calls counted (left out)."""
     by_key = {}
     for t in truths:
         by_key[llama_clocks_ms(t["prefill_s"], t["first_step_s"], t["decode_s"])] = t
     out: dict[str, dict] = {}
     for r in records:
-        if r.get("kind") != "load" or r.get("warmup") or r.get("error") is not None:
+        if r.get("kind") != "load" or r.get("warmup"):
             continue
         st = out.setdefault(r["stage"], {"c": r["concurrency"], "sweep": r["sweep"], "ttft": [], "gap": [],
                                          "stamp": [], "lag": [], "loop": [], "e2e": [], "n": 0, "unmatched": 0,
-                                         "t": []})
+                                         "failed": 0, "t": []})
+        if r.get("error") is not None:
+            st["failed"] += 1
+            continue
         tm = r.get("timings") or {}
         t = by_key.get((tm.get("prompt_ms"), tm.get("predicted_ms")))
         if t is None or len(t["chunk_times"]) != len(r["chunk_t"]):
@@ -311,8 +315,9 @@ def main() -> None:
             tmp = Path(d)
             for k, (v, c, r) in enumerate(order):
                 load1 = os.getloadavg()[0]
+                cpu: dict[str, float] = {}  # the bare client's own CPU share, per sweep
                 if v[0] == "bare":
-                    recs = run_bare(url, c, sweeps, args.warmup, args.duration, ramp, args.server_close == "off")
+                    recs, cpu = run_bare(url, c, sweeps, args.warmup, args.duration, ramp, args.server_close == "off")
                 else:
                     exp = load_experiment(experiment(tmp / f"exp-{k}", url, [c], args.warmup, args.duration, ramp,
                                                      v[2], sweeps))
@@ -320,6 +325,8 @@ def main() -> None:
                         Runner(exp, tmp / f"run-{k}").run()
                     recs = read_ledger(tmp / f"run-{k}").records
                 stats = compare(recs, truth(url, reset=True))  # matched now: the records are not kept
+                for st in stats.values():
+                    st["cpu"] = cpu.get(st["sweep"], math.nan)
                 del recs
                 units.append((v, c, r, stats, load1))
                 gc.collect()  # between units, outside any measurement: each starts with no garbage pending
@@ -337,7 +344,8 @@ def main() -> None:
     for v, _c, _r, stats, load1 in units:
         for st in stats.values():
             st["load"] = load1
-            st["cpu"] = sampler.share(min(st["t"]), max(st["t"])) if v[2] == 1 and st["t"] else math.nan
+            if v[0] == "leverbench":  # this process's share (the workers' CPU is not seen here)
+                st["cpu"] = sampler.share(min(st["t"]), max(st["t"])) if v[2] == 1 and st["t"] else math.nan
             per_unit[v].setdefault((st["sweep"], st["c"]), []).append(st)
     pooled = {v: {f"{k[0]}@{k[1]}": pool(sts) for k, sts in sorted(per_unit[v].items())} for v in variants}
     for v in variants:
@@ -355,11 +363,13 @@ def main() -> None:
 
 
 def run_bare(url: str, c: int, sweeps: tuple[str, ...], warmup_s: float, duration_s: float, ramp_s: float,
-             keep_alive: bool) -> list[dict]:
+             keep_alive: bool) -> tuple[list[dict], dict[str, float]]:
     """The bare client's closed loop at concurrency *c*, once per sweep, each in its own process
-    (``bare_client.py``): the case's prompt and a few distinct words per request, as leverbench's stage sends."""
+    (``bare_client.py``): the case's prompt and a few distinct words per request, as leverbench's stage sends.
+    Its calls, and its process's CPU share over each sweep's measured seconds."""
     prompt = synthetic_text(PROMPT_TOKENS - 1, "client-overhead")
     out: list[dict] = []
+    cpu: dict[str, float] = {}
     for sweep in sweeps:
         ramp = ramp_s if sweep == "staggered" else 0.0
         cmd = [sys.executable, str(Path(__file__).with_name("bare_client.py")), url + "/v1/chat/completions", str(c),
@@ -368,8 +378,13 @@ def run_bare(url: str, c: int, sweeps: tuple[str, ...], warmup_s: float, duratio
         done = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if done.returncode:
             raise SystemExit(f"the bare client failed: {done.stderr[-2000:]}")
-        out += [json.loads(line) for line in done.stdout.splitlines()]
-    return out
+        for line in done.stdout.splitlines():
+            r = json.loads(line)
+            if r["kind"] == "cpu":
+                cpu[sweep] = r["share"]
+            else:
+                out.append(r)
+    return out, cpu
 
 
 def pool(sts: list[dict]) -> dict:
@@ -378,7 +393,7 @@ def pool(sts: list[dict]) -> dict:
     for k, v in sts[0].items():
         if isinstance(v, list):
             out[k] = [x for st in sts for x in st[k]]
-        elif k in ("n", "unmatched"):
+        elif k in ("n", "unmatched", "failed"):
             out[k] = sum(st[k] for st in sts)
     out["cpu"] = [st["cpu"] for st in sts]
     out["spans"] = [(min(st["t"]), max(st["t"])) for st in sts if st["t"]]
@@ -393,14 +408,21 @@ def spread(sts: list[dict], key: str, p: float) -> str:
     return f"{pct(xs, 50):.1f} [{xs[0]:.1f}–{xs[-1]:.1f}]"
 
 
+def cpu_per_call(st: dict) -> float:
+    """The client process's CPU ms per measured call over one unit (its share × the calls' span / calls)."""
+    if not st["t"] or not st["n"] or math.isnan(st["cpu"]):
+        return math.nan
+    return st["cpu"] * (max(st["t"]) - min(st["t"])) / st["n"] * 1000
+
+
 def print_bare_comparison(lev: dict[tuple[str, int], list[dict]], bare: dict[tuple[str, int], list[dict]],
                           name: str) -> None:
     """Per sweep and level, leverbench's TTFT and gap errors beside the bare client's (ms): each the median over
-    repetitions [their range], and the p99 of every repetition's calls pooled."""
+    repetitions [their range], and the p99 of every repetition's calls pooled; each client's CPU per call."""
     print(f"\n=== {name} vs the bare aiohttp client, same run, same server (ms; per repetition: median "
           f"[min–max]; pooled: every repetition's calls) ===")
-    hdr = (f"{'sweep':>9} {'conc':>5} {'client':>10} {'reps':>4} {'calls':>6} | {'TTFT err p50':>20} "
-           f"{'p99':>20} {'pooled p99':>10} | {'gap err p99':>20} | {'load 1m':>12}")
+    hdr = (f"{'sweep':>9} {'conc':>5} {'client':>10} {'reps':>4} {'calls':>6} {'failed':>6} | {'TTFT err p50':>20} "
+           f"{'p99':>20} {'pooled p99':>10} | {'gap err p99':>20} | {'CPU ms/call':>11} | {'load 1m':>12}")
     print(hdr)
     print("-" * len(hdr))
     for key in sorted(set(lev) | set(bare), key=lambda k: (SWEEPS.index(k[0]), k[1])):
@@ -408,15 +430,18 @@ def print_bare_comparison(lev: dict[tuple[str, int], list[dict]], bare: dict[tup
             if not sts:
                 continue
             loads = sorted(st["load"] for st in sts)
-            print(f"{key[0]:>9} {key[1]:>5} {who:>10} {len(sts):>4} {sum(st['n'] for st in sts):>6} | "
-                  f"{spread(sts, 'ttft', 50):>20} {spread(sts, 'ttft', 99):>20} "
+            cpu = pct([x for x in map(cpu_per_call, sts) if not math.isnan(x)], 50)
+            print(f"{key[0]:>9} {key[1]:>5} {who:>10} {len(sts):>4} {sum(st['n'] for st in sts):>6} "
+                  f"{sum(st['failed'] for st in sts):>6} | {spread(sts, 'ttft', 50):>20} {spread(sts, 'ttft', 99):>20} "
                   f"{pct([x for st in sts for x in st['ttft']], 99):>10.1f} | {spread(sts, 'gap', 99):>20} | "
-                  f"{loads[0]:>5.2f}–{loads[-1]:<5.2f}")
+                  f"{cpu:>11.2f} | {loads[0]:>5.2f}–{loads[-1]:<5.2f}")
         if lev.get(key) and bare.get(key):
             a = pct([x for st in lev[key] for x in st["ttft"]], 99)
             b = pct([x for st in bare[key] for x in st["ttft"]], 99)
-            print(f"{'':>9} {'':>5} {'=> pooled TTFT err p99 leverbench / bare':>55}: {a / b:.2f}x "
-                  f"({'below' if a < b else 'NOT below'} the bare client's)")
+            wins = sum(pct(x["ttft"], 99) < pct(y["ttft"], 99) for x, y in zip(lev[key], bare[key]))
+            print(f"{'':>9} {'':>5} => pooled TTFT err p99 leverbench / bare: {a / b:.2f}x "
+                  f"({'below' if a < b else 'NOT below'} the bare client's); leverbench's p99 below the bare "
+                  f"client's in {wins} of {min(len(lev[key]), len(bare[key]))} repetitions (paired in ABBA order)")
 
 
 @contextlib.contextmanager
@@ -527,7 +552,8 @@ def print_tables(stats: dict[str, dict], thr: float, sweeps: tuple[str, ...] = S
                   f"{pct(st['stamp'], 50):>13.2f} {pct(st['stamp'], 99):>7.2f} | {pct(st['lag'], 99):>12.2f} "
                   f"{max(st['loop'] or [math.nan]):>14.2f} "
                   + (f"{cpu:>9.0%}" if not math.isnan(cpu) else f"{'-':>9}")
-                  + (f"  ({st['unmatched']} unmatched)" if st["unmatched"] else ""))
+                  + (f"  ({st['unmatched']} unmatched)" if st["unmatched"] else "")
+                  + (f"  ({st['failed']} FAILED, left out)" if st["failed"] else ""))
         for what, keys in (("TTFT error", ("ttft",)), ("gap error", ("gap",)), ("TTFT and gap error", ("ttft", "gap"))):
             best = None
             for st in sorted(rows, key=lambda x: x["c"]):
