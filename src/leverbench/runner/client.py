@@ -160,11 +160,15 @@ async def _post(session: aiohttp.ClientSession, url: str, body: ChatBody, header
         try:
             resp = await session.post(url, json=body, headers=headers, timeout=timeout, trace_request_ctx=conn)
         except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError):
-            # stale: the failure came at once (a server that took the request and worked on it before closing
-            # did answer it, in its way: that is not sent again)
-            if not conn.reused or (conn.sent_at is not None and time.perf_counter() - conn.sent_at > STALE_MAX_S):
+            if not conn.reused:
                 raise
+            # a reused connection dead without a response: the habit learns of it even when the failure is seen
+            # late (a loop so busy that it read the close after STALE_MAX_S); the call goes out again only when
+            # it came at once (a server that took the request and worked on it before closing did answer it,
+            # in its way: that is not sent again)
             habit.stale(session)
+            if conn.sent_at is not None and time.perf_counter() - conn.sent_at > STALE_MAX_S:
+                raise
             conn.reused, conn.stale, conn.start, conn.sent_at = False, True, t0, None
             continue
         if conn.reused:

@@ -184,15 +184,21 @@ class StreamState:
         if obj.get("timings"):
             self.timings = checked_timings(obj["timings"])
         choices = obj.get("choices") or []
-        if not isinstance(choices, list) or not all(isinstance(ch, dict) for ch in choices):
+        if not isinstance(choices, list) or not _all_objects(choices):
             raise ValueError("choices is not a list of objects")
         got_any = False
         for ch in choices:
             delta = ch.get("delta") or ch.get("message") or {}
             if not isinstance(delta, dict):
                 raise ValueError(f"delta is not an object: {delta!r:.80}")
-            text = as_text(delta.get("content"), "content")
-            reasoning = as_text(delta.get("reasoning_content") or delta.get("reasoning"), "reasoning")
+            text = delta.get("content")  # (as_text's common cases inline: this runs for every chunk of every stream)
+            if text.__class__ is not str:
+                text = as_text(text, "content")
+            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+            if reasoning is None:
+                reasoning = ""
+            elif reasoning.__class__ is not str:
+                reasoning = as_text(reasoning, "reasoning")
             if reasoning:
                 self.reasoning_chars += len(reasoning)
                 self.reasoning_chunks += 1
@@ -208,8 +214,8 @@ class StreamState:
                     self.answer_chunks += 1
                     if self.first_answer_s is None:
                         self.first_answer_s = now - self.t0
-            calls = delta.get("tool_calls") or []
-            if not isinstance(calls, list) or not all(isinstance(tc, dict) for tc in calls):
+            calls = delta.get("tool_calls") or ()
+            if calls and (not isinstance(calls, list) or not _all_objects(calls)):
                 raise ValueError("tool_calls is not a list of objects")
             for tc in calls:
                 idx = tc.get("index", len(self.tool_calls))
@@ -248,6 +254,13 @@ class StreamState:
         end = head.find("</think>")
         self._answer_started = end >= 0 and bool(head[end + 8:].strip())
         return self._answer_started
+
+
+def _all_objects(items: list) -> bool:
+    for x in items:
+        if not isinstance(x, dict):
+            return False
+    return True
 
 
 def split_think(content: str) -> tuple[str, str]:
