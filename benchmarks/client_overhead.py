@@ -210,9 +210,11 @@ def compare(records: list[dict], truths: list[dict]) -> dict[str, dict]:
             continue
         st = out.setdefault(r["stage"], {"c": r["concurrency"], "sweep": r["sweep"], "ttft": [], "gap": [],
                                          "stamp": [], "lag": [], "loop": [], "e2e": [], "n": 0, "unmatched": 0,
-                                         "failed": 0, "t": []})
+                                         "failed": 0, "errors": [], "t": [], "out": [], "back": []})
         if r.get("error") is not None:
             st["failed"] += 1
+            err = r["error"]
+            st["errors"].append(f"{err['class']}: {err['message'][:90]}" if isinstance(err, dict) else str(err))
             continue
         tm = r.get("timings") or {}
         t = by_key.get((tm.get("prompt_ms"), tm.get("predicted_ms")))
@@ -224,6 +226,9 @@ def compare(records: list[dict], truths: list[dict]) -> dict[str, dict]:
         st["t"].append(ready + r["latency_s"])
         st["t"].append(r["scheduled_t"])
         st["ttft"].append((r["ttft_s"] - (t["first_token"] - t["arrival"])) * 1000)
+        # its two parts: the request's way to the server's handler, and the first token's way back to the stamp
+        st["out"].append((t["arrival"] - ready) * 1000)
+        st["back"].append((ready + r["ttft_s"] - t["first_token"]) * 1000)
         ct, tt = r["chunk_t"], t["chunk_times"]
         for i in range(1, len(ct)):
             st["gap"].append(abs((ct[i] - ct[i - 1]) - (tt[i] - tt[i - 1])) * 1000)
@@ -408,6 +413,19 @@ def spread(sts: list[dict], key: str, p: float) -> str:
     return f"{pct(xs, 50):.1f} [{xs[0]:.1f}–{xs[-1]:.1f}]"
 
 
+def errors(st: dict) -> str:
+    """The failed calls' errors, the most frequent first, with their counts."""
+    counts: dict[str, int] = {}
+    for e in st["errors"]:
+        counts[e] = counts.get(e, 0) + 1
+    return "; ".join(f"{n} × {e}" for e, n in sorted(counts.items(), key=lambda x: -x[1])[:3])
+
+
+def pooled(sts: list[dict], key: str, p: float = 99) -> float:
+    """The p-th percentile of every repetition's values of *key* together."""
+    return pct([x for st in sts for x in st[key]], p)
+
+
 def cpu_per_call(st: dict) -> float:
     """The client process's CPU ms per measured call over one unit (its share × the calls' span / calls)."""
     if not st["t"] or not st["n"] or math.isnan(st["cpu"]):
@@ -418,11 +436,15 @@ def cpu_per_call(st: dict) -> float:
 def print_bare_comparison(lev: dict[tuple[str, int], list[dict]], bare: dict[tuple[str, int], list[dict]],
                           name: str) -> None:
     """Per sweep and level, leverbench's TTFT and gap errors beside the bare client's (ms): each the median over
-    repetitions [their range], and the p99 of every repetition's calls pooled; each client's CPU per call."""
+    repetitions [their range], and the p99 of every repetition's calls pooled, with the TTFT error's two parts
+    (pooled p99): out, from the connection ready to the server's handler (the request's way there: the
+    client sending it, the server's loop taking it), back, from the server's first-token write to the
+    client's stamp of it; each client's CPU per call."""
     print(f"\n=== {name} vs the bare aiohttp client, same run, same server (ms; per repetition: median "
           f"[min–max]; pooled: every repetition's calls) ===")
     hdr = (f"{'sweep':>9} {'conc':>5} {'client':>10} {'reps':>4} {'calls':>6} {'failed':>6} | {'TTFT err p50':>20} "
-           f"{'p99':>20} {'pooled p99':>10} | {'gap err p99':>20} | {'CPU ms/call':>11} | {'load 1m':>12}")
+           f"{'p99':>20} {'pooled p99':>10} {'out p99':>7} {'back p99':>8} | {'gap err p99':>20} | "
+           f"{'CPU ms/call':>11} | {'load 1m':>12}")
     print(hdr)
     print("-" * len(hdr))
     for key in sorted(set(lev) | set(bare), key=lambda k: (SWEEPS.index(k[0]), k[1])):
@@ -433,7 +455,8 @@ def print_bare_comparison(lev: dict[tuple[str, int], list[dict]], bare: dict[tup
             cpu = pct([x for x in map(cpu_per_call, sts) if not math.isnan(x)], 50)
             print(f"{key[0]:>9} {key[1]:>5} {who:>10} {len(sts):>4} {sum(st['n'] for st in sts):>6} "
                   f"{sum(st['failed'] for st in sts):>6} | {spread(sts, 'ttft', 50):>20} {spread(sts, 'ttft', 99):>20} "
-                  f"{pct([x for st in sts for x in st['ttft']], 99):>10.1f} | {spread(sts, 'gap', 99):>20} | "
+                  f"{pooled(sts, 'ttft'):>10.1f} {pooled(sts, 'out'):>7.1f} {pooled(sts, 'back'):>8.1f}"
+                  f" | {spread(sts, 'gap', 99):>20} | "
                   f"{cpu:>11.2f} | {loads[0]:>5.2f}–{loads[-1]:<5.2f}")
         if lev.get(key) and bare.get(key):
             a = pct([x for st in lev[key] for x in st["ttft"]], 99)
@@ -553,7 +576,7 @@ def print_tables(stats: dict[str, dict], thr: float, sweeps: tuple[str, ...] = S
                   f"{max(st['loop'] or [math.nan]):>14.2f} "
                   + (f"{cpu:>9.0%}" if not math.isnan(cpu) else f"{'-':>9}")
                   + (f"  ({st['unmatched']} unmatched)" if st["unmatched"] else "")
-                  + (f"  ({st['failed']} FAILED, left out)" if st["failed"] else ""))
+                  + (f"  ({st['failed']} FAILED, left out: {errors(st)})" if st["failed"] else ""))
         for what, keys in (("TTFT error", ("ttft",)), ("gap error", ("gap",)), ("TTFT and gap error", ("ttft", "gap"))):
             best = None
             for st in sorted(rows, key=lambda x: x["c"]):
