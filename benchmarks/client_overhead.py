@@ -254,7 +254,11 @@ class CpuSampler(threading.Thread):
 
     def share(self, a: float, b: float) -> float:
         """Process CPU seconds per wall second between a and b (1.0 = one core busy)."""
-        inside = [s for s in self.samples if a <= s[0] <= b]
+        return self.share_of(self.samples, a, b)
+
+    @staticmethod
+    def share_of(samples: list[tuple[float, float]], a: float, b: float) -> float:
+        inside = [s for s in samples if a <= s[0] <= b]
         if len(inside) < 2:
             return math.nan
         return (inside[-1][1] - inside[0][1]) / (inside[-1][0] - inside[0][0])
@@ -267,6 +271,8 @@ def variant_name(v: Variant) -> str:
     client, mode, w = v
     if client == "bare":
         return "bare aiohttp client"
+    if client.startswith("src:"):
+        return f"leverbench from {client[4:]} (its own process), fsync {mode}"
     return f"leverbench, fsync {mode}, {w} client process{'es' if w > 1 else ''}"
 
 
@@ -289,6 +295,10 @@ def main() -> None:
                     help="the ledger's fsync per record: on, patched out, or both (compared side by side)")
     ap.add_argument("--repeats", "--rounds", type=int, default=1, help="repetitions of each level per client "
                     "variant, in ABBA order (A, B, B, A, ...: drift of a shared machine falls on both alike)")
+    ap.add_argument("--src", action="append", default=[], metavar="DIR",
+                    help="instead of this process's leverbench, the one of this source tree (a src/ directory), run in "
+                         "its own process (as `leverbench run` has it); repeatable, each a variant: --src OLD/src "
+                         "--src src compares another commit's client with this one's in one run, ABBA")
     ap.add_argument("--workers", default="1", help="client processes per stage (Ray actors), comma-separated: "
                     "each value a variant, compared side by side")
     args = ap.parse_args()
@@ -301,6 +311,10 @@ def main() -> None:
     if max(workers) > 1 and modes != ["on"]:
         raise SystemExit("--fsync off/both patches this process's writer only, not the workers': use --fsync on")
     variants: list[Variant] = [("leverbench", m, w) for m in modes for w in workers]
+    if args.src:
+        if variants != [("leverbench", "on", 1)]:
+            raise SystemExit("--src runs leverbench with fsync on and one client process: no --fsync, --workers")
+        variants = [(f"src:{Path(d).resolve()}", "on", 1) for d in args.src]
     if args.bare:
         variants.append(("bare", "-", 1))
     # per level, each repetition runs every variant, in reverse order every other time (ABBA)
@@ -323,6 +337,10 @@ def main() -> None:
                 cpu: dict[str, float] = {}  # the bare client's own CPU share, per sweep
                 if v[0] == "bare":
                     recs, cpu = run_bare(url, c, sweeps, args.warmup, args.duration, ramp, args.server_close == "off")
+                elif v[0].startswith("src:"):
+                    exp_path = experiment(tmp / f"exp-{k}", url, [c], args.warmup, args.duration, ramp, 1, sweeps)
+                    samples = run_elsewhere(v[0][4:], exp_path, tmp / f"run-{k}")
+                    recs = read_ledger(tmp / f"run-{k}").records
                 else:
                     exp = load_experiment(experiment(tmp / f"exp-{k}", url, [c], args.warmup, args.duration, ramp,
                                                      v[2], sweeps))
@@ -332,6 +350,8 @@ def main() -> None:
                 stats = compare(recs, truth(url, reset=True))  # matched now: the records are not kept
                 for st in stats.values():
                     st["cpu"] = cpu.get(st["sweep"], math.nan)
+                    if v[0].startswith("src:") and st["t"]:  # that process's own share over its calls' span
+                        st["cpu"] = CpuSampler.share_of(samples, min(st["t"]), max(st["t"]))
                 del recs
                 units.append((v, c, r, stats, load1))
                 gc.collect()  # between units, outside any measurement: each starts with no garbage pending
@@ -361,10 +381,42 @@ def main() -> None:
     if len(workers) > 1:
         print_workers_comparison({w: pooled[("leverbench", modes[0], w)] for w in workers}, args.threshold_ms)
     if args.bare:
-        print_bare_comparison(per_unit[variants[0]], per_unit[("bare", "-", 1)], variant_name(variants[0]))
+        print_bare_comparison([(variant_name(v), per_unit[v]) for v in variants if v[0] != "bare"],
+                              per_unit[("bare", "-", 1)])
     cpu = time.process_time() - cpu0
     print(f"\nwall clock {time.time() - t_start:.0f} s; client process CPU {cpu:.1f} s; load average (1, 5, 15 min) "
           f"{' '.join(f'{x:.2f}' for x in load0)} at the start, {' '.join(f'{x:.2f}' for x in os.getloadavg())} now")
+
+
+ELSEWHERE = """
+import json, sys, threading, time
+from pathlib import Path
+src, exp, out, samples = sys.argv[1:5]
+sys.path.insert(0, src)
+from leverbench.config import load
+from leverbench.runner.run import Runner
+rows, halt = [], threading.Event()
+def sample():
+    while not halt.is_set():
+        rows.append((time.time(), time.process_time()))
+        halt.wait(0.25)
+threading.Thread(target=sample, daemon=True).start()
+Runner(load(exp), Path(out)).run()
+halt.set()
+Path(samples).write_text(json.dumps(rows))
+"""
+
+
+def run_elsewhere(src: str, exp: Path, out: Path) -> list[tuple[float, float]]:
+    """The experiment run by the leverbench of the source tree *src* in its own process (the Runner, as
+    ``leverbench run`` has it, without the reports); that process's (wall, CPU) samples every 0.25 s."""
+    samples = out.with_suffix(".cpu.json")
+    env = {**os.environ, "PYTHONPATH": src}
+    done = subprocess.run([sys.executable, "-c", ELSEWHERE, src, str(exp), str(out), str(samples)], env=env,
+                          capture_output=True, text=True, check=False)
+    if done.returncode:
+        raise SystemExit(f"leverbench from {src} failed: {done.stderr[-2000:]}")
+    return [tuple(x) for x in json.loads(samples.read_text())]
 
 
 def run_bare(url: str, c: int, sweeps: tuple[str, ...], warmup_s: float, duration_s: float, ramp_s: float,
@@ -433,38 +485,42 @@ def cpu_per_call(st: dict) -> float:
     return st["cpu"] * (max(st["t"]) - min(st["t"])) / st["n"] * 1000
 
 
-def print_bare_comparison(lev: dict[tuple[str, int], list[dict]], bare: dict[tuple[str, int], list[dict]],
-                          name: str) -> None:
-    """Per sweep and level, leverbench's TTFT and gap errors beside the bare client's (ms): each the median over
-    repetitions [their range], and the p99 of every repetition's calls pooled, with the TTFT error's two parts
-    (pooled p99): out, from the connection ready to the server's handler (the request's way there: the
-    client sending it, the server's loop taking it), back, from the server's first-token write to the
-    client's stamp of it; each client's CPU per call."""
-    print(f"\n=== {name} vs the bare aiohttp client, same run, same server (ms; per repetition: median "
-          f"[min–max]; pooled: every repetition's calls) ===")
-    hdr = (f"{'sweep':>9} {'conc':>5} {'client':>10} {'reps':>4} {'calls':>6} {'failed':>6} | {'TTFT err p50':>20} "
+def print_bare_comparison(clients: list[tuple[str, dict[tuple[str, int], list[dict]]]],
+                          bare: dict[tuple[str, int], list[dict]]) -> None:
+    """Per sweep and level, each leverbench variant's TTFT and gap errors beside the bare client's (ms): each the
+    median over repetitions [their range], and the p99 of every repetition's calls pooled, with the TTFT
+    error's two parts (pooled p99): out, from the connection ready to the server's handler (the request's way
+    there: the client sending it, the server's loop taking it), back, from the server's first-token write to
+    the client's stamp of it; each client's CPU per call."""
+    print("\n=== leverbench vs the bare aiohttp client, same run, same server (ms; per repetition: median "
+          "[min–max]; pooled: every repetition's calls) ===")
+    for i, (name, _) in enumerate(clients):
+        print(f"  L{i}: {name}")
+    hdr = (f"{'sweep':>9} {'conc':>5} {'client':>6} {'reps':>4} {'calls':>6} {'failed':>6} | {'TTFT err p50':>20} "
            f"{'p99':>20} {'pooled p99':>10} {'out p99':>7} {'back p99':>8} | {'gap err p99':>20} | "
            f"{'CPU ms/call':>11} | {'load 1m':>12}")
     print(hdr)
     print("-" * len(hdr))
-    for key in sorted(set(lev) | set(bare), key=lambda k: (SWEEPS.index(k[0]), k[1])):
-        for who, sts in (("leverbench", lev.get(key)), ("bare", bare.get(key))):
+    rows = [(f"L{i}", per) for i, (_, per) in enumerate(clients)] + [("bare", bare)]
+    keys = set(bare).union(*(per for _, per in clients))
+    for key in sorted(keys, key=lambda k: (SWEEPS.index(k[0]), k[1])):
+        for who, per in rows:
+            sts = per.get(key)
             if not sts:
                 continue
             loads = sorted(st["load"] for st in sts)
             cpu = pct([x for x in map(cpu_per_call, sts) if not math.isnan(x)], 50)
-            print(f"{key[0]:>9} {key[1]:>5} {who:>10} {len(sts):>4} {sum(st['n'] for st in sts):>6} "
+            print(f"{key[0]:>9} {key[1]:>5} {who:>6} {len(sts):>4} {sum(st['n'] for st in sts):>6} "
                   f"{sum(st['failed'] for st in sts):>6} | {spread(sts, 'ttft', 50):>20} {spread(sts, 'ttft', 99):>20} "
                   f"{pooled(sts, 'ttft'):>10.1f} {pooled(sts, 'out'):>7.1f} {pooled(sts, 'back'):>8.1f}"
-                  f" | {spread(sts, 'gap', 99):>20} | "
-                  f"{cpu:>11.2f} | {loads[0]:>5.2f}–{loads[-1]:<5.2f}")
-        if lev.get(key) and bare.get(key):
-            a = pct([x for st in lev[key] for x in st["ttft"]], 99)
-            b = pct([x for st in bare[key] for x in st["ttft"]], 99)
-            wins = sum(pct(x["ttft"], 99) < pct(y["ttft"], 99) for x, y in zip(lev[key], bare[key]))
-            print(f"{'':>9} {'':>5} => pooled TTFT err p99 leverbench / bare: {a / b:.2f}x "
-                  f"({'below' if a < b else 'NOT below'} the bare client's); leverbench's p99 below the bare "
-                  f"client's in {wins} of {min(len(lev[key]), len(bare[key]))} repetitions (paired in ABBA order)")
+                  f" | {spread(sts, 'gap', 99):>20} | {cpu:>11.2f} | {loads[0]:>5.2f}–{loads[-1]:<5.2f}")
+        for who, per in rows[:-1]:
+            if per.get(key) and bare.get(key):
+                a, b = pooled(per[key], "ttft"), pooled(bare[key], "ttft")
+                wins = sum(pct(x["ttft"], 99) < pct(y["ttft"], 99) for x, y in zip(per[key], bare[key]))
+                print(f"{'':>16} => {who}: pooled TTFT err p99 / bare's: {a / b:.2f}x "
+                      f"({'below' if a < b else 'NOT below'}); its p99 below the bare client's in {wins} of "
+                      f"{min(len(per[key]), len(bare[key]))} repetitions (paired in ABBA order)")
 
 
 @contextlib.contextmanager
