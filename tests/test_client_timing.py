@@ -152,3 +152,37 @@ def test_the_pool_allows_the_concurrency_asked_for(keep_alive):
             return session.connector.limit, session.connector.limit_per_host
 
     assert asyncio.run(limits()) == (0, 0)  # 0: no limit
+
+
+
+class _DeadThenLive:
+    """A session whose first post meets a reused connection that died *late* (0.3 s after the request went out,
+    by the loop's clock: a loop too busy to read the close sooner) with *exc*; the next post answers."""
+
+    def __init__(self, exc: Exception):
+        self.exc, self.posts = exc, 0
+
+    async def post(self, url, *, json, headers, timeout, trace_request_ctx):
+        self.posts += 1
+        if self.posts == 1:
+            trace_request_ctx.reused, trace_request_ctx.sent_at = True, time.perf_counter() - 0.3
+            raise self.exc
+        return "answered"
+
+
+def test_a_request_that_could_not_be_written_goes_out_again_however_late():
+    """aiohttp could not write the body (the connection was closed before the request was out): the server
+    never had it, so it goes out again, though the failure was seen after STALE_MAX_S (it was a failed call,
+    stream_cut, on a loop busy with 256 streams); a late disconnect after the request went out is the call's."""
+    from leverbench.runner.client import ConnectTiming, _post
+
+    def post(exc: Exception) -> tuple[object, ConnectTiming]:
+        conn = ConnectTiming()
+        got = asyncio.run(_post(_DeadThenLive(exc), "http://x/v1/chat/completions", BODY, None,
+                                aiohttp.ClientTimeout(), conn, time.perf_counter()))
+        return got, conn
+
+    got, conn = post(aiohttp.ClientOSError(None, "Can not write request body for http://x/v1/chat/completions"))
+    assert got == "answered" and conn.stale
+    with pytest.raises(aiohttp.ServerDisconnectedError):
+        post(aiohttp.ServerDisconnectedError())

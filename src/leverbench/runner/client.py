@@ -159,21 +159,29 @@ async def _post(session: aiohttp.ClientSession, url: str, body: ChatBody, header
     while True:
         try:
             resp = await session.post(url, json=body, headers=headers, timeout=timeout, trace_request_ctx=conn)
-        except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError):
+        except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError) as exc:
             if not conn.reused:
                 raise
             # a reused connection dead without a response: the habit learns of it even when the failure is seen
-            # late (a loop so busy that it read the close after STALE_MAX_S); the call goes out again only when
-            # it came at once (a server that took the request and worked on it before closing did answer it,
-            # in its way: that is not sent again)
+            # late (a loop so busy that it read the close after STALE_MAX_S).  The call goes out again when the
+            # request could not even be written (the connection was closed before it was out), or when the
+            # failure came at once; not otherwise (a server that took the request and worked on it before
+            # closing did answer it, in its way: that is not sent again)
             habit.stale(session)
-            if conn.sent_at is not None and time.perf_counter() - conn.sent_at > STALE_MAX_S:
+            late = conn.sent_at is not None and time.perf_counter() - conn.sent_at > STALE_MAX_S
+            if late and not _unwritten(exc):
                 raise
             conn.reused, conn.stale, conn.start, conn.sent_at = False, True, t0, None
             continue
         if conn.reused:
             habit.reused()
         return resp
+
+
+def _unwritten(exc: BaseException) -> bool:
+    """The request could not be written: aiohttp found its connection closed as it wrote the body (a server
+    cannot have worked on a request it never got whole)."""
+    return isinstance(exc, aiohttp.ClientOSError) and "Can not write request body" in str(exc)
 
 
 async def _drain(resp: aiohttp.ClientResponse) -> None:
