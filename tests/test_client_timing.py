@@ -14,7 +14,8 @@ import aiohttp
 import pytest
 
 from leverbench.engines.simulator import SimConfig, SimulatorThread
-from leverbench.runner.client import STALE_IN_A_ROW, Timeouts, client_session, server_habit, stream_chat
+from leverbench.runner.client import Timeouts, client_session, stream_chat
+from leverbench.runner.connections import STALE_IN_A_ROW, server_habit
 from leverbench.runner.load import heap_frozen
 from leverbench.runner.sse import SSELines
 
@@ -174,15 +175,58 @@ def test_a_request_that_could_not_be_written_goes_out_again_however_late():
     """aiohttp could not write the body (the connection was closed before the request was out): the server
     never had it, so it goes out again, though the failure was seen after STALE_MAX_S (it was a failed call,
     stream_cut, on a loop busy with 256 streams); a late disconnect after the request went out is the call's."""
-    from leverbench.runner.client import ConnectTiming, _post
+    from leverbench.runner.connections import ConnectTiming, post
 
-    def post(exc: Exception) -> tuple[object, ConnectTiming]:
+    def first_dead(exc: Exception) -> tuple[object, ConnectTiming]:
         conn = ConnectTiming()
-        got = asyncio.run(_post(_DeadThenLive(exc), "http://x/v1/chat/completions", BODY, None,
+        got = asyncio.run(post(_DeadThenLive(exc), "http://x/v1/chat/completions", BODY, None,
                                 aiohttp.ClientTimeout(), conn, time.perf_counter()))
         return got, conn
 
-    got, conn = post(aiohttp.ClientOSError(None, "Can not write request body for http://x/v1/chat/completions"))
+    got, conn = first_dead(aiohttp.ClientOSError(None, "Can not write request body for http://x/v1/chat/completions"))
     assert got == "answered" and conn.stale
     with pytest.raises(aiohttp.ServerDisconnectedError):
-        post(aiohttp.ServerDisconnectedError())
+        first_dead(aiohttp.ServerDisconnectedError())
+
+
+async def _closes_after_answering(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """llama.cpp's way: a streamed answer that says keep-alive, then the connection closed at once."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                  if line.lower().startswith(b"content-length"))
+    await reader.readexactly(length)
+    body = (b'data: {"choices": [{"delta": {"content": "hi"}, "finish_reason": "stop"}], '
+            b'"usage": {"prompt_tokens": 3, "completion_tokens": 1}}\n\ndata: [DONE]\n\n')
+    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
+                 b"Keep-Alive: timeout=5, max=100\r\n\r\n" + b"%x\r\n" % len(body) + body + b"\r\n0\r\n\r\n")
+    await writer.drain()
+    writer.close()
+
+
+def test_a_server_that_closes_right_after_its_answer_is_learnt_from_the_first():
+    """The first stream's end looks whether the server closed its connection: the calls after it go out on a
+    new connection at once, none on a dead one (with many streams ending together, each would have met
+    one, and a loop too busy to see it in time failed the call)."""
+    async def calls() -> tuple[list, bool]:
+        server = await asyncio.start_server(_closes_after_answering, "127.0.0.1", 0)
+        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1/chat/completions"
+        async with server, client_session() as session:
+            recs = [(await stream_chat(session, url, BODY)).record for _ in range(4)]
+            return recs, server_habit(session).closes
+
+    recs, closes = asyncio.run(calls())
+    assert closes and [r.error for r in recs] == [None] * 4
+    assert not any(r.stale_connection for r in recs) and all(r.connect_s > 0 for r in recs)
+
+
+def test_a_server_that_keeps_its_connections_keeps_them():
+    async def calls() -> tuple[list, bool]:
+        async with client_session() as session:
+            recs = [(await stream_chat(session, url, BODY)).record for _ in range(3)]
+            return recs, server_habit(session).keeps
+
+    with SimulatorThread(SimConfig(prefill_tps=100_000.0, decode_tps=1000.0, output_tokens=4)) as sim:
+        url = sim.base_url + "/v1/chat/completions"
+        recs, keeps = asyncio.run(calls())
+    assert keeps and [r.error for r in recs] == [None] * 3
+    assert [r.connect_s == 0.0 for r in recs] == [False, True, True]  # one connection, reused

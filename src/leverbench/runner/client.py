@@ -16,8 +16,7 @@ import asyncio
 import hashlib
 import json
 import time
-import weakref
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import aiohttp
 
@@ -25,174 +24,9 @@ from ..config import TimeoutsSpec as Timeouts  # a call's time limits, defined o
 from ..ledger.records import CallError, CallRecord, ErrorClass
 from ..redact import redact_text
 from ..workload.chat import ChatBody, ChatMessage
+from .connections import ConnectTiming, after_stream, post, protocol_of
+from .connections import client_session as client_session  # (the runner's and the tests' import of it)
 from .sse import SSELines, SSELineTooLong, StreamState, Usage, split_think
-from .strict_json import dumps as strict_dumps
-
-IDLE_CLOSE_S = 2.0  # a kept-alive connection idle this long is closed by us, before a server would (llama.cpp: ~5 s)
-STALE_MAX_S = 0.25  # a reused connection that fails this soon after the request went out was stale (sent again)
-STALE_IN_A_ROW = 3  # stale connections in a row after which a session stops pooling (see ServerHabit)
-DRAIN_S = 0.05  # how long a stream's end after [DONE] is waited for (outside the call's time), to reuse its connection
-
-
-class ConnectTiming:
-    """What the session's trace hooks saw of one request's connection (pass as ``trace_request_ctx``)."""
-
-    __slots__ = ("start", "end", "reused", "stale", "sent_at")
-
-    def __init__(self) -> None:
-        self.start: float | None = None
-        self.end: float | None = None
-        self.reused = False
-        self.stale = False  # a reused connection turned out closed by the server; the call went out on a new one
-        self.sent_at: float | None = None  # when the request's headers went out (time.perf_counter)
-
-    @property
-    def connect_s(self) -> float | None:
-        """Seconds spent opening a new connection (DNS, TCP, TLS): create_end − create_start
-        (``time.perf_counter``; after a stale connection, create_start is the call's start, so the
-        failed try counts here too); 0.0 on a reused one; None when no connection was made or the
-        session has no :func:`client_session` hooks (nothing measured)."""
-        if self.reused:
-            return 0.0
-        if self.start is not None and self.end is not None:
-            return self.end - self.start
-        return None
-
-
-def _timing(ctx: Any) -> ConnectTiming | None:
-    t = getattr(ctx, "trace_request_ctx", None)
-    return t if isinstance(t, ConnectTiming) else None
-
-
-async def _on_create_start(session: Any, ctx: Any, params: Any) -> None:
-    if (t := _timing(ctx)) is not None and not t.stale:  # after a stale connection: from the call's start
-        t.start = time.perf_counter()
-
-
-async def _on_create_end(session: Any, ctx: Any, params: Any) -> None:
-    if (t := _timing(ctx)) is not None:
-        t.end = time.perf_counter()
-
-
-async def _on_headers_sent(session: Any, ctx: Any, params: Any) -> None:
-    if (t := _timing(ctx)) is not None:
-        t.sent_at = time.perf_counter()
-
-
-async def _on_reuse(session: Any, ctx: Any, params: Any) -> None:
-    if (t := _timing(ctx)) is not None:
-        t.reused = True
-
-
-def client_session(*, keep_alive: bool = True, **connector_kw: Any) -> aiohttp.ClientSession:
-    """The HTTP session leverbench calls an endpoint with: its connect time measured apart.
-
-    ``keep_alive`` (the runner's default, for turns and load stages alike): connections are reused,
-    and one idle for ``IDLE_CLOSE_S`` is closed by us first, so that a server's own idle close
-    (uvicorn, llama.cpp: after ~5 s) never hands us a stale connection; one a server closed right
-    after its response, unannounced, is met by :func:`_post`.  ``keep_alive=False``: a new
-    connection per call.  Either way the trace hooks fill the :class:`ConnectTiming` that
-    :func:`stream_chat` passes with each request.  Create it inside a running event loop.
-    """
-    trace = aiohttp.TraceConfig()
-    trace.on_connection_create_start.append(_on_create_start)
-    trace.on_connection_create_end.append(_on_create_end)
-    trace.on_connection_reuseconn.append(_on_reuse)
-    trace.on_request_headers_sent.append(_on_headers_sent)
-    kw: dict[str, bool | float] = {"force_close": True} if not keep_alive else {"keepalive_timeout": IDLE_CLOSE_S}
-    conn = aiohttp.TCPConnector(limit=0, **kw, **connector_kw)
-    return aiohttp.ClientSession(connector=conn, trace_configs=[trace], json_serialize=strict_dumps)
-
-
-class ServerHabit:
-    """What a session has learnt of its server's connections: a server that closes each one right after its
-    response without saying so (llama.cpp's) hands every reused connection back dead.  After
-    ``STALE_IN_A_ROW`` such connections with no good reuse between them, the session stops pooling, as with
-    ``keep_alive = false`` (``closes``): each call goes out on a new connection, closed when its response
-    ends, instead of on a dead one first (a failed try, its exception and a second request on the loop,
-    per call; with many streams ending together, several dead ones in a row)."""
-
-    __slots__ = ("stale_in_a_row", "closes")
-
-    def __init__(self) -> None:
-        self.stale_in_a_row = 0
-        self.closes = False
-
-    def stale(self, session: aiohttp.ClientSession) -> None:
-        self.stale_in_a_row += 1
-        if not self.closes and self.stale_in_a_row >= STALE_IN_A_ROW:
-            self.closes = True
-            # the connector's own force_close (as created with it): a connection closed when its response ends,
-            # and the request says so ("Connection: close"); an aiohttp without it goes on meeting dead ones
-            if hasattr(session.connector, "_force_close"):
-                session.connector._force_close = True
-
-    def reused(self) -> None:
-        self.stale_in_a_row = 0
-
-
-_HABITS: weakref.WeakKeyDictionary[aiohttp.ClientSession, ServerHabit] = weakref.WeakKeyDictionary()
-
-
-def server_habit(session: aiohttp.ClientSession) -> ServerHabit:
-    """The session's :class:`ServerHabit` (one per session, made on first use)."""
-    habit = _HABITS.get(session)
-    if habit is None:
-        habit = _HABITS[session] = ServerHabit()
-    return habit
-
-
-async def _post(session: aiohttp.ClientSession, url: str, body: ChatBody, headers: dict[str, str] | None,
-                timeout: aiohttp.ClientTimeout, conn: ConnectTiming, t0: float) -> aiohttp.ClientResponse:
-    """POST, and again while the kept-alive connection it went out on turns out stale.
-
-    A server may close a connection right after a response without saying so (llama.cpp's
-    llama-server does after every streamed one, though it sends ``Keep-Alive``); a request sent on it
-    before its close arrived fails before any response (cannot write, or the server disconnects).
-    The server never answered it, so it goes out again (``conn.stale``), as HTTP clients do for a
-    request on a reused connection that got nothing back.  The pool's next connection may be as dead
-    (other calls' streams ended at the same time): each try takes one dead connection out of the pool,
-    until a new one is opened or a live one answers (a failure on a new connection is the call's).  The
-    session learns from it (:class:`ServerHabit`).
-    """
-    habit = server_habit(session)
-    while True:
-        try:
-            resp = await session.post(url, json=body, headers=headers, timeout=timeout, trace_request_ctx=conn)
-        except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError) as exc:
-            if not conn.reused:
-                raise
-            # a reused connection dead without a response: the habit learns of it even when the failure is seen
-            # late (a loop so busy that it read the close after STALE_MAX_S).  The call goes out again when the
-            # request could not even be written (the connection was closed before it was out), or when the
-            # failure came at once; not otherwise (a server that took the request and worked on it before
-            # closing did answer it, in its way: that is not sent again)
-            habit.stale(session)
-            late = conn.sent_at is not None and time.perf_counter() - conn.sent_at > STALE_MAX_S
-            if late and not _unwritten(exc):
-                raise
-            conn.reused, conn.stale, conn.start, conn.sent_at = False, True, t0, None
-            continue
-        if conn.reused:
-            habit.reused()
-        return resp
-
-
-def _unwritten(exc: BaseException) -> bool:
-    """The request could not be written: aiohttp found its connection closed as it wrote the body (a server
-    cannot have worked on a request it never got whole)."""
-    return isinstance(exc, aiohttp.ClientOSError) and "Can not write request body" in str(exc)
-
-
-async def _drain(resp: aiohttp.ClientResponse) -> None:
-    """Read what a stream sends after ``[DONE]`` (the end of its chunked body) for at most ``DRAIN_S``,
-    so that its connection can go back to the pool: one left unread is closed.  A server that keeps
-    the stream open after ``[DONE]`` just loses its connection."""
-    try:
-        async with asyncio.timeout(DRAIN_S):
-            await resp.content.read()
-    except (TimeoutError, aiohttp.ClientError):
-        pass
 
 
 class IdleWatch:
@@ -324,8 +158,9 @@ async def stream_chat(
     idle: IdleWatch | None = None
     try:
         async with asyncio.timeout_at(start + min(timeouts.first_token_s, timeouts.total_s)) as deadline:
-            async with await _post(session, url, body, headers, timeout, conn, t0) as resp:
+            async with await post(session, url, body, headers, timeout, conn, t0) as resp:
                 st.t0 = t0 + (conn.connect_s or 0.0)  # chunk times count from when the connection was ready
+                proto = protocol_of(resp)
                 status = resp.status
                 phase = "response"
                 if status >= 400:
@@ -366,8 +201,7 @@ async def stream_chat(
                         idle.stop()
                     if st.done:  # the call's time ends here; what follows [DONE] is read outside it
                         deadline.reschedule(None)
-                        if not server_habit(session).closes:  # (one its server closes is not read to its end)
-                            await _drain(resp)
+                        await after_stream(session, resp, proto)
     except asyncio.CancelledError:  # Ctrl-C: record what arrived, then let the cancellation go on (below)
         error = _error(ErrorClass.CANCELLED, "the run was interrupted while the call was in flight")
     except SSELineTooLong as exc:

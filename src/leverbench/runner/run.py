@@ -15,7 +15,7 @@ failed records stay in the ledger, superseded: the analysis counts each unit's
 first successful attempt).
 
 Connections: each arm has its own kept-alive pool (see
-:func:`~leverbench.runner.client.client_session`), used by its turns, probes
+:func:`~leverbench.runner.connections.client_session`), used by its turns, probes
 and sentinels; each load stage opens its own pool per arm the same way.  The
 time to open a connection is recorded apart as ``connect_s``.
 """
@@ -364,7 +364,7 @@ class Runner:
             # Reuse connections within the stage (as serving clients do, and as the turns do): a new TCP connection
             # per call costs the client ~0.6 ms and a burst of them serialises.  One pool per stage and arm, closed
             # when it ends, so that tearing down its connections falls between stages, not into the next one's
-            # measurements; a connection idle for client.IDLE_CLOSE_S is dropped before a server would drop it.  A
+            # measurements; a connection idle for connections.IDLE_CLOSE_S is dropped before a server would drop it.  A
             # call that opens a connection records that time apart (connect_s).  keep_alive = false: a new
             # connection per call.
             async with client_session(keep_alive=plan.stage.keep_alive) as own:
