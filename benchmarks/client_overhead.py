@@ -214,7 +214,8 @@ def compare(records: list[dict], truths: list[dict]) -> dict[str, dict]:
         if r.get("error") is not None:
             st["failed"] += 1
             err = r["error"]
-            st["errors"].append(f"{err['class']}: {err['message'][:90]}" if isinstance(err, dict) else str(err))
+            msg = f"{err['class']}: {err['message'][:60]}…{err['message'][-70:]}" if isinstance(err, dict) else err
+            st["errors"].append(str(msg))
             continue
         tm = r.get("timings") or {}
         t = by_key.get((tm.get("prompt_ms"), tm.get("predicted_ms")))

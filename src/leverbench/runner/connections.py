@@ -104,8 +104,9 @@ class ServerHabit:
 
     While nothing is known (``keeps`` and ``closes`` both false), each stream's end waits for the loop to
     have read what came after it (:func:`after_stream`) and looks whether its connection is still open:
-    closed, the server ``closes`` them; open, it ``keeps`` them.  Learnt as well from ``STALE_IN_A_ROW``
-    dead reused connections with no good reuse between them (a server that closes late, or not always).
+    closed, the server ``closes`` them (open proves nothing: a busy server closes late); a reused
+    connection that answered, it ``keeps`` them.  Learnt as well from ``STALE_IN_A_ROW`` dead reused
+    connections with no good reuse between them (a server that closes late, or not always).
     Once it ``closes``, the session stops pooling, as with ``keep_alive = false`` (the connector's own
     ``force_close``): each call goes out on a new connection, closed when its response ends."""
 
@@ -226,5 +227,3 @@ async def after_stream(session: aiohttp.ClientSession, resp: aiohttp.ClientRespo
     await asyncio.sleep(0)
     if not proto.is_connected():
         habit.close_all(session)
-    else:
-        habit.keeps = True
