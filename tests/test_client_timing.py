@@ -6,6 +6,7 @@ the process's heap; the pool allows the concurrency asked for."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import gc
 import json
 import time
@@ -172,9 +173,10 @@ class _DeadThenLive:
 
 
 def test_a_request_that_could_not_be_written_goes_out_again_however_late():
-    """aiohttp could not write the body (the connection was closed before the request was out): the server
-    never had it, so it goes out again, though the failure was seen after STALE_MAX_S (it was a failed call,
-    stream_cut, on a loop busy with 256 streams); a late disconnect after the request went out is the call's."""
+    """aiohttp could not write the body (the connection was closed before the request was out), or the server's
+    end reset the connection (data that reached a closed socket): the server never read it, so it goes out
+    again, though the failure was seen after STALE_MAX_S (it was a failed call, stream_cut, on a loop busy with
+    128 or 256 streams); a late orderly disconnect after the request went out is the call's."""
     from leverbench.runner.connections import ConnectTiming, post
 
     def first_dead(exc: Exception) -> tuple[object, ConnectTiming]:
@@ -185,6 +187,8 @@ def test_a_request_that_could_not_be_written_goes_out_again_however_late():
 
     got, conn = first_dead(aiohttp.ClientOSError(None, "Can not write request body for http://x/v1/chat/completions"))
     assert got == "answered" and conn.stale
+    got, conn = first_dead(aiohttp.ClientOSError(errno.ECONNRESET, "Connection reset by peer"))
+    assert got == "answered" and conn.stale  # a reset: the server's end never read it
     with pytest.raises(aiohttp.ServerDisconnectedError):
         first_dead(aiohttp.ServerDisconnectedError())
 

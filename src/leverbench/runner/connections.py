@@ -11,6 +11,7 @@ session does not yet know whether its server keeps connections, a look at whethe
 from __future__ import annotations
 
 import asyncio
+import errno
 import time
 import weakref
 from typing import Any
@@ -168,12 +169,12 @@ async def post(session: aiohttp.ClientSession, url: str, body: ChatBody, headers
                 raise
             # a reused connection dead without a response: the habit learns of it even when the failure is seen
             # late (a loop so busy that it read the close after STALE_MAX_S).  The call goes out again when the
-            # request could not even be written (the connection was closed before it was out), or when the
-            # failure came at once; not otherwise (a server that took the request and worked on it before
-            # closing did answer it, in its way: that is not sent again)
+            # server cannot have read the request (_unread), or when the failure came at once; not otherwise (a
+            # server that took the request and worked on it before closing did answer it, in its way: that is
+            # not sent again)
             habit.stale(session)
             late = conn.sent_at is not None and time.perf_counter() - conn.sent_at > STALE_MAX_S
-            if late and not _unwritten(exc):
+            if late and not _unread(exc):
                 raise
             conn.reused, conn.stale, conn.start, conn.sent_at = False, True, t0, None
             continue
@@ -182,10 +183,14 @@ async def post(session: aiohttp.ClientSession, url: str, body: ChatBody, headers
         return resp
 
 
-def _unwritten(exc: BaseException) -> bool:
-    """The request could not be written: aiohttp found its connection closed as it wrote the body (a server
-    cannot have worked on a request it never got whole)."""
-    return isinstance(exc, aiohttp.ClientOSError) and "Can not write request body" in str(exc)
+def _unread(exc: BaseException) -> bool:
+    """The server cannot have read the request: aiohttp could not write its body (the connection was closed
+    before it was out), or the server's end reset the connection (its kernel answers data that reaches a
+    closed socket, or that a socket closed unread, with a reset; a server that read the request and then
+    closed sends an orderly close, read as ServerDisconnectedError)."""
+    if not isinstance(exc, aiohttp.ClientOSError):
+        return False
+    return exc.errno in (errno.ECONNRESET, errno.EPIPE) or "Can not write request body" in str(exc)
 
 
 async def _drain(resp: aiohttp.ClientResponse) -> bool:
