@@ -9,6 +9,7 @@ import asyncio
 import errno
 import gc
 import json
+import os
 import time
 
 import aiohttp
@@ -234,3 +235,38 @@ def test_a_server_that_keeps_its_connections_keeps_them():
         recs, keeps = asyncio.run(calls())
     assert keeps and [r.error for r in recs] == [None] * 3
     assert [r.connect_s == 0.0 for r in recs] == [False, True, True]  # one connection, reused
+
+
+def test_records_handed_over_together_are_written_with_one_fsync(tmp_path, monkeypatch):
+    """A group commit: 200 records handed over at once (a load stage's streams ending together) go to disk in
+    a few writes, one fsync each (was: one per record, and a writer thread contending with the event loop for
+    the interpreter some 500 times); every one written, in order, and on disk when flush returns."""
+    import leverbench.ledger.writer as writer_module
+    from leverbench.ledger.writer import LedgerWriter
+    from leverbench.runner.recorder import Recorder
+
+    fsyncs = []
+
+    class _Os:  # the writer's os, its fsync counted
+        def __getattr__(self, name):
+            return getattr(os, name)
+
+        def fsync(self, fd):
+            fsyncs.append(fd)
+            os.fsync(fd)
+
+    monkeypatch.setattr(writer_module, "os", _Os())
+
+    async def go() -> None:
+        recorder = Recorder(LedgerWriter(tmp_path / "ledger.jsonl"))
+        try:
+            for i in range(200):
+                recorder.append({"kind": "metrics", "i": i})
+            await recorder.flush()
+        finally:
+            recorder.close()
+
+    asyncio.run(go())
+    lines = (tmp_path / "ledger.jsonl").read_text().splitlines()
+    assert [json.loads(line)["i"] for line in lines] == list(range(200))
+    assert 1 <= len(fsyncs) <= 20, len(fsyncs)

@@ -3,7 +3,10 @@
 The fsync of every append can stall for milliseconds on a busy disk (100 ms and more on a shared
 one); it must not sit inside a measured interval.  One worker thread appends (it keeps the ledger's
 order and its single writer); the run waits for it only at the safe points (:meth:`Recorder.flush`:
-after each unit of work, at the end of each load stage and of the run).
+after each unit of work, at the end of each load stage and of the run).  The thread takes every record
+handed over since it last looked and writes them with one fsync (a group commit): when 128 streams of a
+load stage end together, one write and one fsync instead of 128, and a thread that wakes, and contends for
+the interpreter with the event loop, once instead of some 500 times.
 """
 
 from __future__ import annotations
@@ -92,7 +95,9 @@ class Recorder:
         self.writer = writer
         self.tally = CallTally()
         self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ledger")
-        self._pending: deque[Future] = deque()  # appends handed to the writer thread, oldest first
+        self._pending: deque[Future] = deque()  # writes handed to the writer thread, oldest first
+        self._lines: deque[LedgerRow] = deque()  # records handed over that no write has taken yet
+        self._queued = False  # a write is submitted that has not yet begun taking self._lines
         self._background: set[asyncio.Task] = set()  # deferred work, each appending its record when done
 
     def append(self, record: Record) -> None:
@@ -101,7 +106,10 @@ class Recorder:
         self.reap()
         line = as_line(record)
         self.tally.add(line)
-        self._pending.append(self._io.submit(self.writer.append, line))
+        self._lines.append(line)
+        if not self._queued:  # else the write already submitted takes this one too
+            self._queued = True
+            self._pending.append(self._io.submit(self._write_queued))
 
     def append_now(self, record: Record) -> None:
         """Append and wait for the write, blocking the loop: for a record written while the run is being
@@ -109,7 +117,17 @@ class Recorder:
         single worker thread as :meth:`append` keeps the ledger's order."""
         line = as_line(record)
         self.tally.add(line)
-        self._io.submit(self.writer.append, line).result()
+        self._lines.append(line)
+        self._io.submit(self._write_queued).result()
+
+    def _write_queued(self) -> None:
+        """On the writer thread: every record handed over so far, in order, written with one fsync."""
+        self._queued = False  # first: a record handed over from now on submits the next write
+        batch = []
+        while self._lines:
+            batch.append(self._lines.popleft())
+        if batch:
+            self.writer.append_many(batch)
 
     def defer(self, work: Coroutine[Any, Any, None]) -> None:
         """Run *work* (which appends its record when done) in the background; :meth:`flush` waits for it."""
@@ -121,7 +139,7 @@ class Recorder:
         while self._background:
             await asyncio.gather(*list(self._background))
             self._background = {t for t in self._background if not t.done()}
-        if self._pending:  # one thread, in order: when the last is done, all are
+        if self._pending:  # one thread, in order: when the last is done, all are (it took what came before it)
             await asyncio.wait([asyncio.wrap_future(self._pending[-1])])
         self.reap()
 
