@@ -270,3 +270,40 @@ def test_records_handed_over_together_are_written_with_one_fsync(tmp_path, monke
     lines = (tmp_path / "ledger.jsonl").read_text().splitlines()
     assert [json.loads(line)["i"] for line in lines] == list(range(200))
     assert 1 <= len(fsyncs) <= 20, len(fsyncs)
+
+
+def test_a_load_calls_record_is_finished_after_the_waiting_io_and_never_lost(tmp_path):
+    """ArmSender hands a load call's record over later (Recorder.later: after the I/O the loop has waiting),
+    not between the call's end and the next send; flush writes it, with what was sent (the input's hash), in
+    the order the calls ended, and close writes what is left however the run ended."""
+    from types import SimpleNamespace
+
+    from leverbench.ledger.records import CallRecord
+    from leverbench.ledger.writer import LedgerWriter
+    from leverbench.runner.recorder import Recorder
+    from leverbench.runner.send import ArmSender
+
+    async def go(url: str, flush: bool) -> tuple[int, int]:
+        recorder = Recorder(LedgerWriter(tmp_path / f"ledger-{flush}.jsonl"))
+        try:
+            async with client_session() as session:
+                ep = SimpleNamespace(base_url=url, model="sim", headers={}, request={}, length_by_prompt=False,
+                                     death_note=lambda: None)
+                sender = ArmSender(recorder, session, ep, timeouts=Timeouts(), retries=0, keep_text=False)
+                for i in range(3):
+                    await sender.send(sender.body([{"role": "user", "content": f"call {i}"}], 4, 0.0),
+                                      CallRecord(kind="load", repeat=i), defer_counting=True)
+                handed_over = recorder.tally.measured.calls  # (counted as the record is handed to the writer)
+                if flush:
+                    await recorder.flush()
+                return handed_over, recorder.tally.measured.calls
+        finally:
+            recorder.close()
+
+    with SimulatorThread(SimConfig(prefill_tps=100_000.0, decode_tps=1000.0, output_tokens=4)) as sim:
+        before, after = asyncio.run(go(sim.base_url, flush=True))
+        asyncio.run(go(sim.base_url, flush=False))
+    assert before < 3 and after == 3
+    for flushed in (True, False):
+        recs = [json.loads(line) for line in (tmp_path / f"ledger-{flushed}.jsonl").read_text().splitlines()]
+        assert [r["repeat"] for r in recs] == [0, 1, 2] and all(r["input_sha256"] for r in recs)

@@ -12,17 +12,19 @@ the interpreter with the event loop, once instead of some 500 times.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Coroutine, cast
+from typing import Any, Callable, Coroutine, cast
 
 from ..errors import RuntimeFailure
 from ..ledger.records import CALL_KINDS, CallRecord, TurnRecord
 from ..ledger.rows import LedgerRow
 from ..ledger.writer import LedgerWriter
 
+LATER_S = 0.0005  # the most of one turn of the event loop that Recorder.later's work takes
 Record = CallRecord | TurnRecord | LedgerRow  # a typed record, or a row of another kind (metrics, stage_end, ...)
 
 
@@ -99,6 +101,9 @@ class Recorder:
         self._lines: deque[LedgerRow] = deque()  # records handed over that no write has taken yet
         self._queued = False  # a write is submitted that has not yet begun taking self._lines
         self._background: set[asyncio.Task] = set()  # deferred work, each appending its record when done
+        self._later: deque[Callable[[], None]] = deque()  # work after the loop's waiting I/O (see later)
+        self._later_timer: asyncio.TimerHandle | None = None
+        self._later_error: BaseException | None = None
 
     def append(self, record: Record) -> None:
         """Hand *record* (as it is now: :func:`as_line`) to the writer thread and return at once.  A failed
@@ -114,7 +119,8 @@ class Recorder:
     def append_now(self, record: Record) -> None:
         """Append and wait for the write, blocking the loop: for a record written while the run is being
         cancelled, which must be on disk before the run's task ends and the engines are stopped.  The same
-        single worker thread as :meth:`append` keeps the ledger's order."""
+        single worker thread as :meth:`append` keeps the ledger's order (what :meth:`later` holds goes first)."""
+        self._all_later()
         line = as_line(record)
         self.tally.add(line)
         self._lines.append(line)
@@ -129,6 +135,38 @@ class Recorder:
         if batch:
             self.writer.append_many(batch)
 
+    def later(self, work: Callable[[], None]) -> None:
+        """Run *work* (it finishes a record and appends it) soon, after the I/O the loop has waiting: a timer
+        due now runs after the callbacks of the sockets that are ready, and takes at most ``LATER_S`` of one
+        turn of the loop, the rest in the next.  When 128 streams end together, their records' last fields
+        and appends no longer stand between their ends and the next sends, nor before the chunks that arrive
+        meanwhile.  In order; :meth:`flush` and :meth:`close` run what is left first."""
+        self._later.append(work)
+        if self._later_timer is None:
+            self._later_timer = asyncio.get_running_loop().call_later(0, self._run_later)
+
+    def _run_later(self) -> None:
+        self._later_timer = None
+        t = time.perf_counter()
+        while self._later and time.perf_counter() - t < LATER_S:
+            self._run_one_later()
+        if self._later:
+            self._later_timer = asyncio.get_running_loop().call_later(0, self._run_later)
+
+    def _run_one_later(self) -> None:
+        try:
+            self._later.popleft()()
+        except Exception as exc:  # raised at the next append or flush (a callback's error would only be logged)
+            self._later_error = self._later_error or exc
+
+    def _all_later(self) -> None:
+        """Run every piece of :meth:`later` work left, now."""
+        if self._later_timer is not None:
+            self._later_timer.cancel()
+            self._later_timer = None
+        while self._later:
+            self._run_one_later()
+
     def defer(self, work: Coroutine[Any, Any, None]) -> None:
         """Run *work* (which appends its record when done) in the background; :meth:`flush` waits for it."""
         self._background.add(asyncio.create_task(work))
@@ -136,6 +174,7 @@ class Recorder:
     async def flush(self) -> None:
         """Wait until every record handed over so far is written and fsync'd, deferred work first.  Called
         only outside measured intervals."""
+        self._all_later()
         while self._background:
             await asyncio.gather(*list(self._background))
             self._background = {t for t in self._background if not t.done()}
@@ -145,10 +184,14 @@ class Recorder:
 
     def reap(self) -> None:
         """Forget the appends that are done, oldest first; raise the first one that failed."""
+        if self._later_error is not None:
+            error, self._later_error = self._later_error, None
+            raise error
         while self._pending and self._pending[0].done():
             self._pending.popleft().result()
 
     def close(self) -> None:
         """Wait until every record handed over is written, however the run ended (a failed append is
         raised by :meth:`reap` after)."""
+        self._all_later()
         self._io.shutdown(wait=True)
