@@ -38,10 +38,26 @@ A level below the number of workers is skipped (each worker needs a client).
 The "client CPU" column is this process's: with workers > 1 the clients are
 the actors, so it is left out.
 
+``--bare`` runs, beside leverbench's client and against the same simulator, a bare aiohttp streaming client
+(``bare_client.py``: ~30 lines, its own process, no record and no ledger; its TTFT counted from the
+connection ready as leverbench's is), alternating with it at each level (ABBA over ``--repeats``), and
+prints them side by side: TTFT error p50 and p99 per repetition (median [range]) and pooled, its two parts
+(out: connection ready to the server's handler, the request's way there and the server's loop taking it;
+back: the server's first-token write to the client's stamp), the gap error, each client's CPU per call and
+the load average.  ``--server-close silent`` has the simulator close each chat connection after its
+response, as llama.cpp's server does (``announced``: with ``Connection: close``), so that every call of a
+lock-step burst opens a connection.  ``--src OLD/src --src src`` runs the leverbench of each source tree
+in its own process instead of this one: another commit's client against this one's, in one run.  On a
+shared machine compare only within one run: other work moves the figures between runs by several times.
+
 The highest concurrency whose TTFT and gap errors both stay within 1 ms at p99
 is the load this client sustains on this machine.
 
     .venv/bin/python benchmarks/client_overhead.py            # ~1-2 minutes
+    .venv/bin/python benchmarks/client_overhead.py --levels 32,128,256 --sweeps burst --server-close silent \
+        --bare --repeats 4                                     # leverbench vs a bare aiohttp client, ~5 minutes
+    .venv/bin/python benchmarks/client_overhead.py --levels 128 --sweeps burst --server-close silent --bare \
+        --repeats 4 --src /tmp/old/src --src src                # before and after a change, in one run
     .venv/bin/python benchmarks/client_overhead.py --levels 1,8,64 --duration 3
     .venv/bin/python benchmarks/client_overhead.py --fsync off  # the ledger's fsync per call patched out
     .venv/bin/python benchmarks/client_overhead.py --fsync both --rounds 2 --levels 1,4,16  # on and off, side by side
