@@ -38,10 +38,26 @@ A level below the number of workers is skipped (each worker needs a client).
 The "client CPU" column is this process's: with workers > 1 the clients are
 the actors, so it is left out.
 
+``--bare`` runs, beside leverbench's client and against the same simulator, a bare aiohttp streaming client
+(``bare_client.py``: ~30 lines, its own process, no record and no ledger; its TTFT counted from the
+connection ready as leverbench's is), alternating with it at each level (ABBA over ``--repeats``), and
+prints them side by side: TTFT error p50 and p99 per repetition (median [range]) and pooled, its two parts
+(out: connection ready to the server's handler, the request's way there and the server's loop taking it;
+back: the server's first-token write to the client's stamp), the gap error, each client's CPU per call and
+the load average.  ``--server-close silent`` has the simulator close each chat connection after its
+response, as llama.cpp's server does (``announced``: with ``Connection: close``), so that every call of a
+lock-step burst opens a connection.  ``--src OLD/src --src src`` runs the leverbench of each source tree
+in its own process instead of this one: another commit's client against this one's, in one run.  On a
+shared machine compare only within one run: other work moves the figures between runs by several times.
+
 The highest concurrency whose TTFT and gap errors both stay within 1 ms at p99
 is the load this client sustains on this machine.
 
     .venv/bin/python benchmarks/client_overhead.py            # ~1-2 minutes
+    .venv/bin/python benchmarks/client_overhead.py --levels 32,128,256 --sweeps burst --server-close silent \
+        --bare --repeats 4                                     # leverbench vs a bare aiohttp client, ~5 minutes
+    .venv/bin/python benchmarks/client_overhead.py --levels 128 --sweeps burst --server-close silent --bare \
+        --repeats 4 --src /tmp/old/src --src src                # before and after a change, in one run
     .venv/bin/python benchmarks/client_overhead.py --levels 1,8,64 --duration 3
     .venv/bin/python benchmarks/client_overhead.py --fsync off  # the ledger's fsync per call patched out
     .venv/bin/python benchmarks/client_overhead.py --fsync both --rounds 2 --levels 1,4,16  # on and off, side by side
@@ -54,6 +70,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import math
 import os
@@ -63,6 +80,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,6 +93,7 @@ from leverbench.runner.run import Runner  # noqa: E402
 
 PROMPT_TOKENS = 200
 OUTPUT_TOKENS = 50
+SWEEPS = ("burst", "staggered")
 
 
 def pct(xs: list[float], p: float) -> float:
@@ -88,28 +107,72 @@ def pct(xs: list[float], p: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (r - lo)
 
 
-def start_sim(decode_tps: float, prefill_tps: float, slots: int) -> tuple[subprocess.Popen, str]:
+SIM_CODE = """
+import gc, sys
+gc.disable()
+from aiohttp import web
+import leverbench.engines.simulator.server as server
+close = sys.argv.pop(1)
+build = server.build_app
+
+def closing_app(cfg):
+    app = build(cfg)
+    chat = cfg.base_path + "/chat/completions"
+    if close == "silent":  # llama.cpp's way: the response says keep-alive, then the server closes the connection
+        @web.middleware
+        async def close_after(request, handler):
+            resp = await handler(request)
+            if request.path == chat:
+                resp.force_close()
+            return resp
+        app.middlewares.append(close_after)
+    elif close == "announced":  # Connection: close in the response's headers
+        async def announce(request, resp):  # (runs after aiohttp chose its headers: the header set here)
+            if request.path == chat:
+                resp.force_close()
+                resp.headers["Connection"] = "close"
+        app.on_response_prepare.append(announce)
+    return app
+
+server.build_app = closing_app
+from leverbench.cli import main
+sys.argv[0] = "leverbench"
+main()
+"""
+
+
+def start_sim(decode_tps: float, prefill_tps: float, slots: int, close: str = "off") -> tuple[subprocess.Popen, str]:
+    """The simulator in its own process.  *close*: "off" (connections kept alive), "silent" (each chat
+    connection closed after its response, which said keep-alive: llama.cpp's server does so) or "announced"
+    (``Connection: close`` in the response)."""
     # The simulator is the reference: its collector is switched off so that its own GC pauses (its truth list
     # grows to thousands of records) do not show up as client error.  The client keeps its collector.
-    code = "import gc, sys; gc.disable(); from leverbench.cli import main; sys.argv[0] = 'leverbench'; main()"
-    cmd = [sys.executable, "-c", code, "sim", "--port", "0", "--slots", str(slots), "--decode-tps", str(decode_tps),
-           "--prefill-tps", str(prefill_tps), "--output-tokens", str(OUTPUT_TOKENS), "--no-prefix-cache"]
+    cmd = [sys.executable, "-c", SIM_CODE, close, "sim", "--port", "0", "--slots", str(slots), "--decode-tps",
+           str(decode_tps), "--prefill-tps", str(prefill_tps), "--output-tokens", str(OUTPUT_TOKENS),
+           "--no-prefix-cache"]
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    err = tempfile.TemporaryFile("w+")  # not a pipe: one nobody reads would block the simulator once full
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env)
     line = proc.stdout.readline().strip()
     if not line.startswith("http"):
         proc.kill()
-        raise SystemExit(f"simulator did not start: {line!r} {proc.stderr.read()[:2000]}")
+        proc.wait()
+        err.seek(0)
+        raise SystemExit(f"simulator did not start: {line!r} {err.read()[:2000]}")
     return proc, line
 
 
 def experiment(tmp: Path, url: str, levels: list[int], warmup_s: float, duration_s: float, ramp_s: float,
-               workers: int = 1) -> Path:
+               workers: int = 1, sweeps: tuple[str, ...] = SWEEPS) -> Path:
+    """The experiment file: one arm (the simulator), one case, and a closed-loop stage per sweep over *levels*:
+    ``burst`` (every client starts at once: the loop stays in lock-step, every send in a burst) and
+    ``staggered`` (the clients' starts spread over *ramp_s*)."""
     tmp.mkdir(parents=True, exist_ok=True)
     p = tmp / "exp.toml"
     shard = f"workers = {workers}\n" if workers > 1 else ""
     prompt = synthetic_text(PROMPT_TOKENS - 1, "client-overhead")  # + 1 role token = 200 simulator tokens
-    p.write_text(f'''
+    stages = {"burst": "", "staggered": f"ramp_s = {ramp_s}\n"}
+    text = f'''
 [experiment]
 name = "client-overhead"
 repeats = 1
@@ -127,44 +190,49 @@ name = "p200"
 prompt = "{prompt}"
 max_tokens = {OUTPUT_TOKENS}
 temperature = 0.0
-
+'''
+    for sweep in sweeps:
+        ramp = ramp_s if sweep == "staggered" else 0.0
+        text += f'''
 [[load]]
-name = "burst"
+name = "{sweep}"
 mode = "closed"
 case = "p200"
 concurrency = {levels}
-warmup_s = {warmup_s}
+warmup_s = {warmup_s + ramp}
 duration_s = {duration_s}
-{shard}
-[[load]]
-name = "staggered"
-mode = "closed"
-case = "p200"
-concurrency = {levels}
-ramp_s = {ramp_s}
-warmup_s = {warmup_s + ramp_s}
-duration_s = {duration_s}
-{shard}''')
+{stages[sweep]}{shard}'''
+    p.write_text(text)
     return p
 
 
-def truth(url: str) -> list[dict]:
+def truth(url: str, reset: bool = False) -> list[dict]:
+    """The simulator's ground-truth records so far; with *reset*, forgotten after (the next unit's start clean)."""
     with urllib.request.urlopen(url + "/sim/truth", timeout=60) as r:
-        return json.loads(r.read())
+        out = json.loads(r.read())
+    if reset:
+        urllib.request.urlopen(urllib.request.Request(url + "/sim/reset", method="POST"), timeout=60).close()
+    return out
 
 
 def compare(records: list[dict], truths: list[dict]) -> dict[str, dict]:
-    """Per stage: the error lists (ms) of every matched call."""
+    """Per stage: the error lists (ms) of every matched call, and the failed calls counted (left out)."""
     by_key = {}
     for t in truths:
         by_key[llama_clocks_ms(t["prefill_s"], t["first_step_s"], t["decode_s"])] = t
     out: dict[str, dict] = {}
     for r in records:
-        if r.get("kind") != "load" or r.get("warmup") or r.get("error") is not None:
+        if r.get("kind") != "load" or r.get("warmup"):
             continue
         st = out.setdefault(r["stage"], {"c": r["concurrency"], "sweep": r["sweep"], "ttft": [], "gap": [],
                                          "stamp": [], "lag": [], "loop": [], "e2e": [], "n": 0, "unmatched": 0,
-                                         "t": []})
+                                         "failed": 0, "errors": [], "t": [], "out": [], "back": []})
+        if r.get("error") is not None:
+            st["failed"] += 1
+            err = r["error"]
+            msg = f"{err['class']}: {err['message'][:60]}…{err['message'][-70:]}" if isinstance(err, dict) else err
+            st["errors"].append(str(msg))
+            continue
         tm = r.get("timings") or {}
         t = by_key.get((tm.get("prompt_ms"), tm.get("predicted_ms")))
         if t is None or len(t["chunk_times"]) != len(r["chunk_t"]):
@@ -175,6 +243,9 @@ def compare(records: list[dict], truths: list[dict]) -> dict[str, dict]:
         st["t"].append(ready + r["latency_s"])
         st["t"].append(r["scheduled_t"])
         st["ttft"].append((r["ttft_s"] - (t["first_token"] - t["arrival"])) * 1000)
+        # its two parts: the request's way to the server's handler, and the first token's way back to the stamp
+        st["out"].append((t["arrival"] - ready) * 1000)
+        st["back"].append((ready + r["ttft_s"] - t["first_token"]) * 1000)
         ct, tt = r["chunk_t"], t["chunk_times"]
         for i in range(1, len(ct)):
             st["gap"].append(abs((ct[i] - ct[i - 1]) - (tt[i] - tt[i - 1])) * 1000)
@@ -200,10 +271,26 @@ class CpuSampler(threading.Thread):
 
     def share(self, a: float, b: float) -> float:
         """Process CPU seconds per wall second between a and b (1.0 = one core busy)."""
-        inside = [s for s in self.samples if a <= s[0] <= b]
+        return self.share_of(self.samples, a, b)
+
+    @staticmethod
+    def share_of(samples: list[tuple[float, float]], a: float, b: float) -> float:
+        inside = [s for s in samples if a <= s[0] <= b]
         if len(inside) < 2:
             return math.nan
         return (inside[-1][1] - inside[0][1]) / (inside[-1][0] - inside[0][0])
+
+
+Variant = tuple[str, str, int]  # (client: "leverbench" or "bare", the ledger's fsync: "on"/"off"/"-", workers)
+
+
+def variant_name(v: Variant) -> str:
+    client, mode, w = v
+    if client == "bare":
+        return "bare aiohttp client"
+    if client.startswith("src:"):
+        return f"leverbench from {client[4:]} (its own process), fsync {mode}"
+    return f"leverbench, fsync {mode}, {w} client process{'es' if w > 1 else ''}"
 
 
 def main() -> None:
@@ -214,38 +301,77 @@ def main() -> None:
     ap.add_argument("--warmup", type=float, default=1.0, help="seconds of warm-up per level")
     ap.add_argument("--duration", type=float, default=6.0, help="measured seconds per level")
     ap.add_argument("--threshold-ms", type=float, default=1.0)
+    ap.add_argument("--sweeps", default=",".join(SWEEPS), help="burst (lock-step: every client starts at once), "
+                    "staggered (starts spread over one service time), or both (comma-separated)")
+    ap.add_argument("--server-close", choices=("off", "silent", "announced"), default="off",
+                    help="the simulator closes each chat connection after its response: silent (the response said "
+                         "keep-alive: llama.cpp's server does so), announced (Connection: close), or off")
+    ap.add_argument("--bare", action="store_true", help="a bare aiohttp client (benchmarks/bare_client.py) in the "
+                    "same run, alternating with leverbench's at each level, compared side by side")
     ap.add_argument("--fsync", choices=("on", "off", "both"), default="on",
-                    help="the ledger's fsync per record: on, patched out, or both (two sweeps, compared side by side)")
-    ap.add_argument("--rounds", type=int, default=1, help="sweeps per fsync mode (with --fsync both: ABBA order)")
+                    help="the ledger's fsync per record: on, patched out, or both (compared side by side)")
+    ap.add_argument("--repeats", "--rounds", type=int, default=1, help="repetitions of each level per client "
+                    "variant, in ABBA order (A, B, B, A, ...: drift of a shared machine falls on both alike)")
+    ap.add_argument("--src", action="append", default=[], metavar="DIR",
+                    help="instead of this process's leverbench, the one of this source tree (a src/ directory), run in "
+                         "its own process (as `leverbench run` has it); repeatable, each a variant: --src OLD/src "
+                         "--src src compares another commit's client with this one's in one run, ABBA")
     ap.add_argument("--workers", default="1", help="client processes per stage (Ray actors), comma-separated: "
-                    "one sweep per value, compared side by side")
+                    "each value a variant, compared side by side")
     args = ap.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
     workers = [int(x) for x in args.workers.split(",")]
+    sweeps = tuple(x for x in args.sweeps.split(",") if x)
+    if not sweeps or set(sweeps) - set(SWEEPS):
+        raise SystemExit(f"--sweeps: burst, staggered or both, not {args.sweeps!r}")
     modes = ["on", "off"] if args.fsync == "both" else [args.fsync]
     if max(workers) > 1 and modes != ["on"]:
         raise SystemExit("--fsync off/both patches this process's writer only, not the workers': use --fsync on")
-    runs = [(m, w) for m in modes for w in workers]
-    order = [c for r in range(args.rounds) for c in (runs if r % 2 == 0 else runs[::-1])]
+    variants: list[Variant] = [("leverbench", m, w) for m in modes for w in workers]
+    if args.src:
+        if variants != [("leverbench", "on", 1)]:
+            raise SystemExit("--src runs leverbench with fsync on and one client process: no --fsync, --workers")
+        variants = [(f"src:{Path(d).resolve()}", "on", 1) for d in args.src]
+    if args.bare:
+        variants.append(("bare", "-", 1))
+    # per level, each repetition runs every variant, in reverse order every other time (ABBA)
+    order = [(v, c, r) for c in levels for r in range(args.repeats)
+             for v in (variants if r % 2 == 0 else variants[::-1]) if c >= v[2]]
     if max(workers) > 1:
         start_ray(max(workers))
-    proc, url = start_sim(args.decode_tps, args.prefill_tps, slots=max(levels) * 2)
-    t_start, load0 = time.time(), os.getloadavg()[0]
+    proc, url = start_sim(args.decode_tps, args.prefill_tps, slots=max(levels) * 2, close=args.server_close)
+    t_start, load0 = time.time(), os.getloadavg()
     cpu0 = time.process_time()
     sampler = CpuSampler()
     sampler.start()
-    records: dict[tuple[str, int], list[dict]] = {r: [] for r in runs}
+    ramp = OUTPUT_TOKENS / args.decode_tps  # one service time: the clients' sends spread evenly
+    units: list[tuple[Variant, int, int, dict, float]] = []  # variant, level, repeat, its stats by stage, load avg
     try:
         with tempfile.TemporaryDirectory() as d:
             tmp = Path(d)
-            ramp = OUTPUT_TOKENS / args.decode_tps  # one service time: the clients' sends spread evenly
-            exps = {w: load_experiment(experiment(tmp / f"w{w}", url, [c for c in levels if c >= w], args.warmup,
-                                                  args.duration, ramp, w)) for w in workers}
-            for k, (mode, w) in enumerate(order):
-                with fsync_patched_out(mode == "off"):
-                    Runner(exps[w], tmp / f"run-{k}").run()
-                records[(mode, w)] += read_ledger(tmp / f"run-{k}").records
-            truths = truth(url)
+            for k, (v, c, r) in enumerate(order):
+                load1 = os.getloadavg()[0]
+                cpu: dict[str, float] = {}  # the bare client's own CPU share, per sweep
+                if v[0] == "bare":
+                    recs, cpu = run_bare(url, c, sweeps, args.warmup, args.duration, ramp, args.server_close == "off")
+                elif v[0].startswith("src:"):
+                    exp_path = experiment(tmp / f"exp-{k}", url, [c], args.warmup, args.duration, ramp, 1, sweeps)
+                    samples = run_elsewhere(v[0][4:], exp_path, tmp / f"run-{k}")
+                    recs = read_ledger(tmp / f"run-{k}").records
+                else:
+                    exp = load_experiment(experiment(tmp / f"exp-{k}", url, [c], args.warmup, args.duration, ramp,
+                                                     v[2], sweeps))
+                    with fsync_patched_out(v[1] == "off"):
+                        Runner(exp, tmp / f"run-{k}").run()
+                    recs = read_ledger(tmp / f"run-{k}").records
+                stats = compare(recs, truth(url, reset=True))  # matched now: the records are not kept
+                for st in stats.values():
+                    st["cpu"] = cpu.get(st["sweep"], math.nan)
+                    if v[0].startswith("src:") and st["t"]:  # that process's own share over its calls' span
+                        st["cpu"] = CpuSampler.share_of(samples, min(st["t"]), max(st["t"]))
+                del recs
+                units.append((v, c, r, stats, load1))
+                gc.collect()  # between units, outside any measurement: each starts with no garbage pending
     finally:
         sampler.halt.set()
         proc.terminate()
@@ -254,18 +380,164 @@ def main() -> None:
           "simulator's own stamps (separate process)")
     print(f"machine: {os.cpu_count()} cores; prompt {PROMPT_TOKENS} tokens, {OUTPUT_TOKENS} output tokens, "
           f"decode {args.decode_tps:g} tok/s per request; {args.warmup:g} s warm-up + {args.duration:g} s per level; "
-          f"order of the sweeps: {', '.join(f'fsync {m}, {w} worker(s)' for m, w in order)}")
-    by_run = {r: compare(records[r], truths) for r in runs}
-    for mode, w in runs:
-        print(f"\n=== ledger fsync per record {mode.upper()}, {w} client process{'es' if w > 1 else ''} ===")
-        print_tables(by_run[(mode, w)], sampler if w == 1 else None, args.threshold_ms)
+          f"server closes connections: {args.server_close}; {args.repeats} repetition(s) per level and variant, "
+          f"ABBA; variants: {'; '.join(variant_name(v) for v in variants)}")
+    per_unit: dict[Variant, dict[tuple[str, int], list[dict]]] = {v: {} for v in variants}
+    for v, _c, _r, stats, load1 in units:
+        for st in stats.values():
+            st["load"] = load1
+            if v[0] == "leverbench":  # this process's share (the workers' CPU is not seen here)
+                st["cpu"] = sampler.share(min(st["t"]), max(st["t"])) if v[2] == 1 and st["t"] else math.nan
+            per_unit[v].setdefault((st["sweep"], st["c"]), []).append(st)
+    pooled = {v: {f"{k[0]}@{k[1]}": pool(sts) for k, sts in sorted(per_unit[v].items())} for v in variants}
+    for v in variants:
+        print(f"\n=== {variant_name(v)} (every repetition pooled) ===")
+        print_tables(pooled[v], args.threshold_ms, sweeps)
     if len(modes) == 2:
-        print_fsync_comparison(by_run[("on", 1)], by_run[("off", 1)])
+        print_fsync_comparison(pooled[("leverbench", "on", 1)], pooled[("leverbench", "off", 1)])
     if len(workers) > 1:
-        print_workers_comparison({w: by_run[(modes[0], w)] for w in workers}, args.threshold_ms)
+        print_workers_comparison({w: pooled[("leverbench", modes[0], w)] for w in workers}, args.threshold_ms)
+    if args.bare:
+        print_bare_comparison([(variant_name(v), per_unit[v]) for v in variants if v[0] != "bare"],
+                              per_unit[("bare", "-", 1)])
     cpu = time.process_time() - cpu0
-    print(f"\nwall clock {time.time() - t_start:.0f} s; client process CPU {cpu:.1f} s; load average (1 min) "
-          f"{load0:.1f} at the start, {os.getloadavg()[0]:.1f} now")
+    print(f"\nwall clock {time.time() - t_start:.0f} s; client process CPU {cpu:.1f} s; load average (1, 5, 15 min) "
+          f"{' '.join(f'{x:.2f}' for x in load0)} at the start, {' '.join(f'{x:.2f}' for x in os.getloadavg())} now")
+
+
+ELSEWHERE = """
+import json, sys, threading, time
+from pathlib import Path
+src, exp, out, samples = sys.argv[1:5]
+sys.path.insert(0, src)
+from leverbench.config import load
+from leverbench.runner.run import Runner
+rows, halt = [], threading.Event()
+def sample():
+    while not halt.is_set():
+        rows.append((time.time(), time.process_time()))
+        halt.wait(0.25)
+threading.Thread(target=sample, daemon=True).start()
+Runner(load(exp), Path(out)).run()
+halt.set()
+Path(samples).write_text(json.dumps(rows))
+"""
+
+
+def run_elsewhere(src: str, exp: Path, out: Path) -> list[tuple[float, float]]:
+    """The experiment run by the leverbench of the source tree *src* in its own process (the Runner, as
+    ``leverbench run`` has it, without the reports); that process's (wall, CPU) samples every 0.25 s."""
+    samples = out.with_suffix(".cpu.json")
+    env = {**os.environ, "PYTHONPATH": src}
+    done = subprocess.run([sys.executable, "-c", ELSEWHERE, src, str(exp), str(out), str(samples)], env=env,
+                          capture_output=True, text=True, check=False)
+    if done.returncode:
+        raise SystemExit(f"leverbench from {src} failed: {done.stderr[-2000:]}")
+    return [tuple(x) for x in json.loads(samples.read_text())]
+
+
+def run_bare(url: str, c: int, sweeps: tuple[str, ...], warmup_s: float, duration_s: float, ramp_s: float,
+             keep_alive: bool) -> tuple[list[dict], dict[str, float]]:
+    """The bare client's closed loop at concurrency *c*, once per sweep, each in its own process
+    (``bare_client.py``): the case's prompt and a few distinct words per request, as leverbench's stage sends.
+    Its calls, and its process's CPU share over each sweep's measured seconds."""
+    prompt = synthetic_text(PROMPT_TOKENS - 1, "client-overhead")
+    out: list[dict] = []
+    cpu: dict[str, float] = {}
+    for sweep in sweeps:
+        ramp = ramp_s if sweep == "staggered" else 0.0
+        cmd = [sys.executable, str(Path(__file__).with_name("bare_client.py")), url + "/v1/chat/completions", str(c),
+               str(warmup_s + ramp), str(duration_s), str(ramp), "1" if keep_alive else "0",
+               f"{sweep}@{c}-{uuid.uuid4().hex[:8]}", sweep, prompt]
+        done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if done.returncode:
+            raise SystemExit(f"the bare client failed: {done.stderr[-2000:]}")
+        for line in done.stdout.splitlines():
+            r = json.loads(line)
+            if r["kind"] == "cpu":
+                cpu[sweep] = r["share"]
+            else:
+                out.append(r)
+    return out, cpu
+
+
+def pool(sts: list[dict]) -> dict:
+    """One stage's stats over its repetitions: the lists joined, the counts summed."""
+    out = {"c": sts[0]["c"], "sweep": sts[0]["sweep"]}
+    for k, v in sts[0].items():
+        if isinstance(v, list):
+            out[k] = [x for st in sts for x in st[k]]
+        elif k in ("n", "unmatched", "failed"):
+            out[k] = sum(st[k] for st in sts)
+    out["cpu"] = [st["cpu"] for st in sts]
+    out["spans"] = [(min(st["t"]), max(st["t"])) for st in sts if st["t"]]
+    return out
+
+
+def spread(sts: list[dict], key: str, p: float) -> str:
+    """The median over repetitions of the p-th percentile, and their range: "12.3 [10.1–15.0]"."""
+    xs = sorted(pct(st[key], p) for st in sts)
+    if len(xs) == 1:
+        return f"{xs[0]:.1f}"
+    return f"{pct(xs, 50):.1f} [{xs[0]:.1f}–{xs[-1]:.1f}]"
+
+
+def errors(st: dict) -> str:
+    """The failed calls' errors, the most frequent first, with their counts."""
+    counts: dict[str, int] = {}
+    for e in st["errors"]:
+        counts[e] = counts.get(e, 0) + 1
+    return "; ".join(f"{n} × {e}" for e, n in sorted(counts.items(), key=lambda x: -x[1])[:3])
+
+
+def pooled(sts: list[dict], key: str, p: float = 99) -> float:
+    """The p-th percentile of every repetition's values of *key* together."""
+    return pct([x for st in sts for x in st[key]], p)
+
+
+def cpu_per_call(st: dict) -> float:
+    """The client process's CPU ms per measured call over one unit (its share × the calls' span / calls)."""
+    if not st["t"] or not st["n"] or math.isnan(st["cpu"]):
+        return math.nan
+    return st["cpu"] * (max(st["t"]) - min(st["t"])) / st["n"] * 1000
+
+
+def print_bare_comparison(clients: list[tuple[str, dict[tuple[str, int], list[dict]]]],
+                          bare: dict[tuple[str, int], list[dict]]) -> None:
+    """Per sweep and level, each leverbench variant's TTFT and gap errors beside the bare client's (ms): each the
+    median over repetitions [their range], and the p99 of every repetition's calls pooled, with the TTFT
+    error's two parts (pooled p99): out, from the connection ready to the server's handler (the request's way
+    there: the client sending it, the server's loop taking it), back, from the server's first-token write to
+    the client's stamp of it; each client's CPU per call."""
+    print("\n=== leverbench vs the bare aiohttp client, same run, same server (ms; per repetition: median "
+          "[min–max]; pooled: every repetition's calls) ===")
+    for i, (name, _) in enumerate(clients):
+        print(f"  L{i}: {name}")
+    hdr = (f"{'sweep':>9} {'conc':>5} {'client':>6} {'reps':>4} {'calls':>6} {'failed':>6} | {'TTFT err p50':>20} "
+           f"{'p99':>20} {'pooled p99':>10} {'out p99':>7} {'back p99':>8} | {'gap err p99':>20} | "
+           f"{'CPU ms/call':>11} | {'load 1m':>12}")
+    print(hdr)
+    print("-" * len(hdr))
+    rows = [(f"L{i}", per) for i, (_, per) in enumerate(clients)] + [("bare", bare)]
+    keys = set(bare).union(*(per for _, per in clients))
+    for key in sorted(keys, key=lambda k: (SWEEPS.index(k[0]), k[1])):
+        for who, per in rows:
+            sts = per.get(key)
+            if not sts:
+                continue
+            loads = sorted(st["load"] for st in sts)
+            cpu = pct([x for x in map(cpu_per_call, sts) if not math.isnan(x)], 50)
+            print(f"{key[0]:>9} {key[1]:>5} {who:>6} {len(sts):>4} {sum(st['n'] for st in sts):>6} "
+                  f"{sum(st['failed'] for st in sts):>6} | {spread(sts, 'ttft', 50):>20} {spread(sts, 'ttft', 99):>20} "
+                  f"{pooled(sts, 'ttft'):>10.1f} {pooled(sts, 'out'):>7.1f} {pooled(sts, 'back'):>8.1f}"
+                  f" | {spread(sts, 'gap', 99):>20} | {cpu:>11.2f} | {loads[0]:>5.2f}–{loads[-1]:<5.2f}")
+        for who, per in rows[:-1]:
+            if per.get(key) and bare.get(key):
+                a, b = pooled(per[key], "ttft"), pooled(bare[key], "ttft")
+                wins = sum(pct(x["ttft"], 99) < pct(y["ttft"], 99) for x, y in zip(per[key], bare[key]))
+                print(f"{'':>16} => {who}: pooled TTFT err p99 / bare's: {a / b:.2f}x "
+                      f"({'below' if a < b else 'NOT below'}); its p99 below the bare client's in {wins} of "
+                      f"{min(len(per[key]), len(bare[key]))} repetitions (paired in ABBA order)")
 
 
 @contextlib.contextmanager
@@ -351,28 +623,33 @@ def print_workers_comparison(by_w: dict[int, dict[str, dict]], thr: float) -> No
                   f"{thr:g} ms: {best if best is not None else 'none'}")
 
 
-def print_tables(stats: dict[str, dict], sampler: CpuSampler | None, thr: float) -> None:
-    """The per-level error tables of one sweep."""
+def print_tables(stats: dict[str, dict], thr: float, sweeps: tuple[str, ...] = SWEEPS) -> None:
+    """The per-level error tables of each sweep (*stats*: :func:`pool`'s, by stage; the client CPU the median
+    over repetitions of this process's share, left out where the clients are Ray workers)."""
     hdr = (f"{'conc':>5} {'calls':>6} {'req/s':>7} {'chunks/s':>9} | {'TTFT err ms p50':>15} {'p99':>7} | "
            f"{'gap err ms p50':>14} {'p99':>7} | {'stamp err p50':>13} {'p99':>7} | {'send lag p99':>12} "
            f"{'loop stall max':>14} {'client CPU':>10}")
     for sweep, title in (("burst", "clients start together (closed loop in lock-step: every send comes in a burst of "
                                    "`conc`)"),
                          ("staggered", "clients' starts spread over one service time (sends evenly spaced)")):
+        if sweep not in sweeps:
+            continue
         rows = [st for st in stats.values() if st["sweep"] == sweep]
         print()
         print(f"{sweep}: {title}")
         print(hdr)
         print("-" * len(hdr))
         for st in rows:
-            span = (max(st["t"]) - min(st["t"])) if st["t"] else math.nan
-            rps = st["n"] / span if span else math.nan
+            span = sum(b - a for a, b in st["spans"]) or math.nan
+            rps = st["n"] / span
+            cpu = pct([x for x in st["cpu"] if not math.isnan(x)], 50)
             print(f"{st['c']:>5} {st['n']:>6} {rps:>7.1f} {rps * OUTPUT_TOKENS:>9.0f} | {pct(st['ttft'], 50):>15.2f} "
                   f"{pct(st['ttft'], 99):>7.2f} | {pct(st['gap'], 50):>14.2f} {pct(st['gap'], 99):>7.2f} | "
                   f"{pct(st['stamp'], 50):>13.2f} {pct(st['stamp'], 99):>7.2f} | {pct(st['lag'], 99):>12.2f} "
                   f"{max(st['loop'] or [math.nan]):>14.2f} "
-                  + (f"{sampler.share(min(st['t']), max(st['t'])):>9.0%}" if sampler and st["t"] else f"{'-':>9}")
-                  + (f"  ({st['unmatched']} unmatched)" if st["unmatched"] else ""))
+                  + (f"{cpu:>9.0%}" if not math.isnan(cpu) else f"{'-':>9}")
+                  + (f"  ({st['unmatched']} unmatched)" if st["unmatched"] else "")
+                  + (f"  ({st['failed']} FAILED, left out: {errors(st)})" if st["failed"] else ""))
         for what, keys in (("TTFT error", ("ttft",)), ("gap error", ("gap",)), ("TTFT and gap error", ("ttft", "gap"))):
             best = None
             for st in sorted(rows, key=lambda x: x["c"]):

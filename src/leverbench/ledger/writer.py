@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from .records import json_safe
 from .schema import check_header
@@ -46,6 +46,26 @@ class LedgerWriter:
         :func:`~leverbench.ledger.records.json_safe`), never as invalid JSON and never as an error.  A header
         (kind ``run`` or ``shard``) is checked first by the model the reader reads it by
         (:class:`~leverbench.ledger.schema.RunHeader`): ValueError, and nothing written, for one it would refuse."""
+        self.append_many([record])
+
+    def append_many(self, records: Sequence[Mapping[str, object]]) -> None:
+        """Write each of *records* as a line (as :meth:`append` does), then flush and fsync once: a group
+        commit, each record on disk when it returns.  One that cannot be written (a header the reader would
+        refuse) is left out, the others written, and its ValueError raised after."""
+        lines, error = [], None
+        for record in records:
+            try:
+                lines.append(self._line(record))
+            except ValueError as exc:
+                error = error or exc
+        if lines:
+            self._fh.write("".join(line + "\n" for line in lines))
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
+        if error is not None:
+            raise error
+
+    def _line(self, record: Mapping[str, object]) -> str:
         if record.get("kind") in ("run", "shard"):
             defect = check_header(record, record["kind"])
             if defect is not None:
@@ -56,9 +76,7 @@ class LedgerWriter:
             line = json.dumps(json_safe(record), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
         for secret in self.secrets:
             line = line.replace(secret, "***")
-        self._fh.write(line + "\n")
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
+        return line
 
     def close(self) -> None:
         if not self._fh.closed:

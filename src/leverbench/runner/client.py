@@ -16,7 +16,7 @@ import asyncio
 import hashlib
 import json
 import time
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import aiohttp
 
@@ -24,114 +24,40 @@ from ..config import TimeoutsSpec as Timeouts  # a call's time limits, defined o
 from ..ledger.records import CallError, CallRecord, ErrorClass
 from ..redact import redact_text
 from ..workload.chat import ChatBody, ChatMessage
+from .connections import ConnectTiming, after_stream, post, protocol_of
+from .connections import client_session as client_session  # (the runner's and the tests' import of it)
 from .sse import SSELines, SSELineTooLong, StreamState, Usage, split_think
-from .strict_json import dumps as strict_dumps
-
-IDLE_CLOSE_S = 2.0  # a kept-alive connection idle this long is closed by us, before a server would (llama.cpp: ~5 s)
-STALE_MAX_S = 0.25  # a reused connection that fails this soon after the request went out was stale (sent again)
-DRAIN_S = 0.05  # how long a stream's end after [DONE] is waited for (outside the call's time), to reuse its connection
 
 
-class ConnectTiming:
-    """What the session's trace hooks saw of one request's connection (pass as ``trace_request_ctx``)."""
+class IdleWatch:
+    """The idle limit between a stream's chunks, without a timer per chunk: each line only notes when it
+    arrived (``last``); one timer, set ``idle_s`` after the latest note it has seen, looks again when it
+    fires, and only when nothing came for ``idle_s`` ends the call (it sets *deadline*, the call's
+    ``asyncio.timeout``, to now: ``expired`` tells the TimeoutError apart from the total's).  Rescheduling the
+    timeout at every chunk cost two timer handles and a heap push per SSE line, on the loop, for every
+    stream in flight."""
 
-    __slots__ = ("start", "end", "reused", "stale", "sent_at")
+    __slots__ = ("deadline", "idle_s", "last", "expired", "_handle", "_loop")
 
-    def __init__(self) -> None:
-        self.start: float | None = None
-        self.end: float | None = None
-        self.reused = False
-        self.stale = False  # a reused connection turned out closed by the server; the call went out on a new one
-        self.sent_at: float | None = None  # when the request's headers went out (time.perf_counter)
+    def __init__(self, deadline: asyncio.Timeout, idle_s: float, last: float):
+        self.deadline, self.idle_s, self.last, self.expired = deadline, idle_s, last, False
+        self._loop = asyncio.get_running_loop()
+        self._handle: asyncio.TimerHandle | None = self._loop.call_later(idle_s, self._check)
 
-    @property
-    def connect_s(self) -> float | None:
-        """Seconds spent opening a new connection (DNS, TCP, TLS): create_end − create_start
-        (``time.perf_counter``; after a stale connection, create_start is the call's start, so the
-        failed try counts here too); 0.0 on a reused one; None when no connection was made or the
-        session has no :func:`client_session` hooks (nothing measured)."""
-        if self.reused:
-            return 0.0
-        if self.start is not None and self.end is not None:
-            return self.end - self.start
-        return None
+    def _check(self) -> None:
+        quiet = time.perf_counter() - self.last  # ``last``: time.perf_counter() of the latest line's arrival
+        if self.deadline.expired():  # the total limit came first
+            self._handle = None
+        elif quiet >= self.idle_s:
+            self.expired, self._handle = True, None
+            self.deadline.reschedule(self._loop.time())
+        else:
+            self._handle = self._loop.call_later(self.idle_s - quiet, self._check)
 
-
-def _timing(ctx: Any) -> ConnectTiming | None:
-    t = getattr(ctx, "trace_request_ctx", None)
-    return t if isinstance(t, ConnectTiming) else None
-
-
-async def _on_create_start(session: Any, ctx: Any, params: Any) -> None:
-    if (t := _timing(ctx)) is not None and not t.stale:  # after a stale connection: from the call's start
-        t.start = time.perf_counter()
-
-
-async def _on_create_end(session: Any, ctx: Any, params: Any) -> None:
-    if (t := _timing(ctx)) is not None:
-        t.end = time.perf_counter()
-
-
-async def _on_headers_sent(session: Any, ctx: Any, params: Any) -> None:
-    if (t := _timing(ctx)) is not None:
-        t.sent_at = time.perf_counter()
-
-
-async def _on_reuse(session: Any, ctx: Any, params: Any) -> None:
-    if (t := _timing(ctx)) is not None:
-        t.reused = True
-
-
-def client_session(*, keep_alive: bool = True, **connector_kw: Any) -> aiohttp.ClientSession:
-    """The HTTP session leverbench calls an endpoint with: its connect time measured apart.
-
-    ``keep_alive`` (the runner's default, for turns and load stages alike): connections are reused,
-    and one idle for ``IDLE_CLOSE_S`` is closed by us first, so that a server's own idle close
-    (uvicorn, llama.cpp: after ~5 s) never hands us a stale connection; one a server closed right
-    after its response, unannounced, is met by :func:`_post`.  ``keep_alive=False``: a new
-    connection per call.  Either way the trace hooks fill the :class:`ConnectTiming` that
-    :func:`stream_chat` passes with each request.  Create it inside a running event loop.
-    """
-    trace = aiohttp.TraceConfig()
-    trace.on_connection_create_start.append(_on_create_start)
-    trace.on_connection_create_end.append(_on_create_end)
-    trace.on_connection_reuseconn.append(_on_reuse)
-    trace.on_request_headers_sent.append(_on_headers_sent)
-    kw: dict[str, bool | float] = {"force_close": True} if not keep_alive else {"keepalive_timeout": IDLE_CLOSE_S}
-    conn = aiohttp.TCPConnector(limit=0, **kw, **connector_kw)
-    return aiohttp.ClientSession(connector=conn, trace_configs=[trace], json_serialize=strict_dumps)
-
-
-async def _post(session: aiohttp.ClientSession, url: str, body: ChatBody, headers: dict[str, str] | None,
-                timeout: aiohttp.ClientTimeout, conn: ConnectTiming, t0: float) -> aiohttp.ClientResponse:
-    """POST, and once more on a new connection when a kept-alive one turns out stale.
-
-    A server may close a connection right after a response without saying so (llama.cpp's
-    llama-server does after every streamed one, though it sends ``Keep-Alive``); a request sent on it
-    before its close arrived fails before any response (cannot write, or the server disconnects).
-    The server never answered it, so it goes out again on a new connection (``conn.stale``), as
-    HTTP clients do for a request on a reused connection that got nothing back.
-    """
-    try:
-        return await session.post(url, json=body, headers=headers, timeout=timeout, trace_request_ctx=conn)
-    except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError):
-        # stale: the failure came at once (a server that took the request and worked on it before closing
-        # did answer it, in its way: that is not sent again)
-        if not conn.reused or (conn.sent_at is not None and time.perf_counter() - conn.sent_at > STALE_MAX_S):
-            raise
-    conn.reused, conn.stale, conn.start, conn.sent_at = False, True, t0, None
-    return await session.post(url, json=body, headers=headers, timeout=timeout, trace_request_ctx=conn)
-
-
-async def _drain(resp: aiohttp.ClientResponse) -> None:
-    """Read what a stream sends after ``[DONE]`` (the end of its chunked body) for at most ``DRAIN_S``,
-    so that its connection can go back to the pool: one left unread is closed.  A server that keeps
-    the stream open after ``[DONE]`` just loses its connection."""
-    try:
-        async with asyncio.timeout(DRAIN_S):
-            await resp.content.read()
-    except (TimeoutError, aiohttp.ClientError):
-        pass
+    def stop(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
 
 
 def messages_sha256(messages: list[ChatMessage]) -> str:
@@ -224,33 +150,34 @@ async def stream_chat(
     loop = asyncio.get_running_loop()
     start = loop.time()
     total_deadline = start + timeouts.total_s
-    # which deadline the one timer is set to: the first token's, then the idle gap's or the total's
+    # which deadline the one timer is set to: the first token's, then the total's (the idle gap: IdleWatch)
     armed = "first_token" if timeouts.first_token_s < timeouts.total_s else "total"
     # connect covers the whole connection's establishment, DNS included (sock_connect only the TCP part)
     timeout = aiohttp.ClientTimeout(total=None, connect=timeouts.connect_s, sock_connect=timeouts.connect_s,
                                     sock_read=None)
+    idle: IdleWatch | None = None
     try:
         async with asyncio.timeout_at(start + min(timeouts.first_token_s, timeouts.total_s)) as deadline:
-            async with await _post(session, url, body, headers, timeout, conn, t0) as resp:
+            async with await post(session, url, body, headers, timeout, conn, t0) as resp:
                 st.t0 = t0 + (conn.connect_s or 0.0)  # chunk times count from when the connection was ready
+                proto = protocol_of(resp)
                 status = resp.status
                 phase = "response"
                 if status >= 400:
                     raw = await resp.read()
                     error = _error(ErrorClass.HTTP_STATUS, _body_error_message(status, raw))
                 else:
-                    async for raw_line in SSELines(resp.content):
-                        now = time.perf_counter()
-                        if st.first_token_s is not None:
-                            idle_at = loop.time() + timeouts.idle_s
-                            armed = "idle" if idle_at < total_deadline else "total"
-                            deadline.reschedule(min(idle_at, total_deadline))
+                    # each line comes with the time its bytes arrived (sse.Arrivals), not the time it is parsed
+                    async for raw_line, now in SSELines(resp.content):
+                        if idle is not None:
+                            idle.last = now
                         line = raw_line.strip()
                         if not line or line.startswith(b":") or not line.startswith(b"data:"):
                             continue
                         data = line[5:].strip()
                         if data == b"[DONE]":
                             st.done = True
+                            t_done = now
                             break
                         try:
                             obj = json.loads(data)
@@ -265,13 +192,16 @@ async def stream_chat(
                         except (ValueError, TypeError, AttributeError, RecursionError) as exc:
                             error = _error(ErrorClass.MALFORMED, f"bad SSE data line: {exc}: {data[:120]!r}")
                             break
-                        if st.first_token_s is not None and armed == "first_token":
-                            armed = "idle"
-                            deadline.reschedule(min(loop.time() + timeouts.idle_s, total_deadline))
+                        if idle is None and st.first_token_s is not None:  # from now on: the idle gap, the total
+                            if armed == "first_token":
+                                armed = "total"
+                                deadline.reschedule(total_deadline)
+                            idle = IdleWatch(deadline, timeouts.idle_s, now)
+                    if idle is not None:
+                        idle.stop()
                     if st.done:  # the call's time ends here; what follows [DONE] is read outside it
-                        t_done = time.perf_counter()
                         deadline.reschedule(None)
-                        await _drain(resp)
+                        await after_stream(session, resp, proto)
     except asyncio.CancelledError:  # Ctrl-C: record what arrived, then let the cancellation go on (below)
         error = _error(ErrorClass.CANCELLED, "the run was interrupted while the call was in flight")
     except SSELineTooLong as exc:
@@ -279,6 +209,8 @@ async def stream_chat(
     except aiohttp.ServerTimeoutError:  # before TimeoutError, which it subclasses on Python 3.11+
         error = _error(ErrorClass.TIMEOUT_CONNECT, f"connect timed out after {timeouts.connect_s:g} s")
     except TimeoutError:
+        if idle is not None and idle.expired:
+            armed = "idle"
         if armed == "first_token":
             error = _error(ErrorClass.TIMEOUT_FIRST_TOKEN, f"no token within {timeouts.first_token_s:g} s")
         elif armed == "idle":
@@ -301,6 +233,9 @@ async def stream_chat(
     except aiohttp.ClientError as exc:
         error = _error(ErrorClass.CONNECT if status is None and conn.sent_at is None else ErrorClass.STREAM_CUT,
                        f"{type(exc).__name__}: {exc}")
+    finally:
+        if idle is not None:
+            idle.stop()
     t_end = (t_done if t_done is not None else time.perf_counter()) - (t0 + (conn.connect_s or 0.0))
     if error is None and status is not None and status < 400:
         if not st.done and st.finish_reason is None:

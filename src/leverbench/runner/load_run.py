@@ -56,7 +56,7 @@ async def run_load(r: StageRunner, session: aiohttp.ClientSession, arms: list[st
         # Reuse connections within the stage (as serving clients do, and as the turns do): a new TCP connection
         # per call costs the client ~0.6 ms and a burst of them serialises.  One pool per stage and arm, closed
         # when it ends, so that tearing down its connections falls between stages, not into the next one's
-        # measurements; a connection idle for client.IDLE_CLOSE_S is dropped before a server would drop it.  A
+        # measurements; a connection idle for connections.IDLE_CLOSE_S is dropped before a server would drop it.  A
         # call that opens a connection records that time apart (connect_s).  keep_alive = false: a new
         # connection per call.
         async with client_session(keep_alive=plan.stage.keep_alive) as own:

@@ -15,7 +15,7 @@ failed records stay in the ledger, superseded: the analysis counts each unit's
 first successful attempt).
 
 Connections: each arm has its own kept-alive pool (see
-:func:`~leverbench.runner.client.client_session`), used by its turns, probes
+:func:`~leverbench.runner.connections.client_session`), used by its turns, probes
 and sentinels; each load stage opens its own pool per arm the same way.  The
 time to open a connection is recorded apart as ``connect_s``.
 """

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import time
 from typing import TYPE_CHECKING, Callable, NamedTuple, Protocol
 
@@ -123,7 +124,8 @@ class ArmSender:
         harness time that must not enter a measurement.  It is recorded as ``harness_s`` (a turn leaves
         it out of its time); with *defer_counting* (load stages, whose next send must not wait for it) the
         counting and the record's append happen in the background (:meth:`Recorder.flush` waits for them)
-        and the record comes back without its counts."""
+        and the record comes back without its counts; and a counted one comes back before its fields of what
+        was sent are filled and it is appended (:meth:`Recorder.later`)."""
         retried_s = 0.0
         messages = body["messages"]
         for attempt in range(self.retries + 1):
@@ -143,7 +145,11 @@ class ArmSender:
                 except asyncio.CancelledError as exc:  # Ctrl-C while counting: recorded uncounted (below), then stop
                     cancelled = exc
                 rec.harness_s = time.perf_counter() - h0
-            _sent(rec, body, attempt if self.retries else None, self.keep_text)
+            # a load stage's record is finished (what was sent: the input's hash) and handed to the ledger after the
+            # I/O the loop has waiting (Recorder.later), not between this call's end and the next send
+            later = defer_counting and cancelled is None and not uncounted
+            if not later:
+                _sent(rec, body, attempt if self.retries else None, self.keep_text)
             if cancelled is not None:
                 self.recorder.append_now(rec)
                 raise cancelled
@@ -161,11 +167,19 @@ class ArmSender:
                 retried_s += (rec.connect_s or 0.0) + (rec.latency_s or 0.0)
             if uncounted and defer_counting:
                 self.recorder.defer(self._count_then_append(messages, got, rec))
+            elif later:
+                numbered = attempt if self.retries else None
+                self.recorder.later(functools.partial(self._sent_then_append, rec, body, numbered))
             else:
                 self.recorder.append(rec)  # returns at once: the next call is not held up by the fsync
             if not will_retry:
                 break
         return Sent(rec, got.content, retried_s)
+
+    def _sent_then_append(self, rec: CallRecord, body: ChatBody, attempt: int | None) -> None:
+        """A load call's record finished and appended (see :meth:`send`; run by :meth:`Recorder.later`)."""
+        _sent(rec, body, attempt, self.keep_text)
+        self.recorder.append(rec)
 
     async def _count_then_append(self, messages: list[ChatMessage], got: Streamed, rec: CallRecord) -> None:
         """A deferred :func:`count_chat_tokens` (see :meth:`send`): count, then append (a copy of) the record."""

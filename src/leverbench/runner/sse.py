@@ -1,15 +1,16 @@
 """What a streamed chat completion says, read as it arrives: its SSE lines, and its chunks accumulated.
 
-:class:`SSELines` splits the response body into lines (long ones too, up to ``MAX_SSE_LINE_BYTES``);
-:class:`StreamState` takes each data line's JSON chunk: content and reasoning text, tool calls, usage
-(its counts checked: :func:`checked_usage`), llama.cpp's ``timings``, finish reason, and when each
-chunk with content arrived.  Anything of the wrong shape raises ValueError, which the client records
-as ``malformed``.
+:class:`SSELines` splits the response body into lines (long ones too, up to ``MAX_SSE_LINE_BYTES``), each
+with the time its last byte arrived (:class:`Arrivals`); :class:`StreamState` takes each data line's JSON
+chunk: content and reasoning text, tool calls, usage (its counts checked: :func:`checked_usage`),
+llama.cpp's ``timings``, finish reason, and when each chunk with content arrived.  Anything of the wrong
+shape raises ValueError, which the client records as ``malformed``.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from collections import deque
 from typing import Any, cast
 
@@ -50,16 +51,67 @@ class SSELineTooLong(Exception):
         self.size = size
 
 
+class Arrivals(deque):
+    """When each piece of a response body arrived: aiohttp's ``StreamReader`` keeps the pieces its protocol
+    parsed out of each socket read in a deque (``_buffer``), appended in the transport's ``data_received``,
+    so this deque in its place notes ``time.perf_counter()`` with each piece (``stamps``: (time, bytes)), in
+    the loop's I/O callback, before any task runs.  A chunk's time is then when its bytes came in, not when
+    the call's task got round to parsing it: with 128 streams whose chunks arrive together, the last
+    parsed would otherwise be stamped after the 127 others' parsing (and after whatever else the loop ran
+    in between).  Pieces that were there before (the body's start that came with the headers) count as
+    arrived when installed."""
+
+    def __init__(self, pieces: Any, first_offset: int = 0):
+        super().__init__(pieces)
+        now = time.perf_counter()
+        self.stamps: deque[tuple[float, int]] = deque((now, len(p)) for p in self)
+        if self.stamps and first_offset:
+            self.stamps[0] = (now, self.stamps[0][1] - first_offset)
+
+    def append(self, piece: bytes) -> None:
+        self.stamps.append((time.perf_counter(), len(piece)))
+        super().append(piece)
+
+    @classmethod
+    def install(cls, content: Any) -> Arrivals | None:
+        """Put an :class:`Arrivals` in *content*'s buffer (before anything is read from it); None where
+        *content* is not the aiohttp ``StreamReader`` this knows (then lines are stamped as they are read)."""
+        buf = getattr(content, "_buffer", None)
+        if type(buf) is not deque:
+            return buf if isinstance(buf, Arrivals) else None
+        arrivals = cls(buf, getattr(content, "_buffer_offset", 0))
+        content._buffer = arrivals
+        return arrivals
+
+    def take(self, n: int) -> list[tuple[int, float]]:
+        """The arrival of the next *n* bytes read: [(end offset within them, time)], one per piece."""
+        out: list[tuple[int, float]] = []
+        at = 0
+        while at < n and self.stamps:
+            t, size = self.stamps[0]
+            if at + size > n:  # a piece read in part (not by readany): the rest stays
+                self.stamps[0] = (t, at + size - n)
+                size = n - at
+            else:
+                self.stamps.popleft()
+            at += size
+            out.append((at, t))
+        return out
+
+
 class SSELines:
-    """The lines of a response body as they arrive (without their ``\\n``), split here rather than by
-    aiohttp's ``readline``, which raises past twice its read buffer (``ValueError("Chunk too big")``
-    past 128 KiB in older aiohttp, ``http_exceptions.LineTooLong`` past 512 KiB in 3.14): lines up to
-    ``limit`` bytes are returned whole; a longer one raises :class:`SSELineTooLong`."""
+    """The lines of a response body as they arrive (without their ``\\n``), each with the time its last
+    byte arrived (``time.perf_counter()``: :class:`Arrivals`; where that cannot be installed, when it was
+    read), split here rather than by aiohttp's ``readline``, which raises past twice its read buffer
+    (``ValueError("Chunk too big")`` past 128 KiB in older aiohttp, ``http_exceptions.LineTooLong`` past
+    512 KiB in 3.14): lines up to ``limit`` bytes are returned whole; a longer one raises
+    :class:`SSELineTooLong`.  Create it before anything is read from *content*."""
 
     def __init__(self, content: aiohttp.StreamReader, limit: int = MAX_SSE_LINE_BYTES):
         self.content = content
         self.limit = limit
-        self.lines: deque[bytes] = deque()
+        self.arrivals = Arrivals.install(content)
+        self.lines: deque[tuple[bytes, float]] = deque()
         self.head: list[bytes] = []  # the start of a line still waiting for its end
         self.head_size = 0
         self.eof = False
@@ -67,7 +119,7 @@ class SSELines:
     def __aiter__(self) -> "SSELines":
         return self
 
-    async def __anext__(self) -> bytes:
+    async def __anext__(self) -> tuple[bytes, float]:
         while not self.lines:
             if self.head_size > self.limit:
                 raise SSELineTooLong(self.head_size)
@@ -77,17 +129,24 @@ class SSELines:
             if not data:
                 self.eof = True
                 if self.head_size:
-                    self.lines.append(b"".join(self.head))
+                    self.lines.append((b"".join(self.head), time.perf_counter()))
                 continue
-            parts = data.split(b"\n")
-            if len(parts) > 1:
+            pieces = self.arrivals.take(len(data)) if self.arrivals is not None else None
+            if not pieces or pieces[-1][0] != len(data):  # not all of it stamped: what is not, arrived now
+                pieces = [*(pieces or ()), (len(data), time.perf_counter())]
+            pos = k = 0
+            while (nl := data.find(b"\n", pos)) >= 0:
+                line = data[pos:nl]
                 if self.head:
-                    parts[0] = b"".join((*self.head, parts[0]))
+                    line = b"".join((*self.head, line))
                     self.head, self.head_size = [], 0
-                self.lines.extend(parts[:-1])
-            if parts[-1]:
-                self.head.append(parts[-1])
-                self.head_size += len(parts[-1])
+                while pieces[k][0] <= nl:  # the piece its \n came in
+                    k += 1
+                self.lines.append((line, pieces[k][1]))
+                pos = nl + 1
+            if pos < len(data):
+                self.head.append(data[pos:])
+                self.head_size += len(data) - pos
         return self.lines.popleft()
 
 
@@ -125,15 +184,21 @@ class StreamState:
         if obj.get("timings"):
             self.timings = checked_timings(obj["timings"])
         choices = obj.get("choices") or []
-        if not isinstance(choices, list) or not all(isinstance(ch, dict) for ch in choices):
+        if not isinstance(choices, list) or not _all_objects(choices):
             raise ValueError("choices is not a list of objects")
         got_any = False
         for ch in choices:
             delta = ch.get("delta") or ch.get("message") or {}
             if not isinstance(delta, dict):
                 raise ValueError(f"delta is not an object: {delta!r:.80}")
-            text = as_text(delta.get("content"), "content")
-            reasoning = as_text(delta.get("reasoning_content") or delta.get("reasoning"), "reasoning")
+            text = delta.get("content")  # (as_text's common cases inline: this runs for every chunk of every stream)
+            if text.__class__ is not str:
+                text = as_text(text, "content")
+            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+            if reasoning is None:
+                reasoning = ""
+            elif reasoning.__class__ is not str:
+                reasoning = as_text(reasoning, "reasoning")
             if reasoning:
                 self.reasoning_chars += len(reasoning)
                 self.reasoning_chunks += 1
@@ -149,8 +214,8 @@ class StreamState:
                     self.answer_chunks += 1
                     if self.first_answer_s is None:
                         self.first_answer_s = now - self.t0
-            calls = delta.get("tool_calls") or []
-            if not isinstance(calls, list) or not all(isinstance(tc, dict) for tc in calls):
+            calls = delta.get("tool_calls") or ()
+            if calls and (not isinstance(calls, list) or not _all_objects(calls)):
                 raise ValueError("tool_calls is not a list of objects")
             for tc in calls:
                 idx = tc.get("index", len(self.tool_calls))
@@ -189,6 +254,13 @@ class StreamState:
         end = head.find("</think>")
         self._answer_started = end >= 0 and bool(head[end + 8:].strip())
         return self._answer_started
+
+
+def _all_objects(items: list) -> bool:
+    for x in items:
+        if not isinstance(x, dict):
+            return False
+    return True
 
 
 def split_think(content: str) -> tuple[str, str]:
