@@ -67,6 +67,21 @@ def test_a_reading_in_its_units_and_an_unsupported_call_asked_once(nvml, monkeyp
             classify(Reading(0.0))) == ("dram", "sm", "idle", "unknown")
 
 
+def test_a_transient_nvml_error_costs_one_reading_not_the_field(nvml, monkeypatch):
+    """Only "not supported" and "function not found" mean a device lacks a field; a timeout or an unknown error
+    loses that one reading."""
+    fake_gpu.script(lambda t: (37.0, 81.0, 412.5))
+    monkeypatch.setattr(fake_nvml, "FAIL_ONCE", {"nvmlDeviceGetPowerUsage": fake_nvml.NVML_ERROR_TIMEOUT,
+                                                 "nvmlDeviceGetUtilizationRates": fake_nvml.NVML_ERROR_UNKNOWN})
+    r1, r2 = nvml.read(0), nvml.read(0)
+    assert (r1.power_w, r1.sm) == (None, None) and (r2.power_w, r2.sm) == (412.5, 0.37)
+    monkeypatch.setattr(fake_nvml, "FAIL_ONCE", {"nvmlDeviceGetTotalEnergyConsumption":
+                                                 fake_nvml.NVML_ERROR_FUNCTION_NOT_FOUND})
+    fake_nvml.calls.clear()
+    assert nvml.read(0).energy_j is None and nvml.read(0).energy_j is None
+    assert fake_nvml.calls.count("nvmlDeviceGetTotalEnergyConsumption") == 1  # not asked again
+
+
 def test_without_the_binding_the_facts_are_unknown_and_say_why(monkeypatch):
     monkeypatch.setenv(NVML_MODULE_ENV, "pynvml")
     monkeypatch.setitem(__import__("sys").modules, "pynvml", None)  # not installed
