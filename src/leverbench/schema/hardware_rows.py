@@ -151,17 +151,20 @@ class TelemetryRow(TypedDict):
 
 class EnergyRow(TypedDict):
     """``gpu.energy[]``: one arm's GPU energy per turn (median over its counted turns, over each turn's model
-    time), as kWh per 1,000 turns, beside its GPU-hours per 1,000 turns (median turn time × its GPUs)."""
+    time), as kWh per 1,000 turns, beside its GPU-hours per 1,000 turns (median turn time × its GPUs); the turns
+    whose readings did not cover them, or left a gap in them, are not measured (``note``: why)."""
 
     __pydantic_config__ = STRICT
 
     arm: str
-    turns: Count
+    turns: Count  # measured
+    unmeasured: Count
     gpus: Count
     j_per_turn: NonNegative | None
     kwh_per_1000_turns: NonNegative | None
     gpu_hours_per_1000_turns: NonNegative | None
     source: str | None  # "energy counter" or "power readings"
+    note: str | None
 
 
 class GpuSection(TypedDict):
