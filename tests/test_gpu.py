@@ -147,6 +147,29 @@ def test_a_default_dcgm_page_falls_back_and_sums_a_mig_gpus_instances():
     assert (r.sm, r.dram, r.mem_used_mib, r.energy_j) == (0.4, 0.2, 28000.0, None)
 
 
+def test_a_gpu_shared_by_pods_is_counted_once():
+    """The exporter's Kubernetes mapping repeats a GPU's series for each pod using it (time slicing): one GPU,
+    its duplicates averaged, never summed (summed, an H200 used 240,000 MiB of its 143,771)."""
+    page = dcgm.parse((DATA / "h200x2-k8s-shared.metrics").read_text())
+    assert page.facts() == {"source": "dcgm", "count": 2, "name": "NVIDIA H200", "memory_mib": 143771,
+                            "driver": "570.124.06", "devices": ["h200-node-3:0", "h200-node-3:1"]}
+    (k0, r0), (_, r1) = page.readings(1.0)
+    assert (k0, r0.mem_used_mib, r0.sm, r0.dram, r0.power_w) == ("h200-node-3:0", 120000.0, 1.0, 0.71, 534.21)
+    assert r0.energy_j == pytest.approx(123456789.0) and r1.mem_used_mib == 40000.0
+
+
+def test_a_dcgm_page_is_read_once_a_second_and_nvml_at_its_rate(nvml, monkeypatch):
+    """Parsing an exporter's page holds the interpreter (about 25 ms for an 8-GPU node), and the exporter
+    refreshes it every 30 s by default: its sampler reads once a second, NVML's at the run's rate."""
+    from leverbench.runner import telemetry  # noqa: PLC0415
+
+    monkeypatch.setattr(telemetry, "fetch_page", lambda url, headers: None)
+    tel = telemetry.Telemetry(hz=10.0, nvml=nvml, pages={"http://x:9400/metrics": ({}, ["b"], {})})
+    tel.start({"a": ("0",)})
+    tel.stop()
+    assert {s.kind: s.sampler.period for s in tel.sources} == {"nvml": 0.1, "dcgm": 1.0}
+
+
 def test_a_page_that_is_no_dcgm_page():
     assert dcgm.parse("vllm:num_requests_running 1\n") is None
     assert dcgm.parse("not { prometheus") is None
@@ -325,7 +348,7 @@ def test_the_summary_holds_the_gpu_section_and_warns_of_unknown_hardware():
 # ---------------------------------------------------------------- an endpoint's GPUs, from its DCGM exporter
 
 
-def test_an_endpoints_gpus_come_from_its_dcgm_exporter(tmp_path):
+def test_an_endpoints_gpus_come_from_its_dcgm_exporter(tmp_path, monkeypatch):
     """Two endpoints (simulators) whose GPUs a DCGM exporter serves (the page of tests/data/dcgm/, from a local
     HTTP server): their facts in the header, the page's readings in the ledger as ``gpu`` records of source
     ``dcgm``, aligned with the arms' calls."""
@@ -334,8 +357,10 @@ def test_an_endpoints_gpus_come_from_its_dcgm_exporter(tmp_path):
     from leverbench.config import load  # noqa: PLC0415
     from leverbench.engines.simulator import SimConfig, SimulatorThread  # noqa: PLC0415
     from leverbench.ledger.reader import read_ledger  # noqa: PLC0415
+    from leverbench.runner import telemetry  # noqa: PLC0415
     from leverbench.runner.run import Runner  # noqa: PLC0415
 
+    monkeypatch.setattr(telemetry, "DCGM_HZ", 20.0)  # a short run: the page read as often as NVML
     page = (DATA / "h100x2-dcp.metrics").read_bytes()
 
     class Exporter(http.server.BaseHTTPRequestHandler):
