@@ -191,7 +191,10 @@ def test_the_mode_follows_the_gpus_the_engines_would_share(tmp_path, sims, monke
     gaps = sorted(b - a for a, b in zip(t, t[1:]))
     assert gaps[len(gaps) // 2] < 0.15  # the median reading interval: 10 Hz asked (a busy machine skips some)
     assert {(r["arm"], r["scope"]) for r in s["gpu"]["telemetry"]} == {(a, "turns") for a in ARMS}
-    assert all(r["decode"]["samples"] > 0 for r in s["gpu"]["telemetry"])
+    assert all(r["samples"] > 0 for r in s["gpu"]["telemetry"])
+    # a reading counts in a phase when its window (here the 0.1 s since the reading before) lies wholly in it: the
+    # base arm's 0.4 s decodes hold some; the drafter's, four times faster, may hold none
+    assert {r["arm"]: r for r in s["gpu"]["telemetry"]}["base"]["decode"]["samples"] > 0
     assert [a["facts"]["name"] for a in s["gpu"]["arms"]] == ["NVIDIA H200"] * 2
 
 
@@ -292,3 +295,4 @@ def test_a_vllm_engines_torch_build_and_tensor_parallel_size(tmp_path, monkeypat
     monkeypatch.syspath_prepend(str(tmp_path))
     assert vllm.torch_build() == {"version": "2.5.1+cu124", "cuda": "12.4"}
     assert [vllm.tensor_parallel(a) for a in (["-tp", "4"], ["--tensor-parallel-size=2"], [])] == [4, 2, 1]
+
