@@ -296,3 +296,20 @@ def test_a_vllm_engines_torch_build_and_tensor_parallel_size(tmp_path, monkeypat
     assert vllm.torch_build() == {"version": "2.5.1+cu124", "cuda": "12.4"}
     assert [vllm.tensor_parallel(a) for a in (["-tp", "4"], ["--tensor-parallel-size=2"], [])] == [4, 2, 1]
 
+
+def test_a_stop_whose_gpus_were_not_checked_is_unchecked_not_released(tmp_path):
+    """Without NVML an engine's GPUs cannot be checked: its stop is not a confirmed release (None, shown
+    "unchecked"), and it does not end the run (only a release seen to fail does)."""
+    from leverbench.analysis.hardware.engines import engines_section  # noqa: PLC0415
+    from leverbench.report.hardware_tables import engines_table  # noqa: PLC0415
+
+    tel = telemetry.Telemetry(hz=0, why="nvidia-ml-py is not installed")
+    released, check, left = tel.release(("0",), None, {}, wait_s=0.0)
+    assert released is None and "its GPUs not checked (nvidia-ml-py is not installed)" in check and left == []
+    assert tel.release(None, None, {}, wait_s=0.0)[0] is True  # an engine on the CPU: its process group is all
+    start = {"arm": "a", "block": 0, "part": "round", "round": 0, "t": 1.0, "ready_s": 1.0, "timeout_s": 300.0}
+    stop = {"arm": "a", "block": 0, "t": 5.0, "stop_s": 0.2, "released": released, "check": check}
+    section, warnings = engines_section({"engines": {"mode": "one at a time"}}, [start], [stop])
+    [arm] = section["arms"]
+    assert (arm["released"], arm["unchecked"], section["starts"][0]["stopped"]) == (None, 1, True) and not warnings
+    assert engines_table({"engines": section}).rows[0][-1] == "unchecked"

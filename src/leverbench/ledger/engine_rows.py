@@ -69,7 +69,7 @@ class EngineStopRow(TypedDict, total=False):
     block: int
     t: float
     stop_s: float
-    released: bool
+    released: bool | None  # None: its process group gone, its GPUs not checked (no NVML)
     check: str  # what was checked, in words
     leftover: list[int]  # pids of the engine's process group, or on its GPUs, still there
 

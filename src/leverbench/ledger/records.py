@@ -63,7 +63,8 @@ header's ``engines`` and ``host.gpu``; a version 1 ledger reads unchanged, :mod:
   warmup_calls, settled, server_state ("cold": a fresh process), timeout_s and timeout_from (the start
   timeout and where it came from), devices (the GPUs it may use), pid.
 - ``engine_stop``: arm, block, t, stop_s, released (its process group gone and, on a GPU, none of its
-  processes left there and the memory back where it was), check (what was checked, in words), leftover (pids).
+  processes left there and the memory back where it was; null: the group gone, its GPUs not checked, without
+  NVML), check (what was checked, in words), leftover (pids).
 - ``gpu``: one device's readings since the last such record (``gpu.readings``): source ("nvml", "dcgm"),
   device, arms (whose engine or endpoint uses it), fields (which source field each utilisation is), and
   the columns t (epoch s) and sm, dram (fractions of the sample period busy), mem_used_mib, power_w,

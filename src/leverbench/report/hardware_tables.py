@@ -22,6 +22,14 @@ def _fact(v: Any) -> str:
     return f"{v:g}" if isinstance(v, float) else str(v)
 
 
+def _released(a: Mapping[str, Any]) -> str:
+    if a["released"] is False:
+        return "NO"
+    if a.get("unchecked"):
+        return "unchecked"
+    return "—" if a["released"] is None else "yes"
+
+
 def engines_table(summary: Mapping[str, Any]) -> Table | None:
     e = summary.get("engines")
     if not e or not e.get("arms"):
@@ -29,13 +37,16 @@ def engines_table(summary: Mapping[str, Any]) -> Table | None:
     rows = [[a["arm"], str(a["starts"]), f"{s(a['ready_s_median'])} / {s(a['ready_s_max'])}",
              s(a["model_load_s_median"]), s(a["warmup_s_median"]),
              f"{s(a['timeout_s'], 0)} ({a['timeout_from'] or '—'})", pct(a["timeout_used"]),
-             "—" if a["released"] is None else "yes" if a["released"] else "NO"] for a in e["arms"]]
+             _released(a)] for a in e["arms"]]
     mode = e.get("mode") or "not recorded"
     notes = [f"Engines {mode}" + (f": {e['reason']}" if e.get("reason") else "") + "."]
     if e.get("server_state"):
         notes.append(f"Server state the measured calls met: {e['server_state']}.")
     notes.append(f"Pairs of engines of different arms up at once: {e.get('overlaps', 0)}"
                  + (" (none may be, one at a time)." if e.get("mode") == "one at a time" else "."))
+    if any(a.get("unchecked") for a in e["arms"]):
+        notes.append("Released unchecked: the engine's processes were gone, but its GPUs could not be read (no "
+                     "NVML) to see their memory come back.")
     notes.append("ready: spawned until /health answered (process start, model load, the engine's own warm-up); "
                  "model load: what the engine's log says; warm-up: the calls until its sentinel's speed settled.")
     return Table("engines", "Engine starts per arm", ["arm", "starts", "ready s median / max", "model load s",

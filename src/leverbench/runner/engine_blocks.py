@@ -150,7 +150,8 @@ class EngineBlocks:
 
     @staticmethod
     def stopped(rec: EngineStopRow) -> EngineStopRow:
-        if not rec["released"]:
+        """*rec*, or EngineError when its engine was seen not to release its devices (unchecked: None, goes on)."""
+        if rec["released"] is False:
             raise EngineError(f"arm {rec['arm']!r}: its engine stopped but did not release its devices within the "
                               f"wait: {rec['check']}; the next engine could not have them")
         return rec

@@ -12,7 +12,8 @@
   between units of work (:meth:`Telemetry.records`) as ``gpu`` ledger records.
 - **Release** (:meth:`Telemetry.release`): after an engine stops, that its processes left its GPUs and their
   memory came back to what it was before it started (within :data:`RELEASE_SLACK_MIB`), waiting up to
-  :data:`RELEASE_WAIT_S`.
+  :data:`RELEASE_WAIT_S`; without NVML an engine's GPUs cannot be checked, and its release is None
+  (unchecked: its process group gone, nothing said of its GPUs) rather than confirmed.
 """
 
 from __future__ import annotations
@@ -170,10 +171,11 @@ class Telemetry:
         return out
 
     def release(self, devices: Devices, pgid: Optional[int], before: Mapping[str, float],
-                wait_s: float = RELEASE_WAIT_S) -> tuple[bool, str, list[int]]:
+                wait_s: float = RELEASE_WAIT_S) -> tuple[Optional[bool], str, list[int]]:
         """(released, what was checked in words, the pids left) after an engine stopped: its process group gone;
         on its GPUs, none of its processes left and the memory used back within RELEASE_SLACK_MIB of *before*
-        (module docstring), waiting up to *wait_s*."""
+        (module docstring), waiting up to *wait_s*.  Released is None when the group is gone but the engine's
+        GPUs could not be checked (no NVML)."""
         deadline = time.monotonic() + wait_s
         while True:
             left = _group_members(pgid)
@@ -195,6 +197,7 @@ class Telemetry:
                 words.append(f"the engine's processes {sorted(set(on_gpu))} still on its GPUs")
         elif devices:
             words.append("its GPUs not checked (" + (self.why or "no NVML") + ")")
+            return (None if done else False), "; ".join(words), sorted(set(left))
         return done, "; ".join(words), sorted(set(left) | set(on_gpu))
 
 

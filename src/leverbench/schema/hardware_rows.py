@@ -43,7 +43,8 @@ class EngineStartRow(TypedDict):
     timeout_s: NonNegative | None
     timeout_from: str | None
     stop_s: NonNegative | None
-    released: bool | None  # None: no stop recorded (the run ended before it)
+    stopped: bool  # a stop was recorded
+    released: bool | None  # None: no stop recorded (the run ended before it), or its GPUs not checked (no NVML)
     check: str | None
 
 
@@ -61,7 +62,8 @@ class EngineArmRow(TypedDict):
     timeout_s: NonNegative | None
     timeout_from: str | None
     timeout_used: NonNegative | None  # the slowest start's share of its timeout
-    released: bool | None  # every stop released its devices (None: no stop recorded)
+    released: bool | None  # every stop released its devices (None: no stop recorded, or not all checked)
+    unchecked: Count  # stops whose GPUs were not checked (no NVML)
 
 
 class EnginesSection(TypedDict):

@@ -40,7 +40,8 @@ def start_rows(starts: Iterable[Mapping[str, Any]], stops: Iterable[Mapping[str,
                     "model_load_s": _num(s.get("model_load_s")), "warmup_s": _num(s.get("warmup_s")),
                     "warmup_calls": _count(s.get("warmup_calls")), "settled": s.get("settled"),
                     "timeout_s": _num(s.get("timeout_s")), "timeout_from": s.get("timeout_from"),
-                    "stop_s": _num(e.get("stop_s")), "released": e.get("released"), "check": e.get("check")})
+                    "stop_s": _num(e.get("stop_s")), "stopped": bool(e), "released": e.get("released"),
+                    "check": e.get("check")})
     return out
 
 
@@ -55,7 +56,8 @@ def overlaps(rows: list[EngineStartRow], stops: Iterable[Mapping[str, Any]]) -> 
 
 def arm_rows(rows: list[EngineStartRow]) -> list[EngineArmRow]:
     """Each arm's starts summed up: medians and the slowest, the slowest start's share of its timeout, whether
-    every stop released its devices."""
+    every stop released its devices (False: one did not; None: none recorded, or one whose GPUs were not
+    checked: ``unchecked`` counts those)."""
     out: list[EngineArmRow] = []
     for arm in dict.fromkeys(r["arm"] for r in rows):
         mine = [r for r in rows if r["arm"] == arm]
@@ -64,13 +66,15 @@ def arm_rows(rows: list[EngineStartRow]) -> list[EngineArmRow]:
         loads = [r["model_load_s"] for r in mine if r["model_load_s"] is not None]
         warm = [r["warmup_s"] for r in mine if r["warmup_s"] is not None and r["part"] != "discovery"]
         released = [r["released"] for r in mine if r["released"] is not None]
+        unchecked = sum(1 for r in mine if r["stopped"] and r["released"] is None)
         out.append({"arm": arm, "starts": len(mine), "ready_s_median": median(ready) if ready else None,
                     "ready_s_max": max(ready) if ready else None,
                     "model_load_s_median": median(loads) if loads else None,
                     "warmup_s_median": median(warm) if warm else None,
                     "timeout_s": mine[-1]["timeout_s"], "timeout_from": mine[-1]["timeout_from"],
                     "timeout_used": max(used) if used else None,
-                    "released": all(released) if released else None})
+                    "released": False if False in released else (True if released and not unchecked else None),
+                    "unchecked": unchecked})
     return out
 
 
