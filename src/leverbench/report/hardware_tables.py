@@ -34,7 +34,8 @@ def engines_table(summary: Mapping[str, Any]) -> Table | None:
     e = summary.get("engines")
     if not e or not e.get("arms"):
         return None
-    rows = [[a["arm"], str(a["starts"]), f"{s(a['ready_s_median'])} / {s(a['ready_s_max'])}",
+    rows = [[a["arm"], str(a["starts"]) + (f" ({a['failed']} failed)" if a.get("failed") else ""),
+             f"{s(a['ready_s_median'])} / {s(a['ready_s_max'])}",
              s(a["model_load_s_median"]), s(a["warmup_s_median"]),
              f"{s(a['timeout_s'], 0)} ({a['timeout_from'] or '—'})", pct(a["timeout_used"]),
              _released(a)] for a in e["arms"]]
@@ -44,6 +45,8 @@ def engines_table(summary: Mapping[str, Any]) -> Table | None:
         notes.append(f"Server state the measured calls met: {e['server_state']}.")
     notes.append(f"Pairs of engines of different arms up at once: {e.get('overlaps', 0)}"
                  + (" (none may be, one at a time)." if e.get("mode") == "one at a time" else "."))
+    notes += [f"Start {r['block']} of arm {r['arm']} failed: {r['error']}" for r in e.get("starts") or []
+              if r.get("error")]
     if any(a.get("unchecked") for a in e["arms"]):
         notes.append("Released unchecked: the engine's processes were gone, but its GPUs could not be read (no "
                      "NVML) to see their memory come back.")

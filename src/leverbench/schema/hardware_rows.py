@@ -42,6 +42,7 @@ class EngineStartRow(TypedDict):
     settled: bool | None
     timeout_s: NonNegative | None
     timeout_from: str | None
+    error: str | None  # a start that failed: why
     stop_s: NonNegative | None
     stopped: bool  # a stop was recorded
     released: bool | None  # None: no stop recorded (the run ended before it), or its GPUs not checked (no NVML)
@@ -55,6 +56,7 @@ class EngineArmRow(TypedDict):
 
     arm: str
     starts: Count
+    failed: Count  # starts that failed
     ready_s_median: NonNegative | None
     ready_s_max: NonNegative | None
     model_load_s_median: NonNegative | None
