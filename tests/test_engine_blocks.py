@@ -410,3 +410,23 @@ def test_start_and_stop_records_whose_blocks_repeat_pair_by_time():
              {"arm": "a", "block": 0, "t": 11.0, "stop_s": 0.1, "released": True}]
     section, warnings = engines_section({"engines": {"mode": "one at a time"}}, starts, stops)
     assert section["overlaps"] == 0 and not warnings and [r["stop_s"] for r in section["starts"]] == [0.1] * 3
+
+
+def test_an_endpoint_arm_beside_engines_one_at_a_time_is_warm(tmp_path, sims):
+    """With engines one at a time the engine arms meet a cold server each block, an endpoint arm the server the
+    user keeps up (warm): each arm's state is a discovered fact, so such a pair is not a controlled comparison,
+    and the header says which arms were which."""
+    from leverbench.engines.simulator import SimConfig, SimulatorThread  # noqa: PLC0415
+
+    with SimulatorThread(SimConfig(decode_tps=300, prefill_tps=20000)) as sim:
+        p = experiment(tmp_path, repeats=2)
+        text = p.read_text()
+        i = text.index('name = "drafter"')
+        p.write_text(text[:i] + text[i:].replace('engine = { kind = "embedded", startup_timeout_s = 120 }',
+                                                 f'base_url = "{sim.base_url}"\nmodel = "sim"', 1))
+        s = _run(p, tmp_path / "run")
+    head = read_ledger(tmp_path / "run").header
+    assert {a: head["arms"][a]["discovered"]["server_state"] for a in ARMS} == {"base": "cold", "drafter": "warm"}
+    assert "warm for the arms with an endpoint of their own: drafter" in head["engines"]["server_state"]
+    [m] = [m for m in s["multipliers"] if m["scope"] == "total"]
+    assert not m["controlled"] and "fact:server_state" in m["knobs"]

@@ -50,7 +50,7 @@ from .client import Timeouts, client_session
 from .discover import api_root, host_info, scrape_metrics
 from .endpoint import ArmEndpoint, Interrupted, endpoint_headers  # noqa: F401 (Interrupted: the run's public error)
 from .engine_blocks import EngineBlocks
-from .engine_mode import ONE_AT_A_TIME, Devices, choose, engine_devices
+from .engine_mode import ONE_AT_A_TIME, Devices, arm_server_state, choose, engine_devices, server_state
 from .file_names import file_part
 from .fixed_calls import fixed_length
 from .load_run import run_load
@@ -118,12 +118,17 @@ class Runner:
 
     def _choose_engines(self, resumed: EnginesRow | None) -> None:
         """Which GPUs each engine would use, together or one at a time (:mod:`.engine_mode`; a resumed run keeps
-        its own), and each engine arm's GPU facts (:mod:`.telemetry`)."""
+        its own), each arm's server state (cold, warm) and each engine arm's GPU facts (:mod:`.telemetry`)."""
         assert self.telemetry is not None
         host, build = self.telemetry.host_gpus(), (distribution() or (None,))[0]
         self.engine_devices = {name: engine_devices(ep.arm.engine, host, build)
                                for name, ep in self.endpoints.items() if ep.arm.engine is not None}
         self.engines = resumed or choose(self.spec.experiment.engines, self.engine_devices, self.spec.experiment.order)
+        mode, started = self.engines["mode"], [n for n, ep in self.endpoints.items() if ep.engine is not None]
+        if resumed is None:  # a resumed run keeps its header's
+            self.engines["server_state"] = server_state(mode, started, self.endpoints)
+        for name in self.endpoints:  # a discovered fact: a cold arm and a warm one are no controlled pair
+            self.endpoints[name].discovered["server_state"] = arm_server_state(mode, name in started)
         for name, devs in self.engine_devices.items():
             self.endpoints[name].discovered["gpu"] = dict(self.telemetry.engine_facts(devs))
 
@@ -136,10 +141,7 @@ class Runner:
 
     def record_engine(self, rec: EngineStartRow) -> None:
         """An engine's start record: into the ledger, or kept until its header is written (then appended)."""
-        if self._header_written:
-            self.recorder.append(rec)
-        else:
-            self._early.append(rec)
+        (self.recorder.append if self._header_written else self._early.append)(rec)
 
     def stop_engines(self, quick: bool = False) -> None:
         """Stop every engine still running, each stop recorded (*quick*: the run is ending on an error or an
