@@ -430,3 +430,23 @@ def test_an_endpoint_arm_beside_engines_one_at_a_time_is_warm(tmp_path, sims):
     assert "warm for the arms with an endpoint of their own: drafter" in head["engines"]["server_state"]
     [m] = [m for m in s["multipliers"] if m["scope"] == "total"]
     assert not m["controlled"] and "fact:server_state" in m["knobs"]
+
+
+def test_model_load_time_is_read_from_this_starts_part_of_the_log(tmp_path):
+    """Every start appends to the arm's engine log: what loading the model took is read after this start's
+    offset, never a line an earlier start left."""
+    from leverbench.engines.vllm import VllmEngine  # noqa: PLC0415
+
+    log = tmp_path / "engine-a.log"
+    log.write_text("$ python -m vllm...\nINFO Model loading took 14.99 GiB memory and 21.53 seconds\n")
+    before = log.stat().st_size
+    eng = SimEngine("a", log, SIMS["base"])
+    eng.start()
+    eng.stop()
+    assert eng.log_offset == before and "Model loading" not in eng.log_since_start()
+    v = VllmEngine("a", ["--model", str(tmp_path)], log)
+    v.log_offset = eng.log_offset
+    assert v.model_load_s() is None  # this start's part says nothing (the last start's 21.53 s is not its)
+    with open(log, "a") as fh:
+        fh.write("INFO [gpu_model_runner.py:1890] Model loading took 3.2 GiB memory and 9.5 seconds\n")
+    assert v.model_load_s() == 9.5
