@@ -135,8 +135,12 @@ def test_one_at_a_time_never_runs_two_engines_and_records_every_start(both_modes
     assert [(x["part"], x["round"], x["arm"]) for x in starts] == want
     assert all(x["released"] for x in stops) and all(x["ready_s"] > 0 and x["server_state"].startswith("cold")
                                                      for x in starts)
-    assert all(x["warmup_calls"] >= 1 for x in starts if x["part"] != "discovery")
+    warmed = {(x["arm"], x["block"]): x for x in led.of_kind("engine_warmed")}  # each block's warm-up, after its start
+    assert sorted(warmed) == sorted((x["arm"], x["block"]) for x in starts if x["part"] != "discovery")
+    assert all(x["warmup_calls"] >= 1 for x in warmed.values())
     e = s["engines"]
+    assert [x["warmup_calls"] for x in e["starts"]][2:] == [warmed[x["arm"], x["block"]]["warmup_calls"]
+                                                            for x in starts[2:]]
     assert (e["mode"], e["declared"], e["overlaps"]) == ("one at a time", "one at a time", 0)
     assert [a["starts"] for a in e["arms"]] == [5, 5] and all(a["released"] for a in e["arms"])
     assert led.header["engines"]["server_state"].startswith("cold")
@@ -191,7 +195,10 @@ def test_the_mode_follows_the_gpus_the_engines_would_share(tmp_path, sims, monke
     gaps = sorted(b - a for a, b in zip(t, t[1:]))
     assert gaps[len(gaps) // 2] < 0.15  # the median reading interval: 10 Hz asked (a busy machine skips some)
     assert {(r["arm"], r["scope"]) for r in s["gpu"]["telemetry"]} == {(a, "turns") for a in ARMS}
-    assert all(r["decode"]["samples"] > 0 for r in s["gpu"]["telemetry"])
+    assert all(r["samples"] > 0 for r in s["gpu"]["telemetry"])
+    # a reading counts in a phase when its window (here the 0.1 s since the reading before) lies wholly in it: the
+    # base arm's 0.4 s decodes hold some; the drafter's, four times faster, may hold none
+    assert {r["arm"]: r for r in s["gpu"]["telemetry"]}["base"]["decode"]["samples"] > 0
     assert [a["facts"]["name"] for a in s["gpu"]["arms"]] == ["NVIDIA H200"] * 2
 
 
@@ -292,3 +299,23 @@ def test_a_vllm_engines_torch_build_and_tensor_parallel_size(tmp_path, monkeypat
     monkeypatch.syspath_prepend(str(tmp_path))
     assert vllm.torch_build() == {"version": "2.5.1+cu124", "cuda": "12.4"}
     assert [vllm.tensor_parallel(a) for a in (["-tp", "4"], ["--tensor-parallel-size=2"], [])] == [4, 2, 1]
+
+
+def test_an_endpoint_arm_beside_engines_one_at_a_time_is_warm(tmp_path, sims):
+    """With engines one at a time the engine arms meet a cold server each block, an endpoint arm the server the
+    user keeps up (warm): each arm's state is a discovered fact, so such a pair is not a controlled comparison,
+    and the header says which arms were which."""
+    from leverbench.engines.simulator import SimConfig, SimulatorThread  # noqa: PLC0415
+
+    with SimulatorThread(SimConfig(decode_tps=300, prefill_tps=20000)) as sim:
+        p = experiment(tmp_path, repeats=2)
+        text = p.read_text()
+        i = text.index('name = "drafter"')
+        p.write_text(text[:i] + text[i:].replace('engine = { kind = "embedded", startup_timeout_s = 120 }',
+                                                 f'base_url = "{sim.base_url}"\nmodel = "sim"', 1))
+        s = _run(p, tmp_path / "run")
+    head = read_ledger(tmp_path / "run").header
+    assert {a: head["arms"][a]["discovered"]["server_state"] for a in ARMS} == {"base": "cold", "drafter": "warm"}
+    assert "warm for the arms with an endpoint of their own: drafter" in head["engines"]["server_state"]
+    [m] = [m for m in s["multipliers"] if m["scope"] == "total"]
+    assert not m["controlled"] and "fact:server_state" in m["knobs"]

@@ -67,6 +67,21 @@ def test_a_reading_in_its_units_and_an_unsupported_call_asked_once(nvml, monkeyp
             classify(Reading(0.0))) == ("dram", "sm", "idle", "unknown")
 
 
+def test_a_transient_nvml_error_costs_one_reading_not_the_field(nvml, monkeypatch):
+    """Only "not supported" and "function not found" mean a device lacks a field; a timeout or an unknown error
+    loses that one reading."""
+    fake_gpu.script(lambda t: (37.0, 81.0, 412.5))
+    monkeypatch.setattr(fake_nvml, "FAIL_ONCE", {"nvmlDeviceGetPowerUsage": fake_nvml.NVML_ERROR_TIMEOUT,
+                                                 "nvmlDeviceGetUtilizationRates": fake_nvml.NVML_ERROR_UNKNOWN})
+    r1, r2 = nvml.read(0), nvml.read(0)
+    assert (r1.power_w, r1.sm) == (None, None) and (r2.power_w, r2.sm) == (412.5, 0.37)
+    monkeypatch.setattr(fake_nvml, "FAIL_ONCE", {"nvmlDeviceGetTotalEnergyConsumption":
+                                                 fake_nvml.NVML_ERROR_FUNCTION_NOT_FOUND})
+    fake_nvml.calls.clear()
+    assert nvml.read(0).energy_j is None and nvml.read(0).energy_j is None
+    assert fake_nvml.calls.count("nvmlDeviceGetTotalEnergyConsumption") == 1  # not asked again
+
+
 def test_without_the_binding_the_facts_are_unknown_and_say_why(monkeypatch):
     monkeypatch.setenv(NVML_MODULE_ENV, "pynvml")
     monkeypatch.setitem(__import__("sys").modules, "pynvml", None)  # not installed
@@ -130,6 +145,29 @@ def test_a_default_dcgm_page_falls_back_and_sums_a_mig_gpus_instances():
     assert page.fields() == {"sm": "DCGM_FI_DEV_GPU_UTIL / 100", "dram": "DCGM_FI_DEV_MEM_COPY_UTIL / 100"}
     [(_, r)] = page.readings(1.0)
     assert (r.sm, r.dram, r.mem_used_mib, r.energy_j) == (0.4, 0.2, 28000.0, None)
+
+
+def test_a_gpu_shared_by_pods_is_counted_once():
+    """The exporter's Kubernetes mapping repeats a GPU's series for each pod using it (time slicing): one GPU,
+    its duplicates averaged, never summed (summed, an H200 used 240,000 MiB of its 143,771)."""
+    page = dcgm.parse((DATA / "h200x2-k8s-shared.metrics").read_text())
+    assert page.facts() == {"source": "dcgm", "count": 2, "name": "NVIDIA H200", "memory_mib": 143771,
+                            "driver": "570.124.06", "devices": ["h200-node-3:0", "h200-node-3:1"]}
+    (k0, r0), (_, r1) = page.readings(1.0)
+    assert (k0, r0.mem_used_mib, r0.sm, r0.dram, r0.power_w) == ("h200-node-3:0", 120000.0, 1.0, 0.71, 534.21)
+    assert r0.energy_j == pytest.approx(123456789.0) and r1.mem_used_mib == 40000.0
+
+
+def test_a_dcgm_page_is_read_once_a_second_and_nvml_at_its_rate(nvml, monkeypatch):
+    """Parsing an exporter's page holds the interpreter (about 25 ms for an 8-GPU node), and the exporter
+    refreshes it every 30 s by default: its sampler reads once a second, NVML's at the run's rate."""
+    from leverbench.runner import telemetry  # noqa: PLC0415
+
+    monkeypatch.setattr(telemetry, "fetch_page", lambda url, headers: None)
+    tel = telemetry.Telemetry(hz=10.0, nvml=nvml, pages={"http://x:9400/metrics": ({}, ["b"], {})})
+    tel.start({"a": ("0",)})
+    tel.stop()
+    assert {s.kind: s.sampler.period for s in tel.sources} == {"nvml": 0.1, "dcgm": 1.0}
 
 
 def test_a_page_that_is_no_dcgm_page():
@@ -201,19 +239,88 @@ def test_scopes_arms_and_what_cannot_be_resolved():
     assert load["prefill"]["samples"] == 0 and load["short_prefill_share"] == 1.0 and "not resolved" in load["note"]
 
 
+def _driver_series(window_s, truth, step=0.05, until=100.0, offset=0.0731):
+    """What NVML reads at *step* intervals when its driver samples every *window_s* and returns its last complete
+    sample, the average of *truth* (t → (sm, dram)) over the period before it."""
+    t = np.round(np.arange(step, until, step), 4)
+
+    def sample(x):
+        end = math.floor((x - offset) / window_s) * window_s + offset
+        xs = np.linspace(end - window_s, end, 120, endpoint=False)
+        return np.round(np.mean([truth(y) for y in xs], axis=0), 2)  # NVML counts in whole percents
+
+    vals = np.array([sample(x) for x in t])
+    return series([_gpu_record(t, vals[:, 0], vals[:, 1], [300.0] * len(t))])
+
+
+def _cycle(x):
+    """Every 5 s: idle, a prefill [1.0, 1.4) (SMs 100 %, memory 30 %), a decode [1.4, 3.4] (60 %, 90 %), idle."""
+    k = x % 5.0
+    return (1.0, 0.3) if 1.0 <= k < 1.4 else (0.6, 0.9) if 1.4 <= k <= 3.4 else (0.0, 0.0)
+
+
+@pytest.mark.parametrize("window_s", [1 / 6, 1.0])
+def test_each_reading_covers_nvmls_window_before_it_was_first_read(window_s):
+    """A reading shows the driver's last sample: the window of its refresh period W (measured where the readings
+    change) before the reading that first showed it.  Counted in a phase only where that window lies wholly in
+    it, the phases' means are the truth's (placed over the sampler's own 50 ms interval, they mixed the
+    phases: prefill read 78 % SMs and 24 % memory at W = 1/6 s); a prefill shorter than W is not resolved."""
+    spans = [("a", "turns", 5.0 * i + 1.0, 0.4, 2.4) for i in range(20)]
+    [row] = telemetry_rows(_driver_series(window_s, _cycle), spans, ["a"])
+    assert row["resolution_s"] == pytest.approx(window_s, rel=0.1) and row["period_s"] == pytest.approx(0.05)
+    assert (row["decode"]["sm"], row["decode"]["dram"]) == (pytest.approx(0.6, abs=0.01), pytest.approx(0.9, abs=0.01))
+    if window_s < 0.4:
+        assert (row["prefill"]["sm"], row["prefill"]["dram"]) == (pytest.approx(1.0, abs=0.01),
+                                                                  pytest.approx(0.3, abs=0.01))
+    else:
+        assert row["prefill"]["samples"] == 0 and "prefill is not resolved" in row["note"]
+        assert "refreshed its values every 1 s" in row["note"]
+
+
+def test_a_steady_signal_is_no_slow_source():
+    """Readings that change only when the work does (long steady decodes) say nothing of a slow refresh: the
+    refresh period is measured where they change (the median interval between changes, 2.5 s here, said the
+    source refreshed every 2.5 s)."""
+    def steady(x):
+        return (0.6, 0.9) if x % 10.0 < 5.0 else (0.0, 0.0)
+
+    spans = [("a", "turns", 10.0 * i, 0.01, 5.0) for i in range(6)]
+    [row] = telemetry_rows(_driver_series(1 / 6, steady, step=0.1, until=60.0), spans, ["a"])
+    assert row["resolution_s"] == pytest.approx(1 / 6, rel=0.25) and row["note"] is not None
+    assert "refreshed" not in row["note"] and row["decode"]["dram"] == pytest.approx(0.9)
+
+
 def test_energy_per_turn_from_the_counter_else_from_power():
     """A counter rising 100 J/s: a turn whose model time is 1.2 s took 120 J, 0.0333 kWh per 1,000 turns; its turn
     time 1.5 s on one GPU is 0.4167 GPU-hours per 1,000.  Without the counter, 300 W for 1.2 s: 360 J."""
     counted = series([_gpu_record(T, [0.5] * 20, [0.5] * 20, [300.0] * 20, energy=[100.0 * t for t in T])])
     [row] = energy_rows(counted, [("a", 0.30, 1.2, 1.5), ("a", 0.4, 1.2, 1.5), ("b", 0.3, 1.0, 1.0)], ["a"])
-    assert row == {"arm": "a", "turns": 2, "gpus": 1, "j_per_turn": pytest.approx(120.0),
+    assert row == {"arm": "a", "turns": 2, "unmeasured": 0, "note": None, "gpus": 1, "j_per_turn": pytest.approx(120.0),
                    "kwh_per_1000_turns": pytest.approx(120.0 * 1000 / 3.6e6),
                    "gpu_hours_per_1000_turns": pytest.approx(1.5 * 1000 / 3600), "source": "energy counter"}
     powered = series([_gpu_record(T, [0.5] * 20, [0.5] * 20, [300.0] * 20)])
     [row] = energy_rows(powered, [("a", 0.35, 1.2, 1.5)], ["a"])
     assert row["j_per_turn"] == pytest.approx(360.0) and row["source"] == "power readings"
     [row] = energy_rows(powered, [("a", 1.9, 1.2, 1.5)], ["a"])  # past the readings: not measured
-    assert row["turns"] == 0 and row["j_per_turn"] is None
+    assert row["turns"] == 0 and row["j_per_turn"] is None and row["unmeasured"] == 1
+
+
+def test_a_turn_across_a_gap_in_the_readings_is_not_measured():
+    """Readings every 0.1 s, then none for 10 s (a sampler that stalled), then again: a turn inside the gap, or
+    whose end falls in it, has no energy (it would be interpolated over 10 s); a gap inside a turn whose ends
+    the counter brackets closely costs nothing (the counter counted through it), but power readings cannot
+    integrate across it."""
+    t = [round(x, 4) for x in [*np.arange(0.0, 1.01, 0.1), *np.arange(11.0, 12.01, 0.1)]]
+    energy = [100.0 * x if x <= 1.0 else 100.0 + 600.0 * 10 + 100.0 * (x - 11.0) for x in t]
+    counted = series([_gpu_record(t, [0.5] * len(t), [0.5] * len(t), [100.0] * len(t), energy=energy)])
+    turns = [("a", 5.0, 1.0, 1.0), ("a", 0.5, 1.0, 1.0), ("a", 0.25, 11.5, 11.5), ("a", 0.2, 0.5, 0.5)]
+    [row] = energy_rows(counted, turns, ["a"])
+    assert (row["turns"], row["unmeasured"]) == (2, 2) and row["source"] == "energy counter"
+    assert "a gap of 10 s in the readings" in row["note"] and "3 sample periods" in row["note"]
+    assert row["j_per_turn"] == pytest.approx((50.0 + 6150.0) / 2)  # the 0.5 s turn, and 11.5 s through the gap
+    powered = series([_gpu_record(t, [0.5] * len(t), [0.5] * len(t), [100.0] * len(t))])
+    [row] = energy_rows(powered, turns, ["a"])
+    assert (row["turns"], row["unmeasured"], row["j_per_turn"]) == (1, 3, pytest.approx(50.0))
 
 
 def test_the_summary_holds_the_gpu_section_and_warns_of_unknown_hardware():
@@ -241,7 +348,7 @@ def test_the_summary_holds_the_gpu_section_and_warns_of_unknown_hardware():
 # ---------------------------------------------------------------- an endpoint's GPUs, from its DCGM exporter
 
 
-def test_an_endpoints_gpus_come_from_its_dcgm_exporter(tmp_path):
+def test_an_endpoints_gpus_come_from_its_dcgm_exporter(tmp_path, monkeypatch):
     """Two endpoints (simulators) whose GPUs a DCGM exporter serves (the page of tests/data/dcgm/, from a local
     HTTP server): their facts in the header, the page's readings in the ledger as ``gpu`` records of source
     ``dcgm``, aligned with the arms' calls."""
@@ -250,8 +357,10 @@ def test_an_endpoints_gpus_come_from_its_dcgm_exporter(tmp_path):
     from leverbench.config import load  # noqa: PLC0415
     from leverbench.engines.simulator import SimConfig, SimulatorThread  # noqa: PLC0415
     from leverbench.ledger.reader import read_ledger  # noqa: PLC0415
+    from leverbench.runner import telemetry  # noqa: PLC0415
     from leverbench.runner.run import Runner  # noqa: PLC0415
 
+    monkeypatch.setattr(telemetry, "DCGM_HZ", 20.0)  # a short run: the page read as often as NVML
     page = (DATA / "h100x2-dcp.metrics").read_bytes()
 
     class Exporter(http.server.BaseHTTPRequestHandler):

@@ -52,6 +52,7 @@ def test_call_row_holds_every_extra_the_schema_types() -> None:
     (schema.RecordError, rows.ErrorRow), (schema.Timings, rows.TimingsRow),
     (schema.EngineStartModel, rows.EngineStartRow), (schema.EngineStopModel, rows.EngineStopRow),
     (schema.GpuSamplesModel, rows.GpuSamplesRow), (schema.Engines, rows.EnginesRow),
+    (schema.EngineWarmedModel, rows.EngineWarmedRow),
 ])
 def test_every_field_a_model_checks_is_a_key_of_its_row(model: type[BaseModel], row: type) -> None:
     assert _model_keys(model) - {"kind"} <= _keys(row)

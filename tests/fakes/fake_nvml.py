@@ -2,13 +2,16 @@
 calls, with the real binding's names, units and return shapes (utilisation in percent, power in mW, energy in
 mJ, memory in bytes, strings as ``str``, errors as ``NVMLError``), over the simulated GPU of :mod:`fake_gpu`.
 
-``DEVICES`` holds each GPU's facts (a test may change them); ``UNSUPPORTED`` names functions that raise
-``NVMLError`` (not supported), as some GPUs do for the energy counter or MIG.  Loaded through leverbench's
-seam: ``LEVERBENCH_NVML_MODULE=fake_nvml`` (with ``tests/fakes`` on the path) or ``fakes.fake_nvml``.
+``DEVICES`` holds each GPU's facts (a test may change them; a subprocess sets ``FAKE_NVML_DEVICES``, how many,
+and ``FAKE_NVML_MIG=1``, MIG on); ``UNSUPPORTED`` names functions that raise ``NVMLError`` (not supported), as
+some GPUs do for the energy counter or MIG; ``FAIL_ONCE`` maps a function to an error code it raises on its
+next call only (a transient error: a timeout, an unknown error).  Loaded through leverbench's seam:
+``LEVERBENCH_NVML_MODULE=fake_nvml`` (with ``tests/fakes`` on the path) or ``fakes.fake_nvml``.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from types import SimpleNamespace
 
@@ -21,12 +24,19 @@ NVML_CLOCK_SM = 1
 NVML_CLOCK_MEM = 2
 NVML_DEVICE_MIG_ENABLE = 1
 NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_TIMEOUT = 10
+NVML_ERROR_FUNCTION_NOT_FOUND = 13
+NVML_ERROR_UNKNOWN = 999
+__version__ = "0.0.0+fake"
 
-DEVICES = [{"name": "NVIDIA H200", "uuid": "GPU-fake-0000", "power_limit_mw": 700_000, "sm_max": 1980,
-            "mem_max": 3201, "mig": 0}]
+DEVICES = [{"name": "NVIDIA H200", "uuid": f"GPU-fake-{i:04d}", "power_limit_mw": 700_000, "sm_max": 1980,
+            "mem_max": 3201, "mig": int(os.environ.get("FAKE_NVML_MIG") or 0)}
+           for i in range(int(os.environ.get("FAKE_NVML_DEVICES") or 1))]
 DRIVER = "570.124.06"
+NVML_VERSION = "12.570.124.06"
 CUDA = 12080
 UNSUPPORTED: set[str] = set()
+FAIL_ONCE: dict[str, int] = {}
 initialised = 0
 calls: list[str] = []
 
@@ -44,6 +54,8 @@ def _check(name: str) -> None:
     calls.append(name)
     if name in UNSUPPORTED:
         raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    if name in FAIL_ONCE:
+        raise NVMLError(FAIL_ONCE.pop(name))
     if not initialised and name != "nvmlInit":
         raise NVMLError(1)  # uninitialised
 
@@ -63,6 +75,11 @@ def nvmlShutdown() -> None:
 def nvmlSystemGetDriverVersion() -> str:
     _check("nvmlSystemGetDriverVersion")
     return DRIVER
+
+
+def nvmlSystemGetNVMLVersion() -> str:
+    _check("nvmlSystemGetNVMLVersion")
+    return NVML_VERSION
 
 
 def nvmlSystemGetCudaDriverVersion_v2() -> int:

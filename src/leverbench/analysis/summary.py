@@ -306,7 +306,8 @@ def _summarize(ledger: Ledger, *, scenario: tuple[int, int] | None,
         warnings.append(RunWarning(WarningKind.RETRIED, f"{retried} failed attempt(s) were retried (retries = "
                                    f"{ds.config['experiment'].get('retries')}); each attempt is in the ledger, and the "
                                    "cells that hold them are not citable"))
-    engines, w = engines_section(ds.header, ledger.of_kind("engine_start"), ledger.of_kind("engine_stop"))
+    engines, w = engines_section(ds.header, ledger.of_kind("engine_start"), ledger.of_kind("engine_stop"),
+                                 ledger.of_kind("engine_warmed"))
     warnings += w
     gpu, w = gpu_section(ds, ledger.of_kind("gpu"), ledger.of_kind("load"))
     warnings += w

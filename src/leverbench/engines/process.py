@@ -121,7 +121,9 @@ class EngineProcess:
     ``startup_timeout_s`` None: derived from the model's size where the engine knows it (:meth:`model_bytes`,
     :func:`derived_timeout`), else :data:`DEFAULT_STARTUP_TIMEOUT_S`; ``timeout_from`` says which.  ``devices``:
     the GPUs it may use (``CUDA_VISIBLE_DEVICES``, in NVML's order: ``CUDA_DEVICE_ORDER=PCI_BUS_ID``); None:
-    the tool's own environment.  A start is timed: ``t_start`` (epoch s) and ``ready_s`` (spawned → healthy)."""
+    the tool's own environment.  A start is timed: ``t_start`` (epoch s) and ``ready_s`` (spawned → healthy).
+    Every start appends to the arm's log: ``log_offset`` is where this start's part begins
+    (:meth:`log_since_start`)."""
 
     label = "engine"
     model_id = ""
@@ -141,6 +143,7 @@ class EngineProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.t_start: float | None = None
         self.ready_s: float | None = None
+        self.log_offset = 0
 
     def model_bytes(self) -> tuple[int | None, str]:
         """(the size of the model the engine loads, in bytes, or None; where it is) for the start timeout."""
@@ -149,6 +152,15 @@ class EngineProcess:
     def model_load_s(self) -> float | None:
         """What the engine's log says loading its model took (None: it does not say)."""
         return None
+
+    def log_since_start(self) -> str:
+        """What this start wrote to the log (from ``log_offset``; "" when it cannot be read)."""
+        try:
+            with open(self.log_path, "rb") as fh:
+                fh.seek(self.log_offset)
+                return fh.read().decode(errors="replace")
+        except OSError:
+            return ""
 
     def _timeout(self) -> None:
         if self.explicit_timeout is None:
@@ -183,6 +195,7 @@ class EngineProcess:
         self.t_start, self.ready_s, t0 = time.time(), None, time.monotonic()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
+        self.log_offset = log.tell()  # appending: the end of the earlier starts' part
         log.write(("$ " + " ".join(cmd) + "\n").encode())
         log.flush()
         # A process group of its own (the terminal's Ctrl-C reaches only the tool, which stops the engine), in

@@ -331,11 +331,9 @@ class VllmEngine(EngineProcess):
         return (checkpoint_bytes(model), model) if model else (None, "model")
 
     def model_load_s(self) -> float | None:
-        """Seconds vLLM's log says the model took to load ("Model loading took X GiB and Y seconds")."""
-        try:
-            found = _LOAD_LINE.findall(self.log_path.read_text(errors="replace"))
-        except OSError:
-            return None
+        """Seconds vLLM's log says the model took to load ("Model loading took X GiB and Y seconds"), in this
+        start's part of the log (an earlier start's line is not this one's)."""
+        found = _LOAD_LINE.findall(self.log_since_start())
         return float(found[-1]) if found else None
 
     def stop(self) -> None:

@@ -4,6 +4,10 @@
 A sample names its GPU by labels: ``gpu`` (the index), ``UUID``, ``modelName``, ``Hostname``, and in newer
 exporters ``DCGM_FI_DRIVER_VERSION``; a GPU split by MIG has one sample per instance (``GPU_I_ID``,
 ``GPU_I_PROFILE``).  A GPU is keyed ``Hostname:gpu`` (a page may hold several hosts' GPUs behind one proxy).
+The exporter's Kubernetes mapping repeats a GPU's (or an instance's) series for each pod using it (``pod``,
+``namespace``, ``container``: a GPU time-sliced between pods): such duplicates of one field of one GPU
+instance (``Hostname:gpu`` and ``GPU_I_ID``) are averaged, never summed; then a GPU's instances are summed
+for its framebuffer fields and averaged for the others.
 
 Readings (:class:`~.readings.Reading`) from the fields, where the exporter collects them:
 
@@ -11,7 +15,7 @@ Readings (:class:`~.readings.Reading`) from the fields, where the exporter colle
 ``sm``                ``DCGM_FI_PROF_SM_ACTIVE`` (a ratio), else ``DCGM_FI_PROF_GR_ENGINE_ACTIVE``, else
                       ``DCGM_FI_DEV_GPU_UTIL`` / 100
 ``dram``              ``DCGM_FI_PROF_DRAM_ACTIVE`` (a ratio), else ``DCGM_FI_DEV_MEM_COPY_UTIL`` / 100
-``mem_used_mib``      ``DCGM_FI_DEV_FB_USED`` (MiB; summed over a MIG GPU's instances)
+``mem_used_mib``      ``DCGM_FI_DEV_FB_USED`` (MiB; summed over a MIG GPU's instances, not its duplicates)
 ``power_w``           ``DCGM_FI_DEV_POWER_USAGE`` (W)
 ``sm_clock_mhz``      ``DCGM_FI_DEV_SM_CLOCK`` (MHz)
 ``energy_j``          ``DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION`` (mJ since boot) / 1000
@@ -50,7 +54,7 @@ class Page:
     def __init__(self, text: str):
         self.values: dict[str, dict[str, float]] = {}
         self.labels: dict[str, dict[str, str]] = {}
-        parts: dict[str, dict[str, list[float]]] = {}
+        parts: dict[str, dict[str, dict[str, list[float]]]] = {}  # GPU → field → instance → its duplicates
         for fam in text_string_to_metric_families(text):
             for s in fam.samples:
                 if not s.name.startswith(PREFIX) or not math.isfinite(s.value):
@@ -59,9 +63,13 @@ class Page:
                 self.labels.setdefault(key, {}).update(s.labels)
                 # the parser names a counter's sample NAME_total (the exporter writes NAME): the field's name
                 name = fam.name if fam.type == "counter" else s.name
-                parts.setdefault(key, {}).setdefault(name, []).append(float(s.value))
+                instance = s.labels.get("GPU_I_ID", "")
+                parts.setdefault(key, {}).setdefault(name, {}).setdefault(instance, []).append(float(s.value))
         for key, fields in parts.items():
-            self.values[key] = {name: sum(v) if name in SUMMED else sum(v) / len(v) for name, v in fields.items()}
+            self.values[key] = {}
+            for name, instances in fields.items():
+                each = [sum(v) / len(v) for v in instances.values()]  # an instance's duplicates: averaged
+                self.values[key][name] = sum(each) if name in SUMMED else sum(each) / len(each)
 
     def __bool__(self) -> bool:
         return bool(self.values)

@@ -16,8 +16,9 @@ What is read (the binding's names):
   ``nvmlDeviceGetClockInfo`` (``NVML_CLOCK_SM``), ``nvmlDeviceGetTotalEnergyConsumption`` (mJ);
 - which processes hold a device: ``nvmlDeviceGetComputeRunningProcesses`` (``pid``).
 
-A call the device does not support (``NVMLError``: not supported, no permission) gives None for its field, and
-is not tried again on that device.
+A call the device does not support (``NVMLError`` not supported or function not found, or a binding without the
+function) gives None for its field, and is not tried again on that device; any other error (a timeout, an
+unknown error, no permission) gives None for that call only, and the next reading asks again.
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ from typing import Any, Optional
 from .readings import GpuFacts, Reading, combined
 
 NVML_MODULE_ENV = "LEVERBENCH_NVML_MODULE"
+#: NVML's error codes that say a device lacks a function for good (``NVML_ERROR_NOT_SUPPORTED``,
+#: ``NVML_ERROR_FUNCTION_NOT_FOUND``; the binding's constants where it has them)
+LACKING = ("NVML_ERROR_NOT_SUPPORTED", 3), ("NVML_ERROR_FUNCTION_NOT_FOUND", 13)
 INSTALL_HINT = "nvidia-ml-py is not installed (pip install 'leverbench[gpu]')"
 MIB = 1 << 20
 
@@ -72,6 +76,7 @@ class Nvml:
         lib.nvmlInit()
         self._handles: dict[int, Any] = {}
         self._unsupported: set[tuple[int, str]] = set()
+        self._lacking = {getattr(lib, name, code) for name, code in LACKING}
 
     @classmethod
     def open(cls) -> tuple[Optional["Nvml"], Optional[str]]:
@@ -95,14 +100,18 @@ class Nvml:
             pass
 
     def _call(self, index: Optional[int], fn: str, *args: Any) -> Any:
-        """The binding's *fn*; None when the device does not support it (then it is not asked again)."""
+        """The binding's *fn*; None when it fails, and when the device lacks it (then it is not asked again)."""
         key = (-1 if index is None else index, fn)
         if key in self._unsupported:
             return None
         try:
             return getattr(self.lib, fn)(*args)
-        except (getattr(self.lib, "NVMLError", RuntimeError), AttributeError):
+        except AttributeError:
             self._unsupported.add(key)
+            return None
+        except getattr(self.lib, "NVMLError", RuntimeError) as exc:
+            if getattr(exc, "value", None) in self._lacking:
+                self._unsupported.add(key)
             return None
 
     def count(self) -> int:

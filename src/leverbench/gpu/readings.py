@@ -20,9 +20,12 @@ two arms differ is a knob).
 A field the device does not report is None.  NVML's utilisations are averages over the driver's own sample
 period (1/6 s to 1 s by product), ending when they are read.
 
-**Classified** (:func:`classify`): ``dram`` when the memory was busy at least :data:`DRAM_BUSY` of the period
-(a bandwidth-bound kernel: a large copy, decode), else ``sm`` when the SMs were busy at least :data:`SM_BUSY`
-(a compute-bound kernel keeps the memory less busy: a large matrix product, prefill), else ``idle``.
+**Classified** (:func:`classify`), by absolute thresholds: ``dram`` when the memory was busy at least
+:data:`DRAM_BUSY` of the period (a bandwidth-bound kernel: a large copy, decode), else ``sm`` when the SMs were
+busy at least :data:`SM_BUSY` (a compute-bound kernel keeps the memory less busy: a large matrix product,
+prefill), else ``idle``.  A first guess only: NVML's ``utilization.memory`` is the share of time the memory
+was read or written, which a large bf16 matrix product may keep above half on an H200; ``gpu-check`` judges
+its two workloads against each other (:mod:`.check`) and prints this rule as a note.
 """
 
 from __future__ import annotations

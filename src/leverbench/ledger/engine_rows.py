@@ -1,4 +1,4 @@
-"""The ledger's rows of the engines the tool starts and of the GPUs (schema ``leverbench.ledger/2``), as the
+"""The ledger's rows of the engines the tool starts and of the GPUs (schema ``leverbench.ledger/3``), as the
 reader hands them (see :mod:`.rows`: they describe, :mod:`.schema` checks).  No ``from __future__ import
 annotations``, as in :mod:`.rows`."""
 
@@ -39,7 +39,9 @@ class EnginesRow(TypedDict, total=False):
 
 
 class EngineStartRow(TypedDict, total=False):
-    """An ``engine_start`` record: an engine the tool started for an arm, ready and warmed (``runner.engine_blocks``)."""
+    """An ``engine_start`` record: an engine the tool started for an arm, written as soon as it answered (or failed
+    to: ``error``), before its warm-up (``runner.engine_blocks``); version 2 ledgers wrote it after, with the
+    warm-up's fields."""
 
     kind: Required[Literal["engine_start"]]
     arm: Required[str]
@@ -49,7 +51,7 @@ class EngineStartRow(TypedDict, total=False):
     part: str  # "round" (one at a time: the arm's block of a round), "closing" (its probes, sentinel, load stages),
     #            "discovery" (started to ask what it serves, before the header), "run" (engines together)
     t: float  # epoch s the start began
-    ready_s: float  # spawned → its /health answered 200
+    ready_s: float | None  # spawned → its /health answered 200 (None: the start failed)
     model_load_s: float | None  # what the engine's log says loading the model took (vLLM), else None
     warmup_s: float
     warmup_calls: int
@@ -59,6 +61,19 @@ class EngineStartRow(TypedDict, total=False):
     timeout_from: str
     devices: list[str] | None
     pid: int | None
+    error: str | None  # a failed start: why (the first line of it)
+
+
+class EngineWarmedRow(TypedDict, total=False):
+    """An ``engine_warmed`` record: the warm-up of the engine started under ``arm`` and ``block``: its calls until
+    its sentinel's speed was stable (``settled``), or the most allowed."""
+
+    kind: Required[Literal["engine_warmed"]]
+    arm: Required[str]
+    block: int
+    warmup_s: float
+    warmup_calls: int
+    settled: bool
 
 
 class EngineStopRow(TypedDict, total=False):
@@ -69,7 +84,7 @@ class EngineStopRow(TypedDict, total=False):
     block: int
     t: float
     stop_s: float
-    released: bool
+    released: bool | None  # None: its process group gone, its GPUs not checked (no NVML)
     check: str  # what was checked, in words
     leftover: list[int]  # pids of the engine's process group, or on its GPUs, still there
 

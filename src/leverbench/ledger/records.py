@@ -4,8 +4,9 @@
 ``run`` header; every later line is one of the kinds below.  A record is never
 rewritten: a resumed run appends a ``resume`` record and continues.
 
-Schema ``leverbench.ledger/2`` (version 1 lacked the kinds ``engine_start``, ``engine_stop`` and ``gpu`` and the
-header's ``engines`` and ``host.gpu``; a version 1 ledger reads unchanged, :mod:`.upgrade`):
+Schema ``leverbench.ledger/3`` (version 1 lacked the kinds ``engine_start``, ``engine_stop`` and ``gpu`` and the
+header's ``engines`` and ``host.gpu``, version 2 the kind ``engine_warmed``; older ledgers read unchanged,
+:mod:`.upgrade`):
 
 - ``run``: schema, tool_version, run_id, started_at (ISO 8601 UTC), host{...},
   experiment_file, config (the validated experiment, as JSON), arms{name:
@@ -57,14 +58,19 @@ header's ``engines`` and ``host.gpu``; a version 1 ledger reads unchanged, :mod:
   measurement), offset_s (the worker's clock − the coordinator's, from the
   round trip with the least delay of several), uncertainty_s (half that round
   trip: the offset is within ± it), rtt_s, samples.
-- ``engine_start``: an engine the tool started for an arm, healthy and warmed: arm, mode, block (the
-  run's engine starts counted from 0), round and part ("round": the arm's block of a round, "closing": its
-  probes, closing sentinel and load stages, "run": an engine up for the whole run), t (epoch s the start
-  began), ready_s (spawned → healthy), model_load_s (the engine's log, where it says), warmup_s,
-  warmup_calls, settled, server_state ("cold": a fresh process), timeout_s and timeout_from (the start
-  timeout and where it came from), devices (the GPUs it may use), pid.
+- ``engine_start``: an engine the tool started for an arm, written as soon as it answered (before it is warmed)
+  or failed to: arm, mode, block (the run's engine starts counted from 0; a resumed run goes on from its
+  ledger's), round and part ("round": the arm's block of a round, "closing": its probes, closing sentinel and
+  load stages, "run": an engine up for the whole run, "discovery": started to ask what it serves), t (epoch s
+  the start began), ready_s (spawned → healthy; null: it failed), model_load_s (the engine's log, where it
+  says), server_state ("cold": a fresh process), timeout_s and timeout_from (the start timeout and where it
+  came from), devices (the GPUs it may use), pid, error (null; a failed start: why, the first line of it).
+  Version 2 wrote it after the warm-up, with warmup_s, warmup_calls and settled.
+- ``engine_warmed``: the warm-up of the engine that started under arm and block: warmup_s, warmup_calls,
+  settled (its sentinel's speed stable).
 - ``engine_stop``: arm, block, t, stop_s, released (its process group gone and, on a GPU, none of its
-  processes left there and the memory back where it was), check (what was checked, in words), leftover (pids).
+  processes left there and the memory back where it was; null: the group gone, its GPUs not checked, without
+  NVML), check (what was checked, in words), leftover (pids).
 - ``gpu``: one device's readings since the last such record (``gpu.readings``): source ("nvml", "dcgm"),
   device, arms (whose engine or endpoint uses it), fields (which source field each utilisation is), and
   the columns t (epoch s) and sm, dram (fractions of the sample period busy), mem_used_mib, power_w,
@@ -92,7 +98,7 @@ from ..bounds import MAX_COUNT
 from ..json_types import JSONObject, JSONValue  # noqa: F401 (JSONObject's forward reference, for get_type_hints)
 from .rows import CallExtras, CallRow, TimingsRow, ToolCallRow, TurnRow
 
-LEDGER_SCHEMA = "leverbench.ledger/2"
+LEDGER_SCHEMA = "leverbench.ledger/3"
 LEDGER_SCHEMA_NAME, LEDGER_SCHEMA_VERSION = LEDGER_SCHEMA.rsplit("/", 1)
 SUMMARY_SCHEMA = "leverbench.summary/1"
 
@@ -106,7 +112,7 @@ Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]  # a duration
 Epoch = Annotated[float, Field(ge=0, allow_inf_nan=False)]  # epoch seconds
 Count = Annotated[int, Field(ge=0, le=MAX_COUNT)]
 KINDS = ("run", "turn", "metrics", "resume", "warmup", "stage_end", "shard", "clock", "engine_start", "engine_stop",
-         "gpu", *CALL_KINDS)
+         "engine_warmed", "gpu", *CALL_KINDS)
 
 
 class ErrorClass(StrEnum):

@@ -23,7 +23,7 @@ from typing import Union
 from typing_extensions import Literal, Required, TypeAlias, TypedDict
 
 from ..json_types import JSONObject, JSONValue
-from .engine_rows import EnginesRow, EngineStartRow, EngineStopRow, GpuFactsRow, GpuSamplesRow
+from .engine_rows import EnginesRow, EngineStartRow, EngineStopRow, EngineWarmedRow, GpuFactsRow, GpuSamplesRow
 
 #: A server's number as the ledger stores it: finite, or "NaN", "+Inf", "-Inf" (``records.json_number``).
 Sample: TypeAlias = Union[float, str]
@@ -389,6 +389,6 @@ class RunHeaderRow(TypedDict, total=False):
 
 #: Any record after the header, as read.
 LedgerRow: TypeAlias = Union[CallRow, TurnRow, MetricsRow, StageEndRow, ClockRow, ShardHeaderRow, ResumeRow,
-                             RunHeaderRow, EngineStartRow, EngineStopRow, GpuSamplesRow]
+                             RunHeaderRow, EngineStartRow, EngineStopRow, EngineWarmedRow, GpuSamplesRow]
 #: The header a ledger (or a shard) opens with.
 HeaderRow: TypeAlias = Union[RunHeaderRow, ShardHeaderRow]

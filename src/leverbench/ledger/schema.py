@@ -193,6 +193,15 @@ class EngineStartModel(_Open):
     timeout_from: str | None = None
     devices: list[str] | None = None
     pid: Count | None = None
+    error: str | None = None
+
+
+class EngineWarmedModel(_Open):
+    arm: str
+    block: Count | None = None
+    warmup_s: Seconds | None = None
+    warmup_calls: Count | None = None
+    settled: bool | None = None
 
 
 class EngineStopModel(_Open):
@@ -334,7 +343,8 @@ class ShardHeader(_Open):
 MODELS: dict[str, type[BaseModel]] = {**dict.fromkeys(CALL_KINDS, CallModel), "warmup": WarmupModel, "turn": TurnModel,
                           "metrics": MetricsModel, "stage_end": StageEndModel, "clock": ClockModel,
                           "resume": ResumeModel, "run": RunHeader, "shard": ShardHeader,
-                          "engine_start": EngineStartModel, "engine_stop": EngineStopModel, "gpu": GpuSamplesModel}
+                          "engine_start": EngineStartModel, "engine_stop": EngineStopModel,
+                          "engine_warmed": EngineWarmedModel, "gpu": GpuSamplesModel}
 _VALIDATORS = {kind: TypeAdapter(m) for kind, m in MODELS.items()}
 
 

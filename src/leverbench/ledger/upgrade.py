@@ -20,7 +20,8 @@ with a test that reads a version N − 1 ledger.  A version that only adds (reco
 registers :func:`additive`: its older ledgers are read as they are, line for line, without a pass over them.
 
 The chain: version 2 (``engine_start``, ``engine_stop`` and ``gpu`` records, the header's ``engines`` and
-``host.gpu``) adds to version 1 only.
+``host.gpu``) adds to version 1 only; version 3 (``engine_warmed`` records: an engine's start is written
+before its warm-up, which follows in a record of its own) adds to version 2 only.
 """
 
 from __future__ import annotations
@@ -122,3 +123,4 @@ def upgrade_lines(data: bytes, version: int) -> bytes:
 
 
 upgrade_to(2)(additive)
+upgrade_to(3)(additive)

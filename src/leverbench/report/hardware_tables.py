@@ -22,20 +22,34 @@ def _fact(v: Any) -> str:
     return f"{v:g}" if isinstance(v, float) else str(v)
 
 
+def _released(a: Mapping[str, Any]) -> str:
+    if a["released"] is False:
+        return "NO"
+    if a.get("unchecked"):
+        return "unchecked"
+    return "—" if a["released"] is None else "yes"
+
+
 def engines_table(summary: Mapping[str, Any]) -> Table | None:
     e = summary.get("engines")
     if not e or not e.get("arms"):
         return None
-    rows = [[a["arm"], str(a["starts"]), f"{s(a['ready_s_median'])} / {s(a['ready_s_max'])}",
+    rows = [[a["arm"], str(a["starts"]) + (f" ({a['failed']} failed)" if a.get("failed") else ""),
+             f"{s(a['ready_s_median'])} / {s(a['ready_s_max'])}",
              s(a["model_load_s_median"]), s(a["warmup_s_median"]),
              f"{s(a['timeout_s'], 0)} ({a['timeout_from'] or '—'})", pct(a["timeout_used"]),
-             "—" if a["released"] is None else "yes" if a["released"] else "NO"] for a in e["arms"]]
+             _released(a)] for a in e["arms"]]
     mode = e.get("mode") or "not recorded"
     notes = [f"Engines {mode}" + (f": {e['reason']}" if e.get("reason") else "") + "."]
     if e.get("server_state"):
         notes.append(f"Server state the measured calls met: {e['server_state']}.")
     notes.append(f"Pairs of engines of different arms up at once: {e.get('overlaps', 0)}"
                  + (" (none may be, one at a time)." if e.get("mode") == "one at a time" else "."))
+    notes += [f"Start {r['block']} of arm {r['arm']} failed: {r['error']}" for r in e.get("starts") or []
+              if r.get("error")]
+    if any(a.get("unchecked") for a in e["arms"]):
+        notes.append("Released unchecked: the engine's processes were gone, but its GPUs could not be read (no "
+                     "NVML) to see their memory come back.")
     notes.append("ready: spawned until /health answered (process start, model load, the engine's own warm-up); "
                  "model load: what the engine's log says; warm-up: the calls until its sentinel's speed settled.")
     return Table("engines", "Engine starts per arm", ["arm", "starts", "ready s median / max", "model load s",
@@ -79,13 +93,16 @@ def telemetry_table(summary: Mapping[str, Any]) -> Table | None:
     return Table("gpu_phases", "What the GPUs did in each phase: prefill (send → first token) and decode "
                  "(first → last token)",
                  ["arm", "calls", "prefill SM", "prefill memory", "decode SM", "decode memory",
-                  "power W prefill / decode", "readings prefill / decode", "overlap", "period / resolution s", "note"],
+                  "power W prefill / decode", "readings prefill / decode", "overlap", "period / window s", "note"],
                  rows, notes=["SM: the share of the sample period the GPU's SMs were busy (NVML utilization.gpu, or "
                               "DCGM_FI_PROF_SM_ACTIVE); memory: the share its memory was busy (NVML "
                               "utilization.memory, or DCGM_FI_PROF_DRAM_ACTIVE). Prefill is compute-bound (SMs busy, "
                               "memory less), decode memory-bandwidth-bound (memory busy): measured here.",
-                              "Each reading is placed at the middle of the interval it covers; overlap: readings that "
-                              "saw calls in both phases at once (concurrent calls), counted in neither."])
+                              "A reading shows its source's last sample: the window of its refresh period (NVML's "
+                              "driver: 1/6 s to 1 s; measured where the readings change) before it was first read; "
+                              "it counts in a phase only where that window lies wholly in it, so the window is the "
+                              "table's time resolution (period: how often it was read). Overlap: readings that saw "
+                              "calls in both phases at once (concurrent calls), counted in neither."])
 
 
 def energy_table(summary: Mapping[str, Any]) -> Table | None:
@@ -93,13 +110,15 @@ def energy_table(summary: Mapping[str, Any]) -> Table | None:
     rows_in = (g or {}).get("energy") or []
     if not rows_in:
         return None
-    rows = [[r["arm"], str(r["turns"]), str(r["gpus"]), s(r["j_per_turn"], 0), s(r["kwh_per_1000_turns"], 3),
+    rows = [[r["arm"], f"{r['turns']}" + (f" (+{r['unmeasured']} not measured)" if r.get("unmeasured") else ""),
+             str(r["gpus"]), s(r["j_per_turn"], 0), s(r["kwh_per_1000_turns"], 3),
              s(r["gpu_hours_per_1000_turns"], 3), r["source"] or "—"] for r in rows_in]
+    notes = ["Median over the counted turns, over each turn's model time (declared tool time not measured), summed "
+             "over the arm's GPUs; GPU-hours = median turn s × GPUs × 1000 / 3600. GPUs shared by arms at once "
+             "count for each."]
+    notes += [f"{r['arm']}: {r['note']}." for r in rows_in if r.get("note")]
     return Table("gpu_energy", "GPU energy per turn", ["arm", "turns", "GPUs", "J per turn", "kWh per 1000 turns",
-                                                       "GPU-h per 1000 turns", "from"], rows,
-                 notes=["Median over the counted turns, over each turn's model time (declared tool time not "
-                        "measured), summed over the arm's GPUs; GPU-hours = median turn s × GPUs × 1000 / 3600. "
-                        "GPUs shared by arms at once count for each."])
+                                                       "GPU-h per 1000 turns", "from"], rows, notes=notes)
 
 
 def hardware_tables(summary: Mapping[str, Any]) -> list[Table | None]:

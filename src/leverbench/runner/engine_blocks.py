@@ -1,10 +1,14 @@
 """The engines the tool starts, each start and stop timed and recorded, and engines one at a time.
 
-**Every start** (:meth:`EngineBlocks.start`) is recorded as an ``engine_start`` record: when it began, how long
-until the server answered ``/health`` (``ready_s``: process start, model load, the server's own warm-up),
-what the engine's log says loading the model took (vLLM), the warm-up calls that followed and how long they
-took, the start timeout and where it came from (the arm's ``startup_timeout_s``, else derived from the
-model's size: :func:`leverbench.engines.process.derived_timeout`), its GPUs and pid.  **Every stop**
+**Every start** (:meth:`EngineBlocks.start`) takes the next block number (a resumed run's go on from its
+ledger's: :func:`leverbench.runner.resume.completed`) before it spawns the engine, and is recorded as an
+``engine_start`` record as soon as the server answered ``/health`` — before it is asked what it serves and
+warmed, so that an interrupt there leaves no stop without its start — or failed to, with its error: when it
+began, how long until the server answered (``ready_s``: process start, model load, the server's own warm-up),
+what the engine's log says loading the model took (vLLM), the start timeout and where it came from (the
+arm's ``startup_timeout_s``, else derived from the model's size:
+:func:`leverbench.engines.process.derived_timeout`), its GPUs and pid.  Its warm-up calls and how long they
+took follow in an ``engine_warmed`` record (:meth:`EngineBlocks.warmed`).  **Every stop**
 (:meth:`EngineBlocks.stop`) as an ``engine_stop`` record: how long it took, and whether the engine released
 its devices (:meth:`leverbench.runner.telemetry.Telemetry.release`); one that did not ends the run
 (:class:`~leverbench.errors.EngineError`): the next engine could not have them.
@@ -31,8 +35,9 @@ from typing import Callable, Optional, Protocol
 import aiohttp
 
 from ..config import Experiment, LoadedExperiment
+from ..engines import EngineProcess
 from ..errors import EngineError
-from ..ledger.rows import EnginesRow, EngineStartRow, EngineStopRow
+from ..ledger.rows import EnginesRow, EngineStartRow, EngineStopRow, EngineWarmedRow
 from . import telemetry
 from .discover import endpoint_info
 from .endpoint import ArmEndpoint
@@ -67,8 +72,15 @@ class BlockRunner(Protocol):
     async def run_load(self, session: aiohttp.ClientSession, arms: list[str] | None = None) -> None: ...
     async def close_pool(self, arm: str) -> None: ...
     def drain_gpu(self) -> None: ...
+    def record_engine(self, rec: EngineStartRow) -> None: ...
 
 COLD = "cold (a fresh process)"
+
+
+def _first_line(exc: BaseException) -> str:
+    """An exception as a start record's ``error``: its type and first line (the engine's log has the rest)."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:500]
 
 
 class EngineBlocks:
@@ -86,29 +98,47 @@ class EngineBlocks:
     # ------------------------------------------------------------ one start, one stop
 
     def start(self, arm: str, part: str, repeat: Optional[int] = None) -> EngineStartRow:
-        """Start *arm*'s engine (blocking until it is healthy); its ``engine_start`` record, to be completed
-        with the warm-up (:meth:`warmed`)."""
+        """Start *arm*'s engine under the next block number (blocking until it is healthy); its ``engine_start``
+        record, handed to the runner (``record_engine``) as soon as it answered, or when it failed (with its
+        error; then the error is raised on)."""
         r = self.r
         ep = r.endpoints[arm]
         assert ep.engine is not None and r.telemetry is not None and r.engines is not None
         devs = r.engine_devices.get(arm)
+        block, self.count = self.count, self.count + 1
+        self.blocks[arm] = block
         self.before[arm] = r.telemetry.memory(devs)
-        ep.base_url = ep.engine.start()
-        ep.discovered.update(ep.engine.discover())
-        self.blocks[arm] = self.count
+        t0 = time.time()
         rec: EngineStartRow = {
-            "kind": "engine_start", "arm": arm, "mode": r.engines["mode"], "block": self.count,
-            "round": repeat if part == "round" else None, "part": part, "t": round(ep.engine.t_start or 0.0, 4),
-            "ready_s": round(ep.engine.ready_s or 0.0, 4), "model_load_s": ep.engine.model_load_s(),
-            "warmup_s": 0.0, "warmup_calls": 0, "settled": False, "server_state": COLD,
-            "timeout_s": ep.engine.startup_timeout_s, "timeout_from": ep.engine.timeout_from,
-            "devices": list(devs) if devs else None, "pid": ep.engine.proc.pid if ep.engine.proc else None}
-        self.count += 1
+            "kind": "engine_start", "arm": arm, "mode": r.engines["mode"], "block": block,
+            "round": repeat if part == "round" else None, "part": part, "t": round(t0, 4), "ready_s": None,
+            "model_load_s": None, "server_state": COLD, "timeout_s": ep.engine.startup_timeout_s,
+            "timeout_from": ep.engine.timeout_from, "devices": list(devs) if devs else None, "pid": None,
+            "error": None}
+        try:
+            ep.base_url = ep.engine.start()
+            ep.discovered.update(ep.engine.discover())
+        except BaseException as exc:
+            r.record_engine({**self._started(rec, ep.engine, t0), "error": _first_line(exc)})
+            raise
+        rec = {**self._started(rec, ep.engine, t0), "ready_s": round(ep.engine.ready_s or 0.0, 4),
+               "model_load_s": ep.engine.model_load_s()}
+        r.record_engine(rec)
         return rec
 
     @staticmethod
-    def warmed(rec: EngineStartRow, seconds: float, calls: int, settled: bool) -> EngineStartRow:
-        return {**rec, "warmup_s": round(seconds, 4), "warmup_calls": calls, "settled": settled}
+    def _started(rec: EngineStartRow, engine: EngineProcess, t0: float) -> EngineStartRow:
+        """*rec* with what the engine knows once its process was spawned (this start's, not an earlier one's)."""
+        spawned = engine.t_start is not None and engine.t_start >= t0
+        return {**rec, "t": round(engine.t_start if spawned else t0, 4), "timeout_s": engine.startup_timeout_s,
+                "timeout_from": engine.timeout_from,
+                "pid": engine.proc.pid if spawned and engine.proc is not None else None}
+
+    def warmed(self, arm: str, seconds: float, calls: int, settled: bool) -> EngineWarmedRow:
+        """The ``engine_warmed`` record of *arm*'s running engine: its warm-up calls, their seconds, whether its
+        sentinel settled."""
+        return {"kind": "engine_warmed", "arm": arm, "block": self.blocks.get(arm, self.count - 1),
+                "warmup_s": round(seconds, 4), "warmup_calls": calls, "settled": settled}
 
     def stop(self, arm: str, wait_s: float | None = None) -> EngineStopRow:
         """Stop *arm*'s engine and check that it released its devices (waiting up to *wait_s*); its
@@ -150,7 +180,8 @@ class EngineBlocks:
 
     @staticmethod
     def stopped(rec: EngineStopRow) -> EngineStopRow:
-        if not rec["released"]:
+        """*rec*, or EngineError when its engine was seen not to release its devices (unchecked: None, goes on)."""
+        if rec["released"] is False:
             raise EngineError(f"arm {rec['arm']!r}: its engine stopped but did not release its devices within the "
                               f"wait: {rec['check']}; the next engine could not have them")
         return rec
@@ -192,12 +223,13 @@ class EngineBlocks:
         if ep.engine is not None:
             if r.progress:
                 r.progress(Unit("engine", b.arm, "start", b.repeat), self.finished, self.total)
-            rec = self.start(b.arm, b.part, b.repeat)
-            await self.discover_endpoint(session, b.arm)
-            t0 = time.monotonic()
-            calls, settled = await r._warm_up(b.arm)
-            r.recorder.append(self.warmed(rec, time.monotonic() - t0, calls, settled))
+            self.start(b.arm, b.part, b.repeat)  # recorded as soon as it answered (or failed)
         try:
+            if ep.engine is not None:
+                await self.discover_endpoint(session, b.arm)
+                t0 = time.monotonic()
+                calls, settled = await r._warm_up(b.arm)
+                r.recorder.append(self.warmed(b.arm, time.monotonic() - t0, calls, settled))
             await r.scrape(session, "before", [b.arm])
             for k, unit in enumerate(todo):
                 prev, nxt = (todo[k - 1] if k else None), (todo[k + 1] if k + 1 < len(todo) else None)

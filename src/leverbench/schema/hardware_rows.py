@@ -42,8 +42,10 @@ class EngineStartRow(TypedDict):
     settled: bool | None
     timeout_s: NonNegative | None
     timeout_from: str | None
+    error: str | None  # a start that failed: why
     stop_s: NonNegative | None
-    released: bool | None  # None: no stop recorded (the run ended before it)
+    stopped: bool  # a stop was recorded
+    released: bool | None  # None: no stop recorded (the run ended before it), or its GPUs not checked (no NVML)
     check: str | None
 
 
@@ -54,6 +56,7 @@ class EngineArmRow(TypedDict):
 
     arm: str
     starts: Count
+    failed: Count  # starts that failed
     ready_s_median: NonNegative | None
     ready_s_max: NonNegative | None
     model_load_s_median: NonNegative | None
@@ -61,7 +64,8 @@ class EngineArmRow(TypedDict):
     timeout_s: NonNegative | None
     timeout_from: str | None
     timeout_used: NonNegative | None  # the slowest start's share of its timeout
-    released: bool | None  # every stop released its devices (None: no stop recorded)
+    released: bool | None  # every stop released its devices (None: no stop recorded, or not all checked)
+    unchecked: Count  # stops whose GPUs were not checked (no NVML)
 
 
 class EnginesSection(TypedDict):
@@ -151,17 +155,20 @@ class TelemetryRow(TypedDict):
 
 class EnergyRow(TypedDict):
     """``gpu.energy[]``: one arm's GPU energy per turn (median over its counted turns, over each turn's model
-    time), as kWh per 1,000 turns, beside its GPU-hours per 1,000 turns (median turn time × its GPUs)."""
+    time), as kWh per 1,000 turns, beside its GPU-hours per 1,000 turns (median turn time × its GPUs); the turns
+    whose readings did not cover them, or left a gap in them, are not measured (``note``: why)."""
 
     __pydantic_config__ = STRICT
 
     arm: str
-    turns: Count
+    turns: Count  # measured
+    unmeasured: Count
     gpus: Count
     j_per_turn: NonNegative | None
     kwh_per_1000_turns: NonNegative | None
     gpu_hours_per_1000_turns: NonNegative | None
     source: str | None  # "energy counter" or "power readings"
+    note: str | None
 
 
 class GpuSection(TypedDict):

@@ -1,11 +1,15 @@
 """The engines the tool started: how they ran (together or one at a time), each start and stop, per arm.
 
-From the header's ``engines`` and the ``engine_start`` / ``engine_stop`` records (a start and its stop share
-arm and ``block``).  An engine's lifetime runs from its start's ``t`` to its stop's ``t + stop_s`` (to the
+From the header's ``engines`` and the ``engine_start`` / ``engine_stop`` / ``engine_warmed`` records.  A start
+and its stop share arm and ``block``: a stop is paired with the latest start of its arm and block that began
+before it and has no stop yet (a run resumed by a leverbench that numbered its starts from 0 again repeats
+blocks); its warm-up comes from the ``engine_warmed`` record of its arm and block (a version 2 ledger held it
+in the start record).  An engine's lifetime runs from its start's ``t`` to its stop's ``t + stop_s`` (to the
 end of time when no stop was recorded); ``overlaps`` counts the pairs of lifetimes of different arms that
-overlap: every pair with engines together, none with engines one at a time (else a warning).  A start
-whose ``ready_s`` used more than :data:`TIMEOUT_USED_WARN` of its timeout is warned about (a larger model, a
-slower disk, and the next start fails), and so is a stop that did not release its devices.
+overlap: every pair with engines together, none with engines one at a time (else a warning).  A start that
+failed carries its ``error`` (counted per arm: ``failed``).  A start whose ``ready_s`` used more than
+:data:`TIMEOUT_USED_WARN` of its timeout is warned about (a larger model, a slower disk, and the next start
+fails), and so is a stop that did not release its devices.
 """
 
 from __future__ import annotations
@@ -29,33 +33,50 @@ def _count(v: Any) -> Optional[int]:
     return int(v) if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
 
 
-def start_rows(starts: Iterable[Mapping[str, Any]], stops: Iterable[Mapping[str, Any]]) -> list[EngineStartRow]:
-    """Each engine start with its stop (by arm and block), in the order recorded."""
-    ends = {(s.get("arm"), s.get("block")): s for s in stops}
-    out: list[EngineStartRow] = []
-    for s in starts:
-        e = ends.get((s.get("arm"), s.get("block")), {})
-        out.append({"arm": str(s["arm"]), "block": _count(s.get("block")), "part": s.get("part"),
-                    "round": _count(s.get("round")), "t": _num(s.get("t")), "ready_s": _num(s.get("ready_s")),
-                    "model_load_s": _num(s.get("model_load_s")), "warmup_s": _num(s.get("warmup_s")),
-                    "warmup_calls": _count(s.get("warmup_calls")), "settled": s.get("settled"),
-                    "timeout_s": _num(s.get("timeout_s")), "timeout_from": s.get("timeout_from"),
-                    "stop_s": _num(e.get("stop_s")), "released": e.get("released"), "check": e.get("check")})
+def paired(starts: list[Mapping[str, Any]], stops: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Each start's stop ({} where none), by arm and block and time (module docstring)."""
+    out: list[Mapping[str, Any]] = [{} for _ in starts]
+    order = sorted(range(len(starts)), key=lambda i: _num(starts[i].get("t")) or 0.0)
+    for e in sorted(stops, key=lambda x: _num(x.get("t")) or 0.0):
+        key, te = (e.get("arm"), e.get("block")), _num(e.get("t"))
+        mine = [i for i in order if (starts[i].get("arm"), starts[i].get("block")) == key and not out[i]
+                and (te is None or (_num(starts[i].get("t")) or 0.0) <= te)]
+        if mine:
+            out[mine[-1]] = e
     return out
 
 
-def overlaps(rows: list[EngineStartRow], stops: Iterable[Mapping[str, Any]]) -> int:
+def start_rows(starts: Iterable[Mapping[str, Any]], stops: Iterable[Mapping[str, Any]],
+               warmed: Iterable[Mapping[str, Any]] = ()) -> list[EngineStartRow]:
+    """Each engine start with its stop and its warm-up (module docstring), in the order recorded."""
+    starts = list(starts)
+    warm = {(w.get("arm"), w.get("block")): w for w in warmed}
+    out: list[EngineStartRow] = []
+    for s, e in zip(starts, paired(starts, stops)):
+        w = {**s, **warm.get((s.get("arm"), s.get("block")), {})}
+        out.append({"arm": str(s["arm"]), "block": _count(s.get("block")), "part": s.get("part"),
+                    "round": _count(s.get("round")), "t": _num(s.get("t")), "ready_s": _num(s.get("ready_s")),
+                    "model_load_s": _num(s.get("model_load_s")), "warmup_s": _num(w.get("warmup_s")),
+                    "warmup_calls": _count(w.get("warmup_calls")), "settled": w.get("settled"),
+                    "timeout_s": _num(s.get("timeout_s")), "timeout_from": s.get("timeout_from"),
+                    "error": s.get("error") if isinstance(s.get("error"), str) else None,
+                    "stop_s": _num(e.get("stop_s")), "stopped": bool(e), "released": e.get("released"),
+                    "check": e.get("check")})
+    return out
+
+
+def overlaps(starts: list[Mapping[str, Any]], stops: Iterable[Mapping[str, Any]]) -> int:
     """How many pairs of engine lifetimes of different arms overlapped in time (module docstring)."""
-    ends = {(s.get("arm"), s.get("block")): (_num(s.get("t")) or 0.0) + (_num(s.get("stop_s")) or 0.0)
-            for s in stops}
-    spans = [(r["arm"], r["t"], ends.get((r["arm"], r["block"]), math.inf)) for r in rows if r["t"] is not None]
+    spans = [(s.get("arm"), t, (_num(e.get("t")) or 0.0) + (_num(e.get("stop_s")) or 0.0) if e else math.inf)
+             for s, e in zip(starts, paired(starts, stops)) if (t := _num(s.get("t"))) is not None]
     return sum(1 for i, (a, s0, e0) in enumerate(spans) for b, s1, e1 in spans[i + 1:]
                if a != b and s0 < e1 and s1 < e0)
 
 
 def arm_rows(rows: list[EngineStartRow]) -> list[EngineArmRow]:
     """Each arm's starts summed up: medians and the slowest, the slowest start's share of its timeout, whether
-    every stop released its devices."""
+    every stop released its devices (False: one did not; None: none recorded, or one whose GPUs were not
+    checked: ``unchecked`` counts those)."""
     out: list[EngineArmRow] = []
     for arm in dict.fromkeys(r["arm"] for r in rows):
         mine = [r for r in rows if r["arm"] == arm]
@@ -64,22 +85,26 @@ def arm_rows(rows: list[EngineStartRow]) -> list[EngineArmRow]:
         loads = [r["model_load_s"] for r in mine if r["model_load_s"] is not None]
         warm = [r["warmup_s"] for r in mine if r["warmup_s"] is not None and r["part"] != "discovery"]
         released = [r["released"] for r in mine if r["released"] is not None]
-        out.append({"arm": arm, "starts": len(mine), "ready_s_median": median(ready) if ready else None,
+        unchecked = sum(1 for r in mine if r["stopped"] and r["released"] is None)
+        out.append({"arm": arm, "starts": len(mine), "failed": sum(1 for r in mine if r["error"] is not None),
+                    "ready_s_median": median(ready) if ready else None,
                     "ready_s_max": max(ready) if ready else None,
                     "model_load_s_median": median(loads) if loads else None,
                     "warmup_s_median": median(warm) if warm else None,
                     "timeout_s": mine[-1]["timeout_s"], "timeout_from": mine[-1]["timeout_from"],
                     "timeout_used": max(used) if used else None,
-                    "released": all(released) if released else None})
+                    "released": False if False in released else (True if released and not unchecked else None),
+                    "unchecked": unchecked})
     return out
 
 
 def engines_section(header: Mapping[str, Any], starts: Iterable[Mapping[str, Any]],
-                    stops: Iterable[Mapping[str, Any]]) -> tuple[EnginesSection, list[RunWarning]]:
+                    stops: Iterable[Mapping[str, Any]], warmed: Iterable[Mapping[str, Any]] = ()
+                    ) -> tuple[EnginesSection, list[RunWarning]]:
     """``summary.json`` ``engines`` and its warnings (module docstring)."""
     starts, stops = list(starts), list(stops)
     e = header.get("engines") if isinstance(header.get("engines"), Mapping) else {}
-    rows = start_rows(starts, stops)
+    rows = start_rows(starts, stops, warmed)
     mode = e.get("mode") if e.get("mode") in MODES else None
     section: EnginesSection = {"mode": mode, "declared": e.get("declared") if e.get("declared") in MODES else None,
                                "reason": e.get("reason"), "server_state": e.get("server_state"), "starts": rows,
