@@ -16,6 +16,7 @@ from leverbench.config import load
 from leverbench.engines.simulator import SimConfig, SimulatorThread, chat_prompt_tokens
 from leverbench.errors import ConfigError
 from leverbench.ledger.reader import read_ledger
+from leverbench.report.recorded_tables import replay_line
 from leverbench.runner.run import Runner
 from leverbench.workload.recorded.expand import with_recorded
 from leverbench.workload.recorded.grouping import TurnGrouper
@@ -181,3 +182,25 @@ def test_turns_by_session_or_by_the_conversation_they_extend():
     assert g.assign(a1) == ("t0003", 0)  # the same request again extends nothing: a new turn
     assert g.assign([{"role": "user", "content": "anything"}], session="sess\n1") == ("s-sess1", 0)
     assert g.assign([{"role": "user", "content": "else"}], session="sess\n1") == ("s-sess1", 1)
+
+
+def test_a_replay_without_recorded_usage_says_its_prompts_were_not_checked(tmp_path):
+    """A log without usage (an agent that streamed without include_usage against vLLM; a log without responses)
+    leaves nothing to compare: the first screen says so, never 'as recorded' over 0 of 0, and a single arm's
+    requests were compared with no other arm's: never 'identical'."""
+    log = tmp_path / "log.jsonl"
+    log.write_text("".join(json.dumps({"model": "gpt", "messages": [{"role": "user", "content": f"task {i}"}]}) + "\n"
+                           for i in range(2)))
+    with SimulatorThread(SimConfig(prefill_tps=1e6, decode_tps=2000, output_tokens=8)) as sim:
+        exp = _experiment(tmp_path, sim.base_url + "/v1", f'name = "nu"\nfrom = "{log}"')
+        Runner(load(exp), tmp_path / "run").run()
+    s = summarize(read_ledger(tmp_path / "run"))
+    arm = s["recorded"]["arms"][0]
+    assert (arm["calls"], arm["compared"], arm["no_recorded_usage"]) == (2, 0, 2)
+    line = replay_line(s)
+    assert "prompts not checked: 2 calls have no recorded usage" in line, line
+    assert "as recorded" not in line and "identical" not in line and "requests not compared across arms" in line
+    assert WarningKind.REPLAY_UNCHECKED.value in [w["kind"] for w in s["warning_items"]]
+    full = " ".join(CliRunner().invoke(cli, ["report", str(tmp_path / "run"), "--no-write", "--full"],
+                                       catch_exceptions=False).output.split())
+    assert "Not checked: 2 calls have no recorded usage" in full

@@ -44,9 +44,10 @@ class DifferingCall(TypedDict):
 
 class RecordedArmRow(TypedDict):
     """One arm's replay: its calls of recorded turns, those with a prompt length on both sides (``compared``),
-    those within the tolerance, the largest deviation either way, the calls whose request left the recording (a
-    live path's departures; not compared), the differing calls (the first :data:`MAX_LISTED`) and, where every
-    differing call differs alike, why (``reason``)."""
+    those within the tolerance, the largest deviation either way, the calls not compared because the recording
+    has no usage for them (``no_recorded_usage``) or because they failed, the calls whose request left the
+    recording (a live path's departures; not compared), the differing calls (the first :data:`MAX_LISTED`) and,
+    where every differing call differs alike, why (``reason``)."""
 
     __pydantic_config__ = STRICT
 
@@ -55,6 +56,8 @@ class RecordedArmRow(TypedDict):
     compared: Count
     within: Count
     max_deviation: Deviation | None
+    no_recorded_usage: Count
+    failed_calls: Count
     departed_calls: Count
     differing_calls: Count
     differing: list[DifferingCall]

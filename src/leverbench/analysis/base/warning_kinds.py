@@ -59,6 +59,7 @@ class WarningKind(StrEnum):
     # recorded turns replayed
     REPLAY_PROMPT_DIFFERS = "replay_prompt_differs", "Replayed calls whose prompt length is not the recording's"
     REPLAY_DEPARTED = "replay_departed", "Live replays that departed from the recording"
+    REPLAY_UNCHECKED = "replay_unchecked", "Replayed calls the recording has no usage for: prompts not checked"
     # whether the levers engaged
     NOT_ENGAGED = "not_engaged", "Levers that did not engage"
     ENGAGEMENT_UNKNOWN = "engagement_unknown", "Levers whose engagement nothing reports"

@@ -5,7 +5,9 @@ prompt tokens the recording's usage gave for the request it stands for (``record
 ``runner.recorded_turn``); the server's count for the call is its ``prompt_tokens``.  Per arm:
 
 - a call is *compared* when both counts are there and its messages are the recorded call's (``as_recorded``: a
-  live replay's call after its path departed sends other messages, and is counted as departed instead);
+  live replay's call after its path departed sends other messages, and is counted as departed instead); a call
+  whose recorded call has no usage (an agent that streamed without ``stream_options.include_usage`` against
+  vLLM; a request log without responses) is not compared, counted (``no_recorded_usage``): nothing checked it;
 - its deviation is prompt_tokens / recorded − 1; it is *within* when \\|deviation\\| ≤ :data:`TOLERANCE`;
 - a call beyond says why: the recording masked text in it (``--redact``), else, when every differing call of
   the arm differs alike (the same sign, their ratios within :data:`ALIKE` of each other), a different tokenizer
@@ -73,6 +75,9 @@ def _arm_row(arm: str, calls: list[Mapping[str, Any]], model: str | None) -> Rec
     devs = [_deviation(r) or 0.0 for r in compared]
     return {"arm": arm, "calls": len(calls), "compared": len(compared), "within": len(compared) - len(beyond),
             "max_deviation": round(max(devs, key=abs), 6) if devs else None,
+            "no_recorded_usage": sum(1 for r in calls if r.get("as_recorded") and r.get("error") is None
+                                     and not r.get("recorded_prompt_tokens")),
+            "failed_calls": sum(1 for r in calls if r.get("error") is not None),
             "departed_calls": sum(1 for r in calls if r.get("departed")), "differing_calls": len(differing),
             "differing": differing[:MAX_LISTED], "reason": reason}
 
@@ -113,6 +118,11 @@ def fidelity(ledger: Ledger, ds: Dataset) -> tuple[RecordedSection | None, list[
             text = (f"arm {row['arm']!r}: {row['differing_calls']} of {row['calls']} replayed call(s) received a "
                     f"prompt whose length is not the recording's (within {TOLERANCE:.0%}): {first['reason']}")
             warnings.append(RunWarning(WarningKind.REPLAY_PROMPT_DIFFERS, text, row["arm"], first["case"]))
+        if row["no_recorded_usage"]:
+            warnings.append(RunWarning(WarningKind.REPLAY_UNCHECKED, f"arm {row['arm']!r}: {row['no_recorded_usage']} "
+                                       f"of {row['calls']} replayed call(s) not checked against the recording: it has "
+                                       "no usage for them (record with stream_options.include_usage, or a log with "
+                                       "responses)", row["arm"]))
     section: RecordedSection = {
         "tolerance": TOLERANCE, "cases": cases, "arms": rows, "requests_compared": len(shared),
         "requests_identical": sum(1 for h in shared if len(set(h.values())) == 1), "departures": departures}
