@@ -204,3 +204,41 @@ def test_a_replay_without_recorded_usage_says_its_prompts_were_not_checked(tmp_p
     full = " ".join(CliRunner().invoke(cli, ["report", str(tmp_path / "run"), "--no-write", "--full"],
                                        catch_exceptions=False).output.split())
     assert "Not checked: 2 calls have no recorded usage" in full
+
+
+def test_concurrent_turns_that_open_alike_each_keep_their_own_calls():
+    """Two agents send the same opening request, then their tool rounds interleave: each extension goes to the open
+    turn whose latest request it extends, the oldest first (a FIFO per request), never all to the latest turn."""
+    g = TurnGrouper()
+    s, u = {"role": "system", "content": "S"}, {"role": "user", "content": "fix it"}
+    a1 = {"role": "assistant", "content": None,
+          "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}
+    r_a, r_b = ({"role": "tool", "tool_call_id": "c1", "content": x} for x in "AB")
+    assert [g.assign([s, u]), g.assign([s, u])] == [("t0001", 0), ("t0002", 0)]
+    assert g.assign([s, u, a1, r_a]) == ("t0001", 1)
+    assert g.assign([s, u, a1, r_b]) == ("t0002", 1)
+    done = {"role": "assistant", "content": "done"}
+    assert g.assign([s, u, a1, r_b, done, {"role": "user", "content": "more"}]) == ("t0002", 2)
+    assert g.assign([s, u, a1, r_a, done, {"role": "user", "content": "more"}]) == ("t0001", 2)
+    # the same extension twice (a deterministic model, the same tool result): one each, oldest first
+    g = TurnGrouper()
+    assert [g.assign([s, u])[0] for _ in range(3)] == ["t0001", "t0002", "t0003"]
+    assert [g.assign([s, u, a1, r_a]) for _ in range(3)] == [("t0001", 1), ("t0002", 1), ("t0003", 1)]
+    # a request sent again after it failed (a retry) stays in its turn
+    g = TurnGrouper()
+    assert g.assign([s, u]) == ("t0001", 0)
+    assert g.assign([s, u, a1, r_a], failed=True) == ("t0001", 1)
+    assert g.assign([s, u, a1, r_a]) == ("t0001", 2)
+    assert g.assign([s, u, a1, r_a, done, {"role": "user", "content": "more"}]) == ("t0001", 3)
+    # an agent that went back to an earlier request of its turn (a branch) still continues it
+    assert g.assign([s, u, {"role": "assistant", "content": "other"}, {"role": "user", "content": "again"}]) == \
+        ("t0001", 4)
+
+
+def test_long_session_ids_with_a_common_start_stay_apart():
+    g = TurnGrouper()
+    common = "checkout-service/" + "x" * 60
+    a, b = g.assign([], session=common + "-alice")[0], g.assign([], session=common + "-bob")[0]
+    assert a != b and len(a) == len(b) == 2 + 64 and a.startswith("s-checkout-service/xxx")
+    assert g.assign([], session=common + "-alice") == (a, 1)
+    assert g.assign([], session="short") == ("s-short", 0)  # a short one as it is

@@ -109,13 +109,14 @@ class RecordingWriter:
         request, redactions = masked(request, self.patterns) if request is not None else (None, 0)
         messages = (request or {}).get("messages")
         session = masked(raw.session, self.patterns)[0] if raw.session is not None else None
-        turn, step = self.grouper.assign(messages if isinstance(messages, list) else [], session)
         self.exchanges += 1
-        row = exchange_row(raw, self.exchanges, turn, step, request, self.patterns, redactions)
+        row = exchange_row(raw, self.exchanges, "", 0, request, self.patterns, redactions)
         if error is not None and row["error"] is None:
             row["error"] = error
+        row["turn"], row["step"] = self.grouper.assign(messages if isinstance(messages, list) else [], session,
+                                                       failed=row["error"] is not None)  # (a retry stays in its turn)
         self.failed += row["error"] is not None
-        self.turns.add(turn)
+        self.turns.add(row["turn"])
         with self._lock:
             idle = self._waiting == 1  # no other exchange waits behind this one
         self._write(row, sync=idle or time.monotonic() - self._synced >= FSYNC_EVERY_S)
