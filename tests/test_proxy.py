@@ -296,3 +296,59 @@ def test_a_recording_that_cannot_be_written_never_stops_the_pass_through(tmp_pat
     body, err = asyncio.run(go())
     assert body == STREAM  # both calls went through
     assert err is not None and "2 exchange(s) could not be recorded" in str(err) and "No space left" in str(err)
+
+
+def _written(out: Path, raws: list, patterns: list[str]) -> list[dict]:
+    """*raws* (RawExchanges) through a writer, without HTTP: the rows it wrote."""
+    writer = RecordingWriter(out, "http://127.0.0.1:9/v1", [re.compile(p) for p in patterns], "X-Session-Id")
+    for raw in raws:
+        writer.submit(raw)
+    writer.close()
+    return [json.loads(line) for line in (out / "exchanges.jsonl").read_text().splitlines()[1:]]
+
+
+def _raw(body: dict, session: str | None = None, response: bytes = JSON_BODY, **kw: object):
+    from leverbench.proxy.exchange import RawExchange  # noqa: PLC0415
+
+    return RawExchange(t_start=0.0, method="POST", path="/v1/chat/completions", session=session,
+                       request=json.dumps(body).encode(), status=200, content_type="application/json",
+                       chunks=[(0.01, response)], end_s=0.01, **kw)
+
+
+def test_redact_masks_content_never_structure(tmp_path):
+    """A pattern meant for secrets (any long token) must not mask tool-call ids, roles, types, tool names or the
+    model: a live replay would answer read_file(b) with a's result; a session masked before grouping would merge
+    two users' sessions."""
+    from leverbench.recording import RecordedCall, RecordedTurn  # noqa: PLC0415
+    from leverbench.workload.recorded.live import ToolResults  # noqa: PLC0415
+
+    ids = ("call_Qx1aZ8bK2mN4pR6sT8uV0wYy", "call_Hh3jK5lM7nP9qR1sT3uV5wXz")
+    body = {"model": "gpt_4o_mini_2024_07_18_long_name", "messages": [
+        {"role": "system", "content": [{"type": "text", "text": "key sk_live_ABCDEFGHIJKLMNOPQRSTUV"}]},
+        {"role": "user", "content": "read a and b, assistant"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": i, "type": "function", "function": {"name": "read_file_with_a_long_name", "arguments":
+                                                       json.dumps({"path": p, "token": "tok_ABCDEFGHIJKLMNOPQRSTU"})}}
+            for i, p in zip(ids, "ab")]},
+        *({"role": "tool", "tool_call_id": i, "content": f"contents of {p.upper()}"} for i, p in zip(ids, "ab"))],
+        "user": "alice@example.com"}
+    raws = [_raw(body, session=f"sess-{who}@example.com") for who in ("alice", "bob", "alice")]
+    rows = _written(tmp_path / "rec", raws, [r"\b[A-Za-z0-9_]{20,}\b", r"assistant", r"[a-z]+@example\.com"])
+    req = rows[0]["request"]
+    assert req["model"] == body["model"]
+    assert [m["role"] for m in req["messages"]] == [m["role"] for m in body["messages"]]
+    assert req["messages"][0]["content"] == [{"type": "text", "text": "key ***"}]
+    assert req["messages"][1]["content"] == "read a and b, ***" and req["user"] == "***"
+    calls = req["messages"][2]["tool_calls"]
+    assert [c["id"] for c in calls] == list(ids) and {c["function"]["name"] for c in calls} == \
+        {"read_file_with_a_long_name"} and all(c["type"] == "function" for c in calls)
+    assert [json.loads(c["function"]["arguments"]) for c in calls] == [{"path": p, "token": "***"} for p in "ab"]
+    assert [m["tool_call_id"] for m in req["messages"][3:]] == list(ids)
+    # the live replay answers each call with its own result
+    tr = ToolResults(RecordedTurn("t", (RecordedCall(req, "x"),)))
+    assert [tr.answer("read_file_with_a_long_name", json.dumps({"path": p, "token": "***"}))[0] for p in "ab"] == \
+        ["contents of A", "contents of B"]
+    # two users' sessions stay two turns, their values masked as stored and as the turns are named
+    assert [(r["turn"], r["step"], r["session"]) for r in rows] == [
+        ("s-sess-***", 0, "sess-***"), ("s-sess-***-2", 0, "sess-***"), ("s-sess-***", 1, "sess-***")]
+    assert "example.com" not in (tmp_path / "rec" / "exchanges.jsonl").read_text()

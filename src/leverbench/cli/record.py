@@ -42,8 +42,9 @@ def compiled(patterns: tuple[str, ...]) -> list[re.Pattern[str]]:
 @click.option("--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="The recording's directory: exchanges.jsonl is written there (a new one).")
 @click.option("--redact", "redact", multiple=True, metavar="REGEX",
-              help="Mask every match of this regular expression (***) in the recorded requests and responses before "
-              "anything is written; repeat for more. The agent and the upstream still see the text.")
+              help="Mask every match of this regular expression (***) in what the recorded requests and responses "
+              "say (messages, tool-call arguments, answers; never roles, ids, tool names or the model) before anything "
+              "is written; repeat for more. The agent and the upstream still see the text.")
 @click.option("--session-header", default="X-Session-Id", show_default=True, metavar="NAME",
               help="A request header that names the agent's session: requests with the same value are one turn "
               "(without it, a request that extends an earlier one's messages continues its turn).")

@@ -4,8 +4,9 @@ the recording's row made of it (:func:`exchange_row`), after the response has go
 The response is read as the client read it: a stream's SSE ``data:`` lines, each chunk fed to the runner's own
 accumulator (:class:`~leverbench.runner.sse.StreamState`: the answer's text, reasoning, tool calls, usage,
 llama.cpp's ``timings``, the finish reason), or the one JSON body of a call that did not stream.  ``--redact``
-patterns mask their matches in every string of the request and the response (:func:`masked`) before the row
-exists.
+patterns mask their matches in what the request and the response say (:func:`masked_request`,
+:func:`masked_response`: the messages' content, tool calls' arguments, the answer's text and reasoning; never
+roles, ids, tool names or the model) before the row exists.
 """
 
 from __future__ import annotations
@@ -66,6 +67,84 @@ def masked(obj: JSONValue, patterns: list[re.Pattern[str]]) -> tuple[Any, int]:
             n += k
         return d, n
     return obj, 0
+
+
+class _Masker:
+    """Masks the content-bearing fields of a request or a response (:func:`masked_request`), counting matches."""
+
+    def __init__(self, patterns: list[re.Pattern[str]]):
+        self.patterns, self.n = patterns, 0
+
+    def text(self, v: Any) -> Any:
+        """A text field (a string; any JSON where a client put one: each string in it)."""
+        out, k = masked(v, self.patterns)
+        self.n += k
+        return out
+
+    def content(self, v: Any) -> Any:
+        """A message's content: a string, or parts whose ``text`` (``refusal``) is the content."""
+        if not isinstance(v, list):
+            return self.text(v) if isinstance(v, str) else v
+        return [{k: self.text(x) if k in PART_TEXT else x for k, x in p.items()} if isinstance(p, dict) else p
+                for p in v]
+
+    def fields(self, obj: dict[str, Any], keys: tuple[str, ...], how: Any) -> dict[str, Any]:
+        return {k: how(v) if k in keys else v for k, v in obj.items()}
+
+    def tool_call(self, tc: Any) -> Any:
+        """A tool call: its arguments (``function.arguments``, or the proxy's own ``arguments``)."""
+        if not isinstance(tc, dict):
+            return tc
+        out = self.fields(tc, ("arguments",), self.text)
+        if isinstance(tc.get("function"), dict):
+            out["function"] = self.fields(tc["function"], ("arguments",), self.text)
+        return out
+
+    def message(self, m: Any) -> Any:
+        if not isinstance(m, dict):
+            return m
+        out = self.fields(m, MESSAGE_TEXT, self.content)
+        if isinstance(m.get("tool_calls"), list):
+            out["tool_calls"] = [self.tool_call(tc) for tc in m["tool_calls"]]
+        if isinstance(m.get("function_call"), dict):
+            out["function_call"] = self.tool_call(m["function_call"])
+        return out
+
+
+PART_TEXT = ("text", "refusal")  # the content of a message's part
+MESSAGE_TEXT = ("content", "reasoning_content", "reasoning", "refusal")  # a message's content-bearing fields
+
+
+def masked_request(request: JSONObject, patterns: list[re.Pattern[str]]) -> tuple[JSONObject, int]:
+    """*request* with ``--redact``'s matches masked in what it says, never in its structure: the messages'
+    content (strings, the text of parts, reasoning), their tool calls' arguments (a tool message's content is
+    the tool's result), a predicted output (``prediction``), ``user`` and ``metadata``'s values.  Roles, types,
+    tool-call ids, tool names and schemas, the model and the sampling parameters stay as sent (a replay needs
+    them: a masked tool-call id would answer one call with another's result)."""
+    if not patterns:
+        return request, 0
+    m = _Masker(patterns)
+    out = dict(request)
+    if isinstance(request.get("messages"), list):
+        out["messages"] = [m.message(x) for x in request["messages"]]
+    if isinstance(request.get("prediction"), dict):
+        out["prediction"] = m.fields(request["prediction"], ("content",), m.content)
+    if "user" in request:
+        out["user"] = m.text(request["user"])
+    if isinstance(request.get("metadata"), dict):
+        out["metadata"] = {k: m.text(v) for k, v in request["metadata"].items()}
+    return out, m.n
+
+
+def masked_response(response: ResponseRow, patterns: list[re.Pattern[str]]) -> tuple[ResponseRow, int]:
+    """*response* with ``--redact``'s matches masked in its text, reasoning and tool calls' arguments."""
+    if not patterns:
+        return response, 0
+    m = _Masker(patterns)
+    out: ResponseRow = {**response, "content": m.text(response["content"]),  # type: ignore[typeddict-item]
+                        "reasoning": m.text(response["reasoning"]),
+                        "tool_calls": [m.tool_call(tc) for tc in response["tool_calls"]]}
+    return out, m.n
 
 
 def _body(raw: RawExchange) -> bytes:
@@ -136,11 +215,11 @@ def exchange_row(raw: RawExchange, n: int, turn: str, step: int, request: JSONOb
         except (ValueError, TypeError, AttributeError, RecursionError, zlib.error) as exc:  # (orjson's: ValueErrors)
             error = f"response not parsed: {type(exc).__name__}: {exc}"[:500]
         else:
-            masked_response, k = masked(response, patterns)  # type: ignore[arg-type]
-            response, redactions = masked_response, redactions + k
+            response, k = masked_response(response, patterns)
+            redactions += k
     elif error is None:
         error = f"HTTP {raw.status}: {_body_text(raw)}"
-    session, k = masked(raw.session, patterns) if raw.session is not None else (None, 0)
+    session, k = masked(raw.session, patterns) if raw.session is not None else (None, 0)  # stored masked
     return {"kind": "exchange", "n": n, "turn": turn, "step": step, "session": session, "t_start": raw.t_start,
             "method": raw.method, "path": raw.path, "status": raw.status,
             "stream": raw.content_type.lower().startswith("text/event-stream"), "request": request,

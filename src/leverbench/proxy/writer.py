@@ -28,7 +28,7 @@ from ..json_types import JSONObject
 from ..recording import EXCHANGES_FILE, RECORDING_SCHEMA, ExchangeRow, RecordingHeaderRow
 from ..redact import redact_url
 from ..workload.recorded.grouping import TurnGrouper
-from .exchange import RawExchange, exchange_row, masked
+from .exchange import RawExchange, exchange_row, masked_request
 
 FSYNC_EVERY_S = 0.25  # in a burst, the recording is fsync'd at least this often
 
@@ -106,15 +106,16 @@ class RecordingWriter:
             pass
         if request is None and error is None:
             error = "the request is not a JSON object"
-        request, redactions = masked(request, self.patterns) if request is not None else (None, 0)
+        request, redactions = masked_request(request, self.patterns) if request is not None else (None, 0)
         messages = (request or {}).get("messages")
-        session = masked(raw.session, self.patterns)[0] if raw.session is not None else None
         self.exchanges += 1
         row = exchange_row(raw, self.exchanges, "", 0, request, self.patterns, redactions)
         if error is not None and row["error"] is None:
             row["error"] = error
-        row["turn"], row["step"] = self.grouper.assign(messages if isinstance(messages, list) else [], session,
-                                                       failed=row["error"] is not None)  # (a retry stays in its turn)
+        # grouped by the session's own value (two values masked alike are two turns), named by its masked one;
+        # a retry of a failed request stays in its turn
+        row["turn"], row["step"] = self.grouper.assign(messages if isinstance(messages, list) else [], raw.session,
+                                                       failed=row["error"] is not None, shown=row["session"])
         self.failed += row["error"] is not None
         self.turns.add(row["turn"])
         with self._lock:
