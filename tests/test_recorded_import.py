@@ -242,3 +242,30 @@ def test_long_session_ids_with_a_common_start_stay_apart():
     assert a != b and len(a) == len(b) == 2 + 64 and a.startswith("s-checkout-service/xxx")
     assert g.assign([], session=common + "-alice") == (a, 1)
     assert g.assign([], session="short") == ("s-short", 0)  # a short one as it is
+
+
+def test_lines_left_out_on_import_are_told_in_the_run_and_its_reports(tmp_path):
+    """3 of 5 lines cannot be replayed (no messages, messages not a list, an embeddings request) and the last line
+    is cut: the run's header keeps what was left out, and the summary's warnings, the first screen and the full
+    report say it."""
+    log = tmp_path / "batch.jsonl"
+    good = {"model": "gpt", "messages": [{"role": "user", "content": "hello"}]}
+    lines = [{"custom_id": "r1", "url": "/v1/chat/completions", "body": good},
+             {"custom_id": "r2", "body": {"model": "g"}}, {"custom_id": "r3", "body": {"model": "g", "messages": "hi"}},
+             {"custom_id": "r4", "url": "/v1/embeddings", "body": {"model": "e", "input": "x"}}]
+    log.write_text("".join(json.dumps(x) + "\n" for x in lines) + json.dumps(good)[:30])
+    with SimulatorThread(SimConfig(prefill_tps=1e6, decode_tps=2000, output_tokens=8)) as sim:
+        exp = _experiment(tmp_path, sim.base_url + "/v1", f'name = "b"\nfrom = "{log}"')
+        Runner(load(exp), tmp_path / "run").run()
+    led = read_ledger(tmp_path / "run")
+    (case,) = led.header["config"]["cases"]
+    assert "left out: " in case["recorded_skipped"] and "(first: line 5)" in case["recorded_skipped"]
+    s = summarize(led)
+    (w,) = [w for w in s["warning_items"] if w["kind"] == WarningKind.REPLAY_LINES_SKIPPED.value]
+    assert "4 line(s) left out" in w["text"] and str(log) in w["text"] and "not JSON (first: line 5)" in w["text"]
+    assert s["recorded"]["left_out"] == [w["text"]]
+    shown = CliRunner().invoke(cli, ["report", str(tmp_path / "run"), "--no-write"], catch_exceptions=False).output
+    assert "replay_lines_skipped (1)" in shown
+    full = " ".join(CliRunner().invoke(cli, ["report", str(tmp_path / "run"), "--no-write", "--full"],
+                                       catch_exceptions=False).output.split())
+    assert "url '/v1/embeddings' is not chat completions (first: line 4)" in full

@@ -322,6 +322,7 @@ class ConfigCaseRow(TypedDict, total=False):
     temperature: float
     recorded_from: str | None  # a recorded turn's case: the case of recorded turns it came from
     recorded_turn: str | None
+    recorded_skipped: str | None  # what the import of its request log left out, in words
     replay: str
 
 

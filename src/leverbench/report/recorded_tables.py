@@ -16,8 +16,8 @@ def _modes(section: dict[str, Any]) -> str:
 
 def _unchecked(section: dict[str, Any]) -> list[str]:
     """Why calls were not compared with the recording (the departed ones aside: said apart)."""
-    usage = sum(a["no_recorded_usage"] for a in section["arms"])
-    failed = sum(a["failed_calls"] for a in section["arms"])
+    usage = sum(a.get("no_recorded_usage", 0) for a in section["arms"])  # (a summary written before they were)
+    failed = sum(a.get("failed_calls", 0) for a in section["arms"])
     said = [f"{usage} call{'s have' if usage != 1 else ' has'} no recorded usage"] if usage else []
     return said + ([f"{failed} failed"] if failed else [])
 
@@ -63,7 +63,7 @@ def recorded_table(summary: dict[str, Any]) -> Table | None:
     for a in sec["arms"]:
         dev = "—" if a["max_deviation"] is None else f"{a['max_deviation'] * 100:+.2f}%"
         rows.append([a["arm"], str(a["calls"]), f"{a['within']} of {a['compared']}"
-                     + (f" ({a['no_recorded_usage']} without usage)" if a["no_recorded_usage"] else ""),
+                     + (f" ({a['no_recorded_usage']} without usage)" if a.get("no_recorded_usage") else ""),
                      dev, str(a["departed_calls"]),
                      a["reason"] or (a["differing"][0]["reason"] if a["differing"] else "")])
     notes = [f"Mode {_modes(sec)}: " + ("each call sent the recorded request (its messages, recorded answers and tool "
@@ -85,6 +85,7 @@ def recorded_table(summary: dict[str, Any]) -> Table | None:
                          f"{d['recorded_tokens'] or 0:,}: {d['reason']}")
     notes += [f"{d['arm']} {d['case']} #{d['repeat'] + 1} step {d['step']} departed: {d['text']}"
               for d in sec["departures"]]
+    notes += [f"Not replayed: {text}" for text in sec.get("left_out") or []]
     return Table("recorded", f"Recorded turns replayed ({len(sec['cases'])} turns, mode {_modes(sec)}): prompt tokens "
                              f"against the recording's (within {pct(sec['tolerance'])})",
                  ["arm", "calls", "prompts as recorded", "largest deviation", "departed calls", "why not"], rows,

@@ -80,7 +80,8 @@ class RecordedSection(TypedDict):
     """``recorded``: the replayed cases and their modes, each arm's prompt lengths against the recording's
     (within ``tolerance``), whether the arms received identical requests (``requests_compared`` calls of the same
     case, repeat and step on two arms or more, ``requests_identical`` of them with the same messages on every
-    arm) and where live replays departed (the first :data:`MAX_LISTED` per arm)."""
+    arm), where live replays departed (the first :data:`MAX_LISTED` per arm) and, per request log, the lines its
+    import left out (``left_out``: none, an empty list)."""
 
     __pydantic_config__ = STRICT
 
@@ -90,6 +91,7 @@ class RecordedSection(TypedDict):
     requests_compared: Count
     requests_identical: Count
     departures: list[DepartureRow]
+    left_out: list[str]
 
 
 MAX_LISTED = 10  # differing calls and departures listed per arm

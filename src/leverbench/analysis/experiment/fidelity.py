@@ -14,7 +14,9 @@ prompt tokens the recording's usage gave for the request it stands for (``record
   or chat template than the recording's upstream (the arm's model named), else the call's own prompt.
 
 Across arms, the calls of the same case, repeat and step are compared by the hash of their messages
-(``input_sha256``): identical requests, or not.  A live replay's departures (``departed``) are listed.
+(``input_sha256``): identical requests, or not.  A live replay's departures (``departed``) are listed, and what
+the import of each request log left out (the header's ``recorded_skipped``: lines that cannot be replayed,
+failed exchanges) is a warning.
 """
 
 from __future__ import annotations
@@ -43,6 +45,15 @@ def recorded_cases(config: Mapping[str, Any]) -> list[RecordedCaseRow]:
     return [{"case": c["name"], "recorded_from": c["recorded_from"], "turn": c.get("recorded_turn"),
              "mode": "live" if c.get("replay") == "live" else "recorded"}
             for c in config.get("cases", []) if isinstance(c, dict) and c.get("recorded_from")]
+
+
+def left_out_notes(config: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(case of recorded turns, what the import of its log left out), once per case (its turns share it)."""
+    out: dict[str, str] = {}
+    for c in config.get("cases", []):
+        if isinstance(c, dict) and c.get("recorded_from") and c.get("recorded_skipped"):
+            out.setdefault(c["recorded_from"], f"case {c['recorded_from']!r}: {c['recorded_skipped']}")
+    return list(out.items())
 
 
 def _deviation(r: Mapping[str, Any]) -> float | None:
@@ -123,7 +134,10 @@ def fidelity(ledger: Ledger, ds: Dataset) -> tuple[RecordedSection | None, list[
                                        f"of {row['calls']} replayed call(s) not checked against the recording: it has "
                                        "no usage for them (record with stream_options.include_usage, or a log with "
                                        "responses)", row["arm"]))
+    left_out = left_out_notes(ds.config)
+    warnings += [RunWarning(WarningKind.REPLAY_LINES_SKIPPED, text, None, case) for case, text in left_out]
     section: RecordedSection = {
         "tolerance": TOLERANCE, "cases": cases, "arms": rows, "requests_compared": len(shared),
-        "requests_identical": sum(1 for h in shared if len(set(h.values())) == 1), "departures": departures}
+        "requests_identical": sum(1 for h in shared if len(set(h.values())) == 1), "departures": departures,
+        "left_out": [text for _, text in left_out]}
     return section, warnings
