@@ -23,6 +23,7 @@ from leverbench.config import load
 from leverbench.engines.simulator import SimConfig, SimulatorThread
 from leverbench.ledger.reader import read_ledger
 from leverbench.runner.run import Runner
+from leverbench.workload.recorded.live import shown_call
 
 TESTS = Path(__file__).parent
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
@@ -207,7 +208,10 @@ select = ["t0001"]
     live = [c for c in calls if c["case"] == "live/t0001"]
     fixed = [c for c in calls if c["case"] == "fixed/t0001"]
     assert [bool(c["tool_calls"]) for c in live] == [True, False] and len(fixed) == 3
-    assert [c.get("departed") for c in live] == [None, 'answered where the recording called read_file({"round": 2})']
+    # the arguments are the agent's content: without store_text the departure names their hash
+    assert [c.get("departed") for c in live] == [None, "answered where the recording called "
+                                                 + shown_call("read_file", '{"round": 2}', show=False)]
+    assert shown_call("read_file", '{"round": 2}', show=False).startswith("read_file(args sha256:")
     # the live path's second request carried the recorded tool result for the arm's own call: the recording's prompt
     assert live[1]["as_recorded"] is True and live[1]["prompt_tokens"] == live[1]["recorded_prompt_tokens"]
     s = summarize(led)

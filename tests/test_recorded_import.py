@@ -269,3 +269,35 @@ def test_lines_left_out_on_import_are_told_in_the_run_and_its_reports(tmp_path):
     full = " ".join(CliRunner().invoke(cli, ["report", str(tmp_path / "run"), "--no-write", "--full"],
                                        catch_exceptions=False).output.split())
     assert "url '/v1/embeddings' is not chat completions (first: line 4)" in full
+
+
+def test_the_ledger_keeps_no_recorded_content_without_store_text(tmp_path):
+    """A recorded request's fields other than sampling (a predicted output, user, metadata, a JSON schema) and a live
+    replay's departures (the tool calls' arguments) hold content: without store_text the ledger keeps their hashes,
+    and the sampling fields (and the arm's own request fields) as they are."""
+    tools = [{"type": "function", "function": {"name": "read_file", "parameters": {"type": "object"}}}]
+    first = {"model": "gpt", "messages": [{"role": "user", "content": "read it"}], "tools": tools, "temperature": 0,
+             "max_tokens": 16, "seed": 7, "stop": ["END"], "user": "alice@example.com",
+             "prediction": {"type": "content", "content": "PREDICTED-SECRET"}, "metadata": {"ticket": "SECRET-TICKET"},
+             "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"description":
+                                                                                              "SCHEMA-SECRET"}}}}
+    call = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "read_file", "arguments": '{"path": "ARG-SECRET"}'}}]}
+    second = {**first, "messages": [*first["messages"], call, {"role": "tool", "tool_call_id": "c1", "content": "x"}]}
+    log = tmp_path / "log.jsonl"
+    log.write_text(json.dumps(first) + "\n" + json.dumps(second) + "\n")
+    with SimulatorThread(SimConfig(prefill_tps=1e6, decode_tps=2000, output_tokens=8, tool_call_rounds=1)) as sim:
+        exp = _experiment(tmp_path, sim.base_url + "/v1", f'name = "p"\nfrom = "{log}"\nreplay = "live"',
+                          "request = { cache_prompt = false, chat_template_kwargs = { mode = 'fast' } }")
+        Runner(load(exp), tmp_path / "run").run()
+    text = (tmp_path / "run" / "ledger.jsonl").read_text()
+    for secret in ("PREDICTED-SECRET", "alice@example", "SECRET-TICKET", "SCHEMA-SECRET", "ARG-SECRET"):
+        assert secret not in text, secret
+    calls = [r for r in read_ledger(tmp_path / "run").records if r["kind"] == "call"]
+    req = calls[0]["request"]
+    assert {k: req[k] for k in ("model", "temperature", "max_tokens", "seed", "stop", "cache_prompt")} == \
+        {"model": "sim", "temperature": 0, "max_tokens": 16, "seed": 7, "stop": ["END"], "cache_prompt": False}
+    assert req["chat_template_kwargs"] == {"mode": "fast"}  # the arm's own: the experiment file's, not the agent's
+    assert all(req[k].startswith("sha256:") for k in ("user", "prediction", "metadata", "response_format"))
+    departed = [c["departed"] for c in calls if c.get("departed")]
+    assert departed and all("read_file(args sha256:" in d for d in departed), departed
