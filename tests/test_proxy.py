@@ -231,11 +231,39 @@ def test_a_stream_cut_or_unfinished_upstream_is_a_failed_exchange(tmp_path):
     assert rows[1]["error"] == "response not parsed: ValueError: the stream ended without a finish reason or [DONE]"
 
 
-def test_the_upstream_path_is_kept_once():
+def test_the_upstream_path_is_kept_once_and_other_paths_go_to_its_root():
     assert upstream_url("http://h:8000/v1", "/v1/chat/completions?x=1") == "http://h:8000/v1/chat/completions?x=1"
-    assert upstream_url("http://h:8000/v1/", "/chat/completions") == "http://h:8000/v1/chat/completions"
+    assert upstream_url("http://h:8000/v1/", "/v1") == "http://h:8000/v1"
     assert upstream_url("http://h:8000", "/v1/models") == "http://h:8000/v1/models"
-    assert upstream_url("https://h/openai/v1", "/props") == "https://h/openai/v1/props"
+    # an engine's own endpoints, outside the API's base path, pass through unchanged to the upstream's root
+    for path in ("/health", "/props", "/metrics?x=1", "/v1x/y"):
+        assert upstream_url("http://h:8000/v1/", path) == "http://h:8000" + path
+    assert upstream_url("https://h/openai/v1", "/props") == "https://h/props"
+
+
+def test_an_engines_own_endpoints_pass_through_at_its_root(tmp_path):
+    async def go() -> list[tuple[int, bytes]]:
+        async def root(r: web.Request) -> web.Response:
+            return web.Response(text=f"root {r.path}")
+
+        app = web.Application()
+        for path in ("/health", "/metrics"):
+            app.router.add_get(path, root)
+        runner, url = await _serve(app)
+        proxy = RecordingProxy(url + "/v1", None)
+        base = await proxy.start("127.0.0.1", 0)
+        try:
+            async with aiohttp.ClientSession() as s:
+                got = []
+                for path in ("/health", "/metrics"):
+                    async with s.get(base + path, timeout=aiohttp.ClientTimeout(total=limits.HTTP_S)) as r:
+                        got.append((r.status, await r.read()))
+                return got
+        finally:
+            await proxy.stop()
+            await runner.cleanup()
+
+    assert asyncio.run(go()) == [(200, b"root /health"), (200, b"root /metrics")]
 
 
 def test_bad_record_options_are_one_line_and_leave_no_recording(tmp_path):

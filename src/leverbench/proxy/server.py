@@ -10,8 +10,10 @@ upstream sent it).  The body is never parsed on the way: the chat exchanges (``P
 captured as bytes and arrival times and handed to :class:`~.writer.RecordingWriter`'s thread when the response
 has gone; other paths (``/v1/models``, an engine's ``/props``) pass through unrecorded.
 
-The path: an upstream with a path (``http://host:8000/v1``) takes a request path that starts with it as it is
-(``/v1/chat/completions``) and any other below it (``/chat/completions`` → ``/v1/chat/completions``).
+The path: a request's path goes to the upstream's host as it is.  The agent's base URL is the proxy's with the
+upstream's path (``http://127.0.0.1:8099/v1`` for ``http://host:8000/v1``): the API's requests
+(``/v1/chat/completions``) keep it, and an engine's own endpoints outside it (``/health``, ``/props``,
+``/metrics``) reach the upstream's root, as they would straight.
 """
 
 from __future__ import annotations
@@ -41,11 +43,8 @@ def upstream_url(upstream: str, path_qs: str) -> str:
     """The upstream URL of a request for *path_qs* (see the module's docstring)."""
     parts = urlsplit(upstream)
     root = f"{parts.scheme}://{parts.netloc}"
-    base = parts.path.rstrip("/")
     path = path_qs if path_qs.startswith("/") else "/" + path_qs
-    if base and not (path == base or path.startswith(base + "/") or path.startswith(base + "?")):
-        path = base + path
-    return root + path
+    return root + path  # the base path's own requests as they are; any other (``/health``) at the root
 
 
 def is_chat(method: str, path: str) -> bool:
