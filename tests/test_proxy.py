@@ -380,3 +380,56 @@ def test_redact_masks_content_never_structure(tmp_path):
     assert [(r["turn"], r["step"], r["session"]) for r in rows] == [
         ("s-sess-***", 0, "sess-***"), ("s-sess-***-2", 0, "sess-***"), ("s-sess-***", 1, "sess-***")]
     assert "example.com" not in (tmp_path / "rec" / "exchanges.jsonl").read_text()
+
+
+def test_a_compressed_request_goes_through_as_sent_and_is_recorded_read(tmp_path):
+    """A gzip-encoded request body reaches the upstream as the client sent it (bytes and Content-Encoding), never
+    inflated and still labelled gzip; the recording reads it inflated, off the path."""
+    sent = gzip.compress(b'{"model": "m", "messages": [{"role": "user", "content": "zipped"}]}')
+    seen: list[tuple[str | None, bytes]] = []
+
+    async def chat(request: web.Request) -> web.Response:
+        seen.append((request.headers.get("Content-Encoding"), await request.read()))  # (the stub inflates: aiohttp)
+        return web.Response(body=JSON_BODY, content_type="application/json")
+
+    async def go() -> int:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", chat)
+        runner, url = await _serve(app)
+        writer = RecordingWriter(tmp_path / "rec", url + "/v1", [], "X-Session-Id")
+        proxy = RecordingProxy(url + "/v1", writer)
+        base = await proxy.start("127.0.0.1", 0)
+        try:
+            async with aiohttp.ClientSession() as s, s.post(
+                    base + "/v1/chat/completions", data=sent, timeout=aiohttp.ClientTimeout(total=limits.HTTP_S),
+                    headers={"Content-Encoding": "gzip", "Content-Type": "application/json"}) as r:
+                return r.status
+        finally:
+            await proxy.stop()
+            await runner.cleanup()
+            writer.close()
+
+    assert asyncio.run(go()) == 200
+    assert seen == [("gzip", gzip.decompress(sent))]  # the upstream got gzip bytes labelled gzip, and read them
+    (row,) = [json.loads(line) for line in (tmp_path / "rec" / "exchanges.jsonl").read_text().splitlines()[1:]]
+    assert row["error"] is None and row["request"]["messages"][0]["content"] == "zipped"
+
+
+def test_a_brotli_or_zstd_answer_is_read_where_a_library_is_else_recorded_without_it(tmp_path, monkeypatch):
+    from leverbench.proxy import exchange  # noqa: PLC0415
+
+    monkeypatch.setattr(exchange, "_brotli", lambda: None)
+    monkeypatch.setattr(exchange, "_zstd", lambda: None)
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    raws = [_raw(body, response=b"\x8b\x02", content_encoding=enc) for enc in ("br", "zstd")]
+    rows = _written(tmp_path / "none", raws, [])
+    assert [(r["error"], r["response"]) for r in rows] == [(None, None)] * 2  # not a failure: the request is kept
+    assert [r["note"] for r in rows] == ["the response is not recorded: content-encoding 'br' not read: install "
+                                         "brotli (pip install brotli) to read it",
+                                         "the response is not recorded: content-encoding 'zstd' not read: install "
+                                         "zstandard (pip install zstandard) to read it"]
+    imp = load_requests(tmp_path / "none")
+    assert [len(t.calls) for t in imp.turns] == [1, 1] and imp.skipped == {}  # replayable (no usage to check against)
+    monkeypatch.setattr(exchange, "_brotli", lambda: lambda data: JSON_BODY)  # a library (stood in for)
+    (row,) = _written(tmp_path / "lib", [_raw(body, response=b"\x8b\x02", content_encoding="br")], [])
+    assert row["error"] is None and row["note"] is None and row["response"]["content"] == "plain answer"

@@ -11,8 +11,10 @@ roles, ids, tool names or the model) before the row exists.
 
 from __future__ import annotations
 
+import importlib
 import re
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +37,7 @@ class RawExchange:
     path: str
     session: str | None
     request: bytes
+    request_encoding: str = ""  # the request body's Content-Encoding (the writer reads it decoded, off the path)
     status: int | None = None
     content_type: str = ""
     content_encoding: str = ""
@@ -147,14 +150,52 @@ def masked_response(response: ResponseRow, patterns: list[re.Pattern[str]]) -> t
     return out, m.n
 
 
+class Undecoded(ValueError):
+    """A body in a content-encoding this Python cannot read (brotli, zstd without their library)."""
+
+
+def _zstd() -> Callable[[bytes], bytes] | None:
+    for name in ("compression.zstd", "backports.zstd"):  # Python 3.14's, and its backport
+        try:
+            return importlib.import_module(name).decompress  # type: ignore[no-any-return]
+        except ImportError:
+            continue
+    try:
+        import zstandard  # noqa: PLC0415
+    except ImportError:
+        return None
+    return lambda data: zstandard.ZstdDecompressor().decompressobj().decompress(data)  # (frames without a size)
+
+
+def _brotli() -> Callable[[bytes], bytes] | None:
+    for name in ("brotli", "brotlicffi"):
+        try:
+            return importlib.import_module(name).decompress  # type: ignore[no-any-return]
+        except ImportError:
+            continue
+    return None
+
+
+def decoded(data: bytes, encoding: str) -> bytes:
+    """*data* as sent in *encoding* (a ``Content-Encoding``: ``gzip``, ``deflate``, ``br``, ``zstd``, or a list of
+    them, applied in order), read; :class:`Undecoded` for one this Python has no library for."""
+    for enc in reversed([e.strip().lower() for e in encoding.split(",") if e.strip()]):
+        if enc == "identity":
+            continue
+        if enc in ("gzip", "x-gzip", "deflate"):
+            data = zlib.decompress(data, 47)  # 32 + 15: gzip or zlib, by their headers
+            continue
+        how, lib = {"br": (_brotli, "brotli"), "zstd": (_zstd, "zstandard")}.get(enc, (None, ""))
+        fn = how() if how is not None else None
+        if fn is None:
+            why = f"install {lib} (pip install {lib}) to read it" if lib else "an encoding leverbench does not read"
+            raise Undecoded(f"content-encoding {enc!r} not read: {why}")
+        data = fn(data)
+    return data
+
+
 def _body(raw: RawExchange) -> bytes:
-    data = b"".join(c for _, c in raw.chunks)
-    enc = raw.content_encoding.lower().strip()
-    if enc in ("", "identity"):
-        return data
-    if enc in ("gzip", "x-gzip", "deflate"):
-        return zlib.decompress(data, 47)  # 32 + 15: gzip or zlib, by their headers
-    raise ValueError(f"content-encoding {enc!r} is not read (the response went to the client as it came)")
+    return decoded(b"".join(c for _, c in raw.chunks), raw.content_encoding)
 
 
 def _sse(raw: RawExchange, state: StreamState) -> None:
@@ -208,11 +249,13 @@ def exchange_row(raw: RawExchange, n: int, turn: str, step: int, request: JSONOb
     """The recording's row of *raw* (its *request* parsed and masked already, with its *redactions*)."""
     response: ResponseRow | None = None
     ttft: float | None = None
-    error = raw.error
+    error, note = raw.error, None
     if error is None and raw.status is not None and raw.status < 400:
         try:
             response, ttft = parsed_response(raw)
-        except (ValueError, TypeError, AttributeError, RecursionError, zlib.error) as exc:  # (orjson's: ValueErrors)
+        except Undecoded as exc:  # the request is recorded, the response not (nothing failed)
+            note = f"the response is not recorded: {exc}"
+        except Exception as exc:  # noqa: BLE001 (orjson's ValueErrors, a codec's own: the exchange is kept, failed)
             error = f"response not parsed: {type(exc).__name__}: {exc}"[:500]
         else:
             response, k = masked_response(response, patterns)
@@ -225,11 +268,12 @@ def exchange_row(raw: RawExchange, n: int, turn: str, step: int, request: JSONOb
             "stream": raw.content_type.lower().startswith("text/event-stream"), "request": request,
             "response": response, "timing": {"ttft_s": None if ttft is None else round(ttft, 6),
                                              "latency_s": round(raw.end_s, 6), "chunks": len(raw.chunks)},
-            "redactions": redactions + k, "error": None if error is None else redact_text(masked(error, patterns)[0])}
+            "redactions": redactions + k, "error": None if error is None else redact_text(masked(error, patterns)[0]),
+            "note": note}
 
 
 def _body_text(raw: RawExchange) -> str:
     try:
         return " ".join(_body(raw).decode("utf-8", "replace").split())[:300]
-    except (ValueError, zlib.error):
+    except (ValueError, zlib.error, OSError):
         return "(a body that does not decode)"

@@ -2,7 +2,8 @@
 
 An aiohttp server with one route for every method and path, and one client session to the upstream (a pool of
 kept-alive connections, no limit).  A request goes out with its method, path, query, body bytes and headers
-(``Authorization`` included: forwarded, never stored) but those that belong to one hop (``Connection``,
+(``Authorization`` included: forwarded, never stored; a compressed body as it came, still compressed) but those
+that belong to one hop (``Connection``,
 ``Host``, ``Content-Length``, ...); the client adds none of its own (no ``User-Agent``, ``Accept`` or
 ``Accept-Encoding`` the agent did not send).  The response's status and headers go back the same way, and its
 body byte for byte, each read passed on as it arrives (``auto_decompress`` off: a compressed body stays as the
@@ -81,7 +82,8 @@ class RecordingProxy:
         conn = aiohttp.TCPConnector(limit=0, keepalive_timeout=30)
         self.session = aiohttp.ClientSession(connector=conn, auto_decompress=False, skip_auto_headers=AUTO_HEADERS,
                                              timeout=aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_S))
-        self.runner = web.AppRunner(self.app(), access_log=None, shutdown_timeout=5.0)
+        # auto_decompress off: a compressed request body goes on as sent, with its Content-Encoding
+        self.runner = web.AppRunner(self.app(), access_log=None, shutdown_timeout=5.0, auto_decompress=False)
         await self.runner.setup()
         site = web.TCPSite(self.runner, host, port)
         await site.start()
@@ -100,7 +102,8 @@ class RecordingProxy:
         body = await request.read()
         chat = self.writer is not None and is_chat(request.method, request.path)
         raw = RawExchange(t_start=time.time(), method=request.method, path=request.path,
-                          session=request.headers.get(self.session_header), request=body) if chat else None
+                          session=request.headers.get(self.session_header), request=body,
+                          request_encoding=request.headers.get("Content-Encoding", "")) if chat else None
         assert self.session is not None
         try:
             up = await self.session.request(request.method, upstream_url(self.upstream, request.path_qs),

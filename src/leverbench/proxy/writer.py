@@ -17,6 +17,7 @@ import os
 import re
 import threading
 import time
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -28,7 +29,7 @@ from ..json_types import JSONObject
 from ..recording import EXCHANGES_FILE, RECORDING_SCHEMA, ExchangeRow, RecordingHeaderRow
 from ..redact import redact_url
 from ..workload.recorded.grouping import TurnGrouper
-from .exchange import RawExchange, exchange_row, masked_request
+from .exchange import RawExchange, Undecoded, decoded, exchange_row, masked_request
 
 FSYNC_EVERY_S = 0.25  # in a burst, the recording is fsync'd at least this often
 
@@ -100,10 +101,12 @@ class RecordingWriter:
         request: JSONObject | None = None
         error = raw.error
         try:
-            parsed = orjson.loads(raw.request)  # strict JSON: NaN is none (a replay could not send it)
-            request = parsed if isinstance(parsed, dict) else None
+            parsed = orjson.loads(decoded(raw.request, raw.request_encoding))  # strict JSON: no NaN (a replay could
+            request = parsed if isinstance(parsed, dict) else None               # not send it)
         except orjson.JSONDecodeError:
             pass
+        except (Undecoded, zlib.error) as exc:
+            error = error or f"the request body is not read: {exc}"
         if request is None and error is None:
             error = "the request is not a JSON object"
         request, redactions = masked_request(request, self.patterns) if request is not None else (None, 0)
