@@ -433,3 +433,31 @@ def test_a_brotli_or_zstd_answer_is_read_where_a_library_is_else_recorded_withou
     monkeypatch.setattr(exchange, "_brotli", lambda: lambda data: JSON_BODY)  # a library (stood in for)
     (row,) = _written(tmp_path / "lib", [_raw(body, response=b"\x8b\x02", content_encoding="br")], [])
     assert row["error"] is None and row["note"] is None and row["response"]["content"] == "plain answer"
+
+
+def test_a_request_with_a_lone_surrogate_is_recorded_and_a_bad_one_says_why(tmp_path):
+    """JSON may escape half a surrogate pair (a cut emoji, as json.dumps writes it): orjson refuses it, Python's
+    parser reads it; the exchange is recorded (and reads back). A request that is no JSON says the parser's
+    error, not that it is "not a JSON object"."""
+    from leverbench.proxy.exchange import RawExchange  # noqa: PLC0415
+
+    cut = b'{"model": "m", "messages": [{"role": "user", "content": "emoji cut \\ud83d"}]}'
+    bad = RawExchange(t_start=0.0, method="POST", path="/v1/chat/completions", session=None,
+                      request=b'{"model": "m", "messages": [', status=200, content_type="application/json",
+                      chunks=[(0.01, JSON_BODY)], end_s=0.01)
+    ok = RawExchange(t_start=0.0, method="POST", path="/v1/chat/completions", session=None, request=cut, status=200,
+                     content_type="application/json", chunks=[(0.01, JSON_BODY)], end_s=0.01)
+    rows = _written(tmp_path / "rec", [ok, bad], [r"secret"])
+    assert rows[0]["error"] is None and rows[0]["request"]["messages"][0]["content"] == "emoji cut \ud83d"
+    assert rows[1]["error"].startswith("the request is not JSON: ") and "char 28" in rows[1]["error"], rows[1]["error"]
+    (turn,) = load_requests(tmp_path / "rec").turns
+    assert turn.calls[0].messages[0]["content"] == "emoji cut \ud83d"
+    # its replay hashes those messages and, with store_text, writes them in the ledger, as they came
+    from leverbench.ledger.writer import LedgerWriter  # noqa: PLC0415
+    from leverbench.runner.client import messages_sha256  # noqa: PLC0415
+
+    assert len(messages_sha256(turn.calls[0].messages)) == 64  # type: ignore[arg-type]
+    led = LedgerWriter(tmp_path / "ledger.jsonl")
+    led.append({"kind": "call", "input_messages": turn.calls[0].messages})
+    led.close()
+    assert json.loads((tmp_path / "ledger.jsonl").read_text())["input_messages"] == turn.calls[0].messages

@@ -56,7 +56,11 @@ class LedgerWriter:
             line = json.dumps(json_safe(record), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
         for secret in self.secrets:
             line = line.replace(secret, "***")
-        self._fh.write(line + "\n")
+        try:
+            self._fh.write(line + "\n")
+        except UnicodeEncodeError:  # a lone surrogate (JSON carries it, UTF-8 cannot): escaped, as it came
+            line = json.dumps(json.loads(line), ensure_ascii=True, separators=(",", ":"))
+            self._fh.write(line + "\n")
         self._fh.flush()
         os.fsync(self._fh.fileno())
 

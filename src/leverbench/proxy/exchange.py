@@ -12,6 +12,7 @@ roles, ids, tool names or the model) before the row exists.
 from __future__ import annotations
 
 import importlib
+import json
 import re
 import zlib
 from collections.abc import Callable
@@ -150,6 +151,28 @@ def masked_response(response: ResponseRow, patterns: list[re.Pattern[str]]) -> t
     return out, m.n
 
 
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not JSON (a number must be finite)")
+
+
+def loads(data: bytes) -> Any:
+    """Strict JSON (no NaN: a replay could not send it), by orjson; what it refuses but JSON allows (an escaped
+    lone surrogate, as ``json.dumps`` writes half an emoji) by Python's parser.  ValueError: the latter's."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(data, parse_constant=_no_constant)
+
+
+def dumps_line(row: Any) -> bytes:
+    """*row* as one JSON line: orjson's; a row holding a lone surrogate (which UTF-8 cannot hold) with it
+    escaped, as it came."""
+    try:
+        return orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE)
+    except TypeError:
+        return (json.dumps(row, ensure_ascii=True, separators=(",", ":")) + "\n").encode()
+
+
 class Undecoded(ValueError):
     """A body in a content-encoding this Python cannot read (brotli, zstd without their library)."""
 
@@ -215,7 +238,7 @@ def _sse(raw: RawExchange, state: StreamState) -> None:
             if payload == b"[DONE]":
                 state.done = True
                 return
-            obj = orjson.loads(payload)
+            obj = loads(payload)
             if isinstance(obj, dict) and "error" in obj and not obj.get("choices"):
                 raise ValueError(f"error event in the stream: {str(obj['error'])[:200]}")
             if not isinstance(obj, dict):
@@ -231,7 +254,7 @@ def parsed_response(raw: RawExchange) -> tuple[ResponseRow, float | None]:
     if raw.content_type.lower().startswith("text/event-stream"):
         _sse(raw, state)
     else:
-        obj = orjson.loads(_body(raw))
+        obj = loads(_body(raw))
         if not isinstance(obj, dict):
             raise ValueError("the response is not a JSON object")
         state.feed(obj, raw.end_s)

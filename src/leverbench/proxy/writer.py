@@ -21,15 +21,13 @@ import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import orjson
-
 from .. import __version__
 from ..errors import BadInput, RuntimeFailure
 from ..json_types import JSONObject
 from ..recording import EXCHANGES_FILE, RECORDING_SCHEMA, ExchangeRow, RecordingHeaderRow
 from ..redact import redact_url
 from ..workload.recorded.grouping import TurnGrouper
-from .exchange import RawExchange, Undecoded, decoded, exchange_row, masked_request
+from .exchange import RawExchange, Undecoded, decoded, dumps_line, exchange_row, loads, masked_request
 
 FSYNC_EVERY_S = 0.25  # in a burst, the recording is fsync'd at least this often
 
@@ -101,12 +99,12 @@ class RecordingWriter:
         request: JSONObject | None = None
         error = raw.error
         try:
-            parsed = orjson.loads(decoded(raw.request, raw.request_encoding))  # strict JSON: no NaN (a replay could
-            request = parsed if isinstance(parsed, dict) else None               # not send it)
-        except orjson.JSONDecodeError:
-            pass
+            parsed = loads(decoded(raw.request, raw.request_encoding))
+            request = parsed if isinstance(parsed, dict) else None
         except (Undecoded, zlib.error) as exc:
             error = error or f"the request body is not read: {exc}"
+        except (ValueError, RecursionError) as exc:  # the parser's own words (where, what)
+            error = error or f"the request is not JSON: {exc}"[:500]
         if request is None and error is None:
             error = "the request is not a JSON object"
         request, redactions = masked_request(request, self.patterns) if request is not None else (None, 0)
@@ -126,7 +124,7 @@ class RecordingWriter:
         self._write(row, sync=idle or time.monotonic() - self._synced >= FSYNC_EVERY_S)
 
     def _write(self, row: ExchangeRow | RecordingHeaderRow, sync: bool = True) -> None:
-        self._fh.write(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE))
+        self._fh.write(dumps_line(row))
         self._fh.flush()
         if sync:
             os.fsync(self._fh.fileno())
