@@ -281,6 +281,9 @@ def test_bad_record_options_are_one_line_and_leave_no_recording(tmp_path):
         for args, says in ((["--upstream", "ftp://x"], "--upstream must be an http:// or https:// URL"),
                            ([*up, "--listen", "nowhere"], "--listen 'nowhere': give"),
                            ([*up, "--redact", "(unclosed"], "not a regular expression"),
+                           # (on a taken port: before the pattern was checked, the proxy would have run on)
+                           *(([*up, "--listen", f"127.0.0.1:{port}", "--redact", p], "matches the empty string")
+                             for p in ("", "secret|", r"\b")),
                            ([*up, "--out", str(tmp_path / "old")], "already holds a recording"),
                            ([*up, "--listen", f"127.0.0.1:{port}"], "cannot listen there")):
             out = args if "--out" in args else [*args, "--out", str(tmp_path / "new")]
@@ -461,3 +464,19 @@ def test_a_request_with_a_lone_surrogate_is_recorded_and_a_bad_one_says_why(tmp_
     led.append({"kind": "call", "input_messages": turn.calls[0].messages})
     led.close()
     assert json.loads((tmp_path / "ledger.jsonl").read_text())["input_messages"] == turn.calls[0].messages
+
+
+def test_a_proxy_that_cannot_listen_leaves_no_client_session_open():
+    async def go(port: int) -> aiohttp.ClientSession | None:
+        proxy = RecordingProxy("http://127.0.0.1:9/v1", None)
+        try:
+            await proxy.start("127.0.0.1", port)
+        except OSError:
+            return proxy.session
+        raise AssertionError("the port was free")
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        session = asyncio.run(go(taken.getsockname()[1]))
+    assert session is None or session.closed  # (else: "Unclosed client session" when it is collected)

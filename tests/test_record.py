@@ -72,10 +72,15 @@ def recording(tmp_path_factory):
         try:
             ran = agent(url, "--task", "fix the failing build", "--task", "why are the tests slow")
             ran += agent(url, "--task", "tidy the changelog", "--no-stream", "--session", "sess-9")
+            import urllib.error  # noqa: PLC0415
             import urllib.request  # noqa: PLC0415
 
             models = [urllib.request.urlopen(u + "/models", timeout=limits.HTTP_S).read()  # noqa: S310 (loopback)
                       for u in (url, sim.base_url + "/v1")]
+            try:  # the Responses API: passed through (the simulator has none), not recorded, counted
+                urllib.request.urlopen(url + "/responses", data=b"{}", timeout=limits.HTTP_S)  # noqa: S310
+            except urllib.error.HTTPError:
+                pass
         finally:
             err = stop_recorder(proc)
         truth = sim.truth()
@@ -90,6 +95,7 @@ def test_the_agent_runs_through_the_proxy_and_every_exchange_is_recorded_in_its_
     assert [(r["turn"], r["step"]) for r in rows] == [(t, s) for t in ("t0001", "t0002", "s-sess-9") for s in range(3)]
     assert [r["stream"] for r in rows] == [True] * 6 + [False] * 3 and all(r["error"] is None for r in rows)
     assert "recorded 9 exchange(s) (0 failed) in 3 turn(s)" in err
+    assert "passed through unrecorded: 1 POST /v1/responses (only chat completions are recorded)" in err
     # the request whole, the response as the agent read it, the usage the simulator counted
     assert all(r["request"]["tools"][0]["function"]["name"] == "read_file" for r in rows)
     assert [r["request"]["messages"][0]["content"][:27] for r in rows] == ["You are a careful build eng"] * 9

@@ -9,7 +9,8 @@ that belong to one hop (``Connection``,
 body byte for byte, each read passed on as it arrives (``auto_decompress`` off: a compressed body stays as the
 upstream sent it).  The body is never parsed on the way: the chat exchanges (``POST .../chat/completions``) are
 captured as bytes and arrival times and handed to :class:`~.writer.RecordingWriter`'s thread when the response
-has gone; other paths (``/v1/models``, an engine's ``/props``) pass through unrecorded.
+has gone; other paths (``/v1/models``, an engine's ``/props``; ``/v1/responses``, ``/v1/completions``) pass
+through unrecorded, the POSTs among them counted (:attr:`RecordingProxy.unrecorded`: the closing line says them).
 
 The path: a request's path goes to the upstream's host as it is.  The agent's base URL is the proxy's with the
 upstream's path (``http://127.0.0.1:8099/v1`` for ``http://host:8000/v1``): the API's requests
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
@@ -68,6 +70,7 @@ class RecordingProxy:
         self.upstream = upstream
         self.writer = writer
         self.session_header = session_header
+        self.unrecorded: Counter[str] = Counter()  # POSTs passed through unrecorded (/v1/responses, ...), by path
         self.session: aiohttp.ClientSession | None = None
         self.runner: web.AppRunner | None = None
         self.url = ""
@@ -84,9 +87,13 @@ class RecordingProxy:
                                              timeout=aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_S))
         # auto_decompress off: a compressed request body goes on as sent, with its Content-Encoding
         self.runner = web.AppRunner(self.app(), access_log=None, shutdown_timeout=5.0, auto_decompress=False)
-        await self.runner.setup()
-        site = web.TCPSite(self.runner, host, port)
-        await site.start()
+        try:
+            await self.runner.setup()
+            site = web.TCPSite(self.runner, host, port)
+            await site.start()
+        except BaseException:  # it cannot listen there: nothing left open (the client session's pool included)
+            await self.stop()
+            raise
         bound = self.runner.addresses[0]
         self.url = f"http://[{bound[0]}]:{bound[1]}" if ":" in bound[0] else f"http://{bound[0]}:{bound[1]}"
         return self.url
@@ -101,6 +108,8 @@ class RecordingProxy:
         t0 = time.perf_counter()
         body = await request.read()
         chat = self.writer is not None and is_chat(request.method, request.path)
+        if request.method == "POST" and not is_chat(request.method, request.path):
+            self.unrecorded[request.path] += 1  # (told when the proxy stops: only chat completions are recorded)
         raw = RawExchange(t_start=time.time(), method=request.method, path=request.path,
                           session=request.headers.get(self.session_header), request=body,
                           request_encoding=request.headers.get("Content-Encoding", "")) if chat else None
