@@ -6,16 +6,19 @@ requests straight to the simulator and through the proxy, at each concurrency le
 proxy, proxy, direct, ...: a shared machine's drift falls on both alike), and prints side by side:
 
 - TTFT: the client's time from sending to the first body bytes of the stream (the simulator's first token), p50
-  and p99, direct and through the proxy, and the difference of each: the TTFT the proxy adds;
-- end to end: send to the stream's last byte, p50 and p99, and the difference;
-- the proxy's CPU seconds per request (its process's user + system time over the requests it passed).
+  and p99, direct and through the proxy, and the TTFT the proxy adds: per round, the difference of the two
+  sides' percentiles over that round's calls; printed as the median of the rounds and their range (a single
+  pooled difference of two p99s swings either way on a shared machine: the range shows how far);
+- end to end: send to the stream's last byte, the p50 and p99 added, the same way;
+- the proxy's CPU seconds per measured request (its process's user + system time over them; the warm-up calls
+  that open the connection pools left out).
 
 The simulator's own service time is the same either way (no prefix cache, a fixed answer length, slots enough
 for every request in flight), so the differences are the extra hop: a loopback connection, the proxy's event
 loop, and the recording (captured bytes, parsed and written by its thread, off the path).
 
-    .venv/bin/python benchmarks/proxy_overhead.py                    # concurrency 1 and 32, ~1 minute
-    .venv/bin/python benchmarks/proxy_overhead.py --levels 1,8,32,64 --requests 400 --rounds 4
+    .venv/bin/python benchmarks/proxy_overhead.py                    # concurrency 1 and 32, ~2 minutes
+    .venv/bin/python benchmarks/proxy_overhead.py --passthrough --requests 400 --rounds 3
 
 Nothing here is a test: the figures depend on the machine and on what else runs on it.
 """
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import math
 import os
@@ -33,6 +37,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import aiohttp
 
@@ -92,8 +97,19 @@ async def one(session: aiohttp.ClientSession, url: str, body: bytes) -> tuple[fl
     return first if first is not None else math.nan, time.perf_counter() - t0
 
 
-async def level(url: str, concurrency: int, requests: int, output_tokens: int) -> tuple[list[float], list[float]]:
-    """*requests* calls to *url*, *concurrency* at a time (each worker sends its next when its last has ended)."""
+class Measured(NamedTuple):
+    """One run of a level on one side: its calls' TTFTs and end-to-end times, and the side's CPU seconds over
+    them (the warm-up left out)."""
+
+    ttft: list[float]
+    e2e: list[float]
+    cpu_s: float
+
+
+async def level(url: str, concurrency: int, requests: int, output_tokens: int, pid: int | None) -> Measured:
+    """*requests* calls to *url*, *concurrency* at a time (each worker sends its next when its last has ended),
+    after a few that open the pools' connections (not counted: neither their times nor the CPU they took in
+    process *pid*, the proxy)."""
     words = " ".join(f"w{i}" for i in range(PROMPT_WORDS))
     ttft: list[float] = []
     e2e: list[float] = []
@@ -116,15 +132,31 @@ async def level(url: str, concurrency: int, requests: int, output_tokens: int) -
         ttft.clear()
         e2e.clear()
         left[0] = requests
+        c0 = cpu_s(pid) if pid else 0.0
         await asyncio.gather(*(worker(session, k) for k in range(concurrency)))
-    return ttft, e2e
+        used = cpu_s(pid) - c0 if pid else 0.0
+    return Measured(ttft, e2e, used)
+
+
+def per_round(mine: list[tuple[list[float], list[float]]], base: list[tuple[list[float], list[float]]], i: int,
+              p: float) -> list[float]:
+    """Per round, the p-th percentile of *mine*'s calls less *base*'s (i: 0 TTFT, 1 end to end)."""
+    return [pct(m[i], p) - pct(b[i], p) for m, b in zip(mine, base)]
+
+
+def spread(xs: list[float]) -> str:
+    """Per-round values, in ms: their median and, in brackets, their range (min..max)."""
+    ms = sorted(1000 * x for x in xs)
+    med = ms[len(ms) // 2] if len(ms) % 2 else (ms[len(ms) // 2 - 1] + ms[len(ms) // 2]) / 2
+    return f"{med:+6.2f} [{ms[0]:+.2f}..{ms[-1]:+.2f}]"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description="The latency leverbench record adds (see the module's docstring).")
     ap.add_argument("--levels", default="1,32", help="concurrency levels (default 1,32)")
-    ap.add_argument("--requests", type=int, default=200, help="requests per level, per round and side")
-    ap.add_argument("--rounds", type=int, default=2, help="rounds, each in ABBA order (direct, proxy, proxy, direct)")
+    ap.add_argument("--requests", type=int, default=200,
+                    help="measured requests per level, side and round (half in each of the round's two runs)")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds, each in ABBA order (direct, proxy, proxy, direct)")
     ap.add_argument("--output-tokens", type=int, default=16)
     ap.add_argument("--decode-tps", type=float, default=200.0)
     ap.add_argument("--passthrough", action="store_true",
@@ -147,33 +179,34 @@ def main() -> None:
         try:
             print(f"simulator {sim_url}, proxy {urls['proxy']} (recording to {tmp}); {a.requests} streamed requests "
                   f"per level, side and round, {a.rounds} rounds in ABBA order, {a.output_tokens} output tokens, "
-                  f"{PROMPT_WORDS + 2}-token prompts; {os.cpu_count()} CPUs; added = through the proxy − direct\n")
-            head = (f"{'conc':>4} {'side':>9} | {'TTFT p50':>9} {'added':>7} | {'TTFT p99':>9} {'added':>7} | "
-                    f"{'e2e p50 added':>13} {'e2e p99 added':>13} | {'proxy CPU/req':>13}")
+                  f"{PROMPT_WORDS + 2}-token prompts; {os.cpu_count()} CPUs; added = through the proxy − direct, "
+                  "per round (both sides' percentiles of that round's calls): the median of the rounds "
+                  "[their range]; CPU: the proxy's, per measured request (warm-up left out)\n")
+            head = (f"{'conc':>4} {'side':>9} | {'TTFT p50':>9} {'added p50 [range]':>24} | {'TTFT p99':>9} "
+                    f"{'added p99 [range]':>24} | {'e2e p50 added':>24} {'e2e p99 added':>24} | {'CPU/req':>9}")
             print(head + "\n" + "-" * len(head))
             for c in levels:
-                got: dict[str, tuple[list[float], list[float]]] = {k: ([], []) for k in sides}
-                cpu = dict.fromkeys(sides, 0.0)
+                runs: dict[str, list[list[Measured]]] = {k: [[] for _ in range(a.rounds)] for k in sides}
                 for r in range(a.rounds):
                     order = sides if r % 2 == 0 else sides[::-1]
                     for side in [*order, *order[::-1]]:
-                        c0 = cpu_s(pids[side]) if side in pids else 0.0
-                        t, e = asyncio.run(level(urls[side] + "/v1/chat/completions", c, a.requests, a.output_tokens))
-                        if side in pids:
-                            cpu[side] += cpu_s(pids[side]) - c0
-                        got[side][0].extend(t)
-                        got[side][1].extend(e)
-                dt, de = got["direct"]
+                        runs[side][r].append(asyncio.run(level(urls[side] + "/v1/chat/completions", c,
+                                                               max(1, a.requests // 2), a.output_tokens,
+                                                               pids.get(side))))
+                rnd = {k: [([t for m in ms for t in m.ttft], [e for m in ms for e in m.e2e]) for ms in v]
+                       for k, v in runs.items()}  # per side, per round: (ttft, e2e)
                 for side in sides:
-                    t, e = got[side]
-                    ms = [1000 * x for x in (pct(t, 50), pct(t, 50) - pct(dt, 50), pct(t, 99), pct(t, 99) - pct(dt, 99),
-                                             pct(e, 50) - pct(de, 50), pct(e, 99) - pct(de, 99), cpu[side] / len(t))]
+                    t = [x for tt, _ in rnd[side] for x in tt]
                     if side == "direct":
-                        print(f"{c:>4} {side:>9} | {ms[0]:>6.2f} ms {'':>7} | {ms[2]:>6.2f} ms {'':>7} | {'':>13} "
-                              f"{'':>13} |")
+                        print(f"{c:>4} {side:>9} | {1000 * pct(t, 50):>6.2f} ms {'':>24} | "
+                              f"{1000 * pct(t, 99):>6.2f} ms {'':>24} | {'':>24} {'':>24} |", flush=True)
                         continue
-                    print(f"{c:>4} {side:>9} | {ms[0]:>6.2f} ms {ms[1]:>+7.2f} | {ms[2]:>6.2f} ms {ms[3]:>+7.2f} | "
-                          f"{ms[4]:>+10.2f} ms {ms[5]:>+10.2f} ms | {ms[6]:>10.3f} ms", flush=True)
+                    added = functools.partial(per_round, rnd[side], rnd["direct"])
+                    n = sum(len(m.ttft) for ms in runs[side] for m in ms)
+                    cpu = sum(m.cpu_s for ms in runs[side] for m in ms) / max(n, 1)
+                    print(f"{c:>4} {side:>9} | {1000 * pct(t, 50):>6.2f} ms {spread(added(0, 50)):>24} | "
+                          f"{1000 * pct(t, 99):>6.2f} ms {spread(added(0, 99)):>24} | {spread(added(1, 50)):>24} "
+                          f"{spread(added(1, 99)):>24} | {1000 * cpu:>6.3f} ms", flush=True)
         finally:
             for proc in reversed(procs):
                 proc.send_signal(signal.SIGINT)

@@ -231,11 +231,39 @@ def test_a_stream_cut_or_unfinished_upstream_is_a_failed_exchange(tmp_path):
     assert rows[1]["error"] == "response not parsed: ValueError: the stream ended without a finish reason or [DONE]"
 
 
-def test_the_upstream_path_is_kept_once():
+def test_the_upstream_path_is_kept_once_and_other_paths_go_to_its_root():
     assert upstream_url("http://h:8000/v1", "/v1/chat/completions?x=1") == "http://h:8000/v1/chat/completions?x=1"
-    assert upstream_url("http://h:8000/v1/", "/chat/completions") == "http://h:8000/v1/chat/completions"
+    assert upstream_url("http://h:8000/v1/", "/v1") == "http://h:8000/v1"
     assert upstream_url("http://h:8000", "/v1/models") == "http://h:8000/v1/models"
-    assert upstream_url("https://h/openai/v1", "/props") == "https://h/openai/v1/props"
+    # an engine's own endpoints, outside the API's base path, pass through unchanged to the upstream's root
+    for path in ("/health", "/props", "/metrics?x=1", "/v1x/y"):
+        assert upstream_url("http://h:8000/v1/", path) == "http://h:8000" + path
+    assert upstream_url("https://h/openai/v1", "/props") == "https://h/props"
+
+
+def test_an_engines_own_endpoints_pass_through_at_its_root(tmp_path):
+    async def go() -> list[tuple[int, bytes]]:
+        async def root(r: web.Request) -> web.Response:
+            return web.Response(text=f"root {r.path}")
+
+        app = web.Application()
+        for path in ("/health", "/metrics"):
+            app.router.add_get(path, root)
+        runner, url = await _serve(app)
+        proxy = RecordingProxy(url + "/v1", None)
+        base = await proxy.start("127.0.0.1", 0)
+        try:
+            async with aiohttp.ClientSession() as s:
+                got = []
+                for path in ("/health", "/metrics"):
+                    async with s.get(base + path, timeout=aiohttp.ClientTimeout(total=limits.HTTP_S)) as r:
+                        got.append((r.status, await r.read()))
+                return got
+        finally:
+            await proxy.stop()
+            await runner.cleanup()
+
+    assert asyncio.run(go()) == [(200, b"root /health"), (200, b"root /metrics")]
 
 
 def test_bad_record_options_are_one_line_and_leave_no_recording(tmp_path):
@@ -253,6 +281,9 @@ def test_bad_record_options_are_one_line_and_leave_no_recording(tmp_path):
         for args, says in ((["--upstream", "ftp://x"], "--upstream must be an http:// or https:// URL"),
                            ([*up, "--listen", "nowhere"], "--listen 'nowhere': give"),
                            ([*up, "--redact", "(unclosed"], "not a regular expression"),
+                           # (on a taken port: before the pattern was checked, the proxy would have run on)
+                           *(([*up, "--listen", f"127.0.0.1:{port}", "--redact", p], "matches the empty string")
+                             for p in ("", "secret|", r"\b")),
                            ([*up, "--out", str(tmp_path / "old")], "already holds a recording"),
                            ([*up, "--listen", f"127.0.0.1:{port}"], "cannot listen there")):
             out = args if "--out" in args else [*args, "--out", str(tmp_path / "new")]
@@ -296,3 +327,156 @@ def test_a_recording_that_cannot_be_written_never_stops_the_pass_through(tmp_pat
     body, err = asyncio.run(go())
     assert body == STREAM  # both calls went through
     assert err is not None and "2 exchange(s) could not be recorded" in str(err) and "No space left" in str(err)
+
+
+def _written(out: Path, raws: list, patterns: list[str]) -> list[dict]:
+    """*raws* (RawExchanges) through a writer, without HTTP: the rows it wrote."""
+    writer = RecordingWriter(out, "http://127.0.0.1:9/v1", [re.compile(p) for p in patterns], "X-Session-Id")
+    for raw in raws:
+        writer.submit(raw)
+    writer.close()
+    return [json.loads(line) for line in (out / "exchanges.jsonl").read_text().splitlines()[1:]]
+
+
+def _raw(body: dict, session: str | None = None, response: bytes = JSON_BODY, **kw: object):
+    from leverbench.proxy.exchange import RawExchange  # noqa: PLC0415
+
+    return RawExchange(t_start=0.0, method="POST", path="/v1/chat/completions", session=session,
+                       request=json.dumps(body).encode(), status=200, content_type="application/json",
+                       chunks=[(0.01, response)], end_s=0.01, **kw)
+
+
+def test_redact_masks_content_never_structure(tmp_path):
+    """A pattern meant for secrets (any long token) must not mask tool-call ids, roles, types, tool names or the
+    model: a live replay would answer read_file(b) with a's result; a session masked before grouping would merge
+    two users' sessions."""
+    from leverbench.recording import RecordedCall, RecordedTurn  # noqa: PLC0415
+    from leverbench.workload.recorded.live import ToolResults  # noqa: PLC0415
+
+    ids = ("call_Qx1aZ8bK2mN4pR6sT8uV0wYy", "call_Hh3jK5lM7nP9qR1sT3uV5wXz")
+    body = {"model": "gpt_4o_mini_2024_07_18_long_name", "messages": [
+        {"role": "system", "content": [{"type": "text", "text": "key sk_live_ABCDEFGHIJKLMNOPQRSTUV"}]},
+        {"role": "user", "content": "read a and b, assistant"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": i, "type": "function", "function": {"name": "read_file_with_a_long_name", "arguments":
+                                                       json.dumps({"path": p, "token": "tok_ABCDEFGHIJKLMNOPQRSTU"})}}
+            for i, p in zip(ids, "ab")]},
+        *({"role": "tool", "tool_call_id": i, "content": f"contents of {p.upper()}"} for i, p in zip(ids, "ab"))],
+        "user": "alice@example.com"}
+    raws = [_raw(body, session=f"sess-{who}@example.com") for who in ("alice", "bob", "alice")]
+    rows = _written(tmp_path / "rec", raws, [r"\b[A-Za-z0-9_]{20,}\b", r"assistant", r"[a-z]+@example\.com"])
+    req = rows[0]["request"]
+    assert req["model"] == body["model"]
+    assert [m["role"] for m in req["messages"]] == [m["role"] for m in body["messages"]]
+    assert req["messages"][0]["content"] == [{"type": "text", "text": "key ***"}]
+    assert req["messages"][1]["content"] == "read a and b, ***" and req["user"] == "***"
+    calls = req["messages"][2]["tool_calls"]
+    assert [c["id"] for c in calls] == list(ids) and {c["function"]["name"] for c in calls} == \
+        {"read_file_with_a_long_name"} and all(c["type"] == "function" for c in calls)
+    assert [json.loads(c["function"]["arguments"]) for c in calls] == [{"path": p, "token": "***"} for p in "ab"]
+    assert [m["tool_call_id"] for m in req["messages"][3:]] == list(ids)
+    # the live replay answers each call with its own result
+    tr = ToolResults(RecordedTurn("t", (RecordedCall(req, "x"),)))
+    assert [tr.answer("read_file_with_a_long_name", json.dumps({"path": p, "token": "***"}))[0] for p in "ab"] == \
+        ["contents of A", "contents of B"]
+    # two users' sessions stay two turns, their values masked as stored and as the turns are named
+    assert [(r["turn"], r["step"], r["session"]) for r in rows] == [
+        ("s-sess-***", 0, "sess-***"), ("s-sess-***-2", 0, "sess-***"), ("s-sess-***", 1, "sess-***")]
+    assert "example.com" not in (tmp_path / "rec" / "exchanges.jsonl").read_text()
+
+
+def test_a_compressed_request_goes_through_as_sent_and_is_recorded_read(tmp_path):
+    """A gzip-encoded request body reaches the upstream as the client sent it (bytes and Content-Encoding), never
+    inflated and still labelled gzip; the recording reads it inflated, off the path."""
+    sent = gzip.compress(b'{"model": "m", "messages": [{"role": "user", "content": "zipped"}]}')
+    seen: list[tuple[str | None, bytes]] = []
+
+    async def chat(request: web.Request) -> web.Response:
+        seen.append((request.headers.get("Content-Encoding"), await request.read()))  # (the stub inflates: aiohttp)
+        return web.Response(body=JSON_BODY, content_type="application/json")
+
+    async def go() -> int:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", chat)
+        runner, url = await _serve(app)
+        writer = RecordingWriter(tmp_path / "rec", url + "/v1", [], "X-Session-Id")
+        proxy = RecordingProxy(url + "/v1", writer)
+        base = await proxy.start("127.0.0.1", 0)
+        try:
+            async with aiohttp.ClientSession() as s, s.post(
+                    base + "/v1/chat/completions", data=sent, timeout=aiohttp.ClientTimeout(total=limits.HTTP_S),
+                    headers={"Content-Encoding": "gzip", "Content-Type": "application/json"}) as r:
+                return r.status
+        finally:
+            await proxy.stop()
+            await runner.cleanup()
+            writer.close()
+
+    assert asyncio.run(go()) == 200
+    assert seen == [("gzip", gzip.decompress(sent))]  # the upstream got gzip bytes labelled gzip, and read them
+    (row,) = [json.loads(line) for line in (tmp_path / "rec" / "exchanges.jsonl").read_text().splitlines()[1:]]
+    assert row["error"] is None and row["request"]["messages"][0]["content"] == "zipped"
+
+
+def test_a_brotli_or_zstd_answer_is_read_where_a_library_is_else_recorded_without_it(tmp_path, monkeypatch):
+    from leverbench.proxy import exchange  # noqa: PLC0415
+
+    monkeypatch.setattr(exchange, "_brotli", lambda: None)
+    monkeypatch.setattr(exchange, "_zstd", lambda: None)
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    raws = [_raw(body, response=b"\x8b\x02", content_encoding=enc) for enc in ("br", "zstd")]
+    rows = _written(tmp_path / "none", raws, [])
+    assert [(r["error"], r["response"]) for r in rows] == [(None, None)] * 2  # not a failure: the request is kept
+    assert [r["note"] for r in rows] == ["the response is not recorded: content-encoding 'br' not read: install "
+                                         "brotli (pip install brotli) to read it",
+                                         "the response is not recorded: content-encoding 'zstd' not read: install "
+                                         "zstandard (pip install zstandard) to read it"]
+    imp = load_requests(tmp_path / "none")
+    assert [len(t.calls) for t in imp.turns] == [1, 1] and imp.skipped == {}  # replayable (no usage to check against)
+    monkeypatch.setattr(exchange, "_brotli", lambda: lambda data: JSON_BODY)  # a library (stood in for)
+    (row,) = _written(tmp_path / "lib", [_raw(body, response=b"\x8b\x02", content_encoding="br")], [])
+    assert row["error"] is None and row["note"] is None and row["response"]["content"] == "plain answer"
+
+
+def test_a_request_with_a_lone_surrogate_is_recorded_and_a_bad_one_says_why(tmp_path):
+    """JSON may escape half a surrogate pair (a cut emoji, as json.dumps writes it): orjson refuses it, Python's
+    parser reads it; the exchange is recorded (and reads back). A request that is no JSON says the parser's
+    error, not that it is "not a JSON object"."""
+    from leverbench.proxy.exchange import RawExchange  # noqa: PLC0415
+
+    cut = b'{"model": "m", "messages": [{"role": "user", "content": "emoji cut \\ud83d"}]}'
+    bad = RawExchange(t_start=0.0, method="POST", path="/v1/chat/completions", session=None,
+                      request=b'{"model": "m", "messages": [', status=200, content_type="application/json",
+                      chunks=[(0.01, JSON_BODY)], end_s=0.01)
+    ok = RawExchange(t_start=0.0, method="POST", path="/v1/chat/completions", session=None, request=cut, status=200,
+                     content_type="application/json", chunks=[(0.01, JSON_BODY)], end_s=0.01)
+    rows = _written(tmp_path / "rec", [ok, bad], [r"secret"])
+    assert rows[0]["error"] is None and rows[0]["request"]["messages"][0]["content"] == "emoji cut \ud83d"
+    assert rows[1]["error"].startswith("the request is not JSON: ") and "char 28" in rows[1]["error"], rows[1]["error"]
+    (turn,) = load_requests(tmp_path / "rec").turns
+    assert turn.calls[0].messages[0]["content"] == "emoji cut \ud83d"
+    # its replay hashes those messages and, with store_text, writes them in the ledger, as they came
+    from leverbench.ledger.writer import LedgerWriter  # noqa: PLC0415
+    from leverbench.runner.client import messages_sha256  # noqa: PLC0415
+
+    assert len(messages_sha256(turn.calls[0].messages)) == 64  # type: ignore[arg-type]
+    led = LedgerWriter(tmp_path / "ledger.jsonl")
+    led.append({"kind": "call", "input_messages": turn.calls[0].messages})
+    led.close()
+    assert json.loads((tmp_path / "ledger.jsonl").read_text())["input_messages"] == turn.calls[0].messages
+
+
+def test_a_proxy_that_cannot_listen_leaves_no_client_session_open():
+    async def go(port: int) -> aiohttp.ClientSession | None:
+        proxy = RecordingProxy("http://127.0.0.1:9/v1", None)
+        try:
+            await proxy.start("127.0.0.1", port)
+        except OSError:
+            return proxy.session
+        raise AssertionError("the port was free")
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        session = asyncio.run(go(taken.getsockname()[1]))
+    assert session is None or session.closed  # (else: "Unclosed client session" when it is collected)

@@ -23,6 +23,7 @@ from leverbench.config import load
 from leverbench.engines.simulator import SimConfig, SimulatorThread
 from leverbench.ledger.reader import read_ledger
 from leverbench.runner.run import Runner
+from leverbench.workload.recorded.live import shown_call
 
 TESTS = Path(__file__).parent
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
@@ -71,10 +72,15 @@ def recording(tmp_path_factory):
         try:
             ran = agent(url, "--task", "fix the failing build", "--task", "why are the tests slow")
             ran += agent(url, "--task", "tidy the changelog", "--no-stream", "--session", "sess-9")
+            import urllib.error  # noqa: PLC0415
             import urllib.request  # noqa: PLC0415
 
             models = [urllib.request.urlopen(u + "/models", timeout=limits.HTTP_S).read()  # noqa: S310 (loopback)
                       for u in (url, sim.base_url + "/v1")]
+            try:  # the Responses API: passed through (the simulator has none), not recorded, counted
+                urllib.request.urlopen(url + "/responses", data=b"{}", timeout=limits.HTTP_S)  # noqa: S310
+            except urllib.error.HTTPError:
+                pass
         finally:
             err = stop_recorder(proc)
         truth = sim.truth()
@@ -89,6 +95,7 @@ def test_the_agent_runs_through_the_proxy_and_every_exchange_is_recorded_in_its_
     assert [(r["turn"], r["step"]) for r in rows] == [(t, s) for t in ("t0001", "t0002", "s-sess-9") for s in range(3)]
     assert [r["stream"] for r in rows] == [True] * 6 + [False] * 3 and all(r["error"] is None for r in rows)
     assert "recorded 9 exchange(s) (0 failed) in 3 turn(s)" in err
+    assert "passed through unrecorded: 1 POST /v1/responses (only chat completions are recorded)" in err
     # the request whole, the response as the agent read it, the usage the simulator counted
     assert all(r["request"]["tools"][0]["function"]["name"] == "read_file" for r in rows)
     assert [r["request"]["messages"][0]["content"][:27] for r in rows] == ["You are a careful build eng"] * 9
@@ -207,7 +214,10 @@ select = ["t0001"]
     live = [c for c in calls if c["case"] == "live/t0001"]
     fixed = [c for c in calls if c["case"] == "fixed/t0001"]
     assert [bool(c["tool_calls"]) for c in live] == [True, False] and len(fixed) == 3
-    assert [c.get("departed") for c in live] == [None, 'answered where the recording called read_file({"round": 2})']
+    # the arguments are the agent's content: without store_text the departure names their hash
+    assert [c.get("departed") for c in live] == [None, "answered where the recording called "
+                                                 + shown_call("read_file", '{"round": 2}', show=False)]
+    assert shown_call("read_file", '{"round": 2}', show=False).startswith("read_file(args sha256:")
     # the live path's second request carried the recorded tool result for the arm's own call: the recording's prompt
     assert live[1]["as_recorded"] is True and live[1]["prompt_tokens"] == live[1]["recorded_prompt_tokens"]
     s = summarize(led)

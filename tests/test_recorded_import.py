@@ -16,6 +16,7 @@ from leverbench.config import load
 from leverbench.engines.simulator import SimConfig, SimulatorThread, chat_prompt_tokens
 from leverbench.errors import ConfigError
 from leverbench.ledger.reader import read_ledger
+from leverbench.report.recorded_tables import replay_line
 from leverbench.runner.run import Runner
 from leverbench.workload.recorded.expand import with_recorded
 from leverbench.workload.recorded.grouping import TurnGrouper
@@ -181,3 +182,122 @@ def test_turns_by_session_or_by_the_conversation_they_extend():
     assert g.assign(a1) == ("t0003", 0)  # the same request again extends nothing: a new turn
     assert g.assign([{"role": "user", "content": "anything"}], session="sess\n1") == ("s-sess1", 0)
     assert g.assign([{"role": "user", "content": "else"}], session="sess\n1") == ("s-sess1", 1)
+
+
+def test_a_replay_without_recorded_usage_says_its_prompts_were_not_checked(tmp_path):
+    """A log without usage (an agent that streamed without include_usage against vLLM; a log without responses)
+    leaves nothing to compare: the first screen says so, never 'as recorded' over 0 of 0, and a single arm's
+    requests were compared with no other arm's: never 'identical'."""
+    log = tmp_path / "log.jsonl"
+    log.write_text("".join(json.dumps({"model": "gpt", "messages": [{"role": "user", "content": f"task {i}"}]}) + "\n"
+                           for i in range(2)))
+    with SimulatorThread(SimConfig(prefill_tps=1e6, decode_tps=2000, output_tokens=8)) as sim:
+        exp = _experiment(tmp_path, sim.base_url + "/v1", f'name = "nu"\nfrom = "{log}"')
+        Runner(load(exp), tmp_path / "run").run()
+    s = summarize(read_ledger(tmp_path / "run"))
+    arm = s["recorded"]["arms"][0]
+    assert (arm["calls"], arm["compared"], arm["no_recorded_usage"]) == (2, 0, 2)
+    line = replay_line(s)
+    assert "prompts not checked: 2 calls have no recorded usage" in line, line
+    assert "as recorded" not in line and "identical" not in line and "requests not compared across arms" in line
+    assert WarningKind.REPLAY_UNCHECKED.value in [w["kind"] for w in s["warning_items"]]
+    full = " ".join(CliRunner().invoke(cli, ["report", str(tmp_path / "run"), "--no-write", "--full"],
+                                       catch_exceptions=False).output.split())
+    assert "Not checked: 2 calls have no recorded usage" in full
+
+
+def test_concurrent_turns_that_open_alike_each_keep_their_own_calls():
+    """Two agents send the same opening request, then their tool rounds interleave: each extension goes to the open
+    turn whose latest request it extends, the oldest first (a FIFO per request), never all to the latest turn."""
+    g = TurnGrouper()
+    s, u = {"role": "system", "content": "S"}, {"role": "user", "content": "fix it"}
+    a1 = {"role": "assistant", "content": None,
+          "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}
+    r_a, r_b = ({"role": "tool", "tool_call_id": "c1", "content": x} for x in "AB")
+    assert [g.assign([s, u]), g.assign([s, u])] == [("t0001", 0), ("t0002", 0)]
+    assert g.assign([s, u, a1, r_a]) == ("t0001", 1)
+    assert g.assign([s, u, a1, r_b]) == ("t0002", 1)
+    done = {"role": "assistant", "content": "done"}
+    assert g.assign([s, u, a1, r_b, done, {"role": "user", "content": "more"}]) == ("t0002", 2)
+    assert g.assign([s, u, a1, r_a, done, {"role": "user", "content": "more"}]) == ("t0001", 2)
+    # the same extension twice (a deterministic model, the same tool result): one each, oldest first
+    g = TurnGrouper()
+    assert [g.assign([s, u])[0] for _ in range(3)] == ["t0001", "t0002", "t0003"]
+    assert [g.assign([s, u, a1, r_a]) for _ in range(3)] == [("t0001", 1), ("t0002", 1), ("t0003", 1)]
+    # a request sent again after it failed (a retry) stays in its turn
+    g = TurnGrouper()
+    assert g.assign([s, u]) == ("t0001", 0)
+    assert g.assign([s, u, a1, r_a], failed=True) == ("t0001", 1)
+    assert g.assign([s, u, a1, r_a]) == ("t0001", 2)
+    assert g.assign([s, u, a1, r_a, done, {"role": "user", "content": "more"}]) == ("t0001", 3)
+    # an agent that went back to an earlier request of its turn (a branch) still continues it
+    assert g.assign([s, u, {"role": "assistant", "content": "other"}, {"role": "user", "content": "again"}]) == \
+        ("t0001", 4)
+
+
+def test_long_session_ids_with_a_common_start_stay_apart():
+    g = TurnGrouper()
+    common = "checkout-service/" + "x" * 60
+    a, b = g.assign([], session=common + "-alice")[0], g.assign([], session=common + "-bob")[0]
+    assert a != b and len(a) == len(b) == 2 + 64 and a.startswith("s-checkout-service/xxx")
+    assert g.assign([], session=common + "-alice") == (a, 1)
+    assert g.assign([], session="short") == ("s-short", 0)  # a short one as it is
+
+
+def test_lines_left_out_on_import_are_told_in_the_run_and_its_reports(tmp_path):
+    """3 of 5 lines cannot be replayed (no messages, messages not a list, an embeddings request) and the last line
+    is cut: the run's header keeps what was left out, and the summary's warnings, the first screen and the full
+    report say it."""
+    log = tmp_path / "batch.jsonl"
+    good = {"model": "gpt", "messages": [{"role": "user", "content": "hello"}]}
+    lines = [{"custom_id": "r1", "url": "/v1/chat/completions", "body": good},
+             {"custom_id": "r2", "body": {"model": "g"}}, {"custom_id": "r3", "body": {"model": "g", "messages": "hi"}},
+             {"custom_id": "r4", "url": "/v1/embeddings", "body": {"model": "e", "input": "x"}}]
+    log.write_text("".join(json.dumps(x) + "\n" for x in lines) + json.dumps(good)[:30])
+    with SimulatorThread(SimConfig(prefill_tps=1e6, decode_tps=2000, output_tokens=8)) as sim:
+        exp = _experiment(tmp_path, sim.base_url + "/v1", f'name = "b"\nfrom = "{log}"')
+        Runner(load(exp), tmp_path / "run").run()
+    led = read_ledger(tmp_path / "run")
+    (case,) = led.header["config"]["cases"]
+    assert "left out: " in case["recorded_skipped"] and "(first: line 5)" in case["recorded_skipped"]
+    s = summarize(led)
+    (w,) = [w for w in s["warning_items"] if w["kind"] == WarningKind.REPLAY_LINES_SKIPPED.value]
+    assert "4 line(s) left out" in w["text"] and str(log) in w["text"] and "not JSON (first: line 5)" in w["text"]
+    assert s["recorded"]["left_out"] == [w["text"]]
+    shown = CliRunner().invoke(cli, ["report", str(tmp_path / "run"), "--no-write"], catch_exceptions=False).output
+    assert "replay_lines_skipped (1)" in shown
+    full = " ".join(CliRunner().invoke(cli, ["report", str(tmp_path / "run"), "--no-write", "--full"],
+                                       catch_exceptions=False).output.split())
+    assert "url '/v1/embeddings' is not chat completions (first: line 4)" in full
+
+
+def test_the_ledger_keeps_no_recorded_content_without_store_text(tmp_path):
+    """A recorded request's fields other than sampling (a predicted output, user, metadata, a JSON schema) and a live
+    replay's departures (the tool calls' arguments) hold content: without store_text the ledger keeps their hashes,
+    and the sampling fields (and the arm's own request fields) as they are."""
+    tools = [{"type": "function", "function": {"name": "read_file", "parameters": {"type": "object"}}}]
+    first = {"model": "gpt", "messages": [{"role": "user", "content": "read it"}], "tools": tools, "temperature": 0,
+             "max_tokens": 16, "seed": 7, "stop": ["END"], "user": "alice@example.com",
+             "prediction": {"type": "content", "content": "PREDICTED-SECRET"}, "metadata": {"ticket": "SECRET-TICKET"},
+             "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"description":
+                                                                                              "SCHEMA-SECRET"}}}}
+    call = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "read_file", "arguments": '{"path": "ARG-SECRET"}'}}]}
+    second = {**first, "messages": [*first["messages"], call, {"role": "tool", "tool_call_id": "c1", "content": "x"}]}
+    log = tmp_path / "log.jsonl"
+    log.write_text(json.dumps(first) + "\n" + json.dumps(second) + "\n")
+    with SimulatorThread(SimConfig(prefill_tps=1e6, decode_tps=2000, output_tokens=8, tool_call_rounds=1)) as sim:
+        exp = _experiment(tmp_path, sim.base_url + "/v1", f'name = "p"\nfrom = "{log}"\nreplay = "live"',
+                          "request = { cache_prompt = false, chat_template_kwargs = { mode = 'fast' } }")
+        Runner(load(exp), tmp_path / "run").run()
+    text = (tmp_path / "run" / "ledger.jsonl").read_text()
+    for secret in ("PREDICTED-SECRET", "alice@example", "SECRET-TICKET", "SCHEMA-SECRET", "ARG-SECRET"):
+        assert secret not in text, secret
+    calls = [r for r in read_ledger(tmp_path / "run").records if r["kind"] == "call"]
+    req = calls[0]["request"]
+    assert {k: req[k] for k in ("model", "temperature", "max_tokens", "seed", "stop", "cache_prompt")} == \
+        {"model": "sim", "temperature": 0, "max_tokens": 16, "seed": 7, "stop": ["END"], "cache_prompt": False}
+    assert req["chat_template_kwargs"] == {"mode": "fast"}  # the arm's own: the experiment file's, not the agent's
+    assert all(req[k].startswith("sha256:") for k in ("user", "prediction", "metadata", "response_format"))
+    departed = [c["departed"] for c in calls if c.get("departed")]
+    assert departed and all("read_file(args sha256:" in d for d in departed), departed

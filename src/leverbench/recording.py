@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from typing_extensions import TypedDict
+from typing_extensions import NotRequired, TypedDict
 
 from .json_types import JSONObject
 
@@ -74,7 +74,8 @@ class ExchangeRow(TypedDict):
     which turn it belongs to and where (:class:`~leverbench.workload.recorded.grouping.TurnGrouper`);
     ``request`` is the body the agent sent, whole (messages, tools, sampling parameters), after ``--redact``;
     ``redactions`` counts the matches masked in it and the response; ``error`` says why a failed exchange
-    failed (the upstream unreachable, the client gone, a response that does not parse)."""
+    failed (the upstream unreachable, the client gone, a response that does not parse); ``note`` why an exchange
+    that did not fail has no ``response`` (a content-encoding this Python has no library for)."""
 
     kind: Literal["exchange"]
     n: int
@@ -91,6 +92,7 @@ class ExchangeRow(TypedDict):
     timing: TimingRow
     redactions: int
     error: str | None
+    note: NotRequired[str | None]  # (absent in recordings made before it was)
 
 
 # ---------------------------------------------------------------- what a case replays

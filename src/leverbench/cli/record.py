@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 import click
@@ -23,13 +24,23 @@ def parse_listen(listen: str) -> tuple[str, int]:
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
+#: Texts a ``--redact`` pattern is tried on: one that matches the empty string in any (``''``, ``a*``, ``\b``,
+#: ``x|``) would put ``***`` between characters and mask nothing.
+EMPTY_PROBES = ("", "a", " ", "a b", "ab1-_.:/")
+
+
 def compiled(patterns: tuple[str, ...]) -> list[re.Pattern[str]]:
+    """The ``--redact`` patterns; BadInput for one that is no regular expression or matches the empty string."""
     out = []
     for p in patterns:
         try:
-            out.append(re.compile(p))
+            pattern = re.compile(p)
         except re.error as exc:
             raise BadInput(f"--redact {p!r}: not a regular expression ({exc})") from None
+        if any(m.start() == m.end() for text in EMPTY_PROBES for m in pattern.finditer(text)):
+            raise BadInput(f"--redact {p!r}: matches the empty string (it would mask between characters); give a "
+                           "pattern that matches the text to hide, e.g. 'sk-[A-Za-z0-9]+'")
+        out.append(pattern)
     return out
 
 
@@ -42,8 +53,9 @@ def compiled(patterns: tuple[str, ...]) -> list[re.Pattern[str]]:
 @click.option("--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="The recording's directory: exchanges.jsonl is written there (a new one).")
 @click.option("--redact", "redact", multiple=True, metavar="REGEX",
-              help="Mask every match of this regular expression (***) in the recorded requests and responses before "
-              "anything is written; repeat for more. The agent and the upstream still see the text.")
+              help="Mask every match of this regular expression (***) in what the recorded requests and responses "
+              "say (messages, tool-call arguments, answers; never roles, ids, tool names or the model) before anything "
+              "is written; repeat for more. The agent and the upstream still see the text.")
 @click.option("--session-header", default="X-Session-Id", show_default=True, metavar="NAME",
               help="A request header that names the agent's session: requests with the same value are one turn "
               "(without it, a request that extends an earlier one's messages continues its turn).")
@@ -81,12 +93,14 @@ def record_command(upstream: str, listen: str, out: Path, redact: tuple[str, ...
         click.echo(url + path, nl=True)
         click.echo(f"leverbench record: {url}{path} → {upstream}; recording to {writer.path} (Ctrl-C stops)", err=True)
 
+    proxy = RecordingProxy(upstream, writer, session_header)
+
     async def main() -> None:
         task = asyncio.current_task()
         assert task is not None
         for sig in (signal.SIGINT, signal.SIGTERM):  # (SIGINT too: a shell's background job ignores it otherwise)
             asyncio.get_running_loop().add_signal_handler(sig, task.cancel)
-        await serve(RecordingProxy(upstream, writer, session_header), host, port, ready)
+        await serve(proxy, host, port, ready)
 
     try:
         asyncio.run(main())
@@ -102,7 +116,17 @@ def record_command(upstream: str, listen: str, out: Path, redact: tuple[str, ...
         writer.close()
     finally:
         click.echo(f"recorded {writer.exchanges} exchange(s) ({writer.failed} failed) in {len(writer.turns)} "
-                   f"turn(s): {writer.path}", err=True)
+                   f"turn(s): {writer.path}" + unrecorded_note(proxy.unrecorded), err=True)
+
+
+def unrecorded_note(unrecorded: Mapping[str, int]) -> str:
+    """The POSTs the proxy passed through without recording them, for the closing line ("" when none)."""
+    if not unrecorded:
+        return ""
+    paths = sorted(unrecorded.items(), key=lambda kv: -kv[1])
+    said = ", ".join(f"{n} POST {path}" for path, n in paths[:3]) + (f" and {len(paths) - 3} more path(s)"
+                                                                      if len(paths) > 3 else "")
+    return f"; passed through unrecorded: {said} (only chat completions are recorded)"
 
 
 def urlsplit_path(url: str) -> str:

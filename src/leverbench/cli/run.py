@@ -66,6 +66,8 @@ def run_command(experiment: Path | None, out_dir: Path | None, repeats: int | No
     err_console.print(f"leverbench {__version__}: {exp.spec.experiment.name}: {len(exp.spec.arms)} arms × "
                       f"{cases} × {exp.spec.experiment.repeats} repeats"
                       + (f" (adaptive: up to {ad.max_repeats})" if ad else "") + f" → {out}", highlight=False)
+    for note in dict.fromkeys(c.recorded_skipped for c in exp.spec.cases if c.recorded_skipped):
+        err_console.print(f"leverbench: recorded turns: {note}", highlight=False)  # (a warning in the report too)
     with _progress() as progress:
         runner = Runner(exp, out, resume=resume, progress=progress, ray_address=ray_address)
         try:

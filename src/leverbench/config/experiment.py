@@ -246,6 +246,7 @@ class Case(_Strict):
     replay: Literal["recorded", "live"] = "recorded"
     recorded_from: str | None = None  # set by the loader on a recorded turn's case (its case); not for the file
     recorded_turn: str | None = None  # ... and the turn's id in the recording
+    recorded_skipped: str | None = None  # ... and what its import left out, in words (None: nothing)
 
     @model_validator(mode="after")
     def _one_system(self) -> "Case":
@@ -311,6 +312,9 @@ class LoadedExperiment(BaseModel):
         for key in ("adaptive", "engines", "gpu_sample_hz"):  # as the headers of runs before these keys existed
             if snap["experiment"][key] is None:
                 del snap["experiment"][key]
+        for case in snap["cases"]:
+            if case.get("recorded_skipped", 0) is None:
+                del case["recorded_skipped"]
         for arm in snap["arms"]:
             for key in ("base_url", "metrics_url", "gpu_metrics_url"):
                 if arm.get(key):

@@ -213,7 +213,9 @@ class CallRecord:
     # -- what the sender added (runner.send)
     usage_missing: bool | None = _f(omit_none=True)  # true: no usage came; /tokenize counted the tokens
     harness_s: Seconds | None = _f(omit_none=True)  # s the tokenizer took (harness time, out of every measurement)
-    request: JSONObject = _f(factory=dict)  # the JSON body sent, less messages and tools
+    # the JSON body sent, less messages and tools; without store_text, fields other than sampling and the arm's own
+    # as their hashes (runner.send.ledger_request)
+    request: JSONObject = _f(factory=dict)
     input_sha256: str = _f("")
     input_chars: Count = _f(0)
     tools_sent: Count = _f(0)

@@ -92,7 +92,9 @@ class CallFields(TypedDict, total=False):
     chunk_text: list[str]
     usage_missing: bool
     harness_s: float
-    request: JSONObject  # the JSON body sent, less messages and tools (the experiment's request fields: any JSON)
+    # the JSON body sent, less messages and tools (the experiment's request fields: any JSON); without store_text,
+    # a field other than sampling and the arm's own as its hash, "sha256:..." (runner.send.ledger_request)
+    request: JSONObject
     input_sha256: str
     input_chars: int
     tools_sent: int
@@ -323,6 +325,7 @@ class ConfigCaseRow(TypedDict, total=False):
     temperature: float
     recorded_from: str | None  # a recorded turn's case: the case of recorded turns it came from
     recorded_turn: str | None
+    recorded_skipped: str | None  # what the import of its request log left out, in words
     replay: str
 
 

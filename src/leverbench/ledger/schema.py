@@ -260,6 +260,7 @@ class ConfigCase(_Open):
     variant_of: str | None = None
     recorded_from: str | None = None
     recorded_turn: str | None = None
+    recorded_skipped: str | None = None
     replay: Literal["recorded", "live"] | None = None
 
 

@@ -76,6 +76,10 @@ class LedgerWriter:
             line = json.dumps(json_safe(record), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
         for secret in self.secrets:
             line = line.replace(secret, "***")
+        try:
+            line.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate (JSON carries it, UTF-8 cannot): escaped, as it came
+            line = json.dumps(json.loads(line), ensure_ascii=True, separators=(",", ":"))
         return line
 
     def close(self) -> None:

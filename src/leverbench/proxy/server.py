@@ -2,22 +2,27 @@
 
 An aiohttp server with one route for every method and path, and one client session to the upstream (a pool of
 kept-alive connections, no limit).  A request goes out with its method, path, query, body bytes and headers
-(``Authorization`` included: forwarded, never stored) but those that belong to one hop (``Connection``,
+(``Authorization`` included: forwarded, never stored; a compressed body as it came, still compressed) but those
+that belong to one hop (``Connection``,
 ``Host``, ``Content-Length``, ...); the client adds none of its own (no ``User-Agent``, ``Accept`` or
 ``Accept-Encoding`` the agent did not send).  The response's status and headers go back the same way, and its
 body byte for byte, each read passed on as it arrives (``auto_decompress`` off: a compressed body stays as the
 upstream sent it).  The body is never parsed on the way: the chat exchanges (``POST .../chat/completions``) are
 captured as bytes and arrival times and handed to :class:`~.writer.RecordingWriter`'s thread when the response
-has gone; other paths (``/v1/models``, an engine's ``/props``) pass through unrecorded.
+has gone; other paths (``/v1/models``, an engine's ``/props``; ``/v1/responses``, ``/v1/completions``) pass
+through unrecorded, the POSTs among them counted (:attr:`RecordingProxy.unrecorded`: the closing line says them).
 
-The path: an upstream with a path (``http://host:8000/v1``) takes a request path that starts with it as it is
-(``/v1/chat/completions``) and any other below it (``/chat/completions`` → ``/v1/chat/completions``).
+The path: a request's path goes to the upstream's host as it is.  The agent's base URL is the proxy's with the
+upstream's path (``http://127.0.0.1:8099/v1`` for ``http://host:8000/v1``): the API's requests
+(``/v1/chat/completions``) keep it, and an engine's own endpoints outside it (``/health``, ``/props``,
+``/metrics``) reach the upstream's root, as they would straight.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
@@ -41,11 +46,8 @@ def upstream_url(upstream: str, path_qs: str) -> str:
     """The upstream URL of a request for *path_qs* (see the module's docstring)."""
     parts = urlsplit(upstream)
     root = f"{parts.scheme}://{parts.netloc}"
-    base = parts.path.rstrip("/")
     path = path_qs if path_qs.startswith("/") else "/" + path_qs
-    if base and not (path == base or path.startswith(base + "/") or path.startswith(base + "?")):
-        path = base + path
-    return root + path
+    return root + path  # the base path's own requests as they are; any other (``/health``) at the root
 
 
 def is_chat(method: str, path: str) -> bool:
@@ -68,6 +70,7 @@ class RecordingProxy:
         self.upstream = upstream
         self.writer = writer
         self.session_header = session_header
+        self.unrecorded: Counter[str] = Counter()  # POSTs passed through unrecorded (/v1/responses, ...), by path
         self.session: aiohttp.ClientSession | None = None
         self.runner: web.AppRunner | None = None
         self.url = ""
@@ -82,10 +85,15 @@ class RecordingProxy:
         conn = aiohttp.TCPConnector(limit=0, keepalive_timeout=30)
         self.session = aiohttp.ClientSession(connector=conn, auto_decompress=False, skip_auto_headers=AUTO_HEADERS,
                                              timeout=aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_S))
-        self.runner = web.AppRunner(self.app(), access_log=None, shutdown_timeout=5.0)
-        await self.runner.setup()
-        site = web.TCPSite(self.runner, host, port)
-        await site.start()
+        # auto_decompress off: a compressed request body goes on as sent, with its Content-Encoding
+        self.runner = web.AppRunner(self.app(), access_log=None, shutdown_timeout=5.0, auto_decompress=False)
+        try:
+            await self.runner.setup()
+            site = web.TCPSite(self.runner, host, port)
+            await site.start()
+        except BaseException:  # it cannot listen there: nothing left open (the client session's pool included)
+            await self.stop()
+            raise
         bound = self.runner.addresses[0]
         self.url = f"http://[{bound[0]}]:{bound[1]}" if ":" in bound[0] else f"http://{bound[0]}:{bound[1]}"
         return self.url
@@ -100,8 +108,11 @@ class RecordingProxy:
         t0 = time.perf_counter()
         body = await request.read()
         chat = self.writer is not None and is_chat(request.method, request.path)
+        if request.method == "POST" and not is_chat(request.method, request.path):
+            self.unrecorded[request.path] += 1  # (told when the proxy stops: only chat completions are recorded)
         raw = RawExchange(t_start=time.time(), method=request.method, path=request.path,
-                          session=request.headers.get(self.session_header), request=body) if chat else None
+                          session=request.headers.get(self.session_header), request=body,
+                          request_encoding=request.headers.get("Content-Encoding", "")) if chat else None
         assert self.session is not None
         try:
             up = await self.session.request(request.method, upstream_url(self.upstream, request.path_qs),

@@ -17,10 +17,9 @@ import os
 import re
 import threading
 import time
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-
-import orjson
 
 from .. import __version__
 from ..errors import BadInput, RuntimeFailure
@@ -28,7 +27,7 @@ from ..json_types import JSONObject
 from ..recording import EXCHANGES_FILE, RECORDING_SCHEMA, ExchangeRow, RecordingHeaderRow
 from ..redact import redact_url
 from ..workload.recorded.grouping import TurnGrouper
-from .exchange import RawExchange, exchange_row, masked
+from .exchange import RawExchange, Undecoded, decoded, dumps_line, exchange_row, loads, masked_request
 
 FSYNC_EVERY_S = 0.25  # in a burst, the recording is fsync'd at least this often
 
@@ -100,28 +99,32 @@ class RecordingWriter:
         request: JSONObject | None = None
         error = raw.error
         try:
-            parsed = orjson.loads(raw.request)  # strict JSON: NaN is none (a replay could not send it)
+            parsed = loads(decoded(raw.request, raw.request_encoding))
             request = parsed if isinstance(parsed, dict) else None
-        except orjson.JSONDecodeError:
-            pass
+        except (Undecoded, zlib.error) as exc:
+            error = error or f"the request body is not read: {exc}"
+        except (ValueError, RecursionError) as exc:  # the parser's own words (where, what)
+            error = error or f"the request is not JSON: {exc}"[:500]
         if request is None and error is None:
             error = "the request is not a JSON object"
-        request, redactions = masked(request, self.patterns) if request is not None else (None, 0)
+        request, redactions = masked_request(request, self.patterns) if request is not None else (None, 0)
         messages = (request or {}).get("messages")
-        session = masked(raw.session, self.patterns)[0] if raw.session is not None else None
-        turn, step = self.grouper.assign(messages if isinstance(messages, list) else [], session)
         self.exchanges += 1
-        row = exchange_row(raw, self.exchanges, turn, step, request, self.patterns, redactions)
+        row = exchange_row(raw, self.exchanges, "", 0, request, self.patterns, redactions)
         if error is not None and row["error"] is None:
             row["error"] = error
+        # grouped by the session's own value (two values masked alike are two turns), named by its masked one;
+        # a retry of a failed request stays in its turn
+        row["turn"], row["step"] = self.grouper.assign(messages if isinstance(messages, list) else [], raw.session,
+                                                       failed=row["error"] is not None, shown=row["session"])
         self.failed += row["error"] is not None
-        self.turns.add(turn)
+        self.turns.add(row["turn"])
         with self._lock:
             idle = self._waiting == 1  # no other exchange waits behind this one
         self._write(row, sync=idle or time.monotonic() - self._synced >= FSYNC_EVERY_S)
 
     def _write(self, row: ExchangeRow | RecordingHeaderRow, sync: bool = True) -> None:
-        self._fh.write(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE))
+        self._fh.write(dumps_line(row))
         self._fh.flush()
         if sync:
             os.fsync(self._fh.fileno())

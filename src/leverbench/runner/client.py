@@ -61,7 +61,8 @@ class IdleWatch:
 
 
 def messages_sha256(messages: list[ChatMessage]) -> str:
-    return hashlib.sha256(json.dumps(messages, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+    text = json.dumps(messages, sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()  # (a lone surrogate, JSON's, as it is)
 
 
 def _error(cls: ErrorClass, message: str) -> CallError:

@@ -12,7 +12,8 @@ A request's body is the recorded one with the arm's model, the client's ``stream
 the arm's own request fields over the recording's (the arm's ``cache_prompt = false`` holds whatever the agent
 sent).  Each call's record carries ``replay`` (the mode), ``recorded_step`` (the recorded call it stands for),
 ``recorded_prompt_tokens`` (the recording's usage: the fidelity check, ``analysis.experiment.fidelity``),
-``as_recorded`` (its messages are that call's) and, where the recording masked text, ``recorded_redactions``.
+``as_recorded`` (its messages are that call's) and, where the recording masked text, ``recorded_redactions``;
+a live call's ``departed`` names tool calls by their arguments' hashes unless the experiment stores text.
 The gaps between the recorded calls (the agent's tools, its own work) are not replayed: ``tool_s`` is 0.
 """
 
@@ -59,12 +60,13 @@ def _extra(mode: str, k: int, call: RecordedCall, as_recorded: bool) -> CallExtr
 class _Turn:
     """A replay in progress: its calls so far, through one sender."""
 
-    def __init__(self, sender: Sender, unit: Unit, case: Case, turn: RecordedTurn):
+    def __init__(self, sender: Sender, unit: Unit, case: Case, turn: RecordedTurn, keep_text: bool = False):
         self.sender, self.unit, self.case, self.turn = sender, unit, case, turn
+        self.keep_text = keep_text  # a departure's text shows the tool calls' arguments (else their hashes)
         self.turn_id = uuid.uuid4().hex[:12]
         self.calls: list[Sent] = []
         self.failed = self.step_limit = False
-        self.results = ToolResults(turn)
+        self.results = ToolResults(turn, keep_text)
         self.answers: list[tuple[str, str | None]] = []  # the last call's tool calls answered: (result, note)
 
     async def send(self, body: ChatBody, extra: CallExtras,
@@ -90,7 +92,7 @@ class _Turn:
         def note(rec: CallRecord) -> None:
             asked = [(tc.get("name") or "", tc.get("arguments") or "{}") for tc in rec.tool_calls or []]
             self.answers = [] if _failed(rec) else [self.results.answer(name, args) for name, args in asked]
-            said = "; ".join(n for n in [departure(asked, at), *(why for _, why in self.answers)] if n)
+            said = "; ".join(n for n in [departure(asked, at, self.keep_text), *(why for _, why in self.answers)] if n)
             if said:
                 rec.extra["departed"] = said
         return note
@@ -139,7 +141,7 @@ def _same(messages: list[ChatMessage], call: RecordedCall) -> bool:
 async def run_recorded_turn(sender: Sender, exp: LoadedExperiment, unit: Unit, case: Case) -> TurnRecord:
     """The recorded turn of *case* replayed on *unit*'s arm; its :class:`TurnRecord` (for the caller to append).
     ``turn_s`` = ``model_s``: the first call's start to the last token, less the tokenizer's harness time."""
-    replay = _Turn(sender, unit, case, exp.recorded[case.name])
+    replay = _Turn(sender, unit, case, exp.recorded[case.name], exp.spec.experiment.store_text)
     t0, t_start = time.perf_counter(), time.time()
     await (replay.live() if case.replay == "live" else replay.recorded())
     recs = [c.record for c in replay.calls]

@@ -13,7 +13,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import hashlib
+import json
 import time
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Callable, NamedTuple, Protocol
 
 import aiohttp
@@ -30,6 +33,14 @@ if TYPE_CHECKING:
     from ..workload.chat import ChatBody, ChatMessage
 
 FORCE_FIELDS = ("ignore_eos", "min_tokens")  # how a probe forces its output length, where the engine allows it
+#: A request's fields the ledger keeps as they were sent whatever ``store_text`` says: sampling and control, no
+#: content.  Any other (a recorded request's ``user``, ``metadata``, ``prediction``, ``response_format``, ...)
+#: is kept as its hash (:func:`ledger_request`) unless ``store_text``, or the arm's own (the experiment file's).
+SAMPLING_FIELDS = frozenset({
+    "model", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "min_p", "typical_p", "seed",
+    "n", "stop", "stream", "stream_options", "presence_penalty", "frequency_penalty", "repetition_penalty",
+    "logprobs", "top_logprobs", "ignore_eos", "min_tokens", "cache_prompt", "parallel_tool_calls", "tool_choice",
+    "reasoning_effort", "service_tier"})
 
 
 class Sent(NamedTuple):
@@ -149,7 +160,7 @@ class ArmSender:
             # I/O the loop has waiting (Recorder.later), not between this call's end and the next send
             later = defer_counting and cancelled is None and not uncounted
             if not later:
-                _sent(rec, body, attempt if self.retries else None, self.keep_text)
+                _sent(rec, body, attempt if self.retries else None, self.keep_text, self.ep.request)
             if cancelled is not None:
                 self.recorder.append_now(rec)
                 raise cancelled
@@ -178,7 +189,7 @@ class ArmSender:
 
     def _sent_then_append(self, rec: CallRecord, body: ChatBody, attempt: int | None) -> None:
         """A load call's record finished and appended (see :meth:`send`; run by :meth:`Recorder.later`)."""
-        _sent(rec, body, attempt, self.keep_text)
+        _sent(rec, body, attempt, self.keep_text, self.ep.request)
         self.recorder.append(rec)
 
     async def _count_then_append(self, messages: list[ChatMessage], got: Streamed, rec: CallRecord) -> None:
@@ -203,10 +214,25 @@ def _counted(rec: CallRecord, tokens: ChatTokens | None) -> None:
     rec.usage_missing, rec.error = True, None
 
 
-def _sent(rec: CallRecord, body: ChatBody, attempt: int | None, keep_text: bool) -> None:
-    """The record's fields of what was sent: the body less messages and tools, the input's hash and size."""
+def value_hash(v: object) -> str:
+    """A JSON value as the ledger keeps it without its text: ``sha256:`` and 16 hex digits of its canonical JSON."""
+    text = json.dumps(v, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def ledger_request(body: ChatBody, keep_text: bool, own: Collection[str] = ()) -> JSONObject:
+    """*body* less messages and tools, as the ledger keeps it: every field as sent with *keep_text*; else the
+    :data:`SAMPLING_FIELDS` and the arm's *own* fields as sent, any other as its hash (a recorded request's
+    ``user``, ``metadata``, ``prediction``, ``response_format`` hold the agent's content)."""
+    return {k: v if keep_text or k in SAMPLING_FIELDS or k in own else value_hash(v)
+            for k, v in body.items() if k not in ("messages", "tools")}
+
+
+def _sent(rec: CallRecord, body: ChatBody, attempt: int | None, keep_text: bool, own: Collection[str] = ()) -> None:
+    """The record's fields of what was sent: the body less messages and tools (:func:`ledger_request`), the
+    input's hash and size."""
     messages = body["messages"]
-    rec.request = {k: v for k, v in body.items() if k not in ("messages", "tools")}
+    rec.request = ledger_request(body, keep_text, own)
     rec.input_sha256 = messages_sha256(messages)
     rec.input_chars = sum(len(m.get("content") or "") for m in messages)
     rec.tools_sent = len(body.get("tools") or [])

@@ -44,9 +44,10 @@ class DifferingCall(TypedDict):
 
 class RecordedArmRow(TypedDict):
     """One arm's replay: its calls of recorded turns, those with a prompt length on both sides (``compared``),
-    those within the tolerance, the largest deviation either way, the calls whose request left the recording (a
-    live path's departures; not compared), the differing calls (the first :data:`MAX_LISTED`) and, where every
-    differing call differs alike, why (``reason``)."""
+    those within the tolerance, the largest deviation either way, the calls not compared because the recording
+    has no usage for them (``no_recorded_usage``) or because they failed, the calls whose request left the
+    recording (a live path's departures; not compared), the differing calls (the first :data:`MAX_LISTED`) and,
+    where every differing call differs alike, why (``reason``)."""
 
     __pydantic_config__ = STRICT
 
@@ -55,6 +56,8 @@ class RecordedArmRow(TypedDict):
     compared: Count
     within: Count
     max_deviation: Deviation | None
+    no_recorded_usage: Count
+    failed_calls: Count
     departed_calls: Count
     differing_calls: Count
     differing: list[DifferingCall]
@@ -77,7 +80,8 @@ class RecordedSection(TypedDict):
     """``recorded``: the replayed cases and their modes, each arm's prompt lengths against the recording's
     (within ``tolerance``), whether the arms received identical requests (``requests_compared`` calls of the same
     case, repeat and step on two arms or more, ``requests_identical`` of them with the same messages on every
-    arm) and where live replays departed (the first :data:`MAX_LISTED` per arm)."""
+    arm), where live replays departed (the first :data:`MAX_LISTED` per arm) and, per request log, the lines its
+    import left out (``left_out``: none, an empty list)."""
 
     __pydantic_config__ = STRICT
 
@@ -87,6 +91,7 @@ class RecordedSection(TypedDict):
     requests_compared: Count
     requests_identical: Count
     departures: list[DepartureRow]
+    left_out: list[str]
 
 
 MAX_LISTED = 10  # differing calls and departures listed per arm

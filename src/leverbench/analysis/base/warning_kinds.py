@@ -59,6 +59,8 @@ class WarningKind(StrEnum):
     # recorded turns replayed
     REPLAY_PROMPT_DIFFERS = "replay_prompt_differs", "Replayed calls whose prompt length is not the recording's"
     REPLAY_DEPARTED = "replay_departed", "Live replays that departed from the recording"
+    REPLAY_LINES_SKIPPED = "replay_lines_skipped", "Request-log lines left out of the replayed turns"
+    REPLAY_UNCHECKED = "replay_unchecked", "Replayed calls the recording has no usage for: prompts not checked"
     # whether the levers engaged
     NOT_ENGAGED = "not_engaged", "Levers that did not engage"
     ENGAGEMENT_UNKNOWN = "engagement_unknown", "Levers whose engagement nothing reports"

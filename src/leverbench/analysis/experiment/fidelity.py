@@ -5,14 +5,18 @@ prompt tokens the recording's usage gave for the request it stands for (``record
 ``runner.recorded_turn``); the server's count for the call is its ``prompt_tokens``.  Per arm:
 
 - a call is *compared* when both counts are there and its messages are the recorded call's (``as_recorded``: a
-  live replay's call after its path departed sends other messages, and is counted as departed instead);
+  live replay's call after its path departed sends other messages, and is counted as departed instead); a call
+  whose recorded call has no usage (an agent that streamed without ``stream_options.include_usage`` against
+  vLLM; a request log without responses) is not compared, counted (``no_recorded_usage``): nothing checked it;
 - its deviation is prompt_tokens / recorded − 1; it is *within* when \\|deviation\\| ≤ :data:`TOLERANCE`;
 - a call beyond says why: the recording masked text in it (``--redact``), else, when every differing call of
   the arm differs alike (the same sign, their ratios within :data:`ALIKE` of each other), a different tokenizer
   or chat template than the recording's upstream (the arm's model named), else the call's own prompt.
 
 Across arms, the calls of the same case, repeat and step are compared by the hash of their messages
-(``input_sha256``): identical requests, or not.  A live replay's departures (``departed``) are listed.
+(``input_sha256``): identical requests, or not.  A live replay's departures (``departed``) are listed, and what
+the import of each request log left out (the header's ``recorded_skipped``: lines that cannot be replayed,
+failed exchanges) is a warning.
 """
 
 from __future__ import annotations
@@ -41,6 +45,15 @@ def recorded_cases(config: Mapping[str, Any]) -> list[RecordedCaseRow]:
     return [{"case": c["name"], "recorded_from": c["recorded_from"], "turn": c.get("recorded_turn"),
              "mode": "live" if c.get("replay") == "live" else "recorded"}
             for c in config.get("cases", []) if isinstance(c, dict) and c.get("recorded_from")]
+
+
+def left_out_notes(config: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(case of recorded turns, what the import of its log left out), once per case (its turns share it)."""
+    out: dict[str, str] = {}
+    for c in config.get("cases", []):
+        if isinstance(c, dict) and c.get("recorded_from") and c.get("recorded_skipped"):
+            out.setdefault(c["recorded_from"], f"case {c['recorded_from']!r}: {c['recorded_skipped']}")
+    return list(out.items())
 
 
 def _deviation(r: Mapping[str, Any]) -> float | None:
@@ -73,6 +86,9 @@ def _arm_row(arm: str, calls: list[Mapping[str, Any]], model: str | None) -> Rec
     devs = [_deviation(r) or 0.0 for r in compared]
     return {"arm": arm, "calls": len(calls), "compared": len(compared), "within": len(compared) - len(beyond),
             "max_deviation": round(max(devs, key=abs), 6) if devs else None,
+            "no_recorded_usage": sum(1 for r in calls if r.get("as_recorded") and r.get("error") is None
+                                     and not r.get("recorded_prompt_tokens")),
+            "failed_calls": sum(1 for r in calls if r.get("error") is not None),
             "departed_calls": sum(1 for r in calls if r.get("departed")), "differing_calls": len(differing),
             "differing": differing[:MAX_LISTED], "reason": reason}
 
@@ -113,7 +129,15 @@ def fidelity(ledger: Ledger, ds: Dataset) -> tuple[RecordedSection | None, list[
             text = (f"arm {row['arm']!r}: {row['differing_calls']} of {row['calls']} replayed call(s) received a "
                     f"prompt whose length is not the recording's (within {TOLERANCE:.0%}): {first['reason']}")
             warnings.append(RunWarning(WarningKind.REPLAY_PROMPT_DIFFERS, text, row["arm"], first["case"]))
+        if row["no_recorded_usage"]:
+            warnings.append(RunWarning(WarningKind.REPLAY_UNCHECKED, f"arm {row['arm']!r}: {row['no_recorded_usage']} "
+                                       f"of {row['calls']} replayed call(s) not checked against the recording: it has "
+                                       "no usage for them (record with stream_options.include_usage, or a log with "
+                                       "responses)", row["arm"]))
+    left_out = left_out_notes(ds.config)
+    warnings += [RunWarning(WarningKind.REPLAY_LINES_SKIPPED, text, None, case) for case, text in left_out]
     section: RecordedSection = {
         "tolerance": TOLERANCE, "cases": cases, "arms": rows, "requests_compared": len(shared),
-        "requests_identical": sum(1 for h in shared if len(set(h.values())) == 1), "departures": departures}
+        "requests_identical": sum(1 for h in shared if len(set(h.values())) == 1), "departures": departures,
+        "left_out": [text for _, text in left_out]}
     return section, warnings

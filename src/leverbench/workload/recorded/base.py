@@ -14,7 +14,6 @@ from typing import Any, Callable, Iterator
 from ...errors import BadInput
 from ...json_types import JSONObject
 from ...recording import RecordedCall, RecordedToolCall, RecordedTurn
-from ..traces.files import listed
 from .grouping import TurnGrouper
 
 
@@ -171,8 +170,9 @@ def call_of(request: JSONObject, source: str, response: Any = None, **measured: 
 
 
 def skipped_note(imp: Imported) -> str | None:
-    """The lines an import left out, in words (None: none)."""
+    """The lines an import left out, in words, the file named (None: none): the run keeps it and warns."""
     if not imp.skipped:
         return None
-    return "left out: " + listed(f"{n} line(s) {reason} (first: line {imp.first_skipped_line[reason]})"
-                                 for reason, n in imp.skipped.items())
+    return (f"{imp.path}: {sum(imp.skipped.values())} line(s) left out: "
+            + "; ".join(f"{n} {reason} (first: line {imp.first_skipped_line[reason]})"
+                        for reason, n in sorted(imp.skipped.items(), key=lambda kv: -kv[1])))

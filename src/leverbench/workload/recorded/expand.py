@@ -6,7 +6,9 @@ place, named ``CASE/TURN``: the experiment's cases, as the schedule, the ledger'
 see them.  Each holds its turn (``LoadedExperiment.recorded``), its first request's tools
 (``LoadedExperiment.tools``: a load stage or a probe on it sends them), and the sampling its first request
 asked for (``temperature``: the equal-work analysis reads it; a request that gives none samples at the
-API's default, 1; ``max_tokens``).  A probe or load stage that names the case itself takes its first turn.
+API's default, 1; ``max_tokens``) and what the import left out (``recorded_skipped``: lines that cannot be
+replayed, failed exchanges; the analysis warns).  A probe or load stage that names the case itself takes its
+first turn.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from ...config import Case, LoadedExperiment
 from ...errors import BadInput, ConfigError
 from ...recording import RecordedTurn
 from ..traces.files import listed
+from .base import skipped_note
 from .registry import FORMATS, load_requests
 
 DEFAULT_TEMPERATURE = 1.0  # what an OpenAI-compatible API samples at when the request names none
@@ -45,8 +48,9 @@ def _number(v: object) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
 
 
-def turn_case(case: Case, turn: RecordedTurn) -> Case:
-    """The case that replays *turn* of *case*."""
+def turn_case(case: Case, turn: RecordedTurn, skipped: str | None = None) -> Case:
+    """The case that replays *turn* of *case*; *skipped*: what the import of its log left out (the run keeps
+    it in its header, and the analysis warns)."""
     first = turn.first.request
     temperature = _number(first.get("temperature"))
     max_tokens = _number(first.get("max_tokens") if first.get("max_tokens") is not None
@@ -55,7 +59,7 @@ def turn_case(case: Case, turn: RecordedTurn) -> Case:
         "name": f"{case.name}/{turn.id}", "recorded_from": case.name, "recorded_turn": turn.id,
         "temperature": DEFAULT_TEMPERATURE if temperature is None else max(0.0, temperature),
         "max_tokens": int(max_tokens) if max_tokens and max_tokens >= 1 else case.max_tokens,
-        "max_steps": max(case.max_steps, len(turn.calls))})
+        "max_steps": max(case.max_steps, len(turn.calls)), "recorded_skipped": skipped})
 
 
 def with_recorded(exp: LoadedExperiment) -> LoadedExperiment:
@@ -82,7 +86,7 @@ def with_recorded(exp: LoadedExperiment) -> LoadedExperiment:
         except (BadInput, ValueError) as exc:
             raise ConfigError(file, f"cases[{i}].from", str(exc)) from None
         for turn in turns:
-            one = turn_case(case, turn)
+            one = turn_case(case, turn, skipped_note(imported))
             if one.name in names:
                 raise ConfigError(file, f"cases[{i}].name", f"{one.name!r} (case {case.name!r}, recorded turn "
                                                             f"{turn.id!r}) is already a case name")

@@ -10,6 +10,7 @@ step runs until the arm answers without a tool call.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 
@@ -17,7 +18,8 @@ from ...json_types import JSONObject
 from ...recording import RecordedCall, RecordedTurn
 from .grouping import message_key
 
-ARGS_SHOWN = 60  # characters of a tool call's arguments a departure's text shows
+ARGS_SHOWN = 60  # characters of a tool call's arguments a departure's text shows (with store_text)
+ARGS_HASH_CHARS = 12  # ... else hex digits of their hash
 
 
 @dataclass(frozen=True)
@@ -66,7 +68,12 @@ def canonical_arguments(arguments: str) -> str:
         return arguments.strip()
 
 
-def shown_call(name: str, arguments: str) -> str:
+def shown_call(name: str, arguments: str, show: bool = True) -> str:
+    """A tool call as a departure's text names it: its arguments cut to :data:`ARGS_SHOWN` characters, or, when
+    they may not be *shown* (the experiment's ``store_text`` off: they are the agent's content), their hash."""
+    if not show:
+        digest = hashlib.sha256(canonical_arguments(arguments).encode("utf-8", "surrogatepass")).hexdigest()
+        return f"{name}(args sha256:{digest[:ARGS_HASH_CHARS]})"
     args = " ".join(arguments.split())
     return f"{name}({args if len(args) <= ARGS_SHOWN else args[:ARGS_SHOWN - 1] + '…'})"
 
@@ -82,9 +89,11 @@ def _content(m: JSONObject) -> str:
 
 class ToolResults:
     """The recorded turn's tool results, by tool name and arguments: read from its requests, where each assistant
-    message's tool call is followed by the tool message that answers it (``tool_call_id``)."""
+    message's tool call is followed by the tool message that answers it (``tool_call_id``).  *show*: a note may
+    show a call's arguments (else their hash: :func:`shown_call`)."""
 
-    def __init__(self, turn: RecordedTurn):
+    def __init__(self, turn: RecordedTurn, show: bool = True):
+        self.show = show
         self.by_call: dict[tuple[str, str], list[str]] = {}
         self.by_name: dict[str, list[str]] = {}
         self._served: dict[tuple[str, str], int] = {}
@@ -115,17 +124,19 @@ class ToolResults:
             self._served[key] = i + 1
             return results[min(i, len(results) - 1)], None
         if name in self.by_name:
-            return self.by_name[name][0], f"no recorded result for {shown_call(name, arguments)}: sent {name}'s first"
+            return self.by_name[name][0], (f"no recorded result for {shown_call(name, arguments, self.show)}: sent "
+                                           f"{name}'s first")
         return f"(no result recorded for {name})", f"no recorded result for tool {name!r}"
 
 
-def departure(tool_calls: list[tuple[str, str]], recorded: RecordedCall | None) -> str | None:
+def departure(tool_calls: list[tuple[str, str]], recorded: RecordedCall | None, show: bool = True) -> str | None:
     """Where an arm's call departs from the recording at the same place: *tool_calls* the arm's (name, arguments),
-    *recorded* the recorded call at that place (None: the recording had answered by then).  None: no departure."""
-    arm = [shown_call(n, a) for n, a in tool_calls]
+    *recorded* the recorded call at that place (None: the recording had answered by then).  None: no departure.
+    *show*: the text may show the calls' arguments (else their hashes)."""
+    arm = [shown_call(n, a, show) for n, a in tool_calls]
     if recorded is None:
         return f"called {', '.join(arm)} where the recording had answered" if arm else None
-    rec = [shown_call(tc.name, tc.arguments) for tc in recorded.tool_calls]
+    rec = [shown_call(tc.name, tc.arguments, show) for tc in recorded.tool_calls]
     if not arm:
         return f"answered where the recording called {', '.join(rec)}" if rec else None
     if not rec:
