@@ -19,6 +19,7 @@ import sys
 import urllib.request
 
 SYSTEM_WORDS = 1500
+CALL_TIMEOUT_S = 120.0  # a call's limit, as tests/limits.py SERVER_READY_S (this script runs on its own)
 TOOLS = [
     {"type": "function", "function": {"name": "read_file", "description": "Read a file of the repository.",
                                       "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}},
@@ -55,7 +56,7 @@ def chat(base_url: str, key: str, body: dict, session: str | None) -> tuple[str,
     req = urllib.request.Request(base_url.rstrip("/") + "/chat/completions", data=json.dumps(body).encode(),
                                  headers=headers, method="POST")
     content, calls = [], {}
-    with urllib.request.urlopen(req, timeout=120) as resp:  # noqa: S310 (the test's own loopback servers)
+    with urllib.request.urlopen(req, timeout=CALL_TIMEOUT_S) as resp:  # noqa: S310 (the test's own loopback servers)
         if not body.get("stream"):
             message = json.loads(resp.read())["choices"][0]["message"]
             return message.get("content") or "", [

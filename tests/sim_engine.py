@@ -12,6 +12,8 @@ import os
 import sys
 from pathlib import Path
 
+from limits import SERVER_READY_S
+
 from leverbench.engines.process import EngineFacts, EngineProcess
 
 SIM_TITLE = "leverbench-sim-engine"  # in each simulator's command line: how a test finds them in the process table
@@ -22,7 +24,7 @@ class SimEngine(EngineProcess):
     model_id = "sim"
 
     def __init__(self, name: str, log_path: Path, sim_args: list[str], devices: list[int] | None = None):
-        super().__init__(name, [], log_path, startup_timeout_s=120.0, devices=devices)
+        super().__init__(name, [], log_path, startup_timeout_s=SERVER_READY_S, devices=devices)
         self.sim_args = list(sim_args)
 
     def command(self) -> list[str]:

@@ -280,9 +280,10 @@ def test_a_start_timeout_derived_from_the_models_size_and_said(tmp_path):
     assert eng.model_bytes() == (4 * 10**9, str(ckpt))
     eng._timeout()
     assert eng.startup_timeout_s == 320.0 and "4.0 GB" in eng.timeout_from
-    set_by_arm = VllmEngine("a", ["--model", str(ckpt)], tmp_path / "x.log", startup_timeout_s=50.0)
+    arms_own = 50.0  # a start timeout the arm sets (a value, not a limit of this test)
+    set_by_arm = VllmEngine("a", ["--model", str(ckpt)], tmp_path / "x.log", startup_timeout_s=arms_own)
     set_by_arm._timeout()
-    assert (set_by_arm.startup_timeout_s, set_by_arm.timeout_from) == (50.0, "the arm's startup_timeout_s")
+    assert (set_by_arm.startup_timeout_s, set_by_arm.timeout_from) == (arms_own, "the arm's startup_timeout_s")
     (tmp_path / "engine-a.log").write_text("INFO ... Loading weights took 3.1 seconds\n"
                                            "INFO [gpu_model_runner.py:1890] Model loading took 14.99 GiB memory "
                                            "and 21.53 seconds\n")

@@ -20,6 +20,8 @@ from leverbench.ledger.reader import read_ledger
 from leverbench.runner.run import Runner
 from leverbench.runner.schedule import block_order
 
+WATCH_PERIOD_S = 0.05  # how often the process table is read (a sampling period, not a limit)
+
 pytestmark = [
     pytest.mark.engine,
     pytest.mark.skipif(not HAVE_ENGINE and not os.environ.get("LEVERBENCH_REQUIRE_ENGINE"),
@@ -68,7 +70,7 @@ class LlamaWatch(Watch):
         while not self._stop.is_set():
             pids = engine_pids(LAUNCHER)
             self.most, self.seen = max(self.most, len(pids)), self.seen | set(pids)
-            self._stop.wait(0.05)
+            self._stop.wait(WATCH_PERIOD_S)
 
 
 def _run(tmp, engines: str) -> dict:
