@@ -203,3 +203,14 @@ def test_a_drift_the_sentinels_cannot_rule_out_is_warned():
     assert _total(s)["citable"]  # not refused: no drift was seen
     quiet = _run(lambda a, x: 1.0, rounds=6)
     assert not any(p["undetermined"] for p in quiet["drift_pairs"]) and not warned(quiet, W.DRIFT_UNDETERMINED)
+
+
+def test_an_interval_too_wide_to_bound_is_said_in_words():
+    """Four sentinels that scatter by a factor of two give a t-interval (2 degrees of freedom) of thousands of
+    per cent: the words say the sentinels scatter too much rather than print "+240978%" (seen on the demo); a
+    bounded interval keeps its numbers."""
+    wide = trend([0.0, 1 / 3, 2 / 3, 1.0], np.log([1.0, 2.0, 0.5, 1.2]))
+    assert wide.high is not None and wide.high > 9
+    assert "scatter too much" in wide.words() and "%]" not in wide.words()
+    narrow = trend([0.0, 1 / 3, 2 / 3, 1.0], np.log([1.0, 1.01, 0.99, 1.0]))
+    assert narrow.words().endswith("%]") and "scatter" not in narrow.words()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import html
 import json
+import re
 from pathlib import Path
 
 from rich.console import Console
@@ -141,3 +142,20 @@ def test_odd_summaries_do_not_crash_it() -> None:
               "ratio": None, "min_effect": None, "confidence": None}]},
               {"baseline": "a", "time_shares": [{"arm": "a", "turn_s": 1.0}]}):
         assert first_screen(s).lines()
+
+
+def test_an_undecided_verdict_says_what_decides_it() -> None:
+    """The demo's drafter is often undecided at 3 repeats: its line says so with a note on how many repeats a
+    fixed design would need (the verdict's own fixed_design_repeats), or, in an adaptive run, to raise the cap."""
+    s = _summary("demo2")
+    v = s["verdicts"][1]
+    v.update(verdict="undecided", refused=None, fixed_design_repeats=18)
+    lines = first_screen(s).lines()
+    line = next(ln for ln in lines if ln.strip().startswith(v["lever"] + " "))
+    mark = re.search(rf"undecided {v['ratio']:.2f}x \[{v['low']:.2f}–{v['high']:.2f}\] \[(\d)\]", line)
+    assert mark and line.endswith("· citable")
+    assert f"  [{mark[1]}] undecided: more repeats decide it (about 18 per case: --repeats 18)" in "\n".join(lines)
+    v["fixed_design_repeats"] = None
+    assert "(--repeats N), or --adaptive" in "\n".join(first_screen(s).lines())
+    s["adaptive"] = {"max_repeats": 6, "initial_repeats": 2}
+    assert "raise max_repeats" in "\n".join(first_screen(s).lines())

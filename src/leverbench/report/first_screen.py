@@ -129,6 +129,9 @@ def lever_line(summary: dict[str, Any], lever: dict[str, Any], notes: Notes,
         if verdict.get("refused") and citable:  # else the lever's own reason says it
             marks, numbers = notes.marks(clauses(verdict["refused"]))
             said = f"({said}: refused) {marks}"
+        elif verdict.get("verdict") == "undecided" and citable:  # a refused lever's line gives the refusal
+            marks, numbers = notes.marks([undecided_note(summary, verdict)])
+            said = f"{said} {marks}"
         parts.append(said)
     if lever.get("multiplier") is not None:
         parts.append(("total " if verdict is not None else "") + f"{lever['multiplier']:.2f}x")
@@ -147,6 +150,18 @@ def lever_line(summary: dict[str, Any], lever: dict[str, Any], notes: Notes,
     if lever.get("engaged") is False and guard.NOT_ENGAGED not in codes:
         cite += "; did NOT engage"
     return f"{name}  {pair}  {figure} · {cite}", numbers
+
+
+def undecided_note(summary: dict[str, Any], verdict: dict[str, Any]) -> str:
+    """What decides an undecided verdict: the repeats per case a fixed design would need (were the observed
+    effect and noise true), or, past an adaptive run's cap, a higher cap."""
+    n = verdict.get("fixed_design_repeats")
+    known = isinstance(n, int) and n > 0
+    if summary.get("adaptive"):
+        return (f"undecided when the repeats ran out: {f'about {n} per case' if known else 'more'} would decide it "
+                "(raise max_repeats)")
+    return (f"undecided: more repeats decide it ({f'about {n} per case: --repeats {n}' if known else '--repeats N'}), "
+            "or --adaptive adds them until it is decided")
 
 
 def time_line(summary: dict[str, Any]) -> str | None:

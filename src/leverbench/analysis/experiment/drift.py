@@ -107,6 +107,9 @@ def settled(rates: list[float | None], tolerance: float) -> bool:
     return abs(rates[-1] / rates[-2] - 1.0) <= tolerance
 
 
+WIDE = 9.0  # a change's interval past +900 % (or below −90 %) is said in words, not as a number of thousands of %
+
+
 @dataclass(frozen=True)
 class Trend:
     """The trend of a log-speed series over the run (:func:`trend`): ``change`` = exp(b) − 1 over the whole run,
@@ -131,6 +134,9 @@ class Trend:
             return "unknown"
         if self.low is None or self.high is None:
             return f"{self.change:+.0%} (no interval: {self.points} sentinels)"
+        if self.high > WIDE or self.low < -WIDE / (1 + WIDE):
+            f = f"{1 + WIDE:.0f}"
+            return f"{self.change:+.0%} [its interval reaches past ×{f} or ÷{f}: the sentinels scatter too much to bound it]"
         return f"{self.change:+.0%} [{self.low:+.0%}, {self.high:+.0%}]"
 
 
