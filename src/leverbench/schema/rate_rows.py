@@ -51,30 +51,6 @@ Count: TypeAlias = Union[Annotated[int, Ge(0)], Annotated[float, Ge(0.0), Predic
 # ---------------------------------------------------------------- decomposition, probes, server, time shares
 
 
-class DecompositionRow(TypedDict):
-    """``decomposition[]``: one cell's latency regressed on its output tokens (:mod:`...analysis.rates.regression`)."""
-
-    __pydantic_config__ = STRICT
-
-    arm: str
-    case: str
-    points: int
-    decode_tps: float | None
-    intercept_s: float | None
-    r2: float | None
-    output_min: Count | None
-    output_max: Count | None
-    refused: str | None
-    method: str
-    decode_context: float | None
-    prefill_tps: NotRequired[float | None]  # the two-regressor fit's
-    uncached_input_range: list[Count] | None
-    mixed_prefill: bool
-    x: list[Count]
-    y: list[float]
-    x_sampled: NotRequired[bool]
-
-
 class RegressionFit(TypedDict):
     """What :func:`...analysis.rates.regression.regress` returns: the fit's part of a :class:`DecompositionRow`."""
 
@@ -88,6 +64,21 @@ class RegressionFit(TypedDict):
     method: str
     decode_context: float | None
     prefill_tps: NotRequired[float | None]
+
+
+class DecompositionRow(RegressionFit):
+    """``decomposition[]``: one cell's latency regressed on its output tokens (:mod:`...analysis.rates.regression`):
+    the fit (:class:`RegressionFit`) and the cell's own keys."""
+
+    __pydantic_config__ = STRICT
+
+    arm: str
+    case: str
+    uncached_input_range: list[Count] | None
+    mixed_prefill: bool
+    x: list[Count]
+    y: list[float]
+    x_sampled: NotRequired[bool]
 
 
 class Scatter(TypedDict):

@@ -40,7 +40,7 @@ are numbers is absent.
 from __future__ import annotations
 
 import math
-from typing import Mapping, Optional, Union
+from typing import TYPE_CHECKING, Mapping, Optional, Union
 from urllib.parse import urlsplit
 
 from typing_extensions import TypeAlias, TypedDict
@@ -48,6 +48,9 @@ from typing_extensions import TypeAlias, TypedDict
 from ...json_types import JSONValue
 from ...levers import registry
 from ...levers.prefix_cache import VLLM_HITS
+
+if TYPE_CHECKING:
+    from ...schema.rate_rows import ServerMetricsRow  # the row this module builds (typed there, one definition)
 
 #: One scrape's samples: sample name with its labels → value (a number, or "NaN" / "+Inf" / "-Inf").
 Samples: TypeAlias = Mapping[str, Union[float, str]]
@@ -65,31 +68,6 @@ class MetricsRecord(TypedDict, total=False):
 #: A window: the (start, end) metrics records of one block.
 Window: TypeAlias = tuple[MetricsRecord, MetricsRecord]
 
-
-class ServerMetricsRow(TypedDict, total=False):
-    """One arm's server figures over its blocks (:func:`server_metrics`): the figures :func:`arm_metrics` found
-    (only those), how many windows, their span, and whose calls the counters count."""
-
-    arm: str
-    queue_s_per_request: float
-    prefill_s_per_request: float
-    decode_s_per_request: float
-    prefill_tps: float
-    decode_tps: float
-    uncached_prompt_tokens_per_request: float
-    prefix_cache_hit_share: float
-    drafter_acceptance: float
-    cached_prompt_tokens: float
-    prefix_cache_hit_tokens: float
-    prefix_cache_query_tokens: float
-    draft_tokens: float
-    accepted_tokens: float
-    sglang_cache_hit_rate: float
-    sglang_spec_accept_length: float
-    windows: int
-    window: list[float]
-    attribution: str
-    mixed_with: list[str]
 
 _RATIO_PER_REQUEST = {
     "queue_s_per_request": ("vllm:request_queue_time_seconds", "sglang:queue_time_seconds"),

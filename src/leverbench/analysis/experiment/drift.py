@@ -136,7 +136,8 @@ class Trend:
             return f"{self.change:+.0%} (no interval: {self.points} sentinels)"
         if self.high > WIDE or self.low < -WIDE / (1 + WIDE):
             f = f"{1 + WIDE:.0f}"
-            return f"{self.change:+.0%} [its interval reaches past ×{f} or ÷{f}: the sentinels scatter too much to bound it]"
+            return (f"{self.change:+.0%} [its interval reaches past ×{f} or ÷{f}: the sentinels scatter too much "
+                    "to bound it]")
         return f"{self.change:+.0%} [{self.low:+.0%}, {self.high:+.0%}]"
 
 

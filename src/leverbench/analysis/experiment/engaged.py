@@ -41,9 +41,9 @@ from ...levers import ArmEvidence, registry
 from ...levers.drafter import LEVER as DRAFTER
 from ...levers.prefix_cache import LEVER as PREFIX_CACHE
 from ...schema.lever_rows import EngagedRow, LeverUse
+from ...schema.rate_rows import ServerMetricsRow
 from ..base.dataset import Dataset, sums, zero_nan
 from ..base.knobs import is_on
-from ..base.metrics import ServerMetricsRow
 from ..base.warning_kinds import RunWarning, WarningKind
 from ..load.stages import cached_tokens, measured_calls
 
