@@ -58,6 +58,8 @@ is the load this client sustains on this machine.
         --bare --repeats 4                                     # leverbench vs a bare aiohttp client, ~5 minutes
     .venv/bin/python benchmarks/client_overhead.py --levels 128 --sweeps burst --server-close silent --bare \
         --repeats 4 --src /tmp/old/src --src src                # before and after a change, in one run
+    .venv/bin/python benchmarks/client_overhead.py --levels 32,128,256 --sweeps burst --server-close silent \
+        --bare --repeats 4 --pin                               # the same, the simulator on a CPU of its own
     .venv/bin/python benchmarks/client_overhead.py --levels 1,8,64 --duration 3
     .venv/bin/python benchmarks/client_overhead.py --fsync off  # the ledger's fsync per call patched out
     .venv/bin/python benchmarks/client_overhead.py --fsync both --rounds 2 --levels 1,4,16  # on and off, side by side
@@ -141,6 +143,10 @@ main()
 """
 
 
+#: ``--pin``: the CPUs the simulator runs on (this process and every client process get the others); empty: all.
+SIM_CPUS: set[int] = set()
+
+
 def start_sim(decode_tps: float, prefill_tps: float, slots: int, close: str = "off") -> tuple[subprocess.Popen, str]:
     """The simulator in its own process.  *close*: "off" (connections kept alive), "silent" (each chat
     connection closed after its response, which said keep-alive: llama.cpp's server does so) or "announced"
@@ -152,7 +158,8 @@ def start_sim(decode_tps: float, prefill_tps: float, slots: int, close: str = "o
            "--no-prefix-cache"]
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
     err = tempfile.TemporaryFile("w+")  # not a pipe: one nobody reads would block the simulator once full
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env,
+                            preexec_fn=(lambda: os.sched_setaffinity(0, SIM_CPUS)) if SIM_CPUS else None)
     line = proc.stdout.readline().strip()
     if not line.startswith("http"):
         proc.kill()
@@ -316,9 +323,18 @@ def main() -> None:
                     help="instead of this process's leverbench, the one of this source tree (a src/ directory), run in "
                          "its own process (as `leverbench run` has it); repeatable, each a variant: --src OLD/src "
                          "--src src compares another commit's client with this one's in one run, ABBA")
+    ap.add_argument("--pin", action="store_true", help="the simulator on the last CPU, this process and every "
+                    "client process on the others (os.sched_setaffinity): what the client adds when the server "
+                    "does not share its cores; a machine with fewer than 2 CPUs refuses it")
     ap.add_argument("--workers", default="1", help="client processes per stage (Ray actors), comma-separated: "
                     "each value a variant, compared side by side")
     args = ap.parse_args()
+    if args.pin:
+        cpus = sorted(os.sched_getaffinity(0))
+        if len(cpus) < 2:
+            raise SystemExit("--pin needs at least 2 CPUs: one for the simulator, the rest for the clients")
+        SIM_CPUS.add(cpus[-1])
+        os.sched_setaffinity(0, set(cpus[:-1]))  # before any thread or child: they inherit it
     levels = [int(x) for x in args.levels.split(",")]
     workers = [int(x) for x in args.workers.split(",")]
     sweeps = tuple(x for x in args.sweeps.split(",") if x)
@@ -403,6 +419,8 @@ def main() -> None:
     cpu = time.process_time() - cpu0
     print(f"\nwall clock {time.time() - t_start:.0f} s; client process CPU {cpu:.1f} s; load average (1, 5, 15 min) "
           f"{' '.join(f'{x:.2f}' for x in load0)} at the start, {' '.join(f'{x:.2f}' for x in os.getloadavg())} now")
+    if SIM_CPUS:
+        print(f"pinned: the simulator on CPU {sorted(SIM_CPUS)}, the clients on CPU {sorted(os.sched_getaffinity(0))}")
 
 
 ELSEWHERE = """
