@@ -39,8 +39,10 @@ began pairing the call that counted rather than a failed attempt it retried, ``m
 ``equal_work`` of ``handmade`` and ``sim`` and ``levers`` and ``verdicts`` of ``sim`` (its retried turns are now
 corrected: 9 turns, not 6); issue 27 added ``engines`` and ``gpu`` to every file (their ledgers hold no engine
 or GPU records: no mode, no starts, every arm's GPU "not recorded"); the rest of each file is as first
-computed.  These files catch change; tests/test_oracles.py checks the headline numbers against hand
-computation.
+computed; the ``revisits`` warning (a comparison whose later repeats met prompts its earlier repeats cached)
+was added to ``warnings`` and ``warning_items`` of ``demo1``, ``demo2`` and ``sim`` (those two keys only, the
+other items unchanged and in their order).  These files catch change; tests/test_oracles.py checks the
+headline numbers against hand computation.
 """
 
 from __future__ import annotations

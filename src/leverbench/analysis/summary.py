@@ -39,6 +39,7 @@ from .experiment.equal_work import equal_work, equal_work_rows, turns
 from .experiment.fidelity import fidelity
 from .experiment.levers import levers
 from .experiment.reasoning import prompt_discipline, reasoning_split
+from .experiment.revisits import revisit_warnings
 from .experiment.under_load import load_levers
 from .experiment.verdicts import verdicts
 from .hardware.engines import engines_section
@@ -211,6 +212,7 @@ def _summarize(ledger: Ledger, *, scenario: tuple[int, int] | None,
             warnings.append(RunWarning(WarningKind.REPLICATE, f"arms {c.arm!r} and {c.vs!r} differ in no knob (same "
                                        "engine, flags, requests and declared conditions): a replicate, not a lever; "
                                        "declare what differs in their conditions", c.arm))
+    warnings += revisit_warnings(ds, comps)
     drift_list, w = drift(ds)
     warnings += w
     pair_drift = pair_drifts(ds, comps)

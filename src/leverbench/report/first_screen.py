@@ -135,6 +135,11 @@ def lever_line(summary: dict[str, Any], lever: dict[str, Any], notes: Notes,
         parts.append(said)
     if lever.get("multiplier") is not None:
         parts.append(("total " if verdict is not None else "") + f"{lever['multiplier']:.2f}x")
+    revisit = revisit_note(summary, lever["arm"], lever.get("vs"))
+    if revisit and citable:
+        marks, more = notes.marks([revisit])
+        parts[-1] += f" {marks}"
+        numbers = [*numbers, *more]
     if any(equal_work):
         parts.append("both at equal work" if all(equal_work) and len(parts) > 1 else
                      "the total at equal work" if equal_work[1] and len(parts) > 1 else "at equal work")
@@ -150,6 +155,18 @@ def lever_line(summary: dict[str, Any], lever: dict[str, Any], notes: Notes,
     if lever.get("engaged") is False and guard.NOT_ENGAGED not in codes:
         cite += "; did NOT engage"
     return f"{name}  {pair}  {figure} · {cite}", numbers
+
+
+def revisit_note(summary: dict[str, Any], arm: str, vs: str | None) -> str | None:
+    """The first-visit figure of a pair whose later repeats revisited their own cached prompts (warning
+    ``revisits``, :mod:`...analysis.experiment.revisits`), as a note; None where there is none."""
+    start = f"{arm} vs {vs} on first visits"
+    for w in summary.get("warning_items") or []:
+        if w.get("kind") == "revisits" and str(w.get("text", "")).startswith(start):
+            figure = clauses(w["text"])[0].replace(" (the first repeat alone, one turn of each case, no interval)",
+                                                   " (the first repeat alone, no interval)")
+            return f"{figure}; later repeats hit the first one's cache (see revisits)"
+    return None
 
 
 def undecided_note(summary: dict[str, Any], verdict: dict[str, Any]) -> str:

@@ -63,6 +63,7 @@ class WarningKind(StrEnum):
     REPLAY_UNCHECKED = "replay_unchecked", "Replayed calls the recording has no usage for: prompts not checked"
     # whether the levers engaged
     NOT_ENGAGED = "not_engaged", "Levers that did not engage"
+    REVISITS = "revisits", "Comparisons whose later repeats met prompts the earlier repeats cached"
     ENGAGEMENT_UNKNOWN = "engagement_unknown", "Levers whose engagement nothing reports"
     MIXED_METRICS = "mixed_metrics", "Server metrics shared between arms"
     CLIENT_SERVER_DISAGREE = "client_server_disagree", "Client and server timings disagree"
