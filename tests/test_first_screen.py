@@ -155,7 +155,14 @@ def test_an_undecided_verdict_says_what_decides_it() -> None:
     mark = re.search(rf"undecided {v['ratio']:.2f}x \[{v['low']:.2f}–{v['high']:.2f}\] \[(\d)\]", line)
     assert mark and line.endswith("· citable")
     assert f"  [{mark[1]}] undecided: more repeats decide it (about 18 per case: --repeats 18)" in "\n".join(lines)
-    v["fixed_design_repeats"] = None
-    assert "(--repeats N), or --adaptive" in "\n".join(first_screen(s).lines())
+    v["fixed_design_repeats"] = None  # an effect at the bound: no number of repeats up to 10,000 decides it
+    assert "lies at the 1.10x bound, where no practical number of repeats decides it" in "\n".join(
+        first_screen(s).lines())
+    v["reason"] = "no spread: each case gave the same ratio on every repeat; no verdict"  # its own reason first
+    assert "undecided: no spread: each case gave the same ratio on every repeat" in "\n".join(first_screen(s).lines())
+    v["reason"] = None
     s["adaptive"] = {"max_repeats": 6, "initial_repeats": 2}
+    v["stopped_by"] = "max_repeats"
     assert "raise max_repeats" in "\n".join(first_screen(s).lines())
+    v["stopped_by"] = "max_gpu_hours"
+    assert "undecided: stopped by max_gpu_hours" in "\n".join(first_screen(s).lines())

@@ -138,7 +138,10 @@ def lever_line(summary: dict[str, Any], lever: dict[str, Any], notes: Notes,
     revisit = revisit_note(summary, lever["arm"], lever.get("vs"))
     if revisit and citable:
         marks, more = notes.marks([revisit])
-        parts[-1] += f" {marks}"
+        if parts:
+            parts[-1] += f" {marks}"
+        else:
+            parts.append(marks)
         numbers = [*numbers, *more]
     if any(equal_work):
         parts.append("both at equal work" if all(equal_work) and len(parts) > 1 else
@@ -163,22 +166,32 @@ def revisit_note(summary: dict[str, Any], arm: str, vs: str | None) -> str | Non
     start = f"{arm} vs {vs} on first visits"
     for w in summary.get("warning_items") or []:
         if w.get("kind") == "revisits" and str(w.get("text", "")).startswith(start):
-            figure = clauses(w["text"])[0].replace(" (the first repeat alone, one turn of each case, no interval)",
-                                                   " (the first repeat alone, no interval)")
+            figure = str(w["text"]).split("; the repeats after the first", 1)[0].replace(
+                " (each case's first turn, one a side, no interval)", " (each case's first turn, no interval)")
             return f"{figure}; later repeats hit the first one's cache (see revisits)"
     return None
 
 
 def undecided_note(summary: dict[str, Any], verdict: dict[str, Any]) -> str:
-    """What decides an undecided verdict: the repeats per case a fixed design would need (were the observed
-    effect and noise true), or, past an adaptive run's cap, a higher cap."""
+    """What decides an undecided verdict: its own reason where it has one (no spread: repeats cannot bound it);
+    in an adaptive run, what stopped it; else the repeats per case a fixed design would need (were the observed
+    effect and noise true), or, with the effect at the bound, that no practical number does."""
+    if verdict.get("reason"):
+        return f"undecided: {clauses(verdict['reason'])[0]}"
     n = verdict.get("fixed_design_repeats")
     known = isinstance(n, int) and n > 0
     if summary.get("adaptive"):
+        stopped = verdict.get("stopped_by")
+        if stopped != "max_repeats":
+            return f"undecided: stopped by {stopped or 'the run'} (--resume goes on)" if stopped == "not finished" \
+                else f"undecided: stopped by {stopped or 'the run'}"
         return (f"undecided when the repeats ran out: {f'about {n} per case' if known else 'more'} would decide it "
                 "(raise max_repeats)")
-    return (f"undecided: more repeats decide it ({f'about {n} per case: --repeats {n}' if known else '--repeats N'}), "
-            "or --adaptive adds them until it is decided")
+    if not known:
+        return (f"undecided: the ratio lies at the {verdict.get('min_effect', 1.1):.2f}x bound, where no practical "
+                "number of repeats decides it")
+    return f"undecided: more repeats decide it (about {n} per case: --repeats {n}), or --adaptive adds them until " \
+           "it is decided"
 
 
 def time_line(summary: dict[str, Any]) -> str | None:
