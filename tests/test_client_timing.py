@@ -14,6 +14,7 @@ import time
 
 import aiohttp
 import pytest
+from test_harness import answer_one_stream
 
 from leverbench.engines.simulator import SimConfig, SimulatorThread
 from leverbench.runner.client import Timeouts, client_session, stream_chat
@@ -97,19 +98,7 @@ async def _closes_on_next_request(reader: asyncio.StreamReader, writer: asyncio.
     """llama.cpp's way: a streamed answer that says keep-alive; the connection is dead for the next request
     (closed when it arrives, unanswered: deterministic, where a close right after the answer races)."""
     try:
-        head = await reader.readuntil(b"\r\n\r\n")
-        length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                      if line.lower().startswith(b"content-length"))
-        await reader.readexactly(length)
-        await asyncio.sleep(0.02)
-        events = [{"choices": [{"delta": {"content": "hi"}}]},
-                  {"choices": [{"delta": {}, "finish_reason": "stop"}],
-                   "usage": {"prompt_tokens": 3, "completion_tokens": 1}}]
-        body = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events) + b"data: [DONE]\n\n"
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
-                     b"Keep-Alive: timeout=5, max=100\r\n\r\n" + b"%x\r\n" % len(body) + body + b"\r\n0\r\n\r\n")
-        await writer.drain()
-        await reader.read(1)
+        await answer_one_stream(reader, writer, delay_s=0.02)
     except asyncio.CancelledError:  # the test's end: the server closes what is still open
         pass
     finally:

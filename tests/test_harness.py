@@ -202,22 +202,30 @@ def test_c_closed_loop_cached_share_follows_prefix_sharing(tmp_path):
         assert {r["prompt_tokens"] for r in recs} == {1 + 400 + UNIQUE_WORDS}
 
 
+async def answer_one_stream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delay_s: float = 0.0) -> None:
+    """Reads one request, waits *delay_s*, answers it with a two-event stream that says ``Keep-Alive``, then
+    waits for the next request on the connection (left unanswered: the caller closes it)."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                  if line.lower().startswith(b"content-length"))
+    await reader.readexactly(length)
+    if delay_s:
+        await asyncio.sleep(delay_s)
+    events = [{"choices": [{"delta": {"content": "hi"}}]},
+              {"choices": [{"delta": {}, "finish_reason": "stop"}],
+               "usage": {"prompt_tokens": 3, "completion_tokens": 1}}]
+    body = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events) + b"data: [DONE]\n\n"
+    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
+                 b"Keep-Alive: timeout=5, max=100\r\n\r\n" + b"%x\r\n" % len(body) + body + b"\r\n0\r\n\r\n")
+    await writer.drain()
+    await reader.read(1)  # the next request on this connection
+
+
 async def _closes_after_each_response(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     """Like llama.cpp's server: answers one streamed request with ``Keep-Alive``, then closes the
     connection when the next request arrives on it, without answering."""
     try:
-        head = await reader.readuntil(b"\r\n\r\n")
-        length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                      if line.lower().startswith(b"content-length"))
-        await reader.readexactly(length)
-        events = [{"choices": [{"delta": {"content": "hi"}}]},
-                  {"choices": [{"delta": {}, "finish_reason": "stop"}],
-                   "usage": {"prompt_tokens": 3, "completion_tokens": 1}}]
-        body = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events) + b"data: [DONE]\n\n"
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
-                     b"Keep-Alive: timeout=5, max=100\r\n\r\n" + b"%x\r\n" % len(body) + body + b"\r\n0\r\n\r\n")
-        await writer.drain()
-        await reader.read(1)  # the next request on this connection: closed unanswered
+        await answer_one_stream(reader, writer)
     finally:
         writer.close()
 
