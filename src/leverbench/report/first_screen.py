@@ -183,8 +183,8 @@ def undecided_note(summary: dict[str, Any], verdict: dict[str, Any]) -> str:
     if summary.get("adaptive"):
         stopped = verdict.get("stopped_by")
         if stopped != "max_repeats":
-            return f"undecided: stopped by {stopped or 'the run'} (--resume goes on)" if stopped == "not finished" \
-                else f"undecided: stopped by {stopped or 'the run'}"
+            resume = " (--resume goes on)" if stopped == "not finished" else ""
+            return f"undecided: stopped by {stopped or 'the run'}{resume}"
         return (f"undecided when the repeats ran out: {f'about {n} per case' if known else 'more'} would decide it "
                 "(raise max_repeats)")
     if not known:

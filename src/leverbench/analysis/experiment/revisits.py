@@ -123,8 +123,8 @@ def revisit_warnings(ds: Dataset, comps: Iterable[Comparison]) -> list[RunWarnin
         if not comp.controlled:
             continue
         hit = [(a, shares[a]) for a in (comp.arm, comp.vs) if shares.get(a, 0.0) >= REVISIT_SHARE]
-        ratio = first_visit_ratio(ds, comp.arm, comp.vs)
-        if not hit or ratio is None:
+        ratio = first_visit_ratio(ds, comp.arm, comp.vs) if hit else None  # its passes over the turns only here
+        if ratio is None:
             continue
         who = " and ".join(f"{a!r} {s:.0%}" for a, s in hit)
         out.append(RunWarning(
