@@ -64,6 +64,7 @@ def test_later_repeats_that_hit_the_first_ones_cache_are_warned_with_the_first_v
     note = next(ln for ln in first_screen(s).lines() if "on first visits" in ln)
     assert note.split("]")[0].strip() + "]" in line  # the lever's line points to the note
     assert "2.00x" in note and "revisits" in note
+    assert "the repeats after the first" not in note  # the figure alone: first_screen splits the text there
 
 
 def test_repeats_that_each_start_cold_are_not_warned():
