@@ -40,10 +40,15 @@ the actors, so it is left out.
 
 ``--bare`` runs, beside leverbench's client and against the same simulator, a bare aiohttp streaming client
 (``bare_client.py``: ~30 lines, its own process, no record and no ledger; its TTFT counted from the
-connection ready as leverbench's is), alternating with it at each level (ABBA over ``--repeats``), and
-prints them side by side: TTFT error p50 and p99 per repetition (median [range]) and pooled, its two parts
-(out: connection ready to the server's handler, the request's way there and the server's loop taking it;
-back: the server's first-token write to the client's stamp), the gap error, each client's CPU per call and
+connection ready, as one writes it by hand and as leverbench's was before its ledger's version 4;
+leverbench's counts from when the request went out, the client's own queue before that recorded apart as
+``send_s``: aiohttp on Python 3.11 writes a request from a task of its own, which a loop busy with a burst
+reaches late), alternating with it at each level (ABBA over ``--repeats``), and prints them side by side:
+TTFT error p50 and p99 per repetition (median [range]) and pooled, leverbench's send_s, the error's two
+parts (out: from where the times count to the server's handler, the request's way there and the server's
+loop taking it, itself in two where the simulator noted its read of the request: wire, until that read,
+and intake, the server's own dispatch to the handler; back: the server's first-token write to the
+client's stamp), the error counted from the server's read, the gap error, each client's CPU per call and
 the load average.  ``--server-close silent`` has the simulator close each chat connection after its
 response, as llama.cpp's server does (``announced``: with ``Connection: close``), so that every call of a
 lock-step burst opens a connection.  ``--src OLD/src --src src`` runs the leverbench of each source tree
@@ -110,10 +115,19 @@ def pct(xs: list[float], p: float) -> float:
 
 
 SIM_CODE = """
-import gc, sys
+import gc, sys, time
 gc.disable()
-from aiohttp import web
+from aiohttp import web, web_protocol, web_server
 import leverbench.engines.simulator.server as server
+
+class Noting(web_protocol.RequestHandler):  # when the loop read each connection's latest bytes: a truth's received
+    __slots__ = ("rx_at",)
+
+    def data_received(self, data):
+        self.rx_at = time.time()
+        super().data_received(data)
+
+web_server.RequestHandler = Noting
 close = sys.argv.pop(1)
 build = server.build_app
 
@@ -233,7 +247,8 @@ def compare(records: list[dict], truths: list[dict]) -> dict[str, dict]:
             continue
         st = out.setdefault(r["stage"], {"c": r["concurrency"], "sweep": r["sweep"], "ttft": [], "gap": [],
                                          "stamp": [], "lag": [], "loop": [], "e2e": [], "n": 0, "unmatched": 0,
-                                         "failed": 0, "errors": [], "t": [], "out": [], "back": []})
+                                         "failed": 0, "errors": [], "t": [], "out": [], "back": [], "wire": [],
+                                         "intake": [], "read": [], "send": []})
         if r.get("error") is not None:
             st["failed"] += 1
             err = r["error"]
@@ -246,13 +261,18 @@ def compare(records: list[dict], truths: list[dict]) -> dict[str, dict]:
             st["unmatched"] += 1
             continue
         st["n"] += 1
-        ready = r["t_send"] + (r.get("connect_s") or 0.0)  # the call's own times count from here
+        ready = r["t_send"] + (r.get("connect_s") or 0.0) + (r.get("send_s") or 0.0)  # the call's own times: from here
+        st["send"].append((r.get("send_s") or 0.0) * 1000)  # the client's own queue before the request went out
         st["t"].append(ready + r["latency_s"])
         st["t"].append(r["scheduled_t"])
         st["ttft"].append((r["ttft_s"] - (t["first_token"] - t["arrival"])) * 1000)
         # its two parts: the request's way to the server's handler, and the first token's way back to the stamp
         st["out"].append((t["arrival"] - ready) * 1000)
         st["back"].append((ready + r["ttft_s"] - t["first_token"]) * 1000)
+        if t.get("received") is not None:  # out in two: until the server's loop read the request, then its handler
+            st["wire"].append((t["received"] - ready) * 1000)
+            st["intake"].append((t["arrival"] - t["received"]) * 1000)
+            st["read"].append((r["ttft_s"] - (t["first_token"] - t["received"])) * 1000)
         ct, tt = r["chunk_t"], t["chunk_times"]
         for i in range(1, len(ct)):
             st["gap"].append(abs((ct[i] - ct[i - 1]) - (tt[i] - tt[i - 1])) * 1000)
@@ -524,15 +544,21 @@ def print_bare_comparison(clients: list[tuple[str, dict[tuple[str, int], list[di
                           bare: dict[tuple[str, int], list[dict]]) -> None:
     """Per sweep and level, each leverbench variant's TTFT and gap errors beside the bare client's (ms): each the
     median over repetitions [their range], and the p99 of every repetition's calls pooled, with the TTFT
-    error's two parts (pooled p99): out, from the connection ready to the server's handler (the request's way
-    there: the client sending it, the server's loop taking it), back, from the server's first-token write to
-    the client's stamp of it; each client's CPU per call."""
+    error's two parts (pooled p99): out, from when the client's times count (leverbench's: the request out,
+    after the client's own queue, send_s, shown apart as "send"; the bare client's: the connection ready, its
+    queue included) to the server's handler (the request's way there, the server's loop taking it), back, from the server's first-token write to
+    the client's stamp of it; out in its two parts where the simulator noted when its loop read the request
+    (wire: from the connection ready until then, the request's way and the server's loop getting round to
+    reading it; intake: from that read to the handler, the server's own dispatch), and the TTFT error
+    counted from the server's read ("read p99": wire + back, what is left when the server's dispatch is not
+    counted as the client's); each client's CPU per call."""
     print("\n=== leverbench vs the bare aiohttp client, same run, same server (ms; per repetition: median "
           "[min–max]; pooled: every repetition's calls) ===")
     for i, (name, _) in enumerate(clients):
         print(f"  L{i}: {name}")
     hdr = (f"{'sweep':>9} {'conc':>5} {'client':>6} {'reps':>4} {'calls':>6} {'failed':>6} | {'TTFT err p50':>20} "
-           f"{'p99':>20} {'pooled p99':>10} {'out p99':>7} {'back p99':>8} | {'gap err p99':>20} | "
+           f"{'p99':>20} {'pooled p99':>10} {'send p99':>8} {'out p99':>7} {'wire':>6} {'intake':>6} {'back p99':>8} "
+           f"{'read p99':>8} | {'gap err p99':>20} | "
            f"{'CPU ms/call':>11} | {'load 1m':>12}")
     print(hdr)
     print("-" * len(hdr))
@@ -547,7 +573,8 @@ def print_bare_comparison(clients: list[tuple[str, dict[tuple[str, int], list[di
             cpu = pct([x for x in map(cpu_per_call, sts) if not math.isnan(x)], 50)
             print(f"{key[0]:>9} {key[1]:>5} {who:>6} {len(sts):>4} {sum(st['n'] for st in sts):>6} "
                   f"{sum(st['failed'] for st in sts):>6} | {spread(sts, 'ttft', 50):>20} {spread(sts, 'ttft', 99):>20} "
-                  f"{pooled(sts, 'ttft'):>10.1f} {pooled(sts, 'out'):>7.1f} {pooled(sts, 'back'):>8.1f}"
+                  f"{pooled(sts, 'ttft'):>10.1f} {pooled(sts, 'send'):>8.1f} {pooled(sts, 'out'):>7.1f} {pooled(sts, 'wire'):>6.1f} "
+                  f"{pooled(sts, 'intake'):>6.1f} {pooled(sts, 'back'):>8.1f} {pooled(sts, 'read'):>8.1f}"
                   f" | {spread(sts, 'gap', 99):>20} | {cpu:>11.2f} | {loads[0]:>5.2f}–{loads[-1]:<5.2f}")
         for who, per in rows[:-1]:
             if per.get(key) and bare.get(key):
@@ -556,6 +583,10 @@ def print_bare_comparison(clients: list[tuple[str, dict[tuple[str, int], list[di
                 print(f"{'':>16} => {who}: pooled TTFT err p99 / bare's: {a / b:.2f}x "
                       f"({'below' if a < b else 'NOT below'}); its p99 below the bare client's in {wins} of "
                       f"{min(len(per[key]), len(bare[key]))} repetitions (paired in ABBA order)")
+                a, b = pooled(per[key], "read"), pooled(bare[key], "read")
+                if not (math.isnan(a) or math.isnan(b)):
+                    print(f"{'':>16} => {who}: counted from the server's read of the request (its dispatch left "
+                          f"out): pooled p99 {a:.1f} ms, bare's {b:.1f} ms: {a / b:.2f}x")
 
 
 @contextlib.contextmanager

@@ -78,6 +78,63 @@ def test_a_chunk_parsed_late_keeps_the_time_it_arrived(monkeypatch):
     assert all(-0.01 < x < 0.05 for x in late), late  # each parsed 0.1 s after it arrived
 
 
+def test_a_first_token_that_came_with_the_headers_keeps_the_time_it_arrived(monkeypatch):
+    """The whole answer arrives in one read, with its headers, while the loop has 0.3 s of other work queued
+    before the call's task (as with 128 streams answering together): the task finds the first token already
+    there when it resumes, and its time is when the connection read it (StampedHandler), not 0.3 s later."""
+    received = aiohttp.client_proto.ResponseHandler.data_received
+
+    def busy_before(self, data):
+        if data.startswith(b"HTTP/1.1 200"):  # the loop has other work queued before the task this wakes
+            asyncio.get_running_loop().call_soon(time.sleep, 0.3)
+        return received(self, data)
+
+    monkeypatch.setattr(aiohttp.client_proto.ResponseHandler, "data_received", busy_before)
+
+    async def go():
+        server = await asyncio.start_server(answer_one_stream, "127.0.0.1", 0)
+        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1/chat/completions"
+        async with server, client_session() as session:
+            t = time.perf_counter()
+            rec = (await stream_chat(session, url, BODY)).record
+            return rec, time.perf_counter() - t
+
+    rec, took = asyncio.run(go())
+    assert rec.error is None and took >= 0.3
+    assert rec.ttft_s is not None and rec.ttft_s < 0.15 and rec.latency_s < 0.15, (rec.ttft_s, rec.latency_s)
+
+
+def test_the_time_a_request_waits_to_go_out_is_recorded_apart_and_hides_in_no_other_time(monkeypatch):
+    """aiohttp writes a request's body (its headers go with it) from a task of its own, which on a loop with
+    0.3 s of other work queued before it goes out 0.3 s after the connection was ready (as with 128 streams
+    opening connections together): that wait is the call's send_s; its TTFT, latency and chunk times count
+    from when the request went out, and connect_s + send_s + latency_s is still the call's whole time."""
+    import leverbench.runner.connections as connections
+
+    ready = connections._on_create_end
+
+    async def busy_after(session, ctx, params):  # the loop has other work queued before the task that writes it
+        await ready(session, ctx, params)
+        asyncio.get_running_loop().call_soon(time.sleep, 0.3)
+
+    monkeypatch.setattr(connections, "_on_create_end", busy_after)
+
+    async def go():
+        server = await asyncio.start_server(answer_one_stream, "127.0.0.1", 0)
+        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1/chat/completions"
+        async with server, client_session() as session:
+            t = time.perf_counter()
+            rec = (await stream_chat(session, url, BODY)).record
+            return rec, time.perf_counter() - t
+
+    rec, took = asyncio.run(go())
+    assert rec.error is None and took >= 0.3
+    assert 0.3 <= rec.send_s < 0.4, rec.send_s
+    assert rec.ttft_s < 0.1 and rec.latency_s < 0.1, (rec.ttft_s, rec.latency_s)
+    assert rec.connect_s + rec.send_s + rec.latency_s == pytest.approx(took, abs=0.05)
+    assert rec.t_end - rec.t_send == pytest.approx(took, abs=0.05)
+
+
 def test_the_idle_limit_holds_without_a_timer_per_chunk():
     """A stream longer than idle_s whose chunks come every 5 ms is not cut (the one timer looks again when
     it fires); one whose chunks come every 50 ms with idle_s = 20 ms is, as timeout_idle."""
@@ -154,7 +211,7 @@ class _DeadThenLive:
     def __init__(self, exc: Exception):
         self.exc, self.posts = exc, 0
 
-    async def post(self, url, *, json, headers, timeout, trace_request_ctx):
+    async def post(self, url, *, data, headers, timeout, trace_request_ctx):
         self.posts += 1
         if self.posts == 1:
             trace_request_ctx.reused, trace_request_ctx.sent_at = True, time.perf_counter() - 0.3

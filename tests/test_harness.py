@@ -28,8 +28,8 @@ FAST = dict(prefill_tps=1_000_000.0, decode_tps=200.0, output_tokens=10)  # a ca
 
 
 def call_end(rec: dict) -> float:
-    """Epoch time a recorded call ended: t_send + connect_s + latency_s."""
-    return rec["t_send"] + (rec.get("connect_s") or 0.0) + (rec.get("latency_s") or 0.0)
+    """Epoch time a recorded call ended: t_send + connect_s + send_s + latency_s."""
+    return rec["t_send"] + (rec.get("connect_s") or 0.0) + (rec.get("send_s") or 0.0) + (rec.get("latency_s") or 0.0)
 
 
 def experiment(tmp: Path, arms: dict[str, str], load_toml: str = "", *, prompt: str = "hello there",
@@ -69,7 +69,7 @@ def test_a_slow_ledger_write_delays_no_send_and_no_turn(tmp_path, monkeypatch):
         assert nxt["scheduled_t"] == pytest.approx(call_end(prev), abs=1e-6)
         gap = nxt["t_send"] - call_end(prev)
         assert 0 <= gap < 0.05, f"request {nxt['repeat']} went out {gap * 1000:.0f} ms after the previous call ended"
-    in_calls = sum(c["connect_s"] + c["latency_s"] for c in calls)
+    in_calls = sum(c["connect_s"] + c.get("send_s", 0.0) + c["latency_s"] for c in calls)
     assert turns[0]["turn_s"] - in_calls < 0.05  # no append inside the turn's wall clock
 
 
@@ -109,8 +109,9 @@ def test_b_connect_time_is_recorded_apart_and_out_of_ttft():
         server_ttft = t["first_token"] - t["arrival"]
         assert rec["ttft_s"] == pytest.approx(server_ttft, abs=0.03)  # TTFT holds no connect time
         # nothing lost end to end: start + connect + ttft is when the first token was written (one clock)
-        assert rec["t_send"] + rec["connect_s"] + rec["ttft_s"] == pytest.approx(t["first_token"], abs=0.03)
-        assert rec["t_send"] + rec["connect_s"] + rec["latency_s"] == pytest.approx(t["end"], abs=0.03)
+        out = rec["t_send"] + rec["connect_s"] + rec.get("send_s", 0.0)  # when the request went out
+        assert out + rec["ttft_s"] == pytest.approx(t["first_token"], abs=0.03)
+        assert out + rec["latency_s"] == pytest.approx(t["end"], abs=0.03)
 
 
 def test_b_turns_and_load_stages_keep_connections_alive_per_arm(tmp_path):

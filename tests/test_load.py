@@ -328,7 +328,7 @@ speed = 4.0
         calls.sort(key=lambda r: r["step"])
         for prev, nxt in zip(calls, calls[1:]):
             # the next round is scheduled when the previous answer ended plus its tool wait / speed
-            end = prev["t_send"] + prev["connect_s"] + prev["latency_s"]  # its times count from connection ready
+            end = prev["t_send"] + prev["connect_s"] + prev.get("send_s", 0.0) + prev["latency_s"]  # its whole time
             assert nxt["scheduled_t"] - end == pytest.approx(waits[prev["repeat"]] / 4.0, abs=1e-6)
             assert nxt["cached_tokens"] >= prev["prompt_tokens"] - 16  # the conversation so far was cached
         assert all(r["prompt_tokens"] == r["target_input_tokens"] for r in calls)
@@ -448,3 +448,14 @@ def test_the_load_table_shows_every_call_and_the_successful_ones_beside_them():
     assert row["E2E"] == "750 / 54699" and row["E2E ok"] == "700 / 1092"  # ms, p50 / p99 (hand: above)
     assert row["TTFT"] == "100 / 54609" and row["TTFT ok"] == "100 / 100"
     assert any("elapsed time" in n for n in t.notes)
+
+
+def test_the_clients_own_wait_to_send_counts_in_every_latency_from_the_schedule():
+    """A call's ``send_s`` (ledger version 4: connection ready → request out, the client's own queue) is added
+    back from the schedule as ``connect_s`` is: e2e = delay + connect_s + send_s + latency_s, TTFT likewise;
+    a record without it (a version-3 ledger) counts as sent when ready.  By hand: lag 0.01, connect 0.02, send
+    0.03, latency 0.5, ttft 0.1 → e2e 0.56, TTFT 0.16; without send_s, 0.53 and 0.13."""
+    with_send = _row([_call(0, 0.5, lag=0.01, connect_s=0.02, send_s=0.03)])
+    assert with_send["e2e"]["p50"] == pytest.approx(0.56) and with_send["ttft"]["p50"] == pytest.approx(0.16)
+    without = _row([_call(0, 0.5, lag=0.01, connect_s=0.02)])
+    assert without["e2e"]["p50"] == pytest.approx(0.53) and without["ttft"]["p50"] == pytest.approx(0.13)

@@ -1,4 +1,4 @@
-"""The ledger's rows of the engines the tool starts and of the GPUs (schema ``leverbench.ledger/3``), as the
+"""The ledger's rows of the engines the tool starts and of the GPUs (schema ``leverbench.ledger/3`` and later), as the
 reader hands them (see :mod:`.rows`: they describe, :mod:`.schema` checks).  No ``from __future__ import
 annotations``, as in :mod:`.rows`."""
 

@@ -4,8 +4,9 @@
 ``run`` header; every later line is one of the kinds below.  A record is never
 rewritten: a resumed run appends a ``resume`` record and continues.
 
-Schema ``leverbench.ledger/3`` (version 1 lacked the kinds ``engine_start``, ``engine_stop`` and ``gpu`` and the
-header's ``engines`` and ``host.gpu``, version 2 the kind ``engine_warmed``; older ledgers read unchanged,
+Schema ``leverbench.ledger/4`` (version 1 lacked the kinds ``engine_start``, ``engine_stop`` and ``gpu`` and the
+header's ``engines`` and ``host.gpu``, version 2 the kind ``engine_warmed``, version 3 a call's ``send_s``, its
+times counting from when its connection was ready; older ledgers read unchanged,
 :mod:`.upgrade`):
 
 - ``run``: schema, tool_version, run_id, started_at (ISO 8601 UTC), host{...},
@@ -98,7 +99,7 @@ from ..bounds import MAX_COUNT
 from ..json_types import JSONObject, JSONValue  # noqa: F401 (JSONObject's forward reference, for get_type_hints)
 from .rows import CallExtras, CallRow, TimingsRow, ToolCallRow, TurnRow
 
-LEDGER_SCHEMA = "leverbench.ledger/3"
+LEDGER_SCHEMA = "leverbench.ledger/4"
 LEDGER_SCHEMA_NAME, LEDGER_SCHEMA_VERSION = LEDGER_SCHEMA.rsplit("/", 1)
 SUMMARY_SCHEMA = "leverbench.summary/1"
 
@@ -168,8 +169,10 @@ class CallRecord:
     Written by :meth:`to_dict`: the fields in this order (a field made with ``omit_none=True`` only when
     it is not None), the keys of ``extra`` right after the head (``turn_id``).  Times: ``t_send`` is
     epoch seconds; ``ttft_s``, ``t_first_answer_s``, ``latency_s`` and ``chunk_t`` count from when the
-    connection was ready, i.e. from t_send + connect_s, so that connect time never hides in them (a
-    call's full time is connect_s + latency_s; it ended at :attr:`t_end`).
+    request went out, i.e. from t_send + connect_s + send_s (:attr:`t_out`), so that neither connect
+    time nor the client's own delay in sending hides in them (a call's full time is connect_s + send_s
+    + latency_s; it ended at :attr:`t_end`).  A ledger before version 4 has no ``send_s``: its times
+    count from the connection ready.
     """
 
     # -- who: set by the caller (the turn runner, a probe, a load stage)
@@ -184,6 +187,8 @@ class CallRecord:
     connect_s: Seconds | None = _f(column=NUMBER)  # s opening a new connection (DNS, TCP, TLS); 0.0 reused; null: none made
     stale_connection: bool | None = _f(omit_none=True)  # true: a kept-alive connection the server had closed;
     #                                                     the call went out on a new one (connect_s from the start)
+    send_s: Seconds | None = _f(omit_none=True, column=NUMBER)  # s from the connection ready until the request went
+    #                  out: the client's own queue (aiohttp writes a request from a task of its own); null: not seen
     ttft_s: Seconds | None = _f(column=NUMBER)  # → the first chunk with content (reasoning included)
     t_first_answer_s: Seconds | None = _f(column=NUMBER)  # → the first chunk of the visible answer
     latency_s: Seconds | None = _f(column=NUMBER)  # → the stream's [DONE], or its end
@@ -228,9 +233,15 @@ class CallRecord:
     extra: CallExtras = field(default_factory=CallExtras)
 
     @property
+    def t_out(self) -> float:
+        """Epoch time the request went out, from which the call's own times count: t_send + connect_s + send_s
+        (None counts as 0)."""
+        return self.t_send + (self.connect_s or 0.0) + (self.send_s or 0.0)
+
+    @property
     def t_end(self) -> float:
-        """Epoch time the call ended: t_send + connect_s + latency_s (None counts as 0)."""
-        return self.t_send + (self.connect_s or 0.0) + (self.latency_s or 0.0)
+        """Epoch time the call ended: t_send + connect_s + send_s + latency_s (None counts as 0)."""
+        return self.t_out + (self.latency_s or 0.0)
 
     def failed_as(self, *classes: ErrorClass) -> bool:
         """Whether the call failed with one of *classes* (any class when none is given)."""

@@ -66,6 +66,7 @@ class CallFields(TypedDict, total=False):
     t_send: float
     connect_s: float | None
     stale_connection: bool
+    send_s: float
     ttft_s: float | None
     t_first_answer_s: float | None
     latency_s: float | None

@@ -21,7 +21,9 @@ registers :func:`additive`: its older ledgers are read as they are, line for lin
 
 The chain: version 2 (``engine_start``, ``engine_stop`` and ``gpu`` records, the header's ``engines`` and
 ``host.gpu``) adds to version 1 only; version 3 (``engine_warmed`` records: an engine's start is written
-before its warm-up, which follows in a record of its own) adds to version 2 only.
+before its warm-up, which follows in a record of its own) adds to version 2 only; version 4 (a call's
+``send_s``: its times count from when its request went out, not from when its connection was ready; a
+version-3 call, without it, counts as sent when ready) adds to version 3 only.
 """
 
 from __future__ import annotations
@@ -124,3 +126,4 @@ def upgrade_lines(data: bytes, version: int) -> bytes:
 
 upgrade_to(2)(additive)
 upgrade_to(3)(additive)
+upgrade_to(4)(additive)

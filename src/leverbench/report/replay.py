@@ -75,7 +75,7 @@ def _turn_view(turn: dict[str, Any], calls: list[dict[str, Any]]) -> dict[str, A
     end = 0.0
     for c in calls:
         start = (c["t_send"] - t0) if t0 is not None and number(c.get("t_send")) is not None else 0.0
-        start += number(c.get("connect_s")) or 0.0  # its chunk times count from when its connection was ready
+        start += (number(c.get("connect_s")) or 0.0) + (number(c.get("send_s")) or 0.0)  # chunk times: from the request out
         texts = _chunks_text(c)
         if texts is None:
             text_ok = False
@@ -103,8 +103,8 @@ def replay_data(ledger: Ledger, *, cases: list[str] | None = None, arms: list[st
                 repeats: list[int] | None = None, max_events: int | None = None) -> dict[str, Any]:
     """The replay's data: for each finished turn (arm, case, repeat), its calls' chunk times and texts.
 
-    Call k of a turn starts at its t_send + connect_s − the turn's first t_send; chunk times are seconds after
-    that (after its connection was ready).  ``text_stored`` is False when the ledger holds no text (then the
+    Call k of a turn starts at its t_send + connect_s + send_s − the turn's first t_send; chunk times are seconds
+    after that (after its request went out).  ``text_stored`` is False when the ledger holds no text (then the
     replay shows timing only).
     With ``max_events``, whole repeats are added in order while the chunk count stays under it.
     """

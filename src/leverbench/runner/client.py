@@ -134,9 +134,11 @@ async def stream_chat(
 
     Times: ``t_send`` is the epoch time the call started; ``connect_s`` the seconds it spent
     opening a new connection (0.0 on a reused one; None when none was made or the session is not
-    a :func:`client_session`); every other time (``ttft_s``, ``latency_s``, ``chunk_t``) is seconds
-    after the connection was ready, i.e. after start + connect_s (``time.perf_counter``), so that
-    connect and TLS time never hide in them: the call's full time is connect_s + latency_s.
+    a :func:`client_session`); ``send_s`` the seconds from then until the request went out (the
+    client's own queue: :meth:`~.connections.ConnectTiming.send_s`); every other time (``ttft_s``,
+    ``latency_s``, ``chunk_t``) is seconds after the request went out, i.e. after start + connect_s +
+    send_s (``time.perf_counter``), so that neither connect and TLS time nor the client's own delay
+    hide in them: the call's full time is connect_s + send_s + latency_s.
     """
     body = {**body, "stream": True}
     body.setdefault("stream_options", {"include_usage": True})
@@ -160,7 +162,7 @@ async def stream_chat(
     try:
         async with asyncio.timeout_at(start + min(timeouts.first_token_s, timeouts.total_s)) as deadline:
             async with await post(session, url, body, headers, timeout, conn, t0) as resp:
-                st.t0 = t0 + (conn.connect_s or 0.0)  # chunk times count from when the connection was ready
+                st.t0 = t0 + (conn.connect_s or 0.0) + (conn.send_s(t0) or 0.0)  # chunk times: from the request out
                 proto = protocol_of(resp)
                 status = resp.status
                 phase = "response"
@@ -169,7 +171,7 @@ async def stream_chat(
                     error = _error(ErrorClass.HTTP_STATUS, _body_error_message(status, raw))
                 else:
                     # each line comes with the time its bytes arrived (sse.Arrivals), not the time it is parsed
-                    async for raw_line, now in SSELines(resp.content):
+                    async for raw_line, now in SSELines(resp.content, rx_at=getattr(proto, "rx_at", None)):
                         if idle is not None:
                             idle.last = now
                         line = raw_line.strip()
@@ -237,7 +239,8 @@ async def stream_chat(
     finally:
         if idle is not None:
             idle.stop()
-    t_end = (t_done if t_done is not None else time.perf_counter()) - (t0 + (conn.connect_s or 0.0))
+    send_s = conn.send_s(t0)
+    t_end = (t_done if t_done is not None else time.perf_counter()) - (t0 + (conn.connect_s or 0.0) + (send_s or 0.0))
     if error is None and status is not None and status < 400:
         if not st.done and st.finish_reason is None:
             error = _error(ErrorClass.STREAM_CUT, "stream ended without a finish reason or [DONE]")
@@ -252,6 +255,7 @@ async def stream_chat(
     rec = record if record is not None else CallRecord()
     rec.t_send = t_send
     rec.connect_s = conn.connect_s
+    rec.send_s = round(send_s, 6) if send_s is not None else None
     rec.stale_connection = True if conn.stale else None
     rec.ttft_s = st.first_token_s
     rec.t_first_answer_s = st.first_answer_s

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import functools
 import time
 import weakref
 from typing import Any
 
 import aiohttp
+from aiohttp.client_proto import ResponseHandler
+from aiohttp.payload import BytesPayload
 
 from ..workload.chat import ChatBody
 from .strict_json import dumps as strict_dumps
@@ -30,14 +33,15 @@ DRAIN_S = 0.05  # how long a stream's end after [DONE] is waited for (outside th
 class ConnectTiming:
     """What the session's trace hooks saw of one request's connection (pass as ``trace_request_ctx``)."""
 
-    __slots__ = ("start", "end", "reused", "stale", "sent_at")
+    __slots__ = ("start", "end", "reused", "stale", "sent_at", "wrote_at")
 
     def __init__(self) -> None:
         self.start: float | None = None
         self.end: float | None = None
         self.reused = False
         self.stale = False  # a reused connection turned out closed by the server; the call went out on a new one
-        self.sent_at: float | None = None  # when the request's headers went out (time.perf_counter)
+        self.sent_at: float | None = None  # when aiohttp took the request's headers (time.perf_counter)
+        self.wrote_at: float | None = None  # when the request went out: its body's write began (StampedPayload)
 
     @property
     def connect_s(self) -> float | None:
@@ -50,6 +54,32 @@ class ConnectTiming:
         if self.start is not None and self.end is not None:
             return self.end - self.start
         return None
+
+    def send_s(self, t0: float) -> float | None:
+        """Seconds from the connection ready (*t0*, the call's start, + :attr:`connect_s`) until the request went
+        out (:attr:`wrote_at`); None when it was not seen going out.  The client's own queue: aiohttp writes a
+        request's body from a task of its own (on Python < 3.12 not started at once), which a loop busy with
+        many streams reaches late (at 128 new connections at once, 10-25 ms)."""
+        if self.wrote_at is None:
+            return None
+        return max(0.0, self.wrote_at - (t0 + (self.connect_s or 0.0)))
+
+
+class StampedPayload(BytesPayload):
+    """A request's JSON body that notes in its :class:`ConnectTiming` when it began to go out (``wrote_at``): the
+    request's headers are held back and go with it, so that is when the request left."""
+
+    def __init__(self, value: bytes, conn: ConnectTiming, **kw: Any):
+        super().__init__(value, content_type="application/json", **kw)
+        self._conn = conn
+
+    async def write(self, writer: Any) -> None:
+        self._conn.wrote_at = time.perf_counter()
+        await super().write(writer)
+
+    async def write_with_length(self, writer: Any, content_length: int | None) -> None:
+        self._conn.wrote_at = time.perf_counter()
+        await super().write_with_length(writer, content_length)
 
 
 def _timing(ctx: Any) -> ConnectTiming | None:
@@ -77,6 +107,21 @@ async def _on_reuse(session: Any, ctx: Any, params: Any) -> None:
         t.reused = True
 
 
+class StampedHandler(ResponseHandler):
+    """aiohttp's protocol for a connection, noting when its latest bytes came in (``rx_at``,
+    ``time.perf_counter()``, in the loop's I/O callback, before any task runs).  What arrived before a stream's
+    reader could stamp it (:class:`~leverbench.runner.sse.Arrivals`: the first chunk that came with, or just
+    after, the headers, while the call's task waited its turn on a busy loop) counts from there, not from when
+    the task got round to it: with 128 streams answering together, the last task to resume would otherwise
+    stamp its first token after the 127 others had run."""
+
+    rx_at: float | None = None
+
+    def data_received(self, data: bytes) -> None:
+        self.rx_at = time.perf_counter()
+        super().data_received(data)
+
+
 def client_session(*, keep_alive: bool = True, **connector_kw: Any) -> aiohttp.ClientSession:
     """The HTTP session leverbench calls an endpoint with: its connect time measured apart.
 
@@ -94,6 +139,9 @@ def client_session(*, keep_alive: bool = True, **connector_kw: Any) -> aiohttp.C
     trace.on_request_headers_sent.append(_on_headers_sent)
     kw: dict[str, bool | float] = {"force_close": True} if not keep_alive else {"keepalive_timeout": IDLE_CLOSE_S}
     conn = aiohttp.TCPConnector(limit=0, **kw, **connector_kw)
+    factory = getattr(conn, "_factory", None)  # (an aiohttp that makes its protocols otherwise: lines stamped when read)
+    if isinstance(factory, functools.partial) and factory.func is ResponseHandler:
+        conn._factory = functools.partial(StampedHandler, *factory.args, **factory.keywords)
     return aiohttp.ClientSession(connector=conn, trace_configs=[trace], json_serialize=strict_dumps)
 
 
@@ -161,9 +209,11 @@ async def post(session: aiohttp.ClientSession, url: str, body: ChatBody, headers
     session learns from it (:class:`ServerHabit`).
     """
     habit = server_habit(session)
+    data = strict_dumps(body).encode()
     while True:
         try:
-            resp = await session.post(url, json=body, headers=headers, timeout=timeout, trace_request_ctx=conn)
+            resp = await session.post(url, data=StampedPayload(data, conn), headers=headers, timeout=timeout,
+                                      trace_request_ctx=conn)
         except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError) as exc:
             if not conn.reused:
                 raise
@@ -176,7 +226,7 @@ async def post(session: aiohttp.ClientSession, url: str, body: ChatBody, headers
             late = conn.sent_at is not None and time.perf_counter() - conn.sent_at > STALE_MAX_S
             if late and not _unread(exc):
                 raise
-            conn.reused, conn.stale, conn.start, conn.sent_at = False, True, t0, None
+            conn.reused, conn.stale, conn.start, conn.sent_at, conn.wrote_at = False, True, t0, None, None
             continue
         if conn.reused:
             habit.reused()

@@ -35,7 +35,7 @@ lagged, or ``max_in_flight`` was reached) keeps its scheduled time, so the
 delay is counted in its latency instead of being silently omitted
 ("coordinated omission").  A closed-loop stage keeps ``concurrency`` calls in
 flight; a call's scheduled time is the end of its client's previous call
-(t_send + connect_s + latency_s), and it is sent then: the runner hands the
+(t_send + connect_s + send_s + latency_s), and it is sent then: the runner hands the
 previous record to the ledger's writer thread without waiting for its fsync.
 A stage's schedule is computed once (:meth:`StageRun.schedule`); a stage with
 ``workers`` > 1 has it split (:func:`~.shares.split`) and each share sent by

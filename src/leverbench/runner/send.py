@@ -175,7 +175,7 @@ class ArmSender:
                           and not rec.rejected_fields)
             if will_retry:
                 rec.retried = True
-                retried_s += (rec.connect_s or 0.0) + (rec.latency_s or 0.0)
+                retried_s += (rec.connect_s or 0.0) + (rec.send_s or 0.0) + (rec.latency_s or 0.0)
             if uncounted and defer_counting:
                 self.recorder.defer(self._count_then_append(messages, got, rec))
             elif later:

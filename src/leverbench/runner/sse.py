@@ -59,11 +59,14 @@ class Arrivals(deque):
     the call's task got round to parsing it: with 128 streams whose chunks arrive together, the last
     parsed would otherwise be stamped after the 127 others' parsing (and after whatever else the loop ran
     in between).  Pieces that were there before (the body's start that came with the headers) count as
-    arrived when installed."""
+    arrived when the connection's protocol last read (``rx_at``: :class:`~leverbench.runner.connections.StampedHandler`),
+    or where that is not known, when installed."""
 
-    def __init__(self, pieces: Any, first_offset: int = 0):
+    def __init__(self, pieces: Any, first_offset: int = 0, rx_at: float | None = None):
         super().__init__(pieces)
         now = time.perf_counter()
+        if rx_at is not None and rx_at <= now:
+            now = rx_at
         self.stamps: deque[tuple[float, int]] = deque((now, len(p)) for p in self)
         if self.stamps and first_offset:
             self.stamps[0] = (now, self.stamps[0][1] - first_offset)
@@ -73,13 +76,14 @@ class Arrivals(deque):
         super().append(piece)
 
     @classmethod
-    def install(cls, content: Any) -> Arrivals | None:
-        """Put an :class:`Arrivals` in *content*'s buffer (before anything is read from it); None where
-        *content* is not the aiohttp ``StreamReader`` this knows (then lines are stamped as they are read)."""
+    def install(cls, content: Any, rx_at: float | None = None) -> Arrivals | None:
+        """Put an :class:`Arrivals` in *content*'s buffer (before anything is read from it; what is there
+        already arrived at *rx_at*, when known); None where *content* is not the aiohttp ``StreamReader`` this
+        knows (then lines are stamped as they are read)."""
         buf = getattr(content, "_buffer", None)
         if type(buf) is not deque:
             return buf if isinstance(buf, Arrivals) else None
-        arrivals = cls(buf, getattr(content, "_buffer_offset", 0))
+        arrivals = cls(buf, getattr(content, "_buffer_offset", 0), rx_at)
         content._buffer = arrivals
         return arrivals
 
@@ -107,10 +111,10 @@ class SSELines:
     512 KiB in 3.14): lines up to ``limit`` bytes are returned whole; a longer one raises
     :class:`SSELineTooLong`.  Create it before anything is read from *content*."""
 
-    def __init__(self, content: aiohttp.StreamReader, limit: int = MAX_SSE_LINE_BYTES):
+    def __init__(self, content: aiohttp.StreamReader, limit: int = MAX_SSE_LINE_BYTES, rx_at: float | None = None):
         self.content = content
         self.limit = limit
-        self.arrivals = Arrivals.install(content)
+        self.arrivals = Arrivals.install(content, rx_at)
         self.lines: deque[tuple[bytes, float]] = deque()
         self.head: list[bytes] = []  # the start of a line still waiting for its end
         self.head_size = 0

@@ -37,7 +37,7 @@ def dataset_spans(ds: Dataset, loads: Iterable[Mapping[str, Any]]) -> tuple[list
     c, t = ds.call, ds.turn
     names = np.asarray(ds.arm_names, dtype=object)
     ok = c.ok & np.isfinite(c.ttft_s) & np.isfinite(c.latency_s)
-    sent = c.t_send + np.nan_to_num(c.connect_s)
+    sent = c.t_send + np.nan_to_num(c.connect_s) + np.nan_to_num(c.send_s)
     spans: list[CallSpan] = [(str(a), "turns", float(s), float(f), float(e)) for a, s, f, e in
                              zip(names[c.arm[ok]], sent[ok], c.ttft_s[ok], c.latency_s[ok])]
     spans += call_spans([*ds.probes, *ds.sentinels, *loads])

@@ -33,18 +33,20 @@ meets an SLO (``goodput_rps``, ``slo_met_share``), whatever its elapsed time.
 
 Definitions (per successful call unless said otherwise; times in seconds; tokens as the server
 counted them in ``usage``).  A call's ``ttft_s``, ``t_first_answer_s``,
-``latency_s`` and ``chunk_t`` count from when its connection was ready;
-``connect_s`` (0 on a reused connection, and where the record has none) is the
-time it spent opening one, so from the schedule it is added back:
+``latency_s`` and ``chunk_t`` count from when its request went out; ``connect_s``
+(0 on a reused connection, and where the record has none) is the time it spent
+opening a connection and ``send_s`` (0 where the record has none: a ledger before
+version 4 counts from the connection ready) the client's own queue from then until
+the request went out, so from the schedule both are added back:
 
 - delay       = t_send − scheduled_t           (how late the call went out, for whatever reason)
 - slot_wait   = slot_wait_s: of that delay, the time it waited for a ``max_in_flight`` slot (0 where the
                 record has none: no cap, or a ledger from before it was recorded)
 - client_lag  = delay − slot_wait              (the client's own lateness: its loop, its machine)
-- ready       = t_send + connect_s             (epoch the connection was ready; chunk i arrived at ready + chunk_t[i])
-- ttft        = delay + connect_s + ttft_s            (first streamed token, reasoning included)
-- ttfat       = delay + connect_s + t_first_answer_s  (first token of the answer proper)
-- e2e         = delay + connect_s + latency_s         (scheduled send → last byte; for a failed call,
+- ready       = t_send + connect_s + send_s    (epoch the request went out; chunk i arrived at ready + chunk_t[i])
+- ttft        = delay + connect_s + send_s + ttft_s            (first streamed token, reasoning included)
+- ttfat       = delay + connect_s + send_s + t_first_answer_s  (first token of the answer proper)
+- e2e         = delay + connect_s + send_s + latency_s         (scheduled send → last byte; for a failed call,
                                                       → its failure: its elapsed time)
 - ttft, ttfat of a failed call: as above where it had that token, else its e2e (a lower bound)
 - connect     = connect_s, over the calls that opened a connection (``new_connections`` counts them)
@@ -150,7 +152,8 @@ def columns(rs: Sequence[Mapping[str, object]]) -> dict[str, np.ndarray]:
 
     timings = [r.get("timings") or {} for r in rs]
     return {
-        "t_send": col("t_send"), "connect_s": col("connect_s"), "scheduled_t": col("scheduled_t"),
+        "t_send": col("t_send"), "connect_s": col("connect_s"), "send_s": col("send_s"),
+        "scheduled_t": col("scheduled_t"),
         "slot_wait_s": col("slot_wait_s"),
         "ttft_s": col("ttft_s"), "t_first_answer_s": col("t_first_answer_s"), "latency_s": col("latency_s"),
         "completion_tokens": col("completion_tokens"), "prompt_tokens": col("prompt_tokens"),
@@ -183,24 +186,31 @@ def connect(c: Cols) -> np.ndarray:
     return np.nan_to_num(c["connect_s"], nan=0.0)
 
 
+def send(c: Cols) -> np.ndarray:
+    """Seconds from the connection ready until the request went out (the client's own queue): send_s (0 where
+    the record has none)."""
+    return np.nan_to_num(c["send_s"], nan=0.0)
+
+
 def ready(c: Cols) -> np.ndarray:
-    """Epoch at which the call's connection was ready, from which its own times count: t_send + connect_s."""
-    return c["t_send"] + connect(c)
+    """Epoch at which the call's request went out, from which its own times count: t_send + connect_s + send_s."""
+    return c["t_send"] + connect(c) + send(c)
 
 
 def ttft(c: Cols) -> np.ndarray:
-    """Time to first token from the schedule: delay + connect_s + ttft_s."""
-    return delay(c) + connect(c) + c["ttft_s"]
+    """Time to first token from the schedule: delay + connect_s + send_s + ttft_s."""
+    return delay(c) + connect(c) + send(c) + c["ttft_s"]
 
 
 def ttfat(c: Cols) -> np.ndarray:
-    """Time to first answer token (reasoning excluded) from the schedule: delay + connect_s + t_first_answer_s."""
-    return delay(c) + connect(c) + c["t_first_answer_s"]
+    """Time to first answer token (reasoning excluded) from the schedule: delay + connect_s + send_s +
+    t_first_answer_s."""
+    return delay(c) + connect(c) + send(c) + c["t_first_answer_s"]
 
 
 def e2e(c: Cols) -> np.ndarray:
-    """End-to-end latency from the schedule: delay + connect_s + latency_s."""
-    return delay(c) + connect(c) + c["latency_s"]
+    """End-to-end latency from the schedule: delay + connect_s + send_s + latency_s."""
+    return delay(c) + connect(c) + send(c) + c["latency_s"]
 
 
 def at_least_elapsed(x: np.ndarray, c: Cols, failed: np.ndarray) -> np.ndarray:

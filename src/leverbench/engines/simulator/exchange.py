@@ -28,6 +28,9 @@ class Trace:
 
     id: str
     arrival: float
+    # when the server's loop read the request (time.time()), before ``arrival`` by the time it took to reach the
+    # handler: where its connection notes it (a protocol with ``rx_at``: benchmarks/client_overhead.py's), else None
+    received: float | None = None
     admitted: float | None = None
     queue_s: float = 0.0
     overhead_s: float = 0.0

@@ -28,7 +28,7 @@ def _error(status: int, message: str, kind: str, dialect: str = "llama.cpp") -> 
 async def handle_chat(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
     dialect = state.cfg.dialect
-    trace = Trace(id=state.next_id(), arrival=time.time())
+    trace = Trace(id=state.next_id(), arrival=time.time(), received=getattr(request.protocol, "rx_at", None))
     faults = state.draw_faults()  # before any await: draws follow arrival order
     try:
         req = parse_chat_request(await request.json(), dialect)
