@@ -546,10 +546,11 @@ def print_bare_comparison(clients: list[tuple[str, dict[tuple[str, int], list[di
     median over repetitions [their range], and the p99 of every repetition's calls pooled, with the TTFT
     error's two parts (pooled p99): out, from when the client's times count (leverbench's: the request out,
     after the client's own queue, send_s, shown apart as "send"; the bare client's: the connection ready, its
-    queue included) to the server's handler (the request's way there, the server's loop taking it), back, from the server's first-token write to
-    the client's stamp of it; out in its two parts where the simulator noted when its loop read the request
-    (wire: from the connection ready until then, the request's way and the server's loop getting round to
-    reading it; intake: from that read to the handler, the server's own dispatch), and the TTFT error
+    queue included) to the server's handler (the request's way there, the server's loop taking it), back,
+    from the server's first-token write to the client's stamp of it; out in its two parts where the simulator
+    noted when its loop read the request (wire: from where the times count until then, the request's way and
+    the server's loop getting round to reading it; intake: from that read to the handler, the server's own
+    dispatch), and the TTFT error
     counted from the server's read ("read p99": wire + back, what is left when the server's dispatch is not
     counted as the client's); each client's CPU per call."""
     print("\n=== leverbench vs the bare aiohttp client, same run, same server (ms; per repetition: median "
@@ -573,7 +574,8 @@ def print_bare_comparison(clients: list[tuple[str, dict[tuple[str, int], list[di
             cpu = pct([x for x in map(cpu_per_call, sts) if not math.isnan(x)], 50)
             print(f"{key[0]:>9} {key[1]:>5} {who:>6} {len(sts):>4} {sum(st['n'] for st in sts):>6} "
                   f"{sum(st['failed'] for st in sts):>6} | {spread(sts, 'ttft', 50):>20} {spread(sts, 'ttft', 99):>20} "
-                  f"{pooled(sts, 'ttft'):>10.1f} {pooled(sts, 'send'):>8.1f} {pooled(sts, 'out'):>7.1f} {pooled(sts, 'wire'):>6.1f} "
+                  f"{pooled(sts, 'ttft'):>10.1f} {pooled(sts, 'send'):>8.1f} {pooled(sts, 'out'):>7.1f} "
+                  f"{pooled(sts, 'wire'):>6.1f} "
                   f"{pooled(sts, 'intake'):>6.1f} {pooled(sts, 'back'):>8.1f} {pooled(sts, 'read'):>8.1f}"
                   f" | {spread(sts, 'gap', 99):>20} | {cpu:>11.2f} | {loads[0]:>5.2f}–{loads[-1]:<5.2f}")
         for who, per in rows[:-1]:

@@ -75,7 +75,8 @@ def _turn_view(turn: dict[str, Any], calls: list[dict[str, Any]]) -> dict[str, A
     end = 0.0
     for c in calls:
         start = (c["t_send"] - t0) if t0 is not None and number(c.get("t_send")) is not None else 0.0
-        start += (number(c.get("connect_s")) or 0.0) + (number(c.get("send_s")) or 0.0)  # chunk times: from the request out
+        # its chunk times count from when its request went out
+        start += (number(c.get("connect_s")) or 0.0) + (number(c.get("send_s")) or 0.0)
         texts = _chunks_text(c)
         if texts is None:
             text_ok = False

@@ -227,8 +227,8 @@ async def stream_chat(
             error = _error(ErrorClass.CONNECT, f"cannot send: {type(exc).__name__}: {exc}")
         elif phase == "connect":  # the request went out; the server closed without a response
             error = _error(ErrorClass.STREAM_CUT, f"no response: the connection closed "
-                                                  f"{time.perf_counter() - conn.sent_at:.2f} s after the request was "
-                                                  f"sent ({type(exc).__name__}: {exc})")
+                                                  f"{time.perf_counter() - (conn.wrote_at or conn.sent_at):.2f} s "
+                                                  f"after the request was sent ({type(exc).__name__}: {exc})")
         else:
             error = _error(ErrorClass.STREAM_CUT, f"stream broken: {type(exc).__name__}: {exc}")
     except aiohttp.ClientResponseError as exc:  # not HTTP (a garbage status line, bad headers)

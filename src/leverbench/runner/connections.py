@@ -139,7 +139,7 @@ def client_session(*, keep_alive: bool = True, **connector_kw: Any) -> aiohttp.C
     trace.on_request_headers_sent.append(_on_headers_sent)
     kw: dict[str, bool | float] = {"force_close": True} if not keep_alive else {"keepalive_timeout": IDLE_CLOSE_S}
     conn = aiohttp.TCPConnector(limit=0, **kw, **connector_kw)
-    factory = getattr(conn, "_factory", None)  # (an aiohttp that makes its protocols otherwise: lines stamped when read)
+    factory = getattr(conn, "_factory", None)  # (an aiohttp making its protocols otherwise: lines stamped when read)
     if isinstance(factory, functools.partial) and factory.func is ResponseHandler:
         conn._factory = functools.partial(StampedHandler, *factory.args, **factory.keywords)
     return aiohttp.ClientSession(connector=conn, trace_configs=[trace], json_serialize=strict_dumps)
@@ -223,7 +223,10 @@ async def post(session: aiohttp.ClientSession, url: str, body: ChatBody, headers
             # server that took the request and worked on it before closing did answer it, in its way: that is
             # not sent again)
             habit.stale(session)
-            late = conn.sent_at is not None and time.perf_counter() - conn.sent_at > STALE_MAX_S
+            # late: the failure came STALE_MAX_S after the request went out (its write began: aiohttp takes the
+            # headers first and writes them with the body from a task of its own, which a busy loop runs late); one
+            # that never went out the server cannot have read
+            late = conn.wrote_at is not None and time.perf_counter() - conn.wrote_at > STALE_MAX_S
             if late and not _unread(exc):
                 raise
             conn.reused, conn.stale, conn.start, conn.sent_at, conn.wrote_at = False, True, t0, None, None

@@ -59,8 +59,8 @@ class Arrivals(deque):
     the call's task got round to parsing it: with 128 streams whose chunks arrive together, the last
     parsed would otherwise be stamped after the 127 others' parsing (and after whatever else the loop ran
     in between).  Pieces that were there before (the body's start that came with the headers) count as
-    arrived when the connection's protocol last read (``rx_at``: :class:`~leverbench.runner.connections.StampedHandler`),
-    or where that is not known, when installed."""
+    arrived when the connection's protocol last read (``rx_at``: :class:`.connections.StampedHandler`), or
+    where that is not known, when installed."""
 
     def __init__(self, pieces: Any, first_offset: int = 0, rx_at: float | None = None):
         super().__init__(pieces)

@@ -19,8 +19,9 @@ time t.  (Under the driver's sampling the first reading of a new sample comes at
 the sample was taken, so the window is the sample's to within that.)
 
 **A call's phases** (a successful call with its first token): sent at s = t_send + connect_s + send_s (opening
-a connection, and the client's own queue before the request went out, are neither phase), **prefill** [s, s + ttft_s) (send → first token: the queue and the prompt),
-**decode** [s + ttft_s, s + latency_s] (first → last token).
+a connection, and the client's own queue before the request went out, are neither phase), **prefill**
+[s, s + ttft_s) (send → first token: the queue and the prompt), **decode** [s + ttft_s, s + latency_s]
+(first → last token).
 
 **A reading's phase**, among one arm's calls in one scope (``turns``: its turns' calls, probes and sentinels,
 one at a time; ``load:STAGE``: a load stage's calls): each instant is prefill when it lies in a prefill
@@ -174,8 +175,8 @@ def call_spans(calls: Iterable[Mapping[str, Any]]) -> list[CallSpan]:
         if not all(isinstance(x, (int, float)) for x in (ttft, lat, t)):
             continue
         scope = f"load:{c.get('stage')}" if kind == "load" else "turns"
-        out.append((str(c.get("arm")), scope, float(t) + float(c.get("connect_s") or 0.0) + float(c.get("send_s") or 0.0),
-                    float(ttft), float(lat)))
+        sent = float(t) + float(c.get("connect_s") or 0.0) + float(c.get("send_s") or 0.0)
+        out.append((str(c.get("arm")), scope, sent, float(ttft), float(lat)))
     return out
 
 
