@@ -11,17 +11,20 @@ of every chunk it wrote; same machine, same clock) through the server timings
 each response carries (``prompt_ms`` and ``predicted_ms``: the simulator's
 prefill and decode split at the first token, exact), and the differences are printed side by side:
 
-- TTFT error     = client ttft_s − (sim first_token − sim arrival): what the
-                   client adds to time to first token (connect, send, read);
+- TTFT error     = client (send_s +) ttft_s − (sim first_token − sim arrival): what
+                   the client adds to time to first token from its connection
+                   ready (its queue before the request went out, the way there
+                   and back, its read), alike for every client; leverbench's
+                   ttft_s alone ("as recorded") leaves out its queue, send_s;
 - gap error      = client gap between chunks i−1 and i − the simulator's gap
                    between writing them (absolute value);
-- stamp error    = (client t_send + connect_s + chunk_t[i]) − sim chunk_times[i]:
+- stamp error    = (client t_send + connect_s + send_s + chunk_t[i]) − sim chunk_times[i]:
                    how late the client saw each token after the server wrote it;
 - send lag       = t_send − scheduled_t (closed loop: the client's turnaround
                    between one call's end and its next send) and the event-loop
                    stall the runner itself recorded (loop_lag_s);
-- e2e            = send lag + connect_s + latency_s: the latency the load
-                   analysis reports (from the schedule).
+- e2e            = send lag + connect_s + send_s + latency_s: the latency the
+                   load analysis reports (from the schedule).
 
 ``--fsync both`` runs the sweep against the same simulator with the ledger's
 fsync per record and with it patched out, ``--rounds`` times each in ABBA
@@ -43,17 +46,19 @@ the actors, so it is left out.
 connection ready, as one writes it by hand and as leverbench's was before its ledger's version 4;
 leverbench's counts from when the request went out, the client's own queue before that recorded apart as
 ``send_s``: aiohttp on Python 3.11 writes a request from a task of its own, which a loop busy with a burst
-reaches late), alternating with it at each level (ABBA over ``--repeats``), and prints them side by side:
-TTFT error p50 and p99 per repetition (median [range]) and pooled, leverbench's send_s, the error's two
-parts (out: from where the times count to the server's handler, the request's way there and the server's
-loop taking it, itself in two where the simulator noted its read of the request: wire, until that read,
-and intake, the server's own dispatch to the handler; back: the server's first-token write to the
-client's stamp), the error counted from the server's read, the gap error, each client's CPU per call and
-the load average.  ``--server-close silent`` has the simulator close each chat connection after its
-response, as llama.cpp's server does (``announced``: with ``Connection: close``), so that every call of a
-lock-step burst opens a connection.  ``--src OLD/src --src src`` runs the leverbench of each source tree
-in its own process instead of this one: another commit's client against this one's, in one run.  On a
-shared machine compare only within one run: other work moves the figures between runs by several times.
+reaches late), alternating with it at each level (ABBA over ``--repeats``), and prints them side by side,
+every client's TTFT counted alike from its connection ready (leverbench's send_s added back): TTFT error
+p50 and p99 per repetition (median [range]) and pooled, leverbench's as it records it (send_s apart) and
+its send_s, the error's two parts (out: connection ready to the server's handler, the client's queue, the
+request's way there and the server's loop taking it, itself in two where the simulator noted its read of
+the request: wire, until that read, and intake, the server's own dispatch to the handler; back: the
+server's first-token write to the client's stamp), the error counted from the server's read, the gap
+error, each client's CPU per call and the load average.  ``--server-close silent`` has the simulator close
+each chat connection after its response, as llama.cpp's server does (``announced``: with
+``Connection: close``), so that every call of a lock-step burst opens a connection.  ``--src OLD/src --src
+src`` runs the leverbench of each source tree in its own process instead of this one: another commit's
+client against this one's, in one run.  On a shared machine compare only within one run: other work moves
+the figures between runs by several times.
 
 The highest concurrency whose TTFT and gap errors both stay within 1 ms at p99
 is the load this client sustains on this machine.
@@ -248,7 +253,7 @@ def compare(records: list[dict], truths: list[dict]) -> dict[str, dict]:
         st = out.setdefault(r["stage"], {"c": r["concurrency"], "sweep": r["sweep"], "ttft": [], "gap": [],
                                          "stamp": [], "lag": [], "loop": [], "e2e": [], "n": 0, "unmatched": 0,
                                          "failed": 0, "errors": [], "t": [], "out": [], "back": [], "wire": [],
-                                         "intake": [], "read": [], "send": []})
+                                         "intake": [], "read": [], "send": [], "ttft_rec": []})
         if r.get("error") is not None:
             st["failed"] += 1
             err = r["error"]
@@ -261,24 +266,29 @@ def compare(records: list[dict], truths: list[dict]) -> dict[str, dict]:
             st["unmatched"] += 1
             continue
         st["n"] += 1
-        ready = r["t_send"] + (r.get("connect_s") or 0.0) + (r.get("send_s") or 0.0)  # the call's own times: from here
-        st["send"].append((r.get("send_s") or 0.0) * 1000)  # the client's own queue before the request went out
-        st["t"].append(ready + r["latency_s"])
+        # every client alike from its connection ready; leverbench's own times count from its request out, after
+        # its queue (send_s, ledger version 4; the bare client's and an older leverbench's: 0, inside their ttft_s)
+        ready = r["t_send"] + (r.get("connect_s") or 0.0)
+        send = r.get("send_s") or 0.0
+        sent = ready + send
+        st["send"].append(send * 1000)
+        st["t"].append(sent + r["latency_s"])
         st["t"].append(r["scheduled_t"])
-        st["ttft"].append((r["ttft_s"] - (t["first_token"] - t["arrival"])) * 1000)
+        st["ttft"].append((send + r["ttft_s"] - (t["first_token"] - t["arrival"])) * 1000)
+        st["ttft_rec"].append((r["ttft_s"] - (t["first_token"] - t["arrival"])) * 1000)  # as the client records it
         # its two parts: the request's way to the server's handler, and the first token's way back to the stamp
         st["out"].append((t["arrival"] - ready) * 1000)
-        st["back"].append((ready + r["ttft_s"] - t["first_token"]) * 1000)
+        st["back"].append((sent + r["ttft_s"] - t["first_token"]) * 1000)
         if t.get("received") is not None:  # out in two: until the server's loop read the request, then its handler
             st["wire"].append((t["received"] - ready) * 1000)
             st["intake"].append((t["arrival"] - t["received"]) * 1000)
-            st["read"].append((r["ttft_s"] - (t["first_token"] - t["received"])) * 1000)
+            st["read"].append((send + r["ttft_s"] - (t["first_token"] - t["received"])) * 1000)
         ct, tt = r["chunk_t"], t["chunk_times"]
         for i in range(1, len(ct)):
             st["gap"].append(abs((ct[i] - ct[i - 1]) - (tt[i] - tt[i - 1])) * 1000)
-        st["stamp"].extend(((ready + c) - s) * 1000 for c, s in zip(ct, tt))
+        st["stamp"].extend(((sent + c) - s) * 1000 for c, s in zip(ct, tt))
         st["lag"].append((r["t_send"] - r["scheduled_t"]) * 1000)
-        st["e2e"].append((ready + r["latency_s"] - r["scheduled_t"]) * 1000)
+        st["e2e"].append((sent + r["latency_s"] - r["scheduled_t"]) * 1000)
         st["loop"].append((r.get("loop_lag_s") or 0.0) * 1000)
     return out
 
@@ -543,10 +553,10 @@ def cpu_per_call(st: dict) -> float:
 def print_bare_comparison(clients: list[tuple[str, dict[tuple[str, int], list[dict]]]],
                           bare: dict[tuple[str, int], list[dict]]) -> None:
     """Per sweep and level, each leverbench variant's TTFT and gap errors beside the bare client's (ms): each the
-    median over repetitions [their range], and the p99 of every repetition's calls pooled, with the TTFT
-    error's two parts (pooled p99): out, from when the client's times count (leverbench's: the request out,
-    after the client's own queue, send_s, shown apart as "send"; the bare client's: the connection ready, its
-    queue included) to the server's handler (the request's way there, the server's loop taking it), back,
+    median over repetitions [their range], and the p99 of every repetition's calls pooled (every client's TTFT
+    from its connection ready; "as rec.": leverbench's as it records it, its own queue, send_s, apart and
+    shown as "send"), with the TTFT error's two parts (pooled p99): out, from the connection ready to the
+    server's handler (the client's queue, the request's way there, the server's loop taking it), back,
     from the server's first-token write to the client's stamp of it; out in its two parts where the simulator
     noted when its loop read the request (wire: from where the times count until then, the request's way and
     the server's loop getting round to reading it; intake: from that read to the handler, the server's own
@@ -558,7 +568,8 @@ def print_bare_comparison(clients: list[tuple[str, dict[tuple[str, int], list[di
     for i, (name, _) in enumerate(clients):
         print(f"  L{i}: {name}")
     hdr = (f"{'sweep':>9} {'conc':>5} {'client':>6} {'reps':>4} {'calls':>6} {'failed':>6} | {'TTFT err p50':>20} "
-           f"{'p99':>20} {'pooled p99':>10} {'send p99':>8} {'out p99':>7} {'wire':>6} {'intake':>6} {'back p99':>8} "
+           f"{'p99':>20} {'pooled p99':>10} {'as rec.':>7} {'send p99':>8} {'out p99':>7} {'wire':>6} {'intake':>6} "
+           f"{'back p99':>8} "
            f"{'read p99':>8} | {'gap err p99':>20} | "
            f"{'CPU ms/call':>11} | {'load 1m':>12}")
     print(hdr)
@@ -574,7 +585,8 @@ def print_bare_comparison(clients: list[tuple[str, dict[tuple[str, int], list[di
             cpu = pct([x for x in map(cpu_per_call, sts) if not math.isnan(x)], 50)
             print(f"{key[0]:>9} {key[1]:>5} {who:>6} {len(sts):>4} {sum(st['n'] for st in sts):>6} "
                   f"{sum(st['failed'] for st in sts):>6} | {spread(sts, 'ttft', 50):>20} {spread(sts, 'ttft', 99):>20} "
-                  f"{pooled(sts, 'ttft'):>10.1f} {pooled(sts, 'send'):>8.1f} {pooled(sts, 'out'):>7.1f} "
+                  f"{pooled(sts, 'ttft'):>10.1f} {pooled(sts, 'ttft_rec'):>7.1f} {pooled(sts, 'send'):>8.1f} "
+                  f"{pooled(sts, 'out'):>7.1f} "
                   f"{pooled(sts, 'wire'):>6.1f} "
                   f"{pooled(sts, 'intake'):>6.1f} {pooled(sts, 'back'):>8.1f} {pooled(sts, 'read'):>8.1f}"
                   f" | {spread(sts, 'gap', 99):>20} | {cpu:>11.2f} | {loads[0]:>5.2f}–{loads[-1]:<5.2f}")

@@ -359,3 +359,55 @@ def test_a_load_calls_record_is_finished_after_the_waiting_io_and_never_lost(tmp
     for flushed in (True, False):
         recs = [json.loads(line) for line in (tmp_path / f"ledger-{flushed}.jsonl").read_text().splitlines()]
         assert [r["repeat"] for r in recs] == [0, 1, 2] and all(r["input_sha256"] for r in recs)
+
+
+def test_the_time_lost_on_a_dead_connection_is_connect_time_even_when_a_live_one_is_reused_next():
+    """Two pooled connections; the second closes, unannounced, 50 ms after reading its next request.  The call
+    that meets it goes out again on the first, live and pooled: the 50 ms lost count in its connect_s (as after a
+    dead connection a new one's opening does), not in send_s, the client's own queue; and connect_s + send_s +
+    latency_s is its whole time."""
+    conns = []
+
+    async def handle(reader, writer):
+        conns.append(writer)
+        me, served = len(conns), 0
+        while True:
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+            except (asyncio.IncompleteReadError, ConnectionError):
+                return
+            length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                          if line.lower().startswith(b"content-length"))
+            await reader.readexactly(length)
+            if served and me != 1:  # every connection but the first closes on its second request
+                await asyncio.sleep(0.05)
+                writer.close()
+                return
+            events = [{"choices": [{"delta": {"content": "hi"}}]},
+                      {"choices": [{"delta": {}, "finish_reason": "stop"}],
+                       "usage": {"prompt_tokens": 3, "completion_tokens": 1}}]
+            body = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events) + b"data: [DONE]\n\n"
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+                         + b"%x\r\n" % len(body) + body + b"\r\n0\r\n\r\n")
+            await writer.drain()
+            served += 1
+
+    async def go():
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1/chat/completions"
+        out = []
+        async with server, client_session() as session:
+            await asyncio.gather(*(stream_chat(session, url, BODY) for _ in range(2)))  # two connections pooled
+            for _ in range(2):
+                t = time.perf_counter()
+                rec = (await stream_chat(session, url, BODY)).record
+                out.append((rec, time.perf_counter() - t))
+        return out
+
+    got = asyncio.run(go())
+    assert all(rec.error is None for rec, _ in got)
+    stale = [(rec, took) for rec, took in got if rec.stale_connection]
+    assert len(stale) == 1, [r.stale_connection for r, _ in got]
+    rec, took = stale[0]
+    assert rec.connect_s >= 0.05 and (rec.send_s or 0.0) < 0.02, (rec.connect_s, rec.send_s)
+    assert rec.connect_s + (rec.send_s or 0.0) + rec.latency_s == pytest.approx(took, abs=0.02)

@@ -459,3 +459,15 @@ def test_the_clients_own_wait_to_send_counts_in_every_latency_from_the_schedule(
     assert with_send["e2e"]["p50"] == pytest.approx(0.56) and with_send["ttft"]["p50"] == pytest.approx(0.16)
     without = _row([_call(0, 0.5, lag=0.01, connect_s=0.02)])
     assert without["e2e"]["p50"] == pytest.approx(0.53) and without["ttft"]["p50"] == pytest.approx(0.13)
+
+
+def test_the_servers_wait_leaves_out_the_clients_own_wait_to_send():
+    """server_wait (queue − delay − send_s) is the wait after the call left the client: a client that took 80 ms
+    to send each call (send_s) adds nothing to it, and does not set ``queueing``.  Service 0.3 s (llama.cpp
+    timings 50 + 250 ms), latency 0.3 s: by hand, server_wait 0 either way."""
+    timings = {"prompt_n": 100, "prompt_ms": 50.0, "predicted_n": 10, "predicted_ms": 250.0}
+    plain = _row([_call(i, 0.3, timings=timings) for i in range(5)])
+    late = _row([_call(i, 0.3, timings=timings, send_s=0.08) for i in range(5)])
+    assert plain["server_wait"]["mean"] == pytest.approx(0.0, abs=1e-9)
+    assert late["server_wait"]["mean"] == pytest.approx(0.0, abs=1e-9) and not late["queueing"]
+    assert late["e2e"]["p50"] == pytest.approx(0.38)  # and the client's wait is in the latency from the schedule

@@ -223,7 +223,7 @@ async def stream_chat(
     except aiohttp.ClientConnectorError as exc:
         error = _error(ErrorClass.CONNECT, f"cannot connect to {url}: {exc.os_error.strerror if exc.os_error else exc}")
     except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
-        if phase == "connect" and conn.sent_at is None:
+        if phase == "connect" and conn.sent_at is None and conn.wrote_at is None:
             error = _error(ErrorClass.CONNECT, f"cannot send: {type(exc).__name__}: {exc}")
         elif phase == "connect":  # the request went out; the server closed without a response
             error = _error(ErrorClass.STREAM_CUT, f"no response: the connection closed "

@@ -47,9 +47,10 @@ class ConnectTiming:
     def connect_s(self) -> float | None:
         """Seconds spent opening a new connection (DNS, TCP, TLS): create_end − create_start
         (``time.perf_counter``; after a stale connection, create_start is the call's start, so the
-        failed try counts here too); 0.0 on a reused one; None when no connection was made or the
+        failed try counts here too, and a live pooled connection taken after it counts from the start
+        until then); 0.0 on a reused one; None when no connection was made or the
         session has no :func:`client_session` hooks (nothing measured)."""
-        if self.reused:
+        if self.reused and not self.stale:
             return 0.0
         if self.start is not None and self.end is not None:
             return self.end - self.start
@@ -105,6 +106,8 @@ async def _on_headers_sent(session: Any, ctx: Any, params: Any) -> None:
 async def _on_reuse(session: Any, ctx: Any, params: Any) -> None:
     if (t := _timing(ctx)) is not None:
         t.reused = True
+        if t.stale:  # after a dead one, a live pooled connection: the time lost since the start is connect time
+            t.end = time.perf_counter()
 
 
 class StampedHandler(ResponseHandler):

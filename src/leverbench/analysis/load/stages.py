@@ -60,7 +60,7 @@ the request went out, so from the schedule both are added back:
                 floor"; closed and open stages only, whose calls all send prompts of one length and
                 share).  All the time the call waited from its scheduled send time without being
                 served: client lag + network + the server's queue and overhead
-- server_wait = queue − delay: the part of the wait after the call left the client (the
+- server_wait = queue − delay − send_s: the part of the wait after the call left the client (the
                 server's queue, plus network and the server's per-request overhead)
 - server_queue_s = Δ vllm:request_queue_time_seconds_sum / Δ _count between the scrapes around
                 the stage (SGLang: sglang:queue_time_seconds); covers warm-up calls too
@@ -421,7 +421,7 @@ def stage_row(rs: list[Mapping[str, object]], ttft_floors: dict[tuple[object, ob
     floor = ttft_floors.get(floor_key(r0)) if r0.get("mode") != "trace" else None  # one prompt size and share only
     q, from_timings = queue(ok_c, floor)
     queue_d = distribution(q)
-    server_wait = distribution(q - delay(ok_c))
+    server_wait = distribution(q - delay(ok_c) - send(ok_c))
     sources = []
     if from_timings.any():
         sources.append("server timings")
