@@ -78,6 +78,16 @@ def test_a_chunk_parsed_late_keeps_the_time_it_arrived(monkeypatch):
     assert all(-0.01 < x < 0.05 for x in late), late  # each parsed 0.1 s after it arrived
 
 
+async def _one_answered_call():
+    """One call to a server that answers at once (answer_one_stream); its record and its wall time."""
+    server = await asyncio.start_server(answer_one_stream, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1/chat/completions"
+    async with server, client_session() as session:
+        t = time.perf_counter()
+        rec = (await stream_chat(session, url, BODY)).record
+        return rec, time.perf_counter() - t
+
+
 def test_a_first_token_that_came_with_the_headers_keeps_the_time_it_arrived(monkeypatch):
     """The whole answer arrives in one read, with its headers, while the loop has 0.3 s of other work queued
     before the call's task (as with 128 streams answering together): the task finds the first token already
@@ -91,15 +101,7 @@ def test_a_first_token_that_came_with_the_headers_keeps_the_time_it_arrived(monk
 
     monkeypatch.setattr(aiohttp.client_proto.ResponseHandler, "data_received", busy_before)
 
-    async def go():
-        server = await asyncio.start_server(answer_one_stream, "127.0.0.1", 0)
-        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1/chat/completions"
-        async with server, client_session() as session:
-            t = time.perf_counter()
-            rec = (await stream_chat(session, url, BODY)).record
-            return rec, time.perf_counter() - t
-
-    rec, took = asyncio.run(go())
+    rec, took = asyncio.run(_one_answered_call())
     assert rec.error is None and took >= 0.3
     assert rec.ttft_s is not None and rec.ttft_s < 0.15 and rec.latency_s < 0.15, (rec.ttft_s, rec.latency_s)
 
@@ -119,15 +121,7 @@ def test_the_time_a_request_waits_to_go_out_is_recorded_apart_and_hides_in_no_ot
 
     monkeypatch.setattr(connections, "_on_create_end", busy_after)
 
-    async def go():
-        server = await asyncio.start_server(answer_one_stream, "127.0.0.1", 0)
-        url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1/chat/completions"
-        async with server, client_session() as session:
-            t = time.perf_counter()
-            rec = (await stream_chat(session, url, BODY)).record
-            return rec, time.perf_counter() - t
-
-    rec, took = asyncio.run(go())
+    rec, took = asyncio.run(_one_answered_call())
     assert rec.error is None and took >= 0.3
     assert 0.3 <= rec.send_s < 0.4, rec.send_s
     assert rec.ttft_s < 0.1 and rec.latency_s < 0.1, (rec.ttft_s, rec.latency_s)
