@@ -558,19 +558,17 @@ def print_bare_comparison(clients: list[tuple[str, dict[tuple[str, int], list[di
     shown as "send"), with the TTFT error's two parts (pooled p99): out, from the connection ready to the
     server's handler (the client's queue, the request's way there, the server's loop taking it), back,
     from the server's first-token write to the client's stamp of it; out in its two parts where the simulator
-    noted when its loop read the request (wire: from where the times count until then, the request's way and
-    the server's loop getting round to reading it; intake: from that read to the handler, the server's own
-    dispatch), and the TTFT error
-    counted from the server's read ("read p99": wire + back, what is left when the server's dispatch is not
-    counted as the client's); each client's CPU per call."""
+    noted when its loop read the request (wire: from the connection ready until then, the client's queue, the
+    request's way and the server's loop getting round to reading it; intake: from that read to the handler,
+    the server's own dispatch), and the TTFT error counted from the server's read ("read p99": wire + back,
+    what is left when the server's dispatch is not counted as the client's); each client's CPU per call."""
     print("\n=== leverbench vs the bare aiohttp client, same run, same server (ms; per repetition: median "
           "[min–max]; pooled: every repetition's calls) ===")
     for i, (name, _) in enumerate(clients):
         print(f"  L{i}: {name}")
     hdr = (f"{'sweep':>9} {'conc':>5} {'client':>6} {'reps':>4} {'calls':>6} {'failed':>6} | {'TTFT err p50':>20} "
            f"{'p99':>20} {'pooled p99':>10} {'as rec.':>7} {'send p99':>8} {'out p99':>7} {'wire':>6} {'intake':>6} "
-           f"{'back p99':>8} "
-           f"{'read p99':>8} | {'gap err p99':>20} | "
+           f"{'back p99':>8} {'read p99':>8} | {'gap err p99':>20} | "
            f"{'CPU ms/call':>11} | {'load 1m':>12}")
     print(hdr)
     print("-" * len(hdr))
@@ -586,9 +584,8 @@ def print_bare_comparison(clients: list[tuple[str, dict[tuple[str, int], list[di
             print(f"{key[0]:>9} {key[1]:>5} {who:>6} {len(sts):>4} {sum(st['n'] for st in sts):>6} "
                   f"{sum(st['failed'] for st in sts):>6} | {spread(sts, 'ttft', 50):>20} {spread(sts, 'ttft', 99):>20} "
                   f"{pooled(sts, 'ttft'):>10.1f} {pooled(sts, 'ttft_rec'):>7.1f} {pooled(sts, 'send'):>8.1f} "
-                  f"{pooled(sts, 'out'):>7.1f} "
-                  f"{pooled(sts, 'wire'):>6.1f} "
-                  f"{pooled(sts, 'intake'):>6.1f} {pooled(sts, 'back'):>8.1f} {pooled(sts, 'read'):>8.1f}"
+                  f"{pooled(sts, 'out'):>7.1f} {pooled(sts, 'wire'):>6.1f} {pooled(sts, 'intake'):>6.1f} "
+                  f"{pooled(sts, 'back'):>8.1f} {pooled(sts, 'read'):>8.1f}"
                   f" | {spread(sts, 'gap', 99):>20} | {cpu:>11.2f} | {loads[0]:>5.2f}–{loads[-1]:<5.2f}")
         for who, per in rows[:-1]:
             if per.get(key) and bare.get(key):

@@ -162,7 +162,7 @@ async def stream_chat(
     try:
         async with asyncio.timeout_at(start + min(timeouts.first_token_s, timeouts.total_s)) as deadline:
             async with await post(session, url, body, headers, timeout, conn, t0) as resp:
-                st.t0 = t0 + (conn.connect_s or 0.0) + (conn.send_s(t0) or 0.0)  # chunk times: from the request out
+                st.t0 = conn.out_at(t0)  # chunk times count from when the request went out
                 proto = protocol_of(resp)
                 status = resp.status
                 phase = "response"
@@ -223,7 +223,7 @@ async def stream_chat(
     except aiohttp.ClientConnectorError as exc:
         error = _error(ErrorClass.CONNECT, f"cannot connect to {url}: {exc.os_error.strerror if exc.os_error else exc}")
     except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
-        if phase == "connect" and conn.sent_at is None and conn.wrote_at is None:
+        if phase == "connect" and conn.sent_at is None:
             error = _error(ErrorClass.CONNECT, f"cannot send: {type(exc).__name__}: {exc}")
         elif phase == "connect":  # the request went out; the server closed without a response
             error = _error(ErrorClass.STREAM_CUT, f"no response: the connection closed "
@@ -239,8 +239,7 @@ async def stream_chat(
     finally:
         if idle is not None:
             idle.stop()
-    send_s = conn.send_s(t0)
-    t_end = (t_done if t_done is not None else time.perf_counter()) - (t0 + (conn.connect_s or 0.0) + (send_s or 0.0))
+    t_end = (t_done if t_done is not None else time.perf_counter()) - conn.out_at(t0)
     if error is None and status is not None and status < 400:
         if not st.done and st.finish_reason is None:
             error = _error(ErrorClass.STREAM_CUT, "stream ended without a finish reason or [DONE]")
@@ -255,6 +254,7 @@ async def stream_chat(
     rec = record if record is not None else CallRecord()
     rec.t_send = t_send
     rec.connect_s = conn.connect_s
+    send_s = conn.send_s(t0)
     rec.send_s = round(send_s, 6) if send_s is not None else None
     rec.stale_connection = True if conn.stale else None
     rec.ttft_s = st.first_token_s

@@ -65,6 +65,11 @@ class ConnectTiming:
             return None
         return max(0.0, self.wrote_at - (t0 + (self.connect_s or 0.0)))
 
+    def out_at(self, t0: float) -> float:
+        """When the request went out (``time.perf_counter``), from which a call's own times count: *t0* (the
+        call's start) + :attr:`connect_s` + :meth:`send_s` (None counting as 0)."""
+        return t0 + (self.connect_s or 0.0) + (self.send_s(t0) or 0.0)
+
 
 class StampedPayload(BytesPayload):
     """A request's JSON body that notes in its :class:`ConnectTiming` when it began to go out (``wrote_at``): the
@@ -74,7 +79,7 @@ class StampedPayload(BytesPayload):
         super().__init__(value, content_type="application/json", **kw)
         self._conn = conn
 
-    async def write(self, writer: Any) -> None:
+    async def write(self, writer: Any) -> None:  # (what an aiohttp older than write_with_length calls)
         self._conn.wrote_at = time.perf_counter()
         await super().write(writer)
 
