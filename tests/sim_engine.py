@@ -43,7 +43,7 @@ def patch_engines(monkeypatch, sim_args: dict[str, list[str]]) -> None:
     """Make the runner start a :class:`SimEngine` with ``sim_args[arm]`` for every arm with an engine."""
     import leverbench.runner.run as run_module  # noqa: PLC0415
 
-    def make(arm: str, spec, log_path: Path) -> SimEngine:
+    def make(arm: str, spec, log_path: Path, **_kw) -> SimEngine:
         return SimEngine(arm, log_path, sim_args[arm], devices=spec.devices)
 
     monkeypatch.setattr(run_module, "make_engine", make)

@@ -94,6 +94,14 @@ def test_an_adaptive_schedule_and_a_fixed_one_share_the_counterbalanced_order(tm
     assert [(u.kind, u.repeat, u.case, u.arm) for u in rnd] == [
         ("sentinel", 5, "(sentinel)", "b"), ("sentinel", 5, "(sentinel)", "a"),
         ("turn", 5, "c", "b"), ("turn", 5, "d", "a"), ("turn", 5, "d", "b")]
+    # a recorded turn meets what its recording's earlier turns of the round left (issue 38): its cell brings
+    # those turns on its arm into the round, before it
+    recorded = adaptive.model_copy(deep=True)
+    for c in recorded.cases:
+        c.recorded_from = "rec"
+    rnd = adaptive_round(recorded, [("a", "d")], 5)
+    assert [(u.kind, u.case, u.arm) for u in rnd] == [("sentinel", "(sentinel)", "a"), ("turn", "c", "a"),
+                                                      ("turn", "d", "a")]
 
 
 # ---- which comparisons are decided

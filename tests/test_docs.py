@@ -136,3 +136,20 @@ def test_every_command_s_options_are_named_in_its_own_section_of_commands_md():
             missing[path] = gone
     assert not missing, "options --help lists that their command's section of docs/commands.md does not name: " \
         + "; ".join(f"{p}: {', '.join(o)}" for p, o in sorted(missing.items()))
+
+
+def test_the_readmes_example_output_is_a_real_runs_first_screen():
+    """The README's example output is the first screen of the real run it names (tests/golden/demo3.ledger.jsonl,
+    issue 38), recomputed from that ledger now: not text typed by hand, nor a summary kept from an older leverbench."""
+    from leverbench.analysis.summary import summarize
+    from leverbench.ledger.reader import read_ledger
+    from leverbench.report.first_screen import first_screen
+
+    text = README.read_text(encoding="utf-8")
+    assert "tests/golden/demo3.ledger.jsonl" in text
+    block = re.search(r"^```text\n(leverbench: agent-turns.*?)^```", text, re.M | re.S)
+    assert block is not None
+    summary = summarize(read_ledger(ROOT / "tests" / "golden" / "demo3.ledger.jsonl"))
+    want = first_screen(summary, report_path="runs/demo3/report.html",
+                        full_hint="every table: leverbench report runs/demo3 --full").lines()
+    assert block.group(1).splitlines() == want

@@ -31,6 +31,7 @@ repeats = {repeats}
 order = "{order}"
 baseline = "nocache"
 sentinel_tokens = 16
+cache_between_turns = "keep"  # one call a turn: the cache engages on the repeats' revisits, as these tests want
 [[arms]]
 name = "nocache"
 role = "baseline"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from leverbench.report.first_screen import LINES, clauses, first_screen
+from leverbench.report.first_screen import LINES, clauses, first_screen, total_tells
 from leverbench.report.html import render_html
 from leverbench.report.markdown import render_markdown
 from leverbench.report.terminal import render_terminal
@@ -24,7 +24,7 @@ def _summary(name: str) -> dict:
 
 
 def test_each_lever_has_one_line_with_the_summarys_own_figures() -> None:
-    s = _summary("demo2")
+    s = _summary("demo3")
     hint = "every table: leverbench report RUN --full"
     lines = first_screen(s, report_path="RUN/report.html", full_hint=hint).lines()
     assert len(lines) <= LINES
@@ -34,11 +34,16 @@ def test_each_lever_has_one_line_with_the_summarys_own_figures() -> None:
         assert len(mine) == 1
         v = next(v for v in s["verdicts"] if v["arm"] == lever["arm"] and v["vs"] == lever["vs"])
         assert f"{v['verdict']} {v['ratio']:.2f}x [{v['low']:.2f}–{v['high']:.2f}]" in mine[0]
-        assert f"total {lever['multiplier']:.2f}x" in mine[0] and mine[0].endswith("· citable")
+        # one figure per lever: the total only where it lies outside the verdict's interval (issue 38)
+        assert (f"total {lever['multiplier']:.2f}x" in mine[0]) == total_tells(v, lever["multiplier"])
+        assert mine[0].endswith("· citable")
     base = [r for r in s["time_shares"] if r["arm"] == "current"]
     prefill = sum(r["prefill_s"] for r in base) / sum(r["turn_s"] for r in base)
     assert f"prefill {round(100 * prefill)}%" in next(ln for ln in lines if ln.startswith("Where the time goes"))
     assert lines[-1] == "report: RUN/report.html · every table: leverbench report RUN --full"
+    lines = first_screen(_summary("demo2")).lines()  # a ledger before v5 whose repeats revisited: refused, and
+    line = next(ln for ln in lines if ln.strip().startswith("prefix_cache "))  # headed by its first visits
+    assert "(first visits 2.05x (no interval); across repeats" in line and "not citable: repeats revisited" in line
 
 
 def test_a_reason_shared_by_several_levers_is_said_once() -> None:
@@ -59,9 +64,25 @@ def test_a_reason_shared_by_several_levers_is_said_once() -> None:
 
 
 def test_a_refused_figure_is_in_parentheses_with_why_in_a_phrase() -> None:
-    s = _summary("demo1")  # its prefix cache is refused for output volume, and at equal work too
+    s = _summary("demo1")  # its prefix cache is refused for output volume (at equal work too), and its repeats
+    #                        revisited the cache (a ledger before v5): the first-visit figure heads the line
     line = next(ln for ln in first_screen(s).lines() if ln.strip().startswith("prefix_cache"))
-    assert "(undecided 2.56x [1.53–4.27]; total 3.75x)" in line and "not citable: output volumes differ [1][2]" in line
+    assert "(first visits 1.28x (no interval); across repeats undecided 2.56x [1.53–4.27])" in line
+    assert "not citable: repeats revisited, output volumes differ [1][2][3][4]" in line
+
+
+def test_the_total_is_shown_only_where_it_tells_what_the_verdicts_ratio_does_not() -> None:
+    """Issue 38: one figure per lever; the total multiplier too only where it falls outside the verdict's interval
+    (the cases' time weights move it away from the per-case ratio)."""
+    s = _summary("demo3")
+    lever = s["levers"][0]
+    v = next(v for v in s["verdicts"] if v["arm"] == lever["arm"] and v["vs"] == lever["vs"])
+    inside, outside = (v["low"] + v["high"]) / 2, v["high"] * 1.5
+    assert not total_tells(v, inside) and total_tells(v, outside) and total_tells(None, inside)
+    for total, shown in ((inside, False), (outside, True)):
+        lever["multiplier"] = total
+        line = next(ln for ln in first_screen(s).lines() if ln.strip().startswith(lever["lever"] + " "))
+        assert (f"total {total:.2f}x" in line) == shown
 
 
 def test_many_notes_keep_the_screen_short_and_say_how_many_are_left_out() -> None:
@@ -147,7 +168,7 @@ def test_odd_summaries_do_not_crash_it() -> None:
 def test_an_undecided_verdict_says_what_decides_it() -> None:
     """The demo's drafter is often undecided at 3 repeats: its line says so with a note on how many repeats a
     fixed design would need (the verdict's own fixed_design_repeats), or, in an adaptive run, to raise the cap."""
-    s = _summary("demo2")
+    s = _summary("demo3")
     v = s["verdicts"][1]
     v.update(verdict="undecided", refused=None, fixed_design_repeats=18)
     lines = first_screen(s).lines()

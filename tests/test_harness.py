@@ -60,7 +60,9 @@ def test_a_slow_ledger_write_delays_no_send_and_no_turn(tmp_path, monkeypatch):
     calls = [r for r in led.records if r["kind"] == "call"]
     turns = [r for r in led.records if r["kind"] == "turn"]
     assert len(loads) == 6 and len(calls) == 3 and len(turns) == 1  # nothing lost
-    assert served == 1 + 3 + 6  # warm-up, the turn's calls, the stage: every call the server saw is recorded
+    checks = [r for r in led.records if r["kind"] == "warmup" and r.get("position") == "check"]
+    assert len(checks) == 3  # the check that the arm's cache reset takes (runner.cache_reset): recorded too
+    assert served == 1 + 3 + 3 + 6  # warm-up, the check, the turn's calls, the stage: every call the server saw
     assert all(r["error"] is None for r in loads + calls)
     # the last records: the load stage's closing scrape and its stage_end (the turns' 'after' scrape comes earlier)
     assert [(r["kind"], r.get("when") or r.get("stage")) for r in led.records[-2:]] == [("metrics", "load-end loop"),

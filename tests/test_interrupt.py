@@ -130,8 +130,8 @@ def test_sigterm_stops_the_run_like_ctrl_c(tmp_path):
         proc = _start(exp, out)
         _wait_in_flight(sim, proc, 1)
         t_end = time.monotonic() + limits.PROGRESS_S
-        while time.monotonic() < t_end and not any(r["kind"] == "warmup" for r in _records(out)):
-            time.sleep(0.05)
+        while time.monotonic() < t_end and not any(r["kind"] == "cache_reset" for r in _records(out)):
+            time.sleep(0.05)  # warmed, and its cache reset checked (runner.cache_state): the turn comes next
         _wait_in_flight(sim, proc, 1)  # the turn's first call (400 tokens: 20 s)
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=limits.STOP_S)

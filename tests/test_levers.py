@@ -117,7 +117,7 @@ def test_a_knob_an_endpoint_reported_as_its_default_is_off_there_not_unknown(mon
     assert "cache_bits" not in found["default"] and found["silent"]["cache_bits"] == knobs.UNKNOWN
 
 
-@pytest.mark.parametrize("name", ["demo1", "demo2", "handmade", "sim"])
+@pytest.mark.parametrize("name", ["demo1", "demo2", "demo3", "handmade", "sim"])
 def test_the_golden_summaries_engaged_rows_are_the_schemas(name):
     import json
 

@@ -75,6 +75,7 @@ name = "faults"
 repeats = 1
 baseline = "sim"
 sentinel_tokens = 0
+cache_between_turns = "keep"  # the load stage's faults are counted here: no reset check's calls beside them
 timeouts = {{ first_token_s = {FIRST_TOKEN_S}, idle_s = 1, total_s = 5 }}
 
 [[arms]]

@@ -18,7 +18,7 @@ GOLDEN = Path(__file__).parent / "golden"
 AZURE = Path(__file__).parent / "data" / "traces" / "AzureLLMInferenceTrace_code.csv"
 
 
-@pytest.mark.parametrize("name", ["demo1", "demo2", "handmade", "sim"])
+@pytest.mark.parametrize("name", ["demo1", "demo2", "demo3", "handmade", "sim"])
 def test_the_golden_summaries_pass(name):
     path = GOLDEN / f"{name}.summary.json"
     assert read_summary(path) == json.loads(path.read_text())

@@ -20,7 +20,7 @@ from leverbench.schema.check import summary_json_schema, summary_problems
 
 ROOT = Path(__file__).parent.parent
 GOLDEN = Path(__file__).parent / "golden"
-NAMES = ("demo1", "demo2", "handmade", "sim")
+NAMES = ("demo1", "demo2", "demo3", "handmade", "sim")
 
 
 def test_the_command_prints_the_schema_and_docs_holds_a_copy() -> None:

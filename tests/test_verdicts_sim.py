@@ -79,8 +79,9 @@ def test_discovered_knobs_decide_the_controlled_pair(run):
     assert knobs["treatment"]["drafter"] is True and all(a["conditions"] == {} for a in s["arms"])
     drafter = _total(s, "treatment", "control")
     assert drafter["controlled"] is True and drafter["knobs"] == ["drafter"]
-    # 4 tokens per decode step instead of 1: the turn's decode is ~4x faster, prefill the same
-    assert drafter["value"] > 2.0
+    # 4 tokens per decode step instead of 1: the turn's decode is ~4x faster, prefill the same (each turn cold:
+    # its first call prefills the document on both arms, 0.38 s, beside 0.4 s of decode against 0.1 s): ~1.6x
+    assert 1.3 < drafter["value"] < 2.5
     cache = _total(s, "control", "base")
     assert cache["controlled"] is False and cache["knobs"] == ["engine_version", "prefix_cache"]
     levers = {l["lever"]: l for l in s["levers"]}

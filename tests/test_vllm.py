@@ -323,6 +323,50 @@ temperature = 0.0
     assert _processes_in(run_dir / "engine-ngram.d" / "tmp") == []  # stopped, engine core included
 
 
+def test_the_engines_the_tool_starts_reset_their_prefix_cache_before_each_turn(tmp_path):
+    """Issue 38: an engine the tool starts gets its reset endpoint (VLLM_SERVER_DEV_MODE=1), the check before
+    the turns sees POST /reset_prefix_cache take, and every turn starts cold: each repeat's first call finds
+    nothing cached (usage), its second call the first one's prefix, and vLLM's own counter grew by exactly what
+    the calls' usage says was cached over the turns."""
+    toml = '''
+[experiment]
+name = "vllm-reset"
+repeats = 2
+baseline = "cache"
+sentinel_tokens = 0
+
+[[arms]]
+name = "cache"
+role = "baseline"
+engine = { kind = "vllm", ctx_size = 2048, args = ["--max-num-seqs", "1", "--enable-prompt-tokens-details",
+                                                    "--block-size", "32"] }
+
+[[cases]]
+name = "quote"
+system = "You are an auditor. Quote the document exactly."
+documents = ["doc.txt"]
+prompt = "Quote the first sentence of the document, word for word."
+max_tokens = 16
+temperature = 0.0
+[[cases.steps]]
+prompt = "Now the last sentence."
+max_tokens = 8
+'''
+    summary, records = run_experiment(tmp_path, "reset", toml)
+    [plan] = [r for r in records if r["kind"] == "cache_reset"]
+    assert plan["method"] == "reset" and plan["endpoint"] == "POST /reset_prefix_cache", plan
+    assert plan["check"] == "took" and plan["cached_before"] > 0 and plan["cached_after"] == 0, plan
+    calls = [r for r in records if r["kind"] == "call"]
+    assert [(c["repeat"], c["step"]) for c in calls] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert [c["cached_tokens"] for c in calls if c["step"] == 0] == [0, 0]  # each turn cold
+    assert all(c["cached_tokens"] > 0 for c in calls if c["step"] == 1)  # within the turn: the first call's prefix
+    scrapes = {r["when"]: r["samples"] for r in records if r["kind"] == "metrics" and r["when"] in ("before", "after")}
+    hits = scrapes["after"]["vllm:prefix_cache_hits_total"] - scrapes["before"]["vllm:prefix_cache_hits_total"]
+    assert hits == sum(c["cached_tokens"] for c in calls)
+    assert all(t["cache"]["method"] == "reset" and "error" not in t["cache"] for t in records if t["kind"] == "turn")
+    assert not summary["repeats"]["pairs"]
+
+
 def test_a_vllm_that_cannot_start_is_reported_with_its_log(tmp_path):
     from leverbench.errors import EngineError  # noqa: PLC0415
 

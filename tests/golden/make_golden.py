@@ -4,8 +4,12 @@
     .venv/bin/python tests/golden/make_golden.py handmade   # (re)write only the hand-made ledger
     .venv/bin/python tests/golden/make_golden.py summaries  # (re)write NAME.summary.json from NAME.ledger.jsonl
 
-``demo1`` / ``demo2`` are copies of real runs' ledgers (runs/demo1, runs/demo2: the embedded
-llama.cpp engine), with the checkout's absolute path cut from the recorded model path (it now
+``demo3`` is the ledger of a real run of the demo after issue 38 (runs/demo3, 2026-12-07: every turn brought to a
+cold cache state, ledger v5), its absolute model path cut as below and each call's ``input_messages`` left out
+(the prompts: the repository's own documents, 330 KB; nothing the analysis reads): its summary was written
+once, from that ledger, by this leverbench, and the README's example output is its first screen
+(tests/test_docs.py checks it).  ``demo1`` / ``demo2`` are copies of real runs' ledgers (runs/demo1,
+runs/demo2: the embedded llama.cpp engine), with the checkout's absolute path cut from the recorded model path (it now
 reads ``.venv/lib/…``) in the ledger and its summary alike, so that the repository names no machine
 path.  ``handmade`` is written here, record by record, to reach the corners of the analysis: failed,
 retried and orphaned calls, duplicate turns, probes (one disobeyed, one failed), sentinels (one
@@ -41,7 +45,15 @@ corrected: 9 turns, not 6); issue 27 added ``engines`` and ``gpu`` to every file
 or GPU records: no mode, no starts, every arm's GPU "not recorded"); the rest of each file is as first
 computed; the ``revisits`` warning (a comparison whose later repeats met prompts its earlier repeats cached)
 was added to ``warnings`` and ``warning_items`` of ``demo1``, ``demo2`` and ``sim`` (those two keys only, the
-other items unchanged and in their order).  These files catch change; tests/test_oracles.py checks the
+other items unchanged and in their order); issue 38 added ``repeats`` (each arm's revisit share and drafter
+acceptance by visit, the pairs that revisited with their first-visit figure: these ledgers, before v5, declare
+no cache state, so nothing is refused) to every file and rewrote the ``revisits`` warnings' last clause (how a
+run today measures new turns) in ``demo1``, ``demo2`` and ``sim``; and, since a comparison whose repeats revisited
+is refused even in a ledger that declared no state (its figure across repeats is not a new turn's), the
+``multipliers``, ``equal_work``, ``levers``, ``verdicts`` and ``projection`` of those three files were rewritten
+too: only their citability, reasons and what follows from them changed (a verdict no longer cited at equal work
+gives its measured ratio; a lever's headline likewise), no measured figure.  These files catch
+change; tests/test_oracles.py checks the
 headline numbers against hand computation.
 """
 

@@ -39,7 +39,7 @@ from .experiment.equal_work import equal_work, equal_work_rows, turns
 from .experiment.fidelity import fidelity
 from .experiment.levers import levers
 from .experiment.reasoning import prompt_discipline, reasoning_split
-from .experiment.revisits import revisit_warnings
+from .experiment.revisits import repeats
 from .experiment.under_load import load_levers
 from .experiment.verdicts import verdicts
 from .hardware.engines import engines_section
@@ -212,7 +212,8 @@ def _summarize(ledger: Ledger, *, scenario: tuple[int, int] | None,
             warnings.append(RunWarning(WarningKind.REPLICATE, f"arms {c.arm!r} and {c.vs!r} differ in no knob (same "
                                        "engine, flags, requests and declared conditions): a replicate, not a lever; "
                                        "declare what differs in their conditions", c.arm))
-    warnings += revisit_warnings(ds, comps)
+    repeat_rows, repeat_reasons, w = repeats(ds, comps, ledger.of_kind("cache_reset"))
+    warnings += w
     drift_list, w = drift(ds)
     warnings += w
     pair_drift = pair_drifts(ds, comps)
@@ -250,6 +251,8 @@ def _summarize(ledger: Ledger, *, scenario: tuple[int, int] | None,
     cell_list = cells(ds, turn_s=adjusted)
     total_list = totals(ds, cell_list)
     comp_reasons = comparison_reasons(comps, contradictions, eng, pair_drift)
+    for key, more in repeat_reasons.items():
+        comp_reasons[key] = [*comp_reasons.get(key, []), *more]
     mults = multipliers(ds, cell_list, total_list, comps, comp_reasons)
     load_view = _load_view(ledger)
     load_rows = load_summary(load_view)
@@ -348,6 +351,7 @@ def _summarize(ledger: Ledger, *, scenario: tuple[int, int] | None,
         "variant_cells": variant_cells,
         "prompt_discipline": prompt_discipline(ds, variant_cells, cell_list),
         "reasoning": reasoning_split(ds),
+        "repeats": repeat_rows,
         "decomposition": decomp,
         "probes": probe_list,
         "server": server,

@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 import click
 
-from ..engines.sim_config import SimConfig
+from ..engines.sim_config import CACHE_RESET_MODES, SimConfig
 from ..engines.simulator.dialects import DIALECTS
 from ..errors import BadInput
 from .common import Command
@@ -30,10 +30,17 @@ _HELP = {
     "slots": "Requests served at once; the rest wait first come, first served.",
     "prefix_cache": "Reuse prompt prefixes seen before (whole blocks only).",
     "cache_block": "Prefix-cache granularity in tokens.",
+    "cache_reset": "The dialect's cache-reset endpoint (llama.cpp POST /slots/ID?action=erase, vLLM POST "
+                   "/reset_prefix_cache, SGLang /flush_cache): on (clears the prefix cache), off (absent, as on a "
+                   "server started without it: llama.cpp 501, vLLM and SGLang 404), fake (answers as on, clears "
+                   "nothing). Never clears the drafter's memory.",
     "output_tokens": "Tokens generated when the request does not force a length.",
     "output_jitter": "Length varies by up to this fraction, deterministically per prompt.",
     "draft_k": "Speculative decoding: draft tokens per step (0: no drafter).",
     "draft_acceptance": "Fraction of the draft tokens accepted each step.",
+    "draft_memory": "The drafter's memory across requests (llama.cpp ngram-mod): a prompt whose longest prefix "
+                    "the drafter served before covers at least half of it gets draft-acceptance + this (at most "
+                    "1). Survives the cache-reset endpoints; POST /sim/reset clears it.",
     "reasoning_tokens": "The first N generated tokens are sent as reasoning_content.",
     "tool_call_rounds": "With tools, answer with a tool call until the conversation holds this many tool messages.",
     "model": "Model name reported by the server.",
@@ -71,7 +78,8 @@ def _config_options(command: Callable[..., Any]) -> Callable[..., Any]:
             decls = [f"--{flag}/--no-{flag}"]
         else:
             decls = [f"--{flag}"]
-        kind = click.Choice(DIALECTS) if f.name == "dialect" else type(f.default)
+        choices = {"dialect": DIALECTS, "cache_reset": CACHE_RESET_MODES}.get(f.name)
+        kind = click.Choice(choices) if choices else type(f.default)
         command = click.option(
             *decls, f.name, default=f.default, type=kind, show_default=True, help=_HELP[f.name]
         )(command)

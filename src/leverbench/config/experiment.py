@@ -22,6 +22,7 @@ from ..json_types import JSONObject
 from ..recording import RecordedTurn
 from ..redact import redact_url
 from .adaptive import AdaptiveSpec, check_adaptive
+from .cache import CacheBetweenTurns, CacheReset, cache_problem, check_restart
 from .files import read_json, read_text, regular_file, resolve_binary
 from .limits import (
     MAX_DEPTHS,
@@ -53,6 +54,7 @@ from .names import Arg, FilePath, Label, RunName, Url, json_problem
 from .problems import first_error
 from .recorded import recorded_case_problem
 from .stages import LoadStage, check_plans, check_stages, check_trace_paths
+from .variants import expand_variants, variant_name  # noqa: F401 (variant_name: the package's)
 
 DEFAULT_EXPERIMENT = Path("examples/agent-turns.toml")
 
@@ -98,6 +100,8 @@ class ExperimentSection(_Strict):
     # GPU telemetry: samples per second (NVML for the engines the tool starts, a DCGM exporter for an endpoint);
     # left out: 10; 0: none
     gpu_sample_hz: GpuSampleHz | None = None
+    cache_between_turns: CacheBetweenTurns = "cold"  # the state every turn meets (config.cache)
+    cache_reset: CacheReset = "auto"  # how each arm is brought to it
 
     @field_validator("adaptive", mode="before")
     @classmethod
@@ -112,6 +116,9 @@ class ExperimentSection(_Strict):
             raise ValueError('engines = "one at a time" runs each round as a block per arm, counterbalanced, with '
                              'its sentinels: it needs order = "interleaved" (the default); blocked order runs '
                              "every arm's sentinels inside each arm's block, which needs every engine up")
+        problem = cache_problem(self.cache_between_turns, self.cache_reset)
+        if problem:
+            raise ValueError(problem)
         return self
 
 
@@ -413,7 +420,8 @@ def load(path: str | Path) -> LoadedExperiment:
         if case.variant_of is not None:
             raise ConfigError(file, f"cases[{i}].variant_of",
                               "set by leverbench for [[cases.variants]]; use variants instead")
-    spec.cases = [*spec.cases, *_expand_variants(file, spec)]
+    spec.cases = [*spec.cases, *expand_variants(file, spec)]
+    check_restart(file, spec.experiment.cache_reset, spec.arms)
     problems = check_stages(spec.load, [a.name for a in spec.arms], [c.name for c in spec.cases])
     problems += check_plans(spec.load)
     problems += check_trace_paths(spec.load, base)
@@ -424,23 +432,3 @@ def load(path: str | Path) -> LoadedExperiment:
             tools.update({c.name: tools[c.variant_of]} if c.variant_of in tools else {})
             tool_scripts.update({c.name: tool_scripts[c.variant_of]} if c.variant_of in tool_scripts else {})
     return LoadedExperiment(path=path, spec=spec, texts=texts, tools=tools, tool_scripts=tool_scripts)
-
-
-def variant_name(case: str, variant: str) -> str:
-    return f"{case} [{variant}]"
-
-
-def _expand_variants(file: str, spec: Experiment) -> list[Case]:
-    """Each variant becomes a case of its own, marked ``variant_of`` its case."""
-    out = []
-    names = {c.name for c in spec.cases}
-    for i, case in enumerate(spec.cases):
-        for j, v in enumerate(case.variants):
-            name = variant_name(case.name, v.name)
-            if name in names:
-                raise ConfigError(file, f"cases[{i}].variants[{j}].name", f"{name!r} is already a case name")
-            names.add(name)
-            prompt = v.prompt if v.prompt is not None else f"{case.prompt}\n\n{v.append}"
-            out.append(case.model_copy(update={"name": name, "prompt": prompt, "variants": [], "variant_of": case.name,
-                                               "max_tokens": v.max_tokens or case.max_tokens}))
-    return out

@@ -93,8 +93,9 @@ class EmbeddedEngine(EngineProcess):
 
     def __init__(self, name: str, args: list[str], log_path: Path, *, threads: int | None = None,
                  ctx_size: int = 8192, startup_timeout_s: float | None = None, binary: str | None = None,
-                 devices: list[int] | None = None):
+                 devices: list[int] | None = None, resettable: bool = False):
         super().__init__(name, args, log_path, startup_timeout_s=startup_timeout_s, devices=devices)
+        self.resettable = resettable  # started so that a slot erase forgets every prompt (reset_args)
         self.threads = threads or max(1, min(os.cpu_count() or 1, 8))
         self.ctx_size = ctx_size
         self.binary = binary
@@ -124,8 +125,19 @@ class EmbeddedEngine(EngineProcess):
         return [
             *self._program(), "--model", str(model_path()), "--host", "127.0.0.1", "--port", str(self.port),
             "--threads", str(self.threads), "--parallel", "1", "--ctx-size", str(self.ctx_size), "--metrics",
-            "--no-webui", *self.args,
+            "--no-webui", *self.reset_args(), *self.args,
         ]
+
+    def reset_args(self) -> list[str]:
+        """The flags that make ``POST /slots/{id}?action=erase`` forget every prompt, when the run brings each turn
+        to a cold state (:mod:`leverbench.runner.cache_state`): ``--slot-save-path`` (llama-server answers 501 to
+        every slot action without one) and ``--cache-ram 0``: its prompt cache in host memory keeps a prompt
+        that left the slot, and serves it again after an erase (measured on b11549: a 1,114-token prompt erased
+        from the slot came back with 1,113 tokens cached).  Before the arm's own flags: a ``--cache-ram`` of the
+        arm's own wins, and the reset check then sees the erase not take."""
+        if not self.resettable:
+            return []
+        return ["--slot-save-path", str(self.log_path.with_suffix(".slots")), "--cache-ram", "0"]
 
     def discover(self) -> EngineFacts:
         """Facts about the running engine: its build, arguments and model (discovery adds its knobs)."""
@@ -134,6 +146,8 @@ class EmbeddedEngine(EngineProcess):
                             "engine_args": self.args, "threads": self.threads, "ctx_size": self.ctx_size,
                             "parallel": _last_flag(self.args, ("-np", "--parallel"), 1),
                             "model_file": model_path().name, "model_id": self.model_id}
+        if self.resettable:
+            out["reset_setup"] = self.reset_args()
         return out
 
 

@@ -98,6 +98,7 @@ FLAGS: tuple[Flag, ...] = (
     _f("--no-cache-idle-slots", "cache_idle_slots", "off"),
     _f("-ctxcp --ctx-checkpoints --swa-checkpoints", "n_ctx_checkpoints", "int"),
     _f("-sps --slot-prompt-similarity", "slot_prompt_similarity", "float"),
+    _f("--slot-save-path", "slot_save_path", "str"),  # enables POST /slots/{id}?action=erase (and save, restore)
     # speculative decoding
     _f("--spec-type", "speculative.types", "enums:common_speculative_type", _SPEC_TYPES),
     _f("--spec-draft-n-max", "speculative.draft.n_max", "int"),

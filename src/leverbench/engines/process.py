@@ -57,6 +57,7 @@ class EngineFacts(TypedDict, total=False):
     model_source: JSONValue  # the converted checkpoint's source.json ``gguf`` (vLLM)
     torch: dict[str, str]  # the torch build vLLM runs on: its version and CUDA (engines.vllm.torch_build)
     tensor_parallel: int  # vLLM's --tensor-parallel-size (1 when not given)
+    reset_setup: list[str]  # what the tool added so that a cache reset works (llama.cpp flags, vLLM's environment)
 
 
 def free_port() -> int:

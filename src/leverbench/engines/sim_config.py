@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 from .simulator.dialects import DIALECTS
 
+CACHE_RESET_MODES = ("on", "off", "fake")  # SimConfig.cache_reset (see simulator/server.py, "Cache resets")
+
 
 @dataclass
 class SimConfig:
@@ -22,10 +24,12 @@ class SimConfig:
     slots: int = 1  # requests served at once; the rest queue FIFO
     prefix_cache: bool = True  # reuse previously seen prompt prefixes
     cache_block: int = 16  # prefix-cache granularity in tokens
+    cache_reset: str = "on"  # the dialect's cache-reset endpoint: "on" (clears), "off" (absent), "fake" (acks, keeps)
     output_tokens: int = 64  # generated tokens when the request does not force a length
     output_jitter: float = 0.0  # fraction: length = output_tokens * (1 + u * jitter), u in [-1, 1]
     draft_k: int = 0  # speculative decoding: draft tokens per step (0 = no drafter)
     draft_acceptance: float = 0.0  # fraction of the draft tokens accepted each step
+    draft_memory: float = 0.0  # added to draft_acceptance for a prompt the drafter has mostly seen (ngram-mod)
     reasoning_tokens: int = 0  # the first N generated tokens are reasoning_content
     tool_call_rounds: int = 0  # with tools, call a tool until the conversation has this many tool messages
     model: str = "sim"
@@ -62,6 +66,8 @@ class SimConfig:
             problems.append(f"dialect must be one of {', '.join(DIALECTS)}")
         if self.metrics not in ("default", "on", "off"):
             problems.append('metrics must be "default", "on" or "off"')
+        if self.cache_reset not in CACHE_RESET_MODES:
+            problems.append('cache_reset must be "on", "off" or "fake"')
         if self.base_path and (not self.base_path.startswith("/") or self.base_path.endswith("/")):
             problems.append('base_path must be empty or start with "/" and not end with "/" (e.g. "/v1")')
         if problems:
@@ -74,6 +80,6 @@ _NON_NEGATIVE_FIELDS = (
     "cold_requests",
 )  # fmt: skip
 _FRACTION_FIELDS = (
-    "output_jitter", "draft_acceptance", "fault_http_500", "fault_http_429", "fault_cut_stream", "fault_stall",
-    "fault_malformed", "fault_no_usage",
+    "output_jitter", "draft_acceptance", "draft_memory", "fault_http_500", "fault_http_429", "fault_cut_stream",
+    "fault_stall", "fault_malformed", "fault_no_usage",
 )  # fmt: skip

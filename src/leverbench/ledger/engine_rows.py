@@ -49,7 +49,8 @@ class EngineStartRow(TypedDict, total=False):
     block: int
     round: int | None
     part: str  # "round" (one at a time: the arm's block of a round), "closing" (its probes, sentinel, load stages),
-    #            "discovery" (started to ask what it serves, before the header), "run" (engines together)
+    #            "discovery" (started to ask what it serves, before the header), "run" (engines together),
+    #            "restart" (started again before a turn: runner.cache_state)
     t: float  # epoch s the start began
     ready_s: float | None  # spawned → its /health answered 200 (None: the start failed)
     model_load_s: float | None  # what the engine's log says loading the model took (vLLM), else None

@@ -4,9 +4,10 @@
 ``run`` header; every later line is one of the kinds below.  A record is never
 rewritten: a resumed run appends a ``resume`` record and continues.
 
-Schema ``leverbench.ledger/4`` (version 1 lacked the kinds ``engine_start``, ``engine_stop`` and ``gpu`` and the
+Schema ``leverbench.ledger/5`` (version 1 lacked the kinds ``engine_start``, ``engine_stop`` and ``gpu`` and the
 header's ``engines`` and ``host.gpu``, version 2 the kind ``engine_warmed``, version 3 a call's ``send_s``, its
-times counting from when its connection was ready; older ledgers read unchanged,
+times counting from when its connection was ready, version 4 the kind ``cache_reset`` and a turn's ``cache``:
+its runs said nothing of the state each turn met; older ledgers read unchanged,
 :mod:`.upgrade`):
 
 - ``run``: schema, tool_version, run_id, started_at (ISO 8601 UTC), host{...},
@@ -50,7 +51,14 @@ times counting from when its connection was ready; older ledgers read unchanged,
   pairs that have one and runs the others again (a stage is one measurement:
   one cut short is repeated whole; the analysis keeps the latest execution).
 - ``warmup``: a short call to each arm before the work starts (a fresh
-  server's first call is slow); kept, never analysed.
+  server's first call is slow); kept, never analysed.  ``position`` "restart": the call after an engine was
+  restarted before a turn; "shared": the call that warmed a case's shared prefix before a turn
+  (``cache_between_turns = "shared"``); neither is part of the warm-up before the first round.
+- ``cache_reset``: per arm, once before its turns (:mod:`leverbench.runner.cache_state`): the declared state
+  (``cold``, ``shared``, ``keep``), the method that brings the arm to it before every turn (``reset`` through
+  the engine's endpoint, ``salt``, ``restart``, ``restart+salt``, ``none``, ``keep``), the endpoint, why, and
+  the check made of it (``check``: took, did not take, unverified; ``cached_before``, ``cached_after``,
+  ``check_tokens``).
 - ``shard``: the first line of a worker's shard ``ledger.d/worker-K.jsonl``
   (issue 17; the same record schema): schema, tool_version, run_id (the
   run's), worker, host, pid, started_at.
@@ -97,9 +105,9 @@ from pydantic import Field
 
 from ..bounds import MAX_COUNT
 from ..json_types import JSONObject, JSONValue  # noqa: F401 (JSONObject's forward reference, for get_type_hints)
-from .rows import CallExtras, CallRow, TimingsRow, ToolCallRow, TurnRow
+from .rows import CallExtras, CallRow, TimingsRow, ToolCallRow, TurnCacheRow, TurnRow
 
-LEDGER_SCHEMA = "leverbench.ledger/4"
+LEDGER_SCHEMA = "leverbench.ledger/5"
 LEDGER_SCHEMA_NAME, LEDGER_SCHEMA_VERSION = LEDGER_SCHEMA.rsplit("/", 1)
 SUMMARY_SCHEMA = "leverbench.summary/1"
 
@@ -113,7 +121,7 @@ Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]  # a duration
 Epoch = Annotated[float, Field(ge=0, allow_inf_nan=False)]  # epoch seconds
 Count = Annotated[int, Field(ge=0, le=MAX_COUNT)]
 KINDS = ("run", "turn", "metrics", "resume", "warmup", "stage_end", "shard", "clock", "engine_start", "engine_stop",
-         "engine_warmed", "gpu", *CALL_KINDS)
+         "engine_warmed", "gpu", "cache_reset", *CALL_KINDS)
 
 
 class ErrorClass(StrEnum):
@@ -133,6 +141,9 @@ class ErrorClass(StrEnum):
     #                          that is not JSON or of the wrong shape (a usage whose counts are not token counts, ...)
     NO_USAGE = "no_usage"  # the call completed, the server sent no token usage, and /tokenize could not count it
     ENGINE_DIED = "engine_died"  # an engine the tool started died; the message holds the tail of its log
+    CACHE_STATE = "cache_state"  # a turn's: its arm could not be brought to the declared cache state before it (a
+    #                              reset or a shared prefix's warm call failed): its calls ran, the turn does not
+    #                              count, and --resume runs it again (runner.cache_state)
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,6 +298,8 @@ class TurnRecord:
     prompt_tokens: Count | None = _f(column=NUMBER)
     reasoning_tokens: Count | None = _f(column=NUMBER)
     error: CallError | None = _f()  # the first failed call's class, "N of M calls failed"
+    # v5: how the arm's caches were brought to the declared state before the turn (runner.cache_state)
+    cache: TurnCacheRow | None = _f(omit_none=True)
 
     def to_dict(self) -> TurnRow:
         """The ledger's JSON object: every field, in this order."""

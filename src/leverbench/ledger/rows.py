@@ -200,6 +200,39 @@ class CallRow(CallFields, CallExtras, total=False):
     ``extra`` keys."""
 
 
+class TurnCacheRow(TypedDict, total=False):
+    """How a turn's arm was brought to the declared cache state before it (a ``turn`` record's ``cache``;
+    :mod:`leverbench.runner.cache_state`)."""
+
+    state: Required[str]  # the declared state: "cold", "shared" or "keep"
+    method: Required[str]  # "reset", "salt", "restart", "restart+salt", "none" or "keep"
+    salt: str | None  # the salt put before the turn's first prompt (the same on every arm of a round's turn)
+    reset_s: float | None  # seconds the reset (or restart) took, before the turn began
+    warmed_tokens: int | None  # "shared": the prompt tokens of the call that warmed the shared prefix
+    error: str | None  # a reset that failed (the turn ran all the same; a cache_reset record says so too)
+    attempt: int | None  # a failed turn run again (resume): a number drawn for that session, in its salt
+
+
+class CacheResetRow(TypedDict, total=False):
+    """A ``cache_reset`` record: how the run brings one arm's caches to the declared state before every turn, and
+    what the check made once before the turns found (:mod:`leverbench.runner.cache_state`)."""
+
+    kind: Required[Literal["cache_reset"]]
+    arm: Required[str]
+    case: str  # a turn's failure record only (with repeat and error): its reset or warm call failed
+    repeat: int
+    error: str | None
+    state: Required[str]  # "cold", "shared" or "keep"
+    method: Required[str]  # "reset", "salt", "restart", "restart+salt", "none" or "keep"
+    recorded_method: str  # a recorded turn's (never salted): "reset", "restart", "none" or "keep"
+    endpoint: str | None  # the reset endpoint used ("POST /reset_prefix_cache", ...)
+    why: str  # why this method, in words
+    check: str | None  # "took", "did not take", "unverified", "not reported", "failed"; None: not checked
+    cached_before: int | None  # the check's prompt cached on its second send before the reset
+    cached_after: int | None  # ... and after it
+    check_tokens: int | None  # the check prompt's tokens
+
+
 class TurnRow(TypedDict, total=False):
     """A ``turn`` record: the fields of :class:`.records.TurnRecord`."""
 
@@ -222,6 +255,7 @@ class TurnRow(TypedDict, total=False):
     prompt_tokens: int | None
     reasoning_tokens: int | None
     error: ErrorRow | None
+    cache: TurnCacheRow  # ledger v5: how the arm's caches were brought to the declared state before the turn
 
 
 class MetricsRow(TypedDict, total=False):
@@ -344,6 +378,8 @@ class ConfigExperimentRow(TypedDict, total=False):
     retries: int | None
     store_text: bool | None
     adaptive: JSONObject | None
+    cache_between_turns: str | None  # left out: a run before ledger v5, which declared no state
+    cache_reset: str | None
 
 
 class ConfigProbesRow(TypedDict, total=False):

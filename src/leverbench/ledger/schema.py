@@ -1,3 +1,5 @@
+# size: one contract, the model of every record kind the reader checks (the header's, the calls' and turns' made from
+# the writer's own dataclasses, each other kind's), kept together as the one place a ledger's shape is stated.
 """The ledger's schema, as the reader checks it: the header and each record validated by typed models.
 
 - Records: the ``call`` kinds' (``records.CALL_KINDS``, ``warmup``) and ``turn``'s models are made from the
@@ -74,6 +76,41 @@ class Timings(_Open):
     draft_n_accepted: Sample | None = None
 
 
+CacheState = Literal["cold", "shared", "keep"]
+CacheMethod = Literal["reset", "salt", "restart", "restart+salt", "none", "keep"]
+
+
+class CacheResetModel(_Open):
+    """A ``cache_reset`` record (:class:`~.rows.CacheResetRow`): an arm's plan, or (with ``error``) one turn whose
+    arm could not be brought to the state."""
+
+    arm: str
+    case: str | None = None
+    repeat: Count | None = None
+    error: str | None = None
+    state: CacheState
+    method: CacheMethod
+    endpoint: str | None = None
+    why: str | None = None
+    check: Literal["took", "did not take", "unverified", "not reported", "failed"] | None = None
+    recorded_method: CacheMethod | None = None
+    cached_before: Count | None = None
+    cached_after: Count | None = None
+    check_tokens: Count | None = None
+
+
+class TurnCache(_Open):
+    """A turn's ``cache`` (:class:`~.rows.TurnCacheRow`)."""
+
+    state: CacheState
+    method: CacheMethod
+    salt: str | None = None
+    reset_s: Seconds | None = None
+    warmed_tokens: Count | None = None
+    error: str | None = None
+    attempt: Count | None = None
+
+
 class _CallChecks(_Open):
     @model_validator(mode="after")
     def _cached_in_prompt(self) -> _CallChecks:
@@ -91,7 +128,8 @@ Unchecked = object
 # are the user's and the server's JSON: checked to be objects, their contents not).
 OVERRIDES: dict[str, object] = {
     "error": RecordError | None, "timings": Timings | None, "request": dict[str, Unchecked],
-    "tool_calls": list[dict[str, Unchecked]] | None, "input_messages": list[dict[str, Unchecked]] | None}
+    "tool_calls": list[dict[str, Unchecked]] | None, "input_messages": list[dict[str, Unchecked]] | None,
+    "cache": TurnCache | None}
 # A count analysis reads as a column, as JSON holds it: an int, or a float that is a whole number (polars reads
 # both alike, so a record is judged as its column is), within ``records.Count``'s bounds (pydantic's own checks,
 # not a Python function per value).  A count not read as a column (chunk_chars, ...) is an int.
@@ -181,7 +219,7 @@ class EngineStartModel(_Open):
     mode: EngineMode | None = None
     block: Count | None = None
     round: Count | None = None
-    part: Literal["round", "closing", "run", "discovery"] | None = None
+    part: Literal["round", "closing", "run", "discovery", "restart"] | None = None
     t: Epoch | None = None
     ready_s: Seconds | None = None
     model_load_s: Seconds | None = None
@@ -276,6 +314,8 @@ class Experiment(_Open):
     retries: Annotated[int, Field(ge=0, le=MAX_REPEATS)] | None = None
     store_text: bool | None = None
     adaptive: dict[str, Unchecked] | None = None  # the loader's model checked it
+    cache_between_turns: CacheState | None = None  # left out: a run before ledger v5 (its state undeclared)
+    cache_reset: str | None = None
 
 
 class Probes(_Open):
@@ -345,7 +385,7 @@ MODELS: dict[str, type[BaseModel]] = {**dict.fromkeys(CALL_KINDS, CallModel), "w
                           "metrics": MetricsModel, "stage_end": StageEndModel, "clock": ClockModel,
                           "resume": ResumeModel, "run": RunHeader, "shard": ShardHeader,
                           "engine_start": EngineStartModel, "engine_stop": EngineStopModel,
-                          "engine_warmed": EngineWarmedModel, "gpu": GpuSamplesModel}
+                          "engine_warmed": EngineWarmedModel, "gpu": GpuSamplesModel, "cache_reset": CacheResetModel}
 _VALIDATORS = {kind: TypeAdapter(m) for kind, m in MODELS.items()}
 
 

@@ -23,7 +23,9 @@ The chain: version 2 (``engine_start``, ``engine_stop`` and ``gpu`` records, the
 ``host.gpu``) adds to version 1 only; version 3 (``engine_warmed`` records: an engine's start is written
 before its warm-up, which follows in a record of its own) adds to version 2 only; version 4 (a call's
 ``send_s``: its times count from when its request went out, not from when its connection was ready; a
-version-3 call, without it, counts as sent when ready) adds to version 3 only.
+version-3 call, without it, counts as sent when ready) adds to version 3 only; version 5 (``cache_reset``
+records and a turn's ``cache``: the state each turn met, declared and made) adds to version 4 only (a version-4
+run declared no state: analysis reads it as one whose repeats may revisit).
 """
 
 from __future__ import annotations
@@ -127,3 +129,4 @@ def upgrade_lines(data: bytes, version: int) -> bytes:
 upgrade_to(2)(additive)
 upgrade_to(3)(additive)
 upgrade_to(4)(additive)
+upgrade_to(5)(additive)

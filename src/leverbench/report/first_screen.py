@@ -26,7 +26,7 @@ SHORT_REASON = {guard.VOLUME: "output volumes differ", guard.VOLUME_UNKNOWN: "ou
                 guard.RETRIED: "calls were retried", guard.REPEATS: "too few repeats",
                 guard.NO_TURNS: "no successful turns", guard.CONTRADICTION: "a declared knob contradicts the engine",
                 guard.NOT_ENGAGED: "the lever did not engage", guard.REFERENCE_USED: "the reference used it too",
-                guard.CELLS: "a case was refused"}
+                guard.CELLS: "a case was refused", guard.REVISITS: "repeats revisited"}
 
 #: A line of the first screen other than a lever's is cut at this many characters (the full report and its
 #: tables hold it whole); a terminal passes its own width.
@@ -133,8 +133,12 @@ def lever_line(summary: dict[str, Any], lever: dict[str, Any], notes: Notes,
             marks, numbers = notes.marks([undecided_note(summary, verdict)])
             said = f"{said} {marks}"
         parts.append(said)
-    if lever.get("multiplier") is not None:
+    if lever.get("multiplier") is not None and total_tells(verdict, lever["multiplier"]):
         parts.append(("total " if verdict is not None else "") + f"{lever['multiplier']:.2f}x")
+    rep = _repeat_pair(summary, lever["arm"], lever.get("vs"))
+    if rep.get("refused") and rep.get("first_visit") is not None:  # the honest figure first, then the echo's
+        parts = [f"first visits {rep['first_visit']:.2f}x (no interval)",
+                 *(["across repeats " + "; ".join(parts)] if parts else [])]
     revisit = revisit_note(summary, lever["arm"], lever.get("vs"))
     if revisit and citable:
         marks, more = notes.marks([revisit])
@@ -160,16 +164,34 @@ def lever_line(summary: dict[str, Any], lever: dict[str, Any], notes: Notes,
     return f"{name}  {pair}  {figure} · {cite}", numbers
 
 
+def total_tells(verdict: dict[str, Any] | None, total: float) -> bool:
+    """Whether a lever's total multiplier tells something its verdict's ratio does not: there is no verdict, or
+    no interval, or the total lies outside the verdict's interval (the cases' time weights move it)."""
+    if verdict is None:
+        return True
+    low, high = verdict.get("low"), verdict.get("high")
+    if not isinstance(low, (int, float)) or not isinstance(high, (int, float)):
+        return verdict.get("ratio") is None
+    return not low <= total <= high
+
+
+def _repeat_pair(summary: dict[str, Any], arm: str, vs: str | None) -> dict[str, Any]:
+    """The ``repeats`` section's row of the pair (:mod:`...analysis.experiment.revisits`); {} where none."""
+    pairs = (summary.get("repeats") or {}).get("pairs") or []
+    return next((p for p in pairs if p.get("arm") == arm and p.get("vs") == vs), {})
+
+
 def revisit_note(summary: dict[str, Any], arm: str, vs: str | None) -> str | None:
-    """The first-visit figure of a pair whose later repeats revisited their own cached prompts (warning
-    ``revisits``, :mod:`...analysis.experiment.revisits`), as a note; None where there is none."""
-    start = f"{arm} vs {vs} on first visits"
-    for w in summary.get("warning_items") or []:
-        if w.get("kind") == "revisits" and str(w.get("text", "")).startswith(start):
-            figure = str(w["text"]).split("; the repeats after the first", 1)[0].replace(
-                " (each case's first turn, one a side, no interval)", " (each case's first turn, no interval)")
-            return f"{figure}; later repeats hit the first one's cache (see revisits)"
-    return None
+    """The first-visit figure of a pair whose later repeats revisited their own cached prompts, not refused for
+    it (a run that kept its cache on purpose, or one before ledger v5, which declared no state), as a note;
+    None where there is none."""
+    pair = _repeat_pair(summary, arm, vs)
+    if pair.get("refused") or pair.get("first_visit") is None:
+        return None
+    kept = (summary.get("repeats") or {}).get("state") == "keep"
+    return (f"{arm} vs {vs} on first visits (each case's first turn, no interval): {pair['first_visit']:.2f}x; "
+            + ("the repeats met what earlier ones cached, on purpose (keep)" if kept else
+               "later repeats hit the first one's cache (see revisits)"))
 
 
 def undecided_note(summary: dict[str, Any], verdict: dict[str, Any]) -> str:

@@ -10,6 +10,7 @@ from typing import Any
 
 from ..analysis.base.knobs import is_on
 from ..analysis.rates.rate_model import tokens_per_second_at
+from .conditions import conditions_table, repeats_table
 from .guard_tables import drift_table, equal_work_table, multiplier_table
 from .hardware_tables import hardware_tables
 from .load_tables import load_tables
@@ -373,24 +374,6 @@ def cost_table(summary: dict[str, Any]) -> Table | None:
                         "turn_s × gpus × 1000 / 3600."])
 
 
-def conditions_table(summary: dict[str, Any]) -> Table:
-    keys: list[str] = []
-    for a in summary["arms"]:
-        for k in a.get("knobs", a["conditions"]):
-            if k not in keys:
-                keys.append(k)
-
-    def value(a: dict[str, Any], k: str) -> str:
-        knobs = a.get("knobs", a["conditions"])
-        if k not in knobs:
-            return "—"
-        return str(knobs[k]) + ("" if k in a["conditions"] else " *")
-
-    rows = [[a["name"], a["role"] or "", *(value(a, k) for k in keys)] for a in summary["arms"]]
-    return Table("conditions", "Arms and their knobs", ["arm", "role", *keys], rows,
-                 notes=["Declared in the experiment's conditions; * discovered from the endpoint (not declared)."])
-
-
 def metrics_table(summary: dict[str, Any]) -> Table | None:
     rows_in = summary.get("server_metrics") or []
     if not rows_in:
@@ -439,7 +422,8 @@ def discipline_table(summary: dict[str, Any]) -> Table | None:
 
 
 def all_tables(summary: dict[str, Any]) -> list[Table]:
-    tabs = [levers_table(summary), verdicts_table(summary), conditions_table(summary), result_table(summary),
+    tabs = [levers_table(summary), verdicts_table(summary), conditions_table(summary), repeats_table(summary),
+            result_table(summary),
             volume_table(summary), multiplier_table(summary), equal_work_table(summary), recorded_table(summary),
             discipline_table(summary),
             reasoning_table(summary),

@@ -111,7 +111,7 @@ class EngineBlocks:
         t0 = time.time()
         rec: EngineStartRow = {
             "kind": "engine_start", "arm": arm, "mode": r.engines["mode"], "block": block,
-            "round": repeat if part == "round" else None, "part": part, "t": round(t0, 4), "ready_s": None,
+            "round": repeat if part in ("round", "restart") else None, "part": part, "t": round(t0, 4), "ready_s": None,
             "model_load_s": None, "server_state": COLD, "timeout_s": ep.engine.startup_timeout_s,
             "timeout_from": ep.engine.timeout_from, "devices": list(devs) if devs else None, "pid": None,
             "error": None}

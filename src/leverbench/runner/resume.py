@@ -55,12 +55,21 @@ def completed(out: Path, resume: bool, exp: LoadedExperiment) -> Resumed:
         raise BadInput(f"{out} already holds a ledger; pass --resume to continue it or choose another --out")
     led = read_ledger(ledger_path)
     exp = resumed_adaptive(exp, led.header.get("config") or {}, out)
-    if led.header.get("config") != exp.snapshot():
+    snapshot = exp.snapshot()
+    if "cache_between_turns" not in (led.header.get("config") or {}).get("experiment", {}):
+        x = exp.spec.experiment  # a run from before ledger v5: its turns met whatever the earlier ones left
+        if (x.cache_between_turns, x.cache_reset) != ("keep", "auto"):
+            raise BadInput(f"{out}: this run was started by a leverbench that did not bring each turn to a cache "
+                           'state (its turns met what earlier turns left): add cache_between_turns = "keep" to the '
+                           "file's [experiment] to resume it as it ran, or start a new run")
+        for key in ("cache_between_turns", "cache_reset"):
+            snapshot["experiment"].pop(key, None)  # type: ignore[union-attr]
+    if led.header.get("config") != snapshot:
         old = led.header.get("config", {}).get("experiment", {}).get("repeats")
         new = exp.spec.experiment.repeats
         cfg_old = {**led.header.get("config", {}),
                    "experiment": {**led.header["config"].get("experiment", {}), "repeats": new}}
-        if cfg_old != exp.snapshot():
+        if cfg_old != snapshot:
             raise BadInput(f"{out}: the experiment changed since this run started; resume needs the same "
                            "experiment file (only --repeats may grow)")
         if new < (old or 0):

@@ -40,19 +40,20 @@ from ..config import LoadedExperiment
 from ..engines import make_engine
 from ..engines.vllm import distribution
 from ..errors import EngineError
-from ..ledger.records import LEDGER_SCHEMA, CallRecord
-from ..ledger.rows import EnginesRow, EngineStartRow, RunHeaderRow
+from ..ledger.records import CallRecord
+from ..ledger.rows import EnginesRow, EngineStartRow
 from ..ledger.writer import LedgerWriter
-from ..redact import redact_tree, redact_url
 from ..workload.cases import case_size_chars
 from ..workload.recorded.expand import with_recorded
+from .cache_state import TurnStates, resets_through_endpoints, with_cache
 from .client import Timeouts, client_session
-from .discover import api_root, host_info, scrape_metrics
+from .discover import api_root, scrape_metrics
 from .endpoint import ArmEndpoint, Interrupted, endpoint_headers  # noqa: F401 (Interrupted: the run's public error)
 from .engine_blocks import EngineBlocks
 from .engine_mode import ONE_AT_A_TIME, Devices, arm_server_state, choose, engine_devices, server_state
 from .file_names import file_part
 from .fixed_calls import fixed_length
+from .header import run_header
 from .load_run import run_load
 from .recorded_turn import run_recorded_turn
 from .recorder import CallTally, Recorder
@@ -104,14 +105,17 @@ class Runner:
         self._early: list = []  # engine records made before the header, appended right after it
         self._header_written = False  # records may follow (a resumed run's ledger has its header)
         self._resumed_engines: EnginesRow | None = None  # a resumed run's choice (its header's)
+        self.turn_states = TurnStates(self.exp, self.endpoints, self.run_id)  # the cache state before each turn (run)
 
     # ------------------------------------------------------------ set-up
 
     def _prepare_endpoints(self) -> None:
+        resettable = resets_through_endpoints(self.spec)
         for i, arm in enumerate(self.spec.arms):
             headers = endpoint_headers(self.exp, i, arm)
             if arm.engine is not None:
-                eng = make_engine(arm.name, arm.engine, self.out / f"engine-{file_part(arm.name)}.log")
+                eng = make_engine(arm.name, arm.engine, self.out / f"engine-{file_part(arm.name)}.log",
+                                  resettable=resettable)
                 self.endpoints[arm.name] = ArmEndpoint(arm, "", eng.model_id, headers, eng)
             else:
                 self.endpoints[arm.name] = ArmEndpoint(arm, arm.base_url or "", arm.model or "", headers)
@@ -168,24 +172,6 @@ class Runner:
         self.run_id = got.run_id or self.run_id
         return got.done
 
-    def _header(self) -> RunHeaderRow:
-        return {
-            "kind": "run",
-            "schema": LEDGER_SCHEMA,
-            "tool_version": __version__,
-            "run_id": self.run_id,
-            "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-            "host": {**host_info(), **({"gpu": dict(self.telemetry.host)} if self.telemetry else {})},
-            "experiment_file": str(self.exp.path),
-            "config": self.exp.snapshot(),
-            "arms": {
-                name: {"role": ep.arm.role, "conditions": ep.arm.conditions, "discovered": redact_tree(ep.discovered),
-                       "endpoint": "embedded" if ep.engine else redact_url(api_root(ep.base_url)), "model": ep.model}
-                for name, ep in self.endpoints.items()
-            },
-            **({"engines": self.engines} if self.engines else {}),
-        }
-
     # ------------------------------------------------------------ the ledger, and calls
 
     def open_ledger(self) -> None:
@@ -228,14 +214,25 @@ class Runner:
         return self._pools[arm]
 
     async def _turn(self, session: aiohttp.ClientSession, unit: Unit) -> None:
-        """One agent turn (:func:`~leverbench.runner.turn.run_turn`; a recorded one:
-        :func:`~leverbench.runner.recorded_turn.run_recorded_turn`) on the arm's pool; its record appended."""
-        sender = self.sender(unit.arm, session)
-        if unit.case in self.exp.recorded:
-            case = next(c for c in self.spec.cases if c.name == unit.case)
-            self.recorder.append(await run_recorded_turn(sender, self.exp, unit, case))
-        else:
-            self.recorder.append(await run_turn(sender, self.exp, unit))
+        """One agent turn (:func:`.turn.run_turn`; a recorded one: :func:`.recorded_turn.run_recorded_turn`), its arm
+        first brought to the declared cache state (:meth:`.cache_state.TurnStates.prepare`); its record appended."""
+        case = next(c for c in self.spec.cases if c.name == unit.case)
+        cache, salt = await self.turn_states.prepare(session, unit.arm, case, unit.repeat, self.sender, self._restart,
+                                                     self.recorder.append)
+        sender = self.sender(unit.arm)  # the arm's pool: a new one where its engine was restarted
+        rec = await (run_recorded_turn(sender, self.exp, unit, case) if unit.case in self.exp.recorded
+                     else run_turn(sender, self.exp, unit, salt=salt))
+        self.recorder.append(with_cache(rec, cache))
+
+    async def _restart(self, arm: str, repeat: int) -> None:
+        """*arm*'s engine stopped and started again, each recorded, its counters scraped on either side (a window
+        never spans a restart), a new pool; then one short call (warmup, position restart)."""
+        await self.scrape(self.pool(arm), "after", [arm])
+        await self.close_pool(arm)
+        self.recorder.append(self.blocks.stopped(await asyncio.to_thread(self.blocks.stop, arm)))
+        await asyncio.to_thread(self.blocks.start, arm, "restart", repeat)
+        await self.scrape(self.pool(arm), "before", [arm])
+        await self._fixed_length(self.pool(arm), Unit("warmup", arm, SENTINEL_CASE, repeat, 8, position="restart"))
 
     async def _warm_up(self, arm: str) -> tuple[int, bool]:
         """Warm *arm*'s endpoint before the first measured round: the sentinel's call (kind ``warmup``, repeat
@@ -286,7 +283,7 @@ class Runner:
                                                 ep.headers_for(url) if url else {})
                 ep.discovered["gpu"] = dict(facts)
         if not self.resume or self._fresh:
-            self.recorder.append(self._header())
+            self.recorder.append(run_header(self.run_id, self.exp, self.endpoints, self.telemetry, self.engines))
         self._header_written = True
         for rec in self._early:
             self.recorder.append(rec)
@@ -308,6 +305,9 @@ class Runner:
                 calls, ok = await self._warm_up(name)
                 if ep.engine is not None:
                     self.recorder.append(self.blocks.warmed(name, time.monotonic() - t0, calls, ok))
+            if self.spec.experiment.adaptive or any(u.kind == "turn" and u.key() not in done for u in units):
+                for rec in await self.turn_states.plan(session, self.sender, check=not one):  # one at a time: none up
+                    self.recorder.append(rec)
             if one:
                 await self.blocks.run(session, done)
             else:
@@ -413,6 +413,7 @@ class Runner:
         check_traces(self.exp)  # ... and a trace that cannot be read or replayed
         done = self._completed()
         self._prepare_endpoints()
+        self.turn_states = TurnStates(self.exp, self.endpoints, self.run_id, self._failed)
         # before the engines start and the run's signal handlers are set (ray.init sets its own)
         self.cluster = join_cluster(self.spec, self.stages_done, self.out, self.secrets(), self.ray_address)
         self.sizes = {c.name: case_size_chars(self.exp, c) for c in self.spec.cases}

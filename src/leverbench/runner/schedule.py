@@ -137,10 +137,18 @@ def _round_sentinels(spec: Experiment, arms: list[str], repeat: int) -> list[Uni
 
 def adaptive_round(spec: Experiment, cells: list[tuple[str, str]], repeat: int) -> list[Unit]:
     """Round *repeat* of an adaptive run: a sentinel of each arm that has a cell in *cells*, then one turn of
-    each cell (arm, case) in *cells*, in the experiment's case order, each case's arms in :func:`arm_order`."""
+    each cell (arm, case) in *cells*, in the experiment's case order, each case's arms in :func:`arm_order`.  A
+    recorded turn's cell brings the recording's earlier turns on its arm with it: a recorded turn meets what its
+    recording's earlier turns of the round left (runner.cache_state), so they run before it again."""
     arms = [a.name for a in spec.arms]
-    used = [a for a in arms if any(a == arm for arm, _ in cells)]
-    return _round_sentinels(spec, used, repeat) + _round(arms, [c.name for c in spec.cases], repeat, set(cells))
+    names = [c.name for c in spec.cases]
+    recording = {c.name: c.recorded_from for c in spec.cases}
+    want = set(cells)
+    for arm, case in cells:
+        if recording.get(case) is not None and case in names:
+            want |= {(arm, c) for c in names[:names.index(case)] if recording[c] == recording[case]}
+    used = [a for a in arms if any(a == arm for arm, _ in want)]
+    return _round_sentinels(spec, used, repeat) + _round(arms, names, repeat, want)
 
 
 def block_rows(n: int) -> list[list[int]]:

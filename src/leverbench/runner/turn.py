@@ -18,12 +18,15 @@ from ..ledger.records import CallError, CallRecord, ErrorClass, TurnRecord
 from ..ledger.rows import ToolCallRow
 from ..workload.cases import first_messages, next_messages, step_prompts
 from ..workload.chat import ChatMessage
+from .cache_state import salted
 from .schedule import Unit
 from .send import Sender, Sent
 
 
-async def run_turn(sender: Sender, exp: LoadedExperiment, unit: Unit) -> TurnRecord:
+async def run_turn(sender: Sender, exp: LoadedExperiment, unit: Unit, *, salt: str | None = None) -> TurnRecord:
     """The turn *unit* of *exp*, sent through *sender*; its :class:`TurnRecord` (for the caller to append).
+    *salt*: a tag put before its first prompt (:func:`~leverbench.runner.cache_state.salted`: where the experiment's
+    declared cache state says its turns stop sharing their prefix), kept through the turn's later calls.
 
     ``turn_s`` = model_s + tool_s: model_s is the wall clock from the first call's start to the last
     token (connect times included), less the tokenizer's harness time (``harness_s``); tool_s the tool
@@ -32,6 +35,8 @@ async def run_turn(sender: Sender, exp: LoadedExperiment, unit: Unit) -> TurnRec
     tools = exp.tools.get(case.name)
     turn_id = uuid.uuid4().hex[:12]
     messages = first_messages(exp, case)
+    if salt is not None:
+        messages = salted(messages, salt, exp.spec.experiment.cache_between_turns)
     t0 = time.perf_counter()
     t_start = time.time()
     calls: list[Sent] = []

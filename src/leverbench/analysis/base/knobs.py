@@ -152,7 +152,8 @@ FACT_KNOB = registry.fact_knobs()
 #: metrics: the tool asks for them to see engagement).
 NOT_FACTS = ("knobs", "sim", "props.sim", "engine_build.build_date", "engine_build.platform",
              "server_info.enable_cache_report", "server_info.enable_metrics", "unreachable",
-             "gpu.unknown", "gpu.source")
+             "gpu.unknown", "gpu.source",
+             "reset_setup")  # what made the declared cache state possible: the run's, alike on every arm it starts
 #: Engine flags that only change what the server reports or where it listens, not how it serves.
 NOT_FLAGS = ("--enable-prompt-tokens-details", "--enable-cache-report", "--enable-metrics", "--metrics",
              "--disable-log-requests", "--enable-log-requests", "--disable-log-stats", "--no-webui", "--host",

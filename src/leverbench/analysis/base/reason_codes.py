@@ -4,3 +4,4 @@ of :mod:`leverbench.analysis.base.guard`; here, apart from it, so that a report 
 NO_TURNS, REPEATS, FAILED, RETRIED, DRIFT = "no_turns", "repeats", "failed", "retried", "drift"
 CONTRADICTION, NOT_ENGAGED, REFERENCE_USED, CELLS = "contradiction", "not_engaged", "reference_used", "cells"
 VOLUME, VOLUME_UNKNOWN = "volume", "volume_unknown"
+REVISITS = "revisits"  # the repeats were not exchangeable (analysis.experiment.revisits)

@@ -306,9 +306,13 @@ def adjusted_turn_s(ds: Dataset, common_row: CommonDrift) -> np.ndarray | None:
 
 
 def warmup_rows(ds: Dataset, tol: float) -> dict[str, WarmupRow]:
-    """Per arm, its last warm-up (the calls since its last ``repeat`` 0): calls, decode speeds, settled."""
+    """Per arm, its last warm-up (the calls since its last ``repeat`` 0): calls, decode speeds, settled.  The calls
+    that restart or warm a shared prefix before a turn (``position``: :mod:`leverbench.runner.cache_state`) are
+    no part of it."""
     tps: dict[Any, list[float | None]] = {}
     for w in ds.warmups:
+        if w.get("position") is not None:
+            continue
         arm = w.get("arm")
         if w.get("repeat") == 0 or arm not in tps:
             tps[arm] = []

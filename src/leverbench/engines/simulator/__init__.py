@@ -21,9 +21,10 @@ Timing model (real ``asyncio.sleep``)
     uncached prompt tokens at ``prefill_tps`` -> decode steps.  Step ``i``
     (1-based) ends at ``start + i / decode_tps`` on the loop clock (no drift)
     and emits ``1 + round(draft_k * draft_acceptance)`` tokens (Python's
-    ``round``; at most what remains) as one SSE chunk; without a drafter, one
-    token.  So the first token arrives one step after prefill, and decoding
-    ``n`` tokens takes ``ceil(n / tokens_per_step) / decode_tps`` seconds.
+    ``round``; at most what remains; more where the drafter's memory helps,
+    below) as one SSE chunk; without a drafter, one token.  So the first
+    token arrives one step after prefill, and decoding ``n`` tokens takes
+    ``ceil(n / tokens_per_step) / decode_tps`` seconds.
     Context-dependent mode (both 0 by default): prefill of n uncached tokens
     after k cached ones takes n / prefill_tps + ``prefill_quadratic`` ·
     n·(k + n/2), and a decode step at a context of L tokens (the prompt plus
@@ -54,6 +55,24 @@ Prefix cache
     nothing when ``prefix_cache`` is off or the request says
     ``"cache_prompt": false``.  After prefill, every request's block prefixes
     enter the cache (also with ``cache_prompt: false``: the KV was computed).
+    Each dialect's own reset endpoint empties it (``SimConfig.cache_reset``
+    "on"; "off": absent, as on a server started without it; "fake": the same
+    answer, the cache kept): llama.cpp ``POST /slots/{id}?action=erase``
+    (any slot empties the whole shared cache), vLLM ``POST
+    /reset_prefix_cache``, SGLang ``GET|POST /flush_cache``; a strict API has
+    none.  Statuses and bodies as each engine's source has them: see
+    :mod:`.server`, "cache resets".
+
+Drafter memory
+    With ``draft_memory`` > 0, the drafter remembers, across requests, the
+    prompts it has served (their block prefixes, entered when a request's
+    decode starts, after it looked them up): a request whose remembered
+    whole-block prefix covers at least half of its prompt decodes at
+    acceptance ``min(1, draft_acceptance + draft_memory)`` instead of
+    ``draft_acceptance`` (its truth's ``draft_acceptance``), as llama.cpp's
+    ``--spec-type ngram-mod`` accepts more of a prompt it saw before.  The
+    cache-reset endpoints leave this memory alone, as a slot erase leaves
+    ngram-mod's; ``/sim/reset`` (a new process) clears it.
 
 Faults
     Per request, in arrival order, one ``random.Random(seed)`` draw per fault
@@ -61,7 +80,8 @@ Faults
     used its draws).  HTTP 500 wins over 429; both answer at once, before
     queueing.  Without streaming, ``cut_stream`` drops the connection without
     a response and ``malformed`` sends half a JSON body.  ``/sim/reset``
-    reseeds the generator.
+    reseeds the generator (and forgets the truth, the prefix cache and the
+    drafter's memory).
 
 Ground truth
     ``GET /sim/truth`` (or :meth:`SimulatorThread.truth`) lists one record per

@@ -8,6 +8,10 @@ from ..sim_config import SimConfig  # the one definition; there the CLI reads it
 FAULT_NAMES = ("http_500", "http_429", "cut_stream", "stall", "malformed", "no_usage")
 
 
-def tokens_per_step(cfg: SimConfig) -> int:
-    """Tokens one decode step emits: 1, plus the accepted drafts when a drafter is set."""
-    return 1 + round(cfg.draft_k * cfg.draft_acceptance) if cfg.draft_k else 1
+def tokens_per_step(cfg: SimConfig, acceptance: float | None = None) -> int:
+    """Tokens one decode step emits: 1, plus the accepted drafts when a drafter is set, at ``acceptance``
+    (default ``cfg.draft_acceptance``; a request the drafter's memory helps gets more:
+    :meth:`.state.SimState.drafter_acceptance`)."""
+    if not cfg.draft_k:
+        return 1
+    return 1 + round(cfg.draft_k * (cfg.draft_acceptance if acceptance is None else acceptance))

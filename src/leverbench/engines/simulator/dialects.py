@@ -15,7 +15,8 @@ and from runs of the real servers (``tests/data/engines/``).
     ``prompt_tokens_details.cached_tokens``; ``/props`` (``build_info``,
     ``total_slots``, ``model_path``), ``/slots`` (``speculative``: a drafter is
     loaded), ``/tokenize {"content"}``, ``/health``; honours ``cache_prompt``,
-    ignores unknown fields.  ``/metrics`` as with ``--metrics``: unlabelled
+    ignores unknown fields; ``POST /slots/{id}?action=erase`` as with
+    ``--slot-save-path`` (else 501).  ``/metrics`` as with ``--metrics``: unlabelled
     ``llamacpp:*`` counters (``prompt_tokens_total`` counts only the tokens
     computed, ``prompt_tokens_cached_total`` the reused ones,
     ``spec_decode_num_{draft,accepted}_tokens_total``, ...).
@@ -43,6 +44,8 @@ and from runs of the real servers (``tests/data/engines/``).
     ``block_size``, ``num_gpu_blocks``, ...).  Phases as vLLM times them:
     prefill = admission → first token (the prefill makes it), decode = first
     → last token (a request's other n − 1 tokens), inference = their sum.
+    ``POST /reset_prefix_cache`` → ``{"success": ...}`` as with
+    ``VLLM_SERVER_DEV_MODE=1`` (else 404).
 ``sglang``
     Usage with ``prompt_tokens_details`` null unless ``--enable-cache-report``
     (``SimConfig.prompt_tokens_details``), plus ``reasoning_tokens``;
@@ -52,7 +55,8 @@ and from runs of the real servers (``tests/data/engines/``).
     ``model_name`` (they appear after the first request), scheduler-side
     ``sglang:queue_time_seconds``, ``num_running_reqs``, ``num_queue_reqs``,
     ``cache_hit_rate``, ``spec_accept_length`` labelled per scheduler
-    (``tp_rank``, ``pp_rank``, ``dp_rank``, ...).  The dialect poses as a
+    (``tp_rank``, ``pp_rank``, ``dp_rank``, ...).  ``GET|POST /flush_cache``
+    (200 and SGLang's text; 400 while requests run or wait).  The dialect poses as a
     server with :data:`SGLANG_DP_SIZE` data-parallel ranks (request *i* goes
     to rank *i* mod 2), so every scheduler metric comes in more than one label
     set, as a real data-parallel deployment's does: a consumer must sum across
@@ -61,7 +65,11 @@ and from runs of the real servers (``tests/data/engines/``).
     Rejects any request field outside the chat-completions schema
     (``ignore_eos``, ``min_tokens``, ``cache_prompt``, ...) with HTTP 400 and
     OpenAI's error body; usage with ``prompt_tokens_details.cached_tokens``;
-    no ``/metrics``, ``/tokenize``, ``/props``, ``/version``, ``/health``.
+    no ``/metrics``, ``/tokenize``, ``/props``, ``/version``, ``/health``, no
+    cache reset.
+
+The cache-reset endpoints, and what ``SimConfig.cache_reset`` does to them, are
+in :mod:`.server` ("cache resets").
 
 Every dialect serves chat at ``BASE_PATH/chat/completions`` and the model list
 at ``BASE_PATH/models`` (``SimConfig.base_path``, default ``/v1``); engine

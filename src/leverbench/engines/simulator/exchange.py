@@ -45,6 +45,9 @@ class Trace:
     reasoning_tokens: int = 0
     draft_tokens: int = 0
     accepted_tokens: int = 0
+    # with a drafter, the acceptance its decode used (draft_acceptance, or more from the drafter's memory:
+    # SimState.drafter_acceptance); None without a drafter or before its decode started
+    draft_acceptance: float | None = None
     chunk_times: list[float] = field(default_factory=list)  # one per token-carrying SSE chunk
     first_token: float | None = None
     end: float | None = None
@@ -156,7 +159,10 @@ class Exchange:
     async def _decode(self) -> bool:
         """Pace the answer's steps; False when the stream was cut before the end."""
         n = self.answer.n_tokens
-        sizes = step_sizes(n, tokens_per_step(self.cfg))
+        acceptance = None
+        if self.cfg.draft_k:
+            acceptance = self.trace.draft_acceptance = self.state.drafter_acceptance(self.req.prompt)
+        sizes = step_sizes(n, tokens_per_step(self.cfg, acceptance))
         malformed_after = max(1, len(sizes) // 2) if "malformed" in self.faults else None
         cut = "cut_stream" in self.faults
         start, step_s, emitted, due = self.loop.time(), 1.0 / self.cfg.decode_tps, 0, 0.0

@@ -1,8 +1,10 @@
-"""The simulator's HTTP side: its routes per dialect, the aiohttp app, and running it (a process or a thread)."""
+"""The simulator's HTTP side: its routes per dialect (the cache-reset endpoints among them), the aiohttp app, and
+running it (a process or a thread)."""
 
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -127,11 +129,154 @@ async def handle_metrics(request: web.Request) -> web.Response:
     return web.Response(text=text, content_type="text/plain", charset="utf-8")
 
 
+# ---------------------------------------------------------------------- cache resets
+#
+# Each engine's own way to empty its prefix cache, as ``SimConfig.cache_reset`` sets it: "on" (the endpoint exists
+# and clears SimState.cache), "off" (as on a server started without it), "fake" (the same status and body as "on",
+# the cache kept: a reset acknowledged, not performed, as llama.cpp's --cache-ram prompt cache still served a prompt
+# erased from its slot, measured on b11549).  None of them touches the drafter's memory (SimState.draft_memory);
+# POST /sim/reset clears everything.  The openai dialect (a hosted API) has no such endpoint, whatever the setting.
+
+LLAMA_SLOTS_OFF = "This server does not support slots action. Start it with `--slot-save-path`"
+SGLANG_FLUSHED = ("Cache flushed.\nPlease check backend logs for more details. "
+                  "(When there are running or waiting requests, the operation will not be performed.)\n")
+SGLANG_NOT_FLUSHED = "Flush cache failed.\n"
+SGLANG_FLUSH_BUSY = "Another flush_cache is already in progress."
+SGLANG_FLUSH_TIMEOUT = "Timed out waiting for idle state."
+IDLE_POLL_S = 0.005  # how often a deferred SGLang flush looks whether the server is idle
+# pydantic's (so FastAPI's) strings for a bool query parameter, as vLLM parses its own
+_BOOL_STRINGS = {**dict.fromkeys(("1", "on", "t", "true", "y", "yes"), True),
+                 **dict.fromkeys(("0", "off", "f", "false", "n", "no"), False)}
+
+
+def _reset_cache(state: SimState) -> None:
+    """An acknowledged reset: clears the prefix cache with ``cache_reset`` "on", nothing with "fake"."""
+    if state.cfg.cache_reset == "on":
+        state.cache.clear()
+
+
+async def handle_slot_action(request: web.Request) -> web.Response:
+    """llama.cpp's ``POST /slots/{id_slot}?action=...`` (``tools/server/server-context.cpp``: ``post_slots``
+    and the ``SERVER_TASK_TYPE_SLOT_ERASE`` task).  Checked in llama.cpp's order: without ``--slot-save-path``
+    (``cache_reset`` "off") every action answers 501 ``not_supported_error``; an id that is not a number (read
+    as ``std::stoi`` does: its leading integer) 400 "Invalid slot ID"; an action other than save, restore,
+    erase 400 "Invalid action"; ``erase`` of an id outside [0, slots) 400 "Invalid slot ID"; else 200
+    ``{"id_slot", "n_erased"}``.  ``save`` and ``restore`` (a file under ``--slot-save-path``) answer 501
+    ``not_supported_error``: the simulator has no KV to write.
+
+    Simplification: llama.cpp keeps one KV per slot and erases that slot's; the simulator's cache is shared
+    by all slots, so erasing any slot empties all of it (the tool erases every slot ``GET /slots`` lists), and
+    ``n_erased`` counts the tokens the whole cache held.  As llama.cpp defers an erase of a busy slot until it
+    is free, the erase takes its turn for a slot (first come, first served) before it acts."""
+    state = request.app[STATE]
+    if state.cfg.cache_reset == "off":
+        return _error(501, LLAMA_SLOTS_OFF, "not_supported_error")
+    number = re.match(r"\s*[+-]?\d+", request.match_info["id_slot"])
+    if number is None:
+        return _error(400, "Invalid slot ID", "invalid_request_error")
+    id_slot, action = int(number.group()), request.query.get("action", "")
+    if action in ("save", "restore"):
+        return _error(501, f"The simulator does not support slot {action} (only erase)", "not_supported_error")
+    if action != "erase":
+        return _error(400, "Invalid action", "invalid_request_error")
+    if not 0 <= id_slot < state.cfg.slots:
+        return _error(400, "Invalid slot ID", "invalid_request_error")
+    await state.slots.acquire()
+    try:
+        n_erased = state.cache.tokens
+        _reset_cache(state)
+    finally:
+        state.slots.release()
+    return web.json_response({"id_slot": id_slot, "n_erased": n_erased})
+
+
+async def handle_reset_prefix_cache(request: web.Request) -> web.Response:
+    """vLLM's ``POST /reset_prefix_cache`` (served only with ``VLLM_SERVER_DEV_MODE=1``: ``cache_reset`` "off"
+    leaves the route out, 404; source: ``vllm/entrypoints/serve/dev/cache/api_router.py``, the scheduler's
+    ``reset_prefix_cache``).  Query parameters ``reset_running_requests`` and ``reset_external`` (booleans,
+    default false; one that is not a boolean: 400).  Answers 200 ``{"success": true}`` and clears the cache;
+    while requests are running (they hold blocks) 200 ``{"success": false}`` and keeps it, unless
+    ``reset_running_requests=true``, where vLLM preempts them to recompute and clears (the simulator clears and
+    lets them run on).  ``reset_external`` resets a KV connector's cache: none here.  vLLM before 0.26 answered
+    200 with an empty body, whatever happened."""
+    state = request.app[STATE]
+    flags = {}
+    for name in ("reset_running_requests", "reset_external"):
+        raw = request.query.get(name, "false")
+        if raw.lower() not in _BOOL_STRINGS:
+            return _error(400, f"Input should be a valid boolean, unable to interpret input (query {name}: {raw!r})",
+                          "BadRequestError", "vllm")
+        flags[name] = _BOOL_STRINGS[raw.lower()]
+    if state.slots.running and not flags["reset_running_requests"]:
+        return web.json_response({"success": False})
+    _reset_cache(state)
+    return web.json_response({"success": True})
+
+
+async def handle_flush_cache(request: web.Request) -> web.Response:
+    """SGLang's ``/flush_cache``, GET or POST (``python/sglang/srt/entrypoints/http_server.py``, the scheduler's
+    ``flush_cache`` and its flush wrapper); SGLang always serves it, so ``cache_reset`` "off" (404) stands for a
+    front that does not pass it on.  Idle (no request running or waiting): 200 with SGLang's text
+    (:data:`SGLANG_FLUSHED`) and the cache cleared.  Busy: 400 "Flush cache failed.\\n" and nothing done, or
+    with ``?timeout=S`` (> 0) it waits up to S seconds for the server to be idle, then flushes (200) or answers
+    400 "Timed out waiting for idle state."; while such a flush waits, another answers 400 "Another flush_cache
+    is already in progress.".  A ``timeout`` that is not a number >= 0: 400 in SGLang's error shape.  (SGLang
+    before its deferred flush, March 2026, sent its success text with the 400 too.)"""
+    state = request.app[STATE]
+    raw = request.query.get("timeout", "0")
+    try:
+        timeout = float(raw)
+    except ValueError:
+        timeout = -1.0
+    if not timeout >= 0:
+        return _error(400, f"Input should be a valid number greater than or equal to 0 (query timeout: {raw!r})",
+                      "Bad Request", "sglang")
+    if state.flush_pending:
+        return web.Response(status=400, text=SGLANG_FLUSH_BUSY)
+
+    def busy() -> bool:
+        return bool(state.slots.running or state.slots.waiting)
+
+    if busy():
+        if timeout <= 0:
+            return web.Response(status=400, text=SGLANG_NOT_FLUSHED)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        state.flush_pending = True
+        try:
+            while busy() and loop.time() < deadline:
+                await asyncio.sleep(IDLE_POLL_S)
+        finally:
+            state.flush_pending = False
+        if busy():
+            return web.Response(status=400, text=SGLANG_FLUSH_TIMEOUT)
+    _reset_cache(state)
+    return web.Response(text=SGLANG_FLUSHED)
+
+
+def _cache_reset_routes(cfg: SimConfig) -> list[tuple[str, str, Callable[..., Any]]]:
+    """The dialect's cache-reset route(s): llama.cpp's always (it answers 501 when "off"), vLLM's and SGLang's
+    unless "off", none for the openai dialect."""
+    if cfg.dialect == "llama.cpp":
+        return [("POST", "/slots/{id_slot}", handle_slot_action)]
+    if cfg.cache_reset == "off":
+        return []
+    if cfg.dialect == "vllm":
+        return [("POST", "/reset_prefix_cache", handle_reset_prefix_cache)]
+    if cfg.dialect == "sglang":
+        return [("GET", "/flush_cache", handle_flush_cache), ("POST", "/flush_cache", handle_flush_cache)]
+    return []
+
+
+# ---------------------------------------------------------------------- the simulator's own
+
+
 async def handle_truth(request: web.Request) -> web.Response:
     return web.json_response(list(request.app[STATE].truth))
 
 
 async def handle_reset(request: web.Request) -> web.Response:
+    """``POST /sim/reset``: a new process, as far as state goes (truth, prefix cache, the drafter's memory)."""
     request.app[STATE].reset()
     return web.json_response({"status": "ok"})
 
@@ -155,7 +300,7 @@ def build_app(cfg: SimConfig) -> web.Application:
     app[STATE] = SimState(cfg)
     app.router.add_post(cfg.base_path + "/chat/completions", handle_chat)
     app.router.add_get(cfg.base_path + "/models", handle_models)
-    for method, path, handler in _ENGINE_ROUTES[cfg.dialect]:
+    for method, path, handler in _ENGINE_ROUTES[cfg.dialect] + _cache_reset_routes(cfg):
         app.router.add_route(method, path, handler)
     app.router.add_get("/sim/truth", handle_truth)
     app.router.add_post("/sim/reset", handle_reset)
