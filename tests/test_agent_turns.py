@@ -123,12 +123,17 @@ def test_think_tags_split_reasoning_in_content(tmp_path):
 
 
 def test_missing_usage_is_counted_with_the_servers_tokenizer(tmp_path):
-    s, recs = run(tmp_path, SimConfig(**FAST, output_tokens=12, fault_no_usage=1.0))
+    tools = 'tools = "tools.json"\n'
+    s, recs = run(tmp_path, SimConfig(**FAST, output_tokens=12, fault_no_usage=1.0), tools)
     calls = [r for r in recs if r["kind"] == "call"]
     assert all(c["error"] is None and c["usage_missing"] for c in calls)
-    assert all(c["token_source"] == "tokenize (message contents, no chat template)" for c in calls)
+    assert all(c["token_source"] == "tokenize (chat template applied)" for c in calls)  # /apply-template
     assert all(c["completion_tokens"] == 12 for c in calls)
     assert s["cells"][0]["output_tokens_median"] == 12
+    # the oracle: the same turns with usage sent: the server's own prompt counts (tool schemas included)
+    (tmp_path / "usage").mkdir()
+    _, with_usage = run(tmp_path / "usage", SimConfig(**FAST, output_tokens=12), tools)
+    assert [c["prompt_tokens"] for c in calls] == [c["prompt_tokens"] for c in with_usage if c["kind"] == "call"]
 
 
 def test_prompt_discipline_variant_is_never_a_multiplier(tmp_path):

@@ -7,29 +7,18 @@ Skipped when the engine is not installed, unless LEVERBENCH_REQUIRE_ENGINE is se
 from __future__ import annotations
 
 import json
-import os
 
 import limits
 import pytest
 from click.testing import CliRunner
+from engine_marks import ENGINE_MARKS
 
 from leverbench.analysis.base.stats import median
 from leverbench.cli import cli
-from leverbench.engines.embedded import model_path, prebuilt_available
 from leverbench.errors import EngineError
 from leverbench.ledger.reader import read_ledger
 
-try:
-    model_path()
-    HAVE_ENGINE = prebuilt_available()
-except EngineError:
-    HAVE_ENGINE = False
-
-pytestmark = [
-    pytest.mark.engine,
-    pytest.mark.skipif(not HAVE_ENGINE and not os.environ.get("LEVERBENCH_REQUIRE_ENGINE"),
-                       reason="embedded engine not installed (scripts/install.sh)"),
-]
+pytestmark = ENGINE_MARKS
 
 EXP = '''
 [experiment]

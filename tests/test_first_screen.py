@@ -36,7 +36,8 @@ def test_each_lever_has_one_line_with_the_summarys_own_figures() -> None:
         assert f"{v['verdict']} {v['ratio']:.2f}x [{v['low']:.2f}–{v['high']:.2f}]" in mine[0]
         # one figure per lever: the total only where it lies outside the verdict's interval (issue 38)
         assert (f"total {lever['multiplier']:.2f}x" in mine[0]) == total_tells(v, lever["multiplier"])
-        assert mine[0].endswith("· citable")
+        # cited, and the line says its drift was not determined (issue 42: 4 sentinels an arm rule out nothing)
+        assert mine[0].endswith("· citable, drift undetermined [1]")
     base = [r for r in s["time_shares"] if r["arm"] == "current"]
     prefill = sum(r["prefill_s"] for r in base) / sum(r["turn_s"] for r in base)
     assert f"prefill {round(100 * prefill)}%" in next(ln for ln in lines if ln.startswith("Where the time goes"))
@@ -101,15 +102,15 @@ def test_clauses_split_at_the_top_level_only() -> None:
 def test_terminal_markdown_and_html_open_with_the_same_lines() -> None:
     s = _summary("demo1")
     want = first_screen(s, full_hint=None).lines(width=1000)
-    console = Console(record=True, width=200)
+    console = Console(record=True, width=250)  # a lever's line is never cut: room for demo1's longest
     render_terminal(copy.deepcopy(s), console)
     printed = console.export_text().splitlines()
-    assert printed == first_screen(s, full_hint="every table: --full").lines(width=199)  # the console's width
+    assert printed == first_screen(s, full_hint="every table: --full").lines(width=249)  # the console's width
     assert "Turn time per case" not in "\n".join(printed)
-    console = Console(record=True, width=200)
+    console = Console(record=True, width=250)
     render_terminal(copy.deepcopy(s), console, full=True)
     full = console.export_text()
-    assert full.splitlines()[:len(want)] == first_screen(s, full_hint=None).lines(width=199)
+    assert full.splitlines()[:len(want)] == first_screen(s, full_hint=None).lines(width=249)
     assert "Turn time per case" in full
     md = render_markdown(s).splitlines()
     assert md[:3] == ["# leverbench: agent-turns", "", "```text"] and md[3:3 + len(want)] == want
@@ -125,7 +126,8 @@ def test_a_lever_no_pair_measures_says_why_on_its_own_line_and_each_lever_keeps_
     drafter = next(ln for ln in lines if ln.strip().startswith("drafter"))
     assert "no pair measures it  no controlled pair measures drafter" in drafter
     flaky = next(ln for ln in lines if "flaky vs base" in ln)
-    assert flaky.endswith("[3][4][5][6][7]") and any(ln.startswith("  [3] ") for ln in lines)  # its first note stays
+    assert flaky.endswith("[3][4][5][6][7]; drift unknown")
+    assert any(ln.startswith("  [3] ") for ln in lines)  # its first note stays
     assert all(ln.count("[2]") <= 1 for ln in lines if " vs " in ln)  # a note is marked once per line
 
 
@@ -174,7 +176,7 @@ def test_an_undecided_verdict_says_what_decides_it() -> None:
     lines = first_screen(s).lines()
     line = next(ln for ln in lines if ln.strip().startswith(v["lever"] + " "))
     mark = re.search(rf"undecided {v['ratio']:.2f}x \[{v['low']:.2f}–{v['high']:.2f}\] \[(\d)\]", line)
-    assert mark and line.endswith("· citable")
+    assert mark and line.endswith("· citable, drift undetermined [1]")
     assert f"  [{mark[1]}] undecided: more repeats decide it (about 18 per case: --repeats 18)" in "\n".join(lines)
     v["fixed_design_repeats"] = None  # an effect at the bound: no number of repeats up to 10,000 decides it
     assert "lies at the 1.10x bound, where no practical number of repeats decides it" in "\n".join(

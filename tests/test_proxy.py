@@ -480,3 +480,56 @@ def test_a_proxy_that_cannot_listen_leaves_no_client_session_open():
         taken.listen()
         session = asyncio.run(go(taken.getsockname()[1]))
     assert session is None or session.closed  # (else: "Unclosed client session" when it is collected)
+
+
+def test_a_client_that_hangs_up_after_done_got_a_whole_answer_and_it_is_recorded(tmp_path):
+    """The openai SDK closes its connection once it has read ``data: [DONE]``: when the upstream still writes after
+    it (here an SSE comment, a moment later), the proxy's next write fails.  The answer was whole: the exchange is
+    recorded as answered (its text, finish reason, usage), with a note, not as a client gone mid-response."""
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for piece in PIECES:
+            await resp.write(piece)
+        await asyncio.sleep(0.3)  # the client has read [DONE] and hung up by now
+        try:
+            for _ in range(3):
+                await resp.write(b": still here\n\n")
+                await asyncio.sleep(0.05)
+            await resp.write_eof()
+        except ConnectionResetError:  # the proxy let go of this stream once its client had gone
+            pass
+        return resp
+
+    async def go() -> None:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", chat)
+        runner, url = await _serve(app)
+        writer = RecordingWriter(tmp_path / "rec", url, [], "X-Session-Id")
+        proxy = RecordingProxy(url, writer)
+        base = await proxy.start("127.0.0.1", 0)
+        try:
+            async with aiohttp.ClientSession() as s:
+                r = await s.post(base + "/v1/chat/completions",
+                                 data=b'{"messages": [{"role": "user", "content": "x"}]}',
+                                 timeout=aiohttp.ClientTimeout(total=limits.HTTP_S))
+                got = b""
+                while b"[DONE]" not in got:
+                    got += await r.content.readany()
+                r.close()
+            for _ in range(int(limits.SETTLE_S / 0.05)):
+                if writer.exchanges:
+                    break
+                await asyncio.sleep(0.05)
+        finally:
+            await proxy.stop()
+            await runner.cleanup()
+            writer.close()
+
+    asyncio.run(go())
+    (row,) = [json.loads(line) for line in (tmp_path / "rec" / "exchanges.jsonl").read_text().splitlines()[1:]]
+    assert row["error"] is None and row["note"].startswith("the client closed the connection after the stream's [DONE]")
+    assert row["response"]["content"] == "Hello secret-token-AB12 world"
+    assert row["response"]["finish_reason"] == "tool_calls" and row["response"]["usage"]["prompt_tokens"] == 21

@@ -198,12 +198,12 @@ def test_a_replay_without_recorded_usage_says_its_prompts_were_not_checked(tmp_p
     arm = s["recorded"]["arms"][0]
     assert (arm["calls"], arm["compared"], arm["no_recorded_usage"]) == (2, 0, 2)
     line = replay_line(s)
-    assert "prompts not checked: 2 calls have no recorded usage" in line, line
+    assert "prompts not checked: 2 calls have no recorded prompt length" in line, line
     assert "as recorded" not in line and "identical" not in line and "requests not compared across arms" in line
     assert WarningKind.REPLAY_UNCHECKED.value in [w["kind"] for w in s["warning_items"]]
     full = " ".join(CliRunner().invoke(cli, ["report", str(tmp_path / "run"), "--no-write", "--full"],
                                        catch_exceptions=False).output.split())
-    assert "Not checked: 2 calls have no recorded usage" in full
+    assert "Not checked: 2 calls have no recorded prompt length" in full
 
 
 def test_concurrent_turns_that_open_alike_each_keep_their_own_calls():

@@ -285,7 +285,7 @@ def test_turn_records_are_written_whole():
 
 
 def test_the_columns_come_from_the_records():
-    assert LABELS == ("arm", "case", "turn_id") and CALL_HASHES == ("output_sha256",)
+    assert LABELS == ("arm", "case", "turn_id", "tools_reached", "tools_check") and CALL_HASHES == ("output_sha256",)
     assert set(CALL_FLAGS) == {"retried", "empty_answer"}
     assert {"step", "latency_s", "ttft_s", "prompt_tokens", "cached_tokens", "answer_chunks"} <= set(CALL_NUMBERS)
     assert {"repeat", "turn_s", "tool_s", "retried_s", "output_tokens"} <= set(TURN_NUMBERS)

@@ -25,6 +25,7 @@ import os
 import threading
 from pathlib import Path
 
+import limits
 import pytest
 from click.testing import CliRunner
 
@@ -213,6 +214,42 @@ def test_probe_decode_rate_agrees_with_vllms_own(probes_and_load):
     # busy: 12.1 against 13.5 tok/s, 11 %); within 20 %: a wrong formula is off by far more (the check above holds
     # the formula to 3 %)
     assert probe["decode_tps"] == pytest.approx(server["decode_tps"], rel=0.20)
+
+
+def test_the_tools_check_counts_vllms_own_template_with_and_without_the_schemas(servers):
+    """runner.tools_check on a real vLLM (its /tokenize with messages and tools): the counts it reads are the
+    prompt tokens vLLM's own usage reports for the same chat request with the schemas and without them (the
+    request names tool_choice "none": "auto" needs --enable-auto-tool-choice, which these servers lack), and its
+    verdict follows them."""
+    import asyncio  # noqa: PLC0415
+    import urllib.request  # noqa: PLC0415
+    from types import SimpleNamespace  # noqa: PLC0415
+
+    import aiohttp  # noqa: PLC0415
+
+    from leverbench.runner.tools_check import check_tools  # noqa: PLC0415
+
+    tools = [{"type": "function", "function": {"name": "get_weather", "description": "Get the weather for a city",
+                                               "parameters": {"type": "object", "properties": {
+                                                   "city": {"type": "string"}}, "required": ["city"]}}}]
+    msgs = [{"role": "system", "content": "You are helpful."}, {"role": "user", "content": "Weather in Paris?"}]
+    ep = SimpleNamespace(base_url=servers["details"] + "/v1", model=MODEL_ID, headers={})
+
+    async def check():
+        async with aiohttp.ClientSession() as session:
+            return await check_tools(session, ep, msgs, tools)
+
+    def usage(with_tools: bool) -> int:
+        body = {"model": MODEL_ID, "messages": msgs, "max_tokens": 1,
+                **({"tools": tools, "tool_choice": "none"} if with_tools else {})}
+        req = urllib.request.Request(servers["details"] + "/v1/chat/completions", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=limits.HTTP_S) as resp:  # noqa: S310 (loopback)
+            return json.load(resp)["usage"]["prompt_tokens"]
+
+    found = asyncio.run(check())
+    assert (found.with_tools, found.without_tools) == (usage(True), usage(False))
+    assert found.reached is (found.with_tools > found.without_tools)
 
 
 def test_four_streams_on_two_sequences_queue_as_vllm_says(probes_and_load):

@@ -52,7 +52,9 @@ run today measures new turns) in ``demo1``, ``demo2`` and ``sim``; and, since a 
 is refused even in a ledger that declared no state (its figure across repeats is not a new turn's), the
 ``multipliers``, ``equal_work``, ``levers``, ``verdicts`` and ``projection`` of those three files were rewritten
 too: only their citability, reasons and what follows from them changed (a verdict no longer cited at equal work
-gives its measured ratio; a lever's headline likewise), no measured figure.  These files catch
+gives its measured ratio; a lever's headline likewise), no measured figure; issue 42 added ``tools`` to every
+file (empty but in ``sim``, whose agent case sent tools before the check existed: every call "not known").  These
+files catch
 change; tests/test_oracles.py checks the
 headline numbers against hand computation.
 """

@@ -40,6 +40,7 @@ from .experiment.fidelity import fidelity
 from .experiment.levers import levers
 from .experiment.reasoning import prompt_discipline, reasoning_split
 from .experiment.revisits import repeats
+from .experiment.tools_reached import tools_reached, tools_rows
 from .experiment.under_load import load_levers
 from .experiment.verdicts import verdicts
 from .hardware.engines import engines_section
@@ -214,6 +215,9 @@ def _summarize(ledger: Ledger, *, scenario: tuple[int, int] | None,
                                        "declare what differs in their conditions", c.arm))
     repeat_rows, repeat_reasons, w = repeats(ds, comps, ledger.of_kind("cache_reset"))
     warnings += w
+    tool_rows = tools_rows(ledger.columns("call"), ledger.of_kind("load"))
+    tool_reasons, w = tools_reached(tool_rows, comps)
+    warnings += w
     drift_list, w = drift(ds)
     warnings += w
     pair_drift = pair_drifts(ds, comps)
@@ -221,7 +225,8 @@ def _summarize(ledger: Ledger, *, scenario: tuple[int, int] | None,
         if d.refuses:
             warnings.append(RunWarning(WarningKind.DRIFT_DIFFERENTIAL, f"{d.arm} vs {d.vs}: {d.reason}; the "
                                        "comparison is not citable", d.arm))
-    undetermined = [d for d in pair_drift if d.undetermined and d.decode.low is not None]  # else: drift_unknown
+    # interleaved and not refused (blocked order refuses an undetermined drift); fewer than 3 sentinels: drift_unknown
+    undetermined = [d for d in pair_drift if d.undetermined and not d.refuses and d.decode.low is not None]
     if undetermined:
         tol = ds.config["experiment"].get("drift_tolerance", 0.10)
         warnings.append(RunWarning(WarningKind.DRIFT_UNDETERMINED, "drift undetermined: the sentinels of "
@@ -251,7 +256,7 @@ def _summarize(ledger: Ledger, *, scenario: tuple[int, int] | None,
     cell_list = cells(ds, turn_s=adjusted)
     total_list = totals(ds, cell_list)
     comp_reasons = comparison_reasons(comps, contradictions, eng, pair_drift)
-    for key, more in repeat_reasons.items():
+    for key, more in [*repeat_reasons.items(), *tool_reasons.items()]:
         comp_reasons[key] = [*comp_reasons.get(key, []), *more]
     mults = multipliers(ds, cell_list, total_list, comps, comp_reasons)
     load_view = _load_view(ledger)
@@ -352,6 +357,7 @@ def _summarize(ledger: Ledger, *, scenario: tuple[int, int] | None,
         "prompt_discipline": prompt_discipline(ds, variant_cells, cell_list),
         "reasoning": reasoning_split(ds),
         "repeats": repeat_rows,
+        "tools": tool_rows,
         "decomposition": decomp,
         "probes": probe_list,
         "server": server,

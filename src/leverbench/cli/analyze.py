@@ -65,7 +65,10 @@ def analyze_command(traffic: Path, fmt: str | None, columns: str | None, rates_d
     (prefix cache, drafter, shorter answers) to try first.
 
     TRAFFIC is a Mooncake, Azure, TraceLab (replay CSV or round JSONL), `vllm bench serve`
-    result, AIPerf profile_export.jsonl, leverbench ledger or generic CSV/JSONL file.
+    result, AIPerf profile_export.jsonl, leverbench ledger or generic CSV/JSONL file, or a
+    recording of `leverbench record` (its directory or exchanges.jsonl: its turns, calls per
+    turn, tool rounds, tokens, the prefix its turns share and where the engine's time went
+    come first; rates from the engine's timings unless given).
     Large logs (generic CSV/JSONL, Azure, TraceLab replay) are read columnar, in bounded
     memory: tens of millions of calls take seconds, and a log larger than memory is fine.
     """

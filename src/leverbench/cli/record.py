@@ -1,4 +1,4 @@
-"""``leverbench record``: the recording proxy (:mod:`leverbench.proxy`), until Ctrl-C."""
+"""``leverbench record``: the recording proxy (:mod:`leverbench.proxy`), until Ctrl-C, SIGTERM or SIGHUP."""
 
 from __future__ import annotations
 
@@ -69,15 +69,15 @@ def record_command(upstream: str, listen: str, out: Path, redact: tuple[str, ...
     arrives. Each chat exchange is appended to OUT/exchanges.jsonl: the request
     (messages, tools, sampling), the response (text, reasoning, tool calls,
     usage, the engine's timings) and its timing, grouped into turns. Prints the
-    proxy's base URL, then runs until Ctrl-C. Replay the recording with
+    proxy's base URL, then runs until Ctrl-C, SIGTERM or SIGHUP. Replay the recording with
     [[cases]] from = "OUT" in an experiment (docs/recording.md).
     """
     import asyncio  # noqa: PLC0415
-    import signal  # noqa: PLC0415
 
     from ..config.names import url_problem  # noqa: PLC0415
     from ..proxy.server import RecordingProxy, serve  # noqa: PLC0415 (aiohttp)
     from ..proxy.writer import RecordingWriter  # noqa: PLC0415
+    from ..runner.signals import STOP_SIGNALS, cancel_on  # noqa: PLC0415
 
     # the recording's thread parses and writes each exchange; a thread holding the GIL keeps the proxy's event
     # loop waiting until the interpreter's switch interval (5 ms) ends: a shorter one hands it back sooner
@@ -86,7 +86,8 @@ def record_command(upstream: str, listen: str, out: Path, redact: tuple[str, ...
     if problem:
         raise BadInput(f"--upstream {problem}")
     host, port = parse_listen(listen)
-    writer = RecordingWriter(out, upstream, compiled(redact), session_header)
+    writer = RecordingWriter(out, upstream, compiled(redact), session_header,
+                             hint=lambda line: click.echo(line, err=True))  # the first stream without usage
     path = urlsplit_path(upstream)
 
     def ready(url: str) -> None:
@@ -98,8 +99,8 @@ def record_command(upstream: str, listen: str, out: Path, redact: tuple[str, ...
     async def main() -> None:
         task = asyncio.current_task()
         assert task is not None
-        for sig in (signal.SIGINT, signal.SIGTERM):  # (SIGINT too: a shell's background job ignores it otherwise)
-            asyncio.get_running_loop().add_signal_handler(sig, task.cancel)
+        # each stops the proxy and closes the recording (SIGINT too: a shell's background job ignores it otherwise)
+        cancel_on(asyncio.get_running_loop(), task.cancel, STOP_SIGNALS)
         await serve(proxy, host, port, ready)
 
     try:

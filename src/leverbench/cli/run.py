@@ -25,7 +25,8 @@ from .common import Command, console, err_console
 @click.option("--repeats", type=int, help="Override [experiment] repeats.")
 @click.option("--resume", is_flag=True, help="Continue the run in --out: completed turns, probes, sentinels and load "
               "stages are not re-run; those that failed (e.g. while the endpoint was down) or were cut short are "
-              "re-run, their records kept in the ledger, superseded.")
+              "re-run, their records kept in the ledger, superseded. Safe to pass always: with nothing to resume "
+              "there (no ledger.jsonl, or a run stopped before its first record) it starts the run, and says so.")
 @click.option("--adaptive", is_flag=True,
               help="Adaptive repeats: after --repeats rounds, add one repeat at a time only to the comparisons whose "
               "verdict (pays, does not pay, equivalent) is still open, until decided or max_repeats; the file's "
@@ -44,12 +45,12 @@ def run_command(experiment: Path | None, out_dir: Path | None, repeats: int | No
     (its verdict or multiplier, citable or why not), where the time goes, the warnings
     by kind, and where the report is (--full: every table too).
 
-    Ctrl-C (or SIGTERM) stops at once: the calls in flight are recorded (error class
+    Ctrl-C (or SIGTERM, SIGHUP) stops at once: the calls in flight are recorded (error class
     cancelled, with what had arrived), the engines are stopped, and the command to resume
     is printed (exit code 130)."""
     from ..config import DEFAULT_EXPERIMENT, load, with_adaptive, with_repeats  # noqa: PLC0415 (pydantic: ~0.13 s)
-    from ..report.files import report_dir  # noqa: PLC0415 (numpy and the analysis: ~0.13 s)
-    from ..runner.run import Interrupted, Runner  # noqa: PLC0415 (aiohttp, numpy: ~0.4 s)
+    from ..runner.resume import nothing_to_resume  # noqa: PLC0415
+    from ..runner.run import Interrupted, Runner  # noqa: PLC0415 (aiohttp: ~0.3 s)
 
     if experiment is None:
         experiment = bundled_example(DEFAULT_EXPERIMENT)
@@ -68,6 +69,8 @@ def run_command(experiment: Path | None, out_dir: Path | None, repeats: int | No
                       + (f" (adaptive: up to {ad.max_repeats})" if ad else "") + f" → {out}", highlight=False)
     for note in dict.fromkeys(c.recorded_skipped for c in exp.spec.cases if c.recorded_skipped):
         err_console.print(f"leverbench: recorded turns: {note}", highlight=False)  # (a warning in the report too)
+    if resume and (why := nothing_to_resume(out)) is not None:  # a supervisor may always pass --resume
+        click.echo(f"leverbench: nothing to resume in {out} ({why}): starting the run", err=True)
     with _progress() as progress:
         runner = Runner(exp, out, resume=resume, progress=progress, ray_address=ray_address)
         try:
@@ -78,6 +81,8 @@ def run_command(experiment: Path | None, out_dir: Path | None, repeats: int | No
                               f"'cancelled') and the engines were stopped. Resume with:\n"
                               f"  leverbench run {experiment} --out {out} --resume", highlight=False)
             sys.exit(130)
+    from ..report.files import report_dir  # noqa: PLC0415 (numpy, scipy and the analysis: after the run)
+
     summary, _ = report_dir(out)
     err_console.print(f"wrote {out}/ledger.jsonl, summary.json, report.md, report.html\n", highlight=False)
     render_terminal(summary, console, full=full, run_dir=str(out))

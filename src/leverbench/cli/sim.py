@@ -14,6 +14,7 @@ import click
 from ..engines.sim_config import CACHE_RESET_MODES, SimConfig
 from ..engines.simulator.dialects import DIALECTS
 from ..errors import BadInput
+from ..runner.signals import STOP_SIGNALS, interrupt_on, release_signals
 from .common import Command
 
 _HELP = {
@@ -43,6 +44,9 @@ _HELP = {
                     "1). Survives the cache-reset endpoints; POST /sim/reset clears it.",
     "reasoning_tokens": "The first N generated tokens are sent as reasoning_content.",
     "tool_call_rounds": "With tools, answer with a tool call until the conversation holds this many tool messages.",
+    "template_tools": "The chat template renders tool schemas. Off: as llama.cpp with a template that lacks them, "
+                      "the schemas are dropped from the prompt (not counted, never called) without an error, and "
+                      "/props says chat_template_caps.supports_tools false.",
     "model": "Model name reported by the server.",
     "metrics": "Serve /metrics: on, off, or default (the engine's own default: vLLM and llama.cpp on, SGLang off).",
     "dialect": "Speak as this engine does with its default flags: usage fields, timings, errors, "
@@ -99,8 +103,8 @@ def sim_command(host: str, port: int, **settings: Any) -> None:
     one. --dialect sets how it speaks (llama.cpp, vllm, sglang or a strict
     openai API) without changing its speeds; its model list carries a "sim"
     object that marks it as the simulator. Prints the base URL (without the
-    base path), then blocks until interrupted. Ground truth per request:
-    GET /sim/truth.
+    base path), then blocks until Ctrl-C, SIGTERM or SIGHUP (exit code 0).
+    Ground truth per request: GET /sim/truth.
     """
     try:
         cfg = SimConfig(**settings)
@@ -110,8 +114,13 @@ def sim_command(host: str, port: int, **settings: Any) -> None:
 
     if not 0 <= port <= 65535:
         raise BadInput(f"--port must be in 0..65535 (got {port}); 0 picks any free port")
+    previous = interrupt_on(STOP_SIGNALS)  # each ends the server's loop, which closes its port (the default: killed)
     try:
         simulator.serve(cfg, host, port, on_ready=click.echo)
     except OSError as exc:
         raise BadInput(f"--host {host} --port {port}: cannot listen there ({exc.strerror or exc}); "
                        "pick another --port (0: any free one) or --host") from None
+    except KeyboardInterrupt:  # (one that came before the loop ran)
+        pass
+    finally:
+        release_signals(previous)

@@ -25,11 +25,13 @@ from .adaptive import AdaptiveSpec, check_adaptive
 from .cache import CacheBetweenTurns, CacheReset, cache_problem, check_restart
 from .files import read_json, read_text, regular_file, resolve_binary
 from .limits import (
+    MAX_CONCURRENCY,
     MAX_DEPTHS,
     MAX_GPU_HOUR_USD,
     MAX_GPUS,
     MAX_GPUS_PER_ENGINE,
     MAX_SELECT,
+    MAX_TOKENS,
     CallSeconds,
     CallSecondsOrZero,
     CtxSize,
@@ -57,6 +59,10 @@ from .stages import LoadStage, check_plans, check_stages, check_trace_paths
 from .variants import expand_variants, variant_name  # noqa: F401 (variant_name: the package's)
 
 DEFAULT_EXPERIMENT = Path("examples/agent-turns.toml")
+#: Declared conditions taken as numbers (key, lowest, highest): the ledger's header model says the same
+#: (``ledger.schema.KnobNumbers``); kv_capacity_tokens need not be whole.
+KNOB_NUMBERS = (("slots", 1, MAX_CONCURRENCY), ("context_length", 1, 1e12), ("block_size", 1, MAX_TOKENS),
+                ("num_gpu_blocks", 0, 1e12), ("kv_capacity_tokens", 0, 1e12))
 
 
 class _Strict(BaseModel):
@@ -203,6 +209,12 @@ class Arm(_Strict):
             problem = None if v is None else check_number(v, 0, hi, lo_open=positive)
             if problem:
                 raise ValueError(f"conditions.{key} ({what}) {problem}")
+        for key, lo, hi in KNOB_NUMBERS:  # the knobs a what-if serves with: the ledger's reader checks them too
+            v = self.conditions.get(key)
+            problem = None if v is None else check_number(v, lo, hi) or (
+                None if key == "kv_capacity_tokens" or float(v).is_integer() else f"must be a whole number, got {v}")
+            if problem:
+                raise ValueError(f"conditions.{key} {problem}")
         return self
 
 

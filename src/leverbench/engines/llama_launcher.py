@@ -3,9 +3,11 @@
 ``python -m leverbench.engines.llama_launcher [llama-server flags]`` maps the flags onto
 ``xllamacpp.CommonParams`` (:mod:`leverbench.engines.llama_flags`), starts ``xllamacpp.Server`` (llama.cpp's
 own server: ``/health``, ``/v1/chat/completions``, ``/metrics``, ``/slots``, ``/props``) and serves until
-SIGTERM or SIGINT.  The embedded engine runs it as a process of its own, exactly as it runs a compiled
-``llama-server``, so a crash, a log and a stop are the same for both.  ``--version`` prints the build as
-``llama-server --version`` does.  A flag it does not map exits with code 2 and one line naming it.
+SIGTERM, SIGINT or SIGHUP, or until the process that started it is gone (a SIGKILLed tool:
+:func:`serve_until`); while the model loads, those signals end it at once.  The embedded engine runs it as a
+process of its own, exactly as it runs a compiled ``llama-server``, so a crash, a log and a stop are the same
+for both.  ``--version`` prints the build as ``llama-server --version`` does.  A flag it does not map exits
+with code 2 and one line naming it.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import sys
 import threading
 
 from .llama_flags import FlagError, apply, parse
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 def package_version(distribution: str = "xllamacpp") -> str | None:
@@ -61,9 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     except FlagError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    parent = os.getppid()
+    for sig in STOP_SIGNALS:  # while loading (C code, which no Python handler interrupts): they end it at once
+        signal.signal(sig, signal.SIG_DFL)
     print(f"leverbench launcher: xllamacpp {pkg} (llama.cpp b{build_number(pkg)}), loading {params.model.path}",
           flush=True)
     try:
@@ -72,12 +76,24 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: the server did not start: {exc}", file=sys.stderr)
         return 1
     print(f"leverbench launcher: listening on {server.listening_address}", flush=True)
-    while not stop.wait(0.5):
-        pass
+    serve_until(parent)
     sys.stdout.flush()
     sys.stderr.flush()
     # The server's threads hold no state worth keeping; leaving at once is the stop llama-server's SIGTERM makes.
     os._exit(0)
+
+
+def serve_until(parent: int, check_s: float = 0.5) -> None:
+    """Return on SIGTERM, SIGINT or SIGHUP, or once *parent* is no longer this process's parent: the tool
+    that started it died without stopping it (SIGKILL, a crash) and it was re-parented.  The tool also has
+    it sent SIGTERM then (``PR_SET_PDEATHSIG``, Linux); this watch holds where that is missing."""
+    stop = threading.Event()
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, lambda *_: stop.set())
+    while not stop.wait(check_s):
+        if os.getppid() != parent:
+            print(f"leverbench launcher: the process that started it ({parent}) is gone; stopping", flush=True)
+            return
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 An engine (llama.cpp's ``llama-server``, vLLM's OpenAI server) is started on a
 free loopback port with its output in a log file, in a process group of its own
 (not a session of its own: see :meth:`EngineProcess.start`), is healthy when
-``/health`` answers 200, and is stopped with its whole process group.  A subclass gives
+``/health`` answers 200, and is stopped with its whole process group.  It dies with the tool (:func:`spawn`):
+however the tool ends (SIGKILL, a crash), the engine gets SIGTERM and takes its own children with it.  A subclass gives
 :meth:`EngineProcess.command` (the argument vector, port included),
 :meth:`EngineProcess.environment` (None: the tool's own), ``label`` (how
 messages name the program), ``model_id`` (the model name its chat endpoint
@@ -18,10 +19,13 @@ import re
 import signal
 import socket
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any, Callable
 
 from typing_extensions import TypedDict
 
@@ -99,6 +103,77 @@ def end_group(pgid: int, grace_s: float) -> None:
         os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def stop_group(proc: subprocess.Popen[bytes], stop_timeout_s: float, grace_s: float) -> None:
+    """Stop *proc*, the leader of a process group of its own, and its group: SIGTERM, SIGKILL after
+    *stop_timeout_s*; what its group still holds once it has exited (a child it left behind, e.g. vLLM's engine
+    core) gets SIGTERM and SIGKILL after *grace_s* (:func:`end_group`): killed at once, vLLM's resource tracker
+    left its shared memory in /dev/shm."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=stop_timeout_s)
+        except (ProcessLookupError, PermissionError):
+            pass
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=5)
+    end_group(proc.pid, grace_s)  # (an empty group: returns at once)
+
+
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def _prctl() -> Callable[..., int] | None:
+    """libc's ``prctl`` (Linux); None where there is none."""
+    try:
+        import ctypes  # noqa: PLC0415
+
+        return ctypes.CDLL(None, use_errno=True).prctl  # type: ignore[no-any-return]
+    except (OSError, AttributeError):
+        return None
+
+
+def _dies_with(parent: int) -> Callable[[], None] | None:
+    """A ``preexec_fn`` that has the child sent SIGTERM when *parent* (this process) dies, by any means: a
+    SIGKILL or a crash runs no cleanup, and an engine in a process group of its own would otherwise keep its
+    port and memory.  Everything is looked up before the fork: the child only calls."""
+    prctl, term = _prctl(), int(signal.SIGTERM)
+    if prctl is None:
+        return None
+
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, term)
+        if os.getppid() != parent:  # the parent died before the line above: no signal will come
+            os._exit(1)
+    return preexec
+
+
+_spawner: ThreadPoolExecutor | None = None
+_spawner_lock = threading.Lock()
+
+
+def _on_lasting_thread(fn: Callable[[], Any]) -> Any:
+    """``fn()`` on a thread that lives as long as the process: Linux sends the parent-death signal when the
+    *thread* that forked the child ends, so a child forked on a passing thread (``asyncio.to_thread``: the
+    runner's restarts) would be stopped when that thread is.  The main thread lasts; elsewhere one thread
+    kept for the purpose forks."""
+    global _spawner
+    if threading.current_thread() is threading.main_thread():
+        return fn()
+    with _spawner_lock:
+        if _spawner is None:
+            _spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="leverbench-spawner")
+    return _spawner.submit(fn).result()
+
+
+def spawn(cmd: list[str], **popen_kw: Any) -> subprocess.Popen[bytes]:
+    """Start *cmd* in a process group of its own (see :meth:`EngineProcess.start`) that gets SIGTERM when this
+    process dies, however it dies (``PR_SET_PDEATHSIG``, Linux; the prebuilt engine's launcher also leaves when
+    its parent is gone).  The child must take its own children with it on SIGTERM (vLLM's server does)."""
+    preexec = _dies_with(os.getpid())
+    return _on_lasting_thread(lambda: subprocess.Popen(cmd, process_group=0, preexec_fn=preexec, **popen_kw))
 
 
 DEFAULT_STARTUP_TIMEOUT_S = 300.0  # an engine's start, unless the arm sets startup_timeout_s (or its model's size)
@@ -204,8 +279,8 @@ class EngineProcess:
         # session (autogroup, on by default), and a busy machine then gives the whole server one share, which
         # its threads, waiting on each other at every token, turned into 0.5-2 tokens/s instead of 35-60 here
         # (benchmarks/engine_session.py).
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     process_group=0, env=env)
+        # (:func:`spawn`: it dies with the tool)
+        self.proc = spawn(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
         log.close()
         deadline = time.monotonic() + self.startup_timeout_s
         while time.monotonic() < deadline:
@@ -238,20 +313,8 @@ class EngineProcess:
                 f"last lines of {self.log_path}:\n{log_tail(self.log_path)}")
 
     def stop(self) -> None:
-        """SIGTERM to the process group, SIGKILL after ``stop_timeout_s``.  A group whose leader has
-        exited already (a child it left behind, e.g. vLLM's engine core, holds the memory) gets SIGTERM
-        too and SIGKILL after ``orphan_grace_s``: killed at once, vLLM's resource tracker left its shared
-        memory in /dev/shm."""
-        if self.proc is None:
-            return
-        if self.proc.poll() is not None:
-            end_group(self.proc.pid, self.orphan_grace_s)
-            return
-        try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            self.proc.wait(timeout=self.stop_timeout_s)
-        except (ProcessLookupError, PermissionError):
-            pass
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=5)
+        """SIGTERM to the process group, SIGKILL after ``stop_timeout_s``; what the group holds once the
+        leader has exited (a child it left behind, e.g. vLLM's engine core, holds the memory) gets SIGTERM
+        too and SIGKILL after ``orphan_grace_s`` (:func:`stop_group`)."""
+        if self.proc is not None:
+            stop_group(self.proc, self.stop_timeout_s, self.orphan_grace_s)

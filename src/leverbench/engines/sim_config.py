@@ -32,6 +32,7 @@ class SimConfig:
     draft_memory: float = 0.0  # added to draft_acceptance for a prompt the drafter has mostly seen (ngram-mod)
     reasoning_tokens: int = 0  # the first N generated tokens are reasoning_content
     tool_call_rounds: int = 0  # with tools, call a tool until the conversation has this many tool messages
+    template_tools: bool = True  # the chat template renders tool schemas; false: dropped from the prompt, unsaid
     model: str = "sim"
     dialect: str = "llama.cpp"  # how it speaks: llama.cpp, vllm, sglang or openai (see simulator/dialects.py)
     engine_version: str = "sim"  # llama.cpp build_info, vLLM /version, SGLang /get_server_info version

@@ -8,7 +8,8 @@ The contract (:func:`read_ledger`):
   leverbench's (a newer ledger is refused, saying to upgrade), valid by its model
   (:class:`.schema.RunHeader`: ``config`` with the experiment, its baseline one of the ``arms``).
 - Every record is validated by its kind's model (:mod:`.schema`: ``CallRecord``'s and ``TurnRecord``'s
-  field types, their bounds, cached ≤ prompt tokens; its ``arm`` one of the header's).  A record its
+  field types, their bounds, cached ≤ prompt tokens, a latency where a call succeeded; a load call's stage and
+  its parameters; each other kind's own; its ``arm`` one of the header's).  A record its
   schema refuses is a bad line that no crash makes: :class:`LedgerError` "FILE: line N: field F: what is
   wrong (got V)", or with *salvage* skipped with a warning like any bad line (``Ledger.skipped`` counts
   them).  An older schema's records are validated once upgraded.
@@ -614,12 +615,13 @@ def _read_columnar(path: Path, fh: Any, salvage: bool) -> Ledger:
 def _suspect(cols: Columns, arms: frozenset[str] | None) -> np.ndarray:
     """The rows of *cols* (call or turn records read as columns) whose columns break a bound of the record's
     schema (``records.CallRecord``'s or ``TurnRecord``'s field types, :func:`.schema.column_bounds`), lack a
-    required field (``arm``; a call's ``t_send``), name an arm the header does not (each distinct arm looked
-    up once), or hold an ``error`` (whose form the columns do not show): each is then checked as a record
-    (:func:`.schema.check_record`), which names the field.  (A null number is NaN here: JSON has no NaN.)"""
+    required field (``arm``, ``case``; a call's ``t_send``), name an arm the header does not (each distinct arm looked
+    up once), lack a latency though they succeeded, or hold an ``error`` (whose form the columns do not show):
+    each is then checked as a record (:func:`.schema.check_record`), which names the field.  (A null number is NaN here: JSON has no NaN.)"""
     codes, names = cols.labels["arm"]
     bad_arm = [i for i, a in enumerate(names) if a is None or (arms is not None and a not in arms)]
-    out = np.isin(codes, bad_arm) | cols.failed
+    case_codes, case_names = cols.labels["case"]
+    out = np.isin(codes, bad_arm) | np.isin(case_codes, [i for i, c in enumerate(case_names) if c is None]) | cols.failed
     record = CallRecord if cols.kind == "call" else TurnRecord
     with np.errstate(invalid="ignore"):
         for name, (whole, ge, le, finite) in column_bounds(record).items():
@@ -634,6 +636,7 @@ def _suspect(cols: Columns, arms: frozenset[str] | None) -> np.ndarray:
                 out |= (x != np.floor(x)) & ~np.isnan(x)
         if cols.kind == "call":
             out |= np.isnan(cols.numbers["t_send"]) | (cols.numbers["cached_tokens"] > cols.numbers["prompt_tokens"])
+            out |= np.isnan(cols.numbers["latency_s"]) & ~cols.failed  # one that succeeded has its latency
     return out
 
 

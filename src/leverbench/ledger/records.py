@@ -99,7 +99,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
-from typing import Annotated, Any, cast
+from typing import Annotated, Any, Literal, TypeAlias, cast
 
 from pydantic import Field
 
@@ -164,6 +164,8 @@ class CallError:
 # not), a hash (text compared for equality only: an int64 code per row, equal codes for equal values), or for
 # ``timings`` the numbers of its keys TIMINGS.
 HEAD, OMIT_NONE, COLUMN, TIMINGS = "head", "omit_none", "column", "timings"
+ToolsReached: TypeAlias = Literal["yes", "no", "not known"]  # CallRecord.tools_reached
+
 LABEL, NUMBER, FLAG, HASH = "label", "number", "flag", "hash"
 
 
@@ -234,7 +236,10 @@ class CallRecord:
     request: JSONObject = _f(factory=dict)
     input_sha256: str = _f("")
     input_chars: Count = _f(0)
-    tools_sent: Count = _f(0)
+    tools_sent: Count = _f(0, column=NUMBER)
+    tools_reached: ToolsReached | None = _f(omit_none=True, column=LABEL)  # with tools sent: whether the engine's
+    #                  chat template rendered them (runner.tools_check): "yes", "no", "not known"; absent: no tools
+    tools_check: str | None = _f(omit_none=True, column=LABEL)  # how that was found: the arm's first call with them
     attempt: Count | None = _f(omit_none=True)  # with retries: the attempt's index
     input_messages: list[JSONObject] | None = _f(omit_none=True)  # with store_text
     rejected_fields: list[str] | None = _f(omit_none=True)  # the endpoint refused a probe's forcing fields
@@ -348,8 +353,8 @@ CALL_TIMINGS: tuple[str, ...] = next(f.metadata["keys"] for f in fields(CallReco
                                      if f.metadata.get(COLUMN) == TIMINGS)
 TURN_NUMBERS = columns_of(TurnRecord, NUMBER)
 TURN_FLAGS = columns_of(TurnRecord, FLAG)
-if columns_of(TurnRecord, LABEL) != LABELS:  # the reader reads both kinds' labels with one list
-    raise AssertionError("call and turn records must share their label columns")
+if not set(columns_of(TurnRecord, LABEL)) <= set(LABELS):  # the reader reads both kinds' labels with one list
+    raise AssertionError("a turn record's label columns must be call records' too")  # (a turn's others: None)
 
 
 def json_number(v: float) -> float | str:

@@ -99,6 +99,8 @@ class CallFields(TypedDict, total=False):
     input_sha256: str
     input_chars: int
     tools_sent: int
+    tools_reached: Literal["yes", "no", "not known"]
+    tools_check: str
     attempt: int
     input_messages: list[JSONObject]  # the chat messages sent (store_text)
     rejected_fields: list[str]

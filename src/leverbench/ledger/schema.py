@@ -8,15 +8,18 @@
   string is not a number, a flag not a count), with the keys of ``extra`` analysis reads (:data:`CALL_EXTRAS`).
   A field a record lacks is not checked, but ``arm`` and a call's ``t_send`` (not a warm-up's: never
   analysed), which are required; a field analysis reads as a column may be null (it reads as absent).
-  Across fields: cached_tokens ≤ prompt_tokens.  The other kinds that analysis reads by key (``metrics``,
-  ``stage_end``, ``clock``, ``resume``) have small models of their own; keys no model names are left as
+  Across fields: cached_tokens ≤ prompt_tokens; a call that succeeded (not a warm-up) has its latency_s.  A
+  ``load`` call adds its ``stage`` (required) and the stage's parameters (:data:`LOAD_EXTRAS`: left out or of
+  their type, never null).  The other kinds that analysis reads by key (``metrics``, ``stage_end`` with its
+  ``lost_workers``, ``clock``, ``resume``, ...) have small models of their own; keys no model names are left as
   they are.  That a record's ``arm`` is one of the header's is checked by :func:`check_record` against the
   set of the header's arms, made once per read (a set lookup, not a model: the set is the file's).
 - The header (:class:`RunHeader`, also what :class:`~.writer.LedgerWriter` checks a ``run`` record by):
   its ``config`` (the experiment's snapshot: ``experiment`` with name and baseline, ``arms`` and ``cases``
   lists of named objects) and ``arms`` (name → role, conditions, discovered), the baseline one of the arms.
-  Only what analysis reads is typed: the experiment file's full model (``config``) is the loader's, and a
-  header holds the snapshot of whatever version wrote it.
+  Only what analysis reads is typed (the tolerances it compares with: left out or a number, never null; the
+  knobs it computes with, :class:`KnobNumbers`): the experiment file's full model (``config``) is the loader's,
+  and a header holds the snapshot of whatever version wrote it.
 
 :func:`check_record` and :func:`check_header` give the first defect as "field F: what is wrong (got V)" (None:
 none), for the reader to put after the file and line.
@@ -35,8 +38,15 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Mapping
 import annotated_types
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model, model_validator
 
-from ..bounds import MAX_GPU_HOUR_USD, MAX_GPUS
-from ..config.limits import MAX_REPEATS  # a header states what its experiment file's loader accepted
+from ..bounds import MAX_CONCURRENCY, MAX_GPU_HOUR_USD, MAX_GPUS, MAX_TOKENS, MAX_TOLERANCE
+from ..config.limits import (  # a header and a load call state what its experiment file's loader accepted
+    BURSTINESS_RANGE,
+    MAX_CALL_S,
+    MAX_RATE,
+    MAX_REPEATS,
+    MAX_WORKERS,
+    SPEED_RANGE,
+)
 from .records import CALL_KINDS, COLUMN, MAX_COUNT, CallRecord, Count, Epoch, Seconds, TurnRecord
 
 if TYPE_CHECKING:
@@ -45,7 +55,7 @@ if TYPE_CHECKING:
 Number = Annotated[float, Field(allow_inf_nan=False)]
 Sample = float | Literal["NaN", "+Inf", "-Inf"]  # a server's value, a non-finite one as records.json_number stores it
 Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
-Tolerance = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+Tolerance = Annotated[float, Field(ge=0, le=MAX_TOLERANCE, allow_inf_nan=False)]  # as the loader accepts one
 Money = Annotated[float, Field(ge=0, le=MAX_GPU_HOUR_USD, allow_inf_nan=False)]
 Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 Gpus = Annotated[float, Field(gt=0, le=MAX_GPUS, allow_inf_nan=False)]
@@ -121,6 +131,18 @@ class _CallChecks(_Open):
         return self
 
 
+class _AnsweredCall(_CallChecks):
+    """A measured call (not a warm-up): one that succeeded (``error`` null) has its ``latency_s`` (the client
+    always times a call it got an answer to; analysis fits and sums it)."""
+
+    @model_validator(mode="after")
+    def _latency_when_answered(self) -> _AnsweredCall:
+        if getattr(self, "error", None) is None and getattr(self, "latency_s", None) is None:
+            raise ValueError("latency_s: missing or null on a call that succeeded (error null); the client times "
+                             "every call it got an answer to")
+        return self
+
+
 # Unchecked = what a model accepts without looking inside: any JSON value.  (Not ``json_types.JSONValue``: an
 # implicit recursive alias, which pydantic cannot build a schema of; ``object`` is what pydantic takes as any.)
 Unchecked = object
@@ -178,7 +200,7 @@ def _model_of(cls: type, name: str, required: tuple[str, ...], base: type[BaseMo
     return create_model(name, __base__=base, **spec)
 
 
-CallModel = _model_of(CallRecord, "CallModel", ("arm", "t_send", "case"), _CallChecks, CALL_EXTRAS)
+CallModel = _model_of(CallRecord, "CallModel", ("arm", "t_send", "case"), _AnsweredCall, CALL_EXTRAS)
 WarmupModel = _model_of(CallRecord, "WarmupModel", ("arm",), _CallChecks, CALL_EXTRAS)  # never analysed: t_send or not
 TurnModel = _model_of(TurnRecord, "TurnModel", ("arm", "case"), _Open)
 
@@ -190,13 +212,70 @@ class MetricsModel(_Open):
     samples: dict[str, Unchecked]  # numbers as the writer stores them; analysis leaves out any other (metrics.numeric)
 
 
+class LostWorker(_Open):
+    """A worker that died in a stage (``stage_end``'s ``lost_workers``, :class:`~.rows.LostWorkerRow`)."""
+
+    worker: Count
+    error: str | None = None
+    scheduled: Count | None = None
+    recorded: Count
+    never_sent: Count | None = None
+
+
 class StageEndModel(_Open):
     arm: str
     stage: str | None = None
     load_run: str | int | None = None
-    workers: Annotated[int, Field(ge=1, le=MAX_COUNT)] | None = None
+    workers: Annotated[int, Field(ge=1, le=MAX_WORKERS)] | None = None  # the loader's bound: one shard each
     calls: Count | None = None
-    lost_workers: list[dict[str, Unchecked]] | None = None  # rows.LostWorkerRow, as the writer makes them
+    lost_workers: list[LostWorker] | None = None
+    stopped: bool | None = None
+
+
+# -- a load call's own keys (:class:`~.rows.LoadExtras`: the stage's parameters, ``config.stages.StagePlan.params``,
+# and what ``runner.load`` adds): a key is left out or holds its type, never null (analysis reads each as given);
+# its ``stage`` is required.
+
+
+class TraceImport(_Open):
+    """A trace stage's first call's ``trace_import`` (:class:`~.rows.TraceImportRow`)."""
+
+    path: str
+    fmt: str
+    rows_used: Count
+    rows_skipped: dict[str, Count] = {}
+    left_out: dict[str, Count] = {}
+    replayed: Count
+    sessions: Count | None = None
+    notes: list[str] = []
+
+
+class TokenCheck(_Open):
+    """A trace stage's first call's ``token_check`` (:class:`~.rows.TokenCheckRow`)."""
+
+    source: str | None
+    note: str | None = None
+    tokens_per_word: Positive = None  # type: ignore[assignment]  (left out, or a number: never null)
+    calibrated: bool = False
+    samples: Count = 0
+    targets: list[Count] = []
+    measured: list[Count] = []
+    rel_error_mean: Number | None = None
+    rel_error_max: Number | None = None
+
+
+Slo = Annotated[float, Field(gt=0, le=MAX_CALL_S, allow_inf_nan=False)]  # a stage's SLO: config.limits.CallSeconds
+LOAD_EXTRAS: dict[str, object] = {  # key → its type (each optional, not null: the model's default None is no value)
+    "mode": Literal["closed", "open", "trace"], "sweep": str,
+    "concurrency": Annotated[int, Field(ge=1, le=MAX_CONCURRENCY)], "ramp_s": Seconds,
+    "rate": Annotated[float, Field(gt=0, le=MAX_RATE, allow_inf_nan=False)], "arrival": str,
+    "burstiness": Annotated[float, Field(ge=BURSTINESS_RANGE[0], le=BURSTINESS_RANGE[1], allow_inf_nan=False)],
+    "prefix_sharing": Fraction, "speed": Annotated[float, Field(ge=SPEED_RANGE[0], le=SPEED_RANGE[1], allow_inf_nan=False)],
+    "slo_ttft_s": Slo, "slo_tpot_s": Slo, "slo_e2e_s": Slo, "warmup": bool, "session": str,
+    "trace_import": TraceImport, "token_check": TokenCheck,
+}
+LoadModel = create_model("LoadModel", __base__=CallModel, stage=(str, ...),
+                         **{k: (t, None) for k, t in LOAD_EXTRAS.items()})  # type: ignore[call-overload]
 
 
 class ClockModel(_Open):
@@ -280,8 +359,28 @@ class GpuSamplesModel(_Open):
 # -- the header
 
 
-class Conditions(_Open):
-    """An arm's declared conditions: free-form, but for the numbers costs are priced with."""
+def _whole(lo: int, hi: float) -> Any:
+    """A whole number in [lo, hi], as JSON holds one (3 or 3.0)."""
+    return Annotated[float, Field(ge=lo, le=hi, multiple_of=1, allow_inf_nan=False)]
+
+
+MAX_CACHE_TOKENS = 1e12  # analysis.base.bounds' (a prefix cache's capacity; a summary.json's knobs are read by it)
+
+
+class KnobNumbers(_Open):
+    """The knobs analysis computes with (an arm's slots, context, cache blocks: the what-if's serving), as numbers
+    in the ranges a summary.json's are read in (``report.summary_file``); any other knob is free-form."""
+
+    slots: _whole(1, MAX_CONCURRENCY) | None = None  # type: ignore[valid-type]
+    context_length: _whole(1, MAX_CACHE_TOKENS) | None = None  # type: ignore[valid-type]  # (Llama 4: 10,485,760)
+    block_size: _whole(1, MAX_TOKENS) | None = None  # type: ignore[valid-type]
+    num_gpu_blocks: _whole(0, MAX_CACHE_TOKENS) | None = None  # type: ignore[valid-type]
+    kv_capacity_tokens: Annotated[float, Field(ge=0, le=MAX_CACHE_TOKENS, allow_inf_nan=False)] | None = None
+
+
+class Conditions(KnobNumbers):
+    """An arm's declared conditions: free-form, but for the numbers costs are priced with and the knobs'
+    (:class:`KnobNumbers`)."""
 
     gpu_hour_usd: Money | None = None
     gpus: Gpus | None = None
@@ -307,10 +406,11 @@ class Experiment(_Open):
     baseline: str
     repeats: Repeats | None = None
     order: str | None = None
-    volume_tolerance_cell: Tolerance | None = None
-    volume_tolerance_total: Tolerance | None = None
-    drift_tolerance: Tolerance | None = None
-    engaged_acceptance_min: Fraction | None = None
+    # left out (an older run: analysis' default) or a number, never null: analysis compares with them
+    volume_tolerance_cell: Tolerance = None  # type: ignore[assignment]
+    volume_tolerance_total: Tolerance = None  # type: ignore[assignment]
+    drift_tolerance: Tolerance = None  # type: ignore[assignment]
+    engaged_acceptance_min: Fraction = None  # type: ignore[assignment]
     retries: Annotated[int, Field(ge=0, le=MAX_REPEATS)] | None = None
     store_text: bool | None = None
     adaptive: dict[str, Unchecked] | None = None  # the loader's model checked it
@@ -322,7 +422,7 @@ class Probes(_Open):
     output_tokens: list[Count] | None = None
     repeats: Repeats | None = None
     case: str | None = None
-    tolerance: Tolerance | None = None
+    tolerance: Tolerance = None  # type: ignore[assignment]  (left out or a number, never null)
 
 
 class RunConfig(_Open):
@@ -333,7 +433,7 @@ class RunConfig(_Open):
 
 
 class Discovered(_Open):
-    knobs: dict[str, Unchecked] | None = None  # what the engine answered
+    knobs: KnobNumbers | None = None  # what the engine answered
 
 
 class HeaderArm(_Open):
@@ -386,6 +486,7 @@ MODELS: dict[str, type[BaseModel]] = {**dict.fromkeys(CALL_KINDS, CallModel), "w
                           "resume": ResumeModel, "run": RunHeader, "shard": ShardHeader,
                           "engine_start": EngineStartModel, "engine_stop": EngineStopModel,
                           "engine_warmed": EngineWarmedModel, "gpu": GpuSamplesModel, "cache_reset": CacheResetModel}
+MODELS["load"] = LoadModel  # a call record with its stage's keys
 _VALIDATORS = {kind: TypeAdapter(m) for kind, m in MODELS.items()}
 
 

@@ -248,11 +248,16 @@ def _sse(raw: RawExchange, state: StreamState) -> None:
         raise ValueError("the stream ended without a finish reason or [DONE]")
 
 
-def parsed_response(raw: RawExchange) -> tuple[ResponseRow, float | None]:
-    """The response as a row, and its first token's time; ValueError when it does not parse."""
+def parsed_response(raw: RawExchange, whole: bool = False) -> tuple[ResponseRow, float | None]:
+    """The response as a row, and its first token's time; ValueError when it does not parse (*whole*: or when it
+    is not a stream that reached its ``[DONE]``)."""
     state = StreamState(0.0, keep_text=True)
     if raw.content_type.lower().startswith("text/event-stream"):
         _sse(raw, state)
+        if whole and not state.done:
+            raise ValueError("the stream did not reach [DONE]")
+    elif whole:
+        raise ValueError("not a stream")
     else:
         obj = loads(_body(raw))
         if not isinstance(obj, dict):
@@ -267,13 +272,25 @@ def parsed_response(raw: RawExchange) -> tuple[ResponseRow, float | None]:
     return row, state.first_token_s
 
 
+CLIENT_GONE = "the client went away"  # how the proxy (:mod:`.server`) tells a client that hung up mid-response
+
+
 def exchange_row(raw: RawExchange, n: int, turn: str, step: int, request: JSONObject | None,
                  patterns: list[re.Pattern[str]], redactions: int) -> ExchangeRow:
     """The recording's row of *raw* (its *request* parsed and masked already, with its *redactions*)."""
     response: ResponseRow | None = None
     ttft: float | None = None
     error, note = raw.error, None
-    if error is None and raw.status is not None and raw.status < 400:
+    if error is not None and error.startswith(CLIENT_GONE) and raw.status is not None and raw.status < 400:
+        try:  # a client that hangs up once it has read [DONE] (the openai SDK) went away after a whole answer
+            response, ttft = parsed_response(raw, whole=True)
+        except Exception:  # noqa: BLE001 (cut before [DONE]: failed, as recorded)
+            response = None
+        else:
+            error, note = None, "the client closed the connection after the stream's [DONE]: the answer was whole"
+            response, k = masked_response(response, patterns)
+            redactions += k
+    elif error is None and raw.status is not None and raw.status < 400:
         try:
             response, ttft = parsed_response(raw)
         except Undecoded as exc:  # the request is recorded, the response not (nothing failed)

@@ -165,7 +165,8 @@ class RecordingProxy:
 
 
 async def serve(proxy: RecordingProxy, host: str, port: int, on_ready: Callable[[str], None]) -> None:
-    """Run *proxy* on *host*:*port* until cancelled (Ctrl-C, SIGTERM); ``on_ready(url)`` once it listens."""
+    """Run *proxy* on *host*:*port* until cancelled (Ctrl-C, SIGTERM, SIGHUP: ``leverbench record``); ``on_ready(url)``
+    once it listens.  It starts no process: its port closes with it."""
     url = await proxy.start(host, port)
     on_ready(url)
     try:

@@ -18,6 +18,7 @@ import re
 import threading
 import time
 import zlib
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -34,9 +35,11 @@ FSYNC_EVERY_S = 0.25  # in a burst, the recording is fsync'd at least this often
 
 class RecordingWriter:
     """Writes ``DIR/exchanges.jsonl``: the header now, then each exchange handed over (see the module's
-    docstring).  *patterns*: ``--redact``; their matches never reach the file."""
+    docstring).  *patterns*: ``--redact``; their matches never reach the file.  *hint*: told, once, one line
+    when the first streamed answer comes without usage (:func:`usage_hint`)."""
 
-    def __init__(self, out: Path, upstream: str, patterns: list[re.Pattern[str]], session_header: str):
+    def __init__(self, out: Path, upstream: str, patterns: list[re.Pattern[str]], session_header: str,
+                 hint: Callable[[str], None] | None = None):
         self.path = Path(out) / EXCHANGES_FILE
         if self.path.exists() and self.path.stat().st_size > 0:
             raise BadInput(f"{self.path} already holds a recording; choose another --out")
@@ -53,6 +56,7 @@ class RecordingWriter:
         self._waiting = 0  # exchanges handed over and not yet written
         self._lock = threading.Lock()
         self._synced = time.monotonic()
+        self._hint = hint
         header: RecordingHeaderRow = {
             "kind": "recording", "schema": RECORDING_SCHEMA, "tool_version": __version__,
             "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
@@ -97,14 +101,14 @@ class RecordingWriter:
 
     def _record(self, raw: RawExchange) -> None:
         request: JSONObject | None = None
-        error = raw.error
+        error: str | None = None  # the request's own (the exchange's, raw.error, is exchange_row's to judge)
         try:
             parsed = loads(decoded(raw.request, raw.request_encoding))
             request = parsed if isinstance(parsed, dict) else None
         except (Undecoded, zlib.error) as exc:
-            error = error or f"the request body is not read: {exc}"
+            error = f"the request body is not read: {exc}"
         except (ValueError, RecursionError) as exc:  # the parser's own words (where, what)
-            error = error or f"the request is not JSON: {exc}"[:500]
+            error = f"the request is not JSON: {exc}"[:500]
         if request is None and error is None:
             error = "the request is not a JSON object"
         request, redactions = masked_request(request, self.patterns) if request is not None else (None, 0)
@@ -118,6 +122,9 @@ class RecordingWriter:
         row["turn"], row["step"] = self.grouper.assign(messages if isinstance(messages, list) else [], raw.session,
                                                        failed=row["error"] is not None, shown=row["session"])
         self.failed += row["error"] is not None
+        if self._hint is not None and (said := usage_hint(row)) is not None:
+            self._hint, hint = None, self._hint
+            hint(said)
         self.turns.add(row["turn"])
         with self._lock:
             idle = self._waiting == 1  # no other exchange waits behind this one
@@ -129,3 +136,20 @@ class RecordingWriter:
         if sync:
             os.fsync(self._fh.fileno())
             self._synced = time.monotonic()
+
+
+def usage_hint(row: ExchangeRow) -> str | None:
+    """What to do about a streamed answer that came without ``usage`` (None: *row* is not one): llama.cpp streams
+    its own ``timings`` anyway, whose counts the recording's reader takes instead; other engines send usage in a
+    stream only when the client asks for it (``stream_options.include_usage``; vLLM also when started with
+    ``--enable-force-include-usage``)."""
+    response = row["response"]
+    if not row["stream"] or row["error"] is not None or response is None or response.get("usage"):
+        return None
+    timings = response.get("timings") or {}
+    head = (f"leverbench record: exchange {row['n']} streamed without usage (the client did not send "
+            'stream_options={"include_usage": true})')
+    if isinstance(timings.get("prompt_n"), int) and isinstance(timings.get("cache_n"), int):
+        return head + "; llama.cpp's timings give its prompt tokens instead (prompt_n + cache_n)"
+    return (head + ": its prompt length is not recorded and a replay cannot check it; have the client send it "
+            "(vLLM: or start it with --enable-force-include-usage)")

@@ -75,3 +75,25 @@ def repeats_table(summary: dict[str, Any]) -> Table | None:
     return Table("repeats", "Were the repeats exchangeable?",
                  ["arm", "before each turn", "check", "turns not brought to it", "revisit share", "drafter"], rows,
                  notes=notes)
+
+
+def tools_table(summary: dict[str, Any]) -> Table | None:
+    """Whether each case's tool schemas reached the model, per arm (``tools``); None where no call sent tools."""
+    rows = [[r["arm"], r["case"], str(r["calls"]), str(r["reached"]), str(r["dropped"]), str(r["not_known"]),
+             r.get("how") or "not recorded (a run before the check)"] for r in summary.get("tools") or []
+            if isinstance(r, dict)]
+    if not rows:
+        return None
+    dropped = any(r[4] != "0" for r in rows)
+    notes = ["Asked once per arm and tool set, before the first call that sends it: the engine's own word (llama.cpp "
+             "/props chat_template_caps.supports_tools), then the prompt its chat template renders, counted with and "
+             "without the schemas (llama.cpp /apply-template, vLLM and SGLang /tokenize). Not known: the endpoint "
+             "answers neither (a hosted API)."]
+    if dropped:
+        notes.append("A dropped schema never reached the model: those turns ran without their tools, so they are not "
+                     "agent turns with tools, and their prompt counts leave the schemas out. Serve a chat template "
+                     "that supports tools (llama.cpp: --jinja with --chat-template-file, or a model whose template "
+                     "has them) to measure the agent as it runs.")
+    return Table("tools", "Did the tool schemas reach the model?",
+                 ["arm", "case", "calls with tools", "reached", "dropped", "not known", "how it was found"], rows,
+                 notes=notes)

@@ -26,7 +26,8 @@ SHORT_REASON = {guard.VOLUME: "output volumes differ", guard.VOLUME_UNKNOWN: "ou
                 guard.RETRIED: "calls were retried", guard.REPEATS: "too few repeats",
                 guard.NO_TURNS: "no successful turns", guard.CONTRADICTION: "a declared knob contradicts the engine",
                 guard.NOT_ENGAGED: "the lever did not engage", guard.REFERENCE_USED: "the reference used it too",
-                guard.CELLS: "a case was refused", guard.REVISITS: "repeats revisited"}
+                guard.CELLS: "a case was refused", guard.REVISITS: "repeats revisited",
+                guard.TOOLS: "tools reached one arm only"}
 
 #: A line of the first screen other than a lever's is cut at this many characters (the full report and its
 #: tables hold it whole); a terminal passes its own width.
@@ -153,15 +154,46 @@ def lever_line(summary: dict[str, Any], lever: dict[str, Any], notes: Notes,
     figure = "; ".join(parts) or "—"
     row = _total_row(summary, lever["arm"], lever.get("vs"))
     codes = row.get("reason_codes") or []
+    drift_said, drift_note = drift_words(summary, lever["arm"], lever.get("vs"))
+    short = {**SHORT_REASON, **({guard.DRIFT: drift_said} if drift_said and not drift_note else {})}
     if citable:
         cite = "citable"
+        if drift_note:  # not refused for it (interleaved): said on the line, why it is still cited in a note
+            marks, more = notes.marks([drift_note])
+            cite += f", {drift_said} {marks}"
+            numbers = [*numbers, *more]
     else:
         figure = f"({figure})"
         marks, numbers = notes.marks(clauses(lever.get("reason") or row.get("reason")) or ["refused"])
-        cite = f"not citable: {', '.join(SHORT_REASON.get(c, c) for c in codes) or 'refused'} {marks}"
+        cite = f"not citable: {', '.join(short.get(c, c) for c in codes) or 'refused'} {marks}"
+        if drift_note:
+            cite += f"; {drift_said}"
     if lever.get("engaged") is False and guard.NOT_ENGAGED not in codes:
         cite += "; did NOT engage"
     return f"{name}  {pair}  {figure} · {cite}", numbers
+
+
+def drift_words(summary: dict[str, Any], arm: str, vs: str | None) -> tuple[str | None, str | None]:
+    """What a lever's line says of its pair's drift where the sentinels did not rule one out (``drift_pairs``:
+    :func:`...analysis.experiment.drift.pair_drift`): ("drift undetermined" or "drift unknown", the note why it is
+    still cited) where it did not refuse the pair (interleaved order); (the refusal's short words, None) where it
+    did (blocked order: undetermined or unknown drift refuses); (None, None) where the drift was ruled out, or
+    detected (the refusal's own reason says it)."""
+    row = next((p for p in summary.get("drift_pairs") or [] if p.get("arm") == arm and p.get("vs") == vs), None)
+    if not row:
+        return None, None
+    reason = row.get("reason") or ""
+    if row.get("refuses"):
+        if row.get("undetermined"):
+            return "drift undetermined (blocked order)", None
+        return ("drift unknown (blocked order)", None) if "drift is unknown" in reason and "changed" not in reason \
+            else (None, None)
+    if not row.get("undetermined"):
+        return None, None
+    tol = pct((summary.get("tolerances") or {}).get("drift", 0.10))
+    what = ("drift unknown: under 3 sentinels an arm" if (row.get("points") or 0) < 3 else
+            f"drift undetermined: the sentinels cannot rule out the arms drifting apart by over {tol}")
+    return what.split(":")[0], f"{what}; cited: interleaved, it is the run's mean ratio"
 
 
 def total_tells(verdict: dict[str, Any] | None, total: float) -> bool:
@@ -192,6 +224,17 @@ def revisit_note(summary: dict[str, Any], arm: str, vs: str | None) -> str | Non
     return (f"{arm} vs {vs} on first visits (each case's first turn, no interval): {pair['first_visit']:.2f}x; "
             + ("the repeats met what earlier ones cached, on purpose (keep)" if kept else
                "later repeats hit the first one's cache (see revisits)"))
+
+
+def tools_line(summary: dict[str, Any]) -> str | None:
+    """The cases whose tool schemas the engine dropped (the ``tools`` section), said before any figure: their
+    turns ran without their tools, so they are not agent turns with tools; None where every schema reached."""
+    dropped = [r for r in summary.get("tools") or [] if isinstance(r, dict) and r.get("dropped")]
+    if not dropped:
+        return None
+    where = "; ".join(f"{r.get('case')} on {r.get('arm')} ({r['dropped']} of {r.get('calls')} calls)" for r in dropped)
+    return (f"Tools DROPPED: the engine did not put the tool schemas in the prompt: {where}; those turns ran "
+            "without their tools (not agent turns with tools): see Tools in the report")
 
 
 def undecided_note(summary: dict[str, Any], verdict: dict[str, Any]) -> str:
@@ -273,7 +316,7 @@ def first_screen(summary: dict[str, Any], *, report_path: str | None = None,
         firsts += numbers[:1]
     common = summary.get("drift_common") or {}
     conditions = [f"Drift: {common['text']}"] if common.get("text") else []
-    conditions += [x for x in (replay_line(summary),) if x]
+    conditions += [x for x in (replay_line(summary), tools_line(summary)) if x]
     groups = warning_groups(summary)
     warnings = None
     if groups:

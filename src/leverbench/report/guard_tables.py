@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..analysis.base.readable import SPAN, change_words
 from .table import Table, pct
 
 
@@ -63,11 +64,11 @@ def equal_work_table(summary: dict[str, Any]) -> Table | None:
 
 
 def _trend(t: dict[str, Any] | None) -> str:
+    """A trend row's change and interval (:func:`.drift.change_words`: in words where the interval is not
+    :func:`.drift.bounded`)."""
     if not t or t.get("change") is None:
         return "—"
-    if t.get("low") is None:
-        return f"{t['change']:+.1%} (no interval)"
-    return f"{t['change']:+.1%} [{t['low']:+.1%}, {t['high']:+.1%}]"
+    return change_words(t["change"], t.get("low"), t.get("high"), t.get("points") or 2, digits=1)
 
 
 def drift_table(summary: dict[str, Any]) -> Table | None:
@@ -91,15 +92,20 @@ def drift_table(summary: dict[str, Any]) -> Table | None:
                          p["reason"] or "blocked order: neither arm drifted"])
         else:
             state = "REFUSED" if p["refuses"] else ("undetermined" if p.get("undetermined") else "ok")
-            why = p["reason"] or ("its interval cannot rule out a differential drift beyond the tolerance (few "
-                                  "sentinels, or noisy ones): more repeats narrow it" if p.get("undetermined") else "")
+            vague = ("fewer than 3 sentinels: unknown" if p["points"] < 3 else
+                     "its interval cannot rule out a differential drift beyond the tolerance (few sentinels, or "
+                     "noisy ones)")
+            why = p["reason"] or (f"{vague}; not refused for it: the interleaved order leaves a steady drift's ratio "
+                                  "the run's average; more repeats narrow it" if p.get("undetermined") else "")
             rows.append([f"{p['arm']} vs {p['vs']} (ratio)", str(p["points"]), _trend(p["decode"]),
                          _trend(p["prefill"]), state, why])
     common = summary.get("drift_common") or {}
     notes = [f"Speed over the run from the sentinels that open every round: its change from start to end with its "
              f"95 % interval. An arm drifted when the interval excludes 0 and the change is beyond {tol}; a "
              "comparison is refused for drift when the ratio of its arms' speeds drifted so (interleaved order), or "
-             "when either arm drifted (blocked order). Fewer than 3 sentinels: unknown."]
+             "when either arm drifted, or its drift is unknown or undetermined (blocked order). Fewer than 3 "
+             f"sentinels: unknown. An interval whose ends lie over {SPAN:.0f}x apart (as speed ratios) is said in "
+             "words: the sentinels do not bound it."]
     if common.get("text"):
         notes.insert(0, common["text"][0].upper() + common["text"][1:] + ".")
     return Table("drift", "Drift: each arm's speed over the run, and what it does to each comparison",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
+from ..analysis.base.readable import ratio_words
 from ..levers import registry
 from .table import Table
 
@@ -202,7 +203,7 @@ def _mult(v: Mapping[str, Any] | None) -> str:
         return "—"
     text = f"{v['value']:.2f}x"
     if v.get("low") is not None and v.get("high") is not None:
-        text += f" [{v['low']:.2f}–{v['high']:.2f}]"
+        text += " " + ratio_words(v["low"], v["high"])
     return text if v.get("citable") else f"({text})"
 
 

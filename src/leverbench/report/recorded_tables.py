@@ -18,7 +18,7 @@ def _unchecked(section: dict[str, Any]) -> list[str]:
     """Why calls were not compared with the recording (the departed ones aside: said apart)."""
     usage = sum(a.get("no_recorded_usage", 0) for a in section["arms"])  # (a summary written before they were)
     failed = sum(a.get("failed_calls", 0) for a in section["arms"])
-    said = [f"{usage} call{'s have' if usage != 1 else ' has'} no recorded usage"] if usage else []
+    said = [f"{usage} call{'s have' if usage != 1 else ' has'} no recorded prompt length"] if usage else []
     return said + ([f"{failed} failed"] if failed else [])
 
 
@@ -63,7 +63,7 @@ def recorded_table(summary: dict[str, Any]) -> Table | None:
     for a in sec["arms"]:
         dev = "—" if a["max_deviation"] is None else f"{a['max_deviation'] * 100:+.2f}%"
         rows.append([a["arm"], str(a["calls"]), f"{a['within']} of {a['compared']}"
-                     + (f" ({a['no_recorded_usage']} without usage)" if a.get("no_recorded_usage") else ""),
+                     + (f" ({a['no_recorded_usage']} without a recorded length)" if a.get("no_recorded_usage") else ""),
                      dev, str(a["departed_calls"]),
                      a["reason"] or (a["differing"][0]["reason"] if a["differing"] else "")])
     notes = [f"Mode {_modes(sec)}: " + ("each call sent the recorded request (its messages, recorded answers and tool "
@@ -76,8 +76,9 @@ def recorded_table(summary: dict[str, Any]) -> Table | None:
              + (" (none was made on two arms: nothing compared)." if not sec["requests_compared"] else ".")]
     if _unchecked(sec):
         notes.append(f"Not checked: {', '.join(_unchecked(sec))}: the recording holds no prompt length for a call "
-                     "without usage (an agent that streamed without stream_options.include_usage, against vLLM; a "
-                     "request log without responses), so nothing says the arm received the recorded prompt there.")
+                     "whose response had neither usage nor llama.cpp's timings (an agent that streamed without "
+                     "stream_options.include_usage against vLLM, SGLang or a hosted API; a request log without "
+                     "responses), so nothing says the arm received the recorded prompt there.")
     for a in sec["arms"]:
         for d in a["differing"]:
             got = "—" if d["prompt_tokens"] is None else f"{d['prompt_tokens']:,}"

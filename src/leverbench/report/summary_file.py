@@ -39,7 +39,7 @@ _NUMERIC_KNOBS: dict[str, tuple[float, float, bool, bool]] = {
     "gpus": (0, MAX_GPUS, True, False), "gpu_hour_usd": (0, MAX_GPU_HOUR_USD, False, False),
     "slots": (1, MAX_SLOTS, False, True), "kv_capacity_tokens": (0, MAX_CACHE_TOKENS, False, False),
     "num_gpu_blocks": (0, MAX_CACHE_TOKENS, False, True), "block_size": (1, MAX_TOKENS, False, True),
-    "context_length": (1, MAX_TOKENS, False, True),
+    "context_length": (1, MAX_CACHE_TOKENS, False, True),  # a context, not a call: engines serve 10,485,760 (Llama 4)
 }
 
 

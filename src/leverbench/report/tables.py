@@ -9,8 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from ..analysis.base.knobs import is_on
+from ..analysis.base.readable import ratio_words
 from ..analysis.rates.rate_model import tokens_per_second_at
-from .conditions import conditions_table, repeats_table
+from .conditions import conditions_table, repeats_table, tools_table
 from .guard_tables import drift_table, equal_work_table, multiplier_table
 from .hardware_tables import hardware_tables
 from .load_tables import load_tables
@@ -91,11 +92,12 @@ def _verdict_ratio(v: dict[str, Any]) -> str:
 
 
 def ratio_interval(v: dict[str, Any]) -> str:
-    """A verdict row's ratio and its interval: '1.87x [1.73–2.03]' (∞ for an unbounded end)."""
+    """A verdict row's ratio and its interval: '1.87x [1.73–2.03]'; an interval not :func:`.readable.bounded` (an
+    unbounded end, or ends over tenfold apart) in words (:func:`.readable.ratio_words`): '3.00x [above 1.60x: its
+    repeats bound it below only]', '1.27x [no interval: its repeats do not bound it]'."""
     if v.get("ratio") is None:
         return "—"
-    high = "∞" if v["high"] is None or v["high"] == float("inf") else f"{v['high']:.2f}"
-    return f"{v['ratio']:.2f}x [{v['low']:.2f}–{high}]"
+    return f"{v['ratio']:.2f}x {ratio_words(v.get('low'), v.get('high'))}"
 
 
 def _repeats_per_case(repeats: dict[str, int]) -> str:
@@ -182,8 +184,20 @@ def volume_table(summary: dict[str, Any]) -> Table:
                               f"{s(cell[(a, case)]['input_tokens_median'], 0)}" for a in arms])
     tot = {t["arm"]: t for t in summary["totals"]}
     rows.append(["total"] + [s(tot[a]["output_tokens"], 0) for a in arms])
+    tools = [r for r in summary.get("tools") or [] if isinstance(r, dict)]
+    dropped = sorted({r["case"] for r in tools if r.get("dropped")})
+    unknown = sorted({r["case"] for r in tools if r.get("not_known")} - set(dropped))
+    what = "system prompt included"
+    if dropped:
+        what += "; tool schemas only where they reached the model: dropped for " + ", ".join(dropped)
+    if unknown:
+        what += "; whether the tool schemas reached the model is not known for " + ", ".join(unknown)
+    if tools and not dropped and not unknown:
+        what = "system prompt and tool schemas included"
+    elif tools:
+        what += " (see Tools)"
     return Table("volume", "Tokens per turn: generated (reasoning included: the guard's output volume) / input as the "
-                 "server counted it (system prompt and tool schemas included; medians)", ["case", *arms], rows)
+                 f"server counted it ({what}; medians)", ["case", *arms], rows)
 
 
 def decomposition_table(summary: dict[str, Any]) -> Table:
@@ -423,7 +437,7 @@ def discipline_table(summary: dict[str, Any]) -> Table | None:
 
 def all_tables(summary: dict[str, Any]) -> list[Table]:
     tabs = [levers_table(summary), verdicts_table(summary), conditions_table(summary), repeats_table(summary),
-            result_table(summary),
+            tools_table(summary), result_table(summary),
             volume_table(summary), multiplier_table(summary), equal_work_table(summary), recorded_table(summary),
             discipline_table(summary),
             reasoning_table(summary),

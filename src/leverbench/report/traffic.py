@@ -23,13 +23,14 @@ from .jsonio import finite
 from .load_levers import operating_lines
 from .markdown import _md_table
 from .tables import Table
+from .traffic_recording import recording_lines, turns_table
 
 if TYPE_CHECKING:
     from ..schema.traffic_rows import PhaseRow, TrafficResult
 
 #: Per table: (first right-aligned column, columns kept left of it): numbers right, words left, in the terminal.
-_ALIGN = {"rates": (1, (5,)), "fits": (1, (2, 7)), "lengths": (1, ()), "phases": (1, ()), "levers": (4, (0,)),
-          "bucket_levers": (1, ())}
+_ALIGN = {"turns": (1, ()), "rates": (1, (5,)), "fits": (1, (2, 7)), "lengths": (1, ()), "phases": (1, ()),
+          "levers": (4, (0,)), "bucket_levers": (1, ())}
 
 
 def _n(x: float | None, digits: int = 3) -> str:
@@ -51,6 +52,7 @@ def headline(result: TrafficResult) -> list[str]:
     inp = result["input"]
     return [f"{inp['path']} ({inp['format']}): {inp['used']:,} calls used, "
             f"{sum(inp['skipped'].values()):,} skipped ({summarize_skips(inp['skipped'])})",
+            *recording_lines(result),  # type: ignore[arg-type]  (a recording's own first lines)
             *["  " + note for note in inp["notes"]], "Rates used: " + "; ".join(result["rates_used"])]
 
 
@@ -143,8 +145,9 @@ def _bucket_levers(result: TrafficResult) -> Table:
 
 def traffic_tables(result: TrafficResult) -> list[Table]:
     """The tables of an ``analyze`` result, in the order every format shows them."""
-    return [t for t in (_rates(result), _fits(result), _lengths(result), _phases(result), _levers(result),
-                        _bucket_levers(result)) if t is not None]
+    tables = (turns_table(result), _rates(result), _fits(result), _lengths(result),  # type: ignore[arg-type]
+              _phases(result), _levers(result), _bucket_levers(result))
+    return [t for t in tables if t is not None]
 
 
 # ---------------------------------------------------------------- renderings

@@ -11,7 +11,7 @@ the traffic's own latencies.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..analysis.traffic.analyze import (
     analyze_traffic,
@@ -22,12 +22,15 @@ from ..analysis.traffic.analyze import (
     rates_from_summary,
     with_drafter,
 )
+from ..analysis.traffic.rates import Rates
+from ..analysis.traffic.recording import cache_served, recording_summary, timing_rates, traffic_calls
 from ..analysis.whatif.arms import block_of, capacity_of
 from ..analysis.whatif.forecast import cache_pass, prefix_cache_on
 from ..analysis.whatif.plan import plan_calls
 from ..analysis.whatif.prefix_cache import DEFAULT_BLOCK_TOKENS, DEFAULT_CACHE_TOKENS
 from ..errors import BadInput
 from ..workload.traces import load_traffic
+from ..workload.traces.records import Rows
 from .files import summarize_dir
 from .summary_file import read_summary
 
@@ -35,6 +38,9 @@ if TYPE_CHECKING:
     from ..schema.summary import Summary
     from ..schema.traffic_rows import FiniteCache, TrafficResult
     from ..workload.traces.records import TrafficLoad
+
+
+NO_COUNTS = "no token counts (streamed without usage, and no llama.cpp timings)"
 
 
 def run_summary(run: Path, *, salvage: bool = False) -> Summary:
@@ -74,7 +80,8 @@ def analyze_file(traffic: str | Path, *, fmt: str | None = None, columns: str | 
     """
     if cache_tokens is not None and not cache_tokens >= 0:
         raise BadInput(f"--cache-tokens must be a number >= 0 (got {cache_tokens})")
-    load = load_traffic(traffic, fmt, columns=columns, salvage=salvage)
+    recorded = read_recorded(traffic, fmt, columns)
+    load = recorded[0] if recorded else load_traffic(traffic, fmt, columns=columns, salvage=salvage)
     hand = hand_rates(prefill_tps, decode_tps, prefill_a_s)
     run = summary = None
     if rates_dir is not None:
@@ -85,7 +92,9 @@ def analyze_file(traffic: str | Path, *, fmt: str | None = None, columns: str | 
         gpu_hour_usd = gpu_hour_usd if gpu_hour_usd is not None else run_usd
     fitted, fits = None, []
     need_fit = run is None and not ("prefill_tps" in hand and "decode_tps" in hand)
-    if need_fit and has_latencies(load.frame):
+    if need_fit and recorded and recorded[2] is not None:  # the engine's own timings: measured, not fitted
+        fitted = {None: recorded[2]}
+    elif need_fit and has_latencies(load.frame):
         fitted, fits = fit_rates(load.frame, cached_served=load.cached_served)
         if not fitted and not hand:
             reasons = "; ".join(f"{f['model']}: {f.get('refused') or f.get('prefill_refused')}" for f in fits)
@@ -104,7 +113,47 @@ def analyze_file(traffic: str | Path, *, fmt: str | None = None, columns: str | 
                        "skipped": load.skipped, "first_skipped_line": load.first_skipped_line, "notes": load.notes}
     result["fits"] = fits
     result["rates_used"] = sorted({r.source for r in book.values()})
+    if recorded:
+        result["recording"] = recorded[1]  # type: ignore[typeddict-unknown-key]  (a recording's own first screen)
     return result
+
+
+def read_recorded(traffic: str | Path, fmt: str | None,
+                  columns: str | None) -> tuple[TrafficLoad, dict[str, Any], Rates | None] | None:
+    """A recording (``leverbench record``'s directory, or its exchanges.jsonl) as traffic: the load, the
+    recording's own summary (:func:`~leverbench.analysis.traffic.recording.recording_summary`) and the engine's
+    rates from its timings; None when *traffic* is no recording (or ``--trace-format`` names a trace format)."""
+    from ..workload.recorded.traffic import read_recording, recording_file  # noqa: PLC0415
+
+    if fmt is not None or recording_file(traffic) is None:
+        return None
+    if columns:
+        raise BadInput(f"--columns applies to --trace-format generic only ({traffic} is a recording)")
+    rec = read_recording(traffic)
+    summary = recording_summary(rec.calls)
+    rows = Rows()
+    for reason, n in rec.skipped.items():
+        rows.skipped[reason] += n
+        rows.first_line[reason] = rec.first_skipped_line[reason]
+    kept = {id(c): call for c, call in traffic_calls(rec.calls, summary)}
+    for c in rec.calls:
+        if id(c) in kept:
+            rows.add(kept[id(c)], c.t_start)
+        else:
+            rows.skip(NO_COUNTS, c.line)
+    if not kept:  # what needs no counts is said all the same, then why the rest cannot be
+        from .traffic_recording import recording_lines  # noqa: PLC0415
+        said = [line for line in recording_lines({"recording": summary}) if not line.startswith("Tokens:")]
+        raise BadInput(f"{rec.path}: " + "; ".join(x.rstrip(".") for x in said) + f". None of its {len(rec.calls)} "
+                       "calls has token counts (the engine sent no usage and no llama.cpp timings), so where the "
+                       "time went and which lever pays cannot be said: have the agent send stream_options="
+                       '{"include_usage": true} (vLLM: or start it with --enable-force-include-usage) and record '
+                       "again")
+    served = cache_served(rec.calls)
+    notes = ["cached tokens: as the engine's prefix cache served them when recorded" if served else
+             "cached tokens: none was served when recorded; shown: what a prefix cache could serve (the previous "
+             "call's prompt within a turn; the prefix every turn shares, estimated, for a turn's first call)"]
+    return rows.load(rec.path, "leverbench-recording", notes, cached_served=served), summary, timing_rates(rec.calls)
 
 
 def finite_cache(load: TrafficLoad, summary: Summary | None, cache_tokens: float | None,

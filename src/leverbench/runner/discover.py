@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import platform
 from pathlib import PurePath
-from typing import Any, Iterator, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -13,10 +13,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from typing_extensions import TypedDict
 
 from ..engines.vllm import speculative_method
+from ..errors import ConfigError
 from ..json_types import JSONObject, JSONValue
 from ..ledger.records import json_number
 from ..levers import registry
 from ..levers.drafter import LLAMACPP_DRAFT_ARGS
+
+if TYPE_CHECKING:
+    from ..config import LoadedExperiment
 
 METRIC_PREFIXES = ("vllm:", "sglang:", "llamacpp:")
 _PROPS_KEEP = ("model_path", "total_slots", "build_info", "n_ctx", "chat_template_caps", "modalities")
@@ -170,6 +174,33 @@ async def endpoint_info(session: aiohttp.ClientSession, base_url: str, headers: 
         out["cache_config"] = raw["metrics"]["vllm:cache_config_info"][0]
     out["knobs"] = knobs(raw)
     return out
+
+
+#: No tokenizer in use has a token longer than this many characters (the longest are runs of spaces or of one
+#: symbol, tens of characters): a prompt of N characters is at least N / this tokens, whatever the model.
+MAX_CHARS_PER_TOKEN = 256
+
+
+def check_prompts_fit(exp: LoadedExperiment, arm: str, discovered: Mapping[str, JSONValue]) -> None:
+    """ConfigError naming the case when a case's first call (system prompt, documents and prompt) cannot fit the
+    context length *arm*'s endpoint reports (``knobs.context_length``, :func:`knobs`) whatever its tokenizer
+    (:data:`MAX_CHARS_PER_TOKEN`): refused before anything is sent, as the engine would refuse every such call
+    (after the whole prompt went out).  An endpoint that reports no context length is not checked."""
+    from ..workload.cases import case_size_chars  # noqa: PLC0415 (the run's cases; discovery itself needs none)
+
+    found = discovered.get("knobs")
+    ctx = found.get("context_length") if isinstance(found, dict) else None
+    if not isinstance(ctx, int) or isinstance(ctx, bool) or ctx <= 0:
+        return
+    for i, case in enumerate(c for c in exp.spec.cases if not c.variant_of):  # (a variant adds a few words)
+        chars = case_size_chars(exp, case)
+        if chars // MAX_CHARS_PER_TOKEN > ctx:
+            what = "documents" if case.documents else "system_file" if case.system_file else "prompt"
+            raise ConfigError(str(exp.path), f"cases[{i}].{what}",
+                              f"the first call of case {case.name!r} is {chars:,} characters, at least "
+                              f"{chars // MAX_CHARS_PER_TOKEN:,} tokens with any tokenizer, past the "
+                              f"{ctx:,}-token context the endpoint of arm {arm!r} reports; nothing was sent. "
+                              "Shorten the case's text, or serve the model with a longer context")
 
 
 def engine_samples(text: str) -> Iterator[Any]:

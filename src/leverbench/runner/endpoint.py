@@ -14,6 +14,7 @@ from ..errors import ConfigError
 from ..json_types import JSONObject
 from ..redact import same_origin
 from ..workload.chat import ChatMessage
+from .tools_check import ToolsChecks
 
 
 @dataclass
@@ -26,6 +27,7 @@ class ArmEndpoint:
     discovered: JSONObject = field(default_factory=dict)  # what discovery found: the engine's answers
     length_by_prompt: bool = False  # the endpoint rejected ignore_eos/min_tokens: probes ask for length instead
     depth_prompts: dict[tuple[str, int], list[ChatMessage]] = field(default_factory=dict)  # (case, depth)
+    tools_checks: ToolsChecks = field(default_factory=ToolsChecks)  # whether each tool set reaches the model
 
     def headers_for(self, url: str) -> dict[str, str]:
         """The key's headers for a request to *url*: only on the arm's own origin (scheme, host and

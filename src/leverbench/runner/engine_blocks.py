@@ -39,7 +39,7 @@ from ..engines import EngineProcess
 from ..errors import EngineError
 from ..ledger.rows import EnginesRow, EngineStartRow, EngineStopRow, EngineWarmedRow
 from . import telemetry
-from .discover import endpoint_info
+from .discover import check_prompts_fit, endpoint_info
 from .endpoint import ArmEndpoint
 from .engine_mode import Devices
 from .load import stage_work
@@ -177,6 +177,7 @@ class EngineBlocks:
                                                  known=ep.discovered))
         if gpu is not None:
             ep.discovered["gpu"] = gpu
+        check_prompts_fit(self.r.exp, arm, ep.discovered)  # a case that cannot fit: refused before any call
 
     @staticmethod
     def stopped(rec: EngineStopRow) -> EngineStopRow:

@@ -20,6 +20,18 @@ def holds_a_run(path: Path) -> bool:
         return fh.readline().endswith(b"\n")
 
 
+def nothing_to_resume(out: Path) -> str | None:
+    """Why the run directory *out* holds no run to resume (no ``ledger.jsonl``, or one without its header: a
+    run stopped before its first record, which measured nothing), or None where it holds one.  ``--resume``
+    then starts the run (:func:`completed`), so a supervisor may always restart a run with it."""
+    ledger_path = out / "ledger.jsonl"
+    if not ledger_path.exists():
+        return "no ledger.jsonl"
+    if not holds_a_run(ledger_path):
+        return "its ledger.jsonl has no run header: the run stopped before its first record"
+    return None
+
+
 @dataclass
 class Resumed:
     """What a run continues from (:func:`completed`): the units done (successful), those whose every record
@@ -41,16 +53,15 @@ class Resumed:
 
 def completed(out: Path, resume: bool, exp: LoadedExperiment) -> Resumed:
     """The units a resumed run skips: those with a successful record (a failed unit is run again); what else it
-    takes from the ledger in *out* (:class:`Resumed`; a run that stopped before its header starts afresh)."""
+    takes from the ledger in *out* (:class:`Resumed`).  A run with nothing to resume (:func:`nothing_to_resume`:
+    none yet, or one that stopped before its header) starts afresh, with *resume* or without."""
     ledger_path = out / "ledger.jsonl"
     if ledger_path.exists() and not holds_a_run(ledger_path):
         # stopped before its first record (engine start, discovery): nothing measured, nothing to keep
         ledger_path.unlink()
         return Resumed(fresh=True)
     if not ledger_path.exists():
-        if resume:
-            raise BadInput(f"{out}: nothing to resume (no ledger.jsonl); run without --resume")
-        return Resumed()
+        return Resumed(fresh=resume)  # --resume with nothing to resume: the run starts (the CLI said so)
     if not resume:
         raise BadInput(f"{out} already holds a ledger; pass --resume to continue it or choose another --out")
     led = read_ledger(ledger_path)

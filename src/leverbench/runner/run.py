@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
-import signal
 import sys
 import time
 import uuid
@@ -35,7 +34,6 @@ from typing import AsyncIterator, Callable
 import aiohttp
 
 from .. import __version__
-from ..analysis.experiment.drift import sentinel_rate, settled
 from ..config import LoadedExperiment
 from ..engines import make_engine
 from ..engines.vllm import distribution
@@ -61,7 +59,7 @@ from .resume import completed
 from .rounds import AdaptiveRounds
 from .schedule import SENTINEL_CASE, Unit, build_schedule
 from .send import ArmSender
-from .signals import hold_signals, on_main_thread, release_signals, sigterm_as_interrupt
+from .signals import cancel_on, hold_signals, interrupt_on, release_signals
 from .strict_json import check_request_fields
 from .telemetry import Telemetry
 from .trace_plan import check_traces
@@ -91,7 +89,7 @@ class Runner:
         self.tally = CallTally()  # this session's calls: how many failed (the recorder's, once it is open)
         self._pools: dict[str, aiohttp.ClientSession] = {}  # per arm: its turns', probes' and sentinels' connections
         self._failed: set[tuple] = set()  # on resume: units whose every record failed (run again)
-        self._fresh = False  # --resume found a ledger that holds no run yet: start it afresh
+        self._fresh = False  # --resume found no run (no ledger, or one without its header): start it afresh
         self.stages_done: set[tuple[str, str]] = set()  # on resume: (load stage, arm) pairs that finished
         self.keep_text = self.spec.experiment.store_text
         self.run_id = uuid.uuid4().hex[:12]  # the header's (a resumed run's: its ledger's)
@@ -240,6 +238,7 @@ class Runner:
         (:func:`~leverbench.analysis.experiment.drift.settled`) — or :data:`WARMUP_MAX_CALLS` were sent.  The calls
         are in the ledger (the analysis reports whether the arm settled); without sentinels
         (``sentinel_tokens = 0``), one short call."""
+        from ..analysis.experiment.drift import sentinel_rate, settled  # noqa: PLC0415 (scipy: after the header)
         n = self.spec.experiment.sentinel_tokens
         rates: list[float | None] = []
         for i in range(WARMUP_MAX_CALLS if n > 0 else 1):
@@ -290,8 +289,8 @@ class Runner:
         self._early.clear()
 
     async def _main(self, units: list[Unit], done: set[tuple]) -> None:
-        # SIGTERM (kill, timeout) stops the run as Ctrl-C does: the calls in flight are recorded as cancelled
-        on_main_thread(asyncio.get_running_loop().add_signal_handler, signal.SIGTERM, asyncio.current_task().cancel)
+        # SIGTERM (kill, timeout) and SIGHUP stop the run as Ctrl-C does: the calls in flight are recorded as cancelled
+        cancel_on(asyncio.get_running_loop(), asyncio.current_task().cancel)
         # discovery, metrics scrapes: a connection each; model calls go through each arm's kept-alive pool
         async with client_session(keep_alive=False) as session, self._arm_pools():
             await self._discover(session)
@@ -429,16 +428,15 @@ class Runner:
                 self.writer.append({"kind": "resume", "at": at, "tool_version": __version__,
                                     "completed_units": len(done), "failed_units_rerun": failed,
                                     "repeats": self.spec.experiment.repeats})
-            previous = on_main_thread(signal.signal, signal.SIGTERM, sigterm_as_interrupt)  # outside the loop
+            previous = interrupt_on()  # SIGTERM, SIGHUP: outside the loop
             try:
                 if self.engines is not None and self.engines["mode"] != ONE_AT_A_TIME:
                     self._start_engines()
                 asyncio.run(self._main(units, done))
-            except (KeyboardInterrupt, asyncio.CancelledError):  # Ctrl-C, or SIGTERM (see _main)
+            except (KeyboardInterrupt, asyncio.CancelledError):  # Ctrl-C, or SIGTERM, SIGHUP (see _main)
                 raise Interrupted(str(self.out)) from None
             finally:
-                if previous is not None:
-                    signal.signal(signal.SIGTERM, previous)
+                release_signals(previous)
         finally:
             self.stop_engines(quick=sys.exc_info()[0] is not None)
             self.telemetry.close()

@@ -28,6 +28,7 @@ from .client import CallCancelled, Streamed, Timeouts, messages_sha256, stream_c
 from .discover import chat_url
 from .recorder import Recorder
 from .tokens import ChatTokens, Endpoint, count_chat_tokens, count_text_tokens
+from .tools_check import ToolsChecks
 
 if TYPE_CHECKING:
     from ..workload.chat import ChatBody, ChatMessage
@@ -85,6 +86,7 @@ class ArmEndpointLike(Endpoint, Protocol):
 
     length_by_prompt: bool
     request: JSONObject  # the arm's extra request fields (the experiment file's JSON)
+    tools_checks: ToolsChecks  # whether each tool set reaches the model (runner.tools_check), asked once per arm
 
     def death_note(self) -> str | None:
         """Why the arm's engine died (the tail of its log); None while it lives or when there is none."""
@@ -139,8 +141,18 @@ class ArmSender:
         was sent are filled and it is appended (:meth:`Recorder.later`)."""
         retried_s = 0.0
         messages = body["messages"]
+        tools = body.get("tools")
+        checked_s = 0.0
+        if tools:
+            h0 = time.perf_counter()
+            check, first = await self.ep.tools_checks.get(self.session, self.ep, messages, tools)
+            checked_s = time.perf_counter() - h0
         for attempt in range(self.retries + 1):
             rec = head.fresh()
+            if tools:
+                rec.tools_reached, rec.tools_check = check.said, check.how if first and attempt == 0 else None
+                # the check's seconds (harness): on the call that ran it, or that waited for it to finish
+                rec.harness_s, checked_s = (checked_s if first or checked_s > 1e-3 else None), 0.0
             cancelled: asyncio.CancelledError | None = None
             try:
                 got = await stream_chat(self.session, chat_url(self.ep.base_url), body, headers=self.ep.headers,
@@ -152,10 +164,11 @@ class ArmSender:
             if uncounted and not defer_counting:
                 h0 = time.perf_counter()
                 try:
-                    _counted(rec, await count_chat_tokens(self.session, self.ep, messages, got.content + got.reasoning))
+                    _counted(rec, await count_chat_tokens(self.session, self.ep, messages, got.content + got.reasoning,
+                                                          tools))
                 except asyncio.CancelledError as exc:  # Ctrl-C while counting: recorded uncounted (below), then stop
                     cancelled = exc
-                rec.harness_s = time.perf_counter() - h0
+                rec.harness_s = (rec.harness_s or 0.0) + time.perf_counter() - h0
             # a load stage's record is finished (what was sent: the input's hash) and handed to the ledger after the
             # I/O the loop has waiting (Recorder.later), not between this call's end and the next send
             later = defer_counting and cancelled is None and not uncounted
@@ -177,7 +190,7 @@ class ArmSender:
                 rec.retried = True
                 retried_s += (rec.connect_s or 0.0) + (rec.send_s or 0.0) + (rec.latency_s or 0.0)
             if uncounted and defer_counting:
-                self.recorder.defer(self._count_then_append(messages, got, rec))
+                self.recorder.defer(self._count_then_append(messages, got, rec, tools))
             elif later:
                 numbered = attempt if self.retries else None
                 self.recorder.later(functools.partial(self._sent_then_append, rec, body, numbered))
@@ -192,16 +205,18 @@ class ArmSender:
         _sent(rec, body, attempt, self.keep_text, self.ep.request)
         self.recorder.append(rec)
 
-    async def _count_then_append(self, messages: list[ChatMessage], got: Streamed, rec: CallRecord) -> None:
+    async def _count_then_append(self, messages: list[ChatMessage], got: Streamed, rec: CallRecord,
+                                tools: list[JSONObject] | None) -> None:
         """A deferred :func:`count_chat_tokens` (see :meth:`send`): count, then append (a copy of) the record."""
         counted = dataclasses.replace(rec)
         h0 = time.perf_counter()
         try:
-            _counted(counted, await count_chat_tokens(self.session, self.ep, messages, got.content + got.reasoning))
+            _counted(counted, await count_chat_tokens(self.session, self.ep, messages, got.content + got.reasoning,
+                                                      tools))
         except asyncio.CancelledError:  # Ctrl-C while counting: the call is recorded all the same, uncounted
             self.recorder.append_now(rec)
             raise
-        counted.harness_s = time.perf_counter() - h0
+        counted.harness_s = (counted.harness_s or 0.0) + time.perf_counter() - h0
         self.recorder.append(counted)
 
 

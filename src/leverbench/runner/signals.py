@@ -1,17 +1,27 @@
-"""Signals while a run goes on: SIGTERM stops it as Ctrl-C does, and both wait while engines are stopped."""
+"""Signals that stop the tool: SIGINT (Ctrl-C), SIGTERM (kill, timeout, systemd, a container's stop) and SIGHUP
+(the terminal closing) each stop a command as Ctrl-C does, and all three wait while engines are stopped.
+
+Left at its default, SIGTERM or SIGHUP would end the process on the spot: nothing it started would be stopped
+(an engine runs in a process group of its own, out of the terminal's reach; its parent-death signal,
+:func:`leverbench.engines.process.spawn`, is the last resort, not the way a command stops), a ledger or a
+recording would not be closed.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import threading
 from typing import Any, Callable
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+#: Those of :data:`STOP_SIGNALS` whose default ends the process at once (Python turns SIGINT into
+#: KeyboardInterrupt itself, and ``asyncio.run`` into a cancellation of its task).
+TERMINATING = (signal.SIGTERM, signal.SIGHUP)
+
 
 def sigterm_as_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
-
-
-_HELD = (signal.SIGINT, signal.SIGTERM)
 
 
 def on_main_thread(fn: Callable[..., Any], *args: Any) -> Any:
@@ -19,13 +29,32 @@ def on_main_thread(fn: Callable[..., Any], *args: Any) -> Any:
     return fn(*args) if threading.current_thread() is threading.main_thread() else None
 
 
-def hold_signals() -> dict[int, Any]:
-    """Ignore Ctrl-C and SIGTERM (on the main thread), returning the handlers to put back."""
+def interrupt_on(signals: tuple[int, ...] = TERMINATING) -> dict[int, Any]:
+    """Make each of *signals* raise KeyboardInterrupt, as Ctrl-C does (on the main thread; elsewhere nothing),
+    returning the handlers to put back (:func:`release_signals`).  SIGINT among them is handled even where the
+    process started with it ignored (a shell's background job)."""
     if threading.current_thread() is not threading.main_thread():
         return {}
-    return {s: signal.signal(s, signal.SIG_IGN) for s in _HELD}
+    return {s: signal.signal(s, sigterm_as_interrupt) for s in signals}
+
+
+def cancel_on(loop: asyncio.AbstractEventLoop, cancel: Callable[[], Any],
+              signals: tuple[int, ...] = TERMINATING) -> None:
+    """Inside an event loop: each of *signals* calls *cancel* (the main task's), so the task's ``finally``
+    blocks run and the calls in flight are recorded; on the main thread only (elsewhere nothing)."""
+    if threading.current_thread() is threading.main_thread():
+        for s in signals:
+            loop.add_signal_handler(s, cancel)
+
+
+def hold_signals() -> dict[int, Any]:
+    """Ignore Ctrl-C, SIGTERM and SIGHUP (on the main thread), returning the handlers to put back: engines
+    being stopped are not left half-stopped by a second signal."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {s: signal.signal(s, signal.SIG_IGN) for s in STOP_SIGNALS}
 
 
 def release_signals(held: dict[int, Any]) -> None:
     for s, handler in held.items():
-        signal.signal(s, handler)
+        signal.signal(s, handler if handler is not None else signal.SIG_DFL)

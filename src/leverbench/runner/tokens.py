@@ -48,12 +48,14 @@ async def _post(session: aiohttp.ClientSession, ep: Endpoint, path: str, payload
 
 
 async def count_chat_tokens(session: aiohttp.ClientSession, ep: Endpoint, messages: list[ChatMessage],
-                            output: str) -> ChatTokens | None:
-    """The prompt's tokens (its chat template applied, when the server offers ``/apply-template``) and the
-    output's, by the server's ``/tokenize`` (llama.cpp's ``{"content"}``); None when it cannot count."""
+                            output: str, tools: list[Any] | None = None) -> ChatTokens | None:
+    """The prompt's tokens (its chat template applied, with the call's *tools*, when the server offers
+    ``/apply-template``) and the output's, by the server's ``/tokenize`` (llama.cpp's ``{"content"}``); None when
+    it cannot count."""
     try:
         source = "tokenize (chat template applied)"
-        tmpl = await _post(session, ep, "/apply-template", {"messages": messages})
+        payload: dict[str, object] = {"messages": messages, **({"tools": tools} if tools else {})}
+        tmpl = await _post(session, ep, "/apply-template", payload)
         prompt = tmpl.get("prompt") if isinstance(tmpl, dict) else None
         if not isinstance(prompt, str):
             source = "tokenize (message contents, no chat template)"

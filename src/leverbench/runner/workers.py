@@ -63,6 +63,7 @@ from .prompts import vocabulary
 from .recorder import Recorder
 from .send import ArmSender
 from .shares import Schedule, split
+from .tools_check import ToolsChecks
 
 RAY_EXTRA = "pip install 'leverbench[ray]'"
 ACTOR_CPUS = 1  # each worker asks Ray for a core: its event loop needs one to send on time
@@ -143,6 +144,7 @@ class RemoteEndpoint:
     headers: dict[str, str]
     request: JSONObject  # the arm's extra request fields (the experiment file's JSON)
     length_by_prompt: bool
+    tools_checks: ToolsChecks = field(default_factory=ToolsChecks, compare=False)  # each worker asks again
 
     @classmethod
     def of(cls, ep: Any) -> RemoteEndpoint:

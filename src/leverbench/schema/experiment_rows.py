@@ -22,6 +22,7 @@ from . import STRICT
 from .check_rows import CheckSections, Count, EqualWorkFigure, Finite, NonNegative, Order
 from .recorded_rows import RecordedSection
 from .repeat_rows import RepeatsSection
+from .tools_rows import ToolsRow
 
 Positive: TypeAlias = Annotated[float, Gt(0.0), Predicate(math.isfinite)]  # a ratio of two times
 Tolerance: TypeAlias = Annotated[float, Ge(0.0), Le(MAX_TOLERANCE)]  # as the experiment file bounds it
@@ -308,6 +309,7 @@ class ExperimentSections(CheckSections):
     prompt_discipline: list[PromptDisciplineRow]
     reasoning: list[ReasoningRow]
     repeats: NotRequired[RepeatsSection]  # a summary written before issue 38 lacks it
+    tools: NotRequired[list[ToolsRow]]  # a summary written before issue 42 lacks it
     tolerances: Tolerances
     warnings: list[str]
     warning_items: list[WarningItem]

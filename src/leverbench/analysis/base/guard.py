@@ -37,6 +37,8 @@ from .reason_codes import (  # noqa: F401 (the guard's codes: there, a report re
     REFERENCE_USED,
     REPEATS,
     RETRIED,
+    REVISITS,
+    TOOLS,
     VOLUME,
     VOLUME_UNKNOWN,
 )

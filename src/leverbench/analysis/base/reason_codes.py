@@ -5,3 +5,4 @@ NO_TURNS, REPEATS, FAILED, RETRIED, DRIFT = "no_turns", "repeats", "failed", "re
 CONTRADICTION, NOT_ENGAGED, REFERENCE_USED, CELLS = "contradiction", "not_engaged", "reference_used", "cells"
 VOLUME, VOLUME_UNKNOWN = "volume", "volume_unknown"
 REVISITS = "revisits"  # the repeats were not exchangeable (analysis.experiment.revisits)
+TOOLS = "tools"  # the tool schemas reached the model on one arm only (analysis.experiment.tools_reached)

@@ -50,6 +50,7 @@ class WarningKind(StrEnum):
     FAILED_CALLS = "failed_calls", "Failed calls and turns"
     RETRIED = "retried", "Retried attempts"
     EMPTY_ANSWER = "empty_answer", "Answers that used all of max_tokens and showed nothing"
+    TOOLS_DROPPED = "tools_dropped", "Tool schemas the engine dropped: turns without their tools"
     STEP_LIMIT = "step_limit", "Turns cut by the step limit"
     # the engines and the hardware
     ENGINES_OVERLAP = "engines_overlap", "Engines one at a time that were up at once"

@@ -30,14 +30,17 @@ the drift is **unknown** (a warning; two sentinels still give a change, without 
   x their mean time; the comparison is refused only when this **differential** trend is detected (the two
   arms drifted differently), for decode or prefill;
 - blocked order: the arms ran at different times, so any drift biases the ratio: the comparison is
-  refused when either arm's own trend is detected, or either arm's drift is unknown.
+  refused when either arm's own trend is detected, unknown, or undetermined (below).
 
-Refusing on evidence, not on the lack of it, in interleaved order: there the paired interval of the
-verdict already carries the noise both arms share, and a differential drift needs a cause (a cache warming
-up on one arm) that the differential series shows.  With few rounds the series has little power (3 repeats:
-4 sentinels per arm); a comparison whose interval cannot rule out a drift beyond the tolerance either way
-is marked ``undetermined`` (the drift table says so, and one warning of kind ``drift_undetermined`` names
-them), not refused.
+With few rounds a series has little power (3 repeats: 4 sentinels per arm); a trend none detected whose
+interval still reaches past ±tolerance is **undetermined**: the sentinels cannot rule out a drift that matters.
+In interleaved order it does not refuse (the comparison is cited, its lever's line saying "drift undetermined",
+one warning of kind ``drift_undetermined`` naming them): the arms alternate in counterbalanced order, so each
+arm's turns sit about the run's middle alike; a common drift of any shape is paired away, and a differential
+one of the shape the trend tests (linear) leaves the paired ratio the ratio at the run's middle, its average,
+while the rounds' spread it causes is inside the verdict's interval, whose samples they are.  A detected one
+refuses: the effect itself moved beyond tolerance, and one figure would hide it.  In blocked order nothing
+cancels a drift, so an undetermined one refuses as an unknown one does.
 
 **Common drift** (:func:`common_drift`): the trend of the mean over arms of log speed at the places every arm
 with sentinels ran one (an arm without any is left out), said in words when detected ("the machine slowed
@@ -70,6 +73,7 @@ from scipy import stats
 
 from ...schema.check_rows import CommonDrift, DriftRow, Order, PairDriftRow, TrendRow, WarmupRow
 from ..base.dataset import Dataset
+from ..base.readable import SPAN, bounded, change_words  # noqa: F401 (re-exported: the drift's words)
 from ..base.warning_kinds import RunWarning, WarningKind
 
 CONFIDENCE = 0.95
@@ -107,9 +111,6 @@ def settled(rates: list[float | None], tolerance: float) -> bool:
     return abs(rates[-1] / rates[-2] - 1.0) <= tolerance
 
 
-WIDE = 9.0  # a change's interval past +900 % (or below −90 %) is said in words, not as a number of thousands of %
-
-
 @dataclass(frozen=True)
 class Trend:
     """The trend of a log-speed series over the run (:func:`trend`): ``change`` = exp(b) − 1 over the whole run,
@@ -129,16 +130,14 @@ class Trend:
         return {"points": self.points, "change": self.change, "low": self.low, "high": self.high,
                 "significant": self.significant}
 
-    def words(self) -> str:
-        if self.change is None:
-            return "unknown"
-        if self.low is None or self.high is None:
-            return f"{self.change:+.0%} (no interval: {self.points} sentinels)"
-        if self.high > WIDE or self.low < -WIDE / (1 + WIDE):
-            f = f"{1 + WIDE:.0f}"
-            return (f"{self.change:+.0%} [its interval reaches past ×{f} or ÷{f}: the sentinels scatter too much "
-                    "to bound it]")
-        return f"{self.change:+.0%} [{self.low:+.0%}, {self.high:+.0%}]"
+    def words(self, digits: int = 0) -> str:
+        """The change and its interval (:func:`change_words`: words where the interval is not :func:`bounded`)."""
+        return change_words(self.change, self.low, self.high, self.points, digits)
+
+    def beyond(self, tolerance: float) -> bool:
+        """Not ruled out: fewer than 3 points (no interval), or an interval that reaches past ±*tolerance*."""
+        return self.change is None or self.low is None or self.high is None or self.low < -tolerance \
+            or self.high > tolerance
 
 
 def trend(x: list[float] | np.ndarray, y: list[float] | np.ndarray, confidence: float = CONFIDENCE) -> Trend:
@@ -214,7 +213,7 @@ class PairDrift:
     prefill: Trend
     refuses: bool
     reason: str | None
-    undetermined: bool = False  # not refused, but the series cannot rule out a drift beyond tolerance either
+    undetermined: bool = False  # none detected, but the series cannot rule out one beyond tolerance (module doc)
 
     def as_dict(self) -> PairDriftRow:
         return {"arm": self.arm, "vs": self.vs, "order": self.order, "points": self.decode.points,
@@ -227,7 +226,7 @@ def pair_drift(arm: str, vs: str, own: dict[str, list[Point]], order: Order, tol
     """Whether drift refuses the comparison *arm* against *vs* (module docstring); *confidence*: of each
     interval (:func:`family_confidence` over the run's tests)."""
     if order == "blocked":
-        reasons = []
+        reasons, undetermined = [], False
         for who in (vs, arm):
             d, p = _trends(own.get(who, []), confidence)
             if d.change is None or d.points < MIN_POINTS:
@@ -237,8 +236,15 @@ def pair_drift(arm: str, vs: str, own: dict[str, list[Point]], order: Order, tol
                 if tr.detected(tol):
                     reasons.append(f"{who}'s {phase} speed changed {tr.words()} over the run (tolerance "
                                    f"{tol:.0%}), and blocked order puts it into the comparison; run interleaved")
+            vague = [f"{phase} {tr.words()}" for phase, tr in (("decode", d), ("prefill", p))
+                     if tr.low is not None and not (d.detected(tol) or p.detected(tol)) and tr.beyond(tol)]
+            if vague:
+                undetermined = True
+                reasons.append(f"{who}'s drift is undetermined ({'; '.join(vague)}: its sentinels cannot rule out "
+                               f"a change beyond {tol:.0%}), and blocked order puts any drift into the comparison; "
+                               "run interleaved, or more repeats")
         none = Trend(0, None)
-        return PairDrift(arm, vs, order, none, none, bool(reasons), "; ".join(reasons) or None)
+        return PairDrift(arm, vs, order, none, none, bool(reasons), "; ".join(reasons) or None, undetermined)
     pairs = _matched(own.get(arm, []), own.get(vs, []))
     x = [(p.x + q.x) / 2.0 for p, q in pairs]
     d = trend(x, [p.decode - q.decode for p, q in pairs], confidence)
@@ -246,7 +252,7 @@ def pair_drift(arm: str, vs: str, own: dict[str, list[Point]], order: Order, tol
     reasons = [f"{arm} and {vs} drifted differently: {phase} speed of {arm} relative to {vs} changed "
                f"{tr.words()} over the run (tolerance {tol:.0%})" for phase, tr in (("decode", d), ("prefill", p))
                if tr.detected(tol)]
-    undetermined = not reasons and any(tr.low is None or tr.low < -tol or tr.high > tol for tr in (d, p))
+    undetermined = not reasons and any(tr.beyond(tol) for tr in (d, p))
     return PairDrift(arm, vs, order, d, p, bool(reasons), "; ".join(reasons) or None, undetermined)
 
 
@@ -269,7 +275,8 @@ def common_drift(own: dict[str, list[Point]], arms: list[str], tol: float, order
     d = trend(x, [float(np.mean([rows[a][k].decode for a in arms])) for k in places], family_confidence(2))
     p = trend(x, [float(np.mean([rows[a][k].prefill for a in arms])) for k in places], family_confidence(2))
     said = [f"{phase} {'slowed' if tr.change < 0 else 'sped up'} {abs(tr.change):.0%} "
-            f"[{tr.low:+.0%}, {tr.high:+.0%}]" for phase, tr in (("decode", d), ("prefill", p)) if tr.detected(tol)]
+            + (f"[{tr.low:+.0%}, {tr.high:+.0%}]" if bounded(1 + tr.low, 1 + tr.high) else f"({tr.words()})")
+            for phase, tr in (("decode", d), ("prefill", p)) if tr.detected(tol)]
     text = None
     detected = bool(said)
     if said:

@@ -1,13 +1,16 @@
 """Whether the arms replayed the recorded turns as recorded: the summary's ``recorded`` section.
 
 A recorded turn is a fixed workload only if every arm receives it.  Each replayed call's record carries the
-prompt tokens the recording's usage gave for the request it stands for (``recorded_prompt_tokens``:
-``runner.recorded_turn``); the server's count for the call is its ``prompt_tokens``.  Per arm:
+prompt tokens the recording gave for the request it stands for (``recorded_prompt_tokens``:
+``runner.recorded_turn``; its usage, else llama.cpp's ``timings`` prompt_n + cache_n, which a stream carries
+without ``include_usage``: ``workload.recorded.base``); the server's count for the call is its ``prompt_tokens``.
+Per arm:
 
 - a call is *compared* when both counts are there and its messages are the recorded call's (``as_recorded``: a
   live replay's call after its path departed sends other messages, and is counted as departed instead); a call
-  whose recorded call has no usage (an agent that streamed without ``stream_options.include_usage`` against
-  vLLM; a request log without responses) is not compared, counted (``no_recorded_usage``): nothing checked it;
+  whose recorded call has no prompt length (an agent that streamed without ``stream_options.include_usage``
+  against vLLM or SGLang, which send no timings; a request log without responses) is not compared, counted
+  (``no_recorded_usage``): nothing checked it;
 - its deviation is prompt_tokens / recorded − 1; it is *within* when \\|deviation\\| ≤ :data:`TOLERANCE`;
 - a call beyond says why: the recording masked text in it (``--redact``), else, when every differing call of
   the arm differs alike (the same sign, their ratios within :data:`ALIKE` of each other), a different tokenizer

@@ -345,7 +345,7 @@ def window(c: Cols, measured: np.ndarray) -> tuple[float, float, str] | None:
     a, b = float(sched.min()), float(c["t_send"][measured].max())
     e = e2e(c)[measured]
     e = e[~np.isnan(e)]
-    if e.size == 0 or b - a < float(np.median(e)):
+    if e.size == 0 or b - a < float(np.median(e)) or b <= a:  # (all sent at one instant: no sending window)
         b = float(np.nanmax((ready(c) + np.nan_to_num(c["latency_s"]))[measured]))
         return (a, b, "whole stage") if b > a else None
     return a, b, "sending"

@@ -30,11 +30,13 @@ class ChatRequest:
     last_user_text: str = ""
 
 
-def parse_chat_request(body: Any, dialect: str = "llama.cpp") -> ChatRequest:
+def parse_chat_request(body: Any, dialect: str = "llama.cpp", template_tools: bool = True) -> ChatRequest:
     """Validate a request body; raises ``ValueError`` with a message fit for a 400.
 
     The ``openai`` dialect rejects fields outside OpenAI's schema; only ``llama.cpp``
-    honours ``cache_prompt`` (vLLM and SGLang ignore fields they do not know).
+    honours ``cache_prompt`` (vLLM and SGLang ignore fields they do not know).  Without
+    *template_tools* the tools are dropped (not in the prompt, never called), as an engine
+    does whose chat template cannot render them.
     """
     if not isinstance(body, dict):
         raise ValueError("request body must be a JSON object")
@@ -46,6 +48,8 @@ def parse_chat_request(body: Any, dialect: str = "llama.cpp") -> ChatRequest:
     tools = body.get("tools") or []
     if not isinstance(tools, list):
         raise ValueError("tools must be a list")
+    if not template_tools:
+        tools = []
     users = [m for m in messages if m.get("role") == "user"]
     stream_options = body.get("stream_options") or {}
     return ChatRequest(

@@ -33,7 +33,7 @@ async def handle_chat(request: web.Request) -> web.StreamResponse:
     trace = Trace(id=state.next_id(), arrival=time.time(), received=getattr(request.protocol, "rx_at", None))
     faults = state.draw_faults()  # before any await: draws follow arrival order
     try:
-        req = parse_chat_request(await request.json(), dialect)
+        req = parse_chat_request(await request.json(), dialect, state.cfg.template_tools)
     except ValueError as err:  # includes json.JSONDecodeError
         return _error(400, str(err), "invalid_request_error", dialect)
     trace.prompt_tokens, trace.stream = len(req.prompt), req.stream
@@ -69,6 +69,8 @@ async def handle_props(request: web.Request) -> web.Response:
             "model_alias": cfg.model,
             "total_slots": cfg.slots,
             "build_info": cfg.engine_version,
+            "chat_template_caps": {"supports_tools": cfg.template_tools, "supports_tool_calls": cfg.template_tools,
+                                   "supports_system_role": True, "supports_string_content": True},
             "sim": asdict(cfg),
         }
     )
@@ -94,7 +96,8 @@ async def handle_tokenize(request: web.Request) -> web.Response:
                 raise TypeError
             return web.json_response({"tokens": token_ids(content)})
         if isinstance(body.get("messages"), list):
-            ids = [stable_int(w) % TOKEN_ID_SPACE for w in chat_prompt_tokens(body["messages"])]
+            tools = body.get("tools") if cfg.template_tools and isinstance(body.get("tools"), list) else None
+            ids = [stable_int(w) % TOKEN_ID_SPACE for w in chat_prompt_tokens(body["messages"], tools)]
         elif isinstance(body.get("prompt"), str):
             ids = token_ids(body["prompt"])
         else:
@@ -104,6 +107,20 @@ async def handle_tokenize(request: web.Request) -> web.Response:
         return _error(400, f"body must be {shape}", "invalid_request_error", cfg.dialect)
     return web.json_response({"count": len(ids), "max_model_len": dialects.CONTEXT_LENGTH, "tokens": ids,
                               "token_strs": None})
+
+
+async def handle_apply_template(request: web.Request) -> web.Response:
+    """llama.cpp's ``POST /apply-template {messages, tools}`` → ``{"prompt"}``: the prompt the chat template renders
+    (here the prompt's tokens joined by spaces, so that ``/tokenize`` counts what a chat request would; tools
+    left out without ``template_tools``, as the chat endpoint leaves them out)."""
+    cfg = request.app[STATE].cfg
+    try:
+        body = await request.json()
+        tools = body.get("tools") if cfg.template_tools else None
+        prompt = chat_prompt_tokens(body["messages"], tools if isinstance(tools, list) else None)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return _error(400, 'body must be {"messages": [...], "tools": [...]}', "invalid_request_error", cfg.dialect)
+    return web.json_response({"prompt": " ".join(prompt)})
 
 
 async def handle_version(request: web.Request) -> web.Response:
@@ -283,7 +300,8 @@ async def handle_reset(request: web.Request) -> web.Response:
 
 _ENGINE_ROUTES: dict[str, list[tuple[str, str, Callable[..., Any]]]] = {
     "llama.cpp": [("GET", "/health", handle_health), ("GET", "/props", handle_props), ("GET", "/slots", handle_slots),
-                  ("POST", "/tokenize", handle_tokenize), ("GET", "/metrics", handle_metrics)],
+                  ("POST", "/tokenize", handle_tokenize), ("POST", "/apply-template", handle_apply_template),
+                  ("GET", "/metrics", handle_metrics)],
     "vllm": [("GET", "/health", handle_health), ("GET", "/version", handle_version),
              ("POST", "/tokenize", handle_tokenize), ("GET", "/metrics", handle_metrics)],
     "sglang": [("GET", "/health", handle_health), ("GET", "/get_model_info", handle_model_info),

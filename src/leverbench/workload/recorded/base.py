@@ -147,25 +147,53 @@ def tool_calls_of(calls: Any) -> tuple[RecordedToolCall, ...]:
     return tuple(out)
 
 
+#: Where a recorded call's token counts came from (:func:`token_counts`).
+COUNTED_BY_USAGE, COUNTED_BY_TIMINGS = "usage", "llama.cpp timings"
+
+
+def token_counts(response: Any) -> tuple[int | None, int | None, int | None, str | None]:
+    """(prompt, cached, completion tokens, where they came from) of a recorded *response*, from whatever the
+    engine gave: its ``usage`` (``prompt_tokens``, ``prompt_tokens_details.cached_tokens``, ``completion_tokens``:
+    every engine when the client asked for it, vLLM's and SGLang's counters included), else llama.cpp's own
+    ``timings``, which it streams whether or not the client asked for usage: ``prompt_n`` (the prompt tokens it
+    computed) + ``cache_n`` (those its cache served) is the prompt, ``cache_n`` the cached part, ``predicted_n``
+    the answer.  (None, None, None, None) where neither is there (a stream without usage from another engine, a
+    request log without responses)."""
+    resp = response if isinstance(response, dict) else {}
+    usage = resp.get("usage") if isinstance(resp.get("usage"), dict) else {}
+    prompt = _count(usage.get("prompt_tokens"))
+    if prompt is not None:
+        details = usage.get("prompt_tokens_details") if isinstance(usage.get("prompt_tokens_details"), dict) else {}
+        cached = _count(details.get("cached_tokens"))
+        timings = resp.get("timings") if isinstance(resp.get("timings"), dict) else {}
+        if cached is None and _count(timings.get("cache_n")) is not None:
+            cached = min(_count(timings.get("cache_n")) or 0, prompt)  # llama.cpp: usage without details
+        return prompt, cached, _count(usage.get("completion_tokens")), COUNTED_BY_USAGE
+    timings = resp.get("timings") if isinstance(resp.get("timings"), dict) else {}
+    computed, cached = _count(timings.get("prompt_n")), _count(timings.get("cache_n"))
+    if computed is None or cached is None:
+        return None, None, _count(usage.get("completion_tokens")), None
+    return computed + cached, cached, _count(timings.get("predicted_n")), COUNTED_BY_TIMINGS
+
+
 def call_of(request: JSONObject, source: str, response: Any = None, **measured: Any) -> RecordedCall:
     """A recorded call of *request* and, where there is one, its *response*: an OpenAI ``chat.completion`` body
     (``choices[0].message``) or the proxy's response row (``content``, ``reasoning``, ``tool_calls``); its
-    ``usage`` gives the recording's token counts.  *measured*: the recording's times (``ttft_s``,
-    ``latency_s``) and ``redactions``."""
+    token counts are :func:`token_counts`' (usage, else llama.cpp's timings).  *measured*: the recording's
+    times (``ttft_s``, ``latency_s``) and ``redactions``."""
     resp = response if isinstance(response, dict) else {}
     choice = (resp.get("choices") or [{}])[0] if isinstance(resp.get("choices"), list) else {}
     message = (choice.get("message") or {}) if isinstance(choice, dict) else {}
     src = message if message else resp
-    usage = resp.get("usage") if isinstance(resp.get("usage"), dict) else {}
-    details = usage.get("prompt_tokens_details") if isinstance(usage.get("prompt_tokens_details"), dict) else {}
+    prompt, cached, completion, _ = token_counts(resp)
     finish = (choice.get("finish_reason") if isinstance(choice, dict) and choice else resp.get("finish_reason"))
     model = resp.get("model") if isinstance(resp.get("model"), str) else request.get("model")
     return RecordedCall(
         request=request, source=source, content=_text(src.get("content")),
         reasoning=_text(src.get("reasoning_content") or src.get("reasoning")),
         tool_calls=tool_calls_of(src.get("tool_calls")), finish_reason=finish if isinstance(finish, str) else None,
-        prompt_tokens=_count(usage.get("prompt_tokens")), completion_tokens=_count(usage.get("completion_tokens")),
-        cached_tokens=_count(details.get("cached_tokens")), model=model if isinstance(model, str) else None,
+        prompt_tokens=prompt, completion_tokens=completion, cached_tokens=cached,
+        model=model if isinstance(model, str) else None,
         **measured)
 
 

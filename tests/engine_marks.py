@@ -1,0 +1,24 @@
+"""Whether the embedded engine (the prebuilt xllamacpp and SmolLM2) is installed, and the marks a module of tests
+that starts it carries: ``engine``, and a skip without it unless LEVERBENCH_REQUIRE_ENGINE is set (CI sets it; a
+skip is then a failure: tests/conftest.py)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from leverbench.engines.embedded import model_path, prebuilt_available
+from leverbench.errors import EngineError
+
+try:
+    model_path()
+    HAVE_ENGINE = prebuilt_available()
+except EngineError:
+    HAVE_ENGINE = False
+
+ENGINE_MARKS = [
+    pytest.mark.engine,
+    pytest.mark.skipif(not HAVE_ENGINE and not os.environ.get("LEVERBENCH_REQUIRE_ENGINE"),
+                       reason="embedded engine not installed (scripts/install.sh)"),
+]
