@@ -143,3 +143,10 @@ def test_a_verdict_interval_too_wide_keeps_the_side_it_bounds():
     assert ratio_words(0.02, 0.9) == "[below 0.90x: its repeats bound it above only]"
     assert ratio_words(0.0, inf) == ratio_words(0.05, 3.0) == ratio_words(None, None) == \
         "[no interval: its repeats do not bound it]"
+
+
+def test_a_side_close_to_one_is_written_with_the_digits_that_tell_it():
+    from leverbench.analysis.base.readable import ratio_words  # noqa: PLC0415
+
+    assert ratio_words(1.003, float("inf")) == "[above 1.003x: its repeats bound it below only]"
+    assert ratio_words(0.01, 0.9996) == "[below 0.9996x: its repeats bound it above only]"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from test_engine import HAVE_ENGINE
+from engine_marks import HAVE_ENGINE
 from test_engine_blocks import Watch
 
 from leverbench.analysis.summary import summarize

@@ -214,3 +214,55 @@ def test_a_check_cut_off_is_asked_again_by_the_calls_that_waited_for_it(monkeypa
     assert isinstance(first, asyncio.CancelledError)
     assert second[0].reached is True and second[1] is True  # it ran the check itself
     assert third[0].reached is True and third[1] is False and len(asked) == 2
+
+
+def test_a_second_case_with_the_same_tools_shows_the_arms_check(tmp_path):
+    """The check runs once per arm and tool set: a second case sending the same tools gets the arm's words."""
+    two = '''
+[[cases]]
+name = "one"
+prompt = "find what the cache does"
+max_tokens = 8
+tools = "tools.json"
+
+[[cases]]
+name = "two"
+prompt = "find what the drafter does"
+max_tokens = 8
+tools = "tools.json"
+'''
+    s, calls, _ = _run(tmp_path, {"plain": SimConfig(**FAST), "cached": SimConfig(**FAST, template_tools=False)}, two)
+    assert len([c for c in calls if c.get("tools_check")]) == 2  # one per arm
+    assert len(s["tools"]) == 4 and all(r["how"] for r in s["tools"])
+    assert all(r["how"].startswith("dropped" if r["arm"] == "cached" else "reached") for r in s["tools"])
+
+
+def test_a_tools_reached_outside_its_values_is_refused_on_every_read_path(tmp_path, monkeypatch):
+    import pytest  # noqa: PLC0415
+
+    from leverbench.errors import LedgerError  # noqa: PLC0415
+    from leverbench.ledger import reader  # noqa: PLC0415
+
+    _, calls, _ = _run(tmp_path, {"plain": SimConfig(**FAST), "cached": SimConfig(**FAST)})
+    path = tmp_path / "run" / "ledger.jsonl"
+    lines = path.read_text().splitlines()
+    i = next(k for k, line in enumerate(lines) if '"tools_reached":"yes"' in line)
+    lines[i] = lines[i].replace('"tools_reached":"yes"', '"tools_reached":"maybe"')
+    path.write_text("\n".join(lines) + "\n")
+    for size in (10**12, 0):  # line by line, then as columns
+        monkeypatch.setattr(reader, "COLUMNAR_MIN_BYTES", size)
+        with pytest.raises(LedgerError, match=f"line {i + 1}.*tools_reached"):
+            read_ledger(tmp_path / "run")
+
+
+def test_a_knob_an_endpoint_reports_out_of_range_is_kept_aside_not_fatal(tmp_path, monkeypatch):
+    """A context length of 0 reported by an endpoint: recorded apart (``knobs_out_of_range``), the run goes on."""
+    from leverbench.runner import discover  # noqa: PLC0415
+
+    found = discover.knobs
+    monkeypatch.setattr(discover, "knobs", lambda raw: {**found(raw), "context_length": 0})
+    _, calls, _ = _run(tmp_path, {"plain": SimConfig(**FAST), "cached": SimConfig(**FAST)})
+    assert len(calls) == 4
+    arms = read_ledger(tmp_path / "run").header["arms"]
+    assert all(a["discovered"]["knobs_out_of_range"] == {"context_length": 0} for a in arms.values())
+    assert all("context_length" not in a["discovered"]["knobs"] for a in arms.values())

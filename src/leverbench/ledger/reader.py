@@ -71,7 +71,7 @@ import os
 import stat
 from contextlib import suppress
 from pathlib import Path
-from typing import Any, Generic, Iterable, Iterator, Literal, Mapping, TypeVar, overload
+from typing import Any, Generic, Iterable, Iterator, Literal, Mapping, TypeVar, get_args, overload
 
 import numpy as np
 import orjson
@@ -88,6 +88,7 @@ from .records import (
     TURN_FLAGS,
     TURN_NUMBERS,
     CallRecord,
+    ToolsReached,
     TurnRecord,
 )
 from .rows import (
@@ -615,13 +616,15 @@ def _read_columnar(path: Path, fh: Any, salvage: bool) -> Ledger:
 def _suspect(cols: Columns, arms: frozenset[str] | None) -> np.ndarray:
     """The rows of *cols* (call or turn records read as columns) whose columns break a bound of the record's
     schema (``records.CallRecord``'s or ``TurnRecord``'s field types, :func:`.schema.column_bounds`), lack a
-    required field (``arm``, ``case``; a call's ``t_send``), name an arm the header does not (each distinct arm looked
+    required field (``arm``, ``case``; a call's ``t_send``), say ``tools_reached`` outside its values, name an arm the header does not (each distinct arm looked
     up once), lack a latency though they succeeded, or hold an ``error`` (whose form the columns do not show):
     each is then checked as a record (:func:`.schema.check_record`), which names the field.  (A null number is NaN here: JSON has no NaN.)"""
     codes, names = cols.labels["arm"]
     bad_arm = [i for i, a in enumerate(names) if a is None or (arms is not None and a not in arms)]
     case_codes, case_names = cols.labels["case"]
     out = np.isin(codes, bad_arm) | np.isin(case_codes, [i for i, c in enumerate(case_names) if c is None]) | cols.failed
+    said_codes, said = cols.labels["tools_reached"]  # the one label of a closed list of values
+    out |= np.isin(said_codes, [i for i, v in enumerate(said) if v is not None and v not in get_args(ToolsReached)])
     record = CallRecord if cols.kind == "call" else TurnRecord
     with np.errstate(invalid="ignore"):
         for name, (whole, ge, le, finite) in column_bounds(record).items():

@@ -8,6 +8,9 @@ from typing import Mapping
 
 from .. import __version__
 from ..config import LoadedExperiment
+from ..config.experiment import KNOB_NUMBERS
+from ..config.limits import check_number
+from ..json_types import JSONObject
 from ..ledger.records import LEDGER_SCHEMA
 from ..ledger.rows import EnginesRow, RunHeaderRow
 from ..redact import redact_tree, redact_url
@@ -30,9 +33,25 @@ def run_header(run_id: str, exp: LoadedExperiment, endpoints: Mapping[str, ArmEn
         "experiment_file": str(exp.path),
         "config": exp.snapshot(),
         "arms": {
-            name: {"role": ep.arm.role, "conditions": ep.arm.conditions, "discovered": redact_tree(ep.discovered),
+            name: {"role": ep.arm.role, "conditions": ep.arm.conditions,
+                   "discovered": usable_knobs(redact_tree(ep.discovered)),
                    "endpoint": "embedded" if ep.engine else redact_url(api_root(ep.base_url)), "model": ep.model}
             for name, ep in endpoints.items()
         },
         **({"engines": engines} if engines else {}),
     }
+
+
+def usable_knobs(discovered: JSONObject) -> JSONObject:
+    """*discovered* with each knob the what-if computes with (``config.experiment.KNOB_NUMBERS``) that an endpoint
+    reported out of its range (a context of 0, more slots than any engine serves) moved to ``knobs_out_of_range``:
+    recorded, not used, and never a reason for the run to stop (the ledger's reader refuses such a knob)."""
+    knobs = discovered.get("knobs")
+    if not isinstance(knobs, dict):
+        return discovered
+    kept, aside = dict(knobs), {}
+    for key, lo, hi in KNOB_NUMBERS:
+        v = kept.get(key)
+        if v is not None and (check_number(v, lo, hi) or not (key == "kv_capacity_tokens" or float(v).is_integer())):
+            aside[key] = kept.pop(key)
+    return {**discovered, "knobs": kept, "knobs_out_of_range": aside} if aside else discovered

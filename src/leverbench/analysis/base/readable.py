@@ -53,7 +53,15 @@ def ratio_words(low: float | None, high: float | None) -> str:
     if bounded(low, high):
         return f"[{low:.2f}–{high:.2f}]"
     if low is not None and math.isfinite(low) and low > 1.0:
-        return f"[above {low:.2f}x: its repeats bound it below only]"
+        return f"[above {_beside_one(low)}x: its repeats bound it below only]"
     if high is not None and math.isfinite(high) and 0.0 < high < 1.0:
-        return f"[below {high:.2f}x: its repeats bound it above only]"
+        return f"[below {_beside_one(high)}x: its repeats bound it above only]"
     return "[no interval: its repeats do not bound it]"
+
+
+def _beside_one(x: float) -> str:
+    """*x* (not 1) with two decimals, or as many more as it takes not to read 1.00."""
+    for digits in range(2, 7):
+        if f"{x:.{digits}f}" != f"{1:.{digits}f}":
+            return f"{x:.{digits}f}"
+    return f"{x:g}"

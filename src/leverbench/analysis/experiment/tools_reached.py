@@ -50,6 +50,12 @@ def tools_rows(calls: Columns, load_calls: Iterable[Mapping[str, Any]] = ()) -> 
     for c in load_calls:
         if isinstance(c.get("tools_sent"), int) and c["tools_sent"] > 0:
             count(c.get("arm"), c.get("case"), c.get("tools_reached"), c.get("tools_check"))
+    said = {}  # the check runs once per arm and tool set: its words are on one case's call, and hold for the arm's
+    for row in rows.values():
+        if row["how"] is not None:
+            said.setdefault(row["arm"], row["how"])
+    for row in rows.values():
+        row["how"] = row["how"] or said.get(row["arm"])
     return list(rows.values())
 
 
