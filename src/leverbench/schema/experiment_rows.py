@@ -25,6 +25,16 @@ from .repeat_rows import RepeatsSection
 from .tools_rows import ToolsRow
 
 Positive: TypeAlias = Annotated[float, Gt(0.0), Predicate(math.isfinite)]  # a ratio of two times
+
+
+def _a_number(x: float) -> bool:
+    return not math.isnan(x)
+
+
+#: A ratio's interval end: 0 to inf, never NaN.  (Not a bare ``Annotated[float, Ge(0.0)]``: typing caches Annotated
+#: by equality, so another library's ``Annotated[float, Ge(0)]`` met first — the openai SDK's — would stand for
+#: it, and the JSON Schema would say ``"minimum": 0`` or ``0.0`` by import order.)
+RatioBound: TypeAlias = Annotated[float, Ge(0.0), Predicate(_a_number)]
 Tolerance: TypeAlias = Annotated[float, Ge(0.0), Le(MAX_TOLERANCE)]  # as the experiment file bounds it
 Probability: TypeAlias = Annotated[float, Gt(0.0), Le(1.0)]
 Verdict: TypeAlias = Literal["pays", "equivalent", "does not pay", "undecided", "open"]
@@ -119,8 +129,8 @@ class VerdictRow(TypedDict):
     knobs: list[str]
     verdict: Verdict
     ratio: Positive | None
-    low: Annotated[float, Ge(0.0)] | None  # a ratio's bound: exp of a finite log, or 0 / inf at the extremes
-    high: Annotated[float, Ge(0.0)] | None
+    low: RatioBound | None  # a ratio's bound: exp of a finite log, or 0 / inf at the extremes
+    high: RatioBound | None
     confidence: Probability
     min_effect: Annotated[float, Ge(1.0), Predicate(math.isfinite)]
     method: Literal["confidence sequence", "fixed t-interval"]

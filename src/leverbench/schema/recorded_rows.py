@@ -85,7 +85,7 @@ class RecordedSection(TypedDict):
 
     __pydantic_config__ = STRICT
 
-    tolerance: Annotated[float, Ge(0.0)]
+    tolerance: Annotated[float, Ge(0.0), Predicate(math.isfinite)]  # (not bare: see experiment_rows.RatioBound)
     cases: list[RecordedCaseRow]
     arms: list[RecordedArmRow]
     requests_compared: Count
