@@ -3,6 +3,7 @@ takes, and what the alternatives would have done.  A pure model of noisy turn ti
 leverbench.analysis.sequential.study), no HTTP; every table is seeded.
 
     PYTHONPATH=src .venv/bin/python benchmarks/adaptive_study.py [--experiments 20000] [--seed 2026]
+    PYTHONPATH=src .venv/bin/python benchmarks/adaptive_study.py --tiny    # 50 experiments: seconds, noisy
 
 Tables (min_effect 1.10, confidence 0.95, 4 cases, at most 12 repeats, at least 2 before a verdict; the
 issue's scenario is lognormal noise of 10 % CV, 10 % drift over the run, counterbalanced order):
@@ -193,6 +194,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--experiments", type=int, default=20000, help="simulated experiments per condition")
     ap.add_argument("--seed", type=int, default=2026)
+    ap.add_argument("--tiny", action="store_true", help="--experiments 50: every table in seconds (too few to read)")
+    if "--tiny" in (sys.argv[1:] if argv is None else argv):
+        ap.set_defaults(experiments=50)
     args = ap.parse_args(argv)
     E, seed = args.experiments, args.seed
     t0 = time.time()

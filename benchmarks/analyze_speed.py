@@ -21,6 +21,7 @@ same run with the spill budget above the file's size (the rows held in memory, a
 
     .venv/bin/python benchmarks/analyze_speed.py [--calls 10000000] [--repeats 3] [--engines]
     .venv/bin/python benchmarks/analyze_speed.py --calls 0 --big-calls 160000000 --memory-mb 64 --data-limit-mb 1536
+    .venv/bin/python benchmarks/analyze_speed.py --tiny    # every part at 20,000 calls: seconds
 """
 
 from __future__ import annotations
@@ -195,6 +196,10 @@ def main() -> int:
     ap.add_argument("--memory-mb", type=float, default=256, help="LEVERBENCH_TRAFFIC_MEMORY_MB for the big run")
     ap.add_argument("--data-limit-mb", type=int, help="RLIMIT_DATA for the big run (MiB)")
     ap.add_argument("--dir", type=Path, help="where to write the logs (default: a temporary directory, removed)")
+    ap.add_argument("--tiny", action="store_true", help="--calls 20000 --repeats 1 --engines --big-calls 20000 "
+                    "--memory-mb 0.1 --data-limit-mb 2048: every part in seconds (the limit does not bite)")
+    if "--tiny" in sys.argv[1:]:
+        ap.set_defaults(calls=20_000, repeats=1, engines=True, big_calls=20_000, memory_mb=0.1, data_limit_mb=2048)
     a = ap.parse_args()
     env = {**os.environ, "POLARS_MAX_THREADS": str(a.threads), "OPENBLAS_NUM_THREADS": "1",
            "_RJEM_MALLOC_CONF": "background_thread:false"}

@@ -74,6 +74,7 @@ is the load this client sustains on this machine.
     .venv/bin/python benchmarks/client_overhead.py --fsync off  # the ledger's fsync per call patched out
     .venv/bin/python benchmarks/client_overhead.py --fsync both --rounds 2 --levels 1,4,16  # on and off, side by side
     .venv/bin/python benchmarks/client_overhead.py --workers 1,2 --threshold-ms 5  # 1 vs 2 client processes (Ray)
+    .venv/bin/python benchmarks/client_overhead.py --tiny --bare --fsync both  # concurrency 1, burst, 0.3 s: seconds
 
 Nothing here is a test: the figures depend on the machine and on what else runs on it.
 """
@@ -358,6 +359,10 @@ def main() -> None:
                     "does not share its cores; a machine with fewer than 2 CPUs refuses it")
     ap.add_argument("--workers", default="1", help="client processes per stage (Ray actors), comma-separated: "
                     "each value a variant, compared side by side")
+    ap.add_argument("--tiny", action="store_true", help="--levels 1 --sweeps burst --warmup 0.1 --duration 0.3 "
+                    "--decode-tps 1000: every variant asked for in seconds (too few calls to read)")
+    if "--tiny" in sys.argv[1:]:
+        ap.set_defaults(levels="1", sweeps="burst", warmup=0.1, duration=0.3, decode_tps=1000.0)
     args = ap.parse_args()
     if args.pin:
         cpus = sorted(os.sched_getaffinity(0))

@@ -7,11 +7,13 @@ whole, and its threads, which wait for each other at every token, then decode at
 they reach in the tool's session.  Prints, per way of starting, the decode rate of a 48-token answer
 (llama.cpp's own ``timings.predicted_per_second``) with a busy core (3 calls) and on a quiet machine.
 
-    .venv/bin/python benchmarks/engine_session.py
+    .venv/bin/python benchmarks/engine_session.py [--tokens 48] [--calls 3]
+    .venv/bin/python benchmarks/engine_session.py --tiny          # 8 tokens, 1 call: the shortest run
 """
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
 import statistics
@@ -53,6 +55,12 @@ def decode_rate(port: int, n: int = 48) -> float:
 
 
 def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tokens", type=int, default=48, help="the answer's length, each call (default 48)")
+    ap.add_argument("--calls", type=int, default=3, help="calls per way of starting with a busy core (default 3)")
+    ap.add_argument("--tiny", action="store_true", help="--tokens 8 --calls 1: the shortest run")
+    a = ap.parse_args()
+    tokens, calls = (8, 1) if a.tiny else (a.tokens, a.calls)
     ports = {"own session": free_port(), "process group": free_port()}
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     procs = [serve(p, new_session=name == "own session") for name, p in ports.items()]
@@ -66,18 +74,19 @@ def main() -> int:
                     time.sleep(0.5)
             decode_rate(p, 8)  # warm
         rates: dict[str, list[float]] = {k: [] for k in ports}
-        for _ in range(3):
+        for _ in range(calls):
             for name, p in ports.items():
-                rates[name].append(decode_rate(p))
+                rates[name].append(decode_rate(p, tokens))
         busy.kill()
         busy = None
-        quiet = {name: decode_rate(p) for name, p in ports.items()}
+        quiet = {name: decode_rate(p, tokens) for name, p in ports.items()}
     finally:
         if busy is not None:
             busy.kill()
         for p in procs:
             p.kill()
-    print("decode tok/s of a 48-token answer, llama-server --threads 2, one core kept busy (3 calls) / quiet:")
+    print(f"decode tok/s of a {tokens}-token answer, llama-server --threads 2, one core kept busy ({calls} "
+          "call(s)) / quiet:")
     for name in ports:
         print(f"  {name:14s} busy median {statistics.median(rates[name]):6.1f} {[round(r, 1) for r in rates[name]]}"
               f"   quiet {quiet[name]:6.1f}")

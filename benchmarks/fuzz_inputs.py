@@ -1,7 +1,8 @@
 """A long fuzz run: the generators of the fuzz suite (``tests/fuzz_inputs.py``) for as many inputs as asked.
 
     python benchmarks/fuzz_inputs.py --examples 1000 [--kinds experiment,ledger,traffic] [--budget-s 900]
-        [--limit-s 30] [--out fuzz-failures] [--deep-one-in 10]
+        [--limit-s 30] [--out fuzz-failures] [--deep-one-in 10] [--seed N]
+    python benchmarks/fuzz_inputs.py --tiny    # 6 inputs, seed 0: seconds
 
 Draws inputs round-robin from each kind (mutated experiment files run against a closed port, ledgers through
 ``report``/``project``/``analyze``, traffic files through ``analyze``/``whatif``), runs each in a worker process
@@ -27,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # before this folder: its fuzz_inputs
 
 import fuzz_inputs as F  # noqa: E402
-from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
+from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
 
 KINDS = {"experiment": F.experiments, "ledger": F.ledgers, "traffic": F.traffic}
 
@@ -41,7 +42,11 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=Path("fuzz-failures"), help="where reproducers go")
     ap.add_argument("--deep-one-in", type=int, default=F.DEEP_ONE_IN,
                     help=f"one value in N a deep nesting (0: none; default {F.DEEP_ONE_IN})")
+    ap.add_argument("--seed", type=int, default=None, help="draw the same inputs every time (default: new ones)")
+    ap.add_argument("--tiny", action="store_true", help="--examples 6 --seed 0: the shortest run, the same inputs")
     args = ap.parse_args()
+    if args.tiny:
+        args.examples, args.seed = 6, 0 if args.seed is None else args.seed
     F.DEEP_ONE_IN = args.deep_one_in
     kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
     if any(k not in KINDS for k in kinds):
@@ -97,8 +102,9 @@ def main() -> int:
     try:
         for kind in kinds:
             stop[0] = False
-            settings(max_examples=share, deadline=None, database=None, phases=[Phase.generate],
-                     suppress_health_check=list(HealthCheck))(given(case=KINDS[kind]())(one))()
+            run = settings(max_examples=share, deadline=None, database=None, phases=[Phase.generate],
+                           suppress_health_check=list(HealthCheck))(given(case=KINDS[kind]())(one))
+            (run if args.seed is None else seed(args.seed)(run))()
     finally:
         worker.close()
         shutil.rmtree(scratch, ignore_errors=True)

@@ -19,6 +19,7 @@ loop, and the recording (captured bytes, parsed and written by its thread, off t
 
     .venv/bin/python benchmarks/proxy_overhead.py                    # concurrency 1 and 32, ~2 minutes
     .venv/bin/python benchmarks/proxy_overhead.py --passthrough --requests 400 --rounds 3
+    .venv/bin/python benchmarks/proxy_overhead.py --tiny --passthrough   # concurrency 1 and 4, 8 requests: seconds
 
 Nothing here is a test: the figures depend on the machine and on what else runs on it.
 """
@@ -161,6 +162,9 @@ def main() -> None:
     ap.add_argument("--decode-tps", type=float, default=200.0)
     ap.add_argument("--passthrough", action="store_true",
                     help="also the proxy recording nothing (what the hop costs without the recording)")
+    ap.add_argument("--tiny", action="store_true", help="--levels 1,4 --requests 8 --rounds 1: seconds")
+    if "--tiny" in sys.argv[1:]:
+        ap.set_defaults(levels="1,4", requests=8, rounds=1)
     a = ap.parse_args()
     levels = [int(x) for x in a.levels.split(",")]
     sim, sim_url = start(["sim", "--port", "0", "--slots", str(max(levels) * 2), "--decode-tps", str(a.decode_tps),

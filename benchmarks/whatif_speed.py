@@ -1,6 +1,7 @@
 """How fast ``leverbench whatif`` serves a large trace, and what SimPy would cost instead (issue 15).
 
     python benchmarks/whatif_speed.py [--calls N]
+    python benchmarks/whatif_speed.py --tiny    # 2,000 calls: a second
 
 Serves N synthetic calls (Poisson arrivals at 80 % of one slot's capacity, lengths like Azure's code
 trace, a prefix cache of 262,144 tokens) with the hand-written event loop of
@@ -12,6 +13,7 @@ cache, and prints seconds and calls per second for each, and whether their end-t
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
 import numpy as np
@@ -70,6 +72,9 @@ def with_simpy(cs: list[TrafficCall]) -> tuple[float, np.ndarray] | None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--calls", type=int, default=200_000)
+    ap.add_argument("--tiny", action="store_true", help="--calls 2000: a second")
+    if "--tiny" in sys.argv[1:]:
+        ap.set_defaults(calls=2000)
     n = ap.parse_args().calls
     cs = calls(n)
     for label, cache in (("hand-written loop, no cache", False), ("hand-written loop, finite cache", True)):

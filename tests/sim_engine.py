@@ -1,42 +1,23 @@
-"""The simulator as an engine the runner starts: ``leverbench sim`` in a process of its own, started, checked
-healthy and stopped as the runner starts, checks and stops llama.cpp's server or vLLM.
+"""The simulator as each arm's engine in a test: :class:`leverbench.engines.sim_engine.SimEngine` (kind ``sim``,
+``leverbench sim`` in a process of its own), started, checked healthy and stopped as the runner starts, checks
+and stops llama.cpp's server or vLLM.
 
 An experiment's arms say ``engine = { kind = "embedded" }``; :func:`patch_engines` makes the runner build a
 :class:`SimEngine` for each instead, with that arm's simulator options (so a test runs the engine lifecycle,
-one engine at a time included, in seconds and without the real engine).
+one engine at a time included, in seconds and without the real engine).  An experiment may name the simulator
+itself (``kind = "sim"``): tests/test_engine_interface.py.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 from limits import SERVER_READY_S
 
-from leverbench.engines.process import EngineFacts, EngineProcess
+from leverbench.engines.sim_engine import SIM_TITLE, SimEngine
 
-SIM_TITLE = "leverbench-sim-engine"  # in each simulator's command line: how a test finds them in the process table
-
-
-class SimEngine(EngineProcess):
-    label = "simulator"
-    model_id = "sim"
-
-    def __init__(self, name: str, log_path: Path, sim_args: list[str], devices: list[int] | None = None):
-        super().__init__(name, [], log_path, startup_timeout_s=SERVER_READY_S, devices=devices)
-        self.sim_args = list(sim_args)
-
-    def command(self) -> list[str]:
-        return [sys.executable, "-c", f"import sys; sys.argv[0] = {SIM_TITLE!r}; "
-                "from leverbench.cli import main; main()", "sim", "--host", "127.0.0.1", "--port",
-                str(self.port), *self.sim_args]
-
-    def environment(self) -> dict[str, str]:
-        return {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-
-    def discover(self) -> EngineFacts:
-        return {"engine": "leverbench sim", "model_id": self.model_id}
+__all__ = ["SIM_TITLE", "SimEngine", "engine_pids", "patch_engines"]
 
 
 def patch_engines(monkeypatch, sim_args: dict[str, list[str]]) -> None:
@@ -44,7 +25,7 @@ def patch_engines(monkeypatch, sim_args: dict[str, list[str]]) -> None:
     import leverbench.runner.run as run_module  # noqa: PLC0415
 
     def make(arm: str, spec, log_path: Path, **_kw) -> SimEngine:
-        return SimEngine(arm, log_path, sim_args[arm], devices=spec.devices)
+        return SimEngine(arm, log_path, sim_args[arm], devices=spec.devices, startup_timeout_s=SERVER_READY_S)
 
     monkeypatch.setattr(run_module, "make_engine", make)
 

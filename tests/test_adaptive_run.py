@@ -23,6 +23,7 @@ from leverbench.ledger.reader import read_ledger
 from leverbench.runner.run import Runner
 from leverbench.runner.schedule import arm_order
 
+pytestmark = pytest.mark.slow  # ~15 s of simulator runs on a busy 2-core machine: .ci/run runs it
 KNOBS = {"base": 'kernel = "plain", tuning = "off"', "fast": 'kernel = "fused", tuning = "off"',
          "same": 'kernel = "plain", tuning = "on"'}
 DECODE_TPS = {"base": 100.0, "fast": 200.0, "same": 100.0}

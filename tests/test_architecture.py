@@ -46,6 +46,7 @@ ANALYSIS_PARTS: dict[str, set[str]] = {
     "traffic": {"base", "rates"},
     "whatif": {"base", "rates", "load"},
     "hardware": {"base"},
+    "sections": {"base", "sequential", "rates", "load", "experiment", "hardware"},
 }
 ANALYSIS_TOP = {"leverbench.analysis", "leverbench.analysis.summary"}
 
@@ -288,6 +289,66 @@ def test_the_analysis_rules_catch_a_trespass(tmp_path):
                      "leverbench.analysis.loose is in no sub-package of the rules"]
 
 
+# ---------------------------------------------------------------- one typed summary (issue 39)
+
+#: A mapping type that, subscripted [str, Any], is a summary (or a row) passed untyped.
+LOOSE_MAPPINGS = {"dict", "Dict", "Mapping", "MutableMapping"}
+
+
+def _is_any(node: ast.expr) -> bool:
+    return (isinstance(node, ast.Name) and node.id == "Any") or (isinstance(node, ast.Attribute) and node.attr == "Any")
+
+
+def loose_annotation(annotation: ast.expr | None) -> bool:
+    """Whether *annotation* names ``dict[str, Any]`` or ``Mapping[str, Any]`` anywhere in it (``… | None``,
+    ``list[…]``, ``typing.Dict``, a quoted annotation too)."""
+    for node in ast.walk(annotation) if annotation is not None else ():
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            try:
+                if loose_annotation(ast.parse(node.value, mode="eval").body):
+                    return True
+            except SyntaxError:
+                continue
+        if isinstance(node, ast.Subscript):
+            name = getattr(node.value, "id", None) or getattr(node.value, "attr", None)
+            args = node.slice.elts if isinstance(node.slice, ast.Tuple) else []
+            if name in LOOSE_MAPPINGS and len(args) == 2 and _is_any(args[1]):
+                return True
+    return False
+
+
+def loose_signatures(src: Path, part: str) -> list[str]:
+    """Each function of *part* (nested ones and methods too) that takes or returns ``dict[str, Any]`` /
+    ``Mapping[str, Any]`` (``**kwargs: Any`` is one as well): ``"report/x.py:12 f(summary, return)"``."""
+    out = []
+    for path in sorted((src / part).rglob("*.py")):
+        found = []
+        for fn in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            a = fn.args
+            bad = [p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs, *([a.vararg] if a.vararg else []))
+                   if loose_annotation(p.annotation)]
+            if a.kwarg and a.kwarg.annotation and (loose_annotation(a.kwarg.annotation) or _is_any(a.kwarg.annotation)):
+                bad.append(f"**{a.kwarg.arg}")
+            bad += ["return"] if loose_annotation(fn.returns) else []
+            if bad:
+                found.append((fn.lineno, f"{path.relative_to(src).as_posix()}:{fn.lineno} {fn.name}({', '.join(bad)})"))
+        out += [text for _, text in sorted(found)]
+    return out
+
+
+@pytest.mark.parametrize("part", ["report", "pipeline", "analysis/sections"])
+def test_the_renderers_take_the_typed_summary(part):
+    """Every function of ``report/`` takes the typed summary (``schema.summary.Summary``) or the typed rows it
+    shows, never the summary (or a row, or a view of one) as ``dict[str, Any]``: a key a renderer misreads is a
+    type error, not a blank cell.  Likewise the library functions behind the commands (``pipeline/``) and the
+    summary's sections (``analysis/sections/``)."""
+    found = loose_signatures(SRC, part)
+    assert not found, (f"functions of {part}/ that take or return dict[str, Any] / Mapping[str, Any] (type them with "
+                       "the summary's rows, leverbench.schema, or a TypedDict of their own): " + "; ".join(found))
+
+
 def test_long_modules_say_why():
     long = long_modules(SRC)
     unexplained = {m: n for m, n in long.items() if m not in PENDING}
@@ -355,3 +416,236 @@ def test_a_long_module_needs_its_note_at_the_top(tmp_path, head, explained):
     src = _package(tmp_path, {"__init__.py": "", "big.py": head + body + "x = 1\n" * MAX_LINES,
                               "short.py": "x = 1\n" * (MAX_LINES - 2)})
     assert long_modules(src) == ({} if explained else {"big.py": len((head + body).splitlines()) + MAX_LINES})
+
+
+def test_the_typed_summary_rule_catches_a_loose_signature(tmp_path):
+    src = _package(tmp_path, {
+        "__init__.py": "", "report/__init__.py": "",
+        "report/ok.py": "from typing import Any, Mapping\n\n"
+                        "def table(summary: Summary, row: Mapping[str, object], *, n: int = 0) -> list[str]:\n"
+                        "    def cell(v: Any) -> dict[str, int]: ...\n    return []\n",
+        "report/bad.py": "import typing\nfrom typing import Any, Dict, Mapping, Optional\n\n"
+                         "def tables(summary: dict[str, Any], ok: int) -> None: ...\n"
+                         "def rows(x: 'Sequence[typing.Mapping[str, Any]] | None' = None) -> None: ...\n"
+                         "def kw(run: str, **kw: Any) -> None: ...\n"
+                         "def view(t: int) -> list[dict[str, Any]]: ...\n"
+                         "class Page:\n    async def render(self, d: Optional[Dict[str, typing.Any]]) -> None: ...\n",
+    })
+    assert loose_signatures(src, "report") == [
+        "report/bad.py:4 tables(summary)", "report/bad.py:5 rows(x)", "report/bad.py:6 kw(**kw)",
+        "report/bad.py:7 view(return)", "report/bad.py:9 render(d)"]
+
+
+# ---------------------------------------------------------------- the runner plans, then executes (issue 39)
+
+
+def _class_members(node: ast.ClassDef) -> set[str]:
+    """What a class has: its methods, its class-level annotations and assignments, and what its methods set on
+    ``self`` (``self.x = …``, ``self.a, self.b = …``, ``self.x: T = …``)."""
+    out: set[str] = set()
+    for item in node.body:
+        if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            out.add(item.name)
+        elif isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+            out.add(item.target.id)
+        elif isinstance(item, ast.Assign):
+            out |= {t.id for t in item.targets if isinstance(t, ast.Name)}
+    for sub in ast.walk(node):
+        targets = sub.targets if isinstance(sub, ast.Assign) else [sub.target] if isinstance(sub, ast.AnnAssign) else []
+        for t in targets:
+            for el in (t.elts if isinstance(t, ast.Tuple) else [t]):
+                if isinstance(el, ast.Attribute) and isinstance(el.value, ast.Name) and el.value.id == "self":
+                    out.add(el.attr)
+    return out
+
+
+def _names_in(annotation: ast.expr | None) -> set[str]:
+    """The names an annotation mentions (``a.B`` as ``B``; a quoted annotation parsed)."""
+    out: set[str] = set()
+    for node in ast.walk(annotation) if annotation is not None else ():
+        if isinstance(node, ast.Name):
+            out.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            out.add(node.attr)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            try:
+                out |= _names_in(ast.parse(node.value, mode="eval").body)
+            except SyntaxError:
+                continue
+    return out
+
+
+def runner_takers(src: Path, runner: str = "Runner") -> list[str]:
+    """Each function or method of ``runner/`` (the part: every module under it) with a parameter typed as the
+    runner (class *runner* of ``runner/run.py``, or a class of ``runner/`` it derives from) or as a Protocol of
+    ``runner/`` whose every member the runner has (a Protocol the runner implements: how a part takes the runner
+    without naming it); and each module of ``runner/`` but ``run.py`` that imports ``runner.run``:
+    ``"runner/x.py:12 f(r: BlockRunner)"``."""
+    trees = {p: ast.parse(p.read_text(encoding="utf-8"), str(p)) for p in sorted((src / "runner").rglob("*.py"))}
+    classes = {n.name: n for t in trees.values() for n in ast.walk(t) if isinstance(n, ast.ClassDef)}
+
+    def lineage(name: str) -> list[ast.ClassDef]:  # the class and its bases defined in runner/
+        node = classes.get(name)
+        if node is None:
+            return []
+        return [node] + [c for b in node.bases for c in lineage(getattr(b, "id", getattr(b, "attr", "")))]
+    mine = lineage(runner)
+    has = set().union(*(_class_members(c) for c in mine)) if mine else set()
+    forbidden = {c.name for c in mine}
+    for name, node in classes.items():
+        members = {m for m in _class_members(node) if not m.startswith("__")}
+        if "Protocol" in {getattr(b, "id", getattr(b, "attr", None)) for b in node.bases} and members <= has:
+            forbidden.add(name)
+    out = []
+    for path, tree in trees.items():
+        rel = path.relative_to(src).as_posix()
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                a = node.args
+                for arg in [*a.posonlyargs, *a.args, *a.kwonlyargs, *filter(None, [a.vararg, a.kwarg])]:
+                    hit = sorted(_names_in(arg.annotation) & forbidden)
+                    if hit:
+                        out.append(f"{rel}:{node.lineno} {node.name}({arg.arg}: {hit[0]})")
+            elif isinstance(node, (ast.Import, ast.ImportFrom)) and rel != "runner/run.py":
+                whole = f"{'.' * node.level}{node.module or ''}" if isinstance(node, ast.ImportFrom) else ""
+                names = {al.name for al in node.names}
+                if (whole in (".run", "leverbench.runner.run") or "leverbench.runner.run" in names
+                        or (whole in (".", "leverbench.runner") and "run" in names)):
+                    out.append(f"{rel}:{node.lineno} imports runner.run")
+    return out
+
+
+def test_no_runner_part_takes_the_runner():
+    """The runner lays the run out as a plan and executes it (runner/plan.py, runner/execute.py); its parts (the
+    engines, the load stages, the senders, the cache states, ...) get the narrow things they need, never the
+    runner itself nor a Protocol it implements (a cycle in all but name)."""
+    found = runner_takers(SRC)
+    assert not found, "runner parts that take the runner: " + " | ".join(found)
+
+
+def test_the_runner_rule_catches_a_part_that_takes_the_runner(tmp_path):
+    src = _package(tmp_path, {
+        "__init__.py": "", "runner/__init__.py": "",
+        "runner/execute.py": "class Executor:\n    plan: int\n    def do_unit(self): ...\n",
+        "runner/run.py": "from .execute import Executor\nfrom .blocks import Blocks\n"
+                         "class Runner(Executor):\n    def __init__(self):\n        self.endpoints, self.spec = {}, 1\n"
+                         "        self.blocks = Blocks(self)\n    async def scrape(self, when): ...\n",
+        "runner/blocks.py": "from typing import Protocol\n"
+                            "class BlockRunner(Protocol):\n    endpoints: dict\n    async def scrape(self, when): ...\n"
+                            "class Sender(Protocol):\n    def send(self): ...\n"
+                            "class Blocks:\n    def __init__(self, runner: BlockRunner, out: Sender): ...\n",
+        "runner/load.py": "from . import run\nasync def stages(r: 'run.Runner') -> None: ...\n"
+                          "def step(e: 'Executor | None', n: int) -> None: ...\n",
+        "runner/send.py": "import leverbench.runner.run\nfrom .blocks import Sender\ndef f(s: Sender) -> None: ...\n",
+    })
+    assert runner_takers(src) == ["runner/blocks.py:8 __init__(runner: BlockRunner)",
+                                  "runner/load.py:1 imports runner.run", "runner/load.py:2 stages(r: Runner)",
+                                  "runner/load.py:3 step(e: Executor)", "runner/send.py:1 imports runner.run"]
+
+
+# ---------------------------------------------------------------- levers are data (issue 39 part 4)
+
+#: Where a lever's names may stand outside ``levers/``, and why.  Everywhere else a lever is asked of the registry
+#: (:mod:`leverbench.levers`): by a property its module declares (``caches_prompts``, ``natural_answers``,
+#: ``traffic``, ``measure``, ``stated``, ...), never by its name.
+LEVER_NAME_PLACES = {
+    "levers/": "the levers' own modules",
+    "engines/llama_flags.py": "the prebuilt llama.cpp server's flag table: its parameters by llama.cpp's own names "
+                              "(cache_prompt, n_parallel, cache_type_k), the spellings the levers' aliases were "
+                              "taken from",
+    "engines/embedded.py": "the facts the embedded engine says of itself, under the keys discovery reads "
+                           "(model_file)",
+    "engines/vllm.py": "the facts the vLLM engine says of itself, under the keys discovery reads (model_file, "
+                       "tensor_parallel)",
+    "engines/simulator/": "a test instrument that models each lever's physics and speaks each engine's API "
+                          "(cache_prompt, enable_prefix_caching, speculative)",
+    "cli/sim.py": "the simulator's command: its options are the simulator's own settings (user-facing names)",
+}
+#: Lever names that are also the tool's own words for the serving setup, and why they may stand anywhere.  An entry
+#: must still be a lever's name and still be used outside the places above (else the test says to remove it).
+LEVER_NAME_WORDS = {
+    "engine": "the engine the tool starts, resets and records (every record's engine, the engines' registry)",
+    "engine_version": "shown beside the engine in the conditions every figure holds for",
+    "model": "the model every request names (OpenAI's field, the traces' column)",
+    "device": "the GPU device the telemetry reads",
+    "slots": "the number the runner, the experiment's bounds and whatif's queue model take (a queue's servers)",
+    "parallel": "the embedded engine's own fact of its slots, and whatif's 'in parallel' figure",
+    "context_length": "a number the experiment bounds and the prompts are checked against; whatif's cache size",
+    "block_size": "a number the experiment bounds; whatif's cache model's block",
+}
+
+
+def lever_names() -> dict[str, str]:
+    """Every lever's knob name, aliases and words (from the registry: a new lever's are covered) → its knob, less
+    :data:`LEVER_NAME_WORDS`."""
+    from leverbench.levers import registry  # noqa: PLC0415
+
+    return {n: x.name for x in registry.levers() for n in (*x.names(), x.words) if n not in LEVER_NAME_WORDS}
+
+
+def lever_namings(src: Path, names: dict[str, str], places: dict[str, str] = LEVER_NAME_PLACES) -> list[str]:
+    """Every module of the package at *src* that names a lever: outside ``levers/``, an import of a lever's own
+    module (any module of ``levers/`` but ``lever`` and ``registry``: an exempted place asks the registry too);
+    outside *places*, a string literal that is exactly one of *names* (a docstring's or a message's prose is not
+    one).  Python names (a local ``drafter``, a field written by keyword) are not looked at: the rule is about the
+    text knobs are matched by."""
+    known = modules(src)
+    own = {f"{src.name}.levers.{p.stem}" for p in (src / "levers").glob("*.py")} - {
+        f"{src.name}.levers.{m}" for m in ("__init__", "lever", "registry")}
+    out = []
+    for name, path in known.items():
+        rel = path.relative_to(src).as_posix()
+        if rel.startswith("levers/"):
+            continue
+        out += [f"{rel} imports {m}" for m in sorted(imports(name, path, known) & own)]
+        if rel.startswith(tuple(places)):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names:
+                out.append(f"{rel}:{node.lineno} names {names[node.value]} ({node.value!r})")
+    return sorted(out)
+
+
+def test_no_module_outside_the_levers_names_a_lever():
+    found = lever_namings(SRC, lever_names())
+    assert not found, ("a lever named outside levers/ (ask the registry for what its module declares, or say in "
+                       "LEVER_NAME_PLACES why the place may): " + " | ".join(found))
+    from leverbench.levers import registry  # noqa: PLC0415
+
+    knobs = {n for x in registry.levers() for n in x.names()}
+    assert set(LEVER_NAME_WORDS) <= knobs, f"not a lever's name: {sorted(set(LEVER_NAME_WORDS) - knobs)}"
+    used = {f.rsplit("(", 1)[-1].strip("')") for f in lever_namings(SRC, {w: w for w in LEVER_NAME_WORDS})}
+    assert used == set(LEVER_NAME_WORDS), f"remove from LEVER_NAME_WORDS (unused): {set(LEVER_NAME_WORDS) - used}"
+    anywhere = lever_namings(SRC, lever_names(), {"levers/": LEVER_NAME_PLACES["levers/"]})
+    idle = [p for p in LEVER_NAME_PLACES if p != "levers/" and not any(f.startswith(p) for f in anywhere)]
+    assert not idle, f"remove from LEVER_NAME_PLACES (they name no lever): {idle}"
+
+
+def test_the_lever_rule_catches_a_lever_named_outside_the_levers(tmp_path):
+    """A knob looked up by name, an alias, a lever's words and an import of a lever's module are caught, in the
+    schema and in an engine module not listed too, and an import of a lever's module in an exempted place; the
+    exempted places' literals, the setup's own words and prose are not."""
+    src = _package(tmp_path, {
+        "__init__.py": "", "levers/__init__.py": "", "levers/drafter.py": "LEVER = 'drafter'\n",
+        "levers/lever.py": "", "levers/registry.py": "",
+        "analysis/__init__.py": "", "analysis/x.py": "def on(k):\n    return k.get('kv_cache_dtype')\n",
+        "analysis/y.py": "from ..levers.drafter import LEVER\nPHASE = {'prefix cache': 'prefill'}\n",
+        "runner/__init__.py": "", "runner/z.py": "SENT = ('model', 'cache_type_k')\n",
+        "report/__init__.py": "", "report/ok.py": '"""The drafter and the prefix_cache, in prose."""\n'
+                                                 "from ..levers import registry\nWORDS = 'engine'\n",
+        "schema/__init__.py": "", "schema/rows.py": "FIELDS = ('prefix_cache', 'drafter')\n",
+        "engines/__init__.py": "", "engines/llama_flags.py": "TABLE = {'cache_prompt': 1}\n",
+        "engines/vllm.py": "from ..levers.drafter import LEVER\nFACT = 'tensor_parallel'\n",
+        "engines/simulator/__init__.py": "", "engines/simulator/server.py": "ON = 'speculative'\n",
+        "engines/reset.py": "from ..levers.drafter import LEVER\nFIELD = 'cache_prompt'\n",
+    })
+    assert lever_namings(src, lever_names()) == [
+        "analysis/x.py:2 names kv_cache_dtype ('kv_cache_dtype')",
+        "analysis/y.py imports leverbench.levers.drafter",
+        "analysis/y.py:2 names prefix_cache ('prefix cache')",
+        "engines/reset.py imports leverbench.levers.drafter",
+        "engines/reset.py:2 names prefix_cache ('cache_prompt')",
+        "engines/vllm.py imports leverbench.levers.drafter",
+        "runner/z.py:1 names kv_cache_dtype ('cache_type_k')",
+        "schema/rows.py:1 names drafter ('drafter')",
+        "schema/rows.py:1 names prefix_cache ('prefix_cache')"]

@@ -15,7 +15,7 @@ README = ROOT / "README.md"
 DOCS = ROOT / "docs"
 README_LINES = 200
 COMMANDS = ("scripts/install.sh && .venv/bin/leverbench run",
-            "scripts/install.sh --test && .venv/bin/ruff check . && .venv/bin/pytest")
+            "scripts/install.sh --test && .venv/bin/ruff check . && .venv/bin/python -m mypy && .venv/bin/pytest")
 FENCE = re.compile(r"^```.*?^```", re.M | re.S)
 LINK = re.compile(r"\]\(([^()\s]+)\)")
 HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*#*$", re.M)

@@ -19,6 +19,7 @@ from leverbench.ledger.reader import read_ledger
 DOC_TOKENS = 1500
 COMMON = dict(prefill_tps=3000.0, decode_tps=100.0, output_tokens=30, cache_block=16)
 DRIFT = 0.08  # per second: the runs take several seconds
+pytestmark = pytest.mark.slow  # ~45 s on a busy 2-core machine: .ci/run runs it
 
 
 def _experiment(tmp: Path, urls: dict[str, str], order: str, extra: str = "", repeats: int = 4) -> Path:

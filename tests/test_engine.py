@@ -149,5 +149,19 @@ def test_engine_that_dies_is_noticed_with_its_log(tmp_path):
         eng.proc.wait(timeout=limits.KILLED_S)
         note = eng.death_note()
         assert note and "died" in note and "last lines of" in note and "llama" in note.lower()
+        assert "killed by SIGKILL (exit code -9)" in note
     finally:
         eng.stop()
+
+
+def test_a_signal_that_ended_an_engine_is_named_and_sigill_explained():
+    import signal
+
+    from leverbench.engines.process import exit_words
+
+    assert exit_words(1) == "exited with code 1"
+    assert exit_words(-signal.SIGTERM) == "was killed by SIGTERM (exit code -15)"
+    # CI once ran a llama-server built with -march=native on an AVX-512 machine on a CPU without it: exit -4
+    ill = exit_words(-signal.SIGILL)
+    assert ill.startswith("was killed by SIGILL (exit code -4)") and "another machine's CPU" in ill
+    assert exit_words(-200) == "was killed by signal 200 (exit code -200)"

@@ -106,6 +106,7 @@ def _logged(log: str) -> list[str]:
 
 
 @pytest.mark.compiled_llama
+@pytest.mark.slow
 def test_the_prebuilt_engine_is_configured_as_llama_servers_own_parser_configures_it(tmp_path: Path) -> None:
     binary = _compiled()
     if binary is None:

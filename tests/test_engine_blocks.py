@@ -122,6 +122,7 @@ def both_modes(tmp_path_factory):
     return tmp, w, one, together
 
 
+@pytest.mark.slow
 def test_one_at_a_time_never_runs_two_engines_and_records_every_start(both_modes):
     tmp, watch, s, _ = both_modes
     led = read_ledger(tmp / "one")
@@ -150,6 +151,7 @@ def test_one_at_a_time_never_runs_two_engines_and_records_every_start(both_modes
         assert any(a == c["arm"] and t0 <= c["t_send"] <= t1 for (a, _), (t0, t1) in life.items())
 
 
+@pytest.mark.slow
 def test_the_drift_design_holds_per_block(both_modes):
     """A sentinel opens each arm's block of each round and the closing block: the pairs' series has a point per
     round and the end, as with engines together."""
@@ -159,6 +161,7 @@ def test_the_drift_design_holds_per_block(both_modes):
         assert pair["points"] == 3 + 1 and [d["sentinels"] for d in s["drift"]] == [4, 4]
 
 
+@pytest.mark.slow
 def test_the_verdicts_match_those_of_engines_together_within_their_intervals(both_modes):
     _, _, one, together = both_modes
     [v1], [v2] = one["verdicts"], together["verdicts"]
@@ -168,6 +171,7 @@ def test_the_verdicts_match_those_of_engines_together_within_their_intervals(bot
     assert [x["part"] for x in together["engines"]["starts"]] == ["run", "run"]
 
 
+@pytest.mark.slow
 def test_a_resumed_run_runs_only_the_blocks_it_lacks(both_modes, sims):
     tmp = both_modes[0]
     import shutil
@@ -178,6 +182,7 @@ def test_a_resumed_run_runs_only_the_blocks_it_lacks(both_modes, sims):
     assert [x["arm"] for x in new] == block_order(list(ARMS), 3)
 
 
+@pytest.mark.slow
 def test_the_mode_follows_the_gpus_the_engines_would_share(tmp_path, sims, monkeypatch):
     """With the fake NVML: two engines on GPU 0 run one at a time (left out of the file), and the GPU's facts and
     readings are recorded (≥ 10 Hz, a record kind of their own, aligned with each arm's calls)."""
@@ -202,6 +207,7 @@ def test_the_mode_follows_the_gpus_the_engines_would_share(tmp_path, sims, monke
     assert [a["facts"]["name"] for a in s["gpu"]["arms"]] == ["NVIDIA H200"] * 2
 
 
+@pytest.mark.slow
 def test_engines_on_different_gpus_run_together_and_are_not_compared_as_controlled(tmp_path, sims, monkeypatch):
     monkeypatch.setenv(NVML_MODULE_ENV, "fakes.fake_nvml")
     monkeypatch.setattr(fake_nvml, "DEVICES", [fake_nvml.DEVICES[0]] * 2)
@@ -211,6 +217,7 @@ def test_engines_on_different_gpus_run_together_and_are_not_compared_as_controll
     assert not m["controlled"] and "fact:gpu.devices" in m["knobs"] and warned(s, "uncontrolled", "drafter")
 
 
+@pytest.mark.slow
 def test_an_engine_that_keeps_its_gpu_memory_ends_the_run(tmp_path, sims, monkeypatch):
     monkeypatch.setenv(NVML_MODULE_ENV, "fakes.fake_nvml")
     monkeypatch.setattr(telemetry, "RELEASE_WAIT_S", 0.5)
@@ -302,6 +309,7 @@ def test_a_vllm_engines_torch_build_and_tensor_parallel_size(tmp_path, monkeypat
     assert [vllm.tensor_parallel(a) for a in (["-tp", "4"], ["--tensor-parallel-size=2"], [])] == [4, 2, 1]
 
 
+@pytest.mark.slow
 def test_an_endpoint_arm_beside_engines_one_at_a_time_is_warm(tmp_path, sims):
     """With engines one at a time the engine arms meet a cold server each block, an endpoint arm the server the
     user keeps up (warm): each arm's state is a discovered fact, so such a pair is not a controlled comparison,

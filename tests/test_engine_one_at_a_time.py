@@ -8,10 +8,7 @@ Skipped when the engine is not installed, unless LEVERBENCH_REQUIRE_ENGINE is se
 
 from __future__ import annotations
 
-import os
-
-import pytest
-from engine_marks import HAVE_ENGINE
+from engine_marks import SLOW_ENGINE_MARKS
 from test_engine_blocks import Watch
 
 from leverbench.analysis.summary import summarize
@@ -22,11 +19,7 @@ from leverbench.runner.schedule import block_order
 
 WATCH_PERIOD_S = 0.05  # how often the process table is read (a sampling period, not a limit)
 
-pytestmark = [
-    pytest.mark.engine,
-    pytest.mark.skipif(not HAVE_ENGINE and not os.environ.get("LEVERBENCH_REQUIRE_ENGINE"),
-                       reason="embedded engine not installed (scripts/install.sh)"),
-]
+pytestmark = SLOW_ENGINE_MARKS  # 5 min on a busy 2-core machine
 
 LAUNCHER = "leverbench.engines.llama_launcher"  # in each prebuilt engine's command line
 EXP = '''

@@ -19,6 +19,8 @@ from leverbench.runner import telemetry
 from leverbench.runner.endpoint import Interrupted
 from leverbench.runner.run import Runner
 
+pytestmark = pytest.mark.slow  # ~25 s of simulator engine processes on a busy 2-core machine: .ci/run runs it
+
 
 @pytest.fixture
 def sims(monkeypatch):

@@ -88,6 +88,7 @@ def _total(s):
     return next(m for m in s["multipliers"] if m["arm"] == "drafter" and m["scope"] == "total")
 
 
+@pytest.mark.slow
 def test_the_measured_total_is_refused_and_the_equal_work_one_is_true(longer):
     s, led, _ = longer
     m = _total(s)
@@ -99,6 +100,7 @@ def test_the_measured_total_is_refused_and_the_equal_work_one_is_true(longer):
     assert ew["token_change"] == pytest.approx(0.12) and "12.0% more tokens than control" in ew["corrected"]
 
 
+@pytest.mark.slow
 def test_the_headline_and_the_verdict_use_the_equal_work_figure_and_say_so(longer):
     s, _, out = longer
     [lever] = [x for x in s["levers"] if x["lever"] == "drafter"]
@@ -110,6 +112,7 @@ def test_the_headline_and_the_verdict_use_the_equal_work_figure_and_say_so(longe
     assert "equal work" in out
 
 
+@pytest.mark.slow
 def test_outputs_are_compared_call_by_call(longer):
     s, led, _ = longer
     [row] = s["equal_work"]

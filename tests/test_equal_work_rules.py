@@ -113,9 +113,9 @@ def test_an_adaptive_verdict_at_equal_work_is_final_when_the_run_stopped(monkeyp
     at the same look and said "open" in a finished run.  Each arm gets an exact rate model and a passing
     cross-check (as the probes of a real run give), so that equal work applies."""
     import leverbench.analysis.experiment.equal_work as equal_work
-    import leverbench.analysis.summary as summary_module
+    import leverbench.analysis.sections.rates as rates_section  # (the section that fits the rate models)
 
-    fitted = summary_module.rate_models
+    fitted = rates_section.rate_models
 
     def exact(ds, load_rows, own):
         out = fitted(ds, load_rows, own)
@@ -127,7 +127,7 @@ def test_an_adaptive_verdict_at_equal_work_is_final_when_the_run_stopped(monkeyp
                            "r2": 1.0, "range_context": [1, 10000], "acceptance": None, "context_fitted": False,
                            "outliers": 0}
         return out
-    monkeypatch.setattr(summary_module, "rate_models", exact)
+    monkeypatch.setattr(rates_section, "rate_models", exact)
     monkeypatch.setattr(equal_work, "_cross_checked", lambda rows, arm, tol=None: (None, None))
     noise = [1.0, 1.01, 0.99, 1.005, 0.995, 1.0, 1.01, 0.99, 1.0, 1.005, 0.995, 1.0]
     extra = [150, -40, 200, -40, 150, -40, 150, -40, 200, -40, 150, -40]

@@ -223,6 +223,7 @@ def test_a_drafter_whose_memory_outlives_the_reset_is_refused(tmp_path):
     assert not total["citable"] and "drafter accepted" in total["reason"]
 
 
+@pytest.mark.slow
 def test_restart_starts_each_turn_on_a_fresh_engine_whose_drafter_forgot(tmp_path, monkeypatch):
     """cache_reset = "restart" on engines the tool starts (the simulator as the engine, sim_engine.py): each turn
     on a fresh process, its drafter's memory gone with it (as llama.cpp's ngram-mod's goes only with its
@@ -263,6 +264,7 @@ def test_an_arm_that_reports_no_cached_tokens_is_salted_not_trusted(tmp_path):
         assert citable and value == pytest.approx(new_turn, rel=TOLERANCE), name
 
 
+@pytest.mark.slow
 def test_a_reset_that_fails_before_a_turn_fails_the_turn_and_resume_runs_it_again(tmp_path, monkeypatch):
     """The check passed, then the endpoint fails every reset before a turn (503): each such turn is recorded
     (a cache_reset record with its error, the turn's own cache.error) and fails (class cache_state): it is no
@@ -305,6 +307,7 @@ def test_a_reset_that_fails_before_a_turn_fails_the_turn_and_resume_runs_it_agai
     assert [t["cached_tokens"] for t in later[0::2]] == [0, 0, 0]  # each met the cold state
 
 
+@pytest.mark.slow
 def test_shared_with_a_restart_warms_through_the_new_engines_pool(tmp_path, monkeypatch):
     """"shared" and a restart before each turn: the shared prefix's call goes to the restarted engine (it was
     sent through the closed pool of the old one); each restart is an engine_stop and an engine_start record
@@ -331,6 +334,7 @@ def test_shared_with_a_restart_warms_through_the_new_engines_pool(tmp_path, monk
     assert own["cache"]["windows"] >= 3  # a window per engine's life, none across a restart
 
 
+@pytest.mark.slow
 def test_recorded_turns_on_an_endpoint_without_a_reset_are_refused_with_advice(tmp_path):
     """A strict OpenAI endpoint has no reset, and a recorded turn is never salted (its prompts are the
     recording's): its repeats revisit, and the refusal says why and what to do."""
@@ -355,6 +359,7 @@ def test_recorded_turns_on_an_endpoint_without_a_reset_are_refused_with_advice(t
     assert not next(m for m in s["multipliers"] if m["arm"] == "cache" and m["scope"] == "total")["citable"]
 
 
+@pytest.mark.slow
 def test_a_run_from_before_the_cache_state_resumes_only_as_it_ran(tmp_path):
     """A ledger whose header declares no cache state (leverbench before ledger v5) ran its turns on whatever the
     earlier ones left: resuming it under the default "cold" would mix two experiments, so it is refused, with
@@ -410,6 +415,7 @@ def test_two_spellings_of_one_server_are_one_server_and_get_a_salt_each():
     assert len({states.salt("c", "x", 0), states.salt("a", "x", 0), states.salt("b", "x", 0)}) == 3
 
 
+@pytest.mark.slow
 def test_recorded_turns_on_an_arm_without_counts_are_still_reset(tmp_path):
     """SGLang without --enable-cache-report: its reset cannot be checked, so every arm is salted; its recorded
     turns, never salted, are still reset through its endpoint before the recording's first turn of each round
@@ -435,6 +441,7 @@ def test_recorded_turns_on_an_arm_without_counts_are_still_reset(tmp_path):
     assert len(firsts) == 3 and max(firsts) < 32, firsts
 
 
+@pytest.mark.slow
 def test_engines_one_at_a_time_check_each_reset_before_its_first_turn(tmp_path, monkeypatch):
     """No engine is up when the run plans (each starts for its block): each started engine's reset is checked
     in its first block, before its first turn, and the arm's plan is recorded again with what the check found."""

@@ -20,6 +20,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "gpu-check.sh"
+pytestmark = pytest.mark.slow  # ~75 s of fake-GPU sampling on a busy 2-core machine: .ci/run runs it
 FAKES = Path(__file__).parent / "fakes"
 
 

@@ -21,6 +21,7 @@ from one_arm import one_arm_experiment
 
 from leverbench.engines.simulator import SimConfig, SimulatorThread
 
+pytestmark = pytest.mark.slow  # ~20 s of interrupted runs on a busy 2-core machine: .ci/run runs it
 SLOW = SimConfig(prefill_tps=100_000.0, decode_tps=20.0, output_tokens=400, slots=8)  # 20 s per 400-token call
 
 

@@ -178,6 +178,7 @@ def sim_process(**cfg):
         proc.wait(timeout=limits.STOP_S)
 
 
+@pytest.mark.slow
 def test_queueing_appears_exactly_above_the_slots_and_matches_truth(tmp_path, monkeypatch):
     # The ledger's fsync per record can stall this shared machine's disk for 100 ms and more, which the client
     # then reports (loop_lag_s) but which would make this comparison flaky; durability is not under test here.

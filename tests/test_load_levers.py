@@ -28,9 +28,9 @@ from leverbench.analysis.summary import summarize
 from leverbench.cli import cli
 from leverbench.config import load
 from leverbench.ledger.reader import read_ledger
-from leverbench.report.files import write_reports
+from leverbench.pipeline.run_files import write_reports
+from leverbench.pipeline.traffic_files import analyze_file
 from leverbench.report.first_screen import first_screen
-from leverbench.report.traffic_files import analyze_file
 from leverbench.runner.run import Runner
 
 TRACES = Path(__file__).parent / "data" / "traces"
@@ -327,6 +327,7 @@ def drafter_run(tmp_path_factory):
     return tmp / "run", summarize(led), led, truth
 
 
+@pytest.mark.slow
 def test_the_drafter_pays_alone_costs_in_a_batch_and_flips_where_the_simulator_does(drafter_run):
     run, s, led, truth = drafter_run
     (row,) = s["load_levers"]
@@ -369,6 +370,7 @@ def test_the_drafter_pays_alone_costs_in_a_batch_and_flips_where_the_simulator_d
     assert [lv["engagement"]["drafter_acceptance"]["arm"] for lv in row["levels"]] == [0.5] * 4
 
 
+@pytest.mark.slow
 def test_the_report_draws_and_says_it(drafter_run, tmp_path):
     run, s, _, _ = drafter_run
     lines = first_screen(s).lines(width=400)
@@ -425,6 +427,7 @@ def test_analyze_prints_the_operating_point_of_a_trace(name):
     assert "service time at the rates, alone" in text
 
 
+@pytest.mark.slow
 def test_analyze_and_whatif_say_which_side_of_the_crossover_the_traffic_lies(drafter_run, tmp_path):
     """With --rates from the swept run, the Mooncake slice's p95 in flight (as served at the run's rates) is judged
     against the drafter's crossover: its multiplier there is the run's end-to-end p50 multipliers interpolated
@@ -469,6 +472,7 @@ slo_e2e_s = 0.3
 '''
 
 
+@pytest.mark.slow
 def test_batching_is_a_lever_and_the_recommendation_names_it_for_queueing(tmp_path):
     """One slot against four (8 tokens at 100 steps/s: 80 ms a call) on an open loop at 4 and 11 requests/s: one
     slot queues (at 11/s it is busy 88 % of the time), four do not.  The pair differs in the slots alone, so it
@@ -514,6 +518,7 @@ def test_batching_is_a_lever_and_the_recommendation_names_it_for_queueing(tmp_pa
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "vllm-load.toml"
 
 
+@pytest.mark.slow
 def test_the_vllm_load_example_is_valid_and_runs_on_simulator_arms(tmp_path):
     """``examples/vllm-load.toml`` (cache against cache + an n-gram drafter on vLLM, --max-num-seqs 4, a closed
     loop at 1, 2, 4, 8) loads as it is; then the same experiment, each arm's engine swapped for a simulator that

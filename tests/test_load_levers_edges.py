@@ -410,7 +410,7 @@ def test_a_summary_read_back_has_its_levers_under_load_checked(tmp_path):
 
     from leverbench.errors import BadInput
     from leverbench.json_types import finite
-    from leverbench.report.summary_file import read_summary
+    from leverbench.pipeline.summary_file import read_summary
 
     recs = []
     for c in (1, 2):

@@ -26,6 +26,7 @@ PREFILL_QUADRATIC = 2e-7  # c: at n = 1,600 uncached tokens the quadratic term i
 DECODE_TPS = 200.0  # d0 = 5 ms per token
 SLOWDOWN = 4e-6  # d1: at a context of 1,600 tokens a step takes 5 + 6.4 ms
 DEPTHS = [256, 768, 1536]
+pytestmark = pytest.mark.slow  # ~30 s (the fit's oracles: test_rate_model.py) on a busy 2-core machine: .ci/run runs it
 
 
 def _experiment(tmp: Path, arms: dict[str, tuple[str, str]]) -> Path:

@@ -75,6 +75,7 @@ max_tokens = 8
     return p
 
 
+@pytest.mark.slow
 def test_a_simulated_run_with_load_stages_fits(tmp_path: Path) -> None:
     from leverbench.analysis.summary import summarize
     from leverbench.config import load

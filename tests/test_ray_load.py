@@ -29,7 +29,7 @@ from leverbench.ledger.reader import read_ledger, read_shard
 from leverbench.runner.run import Runner
 from leverbench.runner.shares import open_arrivals
 
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 OUT_TOKENS = 10
 SIM = {"prefill_tps": 1_000_000, "decode_tps": 100.0, "slots": 16, "output_tokens": OUT_TOKENS,

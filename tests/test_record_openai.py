@@ -25,14 +25,14 @@ from pathlib import Path
 import limits
 import pytest
 from click.testing import CliRunner
-from engine_marks import ENGINE_MARKS
+from engine_marks import SLOW_ENGINE_MARKS
 from test_record import ENV, start_recorder, stop_recorder
 
 from leverbench.analysis.summary import summarize
 from leverbench.cli import cli
 from leverbench.ledger.reader import read_ledger
 
-pytestmark = ENGINE_MARKS
+pytestmark = SLOW_ENGINE_MARKS  # 2.5 min on a busy 2-core machine
 pytest.importorskip("openai")  # the test extra (pyproject.toml)
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from leverbench.analysis.summary import summarize
 from leverbench.engines.simulator import SimConfig, SimulatorThread
 from leverbench.ledger.reader import Ledger, read_ledger
 
+pytestmark = pytest.mark.slow  # ~70 s of crashed and resumed runs on a busy 2-core machine: .ci/run runs it
 SLOW = dict(prefill_tps=50_000.0, decode_tps=150.0, output_tokens=200)
 
 
@@ -156,11 +158,20 @@ def test_sigkill_mid_turn_then_resume_matches_an_uninterrupted_run(tmp_path):
         assert m_res[k]["volume_spread"] == m["volume_spread"], k
 
 
-def test_partial_last_line_is_ignored_with_a_warning(tmp_path):
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    """One whole run (a repeat, no probes) on the simulator, run once for the tests that read it or copy it:
+    (its experiment file, its run directory), the simulator serving until they are done."""
+    tmp = tmp_path_factory.mktemp("finished")
     with SimulatorThread(SimConfig(**SLOW)) as a:
-        exp = experiment(tmp_path, {"nocache": a.base_url}, repeats=1, probes=False)
-        out = tmp_path / "run"
-        run_to_end(exp, out)
+        exp = experiment(tmp, {"nocache": a.base_url}, repeats=1, probes=False)
+        run_to_end(exp, tmp / "run")
+        yield exp, tmp / "run"
+
+
+def test_partial_last_line_is_ignored_with_a_warning(tmp_path, finished_run):
+    out = tmp_path / "run"
+    shutil.copytree(finished_run[1], out)  # a copy: this test cuts its last line
     with open(out / "ledger.jsonl", "a") as fh:
         fh.write('{"kind":"call","arm":"noc')  # a write cut by a crash
     led = read_ledger(out)
@@ -193,11 +204,8 @@ def test_resume_refuses_a_changed_experiment(tmp_path):
     assert res.returncode == 2 and "experiment changed" in stderr
 
 
-def test_existing_run_dir_needs_resume(tmp_path):
-    with SimulatorThread(SimConfig(**SLOW)) as a:
-        exp = experiment(tmp_path, {"nocache": a.base_url}, repeats=1, probes=False)
-        out = tmp_path / "run"
-        run_to_end(exp, out)
-        res = start_run(exp, out)
-        _, stderr = res.communicate(timeout=limits.SMALL_COMMAND_S)
+def test_existing_run_dir_needs_resume(finished_run):
+    exp, out = finished_run
+    res = start_run(exp, out)
+    _, stderr = res.communicate(timeout=limits.SMALL_COMMAND_S)
     assert res.returncode == 2 and "--resume" in stderr

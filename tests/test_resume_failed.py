@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 
+import pytest
 from ledgers import warned
 from test_run_sim import DECODE_TPS, PREFILL_TPS, experiment, sim
 
@@ -24,6 +25,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_resume_reruns_the_units_that_failed_while_the_endpoint_was_down(tmp_path):
     port = free_port()
     out = tmp_path / "run"

@@ -83,6 +83,7 @@ def whole_lines(out: Path) -> bytes:
     return data[:data.rfind(b"\n") + 1]
 
 
+@pytest.mark.slow
 def test_sigkills_at_random_moments_each_resumed_complete_every_turn_once(tmp_path):
     """Every start a --resume (the first on no directory at all), each but the last SIGKILLed at a seeded
     moment: no session fails, none loses a whole line an earlier one wrote (the calls of the turns a kill
@@ -115,6 +116,7 @@ def test_sigkills_at_random_moments_each_resumed_complete_every_turn_once(tmp_pa
     assert (out / "summary.json").exists()
 
 
+@pytest.mark.slow
 def test_resume_on_a_fresh_directory_starts_the_run_and_says_so(tmp_path):
     with SimulatorThread(SimConfig(prefill_tps=100_000.0, decode_tps=2000.0, output_tokens=4)) as sim:
         exp = one_arm_experiment(tmp_path, sim.base_url)
@@ -154,6 +156,7 @@ def test_nothing_to_resume_starts_afresh_and_keeps_every_other_file(tmp_path, le
         assert (out / "engine-sim.log").read_text() == "a log\n"
 
 
+@pytest.mark.slow
 def test_a_ledger_with_its_header_is_resumed_and_refused_without_resume(tmp_path):
     """Only a ledger whose header was written whole holds a run: --resume continues it, a new run refuses."""
     with SimulatorThread(SimConfig(prefill_tps=100_000.0, decode_tps=2000.0, output_tokens=4)) as sim:

@@ -402,6 +402,7 @@ def _fixed_misses(model: Model, n: int, experiments: int, seed: int) -> float:
     return misses / experiments
 
 
+@pytest.mark.slow
 def test_the_fixed_interval_holds_its_level_with_unequal_noise():
     """The fixed t-interval with one σ pooled over cases misses the truth in 13 % of 3-repeat designs when one
     case is ten times noisier than the others (11 % at 4 repeats).  Per-case variances with Welch–Satterthwaite

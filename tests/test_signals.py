@@ -197,6 +197,7 @@ temperature = 0.0
 # ------------------------------------------------------------------ run
 
 
+@pytest.mark.slow
 @needs_model
 @pytest.mark.parametrize("sig", [*STOPS, signal.SIGKILL], ids=lambda s: signal.Signals(s).name)
 def test_run_stops_the_engine_it_started(tmp_path, sig):
@@ -246,6 +247,7 @@ def test_serve_stops_its_engine(tmp_path, sig):
     _assert_gone(pid, port)
 
 
+@pytest.mark.slow
 @pytest.mark.engine
 @needs_engine
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=lambda s: signal.Signals(s).name)
@@ -265,6 +267,7 @@ def test_serve_stops_the_prebuilt_engine(tmp_path, sig):
     _assert_gone(pid, port)
 
 
+@pytest.mark.slow
 @pytest.mark.engine
 @needs_engine
 def test_the_launcher_leaves_when_the_process_that_started_it_is_gone(tmp_path):

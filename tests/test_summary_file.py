@@ -11,8 +11,8 @@ from click.testing import CliRunner
 
 from leverbench.cli import cli
 from leverbench.errors import BadInput
-from leverbench.report.summary_file import check_summary, read_summary
-from leverbench.report.traffic_files import analyze_file
+from leverbench.pipeline.summary_file import check_summary, read_summary
+from leverbench.pipeline.traffic_files import analyze_file
 
 GOLDEN = Path(__file__).parent / "golden"
 AZURE = Path(__file__).parent / "data" / "traces" / "AzureLLMInferenceTrace_code.csv"

@@ -15,7 +15,7 @@ from leverbench.analysis.summary import CHECK_ENV, summarize
 from leverbench.cli import cli
 from leverbench.errors import SummaryMismatch
 from leverbench.ledger.reader import read_ledger
-from leverbench.report.files import write_reports
+from leverbench.pipeline.run_files import write_reports
 from leverbench.schema.check import summary_json_schema, summary_problems
 
 ROOT = Path(__file__).parent.parent

@@ -9,13 +9,13 @@ import json
 import re
 
 from click.testing import CliRunner
-from engine_marks import ENGINE_MARKS
+from engine_marks import SLOW_ENGINE_MARKS
 
 from leverbench.analysis.summary import summarize
 from leverbench.cli import cli
 from leverbench.ledger.reader import read_ledger
 
-pytestmark = ENGINE_MARKS
+pytestmark = SLOW_ENGINE_MARKS
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Get the weather for a city today",
                                            "parameters": {"type": "object", "properties": {

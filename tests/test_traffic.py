@@ -21,7 +21,7 @@ from leverbench.analysis.traffic.analyze import (
 )
 from leverbench.cli.analyze import analyze_command
 from leverbench.errors import BadInput
-from leverbench.report.traffic_files import analyze_file
+from leverbench.pipeline.traffic_files import analyze_file
 from leverbench.workload.traces import TrafficCall, load_traffic
 
 TRACES = Path(__file__).parent / "data" / "traces"  # slices of public traces: see its README.md

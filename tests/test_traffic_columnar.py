@@ -17,7 +17,7 @@ from leverbench.analysis.rates.regression import regress
 from leverbench.analysis.traffic.analyze import Rates, analyze_traffic, fit_rates
 from leverbench.analysis.traffic.sums import percentiles
 from leverbench.cli.analyze import analyze_command
-from leverbench.report.traffic_files import analyze_file
+from leverbench.pipeline.traffic_files import analyze_file
 from leverbench.workload.traces import TrafficCall, load_traffic, records
 
 TRACES = Path(__file__).parent / "data" / "traces"  # slices of public traces: see its README.md

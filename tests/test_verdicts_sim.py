@@ -71,6 +71,7 @@ def _total(s, arm, vs):
     return next(m for m in s["multipliers"] if m["arm"] == arm and m["vs"] == vs and m["scope"] == "total")
 
 
+@pytest.mark.slow
 def test_discovered_knobs_decide_the_controlled_pair(run):
     s, _ = run
     knobs = {a["name"]: a["knobs"] for a in s["arms"]}
@@ -90,6 +91,7 @@ def test_discovered_knobs_decide_the_controlled_pair(run):
     assert levers["engine_version"]["arm"] is None  # version and cache changed together: nothing measures either
 
 
+@pytest.mark.slow
 def test_vllm_default_flags_cache_is_engaged_from_its_counters(run):
     s, truth = run
     eng = {e["arm"]: e for e in s["engaged"]}

@@ -35,6 +35,7 @@ from leverbench.ledger.reader import read_ledger
 
 pytestmark = [
     pytest.mark.vllm,
+    pytest.mark.slow,  # ~7 min in CI (issue 39 §8: .ci/run runs it)
     pytest.mark.skipif(distribution() is None and not os.environ.get("LEVERBENCH_REQUIRE_VLLM"),
                        reason="vLLM not installed (scripts/install.sh --vllm)"),
 ]

@@ -18,7 +18,8 @@ from leverbench.analysis.base.metrics import arm_metrics
 from leverbench.config import EngineSpec
 from leverbench.engines import make_engine
 from leverbench.engines.embedded import EmbeddedEngine
-from leverbench.engines.vllm import DEFAULT_ARGS, MODEL_ID, VllmEngine, speculative_method
+from leverbench.engines.vllm import DEFAULT_ARGS, MODEL_ID, VllmEngine
+from leverbench.levers.drafter import speculative_method
 from leverbench.runner.discover import metric_labels
 
 REAL = Path(__file__).parent / "data" / "engines" / "vllm-0.32.0"

@@ -23,8 +23,8 @@ from leverbench.cli import cli
 from leverbench.config import load
 from leverbench.engines.simulator import SimConfig
 from leverbench.ledger.reader import read_ledger
+from leverbench.pipeline.whatif_files import whatif_file
 from leverbench.report.whatif import verify_table
-from leverbench.report.whatif_files import whatif_file
 from leverbench.runner.run import Runner
 from leverbench.workload.traces import TrafficCall, load_traffic
 
@@ -453,6 +453,7 @@ def _load_share(cfg: SimConfig, calibration: list[dict], served: list[dict]) -> 
     return (carried + own) / sum(sim_truth.engine_s(t) for t in served)
 
 
+@pytest.mark.slow
 def test_whatif_verify_stores_its_error_and_later_forecasts_carry_it(tmp_path: Path) -> None:
     rows = (TRACES / "mooncake_conversation_trace.jsonl").read_text().splitlines()[:12]
     trace = tmp_path / "m12.jsonl"
@@ -561,7 +562,7 @@ def test_azure_code_finite_cache_saves_less_than_the_upper_bound(tmp_path: Path)
 def test_stored_verification_keeps_the_engine_times_forecast_beside_its_error(tmp_path: Path) -> None:
     """The track file's entry for the engine time: its 'forecast' is the rate model's seconds for the served
     calls (measured.service_model_s), not None beside a measured value and an error."""
-    from leverbench.report.whatif_files import TRACK_FILE, store_verification
+    from leverbench.pipeline.whatif_files import TRACK_FILE, store_verification
 
     res = forecast(plan_calls(_tied()), [ArmSpec("a", M)], "a", orders=16)
     f = res["arms"][0]

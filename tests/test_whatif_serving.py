@@ -29,9 +29,9 @@ from leverbench.analysis.whatif.verify import COMPARED, compare, measured
 from leverbench.config import load
 from leverbench.errors import BadInput
 from leverbench.ledger.reader import read_ledger
-from leverbench.report.summary_file import check_summary
+from leverbench.pipeline.summary_file import check_summary
+from leverbench.pipeline.whatif_files import whatif_file
 from leverbench.report.whatif import arms_table, verify_table
-from leverbench.report.whatif_files import whatif_file
 from leverbench.runner.run import Runner
 from leverbench.workload.traces import TrafficCall
 

@@ -19,5 +19,8 @@ sub-packages, and what each may import from the others (``tests/test_architectur
   ``rates``, ``load``.
 - :mod:`.hardware` — the engines the tool started (together or one at a time, each start and stop) and the
   GPUs: their facts, what they did in prefill and decode, the energy of a turn.  May import ``base``.
-- :mod:`.summary` (a module) — assembles everything the reports show; may import every part.
+- :mod:`.sections` — the summary's sections, declared: each names what it needs and builds its typed row and
+  its warnings.  May import ``base``, ``sequential``, ``rates``, ``load``, ``experiment``, ``hardware``.
+- :mod:`.summary` (a module) — runs the sections in order into the summary the reports show; may import every
+  part.
 """

@@ -1,6 +1,6 @@
 """``leverbench analyze TRAFFIC``: where the time of recorded traffic goes, and which lever to try first.
 
-A thin command over :func:`leverbench.report.traffic_files.analyze_file`;
+A thin command over :func:`leverbench.pipeline.traffic_files.analyze_file`;
 :mod:`leverbench.report.traffic` renders the result (terminal tables,
 Markdown, JSON or one self-contained HTML page).  Both load polars, so they
 are imported on first use and ``leverbench --help`` does not load it.
@@ -80,8 +80,8 @@ def analyze_command(traffic: Path, fmt: str | None, columns: str | None, rates_d
         raise BadInput("--out writes --format md, json or html")
     if out_path is not None and out_path.is_dir():
         raise BadInput(f"--out: {out_path} is a directory; give the file to write")
+    from ..pipeline.traffic_files import analyze_file  # noqa: PLC0415 (as above)
     from ..report import traffic as report  # noqa: PLC0415 (polars: ~0.3 s)
-    from ..report.traffic_files import analyze_file  # noqa: PLC0415 (as above)
 
     try:
         result = analyze_file(traffic, fmt=fmt, columns=columns, rates_dir=rates_dir, prefill_tps=prefill_tps,

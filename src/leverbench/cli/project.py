@@ -29,7 +29,7 @@ def project_command(run_dir: Path, input_tokens: int, output_tokens: int, gpu_ho
     """Where the time would go for one turn of INPUT/OUTPUT tokens, per arm, and what each
     lever (arms that differ in one knob) would return, from RUN_DIR's measured rates."""
     from ..analysis.summary import projection_costs  # noqa: PLC0415 (numpy and the analysis: ~0.13 s)
-    from ..report.files import summarize_dir  # noqa: PLC0415 (as above)
+    from ..pipeline.run_files import summarize_dir  # noqa: PLC0415 (as above)
 
     try:
         summary = summarize_dir(run_dir, scenario=(input_tokens, output_tokens), salvage=salvage)

@@ -27,7 +27,7 @@ def replay_command(run_dir: Path, case: str, arms: str | None, repeat: int, out:
     stored it ([experiment] store_text = true); otherwise the page replays
     the timing and says so. The page fetches nothing and opens offline.
     """
-    from ..report.files import write_replay  # noqa: PLC0415 (numpy, the analysis, jinja2: ~0.13 s)
+    from ..pipeline.run_files import write_replay  # noqa: PLC0415 (numpy, the analysis, jinja2: ~0.13 s)
 
     arm_list = None if arms is None else [a.strip() for a in arms.split(",") if a.strip()]
     path, stored = write_replay(run_dir, case, arm_list, repeat, out, salvage=salvage)

@@ -41,7 +41,7 @@ def report_command(run_dir: Path, fmt: str, write: bool, full: bool, salvage: bo
 
     A ledger whose last line was cut by a crash is read with a note; a bad line
     anywhere else stops with an error naming it, unless --salvage."""
-    from ..report.files import report_dir  # noqa: PLC0415 (numpy and the analysis: ~0.13 s)
+    from ..pipeline.run_files import report_dir  # noqa: PLC0415 (numpy and the analysis: ~0.13 s)
 
     try:
         summary, _ = report_dir(run_dir, salvage=salvage, write=write or fmt == "html")

@@ -37,8 +37,12 @@ from .common import Command, console, err_console
 @click.option("--ray-address", envvar="RAY_ADDRESS", metavar="ADDRESS",
               help="The Ray cluster that load stages with workers > 1 run on (e.g. HOST:6379 of `ray start --head`; "
               "default: $RAY_ADDRESS, else a local cluster started for the run). Needs pip install 'leverbench[ray]'.")
+@click.option("--dry-run", is_flag=True,
+              help="Print the run's plan and stop: the engines' starts, the warm-ups, each turn, probe and drift "
+              "sentinel in the order they would be sent, the metrics scrapes, the engine blocks, the load stages and "
+              "an adaptive run's looks (with --resume: what is left). Nothing is started, sent or written.")
 def run_command(experiment: Path | None, out_dir: Path | None, repeats: int | None, resume: bool, adaptive: bool,
-                full: bool, ray_address: str | None) -> None:
+                full: bool, ray_address: str | None, dry_run: bool) -> None:
     """Run EXPERIMENT (default: the bundled examples/agent-turns.toml on the embedded
     llama.cpp engine), write RUN_DIR/ledger.jsonl (every call, as it ends), then
     summary.json, report.md and report.html, and print the answer: one line per lever
@@ -69,6 +73,11 @@ def run_command(experiment: Path | None, out_dir: Path | None, repeats: int | No
                       + (f" (adaptive: up to {ad.max_repeats})" if ad else "") + f" → {out}", highlight=False)
     for note in dict.fromkeys(c.recorded_skipped for c in exp.spec.cases if c.recorded_skipped):
         err_console.print(f"leverbench: recorded turns: {note}", highlight=False)  # (a warning in the report too)
+    if dry_run:
+        from ..runner.plan import describe  # noqa: PLC0415
+
+        click.echo("\n".join(describe(Runner(exp, out, resume=resume).plan())))
+        return
     if resume and (why := nothing_to_resume(out)) is not None:  # a supervisor may always pass --resume
         click.echo(f"leverbench: nothing to resume in {out} ({why}): starting the run", err=True)
     with _progress() as progress:
@@ -81,7 +90,7 @@ def run_command(experiment: Path | None, out_dir: Path | None, repeats: int | No
                               f"'cancelled') and the engines were stopped. Resume with:\n"
                               f"  leverbench run {experiment} --out {out} --resume", highlight=False)
             sys.exit(130)
-    from ..report.files import report_dir  # noqa: PLC0415 (numpy, scipy and the analysis: after the run)
+    from ..pipeline.run_files import report_dir  # noqa: PLC0415 (numpy, scipy and the analysis: after the run)
 
     summary, _ = report_dir(out)
     err_console.print(f"wrote {out}/ledger.jsonl, summary.json, report.md, report.html\n", highlight=False)

@@ -22,7 +22,7 @@ def schema_command(which: str, check: Path | None) -> None:
     Every key is named, no other key is allowed, and the numbers a reader
     computes with carry their bounds.
     """
-    from ..report.summary_file import read_summary  # noqa: PLC0415 (pydantic)
+    from ..pipeline.summary_file import read_summary  # noqa: PLC0415 (pydantic)
     from ..schema.check import summary_json_schema  # noqa: PLC0415
 
     if check is None:

@@ -1,8 +1,8 @@
 """``leverbench whatif TRAFFIC --rates RUN_DIR``: serve a trace on each calibrated arm, simulated; and verify.
 
-A thin command over :func:`leverbench.report.whatif_files.whatif_file` (the simulation:
+A thin command over :func:`leverbench.pipeline.whatif_files.whatif_file` (the simulation:
 :mod:`leverbench.analysis.whatif.forecast`); ``--verify`` runs the same slice for real on the run's arms
-(:func:`~leverbench.report.whatif_files.verify_experiment`, through the runner) and prints forecast
+(:func:`~leverbench.pipeline.whatif_files.verify_experiment`, through the runner) and prints forecast
 against measured, storing the errors with the run.
 """
 
@@ -85,9 +85,9 @@ def whatif_command(traffic: Path, rates: Path, arms: str | None, speed: float, r
     the lever ranking.  --verify serves the same calls for real and prints the forecast's error."""
     if verify_out is not None and verify_out.exists() and not verify_out.is_dir():
         raise BadInput(f"--verify-out: {verify_out} is a file; give a run directory to create")
+    from ..pipeline.whatif_files import store_verification, verify_experiment, verify_result, whatif_file  # noqa: PLC0415
     from ..report import whatif as render  # noqa: PLC0415 (polars, numpy: on use)
     from ..report.terminal import render_tables  # noqa: PLC0415
-    from ..report.whatif_files import store_verification, verify_experiment, verify_result, whatif_file  # noqa: PLC0415
 
     try:
         result = whatif_file(traffic, rates, arms=_arms(arms), fmt=fmt, columns=columns, speed=speed,

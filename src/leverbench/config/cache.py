@@ -21,8 +21,13 @@ CacheReset = Literal["auto", "endpoint", "salt", "restart", "none"]
 
 
 class _Arm(Protocol):
-    name: str
-    engine: object | None
+    """What :func:`check_restart` reads of an arm (read-only: an arm's engine is any engine's spec)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def engine(self) -> object | None: ...
 
 
 def cache_problem(state: str, reset: str) -> str | None:

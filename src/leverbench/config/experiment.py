@@ -56,7 +56,7 @@ from .names import Arg, FilePath, Label, RunName, Url, json_problem
 from .problems import first_error
 from .recorded import recorded_case_problem
 from .stages import LoadStage, check_plans, check_stages, check_trace_paths
-from .variants import expand_variants, variant_name  # noqa: F401 (variant_name: the package's)
+from .variants import expand_variants
 
 DEFAULT_EXPERIMENT = Path("examples/agent-turns.toml")
 #: Declared conditions taken as numbers (key, lowest, highest): the ledger's header model says the same
@@ -129,13 +129,13 @@ class ExperimentSection(_Strict):
 
 
 class EngineSpec(_Strict):
-    """An engine the tool starts and stops for the arm.  ``kind``: ``embedded`` = llama.cpp's
-    llama-server (the name predates a second engine and is kept), ``vllm`` = vLLM's OpenAI server
-    (``scripts/install.sh --vllm``).  ``args`` go to the server after the tool's own flags;
-    ``ctx_size`` is llama.cpp's ``--ctx-size`` and vLLM's ``--max-model-len``; ``threads`` is
-    llama.cpp's (vLLM's CPU build binds its threads itself: ``VLLM_CPU_OMP_THREADS_BIND``)."""
+    """An engine the tool starts and stops for the arm.  ``kind`` (:mod:`leverbench.engines.registry`'s kinds, which
+    a test holds to this list): ``embedded`` = llama.cpp's llama-server (the name predates a second engine and is
+    kept), ``vllm`` = vLLM's OpenAI server, ``sim`` = the simulator.  ``args`` go to the server after the tool's
+    own flags (the simulator's: ``leverbench sim``'s options); ``ctx_size`` is llama.cpp's ``--ctx-size`` and vLLM's
+    ``--max-model-len``; ``threads`` is llama.cpp's (vLLM's CPU build binds its own: ``VLLM_CPU_OMP_THREADS_BIND``)."""
 
-    kind: Literal["embedded", "vllm"] = "embedded"
+    kind: Literal["embedded", "vllm", "sim"] = "embedded"
     args: list[Arg] = Field(default_factory=list)
     threads: Threads | None = None
     ctx_size: CtxSize = 8192
@@ -149,6 +149,10 @@ class EngineSpec(_Strict):
 
     @model_validator(mode="after")
     def _threads_for_llamacpp(self) -> "EngineSpec":
+        if self.kind == "sim":  # its args are leverbench sim's options; llama.cpp's settings are not its
+            from ..engines.sim_config import check_spec  # noqa: PLC0415
+            check_spec(self.args, sorted({"threads", "binary", "ctx_size"} & self.model_fields_set))
+            return self
         if self.kind == "vllm" and self.threads is not None:
             raise ValueError("threads is llama.cpp's setting; vLLM's CPU build binds its own threads "
                              "(set VLLM_CPU_OMP_THREADS_BIND in the environment instead)")
@@ -186,8 +190,8 @@ class Arm(_Strict):
     @model_validator(mode="after")
     def _endpoint_xor_engine(self) -> "Arm":
         if self.engine is None and not self.base_url:
-            raise ValueError("give either base_url (+ model) for an existing endpoint or "
-                             "engine = { kind = \"embedded\" } (llama.cpp) or { kind = \"vllm\" }")
+            raise ValueError("give either base_url (+ model) for an existing endpoint or engine = { kind = "
+                             "\"embedded\" } (llama.cpp), { kind = \"vllm\" } or { kind = \"sim\" } (the simulator)")
         if self.engine is not None and self.base_url:
             raise ValueError("give either base_url or engine, not both")
         if self.base_url and not self.model:
@@ -212,7 +216,8 @@ class Arm(_Strict):
         for key, lo, hi in KNOB_NUMBERS:  # the knobs a what-if serves with: the ledger's reader checks them too
             v = self.conditions.get(key)
             problem = None if v is None else check_number(v, lo, hi) or (
-                None if key == "kv_capacity_tokens" or float(v).is_integer() else f"must be a whole number, got {v}")
+                None if key == "kv_capacity_tokens" or not isinstance(v, float) or v.is_integer()  # (an int: whole)
+                else f"must be a whole number, got {v}")
             if problem:
                 raise ValueError(f"conditions.{key} {problem}")
         return self
@@ -368,13 +373,12 @@ def _read_toml(path: Path) -> dict[str, object]:
 
 
 def _check_names(file: str, spec: Experiment) -> None:
-    for what, items in (("arms", spec.arms), ("cases", spec.cases)):
+    for what, labels in (("arms", [a.name for a in spec.arms]), ("cases", [c.name for c in spec.cases])):
         seen: dict[str, int] = {}
-        for i, item in enumerate(items):
-            if item.name in seen:
-                raise ConfigError(file, f"{what}[{i}].name",
-                                  f"duplicate name {item.name!r} (also {what}[{seen[item.name]}])")
-            seen[item.name] = i
+        for i, name in enumerate(labels):
+            if name in seen:
+                raise ConfigError(file, f"{what}[{i}].name", f"duplicate name {name!r} (also {what}[{seen[name]}])")
+            seen[name] = i
     names = [a.name for a in spec.arms]
     if spec.experiment.baseline not in names:
         near = difflib.get_close_matches(spec.experiment.baseline, names, n=1) or [

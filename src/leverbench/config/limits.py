@@ -14,18 +14,18 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, Strict
 
-from ..bounds import (  # noqa: F401
-    MAX_CALL_S,
-    MAX_CONCURRENCY,
-    MAX_GPU_HOUR_USD,
-    MAX_GPUS,
-    MAX_REQUESTS,
-    MAX_TOKENS,
-    MAX_TOLERANCE,
-    SCALE_RANGE,  # shared with traffic files, the ledger and the analysis (re-exported)
-    SPEED_RANGE,
-    bound_text,
-)
+# the bounds shared with traffic files, the ledger and the analysis, which the experiment file's numbers are held to
+# too: re-exported (`X as X`) for the importers of this module
+from ..bounds import MAX_CALL_S as MAX_CALL_S
+from ..bounds import MAX_CONCURRENCY as MAX_CONCURRENCY
+from ..bounds import MAX_GPU_HOUR_USD as MAX_GPU_HOUR_USD
+from ..bounds import MAX_GPUS as MAX_GPUS
+from ..bounds import MAX_REQUESTS as MAX_REQUESTS
+from ..bounds import MAX_TOKENS as MAX_TOKENS
+from ..bounds import MAX_TOLERANCE as MAX_TOLERANCE
+from ..bounds import SCALE_RANGE as SCALE_RANGE
+from ..bounds import SPEED_RANGE as SPEED_RANGE
+from ..bounds import bound_text
 
 # ---------------------------------------------------------------- the limits
 

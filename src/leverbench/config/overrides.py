@@ -4,7 +4,6 @@ run's own adaptive settings), each checked as the experiment file's own keys are
 from __future__ import annotations
 
 from ..errors import ConfigError
-from ..json_types import JSONObject
 from .adaptive import AdaptiveSpec, check_adaptive
 from .experiment import LoadedExperiment
 from .limits import MAX_REPEATS, check_whole
@@ -22,12 +21,16 @@ def with_repeats(exp: LoadedExperiment, repeats: int | None) -> LoadedExperiment
     return exp.model_copy(update={"spec": spec})
 
 
-def with_adaptive(exp: LoadedExperiment, adaptive: bool | JSONObject) -> LoadedExperiment:
+def with_adaptive(exp: LoadedExperiment, adaptive: bool | AdaptiveSpec) -> LoadedExperiment:
     """``run --adaptive`` (True): the experiment with adaptive repeats at the defaults of :class:`AdaptiveSpec`,
-    unless its file sets them already (then as the file says); a dict: those settings (a resumed run's own)."""
+    unless its file sets them already (then as the file says); an :class:`AdaptiveSpec`: those settings (a resumed
+    run's own, as its header recorded them: :class:`~.settings.RunSettings`)."""
     if not adaptive or exp.spec.experiment.adaptive is not None:
         return exp
     spec = exp.spec.model_copy(deep=True)
-    spec.experiment.adaptive = AdaptiveSpec(**adaptive) if isinstance(adaptive, dict) else AdaptiveSpec()
+    if isinstance(adaptive, AdaptiveSpec):  # checked again as the file's keys are (a header's are read as recorded)
+        spec.experiment.adaptive = AdaptiveSpec.model_validate(adaptive.model_dump())
+    else:
+        spec.experiment.adaptive = AdaptiveSpec()
     check_adaptive(str(exp.path), spec.experiment, "--adaptive")
     return exp.model_copy(update={"spec": spec})

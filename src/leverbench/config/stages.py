@@ -72,10 +72,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from ..json_types import JSONObject
 from ..trace_formats import TRACE_FORMATS
 from .limits import (
     MAX_REQUESTS,
@@ -115,7 +116,7 @@ class LoadStage(BaseModel):
     prefix_sharing: Fraction = Field(0.0, description="closed/open: fraction of each prompt's tokens shared by all "
                                      "the stage's requests (shared part first; 0: all distinct, 1: identical)")
     trace: FilePath | None = Field(None, description="trace mode: traffic file, relative to the experiment file")
-    trace_format: Literal[TRACE_FORMATS] | None = None  # type: ignore[valid-type]
+    trace_format: Literal[TRACE_FORMATS] | None = None  # type: ignore[valid-type]  # pydantic unpacks the tuple
     speed: Speed = Field(1.0, description="trace mode: arrival times and tool waits are divided by this")
     scale_input: Scale = Field(1.0, description="trace mode: input lengths (and prefix blocks) times this")
     scale_output: Scale = Field(1.0, description="trace mode: output lengths times this")
@@ -204,9 +205,9 @@ class LoadStage(BaseModel):
                                  "(cap calls in flight with max_in_flight)")
             if self.rate is None:
                 raise ValueError("an open stage needs rate (requests per second, or a list for a sweep)")
-            vals = _as_list(self.rate)
-            if not vals or any(not (isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
-                                    and math.isfinite(v)) for v in vals):
+            rates = _as_list(self.rate)
+            if not rates or any(not (isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+                                     and math.isfinite(v)) for v in rates):
                 raise ValueError("rate must be a number > 0 or a list of them")
         return self
 
@@ -215,7 +216,10 @@ class LoadStage(BaseModel):
         return isinstance(self.concurrency, list) or isinstance(self.rate, list)
 
 
-def _as_list(v: object) -> list:
+_T = TypeVar("_T")
+
+
+def _as_list(v: _T | list[_T]) -> list[_T]:
     return list(v) if isinstance(v, list) else [v]
 
 
@@ -229,10 +233,10 @@ class PlannedStage:
     concurrency: int | None
     rate: float | None
 
-    def params(self) -> dict:
+    def params(self) -> JSONObject:
         """The stage's parameters as recorded with every call."""
         s = self.stage
-        out: dict = {"stage": self.name, "mode": s.mode}
+        out: JSONObject = {"stage": self.name, "mode": s.mode}
         if self.sweep:
             out["sweep"] = self.sweep
         if s.mode == "closed":
@@ -270,9 +274,9 @@ def expand(stages: list[LoadStage]) -> list[PlannedStage]:
                 out.append(PlannedStage(s, f"{s.name}@c{c}" if sweep else s.name, s.name if sweep else None, int(c),
                                         None))
         elif s.mode == "open":
-            vals = _as_list(s.rate)
+            assert s.rate is not None  # an open stage has its rate (LoadStage's check)
             sweep = isinstance(s.rate, list)
-            for r in vals:
+            for r in _as_list(s.rate):
                 out.append(PlannedStage(s, f"{s.name}@{_fmt_rate(float(r))}rps" if sweep else s.name,
                                         s.name if sweep else None, None, float(r)))
         else:

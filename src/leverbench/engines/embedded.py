@@ -22,9 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import EngineError
+from .interface import EngineBuild, EngineFacts
 from .llama_flags import FlagError, check
 from .llama_launcher import build_number, package_version
-from .process import EngineBuild, EngineFacts, EngineProcess
+from .process import EngineProcess
+from .registry import EngineKind, Launch
 
 INSTALL_HINT = (
     "install the embedded engine with scripts/install.sh (the prebuilt llama.cpp server xllamacpp and the model: "
@@ -90,6 +92,7 @@ class EmbeddedEngine(EngineProcess):
     """One llama.cpp server process for one arm: the prebuilt engine, or *binary* when the arm names one."""
 
     model_id = "SmolLM2-135M-Instruct-Q4_1"
+    reset_dialect = "llama.cpp"  # POST /slots/{id}?action=erase (working when started resettable: reset_args)
 
     def __init__(self, name: str, args: list[str], log_path: Path, *, threads: int | None = None,
                  ctx_size: int = 8192, startup_timeout_s: float | None = None, binary: str | None = None,
@@ -139,7 +142,11 @@ class EmbeddedEngine(EngineProcess):
             return []
         return ["--slot-save-path", str(self.log_path.with_suffix(".slots")), "--cache-ram", "0"]
 
-    def discover(self) -> EngineFacts:
+    def reset_slots(self) -> int:
+        parallel = _last_flag(self.args, ("-np", "--parallel"), 1)
+        return int(parallel) if str(parallel).isdigit() else 1
+
+    def facts(self) -> EngineFacts:
         """Facts about the running engine: its build, arguments and model (discovery adds its knobs)."""
         build = binary_build(self.binary) if self.binary else prebuilt_build()
         out: EngineFacts = {"engine": "llama.cpp llama-server", "engine_build": build,
@@ -158,3 +165,13 @@ def _last_flag(args: list[str], names: tuple[str, ...], default: Any) -> Any:
         if a in names:
             value = args[i + 1]
     return value
+
+
+def _make(launch: Launch) -> EmbeddedEngine:
+    spec = launch.spec
+    return EmbeddedEngine(launch.arm, list(spec.args), launch.log_path, threads=spec.threads, ctx_size=spec.ctx_size,
+                          startup_timeout_s=launch.startup_timeout_s, binary=spec.binary,
+                          devices=None if spec.devices is None else list(spec.devices), resettable=launch.resettable)
+
+
+ENGINE = EngineKind("embedded", "llama.cpp's llama-server: the prebuilt xllamacpp, or a binary of your own", _make)

@@ -8,8 +8,9 @@ however the tool ends (SIGKILL, a crash), the engine gets SIGTERM and takes its 
 :meth:`EngineProcess.command` (the argument vector, port included),
 :meth:`EngineProcess.environment` (None: the tool's own), ``label`` (how
 messages name the program), ``model_id`` (the model name its chat endpoint
-serves) and :meth:`EngineProcess.discover` (facts about itself for the ledger's
-header; discovery adds what the endpoint says).
+serves), :meth:`EngineProcess.facts` (facts about itself for the ledger's
+header; discovery adds what the endpoint says) and ``reset_dialect`` (whose cache-reset endpoint its server
+serves).  Every one is an :class:`~.interface.Engine`, the interface the runner drives it through.
 """
 
 from __future__ import annotations
@@ -25,43 +26,27 @@ import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable
-
-from typing_extensions import TypedDict
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from ..errors import EngineError
-from ..json_types import JSONValue
+from .interface import EngineFacts, Readiness, Release
+
+if TYPE_CHECKING:
+    import aiohttp
 
 
-class EngineBuild(TypedDict, total=False):
-    """Which build of an engine ran: llama.cpp's (a binary's ``--version``, a package's version and build number)
-    or vLLM's distribution and version."""
-
-    binary: str
-    version: str
-    commit: str | None
-    build_number: int | None
-    package: str
-    package_version: str | None
-    distribution: str
-
-
-class EngineFacts(TypedDict, total=False):
-    """What an engine the tool started says of itself (:meth:`EngineProcess.discover`; the arm's ``discovered``
-    gets these keys, discovery adds its knobs)."""
-
-    engine: str
-    engine_build: EngineBuild
-    engine_args: list[str]
-    threads: int
-    ctx_size: int
-    parallel: str | int  # llama-server's -np as given (1 when not)
-    model_file: str | None
-    model_id: str
-    model_source: JSONValue  # the converted checkpoint's source.json ``gguf`` (vLLM)
-    torch: dict[str, str]  # the torch build vLLM runs on: its version and CUDA (engines.vllm.torch_build)
-    tensor_parallel: int  # vLLM's --tensor-parallel-size (1 when not given)
-    reset_setup: list[str]  # what the tool added so that a cache reset works (llama.cpp flags, vLLM's environment)
+def exit_words(returncode: int) -> str:
+    """How a process ended, in words: ``exited with code 1``, or the signal that killed it (a negative
+    :attr:`subprocess.Popen.returncode`) named, with what SIGILL means for a server binary."""
+    if returncode >= 0:
+        return f"exited with code {returncode}"
+    try:
+        name = signal.Signals(-returncode).name
+    except ValueError:
+        name = f"signal {-returncode}"
+    why = (" (an instruction this CPU lacks: a binary built for another machine's CPU, e.g. with -march=native; "
+           "rebuild it here or portable)") if -returncode == signal.SIGILL else ""
+    return f"was killed by {name} (exit code {returncode}){why}"
 
 
 def free_port() -> int:
@@ -103,6 +88,26 @@ def end_group(pgid: int, grace_s: float) -> None:
         os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def group_members(pgid: int | None) -> list[int]:
+    """The processes of process group *pgid* still there (zombies not counted), from /proc."""
+    if pgid is None:
+        return []
+    out = []
+    try:
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return []
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            out.append(pid)
+    return out
 
 
 def stop_group(proc: subprocess.Popen[bytes], stop_timeout_s: float, grace_s: float) -> None:
@@ -192,7 +197,8 @@ def derived_timeout(model_bytes: int | None, where: str) -> tuple[float, str]:
 
 
 class EngineProcess:
-    """One server process for one arm: ``start()`` → base URL, ``alive()``, ``death_note()``, ``stop()``.
+    """One server process for one arm, an :class:`~.interface.Engine`: ``start()`` → base URL, ``ready()``,
+    ``alive()``, ``death_note()``, ``reset_cache()``, ``facts()``, ``stop()``, ``released()`` (its process group).
 
     ``startup_timeout_s`` None: derived from the model's size where the engine knows it (:meth:`model_bytes`,
     :func:`derived_timeout`), else :data:`DEFAULT_STARTUP_TIMEOUT_S`; ``timeout_from`` says which.  ``devices``:
@@ -203,6 +209,7 @@ class EngineProcess:
 
     label = "engine"
     model_id = ""
+    reset_dialect: str | None = None  # whose cache-reset endpoint its server serves (engines.reset); None: none
     stop_timeout_s = 10.0
     orphan_grace_s = 5.0
 
@@ -217,6 +224,7 @@ class EngineProcess:
         self.devices = None if devices is None else [str(d) for d in devices]
         self.port: int | None = None
         self.proc: subprocess.Popen[bytes] | None = None
+        self._stopped = False  # stopped by :meth:`stop` (not dead of its own)
         self.t_start: float | None = None
         self.ready_s: float | None = None
         self.log_offset = 0
@@ -254,13 +262,39 @@ class EngineProcess:
         """The process's environment; None: the tool's own."""
         return None
 
-    def discover(self) -> EngineFacts:
+    def facts(self) -> EngineFacts:
         raise NotImplementedError
+
+    def discover(self) -> EngineFacts:
+        """:meth:`facts` under the name it had before the engine interface."""
+        return self.facts()
+
+    def ready(self) -> Readiness:
+        """How the latest start went (:class:`~.interface.Readiness`)."""
+        return Readiness(self.startup_timeout_s, self.timeout_from, self.t_start,
+                         self.proc.pid if self.proc is not None else None, self.ready_s, self.model_load_s())
+
+    def reset_slots(self) -> int:
+        """The slots it was started with (llama.cpp's: erased where ``GET /slots`` lists none and ``GET /props``
+        reports no ``total_slots``)."""
+        return 1
+
+    async def reset_cache(self, session: aiohttp.ClientSession, headers: Mapping[str, str]) -> str | None:
+        """Empty its cache through its server's own endpoint (:func:`.reset.reset_through`, ``reset_dialect``)."""
+        from .reset import reset_through  # noqa: PLC0415 (aiohttp: only a run that resets needs it)
+
+        return await reset_through(self.reset_dialect, session, self.base_url, headers, self.reset_slots())
+
+    def released(self) -> Release:
+        """Its process group (its process's id: the group's leader) and the processes of it still there."""
+        group = self.proc.pid if self.proc is not None else None
+        return Release(group, tuple(group_members(group)))
 
     def start(self) -> str:
         """Start on a free loopback port and wait until ``/health`` answers 200; returns the base URL.
-        A process that exits while starting, or is not healthy within ``startup_timeout_s``, raises
-        :class:`EngineError` with the log's last lines."""
+        A process that exits while starting, or is not healthy within ``startup_timeout_s``, is stopped with its
+        process group (:meth:`stop`) and raises :class:`EngineError` with the log's last lines."""
+        self.proc, self._stopped = None, False  # (an earlier start's process is not this one's)
         self.port = free_port()
         self._timeout()
         cmd = self.command()
@@ -285,8 +319,9 @@ class EngineProcess:
         deadline = time.monotonic() + self.startup_timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
+                self.stop()  # what its group still holds (a child it left behind): a failed start leaves nothing
                 raise EngineError(
-                    f"arm {self.name!r}: {self.label} exited with code {self.proc.returncode} while starting; "
+                    f"arm {self.name!r}: {self.label} {exit_words(self.proc.returncode)} while starting; "
                     f"last lines of {self.log_path}:\n{log_tail(self.log_path)}"
                 )
             try:
@@ -306,10 +341,10 @@ class EngineProcess:
         return self.proc is not None and self.proc.poll() is None
 
     def death_note(self) -> str | None:
-        """None while running; otherwise why it stopped, with the log's tail."""
-        if self.proc is None or self.proc.poll() is None:
+        """None while running, and once :meth:`stop` stopped it; otherwise why it stopped, with the log's tail."""
+        if self.proc is None or self.proc.poll() is None or self._stopped:
             return None
-        return (f"arm {self.name!r}: {self.label} died (exit code {self.proc.returncode}); "
+        return (f"arm {self.name!r}: {self.label} died ({exit_words(self.proc.returncode)}); "
                 f"last lines of {self.log_path}:\n{log_tail(self.log_path)}")
 
     def stop(self) -> None:
@@ -318,3 +353,4 @@ class EngineProcess:
         too and SIGKILL after ``orphan_grace_s`` (:func:`stop_group`)."""
         if self.proc is not None:
             stop_group(self.proc, self.stop_timeout_s, self.orphan_grace_s)
+            self._stopped = True

@@ -3,8 +3,10 @@ builds one option per field) does not load aiohttp."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
+from typing import Sequence
 
 from .simulator.dialects import DIALECTS
 
@@ -84,3 +86,76 @@ _FRACTION_FIELDS = (
     "output_jitter", "draft_acceptance", "draft_memory", "fault_http_500", "fault_http_429", "fault_cut_stream",
     "fault_stall", "fault_malformed", "fault_no_usage",
 )  # fmt: skip
+
+
+SERVER_FLAGS = ("--host", "--port")  # leverbench sim's own options apart from SimConfig's
+
+
+def from_args(args: Sequence[str]) -> SimConfig:
+    """The settings ``leverbench sim`` takes from its command-line options *args*: one per field, its name with
+    dashes (``--decode-tps 300`` or ``--decode-tps=300``; a switch ``--prefix-cache`` / ``--no-prefix-cache``),
+    as :mod:`leverbench.cli.sim` makes them; ValueError naming what is wrong.  ``--host`` and ``--port`` (where
+    the server listens, not how it serves) are refused: the tool that starts it picks them."""
+    fields = {f.name: f for f in dataclasses.fields(SimConfig)}
+    switches = {name: f for f in fields.values() if isinstance(f.default, bool) for name in (f.name, "no_" + f.name)}
+    settings: dict[str, object] = {}
+    i = 0
+    while i < len(args):
+        flag, eq, value = args[i].partition("=")
+        i += 1
+        name = flag.removeprefix("--").replace("-", "_")
+        if flag in SERVER_FLAGS:
+            raise ValueError(f"{flag} is the tool's: it starts the simulator on a free loopback port")
+        # click knows each option by its dashed name only: --decode_tps is no option of leverbench sim's
+        if flag.startswith("--") and "_" in flag and (name in fields or name in switches):
+            raise ValueError(f"{flag!r} is not an option of leverbench sim: its options are spelled with dashes "
+                             f"(write --{name.replace('_', '-')})")
+        field = (switches.get(name) or fields.get(name)) if flag.startswith("--") else None
+        if field is None:
+            raise ValueError(f"{args[i - 1]!r} is not an option of leverbench sim (its options: leverbench sim --help)")
+        if isinstance(field.default, bool):
+            if eq:
+                raise ValueError(f"{flag} is a switch: it takes no value")
+            settings[field.name] = not name.startswith("no_")
+            continue
+        if not eq:
+            if i >= len(args):
+                raise ValueError(f"{flag} needs a value")
+            value, i = args[i], i + 1
+        kind: type = type(field.default)  # int, float or str (every field has a default)
+        try:
+            settings[field.name] = kind(value)
+        except ValueError:
+            raise ValueError(f"{flag} takes {'an integer' if kind is int else 'a number'} (got {value!r})") from None
+    return SimConfig(**settings)  # type: ignore[arg-type]  # each value typed as its field's default
+
+
+#: How to run the simulator as an endpoint of one's own (what an arm of kind ``sim`` cannot be).
+_AS_ENDPOINT = ("run `leverbench sim {option}` yourself and give the arm base_url = \"http://HOST:PORT{path}\" "
+                "and model instead of engine")
+
+
+def check_spec(args: Sequence[str], others: Sequence[str]) -> None:
+    """An arm's ``engine`` table of kind ``sim``: its *args* (:func:`from_args`), and no other setting of *others*
+    (the names of llama.cpp's, and a context size: the simulator has none); ValueError saying what is wrong.
+
+    The tool starts the simulator as it starts an engine: healthy when ``/health`` answers, its chat under
+    ``/v1`` and its own endpoints at the root of the URL it hands the run.  So two of ``leverbench sim``'s options
+    are refused here, with the way to the same simulator as an endpoint: ``--dialect openai`` (a hosted API: no
+    ``/health``, no cache reset, no ``/metrics``) and a ``--base-path`` other than ``/v1``."""
+    if others:
+        raise ValueError(f"{', '.join(others)}: not a setting of kind = \"sim\" (the simulator's speeds, slots and "
+                         "cache are its args: leverbench sim's options, e.g. [\"--decode-tps\", \"300\"])")
+    try:
+        cfg = from_args(args)
+    except ValueError as exc:
+        raise ValueError(f"args: {exc}") from None
+    if cfg.dialect == "openai":
+        raise ValueError("args: --dialect openai imitates a hosted API, which serves no /health, no cache reset and no "
+                         "/metrics, so the tool cannot start and reset it as an engine: give --dialect llama.cpp, "
+                         "vllm or sglang, or " + _AS_ENDPOINT.format(option="--dialect openai", path="/v1"))
+    if cfg.base_path != SimConfig.base_path:
+        given = cfg.base_path or '""'
+        raise ValueError(f"args: --base-path {given}: the tool serves the engines it starts at {SimConfig.base_path} "
+                         "(their own endpoints at the root); leave it out, or "
+                         + _AS_ENDPOINT.format(option=f"--base-path {given}", path=cfg.base_path))

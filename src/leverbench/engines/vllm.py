@@ -46,7 +46,9 @@ from typing import Any
 
 from ..errors import EngineError
 from .embedded import model_path as gguf_path
-from .process import EngineFacts, EngineProcess, log_tail
+from .interface import EngineFacts
+from .process import EngineProcess, log_tail
+from .registry import EngineKind, Launch
 
 INSTALL_HINT = "install vLLM with scripts/install.sh --vllm, or give the arm a base_url of a running vLLM server"
 MODEL_ID = "SmolLM2-135M-Instruct"  # the name the server serves the model under (--served-model-name)
@@ -254,28 +256,12 @@ def tensor_parallel(args: list[str]) -> int:
         return 1
 
 
-def speculative_method(args: list[str]) -> str | bool | None:
-    """The drafter named by ``--speculative-config`` (or ``--speculative_config``) in vLLM arguments:
-    its ``method`` (``ngram``, ``eagle``, ...), True when the JSON names none, None without the flag."""
-    for i, a in enumerate(args):
-        value = None
-        if a.split("=", 1)[0] in ("--speculative-config", "--speculative_config"):
-            value = a.split("=", 1)[1] if "=" in a else (args[i + 1] if i + 1 < len(args) else None)
-        if value is None:
-            continue
-        try:
-            cfg = json.loads(value)
-        except ValueError:
-            return True
-        return str(cfg.get("method") or cfg.get("model") or True) if isinstance(cfg, dict) else True
-    return None
-
-
 class VllmEngine(EngineProcess):
     """One vLLM OpenAI server (``python -m vllm.entrypoints.openai.api_server``) for one arm."""
 
     label = "vLLM"
     model_id = MODEL_ID
+    reset_dialect = "vllm"  # POST /reset_prefix_cache (served when started resettable: environment)
     stop_timeout_s = 30.0  # the API server stops its engine-core process first
 
     def __init__(self, name: str, args: list[str], log_path: Path, *, ctx_size: int = 4096,
@@ -389,7 +375,7 @@ class VllmEngine(EngineProcess):
         return (f"arm {self.name!r}: {self.label}'s {dead[1]} (pid {dead[0]}) died; its API server is going "
                 f"down with it; last lines of {self.log_path}:\n{log_tail(self.log_path)}")
 
-    def discover(self) -> EngineFacts:
+    def facts(self) -> EngineFacts:
         """Facts about the started server: vLLM's distribution and version, its arguments and model."""
         dist = distribution() or ("vllm", "unknown")
         out: EngineFacts = {"engine": "vllm", "engine_build": {"distribution": dist[0], "version": dist[1]},
@@ -402,6 +388,16 @@ class VllmEngine(EngineProcess):
         if self.resettable:
             out["reset_setup"] = ["VLLM_SERVER_DEV_MODE=1", *self.reset_args()]
         return out
+
+
+def _make(launch: Launch) -> VllmEngine:
+    spec = launch.spec
+    return VllmEngine(launch.arm, list(spec.args), launch.log_path, ctx_size=spec.ctx_size,
+                      startup_timeout_s=launch.startup_timeout_s,
+                      devices=None if spec.devices is None else list(spec.devices), resettable=launch.resettable)
+
+
+ENGINE = EngineKind("vllm", "vLLM's OpenAI server (scripts/install.sh --vllm)", _make)
 
 
 def main(argv: list[str]) -> int:

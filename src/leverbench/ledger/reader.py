@@ -59,7 +59,9 @@ are checked by their columns: the bounds of the fields' types (:func:`.schema.co
 field null, an arm the header does not know; a row that breaks one, or holds an ``error`` or ``timings``
 read as text (whose form the columns do not show), is validated as a record, which names the field, and
 so is every record of the other kinds (parsed as the file is read).  The fields no column holds (a call's
-``chunk_t``, ...) are validated when ``records`` parses every record.
+``chunk_t``, ...) are validated when ``records`` parses every record.  What polars made of a large ledger it
+read whole is kept beside it (:mod:`.sidecar`, ``ledger.jsonl.columns``) for the next read of the same
+ledger, unchanged, to take instead of parsing every line; every check above runs all the same.
 """
 
 from __future__ import annotations
@@ -69,15 +71,16 @@ import json
 import mmap
 import os
 import stat
+import time
 from contextlib import suppress
 from pathlib import Path
-from typing import Any, Generic, Iterable, Iterator, Literal, Mapping, TypeVar, get_args, overload
+from typing import Any, Generic, Iterable, Iterator, Literal, Mapping, TypeGuard, TypeVar, cast, get_args, overload
 
 import numpy as np
 import orjson
 
 from ..errors import LedgerError
-from . import upgrade
+from . import sidecar, upgrade
 from .records import (
     CALL_FLAGS,
     CALL_HASHES,
@@ -110,6 +113,7 @@ CallKind = Literal["call", "probe", "sentinel", "load", "warmup"]  # the kinds o
 
 COLUMNAR_MIN_BYTES = 16 << 20  # from this file size on, polars reads the call and turn records as columns
 CHUNK_BYTES = 64 << 20  # what polars reads at a time of a file it does not read whole
+NEWLINE_BLOCK, SHORT_LINES = 1 << 20, 4096  # newlines are looked for a block at a time; this many in one: short lines
 COLUMN_KINDS = {"call": (CALL_NUMBERS, CALL_FLAGS, CALL_TIMINGS), "turn": (TURN_NUMBERS, TURN_FLAGS, ())}
 HASH_KINDS = {"call": CALL_HASHES, "turn": ()}
 TIMINGS_AS_TEXT = "timings read as text"  # a column of polars' reading (_frame), not of a record
@@ -118,7 +122,8 @@ UNKNOWN_KIND = "is not a ledger record of a known kind"
 RESTART_KINDS = ("resume", "run")  # what a resumed run writes first after ending a cut line
 SHARD_RESTART_KINDS = ("shard", "clock")  # what a worker writes first to its shard (after ending a cut line)
 SHARDS_DIR = "ledger.d"  # beside ledger.jsonl: the workers' shards, worker-K.jsonl
-WORKER_CLOCK_FIELDS = ("t_send", "scheduled_t")  # the epoch times a worker's load records hold (its clock)
+# the epoch times a worker's load records hold (its clock)
+WORKER_CLOCK_FIELDS: tuple[Literal["t_send", "scheduled_t"], ...] = ("t_send", "scheduled_t")
 SCHEMA_HINT = ("not a record leverbench writes (the ledger was edited or damaged); nothing was read. To read the "
                "other records without it, pass --salvage")
 SALVAGE_HINT = ("the ledger is damaged (a crash cuts only the last line written); nothing was read. "
@@ -165,8 +170,8 @@ class Columns:
         """From record dicts (of *kind*)."""
         recs = list(records)
         numbers, flags, timings = COLUMN_KINDS[kind]
-        nested = [r.get("timings") if timings else None for r in recs]
-        nested = [t if isinstance(t, dict) else None for t in nested]
+        got = [r.get("timings") if timings else None for r in recs]
+        nested = [t if isinstance(t, dict) else None for t in got]
         nums = {k: np.array([r.get(k) for r in recs], dtype=float) for k in numbers}
         nums.update({f"timings.{k}": np.array([None if t is None else t.get(k) for t in nested], dtype=float)
                      for k in timings})
@@ -188,9 +193,14 @@ class Columns:
         labels = {}
         for k in LABELS:
             s = col(k)
-            names = s.drop_nulls().unique(maintain_order=True).cast(pl.String)
-            codes = s.cast(pl.Enum(names)).to_physical().cast(pl.Int64).fill_null(len(names))
-            labels[k] = (codes.to_numpy(writable=True), names.to_list() + [None] * bool(s.null_count()))
+            names = s.drop_nulls().unique(maintain_order=True)
+            # each row's index into *names*, from the categories' codes (a lookup table: no text compared)
+            lookup = np.full(int(s.to_physical().max() or 0) + 1, len(names), np.int64)
+            lookup[names.to_physical().to_numpy()] = np.arange(len(names))
+            codes = lookup[s.to_physical().fill_null(0).to_numpy()]
+            if s.null_count():
+                codes[s.is_null().to_numpy()] = len(names)
+            labels[k] = (codes, names.cast(pl.String).to_list() + [None] * bool(s.null_count()))
         nums = {k: col(k).to_numpy(writable=True) for k in numbers}
         nums.update({f"timings.{k}": col("timings", k).to_numpy(writable=True) for k in timings})
         has_timings = col("timings").is_not_null() if timings else pl.repeat(False, int(rows.sum()), eager=True)
@@ -214,7 +224,7 @@ class Ledger(Generic[H]):
                  warnings: list[str] | None = None, *, _source: _Source | None = None,
                  _columns: dict[str, Columns] | None = None) -> None:
         self.path = path
-        self.header = header
+        self.header: H = header
         self.warnings = warnings if warnings is not None else []
         self._records = records if records is not None or _source is not None else []
         self._source, self._columns = _source, _columns or {}
@@ -252,7 +262,8 @@ class Ledger(Generic[H]):
         if self._records is None and self._source is not None and not set(kinds) & set(self._columns):
             if self._others is None:
                 self._others = self._source.parse(self._source.others)
-            return (r for r in (*self._others, *self._shard_records) if r.get("kind") in kinds)
+            others = self._others + self._shard_records
+            return (r for r in others if r.get("kind") in kinds)
         return (r for r in self.records if r.get("kind") in kinds)
 
     def columns(self, kind: str) -> Columns:
@@ -273,7 +284,7 @@ class Ledger(Generic[H]):
             self.warnings.extend(shard.warnings)
             self.skipped += shard.skipped
             merged.extend(shard.records)
-        merged.sort(key=lambda r: r.get("t_send", r.get("t")) or 0.0)
+        merged.sort(key=_when)
         self._shard_records.extend(merged)
         if self._records is not None:
             self._records.extend(merged)
@@ -354,20 +365,38 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def _lines(mm: mmap.mmap) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _lines(mm: mmap.mmap, ends: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(starts, ends, nonblank, closed) of the lines of *mm*: line i is ``mm[starts[i]:ends[i]]``
     (its newline at ``ends[i]``), ``nonblank[i]``: it holds more than ASCII white space, ``closed[i]``:
-    its last byte is "}" (as every line the writer ends)."""
+    its last byte is "}" (as every line the writer ends).  *ends*: where they end, when known (kept beside the
+    ledger: :mod:`.sidecar`)."""
     buf = np.frombuffer(mm, np.uint8)
-    ends = np.concatenate([np.zeros(0, np.int64), *(np.flatnonzero(buf[at:at + CHUNK_BYTES] == 10) + at
-                                                    for at in range(0, len(buf), CHUNK_BYTES))])
-    if len(buf) and buf[-1] != 10:
-        ends = np.append(ends, len(buf))
+    if ends is None:
+        ends = _newlines(mm, buf)
+        if len(buf) and buf[-1] != 10:
+            ends = np.append(ends, len(buf))
     starts = np.concatenate(([0], ends[:-1] + 1)).astype(np.int64)[:len(ends)]
     nonblank = buf[np.minimum(starts, len(buf) - 1)] == ord("{")
     for i in np.flatnonzero(~nonblank).tolist():
         nonblank[i] = bool(mm[starts[i]:ends[i]].strip())
     return starts, ends, nonblank, buf[np.maximum(ends - 1, 0)] == ord("}")
+
+
+def _newlines(mm: mmap.mmap, buf: np.ndarray) -> np.ndarray:
+    """The offsets of *mm*'s newlines (*buf*: its bytes), in order."""
+    parts, find = [np.zeros(0, np.int64)], mm.find
+    for a in range(0, len(buf), NEWLINE_BLOCK):
+        b, at = min(a + NEWLINE_BLOCK, len(buf)), a
+        found: list[int] = []
+        # memchr from one newline to the next: lines of a record each (~1 kB) are found in a third of the time
+        # numpy takes to compare every byte and gather the matches; a block of short lines goes to numpy
+        while len(found) < SHORT_LINES and (end := find(b"\n", at, b)) >= 0:
+            found.append(end)
+            at = end + 1
+        parts.append(np.array(found, dtype=np.int64))
+        if len(found) == SHORT_LINES:
+            parts.append(np.flatnonzero(buf[at:b] == 10) + at)
+    return np.concatenate(parts)
 
 
 def _check_header(path: Path, header: Any, kind: str = "run", line: int = 1) -> HeaderRow:
@@ -380,7 +409,7 @@ def _check_header(path: Path, header: Any, kind: str = "run", line: int = 1) -> 
     if defect is not None:
         raise LedgerError(f"{path}: line {line}: {defect}; the {kind} header is not one leverbench writes "
                           "(edited or damaged): nothing can be read without it")
-    return header
+    return cast(HeaderRow, header)  # (its schema's model has just checked it)
 
 
 class _Scan:
@@ -493,8 +522,8 @@ class _Scan:
             raise LedgerError(f"{self.path}: line {first + 1} {self.bad[first]} and is not the last line written "
                               f"before a crash; {SALVAGE_HINT}")
         if self.error is not None:
-            index, message = self.error
-            raise LedgerError(message if index is None else message.format(path=self.path, line=index + 1))
+            at_line, message = self.error
+            raise LedgerError(message if at_line is None else message.format(path=self.path, line=at_line + 1))
         if self.header is None:
             raise LedgerError(f"{self.path}: empty ledger (no run header)")
 
@@ -509,6 +538,24 @@ class _Scan:
         """How many records (lines of a known kind the schema refuses) were skipped with *salvage*."""
         return len(self.invalid) if self.salvage else 0
 
+    def run_header(self) -> RunHeaderRow:
+        """The ``run`` header read (there is one once :meth:`raise_errors` let a ledger's lines pass)."""
+        header = self.header
+        assert header is not None and header["kind"] == "run"
+        return header
+
+    def shard_header(self) -> ShardHeaderRow:
+        """The ``shard`` header read (there is one once :meth:`raise_errors` let a shard's lines pass)."""
+        header = self.header
+        assert header is not None and header["kind"] == "shard"
+        return header
+
+    def ledger(self, header: H) -> Ledger[H]:
+        """The records kept, as a ledger opened by *header* (:meth:`run_header` or :meth:`shard_header`)."""
+        led = Ledger(self.path, header, self.kept, self.warnings())
+        led.skipped = self.skipped()
+        return led
+
 
 def _frame(source: Path | bytes) -> Any:
     """Polars' reading of *source* (the file, or lines of it): kind, labels, numbers, flags, error and
@@ -520,12 +567,9 @@ def _frame(source: Path | bytes) -> Any:
     import polars as pl  # noqa: PLC0415 (a small ledger never loads polars)
 
     for number in (pl.Float64,) if isinstance(source, Path) else (pl.Float64, pl.String):
-        schema = {"kind": pl.Categorical, **dict.fromkeys(LABELS, pl.Categorical), **dict.fromkeys(CALL_HASHES, pl.Categorical),
-                  **dict.fromkeys(CALL_NUMBERS + TURN_NUMBERS, pl.Float64),
-                  **dict.fromkeys(CALL_FLAGS + TURN_FLAGS, pl.Boolean), "error": pl.String,
-                  "timings": pl.Struct(dict.fromkeys(CALL_TIMINGS, number))}
         try:
-            frame = pl.read_ndjson(source if isinstance(source, Path) else io.BytesIO(source), schema=schema)
+            frame = pl.read_ndjson(source if isinstance(source, Path) else io.BytesIO(source),
+                                   schema=_frame_schema(number))
             if number == pl.String:
                 frame = frame.cast({"timings": pl.Struct(dict.fromkeys(CALL_TIMINGS, pl.Float64))}, strict=True)
             frame = frame.with_columns((pl.col("timings").is_not_null() if number == pl.String else pl.lit(False))
@@ -535,6 +579,17 @@ def _frame(source: Path | bytes) -> Any:
         except (pl.exceptions.PolarsError, pl.exceptions.PanicException):
             continue
     return None
+
+
+def _frame_schema(number: Any = None) -> dict[str, Any]:
+    """What :func:`_frame` asks polars to read, ``timings``' numbers as *number* (default Float64); with
+    *number* None, the frame it returns (with ``TIMINGS_AS_TEXT``)."""
+    import polars as pl  # noqa: PLC0415 (a small ledger never loads polars)
+
+    return {"kind": pl.Categorical, **dict.fromkeys(LABELS, pl.Categorical), **dict.fromkeys(CALL_HASHES, pl.Categorical),
+            **dict.fromkeys(CALL_NUMBERS + TURN_NUMBERS, pl.Float64), **dict.fromkeys(CALL_FLAGS + TURN_FLAGS, pl.Boolean),
+            "error": pl.String, "timings": pl.Struct(dict.fromkeys(CALL_TIMINGS, number or pl.Float64)),
+            **({TIMINGS_AS_TEXT: pl.Boolean} if number is None else {})}
 
 
 def _frame_by_chunks(mm: mmap.mmap, starts: np.ndarray, ends: np.ndarray, nonblank: np.ndarray, scan: _Scan) -> Any:
@@ -567,30 +622,32 @@ def _frame_by_chunks(mm: mmap.mmap, starts: np.ndarray, ends: np.ndarray, nonbla
     return pl.concat(frames)  # (the caller raises what *scan* found, with what the columns' check finds)
 
 
-def _read_columnar(path: Path, fh: Any, salvage: bool) -> Ledger:
+def _read_columnar(path: Path, fh: Any, salvage: bool) -> Ledger[RunHeaderRow]:
     """:func:`read_ledger` of a large file with polars (see the module's docstring): the whole file at
-    once, else (a line the writer did not end, or polars refused one) chunk by chunk."""
+    once (or what a read of it kept beside it: :mod:`.sidecar`), else (a line the writer did not end, or polars
+    refused one) chunk by chunk."""
     import polars as pl  # noqa: PLC0415 (a small ledger never loads polars)
 
-    st, scan = os.fstat(fh.fileno()), _Scan(path, salvage, keep_lines=True)
+    began, st, scan = time.time(), os.fstat(fh.fileno()), _Scan(path, salvage, keep_lines=True)
     with mmap.mmap(fh.fileno(), st.st_size, access=mmap.ACCESS_READ) as mm:
-        starts, ends, nonblank, closed = _lines(mm)
+        kept = sidecar.load(path, st, mm, _frame_schema())
+        starts, ends, nonblank, closed = _lines(mm, None if kept is None else kept.ends)
         head = int(np.argmax(nonblank)) if nonblank.any() else len(starts) - 1
         scan.run(mm[starts[i]:ends[i] + 1] for i in range(head + 1))
         if scan.header is None or scan.error is not None or scan.utf8_error is not None:
             scan.run(mm[starts[i]:ends[i] + 1] for i in range(head + 1, len(starts)))
             scan.raise_errors()
-        frame = _frame(path) if closed[nonblank].all() else None
-        if frame is not None and len(frame) and frame["kind"][0] == "run":
-            frame = frame[1:]
+        whole = None if not closed[nonblank].all() else _frame(path) if kept is None else kept.frame
+        if whole is not None and len(whole) and whole["kind"][0] == "run":
+            frame = whole[1:]
+            digest = sidecar.digest(mm) if kept is None and sidecar.worth_saving(st, began) else None
         else:
-            frame = _frame_by_chunks(mm, starts, ends, nonblank, scan)
+            frame, digest = _frame_by_chunks(mm, starts, ends, nonblank, scan), None
     rows = np.flatnonzero(nonblank)
     rows = rows[~np.isin(rows, [scan.header_line, *scan.bad])]
     if frame is None or len(frame) != len(rows):  # a record polars cannot type: read dicts
         fh.seek(0)
         return _read_lines(path, fh, salvage)
-    assert scan.header is not None
     kinds = frame["kind"].cast(pl.String)
     others = np.flatnonzero(~kinds.is_in(list(COLUMN_KINDS)).to_numpy()).tolist()
     source = _Source(path, st, starts[rows], ends[rows], others, rows, scan)
@@ -607,9 +664,11 @@ def _read_columnar(path: Path, fh: Any, salvage: bool) -> Ledger:
         keep = np.cumsum(ok) - 1
         source = _Source(path, st, starts[rows], ends[rows], [int(keep[j]) for j in others if ok[j]], rows, scan)
         columns = {k: Columns._of_frame(k, frame, kinds == k) for k in COLUMN_KINDS}
-    led = Ledger(path, scan.header, warnings=scan.warnings(), _columns=columns, _source=source)
+    led = Ledger(path, scan.run_header(), warnings=scan.warnings(), _columns=columns, _source=source)
     led._others = [r for j, r in zip(others, source.checked_others) if ok[j]]
     led.skipped = scan.skipped()
+    if digest is not None:  # (a ledger read whole: what the next read of it may take instead of parsing its lines)
+        sidecar.save(path, st, digest, sidecar.Kept(whole, ends), _frame_schema())
     return led
 
 
@@ -622,7 +681,7 @@ def _suspect(cols: Columns, arms: frozenset[str] | None) -> np.ndarray:
     codes, names = cols.labels["arm"]
     bad_arm = [i for i, a in enumerate(names) if a is None or (arms is not None and a not in arms)]
     case_codes, case_names = cols.labels["case"]
-    out = np.isin(codes, bad_arm) | np.isin(case_codes, [i for i, c in enumerate(case_names) if c is None]) | cols.failed
+    out: np.ndarray = np.isin(codes, bad_arm) | np.isin(case_codes, [i for i, c in enumerate(case_names) if c is None]) | cols.failed
     said_codes, said = cols.labels["tools_reached"]  # the one label of a closed list of values
     out |= np.isin(said_codes, [i for i, v in enumerate(said) if v is not None and v not in get_args(ToolsReached)])
     record = CallRecord if cols.kind == "call" else TurnRecord
@@ -643,18 +702,21 @@ def _suspect(cols: Columns, arms: frozenset[str] | None) -> np.ndarray:
     return out
 
 
-def _read_lines(path: Path, fh: Any, salvage: bool, *, shard: bool = False,
-                arms: frozenset[str] | None = None) -> Ledger:
+def _scan_lines(path: Path, fh: Any, salvage: bool, *, shard: bool = False,
+                arms: frozenset[str] | None = None) -> _Scan:
+    """A ledger's (or a shard's) lines checked one by one: LedgerError for what makes them no ledger."""
     scan = _Scan(path, salvage, shard=shard, arms=arms)
     scan.run(fh)
     scan.raise_errors()
-    assert scan.header is not None
-    led = Ledger(path, scan.header, scan.kept, scan.warnings())
-    led.skipped = scan.skipped()
-    return led
+    return scan
 
 
-def _read_upgraded(path: Path, fh: Any, version: int, salvage: bool) -> Ledger:
+def _read_lines(path: Path, fh: Any, salvage: bool) -> Ledger[RunHeaderRow]:
+    scan = _scan_lines(path, fh, salvage)
+    return scan.ledger(scan.run_header())
+
+
+def _read_upgraded(path: Path, fh: Any, version: int, salvage: bool) -> Ledger[RunHeaderRow]:
     """A ledger of an older schema: its lines upgraded in memory (:mod:`.upgrade`), then read line by line."""
     return _read_lines(path, io.BytesIO(upgrade.upgrade_lines(fh.read(), version)), salvage)
 
@@ -727,7 +789,8 @@ def read_shard(path: Path, *, salvage: bool = False, arms: frozenset[str] | None
         with open(path, "rb") as fh:
             if os.fstat(fh.fileno()).st_size == 0:
                 return None
-            shard = _read_lines(path, fh, salvage, shard=True, arms=arms)
+            scan = _scan_lines(path, fh, salvage, shard=True, arms=arms)
+            shard = scan.ledger(scan.shard_header())
     except OSError as exc:
         raise LedgerError(f"{path}: cannot read: {exc.strerror or exc}") from None
     _align_clocks(shard)
@@ -739,20 +802,20 @@ def _align_clocks(shard: Ledger[ShardHeaderRow]) -> None:
     whose ``clock`` record the shard holds (the same ``load_run``; offset_s = worker clock − coordinator's),
     t := t − offset_s for t in ``WORKER_CLOCK_FIELDS``, and ``clock_offset_s`` / ``clock_uncertainty_s`` set
     from it.  An execution without one keeps the worker's clock: one warning per execution, naming it."""
-    clocks = {r.get("load_run"): r for r in shard.records if r.get("kind") == "clock"}
+    clocks = {r.get("load_run"): r for r in shard.of_kind("clock")}
     unaligned: dict[tuple[Any, Any], int] = {}
     for r in shard.records:
-        if r.get("kind") in ("shard", "clock") or not any(k in r for k in WORKER_CLOCK_FIELDS):
+        if not _on_worker_clock(r):
             continue
-        c = clocks.get(r.get("load_run"), {})
-        off = c.get("offset_s")
-        if not _finite(off):
+        c = clocks.get(r.get("load_run"))
+        off = None if c is None else c.get("offset_s")
+        if c is None or not _finite(off):
             key = (r.get("stage"), r.get("load_run"))
             unaligned[key] = unaligned.get(key, 0) + 1
             continue
         for k in WORKER_CLOCK_FIELDS:
-            if _finite(r.get(k)):
-                r[k] -= off
+            if _finite(t := r.get(k)):
+                r[k] = t - off
         r["clock_offset_s"], r["clock_uncertainty_s"] = off, c.get("uncertainty_s")
     for (stage, run), n in unaligned.items():
         shard.warnings.append(
@@ -761,6 +824,18 @@ def _align_clocks(shard: Ledger[ShardHeaderRow]) -> None:
             "server figures and throughput window may be off by the clocks' difference)")
 
 
-def _finite(v: Any) -> bool:
+def _finite(v: object) -> TypeGuard[float]:
     """Whether *v* is a finite JSON number (not a flag)."""
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v)
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and bool(np.isfinite(v))
+
+
+def _on_worker_clock(r: LedgerRow) -> TypeGuard[CallRow]:
+    """Whether *r* holds times on its worker's clock (:data:`WORKER_CLOCK_FIELDS`: a call's) to align."""
+    return r.get("kind") not in ("shard", "clock") and any(k in r for k in WORKER_CLOCK_FIELDS)
+
+
+def _when(r: LedgerRow) -> float:
+    """Where *r* falls in time, to merge shards' records by: its ``t_send`` (a call's), else its ``t``; 0 without
+    one (a record's ``t`` that is no number, a GPU record's list of sample times, counts as none)."""
+    t = r.get("t_send", r.get("t"))
+    return t if isinstance(t, (int, float)) else 0.0

@@ -23,7 +23,14 @@ from typing import Union
 from typing_extensions import Literal, Required, TypeAlias, TypedDict
 
 from ..json_types import JSONObject, JSONValue
-from .engine_rows import EnginesRow, EngineStartRow, EngineStopRow, EngineWarmedRow, GpuFactsRow, GpuSamplesRow
+
+# re-exported (``X as X``): every record's row is found here, the engines' and GPUs' with the rest
+from .engine_rows import EnginesRow as EnginesRow
+from .engine_rows import EngineStartRow as EngineStartRow
+from .engine_rows import EngineStopRow as EngineStopRow
+from .engine_rows import EngineWarmedRow as EngineWarmedRow
+from .engine_rows import GpuFactsRow as GpuFactsRow
+from .engine_rows import GpuSamplesRow as GpuSamplesRow
 
 #: A server's number as the ledger stores it: finite, or "NaN", "+Inf", "-Inf" (``records.json_number``).
 Sample: TypeAlias = Union[float, str]

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Mapping
 import annotated_types
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model, model_validator
 
-from ..bounds import MAX_CONCURRENCY, MAX_GPU_HOUR_USD, MAX_GPUS, MAX_TOKENS, MAX_TOLERANCE
+from ..bounds import MAX_CONCURRENCY, MAX_COUNT, MAX_GPU_HOUR_USD, MAX_GPUS, MAX_TOKENS, MAX_TOLERANCE
 from ..config.limits import (  # a header and a load call state what its experiment file's loader accepted
     BURSTINESS_RANGE,
     MAX_CALL_S,
@@ -47,7 +47,7 @@ from ..config.limits import (  # a header and a load call state what its experim
     MAX_WORKERS,
     SPEED_RANGE,
 )
-from .records import CALL_KINDS, COLUMN, MAX_COUNT, CallRecord, Count, Epoch, Seconds, TurnRecord
+from .records import CALL_KINDS, COLUMN, CallRecord, Count, Epoch, Seconds, TurnRecord
 
 if TYPE_CHECKING:
     from .rows import RunHeaderRow
@@ -147,8 +147,9 @@ class _AnsweredCall(_CallChecks):
 # implicit recursive alias, which pydantic cannot build a schema of; ``object`` is what pydantic takes as any.)
 Unchecked = object
 # The JSON form of these fields (a CallError, an engine's timings; a request body and the messages sent, which
-# are the user's and the server's JSON: checked to be objects, their contents not).
-OVERRIDES: dict[str, object] = {
+# are the user's and the server's JSON: checked to be objects, their contents not).  Tables of types, typed Any:
+# pydantic takes a type form where mypy's TypeForm cannot follow these yet (a Literal in a dict, ``t | None``).
+OVERRIDES: dict[str, Any] = {
     "error": RecordError | None, "timings": Timings | None, "request": dict[str, Unchecked],
     "tool_calls": list[dict[str, Unchecked]] | None, "input_messages": list[dict[str, Unchecked]] | None,
     "cache": TurnCache | None}
@@ -164,7 +165,7 @@ def _json_form(t: Any) -> Any:
         return JSON_COUNT
     origin, args = typing.get_origin(t), typing.get_args(t)
     if origin is list:
-        return list[_json_form(args[0])]  # type: ignore[misc]
+        return list[_json_form(args[0])]  # type: ignore[misc]  # a list of a type made at run time, for pydantic
     if origin in (typing.Union, types.UnionType):
         return functools.reduce(operator.or_, (_json_form(a) for a in args))
     return t
@@ -172,7 +173,7 @@ def _json_form(t: Any) -> Any:
 
 # The keys of a call record's ``extra`` that analysis reads (see ``records``' docstring: a probe's, a load
 # call's, a worker's), typed; any other is kept as it is.
-CALL_EXTRAS: dict[str, object] = {  # key → its type (a type form, for pydantic)
+CALL_EXTRAS: dict[str, Any] = {  # key → its type (a type form, for pydantic)
     "probe_tokens": Count | None, "probe_depth": Count | None, "position": str | None, "length_method": str | None,
     "scripted_step": Count | None, "stage": str | None, "load_run": str | int | None, "scheduled_t": Epoch | None,
     "loop_lag_s": Number | None, "slot_wait_s": Number | None, "target_input_tokens": Count | None, "target_output_tokens": Count | None,
@@ -184,11 +185,11 @@ CALL_EXTRAS: dict[str, object] = {  # key → its type (a type form, for pydanti
 
 
 def _model_of(cls: type, name: str, required: tuple[str, ...], base: type[BaseModel],
-              extras: Mapping[str, object] | None = None) -> type[BaseModel]:
+              extras: Mapping[str, Any] | None = None) -> type[BaseModel]:
     """A pydantic model of *cls*'s dataclass fields as the ledger holds them (see the module docstring), and of
     the *extras* keys its ``extra`` may hold."""
     hints = typing.get_type_hints(cls, include_extras=True)
-    spec: dict[str, tuple[object, object]] = {k: (t, None) for k, t in (extras or {}).items()}  # name → (type, default)
+    spec: dict[str, Any] = {k: (t, None) for k, t in (extras or {}).items()}  # name → (type, default)
     for f in dataclasses.fields(cls):
         if f.name in ("extra", "kind"):
             continue
@@ -255,7 +256,7 @@ class TokenCheck(_Open):
 
     source: str | None
     note: str | None = None
-    tokens_per_word: Positive = None  # type: ignore[assignment]  (left out, or a number: never null)
+    tokens_per_word: Positive = None  # type: ignore[assignment]  # pydantic: left out, or a number, never null
     calibrated: bool = False
     samples: Count = 0
     targets: list[Count] = []
@@ -265,7 +266,7 @@ class TokenCheck(_Open):
 
 
 Slo = Annotated[float, Field(gt=0, le=MAX_CALL_S, allow_inf_nan=False)]  # a stage's SLO: config.limits.CallSeconds
-LOAD_EXTRAS: dict[str, object] = {  # key → its type (each optional, not null: the model's default None is no value)
+LOAD_EXTRAS: dict[str, Any] = {  # key → its type (each optional, not null: the model's default None is no value)
     "mode": Literal["closed", "open", "trace"], "sweep": str,
     "concurrency": Annotated[int, Field(ge=1, le=MAX_CONCURRENCY)], "ramp_s": Seconds,
     "rate": Annotated[float, Field(gt=0, le=MAX_RATE, allow_inf_nan=False)], "arrival": str,
@@ -274,8 +275,8 @@ LOAD_EXTRAS: dict[str, object] = {  # key → its type (each optional, not null:
     "slo_ttft_s": Slo, "slo_tpot_s": Slo, "slo_e2e_s": Slo, "warmup": bool, "session": str,
     "trace_import": TraceImport, "token_check": TokenCheck,
 }
-LoadModel = create_model("LoadModel", __base__=CallModel, stage=(str, ...),
-                         **{k: (t, None) for k, t in LOAD_EXTRAS.items()})  # type: ignore[call-overload]
+_LOAD_FIELDS: dict[str, Any] = {k: (t, None) for k, t in LOAD_EXTRAS.items()}  # name → (type, default)
+LoadModel = create_model("LoadModel", __base__=CallModel, stage=(str, ...), **_LOAD_FIELDS)
 
 
 class ClockModel(_Open):
@@ -359,9 +360,9 @@ class GpuSamplesModel(_Open):
 # -- the header
 
 
-def _whole(lo: int, hi: float) -> Any:
-    """A whole number in [lo, hi], as JSON holds one (3 or 3.0)."""
-    return Annotated[float, Field(ge=lo, le=hi, multiple_of=1, allow_inf_nan=False)]
+def _whole(lo: int, hi: float) -> Any:  # (pydantic's Field is typed Any)
+    """The constraint of a float that holds a whole number in [lo, hi], as JSON holds one (3 or 3.0)."""
+    return Field(ge=lo, le=hi, multiple_of=1, allow_inf_nan=False)
 
 
 MAX_CACHE_TOKENS = 1e12  # analysis.base.bounds' (a prefix cache's capacity; a summary.json's knobs are read by it)
@@ -369,12 +370,12 @@ MAX_CACHE_TOKENS = 1e12  # analysis.base.bounds' (a prefix cache's capacity; a s
 
 class KnobNumbers(_Open):
     """The knobs analysis computes with (an arm's slots, context, cache blocks: the what-if's serving), as numbers
-    in the ranges a summary.json's are read in (``report.summary_file``); any other knob is free-form."""
+    in the ranges a summary.json's are read in (``pipeline.summary_file``); any other knob is free-form."""
 
-    slots: _whole(1, MAX_CONCURRENCY) | None = None  # type: ignore[valid-type]
-    context_length: _whole(1, MAX_CACHE_TOKENS) | None = None  # type: ignore[valid-type]  # (Llama 4: 10,485,760)
-    block_size: _whole(1, MAX_TOKENS) | None = None  # type: ignore[valid-type]
-    num_gpu_blocks: _whole(0, MAX_CACHE_TOKENS) | None = None  # type: ignore[valid-type]
+    slots: Annotated[float, _whole(1, MAX_CONCURRENCY)] | None = None
+    context_length: Annotated[float, _whole(1, MAX_CACHE_TOKENS)] | None = None  # (Llama 4: 10,485,760)
+    block_size: Annotated[float, _whole(1, MAX_TOKENS)] | None = None
+    num_gpu_blocks: Annotated[float, _whole(0, MAX_CACHE_TOKENS)] | None = None
     kv_capacity_tokens: Annotated[float, Field(ge=0, le=MAX_CACHE_TOKENS, allow_inf_nan=False)] | None = None
 
 
@@ -407,10 +408,10 @@ class Experiment(_Open):
     repeats: Repeats | None = None
     order: str | None = None
     # left out (an older run: analysis' default) or a number, never null: analysis compares with them
-    volume_tolerance_cell: Tolerance = None  # type: ignore[assignment]
-    volume_tolerance_total: Tolerance = None  # type: ignore[assignment]
-    drift_tolerance: Tolerance = None  # type: ignore[assignment]
-    engaged_acceptance_min: Fraction = None  # type: ignore[assignment]
+    volume_tolerance_cell: Tolerance = None  # type: ignore[assignment]  # pydantic: None is the unvalidated default
+    volume_tolerance_total: Tolerance = None  # type: ignore[assignment]  # pydantic: None is the unvalidated default
+    drift_tolerance: Tolerance = None  # type: ignore[assignment]  # pydantic: None is the unvalidated default
+    engaged_acceptance_min: Fraction = None  # type: ignore[assignment]  # pydantic: None is the unvalidated default
     retries: Annotated[int, Field(ge=0, le=MAX_REPEATS)] | None = None
     store_text: bool | None = None
     adaptive: dict[str, Unchecked] | None = None  # the loader's model checked it
@@ -422,7 +423,7 @@ class Probes(_Open):
     output_tokens: list[Count] | None = None
     repeats: Repeats | None = None
     case: str | None = None
-    tolerance: Tolerance = None  # type: ignore[assignment]  (left out or a number, never null)
+    tolerance: Tolerance = None  # type: ignore[assignment]  # pydantic: left out or a number, never null
 
 
 class RunConfig(_Open):
@@ -516,7 +517,8 @@ def _short(v: Any) -> str:
 def check_record(obj: Mapping[str, object], arms: frozenset[str] | None) -> str | None:
     """The first defect of a record (of a known kind) by its kind's model, and whether its ``arm`` is one of
     *arms* (None: not checked); None when it has none."""
-    validator = _VALIDATORS.get(obj.get("kind"))  # type: ignore[arg-type]
+    kind = obj.get("kind")
+    validator = _VALIDATORS.get(kind) if isinstance(kind, str) else None
     if validator is not None:
         try:
             validator.validate_python(obj)
@@ -555,13 +557,14 @@ def column_bounds(cls: type) -> dict[str, tuple[bool, float | None, float | None
         args = [a for a in typing.get_args(t) if a is not type(None)] if typing.get_origin(t) is not Annotated else [t]
         t = args[0] if args else t
         base, meta = (typing.get_args(t)[0], list(t.__metadata__)) if typing.get_origin(t) is Annotated else (t, [])
-        ge = le = None
+        ge: float | None = None
+        le: float | None = None
         finite = False
         for m in meta:
             for c in getattr(m, "metadata", [m]):
-                if isinstance(c, annotated_types.Ge):
+                if isinstance(c, annotated_types.Ge) and isinstance(c.ge, (int, float)):  # (a number column's)
                     ge = c.ge
-                elif isinstance(c, annotated_types.Le):
+                elif isinstance(c, annotated_types.Le) and isinstance(c.le, (int, float)):
                     le = c.le
                 elif getattr(c, "allow_inf_nan", None) is False:
                     finite = True

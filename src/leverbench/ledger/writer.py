@@ -66,10 +66,11 @@ class LedgerWriter:
             raise error
 
     def _line(self, record: Mapping[str, object]) -> str:
-        if record.get("kind") in ("run", "shard"):
-            defect = check_header(record, record["kind"])
+        kind = record.get("kind")
+        if kind == "run" or kind == "shard":
+            defect = check_header(record, kind)
             if defect is not None:
-                raise ValueError(f"{self.path}: a {record['kind']} header the reader would refuse: {defect}")
+                raise ValueError(f"{self.path}: a {kind} header the reader would refuse: {defect}")
         try:
             line = json.dumps(record, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
         except ValueError:  # a non-finite float

@@ -13,22 +13,32 @@ from __future__ import annotations
 from typing import Mapping, Optional
 
 from ..json_types import JSONValue
-from .lever import KnobValue, Lever, flag_value
+from .lever import KnobValue, Lever, as_int, engine_args, first_of, flag_value, part
 
 #: The flag that sets the slots on each engine the tool may start.
 _SLOT_FLAGS = {"vllm": ("--max-num-seqs",), "sglang": ("--max-running-requests",), "llama.cpp": ("-np", "--parallel")}
 
 
 def _slots(raw: Mapping[str, JSONValue], engine: Optional[str]) -> KnobValue:
-    """The slots an engine the tool started was given on its command line (where its endpoint did not report
-    them: llama.cpp's /props and SGLang's server info are read first); "default" without the flag (the engine's
-    own number, which differs by engine and device: an arm that sets it against one that does not differs in
-    this knob alone)."""
-    known = raw.get("known")
-    args = known.get("engine_args") if isinstance(known, dict) else None
-    if not isinstance(args, list) or engine not in _SLOT_FLAGS:
+    """The slots as the endpoint reports them (llama.cpp's /props ``total_slots``, SGLang's
+    ``max_running_requests``; else what the embedded llama.cpp knows it was given, ``known.parallel``), else as
+    given on the command line of an engine the tool started: "default" without the flag (the engine's own number,
+    which differs by engine and device: an arm that sets it against one that does not differs in this knob
+    alone)."""
+    if engine == "llama.cpp":
+        stated = first_of(as_int(part(raw, "props").get("total_slots")), as_int(part(raw, "known").get("parallel")))
+    elif engine == "sglang":
+        stated = as_int(part(raw, "server_info").get("max_running_requests"))
+    else:
+        stated = None
+    return first_of(stated, _given(raw, engine))
+
+
+def _given(raw: Mapping[str, JSONValue], engine: Optional[str]) -> KnobValue:
+    args = engine_args(raw)
+    if args is None or engine not in _SLOT_FLAGS:
         return None
-    value = flag_value([str(a) for a in args], *_SLOT_FLAGS[engine])
+    value = flag_value(args, *_SLOT_FLAGS[engine])
     try:
         return int(value) if value is not None else "default"
     except ValueError:

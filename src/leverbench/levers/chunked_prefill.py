@@ -14,15 +14,13 @@ from __future__ import annotations
 from typing import Mapping, Optional
 
 from ..json_types import JSONValue
-from .lever import KnobValue, Lever, flag_value
+from .lever import KnobValue, Lever, engine_args, flag_value
 
 
 def _discover(raw: Mapping[str, JSONValue], engine: Optional[str]) -> KnobValue:
-    known = raw.get("known")
-    args = known.get("engine_args") if isinstance(known, dict) else None
-    if not isinstance(args, list):
+    args = engine_args(raw)
+    if args is None:
         return None
-    args = [str(a) for a in args]
     if engine == "vllm":
         return "--no-enable-chunked-prefill" not in args
     if engine == "sglang":

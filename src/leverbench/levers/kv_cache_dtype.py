@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Mapping, Optional
 
 from ..json_types import JSONValue
-from .lever import ArmEvidence, KnobValue, Lever, Use, flag_value
+from .lever import ArmEvidence, KnobValue, Lever, Use, engine_args, flag_value
 
 #: The engines' spelling of "the model's own dtype", the default: no knob.
 _DEFAULTS = ("auto", "f16")
@@ -43,8 +43,7 @@ def _stated(discovered: Mapping[str, JSONValue]) -> tuple[Optional[str], str]:
 
 def _discover(raw: Mapping[str, JSONValue], engine: Optional[str]) -> KnobValue:
     """The dtype the tool started its engine with (its arguments), else the one the engine reports."""
-    known = raw.get("known")
-    args = [str(a) for a in known.get("engine_args") or []] if isinstance(known, dict) else []
+    args = engine_args(raw) or []
     if engine == "llama.cpp":
         k, v = flag_value(args, "--cache-type-k", "-ctk"), flag_value(args, "--cache-type-v", "-ctv")
         given = [x for x in (k, v) if x and x not in _DEFAULTS]

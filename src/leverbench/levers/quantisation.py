@@ -12,14 +12,13 @@ from __future__ import annotations
 from typing import Mapping, Optional
 
 from ..json_types import JSONValue
-from .lever import KnobValue, Lever, flag_value
+from .lever import KnobValue, Lever, engine_args, flag_value
 
 
 def _discover(raw: Mapping[str, JSONValue], engine: Optional[str]) -> KnobValue:
-    known = raw.get("known")
-    args = known.get("engine_args") if isinstance(known, dict) else None
-    if engine in ("vllm", "sglang") and isinstance(args, list):
-        return flag_value([str(a) for a in args], "--quantization", "-q")
+    args = engine_args(raw)
+    if engine in ("vllm", "sglang") and args is not None:
+        return flag_value(args, "--quantization", "-q")
     return None
 
 

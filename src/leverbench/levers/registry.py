@@ -3,8 +3,11 @@
 The package finds its modules itself (:func:`pkgutil.iter_modules`): adding a lever is adding its module, and
 nothing here or in ``__init__`` names it.  Lookups — by knob name or alias (:func:`lever`), by engine flag
 (:func:`by_flag`), by discovered fact (:func:`by_fact`), the phase a knob's lever acts on (:func:`phase_of`),
-whether an ``engaged`` row says an arm used or engaged a lever (:func:`used_in`, :func:`engaged_in`) — are what
-analysis and the runner ask instead of naming a lever themselves.
+whether an ``engaged`` row says an arm used or engaged a lever (:func:`used_in`, :func:`engaged_in`), the levers
+measured from calls (:func:`measured`) or estimated on traffic (:func:`traffic_levers`), the lever that caches
+prompts (:func:`prompt_cache`) and the one whose speed depends on the text (:func:`natural`) — are what discovery,
+analysis, the runner and the reports ask instead of naming a lever themselves.  The levers found are checked to
+hold together (:func:`check`) before any is handed out.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import importlib
 import pkgutil
 from functools import lru_cache
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import Mapping, Optional, Sequence
 
 from .lever import Lever, Projection
 
@@ -32,11 +35,34 @@ def levers() -> tuple[Lever, ...]:
         one = getattr(module, "LEVER", None)
         found += [one] if isinstance(one, Lever) else []
         found += [x for x in getattr(module, "LEVERS", ()) if isinstance(x, Lever)]
+    check(found)
+    return tuple(sorted(found, key=lambda x: (x.rank, x.name)))
+
+
+def check(found: Sequence[Lever]) -> None:
+    """ValueError naming the lever when *found* (the package's levers) does not hold together: a knob name two
+    levers claim, a measured lever without its ``used_field``, a traffic saving on a phase ``analyze`` does not
+    model, a figure shown that its table does not declare, a server figure two levers declare."""
     names = [n for x in found for n in x.names()]
     if len(names) != len(set(names)):
         twice = sorted({n for n in names if names.count(n) > 1})
         raise ValueError(f"two levers claim the knob name(s) {', '.join(twice)}")
-    return tuple(sorted(found, key=lambda x: (x.rank, x.name)))
+    for x in found:
+        if x.measure is not None and not x.used_field:
+            raise ValueError(f"lever {x.name!r} is measured (measure) but names no used_field for its answer")
+        if x.traffic is not None and x.phases[:1] not in (("prefill",), ("decode",)):
+            raise ValueError(f"lever {x.name!r} has a traffic saving but acts first on {x.phases[:1]}: analyze "
+                             "models prefill and decode only")
+        unknown = [f for f, *_ in x.metrics.shown if f not in x.metrics.figures()]
+        if unknown:
+            raise ValueError(f"lever {x.name!r} shows figure(s) {', '.join(unknown)} that its MetricTable does not "
+                             f"declare (its figures: {', '.join(x.metrics.figures()) or 'none'})")
+    owner: dict[str, str] = {}
+    for x in found:
+        for f in x.metrics.figures():
+            if owner.setdefault(f, x.name) != x.name:
+                raise ValueError(f"levers {owner[f]!r} and {x.name!r} both declare the server figure {f!r}: a "
+                                 "figure is one lever's (name it after the lever)")
 
 
 @lru_cache(maxsize=1)
@@ -126,6 +152,39 @@ def server_info_keys() -> tuple[str, ...]:
     return tuple(dict.fromkeys(k for x in levers() for k in x.server_info_keys))
 
 
+def props_keys() -> tuple[str, ...]:
+    """The llama.cpp ``/props`` keys the levers' discovered paths name (``props.X`` in ``facts``, ``file_facts``
+    or ``reported_by``): discovery keeps them in the ``discovered`` record, where those paths are looked for."""
+    paths = (p for x in levers() for p in (*x.facts, *x.file_facts, *x.reported_by))
+    return tuple(dict.fromkeys(key for p in paths if p.startswith("props.") and (key := p.split(".")[1])))
+
+
 def with_phase(phase: str) -> tuple[Lever, ...]:
     """The levers that act on *phase* (one of :data:`.lever.Phase`; "both" levers act on every phase)."""
     return tuple(x for x in levers() if phase in x.phases or "both" in x.phases)
+
+
+def measured() -> tuple[Lever, ...]:
+    """The levers measured on every arm from its calls and server figures (:attr:`.lever.Lever.measure`)."""
+    return tuple(x for x in levers() if x.measure is not None)
+
+
+def traffic_levers() -> tuple[Lever, ...]:
+    """The levers ``analyze`` estimates on recorded traffic (:attr:`.lever.Lever.traffic`), in the registry's order."""
+    return tuple(x for x in levers() if x.traffic is not None)
+
+
+def prompt_cache() -> Optional[Lever]:
+    """The lever that serves a prompt's prefix from a cache (:attr:`.lever.Lever.caches_prompts`), or None."""
+    return next((x for x in levers() if x.caches_prompts), None)
+
+
+def natural() -> Optional[Lever]:
+    """The lever whose speed depends on the text it decodes (:attr:`.lever.Lever.natural_answers`: the drafter), or
+    None."""
+    return next((x for x in levers() if x.natural_answers), None)
+
+
+def file_facts() -> tuple[str, ...]:
+    """The discovered facts that name a file (:attr:`.lever.Lever.file_facts`)."""
+    return tuple(dict.fromkeys(f for x in levers() for f in x.file_facts))

@@ -3,62 +3,69 @@ brought to the experiment's declared state before each turn (:mod:`leverbench.ru
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
+from ..levers import registry
 from .table import Table
 
+if TYPE_CHECKING:
+    from ..schema.experiment_rows import ArmRow
+    from ..schema.repeat_rows import RepeatArmRow
+    from ..schema.summary import Summary
 
-def conditions_table(summary: dict[str, Any]) -> Table:
+
+def conditions_table(summary: Summary) -> Table:
     keys: list[str] = []
     for a in summary["arms"]:
         for k in a.get("knobs", a["conditions"]):
             if k not in keys:
                 keys.append(k)
 
-    def value(a: dict[str, Any], k: str) -> str:
+    def value(a: ArmRow, k: str) -> str:
         knobs = a.get("knobs", a["conditions"])
         if k not in knobs:
             return "—"
         return str(knobs[k]) + ("" if k in a["conditions"] else " *")
 
-    rep = summary.get("repeats") or {}
-    method = {r["arm"]: r for r in rep.get("arms") or [] if r.get("method")}
+    rep = summary.get("repeats")
+    method = {r["arm"]: m for r in (rep.get("arms") if rep else None) or [] if (m := r.get("method"))}
     between = ["before each turn"] if method else []
 
-    def how(a: dict[str, Any]) -> list[str]:
-        r = method.get(a["name"])
+    def how(a: ArmRow) -> list[str]:
+        m = method.get(a["name"])
         if not between:
             return []
-        if r is None:
+        if m is None:
             return ["—"]
-        return [r["method"]]
+        return [m]
     rows = [[a["name"], a["role"] or "", *(value(a, k) for k in keys), *how(a)] for a in summary["arms"]]
     notes = ["Declared in the experiment's conditions; * discovered from the endpoint (not declared)."]
     if between:
-        notes.append(f"Before each turn every arm was brought to the declared cache state ({rep.get('state')}): "
+        notes.append(f"Before each turn every arm was brought to the declared cache state "
+                     f"({rep.get('state') if rep else None}): "
                      "reset through the engine's endpoint, salted (a tag unique to the turn before its first prompt), "
                      "restarted, or left as it was (keep, none): the table below says whether it took.")
     return Table("conditions", "Arms and their knobs", ["arm", "role", *keys, *between], rows, notes=notes)
 
 
-def repeats_table(summary: dict[str, Any]) -> Table | None:
+def repeats_table(summary: Summary) -> Table | None:
     """Whether the repeats were exchangeable (``repeats``): per arm its method, the check before its turns, the
     turns it could not bring to the state, its revisit share and its drafter's acceptance by visit."""
-    rep = summary.get("repeats") or {}
-    arms = rep.get("arms") or []
-    if not arms:
+    rep = summary.get("repeats")
+    arms = (rep.get("arms") if rep else None) or []
+    if not rep or not arms:
         return None
 
-    def share(v: Any) -> str:
+    def share(v: float | None) -> str:
         return "—" if v is None else f"{v:.1%}"
 
-    def check(r: dict[str, Any]) -> str:
+    def check(r: RepeatArmRow) -> str:
         if r.get("check") is None:
             return "—"
         counts = (f" ({r['cached_before']} → {r['cached_after']} cached)"
                   if r.get("cached_before") is not None and r.get("cached_after") is not None else "")
         return f"{r['check']}{counts}"
-    def drafter(r: dict[str, Any]) -> str:
+    def drafter(r: RepeatArmRow) -> str:
         first, later = r.get("draft_first"), r.get("draft_later")
         return f"{first:.2f} → {later:.2f}" if isinstance(first, float) and isinstance(later, float) else "—"
     rows = [[r["arm"], r.get("method") or "—", check(r), str(r.get("failed_turns") or 0),
@@ -72,12 +79,13 @@ def repeats_table(summary: dict[str, Any]) -> Table | None:
     notes += [f"{p['arm']} vs {p['vs']}: first visits "
               + (f"{p['first_visit']:.2f}x" if p.get("first_visit") is not None else "not measured")
               + (f"; refused: {p['refused']}" if p.get("refused") else "") for p in rep.get("pairs") or []]
+    natural = registry.natural()  # the lever whose drafts the last column counts (the drafter)
     return Table("repeats", "Were the repeats exchangeable?",
-                 ["arm", "before each turn", "check", "turns not brought to it", "revisit share", "drafter"], rows,
-                 notes=notes)
+                 ["arm", "before each turn", "check", "turns not brought to it", "revisit share",
+                  natural.words if natural else "drafts"], rows, notes=notes)
 
 
-def tools_table(summary: dict[str, Any]) -> Table | None:
+def tools_table(summary: Summary) -> Table | None:
     """Whether each case's tool schemas reached the model, per arm (``tools``); None where no call sent tools."""
     rows = [[r["arm"], r["case"], str(r["calls"]), str(r["reached"]), str(r["dropped"]), str(r["not_known"]),
              r.get("how") or "not recorded (a run before the check)"] for r in summary.get("tools") or []

@@ -11,7 +11,7 @@ formatting: every figure is the summary's.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..analysis.base import reason_codes as guard
 from ..analysis.base.warning_kinds import warning_groups
@@ -19,6 +19,11 @@ from .load_levers import pair_sentence
 from .recorded_tables import replay_line
 from .table import pct
 from .tables import ratio_interval
+
+if TYPE_CHECKING:
+    from ..schema.experiment_rows import LeverHeadlineRow, MultiplierRow, VerdictRow
+    from ..schema.repeat_rows import RepeatPairRow
+    from ..schema.summary import Summary
 
 #: A refusal's reason codes (analysis/base/guard.py) in a few words, for a lever's line; the full reason is a note.
 SHORT_REASON = {guard.VOLUME: "output volumes differ", guard.VOLUME_UNKNOWN: "output volume unknown",
@@ -94,9 +99,9 @@ def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[:max(width, 2) - 1].rstrip() + "…"
 
 
-def _total_row(summary: dict[str, Any], arm: str, vs: str) -> dict[str, Any]:
+def _total_row(summary: Summary, arm: str, vs: str | None) -> MultiplierRow | None:
     return next((m for m in summary.get("multipliers") or [] if m.get("scope") == "total" and m.get("arm") == arm
-                 and m.get("vs") == vs), {})
+                 and m.get("vs") == vs), None)
 
 
 def clauses(reason: str | None) -> list[str]:
@@ -111,20 +116,23 @@ def clauses(reason: str | None) -> list[str]:
     return [c for c in (*out, reason[start:]) if c]
 
 
-def lever_line(summary: dict[str, Any], lever: dict[str, Any], notes: Notes,
+def lever_line(summary: Summary, lever: LeverHeadlineRow, notes: Notes,
                width: tuple[int, int]) -> tuple[str, list[int]]:
     """One lever: its pair, the verdict and its interval where one was taken, the total multiplier, and whether
     it may be cited, else why, briefly (a figure that may not be cited is in parentheses); and its notes."""
     name = str(lever.get("lever")).ljust(width[0])
-    if lever.get("arm") is None:
+    arm = lever.get("arm")
+    if arm is None:
         why = clauses(lever.get("reason"))
         return f"{name}  {'no pair measures it'.ljust(width[1])}  {_clip(why[0], 90) if why else ''}".rstrip(), []
-    pair = f"{lever['arm']} vs {lever.get('vs')}".ljust(width[1])
-    verdict = next((v for v in summary.get("verdicts") or [] if v.get("arm") == lever["arm"]
+    pair = f"{arm} vs {lever.get('vs')}".ljust(width[1])
+    verdict = next((v for v in summary.get("verdicts") or [] if v.get("arm") == arm
                     and v.get("vs") == lever.get("vs")), None)
     citable = bool(lever.get("citable"))
-    equal_work = [x.get("measure") == "equal work" for x in (verdict or {}, lever)]
-    parts, numbers = [], []
+    equal_work = [verdict is not None and verdict.get("measure") == "equal work",
+                  lever.get("measure") == "equal work"]
+    parts: list[str] = []
+    numbers: list[int] = []
     if verdict is not None:
         said = f"{verdict.get('verdict')} {ratio_interval(verdict)}"
         if verdict.get("refused") and citable:  # else the lever's own reason says it
@@ -134,13 +142,15 @@ def lever_line(summary: dict[str, Any], lever: dict[str, Any], notes: Notes,
             marks, numbers = notes.marks([undecided_note(summary, verdict)])
             said = f"{said} {marks}"
         parts.append(said)
-    if lever.get("multiplier") is not None and total_tells(verdict, lever["multiplier"]):
-        parts.append(("total " if verdict is not None else "") + f"{lever['multiplier']:.2f}x")
-    rep = _repeat_pair(summary, lever["arm"], lever.get("vs"))
-    if rep.get("refused") and rep.get("first_visit") is not None:  # the honest figure first, then the echo's
-        parts = [f"first visits {rep['first_visit']:.2f}x (no interval)",
+    multiplier = lever.get("multiplier")
+    if multiplier is not None and total_tells(verdict, multiplier):
+        parts.append(("total " if verdict is not None else "") + f"{multiplier:.2f}x")
+    rep = _repeat_pair(summary, arm, lever.get("vs"))
+    first_visit = rep.get("first_visit") if rep else None
+    if rep and rep.get("refused") and first_visit is not None:  # the honest figure first, then the echo's
+        parts = [f"first visits {first_visit:.2f}x (no interval)",
                  *(["across repeats " + "; ".join(parts)] if parts else [])]
-    revisit = revisit_note(summary, lever["arm"], lever.get("vs"))
+    revisit = revisit_note(summary, arm, lever.get("vs"))
     if revisit and citable:
         marks, more = notes.marks([revisit])
         if parts:
@@ -152,9 +162,9 @@ def lever_line(summary: dict[str, Any], lever: dict[str, Any], notes: Notes,
         parts.append("both at equal work" if all(equal_work) and len(parts) > 1 else
                      "the total at equal work" if equal_work[1] and len(parts) > 1 else "at equal work")
     figure = "; ".join(parts) or "—"
-    row = _total_row(summary, lever["arm"], lever.get("vs"))
-    codes = row.get("reason_codes") or []
-    drift_said, drift_note = drift_words(summary, lever["arm"], lever.get("vs"))
+    row = _total_row(summary, arm, lever.get("vs"))
+    codes = (row.get("reason_codes") if row else None) or []
+    drift_said, drift_note = drift_words(summary, arm, lever.get("vs"))
     short = {**SHORT_REASON, **({guard.DRIFT: drift_said} if drift_said and not drift_note else {})}
     if citable:
         cite = "citable"
@@ -164,7 +174,8 @@ def lever_line(summary: dict[str, Any], lever: dict[str, Any], notes: Notes,
             numbers = [*numbers, *more]
     else:
         figure = f"({figure})"
-        marks, numbers = notes.marks(clauses(lever.get("reason") or row.get("reason")) or ["refused"])
+        marks, numbers = notes.marks(clauses(lever.get("reason") or (row.get("reason") if row else None))
+                                     or ["refused"])
         cite = f"not citable: {', '.join(short.get(c, c) for c in codes) or 'refused'} {marks}"
         if drift_note:
             cite += f"; {drift_said}"
@@ -173,7 +184,7 @@ def lever_line(summary: dict[str, Any], lever: dict[str, Any], notes: Notes,
     return f"{name}  {pair}  {figure} · {cite}", numbers
 
 
-def drift_words(summary: dict[str, Any], arm: str, vs: str | None) -> tuple[str | None, str | None]:
+def drift_words(summary: Summary, arm: str, vs: str | None) -> tuple[str | None, str | None]:
     """What a lever's line says of its pair's drift where the sentinels did not rule one out (``drift_pairs``:
     :func:`...analysis.experiment.drift.pair_drift`): ("drift undetermined" or "drift unknown", the note why it is
     still cited) where it did not refuse the pair (interleaved order); (the refusal's short words, None) where it
@@ -190,13 +201,15 @@ def drift_words(summary: dict[str, Any], arm: str, vs: str | None) -> tuple[str 
             else (None, None)
     if not row.get("undetermined"):
         return None, None
-    tol = pct((summary.get("tolerances") or {}).get("drift", 0.10))
+    from ..config.settings import default  # noqa: PLC0415 (pydantic: --help loads none of it)
+
+    tol = pct((summary.get("tolerances") or {}).get("drift", default("drift_tolerance")))
     what = ("drift unknown: under 3 sentinels an arm" if (row.get("points") or 0) < 3 else
             f"drift undetermined: the sentinels cannot rule out the arms drifting apart by over {tol}")
     return what.split(":")[0], f"{what}; cited: interleaved, it is the run's mean ratio"
 
 
-def total_tells(verdict: dict[str, Any] | None, total: float) -> bool:
+def total_tells(verdict: VerdictRow | None, total: float) -> bool:
     """Whether a lever's total multiplier tells something its verdict's ratio does not: there is no verdict, or
     no interval, or the total lies outside the verdict's interval (the cases' time weights move it)."""
     if verdict is None:
@@ -207,26 +220,29 @@ def total_tells(verdict: dict[str, Any] | None, total: float) -> bool:
     return not low <= total <= high
 
 
-def _repeat_pair(summary: dict[str, Any], arm: str, vs: str | None) -> dict[str, Any]:
-    """The ``repeats`` section's row of the pair (:mod:`...analysis.experiment.revisits`); {} where none."""
-    pairs = (summary.get("repeats") or {}).get("pairs") or []
-    return next((p for p in pairs if p.get("arm") == arm and p.get("vs") == vs), {})
+def _repeat_pair(summary: Summary, arm: str, vs: str | None) -> RepeatPairRow | None:
+    """The ``repeats`` section's row of the pair (:mod:`...analysis.experiment.revisits`); None where none."""
+    repeats = summary.get("repeats")
+    pairs = (repeats.get("pairs") if repeats else None) or []
+    return next((p for p in pairs if p.get("arm") == arm and p.get("vs") == vs), None)
 
 
-def revisit_note(summary: dict[str, Any], arm: str, vs: str | None) -> str | None:
+def revisit_note(summary: Summary, arm: str, vs: str | None) -> str | None:
     """The first-visit figure of a pair whose later repeats revisited their own cached prompts, not refused for
     it (a run that kept its cache on purpose, or one before ledger v5, which declared no state), as a note;
     None where there is none."""
     pair = _repeat_pair(summary, arm, vs)
-    if pair.get("refused") or pair.get("first_visit") is None:
+    first_visit = pair.get("first_visit") if pair else None
+    if pair is None or pair.get("refused") or first_visit is None:
         return None
-    kept = (summary.get("repeats") or {}).get("state") == "keep"
-    return (f"{arm} vs {vs} on first visits (each case's first turn, no interval): {pair['first_visit']:.2f}x; "
+    repeats = summary.get("repeats")
+    kept = (repeats.get("state") if repeats else None) == "keep"
+    return (f"{arm} vs {vs} on first visits (each case's first turn, no interval): {first_visit:.2f}x; "
             + ("the repeats met what earlier ones cached, on purpose (keep)" if kept else
                "later repeats hit the first one's cache (see revisits)"))
 
 
-def tools_line(summary: dict[str, Any]) -> str | None:
+def tools_line(summary: Summary) -> str | None:
     """The cases whose tool schemas the engine dropped (the ``tools`` section), said before any figure: their
     turns ran without their tools, so they are not agent turns with tools; None where every schema reached."""
     dropped = [r for r in summary.get("tools") or [] if isinstance(r, dict) and r.get("dropped")]
@@ -237,7 +253,7 @@ def tools_line(summary: dict[str, Any]) -> str | None:
             "without their tools (not agent turns with tools): see Tools in the report")
 
 
-def undecided_note(summary: dict[str, Any], verdict: dict[str, Any]) -> str:
+def undecided_note(summary: Summary, verdict: VerdictRow) -> str:
     """What decides an undecided verdict: its own reason where it has one (no spread: repeats cannot bound it);
     in an adaptive run, what stopped it; else the repeats per case a fixed design would need (were the observed
     effect and noise true), or, with the effect at the bound, that no practical number does."""
@@ -259,14 +275,16 @@ def undecided_note(summary: dict[str, Any], verdict: dict[str, Any]) -> str:
            "it is decided"
 
 
-def time_line(summary: dict[str, Any]) -> str | None:
+def time_line(summary: Summary) -> str | None:
     """Where the baseline's turn time goes: prefill, decode and the rest, summed over one turn of each case."""
     base = summary.get("baseline")
     rows = [r for r in summary.get("time_shares") or [] if r.get("arm") == base and r.get("turn_s")]
     if not rows:
         return None
     total = sum(r["turn_s"] for r in rows)
-    share = {k: sum(r.get(f"{k}_s") or 0.0 for r in rows) / total for k in ("prefill", "decode", "other")}
+    share = {"prefill": sum(r.get("prefill_s") or 0.0 for r in rows) / total,
+             "decode": sum(r.get("decode_s") or 0.0 for r in rows) / total,
+             "other": sum(r.get("other_s") or 0.0 for r in rows) / total}
     sources = {r.get("source") for r in rows} - {None, ""}
     source = sources.pop() if len(sources) == 1 else "mixed sources" if sources else ""
     n = len(rows)
@@ -275,7 +293,7 @@ def time_line(summary: dict[str, Any]) -> str | None:
             f"other {pct(share['other'])}")
 
 
-def _repeats(summary: dict[str, Any]) -> str:
+def _repeats(summary: Summary) -> str:
     """The repeats: the fixed count, or for an adaptive run the range the verdicts reached and the cap."""
     run = summary.get("run") or {}
     ad = summary.get("adaptive")
@@ -288,7 +306,7 @@ def _repeats(summary: dict[str, Any]) -> str:
     return f"{run.get('repeats', '?')} repeats"
 
 
-def _head(summary: dict[str, Any]) -> str:
+def _head(summary: Summary) -> str:
     run = summary.get("run") or {}
     arms, cases = summary.get("arms") or [], summary.get("cases") or []
     failed = run.get("failed_calls") or 0
@@ -301,7 +319,7 @@ def _head(summary: dict[str, Any]) -> str:
     return head
 
 
-def first_screen(summary: dict[str, Any], *, report_path: str | None = None,
+def first_screen(summary: Summary, *, report_path: str | None = None,
                  full_hint: str | None = "every table: --full") -> FirstScreen:
     """The first screen of *summary*; *report_path*: the HTML report to point at; *full_hint*: how to see
     every table (None: say nothing of it)."""
@@ -314,16 +332,18 @@ def first_screen(summary: dict[str, Any], *, report_path: str | None = None,
         line, numbers = lever_line(summary, x, notes, width)
         lines.append(line)
         firsts += numbers[:1]
-    common = summary.get("drift_common") or {}
-    conditions = [f"Drift: {common['text']}"] if common.get("text") else []
+    common = summary.get("drift_common")
+    drift = common.get("text") if common else None
+    conditions = [f"Drift: {drift}"] if drift else []
     conditions += [x for x in (replay_line(summary), tools_line(summary)) if x]
     groups = warning_groups(summary)
     warnings = None
     if groups:
         n = sum(len(t) for _, _, t in groups)
         named = ", ".join(f"{kind or 'other'} ({len(t)})" for kind, _, t in groups[:WARNING_KINDS])
-        more = len(groups) - WARNING_KINDS
-        warnings = (f"{n} warning{'s' if n > 1 else ''}: {named}" + (f", +{more} more kinds" if more > 0 else "")
+        kinds_left = len(groups) - WARNING_KINDS
+        warnings = (f"{n} warning{'s' if n > 1 else ''}: {named}"
+                    + (f", +{kinds_left} more kinds" if kinds_left > 0 else "")
                     + (" (the full report lists them)" if full_hint else ""))
     more = [x for x in (f"report: {report_path}" if report_path else None, full_hint) if x]
     return FirstScreen(_head(summary), conditions, lines or ["no lever: the arms differ in no knob"],

@@ -4,13 +4,17 @@ returned."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..analysis.base.readable import SPAN, change_words
 from .table import Table, pct
 
+if TYPE_CHECKING:
+    from ..schema.check_rows import TrendRow
+    from ..schema.summary import Summary
 
-def multiplier_table(summary: dict[str, Any]) -> Table:
+
+def multiplier_table(summary: Summary) -> Table:
     rows = []
     for m in summary["multipliers"]:
         knobs = ", ".join(m["knobs"]) or "none"
@@ -37,7 +41,7 @@ def multiplier_table(summary: dict[str, Any]) -> Table:
                         "own rate model to the reference's work (see Equal work)."])
 
 
-def equal_work_table(summary: dict[str, Any]) -> Table | None:
+def equal_work_table(summary: Summary) -> Table | None:
     """Per comparison: how many calls gave the same output on both arms, where the others part, and the
     correction to equal work where the volumes differ."""
     rows = []
@@ -63,7 +67,7 @@ def equal_work_table(summary: dict[str, Any]) -> Table | None:
                         "cross-check (the probes)."])
 
 
-def _trend(t: dict[str, Any] | None) -> str:
+def _trend(t: TrendRow | None) -> str:
     """A trend row's change and interval (:func:`.drift.change_words`: in words where the interval is not
     :func:`.drift.bounded`)."""
     if not t or t.get("change") is None:
@@ -71,7 +75,7 @@ def _trend(t: dict[str, Any] | None) -> str:
     return change_words(t["change"], t.get("low"), t.get("high"), t.get("points") or 2, digits=1)
 
 
-def drift_table(summary: dict[str, Any]) -> Table | None:
+def drift_table(summary: Summary) -> Table | None:
     """Per arm: its sentinels' speed trend over the run (decode, prefill) and its warm-up; per comparison: what
     drift does to it; and the common drift in words."""
     if not summary["drift"]:
@@ -82,7 +86,7 @@ def drift_table(summary: dict[str, Any]) -> Table | None:
         if "decode" not in d:  # a summary written before the series: start and end only
             rows.append([d["arm"], "2", _trend({"change": d["change"]}), "—", "DRIFTED" if d["drifted"] else "ok", ""])
             continue
-        w = d.get("warmup") or {}
+        w = d.get("warmup")
         warm = "—" if not w else f"{w['calls']} call(s), {'settled' if w['settled'] else 'NOT settled'}"
         state = "unknown" if d["unknown"] else ("DRIFTED" if d["drifted"] else "ok")
         rows.append([d["arm"], str(d["sentinels"]), _trend(d["decode"]), _trend(d["prefill"]), state, warm])
@@ -99,15 +103,16 @@ def drift_table(summary: dict[str, Any]) -> Table | None:
                                   "the run's average; more repeats narrow it" if p.get("undetermined") else "")
             rows.append([f"{p['arm']} vs {p['vs']} (ratio)", str(p["points"]), _trend(p["decode"]),
                          _trend(p["prefill"]), state, why])
-    common = summary.get("drift_common") or {}
+    common = summary.get("drift_common")
+    text = common.get("text") if common else None
     notes = [f"Speed over the run from the sentinels that open every round: its change from start to end with its "
              f"95 % interval. An arm drifted when the interval excludes 0 and the change is beyond {tol}; a "
              "comparison is refused for drift when the ratio of its arms' speeds drifted so (interleaved order), or "
              "when either arm drifted, or its drift is unknown or undetermined (blocked order). Fewer than 3 "
              f"sentinels: unknown. An interval whose ends lie over {SPAN:.0f}x apart (as speed ratios) is said in "
              "words: the sentinels do not bound it."]
-    if common.get("text"):
-        notes.insert(0, common["text"][0].upper() + common["text"][1:] + ".")
+    if text:
+        notes.insert(0, text[0].upper() + text[1:] + ".")
     return Table("drift", "Drift: each arm's speed over the run, and what it does to each comparison",
                  ["arm / comparison", "sentinels", "decode speed", "prefill speed", f"beyond {tol}?", "warm-up / why"],
                  rows, notes=notes)

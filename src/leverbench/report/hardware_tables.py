@@ -5,16 +5,25 @@ A summary written before these sections existed has neither: no table.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Literal
+
+from typing_extensions import TypeAlias
 
 from .table import Table, pct, s
 
-FACT_COLUMNS = (("name", "GPU"), ("count", "GPUs"), ("memory_mib", "memory MiB"), ("driver", "driver"),
-                ("cuda", "CUDA"), ("power_limit_w", "power limit W"), ("sm_clock_max_mhz", "SM clock max MHz"),
-                ("mig", "MIG"))
+if TYPE_CHECKING:
+    from ..schema.hardware_rows import EngineArmRow, Fact
+    from ..schema.summary import Summary
+
+_FactKey: TypeAlias = Literal["name", "count", "memory_mib", "driver", "cuda", "power_limit_w", "sm_clock_max_mhz",
+                              "mig"]
+#: The GPU facts the table shows (:class:`...schema.hardware_rows.GpuFactsRow`'s keys), with their headers.
+FACT_COLUMNS: tuple[tuple[_FactKey, str], ...] = (
+    ("name", "GPU"), ("count", "GPUs"), ("memory_mib", "memory MiB"), ("driver", "driver"), ("cuda", "CUDA"),
+    ("power_limit_w", "power limit W"), ("sm_clock_max_mhz", "SM clock max MHz"), ("mig", "MIG"))
 
 
-def _fact(v: Any) -> str:
+def _fact(v: Fact) -> str:
     if v is None:
         return "—"
     if isinstance(v, list):
@@ -22,7 +31,7 @@ def _fact(v: Any) -> str:
     return f"{v:g}" if isinstance(v, float) else str(v)
 
 
-def _released(a: Mapping[str, Any]) -> str:
+def _released(a: EngineArmRow) -> str:
     if a["released"] is False:
         return "NO"
     if a.get("unchecked"):
@@ -30,7 +39,7 @@ def _released(a: Mapping[str, Any]) -> str:
     return "—" if a["released"] is None else "yes"
 
 
-def engines_table(summary: Mapping[str, Any]) -> Table | None:
+def engines_table(summary: Summary) -> Table | None:
     e = summary.get("engines")
     if not e or not e.get("arms"):
         return None
@@ -57,7 +66,7 @@ def engines_table(summary: Mapping[str, Any]) -> Table | None:
                                                       "released devices"], rows, notes=notes)
 
 
-def gpu_facts_table(summary: Mapping[str, Any]) -> Table | None:
+def gpu_facts_table(summary: Summary) -> Table | None:
     g = summary.get("gpu")
     if not g or not any(a["facts"] for a in g.get("arms") or []):  # none recorded: a run before GPU facts
         return None
@@ -78,7 +87,7 @@ def gpu_facts_table(summary: Mapping[str, Any]) -> Table | None:
                  rows, notes=notes)
 
 
-def telemetry_table(summary: Mapping[str, Any]) -> Table | None:
+def telemetry_table(summary: Summary) -> Table | None:
     g = summary.get("gpu")
     rows_in = (g or {}).get("telemetry") or []
     if not rows_in:
@@ -105,7 +114,7 @@ def telemetry_table(summary: Mapping[str, Any]) -> Table | None:
                               "calls in both phases at once (concurrent calls), counted in neither."])
 
 
-def energy_table(summary: Mapping[str, Any]) -> Table | None:
+def energy_table(summary: Summary) -> Table | None:
     g = summary.get("gpu")
     rows_in = (g or {}).get("energy") or []
     if not rows_in:
@@ -121,5 +130,5 @@ def energy_table(summary: Mapping[str, Any]) -> Table | None:
                                                        "GPU-h per 1000 turns", "from"], rows, notes=notes)
 
 
-def hardware_tables(summary: Mapping[str, Any]) -> list[Table | None]:
+def hardware_tables(summary: Summary) -> list[Table | None]:
     return [engines_table(summary), gpu_facts_table(summary), telemetry_table(summary), energy_table(summary)]

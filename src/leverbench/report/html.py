@@ -27,24 +27,30 @@ import json
 import re
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup
+from typing_extensions import TypedDict
 
 from ..analysis.base.warning_kinds import warning_groups
+from ..config.settings import RunSettings
 from ..ledger.reader import Ledger
 from .first_screen import first_screen
 from .jsonio import finite, number
 from .load_levers import pair_sentence
-from .replay import replay_choice, replay_data
-from .svg import PHASE_COLORS, arm_colors, svg_hbars, svg_load, svg_scatter, svg_stacked_bars
+from .replay import ReplayData, replay_choice, replay_data
+from .svg import PHASE_COLORS, Bar, arm_colors, svg_hbars, svg_load, svg_scatter, svg_stacked_bars
 from .svg_levers import svg_lever_load
 from .table import Table
 from .tables import all_tables
 
-__all__ = ["render_html", "render_replay", "replay_data", "script_json", "CSP"]
-# report/traffic.py's page also takes CSP, _STYLE, _env, _table_view, svg_hbars and svg_stacked_bars from here.
+if TYPE_CHECKING:
+    from ..ledger.rows import RunHeaderRow
+    from ..schema.summary import Summary
+
+__all__ = ["render_html", "render_replay", "replay_data", "script_json", "CSP", "TableView"]
+# report/traffic.py's page also takes CSP, _STYLE, _env and _table_view from here.
 
 _TEMPLATES = Path(__file__).with_name("templates")
 _env = Environment(loader=FileSystemLoader(str(_TEMPLATES)), autoescape=True, undefined=StrictUndefined,
@@ -66,7 +72,7 @@ MAX_REPORT_EVENTS = 200_000
 # ---------------------------------------------------------------- JSON for a script block
 
 
-def script_json(obj: Any) -> Markup:
+def script_json(obj: object) -> Markup:
     """JSON safe inside ``<script type="application/json">``: no ``<``, ``>``, ``&`` or ``'`` appears
     literally (each becomes a ``\\u00XX`` escape, which JSON.parse reads back unchanged), so no text can
     close the block or open a comment; non-ASCII is escaped too, so the block is plain ASCII."""
@@ -82,14 +88,52 @@ def script_json(obj: Any) -> Markup:
 _NUMERIC = re.compile(r"^[\s(]*[-+$]?[\d.,]+\s*(x|s|%|tok/s)?\)?$")
 
 
-def _table_view(t: Table) -> dict[str, Any]:
+class CellView(TypedDict):
+    """A table cell as the page's template draws it: its text and its CSS classes."""
+
+    text: str
+    cls: str
+
+
+class RowView(TypedDict):
+    """A table row as the template draws it: its CSS class and its cells."""
+
+    cls: str
+    cells: list[CellView]
+
+
+class TableView(TypedDict):
+    """A :class:`~.table.Table` as the template draws it, each cell with its CSS classes."""
+
+    key: str
+    title: str
+    headers: list[str]
+    rows: list[RowView]
+    notes: list[str]
+
+
+class ScatterView(TypedDict):
+    """A case's regression scatters, one per arm."""
+
+    case: str
+    svgs: list[Markup]
+
+
+class ReplayView(TypedDict):
+    """The replay embedded in a page: its data (:func:`.replay.replay_data`) and the same as a script block's JSON."""
+
+    json: Markup
+    data: ReplayData
+
+
+def _table_view(t: Table) -> TableView:
     """A Table with CSS classes: refused multipliers and fits (with their reason), failed checks, numbers."""
     heads = [h.lower() for h in t.headers]
-    rows = []
+    rows: list[RowView] = []
     for row in t.rows:
         refused_row = any(h == "citable" and x == "no" for h, x in zip(heads, row))
         refused_fit = "refused" in row
-        cells = []
+        cells: list[CellView] = []
         for i, text in enumerate(row):
             h = heads[i] if i < len(heads) else ""
             cls = []
@@ -111,12 +155,12 @@ def _table_view(t: Table) -> dict[str, Any]:
 # ---------------------------------------------------------------- the report page
 
 
-def _shares_groups(summary: dict[str, Any]) -> list[tuple[str, list[dict[str, Any]]]]:
+def _shares_groups(summary: Summary) -> list[tuple[str, list[Bar]]]:
     arms = [a["name"] for a in summary["arms"]]
     by = {(r["arm"], r["case"]): r for r in summary.get("time_shares") or []}
     groups = []
     for case in summary["cases"]:
-        rs = []
+        rs: list[Bar] = []
         for a in arms:
             r = by.get((a, case))
             if r is None:
@@ -129,11 +173,11 @@ def _shares_groups(summary: dict[str, Any]) -> list[tuple[str, list[dict[str, An
     return groups
 
 
-def _scenario_groups(summary: dict[str, Any]) -> list[tuple[str, list[dict[str, Any]]]]:
+def _scenario_groups(summary: Summary) -> list[tuple[str, list[Bar]]]:
     p = summary.get("projection")
     if not p:
         return []
-    rs = []
+    rs: list[Bar] = []
     for a in p["arms"]:
         if "refused" in a:
             rs.append({"arm": a["arm"], "note": f"refused: {a['refused']}"})
@@ -146,10 +190,10 @@ def _scenario_groups(summary: dict[str, Any]) -> list[tuple[str, list[dict[str, 
     return [(f"scenario: {p['input_tokens']:,} input, {p['output_tokens']:,} output tokens", rs)]
 
 
-def _scatters(summary: dict[str, Any]) -> list[dict[str, Any]]:
+def _scatters(summary: Summary) -> list[ScatterView]:
     arms = [a["name"] for a in summary["arms"]]
     colors = arm_colors(arms)
-    out = []
+    out: list[ScatterView] = []
     for case in summary["cases"]:
         ds = [d for d in summary.get("decomposition") or [] if d["case"] == case and d.get("points")]
         if not ds:
@@ -158,15 +202,16 @@ def _scatters(summary: dict[str, Any]) -> list[dict[str, Any]]:
         ys = [v for d in ds for v in d.get("y") or [] if number(v) is not None]
         xmax, ymax = max(xs + [1]), max(ys + [1e-3])
         for d in ds:
-            if not d.get("refused") and number(d.get("intercept_s")) is not None:
-                ymax = max(ymax, d["intercept_s"])
+            intercept = number(d.get("intercept_s"))
+            if not d.get("refused") and intercept is not None:
+                ymax = max(ymax, intercept)
         svgs = [svg_scatter(d, colors.get(d["arm"], "#555"), xmax, ymax)
                 for d in sorted(ds, key=lambda d: arms.index(d["arm"]) if d["arm"] in arms else 99)]
         out.append({"case": case, "svgs": svgs})
     return out
 
 
-def _run_facts(summary: dict[str, Any]) -> list[tuple[str, str]]:
+def _run_facts(summary: Summary) -> list[tuple[str, str]]:
     run = summary["run"]
     host = run.get("host") or {}
     facts = [("run", f"{run.get('name')} ({run.get('run_id')})"), ("started", str(run.get("started_at"))),
@@ -180,13 +225,13 @@ def _run_facts(summary: dict[str, Any]) -> list[tuple[str, str]]:
     return facts
 
 
-def render_html(summary: dict[str, Any], ledger: Ledger | None = None) -> str:
+def render_html(summary: Summary, ledger: Ledger[RunHeaderRow] | None = None) -> str:
     """``report.html``: the run's conditions, tables, plots, warnings and (with the ledger) the replay.
 
     ``summary`` is the ``leverbench.summary/1`` dict; ``ledger`` is the run's ledger, needed only for the
     side-by-side replay (without it the page says where to get one).
     """
-    tabs: dict[str, Any] = defaultdict(lambda: None)  # a table that is absent renders as nothing
+    tabs: defaultdict[str, TableView | None] = defaultdict(lambda: None)  # an absent table renders as nothing
     tabs.update({t.key: _table_view(t) for t in all_tables(summary)})
     arms = [a["name"] for a in summary["arms"]]
     load = [st for st in summary.get("load") or [] if isinstance(st, dict)]
@@ -198,7 +243,7 @@ def render_html(summary: dict[str, Any], ledger: Ledger | None = None) -> str:
                              label="GPU-hours per 1000 turns", axis="GPU-hours per 1000 turns")
     shares = _shares_groups(summary)
     scen = _scenario_groups(summary)
-    replay = None
+    replay: ReplayView | None = None
     if ledger is not None:
         data = replay_data(ledger, max_events=MAX_REPORT_EVENTS)
         if data["turns"]:
@@ -222,13 +267,13 @@ def render_html(summary: dict[str, Any], ledger: Ledger | None = None) -> str:
 # ---------------------------------------------------------------- the replay page
 
 
-def render_replay(ledger: Ledger, case: str, arms: list[str], repeat: int = 0) -> str:
+def render_replay(ledger: Ledger[RunHeaderRow], case: str, arms: list[str], repeat: int = 0) -> str:
     """One HTML page: the chosen arms' answers for one case and repeat, streaming side by side at their
     recorded chunk times.  Raises :class:`BadInput` naming the valid values for an unknown case, arm or repeat
     (:func:`~.replay.replay_choice`).
     """
     data = replay_choice(ledger, case, arms, repeat)
-    name = ((ledger.header.get("config") or {}).get("experiment") or {}).get("name") or "run"
+    name = RunSettings.of_header(ledger.header["config"], ledger.path).name or "run"
     return _env.get_template("replay.html.j2").render(
         csp=CSP, style=Markup(_STYLE), script=Markup(_SCRIPT),
         title=f"leverbench replay: {name} · {case} · repeat {repeat}", run_name=name,

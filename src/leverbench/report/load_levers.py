@@ -9,14 +9,27 @@ their intervals and the guard's verdict, the crossovers, and the capacity at the
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from ..analysis.base.readable import ratio_words
 from ..levers import registry
 from .table import Table
 
 if TYPE_CHECKING:
-    from ..schema.load_lever_rows import LeverSide, LoadLeverRow, MetricRow, OperatingPoint, UnderLoad
+    from ..schema.load_lever_rows import (
+        CapacityPair,
+        CapacityRow,
+        Crossover,
+        LevelValue,
+        LeverSide,
+        LoadLeverRow,
+        MetricRow,
+        OperatingPoint,
+        PairFigure,
+        UnderLoad,
+    )
+    from ..schema.summary import Summary
 
 METRIC_WORDS = {"e2e_p50": "end-to-end p50", "e2e_p99": "end-to-end p99", "goodput": "goodput",
                 "output_tps": "throughput", "ttft_p50": "TTFT p50", "ttft_p99": "TTFT p99", "tpot_p50": "TPOT p50",
@@ -56,7 +69,7 @@ def loads_words(xs: Sequence[float], axis: str) -> str:
     return said + (" in flight" if axis == "concurrency" else " requests/s" if axis == "rate" else " speed")
 
 
-def pays_clause(points: Sequence[tuple[float, float]], axis: str, pays: str, crossover: Mapping[str, Any] | None,
+def pays_clause(points: Sequence[tuple[float, float]], axis: str, pays: str, crossover: Crossover | None,
                 crossings: int = 0, scope: str = "measured", unclear: Sequence[float] = ()) -> str:
     """Where one metric's multiplier pays along the levels, from its citable (load, multiplier) points (*scope*:
     "compared" where a level measured was not, every call of an arm having failed there; *unclear*: the loads
@@ -138,22 +151,24 @@ def pair_sentence(row: LoadLeverRow) -> str:
     return out + (f"; capacity at the SLOs {said}" if said else "")
 
 
-def capacity_words(cap: Mapping[str, Any] | None) -> str | None:
+def capacity_words(cap: CapacityPair | None) -> str | None:
     """A lever's capacity multiplier in words ("at least 1.50x", "between 0.75x and 1.50x"); None without one."""
-    if not cap or cap.get("bound") is None:
+    bound = cap.get("bound") if cap else None
+    if not cap or bound is None:
         return None
-    if cap["bound"] == "between":
+    if bound == "between":
         return f"between {cap['low']:.2f}x and {cap['high']:.2f}x"
-    return {"at least": "at least ", "at most": "at most "}.get(cap["bound"], "") + f"{cap['value']:.2f}x"
+    return {"at least": "at least ", "at most": "at most "}.get(bound, "") + f"{cap['value']:.2f}x"
 
 
-def capacity_load(c: Mapping[str, Any], digits: int = 3, unit: bool = True) -> str:
+def capacity_load(c: CapacityRow, digits: int = 3, unit: bool = True) -> str:
     """An arm's capacity on its sweep's axis in words: "≥ 8 in flight", "2–4 in flight" (between a level that met
     the SLOs and the next, whose calls failed), "3.4 in flight" (*unit* False: the number alone); "none"."""
-    if c["load"] is None:
+    load, upper = c["load"], c.get("upper")
+    if load is None:
         return "none"
-    top = c["upper"] if c["bound"] == "between" and c.get("upper") is not None else c["load"]
-    head = f"{num(c['load'], digits)}–" if top != c["load"] else "≥ " if c["bound"] == "at least" else ""
+    top = upper if c["bound"] == "between" and upper is not None else load
+    head = f"{num(load, digits)}–" if top != load else "≥ " if c["bound"] == "at least" else ""
     return head + (at(top, c["x"], digits) if unit else num(top, digits))
 
 
@@ -178,7 +193,7 @@ def operating_lines(point: OperatingPoint | None, rows: Sequence[UnderLoad]) -> 
         out.append(f"Operating point: {point['calls']:,} calls with arrival times, {rate}"
                    + (f"; calls in flight p50 {fl['p50']:g}, p95 {fl['p95']:g} (mean {fl['mean']:.3g}, max "
                       f"{fl['max']:g}; {point['duration_source']})" if fl else ""))
-    sides = (point or {}).get("sides") or []
+    sides = (point.get("sides") if point else None) or []
     for u in rows:
         side = next((s for s in sides if (s["arm"], s["vs"], s["sweep"]) == (u["arm"], u["vs"], u["sweep"])), None)
         out.append("Under load: " + under_load_sentence(u, side))
@@ -198,7 +213,7 @@ def side_sentence(side: LeverSide) -> str:
 # ---------------------------------------------------------------- tables
 
 
-def _mult(v: Mapping[str, Any] | None) -> str:
+def _mult(v: LevelValue | None) -> str:
     if not v or v.get("value") is None:
         return "—"
     text = f"{v['value']:.2f}x"
@@ -211,11 +226,11 @@ def _n(x: float | None) -> str:
     return "—" if x is None else f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
 
 
-def _engagement(eng: Mapping[str, Mapping[str, float | None]]) -> str:
+def _engagement(eng: Mapping[str, PairFigure]) -> str:
     return "; ".join(f"{k} {_n(p.get('arm'))}/{_n(p.get('vs'))}" for k, p in eng.items()) or "—"
 
 
-def levels_table(summary: Mapping[str, Any]) -> Table | None:
+def levels_table(summary: Summary) -> Table | None:
     """Per lever pair and level: the multipliers with their 95 % intervals, failures, the lever's own server
     figures on each arm, and the guard's verdict."""
     rows = []
@@ -241,7 +256,7 @@ def levels_table(summary: Mapping[str, Any]) -> Table | None:
                         "lever's own counters over the stage (e.g. a drafter's acceptance), each arm's."])
 
 
-def crossover_table(summary: Mapping[str, Any]) -> Table | None:
+def crossover_table(summary: Summary) -> Table | None:
     """Per lever pair and metric: where it pays and the load at which it crosses 1."""
     rows = []
     for r in summary.get("load_levers") or []:
@@ -263,12 +278,12 @@ def crossover_table(summary: Mapping[str, Any]) -> Table | None:
                         "measured. ◆: reported by default."])
 
 
-def capacity_table(summary: Mapping[str, Any]) -> Table | None:
+def capacity_table(summary: Summary) -> Table | None:
     """Per arm and sweep: the highest load meeting the SLOs, its throughput and the price of capacity there."""
     rows = []
     for c in summary.get("capacity") or []:
         slo = ", ".join(f"{k.removeprefix('slo_').removesuffix('_s').upper()} ≤ {v * 1000:g} ms"
-                        for k, v in c["slo"].items())
+                        for k, v in c["slo"].items() if isinstance(v, (int, float)))  # (every SLO is a number)
         load = capacity_load(c)
         usd, usd_m = c["usd_per_1000_requests"], c["usd_per_million_output_tokens"]
         rows.append([c["arm"], c["sweep"], f"p{c['percentile']:g}: {slo}", load, _g(c["output_tps"]),
@@ -295,6 +310,6 @@ def capacity_table(summary: Mapping[str, Any]) -> Table | None:
                  "req/s", "GPU-h / 1k req", "GPU-h / M tok", "$ / 1k req", "$ / M tok", "note"], rows, notes)
 
 
-def lever_load_tables(summary: Mapping[str, Any]) -> list[Table]:
+def lever_load_tables(summary: Summary) -> list[Table]:
     """The tables of the levers under load that have rows."""
     return [t for t in (levels_table(summary), crossover_table(summary), capacity_table(summary)) if t is not None]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
+
+from typing_extensions import TypeAlias
 
 from .load_levers import lever_load_tables
 from .table import Table
@@ -12,14 +14,23 @@ if TYPE_CHECKING:
     from ..schema.summary import Summary
 
 
-def _ms(d: Distribution | None, key: str) -> str:
-    if not d or d.get(key) is None:
+#: A statistic of a :class:`...schema.load_rows.Distribution`.
+Stat: TypeAlias = Literal["n", "p50", "p90", "p95", "p99", "mean", "max"]
+
+
+def _seconds_ms(x: float | None) -> str:
+    """Seconds as milliseconds: three figures from 100 ms up, else one decimal."""
+    if x is None:
         return "—"
-    v = d[key] * 1000
+    v = x * 1000
     return f"{v:.0f}" if abs(v) >= 100 else f"{v:.1f}"
 
 
-def _pair(d: Distribution | None, a: str = "p50", b: str = "p99") -> str:
+def _ms(d: Distribution | None, key: Stat) -> str:
+    return _seconds_ms(d.get(key) if d else None)
+
+
+def _pair(d: Distribution | None, a: Stat = "p50", b: Stat = "p99") -> str:
     return "—" if not d else f"{_ms(d, a)} / {_ms(d, b)}"
 
 
@@ -45,7 +56,7 @@ def load_table(summary: Summary) -> Table | None:
         return None
     # columns that would only repeat another are left out: TTFAT when no answer was preceded by reasoning,
     # the server's queue when no endpoint exported one, goodput when no stage set an SLO
-    show_ttfat = any(r.get("ttfat") and r.get("ttft") and abs(r["ttfat"]["p50"] - r["ttft"]["p50"]) > 0.001
+    show_ttfat = any((a := r.get("ttfat")) and (b := r.get("ttft")) and abs(a["p50"] - b["p50"]) > 0.001
                      for r in rows_in)
     show_server_q = any(r.get("server_queue_s") is not None for r in rows_in)
     show_goodput = any(r.get("slo") for r in rows_in)
@@ -74,7 +85,8 @@ def load_table(summary: Summary) -> Table | None:
         if show_ttfat:
             row.append(_pair(r.get("ttfat")))
         row += [_pair(r.get("tpot")), _pair(r.get("itl")),
-                _pair(r.get("e2e")) if r.get("e2e") else _pair({"p50": r.get("p50_s"), "p99": r.get("p99_s")})]
+                _pair(r.get("e2e")) if r.get("e2e")
+                else f"{_seconds_ms(r.get('p50_s'))} / {_seconds_ms(r.get('p99_s'))}"]
         if show_ok:
             row.append(_pair(r.get("e2e_ok")))
         row.append(queue)

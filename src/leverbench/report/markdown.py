@@ -3,12 +3,15 @@ prose around them."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..analysis.base.warning_kinds import warning_groups
 from .first_screen import first_screen
 from .table import Table
 from .tables import all_tables
+
+if TYPE_CHECKING:
+    from ..schema.summary import Summary
 
 _INTRO = {
     "verdicts": (
@@ -61,7 +64,7 @@ def _md_table(t: Table) -> str:
     return "\n".join(lines)
 
 
-def render_markdown(summary: dict[str, Any]) -> str:
+def render_markdown(summary: Summary) -> str:
     run = summary["run"]
     host = run.get("host") or {}
     answer = first_screen(summary, full_hint=None).lines(width=1000)  # a page has room for whole notes

@@ -4,17 +4,21 @@ requests and where a live replay departed.  Formats only."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .table import Table, pct
 
+if TYPE_CHECKING:
+    from ..schema.recorded_rows import RecordedSection
+    from ..schema.summary import Summary
 
-def _modes(section: dict[str, Any]) -> str:
+
+def _modes(section: RecordedSection) -> str:
     modes = sorted({c["mode"] for c in section["cases"]})
     return " and ".join(modes)
 
 
-def _unchecked(section: dict[str, Any]) -> list[str]:
+def _unchecked(section: RecordedSection) -> list[str]:
     """Why calls were not compared with the recording (the departed ones aside: said apart)."""
     usage = sum(a.get("no_recorded_usage", 0) for a in section["arms"])  # (a summary written before they were)
     failed = sum(a.get("failed_calls", 0) for a in section["arms"])
@@ -22,7 +26,7 @@ def _unchecked(section: dict[str, Any]) -> list[str]:
     return said + ([f"{failed} failed"] if failed else [])
 
 
-def _requests(section: dict[str, Any]) -> str:
+def _requests(section: RecordedSection) -> str:
     if section["requests_compared"] == 0:
         return "requests not compared across arms (no call succeeded on two arms)"
     if section["requests_identical"] == section["requests_compared"]:
@@ -30,7 +34,7 @@ def _requests(section: dict[str, Any]) -> str:
     return f"identical requests at {section['requests_identical']} of {section['requests_compared']} calls"
 
 
-def replay_line(summary: dict[str, Any]) -> str | None:
+def replay_line(summary: Summary) -> str | None:
     """One line: how many recorded turns, in which mode, and whether every arm received them as recorded (what
     was not compared said: never "as recorded" over nothing compared)."""
     sec = summary.get("recorded")
@@ -55,7 +59,7 @@ def replay_line(summary: dict[str, Any]) -> str | None:
             f"{gone}")
 
 
-def recorded_table(summary: dict[str, Any]) -> Table | None:
+def recorded_table(summary: Summary) -> Table | None:
     sec = summary.get("recorded")
     if not sec:
         return None

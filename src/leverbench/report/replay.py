@@ -9,32 +9,94 @@ Public API: :func:`replay_data`, :func:`replay_choice`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
+from typing_extensions import TypedDict
+
+from ..config.settings import RunSettings
 from ..errors import BadInput
 from ..ledger.reader import Ledger
 from .jsonio import number
 
-__all__ = ["replay_choice", "replay_data"]
+if TYPE_CHECKING:
+    from ..ledger.rows import CallRow, RunHeaderRow, TurnRow
+
+__all__ = ["CallView", "ReplayArm", "ReplayData", "TurnView", "replay_choice", "replay_data"]
 
 
-def _store_text(ledger: Ledger) -> bool:
-    return bool(((ledger.header.get("config") or {}).get("experiment") or {}).get("store_text"))
+class CallView(TypedDict):
+    """One call of a turn as the replay shows it: its step, when it started (seconds after the turn's first send,
+    its request out), its time to first token and latency, its chunks' times (after its start), sizes and texts
+    (None: not stored), the last user prompt it sent, its output tokens, its tool calls and its error."""
+
+    step: int
+    start: float
+    ttft: float | None
+    latency: float | None
+    t: list[float]
+    chars: list[int]
+    text: list[str] | None
+    prompt: str | None
+    tokens: int | None
+    tools: list[str]
+    error: str | None
 
 
-def _names(ledger: Ledger) -> tuple[list[str], list[str]]:
-    cfg = ledger.header.get("config") or {}
-    arms = [a["name"] for a in cfg.get("arms", []) if isinstance(a, dict) and "name" in a]
-    cases = [c["name"] for c in cfg.get("cases", []) if isinstance(c, dict) and "name" in c]
+class TurnView(TypedDict):
+    """One finished turn (arm, case, repeat): when its last call ended, its time, whether every call's text was
+    stored, its error and its calls."""
+
+    arm: str
+    case: str
+    repeat: int
+    end: float
+    turn_s: float | None
+    text: bool
+    error: str | None
+    calls: list[CallView]
+
+
+class ReplayArm(TypedDict):
+    """An arm of the replay: its name, role and declared conditions (as text)."""
+
+    name: str
+    role: str | None
+    conditions: dict[str, str]
+
+
+class ReplayData(TypedDict):
+    """The replay's data (:func:`replay_data`): whether the ledger stored the answers' text, the arms, the cases
+    and repeats embedded, whether repeats were left out for size, how many turns were embedded of those recorded,
+    and the turns."""
+
+    text_stored: bool
+    arms: list[ReplayArm]
+    cases: list[str]
+    repeats: list[int]
+    truncated: bool
+    turns_embedded: int
+    turns_recorded: int
+    turns: list[TurnView]
+
+
+def _store_text(ledger: Ledger[RunHeaderRow]) -> bool:
+    return RunSettings.of_header(ledger.header["config"], ledger.path).store_text
+
+
+def _names(ledger: Ledger[RunHeaderRow]) -> tuple[list[str], list[str]]:
+    cfg = ledger.header.get("config")
+    arms = [a["name"] for a in (cfg.get("arms", []) if cfg else []) if isinstance(a, dict) and "name" in a]
+    cases = [c["name"] for c in (cfg.get("cases", []) if cfg else []) if isinstance(c, dict) and "name" in c]
     for r in ledger.of_kind("turn"):
-        if r.get("arm") not in arms:
-            arms.append(r.get("arm"))
-        if r.get("case") not in cases:
-            cases.append(r.get("case"))
+        if r["arm"] not in arms:
+            arms.append(r["arm"])
+        case = r.get("case")
+        if case is not None and case not in cases:
+            cases.append(case)
     return arms, cases
 
 
-def _last_user_prompt(messages: Any) -> str | None:
+def _last_user_prompt(messages: object) -> str | None:
     if not isinstance(messages, list):
         return None
     for m in reversed(messages):
@@ -47,7 +109,7 @@ def _last_user_prompt(messages: Any) -> str | None:
     return None
 
 
-def _chunks_text(call: dict[str, Any]) -> list[str] | None:
+def _chunks_text(call: CallRow) -> list[str] | None:
     """The text of each chunk, aligned with chunk_t, or None when the ledger did not store it."""
     n = len(call.get("chunk_t") or [])
     ct = call.get("chunk_text")
@@ -67,10 +129,10 @@ def _chunks_text(call: dict[str, Any]) -> list[str] | None:
     return None
 
 
-def _turn_view(turn: dict[str, Any], calls: list[dict[str, Any]]) -> dict[str, Any]:
+def _turn_view(turn: TurnRow, calls: list[CallRow]) -> TurnView:
     calls = sorted(calls, key=lambda c: (c.get("step", 0), c.get("t_send") or 0))
     t0 = min((c["t_send"] for c in calls if number(c.get("t_send")) is not None), default=None)
-    out_calls = []
+    out_calls: list[CallView] = []
     text_ok = bool(calls)
     end = 0.0
     for c in calls:
@@ -100,8 +162,8 @@ def _turn_view(turn: dict[str, Any], calls: list[dict[str, Any]]) -> dict[str, A
             "error": None if turn.get("error") is None else str(turn.get("error")), "calls": out_calls}
 
 
-def replay_data(ledger: Ledger, *, cases: list[str] | None = None, arms: list[str] | None = None,
-                repeats: list[int] | None = None, max_events: int | None = None) -> dict[str, Any]:
+def replay_data(ledger: Ledger[RunHeaderRow], *, cases: list[str] | None = None, arms: list[str] | None = None,
+                repeats: list[int] | None = None, max_events: int | None = None) -> ReplayData:
     """The replay's data: for each finished turn (arm, case, repeat), its calls' chunk times and texts.
 
     Call k of a turn starts at its t_send + connect_s + send_s − the turn's first t_send; chunk times are seconds
@@ -112,26 +174,27 @@ def replay_data(ledger: Ledger, *, cases: list[str] | None = None, arms: list[st
     all_arms, all_cases = _names(ledger)
     want_arms = arms or all_arms
     want_cases = cases or all_cases
-    turns: dict[tuple[str, str, int], dict[str, Any]] = {}
+    turns: dict[tuple[str, str, int | None], TurnRow] = {}
     for t in ledger.of_kind("turn"):
-        k = (t.get("arm"), t.get("case"), t.get("repeat"))
-        if k[0] in want_arms and k[1] in want_cases and (repeats is None or k[2] in repeats):
-            turns[k] = t  # the latest attempt of a unit (a failed one re-run on resume supersedes it)
-    by_id: dict[str, list[dict[str, Any]]] = {}
+        arm, case, rep = t["arm"], t.get("case"), t.get("repeat")
+        if arm in want_arms and case is not None and case in want_cases and (repeats is None or rep in repeats):
+            turns[(arm, case, rep)] = t  # the latest attempt of a unit (a failed one re-run on resume supersedes it)
+    by_id: dict[str, list[CallRow]] = {}
     ids = {t.get("turn_id") for t in turns.values()}
     for c in ledger.of_kind("call"):
         if c.get("turn_id") in ids:
             by_id.setdefault(c["turn_id"], []).append(c)
     case_pos = {c: i for i, c in enumerate(want_cases)}
-    units: dict[tuple[int, int], list[dict[str, Any]]] = {}
-    for k, t in turns.items():
-        if isinstance(k[2], int):
-            units.setdefault((k[2], case_pos[k[1]]), []).append(t)
-    views: list[dict[str, Any]] = []
+    units: dict[tuple[int, int], list[TurnRow]] = {}
+    for (_, case, rep), t in turns.items():
+        if isinstance(rep, int):
+            units.setdefault((rep, case_pos[case]), []).append(t)
+    views: list[TurnView] = []
     events = 0
     truncated = False
     for key in sorted(units):  # repeat by repeat, case by case, all arms of a case together
-        batch = [_turn_view(t, by_id.get(t.get("turn_id"), [])) for t in units[key]]
+        batch = [_turn_view(t, by_id.get(tid, []) if (tid := t.get("turn_id")) is not None else [])
+                 for t in units[key]]
         n = sum(len(c["t"]) + 1 for v in batch for c in v["calls"])
         if max_events is not None and views and events + n > max_events:
             truncated = True
@@ -153,7 +216,7 @@ def replay_data(ledger: Ledger, *, cases: list[str] | None = None, arms: list[st
     }
 
 
-def replay_choice(ledger: Ledger, case: str, arms: list[str], repeat: int = 0) -> dict[str, Any]:
+def replay_choice(ledger: Ledger[RunHeaderRow], case: str, arms: list[str], repeat: int = 0) -> ReplayData:
     """:func:`replay_data` of one case and repeat for the chosen arms, each of which has a finished turn
     there.  Raises :class:`BadInput` naming the valid values for an unknown case, arm or repeat."""
     all_arms, all_cases = _names(ledger)
@@ -170,8 +233,8 @@ def replay_choice(ledger: Ledger, case: str, arms: list[str], repeat: int = 0) -
     have = {v["arm"] for v in data["turns"]}
     missing = [a for a in arms if a not in have]
     if missing:
-        reps = sorted({t.get("repeat") for t in ledger.of_kind("turn") if t.get("case") == case
-                       and t.get("arm") in arms and isinstance(t.get("repeat"), int)})
+        reps = sorted({r for t in ledger.of_kind("turn") if t.get("case") == case
+                       and t.get("arm") in arms and isinstance(r := t.get("repeat"), int)})
         raise BadInput(f"no finished turn of case {case!r}, repeat {repeat} for arm(s) "
                        f"{', '.join(map(repr, missing))}; "
                        f"repeats recorded for this case: {', '.join(map(str, reps)) or 'none'}")

@@ -11,14 +11,19 @@ Public API: :func:`svg_stacked_bars`, :func:`svg_hbars`, :func:`svg_scatter`, :f
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Literal
 
 from markupsafe import Markup
+from typing_extensions import NotRequired, TypedDict
 
 from .jsonio import number
 
-__all__ = ["PHASE_COLORS", "arm_colors", "svg_hbars", "svg_load", "svg_scatter", "svg_stacked_bars"]
+if TYPE_CHECKING:
+    from ..schema.load_rows import LoadRow
+    from ..schema.rate_rows import DecompositionRow
+
+__all__ = ["PHASE_COLORS", "Bar", "arm_colors", "svg_hbars", "svg_load", "svg_scatter", "svg_stacked_bars"]
 
 #: Calls drawn per regression scatter at most (an even sample of the cell's calls beyond it).
 MAX_SCATTER_POINTS = 400
@@ -26,6 +31,18 @@ MAX_SCATTER_POINTS = 400
 PHASE_COLORS = {"prefill": "#4e79a7", "decode": "#f28e2b", "other": "#bab0ac"}
 ARM_COLORS = ["#4e79a7", "#e15759", "#59a14f", "#f28e2b", "#b07aa1", "#76b7b2", "#edc948", "#ff9da7", "#9c755f",
               "#79706e"]
+
+
+
+
+class Bar(TypedDict):
+    """One bar of :func:`svg_stacked_bars`: its arm, its segments (phase, seconds) and the total shown at its end;
+    or ``note``, shown instead of a bar (a refused projection)."""
+
+    arm: str
+    segments: NotRequired[list[tuple[str, float | None]]]
+    total: NotRequired[float | None]
+    note: NotRequired[str]
 
 
 # ---------------------------------------------------------------- axes and colours
@@ -67,12 +84,8 @@ M = Markup  # Markup("...{}...").format(x) escapes x
 # ---------------------------------------------------------------- plots (inline SVG)
 
 
-def svg_stacked_bars(groups: list[tuple[str, list[dict[str, Any]]]], *, label: str, unit: str = "s") -> Markup:
-    """Horizontal stacked bars: per group (a case, or the scenario), one bar per arm.
-
-    Each row: {"arm", "segments": [(phase, seconds)], "total": seconds shown at the bar's end,
-    "note": text shown instead of a bar (a refused projection)}.
-    """
+def svg_stacked_bars(groups: Sequence[tuple[str, Sequence[Bar]]], *, label: str, unit: str = "s") -> Markup:
+    """Horizontal stacked bars: per group (a case, or the scenario), one bar per arm (:class:`Bar`)."""
     rows = [r for _, rs in groups for r in rs]
     vmax = max([sum(v for _, v in r.get("segments") or [] if v) for r in rows] +
                [r.get("total") or 0 for r in rows] + [1e-9])
@@ -81,7 +94,7 @@ def svg_stacked_bars(groups: list[tuple[str, list[dict[str, Any]]]], *, label: s
     left, width, right, rh, gap, top = 170, 520, 70, 22, 6, 24
     height = top + sum(18 + len(rs) * (rh + gap) for _, rs in groups) + 30
     W = left + width + right
-    x = lambda v: left + width * v / vmax  # noqa: E731
+    x: Callable[[float], float] = lambda v: left + width * v / vmax  # noqa: E731
     parts = [M('<svg class="plot" viewBox="0 0 {} {}" width="{}" role="img" aria-label="{}">').format(
         W, height, W, label)]
     parts.append(M('<title>{}</title>').format(label))
@@ -107,7 +120,7 @@ def svg_stacked_bars(groups: list[tuple[str, list[dict[str, Any]]]], *, label: s
                                                                                     _clip(r["note"], 90)))
                 y += rh + gap
                 continue
-            cx = left
+            cx: float = left
             tot = sum(v for _, v in r["segments"] if v)
             for phase, v in r["segments"]:
                 if not v or v <= 0:
@@ -187,7 +200,7 @@ def _axes(X: Callable[[float], float], Y: Callable[[float], float], xt: list[flo
     return out
 
 
-def svg_scatter(d: dict[str, Any], color: str, xmax: float, ymax: float) -> Markup:
+def svg_scatter(d: DecompositionRow, color: str, xmax: float, ymax: float) -> Markup:
     """One cell's calls: latency against output tokens, with the fitted line when the fit was not refused.
 
     The fit is drawn solid over the measured output range and dashed back to 0 output tokens, where it
@@ -196,8 +209,8 @@ def svg_scatter(d: dict[str, Any], color: str, xmax: float, ymax: float) -> Mark
     W, H, l, r, t, b = 280, 212, 44, 12, 46, 34
     pw, ph = W - l - r, H - t - b
     xt, yt = _nice_ticks(0, xmax, 4), _nice_ticks(0, ymax, 4)
-    X = lambda v: l + pw * v / xt[-1]  # noqa: E731
-    Y = lambda v: t + ph - ph * v / yt[-1]  # noqa: E731
+    X: Callable[[float], float] = lambda v: l + pw * v / xt[-1]  # noqa: E731
+    Y: Callable[[float], float] = lambda v: t + ph - ph * v / yt[-1]  # noqa: E731
     title = f"{d['arm']} · {d['case']}"
     if d.get("refused"):
         sub = f"no fit: {d['refused']}"
@@ -222,10 +235,11 @@ def svg_scatter(d: dict[str, Any], color: str, xmax: float, ymax: float) -> Mark
                '<text x="{}" y="35" class="ss">{}</text>').format(
                  4, _clip(title, 40), 4, _clip(sub, 52), 4, _clip(sub2, 52))]
     parts += _axes(X, Y, xt, yt, (l, t, pw, ph), tick_gap=(12, 3))
-    if not d.get("refused") and number(d.get("decode_tps")) and number(d.get("intercept_s")) is not None:
-        a, bslope = d["intercept_s"], 1.0 / d["decode_tps"]
+    tps, intercept = number(d.get("decode_tps")), number(d.get("intercept_s"))
+    if not d.get("refused") and tps and intercept is not None:
+        a, bslope = intercept, 1.0 / tps
         x0, x1 = d.get("output_min") or 0, d.get("output_max") or xmax
-        clip = lambda xv: min(max(a + bslope * xv, 0), yt[-1])  # noqa: E731
+        clip: Callable[[float], float] = lambda xv: min(max(a + bslope * xv, 0), yt[-1])  # noqa: E731
         parts.append(M('<line x1="{:.1f}" y1="{:.1f}" x2="{:.1f}" y2="{:.1f}" class="fit dash" stroke="{}"/>'
                        '<line x1="{:.1f}" y1="{:.1f}" x2="{:.1f}" y2="{:.1f}" class="fit" stroke="{}"/>').format(
             X(0), Y(clip(0)), X(x0), Y(clip(x0)), color, X(x0), Y(clip(x0)), X(x1), Y(clip(x1)), color))
@@ -238,7 +252,7 @@ def svg_scatter(d: dict[str, Any], color: str, xmax: float, ymax: float) -> Mark
     return Markup("").join(parts)
 
 
-def _load_x(st: dict[str, Any]) -> str:
+def _load_x(st: LoadRow) -> str:
     if st.get("concurrency") is not None:
         return f"c={st['concurrency']}"
     if st.get("rate") is not None:
@@ -246,49 +260,52 @@ def _load_x(st: dict[str, Any]) -> str:
     return str(st.get("stage", ""))
 
 
-def svg_load(load: list[dict[str, Any]], arms: list[str]) -> Markup:
+#: The latencies of the load plot: (key, line class, marker: c a circle, s a square).
+_LATENCIES: tuple[tuple[Literal["p50_s", "p99_s"], str, str], ...] = (("p50_s", "fit", "c"), ("p99_s", "fit dash", "s"))
+
+
+def svg_load(load: Sequence[LoadRow], arms: list[str]) -> Markup:
     """Throughput (x) against latency (y, p50 solid, p99 dashed), one line per arm through its load stages."""
-    pts = [s for s in load if number(s.get("throughput_tps")) is not None]
+    pts = [(s, tps) for s in load if (tps := number(s.get("throughput_tps"))) is not None]
     W, H, l, r, t, b = 760, 340, 60, 140, 14, 40
     pw, ph = W - l - r, H - t - b
-    xmax = max([s["throughput_tps"] for s in pts] + [1e-9])
-    ymax = max([number(s.get("p99_s")) or number(s.get("p50_s")) or 0 for s in pts] + [1e-9])
+    xmax = max([tps for _, tps in pts] + [1e-9])
+    ymax = max([number(s.get("p99_s")) or number(s.get("p50_s")) or 0 for s, _ in pts] + [1e-9])
     xt, yt = _nice_ticks(0, xmax), _nice_ticks(0, ymax)
-    X = lambda v: l + pw * v / xt[-1]  # noqa: E731
-    Y = lambda v: t + ph - ph * v / yt[-1]  # noqa: E731
-    names = arms + sorted({s["arm"] for s in pts} - set(arms))
+    X: Callable[[float], float] = lambda v: l + pw * v / xt[-1]  # noqa: E731
+    Y: Callable[[float], float] = lambda v: t + ph - ph * v / yt[-1]  # noqa: E731
+    names = arms + sorted({s["arm"] for s, _ in pts} - set(arms))
     colors = arm_colors(names)
     parts = [M('<svg class="plot" viewBox="0 0 {} {}" width="{}" role="img" aria-label="throughput against latency">'
                '<title>throughput against latency</title>').format(W, H, W)]
     parts += _axes(X, Y, xt, yt, (l, t, pw, ph), tick_gap=(13, 4))
     ly = t + 10
     for arm in names:
-        mine = sorted((s for s in pts if s["arm"] == arm), key=lambda s: s["throughput_tps"])
+        mine = sorted(((s, tps) for s, tps in pts if s["arm"] == arm), key=lambda p: p[1])
         if not mine:
             continue
         c = colors[arm]
-        for key, cls in (("p50_s", "fit"), ("p99_s", "fit dash")):
-            xy = [(X(s["throughput_tps"]), Y(s[key])) for s in mine if number(s.get(key)) is not None]
+        for key, cls, _ in _LATENCIES:
+            xy = [(X(tps), Y(v)) for s, tps in mine if (v := number(s.get(key))) is not None]
             if xy:
                 parts.append(M('<polyline points="{}" class="{}" stroke="{}" fill="none"/>').format(
                     " ".join(f"{a:.1f},{b:.1f}" for a, b in xy), cls, c))
-        for s in mine:
-            for key, shape in (("p50_s", "c"), ("p99_s", "s")):
+        for s, tps in mine:
+            for key, _, shape in _LATENCIES:
                 v = number(s.get(key))
                 if v is None:
                     continue
-                tip = M("{} {} · {:.1f} tok/s · {} {:.2f} s").format(arm, _load_x(s), s["throughput_tps"],
-                                                                      key[:3], v)
+                tip = M("{} {} · {:.1f} tok/s · {} {:.2f} s").format(arm, _load_x(s), tps, key[:3], v)
                 if shape == "c":
                     parts.append(M('<circle cx="{:.1f}" cy="{:.1f}" r="3.5" fill="{}"><title>{}</title></circle>'
-                                   ).format(X(s["throughput_tps"]), Y(v), c, tip))
+                                   ).format(X(tps), Y(v), c, tip))
                 else:
                     parts.append(M('<rect x="{:.1f}" y="{:.1f}" width="6" height="6" fill="{}"><title>{}</title></rect>'
-                                   ).format(X(s["throughput_tps"]) - 3, Y(v) - 3, c, tip))
+                                   ).format(X(tps) - 3, Y(v) - 3, c, tip))
             v = number(s.get("p50_s"))
             if v is not None:
                 parts.append(M('<text x="{:.1f}" y="{:.1f}" class="tick">{}</text>').format(
-                    X(s["throughput_tps"]) + 5, Y(v) + 12, _load_x(s)))
+                    X(tps) + 5, Y(v) + 12, _load_x(s)))
         parts.append(M('<line x1="{}" y1="{}" x2="{}" y2="{}" stroke="{}" class="fit"/>'
                        '<text x="{}" y="{}" class="lg">{}</text>').format(
             l + pw + 12, ly, l + pw + 32, ly, c, l + pw + 36, ly + 4, _clip(arm, 14)))
@@ -301,7 +318,7 @@ def svg_load(load: list[dict[str, Any]], arms: list[str]) -> Markup:
     return Markup("").join(parts)
 
 
-def _clip(s: Any, n: int) -> str:
-    s = str(s)
+def _clip(x: object, n: int) -> str:
+    s = str(x)
     return s if len(s) <= n else s[: n - 1] + "…"
 

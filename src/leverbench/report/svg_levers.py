@@ -4,24 +4,28 @@ argument escaped (:mod:`.svg`'s rules)."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from markupsafe import Markup
 
 from .load_levers import METRIC_WORDS, capacity_load, num, shown_metrics
 from .svg import _axes, _nice_ticks
 
+if TYPE_CHECKING:
+    from ..schema.load_lever_rows import CapacityRow, LoadLeverRow
+
 M = Markup
 METRIC_COLORS = ("#4e79a7", "#e15759", "#59a14f")
 CAPACITY_COLORS = {"arm": "#b07aa1", "vs": "#9c755f"}
 
 
-def svg_lever_load(row: Mapping[str, Any], capacity: Sequence[Mapping[str, Any]]) -> Markup:
+def svg_lever_load(row: LoadLeverRow, capacity: Sequence[CapacityRow]) -> Markup:
     """One lever pair on one sweep: each shown metric's multiplier (> 1: the lever pays) against the load, its 95 %
     interval as a bar, a level the guard left out hollow; the y axis scaled on the citable multipliers, a value
     above it a triangle at the top edge ("above the plot"); 1.0 dashed; the crossover as a vertical line over its
     interval; each arm's capacity at the SLOs as a triangle on the load axis."""
-    metrics = shown_metrics(row)  # type: ignore[arg-type]
+    metrics = shown_metrics(row)
     loads = [lv["load"] for lv in row["levels"]]
     caps = {who: next((c for c in capacity if c["arm"] == row[who] and c["sweep"] == row["sweep"]
                        and c["x"] == row["x"]), None)
@@ -34,8 +38,8 @@ def svg_lever_load(row: Mapping[str, Any], capacity: Sequence[Mapping[str, Any]]
     W, H, l, r, t, b = 760, 300, 56, 190, 14, 40
     pw, ph = W - l - r, H - t - b
     xt, yt = _nice_ticks(0, max(xs_all + [1.0]) * 1.05), _nice_ticks(0, max(ys + [1.2]) * 1.05)
-    X = lambda v: l + pw * v / xt[-1]  # noqa: E731
-    Y = lambda v: t + ph - ph * min(v, yt[-1]) / yt[-1]  # noqa: E731
+    X: Callable[[float], float] = lambda v: l + pw * v / xt[-1]  # noqa: E731
+    Y: Callable[[float], float] = lambda v: t + ph - ph * min(v, yt[-1]) / yt[-1]  # noqa: E731
     label = f"{row['lever']} under load: {row['arm']} vs {row['vs']}"
     parts = [M('<svg class="plot" viewBox="0 0 {} {}" width="{}" role="img" aria-label="{}"><title>{}</title>').format(
         W, H, W, label, label)]
@@ -79,7 +83,8 @@ def svg_lever_load(row: Mapping[str, Any], capacity: Sequence[Mapping[str, Any]]
                        '<text x="{}" y="{}" class="lg">{}</text>').format(
             l + pw + 12, ly, l + pw + 32, ly, c, l + pw + 36, ly + 4, METRIC_WORDS[m["metric"]]))
         ly += 16
-    for who, cap in caps.items():
+    for who in ("arm", "vs"):
+        cap = caps[who]
         if not cap or cap["load"] is None:
             continue
         x, c = X(cap["load"]), CAPACITY_COLORS[who]

@@ -6,20 +6,32 @@ computes a statistic: it only formats what the analysis returned.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Mapping
 
 from ..analysis.base.knobs import is_on
 from ..analysis.base.readable import ratio_words
-from ..analysis.rates.rate_model import tokens_per_second_at
+from ..levers import Lever, registry
 from .conditions import conditions_table, repeats_table, tools_table
 from .guard_tables import drift_table, equal_work_table, multiplier_table
 from .hardware_tables import hardware_tables
 from .load_tables import load_tables
+from .rate_tables import (
+    decomposition_table,
+    metrics_table,
+    probe_table,
+    rate_model_table,
+    server_table,
+    shares_table,
+)
 from .recorded_tables import recorded_table
 from .table import Table, pct, s
 
+if TYPE_CHECKING:
+    from ..schema.experiment_rows import MultiplierRow, VerdictRow
+    from ..schema.summary import Summary
 
-def mult(m: dict[str, Any] | None) -> str:
+
+def mult(m: MultiplierRow | None) -> str:
     """A multiplier row as the results cite it: its value, else "(value) not citable", with its equal-work figure
     where that one may be cited."""
     if not m or m.get("value") is None:
@@ -27,17 +39,17 @@ def mult(m: dict[str, Any] | None) -> str:
     v = f"{m['value']:.2f}x"
     if m["citable"]:
         return v
-    ew = m.get("equal_work") or {}
-    if ew.get("citable") and ew.get("value") is not None and m.get("reason_codes") == ["volume"]:
+    ew = m.get("equal_work")
+    if ew and ew.get("citable") and ew.get("value") is not None and m.get("reason_codes") == ["volume"]:
         return f"({v}) not citable; {ew['value']:.2f}x at equal work"
     return f"({v}) not citable"
 
 
-def _arms(summary: dict[str, Any]) -> list[str]:
+def _arms(summary: Summary) -> list[str]:
     return [a["name"] for a in summary["arms"]]
 
 
-def result_table(summary: dict[str, Any]) -> Table:
+def result_table(summary: Summary) -> Table:
     arms = _arms(summary)
     base = summary["baseline"]
     cell = {(c["arm"], c["case"]): c for c in summary["cells"]}
@@ -81,7 +93,7 @@ def result_table(summary: dict[str, Any]) -> Table:
                      "interval (see Verdicts)."] if vs_base else []))
 
 
-def _verdict_ratio(v: dict[str, Any]) -> str:
+def _verdict_ratio(v: VerdictRow) -> str:
     """A verdict row's ratio and interval, saying where it was taken at equal work or refused."""
     txt = ratio_interval(v)
     if v.get("measure") == "equal work":
@@ -91,7 +103,7 @@ def _verdict_ratio(v: dict[str, Any]) -> str:
     return txt
 
 
-def ratio_interval(v: dict[str, Any]) -> str:
+def ratio_interval(v: VerdictRow) -> str:
     """A verdict row's ratio and its interval: '1.87x [1.73–2.03]'; an interval not :func:`.readable.bounded` (an
     unbounded end, or ends over tenfold apart) in words (:func:`.readable.ratio_words`): '3.00x [above 1.60x: its
     repeats bound it below only]', '1.27x [no interval: its repeats do not bound it]'."""
@@ -108,7 +120,7 @@ def _repeats_per_case(repeats: dict[str, int]) -> str:
     return ", ".join(f"{c} {n}" for c, n in repeats.items())
 
 
-def verdicts_table(summary: dict[str, Any]) -> Table:
+def verdicts_table(summary: Summary) -> Table:
     """Per lever (each decided comparison): the verdict, the ratio with its interval, the repeats it used and the
     GPU-hours, against what a fixed design of the same confidence would have needed."""
     rows_in = summary.get("verdicts") or []
@@ -125,36 +137,39 @@ def verdicts_table(summary: dict[str, Any]) -> Table:
         rows.append([v["lever"] or f"(uncontrolled: {', '.join(v['knobs']) or 'no knob'})", f"{v['arm']} vs {v['vs']}",
                      v["verdict"], ratio, _repeats_per_case(v["repeats"]), f"{v['gpu_hours']:.3g}", fixed,
                      why])
-    first = rows_in[0] if rows_in else {"confidence": 0.95, "min_effect": 1.1, "method": "", "fixed_design_power": 0.9}
-    sequential = first["method"] == "confidence sequence"
-    how = (f"anytime-valid {pct(first['confidence'])} confidence sequence, repeats added until decided" if sequential
-           else f"{pct(first['confidence'])} t-interval over the fixed repeats")
+    # (the design's figures are every verdict's; without one, the defaults the words are written with)
+    first = rows_in[0] if rows_in else None
+    confidence, min_effect = (first["confidence"], first["min_effect"]) if first else (0.95, 1.1)
+    power = first["fixed_design_power"] if first else 0.9
+    sequential = first is not None and first["method"] == "confidence sequence"
+    how = (f"anytime-valid {pct(confidence)} confidence sequence, repeats added until decided" if sequential
+           else f"{pct(confidence)} t-interval over the fixed repeats")
     ad = summary.get("adaptive")
-    notes = [f"pays: the interval lies above {first['min_effect']:.2f}x; does not pay: below it; equivalent: inside "
-             f"[{1 / first['min_effect']:.2f}x, {first['min_effect']:.2f}x]; undecided: none of these when the "
+    notes = [f"pays: the interval lies above {min_effect:.2f}x; does not pay: below it; equivalent: inside "
+             f"[{1 / min_effect:.2f}x, {min_effect:.2f}x]; undecided: none of these when the "
              "repeats ran out. A comparison the guard refuses never pays.",
              "ratio: geometric mean over cases of reference / arm, paired repeat by repeat (not the total multiplier); "
              "'at equal work': the arm's turns corrected to the reference's work (see Equal work), where the arms' "
              "output volumes differ and that correction may be cited.",
              f"fixed design: the repeats per case a fixed number of repeats at the same confidence needs to reach the "
-             f"same verdict with {pct(first['fixed_design_power'])} power, were the observed effect and noise true."]
+             f"same verdict with {pct(power)} power, were the observed effect and noise true."]
     if ad:
         limit = "" if ad["max_gpu_hours"] is None else f", at most {ad['max_gpu_hours']:g} GPU-hours"
         notes.append(f"Adaptive: {ad['initial_repeats']} repeats, then one more per round to the comparisons still "
                      f"open (up to {ad['max_repeats']}{limit}); {len(ad['rounds'])} round(s) added, "
                      f"{ad['gpu_hours']:.3g} GPU-hours of turns in all; stopped: {ad['stopped_by']}.")
-    return Table("verdicts", f"Verdicts per lever ({how}; min effect {first['min_effect']:.2f}x)",
+    return Table("verdicts", f"Verdicts per lever ({how}; min effect {min_effect:.2f}x)",
                  ["lever", "comparison", "verdict", "ratio [interval]", "repeats", "GPU-h spent",
                   "fixed design GPU-h", "why"], rows, notes=notes)
 
 
-def levers_table(summary: dict[str, Any]) -> Table:
+def levers_table(summary: Summary) -> Table:
     """The headline: each lever, the controlled comparison that measures it, and whether it may be cited (the
     equal-work figure where the measured one is refused for its output volume alone)."""
     rows = []
     for l in summary.get("levers") or []:
         if l["arm"] is None:
-            rows.append([l["lever"], "none", "—", "—", "—", "—", l["reason"]])
+            rows.append([l["lever"], "none", "—", "—", "—", "—", l["reason"] or ""])
             continue
         value = "—" if l["multiplier"] is None else f"{l['multiplier']:.2f}x"
         if l.get("measure") == "equal work":
@@ -175,7 +190,7 @@ def levers_table(summary: dict[str, Any]) -> Table:
                               "time corrected by its own rate model for the difference only: see Equal work)."])
 
 
-def volume_table(summary: dict[str, Any]) -> Table:
+def volume_table(summary: Summary) -> Table:
     arms = _arms(summary)
     cell = {(c["arm"], c["case"]): c for c in summary["cells"]}
     rows = []
@@ -200,127 +215,7 @@ def volume_table(summary: dict[str, Any]) -> Table:
                  f"server counted it ({what}; medians)", ["case", *arms], rows)
 
 
-def decomposition_table(summary: dict[str, Any]) -> Table:
-    rows = []
-    for d in summary["decomposition"]:
-        if d["points"] == 0:
-            continue
-        rng = f"{d['output_min']:g}–{d['output_max']:g}" if d["output_min"] is not None else "—"
-        if d["refused"]:
-            rows.append([d["arm"], d["case"], "refused", "—", "—", str(d["points"]), rng, d["refused"]])
-        else:
-            rows.append([d["arm"], d["case"], s(d["decode_tps"]), s(d["intercept_s"], 2), f"{d['r2']:.3f}",
-                         str(d["points"]), rng,
-                         "fitted with uncached input as a 2nd regressor"
-                         if d.get("method", "").endswith("uncached input")
-                         else "mixed prefill: cached and uncached calls" if d.get("mixed_prefill") else ""])
-    return Table("decomposition", "Regression per cell: call latency = intercept + output tokens / decode rate",
-                 ["arm", "case", "decode tok/s", "intercept s", "R²", "points", "output tokens", "refused / note"],
-                 rows)
-
-
-def probe_table(summary: dict[str, Any]) -> Table:
-    rows = []
-    for p in summary["probes"]:
-        check = "—" if p.get("agrees") is None else ("PASS" if p["agrees"] else "FAIL")
-        if p.get("check_note"):
-            check += ": " + p["check_note"]
-        if p.get("refused"):
-            check = "refused: " + p["refused"]
-        probe = s(p.get("decode_tps")) + (" (forced, drafter)" if p.get("forced_on_drafter") else "")
-        if p.get("acceptance") is not None:
-            probe += f", {pct(p['acceptance'])} accepted"
-        reg = s(p.get("regression_decode_tps"))
-        if p.get("regression_context") is not None and p.get("regression_decode_tps"):
-            reg += f" (cell regression, measured at {p['regression_context']:,.0f})"
-        elif p.get("regression_extrapolated") and p.get("regression_decode_tps"):
-            reg += " extrapolated"
-        server = s(p.get("server_decode_tps")) + (" extrapolated" if p.get("server_extrapolated") else "")
-        rows.append([p["arm"], p["case"], "case prompt" if p.get("depth") is None else f"{p['depth']:,}",
-                     f"{p['n1']}/{p['n2']}" + (" natural" if p.get("natural") else ""),
-                     s(p.get("context_tokens"), 0), s(p.get("prefill_s"), 2), s(p.get("model_prefill_s"), 2),
-                     "—" if p.get("prefill_speedup_vs_baseline") is None
-                     else f"{p['prefill_speedup_vs_baseline']:.1f}x",
-                     probe, reg, server, pct(p.get("agreement"), 1), check])
-    tol = summary["tolerances"]["probe_agreement"]
-    return Table("probes", "Decode speed at the same context: probes, the regression and the server's own timings",
-                 ["arm", "case", "depth", "n1/n2", "context", "prefill s (TTFT)", "model prefill s",
-                  "prefill speed-up", "probe tok/s", "regression tok/s", "server timings tok/s", "spread",
-                  f"check (≤{pct(tol)})"], rows,
-                 notes=["Each view at the probe's context (prompt + the mean position of the tokens the two lengths "
-                        "differ by). The regression: per-token decode time d0 + d1·context fitted over the arm's "
-                        "calls, each at its own context, on the client's stream clock (latency − TTFT), the probe's "
-                        "own calls left out; the "
-                        "server timings: the same form fitted on the server's per-call timings. The probe is a "
-                        "two-point difference at its one depth. spread = fastest / slowest − 1.",
-                        "A drafter arm's probes are natural answers (not forced past end-of-sequence): a drafter "
-                        "predicts a forced answer's repetitive text unnaturally well."])
-
-
-def rate_model_table(summary: dict[str, Any]) -> Table | None:
-    rows = []
-    for m in summary.get("rate_models") or []:
-        p, d, b = m.get("prefill"), m.get("decode"), m.get("batch")
-        if p:
-            pre = (f"{p['a_s']:.3f} s + n / {1 / p['b_s_per_token']:,.0f} tok/s" if p["b_s_per_token"] > 0
-                   else f"{p['a_s']:.3f} s") + (f" + {p['c_s_per_token2']:.3g}·n·(k + n/2)" if p["quadratic"] else "")
-            pfit = (f"R² {s(p['r2'], 3)}, {p['points']} points" + (f" ({p['outliers']} outliers)" if p["outliers"]
-                                                                    else "")
-                    + f"; n {p['range_uncached'][0]:,}–{p['range_uncached'][1]:,}, "
-                      f"k {p['range_cached'][0]:,}–{p['range_cached'][1]:,}; {p['source']}")
-        else:
-            pre, pfit = "—", m.get("prefill_refused") or "—"
-        if d:
-            lo, hi = d["range_context"]
-            dec = (f"{s(1 / d['d0_s_per_token'] if d['d0_s_per_token'] > 0 else None)} tok/s at 0"
-                   + (f", d1 {d['d1_s_per_token_per_ctx']:.3g} s/token/ctx" if d["context_fitted"] else ""))
-            at = [tokens_per_second_at(m, lo), tokens_per_second_at(m, hi)]
-            dfit = (f"{s(at[0])} → {s(at[1])} tok/s over contexts {lo:,}–{hi:,}; R² {s(d['r2'], 3)}, "
-                    f"{d['points']} points" + (f" ({d['outliers']} outliers)" if d["outliers"] else "")
-                    + f"; {d['source']}" + (f"; acceptance {pct(d['acceptance'])}" if d.get("acceptance") is not None
-                                            else ""))
-        else:
-            dec, dfit = "—", m.get("decode_refused") or "—"
-        batch = ("—" if not b else ", ".join(f"×{x:.2f} at {c}" for c, x in zip(b["concurrency"], b["slowdown"])))
-        rows.append([m["arm"], pre, pfit, dec, dfit, batch])
-    if not rows:
-        return None
-    return Table("rate_model", "Rate model per arm: prefill and decode at a context",
-                 ["arm", "prefill_s(n, k)", "prefill fit", "decode per token", "decode fit", "per-token slowdown "
-                  "by concurrency"], rows,
-                 notes=["prefill_s(n, k) = a + b·n + c·n·(k + n/2) for n uncached tokens after k cached; decode_s(L, O)"
-                        " = O·d0 + d1·(O·L + O·(O − 1)/2) for O tokens from a context of L (a per-token time "
-                        "d0 + d1·L); under load, per-token time × the slowdown measured at that concurrency.",
-                        "A drafter arm's decode is fitted on its natural answers, with its acceptance beside it."])
-
-
-def server_table(summary: dict[str, Any]) -> Table:
-    rows = []
-    for r in summary["server"]:
-        flag = " ≠" if r["prefill_disagrees"] else ""
-        flagd = " ≠" if r["decode_disagrees"] else ""
-        rows.append([r["arm"], r["case"], s(r["client_prefill_s"], 2), s(r["server_prefill_s"], 2) + flag,
-                     s(r["client_decode_s"], 2), s(r["server_decode_s"], 2) + flagd, s(r["server_decode_tps"]),
-                     s(r["server_prefill_tps"]), "—" if r["server_cache_n"] is None else str(r["server_cache_n"]),
-                     "—" if not r["draft_n"] else f"{r['draft_accepted']}/{r['draft_n']}"])
-    return Table("server", "Client's and server's account, seconds per turn (≠ marks a disagreement)",
-                 ["arm", "case", "client prefill (TTFT)", "server prefill", "client decode", "server decode",
-                  "server decode tok/s", "server prefill tok/s", "cached tokens", "drafts accepted"], rows)
-
-
-def shares_table(summary: dict[str, Any]) -> Table:
-    rows = []
-    for r in summary["time_shares"]:
-        rows.append([r["arm"], r["case"], s(r["turn_s"]), f"{s(r['prefill_s'])} ({pct(r['prefill_share'])})",
-                     f"{s(r['decode_s'])} ({pct(r['decode_share'])})", f"{s(r['other_s'])} ({pct(r['other_share'])})"])
-    return Table("shares", "Where the time goes, per turn (seconds and share of the turn)",
-                 ["arm", "case", "turn s", "prefill", "decode", "other"], rows,
-                 notes=["prefill and decode come from the server's own timings where it reports them, else from the "
-                        "client (prefill ≈ time to first token); 'other' is the rest of the turn: harness, network, "
-                        "the gaps between a turn's calls."])
-
-
-def projection_table(summary: dict[str, Any]) -> Table | None:
+def projection_table(summary: Summary) -> Table | None:
     p = summary.get("projection")
     if not p:
         return None
@@ -349,27 +244,39 @@ def projection_table(summary: dict[str, Any]) -> Table | None:
         share = "" if l["saved_share"] is None else f"{pct(l['saved_share'])} of the turn, "
         notes.append(f"lever {l['lever']}: {l['without']} → {l['with']} returns {l['saved_s']:.2f} s "
                      f"({share}{speed}), acting on {phase}{tag}")
-    if p.get("recommendation"):
-        notes.append(p["recommendation"])
+    recommendation = p.get("recommendation")
+    if recommendation:
+        notes.append(recommendation)
     return Table("projection", f"Scenario: {p['input_tokens']:,} input tokens, {p['output_tokens']:,} output tokens",
                  ["arm", "prefill s", "decode s", "total s", "from"], rows, notes)
 
 
-def _holds_for(summary: dict[str, Any], arm: str) -> str:
+def _holds_for(summary: Summary, arm: str) -> str:
     """The conditions a figure holds for: hardware, engine, cache, drafter, concurrency (declared or discovered)."""
-    a = next((x for x in summary["arms"] if x["name"] == arm), {"conditions": {}})
-    c = a.get("knobs") or a["conditions"]
-    hw = c.get("gpu") or c.get("hardware") or c.get("device") or (summary["run"].get("host") or {}).get("cpu") or "?"
+    a = next((x for x in summary["arms"] if x["name"] == arm), None)
+    c = (a.get("knobs") or a["conditions"]) if a else {}
+    host = summary["run"].get("host")
+    hw = c.get("gpu") or c.get("hardware") or c.get("device") or (host.get("cpu") if host else None) or "?"
     gpus = f" ×{c['gpus']}" if c.get("gpus") else ""
-    engine = " ".join(str(x) for x in (c.get("engine"), c.get("engine_version")) if x) or a.get("model") or "engine ?"
-    parts = [f"{hw}{gpus}", engine,
-             f"prefix cache {'on' if is_on(c.get('prefix_cache')) else 'off' if 'prefix_cache' in c else '?'}",
-             f"drafter {c.get('drafter') if is_on(c.get('drafter')) else 'none' if 'drafter' in c else '?'}",
+    engine = (" ".join(str(x) for x in (c.get("engine"), c.get("engine_version")) if x)
+              or (a.get("model") if a else None) or "engine ?")
+    parts = [f"{hw}{gpus}", engine, *(_stated(x, c) for x in registry.levers() if x.stated),
              f"concurrency {summary['run'].get('concurrency', 1)}"]
     return ", ".join(parts)
 
 
-def cost_table(summary: dict[str, Any]) -> Table | None:
+def _stated(x: Lever, knobs: Mapping[str, object]) -> str:
+    """A lever's state among a figure's conditions, as its module says to state it (``stated``): "prefix cache on",
+    "drafter ngram"; "?" where the knobs do not have it."""
+    value = knobs.get(x.name)
+    if x.name not in knobs:
+        return f"{x.words} ?"
+    if x.stated == "switch":
+        return f"{x.words} {'on' if is_on(value) else 'off'}"
+    return f"{x.words} {value if is_on(value) else 'none'}"
+
+
+def cost_table(summary: Summary) -> Table | None:
     if not summary["cost"]:
         return None
     rows = []
@@ -388,30 +295,10 @@ def cost_table(summary: dict[str, Any]) -> Table | None:
                         "turn_s × gpus × 1000 / 3600."])
 
 
-def metrics_table(summary: dict[str, Any]) -> Table | None:
-    rows_in = summary.get("server_metrics") or []
-    if not rows_in:
-        return None
-    cols = [("queue_s_per_request", "queue s/request", 3), ("prefill_s_per_request", "prefill s/request", 3),
-            ("decode_s_per_request", "decode s/request", 3), ("prefill_tps", "prefill tok/s", 1),
-            ("decode_tps", "decode tok/s", 1), ("cached_prompt_tokens", "cached prompt tokens", 0),
-            ("prefix_cache_hit_share", "prefix-cache hits", None), ("drafter_acceptance", "drafter acceptance", None),
-            ("sglang_cache_hit_rate", "cache hit rate (SGLang)", None),
-            ("sglang_spec_accept_length", "accept length (SGLang)", 2)]
-    present = [c for c in cols if any(c[0] in r for r in rows_in)]
-    rows = [[r["arm"], *((pct(r.get(k)) if nd is None else s(r.get(k), nd)) for k, _, nd in present),
-             "own" if r.get("attribution", "own") == "own" else "MIXED with " + ", ".join(r.get("mixed_with", []))]
-            for r in rows_in]
-    return Table("metrics", "The server's own metrics over each arm's turns, probes and sentinels (Prometheus "
-                 "counters, scraped before and after; load stages excluded)",
-                 ["arm", *(h for _, h, _ in present), "attribution"],
-                 rows, notes=["'MIXED': another arm used the same server during this arm's block, so its counters are "
-                              "not this arm's alone and no per-arm figure is taken from them."])
-
-
-def reasoning_table(summary: dict[str, Any]) -> Table | None:
-    rows = [[r["arm"], r["case"], str(r["generated_tokens"]), f"{r['reasoning_tokens']} ({pct(r['reasoning_share'])})",
-             str(r["answer_tokens"]), f"{r['reasoning_chars']} / {r['answer_chars']}", s(r["ttft_median_s"], 2),
+def reasoning_table(summary: Summary) -> Table | None:
+    rows = [[r["arm"], r["case"] or "—", str(r["generated_tokens"]),
+             f"{r['reasoning_tokens']} ({pct(r['reasoning_share'])})", str(r["answer_tokens"]),
+             f"{r['reasoning_chars']} / {r['answer_chars']}", s(r["ttft_median_s"], 2),
              s(r["first_answer_median_s"], 2), str(r["empty_answers"]), r["source"]]
             for r in summary.get("reasoning", [])]
     if not rows:
@@ -422,7 +309,7 @@ def reasoning_table(summary: dict[str, Any]) -> Table | None:
                  notes=["An empty answer is a call that used all of max_tokens and returned no visible text."])
 
 
-def discipline_table(summary: dict[str, Any]) -> Table | None:
+def discipline_table(summary: Summary) -> Table | None:
     rows = [[d["arm"], d["case"], d["variant"].removeprefix(d["case"]).strip(" []"), s(d["case_s"]), s(d["variant_s"]),
              f"{s(d['saved_s'])} ({pct(d['saved_share'])})",
              f"{s(d['output_tokens'], 0)} → {s(d['variant_output_tokens'], 0)}", pct(d["volume_spread"], 1)]
@@ -435,7 +322,7 @@ def discipline_table(summary: dict[str, Any]) -> Table | None:
                         "volume differs by design it is never quoted as a multiplier."])
 
 
-def all_tables(summary: dict[str, Any]) -> list[Table]:
+def all_tables(summary: Summary) -> list[Table]:
     tabs = [levers_table(summary), verdicts_table(summary), conditions_table(summary), repeats_table(summary),
             tools_table(summary), result_table(summary),
             volume_table(summary), multiplier_table(summary), equal_work_table(summary), recorded_table(summary),

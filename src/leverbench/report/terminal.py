@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table as RichTable
@@ -15,8 +16,11 @@ from .first_screen import first_screen
 from .table import Table
 from .tables import all_tables
 
+if TYPE_CHECKING:
+    from ..schema.summary import Summary
 
-def render_terminal(summary: dict[str, Any], console: Console | None = None, *, full: bool = False,
+
+def render_terminal(summary: Summary, console: Console | None = None, *, full: bool = False,
                     run_dir: str | None = None) -> None:
     """The first screen; with *full*, then every table and every warning.  *run_dir*: the run's directory, for
     the lines that say where its HTML report is and how to see every table."""
@@ -39,7 +43,7 @@ def render_terminal(summary: dict[str, Any], console: Console | None = None, *, 
             console.print(f"    - {w}", highlight=False, markup=False)
 
 
-def render_tables(console: Console, tables: list[Table | None]) -> None:
+def render_tables(console: Console, tables: Sequence[Table | None]) -> None:
     for t in tables:
         if t is None or not t.rows:
             continue

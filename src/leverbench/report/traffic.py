@@ -1,6 +1,6 @@
 """``leverbench analyze``'s output: its tables, and the terminal, Markdown, JSON and HTML renderings of them.
 
-Built from the result :func:`leverbench.report.traffic_files.analyze_file` returns (the
+Built from the result :func:`leverbench.pipeline.traffic_files.analyze_file` returns (the
 analysis of :mod:`leverbench.analysis.traffic.analyze` plus the import's counts);
 nothing here computes a statistic, it only formats.  The four formats show the
 same tables, as ``report`` does for runs; the HTML page is one self-contained
@@ -19,14 +19,17 @@ from rich.table import Table as RichTable
 from rich.text import Text
 
 from ..analysis.traffic.analyze import PHASES, summarize_skips
+from ..levers import registry
 from .jsonio import finite
 from .load_levers import operating_lines
 from .markdown import _md_table
-from .tables import Table
+from .svg import svg_hbars, svg_stacked_bars
+from .table import Table
 from .traffic_recording import recording_lines, turns_table
 
 if TYPE_CHECKING:
     from ..schema.traffic_rows import PhaseRow, TrafficResult
+    from .svg import Bar
 
 #: Per table: (first right-aligned column, columns kept left of it): numbers right, words left, in the terminal.
 _ALIGN = {"turns": (1, ()), "rates": (1, (5,)), "fits": (1, (2, 7)), "lengths": (1, ()), "phases": (1, ()),
@@ -52,7 +55,7 @@ def headline(result: TrafficResult) -> list[str]:
     inp = result["input"]
     return [f"{inp['path']} ({inp['format']}): {inp['used']:,} calls used, "
             f"{sum(inp['skipped'].values()):,} skipped ({summarize_skips(inp['skipped'])})",
-            *recording_lines(result),  # type: ignore[arg-type]  (a recording's own first lines)
+            *recording_lines(result.get("recording")),
             *["  " + note for note in inp["notes"]], "Rates used: " + "; ".join(result["rates_used"])]
 
 
@@ -72,13 +75,18 @@ def cost_line(result: TrafficResult) -> str:
 
 
 def _rates(result: TrafficResult) -> Table:
+    # a column for each lever whose traffic saving needs a rate of its own (the drafter's speedup)
+    own = [(x.words, x.traffic.rate) for x in registry.traffic_levers()
+           if x.traffic and x.traffic.rate not in ("prefill_tps", "decode_tps")]
     rows = []
     for scope, r in result["rates"].items():
+        rates: dict[str, object] = dict(r)
         rows.append([scope if scope != "*" else "all calls", _n(r["prefill_tps"]), _n(r["prefill_a_s"]),
-                     _n(r["decode_tps"]), (f"{r['drafter_speedup']:.2f}x" if r["drafter_speedup"] else "–"),
+                     _n(r["decode_tps"]), *(f"{rates[k]:.2f}x" if rates.get(k) else "–" for _, k in own),
                      r["source"] if result["fits"] else
                      f"{r['source']} (prefill: {r['prefill_source'] or '–'}; decode: {r['decode_source'] or '–'})"])
-    return Table("rates", "Rates", ["scope", "prefill tok/s", "a s", "decode tok/s", "drafter", "source"], rows)
+    return Table("rates", "Rates", ["scope", "prefill tok/s", "a s", "decode tok/s", *(w for w, _ in own), "source"],
+                 rows)
 
 
 def _fits(result: TrafficResult) -> Table | None:
@@ -95,9 +103,20 @@ def _fits(result: TrafficResult) -> Table | None:
 
 def _lengths(result: TrafficResult) -> Table:
     d = result["distribution"]
-    rows = [[name.replace("_", " "), *[_n(d[name][k], 4) for k in ("p50", "p90", "p99", "mean", "max")]]
-            for name in ("input_tokens", "output_tokens", "cached_tokens") if d.get(name)]
+    named = (("input tokens", d.get("input_tokens")), ("output tokens", d.get("output_tokens")),
+             ("cached tokens", d.get("cached_tokens")))
+    rows = [[name, *[_n(dist[k], 4) for k in ("p50", "p90", "p99", "mean", "max")]] for name, dist in named if dist]
     return Table("lengths", "Lengths (tokens)", ["", "p50", "p90", "p99", "mean", "max"], rows)
+
+
+def _seconds(b: PhaseRow) -> dict[str, float]:
+    """A phase row's seconds per phase (:data:`PHASES`)."""
+    return {"prefill": b["prefill_s"], "decode": b["decode_s"], "queue": b["queue_s"]}
+
+
+def _shares(b: PhaseRow) -> dict[str, float | None]:
+    """A phase row's share of the time per phase (:data:`PHASES`)."""
+    return {"prefill": b["prefill_share"], "decode": b["decode_share"], "queue": b["queue_share"]}
 
 
 def _phases(result: TrafficResult) -> Table:
@@ -105,8 +124,8 @@ def _phases(result: TrafficResult) -> Table:
     shown = [p for p in PHASES if p != "queue" or q["measured"]]
 
     def row(label: str, b: PhaseRow, call_share: float | None) -> list[str]:
-        secs = [_n(b[f"{p}_s"]) if p in shown else "–" for p in PHASES]
-        shares = [_p(b[f"{p}_share"]) if p in shown else "–" for p in PHASES]
+        secs = [_n(_seconds(b)[p]) if p in shown else "–" for p in PHASES]
+        shares = [_p(_shares(b)[p]) if p in shown else "–" for p in PHASES]
         return [label, f"{b['calls']:,}", _p(call_share), *secs, *shares, b["dominant"] or "–"]
 
     rows = ([row("all calls", result["overall"], 1.0)]
@@ -120,7 +139,7 @@ def _levers(result: TrafficResult) -> Table:
     rows = []
     for i, l in enumerate(result["levers"], start=1):
         if l["estimated"]:
-            rng = f" ({_p(l['range'][0])} to {_p(l['range'][1])})" if l.get("range") else ""
+            rng = f" ({_p(r[0])} to {_p(r[1])})" if (r := l.get("range")) else ""
             rows.append([str(i), l["lever"], l["phase"], l.get("parameter") or "", _n(l["saved_s"]),
                          _p(l["saved_share"]) + rng, _n(l["saved_s_per_call"]), _n(l["gpu_hours_per_1000_calls"]),
                          _n(l["usd_per_1000_calls"]) if l["usd_per_1000_calls"] is not None else "–"])
@@ -130,8 +149,9 @@ def _levers(result: TrafficResult) -> Table:
                          "without it", "–", _n(l["realized_gpu_hours_per_1000_calls"]),
                          _n(l["realized_usd_per_1000_calls"]) if l["realized_usd_per_1000_calls"] is not None else "–"])
         else:
-            rows.append(["–", l["lever"], l["phase"], l["reason"], "?", f"≤ {_p(l['ceiling_share'])}", "?", "?", "?"])
-    sources = "; ".join(sorted({l["range_source"] for l in result["levers"] if l.get("range_source")}))
+            rows.append(["–", l["lever"], l["phase"], l["reason"] or "", "?", f"≤ {_p(l['ceiling_share'])}", "?", "?",
+                         "?"])
+    sources = "; ".join(sorted({src for l in result["levers"] if (src := l.get("range_source"))}))
     return Table("levers", f"Levers, ranked by time saved (range: {sources})",
                  ["#", "lever", "phase", "parameter", "saved s", "share (range)", "s/call", "GPU-h/1000 calls",
                   "$/1000 calls"], rows)
@@ -145,7 +165,7 @@ def _bucket_levers(result: TrafficResult) -> Table:
 
 def traffic_tables(result: TrafficResult) -> list[Table]:
     """The tables of an ``analyze`` result, in the order every format shows them."""
-    tables = (turns_table(result), _rates(result), _fits(result), _lengths(result),  # type: ignore[arg-type]
+    tables = (turns_table(result.get("recording")), _rates(result), _fits(result), _lengths(result),
               _phases(result), _levers(result), _bucket_levers(result))
     return [t for t in tables if t is not None]
 
@@ -191,13 +211,14 @@ def render_json(result: TrafficResult) -> str:
 
 def render_html(result: TrafficResult) -> str:
     """One self-contained page: the headline, a bar of the phase shares per input bucket, the tables."""
-    from .html import _STYLE, CSP, _env, _table_view, svg_hbars, svg_stacked_bars  # noqa: PLC0415 (jinja2 on use)
+    from .html import _STYLE, CSP, _env, _table_view  # noqa: PLC0415 (jinja2 on use)
 
     shown = [p for p in PHASES if p != "queue" or result["queue"]["measured"]]
-    rows = [{"arm": b["bucket"], "total": None,
-             "segments": [(p, 100 * (b[f"{p}_share"] or 0.0)) for p in shown]} for b in result["buckets"]]
-    phases_svg = svg_stacked_bars([("all calls", [{"arm": "all calls", "total": None, "segments": [
-        (p, 100 * (result["overall"][f"{p}_share"] or 0.0)) for p in shown]}]), ("by input length", rows)],
+    rows: list[Bar] = [{"arm": b["bucket"], "total": None,
+                        "segments": [(p, 100 * (_shares(b)[p] or 0.0)) for p in shown]} for b in result["buckets"]]
+    overall: list[Bar] = [{"arm": "all calls", "total": None,
+                           "segments": [(p, 100 * (_shares(result["overall"])[p] or 0.0)) for p in shown]}]
+    phases_svg = svg_stacked_bars([("all calls", overall), ("by input length", rows)],
         label="share of the modelled time per phase", unit="% of the modelled time") if result["buckets"] else None
     est = [l for l in result["levers"] if l["estimated"]]
     levers_svg = svg_hbars([(l["lever"], 100 * (l["saved_share"] or 0.0), _p(l["saved_share"])) for l in est],

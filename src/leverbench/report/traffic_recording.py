@@ -5,9 +5,12 @@ and a table of the turns.  Formats :func:`leverbench.analysis.traffic.recording.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .table import Table
+
+if TYPE_CHECKING:
+    from ..schema.traffic_rows import RecordingSummary
 
 
 def _n(x: float | None) -> str:
@@ -22,7 +25,7 @@ def _s(n: float, one: str, many: str | None = None) -> str:
     return f"{_n(n)} {one if n == 1 else (many or one + 's')}"
 
 
-def _prefix_line(r: dict[str, Any]) -> str:
+def _prefix_line(r: RecordingSummary) -> str:
     sp = r["shared_prefix"]
     within = r["within_turn_share"]
     inside = (f"; within a turn, {within:.0%} of a later call's prompt tokens repeat the call before it"
@@ -41,7 +44,7 @@ def _prefix_line(r: dict[str, Any]) -> str:
             f"({sp['chars']:,} characters{est}){reused}{inside}")
 
 
-def _time_line(r: dict[str, Any]) -> str:
+def _time_line(r: RecordingSummary) -> str:
     t = r["engine_time"]
     between = (f"; between a turn's calls (the agent's tools, its own work): {t['between_calls_s']:.3g} s"
                if r["calls"] > r["turns"] else "")
@@ -54,9 +57,8 @@ def _time_line(r: dict[str, Any]) -> str:
             f"{_share(t['other_s'], lat)}{between}")
 
 
-def recording_lines(result: dict[str, Any]) -> list[str]:
-    """The recording's lines (none for other traffic)."""
-    r = result.get("recording")
+def recording_lines(r: RecordingSummary | None) -> list[str]:
+    """The recording's lines (none for other traffic: *r* None)."""
     if not r:
         return []
     cpt = r["calls_per_turn"]
@@ -77,8 +79,8 @@ def recording_lines(result: dict[str, Any]) -> list[str]:
             tokens, _prefix_line(r), _time_line(r)]
 
 
-def turns_table(result: dict[str, Any]) -> Table | None:
-    r = result.get("recording")
+def turns_table(r: RecordingSummary | None) -> Table | None:
+    """The recording's turns (None for other traffic: *r* None)."""
     if not r:
         return None
     rows = [[t["turn"], str(t["calls"]), str(t["tool_rounds"]), f"{_n(t['first_prompt'])} → {_n(t['last_prompt'])}",

@@ -1,14 +1,15 @@
 """``leverbench whatif``'s output: its tables and lines, for the terminal and as JSON.
 
-Built from :func:`leverbench.report.whatif_files.whatif_file`'s result (and :func:`~.whatif_files.verify_result`'s
+Built from :func:`leverbench.pipeline.whatif_files.whatif_file`'s result (and :func:`~.whatif_files.verify_result`'s
 when verified); nothing here computes a statistic, it only formats.
 """
 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
+from ..levers import registry
 from .jsonio import finite
 from .load_levers import operating_lines
 from .table import Table
@@ -36,10 +37,19 @@ def arms_table(result: Forecast) -> Table:
                      _s(r["ttft_p99_s"]), _s(r["e2e_p50_s"]), _s(r["e2e_p99_s"]), _s(r["output_tps"]),
                      _s(r["gpu_hours_per_1000_calls"]),
                      f"{r['usd_per_1000_calls']:,.2f}" if r.get("usd_per_1000_calls") is not None else "–"])
+    cache = registry.prompt_cache()  # the lever the simulated cache is (the prefix cache)
     return Table("whatif", f"What if these {result['calls']:,} calls were served on each arm (simulated)",
-                 ["arm", "prefix cache", "slots", "TTFT p50 s", "TTFT p99 s", "e2e p50 s", "e2e p99 s",
-                  "output tok/s", "GPU-h/1000 calls", "$/1000 calls"], rows,
+                 ["arm", cache.words if cache else "cache", "slots", "TTFT p50 s", "TTFT p99 s", "e2e p50 s",
+                  "e2e p99 s", "output tok/s", "GPU-h/1000 calls", "$/1000 calls"], rows,
                  notes=[f"{r['arm']}: {'; '.join(r['notes'])}" for r in result["arms"] if r.get("notes")])
+
+
+#: The figures a verification compares (:class:`...schema.whatif_rows.OrderFigures`' and ``MeasuredArm``'s keys),
+#: with their labels.
+_VERIFIED: tuple[tuple[Literal["ttft_p50_s", "ttft_p99_s", "e2e_p50_s", "e2e_p99_s", "output_tps",
+                               "gpu_hours_per_1000_calls"], str], ...] = (
+    ("ttft_p50_s", "TTFT p50 s"), ("ttft_p99_s", "TTFT p99 s"), ("e2e_p50_s", "e2e p50 s"), ("e2e_p99_s", "e2e p99 s"),
+    ("output_tps", "output tok/s"), ("gpu_hours_per_1000_calls", "GPU-h/1000 calls"))
 
 
 def verify_table(result: Forecast) -> Table | None:
@@ -47,24 +57,23 @@ def verify_table(result: Forecast) -> Table | None:
         return None
     rows = []
     for r in result["arms"]:
-        m, e = r.get("measured") or {}, r.get("error") or {}
-        band, inside = r.get("orders") or {}, r.get("in_order_range") or {}
-        for k, label in (("ttft_p50_s", "TTFT p50 s"), ("ttft_p99_s", "TTFT p99 s"), ("e2e_p50_s", "e2e p50 s"),
-                         ("e2e_p99_s", "e2e p99 s"), ("output_tps", "output tok/s"),
-                         ("gpu_hours_per_1000_calls", "GPU-h/1000 calls")):
-            rng = (f"{_s(band[k][0])}–{_s(band[k][1])}" + ("" if inside.get(k) is None else
-                                                          " (measured inside)" if inside[k] else " (outside)")
-                   if k in band else "–")
-            rows.append([r["arm"], label, _s(r.get(k)), rng, _s(m.get(k)), _p(e.get(k), sign=True)])
-        if m.get("service_s"):
+        m, e = r.get("measured"), r.get("error") or {}
+        band, inside = r.get("orders"), r.get("in_order_range") or {}
+        for k, label in _VERIFIED:
+            span = band.get(k) if band else None
+            rng = (f"{_s(span[0])}–{_s(span[1])}" + ("" if inside.get(k) is None else
+                                                    " (measured inside)" if inside[k] else " (outside)")
+                   if span is not None else "–")
+            rows.append([r["arm"], label, _s(r.get(k)), rng, _s(m.get(k) if m else None), _p(e.get(k), sign=True)])
+        if m and m.get("service_s"):
             rows.append([r["arm"], "engine time s (same calls)", _s(m["service_model_s"]), "–", _s(m["service_s"]),
                          _p(e.get("service_s"), sign=True)])
-    notes = [f"{r['arm']}: measured {r['measured']['calls']} calls, {r['measured']['failed']} failed; "
-             f"cache served {_p(r['measured']['cached_share'])} of the prompt tokens; the chat template added "
-             f"{_s(r['measured']['template_tokens'])} tokens to each first prompt (forecast with "
+    notes = [f"{r['arm']}: measured {got['calls']} calls, {got['failed']} failed; "
+             f"cache served {_p(got['cached_share'])} of the prompt tokens; the chat template added "
+             f"{_s(got['template_tokens'])} tokens to each first prompt (forecast with "
              f"--template-tokens {result['plan'].get('template_tokens', 0)})"
-             for r in result["arms"] if r.get("measured")]
-    timed = [r for r in result["arms"] if (r.get("measured") or {}).get("service_s")]
+             for r in result["arms"] if (got := r.get("measured"))]
+    timed = [r for r in result["arms"] if (got := r.get("measured")) and got.get("service_s")]
     if timed:
         shared = [r["arm"] for r in timed if (r.get("slots") or 1) > 1]
         notes.append("engine time: the rate model's seconds for the verified calls as the engine served them "
@@ -72,8 +81,8 @@ def verify_table(result: Forecast) -> Table | None:
                      "the calibration, apart from queueing" +
                      (f" (on {', '.join(shared)}, with several slots, it also holds the slowdown of calls served "
                       "together in a batch, which the model's per-call seconds leave out)" if shared else ""))
-    notes += [f"{r['arm']}: {r['assumption_check']['text']}" for r in result["arms"]
-              if (r.get("assumption_check") or {}).get("text")]
+    notes += [f"{r['arm']}: {text}" for r in result["arms"]
+              if (check := r.get("assumption_check")) and (text := check.get("text"))]
     if any(r.get("orders") for r in result["arms"]):
         notes.append("forecast: the mean over random orders of the calls that arrive at the same instant; "
                      "over those orders: the lowest and highest")

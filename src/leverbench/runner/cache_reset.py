@@ -1,8 +1,9 @@
-"""An engine's own cache reset, and the check that it takes (:mod:`.cache_state` says when each is used).
+"""An arm's cache reset, and the check that it takes (:mod:`.cache_state` says when each is used).
 
-- llama.cpp: ``POST /slots/{id}?action=erase`` for every slot ``GET /slots`` lists;
-- vLLM: ``POST /reset_prefix_cache`` (its development mode only: ``VLLM_SERVER_DEV_MODE=1``);
-- SGLang: ``POST /flush_cache`` (400 while requests run: tried again for ``FLUSH_WAIT_S``).
+The reset (:func:`reset_endpoint`): an engine the tool started resets its own cache
+(:meth:`leverbench.engines.Engine.reset_cache`); an endpoint of the user's own is reset through the endpoint of
+the engine discovery names (:mod:`leverbench.engines.reset`: llama.cpp's slot erase, vLLM's
+``POST /reset_prefix_cache``, SGLang's ``POST /flush_cache``).
 
 **The check** (:func:`check_reset`): a prompt no turn sends (``CHECK_WORDS`` words) is sent twice, the arm reset,
 and sent a third time, one token each; the cached tokens of the second and third sends (the answer's
@@ -16,12 +17,11 @@ cached, "failed" when a send failed.  Its calls are in the ledger (kind ``warmup
 
 from __future__ import annotations
 
-import asyncio
-import time
-from typing import Awaitable, Callable, Mapping
+from typing import Awaitable, Callable
 
 import aiohttp
 
+from ..engines.reset import ENDPOINTS, reset_through
 from ..ledger.records import CallRecord
 from ..workload.chat import ChatMessage
 from .discover import api_root, scrape_metrics
@@ -29,11 +29,6 @@ from .endpoint import ArmEndpoint
 
 CHECK_WORDS = 160  # the check prompt's words (a few hundred tokens: whole blocks of any engine's cache)
 CHECK_LEFT = 0.25  # the check: a reset took when the third send found at most this share of what the second found
-FLUSH_WAIT_S = 10.0  # SGLang refuses a flush while requests run: tried again for this long
-RESET_TIMEOUT_S = 30.0  # one reset request
-
-ENDPOINTS = {"llama.cpp": "POST /slots/{id}?action=erase", "vllm": "POST /reset_prefix_cache",
-             "sglang": "POST /flush_cache"}
 
 
 def engine_of(ep: ArmEndpoint) -> str | None:
@@ -43,62 +38,15 @@ def engine_of(ep: ArmEndpoint) -> str | None:
     return engine if isinstance(engine, str) and engine in ENDPOINTS else None
 
 
-async def _post(session: aiohttp.ClientSession, url: str, headers: Mapping[str, str]) -> tuple[int, str]:
-    async with session.post(url, headers=dict(headers), timeout=aiohttp.ClientTimeout(total=RESET_TIMEOUT_S)) as r:
-        return r.status, (await r.text())[:300]
-
-
-async def _slot_ids(session: aiohttp.ClientSession, root: str, headers: Mapping[str, str], slots: int) -> list[int]:
-    """llama.cpp's slots (``GET /slots``; where it does not list them, the *slots* discovery found)."""
-    try:
-        async with session.get(root + "/slots", headers=dict(headers),
-                               timeout=aiohttp.ClientTimeout(total=RESET_TIMEOUT_S)) as r:
-            slots = await r.json(content_type=None) if r.status == 200 else None
-    except (aiohttp.ClientError, TimeoutError, ValueError):
-        slots = None
-    ids = [s["id"] for s in slots if isinstance(s, dict) and isinstance(s.get("id"), int)] \
-        if isinstance(slots, list) else []
-    return ids or list(range(max(slots, 1)))
-
-
 async def reset_endpoint(session: aiohttp.ClientSession, ep: ArmEndpoint) -> str | None:
-    """Reset the arm's cache through its engine's endpoint (module docstring); None when it answered success,
-    else what went wrong, in words."""
-    engine = engine_of(ep)
+    """Reset the arm's cache (module docstring); None when it answered success, else what went wrong, in words."""
     root = api_root(ep.base_url)
     headers = ep.headers_for(root)
-    try:
-        if engine == "llama.cpp":
-            knobs = ep.discovered.get("knobs")
-            n = knobs.get("slots") if isinstance(knobs, dict) else None
-            for slot in await _slot_ids(session, root, headers, n if isinstance(n, int) else 1):
-                status, text = await _post(session, f"{root}/slots/{slot}?action=erase", headers)
-                if status != 200:
-                    return f"POST /slots/{slot}?action=erase answered {status}: {text.strip()[:200]}"
-            return None
-        if engine == "vllm":  # 200 {"success": false}: requests held blocks (older vLLM: 200, empty)
-            deadline = time.monotonic() + FLUSH_WAIT_S
-            while True:
-                status, text = await _post(session, root + "/reset_prefix_cache", headers)
-                refused = status == 200 and '"success":false' in text.replace(" ", "")
-                if status == 200 and not refused:
-                    return None
-                if not refused or time.monotonic() > deadline:
-                    dev = " (vLLM serves it only with VLLM_SERVER_DEV_MODE=1 set)" if status == 404 else ""
-                    return f"POST /reset_prefix_cache answered {status}: {text.strip()[:200]}{dev}"
-                await asyncio.sleep(0.2)
-        if engine == "sglang":
-            deadline = time.monotonic() + FLUSH_WAIT_S
-            while True:
-                status, text = await _post(session, root + "/flush_cache", headers)
-                if status == 200:
-                    return None
-                if status != 400 or time.monotonic() > deadline:
-                    return f"POST /flush_cache answered {status}: {text.strip()[:200]}"
-                await asyncio.sleep(0.2)  # requests were running: SGLang flushes only an idle server
-    except (aiohttp.ClientError, TimeoutError) as exc:
-        return f"{ENDPOINTS.get(engine or '', 'the reset')} failed: {type(exc).__name__}: {exc}"[:300]
-    return "no reset endpoint is known for this endpoint's engine (not llama.cpp, vLLM or SGLang)"
+    if ep.engine is not None:
+        return await ep.engine.reset_cache(session, headers)
+    knobs = ep.discovered.get("knobs")
+    n = knobs.get("slots") if isinstance(knobs, dict) else None
+    return await reset_through(engine_of(ep), session, root, headers, n if isinstance(n, int) else 1)
 
 
 # ---------------------------------------------------------------- the check

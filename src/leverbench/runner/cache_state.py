@@ -302,9 +302,8 @@ def failure_record(arm: str, case: str, repeat: int, row: TurnCacheRow) -> Cache
 
 class TurnStates:
     """The run's cache states: each arm's :class:`ArmPlan` (:meth:`plan`), and each turn's preparation
-    (:meth:`prepare`), with which recorded turns ran first in their round.  *rerun*: the turn units a resumed
-    run runs again (every earlier attempt failed): their salt is another, so that they do not meet what the
-    failed attempt cached."""
+    (:meth:`prepare`).  *rerun*: the turn units a resumed run runs again (every earlier attempt failed): their salt
+    is another, so that they do not meet what the failed attempt cached."""
 
     def __init__(self, exp: LoadedExperiment, endpoints: Mapping[str, ArmEndpoint], run_id: str,
                  rerun: set[tuple] | None = None):
@@ -312,7 +311,6 @@ class TurnStates:
         self.rerun = rerun or set()
         self.session = secrets.randbelow(999_999) + 1  # a failed turn run again is salted anew by each session
         self.plans: dict[str, ArmPlan] = {}
-        self._rounds: set[tuple[str, str, int]] = set()  # (arm, recording, repeat) whose first turn ran
 
     async def plan(self, session: aiohttp.ClientSession, senders: Callable[[str], Sender], check: bool = True
                    ) -> list[CacheResetRow]:
@@ -328,20 +326,16 @@ class TurnStates:
         return salt_for(self.run_id, case, repeat, arm if shared else None, attempt)
 
     async def prepare(self, session: aiohttp.ClientSession, arm: str, case: Case, repeat: int,
-                      senders: Callable[[str], Sender], restart: Restart, record: Callable[[CacheResetRow], object]
-                      ) -> tuple[TurnCacheRow | None, str | None]:
+                      senders: Callable[[str], Sender], restart: Restart, record: Callable[[CacheResetRow], object],
+                      *, first: bool = True) -> tuple[TurnCacheRow | None, str | None]:
         """Bring *arm* to its plan's state before its turn of *case* (:func:`before_turn`; nothing without a
         plan); the turn's ``cache`` object and its salt.  *senders*: the arm's sender (after a restart, a new
         pool's); *record*: where a turn that could not be brought to the state is recorded
-        (:func:`failure_record`)."""
+        (:func:`failure_record`); *first*: a recorded turn is its recording's first of the round on *arm* (the
+        run's plan says which: :class:`leverbench.runner.plan.CacheBefore`)."""
         p = self.plans.get(arm)
         if p is None:
             return None, None
-        first = True
-        if case.recorded_from is not None:
-            key = (arm, case.recorded_from, repeat)
-            first = key not in self._rounds
-            self._rounds.add(key)
         attempt = self.session if ("turn", arm, case.name, repeat, None, None, None) in self.rerun else 0
         ep = self.endpoints[arm]
         if p.method == "reset" and p.check is None and ep.engine is not None:  # engines one at a time: its first

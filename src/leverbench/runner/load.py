@@ -395,7 +395,7 @@ class StageRun:
         for rnd, r in enumerate(reqs):
             if self.stopped:
                 return
-            # an endpoint that rejected ignore_eos/min_tokens (a strict API: see Runner._fixed_length, which the
+            # an endpoint that rejected ignore_eos/min_tokens (a strict API: see .fixed_calls.fixed_length, which the
             # warm-up ran first) gets max_tokens alone: the answer may then end before the trace's length
             force = s.force_output and not self.sender.length_by_prompt
             forced = {"ignore_eos": True, "min_tokens": r.output_tokens} if force else None

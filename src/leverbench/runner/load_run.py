@@ -1,58 +1,40 @@
-"""The experiment's load stages, run by the runner: each stage on each of its arms in turn."""
+"""The experiment's load stages as the plan has them (:class:`leverbench.runner.plan.LoadStage`): each stage on
+each of its arms in turn, through its own connection pool, between scrapes of the arms' counters."""
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Protocol
+from typing import Awaitable, Callable, Mapping, Optional
 
-import aiohttp
-
-from ..config import Experiment, LoadedExperiment
+from ..config import LoadedExperiment
 from ..errors import EngineError
-from .client import Timeouts, client_session
+from .client import client_session
 from .endpoint import ArmEndpoint
-from .load import StageRun, stage_work
-from .recorder import CallTally, Recorder
-from .schedule import Unit
-from .send import ArmSender
+from .load import StageRun
+from .plan import LoadStage
+from .pools import ArmPools
+from .recorder import Recorder
 from .workers import LoadCluster, RemoteEndpoint, StageOutcome
 
-
-class StageRunner(Protocol):
-    """What running the load stages needs of the run (:class:`leverbench.runner.run.Runner`)."""
-
-    spec: Experiment
-    exp: LoadedExperiment
-    endpoints: dict[str, ArmEndpoint]
-    stages_done: set[tuple[str, str]]
-    progress: Optional[Callable[[Unit, int, int], None]]
-    cluster: Optional[LoadCluster]
-    timeouts: Timeouts
-    retries: int
-    keep_text: bool
-    run_id: str
-    tally: CallTally
-
-    @property
-    def recorder(self) -> Recorder: ...
-    def sender(self, arm: str, session: aiohttp.ClientSession | None = None) -> ArmSender: ...
-    async def scrape(self, session: aiohttp.ClientSession, when: str, arms: list[str] | None = None) -> None: ...
-    def drain_gpu(self) -> None: ...
+#: How a stage's counters are scraped: (when, the arms: None for every arm) → a ``metrics`` record each.
+ScrapeFn = Callable[[str, Optional[tuple[str, ...]]], Awaitable[None]]
 
 
-async def run_load(r: StageRunner, session: aiohttp.ClientSession, arms: list[str] | None = None) -> None:
-    """The experiment's load stages (:mod:`.load`), each on each of its arms in turn through its own
-    :class:`~leverbench.runner.send.Sender`, between metrics scrapes (on *session*, of *arms*); a stage's
-    records are all written before the next one begins.  *arms*: only theirs (engines one at a time: the
-    arm's closing block)."""
-    if not r.spec.load:
-        return
-    work = stage_work(r.exp, list(r.endpoints))
-    for n, (plan, arm) in enumerate(work):
-        if (plan.name, arm) in r.stages_done or (arms is not None and arm not in arms):
-            continue  # a resumed run: this stage finished on this arm; or another arm's
-        if r.progress:
-            r.progress(Unit("load", arm, plan.name, 0), n, len(work))
-        await r.scrape(session, f"load-start {plan.name}", arms)
+class LoadStages:
+    """Runs the plan's load stages of *exp* on the arms' *endpoints*: each through a sender of *senders* on a pool
+    of its own, its records handed to *recorder*; a stage with workers > 1 on *cluster* (its calls written to the
+    workers' shards, under the run's id *run_id*)."""
+
+    def __init__(self, exp: LoadedExperiment, endpoints: Mapping[str, ArmEndpoint], recorder: Recorder,
+                 senders: ArmPools, cluster: Optional[LoadCluster], run_id: str):
+        self.exp, self.endpoints, self.recorder, self.senders = exp, endpoints, recorder, senders
+        self.cluster, self.run_id = cluster, run_id
+
+    async def run(self, step: LoadStage, scrape: ScrapeFn, drain: Callable[[], None]) -> None:
+        """One stage on one arm between scrapes of the step's arms (*scrape*); its records all written before the
+        next begins, the GPUs' readings since the last into the ledger (*drain*), then its ``stage_end`` record.
+        An engine that died in it ends the run."""
+        plan, arm = step.stage, step.arm
+        await scrape(f"load-start {plan.name}", step.arms)
         # Reuse connections within the stage (as serving clients do, and as the turns do): a new TCP connection
         # per call costs the client ~0.6 ms and a burst of them serialises.  One pool per stage and arm, closed
         # when it ends, so that tearing down its connections falls between stages, not into the next one's
@@ -60,23 +42,27 @@ async def run_load(r: StageRunner, session: aiohttp.ClientSession, arms: list[st
         # call that opens a connection records that time apart (connect_s).  keep_alive = false: a new
         # connection per call.
         async with client_session(keep_alive=plan.stage.keep_alive) as own:
-            stage = StageRun(r.sender(arm, own), r.exp, plan, arm)
-            if plan.stage.workers > 1:  # its schedule split across Ray actors, each writing its own shard
-                assert r.cluster is not None
-                end = await r.cluster.run_stage(stage, RemoteEndpoint.of(r.endpoints[arm]),
-                                                timeouts=r.timeouts, retries=r.retries,
-                                                keep_text=r.keep_text, run_id=r.run_id)
-                r.tally.untallied += int(end.get("calls") or 0)  # in the workers' shards
-            else:
+            stage = StageRun(self.senders.sender(arm, own), self.exp, plan, arm)
+            end = await self._send(stage) if plan.stage.workers > 1 else None
+            if end is None:
                 await stage.run()
                 end = StageOutcome(calls=stage.sent, stopped=stage.stopped)
             # the stage's records (and the token counts deferred on its pool) are all on disk before the next
-            await r.recorder.flush()
-            r.drain_gpu()
-        await r.scrape(session, f"load-end {plan.name}", arms)
-        r.recorder.append({"kind": "stage_end", "stage": plan.name, "arm": arm, "load_run": stage.run_id,
-                           **end})
-        ep = r.endpoints[arm]
-        if ep.engine is not None and not ep.engine.alive():
-            raise EngineError(ep.engine.death_note()
+            await self.recorder.flush()
+            drain()
+        await scrape(f"load-end {plan.name}", step.arms)
+        self.recorder.append({"kind": "stage_end", "stage": plan.name, "arm": arm, "load_run": stage.run_id, **end})
+        engine = self.endpoints[arm].engine
+        if engine is not None and not engine.alive():
+            raise EngineError(engine.death_note()
                               or f"the engine of arm {arm!r} died during load stage {plan.name!r}")
+
+    async def _send(self, stage: StageRun) -> StageOutcome:
+        """The stage's schedule split across the cluster's Ray actors, each writing its own shard."""
+        if self.cluster is None:
+            raise RuntimeError(f"load stage {stage.plan.name!r} has workers but the run joined no Ray cluster")
+        s = self.senders.settings
+        end = await self.cluster.run_stage(stage, RemoteEndpoint.of(self.endpoints[stage.arm]), timeouts=s.timeouts,
+                                           retries=s.retries, keep_text=s.keep_text, run_id=self.run_id)
+        self.recorder.tally.untallied += int(end.get("calls") or 0)  # in the workers' shards
+        return end

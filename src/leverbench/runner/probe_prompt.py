@@ -18,7 +18,7 @@ from typing import Protocol
 
 import aiohttp
 
-from ..analysis.base.knobs import is_on
+from ..analysis.base.knobs import answers_naturally
 from ..config import Case, LoadedExperiment
 from ..json_types import JSONObject
 from ..workload.cases import first_messages, first_user_text, system_text
@@ -37,10 +37,11 @@ class ProbeEndpoint(Endpoint, Protocol):
 
 
 def serves_with_drafter(conditions: JSONObject, discovered: JSONObject) -> bool:
-    """Whether an arm serves with a drafter: its declared ``drafter`` condition, else the discovered knob
+    """Whether an arm serves with a lever whose speed depends on the text it decodes (a drafter:
+    :func:`~leverbench.analysis.base.knobs.answers_naturally`): its declared condition, else the discovered knob
     (a probe on such an arm is not forced past end-of-sequence)."""
-    found = discovered.get("knobs") or {}
-    return is_on(conditions["drafter"] if "drafter" in conditions else found.get("drafter"))
+    found = discovered.get("knobs")
+    return answers_naturally({**(found if isinstance(found, dict) else {}), **conditions})
 
 
 async def probe_messages(session: aiohttp.ClientSession, ep: ProbeEndpoint, exp: LoadedExperiment, case: Case,

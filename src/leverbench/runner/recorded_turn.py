@@ -45,7 +45,7 @@ def replay_body(sender: Sender, call: RecordedCall, messages: list[ChatMessage] 
                        tools=call.tools)
     for k, v in call.request.items():
         if k not in OWNED:
-            body.setdefault(k, v)  # type: ignore[misc]  (the recorded request's fields: its JSON)
+            body.setdefault(k, v)  # type: ignore[misc]  # the recorded request's fields: its JSON
     return body
 
 

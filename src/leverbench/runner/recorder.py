@@ -195,3 +195,26 @@ class Recorder:
         raised by :meth:`reap` after)."""
         self._all_later()
         self._io.shutdown(wait=True)
+
+
+class HeaderFirst:
+    """The run's records with its header first: a record handed over before the header is written (an engine's
+    start, and with engines one at a time its discovery stop: they come before what the header says) is held,
+    and appended right after the header (:meth:`header`); once it is written (*written*: a resumed run's ledger
+    has its own), straight to *recorder*."""
+
+    def __init__(self, recorder: Recorder, written: bool):
+        self.recorder, self.written = recorder, written
+        self._held: list[Record] = []
+
+    def append(self, record: Record) -> None:
+        (self.recorder.append if self.written else self._held.append)(record)
+
+    def header(self, record: Record | None) -> None:
+        """Append the run's header (None: the ledger has its own), then the records held."""
+        if record is not None:
+            self.recorder.append(record)
+        self.written = True
+        for held in self._held:
+            self.recorder.append(held)
+        self._held.clear()

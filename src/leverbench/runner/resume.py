@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config import LoadedExperiment
+from ..config.settings import RunSettings
 from ..errors import BadInput
 from ..ledger.reader import read_ledger
 from ..ledger.rows import EnginesRow
@@ -65,9 +66,10 @@ def completed(out: Path, resume: bool, exp: LoadedExperiment) -> Resumed:
     if not resume:
         raise BadInput(f"{out} already holds a ledger; pass --resume to continue it or choose another --out")
     led = read_ledger(ledger_path)
-    exp = resumed_adaptive(exp, led.header.get("config") or {}, out)
+    settings = RunSettings.of_header(led.header["config"], ledger_path)
+    exp = resumed_adaptive(exp, settings, out)
     snapshot = exp.snapshot()
-    if "cache_between_turns" not in (led.header.get("config") or {}).get("experiment", {}):
+    if "cache_between_turns" not in settings.model_fields_set:
         x = exp.spec.experiment  # a run from before ledger v5: its turns met whatever the earlier ones left
         if (x.cache_between_turns, x.cache_reset) != ("keep", "auto"):
             raise BadInput(f"{out}: this run was started by a leverbench that did not bring each turn to a cache "
@@ -76,14 +78,14 @@ def completed(out: Path, resume: bool, exp: LoadedExperiment) -> Resumed:
         for key in ("cache_between_turns", "cache_reset"):
             snapshot["experiment"].pop(key, None)  # type: ignore[union-attr]
     if led.header.get("config") != snapshot:
-        old = led.header.get("config", {}).get("experiment", {}).get("repeats")
+        old = settings.repeats
         new = exp.spec.experiment.repeats
         cfg_old = {**led.header.get("config", {}),
                    "experiment": {**led.header["config"].get("experiment", {}), "repeats": new}}
         if cfg_old != snapshot:
             raise BadInput(f"{out}: the experiment changed since this run started; resume needs the same "
                            "experiment file (only --repeats may grow)")
-        if new < (old or 0):
+        if new < old:
             raise BadInput(f"{out}: --repeats {new} is fewer than the run's {old}")
     units = [(Unit.of_record(rec).key(), rec.get("error") is None) for rec in led.records
              if rec.get("kind") in ("turn", "probe", "sentinel")]

@@ -24,6 +24,7 @@ from typing_extensions import TypedDict
 
 from ..json_types import JSONObject
 from ..ledger.records import CallError, CallRecord, ErrorClass
+from ..levers import registry
 from .client import CallCancelled, Streamed, Timeouts, messages_sha256, stream_chat
 from .discover import chat_url
 from .recorder import Recorder
@@ -37,11 +38,13 @@ FORCE_FIELDS = ("ignore_eos", "min_tokens")  # how a probe forces its output len
 #: A request's fields the ledger keeps as they were sent whatever ``store_text`` says: sampling and control, no
 #: content.  Any other (a recorded request's ``user``, ``metadata``, ``prediction``, ``response_format``, ...)
 #: is kept as its hash (:func:`ledger_request`) unless ``store_text``, or the arm's own (the experiment file's).
+#: A lever's per-call switches are among them (llama.cpp's ``cache_prompt``: :func:`leverbench.levers.registry.
+#: request_fields`).
 SAMPLING_FIELDS = frozenset({
     "model", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "min_p", "typical_p", "seed",
     "n", "stop", "stream", "stream_options", "presence_penalty", "frequency_penalty", "repetition_penalty",
-    "logprobs", "top_logprobs", "ignore_eos", "min_tokens", "cache_prompt", "parallel_tool_calls", "tool_choice",
-    "reasoning_effort", "service_tier"})
+    "logprobs", "top_logprobs", "ignore_eos", "min_tokens", "parallel_tool_calls", "tool_choice",
+    "reasoning_effort", "service_tier", *registry.request_fields()})
 
 
 class Sent(NamedTuple):

@@ -10,10 +10,12 @@
   (about 25 ms for an 8-GPU node's page, a quarter of the measuring process's time at 10 Hz), and the
   exporter refreshes it only every collect interval (``-c``, 30 s by default); the run takes their readings
   between units of work (:meth:`Telemetry.records`) as ``gpu`` ledger records.
-- **Release** (:meth:`Telemetry.release`): after an engine stops, that its processes left its GPUs and their
-  memory came back to what it was before it started (within :data:`RELEASE_SLACK_MIB`), waiting up to
-  :data:`RELEASE_WAIT_S`; without NVML an engine's GPUs cannot be checked, and its release is None
-  (unchecked: its process group gone, nothing said of its GPUs) rather than confirmed.
+- **Release** (:meth:`Telemetry.release`): after an engine stops, that its processes are gone (what the engine
+  says: :meth:`leverbench.engines.Engine.released`), none left on its GPUs and their memory back to what it was
+  before it started (within :data:`RELEASE_SLACK_MIB`), waiting up to :data:`RELEASE_WAIT_S`; without NVML an
+  engine's GPUs cannot be checked, and its release is None (unchecked: its process group gone, nothing said of
+  its GPUs) rather than confirmed.  The GPUs are checked here, not by the engine: the run chose them, and holds
+  NVML and their memory from before the start.
 """
 
 from __future__ import annotations
@@ -23,8 +25,9 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
-from typing import Mapping, Optional
+from typing import Callable, Mapping, Optional, Sequence
 
+from ..engines.process import group_members
 from ..gpu import dcgm
 from ..gpu.nvml import Nvml, driver_gpu_count
 from ..gpu.readings import FIELDS, NO_GPU, GpuFacts, Reading
@@ -171,14 +174,16 @@ class Telemetry:
         return out
 
     def release(self, devices: Devices, pgid: Optional[int], before: Mapping[str, float],
-                wait_s: float = RELEASE_WAIT_S) -> tuple[Optional[bool], str, list[int]]:
-        """(released, what was checked in words, the pids left) after an engine stopped: its process group gone;
-        on its GPUs, none of its processes left and the memory used back within RELEASE_SLACK_MIB of *before*
-        (module docstring), waiting up to *wait_s*.  Released is None when the group is gone but the engine's
-        GPUs could not be checked (no NVML)."""
+                wait_s: float = RELEASE_WAIT_S, *, processes: Optional[Callable[[], Sequence[int]]] = None
+                ) -> tuple[Optional[bool], str, list[int]]:
+        """(released, what was checked in words, the pids left) after an engine stopped: its process group
+        *pgid* gone (*processes*: the engine's processes still there, :meth:`leverbench.engines.Engine.released`;
+        default: the group's members); on its GPUs, none of its processes left and the memory used back within
+        RELEASE_SLACK_MIB of *before* (module docstring), waiting up to *wait_s*.  Released is None when the group
+        is gone but the engine's GPUs could not be checked (no NVML)."""
         deadline = time.monotonic() + wait_s
         while True:
-            left = _group_members(pgid)
+            left = list(processes()) if processes is not None else group_members(pgid)
             on_gpu: list[int] = []
             memory = self.memory(devices)
             if self.nvml is not None:
@@ -208,26 +213,6 @@ def _indices(devices: tuple[str, ...] | list[str], count: int) -> Optional[list[
     except ValueError:
         return None
     return idx if all(0 <= i < count for i in idx) else None
-
-
-def _group_members(pgid: Optional[int]) -> list[int]:
-    """The processes of process group *pgid* still there (zombies not counted), from /proc."""
-    if pgid is None:
-        return []
-    out = []
-    try:
-        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
-    except OSError:
-        return []
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as fh:
-                fields = fh.read().rsplit(b")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
-            out.append(pid)
-    return out
 
 
 def _in_group(pid: int, pgid: Optional[int]) -> bool:

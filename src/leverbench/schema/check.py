@@ -49,16 +49,15 @@ def _adapter(whole: bool) -> Any:
     from pydantic import TypeAdapter  # noqa: PLC0415  (pydantic only when checking)
     from typing_extensions import NotRequired, Required, TypedDict  # noqa: PLC0415
 
-    from . import STRICT  # noqa: PLC0415
+    from . import strict_row  # noqa: PLC0415
     from .summary import Summary  # noqa: PLC0415
 
     if whole:
         return TypeAdapter(Summary)
     hints = get_type_hints(Summary, include_extras=True)
     fields = {k: (Required if k in READER_NEEDS else NotRequired)[t] for k, t in hints.items()}
-    part = TypedDict("SummaryAsRead", fields)  # type: ignore[operator]
-    part.__pydantic_config__ = STRICT  # type: ignore[attr-defined]
-    return TypeAdapter(part)
+    part = TypedDict("SummaryAsRead", fields)  # type: ignore[misc]  # keys made at run time: mypy reads only literal ones
+    return TypeAdapter(strict_row(part))
 
 
 def _where(loc: tuple[Any, ...]) -> str:

@@ -20,7 +20,7 @@ from annotated_types import Ge, Gt, Le, Predicate
 from typing_extensions import TypeAlias, TypedDict
 
 from ..bounds import MAX_GPU_HOUR_USD, MAX_GPUS
-from . import STRICT
+from . import strict_row
 from .lever_rows import EngagedRow
 
 # ---------------------------------------------------------------- the bounds a reader computes with
@@ -39,12 +39,11 @@ Order: TypeAlias = Literal["interleaved", "blocked"]
 # ---------------------------------------------------------------- drift
 
 
+@strict_row
 class TrendRow(TypedDict):
     """A log-speed series' trend over the run (:meth:`...analysis.experiment.drift.Trend.as_dict`): ``change``
     = exp(b) − 1 (None with fewer than 2 points), [``low``, ``high``] its interval (None with fewer than 3),
     ``significant``: the interval excludes 0."""
-
-    __pydantic_config__ = STRICT
 
     points: Count
     change: Change | None
@@ -53,21 +52,19 @@ class TrendRow(TypedDict):
     significant: bool
 
 
+@strict_row
 class WarmupRow(TypedDict):
     """An arm's last warm-up (:func:`...analysis.experiment.drift.warmup_rows`): its calls, their decode speeds
     (None: not read) and whether the last two agree within the tolerance."""
-
-    __pydantic_config__ = STRICT
 
     calls: Annotated[int, Ge(1)]
     tps: list[Speed | None]
     settled: bool
 
 
+@strict_row
 class DriftRow(TypedDict):
     """``drift[]``: one arm's own trends over its sentinels (:func:`...analysis.experiment.drift.drift`)."""
-
-    __pydantic_config__ = STRICT
 
     arm: str
     sentinels: Count
@@ -82,11 +79,10 @@ class DriftRow(TypedDict):
     warmup: WarmupRow | None
 
 
+@strict_row
 class PairDriftRow(TypedDict):
     """``drift_pairs[]``: drift as it bears on one comparison (:meth:`...analysis.experiment.drift.PairDrift.as_dict`):
     the differential trends (interleaved order; in blocked order none, 0 points) and whether drift refuses it."""
-
-    __pydantic_config__ = STRICT
 
     arm: str
     vs: str
@@ -99,11 +95,10 @@ class PairDriftRow(TypedDict):
     undetermined: bool
 
 
+@strict_row
 class CommonDrift(TypedDict):
     """The trend of the arms' mean log speed (:func:`...analysis.experiment.drift.common_drift`): None with
     fewer than 2 arms or no place every arm ran a sentinel; ``text``: its words where detected."""
-
-    __pydantic_config__ = STRICT
 
     decode: TrendRow | None
     prefill: TrendRow | None
@@ -111,11 +106,10 @@ class CommonDrift(TypedDict):
     detected: bool
 
 
+@strict_row
 class DriftCommon(CommonDrift):
     """``drift_common``: the common trend, and whether the turns' times were put on the speed at the run's
     start by it (:func:`...analysis.experiment.drift.adjusted_turn_s`)."""
-
-    __pydantic_config__ = STRICT
 
     adjusted: bool
 
@@ -123,10 +117,9 @@ class DriftCommon(CommonDrift):
 # ---------------------------------------------------------------- equal work
 
 
+@strict_row
 class IdentityFigures(TypedDict):
     """The calls of a comparison's two arms compared (:meth:`...analysis.experiment.equal_work.Identity.as_dict`)."""
-
-    __pydantic_config__ = STRICT
 
     calls: Count
     identical: Count
@@ -134,11 +127,10 @@ class IdentityFigures(TypedDict):
     divergence_chars_median: NonNegative | None
 
 
+@strict_row
 class EqualWorkFigure(TypedDict):
     """A multiplier's figure at equal work (:func:`...analysis.experiment.equal_work.figure`): a multiplier row's
     ``equal_work``, and an ``equal_work[]`` row's ``total``."""
-
-    __pydantic_config__ = STRICT
 
     value: NonNegative | None
     citable: bool
@@ -148,12 +140,11 @@ class EqualWorkFigure(TypedDict):
     token_change: Change | None
 
 
+@strict_row
 class EqualWorkRow(TypedDict):
     """``equal_work[]``: one comparison's identity figures (:class:`IdentityFigures`), its correction to the
     reference's work and, where its total is refused for volume, the total at equal work
     (:func:`...analysis.experiment.equal_work.equal_work_rows`)."""
-
-    __pydantic_config__ = STRICT
 
     arm: str
     vs: str
@@ -171,10 +162,9 @@ class EqualWorkRow(TypedDict):
 # ---------------------------------------------------------------- cost
 
 
+@strict_row
 class TurnCost(TypedDict):
     """What one turn costs (:func:`...analysis.experiment.cost.turn_cost`)."""
-
-    __pydantic_config__ = STRICT
 
     turn_s: NonNegative
     gpus: Gpus
@@ -184,12 +174,11 @@ class TurnCost(TypedDict):
     usd_per_1000_turns: NonNegative | None
 
 
+@strict_row
 class CostRow(TypedDict):
     """``cost[]`` (and a projection's costs): one arm's turn cost, the GPU-hours per 1000 turns it returns
     against the baseline (None without the baseline's row) and whether it may be cited (None: no comparison to
     judge it by) (:func:`...analysis.experiment.cost.costs`)."""
-
-    __pydantic_config__ = STRICT
 
     arm: str
     turn_s: NonNegative
@@ -203,17 +192,16 @@ class CostRow(TypedDict):
     reason: str | None
 
 
-#: Per arm, whether its cost row may be cited and why not (:func:`...analysis.summary.cost_citability`).
+#: Per arm, whether its cost row may be cited and why not (:func:`...analysis.sections.cells.cost_citability`).
 Citability: TypeAlias = dict[str, tuple[bool, Union[str, None]]]
 
 
 # ---------------------------------------------------------------- the sections
 
 
+@strict_row
 class CheckSections(TypedDict):
     """The summary's sections on engagement, drift, equal work and cost."""
-
-    __pydantic_config__ = STRICT
 
     engaged: list[EngagedRow]
     cost: list[CostRow]

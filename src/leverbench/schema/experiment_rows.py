@@ -12,13 +12,13 @@ facts are the user's or the endpoint's JSON (any JSON object).
 from __future__ import annotations
 
 import math
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from annotated_types import Ge, Gt, Le, Predicate
 from typing_extensions import NotRequired, TypeAlias, TypedDict
 
 from ..bounds import MAX_TOLERANCE
-from . import STRICT
+from . import STRICT, row_config, strict_row
 from .check_rows import CheckSections, Count, EqualWorkFigure, Finite, NonNegative, Order
 from .recorded_rows import RecordedSection
 from .repeat_rows import RepeatsSection
@@ -42,12 +42,16 @@ Measure: TypeAlias = Literal["measured", "equal work"]
 #: what a comparison's verdict stopped by (:mod:`leverbench.analysis.experiment.verdicts`)
 StoppedBy: TypeAlias = Literal["decided", "max_repeats", "max_gpu_hours", "not finished"]
 
+if TYPE_CHECKING:
+    from ..json_types import JSONObject as AnyJSONObject
+else:  # pydantic checks (and the JSON Schema says) any JSON object: a JSON-shaped value's own schema would be long
+    AnyJSONObject = dict[str, object]
 
+
+@row_config({**STRICT, "extra": "allow"})
 class HostFigures(TypedDict):
     """The run's host as the ledger's header has it (``runner.discover.host_info``: its keys typed; any other
     key an earlier or later leverbench recorded, as the ledger's schema lets it, passes)."""
-
-    __pydantic_config__ = {**STRICT, "extra": "allow"}
 
     hostname: NotRequired[str]
     os: NotRequired[str]
@@ -56,10 +60,9 @@ class HostFigures(TypedDict):
     python: NotRequired[str]
 
 
+@strict_row
 class RunRow(TypedDict):
     """``run``: the run's identity, its design and how many calls it made (failed: not retried)."""
-
-    __pydantic_config__ = STRICT
 
     run_id: str | None
     name: str
@@ -74,36 +77,33 @@ class RunRow(TypedDict):
     resumed: Count
 
 
+@strict_row
 class ArmRow(TypedDict):
     """``arms[]``: an arm's name and role, its declared conditions, its knobs (:mod:`...analysis.base.knobs`),
     what its endpoint answered (keys redacted) and its model."""
 
-    __pydantic_config__ = STRICT
-
     name: str
     role: str | None
-    conditions: dict[str, object]
-    knobs: dict[str, object]
-    discovered: dict[str, object]
+    conditions: AnyJSONObject
+    knobs: AnyJSONObject
+    discovered: AnyJSONObject
     model: str | None
 
 
+@strict_row
 class MeasuredFigure(TypedDict):
     """A lever row's measured multiplier, kept beside the figure the row cites."""
-
-    __pydantic_config__ = STRICT
 
     value: Positive | None
     citable: bool
     reason: str | None
 
 
+@strict_row
 class LeverHeadlineRow(TypedDict):
     """``levers[]``: a lever and the controlled comparison that measures it
     (:func:`...analysis.experiment.levers.levers`); ``arm``/``vs`` None and ``reason`` the suggestion where no
     controlled comparison measures it."""
-
-    __pydantic_config__ = STRICT
 
     lever: str
     arm: str | None
@@ -118,10 +118,9 @@ class LeverHeadlineRow(TypedDict):
     measured: NotRequired[MeasuredFigure]
 
 
+@strict_row
 class VerdictRow(TypedDict):
     """``verdicts[]``: one decided comparison (:func:`...analysis.experiment.verdicts.verdicts`)."""
-
-    __pydantic_config__ = STRICT
 
     arm: str
     vs: str
@@ -147,22 +146,20 @@ class VerdictRow(TypedDict):
     measure: Measure
 
 
+@strict_row
 class RoundRow(TypedDict):
     """A round of an adaptive run past its initial repeats: its repeat number, the comparisons it served and
     how many cells it ran."""
-
-    __pydantic_config__ = STRICT
 
     repeat: Count
     comparisons: list[str]
     cells: Count
 
 
+@strict_row
 class AdaptiveBlock(TypedDict):
     """``adaptive`` (null for fixed repeats): the settings, the rounds past the initial repeats, what stopped
     the run and the GPU-hours it spent."""
-
-    __pydantic_config__ = STRICT
 
     min_effect: Annotated[float, Ge(1.0), Predicate(math.isfinite)]
     confidence: Probability
@@ -174,11 +171,10 @@ class AdaptiveBlock(TypedDict):
     gpu_hours: NonNegative
 
 
+@strict_row
 class CellRow(TypedDict):
     """``cells[]`` and ``variant_cells[]``: one (arm, case) (:func:`...analysis.experiment.cells.cells`); the
     medians over its successful turns, ``median_without_retries_s`` where attempts were retried."""
-
-    __pydantic_config__ = STRICT
 
     arm: str
     case: str
@@ -202,10 +198,9 @@ class CellRow(TypedDict):
     overlaps_baseline: bool | None
 
 
+@strict_row
 class TotalRow(TypedDict):
     """``totals[]``: an arm's total (Σ of its cell medians) where every case has a successful cell."""
-
-    __pydantic_config__ = STRICT
 
     arm: str
     total_s: NonNegative | None
@@ -214,12 +209,11 @@ class TotalRow(TypedDict):
     complete: bool
 
 
+@strict_row
 class MultiplierRow(TypedDict):
     """``multipliers[]``: one comparison on one case or its total (:func:`...analysis.experiment.cells.multipliers`,
     the guard's judgement :class:`...analysis.base.guard.Judgement`) and, where its volume is refused, its
     figure at equal work."""
-
-    __pydantic_config__ = STRICT
 
     arm: str
     vs: str
@@ -236,10 +230,9 @@ class MultiplierRow(TypedDict):
     equal_work: EqualWorkFigure | None
 
 
+@strict_row
 class PromptDisciplineRow(TypedDict):
     """``prompt_discipline[]``: a case variant against its case on one arm (never a multiplier)."""
-
-    __pydantic_config__ = STRICT
 
     arm: str
     case: str
@@ -254,11 +247,10 @@ class PromptDisciplineRow(TypedDict):
     kind: str
 
 
+@strict_row
 class ReasoningRow(TypedDict):
     """``reasoning[]``: one cell's generated tokens split into reasoning and answer
     (:func:`...analysis.experiment.reasoning.reasoning_split`)."""
-
-    __pydantic_config__ = STRICT
 
     arm: str
     case: str | None
@@ -275,10 +267,9 @@ class ReasoningRow(TypedDict):
     empty_answers: Count
 
 
+@strict_row
 class Tolerances(TypedDict):
     """``tolerances``: the guard's volume tolerances, the probes' agreement and drift's, as the run used them."""
-
-    __pydantic_config__ = STRICT
 
     volume_cell: Tolerance | None
     volume_total: Tolerance | None
@@ -286,11 +277,10 @@ class Tolerances(TypedDict):
     drift: Tolerance | None
 
 
+@strict_row
 class WarningItem(TypedDict):
     """``warning_items[]``: one warning, its kind (:class:`...analysis.base.warning_kinds.WarningKind`), the arm
     and case it concerns (None: the run, or no one cell) and its text."""
-
-    __pydantic_config__ = STRICT
 
     kind: str
     arm: str | None
@@ -298,11 +288,10 @@ class WarningItem(TypedDict):
     text: str
 
 
+@strict_row
 class ExperimentSections(CheckSections):
     """The summary's sections about the experiment's comparisons; engagement, drift, equal work and cost:
     :class:`.check_rows.CheckSections`."""
-
-    __pydantic_config__ = STRICT
 
     schema: str
     run: RunRow

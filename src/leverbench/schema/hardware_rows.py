@@ -9,26 +9,25 @@ kWh, times in s: finite and not negative.
 from __future__ import annotations
 
 import math
-from typing import Annotated, Literal, Union
+from typing import Annotated, Any, Literal, Union
 
 from annotated_types import Ge, Le, Predicate
 from typing_extensions import TypeAlias, TypedDict
 
-from . import STRICT
+from . import strict_row
 
 Count: TypeAlias = Annotated[int, Ge(0)]
 Share: TypeAlias = Annotated[float, Ge(0.0), Le(1.0)]
 NonNegative: TypeAlias = Annotated[float, Ge(0.0), Predicate(math.isfinite)]
 Mode: TypeAlias = Literal["together", "one at a time"]
 #: A GPU fact as recorded: one value, or each device's where they differ (``gpu.readings.GpuFacts``).
-Fact: TypeAlias = Union[str, int, float, None, list]
+Fact: TypeAlias = Union[str, int, float, None, list[Any]]
 
 
+@strict_row
 class EngineStartRow(TypedDict):
     """``engines.starts[]``: one start of an engine the tool ran, with its stop (``engine_start`` and
     ``engine_stop`` records)."""
-
-    __pydantic_config__ = STRICT
 
     arm: str
     block: Count | None
@@ -49,10 +48,9 @@ class EngineStartRow(TypedDict):
     check: str | None
 
 
+@strict_row
 class EngineArmRow(TypedDict):
     """``engines.arms[]``: one arm's engine starts summed up."""
-
-    __pydantic_config__ = STRICT
 
     arm: str
     starts: Count
@@ -68,11 +66,10 @@ class EngineArmRow(TypedDict):
     unchecked: Count  # stops whose GPUs were not checked (no NVML)
 
 
+@strict_row
 class EnginesSection(TypedDict):
     """``engines``: how the engines ran (``mode`` None: the ledger does not say, a run before issue 27), why,
     the server state the calls met, every start, each arm's, and how many times two engines were up at once."""
-
-    __pydantic_config__ = STRICT
 
     mode: Mode | None
     declared: Mode | None
@@ -83,10 +80,9 @@ class EnginesSection(TypedDict):
     overlaps: Count  # pairs of engine lifetimes of different arms that overlapped in time
 
 
+@strict_row
 class GpuFactsRow(TypedDict, total=False):
     """The GPUs an arm (or the host) ran on, as recorded (``gpu.readings.GpuFacts``); ``unknown``: why not."""
-
-    __pydantic_config__ = STRICT
 
     source: str
     name: Fact
@@ -98,14 +94,13 @@ class GpuFactsRow(TypedDict, total=False):
     sm_clock_max_mhz: Fact
     mem_clock_max_mhz: Fact
     mig: Fact
-    devices: list
+    devices: list[Any]
     unknown: str
 
 
+@strict_row
 class GpuArmRow(TypedDict):
     """``gpu.arms[]``: the GPUs an arm ran on (``facts``), or why they are unknown."""
-
-    __pydantic_config__ = STRICT
 
     arm: str
     known: bool
@@ -113,12 +108,11 @@ class GpuArmRow(TypedDict):
     why: str | None
 
 
+@strict_row
 class PhaseRow(TypedDict):
     """What the arm's GPUs did while its calls were in one phase (:mod:`...analysis.hardware.telemetry`): the
     readings counted, mean SM and memory-bandwidth utilisation (fractions of the period), power (W, summed
     over its GPUs), memory used (MiB, summed) and SM clock (MHz); None where nothing was read."""
-
-    __pydantic_config__ = STRICT
 
     samples: Count
     sm: Share | None
@@ -128,13 +122,12 @@ class PhaseRow(TypedDict):
     sm_clock_mhz: NonNegative | None
 
 
+@strict_row
 class TelemetryRow(TypedDict):
     """``gpu.telemetry[]``: one arm's GPUs over one scope of its calls (``turns``: its turns, probes and
     sentinels; ``load:STAGE``: a load stage): prefill (send → first token), decode (first → last token), the
     readings where calls in both phases ran at once (``overlap``), the sampling's period and resolution, and
     what to make of it (``note``)."""
-
-    __pydantic_config__ = STRICT
 
     arm: str
     scope: str
@@ -153,12 +146,11 @@ class TelemetryRow(TypedDict):
     note: str | None
 
 
+@strict_row
 class EnergyRow(TypedDict):
     """``gpu.energy[]``: one arm's GPU energy per turn (median over its counted turns, over each turn's model
     time), as kWh per 1,000 turns, beside its GPU-hours per 1,000 turns (median turn time × its GPUs); the turns
     whose readings did not cover them, or left a gap in them, are not measured (``note``: why)."""
-
-    __pydantic_config__ = STRICT
 
     arm: str
     turns: Count  # measured
@@ -171,10 +163,9 @@ class EnergyRow(TypedDict):
     note: str | None
 
 
+@strict_row
 class GpuSection(TypedDict):
     """``gpu``: the host's GPUs, each arm's, what they did per phase, the energy per turn, and notes."""
-
-    __pydantic_config__ = STRICT
 
     host: GpuFactsRow | None
     arms: list[GpuArmRow]
@@ -183,10 +174,9 @@ class GpuSection(TypedDict):
     notes: list[str]
 
 
+@strict_row
 class HardwareSections(TypedDict):
     """The summary's hardware sections."""
-
-    __pydantic_config__ = STRICT
 
     engines: EnginesSection
     gpu: GpuSection

@@ -7,26 +7,24 @@ from typing import Optional
 
 from typing_extensions import NotRequired, TypedDict
 
-from . import STRICT
+from . import strict_row
 
 
+@strict_row
 class LeverUse(TypedDict):
     """A judged lever's use on an arm whose knobs turn it on (a lever whose module holds a ``judge``): whether
     it was used (None: nothing says; never read as "not used") and from what."""
-
-    __pydantic_config__ = STRICT
 
     used: Optional[bool]
     source: Optional[str]
 
 
+@strict_row
 class EngagedRow(TypedDict):
     """One arm's engagement: its cached-token and drafter figures with their sources, whether it used the
     prefix cache and the drafter (``cache_used``, ``drafter_used``: measured on every arm), whether it engaged
     the ones its knobs turn on (``prefix_cache``, ``drafter``: None where its knobs do not, or nothing says),
     and every other lever its knobs turn on whose module judges it (``levers``: only when there is one)."""
-
-    __pydantic_config__ = STRICT
 
     arm: str
     prompt_tokens: int

@@ -19,7 +19,7 @@ from annotated_types import Ge, Le, Len, Predicate
 from typing_extensions import TypeAlias, TypedDict
 
 from ..bounds import MAX_GPU_HOUR_USD, MAX_GPUS
-from . import STRICT
+from . import strict_row
 from .load_rows import StageSlo
 
 NonNegative: TypeAlias = Annotated[float, Ge(0.0), Predicate(math.isfinite)]
@@ -36,41 +36,37 @@ Pays: TypeAlias = Literal["every level", "no level", "below", "above", "mixed", 
 Bound: TypeAlias = Literal["interpolated", "at least", "between", "none"]
 
 
+@strict_row
 class PairCount(TypedDict):
     """A count of each arm of a pair (calls, failed calls): ``arm`` (with the lever) and ``vs`` (the reference)."""
-
-    __pydantic_config__ = STRICT
 
     arm: Count | None
     vs: Count | None
 
 
+@strict_row
 class PairShare(TypedDict):
     """A share of each arm of a pair (the cached share of its prompt tokens), in [0, 1]."""
-
-    __pydantic_config__ = STRICT
 
     arm: Share | None
     vs: Share | None
 
 
+@strict_row
 class PairFigure(TypedDict):
     """A figure of each arm of a pair that is no count or share (tokens per call, seconds of lag, a server
     counter's figure over the stage): finite."""
-
-    __pydantic_config__ = STRICT
 
     arm: Finite | None
     vs: Finite | None
 
 
+@strict_row
 class LevelValue(TypedDict):
     """One metric's multiplier at one level, with its 95 % bootstrap interval (None: not taken); ``denominator``:
     the statistic it divides by (the arm's percentile in seconds for a latency, the reference's rate for a rate),
     so that denominator × (value − 1) is the difference of the two arms' statistics; ``clear``: the interval lies
     on one side of 1 (:func:`...analysis.experiment.crossover.sides`)."""
-
-    __pydantic_config__ = STRICT
 
     stage: str
     load: NonNegative
@@ -82,11 +78,10 @@ class LevelValue(TypedDict):
     clear: bool
 
 
+@strict_row
 class Crossover(TypedDict):
     """Where a multiplier crosses 1.0: ``load`` interpolated between the two levels around it (``between``),
     [``low``, ``high``] where its interval's bounds cross (None: beyond the levels measured on that side)."""
-
-    __pydantic_config__ = STRICT
 
     load: NonNegative
     low: NonNegative | None
@@ -94,10 +89,9 @@ class Crossover(TypedDict):
     between: Annotated[list[NonNegative], Len(2, 2)]
 
 
+@strict_row
 class MetricRow(TypedDict):
     """``load_levers[].metrics[]``: one metric of a pair across its levels, and where it crosses 1."""
-
-    __pydantic_config__ = STRICT
 
     metric: str
     default: bool
@@ -108,10 +102,9 @@ class MetricRow(TypedDict):
     crossings: Count
 
 
+@strict_row
 class LoadLevel(TypedDict):
     """``load_levers[].levels[]``: one level both arms ran, and the guard's verdict on it."""
-
-    __pydantic_config__ = STRICT
 
     stage: str
     load: NonNegative
@@ -127,13 +120,12 @@ class LoadLevel(TypedDict):
     engagement: dict[str, PairFigure]
 
 
+@strict_row
 class CapacityPair(TypedDict):
     """A lever's capacity multiplier at the SLOs: the arm's capacity over the reference's, [``low``, ``high``] the
     range the two capacities' bounds allow (None: open on that side).  ``bound``: "exact" (``value``), "at least"
     (``value`` = ``low``), "at most" (``value`` = ``high``), "between" (``value`` None); None, with ``reason``, where
     one arm has no capacity, neither is bounded, or the pair is not citable."""
-
-    __pydantic_config__ = STRICT
 
     arm_load: NonNegative | None
     vs_load: NonNegative | None
@@ -144,10 +136,9 @@ class CapacityPair(TypedDict):
     reason: str | None
 
 
+@strict_row
 class LoadLeverRow(TypedDict):
     """``load_levers[]``: one lever's controlled pair on one sweep (or one stage), level by level."""
-
-    __pydantic_config__ = STRICT
 
     lever: str
     arm: str
@@ -161,11 +152,10 @@ class LoadLeverRow(TypedDict):
     refused: str | None
 
 
+@strict_row
 class CapacityLevel(TypedDict):
     """One level of a capacity: the worst of its SLO ratios (percentile / SLO; None: calls failed beyond what
     the percentile allows) and whether it met every SLO."""
-
-    __pydantic_config__ = STRICT
 
     stage: str
     load: NonNegative
@@ -175,11 +165,10 @@ class CapacityLevel(TypedDict):
     on_schedule: bool
 
 
+@strict_row
 class CapacityRow(TypedDict):
     """``capacity[]``: per arm and sweep, the highest load that meets the stage's SLOs (``load``; below ``upper``
     where that level's calls failed) and its price there."""
-
-    __pydantic_config__ = STRICT
 
     arm: str
     sweep: str

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 from typing_extensions import NotRequired, TypedDict
 
-from . import STRICT
+from . import strict_row
 
 
+@strict_row
 class Distribution(TypedDict):
     """n, p50, p90, p95, p99, mean and max of a load metric (:func:`...analysis.load.stages.distribution`)."""
-
-    __pydantic_config__ = STRICT
 
     n: int
     p50: float
@@ -22,10 +21,9 @@ class Distribution(TypedDict):
     max: float
 
 
+@strict_row
 class LostWorker(TypedDict):
     """A worker that died during a stage (its ``stage_end`` record's ``lost_workers[]``)."""
-
-    __pydantic_config__ = STRICT
 
     worker: int
     error: str | None
@@ -34,20 +32,18 @@ class LostWorker(TypedDict):
     never_sent: int | None
 
 
+@strict_row
 class StageSlo(TypedDict, total=False):
     """The SLOs a stage sets (only those it sets)."""
-
-    __pydantic_config__ = STRICT
 
     slo_ttft_s: float
     slo_tpot_s: float
     slo_e2e_s: float
 
 
+@strict_row
 class TraceImport(TypedDict):
     """What a trace stage read of its trace (its first call's ``trace_import``, ``runner.trace_plan``)."""
-
-    __pydantic_config__ = STRICT
 
     path: str
     fmt: str
@@ -59,11 +55,10 @@ class TraceImport(TypedDict):
     notes: list[str]
 
 
+@strict_row
 class TokenCheck(TypedDict):
     """The trace stage's prompt lengths checked with ``/tokenize`` (its first call's ``token_check``,
     ``runner.load``); without ``/tokenize``, only ``source`` None and a ``note``."""
-
-    __pydantic_config__ = STRICT
 
     source: str | None
     note: NotRequired[str]
@@ -76,11 +71,10 @@ class TokenCheck(TypedDict):
     rel_error_max: NotRequired[float | None]
 
 
+@strict_row
 class LoadRow(TypedDict):
     """``load[]``: one (arm, stage)'s load metrics (:func:`...analysis.load.stages.stage_row`; the definitions are
     that module's)."""
-
-    __pydantic_config__ = STRICT
 
     arm: str
     stage: str
@@ -146,10 +140,9 @@ class LoadRow(TypedDict):
     warnings: list[str]
 
 
+@strict_row
 class CurvePoint(TypedDict):
     """One stage of a sweep's curve."""
-
-    __pydantic_config__ = STRICT
 
     stage: str
     load: float | None
@@ -160,10 +153,9 @@ class CurvePoint(TypedDict):
     knee: bool
 
 
+@strict_row
 class LoadCurve(TypedDict):
     """``load_curves[]``: per (arm, sweep), its stages' points in run order (:func:`...load.stages.sweep_curves`)."""
-
-    __pydantic_config__ = STRICT
 
     arm: str
     sweep: str

@@ -3,7 +3,7 @@
 
 Every key a row can have is named; ``NotRequired`` where a builder adds it only sometimes, ``None`` where it
 writes null.  The rows a reader of ``summary.json`` computes with (``analyze --rates``, ``whatif --rates``:
-:mod:`leverbench.report.summary_file`) carry its bounds as ``annotated_types`` constraints, which pydantic
+:mod:`leverbench.pipeline.summary_file`) carry its bounds as ``annotated_types`` constraints, which pydantic
 applies (:mod:`.check`): :class:`RateRow` (rates: ``Rate``, ``Seconds``, a ``Span``), :class:`PrefillFit`,
 :class:`DecodeFit`, :class:`BatchSlowdown` and :class:`RateModelRow` (coefficients ``Seconds`` / ``PerToken``,
 ``acceptance`` a ``Share``, ranges ``Span``, concurrencies, slowdowns, TPOTs, ``slots``).  Two checks of that
@@ -14,14 +14,14 @@ d0 and d1 are both 0.
 from __future__ import annotations
 
 import math
-from typing import Annotated, Union
+from typing import Annotated, Union, final
 
 from annotated_types import Ge, Gt, Le, Len, Predicate
 from typing_extensions import NotRequired, TypeAlias, TypedDict
 
 from ..bounds import MAX_CALL_S, TPS_RANGE
 from ..bounds import MAX_CONCURRENCY as MAX_SLOTS
-from . import STRICT
+from . import STRICT, row_config, strict_row
 from .load_lever_rows import CapacityRow, LoadLeverRow
 from .load_rows import LoadCurve, LoadRow
 
@@ -66,11 +66,10 @@ class RegressionFit(TypedDict):
     prefill_tps: NotRequired[float | None]
 
 
+@strict_row
 class DecompositionRow(RegressionFit):
     """``decomposition[]``: one cell's latency regressed on its output tokens (:mod:`...analysis.rates.regression`):
     the fit (:class:`RegressionFit`) and the cell's own keys."""
-
-    __pydantic_config__ = STRICT
 
     arm: str
     case: str
@@ -105,10 +104,9 @@ class ProbeMeasure(TypedDict):
     refused: NotRequired[str]
 
 
+@strict_row
 class ProbeRow(TypedDict):
     """``probes[]``: one fixed-length probe, measured and checked (:mod:`...analysis.rates.probes`)."""
-
-    __pydantic_config__ = STRICT
 
     arm: str
     case: str
@@ -147,10 +145,9 @@ class ProbeRow(TypedDict):
     prefill_speedup_vs_baseline: float | None
 
 
+@strict_row
 class ServerRow(TypedDict):
     """``server[]``: one cell's client and server accounts of prefill and decode (:mod:`...analysis.rates.server`)."""
-
-    __pydantic_config__ = STRICT
 
     arm: str
     case: str
@@ -168,10 +165,9 @@ class ServerRow(TypedDict):
     decode_disagrees: bool | None
 
 
+@strict_row
 class TimeShareRow(TypedDict):
     """``time_shares[]``: where one cell's turn time goes (:func:`...analysis.rates.phases.cell_shares`)."""
-
-    __pydantic_config__ = STRICT
 
     arm: str
     case: str
@@ -188,10 +184,9 @@ class TimeShareRow(TypedDict):
 # ---------------------------------------------------------------- the projection
 
 
+@strict_row
 class FlatPrefillFit(TypedDict):
     """prefill_s = a + b·n over an arm's (uncached tokens, seconds) points (:func:`...rates.phases.prefill_model`)."""
-
-    __pydantic_config__ = STRICT
 
     a: float
     b: float
@@ -201,10 +196,10 @@ class FlatPrefillFit(TypedDict):
     n: int
 
 
+@final  # (no other key: `"refused" in arm` tells a refused arm from it)
+@strict_row
 class ProjectedArm(TypedDict):
     """``projection.arms[]``: the scenario on one arm (:func:`...analysis.rates.phases.project`)."""
-
-    __pydantic_config__ = STRICT
 
     arm: str
     prefill_s: float | None
@@ -225,10 +220,9 @@ class ProjectedArm(TypedDict):
     decode_refused: NotRequired[str]
 
 
+@strict_row
 class RefusedArm(TypedDict):
     """``projection.arms[]`` for an arm neither of whose phases can be projected."""
-
-    __pydantic_config__ = STRICT
 
     arm: str
     refused: str
@@ -240,13 +234,12 @@ LeverReturn = TypedDict("LeverReturn", {
     "lever": str, "without": str, "with": str, "phase": str, "saved_s": float, "saved_share": Union[float, None],
     "speedup": Union[float, None], "phase_speedup": Union[float, None], "credited": bool, "citable": bool,
     "reason": Union[str, None], "measure": str})
-LeverReturn.__pydantic_config__ = STRICT  # type: ignore[attr-defined]
+strict_row(LeverReturn)
 
 
+@strict_row
 class Projection(TypedDict):
     """``projection``: a scenario (input, output tokens) projected on every arm, and the levers' returns."""
-
-    __pydantic_config__ = STRICT
 
     input_tokens: int
     output_tokens: int
@@ -258,11 +251,10 @@ class Projection(TypedDict):
 # ---------------------------------------------------------------- rates and rate models
 
 
+@strict_row
 class RateRow(TypedDict):
-    """``rates[]``: the measured rates a projection uses, per arm (``analysis.summary.rates_table``); bounded as
-    the summary's reader bounds them."""
-
-    __pydantic_config__ = STRICT
+    """``rates[]``: the measured rates a projection uses, per arm (``analysis.sections.projection.rates_table``);
+    bounded as the summary's reader bounds them."""
 
     arm: str
     decode_tps: Rate | None
@@ -276,11 +268,10 @@ class RateRow(TypedDict):
     refused: str | None
 
 
+@strict_row
 class PrefillFit(TypedDict):
     """A rate model's ``prefill``: s = a + b·n + c·n·(k + n/2) (:func:`...analysis.rates.rate_fit.fit_prefill`;
     a model read from ``rates[]`` has no ``quadratic`` nor ``outliers``)."""
-
-    __pydantic_config__ = STRICT
 
     a_s: Seconds
     b_s_per_token: PerToken
@@ -294,10 +285,9 @@ class PrefillFit(TypedDict):
     range_cached: Span | None
 
 
+@strict_row
 class DecodeFit(TypedDict):
     """A rate model's ``decode``: per-token time d0 + d1·L (:func:`...analysis.rates.rate_fit.fit_decode`)."""
-
-    __pydantic_config__ = STRICT
 
     d0_s_per_token: PerToken
     d1_s_per_token_per_ctx: PerToken
@@ -310,11 +300,10 @@ class DecodeFit(TypedDict):
     acceptance: Share | None
 
 
+@strict_row
 class BatchSlowdown(TypedDict):
     """A rate model's ``batch``: per-token slowdown by concurrency, relative to one request served alone
     (:func:`...analysis.rates.rate_fit.batch_slowdown`)."""
-
-    __pydantic_config__ = STRICT
 
     concurrency: list[Concurrency]
     slowdown: list[Slowdown]
@@ -325,10 +314,19 @@ class BatchSlowdown(TypedDict):
     stage: str
 
 
+class RateModelFits(TypedDict):
+    """What a rate model's formulas read (:mod:`...analysis.rates.rate_model`): its fits.  A
+    :class:`RateModelRow` has them, and so has the model a what-if arm was served with
+    (:class:`.whatif_rows.RateModelUsed`)."""
+
+    prefill: PrefillFit | None
+    decode: DecodeFit | None
+    batch: BatchSlowdown | None
+
+
+@strict_row
 class RateModelRow(TypedDict):
     """``rate_models[]``: one arm's rate model (:mod:`...analysis.rates.rate_model`, the contract)."""
-
-    __pydantic_config__ = STRICT
 
     arm: str
     prefill: PrefillFit | None
@@ -343,11 +341,19 @@ class RateModelRow(TypedDict):
 # ---------------------------------------------------------------- the server's metrics
 
 
-class ArmMetrics(TypedDict, total=False):
-    """The server's own figures over a window of scrapes (:func:`...analysis.base.metrics.arm_metrics`): each
-    present only where the engine's counters give it."""
+#: The config of the rows of the server's figures: strict types, and no ``extra`` setting — their other keys are
+#: their ``extra_items`` (a number each), which pydantic applies in its place.
+figures_row = row_config({k: v for k, v in STRICT.items() if k != "extra"})
 
-    __pydantic_config__ = STRICT
+
+@figures_row
+class ArmMetrics(TypedDict, total=False, extra_items=float):  # type: ignore[call-arg]  # PEP 728: not in mypy yet
+    """The server's own figures over a window of scrapes (:func:`...analysis.base.metrics.arm_metrics`): each
+    present only where the engine's counters give it.  The engine's figures and the built-in levers' are named
+    here; a lever's module may declare figures of its own (its :class:`leverbench.levers.MetricTable`), which a
+    row carries as further keys, each a number (``extra_items``, PEP 728: in the JSON Schema, a number for any
+    other key).  Which names a lever may take (not the engine's, not the row's own) is checked where the figures
+    are built."""
 
     queue_s_per_request: float
     prefill_s_per_request: float
@@ -366,11 +372,11 @@ class ArmMetrics(TypedDict, total=False):
     sglang_spec_accept_length: float
 
 
+@figures_row
 class ServerMetricsRow(ArmMetrics):
     """``server_metrics[]``: one arm's figures over its blocks (:func:`...analysis.base.metrics.server_metrics`);
-    its own keys are required (a TypedDict's totality is per class), the figures not."""
-
-    __pydantic_config__ = STRICT
+    its own keys are required (a TypedDict's totality is per class), the figures not; any other key is a figure a
+    lever's module declares (its ``MetricTable``), a number."""
 
     arm: str
     windows: int
@@ -382,10 +388,9 @@ class ServerMetricsRow(ArmMetrics):
 # ---------------------------------------------------------------- the sections
 
 
+@strict_row
 class RateSections(TypedDict):
     """The summary's sections about rates, phases, load and the server's own account."""
-
-    __pydantic_config__ = STRICT
 
     decomposition: list[DecompositionRow]
     probes: list[ProbeRow]

@@ -10,16 +10,15 @@ from typing import Annotated, Literal
 from annotated_types import Ge, Predicate
 from typing_extensions import TypeAlias, TypedDict
 
-from . import STRICT
+from . import strict_row
 
 Count: TypeAlias = Annotated[int, Ge(0)]
 Deviation: TypeAlias = Annotated[float, Ge(-1.0), Predicate(math.isfinite)]  # prompt tokens / recorded − 1
 
 
+@strict_row
 class RecordedCaseRow(TypedDict):
     """A case that replays a recorded turn: the case of recorded turns it came from, the turn and the mode."""
-
-    __pydantic_config__ = STRICT
 
     case: str
     recorded_from: str
@@ -27,11 +26,10 @@ class RecordedCaseRow(TypedDict):
     mode: Literal["recorded", "live"]
 
 
+@strict_row
 class DifferingCall(TypedDict):
     """A replayed call whose prompt length differs from the recording's beyond the tolerance (or that could not
     be compared), and why."""
-
-    __pydantic_config__ = STRICT
 
     case: str
     repeat: Count
@@ -42,14 +40,13 @@ class DifferingCall(TypedDict):
     reason: str
 
 
+@strict_row
 class RecordedArmRow(TypedDict):
     """One arm's replay: its calls of recorded turns, those with a prompt length on both sides (``compared``),
     those within the tolerance, the largest deviation either way, the calls not compared because the recording
     has no usage for them (``no_recorded_usage``) or because they failed, the calls whose request left the
     recording (a live path's departures; not compared), the differing calls (the first :data:`MAX_LISTED`) and,
     where every differing call differs alike, why (``reason``)."""
-
-    __pydantic_config__ = STRICT
 
     arm: str
     calls: Count
@@ -64,10 +61,9 @@ class RecordedArmRow(TypedDict):
     reason: str | None
 
 
+@strict_row
 class DepartureRow(TypedDict):
     """Where a live replay's path departed from the recording: the call and what it did instead."""
-
-    __pydantic_config__ = STRICT
 
     arm: str
     case: str
@@ -76,14 +72,13 @@ class DepartureRow(TypedDict):
     text: str
 
 
+@strict_row
 class RecordedSection(TypedDict):
     """``recorded``: the replayed cases and their modes, each arm's prompt lengths against the recording's
     (within ``tolerance``), whether the arms received identical requests (``requests_compared`` calls of the same
     case, repeat and step on two arms or more, ``requests_identical`` of them with the same messages on every
     arm), where live replays departed (the first :data:`MAX_LISTED` per arm) and, per request log, the lines its
     import left out (``left_out``: none, an empty list)."""
-
-    __pydantic_config__ = STRICT
 
     tolerance: Annotated[float, Ge(0.0), Predicate(math.isfinite)]  # (not bare: see experiment_rows.RatioBound)
     cases: list[RecordedCaseRow]

@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 from annotated_types import Ge, Gt, Le, Predicate
 from typing_extensions import TypeAlias, TypedDict
 
-from . import STRICT
+from . import strict_row
 
 Count: TypeAlias = Annotated[int, Ge(0)]
 NonNegative: TypeAlias = Annotated[float, Ge(0.0), Predicate(math.isfinite)]
@@ -18,14 +18,13 @@ Positive: TypeAlias = Annotated[float, Gt(0.0), Predicate(math.isfinite)]
 Method: TypeAlias = Literal["reset", "salt", "restart", "restart+salt", "none", "keep"]
 
 
+@strict_row
 class RepeatArmRow(TypedDict):
     """``repeats.arms[]``: how one arm was brought to the declared state before each turn (its ``cache_reset``
     record; all None in a run before ledger v5), what the check before its turns found, and what its turns' own
     counts say: the share of its later repeats' prompt tokens its own earlier repeats had cached
     (``revisit_share`` = ``extra_cached`` / ``later_prompt_tokens``), and its drafted tokens accepted per output
     token on first visits and on later repeats."""
-
-    __pydantic_config__ = STRICT
 
     arm: str
     method: Method | None
@@ -42,12 +41,11 @@ class RepeatArmRow(TypedDict):
     draft_later: NonNegative | None
 
 
+@strict_row
 class RepeatPairRow(TypedDict):
     """``repeats.pairs[]``: a comparison one of whose arms revisited, or was meant to be brought to a state and
     was not: its first-visit figure (each case's first turn on each arm, one a side, no interval) and, where its
     repeats were not exchangeable, why (the guard refuses it: reason code ``revisits``)."""
-
-    __pydantic_config__ = STRICT
 
     arm: str
     vs: str
@@ -55,11 +53,10 @@ class RepeatPairRow(TypedDict):
     refused: str | None
 
 
+@strict_row
 class RepeatsSection(TypedDict):
     """``repeats``: the declared state (``cache_between_turns``; None: a run before ledger v5, which declared
     none), each arm's row, the pairs that revisited."""
-
-    __pydantic_config__ = STRICT
 
     state: Literal["cold", "shared", "keep"] | None
     arms: list[RepeatArmRow]

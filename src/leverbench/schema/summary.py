@@ -6,13 +6,12 @@ load's and the server's (:mod:`.rate_rows`), and the engines' and GPUs' (:mod:`.
 
 from __future__ import annotations
 
-from . import STRICT
+from . import strict_row
 from .experiment_rows import ExperimentSections
 from .hardware_rows import HardwareSections
 from .rate_rows import RateSections
 
 
+@strict_row
 class Summary(ExperimentSections, RateSections, HardwareSections):
     """The summary of one run, as ``summarize`` returns it and ``summary.json`` holds it."""
-
-    __pydantic_config__ = STRICT

@@ -1,5 +1,5 @@
 """What ``leverbench analyze`` writes for recorded traffic (``--json``): where its time goes and what a lever
-would save (:mod:`leverbench.analysis.traffic.analyze`, with what ``report.traffic_files.analyze_file`` adds).
+would save (:mod:`leverbench.analysis.traffic.analyze`, with what ``pipeline.traffic_files.analyze_file`` adds).
 
 Types for the code that builds and formats it; not validated on reading (nothing reads it back).
 """
@@ -27,8 +27,6 @@ class PhaseSums(TypedDict):
     queue: float
     cached: float | None
     cached_calls: int
-    cache_saved: float | None
-    drafter_saved: float | None
     excess: float
     ttft_calls: int
     beyond: int
@@ -93,9 +91,9 @@ class DecodeRegression(TypedDict):
 
 
 class FitRow(DecodeRegression):
-    """``fits[]``: one model's (or the pooled) fit of rates from the traffic's own latencies."""
+    """``fits[]``: one model's (or the pooled: ``model`` "all calls") fit of rates from the traffic's own latencies."""
 
-    model: str | None
+    model: str
     calls: int
     points: int
     prefill_points: NotRequired[int]
@@ -133,7 +131,7 @@ class BucketRow(PhaseRow):
 
 
 class FiniteCache(CachePass):
-    """A finite cache's hits over the calls (``report.traffic_files.finite_cache``), with where its capacity and
+    """A finite cache's hits over the calls (``pipeline.traffic_files.finite_cache``), with where its capacity and
     block size came from."""
 
     source: str | None
@@ -209,15 +207,97 @@ class TrafficExtrapolation(TypedDict):
 
 
 class TrafficInput(TypedDict):
-    """``input``: the traffic file read (``report.traffic_files.analyze_file``)."""
+    """``input``: the traffic file read (``pipeline.traffic_files.analyze_file``)."""
 
     path: str
     format: str
     rows: int
     used: int
     skipped: dict[str, int]
-    first_skipped_line: int | None
+    first_skipped_line: dict[str, int]  # per reason a row was skipped, the first line it was
     notes: list[str]
+
+
+# ---------------------------------------------------------------- a recording's own first screen
+
+
+class CallsPerTurn(TypedDict):
+    """The fewest, median and most calls of a recording's turns."""
+
+    min: int
+    median: float
+    max: int
+
+
+class SharedPrefix(TypedDict):
+    """The prefix every turn's first request shares: over how many turns, its leading messages alike, the tools
+    (their count where every turn sent the same, else 0), its characters, its tokens at the recording's tokens per
+    character (an estimate), and the median of the cached tokens of every turn's first call after the first one's
+    (measured where the engine had a prefix cache) over how many calls."""
+
+    turns: int
+    messages: int
+    tools: int
+    chars: int
+    tokens_estimate: float | None
+    cached_median: float | None
+    cached_calls: int
+
+
+class EngineTime(TypedDict):
+    """Where the engine's time went, over the calls with llama.cpp's timings: their count, latency, prefill,
+    decode and the rest; every call's latency as the proxy saw it; the time between a turn's calls."""
+
+    calls: int
+    latency_s: float
+    prefill_s: float
+    decode_s: float
+    other_s: float
+    calls_latency_s: float
+    between_calls_s: float
+
+
+class RecordedTurnRow(TypedDict):
+    """``per_turn[]``: one recorded turn: its calls, tool rounds, first and last prompt, the sums over its calls
+    with counts (None: none has them) and its calls' seconds."""
+
+    turn: str
+    calls: int
+    tool_rounds: int
+    first_prompt: int | None
+    last_prompt: int | None
+    prompt_tokens: int | None
+    cached_tokens: int | None
+    output_tokens: int | None
+    model_s: float
+
+
+class RecordingSummary(TypedDict):
+    """A recording's own first screen (:func:`...traffic.recording.recording_summary`): its turns, calls and tool
+    rounds, where its token counts came from (``counted_by``: per source, its calls; ``none``: without counts), the
+    token sums over the calls with counts, the prefix its turns share, the share of a later call's prompt its turn's
+    previous call held, where the engine's time went, and each turn."""
+
+    turns: int
+    calls: int
+    calls_per_turn: CallsPerTurn
+    tool_rounds: int
+    turns_with_tool_rounds: int
+    max_tool_rounds: int
+    counted_by: dict[str, int]
+    counted_calls: int
+    prompt_tokens: int
+    cached_tokens: int | None
+    cached_calls: int
+    output_tokens: int
+    tokens_per_char: float | None
+    shared_prefix: SharedPrefix | None
+    within_turn_share: float | None
+    engine_time: EngineTime
+    per_turn: list[RecordedTurnRow]
+
+
+# ---------------------------------------------------------------- the result
 
 
 class TrafficResult(TypedDict):
@@ -245,3 +325,4 @@ class TrafficResult(TypedDict):
     rates_used: NotRequired[list[str]]
     operating_point: NotRequired[OperatingPoint | None]
     under_load: NotRequired[list[UnderLoad]]
+    recording: NotRequired[RecordingSummary]  # the traffic is a recording (``leverbench record``'s)

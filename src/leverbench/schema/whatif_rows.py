@@ -222,7 +222,7 @@ class AssumptionCheck(TypedDict):
 
 
 class WhatifInput(TypedDict):
-    """``input``: the traffic file the calls came from (``report.whatif_files.whatif_file``)."""
+    """``input``: the traffic file the calls came from (``pipeline.whatif_files.whatif_file``)."""
 
     path: str
     format: str
@@ -291,7 +291,7 @@ class VerificationArm(TypedDict):
 
 
 class VerificationEntry(TypedDict):
-    """A line of a run's ``whatif-verify.jsonl`` (``report.whatif_files.store_verification``; read back as
+    """A line of a run's ``whatif-verify.jsonl`` (``pipeline.whatif_files.store_verification``; read back as
     written, unchecked: :func:`...whatif.verify.track_record` takes what it needs with defaults)."""
 
     at: str

@@ -3,7 +3,7 @@ they read a run's figures from), in one place.
 
 Each bound is far past what a real analysis uses and short of what would overflow a conversion, print
 infinity or run for hours.  The commands' options are typed by them (:mod:`leverbench.cli.numbers`) and the
-summary.json reader checks a run's figures against them (:mod:`leverbench.report.summary_file`); the bounds
+summary.json reader checks a run's figures against them (:mod:`leverbench.pipeline.summary_file`); the bounds
 of a traffic file's own numbers (tokens of a call, a call's seconds, a time stamp) are the trace readers'
 (:mod:`leverbench.workload.traces.bounds`), re-exported here.  An experiment's bounds are its schema's;
 where the same quantity appears there (GPUs, price, speed, scale, requests) the bound is the same.

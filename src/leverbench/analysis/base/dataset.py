@@ -20,38 +20,23 @@ group-by over (arm, case) rather than a pass over dicts.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, make_dataclass
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, cast
 
 import numpy as np
 
+from ...config.settings import RunSettings
 from ...ledger.reader import Columns, Ledger
 from ...ledger.records import CALL_FLAGS, CALL_NUMBERS, CALL_TIMINGS, TURN_FLAGS, TURN_NUMBERS
 from .knobs import all_arm_knobs, arm_knobs
 from .warning_kinds import RunWarning, WarningKind
 
 if TYPE_CHECKING:
-    from ...json_types import JSONObject, JSONValue
+    from ...json_types import JSONValue
+    from ...ledger.rows import CallRow, HeaderArmRow, MetricsRow, RunConfigRow, RunHeaderRow
 
 
-class _CallColumns:
-    """What :data:`CallTable` does besides holding its columns."""
-
-    __slots__ = ()
-
-    def __len__(self) -> int:
-        return len(self.arm)  # type: ignore[attr-defined]
-
-    def take(self, rows: np.ndarray) -> CallTable:
-        """The rows selected by a boolean mask or an index array."""
-        return CallTable(**{f.name: getattr(self, f.name)[rows] for f in fields(self)})  # type: ignore[arg-type]
-
-    def cached(self) -> np.ndarray:
-        """Cached prompt tokens: usage ``cached_tokens``, else llama.cpp ``timings.cache_n`` (NaN: neither)."""
-        return np.where(np.isnan(self.cached_tokens), self.cache_n, self.cached_tokens)  # type: ignore[attr-defined]
-
-
-#: The columns of :data:`CallTable`: ``arm``, ``case`` (indices into ``Dataset.arm_names`` /
+#: The columns of :class:`CallTable`: ``arm``, ``case`` (indices into ``Dataset.arm_names`` /
 #: ``case_names``), ``turn`` (index into ``Dataset.turn``, −1 for a call of no counted turn, e.g. a
 #: probe), ``ok`` (error is null), ``has_timings`` (the record carries llama.cpp's ``timings``), ``output``
 #: (a code per distinct ``output_sha256`` within one table: equal codes, equal answers; −1: none), then
@@ -61,58 +46,122 @@ class _CallColumns:
 CALL_TABLE_COLUMNS = ("arm", "case", "turn", "ok", "has_timings", "output", *CALL_FLAGS, *CALL_NUMBERS,
                       *CALL_TIMINGS)
 
-#: Call records as columns (numpy arrays), one row per record in ledger order: :data:`CALL_TABLE_COLUMNS`.
-CallTable = make_dataclass("CallTable", [(k, np.ndarray) for k in CALL_TABLE_COLUMNS], bases=(_CallColumns,),
-                           slots=True)
-CallTable.__module__ = __name__
-CallTable.__doc__ = "Call records as columns, one row per record in ledger order (see CALL_TABLE_COLUMNS)."
 
-#: The columns of :data:`TurnTable`: ``arm``, ``case`` as in :data:`CallTable`, ``ok`` (error is null),
+@dataclass(slots=True)
+class CallTable:
+    """Call records as columns (numpy arrays), one row per record in ledger order: :data:`CALL_TABLE_COLUMNS`
+    (the fields are written out so that a type checker knows them; the import checks they are those columns)."""
+
+    arm: np.ndarray
+    case: np.ndarray
+    turn: np.ndarray
+    ok: np.ndarray
+    has_timings: np.ndarray
+    output: np.ndarray
+    empty_answer: np.ndarray
+    retried: np.ndarray
+    step: np.ndarray
+    t_send: np.ndarray
+    connect_s: np.ndarray
+    send_s: np.ndarray
+    ttft_s: np.ndarray
+    t_first_answer_s: np.ndarray
+    latency_s: np.ndarray
+    prompt_tokens: np.ndarray
+    completion_tokens: np.ndarray
+    cached_tokens: np.ndarray
+    reasoning_tokens: np.ndarray
+    content_chars: np.ndarray
+    reasoning_chars: np.ndarray
+    reasoning_chunks: np.ndarray
+    answer_chunks: np.ndarray
+    tools_sent: np.ndarray
+    prompt_n: np.ndarray
+    prompt_ms: np.ndarray
+    predicted_n: np.ndarray
+    predicted_ms: np.ndarray
+    cache_n: np.ndarray
+    draft_n: np.ndarray
+    draft_n_accepted: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.arm)
+
+    def take(self, rows: np.ndarray) -> CallTable:
+        """The rows selected by a boolean mask or an index array."""
+        return CallTable(**{f.name: getattr(self, f.name)[rows] for f in fields(self)})
+
+    def cached(self) -> np.ndarray:
+        """Cached prompt tokens: usage ``cached_tokens``, else llama.cpp ``timings.cache_n`` (NaN: neither)."""
+        return np.where(np.isnan(self.cached_tokens), self.cache_n, self.cached_tokens)
+
+
+#: The columns of :class:`TurnTable`: ``arm``, ``case`` as in :class:`CallTable`, ``ok`` (error is null),
 #: then the turn record's flags and numbers (:mod:`leverbench.ledger.records`).
 TURN_TABLE_COLUMNS = ("arm", "case", "ok", *TURN_FLAGS, *TURN_NUMBERS)
 
 
-class _TurnColumns:
-    __slots__ = ()
+@dataclass(slots=True)
+class TurnTable:
+    """Turn records as columns, one row per record in ledger order: :data:`TURN_TABLE_COLUMNS` (written out, and
+    checked at import, as :class:`CallTable`'s)."""
+
+    arm: np.ndarray
+    case: np.ndarray
+    ok: np.ndarray
+    step_limit: np.ndarray
+    repeat: np.ndarray
+    t_start: np.ndarray
+    turn_s: np.ndarray
+    model_s: np.ndarray
+    tool_s: np.ndarray
+    retried_s: np.ndarray
+    output_tokens: np.ndarray
+    prompt_tokens: np.ndarray
+    reasoning_tokens: np.ndarray
 
     def __len__(self) -> int:
-        return len(self.arm)  # type: ignore[attr-defined]
+        return len(self.arm)
 
 
-#: Turn records as columns (ledger order): :data:`TURN_TABLE_COLUMNS`.
-TurnTable = make_dataclass("TurnTable", [(k, np.ndarray) for k in TURN_TABLE_COLUMNS], bases=(_TurnColumns,),
-                           slots=True)
-TurnTable.__module__ = __name__
-TurnTable.__doc__ = "Turn records as columns, one row per record in ledger order (see TURN_TABLE_COLUMNS)."
+for _table, _columns in ((CallTable, CALL_TABLE_COLUMNS), (TurnTable, TURN_TABLE_COLUMNS)):
+    if tuple(f.name for f in fields(_table)) != _columns:  # the ledger's columns changed: write them out here
+        raise ImportError(f"{_table.__name__}'s fields are not the columns {_columns} (leverbench.ledger.records)")
 
 
 @dataclass
 class Dataset:
-    header: Mapping[str, object]            # the ledger's header record (its typed row: issue 24, ledger/rows.py)
+    header: RunHeaderRow                  # the ledger's header record
     turn: TurnTable                       # the turns that count (one attempt of each unit)
     call: CallTable                       # kind "call", counted
-    probes: list[Mapping[str, object]]       # the counted attempt of each probe unit (with its retried tries)
-    sentinels: list[Mapping[str, object]]    # likewise for sentinels
-    metrics: list[Mapping[str, object]]
+    probes: list[CallRow]                 # the counted attempt of each probe unit (with its retried tries)
+    sentinels: list[CallRow]              # likewise for sentinels
+    metrics: list[MetricsRow]
     arms: list[str]
     cases: list[str]                      # the engine comparison's cases (variants excluded)
     variants: dict[str, str]              # variant case name -> the case it varies
     baseline: str
-    config: JSONObject                    # the experiment, as the header holds it
+    config: RunConfigRow                  # the experiment, as the header holds it (its arms and cases: analysis
+    #                                       reads its settings from ``settings`` alone)
+    settings: RunSettings                 # the run's settings, typed, defaults where the header has none
     arm_names: list[Any]                  # ``arms``, then any other arm the records name
     case_names: list[Any]                 # the configured cases and variants, then any other case the records name
     probe: CallTable                      # the probes as columns
     warnings: list[RunWarning] = field(default_factory=list)
-    warmups: list[Mapping[str, object]] = field(default_factory=list)  # the warm-up calls ("warmup"), in order
+    warmups: list[CallRow] = field(default_factory=list)  # the warm-up calls ("warmup"), in order
     turn_ids: list[Any] = field(default_factory=list)  # the counted turns' turn_id, as ``turn`` (with store_text, or
     #                                                    recorded turns: the replay's fidelity reads their calls)
     _knobs: tuple[dict[str, dict[str, JSONValue]], dict[str, dict[str, str]]] | None = field(default=None, repr=False)
 
+    def _arm(self, arm: str) -> HeaderArmRow:
+        """The header's entry of *arm* ({} where it has none)."""
+        return self.header["arms"].get(arm, {})
+
     def conditions(self, arm: str) -> dict[str, JSONValue]:
-        return dict(self.header["arms"].get(arm, {}).get("conditions", {}))
+        return dict(self._arm(arm).get("conditions", {}))
 
     def role(self, arm: str) -> str:
-        return self.header["arms"].get(arm, {}).get("role", "")
+        return self._arm(arm).get("role", "") or ""
 
     def knobs(self, arm: str) -> dict[str, JSONValue]:
         """The arm's knobs: discovered facts, what its requests send, declared conditions (see :mod:`.knobs`)."""
@@ -123,12 +172,14 @@ class Dataset:
         a knob another arm's endpoint stated and this one lacks is unknown; discovered facts that differ are
         knobs).  An arm the configuration does not list gets its own knobs alone."""
         if self._knobs is None:
-            requests = {a.get("name"): a.get("request") for a in self.config.get("arms", [])}
-            self._knobs = all_arm_knobs(self.header.get("arms") or {}, requests, self.arms)
+            requests = {a["name"]: a.get("request") for a in self.config.get("arms", [])}
+            # (a header arm is JSON, but mypy sees no TypedDict as a Mapping[str, JSONValue])
+            header_arms = cast("Mapping[str, Mapping[str, JSONValue]]", self.header.get("arms") or {})
+            self._knobs = all_arm_knobs(header_arms, requests, self.arms)
         knobs, contradictions = self._knobs
         if arm not in knobs:
             request = next((a.get("request") for a in self.config.get("arms", []) if a.get("name") == arm), None)
-            return arm_knobs(self.header["arms"].get(arm, {}), request)
+            return arm_knobs(cast("Mapping[str, JSONValue]", self._arm(arm)), request)
         return dict(knobs[arm]), dict(contradictions[arm])
 
     def arm_index(self, arm: Any) -> int:
@@ -143,7 +194,8 @@ class Dataset:
 
     def cell_code(self, arm: np.ndarray, case: np.ndarray) -> np.ndarray:
         """One code per (arm, case): arm × len(case_names) + case."""
-        return arm * len(self.case_names) + case
+        code: np.ndarray = arm * len(self.case_names) + case
+        return code
 
     @property
     def n_cells(self) -> int:
@@ -249,11 +301,11 @@ def _counted_of_each_unit(t: Columns) -> np.ndarray:
     return np.sort(order[pick])
 
 
-def counted_records(records: Iterable[Mapping[str, object]]) -> list[Mapping[str, object]]:
+def counted_records(records: Iterable[CallRow]) -> list[CallRow]:
     """Of each probe or sentinel unit (kind, arm, case, repeat, probe_tokens, position, probe_depth), the records of
     the attempt that counts, in ledger order: the first attempt whose final try succeeded, else the
     latest.  An attempt is its tries up to the first one not marked ``retried``."""
-    attempts: dict[tuple, list[list[int]]] = {}
+    attempts: dict[tuple[object, ...], list[list[int]]] = {}
     recs = list(records)
     for i, r in enumerate(recs):
         runs = attempts.setdefault((r.get("kind"), r.get("arm"), r.get("case"), r.get("repeat"),
@@ -277,7 +329,8 @@ def _turn_of_calls(calls: Columns, turns: Columns, kept: np.ndarray) -> np.ndarr
     if cnames != tnames:  # not the reader's shared codes: map by name
         index = {n: i for i, n in enumerate(tnames)}
         ccodes = np.array([index.get(n, len(tnames)) for n in cnames], dtype=np.int64)[ccodes] if cnames else ccodes
-    return lookup[ccodes]
+    turn: np.ndarray = lookup[ccodes]
+    return turn
 
 
 def _calls_of_superseded_turns(calls: Columns, turns: Columns, kept: np.ndarray) -> int:
@@ -299,15 +352,16 @@ def turn_table(t: Columns, kept: np.ndarray, arm_names: list[Any], case_names: l
                      **{k: t.numbers[k][kept] for k in TURN_NUMBERS})
 
 
-def dataset(ledger: Ledger) -> Dataset:
+def dataset(ledger: Ledger[RunHeaderRow]) -> Dataset:
     h = ledger.header
     cfg = h["config"]
+    settings = RunSettings.of_header(cfg, ledger.path)
     # a unit re-run after a resume (it had failed) supersedes its failed records
     turn_cols, call_cols = ledger.columns("turn"), ledger.columns("call")
     kept = _counted_of_each_unit(turn_cols)
     arms = [a["name"] for a in cfg.get("arms", [])]
     cases = [c["name"] for c in cfg.get("cases", []) if not c.get("variant_of")]
-    variants = {c["name"]: c["variant_of"] for c in cfg.get("cases", []) if c.get("variant_of")}
+    variants = {c["name"]: of for c in cfg.get("cases", []) if (of := c.get("variant_of"))}
     arm_names = list(dict.fromkeys(arms))
     case_names = list(dict.fromkeys(c["name"] for c in cfg.get("cases", [])))
     all_calls = call_table(call_cols, arm_names, case_names, _turn_of_calls(call_cols, turn_cols, kept))
@@ -335,10 +389,10 @@ def dataset(ledger: Ledger) -> Dataset:
         header=h, turn=turn_table(turn_cols, kept, arm_names, case_names), call=calls,
         probes=probes, sentinels=sentinels,
         metrics=list(ledger.of_kind("metrics")), arms=arms, cases=cases, variants=variants,
-        baseline=cfg["experiment"]["baseline"], config=cfg, arm_names=arm_names, case_names=case_names,
+        baseline=settings.baseline, config=cfg, settings=settings, arm_names=arm_names, case_names=case_names,
         probe=probe, warnings=warnings, warmups=list(ledger.of_kind("warmup")),
         turn_ids=_labels_of(turn_cols, "turn_id", kept)
-        if cfg["experiment"].get("store_text") or any(c.get("recorded_from") for c in cfg.get("cases", [])) else [],
+        if settings.store_text or any(c.get("recorded_from") for c in cfg.get("cases", [])) else [],
     )
 
 

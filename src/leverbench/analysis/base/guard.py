@@ -23,31 +23,47 @@ knobs named (none: a replicate of one configuration).
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence, Union
 
 from typing_extensions import TypedDict
 
-from .reason_codes import (  # noqa: F401 (the guard's codes: there, a report reads them cheaply)
-    CELLS,
-    CONTRADICTION,
-    DRIFT,
-    FAILED,
-    NO_TURNS,
-    NOT_ENGAGED,
-    REFERENCE_USED,
-    REPEATS,
-    RETRIED,
-    REVISITS,
-    TOOLS,
-    VOLUME,
-    VOLUME_UNKNOWN,
-)
+# (the guard's codes: there, a report reads them cheaply; re-exported for who judges with them)
+from .reason_codes import CELLS as CELLS
+from .reason_codes import CONTRADICTION as CONTRADICTION
+from .reason_codes import DRIFT as DRIFT
+from .reason_codes import FAILED as FAILED
+from .reason_codes import NO_TURNS as NO_TURNS
+from .reason_codes import NOT_ENGAGED as NOT_ENGAGED
+from .reason_codes import REFERENCE_USED as REFERENCE_USED
+from .reason_codes import REPEATS as REPEATS
+from .reason_codes import RETRIED as RETRIED
+from .reason_codes import REVISITS as REVISITS
+from .reason_codes import TOOLS as TOOLS
+from .reason_codes import VOLUME as VOLUME
+from .reason_codes import VOLUME_UNKNOWN as VOLUME_UNKNOWN
 from .stats import spread
+
+if TYPE_CHECKING:
+    from ...schema.experiment_rows import CellRow, MultiplierRow
 
 MIN_REPEATS = 2
 
 #: A reason not to cite a comparison: (code, words).
 Reason = tuple[str, str]
+
+
+class TotalSide(TypedDict):
+    """One arm of a comparison of totals as :func:`judge` reads it: its name, total time and output (its repeats:
+    none, a total has no repeats of its own)."""
+
+    name: str
+    median_s: float | None
+    output_tokens_median: float | None
+    n: None
+
+
+#: One arm of a comparison: a cell, or an arm's total.
+Side = Union["CellRow", TotalSide]
 
 
 class Judgement(TypedDict):
@@ -64,7 +80,7 @@ class Judgement(TypedDict):
     blocks_total: bool
 
 
-def judge(ref: Mapping[str, object], arm: Mapping[str, object], tol: float, knobs: list[str],
+def judge(ref: Side, arm: Side, tol: float, knobs: list[str],
           blocked_by: list[str] | None = None, also: list[Reason] | None = None,
           controlled: bool | None = None) -> Judgement:
     """Multiplier of *arm* against the reference *ref* (dicts with median_s, output_tokens_median, n,
@@ -80,14 +96,14 @@ def judge(ref: Mapping[str, object], arm: Mapping[str, object], tol: float, knob
         blocks_total = True
     for cell in (ref, arm):
         who = cell.get("name", "arm")
-        if cell.get("n") is not None and cell["n"] < MIN_REPEATS:
-            reasons.append((REPEATS, f"{who} has {cell['n']} successful repeat(s), fewer than {MIN_REPEATS}"))
+        if (n := cell.get("n")) is not None and n < MIN_REPEATS:
+            reasons.append((REPEATS, f"{who} has {n} successful repeat(s), fewer than {MIN_REPEATS}"))
             blocks_total = True
-        if cell.get("failed_calls"):
-            reasons.append((FAILED, f"{who} has {cell['failed_calls']} failed call(s)"))
+        if failed := cell.get("failed_calls"):
+            reasons.append((FAILED, f"{who} has {failed} failed call(s)"))
             blocks_total = True
-        if cell.get("retried_calls"):
-            reasons.append((RETRIED, f"{who} has {cell['retried_calls']} retried attempt(s): retries inside the "
+        if retried := cell.get("retried_calls"):
+            reasons.append((RETRIED, f"{who} has {retried} retried attempt(s): retries inside the "
                             "measured time"))
             blocks_total = True
     reasons += also or []
@@ -113,24 +129,24 @@ def judge(ref: Mapping[str, object], arm: Mapping[str, object], tol: float, knob
     }
 
 
-def refused_for_volume_alone(row: Mapping[str, object]) -> bool:
+def refused_for_volume_alone(row: MultiplierRow) -> bool:
     """Whether a multiplier row is refused for its output volume spread and nothing else."""
     return not row["citable"] and row.get("reason_codes") == [VOLUME]
 
 
-def cited(row: Mapping[str, object]) -> tuple[bool, str | None, str]:
+def cited(row: MultiplierRow) -> tuple[bool, str | None, str]:
     """(citable, reason, measure) of a multiplier row as the headline cites it: the measured figure when it is
     citable; its equal-work figure (:mod:`.equal_work`) when the measured one is refused for its volume alone
     and that figure is citable (measure "equal work"); else refused, with the measured row's reason."""
     if row["citable"]:
         return True, None, "measured"
-    ew = row.get("equal_work") or {}
-    if refused_for_volume_alone(row) and ew.get("citable"):
+    ew = row.get("equal_work")
+    if refused_for_volume_alone(row) and ew and ew.get("citable"):
         return True, None, "equal work"
     return False, row["reason"], "measured"
 
 
-def measurement_guard(cells: Sequence[Mapping[str, object]], drifted: Mapping[str, str] | None = None
+def measurement_guard(cells: Sequence[CellRow], drifted: Mapping[str, str] | None = None
                       ) -> tuple[bool, str | None]:
     """Whether one arm's own figures (its cells) may be cited: every cell has ≥ 2 successful repeats,
     no failed calls, no retried attempts, and the arm did not drift.  (citable, reason)."""

@@ -90,6 +90,19 @@ def lever_phase(knob: str) -> str:
     return registry.phase_of(knob)
 
 
+def caches_prompts(knobs: Mapping[str, JSONValue]) -> bool:
+    """Whether an arm's knobs turn on a lever that serves seen prompt prefixes from a cache (the prefix cache:
+    :attr:`leverbench.levers.Lever.caches_prompts`), by the lever's own name."""
+    return any(is_on(knobs.get(x.name)) for x in registry.levers() if x.caches_prompts)
+
+
+def answers_naturally(knobs: Mapping[str, JSONValue]) -> bool:
+    """Whether an arm's knobs turn on a lever whose speed depends on the text it decodes (a drafter:
+    :attr:`leverbench.levers.Lever.natural_answers`), by the lever's own name: its probes are not forced past
+    end-of-sequence and its decode is fitted on natural answers."""
+    return any(is_on(knobs.get(x.name)) for x in registry.levers() if x.natural_answers)
+
+
 def _object(value: object) -> Mapping[str, JSONValue]:
     return value if isinstance(value, Mapping) else {}
 
@@ -159,8 +172,9 @@ NOT_FLAGS = ("--enable-prompt-tokens-details", "--enable-cache-report", "--enabl
              "--disable-log-requests", "--enable-log-requests", "--disable-log-stats", "--no-webui", "--host",
              "--port", "--api-key", "--log-file", "--log-disable", "--log-verbosity", "-v", "--verbose",
              "--served-model-name", "--uvicorn-log-level", "--alias", "-a")
-#: Facts that name a file: compared by its name (the same model loaded from two directories is one model).
-_FILE_FACTS = ("props.model_path", "models", "model_file", "model_source", "server_info.model_path")
+#: Facts that name a file: compared by its name (the same model loaded from two directories is one model); the
+#: levers' modules name them (their ``file_facts``).
+_FILE_FACTS = registry.file_facts()
 #: Engine flags that set no lever's knob but name a fact of their own (the CPU threads: a fact, never a lever).
 _FACT_FLAGS = {"-t": "fact:threads", "--threads": "fact:threads"}
 #: Engine flags (in ``engine_args``: llama.cpp's, vLLM's, SGLang's) → the knob they set: the levers' flags

@@ -24,7 +24,9 @@ left out.  Per arm:
   ``llamacpp:spec_decode_num_{accepted,draft}_tokens_total``); SGLang's ``sglang:spec_accept_length`` gauge.
 
 The lever figures (shares, deltas and gauges) are the levers' own tables (:class:`leverbench.levers.MetricTable`
-in each lever's module), in the registry's order.
+in each lever's module), in the registry's order; a new lever's figures are keys of the row as well (the schema
+takes a number under any key it does not name), and a lever whose figure would take the name of one of the
+engine's figures above or of the row's own keys is refused when this module is imported.
 
 Attribution: an arm's row covers what happened on its endpoint between its
 ``before`` and ``after`` scrapes (its turns, probes and sentinels; load stages
@@ -40,17 +42,14 @@ are numbers is absent.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Mapping, Optional, Union
+from typing import Mapping, Optional, Sequence, Union
 from urllib.parse import urlsplit
 
 from typing_extensions import TypeAlias, TypedDict
 
 from ...json_types import JSONValue
-from ...levers import registry
-from ...levers.prefix_cache import VLLM_HITS
-
-if TYPE_CHECKING:
-    from ...schema.rate_rows import ServerMetricsRow  # the row this module builds (typed there, one definition)
+from ...levers import Lever, registry
+from ...schema.rate_rows import ArmMetrics, ServerMetricsRow  # the rows this module builds (typed there)
 
 #: One scrape's samples: sample name with its labels → value (a number, or "NaN" / "+Inf" / "-Inf").
 Samples: TypeAlias = Mapping[str, Union[float, str]]
@@ -78,10 +77,33 @@ _RATES = {  # name: (tokens counter, seconds counter)
     "prefill_tps": ("llamacpp:prompt_tokens_total", "llamacpp:prompt_seconds_total"),
     "decode_tps": ("llamacpp:tokens_predicted_total", "llamacpp:tokens_predicted_seconds_total"),
 }
+_UNCACHED_PER_REQUEST = "uncached_prompt_tokens_per_request"
+#: The names a lever's figure may not take: the engine's own figures (built above, not from a lever's table) and
+#: the ``server_metrics`` row's own keys (its arm, windows, attribution).
+_RESERVED = frozenset({*_RATIO_PER_REQUEST, *_RATES, _UNCACHED_PER_REQUEST,
+                       *(ServerMetricsRow.__required_keys__ | ServerMetricsRow.__optional_keys__)
+                       - (ArmMetrics.__required_keys__ | ArmMetrics.__optional_keys__)})
+
+
+def check_figure_names(levers: Sequence[Lever]) -> None:
+    """ValueError naming the lever when one of *levers* declares a figure that takes the name of one of the
+    engine's own figures or of the row's own keys: its figures land in the arm's row beside them, and it would
+    overwrite one (or break the row's schema)."""
+    for x in levers:
+        taken = sorted(set(x.metrics.figures()) & _RESERVED)
+        if taken:
+            raise ValueError(f"lever {x.name!r} declares the server figure(s) {', '.join(taken)} in its MetricTable: "
+                             "the name of one of the engine's own figures or of the server_metrics row's own keys "
+                             f"(name the lever's figures after it, e.g. {x.name}_tokens)")
+
+
+check_figure_names(registry.levers())
 #: name: (numerator counter, denominator counter); the first that both engines' counters give wins
 _SHARES = {name: (num, den) for x in registry.levers() for name, num, den in x.metrics.shares}
 _DELTAS = {name: counter for x in registry.levers() for name, counter in x.metrics.deltas}
 _GAUGES = {name: gauge for x in registry.levers() for name, gauge in x.metrics.gauges}
+#: vLLM's counters of prompt tokens served without a prefill (a cache's hits): left out of its prefill rate.
+_SERVED_PROMPT = tuple(c for x in registry.levers() for c in x.metrics.served_prompt)
 
 
 def numeric(v: object) -> bool:
@@ -115,11 +137,11 @@ def arm_metrics(before: Samples, after: Samples) -> dict[str, float]:
             out[key] = v
     prompt = _delta(before, after, "vllm:prompt_tokens")
     if prompt is not None:
-        uncached = prompt - (_delta(before, after, VLLM_HITS) or 0.0)
+        uncached = prompt - sum(_delta(before, after, c) or 0.0 for c in _SERVED_PROMPT)
         if (v := _ratio(uncached, _delta(before, after, "vllm:request_prefill_time_seconds_sum"))) is not None:
             out["prefill_tps"] = v
         if (v := _ratio(uncached, _delta(before, after, "vllm:request_prefill_time_seconds_count"))) is not None:
-            out["uncached_prompt_tokens_per_request"] = v
+            out[_UNCACHED_PER_REQUEST] = v
     generated = _delta(before, after, "vllm:generation_tokens")
     decoded = _delta(before, after, "vllm:request_decode_time_seconds_count")
     if generated is not None and decoded is not None:

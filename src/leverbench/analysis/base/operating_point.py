@@ -29,7 +29,7 @@ difference at any level (each interval holds 1): then neither ("either").
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable, Mapping
+from typing import TYPE_CHECKING, Iterable
 
 import numpy as np
 
@@ -104,14 +104,14 @@ def under_load(rows: Iterable[LoadLeverRow]) -> list[UnderLoad]:
     return out
 
 
-def _at(row: Mapping[str, object], x: float) -> tuple[float | None, bool]:
+def _at(row: MetricRow, x: float) -> tuple[float | None, bool]:
     """A metric row's multiplier at load x, between its citable levels (the nearest one's beyond them), and whether
     x lies within the levels measured: 1 + d(x) / s(x), the difference d = s · (m − 1) of the two arms' statistics
     and the denominator s each interpolated linearly — the ratio of the two arms' statistics each on its straight
     line, as the crossover reads them (:mod:`..experiment.crossover`); the multiplier interpolated where a level
     lacks its denominator."""
-    use = [(v["load"], v["value"], v.get("denominator")) for v in row["levels"]  # type: ignore[index, union-attr]
-           if v["citable"] and v["value"] is not None]  # type: ignore[index]
+    use = [(v["load"], value, v.get("denominator")) for v in row["levels"]
+           if v["citable"] and (value := v["value"]) is not None]
     if not use:
         return None, False
     xs, ms, ss = zip(*use)
@@ -125,12 +125,13 @@ def _at(row: Mapping[str, object], x: float) -> tuple[float | None, bool]:
 def sides(rows: Iterable[LoadLeverRow], point: OperatingPoint) -> list[LeverSide]:
     """On which side of each lever pair's crossover the traffic lies (see the module docstring)."""
     out: list[LeverSide] = []
-    fl = point.get("in_flight") or {}
+    fl = point.get("in_flight")
     for r in rows:
+        at_p50: float | None
         if r["x"] == "concurrency" and fl:
             at, at_p50, what = fl["p95"], fl["p50"], "p95"
-        elif r["x"] == "rate" and point.get("arrival_rate") is not None:
-            at, at_p50, what = point["arrival_rate"], None, "arrival rate"
+        elif r["x"] == "rate" and (rate := point.get("arrival_rate")) is not None:
+            at, at_p50, what = rate, None, "arrival rate"
         else:
             continue
         m = side_metric(r)

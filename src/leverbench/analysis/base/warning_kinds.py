@@ -106,5 +106,5 @@ def warning_groups(summary: Summary) -> list[tuple[str, str, list[str]]]:
     groups: dict[str, list[str]] = {}
     for w in items:
         groups.setdefault(w["kind"], []).append(w["text"])
-    known = WarningKind._value2member_map_
-    return [(k, known[k].heading if k in known else k, texts) for k, texts in groups.items()]  # type: ignore[attr-defined]
+    headings = {m.value: m.heading for m in WarningKind}
+    return [(k, headings.get(k, k), texts) for k, texts in groups.items()]

@@ -46,7 +46,7 @@ def cells(ds: Dataset, case_names: list[str] | None = None, turn_s: np.ndarray |
             ins = T.prompt_tokens[ok]
             outs, ins = outs[~np.isnan(outs)], ins[~np.isnan(ins)]
             has = len(ok) > 0
-            cell: CellRow = {  # type: ignore[typeddict-item]  (overlaps_baseline: below)
+            cell: CellRow = {  # type: ignore[typeddict-item]  # overlaps_baseline: below
                 "arm": arm, "case": case, "n": len(ok), "attempted": len(turns),
                 "failed_turns": len(turns) - len(ok),
                 "failed_calls": int(failed[k]),
@@ -97,9 +97,7 @@ def multipliers(ds: Dataset, cell_list: Sequence[CellRow], total_list: Sequence[
                 ) -> list[MultiplierRow]:
     """Per comparison: one row per case and one for the total (``vs`` = the reference arm); *also*: the
     comparison's own reasons not to cite it (drift, contradictions, engagement), by (arm, vs)."""
-    exp = ds.config["experiment"]
-    tol_cell = exp.get("volume_tolerance_cell", 0.20)
-    tol_total = exp.get("volume_tolerance_total", 0.05)
+    tol_cell, tol_total = ds.settings.volume_tolerance_cell, ds.settings.volume_tolerance_total
     cell_of = {(c["arm"], c["case"]): {**c, "name": c["arm"]} for c in cell_list}
     total_of = {t["arm"]: t for t in total_list}
     out = []

@@ -19,11 +19,12 @@ $0.0257 per turn, 12.07 and 4.67 GPU-hours per 1000 turns.)
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence, Union
+from typing import Mapping, Sequence, Union
 
 from ...errors import BadInput
 from ...json_types import JSONValue
 from ...schema.check_rows import Citability, CostRow, TurnCost
+from ...schema.experiment_rows import TotalRow
 from ...schema.rate_rows import ProjectedArm, RefusedArm
 from ..base.bounds import MAX_GPU_HOUR_USD, MAX_GPUS
 
@@ -37,17 +38,20 @@ def price_and_gpus(cond: Mapping[str, JSONValue], arm: str, gpu_hour_usd: float 
     """(price of a GPU-hour, GPUs) of an arm: its conditions' ``gpu_hour_usd`` (else ``gpu_hour_usd``) and
     ``gpus`` (else 1), each a number in range (:mod:`.bounds`); else BadInput naming the arm and the key (a
     ledger whose header gave ``gpu_hour_usd = -5.5`` printed negative dollars)."""
-    price, gpus = cond.get("gpu_hour_usd", gpu_hour_usd), cond.get("gpus", 1)
-    for key, v, lo_open, hi in (("gpu_hour_usd", price, False, MAX_GPU_HOUR_USD), ("gpus", gpus, True, MAX_GPUS)):
-        if v is None and key == "gpu_hour_usd":
-            continue
-        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and \
-            (v > 0 if lo_open else v >= 0) and v <= hi
-        if not ok:
-            raise BadInput(f"arm {arm!r}: conditions {key} = {v!r:.40} is not a finite number "
-                           f"{'above' if lo_open else 'from'} 0 {'and at most' if lo_open else 'to'} {_fmt(hi)}; "
-                           "correct the run's conditions (the experiment file's)")
-    return (float(price) if price is not None else None), float(gpus)
+    price = cond.get("gpu_hour_usd", gpu_hour_usd)
+    return (None if price is None else _in_range(arm, "gpu_hour_usd", price, False, MAX_GPU_HOUR_USD),
+            _in_range(arm, "gpus", cond.get("gpus", 1), True, MAX_GPUS))
+
+
+def _in_range(arm: str, key: str, v: JSONValue | None, lo_open: bool, hi: float) -> float:
+    """*v*, the arm's conditions' *key*, as a float: a finite number above 0 (*lo_open*) or from 0, at most *hi*;
+    else BadInput."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not (
+            math.isfinite(v) and (v > 0 if lo_open else v >= 0) and v <= hi):
+        raise BadInput(f"arm {arm!r}: conditions {key} = {v!r:.40} is not a finite number "
+                       f"{'above' if lo_open else 'from'} 0 {'and at most' if lo_open else 'to'} {_fmt(hi)}; "
+                       "correct the run's conditions (the experiment file's)")
+    return float(v)
 
 
 def turn_cost(turn_s: float, gpu_hour_usd: float | None, gpus: float = 1.0) -> TurnCost:
@@ -57,7 +61,7 @@ def turn_cost(turn_s: float, gpu_hour_usd: float | None, gpus: float = 1.0) -> T
             "gpu_hours_per_1000_turns": gpu_hours, "usd_per_1000_turns": usd * 1000.0 if usd is not None else None}
 
 
-def costs(totals: Sequence[Mapping[str, Any]], conditions: Mapping[str, Mapping[str, JSONValue]], baseline: str,
+def costs(totals: Sequence[TotalRow], conditions: Mapping[str, Mapping[str, JSONValue]], baseline: str,
           gpu_hour_usd: float | None = None, citability: Citability | None = None) -> list[CostRow]:
     """Per arm with a price or a GPU count in its conditions (*totals*: the summary's ``totals[]``): the cost
     of its mean turn."""
@@ -65,9 +69,10 @@ def costs(totals: Sequence[Mapping[str, Any]], conditions: Mapping[str, Mapping[
     for t in totals:
         cond = conditions.get(t["arm"], {})
         price, gpus = price_and_gpus(cond, t["arm"], gpu_hour_usd)
-        if t["total_s"] is None or (price is None and "gpus" not in cond):
+        total_s = t["total_s"]
+        if total_s is None or (price is None and "gpus" not in cond):
             continue
-        out.append((t["arm"], turn_cost(t["total_s"] / t["cases"], price, gpus)))
+        out.append((t["arm"], turn_cost(total_s / t["cases"], price, gpus)))
     return _with_returned(out, baseline, citability)
 
 
@@ -77,8 +82,8 @@ def scenario_costs(projected: Sequence[Union[ProjectedArm, RefusedArm]],
     """Per projected arm (``projection.arms`` rows with ``total_s``): the cost of one scenario turn."""
     out: list[tuple[str, TurnCost]] = []
     for a in projected:
-        total_s = a.get("total_s")
-        if total_s is None:
+        total_s = a.get("total_s")  # (a refused arm has none)
+        if not isinstance(total_s, (int, float)):
             continue
         price, gpus = price_and_gpus(conditions.get(a["arm"], {}), a["arm"], gpu_hour_usd)
         out.append((a["arm"], turn_cost(total_s, price, gpus)))

@@ -105,17 +105,18 @@ def crossover(xs: Sequence[float], ms: Sequence[float], lows: Sequence[float | N
               ) -> tuple[Crossover | None, int]:
     """(the first crossing with its interval, or None; how many crossings there are): see the module docstring.
     *scales*: each level's s_i (None, or a level's None or ≤ 0: 1 at every level)."""
-    s = [1.0] * len(ms) if scales is None or any(v is None or not v > 0 for v in scales) else \
-        [float(v) for v in scales]  # type: ignore[arg-type]
+    given = [float(v) for v in scales if v is not None and v > 0] if scales is not None else []
+    s = given if scales is not None and len(given) == len(scales) else [1.0] * len(ms)
     side = sides(ms, lows, highs)
     found = crossings(xs, [k * (m - 1.0) for k, m in zip(s, ms)], side)
     if not found:
         return None, 0
     x, left, right = found[0]
-    if any(v is None for v in (*lows, *highs)):
+    known_lows, known_highs = [v for v in lows if v is not None], [v for v in highs if v is not None]
+    if len(known_lows) < len(lows) or len(known_highs) < len(highs):
         return {"load": x, "low": None, "high": None, "between": [left, right]}, len(found)
-    lo = [k * (float(v) - 1.0) for k, v in zip(s, lows)]  # type: ignore[arg-type]
-    hi = [k * (float(v) - 1.0) for k, v in zip(s, highs)]  # type: ignore[arg-type]
+    lo = [k * (float(v) - 1.0) for k, v in zip(s, known_lows)]
+    hi = [k * (float(v) - 1.0) for k, v in zip(s, known_highs)]
     if next(v for v in side if v != 0) > 0:
         low, high = _first_at_or_below(xs, lo), _last_leaving(xs, hi)
     else:  # the mirror image: −d turns a rising curve into a falling one about 0

@@ -66,11 +66,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 from scipy import stats
 
+from ...ledger.rows import CallRow, TimingsRow
 from ...schema.check_rows import CommonDrift, DriftRow, Order, PairDriftRow, TrendRow, WarmupRow
 from ..base.dataset import Dataset
 from ..base.readable import SPAN, bounded, change_words  # noqa: F401 (re-exported: the drift's words)
@@ -80,26 +81,33 @@ CONFIDENCE = 0.95
 MIN_POINTS = 3  # a trend with an interval needs a residual degree of freedom
 
 
-def sentinel_rate(rec: Mapping[str, Any]) -> float | None:
+def _number(t: TimingsRow, key: str) -> float | None:
+    """A timing that is a number (not a NaN or infinity the ledger wrote as a string), else None."""
+    v = t.get(key)
+    return v if isinstance(v, (int, float)) else None
+
+
+def sentinel_rate(rec: CallRow) -> float | None:
     """A successful sentinel's decode speed in tokens/s (module docstring), or None."""
     if rec.get("error") is not None:
         return None
-    t = rec.get("timings") or {}
-    if t.get("predicted_ms") and t.get("predicted_n") and t["predicted_n"] > 1:
-        return (t["predicted_n"] - 1) / t["predicted_ms"] * 1000.0
+    t: TimingsRow = rec.get("timings") or {}
+    ms, n_t = _number(t, "predicted_ms"), _number(t, "predicted_n")
+    if ms and n_t and n_t > 1:
+        return (n_t - 1) / ms * 1000.0
     n, ttft, lat = rec.get("completion_tokens"), rec.get("ttft_s"), rec.get("latency_s")
     if n and n > 1 and ttft is not None and lat is not None and lat > ttft:
         return (n - 1) / (lat - ttft)
     return None
 
 
-def sentinel_prefill_speed(rec: Mapping[str, Any]) -> float | None:
+def sentinel_prefill_speed(rec: CallRow) -> float | None:
     """A successful sentinel's prefill speed, 1 / (time to its first token) in 1/s (module docstring), or None."""
     if rec.get("error") is not None:
         return None
-    t = rec.get("timings") or {}
-    if t.get("prompt_ms"):
-        return 1000.0 / t["prompt_ms"]
+    ms = _number(rec.get("timings") or {}, "prompt_ms")
+    if ms:
+        return 1000.0 / ms
     ttft = rec.get("ttft_s")
     return 1.0 / ttft if ttft else None
 
@@ -256,7 +264,7 @@ def pair_drift(arm: str, vs: str, own: dict[str, list[Point]], order: Order, tol
     return PairDrift(arm, vs, order, d, p, bool(reasons), "; ".join(reasons) or None, undetermined)
 
 
-def common_drift(own: dict[str, list[Point]], arms: list[str], tol: float, order: str = "interleaved",
+def common_drift(own: dict[str, list[Point]], arms: list[str], tol: float, order: Order,
                  differential: bool = False) -> CommonDrift:
     """The trend of the arms' mean log speed at the places every arm with sentinels ran one, and its words
     when detected (module docstring); *differential*: some comparison's arms drifted differently (then the
@@ -296,7 +304,7 @@ def adjusted_turn_s(ds: Dataset, common_row: CommonDrift) -> np.ndarray | None:
     interleaved order (None otherwise): each call's prefill (TTFT) and decode (latency − TTFT) time at run
     time x is multiplied by exp(b·x), b = log(1 + change) of the common prefill and decode trends, and the
     turn's time changed by what its calls' times changed (module docstring)."""
-    if not common_row.get("detected") or (ds.config["experiment"].get("order") or "interleaved") == "blocked":
+    if not common_row.get("detected") or ds.settings.order == "blocked":
         return None
     t = [float(s["t_send"]) for s in ds.sentinels if s.get("error") is None and s.get("t_send") is not None]
     t0, span = min(t), (max(t) - min(t)) or 1.0
@@ -330,7 +338,7 @@ def warmup_rows(ds: Dataset, tol: float) -> dict[str, WarmupRow]:
 def drift(ds: Dataset) -> tuple[list[DriftRow], list[RunWarning]]:
     """``summary.json`` ``drift[]``, one row per arm: its own trends (decode, prefill), ``drifted`` (its own
     trend detected), ``unknown`` (fewer than 3 sentinels), its warm-up; and the warnings."""
-    tol = ds.config["experiment"].get("drift_tolerance", 0.10)
+    tol = ds.settings.drift_tolerance
     own = series(ds)
     warm = warmup_rows(ds, tol)
     out: list[DriftRow] = []
@@ -360,7 +368,7 @@ def drift(ds: Dataset) -> tuple[list[DriftRow], list[RunWarning]]:
             warnings.append(RunWarning(WarningKind.DRIFT_UNKNOWN, f"drift unknown: arm {arm!r}: {why}; "
                                        f"{MIN_POINTS} are needed to tell drift from noise"
                                        + ("; with blocked order its comparisons are not citable"
-                                          if ds.config["experiment"].get("order") == "blocked" else ""), arm))
+                                          if ds.settings.order == "blocked" else ""), arm))
         w = warm.get(arm)
         if w and w["calls"] > 1 and not w["settled"]:
             warnings.append(RunWarning(WarningKind.WARMUP_UNSETTLED,
@@ -372,8 +380,7 @@ def drift(ds: Dataset) -> tuple[list[DriftRow], list[RunWarning]]:
 
 def pair_drifts(ds: Dataset, comps: list[Any]) -> list[PairDrift]:
     """:func:`pair_drift` of every comparison (objects with ``arm`` and ``vs``)."""
-    tol = ds.config["experiment"].get("drift_tolerance", 0.10)
-    order = ds.config["experiment"].get("order") or "interleaved"
+    tol, order = ds.settings.drift_tolerance, ds.settings.order
     own = series(ds)
     tests = 2 * (len(ds.arms) if order == "blocked" else len(comps))  # decode and prefill of each
     return [pair_drift(c.arm, c.vs, own, order, tol, family_confidence(tests)) for c in comps]
@@ -381,10 +388,9 @@ def pair_drifts(ds: Dataset, comps: list[Any]) -> list[PairDrift]:
 
 def common(ds: Dataset, pairs: list[PairDrift] | None = None) -> CommonDrift:
     """:func:`common_drift` of the run's arms (*pairs*: the comparisons' :class:`PairDrift`)."""
-    exp = ds.config["experiment"]
-    order = exp.get("order") or "interleaved"
+    order = ds.settings.order
     differential = order != "blocked" and any(p.refuses for p in pairs or [])
-    return common_drift(series(ds), ds.arms, exp.get("drift_tolerance", 0.10), order, differential)
+    return common_drift(series(ds), ds.arms, ds.settings.drift_tolerance, order, differential)
 
 
 def drifted_arms(rows: Sequence[DriftRow]) -> dict[str, str]:

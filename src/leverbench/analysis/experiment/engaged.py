@@ -9,25 +9,18 @@ The sentinels count because the server's counters over the arm's block count
 them too (so the two sources agree); each has a prompt behind a fresh tag, which
 no cache holds, so they add prompt tokens and next to no cached ones.
 
-- prefix cache: an arm whose knobs say ``prefix_cache`` on engaged it when
-  at least 1 % of its prompt tokens were served from the cache, by the first
-  source that reports it: its calls (usage ``cached_tokens`` or llama.cpp
-  ``timings.cache_n``), else the server's own counters over the arm's block
-  (vLLM Δ``prefix_cache_hits`` / Δ``prefix_cache_queries``; SGLang's
-  ``cache_hit_rate``) — vLLM sends no cached count in usage unless started
-  with ``--enable-prompt-tokens-details``, and a missing field is never read
-  as "nothing cached".
-- drafter: an arm whose knobs name a ``drafter`` (anything but
-  none/false/off) engaged it when the drafter's acceptance
-  Σ draft_n_accepted / Σ draft_n (from timings, else the server's counters:
-  vLLM ``spec_decode_num_{accepted,draft}_tokens``, llama.cpp
-  ``spec_decode_num_*_total``) is at least ``engaged_acceptance_min``
-  (default 0.2); with only SGLang's mean accept length, when it exceeds 1.
+How each lever is measured is its module's (:mod:`leverbench.levers`):
+
+- a **measured** lever (:attr:`~leverbench.levers.Lever.measure`: the prefix cache's cached share, the
+  drafter's acceptance) is measured on every arm from the sums of its calls (:class:`~leverbench.levers.CallSums`,
+  summed here) and its server figures; its figures go into the arm's row under its own keys, whether
+  the arm used it under its ``used_field``, and, on an arm whose knobs turn it on, whether it engaged under its
+  name — so that a reference arm that used the lever it is meant to lack is caught too (:mod:`.guard`);
+- a **judged** lever (:attr:`~leverbench.levers.Lever.judge`) is judged on an arm that turns it on, from its
+  knobs, its discovered record and its server figures; the answer goes under ``levers``.
 Only counters attributed to the arm alone are used (:mod:`.metrics`).  When
-no source reports it, engagement is unknown (None, with a warning naming the
-flag that would report it), never "not engaged".  Every arm's use of each
-lever is also judged (``cache_used``, ``drafter_used``), so that a reference
-arm that used the lever it is meant to lack is caught (:mod:`.guard`).
+no source reports it, engagement is unknown (None, with a warning naming what
+would report it), never "not engaged".
 """
 
 from __future__ import annotations
@@ -37,9 +30,7 @@ from typing import Iterable, Mapping, Optional
 import numpy as np
 
 from ...json_types import JSONValue
-from ...levers import ArmEvidence, registry
-from ...levers.drafter import LEVER as DRAFTER
-from ...levers.prefix_cache import LEVER as PREFIX_CACHE
+from ...levers import ArmEvidence, CallSums, Lever, Measured, registry
 from ...schema.lever_rows import EngagedRow, LeverUse
 from ...schema.rate_rows import ServerMetricsRow
 from ..base.dataset import Dataset, sums, zero_nan
@@ -47,11 +38,9 @@ from ..base.knobs import is_on
 from ..base.warning_kinds import RunWarning, WarningKind
 from ..load.stages import cached_tokens, measured_calls
 
-CACHE_MIN_SHARE = 0.01
-#: The llama.cpp ``timings`` fields of the prefix cache (cached tokens) and the drafter (drafted, accepted).
-(_CACHE_N,) = PREFIX_CACHE.timings
-_DRAFT_N, _DRAFT_ACCEPTED = DRAFTER.timings
-(_USAGE_CACHED,) = PREFIX_CACHE.usage_fields
+#: The ledger's names of a call's cached prompt tokens (usage; llama.cpp's ``timings``) and drafted and accepted
+#: tokens (``timings``).
+_USAGE_CACHED, _CACHE_N, _DRAFT_N, _DRAFT_ACCEPTED = "cached_tokens", "cache_n", "draft_n", "draft_n_accepted"
 #: A call record as the ledger holds it (a load call, a sentinel): JSON.
 Record = Mapping[str, JSONValue]
 
@@ -115,13 +104,13 @@ def _per_arm(ds: Dataset, load_calls: Iterable[Record] = ()) -> dict[str, np.nda
 def engaged(ds: Dataset, own_metrics: Optional[Mapping[str, ServerMetricsRow]] = None,
             knobs: Optional[Mapping[str, Mapping[str, JSONValue]]] = None, load_calls: Iterable[Record] = (),
             ) -> tuple[list[EngagedRow], list[RunWarning]]:
-    """Per arm: cached and drafter figures with their sources; whether it used each lever (``cache_used``,
-    ``drafter_used``: true, false, or None when nothing reports it), and for an arm whose knobs turn a lever
-    on, whether it engaged (``prefix_cache``, ``drafter``; None: unknown, never read as "not engaged"; any
-    other judged lever under ``levers``).
+    """Per arm: each measured lever's figures with their sources and whether the arm used it (its ``used_field``:
+    true, false, or None when nothing reports it), and for an arm whose knobs turn a lever on, whether it
+    engaged (a measured lever under its name; a judged one under ``levers``; None: unknown, never read as "not
+    engaged").
     *own_metrics*: the server-metrics rows attributed to one arm alone, by arm; *knobs*: by arm;
     *load_calls*: the run's ``load`` records (the ledger's, any order of stages; filtered here)."""
-    thr = ds.config["experiment"].get("engaged_acceptance_min", 0.2)
+    settings = {"engaged_acceptance_min": ds.settings.engaged_acceptance_min}
     own_metrics = own_metrics or {}
     out: list[EngagedRow] = []
     warnings: list[RunWarning] = []
@@ -131,15 +120,20 @@ def engaged(ds: Dataset, own_metrics: Optional[Mapping[str, ServerMetricsRow]] =
         arm_knobs = (knobs or {}).get(arm) or ds.knobs(arm)
         m: ServerMetricsRow = own_metrics.get(arm) or {}
         a = ds.arm_index(arm)
-        row = _measured(int(totals["prompt"][a]), int(totals["cached"][a]), bool(totals["cache_seen"][a]),
-                        int(totals["draft"][a]), int(totals["accepted"][a]), m, arm, thr)
-        warnings += _credit(row, arm, arm_knobs, thr)
+        found = (ds.header.get("arms") or {}).get(arm, {}).get("discovered")
+        calls = CallSums(int(totals["prompt"][a]), int(totals["cached"][a]), bool(totals["cache_seen"][a]),
+                         int(totals["draft"][a]), int(totals["accepted"][a]))
+        evidence = ArmEvidence(arm, arm_knobs, found if isinstance(found, dict) else {},
+                               m,  # type: ignore[arg-type]  # the row's figures: numbers by name
+                               calls=calls, settings=settings)
+        results = [(x, x.measure(evidence)) for x in registry.measured() if x.measure is not None]
+        row = _row(arm, calls.prompt_tokens, results)
+        warnings += _credit(row, arm, arm_knobs, results)
         uses: dict[str, LeverUse] = {}
         for x in judged:
             if not is_on(arm_knobs.get(x.name)):
                 continue
-            found = (ds.header.get("arms") or {}).get(arm, {}).get("discovered")
-            use = x.judge(ArmEvidence(arm, arm_knobs, found if isinstance(found, dict) else {}, m))  # type: ignore[misc]
+            use = x.judge(evidence)  # type: ignore[misc]
             uses[x.name] = {"used": use.used, "source": use.source}
             if use.warning and use.used is not True:
                 kind = WarningKind.ENGAGEMENT_UNKNOWN if use.used is None else WarningKind.NOT_ENGAGED
@@ -150,70 +144,30 @@ def engaged(ds: Dataset, own_metrics: Optional[Mapping[str, ServerMetricsRow]] =
     return out, warnings
 
 
-def _measured(prompt: int, cached: int, cache_seen: bool, dn: int, da: int, m: ServerMetricsRow, arm: str,
-              thr: float) -> EngagedRow:
-    """An arm's row before crediting: its cached-token and drafter figures, and whether it used each."""
-    cache: dict[str, Optional[object]] = {"cached_tokens": None, "cached_share": None, "cached_share_source": None}
-    if cache_seen:
-        cache.update(cached_tokens=cached, cached_share=cached / prompt if prompt else None,
-                     cached_share_source="calls (usage / timings)")
-    elif m.get("prefix_cache_hit_share") is not None:
-        cache.update(cached_tokens=int(m["prefix_cache_hit_tokens"]) if "prefix_cache_hit_tokens" in m else None,
-                     cached_share=m["prefix_cache_hit_share"],
-                     cached_share_source="server metrics (prefix-cache hits / queries)")
-    draft: dict[str, Optional[object]] = {"draft_tokens": None, "accepted_tokens": None, "acceptance": None,
-                                          "acceptance_source": None}
-    length: Optional[float] = None
-    if dn:
-        draft.update(draft_tokens=dn, accepted_tokens=da, acceptance=da / dn, acceptance_source="calls (timings)")
-    elif m.get("drafter_acceptance") is not None:
-        draft.update(draft_tokens=int(m["draft_tokens"]) if "draft_tokens" in m else None,
-                     accepted_tokens=int(m["accepted_tokens"]) if "accepted_tokens" in m else None,
-                     acceptance=m["drafter_acceptance"], acceptance_source="server metrics (spec decode counters)")
-    elif m.get("sglang_spec_accept_length") is not None:
-        length = m["sglang_spec_accept_length"]
-        draft.update(acceptance_source="server metrics (SGLang spec_accept_length)")
-    share, acceptance = cache["cached_share"], draft["acceptance"]
-    # the keys in the order the summary has always written them (accept_length only where it is the figure)
-    row = {"arm": arm, "prompt_tokens": prompt, **cache, **draft, "prefix_cache": None, "drafter": None}
-    if length is not None:
-        row["accept_length"] = length
-    row["cache_used"] = None if share is None else share >= CACHE_MIN_SHARE  # type: ignore[operator]
-    if acceptance is not None:
-        row["drafter_used"] = acceptance >= thr  # type: ignore[operator]
-    else:
-        row["drafter_used"] = None if length is None else length > 1.0
-    return row  # type: ignore[return-value]  # every key of EngagedRow, built in the summary's order
+def _row(arm: str, prompt: int, results: list[tuple[Lever, Measured]]) -> EngagedRow:
+    """An arm's row before crediting: each measured lever's figures, then each one's name (None until credited),
+    the figures written after them, and whether the arm used each (the order the summary has always written)."""
+    row: dict[str, JSONValue] = {"arm": arm, "prompt_tokens": prompt}
+    for _, r in results:
+        row.update(r.figures)
+    row.update({x.name: None for x, _ in results})
+    for _, r in results:
+        row.update(r.after)
+    row.update({str(x.used_field): r.used for x, r in results})
+    return row  # type: ignore[return-value]  # every key of EngagedRow: the built-in measured levers' figures
 
 
-def _credit(row: EngagedRow, arm: str, knobs: Mapping[str, JSONValue], thr: float) -> list[RunWarning]:
-    """Credits the arm with the prefix cache and the drafter where its knobs turn them on (``prefix_cache``,
-    ``drafter``), and the warnings of a lever not engaged or of unknown engagement."""
+def _credit(row: EngagedRow, arm: str, knobs: Mapping[str, JSONValue],
+            results: list[tuple[Lever, Measured]]) -> list[RunWarning]:
+    """Credits the arm with each measured lever its knobs turn on (under the lever's name), and the warnings of a
+    lever not engaged or of unknown engagement."""
     warnings = []
-    cache, drafter = PREFIX_CACHE.name, DRAFTER.name
-    if is_on(knobs.get(cache)):
-        row["prefix_cache"] = row["cache_used"]
-        if row["cache_used"] is False:
-            warnings.append(RunWarning(WarningKind.NOT_ENGAGED,
-                                       f"lever not engaged: arm {arm!r} says {cache} on "
-                                       f"but cached only {row['cached_share']:.1%} of its prompt tokens; it is not "
-                                       f"credited with the {PREFIX_CACHE.words}", arm))
-        elif row["cache_used"] is None:
-            warnings.append(RunWarning(WarningKind.ENGAGEMENT_UNKNOWN,
-                                       f"engagement unknown: arm {arm!r} says {cache} on, but neither its "
-                                       "calls nor server metrics of its own report cached tokens "
-                                       f"({PREFIX_CACHE.unknown_hint})", arm))
-    if is_on(knobs.get(drafter)):
-        row["drafter"] = row["drafter_used"]
-        if row["drafter_used"] is False:
-            what = (f"accepted only {row['acceptance']:.0%} of draft tokens (threshold {thr:.0%})"
-                    if row["acceptance"] is not None else f"has a mean accept length of {row['accept_length']:.2f}")
-            warnings.append(RunWarning(WarningKind.NOT_ENGAGED,
-                                       f"lever not engaged: arm {arm!r} says {drafter} {knobs.get(drafter)!r} "
-                                       f"but {what}; it is not credited with the {DRAFTER.words}", arm))
-        elif row["drafter_used"] is None:
-            warnings.append(RunWarning(WarningKind.ENGAGEMENT_UNKNOWN,
-                                       f"engagement unknown: arm {arm!r} says {drafter} {knobs.get(drafter)!r}, "
-                                       f"but neither its calls nor server metrics of its own report "
-                                       f"{DRAFTER.unknown_hint}", arm))
+    for x, r in results:
+        if not is_on(knobs.get(x.name)):
+            continue
+        row[x.name] = r.used  # type: ignore[literal-required]  # a measured lever's name is a key of the row
+        if r.used is False:
+            warnings.append(RunWarning(WarningKind.NOT_ENGAGED, r.not_engaged, arm))
+        elif r.used is None:
+            warnings.append(RunWarning(WarningKind.ENGAGEMENT_UNKNOWN, r.unknown, arm))
     return warnings

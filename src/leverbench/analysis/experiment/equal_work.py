@@ -44,14 +44,15 @@ its time").
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, MutableMapping, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from ...schema.check_rows import EqualWorkFigure, EqualWorkRow, IdentityFigures
+from ...schema.experiment_rows import MultiplierRow
 from ...schema.rate_rows import ProbeRow, RateModelRow
 from ..base.dataset import Dataset
-from ..base.knobs import Comparison, is_on
+from ..base.knobs import Comparison, caches_prompts
 from ..base.stats import median
 from ..rates.rate_model import decode_seconds, prefill_seconds
 
@@ -136,12 +137,14 @@ class EqualWork:
 
     @property
     def corrected(self) -> np.ndarray:
-        return self.measured + self.delta
+        out: np.ndarray = self.measured + self.delta  # (numpy's arithmetic on untyped arrays is Any)
+        return out
 
     def _in(self, case: str | None) -> np.ndarray:
         if case is None:
             return np.ones(len(self.case), bool)
-        return self.case == (self.case_names.index(case) if case in self.case_names else -1)
+        of_case: np.ndarray = self.case == (self.case_names.index(case) if case in self.case_names else -1)
+        return of_case
 
     def share(self, case: str | None = None) -> float | None:
         """Σ |correction| / Σ measured turn_s, over a case's turns or all of them."""
@@ -255,7 +258,7 @@ def equal_work(ds: Dataset, comp: Comparison, model: RateModelRow | None, probe_
     if not model or not model.get("prefill") or not model.get("decode"):
         out.problem = f"{comp.arm} has no rate model of both phases to correct with"
         return out
-    cache_on = is_on(ds.knobs(comp.arm).get("prefix_cache"))
+    cache_on = caches_prompts(ds.knobs(comp.arm))
     ta, tka, ca, cka = _side(ds, tt, ds.arm_index(comp.arm))
     tv, tkv, cv, ckv = _side(ds, tt, ds.arm_index(comp.vs))
     pa, pv = _pairs(tka, tkv)  # the turns both ran: positions in ta / tv
@@ -299,12 +302,11 @@ def equal_work(ds: Dataset, comp: Comparison, model: RateModelRow | None, probe_
     out.measured, out.reference = times[rows_a].astype(float), times[rows_v].astype(float)
     out.delta, out.absolute = delta[ok], absolute[ok]
     out.tokens = (float(tok_a[ok].sum()), float(tok_r[ok].sum()))
-    out.problem, out.disagreement = _cross_checked(probe_rows, comp.arm,
-                                                   (ds.config.get("probes") or {}).get("tolerance", 0.05))
+    out.problem, out.disagreement = _cross_checked(probe_rows, comp.arm, ds.settings.probes.tolerance)
     return out
 
 
-def figure(ew: EqualWork, cases: list[str], row: Mapping[str, Any], tolerance: float = 0.05) -> EqualWorkFigure:
+def figure(ew: EqualWork, cases: list[str], row: MultiplierRow, tolerance: float) -> EqualWorkFigure:
     """A multiplier row's ``equal_work``: {value, citable, reason, corrected, correction_share, token_change}
     for the row's scope (a case, or the total over *cases*).  A total is citable only where each of its cases'
     corrections is (a total whose gain came from one case corrected beyond the limit would hide it).
@@ -344,8 +346,8 @@ def figure(ew: EqualWork, cases: list[str], row: Mapping[str, Any], tolerance: f
             "corrected": words, "correction_share": share, "token_change": ew.token_change()}
 
 
-def equal_work_rows(ews: list[EqualWork], mults: Sequence[MutableMapping[str, Any]], cases: list[str],
-                    tolerances: tuple[float, float] = (0.20, 0.05)) -> list[EqualWorkRow]:
+def equal_work_rows(ews: list[EqualWork], mults: Sequence[MultiplierRow], cases: list[str],
+                    tolerances: tuple[float, float]) -> list[EqualWorkRow]:
     """``summary.json`` ``equal_work[]``: per comparison, its identity figures and, where its total is refused
     for volume, the equal-work total; adds ``equal_work`` to every multiplier row refused for its volume
     (*tolerances*: the guard's volume tolerances of a cell and of a total)."""
@@ -359,7 +361,7 @@ def equal_work_rows(ews: list[EqualWork], mults: Sequence[MutableMapping[str, An
         total = next((m for m in mults if (m["arm"], m["vs"]) == (e.arm, e.vs) and m["scope"] == "total"), None)
         out.append({"arm": e.arm, "vs": e.vs, **e.identity.as_dict(), "turns_corrected": len(e.corrected),
                     "correction_share": e.share(), "token_change": e.token_change(),
-                    "model_problem": e.problem, "total": (total or {}).get("equal_work")})
+                    "model_problem": e.problem, "total": total.get("equal_work") if total else None})
     return out
 
 

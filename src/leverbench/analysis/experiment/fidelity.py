@@ -25,9 +25,9 @@ failed exchanges) is a warning.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Mapping
 
 from ...ledger.reader import Ledger
+from ...ledger.rows import CallRow, RunConfigRow, RunHeaderRow
 from ...schema.recorded_rows import (
     MAX_LISTED,
     DepartureRow,
@@ -43,28 +43,28 @@ TOLERANCE = 0.01  # a prompt within 1 % of the recording's length is the recorde
 ALIKE = 0.02  # differing calls whose ratios lie within this of each other differ alike (a tokenizer's)
 
 
-def recorded_cases(config: Mapping[str, Any]) -> list[RecordedCaseRow]:
+def recorded_cases(config: RunConfigRow) -> list[RecordedCaseRow]:
     """The experiment's cases that replay a recorded turn (the header's config)."""
-    return [{"case": c["name"], "recorded_from": c["recorded_from"], "turn": c.get("recorded_turn"),
+    return [{"case": c["name"], "recorded_from": source, "turn": c.get("recorded_turn"),
              "mode": "live" if c.get("replay") == "live" else "recorded"}
-            for c in config.get("cases", []) if isinstance(c, dict) and c.get("recorded_from")]
+            for c in config.get("cases", []) if isinstance(c, dict) and (source := c.get("recorded_from"))]
 
 
-def left_out_notes(config: Mapping[str, Any]) -> list[tuple[str, str]]:
+def left_out_notes(config: RunConfigRow) -> list[tuple[str, str]]:
     """(case of recorded turns, what the import of its log left out), once per case (its turns share it)."""
     out: dict[str, str] = {}
     for c in config.get("cases", []):
-        if isinstance(c, dict) and c.get("recorded_from") and c.get("recorded_skipped"):
-            out.setdefault(c["recorded_from"], f"case {c['recorded_from']!r}: {c['recorded_skipped']}")
+        if isinstance(c, dict) and (source := c.get("recorded_from")) and c.get("recorded_skipped"):
+            out.setdefault(source, f"case {source!r}: {c['recorded_skipped']}")
     return list(out.items())
 
 
-def _deviation(r: Mapping[str, Any]) -> float | None:
+def _deviation(r: CallRow) -> float | None:
     rec, got = r.get("recorded_prompt_tokens"), r.get("prompt_tokens")
     return None if not rec or got is None else got / rec - 1
 
 
-def _arm_row(arm: str, calls: list[Mapping[str, Any]], model: str | None) -> RecordedArmRow:
+def _arm_row(arm: str, calls: list[CallRow], model: str | None) -> RecordedArmRow:
     compared = [r for r in calls if r.get("as_recorded") and _deviation(r) is not None and r.get("error") is None]
     beyond = [r for r in compared if abs(_deviation(r) or 0.0) > TOLERANCE]
     ratios = [1 + (_deviation(r) or 0.0) for r in beyond if not r.get("recorded_redactions")]
@@ -87,8 +87,9 @@ def _arm_row(arm: str, calls: list[Mapping[str, Any]], model: str | None) -> Rec
                           "recorded_tokens": r.get("recorded_prompt_tokens"), "prompt_tokens": r.get("prompt_tokens"),
                           "deviation": None if dev is None else round(dev, 6), "reason": why})
     devs = [_deviation(r) or 0.0 for r in compared]
+    worst = max(devs, key=abs) if devs else None
     return {"arm": arm, "calls": len(calls), "compared": len(compared), "within": len(compared) - len(beyond),
-            "max_deviation": round(max(devs, key=abs), 6) if devs else None,
+            "max_deviation": round(worst, 6) if worst is not None else None,
             "no_recorded_usage": sum(1 for r in calls if r.get("as_recorded") and r.get("error") is None
                                      and not r.get("recorded_prompt_tokens")),
             "failed_calls": sum(1 for r in calls if r.get("error") is not None),
@@ -96,7 +97,7 @@ def _arm_row(arm: str, calls: list[Mapping[str, Any]], model: str | None) -> Rec
             "differing": differing[:MAX_LISTED], "reason": reason}
 
 
-def fidelity(ledger: Ledger, ds: Dataset) -> tuple[RecordedSection | None, list[RunWarning]]:
+def fidelity(ledger: Ledger[RunHeaderRow], ds: Dataset) -> tuple[RecordedSection | None, list[RunWarning]]:
     """The ``recorded`` section and its warnings (None, none: the run replayed no recorded turn).  Reads the
     counted turns' calls of the recorded cases from the ledger (only in a run that has them)."""
     cases = recorded_cases(ds.config)
@@ -105,8 +106,8 @@ def fidelity(ledger: Ledger, ds: Dataset) -> tuple[RecordedSection | None, list[
     names = {c["case"] for c in cases}
     counted = {t for t in ds.turn_ids if t is not None}
     calls = [r for r in ledger.of_kind("call") if r.get("case") in names and r.get("turn_id") in counted]
-    by_arm: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
-    by_place: dict[tuple[str, int, int], dict[str, str]] = defaultdict(dict)
+    by_arm: dict[str, list[CallRow]] = defaultdict(list)
+    by_place: dict[tuple[str, int, int], dict[str, str | None]] = defaultdict(dict)
     for r in calls:
         by_arm[r["arm"]].append(r)
         if r.get("error") is None:

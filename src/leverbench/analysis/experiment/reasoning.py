@@ -15,7 +15,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Literal, Sequence
 
 import numpy as np
 
@@ -37,6 +37,7 @@ def reasoning_split(ds: Dataset) -> list[ReasoningRow]:
             continue
         arm, case = ds.arm_names[k // len(ds.case_names)], ds.case_names[k % len(ds.case_names)]
         gen = int(zero_nan(c.completion_tokens[g]).sum())
+        source: Literal["usage", "estimated from chunks"]
         if rt_known.all():
             rt, source = int(c.reasoning_tokens[g].sum()), "usage"
         else:

@@ -57,6 +57,7 @@ functions over the dataset.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Iterable, Mapping
 
 import numpy as np
@@ -76,6 +77,9 @@ DRAFT_CARRY = 0.10
 #: Output tokens each side of the carry (first visits, later repeats) must hold for it to be judged.
 DRAFT_MIN_TOKENS = 32
 
+#: :func:`_first_visits`: (rows, first, later)
+Visits = tuple[np.ndarray, np.ndarray, np.ndarray]
+
 
 def _engine_case(ds: Dataset, case: np.ndarray) -> np.ndarray:
     """Whether each case index is an engine case (not a variant)."""
@@ -88,7 +92,7 @@ def revisit_shares(ds: Dataset) -> dict[str, float]:
     return {a: extra / prompt for a, (extra, prompt) in revisit_counts(ds).items()}
 
 
-def _first_visits(ds: Dataset) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _first_visits(ds: Dataset) -> Visits:
     """(rows, first, later) of the successful calls of counted turns of engine cases: their row numbers, for each
     the row (an index into *rows*) of its (arm, case, step)'s earliest send, and whether it is a later one."""
     c = ds.call
@@ -96,24 +100,35 @@ def _first_visits(ds: Dataset) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     rows = np.flatnonzero(ok)
     if not len(rows):
         return rows, rows, np.zeros(0, bool)
-    key = np.stack([c.arm[rows], c.case[rows], c.step[rows].astype(np.int64)], axis=1)
-    codes, inverse = np.unique(key, axis=0, return_inverse=True)
-    inverse = inverse.ravel()
-    order = np.lexsort((c.t_send[rows], inverse))  # by key, then by time
-    first_row = np.full(len(codes), -1)
-    starts = np.flatnonzero(np.r_[True, inverse[order][1:] != inverse[order][:-1]])
-    first_row[inverse[order][starts]] = order[starts]
+    key = _one_key(c.arm[rows], c.case[rows], c.step[rows].astype(np.int64))
+    order = np.lexsort((c.t_send[rows], key))  # by key, then by time (a stable sort: ties in ledger order)
+    sorted_key = key[order]
+    starts = np.r_[True, sorted_key[1:] != sorted_key[:-1]]
+    first = np.empty(len(rows), np.int64)
+    first[order] = order[np.flatnonzero(starts)][np.cumsum(starts) - 1]  # each row's key's earliest row
     later = np.ones(len(rows), bool)
-    later[first_row] = False
-    return rows, first_row[inverse], later
+    later[first] = False
+    return rows, first, later
 
 
-def revisit_counts(ds: Dataset) -> dict[str, tuple[float, float]]:
+def _one_key(*parts: np.ndarray) -> np.ndarray:
+    """One int64 per row that orders and groups the rows as the tuples of *parts* (int64 columns) do: the
+    tuple's rank in a mixed-radix number where it fits in 62 bits, else its rank among the distinct tuples."""
+    spans = [int(p.max()) - int(p.min()) + 1 for p in parts]
+    if math.prod(spans) >= 1 << 62:
+        return np.unique(np.stack(parts, axis=1), axis=0, return_inverse=True)[1].ravel()
+    key = np.zeros(len(parts[0]), np.int64)
+    for p, span in zip(parts, spans):
+        key = key * span + (p - p.min())
+    return key
+
+
+def revisit_counts(ds: Dataset, visits: Visits | None = None) -> dict[str, tuple[float, float]]:
     """Per arm with turns after a first visit and cached tokens known: (Σ saved, Σ uncached_first) over its later
-    repeats' turns (module docstring)."""
+    repeats' turns (module docstring).  *visits*: :func:`_first_visits` of *ds*, when the caller has them."""
     c = ds.call
     cached = c.cached()
-    rows, first, later = _first_visits(ds)
+    rows, first, later = visits or _first_visits(ds)
     if not len(rows):
         return {}
     uncached = c.prompt_tokens[rows] - cached[rows]
@@ -148,11 +163,11 @@ def counts_missing(ds: Dataset) -> set[str]:
     return {str(ds.arm_names[a]) for a in np.unique(c.arm[ok]).tolist() if a not in have and 0 <= a < len(ds.arm_names)}
 
 
-def draft_rates(ds: Dataset) -> dict[str, tuple[float, float]]:
+def draft_rates(ds: Dataset, visits: Visits | None = None) -> dict[str, tuple[float, float]]:
     """Per arm whose calls accepted drafts: (accepted per output token on first visits, on later repeats)
-    (module docstring)."""
+    (module docstring).  *visits*: :func:`_first_visits` of *ds*, when the caller has them."""
     c = ds.call
-    rows, first, later = _first_visits(ds)
+    rows, first, later = visits or _first_visits(ds)
     if not len(rows):
         return {}
     acc = np.where(np.isnan(c.draft_n_accepted) & c.has_timings, 0.0, c.draft_n_accepted)[rows]
@@ -198,7 +213,7 @@ def _advice(ds: Dataset, methods: set[object]) -> str:
     """How to measure new turns: a run before ledger v5 declared no state (run it again); ``cache_reset = "none"``
     (let "auto" bring every turn to the state); recorded turns on an arm without a reset (they are never salted);
     a reset that did not take (salt, or restart)."""
-    if ds.config["experiment"].get("cache_between_turns") is None:
+    if ds.settings.cache_between_turns is None:
         return ('this leverbench brings every turn to a cold state by default (cache_between_turns = "cold"): run '
                 'the experiment again (or declare "keep" to measure revisits on purpose)')
     if methods == {"none"}:
@@ -245,10 +260,11 @@ def repeats(ds: Dataset, comps: Iterable[Comparison], cache_resets: Iterable[Map
     (each arm's plan, and each turn whose arm could not be brought to the state: that turn failed, class
     ``cache_state``, and does not count; they are counted here, ``failed_turns``, a resumed run's superseded ones
     too)."""
-    state = ds.config["experiment"].get("cache_between_turns")
+    state = ds.settings.cache_between_turns
     kept = state == "keep"
     plans, failed = _plans(cache_resets)
-    counts, drafts = revisit_counts(ds), draft_rates(ds)
+    visits = _first_visits(ds)  # (once: both read them)
+    counts, drafts = revisit_counts(ds, visits), draft_rates(ds, visits)
     recorded = any(isinstance(c, Mapping) and c.get("recorded_turn") for c in ds.config.get("cases") or [])
     arms: list[RepeatArmRow] = []
     for a in ds.arms:

@@ -15,12 +15,12 @@ that sent tools: ``tools_reached`` "yes", "no", or "not known" when the endpoint
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable
 
 import numpy as np
 
 from ...ledger.reader import Columns
+from ...ledger.rows import CallRow
 from ...schema.tools_rows import ToolsRow
 from ..base.guard import Reason
 from ..base.knobs import Comparison
@@ -28,7 +28,7 @@ from ..base.reason_codes import TOOLS
 from ..base.warning_kinds import RunWarning, WarningKind
 
 
-def tools_rows(calls: Columns, load_calls: Iterable[Mapping[str, Any]] = ()) -> list[ToolsRow]:
+def tools_rows(calls: Columns, load_calls: Iterable[CallRow] = ()) -> list[ToolsRow]:
     """The section's rows from the ledger's ``call`` records as columns and its ``load`` records (a load stage's
     calls; those that sent no tools are passed over), in the order their (arm, case) first appears."""
     rows: dict[tuple[str, str], ToolsRow] = {}
@@ -48,9 +48,10 @@ def tools_rows(calls: Columns, load_calls: Iterable[Mapping[str, Any]] = ()) -> 
         for i in np.flatnonzero(np.nan_to_num(sent) > 0):
             count(*(names[codes[i]] for codes, names in labels))
     for c in load_calls:
-        if isinstance(c.get("tools_sent"), int) and c["tools_sent"] > 0:
+        if isinstance(sent_c := c.get("tools_sent"), int) and sent_c > 0:
             count(c.get("arm"), c.get("case"), c.get("tools_reached"), c.get("tools_check"))
-    said = {}  # the check runs once per arm and tool set: its words are on one case's call, and hold for the arm's
+    # the check runs once per arm and tool set: its words are on one case's call, and hold for the arm's
+    said: dict[str, str] = {}
     for row in rows.values():
         if row["how"] is not None:
             said.setdefault(row["arm"], row["how"])

@@ -44,13 +44,15 @@ ratios (:mod:`.sequential`), not the total multiplier (Σ reference / Σ arm) of
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from ...config.adaptive import AdaptiveSpec
+from ...config.settings import RunSettings
 from ...ledger.reader import Ledger
 from ...schema.experiment_rows import AdaptiveBlock, MultiplierRow, RoundRow, VerdictRow
-from ..base.dataset import Dataset, dataset
+from ..base.dataset import Dataset, dataset, first_seen, groups
 from ..base.guard import refused_for_volume_alone
 from ..base.knobs import Comparison, comparisons
 from ..base.stats import median
@@ -61,36 +63,36 @@ from ..sequential.confidence import (
     fixed_design_repeats,
     fixed_interval,
     labelled,
-    paired_log_ratios,
+    log_ratio_arrays,
     verdict_of,
 )
 from .equal_work import EqualWork
 
 FIXED_POWER = 0.90
-DEFAULTS = {"min_effect": 1.10, "confidence": 0.95, "max_repeats": 12, "max_gpu_hours": None}  # = AdaptiveSpec's
 DECIDED, MAX_REPEATS, MAX_GPU_HOURS, NOT_FINISHED = "decided", "max_repeats", "max_gpu_hours", "not finished"
-
-#: the counted turns: (arm, case) → repeat → (turn_s, ok)
-TurnLog = dict[tuple[str, str], dict[int, tuple[float, bool]]]
-
 
 @dataclass(frozen=True)
 class Settings:
-    """The adaptive settings of a run (``config.experiment.adaptive``; the defaults when it has none)."""
+    """The adaptive settings of a run (its ``adaptive``; :class:`~leverbench.config.AdaptiveSpec`'s defaults when
+    it has none: a fixed run's verdicts are taken at them) and its repeats before the first look."""
 
     adaptive: bool
     initial: int
-    min_effect: float = DEFAULTS["min_effect"]
-    confidence: float = DEFAULTS["confidence"]
-    max_repeats: int = DEFAULTS["max_repeats"]
-    max_gpu_hours: float | None = None
+    min_effect: float
+    confidence: float
+    max_repeats: int
+    max_gpu_hours: float | None
 
     @classmethod
-    def of_config(cls, config: dict[str, Any]) -> Settings:
-        exp = config.get("experiment") or {}
-        ad = exp.get("adaptive")
-        return cls(adaptive=ad is not None, initial=int(exp.get("repeats") or 1),
-                   **{k: (ad or {}).get(k, v) for k, v in DEFAULTS.items()})
+    def of(cls, settings: RunSettings) -> Settings:
+        ad = settings.adaptive or AdaptiveSpec()
+        return cls(adaptive=settings.adaptive is not None, initial=settings.repeats, min_effect=ad.min_effect,
+                   confidence=ad.confidence, max_repeats=ad.max_repeats, max_gpu_hours=ad.max_gpu_hours)
+
+    @classmethod
+    def of_config(cls, config: Mapping[str, Any]) -> Settings:
+        """The settings of a ledger header's ``config``."""
+        return cls.of(RunSettings.of_header(config))
 
 
 def decided_comparisons(comps: list[Comparison], baseline: str) -> list[Comparison]:
@@ -101,20 +103,68 @@ def decided_comparisons(comps: list[Comparison], baseline: str) -> list[Comparis
     return levers + [c for c in comps if not c.lever and c.vs == baseline and c.arm not in covered]
 
 
+@dataclass(frozen=True)
+class _Cell:
+    """One cell's counted turns as arrays, in ledger order: repeat (each once), turn_s, ok."""
+
+    repeat: np.ndarray
+    secs: np.ndarray
+    ok: np.ndarray
+
+    def take(self, rows: np.ndarray) -> _Cell:
+        return _Cell(self.repeat[rows], self.secs[rows], self.ok[rows])
+
+    def before(self, before: int | None) -> _Cell:
+        """Its turns of repeat < *before* (None: all)."""
+        return self if before is None else self.take(self.repeat < before)
+
+    def times(self) -> tuple[np.ndarray, np.ndarray]:
+        """(repeats, seconds: NaN where the turn failed), as :func:`.sequential.log_ratio_arrays` takes them."""
+        return self.repeat, np.where(self.ok, self.secs, np.nan)
+
+    def median(self) -> float:
+        """Median turn_s of the successful turns (of all when none succeeded); 0 without a turn."""
+        ok = self.secs[self.ok] if self.ok.any() else self.secs
+        return median(ok) if len(ok) else 0.0
+
+
+_NO_TURNS = _Cell(np.zeros(0, np.int64), np.zeros(0), np.zeros(0, bool))
+
+
+@dataclass(frozen=True)
+class TurnLog:
+    """The counted turns by cell: (arm, case) → :class:`_Cell`, the cells in the order of their first turn."""
+
+    cells: dict[tuple[str, str], _Cell]
+
+    def cell(self, arm: str, case: str, before: int | None = None) -> _Cell:
+        """The cell's turns (of repeat < *before*); none when it has none."""
+        return self.cells.get((arm, case), _NO_TURNS).before(before)
+
+
 def turn_log(ds: Dataset) -> TurnLog:
-    """The counted turns of *ds* by cell and repeat: (turn_s, ok); turn_s 0 where the record has none."""
+    """The counted turns of *ds* by cell and repeat: (turn_s, ok); turn_s 0 where the record has none; a repeat
+    met again in a cell is one turn, its last, where the cell met it first."""
     t = ds.turn
-    out: TurnLog = {}
-    for a, c, r, s, ok in zip(t.arm.tolist(), t.case.tolist(), t.repeat.tolist(), t.turn_s.tolist(), t.ok.tolist()):
-        if r != r:  # no repeat number: not a unit of the schedule
-            continue
-        out.setdefault((ds.arm_names[a], ds.case_names[c]), {})[int(r)] = (0.0 if s != s else s, bool(ok))
-    return out
+    scheduled = ~np.isnan(t.repeat)  # no repeat number: not a unit of the schedule
+    by = groups(np.where(scheduled, ds.cell_code(t.arm, t.case), -1), ds.n_cells)
+    secs = np.where(np.isnan(t.turn_s), 0.0, t.turn_s)
+    cells = {}
+    for code in first_seen(by):  # (the cells in ledger order, each cell's turns too)
+        g = by[code]
+        repeat = np.trunc(t.repeat[g]).astype(np.int64)
+        if len(np.unique(repeat)) < len(g):
+            g = g[list(dict(zip(repeat.tolist(), range(len(g)))).values())]  # each repeat's last, at its first place
+            repeat = np.trunc(t.repeat[g]).astype(np.int64)
+        cells[ds.arm_names[code // len(ds.case_names)], ds.case_names[code % len(ds.case_names)]] = \
+            _Cell(repeat, secs[g], t.ok[g].astype(bool))
+    return TurnLog(cells)
 
 
 def repeats_run(log: TurnLog, cases: list[str]) -> int:
     """One past the highest repeat number of a turn of *cases* (0: none)."""
-    return max((r for (_, c), reps in log.items() if c in cases for r in reps), default=-1) + 1
+    return max((int(cell.repeat.max()) for (_, c), cell in log.cells.items() if len(cell.repeat) and c in cases),
+               default=-1) + 1
 
 
 def gpus_of(ds: Dataset) -> dict[str, float]:
@@ -122,33 +172,21 @@ def gpus_of(ds: Dataset) -> dict[str, float]:
     return {a: float(ds.conditions(a).get("gpus", 1)) for a in ds.arm_names}
 
 
-def _times(log: TurnLog, arm: str, case: str, before: int) -> dict[int, float | None]:
-    return {r: (s if ok else None) for r, (s, ok) in log.get((arm, case), {}).items() if r < before}
-
-
 def pairs(log: TurnLog, comp: Comparison, cases: list[str], before: int) -> dict[str, list[float]]:
     """The comparison's log-ratios log(T_vs / T_arm) by case, from the repeats < *before*."""
-    ref = {c: _times(log, comp.vs, c, before) for c in cases}
-    arm = {c: _times(log, comp.arm, c, before) for c in cases}
-    return paired_log_ratios(ref, arm)
-
-
-def _both_ran(log: TurnLog, comp: Comparison, case: str, before: int) -> list[int]:
-    a, b = log.get((comp.arm, case), {}), log.get((comp.vs, case), {})
-    return sorted(r for r in a.keys() & b.keys() if r < before)
+    return {c: log_ratio_arrays(*log.cell(comp.vs, c, before).times(), *log.cell(comp.arm, c, before).times())
+            for c in cases}
 
 
 def spent_gpu_hours(log: TurnLog, gpus: dict[str, float], before: int | None = None) -> float:
     """Σ turn_s × gpus(arm) / 3600 over every counted turn (of repeat < *before*)."""
-    return sum(s * gpus.get(arm, 1.0) for (arm, _), reps in log.items() for r, (s, _) in reps.items()
-               if before is None or r < before) / 3600.0
+    return _sum(np.concatenate([np.zeros(0)] + [cell.before(before).secs * gpus.get(arm, 1.0)
+                                                for (arm, _), cell in log.cells.items()])) / 3600.0
 
 
 def _cell_median(log: TurnLog, arm: str, case: str, before: int) -> float:
     """Median turn_s of the cell's successful turns of repeat < *before* (all its turns when none succeeded)."""
-    reps = [(s, ok) for r, (s, ok) in log.get((arm, case), {}).items() if r < before]
-    ok = [s for s, good in reps if good] or [s for s, _ in reps]
-    return median(np.array(ok)) if ok else 0.0
+    return log.cell(arm, case, before).median()
 
 
 def cells_of(comps: list[Comparison], cases: list[str]) -> list[tuple[str, str]]:
@@ -231,12 +269,17 @@ def replay(ds: Dataset, st: Settings, upto: int | None = None, comps: list[Compa
 
 def _corrected_log(log: TurnLog, arm: str, ew: EqualWork) -> TurnLog:
     """*log* with *arm*'s turns that have an equal-work correction (:mod:`.equal_work`) corrected by it."""
-    out = {k: dict(v) for k, v in log.items()}
+    by_case: dict[str, dict[int, float]] = {}
     for (case, rep), d in ew.deltas().items():
-        if (arm, case) in out and rep in out[(arm, case)]:
-            s, ok = out[(arm, case)][rep]
-            out[(arm, case)][rep] = (s + d, ok)
-    return out
+        by_case.setdefault(case, {})[rep] = d
+    out = dict(log.cells)
+    for case, deltas in by_case.items():
+        if (cell := out.get((arm, case))) is not None:
+            hit = np.array([r in deltas for r in cell.repeat.tolist()], dtype=bool)
+            secs = cell.secs.copy()
+            secs[hit] += np.array([deltas[r] for r in cell.repeat[hit].tolist()], dtype=float)
+            out[(arm, case)] = _Cell(cell.repeat, secs, cell.ok)
+    return TurnLog(out)
 
 
 @dataclass(frozen=True)
@@ -252,7 +295,7 @@ def plan_round(ledger: Ledger, repeat: int) -> RoundPlan:
     """What round *repeat* (≥ the run's initial repeats) runs, from the ledger's turns of repeat < *repeat*
     (:func:`replay` up to look *repeat*)."""
     ds = dataset(ledger)
-    rp = replay(ds, Settings.of_config(ds.config), upto=repeat)
+    rp = replay(ds, Settings.of(ds.settings), upto=repeat)
     return RoundPlan(repeat, rp.next_cells, rp.stopped_by)
 
 
@@ -261,12 +304,18 @@ def _costs(log: TurnLog, gpus: dict[str, float], comp: Comparison, cases: list[s
     """(gpu_hours, fixed_design_gpu_hours, repeats per case) of one comparison at its look (module docstring)."""
     spent, per_repeat, repeats = 0.0, 0.0, {}
     for case in cases:
-        both = _both_ran(log, comp, case, look)
+        mine, ref = log.cell(comp.arm, case, look), log.cell(comp.vs, case, look)
+        both, at_mine, at_ref = np.intersect1d(mine.repeat, ref.repeat, assume_unique=True, return_indices=True)
         repeats[case] = len(both)
-        for a in (comp.arm, comp.vs):
-            spent += sum(log[(a, case)][r][0] for r in both) * gpus.get(a, 1.0)
-            per_repeat += _cell_median(log, a, case, look) * gpus.get(a, 1.0)
+        for a, cell, at in ((comp.arm, mine, at_mine), (comp.vs, ref, at_ref)):
+            spent += _sum(cell.secs[at]) * gpus.get(a, 1.0)  # (the repeats both ran, in order)
+            per_repeat += cell.median() * gpus.get(a, 1.0)
     return spent / 3600.0, (fixed_n * per_repeat / 3600.0 if fixed_n is not None else None), repeats
+
+
+def _sum(x: np.ndarray) -> float:
+    """Σ x added left to right from 0, as Python's sum adds (numpy's sum adds in pairs: another last bit)."""
+    return float(np.cumsum(np.concatenate(([0.0], x)))[-1])
 
 
 def _fixed_decision(log: TurnLog, comp: Comparison, cases: list[str], st: Settings, look: int,
@@ -319,7 +368,7 @@ def verdicts(ds: Dataset, comps: list[Comparison], mults: Sequence[MultiplierRow
     ``refused`` (it never "pays"), unless every refusal is for the output volume alone with a citable
     equal-work figure (*equal*, :mod:`.equal_work`): then its pairs are taken with the arm's turns corrected
     to the reference's work (``measure`` "equal work")."""
-    st = Settings.of_config(ds.config)
+    st = Settings.of(ds.settings)
     by: dict[tuple[str, str], list[MultiplierRow]] = {}
     for m in mults:
         by.setdefault((m["arm"], m["vs"]), []).append(m)

@@ -15,27 +15,35 @@ fails), and so is a stop that did not release its devices.
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Mapping, Optional
+from typing import Iterable, Mapping, Optional, Sequence, Union
 
-from ...schema.hardware_rows import EngineArmRow, EnginesSection, EngineStartRow
+from ...ledger.rows import EnginesRow, EngineStopRow, EngineWarmedRow, RunHeaderRow
+from ...ledger.rows import EngineStartRow as StartRecord
+from ...schema.hardware_rows import EngineArmRow, EnginesSection, EngineStartRow, Mode
 from ..base.stats import median
 from ..base.warning_kinds import RunWarning, WarningKind
 
 TIMEOUT_USED_WARN = 0.8
-MODES = ("together", "one at a time")
+MODES: tuple[Mode, ...] = ("together", "one at a time")
+#: A start as :func:`paired` reads it: its record, or its row in the section (arm, block, t alike).
+Start = Union[StartRecord, EngineStartRow]
 
 
-def _num(v: Any) -> Optional[float]:
+def _num(v: object) -> Optional[float]:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
 
 
-def _count(v: Any) -> Optional[int]:
+def _count(v: object) -> Optional[int]:
     return int(v) if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
 
 
-def paired(starts: list[Mapping[str, Any]], stops: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """Each start's stop ({} where none), by arm and block and time (module docstring)."""
-    out: list[Mapping[str, Any]] = [{} for _ in starts]
+def _mode(v: object) -> Optional[Mode]:
+    return next((m for m in MODES if m == v), None)
+
+
+def paired(starts: Sequence[Start], stops: Iterable[EngineStopRow]) -> list[Optional[EngineStopRow]]:
+    """Each start's stop (None where none), by arm and block and time (module docstring)."""
+    out: list[Optional[EngineStopRow]] = [None for _ in starts]
     order = sorted(range(len(starts)), key=lambda i: _num(starts[i].get("t")) or 0.0)
     for e in sorted(stops, key=lambda x: _num(x.get("t")) or 0.0):
         key, te = (e.get("arm"), e.get("block")), _num(e.get("t"))
@@ -46,26 +54,36 @@ def paired(starts: list[Mapping[str, Any]], stops: Iterable[Mapping[str, Any]]) 
     return out
 
 
-def start_rows(starts: Iterable[Mapping[str, Any]], stops: Iterable[Mapping[str, Any]],
-               warmed: Iterable[Mapping[str, Any]] = ()) -> list[EngineStartRow]:
+def _warm_up(s: StartRecord, w: Optional[EngineWarmedRow]
+             ) -> tuple[Optional[float], Optional[int], Optional[bool]]:
+    """(warmup_s, warmup_calls, settled) as recorded: each from *w*, the start's ``engine_warmed`` record, where it
+    holds it, else from the start record (a version 2 ledger's held them)."""
+    return (w["warmup_s"] if w is not None and "warmup_s" in w else s.get("warmup_s"),
+            w["warmup_calls"] if w is not None and "warmup_calls" in w else s.get("warmup_calls"),
+            w["settled"] if w is not None and "settled" in w else s.get("settled"))
+
+
+def start_rows(starts: Iterable[StartRecord], stops: Iterable[EngineStopRow],
+               warmed: Iterable[EngineWarmedRow] = ()) -> list[EngineStartRow]:
     """Each engine start with its stop and its warm-up (module docstring), in the order recorded."""
     starts = list(starts)
     warm = {(w.get("arm"), w.get("block")): w for w in warmed}
     out: list[EngineStartRow] = []
     for s, e in zip(starts, paired(starts, stops)):
-        w = {**s, **warm.get((s.get("arm"), s.get("block")), {})}
+        warmup_s, warmup_calls, settled = _warm_up(s, warm.get((s.get("arm"), s.get("block"))))
+        error = s.get("error")
         out.append({"arm": str(s["arm"]), "block": _count(s.get("block")), "part": s.get("part"),
                     "round": _count(s.get("round")), "t": _num(s.get("t")), "ready_s": _num(s.get("ready_s")),
-                    "model_load_s": _num(s.get("model_load_s")), "warmup_s": _num(w.get("warmup_s")),
-                    "warmup_calls": _count(w.get("warmup_calls")), "settled": w.get("settled"),
+                    "model_load_s": _num(s.get("model_load_s")), "warmup_s": _num(warmup_s),
+                    "warmup_calls": _count(warmup_calls), "settled": settled,
                     "timeout_s": _num(s.get("timeout_s")), "timeout_from": s.get("timeout_from"),
-                    "error": s.get("error") if isinstance(s.get("error"), str) else None,
-                    "stop_s": _num(e.get("stop_s")), "stopped": bool(e), "released": e.get("released"),
-                    "check": e.get("check")})
+                    "error": error if isinstance(error, str) else None,
+                    "stop_s": _num(e.get("stop_s")) if e else None, "stopped": bool(e),
+                    "released": e.get("released") if e else None, "check": e.get("check") if e else None})
     return out
 
 
-def overlaps(starts: list[Mapping[str, Any]], stops: Iterable[Mapping[str, Any]]) -> int:
+def overlaps(starts: Sequence[Start], stops: Iterable[EngineStopRow]) -> int:
     """How many pairs of engine lifetimes of different arms overlapped in time (module docstring)."""
     spans = [(s.get("arm"), t, (_num(e.get("t")) or 0.0) + (_num(e.get("stop_s")) or 0.0) if e else math.inf)
              for s, e in zip(starts, paired(starts, stops)) if (t := _num(s.get("t"))) is not None]
@@ -98,16 +116,17 @@ def arm_rows(rows: list[EngineStartRow]) -> list[EngineArmRow]:
     return out
 
 
-def engines_section(header: Mapping[str, Any], starts: Iterable[Mapping[str, Any]],
-                    stops: Iterable[Mapping[str, Any]], warmed: Iterable[Mapping[str, Any]] = ()
-                    ) -> tuple[EnginesSection, list[RunWarning]]:
+def engines_section(header: RunHeaderRow, starts: Iterable[StartRecord], stops: Iterable[EngineStopRow],
+                    warmed: Iterable[EngineWarmedRow] = ()) -> tuple[EnginesSection, list[RunWarning]]:
     """``summary.json`` ``engines`` and its warnings (module docstring)."""
-    starts, stops = list(starts), list(stops)
-    e = header.get("engines") if isinstance(header.get("engines"), Mapping) else {}
+    stops = list(stops)
+    engines = header.get("engines")
+    e: EnginesRow | None = engines if isinstance(engines, Mapping) else None
     rows = start_rows(starts, stops, warmed)
-    mode = e.get("mode") if e.get("mode") in MODES else None
-    section: EnginesSection = {"mode": mode, "declared": e.get("declared") if e.get("declared") in MODES else None,
-                               "reason": e.get("reason"), "server_state": e.get("server_state"), "starts": rows,
+    mode = _mode(e.get("mode")) if e else None
+    section: EnginesSection = {"mode": mode, "declared": _mode(e.get("declared")) if e else None,
+                               "reason": e.get("reason") if e else None,
+                               "server_state": e.get("server_state") if e else None, "starts": rows,
                                "arms": arm_rows(rows), "overlaps": overlaps(rows, stops)}
     warnings = []
     if mode == "one at a time" and section["overlaps"]:

@@ -9,10 +9,11 @@ unknown while another's are known may be on other hardware without anything sayi
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from typing import Iterable, Mapping, cast
 
 import numpy as np
 
+from ...ledger.rows import CallRow, GpuSamplesRow, RunHeaderRow
 from ...schema.hardware_rows import GpuArmRow, GpuFactsRow, GpuSection
 from ..base.dataset import Dataset
 from ..base.warning_kinds import RunWarning, WarningKind
@@ -21,17 +22,19 @@ from .telemetry import CallSpan, TurnSpan, call_spans, energy_rows, series, tele
 NOT_RECORDED = "not recorded (the run predates GPU facts)"
 
 
-def arm_facts(header: Mapping[str, Any], arm: str) -> GpuArmRow:
+def arm_facts(header: RunHeaderRow, arm: str) -> GpuArmRow:
     """The GPUs *arm* ran on, from the header."""
     disc = ((header.get("arms") or {}).get(arm) or {}).get("discovered") or {}
-    facts = disc.get("gpu") if isinstance(disc.get("gpu"), Mapping) else None
-    if facts is None:
+    gpu = disc.get("gpu")
+    if not isinstance(gpu, Mapping):
         return {"arm": arm, "known": False, "facts": {}, "why": NOT_RECORDED}
+    # (``discovered`` is JSON; its ``gpu`` the runner's GpuFacts as written: ``runner.telemetry``)
+    facts = cast("GpuFactsRow", dict(gpu))
     why = facts.get("unknown")
-    return {"arm": arm, "known": why is None, "facts": dict(facts), "why": why}  # type: ignore[typeddict-item]
+    return {"arm": arm, "known": why is None, "facts": facts, "why": why}
 
 
-def dataset_spans(ds: Dataset, loads: Iterable[Mapping[str, Any]]) -> tuple[list[CallSpan], list[TurnSpan]]:
+def dataset_spans(ds: Dataset, loads: Iterable[CallRow]) -> tuple[list[CallSpan], list[TurnSpan]]:
     """The calls' spans (the counted turns' calls from the dataset's columns, its probes and sentinels, *loads*'
     calls) and the counted, successful turns' (:mod:`.telemetry`)."""
     c, t = ds.call, ds.turn
@@ -47,8 +50,8 @@ def dataset_spans(ds: Dataset, loads: Iterable[Mapping[str, Any]]) -> tuple[list
     return spans, turns
 
 
-def gpu_section(ds: Dataset, gpu_records: Iterable[Mapping[str, Any]],
-                loads: Iterable[Mapping[str, Any]]) -> tuple[GpuSection, list[RunWarning]]:
+def gpu_section(ds: Dataset, gpu_records: Iterable[GpuSamplesRow],
+                loads: Iterable[CallRow]) -> tuple[GpuSection, list[RunWarning]]:
     """``summary.json`` ``gpu`` and its warnings (module docstring): the readings aligned with the calls only
     where there are readings (a ledger without them never builds the calls' spans)."""
     gpu_records, header, arms = list(gpu_records), ds.header, ds.arms
@@ -71,7 +74,7 @@ def gpu_section(ds: Dataset, gpu_records: Iterable[Mapping[str, Any]],
                 warnings.append(RunWarning(WarningKind.GPU_UNKNOWN, f"arm {r['arm']!r}: its GPUs are unknown "
                                            f"({r['why']}) while {', '.join(known)}'s are known: a comparison between "
                                            "them may be across different hardware", r["arm"]))
-    section: GpuSection = {"host": GpuFactsRow(**host) if isinstance(host, Mapping) else None,  # type: ignore[typeddict-item]
-                           "arms": rows, "telemetry": tel, "energy": energy,
-                           "notes": notes}
+    # (the ledger's facts are JSON values, the summary's the values a GPU fact may take: the same record)
+    section: GpuSection = {"host": cast("GpuFactsRow", dict(host)) if isinstance(host, Mapping) else None,
+                           "arms": rows, "telemetry": tel, "energy": energy, "notes": notes}
     return section, warnings

@@ -60,13 +60,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Optional
+from typing import Iterable, Literal, Mapping, Optional
 
 import numpy as np
 
+from ...ledger.rows import CallRow, GpuSamplesRow
 from ...schema.hardware_rows import EnergyRow, PhaseRow, TelemetryRow
 
-FIELDS = ("sm", "dram", "mem_used_mib", "power_w", "sm_clock_mhz", "energy_j")
+#: A reading's fields (``gpu.readings.FIELDS``), each a column of the ``gpu`` record.
+Field = Literal["sm", "dram", "mem_used_mib", "power_w", "sm_clock_mhz", "energy_j"]
+FIELDS: tuple[Field, ...] = ("sm", "dram", "mem_used_mib", "power_w", "sm_clock_mhz", "energy_j")
 PHASES = ("prefill", "decode", "overlap", "idle")
 SUMMED = ("power_w", "mem_used_mib")  # over an arm's GPUs: summed; the others averaged
 MIN_PHASE_READINGS = 3  # fewer readings in a phase: the note says it is not resolved
@@ -124,15 +127,15 @@ class Series:
         return c - w, c
 
 
-def _col(values: Iterable[Any], n: int) -> np.ndarray:
+def _col(values: Iterable[object], n: int) -> np.ndarray:
     out = np.array([v if isinstance(v, (int, float)) and not isinstance(v, bool) else np.nan
                     for v in values], dtype=float)
     return out if len(out) == n else np.full(n, np.nan)
 
 
-def series(records: Iterable[Mapping[str, Any]]) -> list[Series]:
+def series(records: Iterable[GpuSamplesRow]) -> list[Series]:
     """Every GPU's series from the ``gpu`` records (module docstring), in the order first seen."""
-    parts: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    parts: dict[tuple[str, str], list[GpuSamplesRow]] = {}
     for r in records:
         parts.setdefault((str(r.get("source")), str(r.get("device"))), []).append(r)
     out = []
@@ -163,7 +166,7 @@ class Phases:
 CallSpan = tuple[str, str, float, float, float]
 
 
-def call_spans(calls: Iterable[Mapping[str, Any]]) -> list[CallSpan]:
+def call_spans(calls: Iterable[CallRow]) -> list[CallSpan]:
     """The spans of call records (dicts: probes, sentinels, load calls; turns' calls as the dataset's columns:
     :func:`.facts.dataset_spans`) that succeeded with a first token; warm-ups and failed calls left out."""
     out: list[CallSpan] = []
@@ -172,7 +175,7 @@ def call_spans(calls: Iterable[Mapping[str, Any]]) -> list[CallSpan]:
         ttft, lat, t = c.get("ttft_s"), c.get("latency_s"), c.get("t_send")
         if kind not in ("call", "probe", "sentinel", "load") or c.get("error") is not None:
             continue
-        if not all(isinstance(x, (int, float)) for x in (ttft, lat, t)):
+        if not (isinstance(ttft, (int, float)) and isinstance(lat, (int, float)) and isinstance(t, (int, float))):
             continue
         scope = f"load:{c.get('stage')}" if kind == "load" else "turns"
         sent = float(t) + float(c.get("connect_s") or 0.0) + float(c.get("send_s") or 0.0)
@@ -182,7 +185,7 @@ def call_spans(calls: Iterable[Mapping[str, Any]]) -> list[CallSpan]:
 
 def call_phases(spans: Iterable[CallSpan]) -> dict[tuple[str, str], Phases]:
     """(arm, scope) → the prefill and decode intervals of its calls (module docstring)."""
-    got: dict[tuple[str, str], tuple[list, list]] = {}
+    got: dict[tuple[str, str], tuple[list[tuple[float, float]], list[tuple[float, float]]]] = {}
     for arm, scope, s, ttft, lat in spans:
         if not (math.isfinite(s) and math.isfinite(ttft) and math.isfinite(lat)) or lat < ttft:
             continue
@@ -255,17 +258,16 @@ def _mean(x: np.ndarray) -> Optional[float]:
 
 def phase_row(per_device: list[tuple[Series, np.ndarray]]) -> PhaseRow:
     """One phase over the arm's GPUs: each GPU's readings in it (a mask), combined (module docstring)."""
-    samples = int(sum(mask.sum() for _, mask in per_device))
-    row: dict[str, Any] = {"samples": samples}
-    for f in ("sm", "dram", "power_w", "mem_used_mib", "sm_clock_mhz"):
+    def combined(f: str) -> Optional[float]:
         means = [m for s, mask in per_device if mask.any() and (m := _mean(s.values[f][mask])) is not None]
         if not means:
-            row[f] = None
-        else:
-            row[f] = float(sum(means)) if f in SUMMED else float(np.mean(means))
-            if f in ("sm", "dram"):
-                row[f] = min(1.0, max(0.0, row[f]))
-    return row  # type: ignore[return-value]
+            return None
+        v = float(sum(means)) if f in SUMMED else float(np.mean(means))
+        return min(1.0, max(0.0, v)) if f in ("sm", "dram") else v
+
+    return {"samples": int(sum(mask.sum() for _, mask in per_device)), "sm": combined("sm"),
+            "dram": combined("dram"), "power_w": combined("power_w"), "mem_used_mib": combined("mem_used_mib"),
+            "sm_clock_mhz": combined("sm_clock_mhz")}
 
 
 def _note(row: TelemetryRow, short_ms: float) -> Optional[str]:
@@ -305,7 +307,7 @@ def telemetry_rows(all_series: list[Series], spans: Iterable[CallSpan], arms: li
             in_calls += int((inside & calls).sum())
             concurrent += int((inside & many).sum())
             overlap += int((inside & both).sum())
-        periods = [p for s in mine if (p := s.period) is not None]
+        periods = [sp for s in mine if (sp := s.period) is not None]
         period = float(np.median(periods)) if periods else None
         res = [r for s in mine if (r := s.refresh()) is not None]
         window = max([s.window() for s in mine] + [period or 0.0])
@@ -313,7 +315,8 @@ def telemetry_rows(all_series: list[Series], spans: Iterable[CallSpan], arms: li
         row: TelemetryRow = {
             "arm": arm, "scope": scope, "source": mine[0].source, "devices": [s.device for s in mine],
             "samples": samples, "period_s": period, "resolution_s": float(np.median(res)) if res else None,
-            **{p: phase_row(per[p]) for p in PHASES},  # type: ignore[typeddict-item]
+            "prefill": phase_row(per["prefill"]), "decode": phase_row(per["decode"]),
+            "overlap": phase_row(per["overlap"]), "idle": phase_row(per["idle"]),
             "overlap_share": overlap / in_calls if in_calls else None,
             "concurrent_share": concurrent / in_calls if in_calls else None,
             "short_prefill_share": float((lengths < window).mean()) if window and len(lengths) else None,
@@ -329,7 +332,7 @@ def _gap(t: np.ndarray, t0: float, t1: float, ends_only: bool) -> float:
     i0 = max(int(np.searchsorted(t, t0, side="right")) - 1, 0)
     i1 = min(int(np.searchsorted(t, t1, side="left")), len(t) - 1)
     if ends_only:
-        return max(t[min(i0 + 1, len(t) - 1)] - t[i0], t[i1] - t[max(i1 - 1, 0)])
+        return float(max(t[min(i0 + 1, len(t) - 1)] - t[i0], t[i1] - t[max(i1 - 1, 0)]))
     return float(np.max(np.diff(t[i0:i1 + 1]))) if i1 > i0 else 0.0
 
 
@@ -377,8 +380,8 @@ def energy_rows(all_series: list[Series], turns: Iterable[TurnSpan], arms: list[
                 joules.append(sum(j for j, _, _ in parts if j is not None))
                 sources |= {src for _, src, _ in parts if src}
             else:
-                why = next(w for j, _, w in parts if j is None)
-                missed[why] = missed.get(why, 0) + 1  # type: ignore[index]
+                why = next(w for j, _, w in parts if j is None and w is not None)  # (a part without energy says why)
+                missed[why] = missed.get(why, 0) + 1
             secs.append(turn_s)
         j = float(np.median(joules)) if joules else None
         note = "; ".join(f"{n} turn(s) not measured: {w}" for w, n in missed.items()) or None

@@ -35,10 +35,11 @@ from typing import TYPE_CHECKING, Iterable, Mapping
 
 import numpy as np
 
-from .stages import at_least_elapsed, columns, e2e, load_records, meets_slo, tpot, ttft
+from .stages import at_least_elapsed, columns, e2e, load_records, meets_slo, stage_slos, tpot, ttft
 
 if TYPE_CHECKING:
-    from ...schema.load_rows import LoadRow
+    from ...ledger.rows import CallRow
+    from ...schema.load_rows import LoadRow, StageSlo
 
 LAG_BUDGET_S = 0.010
 LAG_BUDGET_SHARE = 0.10
@@ -60,21 +61,21 @@ class LevelCalls:
         return int(self.e2e.size)
 
 
-def calls_of(rs: list[Mapping[str, object]]) -> LevelCalls:
+def calls_of(rs: list[CallRow]) -> LevelCalls:
     """The :class:`LevelCalls` of one (arm, stage)'s records (warm-up and retried attempts left out here)."""
     final = [r for r in rs if not r.get("retried") and not r.get("warmup")]
     c = columns(final)
     failed = np.array([r.get("error") is not None for r in final], dtype=bool)
-    r0 = final[0] if final else {}
-    slos = [r0.get(k) for k in ("slo_ttft_s", "slo_tpot_s", "slo_e2e_s")]
-    good = meets_slo(c, *slos) & ~failed if any(s is not None for s in slos) else np.zeros(len(final), dtype=bool)
+    slos: StageSlo = stage_slos(final[0]) if final else {}
+    good = (meets_slo(c, slos.get("slo_ttft_s"), slos.get("slo_tpot_s"), slos.get("slo_e2e_s")) & ~failed if slos
+            else np.zeros(len(final), dtype=bool))
     return LevelCalls(e2e=e2e(c), ttft=at_least_elapsed(ttft(c), c, failed), tpot=np.where(failed, np.nan, tpot(c)),
                       output=np.where(failed, 0.0, np.nan_to_num(c["completion_tokens"])), good=good, failed=failed)
 
 
 def level_calls(records: Iterable[Mapping[str, object]]) -> dict[tuple[str, str], LevelCalls]:
     """Per (arm, stage): its measured calls as :class:`LevelCalls` (the stages with at least one)."""
-    out = {}
+    out: dict[tuple[str, str], LevelCalls] = {}
     for key, rs in load_records(records).items():
         calls = calls_of(rs)
         if calls.n:
@@ -84,7 +85,8 @@ def level_calls(records: Iterable[Mapping[str, object]]) -> dict[tuple[str, str]
 
 def lag_budget(row: LoadRow) -> float:
     """max(LAG_BUDGET_S, LAG_BUDGET_SHARE × the row's e2e p50): how late the client may send (its lag p99)."""
-    p50 = (row.get("e2e") or {}).get("p50")
+    e2e_d = row.get("e2e")
+    p50 = e2e_d.get("p50") if e2e_d else None
     return max(LAG_BUDGET_S, LAG_BUDGET_SHARE * p50) if p50 is not None else LAG_BUDGET_S
 
 

@@ -106,16 +106,18 @@ from __future__ import annotations
 
 import itertools
 from collections import defaultdict
-from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence, TypeGuard, cast
 
 import numpy as np
+import numpy.typing as npt
 
 from ..base.metrics import arm_metrics
 from ..base.warning_kinds import RunWarning, WarningKind
 
 if TYPE_CHECKING:
     from ...ledger.reader import Ledger
-    from ...schema.load_rows import CurvePoint, Distribution, LoadCurve, LoadRow, StageSlo
+    from ...ledger.rows import CallRow, MetricsRow, RunHeaderRow, StageEndRow
+    from ...schema.load_rows import CurvePoint, Distribution, LoadCurve, LoadRow, LostWorker, StageSlo
 
 PCTS = (50, 90, 95, 99)
 KNEE_LATENCY_FACTOR = 1.5
@@ -125,7 +127,10 @@ QUEUE_FLOOR_S = 0.005
 QUEUE_SHARE = 0.05
 TOKEN_ERROR_WARN = 0.05
 
-Cols = Mapping[str, np.ndarray]
+FloatArray = npt.NDArray[np.float64]  # (float64 typed: numpy's arithmetic on an untyped array is Any)
+Cols = Mapping[str, FloatArray]
+#: The calls that share a TTFT floor: (arm, case, prefix_sharing).
+FloorKey = tuple[str, str | None, float | None]
 
 
 # ------------------------------------------------------------------ distributions
@@ -145,9 +150,9 @@ def distribution(xs: Iterable[float | None] | np.ndarray) -> Distribution | None
 # ------------------------------------------------------------------ columns
 
 
-def columns(rs: Sequence[Mapping[str, object]]) -> dict[str, np.ndarray]:
+def columns(rs: Sequence[CallRow]) -> dict[str, FloatArray]:
     """The per-call values the metrics need, as float arrays (NaN where a call lacks one)."""
-    def col(key: str) -> np.ndarray:
+    def col(key: str) -> FloatArray:
         return np.array([r.get(key) for r in rs], dtype=float)
 
     timings = [r.get("timings") or {} for r in rs]
@@ -165,73 +170,73 @@ def columns(rs: Sequence[Mapping[str, object]]) -> dict[str, np.ndarray]:
 # ------------------------------------------------------------------ per-call metrics (on columns)
 
 
-def delay(c: Cols) -> np.ndarray:
+def delay(c: Cols) -> FloatArray:
     """How late the call went out: t_send − scheduled_t (0 where no schedule was recorded)."""
     lag = c["t_send"] - c["scheduled_t"]
     return np.where(np.isnan(lag), 0.0, lag)
 
 
-def slot_wait(c: Cols) -> np.ndarray:
+def slot_wait(c: Cols) -> FloatArray:
     """Of that delay, the time the call waited for a ``max_in_flight`` slot: slot_wait_s (0 where not recorded)."""
     return np.nan_to_num(c["slot_wait_s"], nan=0.0)
 
 
-def client_lag(c: Cols) -> np.ndarray:
+def client_lag(c: Cols) -> FloatArray:
     """How late the client itself sent the call: delay − slot_wait (a wait for a slot is the server's backlog)."""
     return delay(c) - slot_wait(c)
 
 
-def connect(c: Cols) -> np.ndarray:
+def connect(c: Cols) -> FloatArray:
     """Seconds the call spent opening a connection: connect_s (0 where reused, absent or null)."""
     return np.nan_to_num(c["connect_s"], nan=0.0)
 
 
-def send(c: Cols) -> np.ndarray:
+def send(c: Cols) -> FloatArray:
     """Seconds from the connection ready until the request went out (the client's own queue): send_s (0 where
     the record has none)."""
     return np.nan_to_num(c["send_s"], nan=0.0)
 
 
-def ready(c: Cols) -> np.ndarray:
+def ready(c: Cols) -> FloatArray:
     """Epoch at which the call's request went out, from which its own times count: t_send + connect_s + send_s."""
     return c["t_send"] + connect(c) + send(c)
 
 
-def ttft(c: Cols) -> np.ndarray:
+def ttft(c: Cols) -> FloatArray:
     """Time to first token from the schedule: delay + connect_s + send_s + ttft_s."""
     return delay(c) + connect(c) + send(c) + c["ttft_s"]
 
 
-def ttfat(c: Cols) -> np.ndarray:
+def ttfat(c: Cols) -> FloatArray:
     """Time to first answer token (reasoning excluded) from the schedule: delay + connect_s + send_s +
     t_first_answer_s."""
     return delay(c) + connect(c) + send(c) + c["t_first_answer_s"]
 
 
-def e2e(c: Cols) -> np.ndarray:
+def e2e(c: Cols) -> FloatArray:
     """End-to-end latency from the schedule: delay + connect_s + send_s + latency_s."""
     return delay(c) + connect(c) + send(c) + c["latency_s"]
 
 
-def at_least_elapsed(x: np.ndarray, c: Cols, failed: np.ndarray) -> np.ndarray:
+def at_least_elapsed(x: FloatArray, c: Cols, failed: np.ndarray) -> FloatArray:
     """A time to some event (*x*: ttft, ttfat) with each failed call that never reached it counted at its elapsed
     time instead: where(failed and x is NaN, e2e, x) — a lower bound for that call ("at least")."""
     return np.where(failed & np.isnan(x), e2e(c), x)
 
 
-def tpot(c: Cols) -> np.ndarray:
+def tpot(c: Cols) -> FloatArray:
     """Time per output token after the first: (latency_s − ttft_s) / (completion_tokens − 1), calls with ≥ 2 tokens."""
     n = c["completion_tokens"]
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(n >= 2, (c["latency_s"] - c["ttft_s"]) / (n - 1), np.nan)
 
 
-def service(c: Cols) -> np.ndarray:
+def service(c: Cols) -> FloatArray:
     """The server's own busy time for the call: (timings.prompt_ms + timings.predicted_ms) / 1000."""
     return (c["prompt_ms"] + c["predicted_ms"]) / 1000.0
 
 
-def queue(c: Cols, ttft_floor: float | None) -> tuple[np.ndarray, np.ndarray]:
+def queue(c: Cols, ttft_floor: float | None) -> tuple[FloatArray, np.ndarray]:
     """Time waiting, not being served, from the schedule: e2e − service where the server reports timings,
     else ttft − ttft_floor (the arm's lowest TTFT for the case).  Returns (values, True where from timings)."""
     sv = service(c)
@@ -250,7 +255,7 @@ def meets_slo(c: Cols, slo_ttft: float | None, slo_tpot: float | None, slo_e2e: 
     return ok
 
 
-def itl(r: Mapping[str, object]) -> list[float]:
+def itl(r: CallRow) -> list[float]:
     """Inter-token latencies of one call: each chunk gap / (completion_tokens / chunks), so a chunk that
     carries several tokens counts as several."""
     ts = r.get("chunk_t") or []
@@ -261,21 +266,21 @@ def itl(r: Mapping[str, object]) -> list[float]:
     return [(b - a) / per_chunk for a, b in zip(ts, ts[1:])]
 
 
-def itl_pooled(rs: Sequence[Mapping[str, object]]) -> np.ndarray:
+def itl_pooled(rs: Sequence[CallRow]) -> FloatArray:
     """:func:`itl` of every call, pooled into one array (vectorised)."""
     use = [r for r in rs if r.get("completion_tokens") and len(r.get("chunk_t") or ()) >= 2]
     if not use:
         return np.empty(0)
     lengths = np.array([len(r["chunk_t"]) for r in use])
     flat = np.fromiter(itertools.chain.from_iterable(r["chunk_t"] for r in use), dtype=float, count=int(lengths.sum()))
-    per_chunk = np.array([r["completion_tokens"] for r in use], dtype=float) / lengths
-    gaps = np.diff(flat)
-    keep = np.ones(gaps.size, dtype=bool)
+    per_chunk: FloatArray = np.array([r["completion_tokens"] for r in use], dtype=float) / lengths
+    gaps: FloatArray = np.diff(flat)
+    keep: npt.NDArray[np.bool_] = np.ones(gaps.size, dtype=bool)
     keep[np.cumsum(lengths)[:-1] - 1] = False  # the gap between one call's last chunk and the next call's first
     return gaps[keep] / np.repeat(per_chunk, lengths - 1)
 
 
-def tokens_in_window(rs: Sequence[Mapping[str, object]], c: Cols, a: float, b: float) -> float:
+def tokens_in_window(rs: Sequence[CallRow], c: Cols, a: float, b: float) -> float:
     """Output tokens that arrived within [a, b]: each call's chunks there × completion_tokens / chunks
     (chunk i arrived at ready + chunk_t[i])."""
     t0s = ready(c)
@@ -296,14 +301,25 @@ def tokens_in_window(rs: Sequence[Mapping[str, object]], c: Cols, a: float, b: f
 # ------------------------------------------------------------------ grouping
 
 
-def load_records(records: Iterable[Mapping[str, object]]) -> dict[tuple[str, str], list[Mapping[str, object]]]:
+def _is_load(r: Mapping[str, object]) -> TypeGuard[CallRow]:
+    """Whether *r* is a load stage's call (a ``call`` record with its stage's keys: :class:`.rows.CallRow`)."""
+    return r.get("kind") == "load"
+
+
+def _pair(r: CallRow) -> tuple[str, str]:
+    """(arm, stage) of a load call.  (Its stage the schema requires, ``LoadModel``; ``CallRow``, the row of
+    every kind of call, has it optional.)"""
+    return r["arm"], cast(str, r.get("stage"))
+
+
+def load_records(records: Iterable[Mapping[str, object]]) -> dict[tuple[str, str], list[CallRow]]:
     """Load records by (arm, stage), keeping only each pair's latest execution (``load_run``)."""
-    by_pair: dict[tuple[str, str], list[Mapping[str, object]]] = defaultdict(list)
+    by_pair: dict[tuple[str, str], list[CallRow]] = defaultdict(list)
     last_run: dict[tuple[str, str], object] = {}
     for r in records:
-        if r.get("kind") != "load":
+        if not _is_load(r):
             continue
-        k = (r.get("arm"), r.get("stage"))
+        k = _pair(r)
         run = r.get("load_run")
         if k in last_run and last_run[k] != run:
             by_pair[k] = []  # a later execution supersedes the earlier one
@@ -312,26 +328,29 @@ def load_records(records: Iterable[Mapping[str, object]]) -> dict[tuple[str, str
     return by_pair
 
 
-def measured_calls(records: Iterable[Mapping[str, object]]) -> list[Mapping[str, object]]:
+def measured_calls(records: Iterable[Mapping[str, object]]) -> list[CallRow]:
     """The load calls that count (:func:`load_records`: each (arm, stage)'s latest execution), without warm-up
     calls and retried attempts; failed calls kept."""
     return [r for rs in load_records(records).values() for r in rs if not r.get("retried") and not r.get("warmup")]
 
 
-def cached_tokens(r: Mapping[str, object]) -> float | None:
+def cached_tokens(r: CallRow) -> float | None:
     """A call's cached prompt tokens: usage ``cached_tokens``, else llama.cpp ``timings.cache_n``; None: neither."""
-    return r["cached_tokens"] if r.get("cached_tokens") is not None else (r.get("timings") or {}).get("cache_n")
+    if (usage := r.get("cached_tokens")) is not None:
+        return usage
+    n = (r.get("timings") or {}).get("cache_n")
+    return float(n) if isinstance(n, str) else n  # (a server's number the ledger stored as text: "NaN", ...)
 
 
-def stage_metrics(metrics: list[Mapping[str, object]], arm: str, stage: str, t_first: float,
+def stage_metrics(metrics: list[MetricsRow], arm: str, stage: str, t_first: float,
                   t_last: float) -> dict[str, float]:
     """The server's figures over the stage (:func:`.metrics.arm_metrics`: counters summed over label sets)
     between the ``load-start`` scrape before the stage's first send and the ``load-end`` scrape after its
-    last end; {} without them."""
+    last end; {} without them.  (A scrape without its time, ``t`` null, is neither.)"""
     starts = [m for m in metrics if m.get("arm") == arm and m.get("when") == f"load-start {stage}"
-              and m.get("t", 0) <= t_first]
+              and (t := m.get("t", 0)) is not None and t <= t_first]
     ends = [m for m in metrics if m.get("arm") == arm and m.get("when") == f"load-end {stage}"
-            and m.get("t", 0) >= t_last]
+            and (t := m.get("t", 0)) is not None and t >= t_last]
     if not starts or not ends:
         return {}
     return arm_metrics(starts[-1]["samples"], ends[0]["samples"])
@@ -351,18 +370,14 @@ def window(c: Cols, measured: np.ndarray) -> tuple[float, float, str] | None:
     return a, b, "sending"
 
 
-def _clock_uncertainty(rs: list[Mapping[str, object]]) -> float | None:
+def _clock_uncertainty(rs: list[CallRow]) -> float | None:
     """max ``clock_uncertainty_s`` of *rs* (each set by the reader); None when one of them lacks it."""
-    vals = [r.get("clock_uncertainty_s") for r in rs]
-    return None if not vals or any(v is None for v in vals) else float(max(vals))
+    vals = [v for r in rs if (v := r.get("clock_uncertainty_s")) is not None]
+    return None if not rs or len(vals) < len(rs) else float(max(vals))
 
 
-def _first(rs: list[Mapping[str, object]], key: str) -> object:
-    return next((r[key] for r in rs if r.get(key) is not None), None)
-
-
-def stage_row(rs: list[Mapping[str, object]], ttft_floors: dict[tuple[object, object, object], float],
-              metrics: list[Mapping[str, object]], end: Mapping[str, object] | None = None) -> LoadRow:
+def stage_row(rs: list[CallRow], ttft_floors: dict[FloorKey, float], metrics: list[MetricsRow],
+              end: StageEndRow | None = None) -> LoadRow:
     """The row of one (arm, stage) from its records (warm-up included in ``rs``; left out of the latencies)
     and its execution's ``stage_end`` record (*end*; None when the stage was cut short): ``workers`` (client
     processes) and ``lost_workers`` (those that died: which, and how many scheduled calls have no record).
@@ -370,7 +385,8 @@ def stage_row(rs: list[Mapping[str, object]], ttft_floors: dict[tuple[object, ob
     on the coordinator's clock (its ``clock`` record); None on one process (one clock) or where a shard had
     no clock record for the stage (the reader warned)."""
     r0 = rs[0]
-    arm, stage = r0["arm"], r0["stage"]
+    arm, stage = _pair(r0)
+    workers = r0.get("workers") or 1
     final = [r for r in rs if not r.get("retried")]
     c = columns(final)
     warm = np.array([bool(r.get("warmup")) for r in final], dtype=bool)
@@ -381,7 +397,8 @@ def stage_row(rs: list[Mapping[str, object]], ttft_floors: dict[tuple[object, ob
     n_measured = int(measured.sum())
     errors: dict[str, int] = {}
     for r in itertools.compress(final, measured & failed_all):
-        cls = (r.get("error") or {}).get("class", "?")
+        error = r.get("error")
+        cls = error.get("class", "?") if error else "?"
         errors[cls] = errors.get(cls, 0) + 1
     ends = ready(c) + np.nan_to_num(c["latency_s"])
     sched = np.where(np.isnan(c["scheduled_t"]), c["t_send"], c["scheduled_t"])
@@ -396,8 +413,7 @@ def stage_row(rs: list[Mapping[str, object]], ttft_floors: dict[tuple[object, ob
     else:  # no call said (vLLM's default flags): never read as "nothing cached"
         cached, share = None, figures.get("prefix_cache_hit_share")
         share_source = "server counters over the stage" if share is not None else "not reported"
-    slos: StageSlo = {k: r0[k] for k in ("slo_ttft_s", "slo_tpot_s", "slo_e2e_s")  # type: ignore[misc]
-                      if r0.get(k) is not None}
+    slos = stage_slos(r0)
     good_all = meets_slo(c, slos.get("slo_ttft_s"), slos.get("slo_tpot_s"), slos.get("slo_e2e_s")) & ~failed_all
 
     win = window(c, measured)
@@ -440,8 +456,9 @@ def stage_row(rs: list[Mapping[str, object]], ttft_floors: dict[tuple[object, ob
         "burstiness": r0.get("burstiness"), "speed": r0.get("speed"), "prefix_sharing": r0.get("prefix_sharing"),
         "requests": n_measured, "ok": int(okm.sum()), "failed": n_measured - int(okm.sum()),
         "warmup_requests": int(warm.sum()), "retried_attempts": len(rs) - len(final), "errors": errors,
-        "workers": r0.get("workers", 1), "lost_workers": (end or {}).get("lost_workers") or [],
-        "clock_uncertainty_s": _clock_uncertainty(final) if (r0.get("workers") or 1) > 1 else None,
+        # (the ledger's row types a lost worker's error text, the summary's also None: the same dicts)
+        "workers": workers, "lost_workers": cast("list[LostWorker]", (end.get("lost_workers") if end else None) or []),
+        "clock_uncertainty_s": _clock_uncertainty(final) if workers > 1 else None,
         "duration_s": float(ends[measured].max() - sched[measured].min()) if n_measured else None,
         "cached_tokens": cached, "cached_share": share, "cached_share_source": share_source,
         "output_tokens": int(out_tok), "input_tokens": int(in_tok), "slo": slos or None,
@@ -463,7 +480,8 @@ def stage_row(rs: list[Mapping[str, object]], ttft_floors: dict[tuple[object, ob
         "slot_wait": distribution(slot_wait(m_c)) if np.isfinite(m_c["slot_wait_s"]).any() else None,
         "loop_lag": distribution(np.array([r.get("loop_lag_s") for r in final], dtype=float)),
         "input_token_error": float(err.mean()) if err.size else None,
-        "trace_import": _first(rs, "trace_import"), "token_check": _first(rs, "token_check"),
+        "trace_import": next((v for r in rs if (v := r.get("trace_import")) is not None), None),
+        "token_check": next((tc for r in rs if (tc := r.get("token_check")) is not None), None),
         "p50_s": e2e_all["p50"] if e2e_all else None, "p99_s": e2e_all["p99"] if e2e_all else None,
         "throughput_tps": output_tps, "knee": False, "warnings": [],
     }
@@ -515,22 +533,33 @@ def row_warnings(row: LoadRow) -> list[RunWarning]:
     return w
 
 
-def floor_key(r: Mapping[str, object]) -> tuple[object, object, object]:
+def floor_key(r: CallRow) -> FloorKey:
     """The calls that share a TTFT floor: (arm, case, prefix_sharing) (a prompt more shared is cached more)."""
     return r["arm"], r.get("case"), r.get("prefix_sharing")
 
 
-def ttft_floors(by_pair: dict[tuple[str, str], list[Mapping[str, object]]]
-                ) -> dict[tuple[object, object, object], float]:
+def stage_slos(r: CallRow) -> StageSlo:
+    """The SLOs a stage's call *r* carries (those its stage sets)."""
+    slos: StageSlo = {}
+    if (ttft_s := r.get("slo_ttft_s")) is not None:
+        slos["slo_ttft_s"] = ttft_s
+    if (tpot_s := r.get("slo_tpot_s")) is not None:
+        slos["slo_tpot_s"] = tpot_s
+    if (e2e_s := r.get("slo_e2e_s")) is not None:
+        slos["slo_e2e_s"] = e2e_s
+    return slos
+
+
+def ttft_floors(by_pair: dict[tuple[str, str], list[CallRow]]) -> dict[FloorKey, float]:
     """Per (arm, case, prefix_sharing): the lowest client TTFT (ttft_s: lag and connect time excluded) over all
     its load calls, warm-up included."""
-    out: dict[tuple[object, object, object], float] = {}
+    out: dict[FloorKey, float] = {}
     for rs in by_pair.values():
         for r in rs:
-            if r.get("error") is None and r.get("ttft_s") is not None:
+            if r.get("error") is None and (t := r.get("ttft_s")) is not None:
                 k = floor_key(r)
-                if k not in out or r["ttft_s"] < out[k]:
-                    out[k] = r["ttft_s"]
+                if k not in out or t < out[k]:
+                    out[k] = t
     return out
 
 
@@ -538,12 +567,14 @@ def knee_index(p99: Sequence[float | None], tput: Sequence[float | None], latenc
                throughput_gain: float = KNEE_THROUGHPUT_GAIN) -> int | None:
     """First i with a later j: p99[j] > latency_factor × p99[i] and tput[j] < (1 + throughput_gain) × tput[i]."""
     for i in range(len(p99)):
-        if p99[i] is None or tput[i] is None:
+        p_i, t_i = p99[i], tput[i]
+        if p_i is None or t_i is None:
             continue
         for j in range(i + 1, len(p99)):
-            if p99[j] is None or tput[j] is None:
+            p_j, t_j = p99[j], tput[j]
+            if p_j is None or t_j is None:
                 continue
-            if p99[j] > latency_factor * p99[i] and tput[j] < (1 + throughput_gain) * tput[i]:
+            if p_j > latency_factor * p_i and t_j < (1 + throughput_gain) * t_i:
                 return i
     return None
 
@@ -553,21 +584,21 @@ def mark_knees(rows: list[LoadRow], latency_factor: float = KNEE_LATENCY_FACTOR,
     """Set ``knee`` on each (arm, sweep)'s knee stage (see the module docstring); rows in run order."""
     groups: dict[tuple[str, str], list[LoadRow]] = defaultdict(list)
     for r in rows:
-        if r.get("sweep"):
-            groups[(r["arm"], r["sweep"])].append(r)
+        if sweep := r.get("sweep"):
+            groups[(r["arm"], sweep)].append(r)
     for grp in groups.values():
         i = knee_index([g["p99_s"] for g in grp], [g["throughput_tps"] for g in grp], latency_factor, throughput_gain)
         if i is not None:
             grp[i]["knee"] = True
 
 
-def load_summary(ledger: Ledger) -> list[LoadRow]:
+def load_summary(ledger: Ledger[RunHeaderRow]) -> list[LoadRow]:
     """Per (arm, stage) rows, in the order the stages ran; [] when the run had no load stages."""
     by_pair = load_records(ledger.records)
     by_pair = {k: v for k, v in by_pair.items() if v}
     if not by_pair:
         return []
-    metrics = [r for r in ledger.records if r.get("kind") == "metrics" and str(r.get("when", "")).startswith("load-")]
+    metrics = [m for m in ledger.of_kind("metrics") if m["when"].startswith("load-")]
     floors = ttft_floors(by_pair)
     first_t = {k: min(r.get("scheduled_t") or r["t_send"] for r in rs) for k, rs in by_pair.items()}
     ends = {(r.get("arm"), r.get("stage"), r.get("load_run")): r for r in ledger.of_kind("stage_end")}
@@ -586,10 +617,10 @@ def sweep_curves(rows: list[LoadRow]) -> list[LoadCurve]:
     """Plot data: per (arm, sweep), the points (load, throughput_tps, p50_s, p99_s, knee) in run order."""
     out: dict[tuple[str, str], LoadCurve] = {}
     for r in rows:
-        if not r.get("sweep"):
+        if not (sweep := r.get("sweep")):
             continue
-        k = (r["arm"], r["sweep"])
-        c = out.setdefault(k, {"arm": r["arm"], "sweep": r["sweep"],
+        k = (r["arm"], sweep)
+        c = out.setdefault(k, {"arm": r["arm"], "sweep": sweep,
                                "x": "concurrency" if r["mode"] == "closed" else "rate", "points": []})
         point: CurvePoint = {"stage": r["stage"], "load": r["concurrency"] if r["mode"] == "closed" else r["rate"],
                              "throughput_tps": r["throughput_tps"], "requests_per_s": r["requests_per_s"],

@@ -48,7 +48,7 @@ from typing_extensions import TypedDict
 from ..base.bounds import TPS_RANGE
 from ..base.dataset import CallTable, Dataset, groups, sums, turn_groups, zero_nan
 from ..base.guard import cited
-from ..base.knobs import is_on, lever_phase
+from ..base.knobs import caches_prompts, lever_phase
 from ..base.stats import median
 from .rate_model import decode_seconds, prefill_seconds
 from .regression import fit_line
@@ -172,7 +172,7 @@ def arm_rates(ds: Dataset, probes: Sequence[ProbeRow], decomposition: Sequence[D
             points = (n[keep].astype(np.int64), s[keep])
             psrc = "server timings"
         elif not (c_known[calls].any() or p_known[pcalls].any()) and (
-                is_on(ds.knobs(arm).get("prefix_cache")) or m.get("prefix_cache_hit_share")):
+                caches_prompts(ds.knobs(arm)) or m.get("prefix_cache_hit_share")):
             if m.get("uncached_prompt_tokens_per_request") and m.get("prefill_s_per_request"):
                 points = (np.array([m["uncached_prompt_tokens_per_request"]]), np.array([m["prefill_s_per_request"]]))
                 psrc = "server metrics (uncached prompt tokens and prefill seconds per request)"
@@ -206,7 +206,7 @@ def arm_rates(ds: Dataset, probes: Sequence[ProbeRow], decomposition: Sequence[D
             hit, hsrc = mp["prefix_cache_hit_share"], "the server's counters over its probes (one prompt sent again)"
         elif m.get("prefix_cache_hit_share") is not None:
             hit, hsrc = m["prefix_cache_hit_share"], "the server's counters over its block"
-        elif not is_on(ds.knobs(arm).get("prefix_cache")):
+        elif not caches_prompts(ds.knobs(arm)):
             hit, hsrc = 0.0, "none (no prefix cache in its knobs, none reported)"
         else:
             hit, hsrc = None, "not reported"
@@ -215,7 +215,7 @@ def arm_rates(ds: Dataset, probes: Sequence[ProbeRow], decomposition: Sequence[D
     return out
 
 
-def prefill_model(points: tuple[Sequence[float], Sequence[float]]) -> FlatPrefillFit | None:
+def prefill_model(points: tuple[Sequence[float] | np.ndarray, Sequence[float] | np.ndarray]) -> FlatPrefillFit | None:
     """Fit prefill_s = a + b·n over (uncached tokens n, seconds) points; b = 1/prefill_tps.  A slope that
     would put the rate past ``TPS_RANGE`` (the times do not grow with the tokens: a flat prefill, b a rounding
     error of 0) is taken as b = 0: the prefill costs a and no rate is measured."""

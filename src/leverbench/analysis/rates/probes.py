@@ -198,8 +198,7 @@ def check(entry: ProbeRow, reg: DecompositionRow | None, stream: DecodeFit | Non
 
 def probes(ds: Dataset, decomposition: Sequence[DecompositionRow], models: Sequence[RateModelRow] | None = None
            ) -> tuple[list[ProbeRow], list[RunWarning]]:
-    cfg = ds.config.get("probes") or {}
-    tol = cfg.get("tolerance", 0.05)
+    tol = ds.settings.probes.tolerance
     warnings: list[RunWarning] = []
     by: dict[tuple[str, str, int | None], dict[int, list[Mapping[str, object]]]] = defaultdict(
         lambda: defaultdict(list))

@@ -50,13 +50,14 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 import numpy as np
 from scipy.optimize import nnls
 
+from ...schema.rate_rows import RateModelRow
 from ..base.dataset import Dataset, zero_nan
-from ..base.knobs import is_on
+from ..base.knobs import answers_naturally, caches_prompts
 from .rate_model import single_stream_tpot
 
 if TYPE_CHECKING:
     from ...schema.load_rows import LoadRow
-    from ...schema.rate_rows import ArmMetrics, BatchSlowdown, DecodeFit, PrefillFit, RateModelRow
+    from ...schema.rate_rows import ArmMetrics, BatchSlowdown, DecodeFit, PrefillFit
 
 OUTLIER_K = 5.0  # robust standard deviations beyond which a point's residual marks it an outlier ...
 OUTLIER_REL = 0.25  # ... when it is also this share of its prediction
@@ -177,7 +178,8 @@ def is_natural(probe: Mapping[str, object]) -> bool:
 
 
 def has_drafter(ds: Dataset, arm: str) -> bool:
-    return is_on(ds.knobs(arm).get("drafter"))
+    """Whether *arm* serves with a lever whose speed depends on the text (a drafter): fitted on natural answers."""
+    return answers_naturally(ds.knobs(arm))
 
 
 def _uses(ds: Dataset, arm: str) -> tuple[np.ndarray, np.ndarray]:
@@ -196,7 +198,7 @@ def prefill_points(ds: Dataset, arm: str) -> tuple[np.ndarray, np.ndarray, np.nd
                                                   for t, r in tabs):
         cat = [np.concatenate([getattr(t, f)[r] for t, r in tabs]) for f in ("prompt_n", "cache_n", "prompt_ms")]
         return cat[0], zero_nan(cat[1]), cat[2] / 1000.0, "server timings"
-    nocache = not is_on(ds.knobs(arm).get("prefix_cache"))
+    nocache = not caches_prompts(ds.knobs(arm))
     n, k, s = [], [], []
     for t, r in tabs:
         cached = t.cached()[r]
@@ -285,11 +287,13 @@ def rate_models(ds: Dataset, load_rows: Sequence[LoadRow] | None = None,
             acc = (own_metrics or {}).get(arm, {}).get("drafter_acceptance")
             decode["acceptance"] = float(tot[1] / tot[0]) if tot[0] > 0 else acc
         slots = ds.knobs(arm).get("slots")
-        out.append({"arm": arm, "prefill": prefill, "decode": decode,
-                    "batch": batch_slowdown(load_rows or [], arm, decode),
-                    "slots": int(slots) if isinstance(slots, (int, float)) and slots else None, "drafter": drafter,
-                    **({} if prefill else {"prefill_refused": "no call with a known uncached prompt and its prefill "
-                                                              "time (server timings, or TTFT with cached counts)"}),
-                    **({} if decode else {"decode_refused": "no successful call with at least 2 generated tokens"
-                                                            + (" answered naturally" if drafter else "")})})
+        row = RateModelRow(arm=arm, prefill=prefill, decode=decode, batch=batch_slowdown(load_rows or [], arm, decode),
+                           slots=int(slots) if isinstance(slots, (int, float)) and slots else None, drafter=drafter)
+        if not prefill:
+            row["prefill_refused"] = ("no call with a known uncached prompt and its prefill time (server timings, or "
+                                      "TTFT with cached counts)")
+        if not decode:
+            row["decode_refused"] = ("no successful call with at least 2 generated tokens"
+                                     + (" answered naturally" if drafter else ""))
+        out.append(row)
     return out

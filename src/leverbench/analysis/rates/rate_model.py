@@ -37,7 +37,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ...schema.rate_rows import RateModelRow, RateRow
+    from ...schema.rate_rows import RateModelFits, RateModelRow, RateRow
     from ...schema.summary import Summary
 
 
@@ -46,7 +46,7 @@ def _positive(x: Any) -> Any:
     return (x + abs(x)) / 2.0
 
 
-def prefill_seconds(model: RateModelRow, uncached: Any, cached: Any = 0.0) -> Any:
+def prefill_seconds(model: RateModelFits, uncached: Any, cached: Any = 0.0) -> Any:
     """prefill_s(n, k) = a + b·n + c·n·(k + n/2) (see the module docstring); n < 0 counts as 0.  Numbers or
     numpy arrays alike (element by element)."""
     p = model["prefill"]
@@ -54,7 +54,7 @@ def prefill_seconds(model: RateModelRow, uncached: Any, cached: Any = 0.0) -> An
     return p["a_s"] + p["b_s_per_token"] * n + p.get("c_s_per_token2", 0.0) * n * (cached * 1.0 + n / 2.0)
 
 
-def decode_seconds(model: RateModelRow, context: Any, output: Any) -> Any:
+def decode_seconds(model: RateModelFits, context: Any, output: Any) -> Any:
     """decode_s(L, O) = O·d0 + d1·(O·L + O·(O − 1)/2) (see the module docstring); O < 0 counts as 0.  Numbers
     or numpy arrays alike (element by element)."""
     d = model["decode"]

@@ -108,6 +108,28 @@ def _count(v: float) -> int | float:
     return int(v) if v.is_integer() else v
 
 
+def _counts(x: np.ndarray) -> list[int | float]:
+    """:func:`_count` of each of *x* (integers as int: one conversion when all are)."""
+    whole = np.isfinite(x) & (x == np.trunc(x)) & (np.abs(x) < 2.0 ** 62)
+    return x.astype(np.int64).tolist() if whole.all() else [_count(v) for v in x.tolist()]
+
+
+def round4(y: np.ndarray) -> list[float]:
+    """Python's ``round(v, 4)`` of each of *y*.  Python rounds v's exact value to 4 decimals, half to even, and
+    returns the float nearest the result; rint(v·10⁴)/10⁴ is that float (k/10⁴ is correctly rounded for a whole
+    k below 2⁵³) unless the product's rounding error (≤ 2⁻⁵³ of it: < 10⁻⁶ below 2³⁰) can carry it across a half,
+    so a value within 10⁻⁶ of a half after scaling, one not finite and one past 2³⁰ are rounded by Python."""
+    y = np.asarray(y, dtype=float)
+    with np.errstate(invalid="ignore", over="ignore"):
+        scaled = y * 1e4
+        out = np.rint(scaled) / 1e4
+        doubtful = ~(np.abs(np.abs(scaled - np.trunc(scaled)) - 0.5) > 1e-6) | ~(np.abs(scaled) < 2.0 ** 30)
+    rounded = out.tolist()
+    for i in np.flatnonzero(doubtful).tolist():
+        rounded[i] = round(float(y[i]), 4)
+    return rounded
+
+
 def uncached_input(c: CallTable) -> np.ndarray:
     """Prompt tokens the server had to compute: prompt − cached (llama.cpp: timings.prompt_n); NaN: unknown."""
     client = np.trunc(c.prompt_tokens) - np.trunc(np.where(np.isnan(c.cached_tokens), 0.0, c.cached_tokens))
@@ -140,7 +162,7 @@ def scatter(x: np.ndarray, y: np.ndarray) -> Scatter:
     if sampled:
         pick = np.arange(SCATTER_POINTS_KEPT) * n // SCATTER_POINTS_KEPT
         x, y = x[pick], y[pick]
-    out: Scatter = {"x": [_count(v) for v in x.tolist()], "y": [round(v, 4) for v in y.tolist()]}
+    out: Scatter = {"x": _counts(x), "y": round4(y)}
     if sampled:
         out["x_sampled"] = True
     return out

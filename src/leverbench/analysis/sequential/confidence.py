@@ -162,6 +162,7 @@ quasi-random draws (:func:`fixed_power`).
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Mapping, Sequence
@@ -204,16 +205,31 @@ def _by_repeat(times: Times) -> dict[int, float | None]:
 def log_ratios(ref: Times, arm: Times) -> list[float]:
     """One case's complete pairs, by repeat: log(ref[r] / arm[r]) for every repeat r where both arms have a
     successful turn (a time, not None or NaN).  *ref*, *arm*: repeat → seconds (or a list indexed by repeat)."""
-    a, b = _by_repeat(ref), _by_repeat(arm)
-    out = []
-    for r in sorted(a.keys() & b.keys()):
-        t_ref, t_arm = a[r], b[r]
-        if t_ref is None or t_arm is None or math.isnan(t_ref) or math.isnan(t_arm):
-            continue
-        if t_ref <= 0 or t_arm <= 0 or math.isinf(t_ref) or math.isinf(t_arm):
-            raise BadInput(f"turn times must be positive and finite seconds; repeat {r} has {t_ref!r} and {t_arm!r}")
-        out.append(math.log(t_ref / t_arm))
-    return out
+    return log_ratio_arrays(*_seconds(_by_repeat(ref)), *_seconds(_by_repeat(arm)))
+
+
+def log_ratio_arrays(repeats_ref: np.ndarray, ref: np.ndarray, repeats_arm: np.ndarray, arm: np.ndarray
+                     ) -> list[float]:
+    """:func:`log_ratios` of two arms' turns given as arrays: each one's repeat numbers (int64, distinct) and
+    seconds (NaN: no successful turn)."""
+    common, i, j = np.intersect1d(repeats_ref, repeats_arm, assume_unique=True, return_indices=True)
+    t_ref, t_arm = ref[i], arm[j]
+    both = ~(np.isnan(t_ref) | np.isnan(t_arm))
+    common, t_ref, t_arm = common[both], t_ref[both], t_arm[both]
+    bad = (t_ref <= 0) | (t_arm <= 0) | np.isinf(t_ref) | np.isinf(t_arm)
+    if bad.any():
+        k = int(np.argmax(bad))
+        raise BadInput(f"turn times must be positive and finite seconds; repeat {int(common[k])} has "
+                       f"{float(t_ref[k])!r} and {float(t_arm[k])!r}")
+    return list(map(math.log, (t_ref / t_arm).tolist()))  # (math.log: numpy's may differ in the last bit)
+
+
+def _seconds(times: dict[int, float | None]) -> tuple[np.ndarray, np.ndarray]:
+    """(repeats, seconds) of *times* for :func:`log_ratio_arrays`; BadInput for a time that is no number."""
+    if any(not isinstance(t, numbers.Real) for t in times.values() if t is not None):
+        raise BadInput(f"turn times must be numbers of seconds or None, got {list(times.values())!r}")
+    return (np.fromiter(times, np.int64, len(times)),
+            np.array([math.nan if t is None else t for t in times.values()], dtype=float))
 
 
 def paired_log_ratios(ref: Mapping[str, Times], arm: Mapping[str, Times]) -> dict[str, list[float]]:
@@ -520,6 +536,17 @@ def _uniform_draws(cases: int) -> np.ndarray:
     return np.clip(u, 1e-12, 1.0 - 1e-12)
 
 
+@lru_cache(maxsize=8)
+def _chi2_draws(cases: int, df: float) -> np.ndarray:
+    """χ²_df / df at the quantiles :func:`_uniform_draws` (*cases*): the same for every comparison with as many
+    cases, so kept for the next one (scipy's inverse of the incomplete gamma function is the costly part)."""
+    from scipy.stats import chi2
+
+    x = chi2.ppf(_uniform_draws(cases), df) / df
+    x.flags.writeable = False
+    return x
+
+
 def fixed_power(n, estimate: float, sd: float, cases: int, min_effect: float, confidence: float = 0.95,
                 verdict: str = PAYS, weights: Sequence[float] | None = None):
     """Probability that a fixed design of *n* repeats per case (K = *cases*) reaches *verdict* with the fixed
@@ -530,15 +557,15 @@ def fixed_power(n, estimate: float, sd: float, cases: int, min_effect: float, co
     ν = (Σ s_c²)² / Σ s_c⁴/(n − 1), and with λ± = (θ ∓ log m)/σ_θ:
     pays: Φ(λ− − q·r); does not pay: Φ(−λ− − q·r); equivalent: max(0, Φ(−λ− − q·r) − Φ(q·r − λ+)).  The
     expectation over the χ² is taken on :data:`POWER_DRAWS` fixed quasi-random draws.  Vectorised in n."""
-    from scipy.stats import chi2, norm
+    from scipy.stats import norm
     from scipy.stats import t as student_t
 
     if verdict not in (PAYS, DOES_NOT_PAY, EQUIVALENT):
         raise BadInput(f"no fixed design for the verdict {verdict!r}")
     n = np.asarray(n, dtype=float)
     w = np.full(cases, 1.0 / cases) if weights is None else np.asarray(weights, dtype=float) / float(np.sum(weights))
-    df = (n - 1.0)[..., None, None]
-    x = chi2.ppf(_uniform_draws(cases), np.maximum(df, 1.0)) / np.maximum(df, 1.0)  # (…, draws, K): χ²/(n − 1)
+    x = np.stack([_chi2_draws(cases, float(max(k - 1.0, 1.0))) for k in n.ravel().tolist()]
+                 ).reshape(n.shape + (POWER_DRAWS, cases))  # (…, draws, K): χ²/(n − 1)
     v = w * x                                                                          # ∝ s_c²
     nu = v.sum(-1) ** 2 / np.maximum((v * v).sum(-1), 1e-300) * (n - 1.0)[..., None]
     qr = student_t.ppf(0.5 + confidence / 2.0, np.maximum(nu, 1e-9)) * np.sqrt(v.sum(-1))

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, TypeVar
 
 import numpy as np
 
@@ -163,9 +163,15 @@ class Looks:
         return self.stream.est
 
     def upto(self, repeats: int) -> "Looks":
-        def cut(x):
-            return type(x)(*(getattr(x, f)[:, :repeats] for f in x.__dataclass_fields__))
-        return Looks(cut(self.stream), cut(self.fixed), cut(self.pooled))
+        return Looks(_first(self.stream, repeats), _first(self.fixed, repeats), _first(self.pooled, repeats))
+
+
+_Looked = TypeVar("_Looked", Stream, Fixed)
+
+
+def _first(x: _Looked, repeats: int) -> _Looked:
+    """*x* at its first *repeats* looks: each of its arrays' first *repeats* columns."""
+    return type(x)(*(getattr(x, f)[:, :repeats] for f in x.__dataclass_fields__))
 
 
 def looks(t_ref: np.ndarray, t_arm: np.ndarray) -> Looks:
@@ -199,7 +205,8 @@ def t_every_look(s: Stream, confidence: float) -> np.ndarray:
     """The classical t-interval of the stream at every look (INVALID when looked at more than once)."""
     with np.errstate(invalid="ignore", divide="ignore"):
         se = np.sqrt(s.w / np.where(s.nu >= 1, s.nu, 1.0) / np.where(s.m > 0, s.m, 1.0))
-    return t_half_width(np.where(s.nu >= 1, se, np.inf), s.nu, confidence)
+    half: np.ndarray = t_half_width(np.where(s.nu >= 1, se, np.inf), s.nu, confidence)  # (confidence.py: untyped)
+    return half
 
 
 @dataclass

@@ -25,30 +25,25 @@ Per call i (input I, output O, cached tokens C, with the rates of its model):
 Shares are phase sums over total sums, overall and per input-length bucket
 (``BUCKETS``: <1k, 1k–4k, 4k–16k, 16k–64k, ≥64k, with k = 1,024 tokens).
 
-Levers (Amdahl: each removes time from its own phase only):
-
-    prefix cache  saved_i = C_i / prefill_tps    (C from the trace; or
-                  share × I under an assumed --cached-share; unknown otherwise).
-                  When the log's cached tokens were served (a cache was already on: a
-                  gateway log, a vLLM or AIPerf export, a leverbench ledger), the cache is
-                  not a lever to try: its row says "already on" with its realized saving
-                  Σ C_served / prefill_tps (and that as a share of the time it would take
-                  without it), and the other levers are ranked against the time actually
-                  spent.  Where the log only shows potential sharing (Mooncake hash ids),
-                  ``finite_cache`` (a cache of finite capacity run over the calls,
-                  :mod:`.prefix_cache`) puts its saving Σ hit / prefill_tps beside the
-                  unbounded one
-    drafter       saved_i = decode_s × (1 − 1/speedup)   (negative when the
-                  drafter is slower than plain decoding)
-    answer cap N  saved_i = max(0, O − N) / decode_tps
+Levers (Amdahl: each removes time from its own phase only): every lever of the registry that declares a
+traffic saving (:attr:`leverbench.levers.Lever.traffic`, in its module: the prefix cache, the drafter, the answer
+cap), in the registry's order.  Its module says the phase it acts on, the rate its saving needs and the saving of
+a group of calls (its formula, e.g. C / prefill_tps for the prefix cache, decode_s × (1 − 1/speedup) for the
+drafter, max(0, O − N) / decode_tps for an answer cap of N), and its parameter in words; the row is named by its
+words.  The lever that caches prompts (:attr:`~leverbench.levers.Lever.caches_prompts`) is the one the log's
+cached tokens speak of: when they were served (a cache was already on: a gateway log, a vLLM or AIPerf export, a
+leverbench ledger), it is not a lever to try: its row says "already on" with its realized saving Σ C_served /
+prefill_tps (and that as a share of the time it would take without it), and the other levers are ranked against
+the time actually spent.  Where the log only shows potential sharing (Mooncake hash ids), ``finite_cache`` (a
+cache of finite capacity run over the calls, :mod:`.prefix_cache`) puts its saving Σ hit / prefill_tps beside
+the unbounded one.
 
     saved share         = Σ saved / Σ total
     GPU-h per 1000 calls = (Σ saved / n) × gpus × 1000 / 3600
     $ per 1000 calls     = GPU-h per 1000 calls × gpu_hour_usd
 
 A lever's range is its saved share at the extreme values of its own rate
-(prefill_tps for the cache, speedup for the drafter, decode_tps for the
-cap) where several were measured (``Rates.alternatives``); else the spread of
+where several were measured (``Rates.alternatives``); else the spread of
 its saved share across models, or across input-length buckets, each holding
 ≥ 5 % of the calls.
 
@@ -69,6 +64,8 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 import polars as pl
 
 from ...errors import BadInput
+from ...levers import Lever, TrafficFacts, registry
+from ...schema.traffic_rows import TrafficResult
 from ..base.bounds import MAX_GPU_HOUR_USD, MAX_GPUS
 from ..base.operating_point import sides, under_load
 from .fit import fit_rates
@@ -98,7 +95,6 @@ if TYPE_CHECKING:
         PhaseRow,
         PhaseSums,
         TrafficExtrapolation,
-        TrafficResult,
     )
     from ...workload.traces.records import TrafficCall, TrafficLoad
 
@@ -107,7 +103,6 @@ __all__ = ["BUCKETS", "PHASES", "Rates", "analyze_traffic", "bucket_of", "choose
            "summarize_skips", "with_drafter"]
 
 RANGE_MIN_CALL_SHARE = 0.05
-LEVER_PHASE = {"prefix cache": "prefill", "drafter": "decode", "answer cap": "decode"}
 
 
 # ---------------------------------------------------------------- per-call formulas
@@ -121,21 +116,6 @@ def prefill_seconds(input_tokens: float, r: Rates, cached_tokens: float = 0.0) -
 def decode_seconds(output_tokens: float, r: Rates) -> float:
     """O / decode_tps."""
     return output_tokens / r.decode_tps
-
-
-def cache_saving(cached_tokens: float, r: Rates) -> float:
-    """Prefill time a prefix cache removes: C / prefill_tps."""
-    return cached_tokens / r.prefill_tps
-
-
-def drafter_saving(decode_s: float, speedup: float) -> float:
-    """Decode time a drafter removes: decode_s × (1 − 1/speedup) (negative if speedup < 1)."""
-    return decode_s * (1.0 - 1.0 / speedup)
-
-
-def cap_saving(output_tokens: float, cap: float, r: Rates) -> float:
-    """Decode time of the tokens above an answer cap: max(0, O − N) / decode_tps."""
-    return max(0.0, output_tokens - cap) / r.decode_tps
 
 
 def gpu_hours_per_1000(seconds_per_call: float, gpus: float = 1.0) -> float:
@@ -153,7 +133,6 @@ def bucket_of(input_tokens: float) -> str:
 # ---------------------------------------------------------------- the analysis, from sums per (model, bucket)
 
 
-_LEVER_PARAM = {"prefix cache": "prefill_tps", "drafter": "drafter_speedup", "answer cap": "decode_tps"}
 def _phase_row(rows: Sequence[PhaseSums]) -> PhaseRow:
     sums = {p: total(rows, p) for p in PHASES}
     tot = sum(sums.values())
@@ -167,20 +146,16 @@ def _phase_row(rows: Sequence[PhaseSums]) -> PhaseRow:
             "dominant": max(PHASES, key=lambda p: sums[p]) if tot > 0 else None}
 
 
-def _saved(name: str, g: PhaseSums, r: Rates, value: float | None = None) -> float | None:
-    """Seconds lever ``name`` removes from group ``g`` (rates ``r``; ``value``: its parameter at another value)."""
-    if name == "prefix cache":
-        return g["cached"] / (value or r.prefill_tps) if g["cached_calls"] else None
-    if name == "drafter":
-        sp = value or r.drafter_speedup
-        return drafter_saving(g["decode"], sp) if sp else None
-    return g["excess"] / (value or r.decode_tps)
+def _saved(x: Lever, g: PhaseSums, r: Rates, value: float | None = None) -> float | None:
+    """Seconds lever ``x`` removes from group ``g`` (rates ``r``; ``value``: its rate at another value)."""
+    spec = x.traffic
+    return spec.saved(g, value or getattr(r, spec.rate)) if spec else None  # type: ignore[arg-type]  # sums by name
 
 
-def _lever_total(name: str, rows: Sequence[PhaseSums], rates: Mapping[str, Rates],
+def _lever_total(x: Lever, rows: Sequence[PhaseSums], rates: Mapping[str, Rates],
                  value: Mapping[str, float | None] | None = None) -> float | None:
-    """Σ over ``rows`` of the seconds lever ``name`` removes (None: unknown for every row)."""
-    parts = [_saved(name, g, rates[g["model"]], (value or {}).get(g["model"])) for g in rows]
+    """Σ over ``rows`` of the seconds lever ``x`` removes (None: unknown for every row)."""
+    parts = [_saved(x, g, rates[g["model"]], (value or {}).get(g["model"])) for g in rows]
     known = [p for p in parts if p is not None]
     return float(sum(known)) if known else None
 
@@ -194,13 +169,13 @@ def _extremes(rates: Mapping[str, Rates], param: str) -> tuple[dict[str, float |
     return ({m: min(v) if v else None for m, v in vals.items()}, {m: max(v) if v else None for m, v in vals.items()})
 
 
-def _lever_range(name: str, rows: Sequence[PhaseSums], rates: Mapping[str, Rates], n: int,
+def _lever_range(x: Lever, rows: Sequence[PhaseSums], rates: Mapping[str, Rates], n: int,
                  tot: float) -> tuple[list[float] | None, str | None]:
     """(lo, hi) saved share, and where the spread comes from."""
-    param = _LEVER_PARAM[name]
+    param = x.traffic.rate if x.traffic else ""
     ext = _extremes(rates, param)
     if ext is not None:
-        shares = [s / tot for s in (_lever_total(name, rows, rates, e) for e in ext) if s is not None]
+        shares = [s / tot for s in (_lever_total(x, rows, rates, e) for e in ext) if s is not None]
         if shares:
             lo = min(v for v in ext[0].values() if v is not None)
             hi = max(v for v in ext[1].values() if v is not None)
@@ -217,17 +192,17 @@ def _lever_range(name: str, rows: Sequence[PhaseSums], rates: Mapping[str, Rates
             part = [g for g in rows if g[key] == k]  # type: ignore[literal-required]
             t = _phase_row(part)["total_s"]
             if t > 0:
-                shares.append((_lever_total(name, part, rates) or 0.0) / t)
+                shares.append((_lever_total(x, part, rates) or 0.0) / t)
         if len(shares) >= 2:
             return [min(shares), max(shares)], f"across {label} holding ≥{RANGE_MIN_CALL_SHARE:.0%} of the calls"
     return None, None
 
 
-def _already_on(row: LeverRow, rows: Sequence[PhaseSums], rates: Mapping[str, Rates], overall: PhaseRow,
+def _already_on(x: Lever, row: LeverRow, rows: Sequence[PhaseSums], rates: Mapping[str, Rates], overall: PhaseRow,
                 cached: Mapping[str, float], n: int, gpus: float, gpu_hour_usd: float | None) -> LeverRow:
-    """The prefix cache's row when the log's cached tokens were served: not a lever to try, its realized
-    saving instead (share of the time the calls would take without it)."""
-    s = _lever_total("prefix cache", rows, rates) or 0.0
+    """The row of the lever that caches prompts when the log's cached tokens were served: not a lever to try,
+    its realized saving instead (share of the time the calls would take without it)."""
+    s = _lever_total(x, rows, rates) or 0.0
     without = overall["total_s"] + s
     gh = gpu_hours_per_1000(s / n, gpus)
     row.update(estimated=False, already_on=True, saved_s=None, saved_share=None, range=None, range_source=None,
@@ -239,42 +214,31 @@ def _already_on(row: LeverRow, rows: Sequence[PhaseSums], rates: Mapping[str, Ra
     return row
 
 
-def _lever_row(name: str, rows: Sequence[PhaseSums], rates: Mapping[str, Rates], book: RateBook, overall: PhaseRow,
-               n: int, cap: float, cap_default: bool, cached: Mapping[str, float], assumed_share: float | None,
-               gpus: float, gpu_hour_usd: float | None, cache_on: bool = False,
-               finite: FiniteCache | None = None) -> LeverRow:
-    row: LeverRow = {"lever": name, "phase": LEVER_PHASE[name],  # type: ignore[typeddict-item]
-                     "ceiling_share": overall[f"{LEVER_PHASE[name]}_share"],  # type: ignore[literal-required]
+def _lever_row(x: Lever, rows: Sequence[PhaseSums], rates: Mapping[str, Rates], overall: PhaseRow, n: int,
+               facts: TrafficFacts, cached: Mapping[str, float], gpus: float, gpu_hour_usd: float | None,
+               cache_on: bool = False, finite: FiniteCache | None = None) -> LeverRow:
+    """One lever's row: its phase and ceiling, its parameter, and its saving (its module's formula) or why none."""
+    spec, phase = x.traffic, x.phases[0]
+    assert spec is not None  # a traffic lever (registry.traffic_levers)
+    row: LeverRow = {"lever": x.words, "phase": phase,  # type: ignore[typeddict-item]  # prefill or decode
+                     "ceiling_share": overall[f"{phase}_share"],  # type: ignore[literal-required]
                      "already_on": False}
-    if name == "answer cap":
-        row["parameter"] = f"cap {cap:.0f} tokens" + (", the median output" if cap_default else "")
-    elif name == "drafter":
-        sp = [r.drafter_speedup for r in book.values() if r.drafter_speedup]
-        row["parameter"] = ((f"speedup {min(sp):.2f}x" + (f"–{max(sp):.2f}x" if max(sp) != min(sp) else ""))
-                            if sp else None)
-    else:
-        row["parameter"] = (f"cached share {cached['cached'] / cached['all_input']:.1%} of input tokens "
-                            f"({cached['calls']} calls)" if cached["calls"] and cached["all_input"] else None)
-        if assumed_share is not None:
-            row["parameter"] = (row["parameter"] + "; " if row["parameter"] else "") + \
-                f"assumed {assumed_share:.0%} cached where not recorded"
-    if name == "prefix cache" and cache_on:
-        return _already_on(row, rows, rates, overall, cached, n, gpus, gpu_hour_usd)
-    s = _lever_total(name, rows, rates)
+    row["parameter"] = spec.parameter(facts)
+    if x.caches_prompts and cache_on:
+        return _already_on(x, row, rows, rates, overall, cached, n, gpus, gpu_hour_usd)
+    s = _lever_total(x, rows, rates)
     if s is None:
         row.update(estimated=False, saved_s=None, saved_share=None, range=None, range_source=None,
-                   reason=("this traffic records no prefix sharing or cached tokens; give --cached-share"
-                           if name == "prefix cache" else
-                           "no measured drafter speedup; give --rates RUN_DIR with a drafter arm or --drafter-speedup"))
+                   reason=spec.unknown)
         return row
     tot = overall["total_s"]
     per_call = s / n
-    rng, rng_src = _lever_range(name, rows, rates, n, tot)
+    rng, rng_src = _lever_range(x, rows, rates, n, tot)
     gh = gpu_hours_per_1000(per_call, gpus)
     row.update(estimated=True, saved_s=s, saved_share=s / tot if tot > 0 else None, saved_s_per_call=per_call,
                gpu_hours_per_1000_calls=gh, usd_per_1000_calls=gh * gpu_hour_usd if gpu_hour_usd is not None else None,
                range=rng, range_source=rng_src, reason=None)
-    if name == "prefix cache" and finite is not None:
+    if x.caches_prompts and finite is not None:
         f = row["finite"] = _finite_row(finite, rates, tot)
         given = row["parameter"] or "no cached share recorded"
         row["parameter"] = (f"{given}, every earlier prompt kept (the upper bound); a cache of "
@@ -352,50 +316,58 @@ def analyze_traffic(calls: Sequence[TrafficCall] | TrafficLoad | pl.LazyFrame | 
         part = [g for g in rows if g["bucket"] == name]
         if part:
             buckets.append({"bucket": name, "call_share": total(part, "calls") / n, **_phase_row(part)})
-    levers = [_lever_row(name, rows, rates, book, overall, n, cap, cap_default, cached, assumed_cached_share,
-                         gpus, gpu_hour_usd, cache_on, finite_cache) for name in LEVER_PHASE]
+    facts = {x.name: TrafficFacts(
+        rate_values=tuple(v for r in book.values() if x.traffic and (v := getattr(r, x.traffic.rate))),
+        answer_cap=cap, answer_cap_default=cap_default, cached_calls=int(cached["calls"]),
+        cached_tokens=cached["cached"], input_tokens=cached["all_input"], assumed_cached_share=assumed_cached_share)
+        for x in registry.traffic_levers()}
+    levers = [_lever_row(x, rows, rates, overall, n, facts[x.name], cached, gpus, gpu_hour_usd, cache_on,
+                         finite_cache) for x in registry.traffic_levers()]
     est = sorted((l for l in levers if l["estimated"]), key=lambda l: -l["saved_s"])
     levers = est + [l for l in levers if not l["estimated"]]
     for b in buckets:
         part = [g for g in rows if g["bucket"] == b["bucket"]]
-        b["levers"] = {name: ((_lever_total(name, part, rates) or 0.0) / b["total_s"]
-                              if _lever_total(name, rows, rates) is not None and b["total_s"] > 0
-                              and not (cache_on and name == "prefix cache") else None)
-                       for name in LEVER_PHASE}
+        b["levers"] = {x.words: ((_lever_total(x, part, rates) or 0.0) / b["total_s"]
+                                 if _lever_total(x, rows, rates) is not None and b["total_s"] > 0
+                                 and not (cache_on and x.caches_prompts) else None)
+                       for x in registry.traffic_levers()}
     per_call = tot / n
     gh = gpu_hours_per_1000(per_call, gpus)
-    result: TrafficResult = {
-        "calls": n,
-        "distribution": {"input_tokens": distribution_of_counts(in_v, in_n),
-                         "output_tokens": distribution_of_counts(out_v, out_n),
-                         "cached_tokens": distribution_of_counts(vcached.get_column("value").to_numpy(),
-                                                                 vcached.get_column("n").to_numpy()),
-                         "cached_share_of_input": cached["cached"] / k["input"] if k["calls"] and k["input"] else None,
-                         "input_output_ratio": all_input / all_output if all_output > 0 else None},
-        "rates": {("*" if key is None else key): r.as_dict() for key, r in book.items()},
-        "queue": {"measured": queue_measured, "calls_with_ttft": ttft_calls,
-                  "note": ("queue = max(0, TTFT − modelled prefill), per call" if queue_measured else
-                           "not measured: rates fitted from these TTFTs hold queueing in their intercept"
-                           if ttft_calls and not queue_from_ttft else
-                           "not measured: the traffic records no TTFT")},
-        "overall": overall,
-        "buckets": buckets,
-        "levers": levers,
-        "ranking": [l["lever"] for l in est],
-        "cost": {"gpus": gpus, "gpu_hour_usd": gpu_hour_usd, "seconds_per_call": per_call,
-                 "gpu_hours_per_1000_calls": gh,
-                 "usd_per_1000_calls": gh * gpu_hour_usd if gpu_hour_usd is not None else None},
-        "answer_cap": cap, "answer_cap_default": cap_default,
-        "cached_meaning": cached_meaning,
-        "cache_already_on": cache_on,
-        "extrapolation": _extrapolation(rows, rates, n),
-    }
+    # by keyword: one of the result's fields bears the answer cap's name in the schema (analyze's published output)
+    result = TrafficResult(
+        calls=n,
+        distribution={"input_tokens": distribution_of_counts(in_v, in_n),
+                      "output_tokens": distribution_of_counts(out_v, out_n),
+                      "cached_tokens": distribution_of_counts(vcached.get_column("value").to_numpy(),
+                                                              vcached.get_column("n").to_numpy()),
+                      "cached_share_of_input": cached["cached"] / k["input"] if k["calls"] and k["input"] else None,
+                      "input_output_ratio": all_input / all_output if all_output > 0 else None},
+        rates={("*" if key is None else key): r.as_dict() for key, r in book.items()},
+        queue={"measured": queue_measured, "calls_with_ttft": ttft_calls,
+               "note": ("queue = max(0, TTFT − modelled prefill), per call" if queue_measured else
+                        "not measured: rates fitted from these TTFTs hold queueing in their intercept"
+                        if ttft_calls and not queue_from_ttft else
+                        "not measured: the traffic records no TTFT")},
+        overall=overall,
+        buckets=buckets,
+        levers=levers,
+        ranking=[l["lever"] for l in est],
+        cost={"gpus": gpus, "gpu_hour_usd": gpu_hour_usd, "seconds_per_call": per_call,
+              "gpu_hours_per_1000_calls": gh,
+              "usd_per_1000_calls": gh * gpu_hour_usd if gpu_hour_usd is not None else None},
+        answer_cap=cap, answer_cap_default=cap_default,
+        cached_meaning=cached_meaning,
+        cache_already_on=cache_on,
+        extrapolation=_extrapolation(rows, rates, n),
+    )
     point = traffic_operating_point(lf, rate_table(models, book), cached_served)
     if point is not None:
         point["sides"] = sides(load_levers, point)
     result["operating_point"] = point
     result["under_load"] = under_load(load_levers)
-    result["conditions"] = conditions(result, book)
+    said = [c for x in registry.traffic_levers() if x.traffic and x.traffic.condition
+            and (c := x.traffic.condition(facts[x.name]))]
+    result["conditions"] = conditions(result, book, said)
     result["recommendation"] = recommend(result)
     return result
 

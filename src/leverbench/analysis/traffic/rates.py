@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Mapping
 
 from ...errors import BadInput
+from ...levers import registry
 from ..base.knobs import differing, is_on
 
 if TYPE_CHECKING:
@@ -58,6 +59,14 @@ class Rates:
 
 # model name → Rates; the key None holds the rates for every other call
 RateBook = Mapping[str | None, Rates]
+#: The rate a lever's decode speedup is kept in, as a run measures it (its arm against its twin without it) or as
+#: given (``--drafter-speedup``): the rate of the lever whose traffic saving needs it (the drafter's module says so).
+SPEEDUP = "drafter_speedup"
+
+
+def _speeding_knob() -> str | None:
+    """The knob of the lever whose traffic saving needs :data:`SPEEDUP` (the drafter), or None."""
+    return next((x.name for x in registry.traffic_levers() if x.traffic and x.traffic.rate == SPEEDUP), None)
 
 
 # ---------------------------------------------------------------- per-call formulas
@@ -129,7 +138,7 @@ def with_drafter(book: RateBook, speedup: float | None,
     if not speedup > 0:
         raise BadInput(f"--drafter-speedup must be positive (got {speedup})")
     return {k: replace(r, drafter_speedup=speedup, drafter_source=source,
-                       alternatives={n: v for n, v in r.alternatives.items() if n != "drafter_speedup"})
+                       alternatives={n: v for n, v in r.alternatives.items() if n != SPEEDUP})
             for k, r in book.items()}
 
 
@@ -140,11 +149,10 @@ def _rate_row(summary: Summary, arm: str) -> RateRow | Mapping[str, object]:
 def rates_from_summary(summary: Summary, label: str = "run") -> Rates:
     """The no-lever rates of a leverbench run (its baseline arm), with the drafter's measured speedup.
 
-    drafter_speedup = decode_tps of the arm that declares a drafter / decode_tps
-    of the arm that differs from it only in the drafter (else the baseline);
-    its speedup against every other arm without a drafter goes to the
-    alternatives, as do all arms' prefill rates and the non-drafter arms'
-    decode rates.
+    drafter_speedup = decode_tps of the arm that declares a drafter (the knob of the lever whose saving needs
+    :data:`SPEEDUP`) / decode_tps of the arm that differs from it only in that knob (else the baseline);
+    its speedup against every other arm without it goes to the alternatives, as do all arms' prefill rates and
+    the other arms' decode rates.
     """
     base_name = summary.get("baseline")
     base = _rate_row(summary, base_name)
@@ -154,22 +162,23 @@ def rates_from_summary(summary: Summary, label: str = "run") -> Rates:
     arms = {a["name"]: a for a in summary.get("arms") or []}
     cond = {n: dict(a.get("conditions") or {}) for n, a in arms.items()}
     rows = {r["arm"]: r for r in summary.get("rates") or [] if r.get("arm") in arms}
-    drafters = [n for n in arms if is_on(cond[n].get("drafter")) and rows.get(n, {}).get("decode_tps")]
-    plain = [n for n in arms if not is_on(cond[n].get("drafter")) and rows.get(n, {}).get("decode_tps")]
+    knob = _speeding_knob()
+    drafters = [n for n in arms if knob and is_on(cond[n].get(knob)) and rows.get(n, {}).get("decode_tps")]
+    plain = [n for n in arms if not (knob and is_on(cond[n].get(knob))) and rows.get(n, {}).get("decode_tps")]
     speedup = src = None
     speedups: list[float] = []
     if drafters:
         d = drafters[0]
-        twin = next((n for n in plain if differing(cond[n], cond[d]) == ["drafter"]), base_name)
+        twin = next((n for n in plain if differing(cond[n], cond[d]) == [knob]), base_name)
         if rows.get(twin, {}).get("decode_tps"):
             speedup = rows[d]["decode_tps"] / rows[twin]["decode_tps"]
-            src = (f"{label}: arm {d!r} ({cond[d].get('drafter')}) vs {twin!r}, "
+            src = (f"{label}: arm {d!r} ({cond[d].get(str(knob))}) vs {twin!r}, "
                    f"decode rates from {rows[d].get('decode_source')}")
         speedups = [rows[d]["decode_tps"] / rows[n]["decode_tps"] for n in plain]
     alts = {
         "prefill_tps": tuple(r["prefill_tps"] for r in rows.values() if r.get("prefill_tps")),
         "decode_tps": tuple(rows[n]["decode_tps"] for n in plain),
-        "drafter_speedup": tuple(speedups),
+        SPEEDUP: tuple(speedups),
     }
     bc = cond.get(base_name, {})
     run = summary.get("run") or {}

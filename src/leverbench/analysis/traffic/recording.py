@@ -23,12 +23,13 @@ Pure functions over :class:`~leverbench.workload.recorded.traffic.RecordingCall`
 from __future__ import annotations
 
 import statistics
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ...workload.traces.records import TrafficCall
 from .rates import Rates
 
 if TYPE_CHECKING:
+    from ...schema.traffic_rows import EngineTime, RecordedTurnRow, RecordingSummary, SharedPrefix
     from ...workload.recorded.traffic import RecordingCall
 
 
@@ -43,7 +44,7 @@ def _counted(calls: list[RecordingCall]) -> list[RecordingCall]:
     return [c for c in calls if c.prompt_tokens is not None]
 
 
-def _shared_prefix(turns: dict[str, list[RecordingCall]], per_char: float | None) -> dict[str, Any] | None:
+def _shared_prefix(turns: dict[str, list[RecordingCall]], per_char: float | None) -> SharedPrefix | None:
     """The prefix every turn's first request shares (None: a single turn)."""
     firsts = [cs[0] for cs in turns.values()]
     if len(firsts) < 2:
@@ -71,7 +72,7 @@ def _within(turns: dict[str, list[RecordingCall]]) -> float | None:
     return held / total if total else None
 
 
-def _engine_time(calls: list[RecordingCall], turns: dict[str, list[RecordingCall]]) -> dict[str, Any]:
+def _engine_time(calls: list[RecordingCall], turns: dict[str, list[RecordingCall]]) -> EngineTime:
     timed = [c for c in calls if c.prompt_ms is not None and c.predicted_ms is not None and c.latency_s is not None]
     prefill = sum(c.prompt_ms or 0.0 for c in timed) / 1000
     decode = sum(c.predicted_ms or 0.0 for c in timed) / 1000
@@ -86,7 +87,7 @@ def _engine_time(calls: list[RecordingCall], turns: dict[str, list[RecordingCall
             "calls_latency_s": sum(c.latency_s or 0.0 for c in calls), "between_calls_s": between}
 
 
-def recording_summary(calls: list[RecordingCall]) -> dict[str, Any]:
+def recording_summary(calls: list[RecordingCall]) -> RecordingSummary:
     """The recording's first screen, as data (see the module's docstring)."""
     turns = _turns(calls)
     counted = _counted(calls)
@@ -100,7 +101,7 @@ def recording_summary(calls: list[RecordingCall]) -> dict[str, Any]:
         key = c.counted_by or "none"
         by[key] = by.get(key, 0) + 1
     cached = [c.cached_tokens for c in counted if c.cached_tokens is not None]
-    rows = []
+    rows: list[RecordedTurnRow] = []
     for t, cs in turns.items():
         cnt = _counted(cs)
         rows.append({"turn": t, "calls": len(cs), "tool_rounds": sum(1 for c in cs if c.tool_calls),
@@ -127,7 +128,7 @@ def cache_served(calls: list[RecordingCall]) -> bool:
     return any(c.cached_tokens for c in calls)
 
 
-def traffic_calls(calls: list[RecordingCall], summary: dict[str, Any]) -> list[tuple[RecordingCall, TrafficCall]]:
+def traffic_calls(calls: list[RecordingCall], summary: RecordingSummary) -> list[tuple[RecordingCall, TrafficCall]]:
     """Each call with token counts as a traffic call (its turn the session, its step the round, arrival from its
     start), cached tokens as served or, where none was, as a prefix cache could have served them."""
     served = cache_served(calls)

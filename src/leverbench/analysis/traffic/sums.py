@@ -97,25 +97,25 @@ def distribution_of_counts(values: np.ndarray, counts: np.ndarray) -> CountDistr
 
 
 def rate_table(models: Iterable[str | None], book: RateBook) -> pl.DataFrame:
-    """Per model (NO_MODEL for None): its rates' prefill a, tps, decode tps, drafter speedup, input range end."""
+    """Per model (NO_MODEL for None): its rates' prefill a, tps, decode tps, input range end."""
     rows = []
     for m in models:
         r = rates_for(book, m or None)
         rows.append({"model": m if m is not None else NO_MODEL, "a": r.prefill_a_s, "ptps": r.prefill_tps,
-                     "dtps": r.decode_tps, "speedup": r.drafter_speedup,
-                     "hi": (r.prefill_input_range or (0, math.inf))[1]})
+                     "dtps": r.decode_tps, "hi": (r.prefill_input_range or (0, math.inf))[1]})
     return pl.DataFrame(rows, schema={"model": pl.String, "a": pl.Float64, "ptps": pl.Float64, "dtps": pl.Float64,
-                                      "speedup": pl.Float64, "hi": pl.Float64})
+                                      "hi": pl.Float64})
 
 
 def phase_sums(lf: pl.LazyFrame, rates: pl.DataFrame, *, cap: float, assumed_share: float | None,
                cached_served: bool, queue: bool, cache_on: bool = False) -> pl.LazyFrame:
-    """Per (model, bucket): calls, Σ prefill/decode/queue s, Σ cached tokens (as the cache lever counts them),
-    Σ decode s × (1 − 1/speedup), Σ max(0, O − cap), calls with TTFT and calls beyond the measured input.
+    """Per (model, bucket): calls, Σ prefill/decode/queue s, Σ cached tokens (recorded, or the assumed share where a
+    call records none) and the calls that have them, Σ max(0, O − cap), calls with TTFT and calls beyond the
+    measured input: the sums a lever's traffic saving is a formula of (:class:`leverbench.levers.TrafficSaving`).
     ``cache_on`` (a cache already served the recorded cached tokens): prefill = a + (I − C)/prefill_tps, the
     time actually spent."""
     inp, out, cached = (pl.col(c).cast(pl.Float64) for c in ("input", "output", "cached"))
-    a, ptps, dtps, sp = pl.col("a"), pl.col("ptps"), pl.col("dtps"), pl.col("speedup")
+    a, ptps, dtps = pl.col("a"), pl.col("ptps"), pl.col("dtps")
     lever_cached = cached if assumed_share is None else cached.fill_null((assumed_share * inp).floor())
     served = cached.fill_null(0.0) if cached_served else pl.lit(0.0)
     q = (pl.when(pl.col("ttft").is_not_null())
@@ -128,7 +128,6 @@ def phase_sums(lf: pl.LazyFrame, rates: pl.DataFrame, *, cap: float, assumed_sha
         calls=pl.len(), input=inp.sum(), output=out.sum(),
         prefill=(a + (inp - (served if cache_on else 0.0)) / ptps).sum(), decode=decode.sum(),
         queue=q.sum(), cached=lever_cached.sum(), cached_calls=lever_cached.is_not_null().sum(),
-        cache_saved=(lever_cached / ptps).sum(), drafter_saved=(decode * (1.0 - 1.0 / sp)).sum(),
         excess=pl.max_horizontal(0.0, out - cap).sum(), ttft_calls=pl.col("ttft").is_not_null().sum(),
         beyond=(inp > pl.col("hi")).sum())
 

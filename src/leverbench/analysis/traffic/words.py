@@ -8,7 +8,7 @@ the dominant phase that only an experiment can measure are named with how to tur
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from ...levers import registry
 from .rates import RateBook
@@ -20,8 +20,9 @@ def pct(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.0%}" if abs(x) >= 0.1 else f"{x:.1%}"
 
 
-def conditions(result: Mapping[str, Any], book: RateBook) -> list[str]:
-    """The conditions under which the numbers hold, in words."""
+def conditions(result: Mapping[str, Any], book: RateBook, said: Sequence[str] = ()) -> list[str]:
+    """The conditions under which the numbers hold, in words; *said*: the levers' own (their traffic savings'
+    ``condition``: the answer cap's when it is the median output)."""
     per = []
     for key, r in book.items():
         who = "" if len(book) == 1 else "all other calls: " if key is None else f"{key}: "
@@ -40,12 +41,11 @@ def conditions(result: Mapping[str, Any], book: RateBook) -> list[str]:
                    f"rate was measured on ({ex['largest_measured']:,.0f} tokens): extrapolated")
     if result.get("cached_meaning"):
         out.append(result["cached_meaning"])
-    if result.get("cache_already_on"):
-        out.append("a prefix cache was already on (the log's cached tokens were served by it): prefill counts only "
+    cache = registry.prompt_cache()
+    if result.get("cache_already_on") and cache is not None:
+        out.append(f"a {cache.words} was already on (the log's cached tokens were served by it): prefill counts only "
                    "the uncached tokens")
-    if result.get("answer_cap_default"):
-        out.append(f"the answer cap ({result['answer_cap']:.0f} tokens) is the median output, an assumption "
-                   "(set --answer-cap): it pays only if shorter answers still do the job")
+    out += said
     for r in book.values():
         if r.drafter_speedup is not None and r.drafter_source:
             out.append(f"drafter speedup {r.drafter_speedup:.2f}x ({r.drafter_source}); acceptance depends on the text")
@@ -66,8 +66,8 @@ def recommend(result: Mapping[str, Any]) -> str:
     levers = result["levers"]
     est = [l for l in levers if l["estimated"] and l["saved_s"] > 0]
     best = est[0] if est else None
-    target = next((l for l in levers if l["phase"] == dom and l["lever"] != "answer cap"
-                   and not l.get("already_on")), None)
+    firsts = {x.words for x in registry.traffic_levers() if x.traffic and x.traffic.first}
+    target = next((l for l in levers if l["phase"] == dom and l["lever"] in firsts and not l.get("already_on")), None)
     on = next((l for l in levers if l.get("already_on")), None)
     if on is not None:
         text.append(f"The {on['lever']} is already on: it served {pct(on['served_share'])} of the input tokens, "
@@ -154,7 +154,7 @@ def _queue_words(result: Mapping[str, Any]) -> str:
 
 def _queue_lever() -> str:
     """The words of the first lever that acts on queueing (the batching lever's: "batching")."""
-    return next((x.words for x in registry.levers() if "queueing" in x.phases), "batching")
+    return next((x.words for x in registry.levers() if "queueing" in x.phases), "more slots")
 
 
 def _to_measure(phase: str, named: set[str]) -> str:

@@ -32,7 +32,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from ...errors import BadInput
-from ...levers import lever
+from ...levers import registry
 from ..base.knobs import differing
 from ..rates.rate_model import from_rates_row, single_stream_tpot
 from .cache import rule_of
@@ -53,10 +53,11 @@ def _num(x: object) -> float | None:
     return v if v > 0 else None
 
 
+#: The lever that serves seen prompts from a cache (the prefix cache: :func:`leverbench.levers.registry.prompt_cache`).
+_CACHE = registry.prompt_cache()
 #: The knobs in which an arm and its twin without a prefix cache may differ: the lever's names, and its per-call
-#: request fields as knobs (``request.cache_prompt``).
-_PREFIX_CACHE_KNOBS = {*lever("prefix_cache").names(),  # type: ignore[union-attr]  (a built-in lever)
-                       *(f"request.{f}" for f in lever("prefix_cache").request_fields)}  # type: ignore[union-attr]
+#: request fields as knobs (llama.cpp's ``request.cache_prompt``).
+_PREFIX_CACHE_KNOBS = {*_CACHE.names(), *(f"request.{f}" for f in _CACHE.request_fields)} if _CACHE else set()
 
 
 def _twin_prefill(summary: Summary, arm: str) -> tuple[RateRow, str] | None:
@@ -187,7 +188,7 @@ def arm_specs(summary: Summary, arms: Sequence[str] | None = None, *, cache_toke
                 parallel = int(slots_known)
         on = prefix_cache_on(knobs)
         if on is None:
-            on = bool((engaged.get(name) or {}).get("cache_used"))
+            on = bool(_CACHE and registry.used_in(engaged.get(name) or {}, _CACHE.name))
             spec_notes.append(f"prefix cache {'on' if on else 'off'}: from its calls' cached tokens "
                               "(the arm's knobs do not say)")
         rule, rule_src = rule_of(knobs)

@@ -53,7 +53,8 @@ from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 import numpy as np
 
-from ...levers import lever
+from ...levers import registry
+from ...schema.whatif_rows import ForecastArm
 from ..base.knobs import differing, is_on
 from ..base.operating_point import operating_point
 from ..load.stages import distribution
@@ -72,7 +73,6 @@ if TYPE_CHECKING:
         CachePass,
         CacheSaving,
         Forecast,
-        ForecastArm,
         ForecastCache,
         Ranked,
         RankRow,
@@ -250,23 +250,24 @@ def arm_row(s: Served, arm: ArmSpec) -> ForecastArm:
     span = s.last_end - s.first_arrival
     gh = s.busy_s / n * arm.gpus * 1000.0 / 3600.0 if n else None
     ttft, e2e = distribution(s.ttft), distribution(s.e2e)
-    row: ForecastArm = {
-        "arm": arm.name, "calls": n,
-        "ttft_p50_s": ttft["p50"] if ttft else None, "ttft_p99_s": ttft["p99"] if ttft else None,
-        "e2e_p50_s": e2e["p50"] if e2e else None, "e2e_p99_s": e2e["p99"] if e2e else None,
-        "ttft": ttft, "e2e": e2e,
-        "output_tps": out_tokens / span if span > 0 else None,
-        "busy_s": s.busy_s, "makespan_s": span,
-        "gpu_hours_per_1000_calls": gh,
-        "usd_per_1000_calls": gh * arm.gpu_hour_usd if gh is not None and arm.gpu_hour_usd is not None else None,
-        "gpus": arm.gpus, "gpu_hour_usd": arm.gpu_hour_usd,
-        "slots": arm.slots, "prefix_cache": arm.cache, "knobs": arm.knobs,
-        "rate_model": {"prefill": arm.model.get("prefill"), "decode": arm.model.get("decode"),
-                       "batch": arm.model.get("batch"), "source": arm.model.get("source")},  # type: ignore[typeddict-item]
-        "notes": list(arm.notes),
-        "extrapolation": extrapolation(s.calls, s.hit, arm.model),
-        "operating_point": operating_point(s.arrival, s.e2e, "each call's end-to-end time as simulated on this arm"),
-    }
+    # the row's fields by keyword: one of them bears the prefix cache's name in the schema (whatif's published row)
+    row = ForecastArm(
+        arm=arm.name, calls=n,
+        ttft_p50_s=ttft["p50"] if ttft else None, ttft_p99_s=ttft["p99"] if ttft else None,
+        e2e_p50_s=e2e["p50"] if e2e else None, e2e_p99_s=e2e["p99"] if e2e else None,
+        ttft=ttft, e2e=e2e,
+        output_tps=out_tokens / span if span > 0 else None,
+        busy_s=s.busy_s, makespan_s=span,
+        gpu_hours_per_1000_calls=gh,
+        usd_per_1000_calls=gh * arm.gpu_hour_usd if gh is not None and arm.gpu_hour_usd is not None else None,
+        gpus=arm.gpus, gpu_hour_usd=arm.gpu_hour_usd,
+        slots=arm.slots, prefix_cache=arm.cache, knobs=arm.knobs,
+        rate_model={"prefill": arm.model.get("prefill"), "decode": arm.model.get("decode"),  # type: ignore[typeddict-item]
+                    "batch": arm.model.get("batch"), "source": arm.model.get("source")},
+        notes=list(arm.notes),
+        extrapolation=extrapolation(s.calls, s.hit, arm.model),
+        operating_point=operating_point(s.arrival, s.e2e, "each call's end-to-end time as simulated on this arm"),
+    )
     if row["extrapolation"]:
         row["notes"].append(row["extrapolation"])
     if s.cache is not None:
@@ -343,9 +344,11 @@ def reference_arm(arms: Sequence[ArmSpec], baseline: str, cache_on: bool) -> tup
 
 
 def prefix_cache_on(knobs: Mapping[str, JSONValue]) -> bool | None:
-    """Whether an arm's knobs say its prefix cache is on (None: they do not say), by the knob's name or any of
-    its aliases (:mod:`leverbench.levers.prefix_cache`)."""
-    for k in lever("prefix_cache").names():  # type: ignore[union-attr]  (a built-in lever)
+    """Whether an arm's knobs say its prefix cache (the lever that serves seen prompts from a cache:
+    :func:`leverbench.levers.registry.prompt_cache`) is on (None: they do not say), by the knob's name or any of
+    its aliases."""
+    cache = registry.prompt_cache()
+    for k in cache.names() if cache is not None else ():
         if k in knobs:
             return is_on(knobs[k])
     return None

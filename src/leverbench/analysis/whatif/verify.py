@@ -42,7 +42,7 @@ from .slots import check
 
 if TYPE_CHECKING:
     from ...json_types import JSONValue
-    from ...schema.rate_rows import RateModelRow
+    from ...schema.rate_rows import RateModelFits
     from ...schema.whatif_rows import ErrorTrack, Forecast, ForecastArm, MeasuredArm, TrackRecord, VerificationEntry
 
 COMPARED = ("ttft_p50_s", "ttft_p99_s", "e2e_p50_s", "e2e_p99_s", "output_tps", "gpu_hours_per_1000_calls")
@@ -95,7 +95,7 @@ def measured_row(rs: Sequence[Mapping[str, object]], gpus: float = 1.0) -> Measu
             "template_tokens": sum(extra) / len(extra) if extra else None}
 
 
-def service_seconds(rs: Sequence[Mapping[str, object]], model: RateModelRow | None) -> tuple[float, float] | None:
+def service_seconds(rs: Sequence[Mapping[str, object]], model: RateModelFits | None) -> tuple[float, float] | None:
     """(the rate model's seconds, the engine's own seconds) for the successful calls as the engine served them
     (see the module docstring: ``service``); None without a model or when a call lacks llama.cpp's timings."""
     ok = [r for r in _final(rs) if r.get("error") is None]
@@ -111,7 +111,7 @@ def service_seconds(rs: Sequence[Mapping[str, object]], model: RateModelRow | No
 
 
 def measured(records: Iterable[Mapping[str, object]], stage: str, gpus: Mapping[str, float] | None = None,
-             models: Mapping[str, RateModelRow] | None = None) -> dict[str, MeasuredArm]:
+             models: Mapping[str, RateModelFits] | None = None) -> dict[str, MeasuredArm]:
     """Per arm, :func:`measured_row` of the stage's latest execution, with ``service_model_s`` and
     ``service_s`` (:func:`service_seconds` on the arm's rate model in *models*, where it applies)."""
     out: dict[str, MeasuredArm] = {}

@@ -94,7 +94,7 @@ def with_recorded(exp: LoadedExperiment) -> LoadedExperiment:
             cases.append(one)
             recorded[one.name] = turn
             if turn.first.tools:
-                tools[one.name] = turn.first.tools  # type: ignore[assignment]  (JSON objects, as a tools file's)
+                tools[one.name] = turn.first.tools  # type: ignore[assignment]  # JSON objects, as a tools file's
         first_of[case.name] = f"{case.name}/{turns[0].id}"
     new = spec.model_copy(update={"cases": cases})
     if new.probes is not None and new.probes.case in first_of:

@@ -7,6 +7,8 @@ be replayed is a call of the turn the proxy put it in (``turn``); failed exchang
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from ...errors import BadInput
@@ -22,30 +24,49 @@ def _seconds(v: object) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0 else None
 
 
-def load(path: Path) -> Imported:
-    got = Collected(path, NAME)
-    header_seen = False
+@dataclass
+class RecordingHead:
+    """What a recording's header line said, once :func:`exchanges` has read it (``seen``)."""
+
+    seen: bool = False
+    upstream: str | None = None
+
+
+def exchanges(path: Path, got: Collected, head: RecordingHead) -> Iterator[tuple[int, JSONObject, JSONObject]]:
+    """Each exchange of the recording *path* that succeeded (no error, HTTP status below 400) and whose request
+    can be replayed, as (line, exchange, checked request); the rest counted in *got* by reason.  The header's
+    schema is checked (BadInput naming the line) and what it says kept in *head*; a file without one is BadInput
+    once read.  The one reader of ``exchanges.jsonl``: the replay's import (:func:`load`) and ``analyze``'s
+    (:mod:`.traffic`) both read through it."""
     for line, obj in json_lines(path, read_text(path), got):
         kind = obj.get("kind")
         if kind == "recording":
             if obj.get("schema") != RECORDING_SCHEMA:
                 raise BadInput(f"{path}: line {line}: a recording of schema {obj.get('schema')!r}; this leverbench "
                                f"reads {RECORDING_SCHEMA!r} (record it again, or upgrade leverbench)")
-            header_seen = True
+            upstream = obj.get("upstream")
+            head.seen, head.upstream = True, upstream if isinstance(upstream, str) else None
             continue
         if kind != "exchange":
             got.skip(f"kind {kind!r} is not an exchange", line)
             continue
         try:
-            if obj.get("error"):
-                raise Skip("failed exchange")
             status = obj.get("status")
-            if isinstance(status, int) and status >= 400:
+            if obj.get("error") or (isinstance(status, int) and status >= 400):
                 raise Skip("failed exchange")
             request = checked_request(obj.get("request"))
         except Skip as s:
             got.skip(s.reason, line)
             continue
+        yield line, obj, request
+    if not head.seen:
+        raise BadInput(f"{path}: no recording header (a line of kind \"recording\"); is this a file leverbench record "
+                       "wrote?")
+
+
+def load(path: Path) -> Imported:
+    got = Collected(path, NAME)
+    for line, obj, request in exchanges(path, got, RecordingHead()):
         timing = obj.get("timing") if isinstance(obj.get("timing"), dict) else {}
         redactions = obj.get("redactions")
         call = call_of(request, f"{path}:{line}", obj.get("response"), ttft_s=_seconds(timing.get("ttft_s")),
@@ -53,9 +74,6 @@ def load(path: Path) -> Imported:
                        redactions=redactions if isinstance(redactions, int) and redactions > 0 else 0)
         turn, session = obj.get("turn"), obj.get("session")
         got.add(call, turn if isinstance(turn, str) and turn else None, session if isinstance(session, str) else None)
-    if not header_seen:
-        raise BadInput(f"{path}: no recording header (a line of kind \"recording\"); is this a file leverbench record "
-                       "wrote?")
     return got.imported()
 
 

@@ -20,10 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import BadInput
-from ...recording import EXCHANGES_FILE, RECORDING_SCHEMA
-from ..traces.files import first_line, read_head, read_text, regular_file
-from .base import Collected, Skip, checked_request, json_lines, token_counts
+from ...recording import EXCHANGES_FILE
+from ..traces.files import first_line, read_head, regular_file
+from .base import Collected, token_counts
 from .grouping import message_key, prefix_hashes
+from .proxy_files import RecordingHead, exchanges
 
 
 @dataclass(frozen=True)
@@ -107,28 +108,11 @@ def read_recording(path: str | Path) -> Recording:
         raise BadInput(f"{given}: not a recording (its first line is no \"recording\" header)")
     got = Collected(file, "leverbench-recording")  # (its skip counts; the turns are the recording's own)
     calls: list[RecordingCall] = []
-    upstream = None
-    for line, obj in json_lines(file, read_text(file), got):
-        kind = obj.get("kind")
-        if kind == "recording":
-            if obj.get("schema") != RECORDING_SCHEMA:
-                raise BadInput(f"{file}: line {line}: a recording of schema {obj.get('schema')!r}; this leverbench "
-                               f"reads {RECORDING_SCHEMA!r}")
-            upstream = obj.get("upstream") if isinstance(obj.get("upstream"), str) else None
-            continue
-        if kind != "exchange":
-            got.skip(f"kind {kind!r} is not an exchange", line)
-            continue
-        try:
-            status = obj.get("status")
-            if obj.get("error") or (isinstance(status, int) and status >= 400):
-                raise Skip("failed exchange")
-            request = checked_request(obj.get("request"))
-            turn, step = obj.get("turn"), obj.get("step")
-            if not isinstance(turn, str) or not turn or not isinstance(step, int) or isinstance(step, bool):
-                raise Skip("no turn and step")
-        except Skip as s:
-            got.skip(s.reason, line)
+    head = RecordingHead()
+    for line, obj, request in exchanges(file, got, head):
+        turn, step = obj.get("turn"), obj.get("step")
+        if not isinstance(turn, str) or not turn or not isinstance(step, int) or isinstance(step, bool):
+            got.skip("no turn and step", line)
             continue
         response = obj.get("response") if isinstance(obj.get("response"), dict) else {}
         prompt, cached, completion, counted_by = token_counts(response)
@@ -148,4 +132,4 @@ def read_recording(path: str | Path) -> Recording:
         why = "; ".join(f"{reason}: {n} line(s), first line {got.first_line[reason]}"
                         for reason, n in Counter(got.skipped).most_common()) or "it holds no exchange"
         raise BadInput(f"{file}: no call to analyse ({why})")
-    return Recording(file, calls, dict(got.skipped), dict(got.first_line), upstream)
+    return Recording(file, calls, dict(got.skipped), dict(got.first_line), head.upstream)

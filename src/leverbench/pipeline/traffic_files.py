@@ -11,7 +11,7 @@ the traffic's own latencies.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..analysis.traffic.analyze import (
     analyze_traffic,
@@ -29,14 +29,15 @@ from ..analysis.whatif.forecast import cache_pass, prefix_cache_on
 from ..analysis.whatif.plan import plan_calls
 from ..analysis.whatif.prefix_cache import DEFAULT_BLOCK_TOKENS, DEFAULT_CACHE_TOKENS
 from ..errors import BadInput
+from ..report.jsonio import number
 from ..workload.traces import load_traffic
 from ..workload.traces.records import Rows
-from .files import summarize_dir
+from .run_files import summarize_dir
 from .summary_file import read_summary
 
 if TYPE_CHECKING:
     from ..schema.summary import Summary
-    from ..schema.traffic_rows import FiniteCache, TrafficResult
+    from ..schema.traffic_rows import FiniteCache, FitRow, RecordingSummary, TrafficResult
     from ..workload.traces.records import TrafficLoad
 
 
@@ -55,11 +56,9 @@ def run_summary(run: Path, *, salvage: bool = False) -> Summary:
 
 def _run_cost_defaults(summary: Summary) -> tuple[float | None, float | None]:
     """(gpus, gpu_hour_usd) declared in the run's baseline arm conditions, if any."""
-    base = next((a for a in summary.get("arms") or [] if a.get("name") == summary.get("baseline")), {})
-    cond = base.get("conditions") or {}
-    gpus = cond.get("gpus")
-    usd = cond.get("gpu_hour_usd")
-    return (float(gpus) if gpus is not None else None), (float(usd) if usd is not None else None)
+    base = next((a for a in summary.get("arms") or [] if a.get("name") == summary.get("baseline")), None)
+    cond = (base.get("conditions") if base else None) or {}
+    return number(cond.get("gpus")), number(cond.get("gpu_hour_usd"))  # (numbers: the experiment checks them)
 
 
 def analyze_file(traffic: str | Path, *, fmt: str | None = None, columns: str | None = None,
@@ -83,14 +82,16 @@ def analyze_file(traffic: str | Path, *, fmt: str | None = None, columns: str | 
     recorded = read_recorded(traffic, fmt, columns)
     load = recorded[0] if recorded else load_traffic(traffic, fmt, columns=columns, salvage=salvage)
     hand = hand_rates(prefill_tps, decode_tps, prefill_a_s)
-    run = summary = None
+    run: Rates | None = None
+    summary: Summary | None = None
     if rates_dir is not None:
         summary = run_summary(Path(rates_dir), salvage=salvage)
         run = rates_from_summary(summary, f"run {rates_dir}")
         run_gpus, run_usd = _run_cost_defaults(summary)
         gpus = gpus if gpus is not None else run_gpus
         gpu_hour_usd = gpu_hour_usd if gpu_hour_usd is not None else run_usd
-    fitted, fits = None, []
+    fitted: dict[str | None, Rates] | None = None
+    fits: list[FitRow] = []
     need_fit = run is None and not ("prefill_tps" in hand and "decode_tps" in hand)
     if need_fit and recorded and recorded[2] is not None:  # the engine's own timings: measured, not fitted
         fitted = {None: recorded[2]}
@@ -108,18 +109,18 @@ def analyze_file(traffic: str | Path, *, fmt: str | None = None, columns: str | 
                              gpus=gpus if gpus is not None else 1.0, gpu_hour_usd=gpu_hour_usd,
                              cached_meaning=_cached_note(load.notes),
                              finite_cache=finite_cache(load, summary, cache_tokens, block_tokens),
-                             load_levers=(summary or {}).get("load_levers") or ())
+                             load_levers=(summary.get("load_levers") if summary else None) or ())
     result["input"] = {"path": str(load.path), "format": load.fmt, "rows": load.rows, "used": load.used,
                        "skipped": load.skipped, "first_skipped_line": load.first_skipped_line, "notes": load.notes}
     result["fits"] = fits
     result["rates_used"] = sorted({r.source for r in book.values()})
     if recorded:
-        result["recording"] = recorded[1]  # type: ignore[typeddict-unknown-key]  (a recording's own first screen)
+        result["recording"] = recorded[1]
     return result
 
 
 def read_recorded(traffic: str | Path, fmt: str | None,
-                  columns: str | None) -> tuple[TrafficLoad, dict[str, Any], Rates | None] | None:
+                  columns: str | None) -> tuple[TrafficLoad, RecordingSummary, Rates | None] | None:
     """A recording (``leverbench record``'s directory, or its exchanges.jsonl) as traffic: the load, the
     recording's own summary (:func:`~leverbench.analysis.traffic.recording.recording_summary`) and the engine's
     rates from its timings; None when *traffic* is no recording (or ``--trace-format`` names a trace format)."""
@@ -142,8 +143,8 @@ def read_recorded(traffic: str | Path, fmt: str | None,
         else:
             rows.skip(NO_COUNTS, c.line)
     if not kept:  # what needs no counts is said all the same, then why the rest cannot be
-        from .traffic_recording import recording_lines  # noqa: PLC0415
-        said = [line for line in recording_lines({"recording": summary}) if not line.startswith("Tokens:")]
+        from ..report.traffic_recording import recording_lines  # noqa: PLC0415
+        said = [line for line in recording_lines(summary) if not line.startswith("Tokens:")]
         raise BadInput(f"{rec.path}: " + "; ".join(x.rstrip(".") for x in said) + f". None of its {len(rec.calls)} "
                        "calls has token counts (the engine sent no usage and no llama.cpp timings), so where the "
                        "time went and which lever pays cannot be said: have the agent send stream_options="
@@ -163,11 +164,13 @@ def finite_cache(load: TrafficLoad, summary: Summary | None, cache_tokens: float
     with a prefix cache on (:mod:`~leverbench.analysis.whatif.arms`), else the defaults."""
     if load.cached_served or load.records is None or not any(c.prefix_blocks for c in load.records):
         return None
-    cap = src = blk = None
-    for arm in (summary or {}).get("arms") or []:
+    cap: float | None = None
+    src: str | None = None
+    blk: int | None = None
+    for arm in (summary.get("arms") if summary else None) or []:
         knobs = arm.get("knobs") or arm.get("conditions") or {}
         if prefix_cache_on(knobs):
-            cap, src = capacity_of(knobs, int(knobs.get("slots") or 1))
+            cap, src = capacity_of(knobs, int(number(knobs.get("slots")) or 1))  # (a number: the experiment checks it)
             blk, bsrc = block_of(knobs)
             src = f"arm {arm['name']!r}: capacity: {src}; block: {bsrc}"
             break

@@ -9,17 +9,22 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..analysis.summary import summarize
+from ..config.settings import RunSettings
 from ..errors import RuntimeFailure, SummaryMismatch
 from ..ledger.reader import Ledger, read_ledger
-from .html import render_html, render_replay
-from .jsonio import finite
-from .markdown import render_markdown
+from ..report.html import render_html, render_replay
+from ..report.jsonio import finite
+from ..report.markdown import render_markdown
+
+if TYPE_CHECKING:
+    from ..ledger.rows import RunHeaderRow
+    from ..schema.summary import Summary
 
 
-def write_reports(run_dir: Path, summary: dict[str, Any], ledger: Any = None) -> list[Path]:
+def write_reports(run_dir: Path, summary: Summary, ledger: Ledger[RunHeaderRow] | None = None) -> list[Path]:
     """Write summary.json, report.md and report.html (with the replay when *ledger* is given), then check the
     summary against its schema (:mod:`leverbench.schema`): one that departs is a bug, :class:`SummaryMismatch`
     (exit 70) naming where, raised after the files are written (nothing is lost; the ledger is untouched)."""
@@ -41,12 +46,13 @@ def write_reports(run_dir: Path, summary: dict[str, Any], ledger: Any = None) ->
     return paths
 
 
-def summarize_dir(run_dir: Path, *, salvage: bool = False, **kw: Any) -> dict[str, Any]:
-    """The summary of RUN_DIR's ledger (*kw*: :func:`summarize`'s scenario and price)."""
-    return summarize(read_ledger(run_dir, salvage=salvage), **kw)
+def summarize_dir(run_dir: Path, *, salvage: bool = False, scenario: tuple[int, int] | None = None,
+                  gpu_hour_usd: float | None = None) -> Summary:
+    """The summary of RUN_DIR's ledger (*scenario*, *gpu_hour_usd*: :func:`summarize`'s)."""
+    return summarize(read_ledger(run_dir, salvage=salvage), scenario=scenario, gpu_hour_usd=gpu_hour_usd)
 
 
-def report_dir(run_dir: Path, *, salvage: bool = False, write: bool = True) -> tuple[dict[str, Any], Ledger]:
+def report_dir(run_dir: Path, *, salvage: bool = False, write: bool = True) -> tuple[Summary, Ledger[RunHeaderRow]]:
     """Summarize RUN_DIR's ledger and, when *write* and RUN_DIR is a directory (not a bare ledger
     file), (re)write its summary.json, report.md and report.html; return the summary and the ledger."""
     ledger = read_ledger(run_dir, salvage=salvage)
@@ -77,6 +83,6 @@ def write_replay(run_dir: Path, case: str, arms: list[str] | None = None, repeat
         path.write_text(page, encoding="utf-8")
     except OSError as exc:
         raise RuntimeFailure(f"cannot write {path}: {exc.strerror or exc}") from None
-    stored = bool((config.get("experiment") or {}).get("store_text")) or any("chunk_text" in c
-                                                                               for c in ledger.of_kind("call"))
+    stored = RunSettings.of_header(config, ledger.path).store_text or any("chunk_text" in c
+                                                                            for c in ledger.of_kind("call"))
     return path, stored

@@ -15,8 +15,9 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, cast
 
 from ..analysis.base.operating_point import sides, under_load
 from ..analysis.whatif.arms import arm_specs
@@ -24,15 +25,16 @@ from ..analysis.whatif.forecast import forecast
 from ..analysis.whatif.orders import ORDERS
 from ..analysis.whatif.plan import plan_calls
 from ..analysis.whatif.verify import compare, measured, track_record
+from ..config.settings import RunSettings
 from ..errors import BadInput
 from ..ledger.reader import read_ledger
 from ..workload.traces import load_traffic
 from .traffic_files import run_summary
 
 if TYPE_CHECKING:
-    from ..json_types import JSONObject
+    from ..json_types import JSONObject, JSONValue
     from ..schema.load_lever_rows import LoadLeverRow, OperatingPoint
-    from ..schema.whatif_rows import Forecast, ForecastArm, VerificationEntry
+    from ..schema.whatif_rows import Forecast, ForecastArm, VerificationArm, VerificationEntry
 
 TRACK_FILE = "whatif-verify.jsonl"
 VERIFY_STAGE = "whatif"
@@ -49,14 +51,14 @@ def read_track(run_dir: Path) -> list[VerificationEntry]:
     path = Path(run_dir) / TRACK_FILE
     if not path.exists():
         return []
-    out = []
+    out: list[VerificationEntry] = []
     for line in path.read_text(encoding="utf-8").splitlines():
         try:
             obj = json.loads(line)
         except json.JSONDecodeError:
             continue
-        if isinstance(obj, dict):
-            out.append(obj)
+        if isinstance(obj, dict):  # as written, unchecked: track_record takes what it needs with defaults
+            out.append(cast("VerificationEntry", obj))
     return out
 
 
@@ -135,27 +137,29 @@ def verify_experiment(rates: Path, result: Forecast, *, salvage: bool = False) -
     if not (run / "ledger.jsonl").exists():
         raise BadInput(f"{rates}: --verify needs the run's ledger.jsonl (its header holds the experiment the arms "
                        "came from)")
-    config = read_ledger(run, salvage=salvage).header.get("config") or {}
+    ledger = read_ledger(run, salvage=salvage)
+    config, settings = ledger.header["config"], RunSettings.of_header(ledger.header["config"], ledger.path)
     names = [r["arm"] for r in result["arms"]]
-    arms = [dict(a) for a in config.get("arms") or [] if a.get("name") in names]
+    # (each a copy of the experiment file's arm as loaded: JSON, whatever keys it has)
+    arms = [cast("JSONObject", dict(a)) for a in config.get("arms") or [] if a.get("name") in names]
     if not arms:
         raise BadInput(f"{run}: the run's experiment has none of the arms {', '.join(names)}")
-    base = config.get("experiment", {}).get("baseline")
+    base: JSONValue = settings.baseline
     if base not in names:
         base = arms[0]["name"]
     for a in arms:
         a["role"] = "baseline" if a["name"] == base else ("treatment" if a.get("role") == "baseline" else a["role"])
     inp, opts = result["input"], result["plan"]
-    stage = {"name": VERIFY_STAGE, "mode": "trace", "trace": str(Path(inp["path"]).resolve()),
-             "trace_format": inp["format"], "speed": opts["speed"], "scale_input": opts["scale_input"],
-             "scale_output": opts["scale_output"], "block_tokens": opts["block_tokens"]}
-    for k in ("requests", "max_input_tokens", "max_tokens"):
-        if opts.get(k) is not None:
-            stage[k] = opts[k]
-    exp = dict(config.get("experiment") or {})
-    exp.update(name=f"{exp.get('name', 'run')}-whatif-verify", repeats=1, baseline=base, sentinel_tokens=0,
-               order="blocked")
-    return {"experiment": exp, "arms": arms, "load": [stage],
+    stage: JSONObject = {"name": VERIFY_STAGE, "mode": "trace", "trace": str(Path(inp["path"]).resolve()),
+                         "trace_format": inp["format"], "speed": opts["speed"], "scale_input": opts["scale_input"],
+                         "scale_output": opts["scale_output"], "block_tokens": opts["block_tokens"]}
+    for k, v in (("requests", opts.get("requests")), ("max_input_tokens", opts.get("max_input_tokens")),
+                 ("max_tokens", opts.get("max_tokens"))):
+        if v is not None:
+            stage[k] = v
+    exp = settings.declared()  # the run's own settings (not the keys an older version wrote that are none today)
+    exp.update(name=f"{settings.name}-whatif-verify", repeats=1, baseline=base, sentinel_tokens=0, order="blocked")
+    return {"experiment": exp, "arms": [*arms], "load": [stage],
             "cases": [{"name": "whatif-verify", "prompt": "Say OK.", "max_tokens": 1, "temperature": 0.0}]}
 
 
@@ -163,7 +167,7 @@ def verify_result(result: Forecast, verify_dir: Path) -> Forecast:
     """The forecast with each arm's measured figures and error (the verification run in ``verify_dir``)."""
     ledger = read_ledger(verify_dir)
     gpus = {r["arm"]: r.get("gpus") or 1.0 for r in result["arms"]}
-    models = {r["arm"]: r.get("rate_model") or {} for r in result["arms"]}
+    models = {r["arm"]: model for r in result["arms"] if (model := r.get("rate_model"))}
     meas = measured(ledger.records, VERIFY_STAGE, gpus, models)
     knobs = {r["arm"]: r.get("knobs") or {} for r in result["arms"]}
     out = compare(result, meas, knobs)
@@ -171,12 +175,32 @@ def verify_result(result: Forecast, verify_dir: Path) -> Forecast:
     return out
 
 
+def _figure(row: Mapping[str, object], key: str) -> float | None:
+    """A row's figure *key* (a number; None where it has none)."""
+    v = row.get(key)
+    return v if isinstance(v, (int, float)) else None
+
+
 def _forecast_of(row: ForecastArm, key: str) -> float | None:
     """The forecast an error of a verified arm row compares: the row's figure; for the engine time
     (``service_s``), the rate model's seconds for the served calls (``measured.service_model_s``)."""
     if key == "service_s":
-        return (row.get("measured") or {}).get("service_model_s")
-    return row.get(key)
+        m = row.get("measured")
+        return m.get("service_model_s") if m else None
+    return _figure(row, key)
+
+
+def _verified_arm(r: ForecastArm) -> VerificationArm:
+    """A verified arm row as its verification stores it: each compared figure forecast and measured, the errors,
+    and whether one request at a time was the wrong assumption."""
+    m = r["measured"]
+    out: VerificationArm = {"arm": r["arm"], "forecast": {k: _forecast_of(r, k) for k in r["error"] or {}},
+                            "measured": {k: _figure(m, k) if m else None for k in r["error"] or {}},
+                            "error": r["error"]}
+    check = r.get("assumption_check")
+    if check:
+        out["assumption_wrong"] = check["wrong"]
+    return out
 
 
 def store_verification(rates: Path, verified: Forecast) -> Path:
@@ -188,11 +212,7 @@ def store_verification(rates: Path, verified: Forecast) -> Path:
         "ranking": [r["arm"] for r in verified["ranking"]],
         "ranking_measured": [r["arm"] for r in verified.get("ranking_measured") or []],
         "ranking_matches": verified.get("ranking_matches"),
-        "arms": [{"arm": r["arm"], "forecast": {k: _forecast_of(r, k) for k in r["error"] or {}},
-                  "measured": {k: (r["measured"] or {}).get(k) for k in r["error"] or {}},
-                  "error": r["error"],
-                  **({"assumption_wrong": r["assumption_check"]["wrong"]} if r.get("assumption_check") else {})}
-                 for r in verified["arms"]]}
+        "arms": [_verified_arm(r) for r in verified["arms"]]}
     with open(path, "a", encoding="utf-8") as fh:
         fh.write(json.dumps(entry, allow_nan=False, default=str) + "\n")
     return path

@@ -17,14 +17,22 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 from ..analysis.base.bounds import MAX_CACHE_TOKENS, MAX_GPU_HOUR_USD, MAX_GPUS, MAX_SLOTS, MAX_TOKENS
 from ..analysis.base.knobs import UNKNOWN
 from ..errors import BadInput
 from ..ledger.records import SUMMARY_SCHEMA
 from ..schema.check import Problem, summary_problems
+
+if TYPE_CHECKING:
+    from ..json_types import JSONObject
+    from ..schema.check_rows import DriftRow
+    from ..schema.lever_rows import EngagedRow
+    from ..schema.rate_rows import RateModelRow, RateRow, Span
+    from ..schema.summary import Summary
 
 SUMMARY_NAME, SUMMARY_VERSION = SUMMARY_SCHEMA.rsplit("/", 1)
 MAX_SUMMARY_BYTES = 1 << 28  # a summary.json read whole (a run's summary is kilobytes to a few megabytes)
@@ -47,7 +55,7 @@ def _n(x: float) -> str:
     return f"{int(x):,}" if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
 
 
-def _knob_problem(v: Any, lo: float, hi: float, lo_open: bool, whole: bool) -> str | None:
+def _knob_problem(v: object, lo: float, hi: float, lo_open: bool, whole: bool) -> str | None:
     kind = "a whole number" if whole else "a finite number"
     want = f"{kind} {'above' if lo_open else 'from'} {_n(lo)} {'and at most' if lo_open else 'to'} {_n(hi)}"
     if v == UNKNOWN:
@@ -58,11 +66,11 @@ def _knob_problem(v: Any, lo: float, hi: float, lo_open: bool, whole: bool) -> s
     return None if ok else f"{v!r:.40} is out of range ({want})"
 
 
-def _span_problem(where: str, r: Any) -> list[Problem]:
+def _span_problem(where: str, r: Span | None) -> list[Problem]:
     return [Problem(where, f"[{r[0]:g}, {r[1]:g}] ends below where it starts")] if r and r[0] > r[1] else []
 
 
-def _across_rows(data: dict[str, Any]) -> list[Problem]:
+def _across_rows(data: Summary) -> list[Problem]:
     """What the schema's rows cannot check one field at a time: the arms named once, the baseline and every
     row's arm one of them, the numeric knobs in range, spans in order, a decode whose tokens cost something, a
     batch slowdown per concurrency."""
@@ -74,37 +82,43 @@ def _across_rows(data: dict[str, Any]) -> list[Problem]:
     listed = ", ".join(map(repr, names))
     if data["baseline"] not in names:
         out.append(Problem("baseline", f"{data['baseline']!r} is none of the arms ({listed})"))
-    for key in ("rates", "rate_models", "engaged", "drift"):
-        for i, row in enumerate(data.get(key) or []):
+    armed: list[tuple[str, Sequence[RateRow | RateModelRow | EngagedRow | DriftRow]]] = [
+        ("rates", data.get("rates") or []), ("rate_models", data.get("rate_models") or []),
+        ("engaged", data.get("engaged") or []), ("drift", data.get("drift") or [])]
+    for key, rows in armed:
+        for i, row in enumerate(rows):
             if row["arm"] not in names:
                 out.append(Problem(f"{key}[{i}].arm", f"{row['arm']!r} is none of the arms ({listed})"))
     for i, arm in enumerate(data["arms"]):
-        for part in ("conditions", "knobs"):
+        for part, given in (("conditions", arm.get("conditions")), ("knobs", arm.get("knobs"))):
             for k, rng in _NUMERIC_KNOBS.items():
-                v = (arm.get(part) or {}).get(k)
+                v = (given or {}).get(k)
                 p = None if v is None else _knob_problem(v, *rng)
                 if p:
                     out.append(Problem(f"arms[{i}].{part}.{k}", p))
     for i, r in enumerate(data["rates"]):
         out += _span_problem(f"rates[{i}].prefill_input_range", r.get("prefill_input_range"))
     for i, m in enumerate(data.get("rate_models") or []):
-        for phase, spans in (("prefill", ("range_uncached", "range_cached")), ("decode", ("range_context",))):
-            for name in spans:
-                out += _span_problem(f"rate_models[{i}].{phase}.{name}", (m.get(phase) or {}).get(name))
-        d = m.get("decode")
+        pre, d, b = m.get("prefill"), m.get("decode"), m.get("batch")
+        spans = (("prefill.range_uncached", pre.get("range_uncached") if pre else None),
+                 ("prefill.range_cached", pre.get("range_cached") if pre else None),
+                 ("decode.range_context", d.get("range_context") if d else None))
+        for name, span in spans:
+            out += _span_problem(f"rate_models[{i}].{name}", span)
         if d and d["d0_s_per_token"] == 0 and d.get("d1_s_per_token_per_ctx", 0) == 0:
             out.append(Problem(f"rate_models[{i}].decode", "d0_s_per_token and d1_s_per_token_per_ctx are both 0: "
                                                             "an answer's tokens would cost nothing"))
-        b = m.get("batch")
-        for name in ("slowdown", "tpot_s", "single_stream_tpot_s"):
-            v = (b or {}).get(name)
-            if v is not None and len(v) != len(b["concurrency"]):
+        if not b:
+            continue
+        for name, values in (("slowdown", b.get("slowdown")), ("tpot_s", b.get("tpot_s")),
+                             ("single_stream_tpot_s", b.get("single_stream_tpot_s"))):
+            if values is not None and len(values) != len(b["concurrency"]):
                 out.append(Problem(f"rate_models[{i}].batch.{name}",
-                                   f"{len(v)} values for {len(b['concurrency'])} concurrencies"))
+                                   f"{len(values)} values for {len(b['concurrency'])} concurrencies"))
     return out
 
 
-def _schema_problem(v: Any) -> str | None:
+def _schema_problem(v: object) -> str | None:
     if not isinstance(v, str):
         return f"not a leverbench summary schema: {v!r:.60} (expected {SUMMARY_SCHEMA})"
     name, _, version = v.rpartition("/")
@@ -116,7 +130,7 @@ def _schema_problem(v: Any) -> str | None:
     return None
 
 
-def check_summary(data: Any, path: Path | str, *, whole: bool = False) -> dict[str, Any]:
+def check_summary(data: object, path: Path | str, *, whole: bool = False) -> Summary:
     """*data* (a parsed summary.json) if it fits ``leverbench.summary/1`` (:mod:`leverbench.schema`, the rows
     analysis builds: the sections a reader needs required, every other one checked where present; *whole*:
     every section required), else :class:`BadInput` naming *path*, where and what is wrong (the first three
@@ -125,19 +139,28 @@ def check_summary(data: Any, path: Path | str, *, whole: bool = False) -> dict[s
         raise BadInput(f"{path}: not a leverbench summary (a JSON object with schema {SUMMARY_SCHEMA!r})")
     bad = _schema_problem(data.get("schema"))
     problems = [Problem("schema", bad)] if bad else summary_problems(data, whole=whole)
+    # checked when no problem is found: the sections and keys a reader computes with are the schema's typed rows
+    # (in a reader's view a section or a key it does not compute with may be absent: its readers .get them)
+    summary = cast("Summary", data)
     if not problems:
-        problems = _across_rows(data)
+        problems = _across_rows(summary)
     if problems:
         more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
         raise BadInput(f"{path}: not a valid {SUMMARY_SCHEMA}: {'; '.join(map(str, problems[:3]))}{more}")
-    for arm in data["arms"]:
-        for part in ("conditions", "knobs"):
-            if isinstance(arm.get(part), dict):
-                arm[part] = {k: v for k, v in arm[part].items() if not (k in _NUMERIC_KNOBS and v == UNKNOWN)}
-    return data
+    for arm in summary["arms"]:
+        if isinstance(arm.get("conditions"), dict):
+            arm["conditions"] = _known_knobs(arm["conditions"])
+        if isinstance(arm.get("knobs"), dict):
+            arm["knobs"] = _known_knobs(arm["knobs"])
+    return summary
 
 
-def read_summary(path: Path | str, *, whole: bool = False) -> dict[str, Any]:
+def _known_knobs(knobs: JSONObject) -> JSONObject:
+    """*knobs* less the numeric ones another arm's endpoint stated and this one's did not (``"(unknown)"``)."""
+    return {k: v for k, v in knobs.items() if not (k in _NUMERIC_KNOBS and v == UNKNOWN)}
+
+
+def read_summary(path: Path | str, *, whole: bool = False) -> Summary:
     """Read and check a ``summary.json`` (or the one in a run directory); *whole*: :func:`check_summary`'s."""
     path = Path(path)
     if path.is_dir():
