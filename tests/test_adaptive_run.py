@@ -23,7 +23,7 @@ from leverbench.ledger.reader import read_ledger
 from leverbench.runner.run import Runner
 from leverbench.runner.schedule import arm_order
 
-pytestmark = pytest.mark.slow  # ~15 s of simulator runs on a busy 2-core machine: .ci/run runs it
+# (the fixture run stays in the README's command: the executor's adaptive looks; the runs of their own are slow)
 KNOBS = {"base": 'kernel = "plain", tuning = "off"', "fast": 'kernel = "fused", tuning = "off"',
          "same": 'kernel = "plain", tuning = "on"'}
 DECODE_TPS = {"base": 100.0, "fast": 200.0, "same": 100.0}
@@ -162,6 +162,7 @@ def test_the_report_shows_each_levers_verdict_and_repeats(adaptive_run):
     assert "adaptive: up to 6" in printed
 
 
+@pytest.mark.slow
 def test_max_gpu_hours_stops_the_run_after_the_initial_repeats(tmp_path):
     arms = ("base", "fast", "same")
     servers = sims(*arms)
@@ -191,6 +192,7 @@ class Stop(Exception):
     pass
 
 
+@pytest.mark.slow
 def test_a_resumed_adaptive_run_continues_where_it_stopped(tmp_path):
     """Stopped in its first round (after one of that round's turns), then resumed without --adaptive: the run's
     own adaptive settings from its ledger; no unit runs twice, and the rounds go on until decided."""

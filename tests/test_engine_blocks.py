@@ -122,8 +122,8 @@ def both_modes(tmp_path_factory):
     return tmp, w, one, together
 
 
-@pytest.mark.slow
 def test_one_at_a_time_never_runs_two_engines_and_records_every_start(both_modes):
+    # (not slow: the README's command keeps one run of the executor's one-at-a-time path; review)
     tmp, watch, s, _ = both_modes
     led = read_ledger(tmp / "one")
     starts = list(led.of_kind("engine_start"))

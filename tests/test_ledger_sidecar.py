@@ -231,3 +231,35 @@ def test_a_ledger_read_by_chunks_keeps_nothing(tmp_path, large):
     led = read_ledger(path)
     assert any("incomplete" in w for w in led.warnings)
     assert not sidecar.path_of(path).exists()
+
+
+def test_a_reader_that_writes_nothing_keeps_nothing(tmp_path, large):
+    """Review: ``run --dry-run --resume`` read the ledger and wrote its columns beside it, and ``--resume`` wrote a
+    file its own first append made stale; they read with keep_columns=False."""
+    path = settled_copy(tmp_path)
+    read_ledger(path, keep_columns=False)
+    assert not sidecar.path_of(path).exists()
+    read_ledger(path)
+    assert sidecar.path_of(path).exists()  # (the premise: a plain read keeps them)
+
+
+def test_an_interrupted_write_leaves_nothing_and_a_dead_writers_file_goes(tmp_path, large, monkeypatch):
+    """Review: a Ctrl-C while the file was written left ``.ledger.jsonl.columns.PID.NS`` for good; now the write
+    removes its file aside and the interrupt goes on, and a later write removes what a killed writer left."""
+    import polars as pl  # noqa: PLC0415
+
+    path = settled_copy(tmp_path)
+
+    def interrupted(self, fh, **kw):
+        fh.write(b"x" * 1000)
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as m:
+        m.setattr(pl.DataFrame, "write_ipc", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            read_ledger(path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ledger.jsonl"]
+    dead = tmp_path / f".{sidecar.path_of(path).name}.999999999.1"  # (no process has that id)
+    dead.write_bytes(b"half")
+    read_ledger(path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ledger.jsonl", sidecar.path_of(path).name]

@@ -12,6 +12,7 @@ import json
 import statistics
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -91,6 +92,17 @@ def _model(run: Path, arm: str) -> dict:
     return next(x for x in s["rate_models"] if x["arm"] == arm)
 
 
+def _served_prefill(run: Path) -> tuple[float, float]:
+    """b and c of prompt_s = a + b·n + c·n·(k + n/2) fitted (least squares) to what the simulator logged it did
+    for each call (n uncached tokens after k cached; prompt_s its prefill and first step, as its timings say)."""
+    truth = json.loads((run / "truth-nocache.json").read_text())
+    n = np.array([t["prompt_tokens"] - t["cached_tokens"] for t in truth], dtype=float)
+    k = np.array([t["cached_tokens"] for t in truth], dtype=float)
+    y = np.array([t["prefill_s"] + t["first_step_s"] for t in truth], dtype=float)
+    (_, b, c), *_ = np.linalg.lstsq(np.column_stack([np.ones_like(n), n, n * (k + n / 2)]), y, rcond=None)
+    return float(b), float(c)
+
+
 def test_the_fitted_model_recovers_the_set_coefficients(context_run):
     """Without a cache every call computes its whole prompt (k = 0) at lengths from 256 to 1,600 tokens:
     b and c (the n²/2 curvature) are determined; decode contexts span 256 to 1,600 tokens: d0 and d1."""
@@ -98,8 +110,12 @@ def test_the_fitted_model_recovers_the_set_coefficients(context_run):
     p, d = m["prefill"], m["decode"]
     assert p["source"] == d["source"] == "server timings"
     assert p["quadratic"] and d["context_fitted"]
-    assert p["b_s_per_token"] == pytest.approx(1 / PREFILL_TPS, rel=0.05)
-    assert p["c_s_per_token2"] == pytest.approx(PREFILL_QUADRATIC, rel=0.05)
+    # the oracle is what the simulator did: its logged prefill and first step (llama.cpp's prompt_ms holds both,
+    # and a loaded machine's late wake-ups in each: the served rate, not the set one), fitted to the same model
+    # by least squares; the set rates only bound it loosely
+    b, c = _served_prefill(context_run)
+    assert p["b_s_per_token"] == pytest.approx(b, rel=0.05) and b == pytest.approx(1 / PREFILL_TPS, rel=0.25)
+    assert p["c_s_per_token2"] == pytest.approx(c, rel=0.05) and c == pytest.approx(PREFILL_QUADRATIC, rel=0.25)
     # the llama.cpp dialect's prompt_ms is the prefill and the first token's step (5 ms here, into a), and on a
     # loaded machine what the prefill's sleep overslept, as the simulator recorded it (its prefill_s less the
     # work its rates set)

@@ -622,7 +622,7 @@ def _frame_by_chunks(mm: mmap.mmap, starts: np.ndarray, ends: np.ndarray, nonbla
     return pl.concat(frames)  # (the caller raises what *scan* found, with what the columns' check finds)
 
 
-def _read_columnar(path: Path, fh: Any, salvage: bool) -> Ledger[RunHeaderRow]:
+def _read_columnar(path: Path, fh: Any, salvage: bool, keep_columns: bool = True) -> Ledger[RunHeaderRow]:
     """:func:`read_ledger` of a large file with polars (see the module's docstring): the whole file at
     once (or what a read of it kept beside it: :mod:`.sidecar`), else (a line the writer did not end, or polars
     refused one) chunk by chunk."""
@@ -640,7 +640,8 @@ def _read_columnar(path: Path, fh: Any, salvage: bool) -> Ledger[RunHeaderRow]:
         whole = None if not closed[nonblank].all() else _frame(path) if kept is None else kept.frame
         if whole is not None and len(whole) and whole["kind"][0] == "run":
             frame = whole[1:]
-            digest = sidecar.digest(mm) if kept is None and sidecar.worth_saving(st, began) else None
+            worth = keep_columns and kept is None and sidecar.worth_saving(st, began)
+            digest = sidecar.digest(mm) if worth else None
         else:
             frame, digest = _frame_by_chunks(mm, starts, ends, nonblank, scan), None
     rows = np.flatnonzero(nonblank)
@@ -733,9 +734,10 @@ def _regular(path: Path) -> None:
                           "ledger.jsonl")
 
 
-def read_ledger(path: str | Path, *, salvage: bool = False) -> Ledger[RunHeaderRow]:
+def read_ledger(path: str | Path, *, salvage: bool = False, keep_columns: bool = True) -> Ledger[RunHeaderRow]:
     """Parse ``ledger.jsonl`` (or a run directory holding one), and the shards in ``ledger.d/`` beside it:
-    see the module's docstring."""
+    see the module's docstring.  *keep_columns*: a large ledger's parse may be kept beside it (:mod:`.sidecar`);
+    False for a reader that writes nothing (``run --dry-run``) or is about to append (``--resume``)."""
     path = Path(path)
     if path.is_dir():
         path = path / "ledger.jsonl"
@@ -746,7 +748,7 @@ def read_ledger(path: str | Path, *, salvage: bool = False) -> Ledger[RunHeaderR
             if old is not None:  # an older schema: upgraded as it is read (a newer one is refused by the header check)
                 led = _read_upgraded(path, fh, old, salvage)
             elif os.fstat(fh.fileno()).st_size >= max(COLUMNAR_MIN_BYTES, 1):
-                led = _read_columnar(path, fh, salvage)
+                led = _read_columnar(path, fh, salvage, keep_columns)
             else:
                 led = _read_lines(path, fh, salvage)
     except FileNotFoundError:

@@ -143,6 +143,7 @@ def save(ledger: Path, st: os.stat_result, sampled: str, kept: Kept, schema: Any
     if dict(kept.frame.schema) != dict(schema):
         return
     target = path_of(ledger)
+    _remove_stale(target)
     aside = target.with_name(f".{target.name}.{os.getpid()}.{time.monotonic_ns()}")
     try:
         with open(aside, "wb") as fh:
@@ -155,6 +156,24 @@ def save(ledger: Path, st: os.stat_result, sampled: str, kept: Kept, schema: Any
                                "frame_bytes": frame_bytes, "ends_bytes": len(ends)}).encode()
             fh.write(meta + len(meta).to_bytes(TRAILER, "little"))
         os.replace(aside, target)
-    except OSError:
+    except BaseException as exc:  # (a Ctrl-C while writing, too: the file aside goes, the interrupt goes on)
         with suppress(OSError):
             aside.unlink()
+        if not isinstance(exc, OSError):
+            raise
+
+
+def _remove_stale(target: Path) -> None:
+    """Remove the files written aside for *target* by a process that is gone (killed while writing one: SIGKILL,
+    SIGTERM, out of memory); one a live process still writes is left to it."""
+    for aside in target.parent.glob(f".{target.name}.*.*"):
+        pid = aside.name.removeprefix(f".{target.name}.").split(".")[0]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            with suppress(OSError):
+                aside.unlink()
+        except OSError:
+            pass  # (alive, another user's)

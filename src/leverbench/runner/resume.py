@@ -65,7 +65,7 @@ def completed(out: Path, resume: bool, exp: LoadedExperiment) -> Resumed:
         return Resumed(fresh=resume)  # --resume with nothing to resume: the run starts (the CLI said so)
     if not resume:
         raise BadInput(f"{out} already holds a ledger; pass --resume to continue it or choose another --out")
-    led = read_ledger(ledger_path)
+    led = read_ledger(ledger_path, keep_columns=False)  # (it appends next, or writes nothing: --dry-run)
     settings = RunSettings.of_header(led.header["config"], ledger_path)
     exp = resumed_adaptive(exp, settings, out)
     snapshot = exp.snapshot()

@@ -36,7 +36,7 @@ class AdaptiveRounds:
         """The units of round *repeat*, or of the next round after it that has any not yet done, and the repeat
         of the look after them; ([], None) when every comparison is stopped."""
         while True:
-            plan = plan_round(read_ledger(self.path), repeat)
+            plan = plan_round(read_ledger(self.path, keep_columns=False), repeat)  # (the run appends next)
             if not plan.cells:
                 return [], None
             repeat += 1
