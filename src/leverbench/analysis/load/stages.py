@@ -291,7 +291,7 @@ def tokens_in_window(rs: Sequence[CallRow], c: Cols, a: float, b: float) -> floa
     total = float(n[inside].sum())
     with np.errstate(invalid="ignore"):
         edge = np.nonzero(~inside & (last >= a) & (first <= b) & (n > 0))[0]
-    for i in edge:  # calls that straddle an edge of the window: count their chunks inside
+    for i in edge.tolist():  # calls that straddle an edge of the window: count their chunks inside
         r = rs[i]
         ts, t0 = r["chunk_t"], t0s[i]
         total += n[i] * sum(1 for t in ts if a <= t0 + t <= b) / len(ts)
