@@ -51,7 +51,7 @@ def test_an_arm_runs_the_binary_it_names_and_records_its_build(tmp_path: Path) -
     base = eng.start()
     try:
         assert _chat(base, "Say hi.")["usage"]["completion_tokens"] >= 1
-        facts = eng.discover()
+        facts = eng.facts()
         assert facts["engine_build"]["binary"] == exe and facts["engine_build"]["build_number"] > 11000
         assert facts["engine_args"] == ["--spec-type", "ngram-mod"]
     finally:
@@ -127,7 +127,7 @@ def test_the_prebuilt_engine_is_configured_as_llama_servers_own_parser_configure
                           "log": _logged((tmp_path / f"{name}.log").read_text())}
         finally:
             eng.stop()
-        seen[name]["build"] = eng.discover()["engine_build"]
+        seen[name]["build"] = eng.facts()["engine_build"]
     c, p = seen["compiled"], seen["prebuilt"]
     assert c["build"]["build_number"] > 11000 and p["build"]["package"] == "xllamacpp"  # each names its build
     assert p["props"] == c["props"]

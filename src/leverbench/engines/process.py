@@ -265,10 +265,6 @@ class EngineProcess:
     def facts(self) -> EngineFacts:
         raise NotImplementedError
 
-    def discover(self) -> EngineFacts:
-        """:meth:`facts` under the name it had before the engine interface."""
-        return self.facts()
-
     def ready(self) -> Readiness:
         """How the latest start went (:class:`~.interface.Readiness`)."""
         return Readiness(self.startup_timeout_s, self.timeout_from, self.t_start,
