@@ -148,6 +148,17 @@ def _stop(proc: subprocess.Popen, sig: int) -> str:
     return err
 
 
+def _serve_stopped(proc: subprocess.Popen, sig: int, pid: int, port: int) -> None:
+    """Stop ``serve`` with *sig*: TERM, INT, HUP end it with code 0; after KILL its engine *pid* goes on its own
+    (the parent-death signal), its process group with it; either way nothing of the engine is left."""
+    err = _stop(proc, sig)
+    if sig == signal.SIGKILL:
+        _wait(lambda: not _live(pid) and not _group_members(pid), limits.STOP_S, "the engine outlived serve")
+    else:
+        assert proc.returncode == 0, err
+    _assert_gone(pid, port)
+
+
 # ------------------------------------------------------------------ the stand-in engine
 
 
@@ -239,12 +250,7 @@ def test_serve_stops_its_engine(tmp_path, sig):
     proc, port = _serve(tmp_path, "--binary", str(exe))
     pid, noted = _engine_up(pids, proc)
     assert noted == port and _children(proc.pid) == [pid]
-    err = _stop(proc, sig)
-    if sig == signal.SIGKILL:
-        _wait(lambda: not _live(pid) and not _group_members(pid), limits.STOP_S, "the engine outlived serve")
-    else:
-        assert proc.returncode == 0, err
-    _assert_gone(pid, port)
+    _serve_stopped(proc, sig, pid, port)
 
 
 @pytest.mark.slow
@@ -259,12 +265,7 @@ def test_serve_stops_the_prebuilt_engine(tmp_path, sig):
           "the engine never answered")
     assert proc.poll() is None, proc.communicate()
     [pid] = _children(proc.pid)
-    err = _stop(proc, sig)
-    if sig == signal.SIGKILL:
-        _wait(lambda: not _live(pid), limits.STOP_S, "the engine outlived serve")
-    else:
-        assert proc.returncode == 0, err
-    _assert_gone(pid, port)
+    _serve_stopped(proc, sig, pid, port)
 
 
 @pytest.mark.slow
