@@ -68,6 +68,11 @@ class RunSettings(ExperimentSection):
         settings into a new experiment)."""
         return self.model_dump(mode="json", exclude_unset=True, exclude={"probes"})
 
+    def if_declared(self, key: str) -> Any:
+        """The setting *key* as the header declared it; None where it declared none (what the run recorded: a
+        default the analysis applies is not a fact of the run)."""
+        return getattr(self, key) if key in self.model_fields_set else None
+
 
 def default(key: str) -> Any:
     """The experiment file's default of the ``[experiment]`` setting *key* (for a reader of a summary that has

@@ -33,8 +33,8 @@ def _failed(i: Inputs) -> tuple[int, int]:
         retried += bool(c.get("retried")) and not c.get("rejected_fields")
     if retried:
         i.warn(RunWarning(WarningKind.RETRIED, f"{retried} failed attempt(s) were retried (retries = "
-                          f"{_declared(i, 'retries')}); each attempt is in the ledger, and the cells that hold them "
-                          "are not citable"))
+                          f"{i.ds.settings.if_declared('retries')}); each attempt is in the ledger, and the cells "
+                          "that hold them are not citable"))
     return failed, retried
 
 
@@ -73,18 +73,11 @@ def _recorded(i: Inputs) -> RecordedSection | None:
 RECORDED = Product("recorded", (), _recorded, key="recorded", optional=True)
 
 
-def _declared(i: Inputs, key: str) -> Any:
-    """The setting *key* as the run's header declared it; None where it declared none (the summary says what the
-    run recorded: a default the analysis applied is not a fact of the run)."""
-    st = i.ds.settings
-    return getattr(st, key) if key in st.model_fields_set else None
-
-
 def _run(i: Inputs) -> RunRow:
     ds, st, h = i.ds, i.ds.settings, i.ledger.header
     return {"run_id": h.get("run_id"), "name": st.name, "started_at": h.get("started_at"),
-            "tool_version": h.get("tool_version"), "host": h.get("host"), "order": _declared(i, "order"),
-            "repeats": _declared(i, "repeats"), "concurrency": 1,
+            "tool_version": h.get("tool_version"), "host": h.get("host"), "order": st.if_declared("order"),
+            "repeats": st.if_declared("repeats"), "concurrency": 1,
             "calls": len(ds.call) + len(ds.probes) + len(ds.sentinels),
             "failed_calls": i[FAILED][0], "resumed": sum(1 for _ in i.ledger.of_kind("resume"))}
 
