@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import PurePath
-from typing import Callable, Literal, Mapping, Optional
+from typing import Callable, Literal, Mapping, Optional, TypedDict
 
 from typing_extensions import TypeAlias
 
@@ -198,11 +198,24 @@ class TrafficFacts:
     assumed_cached_share: Optional[float]
 
 
-#: A group of a trace's calls (one model, one input-length bucket) as ``analyze`` sums it
-#: (``analysis/traffic/sums.py``): ``calls``, ``input`` and ``output`` tokens, the modelled ``prefill``, ``decode``
-#: and ``queue`` seconds, ``cached`` tokens (recorded or assumed) and ``cached_calls`` (the calls that have them),
-#: ``excess`` (output tokens above the answer cap), ``ttft_calls``, ``beyond`` (calls past the measured input).
-GroupSums: TypeAlias = Mapping[str, float]
+class GroupSums(TypedDict):
+    """A group of a trace's calls (one model, one input-length bucket) as ``analyze`` sums it
+    (``analysis/traffic/sums.py``; the schema's ``PhaseSums`` is this with the group's model and bucket):
+    ``calls``, ``input`` and ``output`` tokens, the modelled ``prefill``, ``decode`` and ``queue`` seconds, ``cached``
+    tokens (recorded or assumed) and ``cached_calls`` (the calls that have them), ``excess`` (output tokens above the
+    answer cap), ``ttft_calls``, ``beyond`` (calls past the measured input)."""
+
+    calls: int
+    input: float
+    output: float
+    prefill: float
+    decode: float
+    queue: float
+    cached: float | None
+    cached_calls: int
+    excess: float
+    ttft_calls: int
+    beyond: int
 
 
 @dataclass(frozen=True)

@@ -71,7 +71,7 @@ def _measure(arm: ArmEvidence) -> Measured:
 
 def _saved(g: GroupSums, prefill_tps: Optional[float]) -> Optional[float]:
     """C / prefill_tps: the prefill seconds of the group's cached tokens (unknown where no call records any)."""
-    return g["cached"] / prefill_tps if g["cached_calls"] and prefill_tps else None
+    return g["cached"] / prefill_tps if g["cached_calls"] and g["cached"] is not None and prefill_tps else None
 
 
 def _parameter(t: TrafficFacts) -> Optional[str]:

@@ -13,9 +13,17 @@ from typing_extensions import NotRequired, TypedDict
 from ..json_types import JSONValue
 from .load_lever_rows import OperatingPoint, UnderLoad
 from .load_rows import Distribution
-from .rate_rows import BatchSlowdown, DecodeFit, PrefillFit
+from .rate_rows import BatchSlowdown, DecodeFit, PrefillFit, RateModelRow
 
 # ---------------------------------------------------------------- an arm served
+
+
+class ServedRateModel(RateModelRow):
+    """The rate model a what-if serves an arm with (:class:`...whatif.forecast.ArmSpec`): the summary's
+    ``rate_models[]`` row, or the flat model of its ``rates[]`` row, with where it came from
+    (:func:`...whatif.arms.arm_specs`; written as :class:`RateModelUsed`'s ``source``)."""
+
+    source: NotRequired[str]
 
 
 class RateModelUsed(TypedDict):

@@ -147,8 +147,9 @@ def contradiction(declared: JSONValue, stated: JSONValue) -> str | None:
     if isinstance(declared, str) and isinstance(stated, str):
         a, b = _name(declared), _name(stated)
         return None if (a in b or b in a) else f"{stated!r}"
-    numbers = all(isinstance(x, (int, float)) for x in (declared, stated))
-    return f"{stated!r}" if numbers and float(declared) != float(stated) else None
+    if isinstance(declared, (int, float)) and isinstance(stated, (int, float)):  # two numbers
+        return f"{stated!r}" if float(declared) != float(stated) else None
+    return None
 
 
 # ---------------------------------------------------------------------------------------------- across arms
@@ -208,10 +209,10 @@ def _flatten(d: JSONValue, path: str = "") -> dict[str, JSONValue]:
 def _flags(args: JSONValue) -> dict[str, JSONValue]:
     """llama.cpp command-line arguments as {flag: value} (True for a flag without one)."""
     out: dict[str, JSONValue] = {}
-    args = [str(a) for a in args] if isinstance(args, list) else []
-    for i, a in enumerate(args):
+    argv = [str(a) for a in args] if isinstance(args, list) else []
+    for i, a in enumerate(argv):
         if a.startswith("-") and not a.lstrip("-").replace(".", "").isdigit():
-            nxt = args[i + 1] if i + 1 < len(args) else None
+            nxt = argv[i + 1] if i + 1 < len(argv) else None
             out[a] = nxt if nxt is not None and not (nxt.startswith("-") and not nxt.lstrip("-").replace(
                 ".", "").isdigit()) else True
     return out
@@ -355,13 +356,13 @@ def comparisons(arms: list[str], baseline: str, knobs: Mapping[str, Mapping[str,
         out.append(Comparison(a, baseline, diff, lever, unknown))
     for i, x in enumerate(arms):
         for y in arms[i + 1:]:
-            diff = differing(knobs[x], knobs[y])
-            if len(diff) != 1 or unknown_knobs(knobs[x], knobs[y]):
+            pair_diff = differing(knobs[x], knobs[y])
+            if len(pair_diff) != 1 or unknown_knobs(knobs[x], knobs[y]):
                 continue
-            ref, other = reference_first(x, y, diff[0], knobs, roles, arms)
+            ref, other = reference_first(x, y, pair_diff[0], knobs, roles, arms)
             if (other, ref) in {(c.arm, c.vs) for c in out}:
                 continue
-            out.append(Comparison(other, ref, tuple(diff), diff[0]))
+            out.append(Comparison(other, ref, tuple(pair_diff), pair_diff[0]))
     return out
 
 

@@ -224,6 +224,8 @@ def server_metrics(metrics_records: list[MetricsRecord], arms: list[str],
     header = header or {}
     config, header_arms = header.get("config"), header.get("arms")
     config_arms = config.get("arms", []) if isinstance(config, dict) else []
+    if not isinstance(config_arms, list):  # a config's arms are a list (anything else names no arm's metrics_url)
+        config_arms = []
     murls = {a.get("name"): a.get("metrics_url") for a in config_arms if isinstance(a, dict)}
     endpoint = {}
     for a in arms:

@@ -43,7 +43,7 @@ lever's capacity multiplier is the ratio of its two arms' capacities (:mod:`.und
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import TYPE_CHECKING, Mapping, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Literal, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -52,12 +52,18 @@ from .cost import price_and_gpus
 
 if TYPE_CHECKING:
     from ...json_types import JSONValue
-    from ...schema.load_lever_rows import CapacityLevel, CapacityRow
-    from ...schema.load_rows import LoadRow
+    from ...schema.load_lever_rows import Bound, CapacityLevel, CapacityRow
+    from ...schema.load_rows import Distribution, LoadRow
 
 PERCENTILE = 99
 #: Each SLO key of a stage and the load metric (a stage row's distribution) it bounds.
-SLO_METRICS = (("slo_ttft_s", "ttft"), ("slo_tpot_s", "tpot"), ("slo_e2e_s", "e2e"))
+SLO_METRICS: tuple[tuple[Literal["slo_ttft_s", "slo_tpot_s", "slo_e2e_s"], Literal["ttft", "tpot", "e2e"]], ...] = (
+    ("slo_ttft_s", "ttft"), ("slo_tpot_s", "tpot"), ("slo_e2e_s", "e2e"))
+
+
+def at_percentile(d: Distribution, q: int) -> float:
+    """A load metric's q-th percentile (its distribution's ``p{q}``: q is 50, 90, 95 or 99)."""
+    return {50: d["p50"], 90: d["p90"], 95: d["p95"], 99: d["p99"]}[q]
 
 
 def level_ratio(row: LoadRow, q: int = PERCENTILE) -> tuple[float | None, str | None]:
@@ -69,13 +75,13 @@ def level_ratio(row: LoadRow, q: int = PERCENTILE) -> tuple[float | None, str | 
         return None, "failed calls"
     worst: tuple[float, str] | None = None
     for key, metric in SLO_METRICS:
-        limit = slo.get(key)  # type: ignore[misc]
+        limit = slo.get(key)
         if limit is None:
             continue
-        d = row.get(metric)  # type: ignore[misc]
+        d = row.get(metric)
         if not d:
             return None, key
-        g = d[f"p{q}"] / limit
+        g = at_percentile(d, q) / limit
         if worst is None or g > worst[0]:
             worst = (g, key)
     return worst if worst is not None else (None, None)
@@ -108,7 +114,7 @@ class SweepCapacity(NamedTuple):
 
     load: float | None
     upper: float | None
-    bound: str
+    bound: Bound
     reason: str | None
     output_tps: float | None
     requests_per_s: float | None
@@ -143,13 +149,15 @@ def sweep_capacity(levels: Sequence[LoadRow], q: int = PERCENTILE,
     if g0 is None or g0 > 1.0:
         return SweepCapacity(None, None, "none", f"misses the SLOs at the lowest load measured ({x0:g})", None, None,
                              out)
-    for (xa, ga, ra), (xb, gb, rb) in zip(used, used[1:]):
+    xa, ga, ra = x0, g0, r0  # the last level that met the SLOs
+    for xb, gb, rb in used[1:]:
         if gb is not None and gb <= 1.0:
+            xa, ga, ra = xb, gb, rb
             continue
         if gb is None:
             return SweepCapacity(xa, xb, "between", f"calls failed at {xb:g}: the capacity lies between {xa:g} and "
                                  f"{xb:g}", tps(ra), rps(ra), out)
-        x = xa + (xb - xa) * (1.0 - ga) / (gb - ga)  # type: ignore[operator]
+        x = xa + (xb - xa) * (1.0 - ga) / (gb - ga)
         return SweepCapacity(x, None, "interpolated", None, _at(x, xa, xb, tps(ra), tps(rb)),
                              _at(x, xa, xb, rps(ra), rps(rb)), out)
     xn, _, rn = used[-1]
@@ -164,20 +172,21 @@ def capacity_rows(rows: Sequence[LoadRow], conditions: Mapping[str, Mapping[str,
     throughput."""
     groups: dict[tuple[str, str, str], list[LoadRow]] = defaultdict(list)
     for r in rows:
-        if r.get("sweep") and r.get("slo"):  # a sweep is one mode: one axis
-            groups[(r["arm"], r["sweep"], level_load(r)[0])].append(r)
+        if (name := r.get("sweep")) and r.get("slo"):  # a sweep is one mode: one axis
+            groups[(r["arm"], name, level_load(r)[0])].append(r)
     out: list[CapacityRow] = []
     for (arm, sweep, _), rs in groups.items():
         rs = sorted(rs, key=lambda r: level_load(r)[1] or 0.0)
         little = {r["stage"]: level_throughput(r, (calls or {}).get((arm, r["stage"]))) for r in rs}
-        little_all = all(v is not None for v in little.values())  # one basis for the whole sweep
-        load, upper, bound, reason, tps, rps, levels = sweep_capacity(rs, q, little if little_all else None)  # type: ignore[arg-type]
+        known = {stage: v for stage, v in little.items() if v is not None}
+        little_all = len(known) == len(little)  # one basis for the whole sweep
+        load, upper, bound, reason, tps, rps, levels = sweep_capacity(rs, q, known if little_all else None)
         cond = conditions.get(arm, {})
         price, gpus = price_and_gpus(cond, arm, gpu_hour_usd)
         per_req = gpus * 1000.0 / (3600.0 * rps) if rps else None
         per_tok = gpus * 1e6 / (3600.0 * tps) if tps else None
         out.append({"arm": arm, "sweep": sweep, "x": level_load(rs[0])[0], "slo": rs[0]["slo"] or {},
-                    "percentile": float(q), "load": load, "upper": upper, "bound": bound,  # type: ignore[typeddict-item]
+                    "percentile": float(q), "load": load, "upper": upper, "bound": bound,
                     "reason": reason,
                     "output_tps": tps, "requests_per_s": rps,
                     "throughput_source": "calls in flight" if little_all else "window", "gpus": gpus,

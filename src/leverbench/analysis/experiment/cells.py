@@ -18,7 +18,7 @@ import numpy as np
 
 from ...schema.experiment_rows import CellRow, MultiplierRow, TotalRow
 from ..base.dataset import Dataset, groups, sums, zero_nan
-from ..base.guard import Reason, judge
+from ..base.guard import Judgement, Reason, judge
 from ..base.knobs import Comparison
 from ..base.stats import median, overlap
 
@@ -69,7 +69,9 @@ def cells(ds: Dataset, case_names: list[str] | None = None, turn_s: np.ndarray |
     base = {c["case"]: c for c in out if c["arm"] == ds.baseline}
     for c in out:
         b = base.get(c["case"])
-        if c["arm"] == ds.baseline or not b or c["median_s"] is None or b["median_s"] is None:
+        # (a cell has its median and its range [min, max] both, or neither: without a successful turn)
+        if c["arm"] == ds.baseline or not b or c["min_s"] is None or c["max_s"] is None or b["min_s"] is None \
+                or b["max_s"] is None:
             c["overlaps_baseline"] = None
         else:
             c["overlaps_baseline"] = overlap((c["min_s"], c["max_s"]), (b["min_s"], b["max_s"]))
@@ -80,12 +82,13 @@ def totals(ds: Dataset, cell_list: Sequence[CellRow]) -> list[TotalRow]:
     out: list[TotalRow] = []
     for arm in ds.arms:
         mine = [c for c in cell_list if c["arm"] == arm]
-        complete = all(c["median_s"] is not None for c in mine) and len(mine) == len(ds.cases)
-        vols = [c["output_tokens_median"] for c in mine]
+        medians = [c["median_s"] for c in mine if c["median_s"] is not None]
+        complete = len(medians) == len(mine) and len(mine) == len(ds.cases)
+        vols = [c["output_tokens_median"] for c in mine if c["output_tokens_median"] is not None]
         out.append({
             "arm": arm,
-            "total_s": sum(c["median_s"] for c in mine) if complete else None,
-            "output_tokens": sum(vols) if complete and all(v is not None for v in vols) else None,
+            "total_s": sum(medians) if complete else None,
+            "output_tokens": sum(vols) if complete and len(vols) == len(mine) else None,
             "cases": len(ds.cases),
             "complete": complete,
         })
@@ -98,26 +101,35 @@ def multipliers(ds: Dataset, cell_list: Sequence[CellRow], total_list: Sequence[
     """Per comparison: one row per case and one for the total (``vs`` = the reference arm); *also*: the
     comparison's own reasons not to cite it (drift, contradictions, engagement), by (arm, vs)."""
     tol_cell, tol_total = ds.settings.volume_tolerance_cell, ds.settings.volume_tolerance_total
-    cell_of = {(c["arm"], c["case"]): {**c, "name": c["arm"]} for c in cell_list}
+    cell_of: dict[tuple[str, str], _NamedCell] = {(c["arm"], c["case"]): {**c, "name": c["arm"]} for c in cell_list}
     total_of = {t["arm"]: t for t in total_list}
-    out = []
+    out: list[MultiplierRow] = []
     for comp in comps:
         arm, ref, knobs = comp.arm, comp.vs, list(comp.knobs)
-        tag = {"arm": arm, "vs": ref}
         extra = (also or {}).get((arm, ref), [])
-        kw = {"also": extra, "controlled": comp.controlled}
-        more = {"lever": comp.lever, "unknown_knobs": list(comp.unknown)}
-        mine = []
-        for case in ds.cases:
-            m = {**tag, "scope": f"case:{case}", **judge(cell_of[(ref, case)], cell_of[(arm, case)], tol_cell, knobs,
-                                                          **kw), **more}
-            mine.append(m)
+        unknown = list(comp.unknown)
+        mine = [(f"case:{case}", judge(cell_of[(ref, case)], cell_of[(arm, case)], tol_cell, knobs, also=extra,
+                                       controlled=comp.controlled)) for case in ds.cases]
         tr, ta = total_of[ref], total_of[arm]
-        blocking = [f"{m['scope'].removeprefix('case:')} ({m['reason']})" for m in mine if m.get("blocks_total")]
+        blocking = [f"{scope.removeprefix('case:')} ({j['reason']})" for scope, j in mine if j["blocks_total"]]
         total = judge({"name": ref, "median_s": tr["total_s"], "output_tokens_median": tr["output_tokens"], "n": None},
                       {"name": arm, "median_s": ta["total_s"], "output_tokens_median": ta["output_tokens"], "n": None},
-                      tol_total, knobs, blocked_by=blocking, **kw)
-        out += mine + [{**tag, "scope": "total", **total, **more}]
-    for m in out:
-        m.pop("blocks_total", None)
+                      tol_total, knobs, blocked_by=blocking, also=extra, controlled=comp.controlled)
+        out += [_row(comp, scope, j, unknown) for scope, j in [*mine, ("total", total)]]
     return out
+
+
+class _NamedCell(CellRow):
+    """A cell as :func:`.guard.judge` reads it: with the name its reasons give it (its arm's)."""
+
+    name: str
+
+
+def _row(comp: Comparison, scope: str, j: Judgement, unknown: list[str]) -> MultiplierRow:
+    """A multiplier row of *comp* on *scope*: the guard's judgement *j* (less ``blocks_total``: what the total's
+    own judgement takes), its lever and the knobs unknown on either arm; ``equal_work`` None until
+    :func:`.equal_work.equal_work_rows` gives the rows refused for their volume their figure."""
+    return {"arm": comp.arm, "vs": comp.vs, "scope": scope, "value": j["value"], "citable": j["citable"],
+            "reason": j["reason"], "reason_codes": j["reason_codes"], "volume_spread": j["volume_spread"],
+            "controlled": j["controlled"], "knobs": j["knobs"], "lever": comp.lever, "unknown_knobs": unknown,
+            "equal_work": None}

@@ -66,7 +66,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 from scipy import stats
@@ -74,6 +74,7 @@ from scipy import stats
 from ...ledger.rows import CallRow, TimingsRow
 from ...schema.check_rows import CommonDrift, DriftRow, Order, PairDriftRow, TrendRow, WarmupRow
 from ..base.dataset import Dataset
+from ..base.knobs import Comparison
 from ..base.readable import SPAN, bounded, change_words  # noqa: F401 (re-exported: the drift's words)
 from ..base.warning_kinds import RunWarning, WarningKind
 
@@ -150,9 +151,13 @@ class Trend:
 
 def trend(x: list[float] | np.ndarray, y: list[float] | np.ndarray, confidence: float = CONFIDENCE) -> Trend:
     """Least squares y = a + b·x over the finite points; change exp(b) − 1 and its t-interval (module docstring)."""
-    x, y = np.asarray(x, float), np.asarray(y, float)
-    ok = np.isfinite(x) & np.isfinite(y)
-    x, y = x[ok], y[ok]
+    xa, ya = np.asarray(x, float), np.asarray(y, float)
+    ok = np.isfinite(xa) & np.isfinite(ya)
+    return _fit(xa[ok], ya[ok], confidence)
+
+
+def _fit(x: np.ndarray, y: np.ndarray, confidence: float) -> Trend:
+    """:func:`trend` over finite points."""
     n = len(x)
     sxx = float(((x - x.mean()) ** 2).sum()) if n else 0.0
     if n < 2 or sxx <= 0:
@@ -171,7 +176,7 @@ def trend(x: list[float] | np.ndarray, y: list[float] | np.ndarray, confidence: 
 class Point:
     """One counted sentinel: its place in the schedule (position, repeat), time share x, log speeds."""
 
-    key: tuple[Any, Any]
+    key: tuple[str | None, int | None]
     x: float
     decode: float
     prefill: float
@@ -282,9 +287,11 @@ def common_drift(own: dict[str, list[Point]], arms: list[str], tol: float, order
     x = [float(np.mean([rows[a][k].x for a in arms])) for k in places]
     d = trend(x, [float(np.mean([rows[a][k].decode for a in arms])) for k in places], family_confidence(2))
     p = trend(x, [float(np.mean([rows[a][k].prefill for a in arms])) for k in places], family_confidence(2))
+    # (a detected trend is significant, so fitted with its change and interval: the checks only say so)
     said = [f"{phase} {'slowed' if tr.change < 0 else 'sped up'} {abs(tr.change):.0%} "
             + (f"[{tr.low:+.0%}, {tr.high:+.0%}]" if bounded(1 + tr.low, 1 + tr.high) else f"({tr.words()})")
-            for phase, tr in (("decode", d), ("prefill", p)) if tr.detected(tol)]
+            for phase, tr in (("decode", d), ("prefill", p))
+            if tr.detected(tol) and tr.change is not None and tr.low is not None and tr.high is not None]
     text = None
     detected = bool(said)
     if said:
@@ -324,7 +331,7 @@ def warmup_rows(ds: Dataset, tol: float) -> dict[str, WarmupRow]:
     """Per arm, its last warm-up (the calls since its last ``repeat`` 0): calls, decode speeds, settled.  The calls
     that restart or warm a shared prefix before a turn (``position``: :mod:`leverbench.runner.cache_state`) are
     no part of it."""
-    tps: dict[Any, list[float | None]] = {}
+    tps: dict[str, list[float | None]] = {}
     for w in ds.warmups:
         if w.get("position") is not None:
             continue
@@ -378,8 +385,8 @@ def drift(ds: Dataset) -> tuple[list[DriftRow], list[RunWarning]]:
     return out, warnings
 
 
-def pair_drifts(ds: Dataset, comps: list[Any]) -> list[PairDrift]:
-    """:func:`pair_drift` of every comparison (objects with ``arm`` and ``vs``)."""
+def pair_drifts(ds: Dataset, comps: Sequence[Comparison]) -> list[PairDrift]:
+    """:func:`pair_drift` of every comparison (its ``arm`` and ``vs``)."""
     tol, order = ds.settings.drift_tolerance, ds.settings.order
     own = series(ds)
     tests = 2 * (len(ds.arms) if order == "blocked" else len(comps))  # decode and prefill of each

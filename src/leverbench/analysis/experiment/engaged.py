@@ -30,6 +30,7 @@ from typing import Iterable, Mapping, Optional
 import numpy as np
 
 from ...json_types import JSONValue
+from ...ledger.rows import CallRow, TimingsRow
 from ...levers import ArmEvidence, CallSums, Lever, Measured, registry
 from ...schema.lever_rows import EngagedRow, LeverUse
 from ...schema.rate_rows import ServerMetricsRow
@@ -49,7 +50,7 @@ def _num(v: object) -> float:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else np.nan
 
 
-def _timings(r: Record) -> Mapping[str, JSONValue]:
+def _timings(r: CallRow) -> TimingsRow:
     t = r.get("timings")
     return t if isinstance(t, dict) else {}
 
@@ -71,9 +72,9 @@ def _load_columns(ds: Dataset, load_calls: Iterable[Record]) -> dict[str, np.nda
             "accepted": col(t.get(_DRAFT_ACCEPTED) for t in timings)}
 
 
-def _record_columns(ds: Dataset, recs: list[Record]) -> dict[str, np.ndarray]:
+def _record_columns(ds: Dataset, recs: list[CallRow]) -> dict[str, np.ndarray]:
     """The columns :func:`_per_arm` adds up, of call records given as dicts (the sentinels)."""
-    def timing(r: Record, k: str) -> float:
+    def timing(r: CallRow, k: str) -> float:
         return _num(_timings(r).get(k))
     cached = [_num(r.get(_USAGE_CACHED)) if r.get(_USAGE_CACHED) is not None else timing(r, _CACHE_N)
               for r in recs]
@@ -115,25 +116,25 @@ def engaged(ds: Dataset, own_metrics: Optional[Mapping[str, ServerMetricsRow]] =
     out: list[EngagedRow] = []
     warnings: list[RunWarning] = []
     totals = _per_arm(ds, load_calls)
-    judged = [x for x in registry.levers() if x.judge is not None]
+    judged = [(x, x.judge) for x in registry.levers() if x.judge is not None]
     for arm in ds.arms:
         arm_knobs = (knobs or {}).get(arm) or ds.knobs(arm)
-        m: ServerMetricsRow = own_metrics.get(arm) or {}
+        m = own_metrics.get(arm)
         a = ds.arm_index(arm)
         found = (ds.header.get("arms") or {}).get(arm, {}).get("discovered")
         calls = CallSums(int(totals["prompt"][a]), int(totals["cached"][a]), bool(totals["cache_seen"][a]),
                          int(totals["draft"][a]), int(totals["accepted"][a]))
         evidence = ArmEvidence(arm, arm_knobs, found if isinstance(found, dict) else {},
-                               m,  # type: ignore[arg-type]  # the row's figures: numbers by name
+                               m or {},  # type: ignore[arg-type]  # the row's figures: numbers by name
                                calls=calls, settings=settings)
         results = [(x, x.measure(evidence)) for x in registry.measured() if x.measure is not None]
         row = _row(arm, calls.prompt_tokens, results)
         warnings += _credit(row, arm, arm_knobs, results)
         uses: dict[str, LeverUse] = {}
-        for x in judged:
+        for x, judge in judged:
             if not is_on(arm_knobs.get(x.name)):
                 continue
-            use = x.judge(evidence)  # type: ignore[misc]
+            use = judge(evidence)
             uses[x.name] = {"used": use.used, "source": use.source}
             if use.warning and use.used is not True:
                 kind = WarningKind.ENGAGEMENT_UNKNOWN if use.used is None else WarningKind.NOT_ENGAGED

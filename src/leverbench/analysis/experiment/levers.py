@@ -60,14 +60,15 @@ def levers(arms: list[str], knobs: Mapping[str, Mapping[str, JSONValue]], multip
             ew = m.get("equal_work")
             if ew and ew.get("value") is not None and not ew["citable"] and not m["citable"]:
                 row["reason"] = f"{m['reason']}; at equal work {ew['value']:.2f}x, not citable either: {ew['reason']}"
-            if cited(m)[2] == "equal work" and ew["value"]:
+            # (cited says "equal work" only where the row has an equal-work figure)
+            if cited(m)[2] == "equal work" and ew is not None and ew["value"]:
                 if cr and ca and cr.get("gpu_hours_per_1000_turns") is not None:
                     ref_h = cr["gpu_hours_per_1000_turns"]
                     scale = (ca.get("gpus") or 1) / (cr.get("gpus") or 1)
                     row["gpu_hours_returned_per_1000_turns"] = ref_h - ref_h * scale / ew["value"]
-                row.update(multiplier=ew["value"], citable=True, reason=None, measure="equal work",
-                           note=f"equal work: {ew['corrected']}; the measured {m['value']:.2f}x is refused "
-                                f"({m['reason']})")
+                row.update({"multiplier": ew["value"], "citable": True, "reason": None, "measure": "equal work",
+                            "note": f"equal work: {ew['corrected']}; the measured {m['value']:.2f}x is refused "
+                                    f"({m['reason']})"})
             out.append(row)
     return out
 

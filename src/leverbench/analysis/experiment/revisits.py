@@ -58,11 +58,12 @@ functions over the dataset.
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Mapping
+from typing import Iterable, Literal, Mapping
 
 import numpy as np
 
-from ...schema.repeat_rows import RepeatArmRow, RepeatPairRow, RepeatsSection
+from ...ledger.rows import CacheResetRow
+from ...schema.repeat_rows import Method, RepeatArmRow, RepeatPairRow, RepeatsSection
 from ..base.dataset import Dataset
 from ..base.guard import Reason
 from ..base.knobs import Comparison
@@ -209,7 +210,7 @@ def first_visit_ratio(ds: Dataset, arm: str, vs: str) -> float | None:
     return num / den if both and den > 0 else None
 
 
-def _advice(ds: Dataset, methods: set[object]) -> str:
+def _advice(ds: Dataset, methods: set[str | None]) -> str:
     """How to measure new turns: a run before ledger v5 declared no state (run it again); ``cache_reset = "none"``
     (let "auto" bring every turn to the state); recorded turns on an arm without a reset (they are never salted);
     a reset that did not take (salt, or restart)."""
@@ -226,10 +227,10 @@ def _advice(ds: Dataset, methods: set[object]) -> str:
             '"restart", for engines the tool starts)')
 
 
-def _plans(records: Iterable[Mapping[str, Any]]) -> tuple[dict[str, Mapping[str, Any]], dict[str, list[str]]]:
+def _plans(records: Iterable[CacheResetRow]) -> tuple[dict[str, CacheResetRow], dict[str, list[str]]]:
     """Each arm's last plan (``cache_reset`` record without ``error``: a resumed run plans again), and each
     arm's turns that could not be brought to the state (those with one: their errors)."""
-    plans: dict[str, Mapping[str, Any]] = {}
+    plans: dict[str, CacheResetRow] = {}
     failed: dict[str, list[str]] = {}
     for r in records:
         if not isinstance(r, Mapping):
@@ -241,6 +242,11 @@ def _plans(records: Iterable[Mapping[str, Any]]) -> tuple[dict[str, Mapping[str,
     return plans, failed
 
 
+def _recorded_unreset(plan: CacheResetRow | None) -> bool:
+    """Whether an arm's plan leaves its recorded turns as they are (``recorded_method`` "none")."""
+    return plan is not None and plan.get("recorded_method") == "none"
+
+
 def _counts(v: object) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
 
@@ -249,11 +255,12 @@ def _text(v: object) -> str | None:
     return v if isinstance(v, str) else None
 
 
-_CHECKS = ("took", "did not take", "unverified", "not reported", "failed")
-_METHODS = ("reset", "salt", "restart", "restart+salt", "none", "keep")
+_CHECKS: tuple[Literal["took", "did not take", "unverified", "not reported", "failed"], ...] = (
+    "took", "did not take", "unverified", "not reported", "failed")
+_METHODS: tuple[Method, ...] = ("reset", "salt", "restart", "restart+salt", "none", "keep")
 
 
-def repeats(ds: Dataset, comps: Iterable[Comparison], cache_resets: Iterable[Mapping[str, Any]]
+def repeats(ds: Dataset, comps: Iterable[Comparison], cache_resets: Iterable[CacheResetRow]
             ) -> tuple[RepeatsSection, dict[tuple[str, str], list[Reason]], list[RunWarning]]:
     """The ``repeats`` section, the comparisons refused because their repeats were not exchangeable (reason code
     ``revisits``), and the warnings (module docstring).  *cache_resets*: the ledger's ``cache_reset`` records
@@ -268,13 +275,14 @@ def repeats(ds: Dataset, comps: Iterable[Comparison], cache_resets: Iterable[Map
     recorded = any(isinstance(c, Mapping) and c.get("recorded_turn") for c in ds.config.get("cases") or [])
     arms: list[RepeatArmRow] = []
     for a in ds.arms:
-        p, (extra, prompt), (d1, d2) = plans.get(a, {}), counts.get(a, (None, None)), drafts.get(a, (None, None))
+        p: Mapping[str, object] = plans.get(a, {})  # (its record's values checked one by one: a plan has them all)
+        (extra, prompt), (d1, d2) = counts.get(a, (None, None)), drafts.get(a, (None, None))
         method, check = p.get("method"), p.get("check")
         arms.append({"arm": a, "method": method if method in _METHODS else None, "why": _text(p.get("why")),
                      "endpoint": _text(p.get("endpoint")), "check": check if check in _CHECKS else None,
                      "cached_before": _counts(p.get("cached_before")), "cached_after": _counts(p.get("cached_after")),
                      "failed_turns": len(failed.get(a, [])),
-                     "revisit_share": extra / prompt if prompt else None, "extra_cached": extra,
+                     "revisit_share": extra / prompt if extra is not None and prompt else None, "extra_cached": extra,
                      "later_prompt_tokens": prompt, "draft_first": d1, "draft_later": d2})
     row_of = {r["arm"]: r for r in arms}
     pairs: list[RepeatPairRow] = []
@@ -295,7 +303,7 @@ def repeats(ds: Dataset, comps: Iterable[Comparison], cache_resets: Iterable[Map
                    and r["draft_later"] - r["draft_first"] >= DRAFT_CARRY]
         untaken = [r for r in mine if r["method"] == "reset" and r["check"] == "did not take" and r not in hit]
         unseen = [r for r in mine if r["revisit_share"] is None and r not in hit and (
-            r["method"] == "none" or (recorded and plans.get(r["arm"], {}).get("recorded_method") == "none"))]
+            r["method"] == "none" or (recorded and _recorded_unreset(plans.get(r["arm"]))))]
         if not (hit or carried or (not kept and (untaken or unseen))):
             continue
         ratio = first_visit_ratio(ds, comp.arm, comp.vs)
@@ -308,10 +316,11 @@ def repeats(ds: Dataset, comps: Iterable[Comparison], cache_resets: Iterable[Map
         said += [f"{r['arm']}'s reset did not take when it was checked before its turns" for r in untaken]
         said += [f"{r['arm']} was left to revisit and reports no cached tokens to tell by how much" for r in unseen]
         why = "; ".join(said)
-        refused, how = None, set()
+        refused: str | None = None
+        how: set[str | None] = set()
         if not kept:
             how = {row_of[r["arm"]]["method"] for r in hit + carried + untaken + unseen}
-            if recorded and any(plans.get(r["arm"], {}).get("recorded_method") == "none" for r in hit + unseen):
+            if recorded and any(_recorded_unreset(plans.get(r["arm"])) for r in hit + unseen):
                 how.add("recorded")
             refused = (f"the repeats revisit ({why}; cache_reset = \"none\")" if how == {"none"} else
                        f"the run declared no cache state (a ledger before v5: {why})" if state is None else

@@ -53,7 +53,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import replace
-from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Literal, Mapping, Sequence
 
 import numpy as np
 from scipy.stats import bootstrap
@@ -61,9 +61,11 @@ from scipy.stats import bootstrap
 from ...levers import registry
 from ..base.reason_codes import FAILED, VOLUME, VOLUME_UNKNOWN
 from ..load.levels import LevelCalls, level_load, on_schedule
+from .capacity import at_percentile
 from .crossover import crossover, pays, sides
 
 if TYPE_CHECKING:
+    from ...json_types import JSONValue
     from ...schema.load_lever_rows import (
         CapacityPair,
         CapacityRow,
@@ -85,9 +87,10 @@ RESAMPLES = 2000
 #: most RESAMPLE_BUDGET values drawn per metric, and never fewer than MIN_RESAMPLES resamples.
 RESAMPLE_BUDGET, MIN_RESAMPLES = 2_000_000, 200
 SEED = 25
-#: The metrics compared at each level: (name, kind, the stage row's key, percentile).  Latency metrics ("time")
-#: are better lower, rates better higher.
-METRICS: tuple[tuple[str, str, str, int], ...] = (
+#: A metric compared at each level: (name, kind, the stage row's key, percentile).
+Metric = tuple[str, str, Literal["e2e", "ttft", "tpot", "goodput_rps", "output_tps"], int]
+#: The metrics compared at each level.  Latency metrics ("time") are better lower, rates better higher.
+METRICS: tuple[Metric, ...] = (
     ("e2e_p50", "time", "e2e", 50), ("goodput", "rate", "goodput_rps", 0), ("output_tps", "rate", "output_tps", 0),
     ("e2e_p99", "time", "e2e", 99), ("ttft_p50", "time", "ttft", 50), ("ttft_p99", "time", "ttft", 99),
     ("tpot_p50", "time", "tpot", 50), ("tpot_p99", "time", "tpot", 99))
@@ -117,30 +120,29 @@ Value = tuple[float | None, float | None, float | None, float | None]  # multipl
 NO_VALUE: Value = (None, None, None, None)
 
 
-def _time_value(metric: tuple[str, str, str, int], ra: LoadRow, rr: LoadRow, ca: LevelCalls, cr: LevelCalls
-                ) -> Value:
+def _time_value(metric: Metric, ra: LoadRow, rr: LoadRow, ca: LevelCalls, cr: LevelCalls) -> Value:
     """(R's percentile / A's, low, high, A's percentile) of a latency metric."""
     _, _, key, q = metric
-    da, dr = ra.get(key), rr.get(key)  # type: ignore[misc]
-    if not da or not dr or not da[f"p{q}"] > 0:
+    da, dr = ra.get(key), rr.get(key)  # (a latency's: its distribution, or None)
+    if not isinstance(da, dict) or not isinstance(dr, dict) or not at_percentile(da, q) > 0:
         return NO_VALUE
-    value, den = dr[f"p{q}"] / da[f"p{q}"], float(da[f"p{q}"])
+    value, den = at_percentile(dr, q) / at_percentile(da, q), float(at_percentile(da, q))
     a, r = getattr(ca, key), getattr(cr, key)
     a, r = a[~np.isnan(a)], r[~np.isnan(r)]
     if a.size < 2 or r.size < 2:
         return value, None, None, den
 
     def stat(i: np.ndarray, j: np.ndarray, axis: int = -1) -> np.ndarray:
-        return np.percentile(r[j.astype(int)], q, axis=axis) / np.percentile(a[i.astype(int)], q, axis=axis)
+        out: np.ndarray = np.percentile(r[j.astype(int)], q, axis=axis) / np.percentile(a[i.astype(int)], q, axis=axis)
+        return out
     return (value, *_interval(stat, a.size, r.size), den)
 
 
-def _rate_value(metric: tuple[str, str, str, int], ra: LoadRow, rr: LoadRow, ca: LevelCalls, cr: LevelCalls
-                ) -> Value:
+def _rate_value(metric: Metric, ra: LoadRow, rr: LoadRow, ca: LevelCalls, cr: LevelCalls) -> Value:
     """(A's rate / R's, low, high, R's rate) of a rate metric, its interval by Little's law (see the docstring)."""
     name, _, key, _ = metric
-    pa, pr = ra.get(key), rr.get(key)  # type: ignore[misc]
-    if pa is None or pr is None or not pr > 0:
+    pa, pr = ra.get(key), rr.get(key)  # (a rate's: a number, or None)
+    if not isinstance(pa, (int, float)) or not isinstance(pr, (int, float)) or not pr > 0:
         return NO_VALUE
     pa, pr = float(pa), float(pr)
     wa, wr = (ca.good.astype(float), cr.good.astype(float)) if name == "goodput" else (ca.output, cr.output)
@@ -152,7 +154,8 @@ def _rate_value(metric: tuple[str, str, str, int], ra: LoadRow, rr: LoadRow, ca:
     def stat(i: np.ndarray, j: np.ndarray, axis: int = -1) -> np.ndarray:
         i, j = i.astype(int), j.astype(int)
         xa = pa * (wa[i].sum(axis=axis) / ea[i].sum(axis=axis)) / rho_a if rho_a > 0 else np.zeros(i.shape[0])
-        return xa / (pr * (wr[j].sum(axis=axis) / er[j].sum(axis=axis)) / rho_r)
+        out: np.ndarray = xa / (pr * (wr[j].sum(axis=axis) / er[j].sum(axis=axis)) / rho_r)
+        return out
     return (pa / pr, *_interval(stat, ca.n, cr.n), pr)
 
 
@@ -185,7 +188,8 @@ def level_guard(ra: LoadRow, rr: LoadRow, ca: LevelCalls | None, cr: LevelCalls 
     if min(na, nr) < MIN_CALLS:
         reasons.append((CALLS, f"too few measured calls ({ra['arm']} {na}, {rr['arm']} {nr}; at least {MIN_CALLS})"))
     sched = {r["arm"]: on_schedule(r) for r in (ra, rr)}
-    late = [f"{a} {p99 * 1000:.0f} ms > {b * 1000:.0f} ms" for a, (ok, p99, b) in sched.items() if not ok]
+    late = [f"{a} {p99 * 1000:.0f} ms > {b * 1000:.0f} ms" for a, (ok, p99, b) in sched.items()
+            if not ok and p99 is not None]  # (behind schedule: a lag p99 past its budget)
     if late:
         reasons.append((CLIENT_LAG, "the client fell behind its schedule (lag p99 " + ", ".join(late) +
                         "): the load offered was lower than planned"))
@@ -219,7 +223,7 @@ def level_guard(ra: LoadRow, rr: LoadRow, ca: LevelCalls | None, cr: LevelCalls 
 # ---------------------------------------------------------------- a pair on a sweep
 
 
-def _metric_row(metric: tuple[str, str, str, int], levels: list[LoadLevel], values: list[Value], has_slo: bool
+def _metric_row(metric: Metric, levels: list[LoadLevel], values: list[Value], has_slo: bool
                 ) -> MetricRow:
     def citable(lv: LoadLevel, v: float | None) -> bool:  # a failed call's time is no latency
         return lv["citable"] and v is not None and not (metric[1] == "time" and FAILED in lv["reason_codes"])
@@ -230,7 +234,8 @@ def _metric_row(metric: tuple[str, str, str, int], levels: list[LoadLevel], valu
                      "citable": citable(lv, v), "clear": v is not None and side != 0})
     use = [v for v in vals if v["citable"]]
     scope = "compared" if any(lv["citable"] and not v["citable"] for lv, v in zip(levels, vals)) else "measured"
-    xs, ms = [v["load"] for v in use], [float(v["value"]) for v in use]  # type: ignore[arg-type]
+    # (a citable level has its value: every one of *use*)
+    xs, ms = [v["load"] for v in use], [float(v["value"]) for v in use if v["value"] is not None]
     lows, highs = [v["low"] for v in use], [v["high"] for v in use]
     cross, n = crossover(xs, ms, lows, highs, [v["denominator"] for v in use])
     where = pays(ms, n, sides(ms, lows, highs))
@@ -317,43 +322,45 @@ def pair_on_sweep(c: Comparison, sweep: str, rows: list[tuple[LoadRow, LoadRow]]
         level["engagement"] = _engagement(c.lever, ra, rr)
         levels.append(level)
         for m in METRICS:
-            ok = ca is not None and cr is not None and min(ca.n, cr.n) >= 2
             fn = _time_value if m[1] == "time" else _rate_value
-            values[m[0]].append(fn(m, ra, rr, ca, cr) if ok else NO_VALUE)  # type: ignore[arg-type]
+            values[m[0]].append(fn(m, ra, rr, ca, cr) if ca is not None and cr is not None and min(ca.n, cr.n) >= 2
+                                else NO_VALUE)
     has_slo = any(ra.get("slo") for ra, _ in rows)
     r0 = rows[0][0]
     axis = level_load(r0)[0]
     return {"lever": c.lever, "arm": c.arm, "vs": c.vs, "sweep": sweep, "mode": r0.get("mode"),
-            "x": axis, "levels": levels,  # type: ignore[typeddict-item]
+            "x": axis, "levels": levels,
             "metrics": [_metric_row(m, levels, values[m[0]], has_slo) for m in METRICS],
             "capacity": _guarded(capacity_pair(capacity.get((c.arm, sweep, axis)), capacity.get((c.vs, sweep, axis))),
                                  pair_reasons, levels),
             "refused": "; ".join(text for _, text in pair_reasons) or None}
 
 
-def _number(v: object) -> float | None:
-    if isinstance(v, bool):
+def _number(v: JSONValue) -> float | None:
+    """A knob's value as a number (not a bool; a number's text too); None: no number."""
+    if isinstance(v, bool) or not isinstance(v, (int, float, str)):  # (float() of any other JSON fails)
         return None
     try:
-        return float(v)  # type: ignore[arg-type]
+        return float(v)
     except (TypeError, ValueError):
         return None
 
 
-def toward_larger_batch(c: Comparison, knobs: Mapping[str, Mapping[str, object]]) -> Comparison:
+def toward_larger_batch(c: Comparison, knobs: Mapping[str, Mapping[str, JSONValue]]) -> Comparison:
     """A queueing lever's pair (batching: :mod:`leverbench.levers`) with the larger batch as the arm and the
     smaller as the reference, whichever the roles made the reference — so that > 1 means more batching pays
     (the advice of ``analyze`` follows it); any other pair, or values that are not numbers, as it is."""
-    x = registry.lever(c.lever or "")
-    if x is None or "queueing" not in x.phases:
+    lever = c.lever
+    x = registry.lever(lever or "")
+    if lever is None or x is None or "queueing" not in x.phases:
         return c
-    a, v = _number(knobs.get(c.arm, {}).get(c.lever)), _number(knobs.get(c.vs, {}).get(c.lever))  # type: ignore[arg-type]
+    a, v = _number(knobs.get(c.arm, {}).get(lever)), _number(knobs.get(c.vs, {}).get(lever))
     return replace(c, arm=c.vs, vs=c.arm) if a is not None and v is not None and v > a else c
 
 
 def load_levers(comps: Sequence[Comparison], rows: Sequence[LoadRow], calls: Mapping[tuple[str, str], LevelCalls],
                 tolerance: float, reasons: Mapping[tuple[str, str], Sequence[Reason]],
-                capacity: Sequence[CapacityRow], knobs: Mapping[str, Mapping[str, object]] | None = None
+                capacity: Sequence[CapacityRow], knobs: Mapping[str, Mapping[str, JSONValue]] | None = None
                 ) -> list[LoadLeverRow]:
     """Every controlled lever pair on every sweep (or stage) both its arms ran: see the module docstring.
     *reasons*: per comparison (arm, vs), what refuses it whole (drift left out); *capacity*: :mod:`.capacity`'s
@@ -362,7 +369,7 @@ def load_levers(comps: Sequence[Comparison], rows: Sequence[LoadRow], calls: Map
     for r in rows:
         if level_load(r)[1] is not None:
             by_arm[r["arm"]][r["stage"]] = r
-    cap = {(r["arm"], r["sweep"], r["x"]): r for r in capacity}
+    cap: dict[tuple[str, str, str], CapacityRow] = {(r["arm"], r["sweep"], r["x"]): r for r in capacity}
     out: list[LoadLeverRow] = []
     for c0 in comps:
         if c0.lever is None or not c0.controlled:

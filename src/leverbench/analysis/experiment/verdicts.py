@@ -44,21 +44,25 @@ ratios (:mod:`.sequential`), not the total multiplier (Σ reference / Σ arm) of
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Final, Literal, Sequence
 
 import numpy as np
 
 from ...config.adaptive import AdaptiveSpec
 from ...config.settings import RunSettings
+from ...json_types import JSONValue
 from ...ledger.reader import Ledger
-from ...schema.experiment_rows import AdaptiveBlock, MultiplierRow, RoundRow, VerdictRow
+from ...ledger.rows import RunConfigRow, RunHeaderRow
+from ...schema.experiment_rows import AdaptiveBlock, Measure, MultiplierRow, RoundRow, StoppedBy, VerdictRow
 from ..base.dataset import Dataset, dataset, first_seen, groups
-from ..base.guard import refused_for_volume_alone
+from ..base.guard import cited
 from ..base.knobs import Comparison, comparisons
 from ..base.stats import median
 from ..sequential.confidence import (
     OPEN,
     UNDECIDED,
+    Decision,
+    Judged,
     decide,
     fixed_design_repeats,
     fixed_interval,
@@ -69,7 +73,10 @@ from ..sequential.confidence import (
 from .equal_work import EqualWork
 
 FIXED_POWER = 0.90
-DECIDED, MAX_REPEATS, MAX_GPU_HOURS, NOT_FINISHED = "decided", "max_repeats", "max_gpu_hours", "not finished"
+DECIDED: Final = "decided"
+MAX_REPEATS: Final = "max_repeats"
+MAX_GPU_HOURS: Final = "max_gpu_hours"
+NOT_FINISHED: Final = "not finished"
 
 @dataclass(frozen=True)
 class Settings:
@@ -90,7 +97,7 @@ class Settings:
                    confidence=ad.confidence, max_repeats=ad.max_repeats, max_gpu_hours=ad.max_gpu_hours)
 
     @classmethod
-    def of_config(cls, config: Mapping[str, Any]) -> Settings:
+    def of_config(cls, config: RunConfigRow) -> Settings:
         """The settings of a ledger header's ``config``."""
         return cls.of(RunSettings.of_header(config))
 
@@ -169,7 +176,15 @@ def repeats_run(log: TurnLog, cases: list[str]) -> int:
 
 def gpus_of(ds: Dataset) -> dict[str, float]:
     """Per arm, its ``gpus`` condition (default 1)."""
-    return {a: float(ds.conditions(a).get("gpus", 1)) for a in ds.arm_names}
+    return {a: _number(ds.conditions(a).get("gpus", 1)) for a in ds.arm_names}
+
+
+def _number(v: JSONValue) -> float:
+    """A condition's number as a float (the ledger's schema checks ``gpus`` is one); float() of anything else
+    fails, as it did."""
+    if isinstance(v, (int, float, str)):
+        return float(v)
+    raise TypeError(f"float() argument must be a string or a real number, not {type(v).__name__!r}")
 
 
 def pairs(log: TurnLog, comp: Comparison, cases: list[str], before: int) -> dict[str, list[float]]:
@@ -205,8 +220,8 @@ class Stop:
     or not finished: the ledger ends with it open)."""
 
     look: int
-    decision: dict[str, Any]
-    why: str
+    decision: Decision
+    why: StoppedBy
 
 
 @dataclass
@@ -220,11 +235,11 @@ class Replay:
     stops: dict[Comparison, Stop] = field(default_factory=dict)
     rounds: list[RoundRow] = field(default_factory=list)
     next_cells: list[tuple[str, str]] = field(default_factory=list)
-    stopped_by: str | None = None
+    stopped_by: StoppedBy | None = None
 
 
 def _look(log: TurnLog, comp: Comparison, cases: list[str], j: int, st: Settings, budget_spent: bool = False,
-          refused: str | None = None) -> dict[str, Any]:
+          refused: str | None = None) -> Decision:
     return decide(pairs(log, comp, cases, j), repeats=j, max_repeats=st.max_repeats, min_effect=st.min_effect,
                   confidence=st.confidence, budget_spent=budget_spent, refused=refused, power=FIXED_POWER)
 
@@ -254,8 +269,9 @@ def replay(ds: Dataset, st: Settings, upto: int | None = None, comps: list[Compa
             out.stopped_by, going, cells = MAX_GPU_HOURS, [], []
         for c in still:
             if decisions[c]["stop"]:
-                why = (MAX_GPU_HOURS if out.stopped_by == MAX_GPU_HOURS and decisions[c]["verdict"] == UNDECIDED
-                       else MAX_REPEATS if decisions[c]["verdict"] == UNDECIDED else DECIDED)
+                undecided = decisions[c]["verdict"] == UNDECIDED
+                why: StoppedBy = (MAX_GPU_HOURS if out.stopped_by == MAX_GPU_HOURS and undecided
+                                  else MAX_REPEATS if undecided else DECIDED)
                 out.stops[c] = Stop(j, decisions[c], why)
         out.next_cells = cells
         if not going:
@@ -288,10 +304,10 @@ class RoundPlan:
 
     repeat: int
     cells: list[tuple[str, str]]
-    stopped_by: str | None
+    stopped_by: StoppedBy | None
 
 
-def plan_round(ledger: Ledger, repeat: int) -> RoundPlan:
+def plan_round(ledger: Ledger[RunHeaderRow], repeat: int) -> RoundPlan:
     """What round *repeat* (≥ the run's initial repeats) runs, from the ledger's turns of repeat < *repeat*
     (:func:`replay` up to look *repeat*)."""
     ds = dataset(ledger)
@@ -319,7 +335,7 @@ def _sum(x: np.ndarray) -> float:
 
 
 def _fixed_decision(log: TurnLog, comp: Comparison, cases: list[str], st: Settings, look: int,
-                    refused: str | None) -> dict[str, Any]:
+                    refused: str | None) -> Judged:
     """A fixed design's row: the t-interval of all its pairs, looked at once, and the verdict it gives."""
     iv = fixed_interval(pairs(log, comp, cases, look), st.confidence)
     found, reason = labelled(verdict_of(iv.ratio_low, iv.ratio_high, st.min_effect) if iv.df >= 1 else None,
@@ -339,11 +355,11 @@ def _refusal(rows: list[MultiplierRow]) -> str | None:
     its equal-work figure may not be cited either where it has one."""
     parts = []
     for m in sorted(rows, key=lambda m: m["scope"] != "total"):
-        if not m["citable"]:
+        if not m["citable"] and m["reason"] is not None:  # (a refused row says why: the guard's judgement)
             parts.append(m["reason"] if m["scope"] == "total" else f"{m['scope'].removeprefix('case:')}: "
                          f"{m['reason']}")
     total = next((m for m in rows if m["scope"] == "total"), None)
-    ew = (total or {}).get("equal_work") or {}
+    ew = total.get("equal_work") if total is not None else None
     if parts and ew and not ew.get("citable"):
         parts.append(f"at equal work not citable either: {ew['reason']}")
     return "; ".join(dict.fromkeys(parts)) or None
@@ -355,7 +371,7 @@ def _at_equal_work(rows: list[MultiplierRow], ew: EqualWork | None) -> bool:
     corrected to equal work)."""
     refused = [m for m in rows if not m["citable"]]
     return (ew is not None and bool(refused) and bool((ew.corrected > 0).all())
-            and all(refused_for_volume_alone(m) and (m.get("equal_work") or {}).get("citable") for m in refused))
+            and all(cited(m)[2] == "equal work" for m in refused))  # (refused for volume alone, citable at equal work)
 
 
 def verdicts(ds: Dataset, comps: list[Comparison], mults: Sequence[MultiplierRow],
@@ -378,6 +394,10 @@ def verdicts(ds: Dataset, comps: list[Comparison], mults: Sequence[MultiplierRow
     rows: list[VerdictRow] = []
     for comp in rp.comparisons if rp else decided_comparisons(comps, ds.baseline):
         mine = by.get((comp.arm, comp.vs), [])
+        measure: Measure
+        d: Judged
+        stopped_by: StoppedBy | None
+        method: Literal["confidence sequence", "fixed t-interval"]
         log, measure, why = base_log, "measured", _refusal(mine)
         if _at_equal_work(mine, ew.get((comp.arm, comp.vs))):
             log, measure, why = _corrected_log(base_log, comp.arm, ew[(comp.arm, comp.vs)]), "equal work", None

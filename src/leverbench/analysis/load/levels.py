@@ -39,6 +39,7 @@ from .stages import at_least_elapsed, columns, e2e, load_records, meets_slo, sta
 
 if TYPE_CHECKING:
     from ...ledger.rows import CallRow
+    from ...schema.load_lever_rows import LoadAxis
     from ...schema.load_rows import LoadRow, StageSlo
 
 LAG_BUDGET_S = 0.010
@@ -99,7 +100,7 @@ def on_schedule(row: LoadRow) -> tuple[bool, float | None, float]:
     return (p99 is None or p99 <= budget), p99, budget
 
 
-def level_load(row: LoadRow) -> tuple[str, float | None]:
+def level_load(row: LoadRow) -> tuple[LoadAxis, float | None]:
     """(what the level's load is, its value): "concurrency" (a closed loop's calls in flight), "rate" (an open
     loop's requests per second) or "speed" (a trace replayed that many times faster)."""
     mode = row.get("mode")

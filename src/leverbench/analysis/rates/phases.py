@@ -40,10 +40,11 @@ lever that returns most.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING, Literal, Mapping, Sequence, Union
 
 import numpy as np
-from typing_extensions import TypedDict
+from numpy.typing import NDArray
+from typing_extensions import TypeAlias, TypedDict
 
 from ..base.bounds import TPS_RANGE
 from ..base.dataset import CallTable, Dataset, groups, sums, turn_groups, zero_nan
@@ -51,9 +52,11 @@ from ..base.guard import cited
 from ..base.knobs import caches_prompts, lever_phase
 from ..base.stats import median
 from .rate_model import decode_seconds, prefill_seconds
-from .regression import fit_line
+from .regression import Floats, fit_line
 
 if TYPE_CHECKING:
+    from ...schema.experiment_rows import MultiplierRow
+    from ...schema.lever_rows import EngagedRow
     from ...schema.rate_rows import (
         ArmMetrics,
         DecompositionRow,
@@ -67,13 +70,16 @@ if TYPE_CHECKING:
         TimeShareRow,
     )
 
+#: (uncached tokens, seconds) points of a prefill: the tokens as whole numbers where the server counted them
+PrefillPoints: TypeAlias = tuple[Union[NDArray[np.int64], NDArray[np.float64]], NDArray[np.float64]]
+
 
 class ArmRates(TypedDict):
     """An arm's measured rates (:func:`arm_rates`): what the projection and the summary's ``rates[]`` take."""
 
     decode_tps: float | None
     decode_source: str | None
-    prefill_points: tuple[np.ndarray, np.ndarray]  # (uncached tokens, seconds)
+    prefill_points: PrefillPoints  # (uncached tokens, seconds)
     prefill_source: str | None
     cached_share: float | None
     cached_share_source: str
@@ -113,9 +119,10 @@ def cell_shares(ds: Dataset) -> list[TimeShareRow]:
 MIN_PREFILL_POINT_TOKENS = 16
 
 
-def _cached(c: CallTable) -> np.ndarray:
+def _cached(c: CallTable) -> NDArray[np.float64]:
     """Cached prompt tokens per call (usage, else timings.cache_n; 0 when neither says)."""
-    return np.trunc(zero_nan(c.cached()))
+    out: NDArray[np.float64] = np.trunc(zero_nan(c.cached()))
+    return out
 
 
 def arm_rates(ds: Dataset, probes: Sequence[ProbeRow], decomposition: Sequence[DecompositionRow],
@@ -153,11 +160,11 @@ def arm_rates(ds: Dataset, probes: Sequence[ProbeRow], decomposition: Sequence[D
         refused = None
         ct, pt = calls & c_timed, pcalls & p_timed
         pr = [x for x in probes if x["arm"] == arm and x.get("decode_tps") and not x.get("forced_on_drafter")]
-        regs = [d["decode_tps"] for d in decomposition if d["arm"] == arm and d.get("decode_tps")]
+        regs = [tps for d in decomposition if d["arm"] == arm and (tps := d.get("decode_tps"))]
         n_timed = int(ct.sum() + pt.sum())
         pms = float(zero_nan(c.predicted_ms[ct]).sum()) + float(zero_nan(p.predicted_ms[pt]).sum())
         if pr:
-            decode_tps, dsrc = median([x["decode_tps"] for x in pr]), "probes"
+            decode_tps, dsrc = median([x["decode_tps"] for x in pr if x["decode_tps"]]), "probes"  # (each has one)
         elif regs:
             decode_tps, dsrc = median(regs), "regression (median over cases)"
         elif n_timed and pms > 0:
@@ -165,6 +172,8 @@ def arm_rates(ds: Dataset, probes: Sequence[ProbeRow], decomposition: Sequence[D
             decode_tps, dsrc = pn / pms * 1000, "server timings"
         else:
             decode_tps, dsrc = None, None
+        points: PrefillPoints
+        psrc: str | None
         if n_timed and n_timed == calls.sum() + pcalls.sum():
             n = zero_nan(np.concatenate([c.prompt_n[ct], p.prompt_n[pt]]))
             s = np.concatenate([c.prompt_ms[ct], p.prompt_ms[pt]]) / 1000.0
@@ -181,9 +190,13 @@ def arm_rates(ds: Dataset, probes: Sequence[ProbeRow], decomposition: Sequence[D
                 refused = ("no call reports its cached prompt tokens and the server's metrics give no prefill time: "
                            "cached and computed prompt tokens cannot be told apart")
         else:
-            usable = [x for x in pr if x.get("input_tokens") and x.get("prefill_s") is not None and x["prefill_s"] >= 0]
-            xs = [x["input_tokens"] - (x.get("cached_tokens") or 0) for x in usable]
-            ys = [x["prefill_s"] for x in usable]
+            xs: list[float] = []
+            ys: list[float] = []
+            for x in pr:  # the probes' two-point prefills
+                inp, pre = x.get("input_tokens"), x.get("prefill_s")
+                if inp and pre is not None and pre >= 0:
+                    xs.append(inp - (x.get("cached_tokens") or 0))
+                    ys.append(pre)
             first = calls & (c.step == 0) & ~np.isnan(c.prompt_tokens) & (c.prompt_tokens != 0)
             by = groups(np.where(first, c.case, -1), len(ds.case_names))
             for case in ds.cases:
@@ -215,7 +228,7 @@ def arm_rates(ds: Dataset, probes: Sequence[ProbeRow], decomposition: Sequence[D
     return out
 
 
-def prefill_model(points: tuple[Sequence[float] | np.ndarray, Sequence[float] | np.ndarray]) -> FlatPrefillFit | None:
+def prefill_model(points: tuple[Floats | NDArray[np.int64], Floats]) -> FlatPrefillFit | None:
     """Fit prefill_s = a + b·n over (uncached tokens n, seconds) points; b = 1/prefill_tps.  A slope that
     would put the rate past ``TPS_RANGE`` (the times do not grow with the tokens: a flat prefill, b a rounding
     error of 0) is taken as b = 0: the prefill costs a and no rate is measured."""
@@ -251,16 +264,22 @@ def model_prefill(model: RateModelRow, input_tokens: int, hit: float) -> tuple[f
     """(prefill seconds, where it stands against the fitted ranges) of the scenario's prompt on a rate model."""
     n, k = input_tokens * (1.0 - hit), input_tokens * hit
     p = model["prefill"]
-    out = [x for x in (_outside("uncached", n, p.get("range_uncached")), _outside("cached", k, p.get("range_cached")))
-           if x]
-    note = ("rate model extrapolated: " + "; ".join(out)) if out else (
-        f"rate model, within fitted ranges (uncached {p['range_uncached'][0]:,}–{p['range_uncached'][1]:,})")
+    assert p is not None  # project() asks this only of a model with a prefill fit
+    rng = p.get("range_uncached")
+    out = [x for x in (_outside("uncached", n, rng), _outside("cached", k, p.get("range_cached"))) if x]
+    if out:
+        note = "rate model extrapolated: " + "; ".join(out)
+    else:
+        assert rng is not None  # project()'s models are fitted ones (rate_fit.fit_prefill): their ranges are set
+        note = f"rate model, within fitted ranges (uncached {rng[0]:,}–{rng[1]:,})"
     return prefill_seconds(model, n, k), note
 
 
 def model_decode(model: RateModelRow, input_tokens: int, output_tokens: int) -> tuple[float, str]:
     """(decode seconds, where it stands against the fitted contexts) of the scenario on a rate model."""
-    rng = model["decode"].get("range_context")
+    d = model["decode"]
+    assert d is not None  # project() asks this only of a model with a decode fit
+    rng = d.get("range_context")
     out = [x for x in (_outside("context", input_tokens, rng), _outside("context", input_tokens + output_tokens, rng))
            if x]
     note = ("rate model extrapolated: " + out[-1]) if out else (
@@ -268,8 +287,13 @@ def model_decode(model: RateModelRow, input_tokens: int, output_tokens: int) -> 
     return decode_seconds(model, input_tokens, output_tokens), note
 
 
-def project(ds: Dataset, rates: Mapping[str, ArmRates], engaged_rows: Sequence[Mapping[str, object]],
-            input_tokens: int, output_tokens: int, multipliers: Sequence[Mapping[str, object]] | None = None,
+#: The key of a projected arm's seconds that a lever of each phase (:func:`..base.knobs.lever_phase`) acts on
+_PHASE_SECONDS: dict[str, Literal["total_s", "prefill_s", "decode_s"]] = {
+    "both": "total_s", "prefill": "prefill_s", "decode": "decode_s"}
+
+
+def project(ds: Dataset, rates: Mapping[str, ArmRates], engaged_rows: Sequence[EngagedRow],
+            input_tokens: int, output_tokens: int, multipliers: Sequence[MultiplierRow] | None = None,
             queue_s: Mapping[str, float] | None = None, models: Mapping[str, RateModelRow] | None = None
             ) -> Projection:
     """The scenario per arm and the return of every lever that a controlled comparison measures
@@ -281,19 +305,21 @@ def project(ds: Dataset, rates: Mapping[str, ArmRates], engaged_rows: Sequence[M
     for arm in ds.arms:
         r = rates.get(arm)
         rm = (models or {}).get(arm)
+        rm_prefill, rm_decode = (rm.get("prefill"), rm.get("decode")) if rm else (None, None)
         model = prefill_model(r["prefill_points"] if r else ([], []))
         dt, hit = (r["decode_tps"], r["cached_share"]) if r else (None, None)
         row: ProjectedArm = {"arm": arm, "prefill_s": None, "decode_s": None,
                                "queue_s": (queue_s or {}).get(arm, 0.0), "total_s": None, "prefill_share": None,
                                "decode_share": None}
-        if rm and rm.get("prefill") and hit is not None:
+        if rm and rm_prefill and hit is not None:
             prefill_s, extrap = model_prefill(rm, input_tokens, hit)
             if hit:
                 extrap += f"; {hit:.0%} of the prompt cached, as in {r['cached_share_source'] if r else None}"
             uncached = input_tokens * (1.0 - hit)
-            row.update(prefill_s=prefill_s, prefill_tps=uncached / prefill_s if prefill_s > 0 and uncached else None,
-                       prefill_source=f"rate model ({rm['prefill']['source']})", cached_share=hit,
-                       extrapolation=extrap)
+            row.update({"prefill_s": prefill_s,
+                        "prefill_tps": uncached / prefill_s if prefill_s > 0 and uncached else None,
+                        "prefill_source": f"rate model ({rm_prefill['source']})", "cached_share": hit,
+                        "extrapolation": extrap})
         elif model is not None and hit is not None:
             uncached = input_tokens * (1.0 - hit)
             row["prefill_s"] = model["a"] + model["b"] * uncached
@@ -307,27 +333,30 @@ def project(ds: Dataset, rates: Mapping[str, ArmRates], engaged_rows: Sequence[M
                           f"({model['min_input']:.0f}–{model['max_input']:.0f} tokens)")
             if hit:
                 extrap += f"; {hit:.0%} of the prompt cached, as in {r['cached_share_source'] if r else None}"
-            row.update(prefill_tps=1.0 / model["b"] if model["b"] > 0 else None, prefill_fit=model,
-                       prefill_source=r["prefill_source"] if r else None, cached_share=hit, extrapolation=extrap)
+            row.update({"prefill_tps": 1.0 / model["b"] if model["b"] > 0 else None, "prefill_fit": model,
+                        "prefill_source": r["prefill_source"] if r else None, "cached_share": hit,
+                        "extrapolation": extrap})
         else:
             row["prefill_refused"] = ((r["refused"] if r else None) or "no measured prefill points" if model is None
                                       else "the share of the prompt it finds cached is unknown")
-        if rm and rm.get("decode") and output_tokens > 0:
+        if rm and rm_decode and output_tokens > 0:
             decode_s, row["decode_extrapolation"] = model_decode(rm, input_tokens, output_tokens)
-            row.update(decode_s=decode_s, decode_tps=output_tokens / decode_s if decode_s > 0 else None,
-                       decode_source=f"rate model ({rm['decode']['source']})")
+            row.update({"decode_s": decode_s, "decode_tps": output_tokens / decode_s if decode_s > 0 else None,
+                        "decode_source": f"rate model ({rm_decode['source']})"})
         elif dt:
-            row.update(decode_s=output_tokens / dt, decode_tps=dt, decode_source=r["decode_source"] if r else None)
+            row.update({"decode_s": output_tokens / dt, "decode_tps": dt,
+                        "decode_source": r["decode_source"] if r else None})
         else:
             row["decode_refused"] = "no measured decode rate"
-        if row["prefill_s"] is None and row["decode_s"] is None:
+        pre_s, dec_s = row["prefill_s"], row["decode_s"]
+        if pre_s is None and dec_s is None:
             arms.append({"arm": arm, "refused": f"{row['prefill_refused']}; {row['decode_refused']}"})
             continue
-        if row["prefill_s"] is not None and row["decode_s"] is not None:
-            total = row["prefill_s"] + row["decode_s"] + row["queue_s"]
-            row.update(total_s=total, prefill_share=row["prefill_s"] / total, decode_share=row["decode_s"] / total)
+        if pre_s is not None and dec_s is not None:
+            total = pre_s + dec_s + row["queue_s"]
+            row.update({"total_s": total, "prefill_share": pre_s / total, "decode_share": dec_s / total})
         arms.append(row)
-    by: dict[str, ProjectedArm] = {a["arm"]: a for a in arms if "refused" not in a}  # type: ignore[misc]
+    by: dict[str, ProjectedArm] = {a["arm"]: a for a in arms if "refused" not in a}
     eng = {e["arm"]: e for e in engaged_rows}
     levers: list[LeverReturn] = []
     for m in multipliers or []:
@@ -336,27 +365,31 @@ def project(ds: Dataset, rates: Mapping[str, ArmRates], engaged_rows: Sequence[M
             continue
         a, b = by[without], by[with_]
         phase = lever_phase(knob)
-        key = "total_s" if phase == "both" else f"{phase}_s"
-        if a[key] is None or b[key] is None:
+        key = _PHASE_SECONDS[phase]
+        a_s, b_s = a[key], b[key]
+        if a_s is None or b_s is None:
             continue
-        saved = a[key] - b[key]
+        saved = a_s - b_s
         whole = a["total_s"]
         rest = whole - saved if whole is not None else None
         citable, reason, measure = cited(m)
+        engaged = eng.get(with_)
         levers.append({"lever": knob, "without": without, "with": with_, "phase": phase, "saved_s": saved,
                        "saved_share": saved / whole if whole else None,
-                       "speedup": whole / rest if rest and rest > 0 else None,
-                       "phase_speedup": a[key] / b[key] if b[key] > 0 else None,
-                       "credited": eng.get(with_, {}).get(knob) is not False,
+                       "speedup": whole / rest if whole is not None and rest and rest > 0 else None,
+                       "phase_speedup": a_s / b_s if b_s > 0 else None,
+                       "credited": (engaged.get(knob) if engaged is not None else None) is not False,
                        "citable": citable, "reason": reason, "measure": measure})
     base = by.get(ds.baseline)
     best = max((l for l in levers if l["credited"]), key=lambda l: l["saved_s"], default=None)
     rec = None
     if base:
-        if base["total_s"] is not None:
-            dominant = "prefill" if base["prefill_s"] >= base["decode_s"] else "decode"
+        base_pre, base_dec, base_total = base["prefill_s"], base["decode_s"], base["total_s"]
+        if base_total is not None and base_pre is not None and base_dec is not None:  # (a total: both phases)
+            dominant, share = (("prefill", base["prefill_share"]) if base_pre >= base_dec
+                               else ("decode", base["decode_share"]))
             head = (f"For {input_tokens:,} input and {output_tokens:,} output tokens, {dominant} is "
-                    f"{base[f'{dominant}_share']:.0%} of the baseline's {base['total_s']:.1f} s; ")
+                    f"{share:.0%} of the baseline's {base_total:.1f} s; ")
         else:
             head = (f"For {input_tokens:,} input and {output_tokens:,} output tokens, the baseline's dominant phase "
                     f"is unknown ({base.get('prefill_refused') or base.get('decode_refused')}); ")

@@ -53,7 +53,7 @@ tolerance (``[probes] tolerance``, default 5 %).
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING, Sequence, TypeVar, cast
 
 import numpy as np
 
@@ -64,7 +64,10 @@ from .rate_fit import decode_points, fit_decode, has_drafter, is_natural
 from .rate_model import prefill_seconds, tokens_per_second_at
 
 if TYPE_CHECKING:
+    from ...ledger.rows import CallRow, Sample, TimingsRow
     from ...schema.rate_rows import DecodeFit, DecompositionRow, ProbeMeasure, ProbeRow, RateModelRow
+
+T = TypeVar("T")
 
 
 def two_point(c1: float, t1: float, c2: float, t2: float) -> float | None:
@@ -87,13 +90,33 @@ def spread(values: list[float]) -> float | None:
     return max(values) / min(values) - 1.0
 
 
-def _tokens(r: Mapping[str, object], key: str) -> float | None:
-    return r.get(key) if r.get(key) is not None else (r.get("timings") or {}).get(
-        {"cached_tokens": "cache_n"}.get(key, key))
+def _known(v: T | None) -> T:
+    """*v*, a field that the probe calls it is read from hold (:func:`_length_rows` kept only those, or the
+    caller checked)."""
+    assert v is not None, "a probe call without a field it must hold"
+    return v
 
 
-def _length_rows(recs: list[Mapping[str, object]], arm: str, case: str, n: int, natural: bool,
-                 warnings: list[RunWarning]) -> list[Mapping[str, object]]:
+def _sample(v: Sample) -> float:
+    """A server's number (llama.cpp ``timings``) as a float: the ledger stores a non-finite one as text."""
+    return float(v) if isinstance(v, str) else v
+
+
+def _timings(r: CallRow) -> TimingsRow:
+    """A call's llama.cpp ``timings`` ({} without them)."""
+    return r.get("timings") or {}
+
+
+def _cached_tokens(r: CallRow) -> float | None:
+    """A call's cached prompt tokens: usage ``cached_tokens``, else llama.cpp ``timings.cache_n``; None: neither."""
+    if (usage := r.get("cached_tokens")) is not None:
+        return usage
+    n = _timings(r).get("cache_n")
+    return _sample(n) if n is not None else None
+
+
+def _length_rows(recs: list[CallRow], arm: str, case: str, n: int, natural: bool,
+                 warnings: list[RunWarning]) -> list[CallRow]:
     """The probe calls of one length that count (successful, with a count), warning about the others."""
     recs = [r for r in recs if not r.get("retried")]  # an attempt sent again is not a probe
     ok = [r for r in recs if r.get("error") is None and r.get("completion_tokens") is not None]
@@ -101,7 +124,7 @@ def _length_rows(recs: list[Mapping[str, object]], arm: str, case: str, n: int, 
     if failed:
         warnings.append(RunWarning(WarningKind.PROBE_FAILED, f"probe {arm}/{case} at {n} tokens: {failed} of "
                                    f"{len(recs)} call(s) failed", arm, case))
-    disobeyed = [r["completion_tokens"] for r in ok if r["completion_tokens"] != n]
+    disobeyed = [_known(r["completion_tokens"]) for r in ok if r["completion_tokens"] != n]
     if disobeyed and not natural:
         warnings.append(RunWarning(WarningKind.PROBE_DISOBEYED,
                                    f"probe {arm}/{case}: asked for {n} output tokens, "
@@ -111,23 +134,24 @@ def _length_rows(recs: list[Mapping[str, object]], arm: str, case: str, n: int, 
     return ok
 
 
-def measure(rows1: Sequence[Mapping[str, object]], rows2: Sequence[Mapping[str, object]]) -> ProbeMeasure:
-    """The two-point measurement of one probe (see the module docstring) from its calls at n1 and n2."""
-    c1 = median([r["completion_tokens"] for r in rows1])
-    c2 = median([r["completion_tokens"] for r in rows2])
-    t1 = median([r["latency_s"] for r in rows1])
-    t2 = median([r["latency_s"] for r in rows2])
+def measure(rows1: Sequence[CallRow], rows2: Sequence[CallRow]) -> ProbeMeasure:
+    """The two-point measurement of one probe (see the module docstring) from its calls at n1 and n2 (those
+    :func:`_length_rows` keeps: successful, with their generated count and latency)."""
+    c1 = median([_known(r["completion_tokens"]) for r in rows1])
+    c2 = median([_known(r["completion_tokens"]) for r in rows2])
+    t1 = median([_known(r["latency_s"]) for r in rows1])
+    t2 = median([_known(r["latency_s"]) for r in rows2])
     both = [*rows1, *rows2]
-    prompts = [r["prompt_tokens"] for r in both if r.get("prompt_tokens") is not None]
-    cached = [c for c in (_tokens(r, "cached_tokens") for r in both) if c is not None]
+    prompts = [p for r in both if (p := r.get("prompt_tokens")) is not None]
+    cached = [c for c in (_cached_tokens(r) for r in both) if c is not None]
     input_tokens = median(prompts) if prompts else None
     out: ProbeMeasure = {"t1_s": t1, "t2_s": t2, "c1": c1, "c2": c2, "prefill_s": None, "decode_tps": None,
                          "input_tokens": input_tokens, "cached_tokens": median(cached) if cached else None,
                          "context_tokens": input_tokens + (c1 + c2 - 1) / 2.0 if input_tokens else None,
                          "method": ""}
     if all(r.get("ttft_s") is not None for r in both):
-        f1 = median([r["latency_s"] - r["ttft_s"] for r in rows1])
-        f2 = median([r["latency_s"] - r["ttft_s"] for r in rows2])
+        f1 = median([_known(r["latency_s"]) - _known(r["ttft_s"]) for r in rows1])
+        f2 = median([_known(r["latency_s"]) - _known(r["ttft_s"]) for r in rows2])
         out["method"] = "stream: decode time (latency − TTFT) at two lengths"
         out["decode_tps"] = two_point(c1, f1, c2, f2)
     else:
@@ -140,15 +164,15 @@ def measure(rows1: Sequence[Mapping[str, object]], rows2: Sequence[Mapping[str, 
     return out
 
 
-def same_calls_server_tps(rows1: Sequence[Mapping[str, object]], rows2: Sequence[Mapping[str, object]]
-                          ) -> float | None:
+def same_calls_server_tps(rows1: Sequence[CallRow], rows2: Sequence[CallRow]) -> float | None:
     """The server's decode rate on the probe's own calls: (p2 − p1) / (m2 − m1), with p the median
     ``predicted_n`` and m the median ``predicted_ms`` / 1000 (llama.cpp: first token to last) at each length;
     None without timings on every call or when the longer answer was not slower."""
-    t = [[r.get("timings") or {} for r in rows] for rows in (rows1, rows2)]
+    t = [[_timings(r) for r in rows] for rows in (rows1, rows2)]
     if not all(x.get("predicted_ms") is not None and x.get("predicted_n") is not None for ts in t for x in ts):
         return None
-    (p1, p2), (m1, m2) = ([median([x[k] for x in ts]) for ts in t] for k in ("predicted_n", "predicted_ms"))
+    p1, p2 = (median([_sample(x["predicted_n"]) for x in ts]) for ts in t)
+    m1, m2 = (median([_sample(x["predicted_ms"]) for x in ts]) for ts in t)
     return two_point(p1, m1 / 1000.0, p2, m2 / 1000.0)
 
 
@@ -164,14 +188,17 @@ def check(entry: ProbeRow, reg: DecompositionRow | None, stream: DecodeFit | Non
     entry["regression_source"] = None
     if stream and ctx is not None:
         entry["regression_source"] = "per-call fit, client stream"
-        entry["regression_decode_tps"] = tokens_per_second_at({"decode": stream}, ctx)  # type: ignore[typeddict-item]
-        lo, hi = stream["range_context"]
+        entry["regression_decode_tps"] = tokens_per_second_at({"prefill": None, "decode": stream, "batch": None}, ctx)
+        rng = stream["range_context"]
+        assert rng is not None  # (a decode fit's range: rate_fit.fit_decode always sets it)
+        lo, hi = rng
         entry["regression_extrapolated"] = not lo <= ctx <= hi
-    elif reg and reg.get("decode_tps"):
+    elif reg and (reg_tps := reg.get("decode_tps")):
         entry["regression_source"] = "cell regression, latency ~ output"
-        entry["regression_decode_tps"], entry["regression_context"] = reg["decode_tps"], reg.get("decode_context")
-        if ctx is not None and entry["regression_context"] is not None:
-            t = 1.0 / entry["regression_decode_tps"] + d1 * (ctx - entry["regression_context"])
+        reg_ctx = reg.get("decode_context")
+        entry["regression_decode_tps"], entry["regression_context"] = reg_tps, reg_ctx
+        if ctx is not None and reg_ctx is not None:
+            t = 1.0 / reg_tps + d1 * (ctx - reg_ctx)
             entry["regression_decode_tps"] = 1.0 / t if t > 0 else None
     entry["server_decode_tps"] = None
     if entry.get("natural") and entry.get("same_calls_server_tps"):
@@ -181,9 +208,11 @@ def check(entry: ProbeRow, reg: DecompositionRow | None, stream: DecodeFit | Non
         entry["server_extrapolated"] = False
         views = {"probe": entry["decode_tps"], "server": entry["server_decode_tps"]}
     else:
-        if dec and dec.get("source") == "server timings" and ctx is not None:
+        if model and dec and dec.get("source") == "server timings" and ctx is not None:  # (dec is model's)
             entry["server_decode_tps"] = tokens_per_second_at(model, ctx)
-            lo, hi = dec["range_context"]
+            rng = dec["range_context"]
+            assert rng is not None  # (the arm's fitted model: rate_fit.fit_decode always sets the range)
+            lo, hi = rng
             entry["server_extrapolated"] = not lo <= ctx <= hi
         views = {"probe": None if entry.get("forced_on_drafter") else entry["decode_tps"],
                  "regression": entry["regression_decode_tps"], "server": entry["server_decode_tps"]}
@@ -191,19 +220,18 @@ def check(entry: ProbeRow, reg: DecompositionRow | None, stream: DecodeFit | Non
     entry["views"] = sorted(present)
     entry["agreement"] = spread(list(present.values()))
     entry["agrees"] = None if entry["agreement"] is None else entry["agreement"] <= tol
-    if model and model.get("prefill") and entry.get("input_tokens"):
+    if model and model.get("prefill") and (inp := entry.get("input_tokens")):
         k = entry.get("cached_tokens") or 0
-        entry["model_prefill_s"] = prefill_seconds(model, entry["input_tokens"] - k, k)
+        entry["model_prefill_s"] = prefill_seconds(model, inp - k, k)
 
 
 def probes(ds: Dataset, decomposition: Sequence[DecompositionRow], models: Sequence[RateModelRow] | None = None
            ) -> tuple[list[ProbeRow], list[RunWarning]]:
     tol = ds.settings.probes.tolerance
     warnings: list[RunWarning] = []
-    by: dict[tuple[str, str, int | None], dict[int, list[Mapping[str, object]]]] = defaultdict(
-        lambda: defaultdict(list))
-    for p in ds.probes:
-        by[(p["arm"], p["case"], p.get("probe_depth"))][p["probe_tokens"]].append(p)
+    by: dict[tuple[str, str, int | None], dict[int, list[CallRow]]] = defaultdict(lambda: defaultdict(list))
+    for p in ds.probes:  # (a probe's forced length: the runner writes it on every probe, runner.fixed_calls)
+        by[(p["arm"], p["case"], p.get("probe_depth"))][_known(p["probe_tokens"])].append(p)
     reg = {(d["arm"], d["case"]): d for d in decomposition}
     model_of = {m["arm"]: m for m in models or []}
     out: list[ProbeRow] = []
@@ -216,13 +244,15 @@ def probes(ds: Dataset, decomposition: Sequence[DecompositionRow], models: Seque
         natural = all(is_natural(r) for n in (n1, n2) for r in lengths[n])
         rows = {n: _length_rows(lengths[n], arm, case, n, natural, warnings) for n in (n1, n2)}
         drafter = arm in ds.arm_names and has_drafter(ds, arm)
-        entry: ProbeRow = {"arm": arm, "case": case, "depth": depth, "n1": n1, "n2": n2,
-                                 "repeats": min(len(rows[n1]), len(rows[n2])), "prefill_s": None,
-                                 "decode_tps": None, "input_tokens": None, "cached_tokens": None,
-                                 "context_tokens": None, "natural": natural,
-                                 "forced_on_drafter": drafter and not natural}
+        # (not yet the whole row: check() below adds the check's keys, and the loop after this one
+        # prefill_speedup_vs_baseline, each in its place in the row's order)
+        entry = cast("ProbeRow", {"arm": arm, "case": case, "depth": depth, "n1": n1, "n2": n2,
+                                  "repeats": min(len(rows[n1]), len(rows[n2])), "prefill_s": None,
+                                  "decode_tps": None, "input_tokens": None, "cached_tokens": None,
+                                  "context_tokens": None, "natural": natural,
+                                  "forced_on_drafter": drafter and not natural})
         if rows[n1] and rows[n2]:
-            entry.update(measure(rows[n1], rows[n2]))
+            entry = {**entry, **measure(rows[n1], rows[n2])}  # (ProbeMeasure's keys added, or updated)
             if entry["decode_tps"] is None and natural:
                 entry["refused"] = ("the natural answers were not longer at n2 than at n1 (they ended before "
                                     f"{n1} tokens): no decode rate")
@@ -234,9 +264,9 @@ def probes(ds: Dataset, decomposition: Sequence[DecompositionRow], models: Seque
             if natural:
                 entry["same_calls_server_tps"] = same_calls_server_tps(rows[n1], rows[n2])
             if drafter:
-                drafts = [r.get("timings") or {} for n in (n1, n2) for r in rows[n]]
-                dn = sum(t.get("draft_n") or 0 for t in drafts)
-                entry["acceptance"] = sum(t.get("draft_n_accepted") or 0 for t in drafts) / dn if dn else None
+                drafts = [_timings(r) for n in (n1, n2) for r in rows[n]]
+                dn = sum(_sample(t.get("draft_n") or 0) for t in drafts)
+                entry["acceptance"] = sum(_sample(t.get("draft_n_accepted") or 0) for t in drafts) / dn if dn else None
         stream = None
         if arm in ds.arm_names:  # the regression without this probe's own calls (module docstring)
             own = np.array([(r["arm"], r["case"], r.get("probe_depth")) == (arm, case, depth) for r in ds.probes],
@@ -246,10 +276,10 @@ def probes(ds: Dataset, decomposition: Sequence[DecompositionRow], models: Seque
         check(entry, reg.get((arm, case)), stream, model_of.get(arm), tol)
         r = reg.get((arm, case))
         if (r and r.get("mixed_prefill") and entry["agrees"] is False and r.get("method") == "latency ~ output"
-                and (entry["regression_source"] or "").startswith("cell")):
+                and (entry["regression_source"] or "").startswith("cell")
+                and (unc := r.get("uncached_input_range"))):  # (a mixed prefill has its range)
             entry["check_note"] = ("the regression mixes calls with and without a cached prefix "
-                                   f"(uncached input {r['uncached_input_range'][0]}–"
-                                   f"{r['uncached_input_range'][1]} tokens)")
+                                   f"(uncached input {unc[0]}–{unc[1]} tokens)")
         if natural and entry.get("same_calls_server_tps") and entry.get("decode_tps"):
             entry["check_note"] = ("natural answers: a drafter's speed depends on the text, so the probe is checked "
                                    "against the server's timings of the same calls; the regression and the rate "
@@ -259,10 +289,11 @@ def probes(ds: Dataset, decomposition: Sequence[DecompositionRow], models: Seque
                                    "one and is left out of the check")
         out.append(entry)
     base = {(p["case"], p["depth"]): p for p in out if p["arm"] == ds.baseline}
-    for p in out:
-        b = base.get((p["case"], p["depth"]))
-        if b and b.get("prefill_s") and p.get("prefill_s") and p["prefill_s"] > 0 and b["prefill_s"] > 0:
-            p["prefill_speedup_vs_baseline"] = b["prefill_s"] / p["prefill_s"]
+    for e in out:
+        b = base.get((e["case"], e["depth"]))
+        b_s, e_s = (b.get("prefill_s") if b else None), e.get("prefill_s")
+        if b_s and e_s and e_s > 0 and b_s > 0:
+            e["prefill_speedup_vs_baseline"] = b_s / e_s
         else:
-            p["prefill_speedup_vs_baseline"] = None
+            e["prefill_speedup_vs_baseline"] = None
     return out, warnings

@@ -45,9 +45,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING, Literal, Mapping, Sequence
 
 import numpy as np
+from numpy.typing import NDArray
 from scipy.optimize import nnls
 
 from ...schema.rate_rows import RateModelRow
@@ -56,8 +57,10 @@ from ..base.knobs import answers_naturally, caches_prompts
 from .rate_model import single_stream_tpot
 
 if TYPE_CHECKING:
+    from ...ledger.rows import CallRow
     from ...schema.load_rows import LoadRow
     from ...schema.rate_rows import ArmMetrics, BatchSlowdown, DecodeFit, PrefillFit
+    from .regression import Floats
 
 OUTLIER_K = 5.0  # robust standard deviations beyond which a point's residual marks it an outlier ...
 OUTLIER_REL = 0.25  # ... when it is also this share of its prediction
@@ -70,26 +73,29 @@ DETERMINED = 1e-3  # a regressor is determined when this share of its variance i
 class Fit:
     """A fit's coefficients (one per column, 0 for a column left out), R² and the points it kept."""
 
-    coef: np.ndarray
+    coef: NDArray[np.float64]
     r2: float | None
-    kept: np.ndarray
+    kept: NDArray[np.bool_]
 
 
-def nnls_fit(X: np.ndarray, y: np.ndarray, w: np.ndarray | None = None) -> np.ndarray:
+def nnls_fit(X: NDArray[np.float64], y: NDArray[np.float64], w: NDArray[np.float64] | None = None
+             ) -> NDArray[np.float64]:
     """argmin_β Σ w_i (y_i − X_i·β)² subject to β ≥ 0 (scipy's NNLS on rows scaled by √w)."""
     sw = np.sqrt(np.ones(len(y)) if w is None else np.asarray(w, float))
+    coef: NDArray[np.float64]  # (scipy has no types)
     coef, _ = nnls(X * sw[:, None], y * sw)
     return coef
 
 
-def r_squared(y: np.ndarray, pred: np.ndarray, w: np.ndarray | None = None) -> float | None:
+def r_squared(y: NDArray[np.float64], pred: NDArray[np.float64], w: NDArray[np.float64] | None = None
+              ) -> float | None:
     """1 − Σw·(y − ŷ)² / Σw·(y − ȳ_w)² (ȳ_w the weighted mean); None when y does not vary."""
     w = np.ones(len(y)) if w is None else w
     ss_tot = float((w * (y - np.average(y, weights=w)) ** 2).sum())
     return 1.0 - float((w * (y - pred) ** 2).sum()) / ss_tot if ss_tot > 0 else None
 
 
-def robust_fit(X: np.ndarray, y: np.ndarray, w: np.ndarray | None = None) -> Fit:
+def robust_fit(X: NDArray[np.float64], y: NDArray[np.float64], w: NDArray[np.float64] | None = None) -> Fit:
     """:func:`nnls_fit`, then the outliers (see the module docstring) left out and the fit repeated."""
     w = np.ones(len(y)) if w is None else np.asarray(w, float)
     kept = np.ones(len(y), bool)
@@ -107,7 +113,8 @@ def robust_fit(X: np.ndarray, y: np.ndarray, w: np.ndarray | None = None) -> Fit
     return Fit(coef, r_squared(y[kept], X[kept] @ coef, w[kept]), kept)
 
 
-def determined(col: np.ndarray, others: np.ndarray, w: np.ndarray | None = None) -> bool:
+def determined(col: NDArray[np.float64], others: NDArray[np.float64], w: NDArray[np.float64] | None = None
+               ) -> bool:
     """Whether *col* varies beyond what a combination of the columns *others* explains (more than
     DETERMINED of its weighted variance left), so that its coefficient can be fitted."""
     sw = np.sqrt(np.ones(len(col)) if w is None else w)
@@ -118,18 +125,17 @@ def determined(col: np.ndarray, others: np.ndarray, w: np.ndarray | None = None)
     return total > 0 and float((res ** 2).sum()) > DETERMINED * total
 
 
-def _span(x: np.ndarray) -> list[int | float]:
+def _span(x: NDArray[np.float64]) -> list[float]:
     lo, hi = float(x.min()), float(x.max())
     return [int(v) if v.is_integer() else v for v in (lo, hi)]
 
 
-def fit_prefill(n: Sequence[float], k: Sequence[float], s: Sequence[float], source: str | None = None
-                ) -> PrefillFit | None:
+def fit_prefill(n: Floats, k: Floats, s: Floats, source: str | None = None) -> PrefillFit | None:
     """The ``prefill`` block: s = a + b·n + c·n·(k + n/2) over the points with n ≥ 1 (see the module
     docstring); None without such a point."""
-    n, k, s = (np.asarray(v, float) for v in (n, k, s))
-    ok = (n >= 1) & np.isfinite(s) & np.isfinite(k)
-    n, k, s = n[ok], k[ok], s[ok]
+    n_all, k_all, s_all = (np.asarray(v, float) for v in (n, k, s))
+    ok: NDArray[np.bool_] = (n_all >= 1) & np.isfinite(s_all) & np.isfinite(k_all)
+    n, k, s = n_all[ok], k_all[ok], s_all[ok]
     if not len(n):
         return None
     q = n * (k + n / 2.0)
@@ -149,13 +155,12 @@ def fit_prefill(n: Sequence[float], k: Sequence[float], s: Sequence[float], sour
             "r2": fit.r2 if "a" in coef else None, "range_uncached": _span(n[kept]), "range_cached": _span(k[kept])}
 
 
-def fit_decode(m: Sequence[float], context: Sequence[float], s: Sequence[float], source: str | None = None
-               ) -> DecodeFit | None:
+def fit_decode(m: Floats, context: Floats, s: Floats, source: str | None = None) -> DecodeFit | None:
     """The ``decode`` block: the per-token time s/m = d0 + d1·(L + (m − 1)/2) over the points with m ≥ 1,
     weights m (see the module docstring); None without such a point."""
-    m, L, s = (np.asarray(v, float) for v in (m, context, s))
-    ok = (m >= 1) & np.isfinite(L) & np.isfinite(s) & (s > 0)
-    m, L, s = m[ok], L[ok], s[ok]
+    m_all, L_all, s_all = (np.asarray(v, float) for v in (m, context, s))
+    ok: NDArray[np.bool_] = (m_all >= 1) & np.isfinite(L_all) & np.isfinite(s_all) & (s_all > 0)
+    m, L, s = m_all[ok], L_all[ok], s_all[ok]
     if not len(m):
         return None
     y, x = s / m, L + (m - 1.0) / 2.0
@@ -171,7 +176,7 @@ def fit_decode(m: Sequence[float], context: Sequence[float], s: Sequence[float],
 
 # ---------------------------------------------------------------------------------------------- the ledger's points
 
-def is_natural(probe: Mapping[str, object]) -> bool:
+def is_natural(probe: CallRow) -> bool:
     """Whether a probe record's length was left to the model (a drafter arm's probe, not forced past
     end-of-sequence): its ``length_method`` starts with "natural"."""
     return str(probe.get("length_method") or "").startswith("natural")
@@ -182,7 +187,7 @@ def has_drafter(ds: Dataset, arm: str) -> bool:
     return answers_naturally(ds.knobs(arm))
 
 
-def _uses(ds: Dataset, arm: str) -> tuple[np.ndarray, np.ndarray]:
+def _uses(ds: Dataset, arm: str) -> tuple[NDArray[np.bool_], NDArray[np.bool_]]:
     """(turn calls, probes) of *arm* that count as points: successful calls of successful turns, successful
     probes that were not retried."""
     c, p = ds.call, ds.probe
@@ -190,7 +195,8 @@ def _uses(ds: Dataset, arm: str) -> tuple[np.ndarray, np.ndarray]:
     return ds.turn.ok[c.turn] & c.ok & (c.arm == a), p.ok & ~p.retried & (p.arm == a)
 
 
-def prefill_points(ds: Dataset, arm: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, str | None]:
+def prefill_points(ds: Dataset, arm: str
+                   ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64], str | None]:
     """(n uncached, k cached, s seconds, source) of *arm*'s prefill (see the module docstring)."""
     calls, probes = _uses(ds, arm)
     tabs = [(ds.call, calls), (ds.probe, probes)]
@@ -199,7 +205,9 @@ def prefill_points(ds: Dataset, arm: str) -> tuple[np.ndarray, np.ndarray, np.nd
         cat = [np.concatenate([getattr(t, f)[r] for t, r in tabs]) for f in ("prompt_n", "cache_n", "prompt_ms")]
         return cat[0], zero_nan(cat[1]), cat[2] / 1000.0, "server timings"
     nocache = not caches_prompts(ds.knobs(arm))
-    n, k, s = [], [], []
+    n: list[NDArray[np.float64]] = []
+    k: list[NDArray[np.float64]] = []
+    s: list[NDArray[np.float64]] = []
     for t, r in tabs:
         cached = t.cached()[r]
         cached = np.where(np.isnan(cached) & nocache, 0.0, cached)
@@ -211,8 +219,9 @@ def prefill_points(ds: Dataset, arm: str) -> tuple[np.ndarray, np.ndarray, np.nd
     return n_all, np.concatenate(k), np.concatenate(s), "client TTFT" if len(n_all) else None
 
 
-def decode_points(ds: Dataset, arm: str, *, stream: bool = False, left_out: np.ndarray | None = None
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, str | None]:
+def decode_points(ds: Dataset, arm: str, *, stream: bool = False, left_out: NDArray[np.bool_] | None = None
+                  ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64], NDArray[np.float64],
+                             str | None]:
     """(m tokens, L context, s seconds, which of them carry draft counts as (draft_n, accepted) rows, source)
     of *arm*'s decode (see the module docstring); a drafter arm's forced probes are left out.  *stream*: the
     client's stream clock even where the server's timings are there (the probes' check, :mod:`.probes`);
@@ -226,8 +235,9 @@ def decode_points(ds: Dataset, arm: str, *, stream: bool = False, left_out: np.n
     timed = not stream and all((t.has_timings[r] & ~np.isnan(t.predicted_ms[r]) & ~np.isnan(t.predicted_n[r])).all()
                                for t, r in tabs)
 
-    def col(f: str) -> np.ndarray:
-        return np.concatenate([getattr(t, f)[r] for t, r in tabs])
+    def col(f: str) -> NDArray[np.float64]:
+        out: NDArray[np.float64] = np.concatenate([getattr(t, f)[r] for t, r in tabs])
+        return out
 
     prompt = col("prompt_tokens")
     if timed:
@@ -243,23 +253,27 @@ def batch_slowdown(load_rows: Sequence[LoadRow], arm: str, decode: DecodeFit | N
                    ) -> BatchSlowdown | None:
     """Per-token slowdown by concurrency from *arm*'s closed load stages, relative to one request served
     alone: the rate model's *decode* (see the module docstring), else the sweep's own concurrency 1."""
-    sweeps: dict[str, dict[int, LoadRow]] = {}
+    # sweep → concurrency (an int, typed as BatchSlowdown's Concurrency) → (its stage, its p50 TPOT)
+    sweeps: dict[str, dict[float, tuple[LoadRow, float]]] = {}
     for r in load_rows:
-        p50 = (r.get("tpot") or {}).get("p50")
-        if r["arm"] != arm or r.get("mode") != "closed" or not r.get("concurrency") or not p50:
+        tpot_r = r.get("tpot")
+        p50 = tpot_r.get("p50") if tpot_r else None
+        concurrency = r.get("concurrency")
+        if r["arm"] != arm or r.get("mode") != "closed" or not concurrency or not p50:
             continue
-        sweeps.setdefault(r.get("sweep") or r["stage"], {})[int(r["concurrency"])] = r
+        sweeps.setdefault(r.get("sweep") or r["stage"], {})[int(concurrency)] = (r, p50)
     best = max(sweeps.items(), key=lambda kv: len(kv[1]), default=None)
     if best is None or len(best[1]) < 2:
         return None
     conc = sorted(best[1])
-    tpot = [float(best[1][c]["tpot"]["p50"]) for c in conc]
+    tpot = [float(best[1][c][1]) for c in conc]
     if decode is not None and decode.get("d0_s_per_token") is not None:
-        def mean(r: LoadRow, key: str) -> float:  # per successful call of the stage
-            return (r.get(key) or 0) / r["ok"] if r.get("ok") else 0.0  # type: ignore[operator]
+        def mean(r: LoadRow, key: Literal["input_tokens", "output_tokens"]) -> float:  # per successful call
+            return (r.get(key) or 0) / r["ok"] if r.get("ok") else 0.0
 
-        single = [single_stream_tpot({"decode": decode}, mean(best[1][c], "input_tokens"),  # type: ignore[typeddict-item]
-                                     mean(best[1][c], "output_tokens")) for c in conc]
+        single = [single_stream_tpot({"prefill": None, "decode": decode, "batch": None},
+                                     mean(best[1][c][0], "input_tokens"), mean(best[1][c][0], "output_tokens"))
+                  for c in conc]
         reference = "the rate model's decode, one request alone"
     elif conc[0] == 1:
         single, reference = [tpot[0]] * len(conc), "the sweep's concurrency 1"

@@ -37,7 +37,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ...schema.rate_rows import RateModelFits, RateModelRow, RateRow
+    from ...schema.rate_rows import DecodeFit, PrefillFit, RateModelFits, RateModelRow, RateRow
     from ...schema.summary import Summary
 
 
@@ -46,10 +46,24 @@ def _positive(x: Any) -> Any:
     return (x + abs(x)) / 2.0
 
 
+def _prefill(model: RateModelFits) -> PrefillFit:
+    """The model's prefill fit, which the formulas are asked about only where the model has one."""
+    p = model["prefill"]
+    assert p is not None, "a rate model without a prefill fit"  # every caller checks that it has one
+    return p
+
+
+def _decode(model: RateModelFits) -> DecodeFit:
+    """The model's decode fit, which the formulas are asked about only where the model has one."""
+    d = model["decode"]
+    assert d is not None, "a rate model without a decode fit"  # every caller checks that it has one
+    return d
+
+
 def prefill_seconds(model: RateModelFits, uncached: Any, cached: Any = 0.0) -> Any:
     """prefill_s(n, k) = a + b·n + c·n·(k + n/2) (see the module docstring); n < 0 counts as 0.  Numbers or
     numpy arrays alike (element by element)."""
-    p = model["prefill"]
+    p = _prefill(model)
     n = _positive(uncached * 1.0)
     return p["a_s"] + p["b_s_per_token"] * n + p.get("c_s_per_token2", 0.0) * n * (cached * 1.0 + n / 2.0)
 
@@ -57,7 +71,7 @@ def prefill_seconds(model: RateModelFits, uncached: Any, cached: Any = 0.0) -> A
 def decode_seconds(model: RateModelFits, context: Any, output: Any) -> Any:
     """decode_s(L, O) = O·d0 + d1·(O·L + O·(O − 1)/2) (see the module docstring); O < 0 counts as 0.  Numbers
     or numpy arrays alike (element by element)."""
-    d = model["decode"]
+    d = _decode(model)
     o = _positive(output * 1.0)
     return o * d["d0_s_per_token"] + d.get("d1_s_per_token_per_ctx", 0.0) * (o * context + o * (o - 1.0) / 2.0)
 
@@ -65,28 +79,29 @@ def decode_seconds(model: RateModelFits, context: Any, output: Any) -> Any:
 def from_rates_row(row: RateRow) -> RateModelRow | None:
     """A flat model from a ``summary.json`` ``rates[]`` row (one prefill rate and intercept, one decode rate),
     or None when the row lacks either rate."""
-    if not row.get("prefill_tps") or not row.get("decode_tps"):
+    prefill_tps, decode_tps = row.get("prefill_tps"), row.get("decode_tps")
+    if not prefill_tps or not decode_tps:
         return None
     return {"arm": row["arm"],
-            "prefill": {"a_s": row.get("prefill_a_s") or 0.0, "b_s_per_token": 1.0 / row["prefill_tps"],
+            "prefill": {"a_s": row.get("prefill_a_s") or 0.0, "b_s_per_token": 1.0 / prefill_tps,
                         "c_s_per_token2": 0.0, "source": row.get("prefill_source"), "points": None, "r2": None,
                         "range_uncached": row.get("prefill_input_range"), "range_cached": None},
-            "decode": {"d0_s_per_token": 1.0 / row["decode_tps"], "d1_s_per_token_per_ctx": 0.0,
+            "decode": {"d0_s_per_token": 1.0 / decode_tps, "d1_s_per_token_per_ctx": 0.0,
                        "source": row.get("decode_source"), "points": None, "r2": None, "range_context": None,
                        "acceptance": None},
             "batch": None, "slots": None}
 
 
-def single_stream_tpot(model: RateModelRow, prompt: float, answer: float) -> float:
+def single_stream_tpot(model: RateModelFits, prompt: float, answer: float) -> float:
     """tpot_1(P, n) = d0 + d1·(P + n/2): the time per output token after the first of one request served alone
     (see the module docstring)."""
-    d = model["decode"]
+    d = _decode(model)
     return d["d0_s_per_token"] + d.get("d1_s_per_token_per_ctx", 0.0) * (float(prompt) + float(answer) / 2.0)
 
 
-def tokens_per_second_at(model: RateModelRow, context: float) -> float | None:
+def tokens_per_second_at(model: RateModelFits, context: float) -> float | None:
     """The decode rate at a context of L tokens: 1 / (d0 + d1·L); None when that time is not positive."""
-    d = model["decode"]
+    d = _decode(model)
     t = d["d0_s_per_token"] + d.get("d1_s_per_token_per_ctx", 0.0) * float(context)
     return 1.0 / t if t > 0 else None
 

@@ -25,20 +25,25 @@ The cell's points are returned for plotting as ``x`` (output tokens) and ``y``
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Sequence, Union
 
 import numpy as np
+from numpy.typing import NDArray
+from typing_extensions import TypeAlias
 
 from ..base.dataset import CallTable, Dataset, groups
 
 if TYPE_CHECKING:
     from ...schema.rate_rows import DecompositionRow, RegressionFit, Scatter
 
+#: Numbers a fit takes: a list, or a numpy column.
+Floats: TypeAlias = Union[Sequence[float], NDArray[np.float64]]
+
 MIN_POINTS = 3
 SCATTER_POINTS_KEPT = 2000  # a cell's points that summary.json keeps (the HTML report draws fewer)
 
 
-def fit_line(x: Sequence[float], y: Sequence[float]) -> tuple[float, float, float]:
+def fit_line(x: Floats, y: Floats) -> tuple[float, float, float]:
     """(intercept a, slope b, R²) of y = a + b·x by ordinary least squares."""
     xa, ya = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     xm, ym = xa.mean(), ya.mean()
@@ -51,7 +56,7 @@ def fit_line(x: Sequence[float], y: Sequence[float]) -> tuple[float, float, floa
     return a, b, r2
 
 
-def fit_plane(x1: Sequence[float], x2: Sequence[float], y: Sequence[float]) -> tuple[float, float, float, float]:
+def fit_plane(x1: Floats, x2: Floats, y: Floats) -> tuple[float, float, float, float]:
     """(a, b, c, R²) of y = a + b·x1 + c·x2 by ordinary least squares."""
     X = np.column_stack([np.ones(len(x1)), np.asarray(x1, float), np.asarray(x2, float)])
     ya = np.asarray(y, float)
@@ -62,8 +67,8 @@ def fit_plane(x1: Sequence[float], x2: Sequence[float], y: Sequence[float]) -> t
     return float(coef[0]), float(coef[1]), float(coef[2]), r2
 
 
-def regress(tokens: Sequence[float], latency: Sequence[float],
-            uncached: Sequence[float] | None = None, prompt: Sequence[float] | None = None) -> RegressionFit:
+def regress(tokens: Floats, latency: Floats, uncached: Floats | None = None, prompt: Floats | None = None
+            ) -> RegressionFit:
     """Fit one cell.  With ``uncached`` (prompt tokens the server computed, per point) that
     varies independently of the output length (:func:`separable`), the prefill work is a second regressor:
     latency = a + b·output + c·uncached, decode_tps = 1/b, intercept_s = a + c·median(uncached)
@@ -78,27 +83,31 @@ def regress(tokens: Sequence[float], latency: Sequence[float],
     if n < MIN_POINTS:
         out["refused"] = f"{n} point(s), fewer than {MIN_POINTS}"
         return out
+    assert lo is not None and hi is not None  # n ≥ MIN_POINTS > 0 points: both were read
     mean = float(tok.sum()) / n
     if hi - lo < max(8.0, 0.10 * mean):
         out["refused"] = f"output lengths barely vary ({lo:g}–{hi:g} tokens)"
         return out
-    plane = uncached is not None and len(uncached) == n and n >= MIN_POINTS + 1 and separable(tokens, uncached)
-    if plane:
-        a, b, c, r2 = fit_plane(tokens, uncached, latency)
+    # the uncached input as a second regressor, where it is one (else None)
+    plane = (uncached if uncached is not None and len(uncached) == n and n >= MIN_POINTS + 1
+             and separable(tokens, uncached) else None)
+    if plane is not None:
+        a, b, c, r2 = fit_plane(tokens, plane, latency)
         out["method"] = "latency ~ output + uncached input"
         out["prefill_tps"] = 1.0 / c if c > 0 else None
-        a = a + c * float(np.sort(np.asarray(uncached, dtype=float))[n // 2])
+        a = a + c * float(np.sort(np.asarray(plane, dtype=float))[n // 2])
     else:
         a, b, r2 = fit_line(tokens, latency)
     if prompt is not None and len(prompt) == n and not np.isnan(np.asarray(prompt, float)).any():
         L = np.asarray(prompt, float)
         steps = (tok - 1.0) * L + tok * (tok - 1.0) / 2.0
-        out["decode_context"] = (fit_plane(tokens, uncached, steps)[1] if plane else fit_line(tokens, steps)[1])
+        out["decode_context"] = (fit_plane(tokens, plane, steps)[1] if plane is not None
+                                 else fit_line(tokens, steps)[1])
     if b <= 0:
         out["refused"] = f"slope {b:.3g} s/token is not positive"
         out["r2"] = r2
         return out
-    out.update(decode_tps=1.0 / b, intercept_s=a, r2=r2)
+    out.update({"decode_tps": 1.0 / b, "intercept_s": a, "r2": r2})
     return out
 
 
@@ -108,13 +117,13 @@ def _count(v: float) -> int | float:
     return int(v) if v.is_integer() else v
 
 
-def _counts(x: np.ndarray) -> list[int | float]:
+def _counts(x: NDArray[np.float64]) -> list[int | float]:
     """:func:`_count` of each of *x* (integers as int: one conversion when all are)."""
     whole = np.isfinite(x) & (x == np.trunc(x)) & (np.abs(x) < 2.0 ** 62)
     return x.astype(np.int64).tolist() if whole.all() else [_count(v) for v in x.tolist()]
 
 
-def round4(y: np.ndarray) -> list[float]:
+def round4(y: Floats) -> list[float]:
     """Python's ``round(v, 4)`` of each of *y*.  Python rounds v's exact value to 4 decimals, half to even, and
     returns the float nearest the result; rint(v·10⁴)/10⁴ is that float (k/10⁴ is correctly rounded for a whole
     k below 2⁵³) unless the product's rounding error (≤ 2⁻⁵³ of it: < 10⁻⁶ below 2³⁰) can carry it across a half,
@@ -124,19 +133,20 @@ def round4(y: np.ndarray) -> list[float]:
         scaled = y * 1e4
         out = np.rint(scaled) / 1e4
         doubtful = ~(np.abs(np.abs(scaled - np.trunc(scaled)) - 0.5) > 1e-6) | ~(np.abs(scaled) < 2.0 ** 30)
-    rounded = out.tolist()
+    rounded: list[float] = out.tolist()
     for i in np.flatnonzero(doubtful).tolist():
         rounded[i] = round(float(y[i]), 4)
     return rounded
 
 
-def uncached_input(c: CallTable) -> np.ndarray:
+def uncached_input(c: CallTable) -> NDArray[np.float64]:
     """Prompt tokens the server had to compute: prompt − cached (llama.cpp: timings.prompt_n); NaN: unknown."""
     client = np.trunc(c.prompt_tokens) - np.trunc(np.where(np.isnan(c.cached_tokens), 0.0, c.cached_tokens))
-    return np.where(np.isnan(c.prompt_n), client, np.trunc(c.prompt_n))
+    out: NDArray[np.float64] = np.where(np.isnan(c.prompt_n), client, np.trunc(c.prompt_n))
+    return out
 
 
-def separable(tokens: Sequence[float], uncached: Sequence[float]) -> bool:
+def separable(tokens: Floats, uncached: Floats) -> bool:
     """Whether uncached input varies (by more than 16 tokens) and not in lock-step with the
     output length (|Pearson r| < 0.95), so that a two-regressor fit is determined."""
     u = np.asarray(uncached, float)
@@ -146,7 +156,7 @@ def separable(tokens: Sequence[float], uncached: Sequence[float]) -> bool:
     return bool(np.isfinite(r) and abs(r) < 0.95)
 
 
-def mixed_prefill(uncached: Sequence[float]) -> bool:
+def mixed_prefill(uncached: Floats) -> bool:
     """Whether the points' prefill work differs enough to bias the slope: the uncached input
     ranges over more than max(64 tokens, half its median)."""
     if len(uncached) < 2:
@@ -155,7 +165,7 @@ def mixed_prefill(uncached: Sequence[float]) -> bool:
     return bool(s[-1] - s[0] > max(64, 0.5 * s[len(s) // 2]))
 
 
-def scatter(x: np.ndarray, y: np.ndarray) -> Scatter:
+def scatter(x: NDArray[np.float64], y: NDArray[np.float64]) -> Scatter:
     """The points to plot: all of them, or SCATTER_POINTS_KEPT evenly strided (``x_sampled``)."""
     n = len(x)
     sampled = n > SCATTER_POINTS_KEPT

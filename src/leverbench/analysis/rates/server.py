@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
+from numpy.typing import NDArray
 
 from ..base.dataset import Dataset, sums, turn_groups, zero_nan
 
@@ -43,7 +44,8 @@ def server_account(ds: Dataset) -> list[ServerRow]:
     cp_sum, cd_sum = sums(cell, ttft, n), sums(cell, c.latency_s - ttft, n)
     tim = c.has_timings
 
-    def timed(x: np.ndarray) -> np.ndarray:  # Σ over the calls with timings of a field (absent or null: 0)
+    def timed(x: NDArray[np.float64]) -> NDArray[np.float64]:
+        """Σ over the calls with timings of a field (absent or null: 0)."""
         return sums(cell, np.where(tim, zero_nan(x), 0.0), n)
 
     have_all = sums(cell, tim, n) == calls

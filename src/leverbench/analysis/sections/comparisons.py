@@ -4,11 +4,12 @@ and every reason a comparison is refused."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Iterator, Sequence, cast
 
 import numpy as np
 
 from ...json_types import JSONValue
+from ...ledger.rows import CacheResetRow
 from ...levers import used_in
 from ...schema.check_rows import DriftCommon, DriftRow
 from ...schema.lever_rows import EngagedRow
@@ -58,7 +59,9 @@ COMPARISONS = Product("comparisons", (KNOBS,), _comparisons)
 
 
 def _repeats(i: Inputs) -> tuple[RepeatsSection, Reasons]:
-    rows, reasons, w = repeats(i.ds, i[COMPARISONS], i.ledger.of_kind("cache_reset"))
+    # (records of that kind: Ledger.of_kind's overloads do not name it yet)
+    cache_resets = cast("Iterator[CacheResetRow]", i.ledger.of_kind("cache_reset"))
+    rows, reasons, w = repeats(i.ds, i[COMPARISONS], cache_resets)
     i.warn(*w)
     return rows, reasons
 

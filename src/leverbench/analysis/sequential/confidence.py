@@ -165,18 +165,28 @@ import math
 import numbers
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Final, Literal, Mapping, Sequence, overload
 
 import numpy as np
+import numpy.typing as npt
+from typing_extensions import TypedDict
 
 from ...errors import BadInput
 from ..base.guard import MIN_REPEATS
 
+if TYPE_CHECKING:
+    from ...schema.experiment_rows import Verdict
+
 MIXTURE_G = 1.0  # prior variance of a standardized effect, in units of the mean over cases of one pair's noise variance
-PAYS, EQUIVALENT, DOES_NOT_PAY = "pays", "equivalent", "does not pay"
-OPEN, UNDECIDED = "open", "undecided"
+PAYS: Final = "pays"
+EQUIVALENT: Final = "equivalent"
+DOES_NOT_PAY: Final = "does not pay"
+OPEN: Final = "open"
+UNDECIDED: Final = "undecided"
+#: A verdict an interval reaches (:func:`verdict_of`); "open" and "undecided" are a comparison's without one.
+Reached = Literal["pays", "equivalent", "does not pay"]
 # verdict codes of the vectorised rule (:func:`verdict_codes`): 0 = none yet
-VERDICTS = (None, PAYS, EQUIVALENT, DOES_NOT_PAY)
+VERDICTS: tuple[Reached | None, ...] = (None, PAYS, EQUIVALENT, DOES_NOT_PAY)
 NO_SPREAD = ("no spread: each case gave the same ratio on every repeat, so the timer or the engine is deterministic; "
              "the ratio is the measured one, exact for these turns, but with no noise to bound this is not a "
              "confidence interval and gives no verdict")
@@ -251,7 +261,7 @@ class Stream:
     flat: np.ndarray
 
 
-def matched(x, n) -> Stream:
+def matched(x: npt.ArrayLike, n: npt.ArrayLike) -> Stream:
     """The matched repeats from *x* (…, R, K): each case's pairs in repeat order, its first n_c valid (the rest
     anything, NaN included), and *n* (…, K) the pairs per case: D_j = the mean over the K cases with n_c > 0 of
     their j-th pair, j < J = their least n_c; θ̂ = mean D_j, W = Σ (D_j − θ̂)², ν = J − 1, M = J.  Vectorised
@@ -272,13 +282,18 @@ def matched(x, n) -> Stream:
     return Stream(est, w, np.maximum(big_j - 1, 0).astype(float), big_j.astype(float), k, (big_j >= 2) & (lo == hi))
 
 
-def stream_g(g: float, k):
+@overload
+def stream_g(g: float, k: int) -> float: ...
+@overload
+def stream_g(g: float, k: np.ndarray) -> np.ndarray: ...
+
+def stream_g(g: float, k: npt.ArrayLike) -> float | np.ndarray:
     """The mixture variance in units of the stream's τ² = Σ σ_c²/K²: g·K (a prior sd of the effect equal to the
     root mean square over the K cases of one pair's sd when *g* = 1)."""
     return g * np.asarray(k, dtype=float)
 
 
-def welch(n, mean, ss) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def welch(n: npt.ArrayLike, mean: npt.ArrayLike, ss: npt.ArrayLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(θ̂, se², ν) of the fixed interval from per-case pair counts *n*, means and within-case sums of squares
     *ss* (last axis = cases; leading axes vectorised): over the cases with n_c > 0, θ̂ = mean of their means,
     se² = Σ v_c / K² with v_c = ss_c / (n_c − 1) / n_c, ν = (Σ v_c)² / Σ v_c² / (n_c − 1) (Welch–Satterthwaite);
@@ -299,7 +314,14 @@ def welch(n, mean, ss) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return est, var, nu
 
 
-def cs_half_width(w, nu, m, confidence: float = 0.95, g=MIXTURE_G):
+@overload
+def cs_half_width(w: float, nu: float, m: float, confidence: float = 0.95, g: float = MIXTURE_G) -> float: ...
+@overload
+def cs_half_width(w: np.ndarray, nu: np.ndarray, m: np.ndarray, confidence: float = 0.95,
+                  g: float | np.ndarray = MIXTURE_G) -> np.ndarray: ...
+
+def cs_half_width(w: npt.ArrayLike, nu: npt.ArrayLike, m: npt.ArrayLike, confidence: float = 0.95,
+                  g: npt.ArrayLike = MIXTURE_G) -> float | np.ndarray:
     """Half-width of the confidence sequence on the log scale: √(u·W/M) with
     G = 1 + M·g, A = (√G/α)^(2/(ν+1)), u = (A − 1)/(1 − A/G); inf when A ≥ G or ν < 1.  Vectorised (*g* too:
     the stream's, :func:`stream_g`)."""
@@ -314,7 +336,12 @@ def cs_half_width(w, nu, m, confidence: float = 0.95, g=MIXTURE_G):
     return float(out) if out.ndim == 0 else out
 
 
-def t_half_width(se, nu, confidence: float = 0.95):
+@overload
+def t_half_width(se: float, nu: float, confidence: float = 0.95) -> float: ...
+@overload
+def t_half_width(se: np.ndarray, nu: np.ndarray, confidence: float = 0.95) -> np.ndarray: ...
+
+def t_half_width(se: npt.ArrayLike, nu: npt.ArrayLike, confidence: float = 0.95) -> float | np.ndarray:
     """Half-width of a classical (fixed-n, looked at once) t-interval on the log scale: t_{1−α/2, ν} · se; inf
     when ν < 1 or se is not finite.  Vectorised.  Valid only for a design fixed in advance."""
     from scipy.stats import t as student_t
@@ -444,7 +471,7 @@ def confidence_sequence(d: Mapping[str, Sequence[float]], confidence: float = 0.
     _, x, n = _padded(d)
     s = matched(x, n)
     est, nu = float(s.est), float(s.nu)
-    hw = cs_half_width(s.w, s.nu, s.m, confidence, stream_g(g, s.k)) if nu >= 1 else math.inf
+    hw = cs_half_width(float(s.w), nu, float(s.m), confidence, stream_g(g, int(s.k))) if nu >= 1 else math.inf
     se = math.sqrt(float(s.w) / nu / float(s.m)) if nu >= 1 else None
     return _interval(d, est, hw, nu, se, bool(s.flat), confidence, anytime=True)
 
@@ -463,7 +490,12 @@ def fixed_interval(d: Mapping[str, Sequence[float]], confidence: float = 0.95) -
                      anytime=False)
 
 
-def verdict_codes(low, high, log_min_effect: float):
+@overload
+def verdict_codes(low: float, high: float, log_min_effect: float) -> int: ...
+@overload
+def verdict_codes(low: np.ndarray, high: np.ndarray, log_min_effect: float) -> np.ndarray: ...
+
+def verdict_codes(low: npt.ArrayLike, high: npt.ArrayLike, log_min_effect: float) -> int | np.ndarray:
     """The verdict rule on log bounds, vectorised: 1 pays (low > log m), 2 equivalent (−log m < low and
     high < log m), 3 does not pay (high < log m), 0 none; checked in that order (see :data:`VERDICTS`)."""
     low, high = np.asarray(low, dtype=float), np.asarray(high, dtype=float)
@@ -472,7 +504,7 @@ def verdict_codes(low, high, log_min_effect: float):
     return int(out) if out.ndim == 0 else out
 
 
-def verdict_of(ratio_low: float, ratio_high: float, min_effect: float) -> str | None:
+def verdict_of(ratio_low: float, ratio_high: float, min_effect: float) -> Reached | None:
     """"pays", "equivalent", "does not pay" or None (not decided) for the ratio's interval
     [ratio_low, ratio_high] against min_effect, in the order of the module docstring."""
     check_parameters(min_effect=min_effect)
@@ -481,7 +513,7 @@ def verdict_of(ratio_low: float, ratio_high: float, min_effect: float) -> str | 
     return VERDICTS[verdict_codes(low, high, math.log(min_effect))]
 
 
-def labelled(found: str | None, refused: str | None, iv: Interval) -> tuple[str | None, str | None]:
+def labelled(found: Verdict | None, refused: str | None, iv: Interval) -> tuple[Verdict | None, str | None]:
     """(verdict, reason) for the verdict *found* on *iv* when the guard's reason not to cite the comparison is
     *refused*: a refused "pays" becomes "undecided" ("a refused pair never pays"), any other refused verdict
     stays with "not citable: …"; the interval's own :attr:`Interval.reason` (no spread) follows."""
@@ -493,9 +525,36 @@ def labelled(found: str | None, refused: str | None, iv: Interval) -> tuple[str 
     return found, "; ".join(r for r in (reason, iv.reason) if r) or None
 
 
+class Judged(TypedDict):
+    """A comparison's verdict on its interval and the figures it rests on (:func:`decide`; a fixed design's:
+    :mod:`..experiment.verdicts`): the ratio and its bounds, the pairs per case, the noise's sd, the reason,
+    and the repeats per case a fixed design would need (None: none suffices)."""
+
+    verdict: Verdict
+    ratio: float | None
+    low: float
+    high: float
+    pairs: dict[str, int]
+    sd: float | None
+    reason: str | None
+    fixed_design_repeats: int | None
+
+
+class Decision(Judged):
+    """One look's decision (:func:`decide`): a :class:`Judged` and whether to stop, at what confidence, after how
+    many repeats, with what degrees of freedom, which cases have no pair yet and the power planned on."""
+
+    stop: bool
+    confidence: float
+    repeats: int
+    df: float
+    missing_cases: list[str]
+    fixed_design_power: float
+
+
 def decide(d: Mapping[str, Sequence[float]], *, repeats: int, max_repeats: int, min_effect: float = 1.10,
            confidence: float = 0.95, min_repeats: int = MIN_REPEATS, budget_spent: bool = False,
-           refused: str | None = None, power: float = 0.90, g: float = MIXTURE_G) -> dict:
+           refused: str | None = None, power: float = 0.90, g: float = MIXTURE_G) -> Decision:
     """One look at one comparison after *repeats* repeats (the look number: repeats run on both arms,
     pairs complete or not), with *d* its pairs by case.
 
@@ -509,14 +568,14 @@ def decide(d: Mapping[str, Sequence[float]], *, repeats: int, max_repeats: int, 
     the estimate points to)}."""
     check_parameters(min_effect, confidence, min_repeats, max_repeats)
     iv = confidence_sequence(d, confidence, g)
-    found = verdict_of(iv.ratio_low, iv.ratio_high, min_effect) if repeats >= min_repeats else None
+    found: Verdict | None = verdict_of(iv.ratio_low, iv.ratio_high, min_effect) if repeats >= min_repeats else None
     fixed = None
     if iv.sd is not None and math.isfinite(iv.estimate):
         fixed = fixed_design_repeats(iv.estimate, iv.sd, len(iv.pairs) - len(iv.missing_cases), min_effect,
                                      confidence, power, found, weights=iv.weights)
     found, reason = labelled(found, refused, iv)
     out_of_budget = repeats >= max_repeats or budget_spent
-    verdict = found or (UNDECIDED if out_of_budget else OPEN)
+    verdict: Verdict = found or (UNDECIDED if out_of_budget else OPEN)
     return {"verdict": verdict, "stop": verdict != OPEN, "ratio": iv.ratio, "low": iv.ratio_low,
             "high": iv.ratio_high, "confidence": confidence, "repeats": repeats, "pairs": iv.pairs, "df": iv.df,
             "sd": iv.sd, "missing_cases": iv.missing_cases, "reason": reason, "fixed_design_repeats": fixed,
@@ -532,7 +591,7 @@ def _uniform_draws(cases: int) -> np.ndarray:
     """POWER_DRAWS × *cases* scrambled Sobol points in (0, 1), the same on every call (seed 0)."""
     from scipy.stats import qmc
 
-    u = qmc.Sobol(d=cases, scramble=True, seed=0).random(POWER_DRAWS)
+    u: npt.NDArray[np.float64] = qmc.Sobol(d=cases, scramble=True, seed=0).random(POWER_DRAWS)
     return np.clip(u, 1e-12, 1.0 - 1e-12)
 
 
@@ -542,13 +601,20 @@ def _chi2_draws(cases: int, df: float) -> np.ndarray:
     cases, so kept for the next one (scipy's inverse of the incomplete gamma function is the costly part)."""
     from scipy.stats import chi2
 
-    x = chi2.ppf(_uniform_draws(cases), df) / df
+    x: np.ndarray = chi2.ppf(_uniform_draws(cases), df) / df
     x.flags.writeable = False
     return x
 
 
-def fixed_power(n, estimate: float, sd: float, cases: int, min_effect: float, confidence: float = 0.95,
-                verdict: str = PAYS, weights: Sequence[float] | None = None):
+@overload
+def fixed_power(n: int, estimate: float, sd: float, cases: int, min_effect: float, confidence: float = 0.95,
+                verdict: str = PAYS, weights: Sequence[float] | None = None) -> float: ...
+@overload
+def fixed_power(n: np.ndarray, estimate: float, sd: float, cases: int, min_effect: float, confidence: float = 0.95,
+                verdict: str = PAYS, weights: Sequence[float] | None = None) -> np.ndarray: ...
+
+def fixed_power(n: npt.ArrayLike, estimate: float, sd: float, cases: int, min_effect: float, confidence: float = 0.95,
+                verdict: str = PAYS, weights: Sequence[float] | None = None) -> float | np.ndarray:
     """Probability that a fixed design of *n* repeats per case (K = *cases*) reaches *verdict* with the fixed
     interval (:func:`fixed_interval`) at *confidence*, when the true mean log-ratio is *estimate*, the root mean
     square over cases of one pair's sd is *sd* and case c carries the share *weights*[c] of the noise variance
@@ -578,8 +644,8 @@ def fixed_power(n, estimate: float, sd: float, cases: int, min_effect: float, co
         p = norm.cdf(-lo - qr)
     else:
         p = np.maximum(0.0, norm.cdf(-lo - qr) - norm.cdf(qr - hi))
-    p = np.where(n >= 2, p.mean(-1), 0.0)
-    return float(p) if np.ndim(p) == 0 else p
+    out = np.where(n >= 2, p.mean(-1), 0.0)
+    return float(out) if np.ndim(out) == 0 else out
 
 
 def fixed_design_repeats(estimate: float, sd: float, cases: int, min_effect: float, confidence: float = 0.95,

@@ -59,7 +59,7 @@ prefill_tps = 1/b', prefill_a_s = max(a', 0).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING, Literal, Mapping, Sequence, cast
 
 import polars as pl
 
@@ -83,7 +83,7 @@ from .sums import (
     total,
     value_counts,
 )
-from .words import PHASES, conditions, pct, recommend
+from .words import PHASES, conditions, pct, phase_share, recommend, saved_s
 
 if TYPE_CHECKING:
     from ...schema.load_lever_rows import LoadLeverRow
@@ -97,6 +97,7 @@ if TYPE_CHECKING:
         TrafficExtrapolation,
     )
     from ...workload.traces.records import TrafficCall, TrafficLoad
+    from .words import TrafficPhase
 
 __all__ = ["BUCKETS", "PHASES", "Rates", "analyze_traffic", "bucket_of", "choose_rates", "conditions",
            "fit_rates", "hand_rates", "has_latencies", "rates_for", "rates_from_summary", "recommend",
@@ -137,7 +138,7 @@ def _phase_row(rows: Sequence[PhaseSums]) -> PhaseRow:
     sums = {p: total(rows, p) for p in PHASES}
     tot = sum(sums.values())
 
-    def share(p: str) -> float | None:
+    def share(p: TrafficPhase) -> float | None:
         return sums[p] / tot if tot > 0 else None
 
     return {"calls": int(total(rows, "calls")), "prefill_s": sums["prefill"], "decode_s": sums["decode"],
@@ -149,7 +150,7 @@ def _phase_row(rows: Sequence[PhaseSums]) -> PhaseRow:
 def _saved(x: Lever, g: PhaseSums, r: Rates, value: float | None = None) -> float | None:
     """Seconds lever ``x`` removes from group ``g`` (rates ``r``; ``value``: its rate at another value)."""
     spec = x.traffic
-    return spec.saved(g, value or getattr(r, spec.rate)) if spec else None  # type: ignore[arg-type]  # sums by name
+    return spec.saved(g, value or getattr(r, spec.rate)) if spec else None
 
 
 def _lever_total(x: Lever, rows: Sequence[PhaseSums], rates: Mapping[str, Rates],
@@ -180,16 +181,18 @@ def _lever_range(x: Lever, rows: Sequence[PhaseSums], rates: Mapping[str, Rates]
             lo = min(v for v in ext[0].values() if v is not None)
             hi = max(v for v in ext[1].values() if v is not None)
             return [min(shares), max(shares)], f"the {param.replace('_', ' ')} values measured ({lo:.3g}–{hi:.3g})"
-    for key, label in (("model", "models"), ("bucket", "input-length buckets")):
+    groupings: tuple[tuple[Literal["model", "bucket"], str], ...] = (
+        ("model", "models"), ("bucket", "input-length buckets"))
+    for key, label in groupings:
         sizes: dict[str, float] = {}
         for g in rows:
-            sizes[g[key]] = sizes.get(g[key], 0) + g["calls"]  # type: ignore[literal-required]
+            sizes[g[key]] = sizes.get(g[key], 0) + g["calls"]
         groups = [k for k, c in sizes.items() if c >= RANGE_MIN_CALL_SHARE * n]
         if len(groups) < 2:
             continue
         shares = []
         for k in groups:
-            part = [g for g in rows if g[key] == k]  # type: ignore[literal-required]
+            part = [g for g in rows if g[key] == k]
             t = _phase_row(part)["total_s"]
             if t > 0:
                 shares.append((_lever_total(x, part, rates) or 0.0) / t)
@@ -198,46 +201,50 @@ def _lever_range(x: Lever, rows: Sequence[PhaseSums], rates: Mapping[str, Rates]
     return None, None
 
 
-def _already_on(x: Lever, row: LeverRow, rows: Sequence[PhaseSums], rates: Mapping[str, Rates], overall: PhaseRow,
-                cached: Mapping[str, float], n: int, gpus: float, gpu_hour_usd: float | None) -> LeverRow:
+def _already_on(x: Lever, ceiling: float | None, parameter: str | None, rows: Sequence[PhaseSums],
+                rates: Mapping[str, Rates], overall: PhaseRow, cached: Mapping[str, float], n: int, gpus: float,
+                gpu_hour_usd: float | None) -> LeverRow:
     """The row of the lever that caches prompts when the log's cached tokens were served: not a lever to try,
     its realized saving instead (share of the time the calls would take without it)."""
     s = _lever_total(x, rows, rates) or 0.0
     without = overall["total_s"] + s
     gh = gpu_hours_per_1000(s / n, gpus)
-    row.update(estimated=False, already_on=True, saved_s=None, saved_share=None, range=None, range_source=None,
-               realized_saved_s=s, realized_share=s / without if without > 0 else None,
-               realized_gpu_hours_per_1000_calls=gh,
-               realized_usd_per_1000_calls=gh * gpu_hour_usd if gpu_hour_usd is not None else None,
-               served_share=cached["cached"] / cached["all_input"] if cached["all_input"] else None,
-               reason="already on: the log's cached tokens were served by a cache")
-    return row
+    return {"lever": x.words, "phase": x.phases[0], "ceiling_share": ceiling, "already_on": True,
+            "parameter": parameter, "estimated": False, "saved_s": None, "saved_share": None, "range": None,
+            "range_source": None, "realized_saved_s": s, "realized_share": s / without if without > 0 else None,
+            "realized_gpu_hours_per_1000_calls": gh,
+            "realized_usd_per_1000_calls": gh * gpu_hour_usd if gpu_hour_usd is not None else None,
+            "served_share": cached["cached"] / cached["all_input"] if cached["all_input"] else None,
+            "reason": "already on: the log's cached tokens were served by a cache"}
 
 
 def _lever_row(x: Lever, rows: Sequence[PhaseSums], rates: Mapping[str, Rates], overall: PhaseRow, n: int,
                facts: TrafficFacts, cached: Mapping[str, float], gpus: float, gpu_hour_usd: float | None,
                cache_on: bool = False, finite: FiniteCache | None = None) -> LeverRow:
-    """One lever's row: its phase and ceiling, its parameter, and its saving (its module's formula) or why none."""
+    """One lever's row: its phase and ceiling, its parameter, and its saving (its module's formula) or why none.
+    (Its keys in the order the JSON shows them: the lever, its phase and ceiling, whether already on, its
+    parameter, then its saving.)"""
     spec, phase = x.traffic, x.phases[0]
     assert spec is not None  # a traffic lever (registry.traffic_levers)
-    row: LeverRow = {"lever": x.words, "phase": phase,  # type: ignore[typeddict-item]  # prefill or decode
-                     "ceiling_share": overall[f"{phase}_share"],  # type: ignore[literal-required]
-                     "already_on": False}
-    row["parameter"] = spec.parameter(facts)
+    ceiling = phase_share(overall, phase)  # a traffic lever acts on prefill or decode
+    parameter = spec.parameter(facts)
     if x.caches_prompts and cache_on:
-        return _already_on(x, row, rows, rates, overall, cached, n, gpus, gpu_hour_usd)
+        return _already_on(x, ceiling, parameter, rows, rates, overall, cached, n, gpus, gpu_hour_usd)
     s = _lever_total(x, rows, rates)
     if s is None:
-        row.update(estimated=False, saved_s=None, saved_share=None, range=None, range_source=None,
-                   reason=spec.unknown)
-        return row
+        return {"lever": x.words, "phase": phase, "ceiling_share": ceiling, "already_on": False,
+                "parameter": parameter, "estimated": False, "saved_s": None, "saved_share": None, "range": None,
+                "range_source": None, "reason": spec.unknown}
     tot = overall["total_s"]
     per_call = s / n
     rng, rng_src = _lever_range(x, rows, rates, n, tot)
     gh = gpu_hours_per_1000(per_call, gpus)
-    row.update(estimated=True, saved_s=s, saved_share=s / tot if tot > 0 else None, saved_s_per_call=per_call,
-               gpu_hours_per_1000_calls=gh, usd_per_1000_calls=gh * gpu_hour_usd if gpu_hour_usd is not None else None,
-               range=rng, range_source=rng_src, reason=None)
+    row: LeverRow = {"lever": x.words, "phase": phase, "ceiling_share": ceiling, "already_on": False,
+                     "parameter": parameter, "estimated": True, "saved_s": s,
+                     "saved_share": s / tot if tot > 0 else None, "saved_s_per_call": per_call,
+                     "gpu_hours_per_1000_calls": gh,
+                     "usd_per_1000_calls": gh * gpu_hour_usd if gpu_hour_usd is not None else None,
+                     "range": rng, "range_source": rng_src, "reason": None}
     if x.caches_prompts and finite is not None:
         f = row["finite"] = _finite_row(finite, rates, tot)
         given = row["parameter"] or "no cached share recorded"
@@ -245,6 +252,14 @@ def _lever_row(x: Lever, rows: Sequence[PhaseSums], rates: Mapping[str, Rates], 
                             f"{f['capacity_tokens']:,.0f} tokens in blocks of {f['block_tokens']} would serve "
                             f"{pct(f['hit_share'])} of input tokens, saving {pct(f['saved_share'])} of the time")
     return row
+
+
+def _bucket_row(name: str, call_share: float, phases: PhaseRow) -> BucketRow:
+    """One input-length bucket's row: its name and share of the calls, then its phase row's keys."""
+    return {"bucket": name, "call_share": call_share, "calls": phases["calls"], "prefill_s": phases["prefill_s"],
+            "decode_s": phases["decode_s"], "queue_s": phases["queue_s"], "total_s": phases["total_s"],
+            "prefill_share": phases["prefill_share"], "decode_share": phases["decode_share"],
+            "queue_share": phases["queue_share"], "dominant": phases["dominant"]}
 
 
 def _finite_row(finite: FiniteCache, rates: Mapping[str, Rates], tot: float) -> FiniteCacheRow:
@@ -305,7 +320,8 @@ def analyze_traffic(calls: Sequence[TrafficCall] | TrafficLoad | pl.LazyFrame | 
     cache_on = bool(cached_served and (k["cached"] or 0) > 0)
     sums = collect(phase_sums(lf, rate_table(models, book), cap=cap, assumed_share=assumed_cached_share,
                               cached_served=cached_served, queue=queue_measured, cache_on=cache_on))[0]
-    rows: list[PhaseSums] = list(sums.iter_rows(named=True))  # type: ignore[arg-type]
+    # (polars gives each row as dict[str, Any]: these are phase_sums's columns, which PhaseSums names)
+    rows = cast("list[PhaseSums]", list(sums.iter_rows(named=True)))
     overall = _phase_row(rows)
     tot = overall["total_s"]
     in_v, in_n = vin.get_column("value").to_numpy(), vin.get_column("n").to_numpy()
@@ -315,7 +331,7 @@ def analyze_traffic(calls: Sequence[TrafficCall] | TrafficLoad | pl.LazyFrame | 
     for name, _, _ in BUCKETS:
         part = [g for g in rows if g["bucket"] == name]
         if part:
-            buckets.append({"bucket": name, "call_share": total(part, "calls") / n, **_phase_row(part)})
+            buckets.append(_bucket_row(name, total(part, "calls") / n, _phase_row(part)))
     facts = {x.name: TrafficFacts(
         rate_values=tuple(v for r in book.values() if x.traffic and (v := getattr(r, x.traffic.rate))),
         answer_cap=cap, answer_cap_default=cap_default, cached_calls=int(cached["calls"]),
@@ -323,7 +339,7 @@ def analyze_traffic(calls: Sequence[TrafficCall] | TrafficLoad | pl.LazyFrame | 
         for x in registry.traffic_levers()}
     levers = [_lever_row(x, rows, rates, overall, n, facts[x.name], cached, gpus, gpu_hour_usd, cache_on,
                          finite_cache) for x in registry.traffic_levers()]
-    est = sorted((l for l in levers if l["estimated"]), key=lambda l: -l["saved_s"])
+    est = sorted((l for l in levers if l["estimated"]), key=lambda l: -saved_s(l))
     levers = est + [l for l in levers if not l["estimated"]]
     for b in buckets:
         part = [g for g in rows if g["bucket"] == b["bucket"]]

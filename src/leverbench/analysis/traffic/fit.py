@@ -117,20 +117,22 @@ def _decode(g: Moments) -> DecodeRegression:
     else:
         a, b, r2 = _line(n, g["mO"], g["mL"], g["OO"], g["OL"], g["LL"])
     if b <= 0:
-        out.update(refused=f"slope {b:.3g} s/token is not positive", r2=r2)
+        out["refused"], out["r2"] = f"slope {b:.3g} s/token is not positive", r2
         return out
     if 1.0 / b > TPS_RANGE[1]:
-        out.update(refused=f"slope {b:.3g} s/token: over {TPS_RANGE[1]:.0e} tokens/s, the latencies do not grow "
-                           "with the output", r2=r2)
+        out["refused"] = (f"slope {b:.3g} s/token: over {TPS_RANGE[1]:.0e} tokens/s, the latencies do not grow "
+                          "with the output")
+        out["r2"] = r2
         return out
-    out.update(decode_tps=1.0 / b, intercept_s=a, r2=r2)
+    out["decode_tps"], out["intercept_s"], out["r2"] = 1.0 / b, a, r2
     return out
 
 
 def _fit_one(g: Moments, calls: int, label: str) -> tuple[Rates | None, FitRow]:
-    row: FitRow = {"model": label, "calls": calls, "points": g["n"]}  # type: ignore[typeddict-item]
     reg = _decode(g)
-    row.update(reg)
+    row: FitRow = {"model": label, "calls": calls, "points": int(g["n"]), "decode_tps": reg["decode_tps"],
+                   "intercept_s": reg["intercept_s"], "r2": reg["r2"], "refused": reg["refused"],
+                   "method": reg["method"]}
     decode, dsrc = reg["decode_tps"], f"{reg['method']} (least squares)"
     if decode is None and g["nt"] >= 3 and g["gen"] > 0 and g["dur"] > 0:  # fixed-length answers
         decode, dsrc = g["gen"] / g["dur"], "Σ(output − 1) / Σ(latency − TTFT)"
@@ -138,11 +140,11 @@ def _fit_one(g: Moments, calls: int, label: str) -> tuple[Rates | None, FitRow]:
     if decode is None:
         return None, row
     if g["nt"] >= 3:
-        n, lo, hi, mx = g["nt"], g["minX"], g["maxX"], g["mX"]
+        n, lo, hi, mx = int(g["nt"]), g["minX"], g["maxX"], g["mX"]
         fit = (g["mX"], g["mT"], g["XX"], g["XT"], g["TT"])
         psrc = "TTFT = a + b·uncached input (least squares)"
     else:  # y = L − O/decode: its mean and moments follow from those of L and O
-        n, lo, hi, mx, k = g["n"], g["minU"], g["maxU"], g["mU"], 1.0 / decode
+        n, lo, hi, mx, k = int(g["n"]), g["minU"], g["maxU"], g["mU"], 1.0 / decode
         fit = (g["mU"], g["mL"] - k * g["mO"], g["UU"], g["UL"] - k * g["OU"],
                g["LL"] - 2 * k * g["OL"] + k * k * g["OO"])
         psrc = "intercepts (latency − output/decode_tps) = a + b·uncached input"
@@ -151,7 +153,7 @@ def _fit_one(g: Moments, calls: int, label: str) -> tuple[Rates | None, FitRow]:
         row["prefill_refused"] = f"{n} point(s) or input lengths that barely vary"
         return None, row
     a, b, r2 = _line(n, *fit)
-    row.update(prefill_a=a, prefill_b=b, prefill_r2=r2)
+    row["prefill_a"], row["prefill_b"], row["prefill_r2"] = a, b, r2
     if b <= 0:
         row["prefill_refused"] = f"prefill slope {b:.3g} s/token is not positive"
         return None, row
@@ -159,11 +161,11 @@ def _fit_one(g: Moments, calls: int, label: str) -> tuple[Rates | None, FitRow]:
         row["prefill_refused"] = (f"prefill slope {b:.3g} s/token: over {TPS_RANGE[1]:.0e} tokens/s, the times do "
                                   "not grow with the input")
         return None, row
-    row.update(prefill_tps=1.0 / b, prefill_a_s=max(a, 0.0))
+    row["prefill_tps"], row["prefill_a_s"] = 1.0 / b, max(a, 0.0)
     return Rates(prefill_tps=1.0 / b, decode_tps=decode, prefill_a_s=max(a, 0.0),
                  source="fitted from the traffic's latencies", prefill_source=psrc, decode_source=dsrc,
                  prefill_input_range=(float(lo), float(hi)),
-                 fit={"model": label, "points": g["n"], "r2": reg["r2"], "prefill_r2": r2,
+                 fit={"model": label, "points": int(g["n"]), "r2": reg["r2"], "prefill_r2": r2,
                       "intercept_s": reg["intercept_s"]},
                  conditions=("rates fitted from this traffic include whatever queueing and batching it saw",)), row
 

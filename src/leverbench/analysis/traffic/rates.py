@@ -11,7 +11,9 @@ book maps a model name to its rates, None to the rates of every other call.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Literal, Mapping
+
+from typing_extensions import TypedDict
 
 from ...errors import BadInput
 from ...levers import registry
@@ -84,14 +86,28 @@ def rates_for(book: RateBook, model: str | None) -> Rates:
 def hand_rates(prefill_tps: float | None, decode_tps: float | None, prefill_a_s: float = 0.0) -> HandRates:
     """The fields given by hand (--prefill-tps, --decode-tps), to override others in ``choose_rates``."""
     out: HandRates = {}
-    for name, v in (("prefill_tps", prefill_tps), ("decode_tps", decode_tps)):
+    given: tuple[tuple[Literal["prefill_tps", "decode_tps"], float | None], ...] = (
+        ("prefill_tps", prefill_tps), ("decode_tps", decode_tps))
+    for name, v in given:
         if v is not None:
             if not v > 0:
                 raise BadInput(f"--{name.replace('_', '-')} must be positive (got {v})")
-            out[name] = float(v)  # type: ignore[literal-required]
+            out[name] = float(v)
     if prefill_tps is not None:
         out["prefill_a_s"] = float(prefill_a_s)
     return out
+
+
+class _ByHand(TypedDict, total=False):
+    """The fields of :class:`Rates` that rates given by hand replace (``choose_rates``)."""
+
+    prefill_tps: float
+    prefill_a_s: float
+    prefill_source: str
+    prefill_input_range: tuple[float, float] | None
+    decode_tps: float
+    decode_source: str
+    source: str
 
 
 def choose_rates(hand: HandRates, run: Rates | None, fitted: RateBook | None) -> dict[str | None, Rates]:
@@ -115,17 +131,20 @@ def choose_rates(hand: HandRates, run: Rates | None, fitted: RateBook | None) ->
                             prefill_source="given by hand", decode_source="given by hand")}
     out = {}
     for k, r in book.items():
-        kw: dict[str, float | str | None] = {}
+        kw: _ByHand = {}
         if "prefill_tps" in hand:
-            kw.update(prefill_tps=hand["prefill_tps"], prefill_a_s=hand.get("prefill_a_s", 0.0),
-                      prefill_source="given by hand", prefill_input_range=None)
+            kw["prefill_tps"] = hand["prefill_tps"]
+            kw["prefill_a_s"] = hand.get("prefill_a_s", 0.0)
+            kw["prefill_source"] = "given by hand"
+            kw["prefill_input_range"] = None
         if "decode_tps" in hand:
-            kw.update(decode_tps=hand["decode_tps"], decode_source="given by hand")
+            kw["decode_tps"] = hand["decode_tps"]
+            kw["decode_source"] = "given by hand"
         if kw:
             alts = {n: v for n, v in r.alternatives.items() if n not in kw}
             by_hand = ", ".join(f"{n} by hand" for n in ("prefill_tps", "decode_tps") if n in kw)
             kw["source"] = r.source + " (" + by_hand + ")"
-            r = replace(r, alternatives=alts, **kw)  # type: ignore[arg-type]
+            r = replace(r, alternatives=alts, **kw)
         out[k] = r
     return out
 
@@ -142,8 +161,8 @@ def with_drafter(book: RateBook, speedup: float | None,
             for k, r in book.items()}
 
 
-def _rate_row(summary: Summary, arm: str) -> RateRow | Mapping[str, object]:
-    return next((r for r in summary.get("rates") or [] if r.get("arm") == arm), {})
+def _rate_row(summary: Summary, arm: str) -> RateRow | None:
+    return next((r for r in summary.get("rates") or [] if r.get("arm") == arm), None)
 
 
 def rates_from_summary(summary: Summary, label: str = "run") -> Rates:
@@ -156,34 +175,39 @@ def rates_from_summary(summary: Summary, label: str = "run") -> Rates:
     """
     base_name = summary.get("baseline")
     base = _rate_row(summary, base_name)
-    if not base.get("prefill_tps") or not base.get("decode_tps"):
+    base_prefill = base.get("prefill_tps") if base is not None else None
+    base_decode = base.get("decode_tps") if base is not None else None
+    if base is None or not base_prefill or not base_decode:
         raise BadInput(f"{label}: the baseline arm {base_name!r} has no measured prefill and decode rate "
                        "(summary rates); use another run or give --prefill-tps and --decode-tps")
     arms = {a["name"]: a for a in summary.get("arms") or []}
     cond = {n: dict(a.get("conditions") or {}) for n, a in arms.items()}
     rows = {r["arm"]: r for r in summary.get("rates") or [] if r.get("arm") in arms}
+    decode = {n: tps for n, r in rows.items() if (tps := r.get("decode_tps"))}  # the arms with a decode rate
     knob = _speeding_knob()
-    drafters = [n for n in arms if knob and is_on(cond[n].get(knob)) and rows.get(n, {}).get("decode_tps")]
-    plain = [n for n in arms if not (knob and is_on(cond[n].get(knob))) and rows.get(n, {}).get("decode_tps")]
-    speedup = src = None
+    drafters = [n for n in arms if knob and is_on(cond[n].get(knob)) and n in decode]
+    plain = [n for n in arms if not (knob and is_on(cond[n].get(knob))) and n in decode]
+    speedup: float | None = None
+    src: str | None = None
     speedups: list[float] = []
     if drafters:
         d = drafters[0]
         twin = next((n for n in plain if differing(cond[n], cond[d]) == [knob]), base_name)
-        if rows.get(twin, {}).get("decode_tps"):
-            speedup = rows[d]["decode_tps"] / rows[twin]["decode_tps"]
+        if twin in decode:
+            speedup = decode[d] / decode[twin]
             src = (f"{label}: arm {d!r} ({cond[d].get(str(knob))}) vs {twin!r}, "
                    f"decode rates from {rows[d].get('decode_source')}")
-        speedups = [rows[d]["decode_tps"] / rows[n]["decode_tps"] for n in plain]
+        speedups = [decode[d] / decode[n] for n in plain]
     alts = {
-        "prefill_tps": tuple(r["prefill_tps"] for r in rows.values() if r.get("prefill_tps")),
-        "decode_tps": tuple(rows[n]["decode_tps"] for n in plain),
+        "prefill_tps": tuple(p for r in rows.values() if (p := r.get("prefill_tps"))),
+        "decode_tps": tuple(decode[n] for n in plain),
         SPEEDUP: tuple(speedups),
     }
     bc = cond.get(base_name, {})
     run = summary.get("run") or {}
     conditions = [f"{k} {bc[k]}" for k in ("hardware", "engine") if bc.get(k)]
-    model = (arms.get(base_name) or {}).get("model")
+    base_arm = arms.get(base_name)
+    model = base_arm.get("model") if base_arm else None
     if model:
         conditions.append(f"model {model}")
     host = run.get("host") or {}
@@ -195,7 +219,7 @@ def rates_from_summary(summary: Summary, label: str = "run") -> Rates:
         conditions.append(f"the run flagged decode-rate drift on arm(s) {', '.join(drifted)}: "
                           "its rates moved while measured")
     rng = base.get("prefill_input_range")
-    return Rates(prefill_tps=float(base["prefill_tps"]), decode_tps=float(base["decode_tps"]),
+    return Rates(prefill_tps=float(base_prefill), decode_tps=float(base_decode),
                  prefill_a_s=float(base.get("prefill_a_s") or 0.0),
                  source=f"{label}, baseline arm {base_name!r}",
                  prefill_source=str(base.get("prefill_source") or ""),

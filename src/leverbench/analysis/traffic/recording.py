@@ -132,7 +132,8 @@ def traffic_calls(calls: list[RecordingCall], summary: RecordingSummary) -> list
     """Each call with token counts as a traffic call (its turn the session, its step the round, arrival from its
     start), cached tokens as served or, where none was, as a prefix cache could have served them."""
     served = cache_served(calls)
-    shared = (summary.get("shared_prefix") or {}).get("tokens_estimate")
+    prefix = summary.get("shared_prefix")
+    shared = prefix.get("tokens_estimate") if prefix else None
     stamps = [c.t_start for c in calls if c.t_start is not None]
     t0 = min(stamps) if stamps else 0.0
     prev: dict[str, RecordingCall] = {}

@@ -17,17 +17,24 @@ O/decode_tps, queue_s = max(0, TTFT − (a + (I − C_served)/prefill_tps)) wher
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Iterable, Literal, Sequence
 
 import numpy as np
 import polars as pl
+from typing_extensions import TypeAlias
 
-from ...workload.traces.records import COLUMNS, calls_frame
+from ...workload.traces.records import COLUMNS, TrafficLoad, calls_frame
 from .rates import RateBook, rates_for
 
 if TYPE_CHECKING:
-    from ...schema.traffic_rows import CountDistribution
-    from ...workload.traces.records import TrafficCall, TrafficLoad
+    from polars.expr.whenthen import ChainedThen, Then
+
+    from ...schema.traffic_rows import CountDistribution, PhaseSums
+    from ...workload.traces.records import TrafficCall
+
+#: The keys of :class:`~leverbench.schema.traffic_rows.PhaseSums` that hold a number (a count or a sum over calls).
+SumKey: TypeAlias = Literal["calls", "input", "output", "prefill", "decode", "queue", "cached", "cached_calls",
+                            "excess", "ttft_calls", "beyond"]
 
 BUCKETS: tuple[tuple[str, float, float], ...] = (
     ("<1k", 0, 1024), ("1k–4k", 1024, 4096), ("4k–16k", 4096, 16384),
@@ -38,7 +45,7 @@ NO_MODEL = ""  # the group of calls whose model is not recorded
 
 def as_frame(calls: Sequence[TrafficCall] | TrafficLoad | pl.LazyFrame | pl.DataFrame) -> pl.LazyFrame:
     """The calls as a LazyFrame of the canonical columns: a TrafficLoad's frame, a (Lazy)DataFrame, or records."""
-    if hasattr(calls, "frame") and isinstance(calls.frame, pl.LazyFrame):
+    if isinstance(calls, TrafficLoad):
         lf = calls.frame
     elif isinstance(calls, pl.LazyFrame):
         lf = calls
@@ -58,7 +65,7 @@ def collect(*frames: pl.LazyFrame) -> list[pl.DataFrame]:
 
 def bucket_expr(col: str = "input") -> pl.Expr:
     """The input-length bucket of each call (BUCKETS), by its name."""
-    e = pl.when(pl.col(col) < BUCKETS[0][2]).then(pl.lit(BUCKETS[0][0]))
+    e: Then | ChainedThen = pl.when(pl.col(col) < BUCKETS[0][2]).then(pl.lit(BUCKETS[0][0]))
     for name, _lo, hi in BUCKETS[1:-1]:
         e = e.when(pl.col(col) < hi).then(pl.lit(name))
     return e.otherwise(pl.lit(BUCKETS[-1][0]))
@@ -132,5 +139,5 @@ def phase_sums(lf: pl.LazyFrame, rates: pl.DataFrame, *, cap: float, assumed_sha
         beyond=(inp > pl.col("hi")).sum())
 
 
-def total(rows: Iterable[Mapping[str, object]], key: str) -> float:
+def total(rows: Iterable[PhaseSums], key: SumKey) -> float:
     return float(sum(r[key] or 0.0 for r in rows))

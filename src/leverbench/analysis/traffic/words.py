@@ -8,19 +8,51 @@ the dominant phase that only an experiment can measure are named with how to tur
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Literal, Sequence
+
+from typing_extensions import TypeAlias
 
 from ...levers import registry
 from .rates import RateBook
 
-PHASES = ("prefill", "decode", "queue")
+if TYPE_CHECKING:
+    from ...schema.traffic_rows import LeverRow, PhaseRow, TrafficResult
+
+#: A phase of a call's time in the traffic analysis (a row's ``<phase>_s`` and ``<phase>_share``).
+TrafficPhase: TypeAlias = Literal["prefill", "decode", "queue"]
+PHASES: tuple[TrafficPhase, ...] = ("prefill", "decode", "queue")
 
 
 def pct(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.0%}" if abs(x) >= 0.1 else f"{x:.1%}"
 
 
-def conditions(result: Mapping[str, Any], book: RateBook, said: Sequence[str] = ()) -> list[str]:
+def phase_share(row: PhaseRow, phase: str) -> float | None:
+    """``row``'s share of the time in ``phase`` (one of :data:`PHASES`): its ``<phase>_share``."""
+    if phase == "prefill":
+        return row["prefill_share"]
+    if phase == "decode":
+        return row["decode_share"]
+    if phase == "queue":
+        return row["queue_share"]
+    raise KeyError(f"{phase}_share")
+
+
+def saved_s(lever: LeverRow) -> float:
+    """The seconds an estimated lever's row saves."""
+    s = lever["saved_s"]
+    assert s is not None  # an estimated row has its saving (analyze._lever_row)
+    return s
+
+
+def saved_share(lever: LeverRow) -> float:
+    """The share of the time an estimated lever's row saves, where some phase dominates."""
+    s = lever["saved_share"]
+    assert s is not None  # None only where the total time is 0, and then no phase dominates (recommend returns)
+    return s
+
+
+def conditions(result: TrafficResult, book: RateBook, said: Sequence[str] = ()) -> list[str]:
     """The conditions under which the numbers hold, in words; *said*: the levers' own (their traffic savings'
     ``condition``: the answer cap's when it is the median output)."""
     per = []
@@ -39,8 +71,9 @@ def conditions(result: Mapping[str, Any], book: RateBook, said: Sequence[str] = 
     if ex and ex["calls_beyond"]:
         out.append(f"{pct(ex['share_beyond'])} of the calls have more input than the largest prompt the prefill "
                    f"rate was measured on ({ex['largest_measured']:,.0f} tokens): extrapolated")
-    if result.get("cached_meaning"):
-        out.append(result["cached_meaning"])
+    meaning = result.get("cached_meaning")
+    if meaning:
+        out.append(meaning)
     cache = registry.prompt_cache()
     if result.get("cache_already_on") and cache is not None:
         out.append(f"a {cache.words} was already on (the log's cached tokens were served by it): prefill counts only "
@@ -53,18 +86,18 @@ def conditions(result: Mapping[str, Any], book: RateBook, said: Sequence[str] = 
     return out
 
 
-def recommend(result: Mapping[str, Any]) -> str:
+def recommend(result: TrafficResult) -> str:
     """One paragraph: the dominant phase, the lever to try first, its gain with range, and its conditions."""
     ov = result["overall"]
     dom = ov["dominant"]
     if dom is None:
         return "The modelled time is zero: these calls have no tokens to prefill or decode."
-    shares = ", ".join(f"{p} {pct(ov[f'{p}_share'])}" for p in PHASES if p != "queue" or result["queue"]["measured"])
+    shares = ", ".join(f"{p} {pct(phase_share(ov, p))}" for p in PHASES if p != "queue" or result["queue"]["measured"])
     ratio = result["distribution"]["input_output_ratio"]  # None: no output tokens at all
     tokens = f"input:output tokens {ratio:.1f}:1" if ratio is not None else "no output tokens"
-    text = [f"{dom.capitalize()} dominates: {pct(ov[f'{dom}_share'])} of the modelled time ({shares}; {tokens})."]
+    text = [f"{dom.capitalize()} dominates: {pct(phase_share(ov, dom))} of the modelled time ({shares}; {tokens})."]
     levers = result["levers"]
-    est = [l for l in levers if l["estimated"] and l["saved_s"] > 0]
+    est = [l for l in levers if l["estimated"] and saved_s(l) > 0]
     best = est[0] if est else None
     firsts = {x.words for x in registry.traffic_levers() if x.traffic and x.traffic.first}
     target = next((l for l in levers if l["phase"] == dom and l["lever"] in firsts and not l.get("already_on")), None)
@@ -77,9 +110,11 @@ def recommend(result: Mapping[str, Any]) -> str:
     if dom == "queue":
         text.append(_queue_words(result))
     elif (target is not None and not target["estimated"]
-          and (best is None or (target["ceiling_share"] or 0) > best["saved_share"])):
+          and (best is None or (target["ceiling_share"] or 0) > saved_share(best))):
+        reason = target["reason"]
+        assert reason is not None  # a lever not estimated and not already on says why (its module's `unknown`)
         text.append(f"Try a {target['lever']} first: it targets the dominant phase, but "
-                    f"{target['reason'].split(';')[0]}, so its gain is somewhere between 0 and "
+                    f"{reason.split(';')[0]}, so its gain is somewhere between 0 and "
                     f"{pct(target['ceiling_share'])} (all of {dom}).")
         if best is not None:
             text.append(f"Of the levers this traffic lets us estimate, the {_lever_words(best)} would remove "
@@ -93,9 +128,9 @@ def recommend(result: Mapping[str, Any]) -> str:
             text.append(f"It works on {best['phase']}, not on the dominant phase, whose levers return less here.")
     else:
         text.append("None of the estimated levers would save time on this traffic.")
-    neg = [l for l in levers if l["estimated"] and l["saved_s"] < 0]
+    neg = [l for l in levers if l["estimated"] and saved_s(l) < 0]
     for l in neg:
-        text.append(f"The {_lever_words(l)} would add time ({pct(-l['saved_share'])}): do not turn it on as measured.")
+        text.append(f"The {_lever_words(l)} would add time ({pct(-saved_share(l))}): do not turn it on as measured.")
     if dom != "queue" and (others := _to_measure(dom, {str(l["lever"]) for l in levers})):
         text.append(f"An experiment can measure the other levers acting on {dom}: {others}.")
     cond = result.get("conditions") or []
@@ -104,14 +139,15 @@ def recommend(result: Mapping[str, Any]) -> str:
     return " ".join(text)
 
 
-def _lever_words(l: Mapping[str, Any]) -> str:
+def _lever_words(l: LeverRow) -> str:
     return l["lever"] + (f" ({l['parameter']})" if l.get("parameter") else "")
 
 
-def _gain(l: Mapping[str, Any], result: Mapping[str, Any]) -> str:
+def _gain(l: LeverRow, result: TrafficResult) -> str:
     s = f"{pct(l['saved_share'])} of the time"
-    if l.get("range"):
-        lo, hi = l["range"]
+    rng = l.get("range")
+    if rng:
+        lo, hi = rng
         s += f" (range {pct(lo)} to {pct(hi)}, {l['range_source']})"
     s += f", {l['saved_s_per_call']:.3g} s per call, {l['gpu_hours_per_1000_calls']:.3g} GPU-hours per 1,000 calls"
     if l.get("usd_per_1000_calls") is not None:
@@ -127,7 +163,7 @@ def load_words(x: float, axis: str) -> str:
     return f"{x:g} in flight" if axis == "concurrency" else f"{x:g} requests/s" if axis == "rate" else f"×{x:g} speed"
 
 
-def _queue_words(result: Mapping[str, Any]) -> str:
+def _queue_words(result: TrafficResult) -> str:
     """What to do about a queue that dominates: the lever acting on queueing (batching) that the ``--rates`` run
     measured under load, with its multipliers level by level and where this traffic lies (``under_load``,
     ``operating_point``); without such a measurement, capacity or batching in general."""
@@ -143,7 +179,8 @@ def _queue_words(result: Mapping[str, Any]) -> str:
     said += {"every level": ", paying at every level measured.", "no level": ": it paid at none of them, so add "
              "capacity first.", "no clear difference": ": no clear difference at any of them, so add capacity "
              "first."}.get(u["pays"], f"{cross}.")
-    side = next((s for s in (result.get("operating_point") or {}).get("sides") or []
+    point = result.get("operating_point")
+    side = next((s for s in (point.get("sides") if point else None) or []
                  if (s["arm"], s["vs"], s["sweep"]) == (u["arm"], u["vs"], u["sweep"])), None)
     if side is not None and side["multiplier"] is not None:
         said += (f" At this traffic's {side['at_what']} ({load_words(side['at'], side['x'])}) it is "

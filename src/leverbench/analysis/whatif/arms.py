@@ -43,14 +43,25 @@ if TYPE_CHECKING:
     from ...json_types import JSONValue
     from ...schema.rate_rows import BatchSlowdown, RateModelRow, RateRow
     from ...schema.summary import Summary
+    from ...schema.whatif_rows import ServedRateModel
 
 
-def _num(x: object) -> float | None:
+def _num(x: JSONValue) -> float | None:
+    """float(x) where it is a number above 0 (a number, or text that holds one), else None."""
+    if not isinstance(x, (str, int, float)):  # null, a list, an object: float() refuses them
+        return None
     try:
         v = float(x)
     except (TypeError, ValueError):
         return None
     return v if v > 0 else None
+
+
+def _int(x: JSONValue) -> int:
+    """int(x) of a value :func:`_num` took for a number."""
+    if not isinstance(x, (str, int, float)):
+        raise TypeError(f"not a number: {x!r}")
+    return int(x)
 
 
 #: The lever that serves seen prompts from a cache (the prefix cache: :func:`leverbench.levers.registry.prompt_cache`).
@@ -65,10 +76,11 @@ def _twin_prefill(summary: Summary, arm: str) -> tuple[RateRow, str] | None:
     knobs = {a["name"]: dict(a.get("knobs") or a.get("conditions") or {}) for a in summary.get("arms") or []}
     rows = {r.get("arm"): r for r in summary.get("rates") or []}
     for name, k in knobs.items():
-        if name != arm and rows.get(name, {}).get("prefill_tps") and \
+        row = rows.get(name)
+        if name != arm and row is not None and row.get("prefill_tps") and \
                 set(differing(k, knobs.get(arm, {}))) <= _PREFIX_CACHE_KNOBS \
                 and not prefix_cache_on(k):
-            return rows[name], name
+            return row, name
     return None
 
 
@@ -76,7 +88,7 @@ def rate_model_of(summary: Summary, arm: str) -> tuple[RateModelRow | None, str]
     """(the arm's rate model, where it came from): ``rate_models[]``, else the flat model of ``rates[]``."""
     for m in summary.get("rate_models") or []:
         if m.get("arm") == arm and m.get("prefill") and m.get("decode"):
-            return dict(m), "rate_models (context-aware)"
+            return m.copy(), "rate_models (context-aware)"
     row = next((r for r in summary.get("rates") or [] if r.get("arm") == arm), None)
     model = from_rates_row(row) if row else None
     if model is None and row and row.get("decode_tps") and not row.get("prefill_tps"):
@@ -102,40 +114,42 @@ def batch_points(model: RateModelRow) -> tuple[BatchSlowdown | None, str | None]
         return None, None
     ref = b.get("reference_concurrency")
     if ref is None or float(ref) <= 1:
-        return dict(b), None
-    decode, tpot = model.get("decode") or {}, b.get("tpot_s")
-    if tpot and len(tpot) == len(b["concurrency"]) and decode.get("d0_s_per_token") is not None:
+        return b.copy(), None
+    decode, tpot = model.get("decode"), b.get("tpot_s")
+    if tpot and len(tpot) == len(b["concurrency"]) and decode is not None and \
+            decode.get("d0_s_per_token") is not None:
         lo, hi = decode.get("range_context") or (0, 0)
-        t1 = single_stream_tpot(dict(model), (lo + hi) / 2.0, 0.0)
+        t1 = single_stream_tpot(model, (lo + hi) / 2.0, 0.0)
         if t1 > 0:
-            return ({**b, "slowdown": [t / t1 for t in tpot], "single_stream_tpot_s": [t1] * len(tpot),
-                     "reference_concurrency": 1},
+            renormalised: BatchSlowdown = {**b, "slowdown": [t / t1 for t in tpot],
+                                           "single_stream_tpot_s": [t1] * len(tpot), "reference_concurrency": 1}
+            return (renormalised,
                     f"its batching slowdown (an older summary's) was relative to concurrency {ref:g}: taken against "
                     f"one request alone (single stream) instead, the rate model's {t1 * 1000:.3g} ms a token"
                     + (f" at a context of {(lo + hi) / 2:,.0f}" if decode.get("d1_s_per_token_per_ctx") else ""))
-    return dict(b), (f"its batching slowdown (an older summary's) is relative to concurrency {ref:g}, not to a single "
+    return b.copy(), (f"its batching slowdown (an older summary's) is relative to concurrency {ref:g}, not to a single "
                      "stream, and cannot be re-normalised (no TPOT beside it): below concurrency "
                      f"{ref:g} the slowdown is unknown; analyze the run's ledger again")
 
 
-def capacity_of(knobs: Mapping[str, JSONValue], slots: int, engine_args: Sequence[str] = ()) -> tuple[float, str]:
-    """(cache capacity in tokens, its source) from an arm's knobs and its engine's arguments (see the module
-    docstring)."""
+def capacity_of(knobs: Mapping[str, JSONValue], slots: float,
+                engine_args: Sequence[JSONValue] = ()) -> tuple[float, str]:
+    """(cache capacity in tokens, its source) from an arm's knobs, its slots (a whole number, which the knobs may
+    give as 4.0) and its engine's arguments (see the module docstring)."""
     llama = rule_of(knobs)[0] == "slots"
     args = [str(a) for a in engine_args]
     if llama and "--cache-ram" in args[:-1] and args[args.index("--cache-ram") + 1] == "0":
         return 0.0, "--cache-ram 0: llama.cpp keeps no prompt in host memory, only its slots their own"
-    if _num(knobs.get("kv_capacity_tokens")) and not llama:
-        return float(knobs["kv_capacity_tokens"]), "the arm's KV capacity (discovered)"
-    if _num(knobs.get("num_gpu_blocks")) and _num(knobs.get("block_size")) and not llama:
-        return (float(knobs["num_gpu_blocks"]) * float(knobs["block_size"]),
-                "the arm's num_gpu_blocks × block_size (discovered)")
-    if _num(knobs.get("context_length")):
+    if (kv := _num(knobs.get("kv_capacity_tokens"))) and not llama:
+        return kv, "the arm's KV capacity (discovered)"
+    if (blocks := _num(knobs.get("num_gpu_blocks"))) and (size := _num(knobs.get("block_size"))) and not llama:
+        return blocks * size, "the arm's num_gpu_blocks × block_size (discovered)"
+    if context := _num(knobs.get("context_length")):
         if llama:
-            return (float(knobs["context_length"]) * max(slots, 1),
+            return (context * max(slots, 1),
                     f"llama.cpp's host-memory prompt cache at its least, n_ctx = the context length × {slots} "
                     "slot(s) (it holds more as far as --cache-ram, 8 GiB by default, allows: give --cache-tokens)")
-        return float(knobs["context_length"]) * max(slots, 1), f"the arm's context length × {slots} slot(s)"
+        return context * max(slots, 1), f"the arm's context length × {slots} slot(s)"
     return float(DEFAULT_CACHE_TOKENS), (f"the default {DEFAULT_CACHE_TOKENS:,} tokens (an 8B model's KV on an 80 GB "
                                          "GPU); give --cache-tokens")
 
@@ -143,10 +157,11 @@ def capacity_of(knobs: Mapping[str, JSONValue], slots: int, engine_args: Sequenc
 def block_of(knobs: Mapping[str, JSONValue], discovered: Mapping[str, JSONValue] | None = None) -> tuple[int, str]:
     """(cache block in tokens, its source) from an arm's knobs and discovered facts (see the module docstring)."""
     if _num(knobs.get("block_size")):
-        return int(knobs["block_size"]), "the arm's block_size"
-    sim = ((discovered or {}).get("props") or {}).get("sim") if knobs.get("simulator") else None
+        return _int(knobs["block_size"]), "the arm's block_size"
+    props = (discovered or {}).get("props") if knobs.get("simulator") else None
+    sim = props.get("sim") if isinstance(props, dict) else None
     if isinstance(sim, dict) and _num(sim.get("cache_block")):
-        return int(sim["cache_block"]), "the simulator's cache_block (discovered)"
+        return _int(sim["cache_block"]), "the simulator's cache_block (discovered)"
     if "llama" in str(knobs.get("engine", "")).lower():
         return 1, "llama.cpp compares prompts token by token"
     return DEFAULT_BLOCK_TOKENS, f"the default {DEFAULT_BLOCK_TOKENS} tokens per block (vLLM's on a GPU)"
@@ -170,13 +185,14 @@ def arm_specs(summary: Summary, arms: Sequence[str] | None = None, *, cache_toke
         if model is None:
             notes.append(f"arm {name!r} left out: {source}")
             continue
-        model["source"] = source
+        served: ServedRateModel = {**model, "source": source}
         spec_notes = [f"rate model: {source}"]
-        batch, batch_note = batch_points(model)
+        batch, batch_note = batch_points(served)
         if batch_note:
             spec_notes.append(batch_note)
-            model["batch"] = batch
-        slots_known = model.get("slots") or knobs.get("slots")
+            served["batch"] = batch
+        knob_slots = knobs.get("slots")  # a number (a whole one, maybe 4.0), as the ledger's reader checks it
+        slots_known = served.get("slots") or (knob_slots if isinstance(knob_slots, (int, float)) else None)
         parallel = None
         if batch:
             slots = int(slots_known or max(batch["concurrency"]))
@@ -192,17 +208,20 @@ def arm_specs(summary: Summary, arms: Sequence[str] | None = None, *, cache_toke
             spec_notes.append(f"prefix cache {'on' if on else 'off'}: from its calls' cached tokens "
                               "(the arm's knobs do not say)")
         rule, rule_src = rule_of(knobs)
-        found = a.get("discovered") if isinstance(a.get("discovered"), dict) else {}
-        args = found.get("engine_args") if isinstance(found.get("engine_args"), list) else []
+        discovered = a.get("discovered")
+        found = discovered if isinstance(discovered, dict) else {}
+        engine_args = found.get("engine_args")
+        args = engine_args if isinstance(engine_args, list) else []
         cap, cap_src = (float(cache_tokens), "--cache-tokens") if cache_tokens is not None else \
             capacity_of(knobs, slots_known or 1, args)
         blk, blk_src = (int(block_tokens), "--block-tokens") if block_tokens is not None else block_of(knobs, found)
         cond = a.get("conditions") or {}
         g = gpus if gpus is not None else _num(cond.get("gpus")) or 1.0
         usd = gpu_hour_usd if gpu_hour_usd is not None else _num(cond.get("gpu_hour_usd"))
-        if (model.get("decode") or {}).get("acceptance") is not None:
-            spec_notes.append(f"drafter acceptance {model['decode']['acceptance']:.0%} (inside its decode rate)")
-        out.append(ArmSpec(name, model, slots=slots, slowdown=slowdown_curve(batch), cache=on, capacity_tokens=cap,
+        decode = served.get("decode")
+        if decode and (acceptance := decode.get("acceptance")) is not None:
+            spec_notes.append(f"drafter acceptance {acceptance:.0%} (inside its decode rate)")
+        out.append(ArmSpec(name, served, slots=slots, slowdown=slowdown_curve(batch), cache=on, capacity_tokens=cap,
                            block_tokens=blk, cache_source=f"capacity: {cap_src}; block: {blk_src}; {rule_src}",
                            cache_rule=rule, parallel_slots=parallel, knobs=knobs, gpus=g, gpu_hour_usd=usd,
                            notes=spec_notes))

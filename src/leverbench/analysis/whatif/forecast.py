@@ -57,7 +57,7 @@ from ...levers import registry
 from ...schema.whatif_rows import ForecastArm
 from ..base.knobs import differing, is_on
 from ..base.operating_point import operating_point
-from ..load.stages import distribution
+from ..load.stages import FloatArray, distribution
 from ..rates.rate_model import decode_seconds, prefill_seconds
 from .cache import RULES, Serving
 from .orders import ORDERS, mean_row, orders_to_serve
@@ -76,6 +76,7 @@ if TYPE_CHECKING:
         ForecastCache,
         Ranked,
         RankRow,
+        ServedRateModel,
     )
 
 
@@ -84,7 +85,7 @@ class ArmSpec:
     """One arm as the simulation serves: its rate model, slots and slowdown, its cache, its price."""
 
     name: str
-    model: RateModelRow  # with the ``source`` it came from (:func:`.arms.arm_specs`)
+    model: ServedRateModel  # with the ``source`` it came from (:func:`.arms.arm_specs`)
     slots: int = 1
     slowdown: Callable[[int], float] = lambda k: 1.0
     cache: bool = False
@@ -123,10 +124,10 @@ class Served:
 
     arm: str
     calls: list[PlannedCall]
-    arrival: np.ndarray
-    ttft: np.ndarray
-    e2e: np.ndarray
-    hit: np.ndarray
+    arrival: FloatArray
+    ttft: FloatArray
+    e2e: FloatArray
+    hit: FloatArray
     busy_s: float
     first_arrival: float
     last_end: float
@@ -262,7 +263,7 @@ def arm_row(s: Served, arm: ArmSpec) -> ForecastArm:
         usd_per_1000_calls=gh * arm.gpu_hour_usd if gh is not None and arm.gpu_hour_usd is not None else None,
         gpus=arm.gpus, gpu_hour_usd=arm.gpu_hour_usd,
         slots=arm.slots, prefix_cache=arm.cache, knobs=arm.knobs,
-        rate_model={"prefill": arm.model.get("prefill"), "decode": arm.model.get("decode"),  # type: ignore[typeddict-item]
+        rate_model={"prefill": arm.model.get("prefill"), "decode": arm.model.get("decode"),
                     "batch": arm.model.get("batch"), "source": arm.model.get("source")},
         notes=list(arm.notes),
         extrapolation=extrapolation(s.calls, s.hit, arm.model),
@@ -275,7 +276,7 @@ def arm_row(s: Served, arm: ArmSpec) -> ForecastArm:
     return row
 
 
-def extrapolation(calls: Sequence[PlannedCall], hit: Sequence[float], model: RateModelRow) -> str | None:
+def extrapolation(calls: Sequence[PlannedCall], hit: Sequence[float] | FloatArray, model: RateModelRow) -> str | None:
     """A note when calls lie beyond what the arm's rate model was fitted on: the forecast extrapolates its
     terms there (the quadratic c most of all); None when none does.  Per call, as served (``hit``: its cached
     tokens): its uncached tokens I − hit against the prefill's uncached range (``range_uncached``), its cached
@@ -283,9 +284,9 @@ def extrapolation(calls: Sequence[PlannedCall], hit: Sequence[float], model: Rat
     its context I + O against the decode's ``range_context``."""
     out = []
     p, d = model.get("prefill"), model.get("decode")  # a summary read back may lack a range (older files)
-    p_hi = (p.get("range_uncached") or [None, None])[1] if p else None
-    k_hi = (p.get("range_cached") or [None, None])[1] if p and p.get("c_s_per_token2") else None
-    d_hi = (d.get("range_context") or [None, None])[1] if d else None
+    spans = (p.get("range_uncached") if p else None, p.get("range_cached") if p and p.get("c_s_per_token2") else None,
+             d.get("range_context") if d else None)
+    p_hi, k_hi, d_hi = (span[1] if span else None for span in spans)
     uncached = [c.input_tokens - h for c, h in zip(calls, hit)]
     if p_hi is not None:
         n = sum(1 for u in uncached if u > p_hi)
@@ -360,14 +361,14 @@ def prefix_cache_on(knobs: Mapping[str, JSONValue]) -> bool | None:
 def realized_cache_saving(plan: Plan, model: RateModelRow) -> CacheSaving | None:
     """Where the trace's cached tokens were served by a cache already on: their share of the input, and the
     prefill seconds they saved on ``model`` = Σ prefill_s(I, 0) − prefill_s(I − C, C); None otherwise."""
-    served = [c for c in plan.calls if c.served_cached]
+    served = [(c, k) for c in plan.calls if (k := c.served_cached)]
     if not served:
         return None
     calls = plan.calls
-    saved = sum(prefill_seconds(model, c.input_tokens, 0) - prefill_seconds(model, c.input_tokens - c.served_cached,
-                                                                            c.served_cached) for c in served)
-    return {"calls": len(served), "cached_tokens": sum(c.served_cached for c in served),
-            "cached_share": sum(c.served_cached for c in served) / max(sum(c.input_tokens for c in calls), 1),
+    saved = sum(prefill_seconds(model, c.input_tokens, 0) - prefill_seconds(model, c.input_tokens - k, k)
+                for c, k in served)
+    return {"calls": len(served), "cached_tokens": sum(k for _, k in served),
+            "cached_share": sum(k for _, k in served) / max(sum(c.input_tokens for c in calls), 1),
             "saved_prefill_s": saved}
 
 
@@ -405,12 +406,17 @@ def forecast(plan: Plan, arms: Sequence[ArmSpec], baseline: str, *,
     with_cache = next((r for r in rows if r.get("cache")), None)
     cache: ForecastCache
     if with_cache is not None:
-        cache = {**with_cache["cache"], "arm": with_cache["arm"]}  # type: ignore[typeddict-item]
+        f = with_cache["cache"]  # its figures (cache_figures' keys, in their order), then the arm's name
+        cache = {"capacity_tokens": f["capacity_tokens"], "block_tokens": f["block_tokens"], "source": f["source"],
+                 "rule": f["rule"], "rule_text": f["rule_text"], "hit_tokens": f["hit_tokens"],
+                 "input_tokens": f["input_tokens"], "hit_share": f["hit_share"],
+                 "unbounded_hit_share": f["unbounded_hit_share"], "evicted_tokens": f["evicted_tokens"],
+                 "arm": with_cache["arm"], "upper_bound_hit_share": f["unbounded_hit_share"],
+                 "trace_cached_share": trace_cached_share}
     else:
-        cache = {"arm": None, "capacity_tokens": None, "hit_share": None,  # type: ignore[typeddict-item]
-                 "unbounded_hit_share": unbounded_share[0], "note": "no arm has a prefix cache on"}
-    cache["upper_bound_hit_share"] = cache.get("unbounded_hit_share")
-    cache["trace_cached_share"] = trace_cached_share
+        cache = {"arm": None, "capacity_tokens": None, "hit_share": None, "unbounded_hit_share": unbounded_share[0],
+                 "note": "no arm has a prefix cache on", "upper_bound_hit_share": unbounded_share[0],
+                 "trace_cached_share": trace_cached_share}
     notes = [why] if why else []
     if realized is not None:
         notes.append(f"the traffic's prefix cache was already on: it served {realized['cached_share']:.1%} of the "

@@ -9,22 +9,30 @@ reports each figure's mean over them, with its lowest and highest (:func:`mean_r
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Literal, Sequence, overload
 
 import numpy as np
+from typing_extensions import TypeAlias
 
 from .plan import Plan
 
 if TYPE_CHECKING:
-    from ...schema.whatif_rows import ForecastArm
+    from ...schema.load_rows import Distribution
+    from ...schema.whatif_rows import CacheFigures, ForecastArm, OrderFigures, OrderRanges
 
 ORDERS = 16  # random orders of simultaneous arrivals a forecast serves (see the module docstring) ...
 ORDER_BUDGET = 1_000_000  # ... at most this many calls simulated per arm in all: a large trace gets fewer orders
 #                           (200,000 calls: 5), its figures averaging over many bursts already
+#: A key of :class:`~leverbench.schema.whatif_rows.OrderFigures`.
+OrderFigure: TypeAlias = Literal["ttft_p50_s", "ttft_p99_s", "e2e_p50_s", "e2e_p99_s", "output_tps", "busy_s",
+                                 "makespan_s", "gpu_hours_per_1000_calls", "usd_per_1000_calls"]
+#: An order figure a verification compares (:data:`.verify.COMPARED`): a replay measures it too (``MeasuredArm``).
+Compared: TypeAlias = Literal["ttft_p50_s", "ttft_p99_s", "e2e_p50_s", "e2e_p99_s", "output_tps",
+                              "gpu_hours_per_1000_calls"]
 #: the figures of an arm's row averaged over those orders (the ``ttft`` / ``e2e`` distributions and the
 #: ``cache`` figures key by key)
-ORDER_FIGURES = ("ttft_p50_s", "ttft_p99_s", "e2e_p50_s", "e2e_p99_s", "output_tps", "busy_s", "makespan_s",
-                 "gpu_hours_per_1000_calls", "usd_per_1000_calls")
+ORDER_FIGURES: tuple[OrderFigure, ...] = ("ttft_p50_s", "ttft_p99_s", "e2e_p50_s", "e2e_p99_s", "output_tps",
+                                          "busy_s", "makespan_s", "gpu_hours_per_1000_calls", "usd_per_1000_calls")
 CACHE_FIGURES = ("hit_tokens", "input_tokens", "hit_share", "unbounded_hit_share", "evicted_tokens")
 
 
@@ -37,8 +45,49 @@ def tied_calls(plan: Plan) -> int:
     return int(counts[counts > 1].sum())
 
 
+def _present(values: Sequence[float | None]) -> list[float] | None:
+    """The values, or None when any is None."""
+    xs = [v for v in values if v is not None]
+    return xs if len(xs) == len(values) else None
+
+
+@overload
+def _mean(values: Sequence[float]) -> float: ...
+
+
+@overload
+def _mean(values: Sequence[float | None]) -> float | None: ...
+
+
 def _mean(values: Sequence[float | None]) -> float | None:
-    return None if any(v is None for v in values) else float(np.mean(values))
+    """The mean of the values, or None when any is None."""
+    xs = _present(values)
+    return None if xs is None else float(np.mean(xs))
+
+
+def order_figures(row: OrderFigures) -> OrderFigures:
+    """The row's ORDER_FIGURES, in their order (None where the row lacks one)."""
+    return {"ttft_p50_s": row.get("ttft_p50_s"), "ttft_p99_s": row.get("ttft_p99_s"),
+            "e2e_p50_s": row.get("e2e_p50_s"), "e2e_p99_s": row.get("e2e_p99_s"), "output_tps": row.get("output_tps"),
+            "busy_s": row.get("busy_s"), "makespan_s": row.get("makespan_s"),
+            "gpu_hours_per_1000_calls": row.get("gpu_hours_per_1000_calls"),
+            "usd_per_1000_calls": row.get("usd_per_1000_calls")}
+
+
+def _mean_distribution(ds: Sequence[Distribution]) -> Distribution:
+    """The distributions' count (the first's: every order serves the same calls) and the mean of each figure."""
+    return {"n": ds[0]["n"], "p50": _mean([d["p50"] for d in ds]), "p90": _mean([d["p90"] for d in ds]),
+            "p95": _mean([d["p95"] for d in ds]), "p99": _mean([d["p99"] for d in ds]),
+            "mean": _mean([d["mean"] for d in ds]), "max": _mean([d["max"] for d in ds])}
+
+
+def _mean_cache(cache: CacheFigures, caches: Sequence[CacheFigures]) -> CacheFigures:
+    """*cache* with the mean of each of CACHE_FIGURES over *caches*."""
+    return {**cache, "hit_tokens": _mean([c["hit_tokens"] for c in caches]),
+            "input_tokens": _mean([c["input_tokens"] for c in caches]),
+            "hit_share": _mean([c["hit_share"] for c in caches]),
+            "unbounded_hit_share": _mean([c["unbounded_hit_share"] for c in caches]),
+            "evicted_tokens": _mean([c["evicted_tokens"] for c in caches])}
 
 
 def mean_row(rows: Sequence[ForecastArm], tied: int) -> ForecastArm:
@@ -51,15 +100,19 @@ def mean_row(rows: Sequence[ForecastArm], tied: int) -> ForecastArm:
     out: ForecastArm = {**rows[0]}
     for k in ORDER_FIGURES:
         out[k] = _mean([r[k] for r in rows])
-    for k in ("ttft", "e2e"):
-        if all(r.get(k) for r in rows):
-            out[k] = {q: rows[0][k][q] if q == "n" else _mean([r[k][q] for r in rows]) for q in rows[0][k]}
-    if out.get("cache"):
-        out["cache"] = {**out["cache"], **{k: _mean([r["cache"][k] for r in rows]) for k in CACHE_FIGURES}}
-    bands = {}
+    ttft, e2e = [r.get("ttft") for r in rows], [r.get("e2e") for r in rows]
+    if all(ttft):
+        out["ttft"] = _mean_distribution([d for d in ttft if d])
+    if all(e2e):
+        out["e2e"] = _mean_distribution([d for d in e2e if d])
+    cache = out.get("cache")
+    if cache:
+        out["cache"] = _mean_cache(cache, [r["cache"] for r in rows])
+    bands: OrderRanges = {}
     for k in ORDER_FIGURES:
-        if all(r[k] is not None for r in rows):
-            lo, hi = min(r[k] for r in rows), max(r[k] for r in rows)
+        xs = _present([r[k] for r in rows])
+        if xs is not None:
+            lo, hi = min(xs), max(xs)
             if hi - lo > 1e-9 * abs(hi):  # a figure the order does not change has no range
                 bands[k] = [lo, hi]
     out["orders"] = {"orders": len(rows), "tied_calls": tied, **bands}

@@ -35,14 +35,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Hashable, Sequence
 
+from ...schema.whatif_rows import PlanOptions
 from ..base.bounds import MAX_TOKENS
-from .prefix_cache import Piece
 
 if TYPE_CHECKING:
-    from ...schema.whatif_rows import PlanOptions
     from ...workload.traces.records import TrafficCall
+
+#: A planned prompt's piece (a :data:`.prefix_cache.Piece`): its key a tuple whose first item is its kind ("h" a
+#: Mooncake hash id, "s" a chunk of the assumed common prefix, "u" a call's own tokens, "t" the chat template,
+#: "o" an answer), and its tokens.
+PlanPiece = tuple[tuple[Hashable, ...], int]
 
 
 @dataclass
@@ -54,11 +58,11 @@ class PlannedCall:
     round: int
     input_tokens: int
     output_tokens: int
-    pieces: tuple[Piece, ...]
+    pieces: tuple[PlanPiece, ...]
     start_s: float | None = None  # a session's first round: its start after the first session's
     wait_s: float = 0.0  # a later round: seconds after the previous round's end (its tool wait / speed)
     served_cached: int | None = None
-    out_piece: Piece | None = None  # the answer, which the session's next round carries
+    out_piece: PlanPiece | None = None  # the answer, which the session's next round carries
 
 
 @dataclass
@@ -67,7 +71,7 @@ class Plan:
 
     sessions: list[list[PlannedCall]]
     left_out: dict[str, int] = field(default_factory=dict)
-    options: PlanOptions = field(default_factory=dict)  # type: ignore[assignment]
+    options: PlanOptions = field(default_factory=PlanOptions)
     has_arrivals: bool = True
 
     @property
@@ -76,9 +80,9 @@ class Plan:
 
 
 def _first_pieces(call: TrafficCall, index: int, inp: int, block: int, assumed_share: float | None,
-                  chunk: int) -> tuple[Piece, ...]:
+                  chunk: int) -> tuple[PlanPiece, ...]:
     """The pieces of a session's first prompt (see the module docstring)."""
-    out: list[Piece] = []
+    out: list[PlanPiece] = []
     used = 0
     if call.prefix_blocks:
         for h in call.prefix_blocks:
@@ -129,11 +133,11 @@ def plan_calls(calls: Sequence[TrafficCall], *, speed: float = 1.0, scale_input:
     planned: list[tuple[float, int, list[PlannedCall]]] = []
     for rows in groups.values():
         rows.sort(key=lambda ic: (ic[1].round if ic[1].round is not None else 0, ic[0]))
-        first = rows[0][1]
-        if has_arrivals and first.arrival_s is None:
+        arrival = rows[0][1].arrival_s
+        if has_arrivals and arrival is None:
             leave("no arrival time", len(rows))
             continue
-        start = first.arrival_s / speed if has_arrivals else 0.0
+        start = arrival / speed if has_arrivals and arrival is not None else 0.0
         session: list[PlannedCall] = []
         for idx, c in rows:
             inp = max(2, round(c.input_tokens * scale_input))
@@ -167,6 +171,7 @@ def plan_calls(calls: Sequence[TrafficCall], *, speed: float = 1.0, scale_input:
                 if inp > MAX_TOKENS:
                     leave(f"session past {MAX_TOKENS:,} tokens", len(rows) - len(session))
                     break
+                assert prev.out_piece is not None  # set on every planned call before it joins its session (below)
                 pieces = (*prev.pieces, prev.out_piece, (("u", idx), new))
                 pc = PlannedCall(idx, 0, len(session), inp, out, pieces, wait_s=(c.tool_wait_s or 0.0) / speed,
                                  served_cached=min(served, inp) if served is not None else None)

@@ -16,14 +16,16 @@ assumption was wrong when the measured e2e p50 lies nearer the parallel end.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Final, Sequence
 
-from .orders import ORDER_FIGURES
+from .orders import ORDER_FIGURES, order_figures
 
 if TYPE_CHECKING:
-    from ...schema.whatif_rows import AssumptionCheck, Assumptions, FigureCheck, OrderFigures, OrderRanges
+    from ...schema.whatif_rows import AssumptionCheck, Assumptions, FigureCheck, MeasuredArm, OrderFigures, OrderRanges
+    from .orders import Compared
 
-ONE, PARALLEL = "one at a time", "parallel"
+ONE: Final = "one at a time"
+PARALLEL: Final = "parallel"
 
 
 def _s(x: float | None) -> str:
@@ -33,10 +35,12 @@ def _s(x: float | None) -> str:
 def assumptions(row: OrderFigures, parallel: OrderFigures, slots: int) -> tuple[Assumptions, str]:
     """(the row's ``assumptions``, the note that says so) from the arm's row served one at a time and its row
     served on ``slots`` in parallel without slowdown."""
-    one: OrderFigures = {k: row.get(k) for k in ORDER_FIGURES}  # type: ignore[misc]
-    par: OrderFigures = {k: parallel.get(k) for k in ORDER_FIGURES}  # type: ignore[misc]
-    rng: OrderRanges = {k: [min(one[k], par[k]), max(one[k], par[k])] for k in ORDER_FIGURES  # type: ignore[misc]
-                        if one[k] is not None and par[k] is not None}
+    one, par = order_figures(row), order_figures(parallel)
+    rng: OrderRanges = {}
+    for k in ORDER_FIGURES:
+        lo, hi = one[k], par[k]
+        if lo is not None and hi is not None:
+            rng[k] = [min(lo, hi), max(lo, hi)]
     note = (f"{slots} slots known but no batching slowdown measured: these figures serve requests one at a time "
             f"(e2e p50 {_s(one['e2e_p50_s'])} s, p99 {_s(one['e2e_p99_s'])} s, GPU-h/1000 calls "
             f"{_s(one['gpu_hours_per_1000_calls'])}); its {slots} slots in parallel without slowdown give e2e p50 "
@@ -46,7 +50,7 @@ def assumptions(row: OrderFigures, parallel: OrderFigures, slots: int) -> tuple[
     return {"slots": slots, "figures": ONE, "one_at_a_time": one, PARALLEL: par, "range": rng}, note
 
 
-def check(a: Assumptions, measured: Mapping[str, float | None], figures: tuple[str, ...]) -> AssumptionCheck:
+def check(a: Assumptions, measured: MeasuredArm, figures: Sequence[Compared]) -> AssumptionCheck:
     """Where each measured figure lies between the two assumptions: {figures: {k: {measured, one_at_a_time,
     parallel, nearer, between}}, wrong, text}; ``wrong``: the measured e2e p50 lies nearer the parallel end
     than the one-at-a-time end the figures assumed."""
@@ -60,17 +64,18 @@ def check(a: Assumptions, measured: Mapping[str, float | None], figures: tuple[s
                   "between": min(one, par) <= m <= max(one, par)}
     e = out.get("e2e_p50_s")
     wrong = bool(e and e["nearer"] == PARALLEL)
-    if e is None:
-        text = None
-    elif wrong:
-        text = (f"measured e2e p50 {_s(e['measured'])} s lies nearer serving its {a['slots']} slots in parallel "
-                f"({_s(e['parallel'])} s) than one at a time ({_s(e['one_at_a_time'])} s): the one-at-a-time "
-                "assumption of the forecast was wrong; measure the batching slowdown (a [[load]] concurrency "
-                "sweep) and forecast again")
-    else:
-        text = (f"measured e2e p50 {_s(e['measured'])} s lies nearer one at a time ({_s(e['one_at_a_time'])} s) "
-                f"than its {a['slots']} slots in parallel ({_s(e['parallel'])} s): the one-at-a-time assumption held")
-    if e is not None and not e["between"]:
-        text += ("; it lies outside both assumptions: the engine's speed differs from its calibration's (see the "
-                 "engine time where it is reported)")
+    text: str | None = None
+    if e is not None:
+        if wrong:
+            text = (f"measured e2e p50 {_s(e['measured'])} s lies nearer serving its {a['slots']} slots in parallel "
+                    f"({_s(e['parallel'])} s) than one at a time ({_s(e['one_at_a_time'])} s): the one-at-a-time "
+                    "assumption of the forecast was wrong; measure the batching slowdown (a [[load]] concurrency "
+                    "sweep) and forecast again")
+        else:
+            text = (f"measured e2e p50 {_s(e['measured'])} s lies nearer one at a time ({_s(e['one_at_a_time'])} s) "
+                    f"than its {a['slots']} slots in parallel ({_s(e['parallel'])} s): the one-at-a-time assumption "
+                    "held")
+        if not e["between"]:
+            text += ("; it lies outside both assumptions: the engine's speed differs from its calibration's (see "
+                     "the engine time where it is reported)")
     return {"figures": out, "wrong": wrong, "text": text}

@@ -31,7 +31,7 @@ The track record (:func:`track_record`): every verification stored with the run,
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Iterable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -42,10 +42,21 @@ from .slots import check
 
 if TYPE_CHECKING:
     from ...json_types import JSONValue
+    from ...ledger.rows import CallRow, TimingsRow
     from ...schema.rate_rows import RateModelFits
-    from ...schema.whatif_rows import ErrorTrack, Forecast, ForecastArm, MeasuredArm, TrackRecord, VerificationEntry
+    from ...schema.whatif_rows import (
+        ErrorTrack,
+        Forecast,
+        ForecastArm,
+        MeasuredArm,
+        Ranked,
+        TrackRecord,
+        VerificationEntry,
+    )
+    from .orders import Compared
 
-COMPARED = ("ttft_p50_s", "ttft_p99_s", "e2e_p50_s", "e2e_p99_s", "output_tps", "gpu_hours_per_1000_calls")
+COMPARED: tuple[Compared, ...] = ("ttft_p50_s", "ttft_p99_s", "e2e_p50_s", "e2e_p99_s", "output_tps",
+                                  "gpu_hours_per_1000_calls")
 
 
 def busy_seconds(starts: np.ndarray, ends: np.ndarray) -> float:
@@ -64,12 +75,12 @@ def busy_seconds(starts: np.ndarray, ends: np.ndarray) -> float:
     return float(total)
 
 
-def _final(rs: Sequence[Mapping[str, object]]) -> list[Mapping[str, object]]:
+def _final(rs: Sequence[CallRow]) -> list[CallRow]:
     """The calls that count: warm-up and retried attempts left out (failed calls kept)."""
     return [r for r in rs if not r.get("retried") and not r.get("warmup")]
 
 
-def measured_row(rs: Sequence[Mapping[str, object]], gpus: float = 1.0) -> MeasuredArm:
+def measured_row(rs: Sequence[CallRow], gpus: float = 1.0) -> MeasuredArm:
     """One arm's measured figures from its stage records (see the module docstring)."""
     final = _final(rs)
     ok = [r for r in final if r.get("error") is None]
@@ -83,8 +94,9 @@ def measured_row(rs: Sequence[Mapping[str, object]], gpus: float = 1.0) -> Measu
     n = len(final)
     prompt = float(np.nansum(c["prompt_tokens"])) if ok else 0.0
     cached = sum(float(r.get("cached_tokens") or 0) for r in ok)
-    extra = [r["prompt_tokens"] - r["target_input_tokens"] for r in ok
-             if r.get("prompt_tokens") is not None and r.get("target_input_tokens") is not None and r.get("step") == 0]
+    extra = [sent - target for r in ok
+             if (sent := r.get("prompt_tokens")) is not None and (target := r.get("target_input_tokens")) is not None
+             and r.get("step") == 0]
     gh = busy / n * gpus * 1000.0 / 3600.0 if n else None
     return {"calls": n, "failed": n - len(ok),
             "ttft_p50_s": t["p50"] if t else None, "ttft_p99_s": t["p99"] if t else None,
@@ -95,19 +107,42 @@ def measured_row(rs: Sequence[Mapping[str, object]], gpus: float = 1.0) -> Measu
             "template_tokens": sum(extra) / len(extra) if extra else None}
 
 
-def service_seconds(rs: Sequence[Mapping[str, object]], model: RateModelFits | None) -> tuple[float, float] | None:
+class _Timings(NamedTuple):
+    """What :func:`service_seconds` reads of a call's llama.cpp ``timings``."""
+
+    prompt_n: float
+    cache_n: float
+    prompt_ms: float
+    predicted_n: float
+    predicted_ms: float
+
+
+def _timings(t: TimingsRow | None) -> _Timings | None:
+    """A call's timings, ``cache_n`` 0 where it has none; None where it lacks one of the others, or one is no
+    number (a non-finite sample, which the ledger stores as text)."""
+    t = t or {}
+    prompt_n, prompt_ms = t.get("prompt_n"), t.get("prompt_ms")
+    predicted_n, predicted_ms = t.get("predicted_n"), t.get("predicted_ms")
+    cache_n = t.get("cache_n") or 0
+    if isinstance(prompt_n, (int, float)) and isinstance(cache_n, (int, float)) and \
+            isinstance(prompt_ms, (int, float)) and isinstance(predicted_n, (int, float)) and \
+            isinstance(predicted_ms, (int, float)):
+        return _Timings(prompt_n, cache_n, prompt_ms, predicted_n, predicted_ms)
+    return None
+
+
+def service_seconds(rs: Sequence[CallRow], model: RateModelFits | None) -> tuple[float, float] | None:
     """(the rate model's seconds, the engine's own seconds) for the successful calls as the engine served them
     (see the module docstring: ``service``); None without a model or when a call lacks llama.cpp's timings."""
     ok = [r for r in _final(rs) if r.get("error") is None]
-    tm = [r.get("timings") or {} for r in ok]
-    keys = ("prompt_n", "prompt_ms", "predicted_n", "predicted_ms")
-    if not model or not model.get("prefill") or not model.get("decode") or not ok or \
-            not all(t.get(k) is not None for t in tm for k in keys):
+    tm = [_timings(r.get("timings")) for r in ok]
+    served = [t for t in tm if t is not None]
+    if not model or not model.get("prefill") or not model.get("decode") or not ok or len(served) < len(tm):
         return None
-    forecast = sum(prefill_seconds(model, t["prompt_n"], t.get("cache_n") or 0)
-                   + decode_seconds(model, t["prompt_n"] + (t.get("cache_n") or 0) + 1, max(t["predicted_n"] - 1, 0))
-                   for t in tm)
-    return forecast, sum(t["prompt_ms"] + t["predicted_ms"] for t in tm) / 1000.0
+    forecast = sum(prefill_seconds(model, t.prompt_n, t.cache_n)
+                   + decode_seconds(model, t.prompt_n + t.cache_n + 1, max(t.predicted_n - 1, 0))
+                   for t in served)
+    return forecast, sum(t.prompt_ms + t.predicted_ms for t in served) / 1000.0
 
 
 def measured(records: Iterable[Mapping[str, object]], stage: str, gpus: Mapping[str, float] | None = None,
@@ -138,18 +173,22 @@ def compare(result: Forecast, meas: Mapping[str, MeasuredArm],
     rows: list[ForecastArm] = []
     for row in result["arms"]:
         m = meas.get(row["arm"])
-        band = row.get("orders") or {}
-        errors = {k: error(row.get(k), m.get(k)) for k in COMPARED} if m else None
-        if errors is not None and m.get("service_s"):
-            errors["service_s"] = error(m["service_model_s"], m["service_s"])
-        rows.append({**row, "measured": m, "error": errors,
-                     "in_order_range": {k: band[k][0] <= m[k] <= band[k][1] for k in COMPARED
-                                        if k in band and m.get(k) is not None}
-                     if m and band else None,
-                     "assumption_check": check(row["assumptions"], m, COMPARED)
-                     if m and row.get("assumptions") else None})
+        band, assumed = row.get("orders"), row.get("assumptions")
+        errors: dict[str, float | None] | None = None
+        in_range: dict[str, bool] | None = None
+        if m:
+            errors = {k: error(row.get(k), m.get(k)) for k in COMPARED}
+            if m.get("service_s"):
+                errors["service_s"] = error(m["service_model_s"], m["service_s"])
+            if band:
+                in_range = {k: band[k][0] <= x <= band[k][1] for k in COMPARED
+                            if k in band and (x := m.get(k)) is not None}
+        rows.append({**row, "measured": m, "error": errors, "in_order_range": in_range,
+                     "assumption_check": check(assumed, m, COMPARED) if m and assumed else None})
     out["arms"] = rows
-    mrows = [{"arm": a, **m} for a, m in meas.items() if any(r["arm"] == a for r in result["arms"])]
+    mrows: list[Ranked] = [{"arm": a, "gpu_hours_per_1000_calls": m["gpu_hours_per_1000_calls"],
+                            "e2e_p50_s": m["e2e_p50_s"]}
+                           for a, m in meas.items() if any(r["arm"] == a for r in result["arms"])]
     rank_m = ranking(mrows, result["reference"], knobs) if mrows else []
     out["ranking_measured"] = rank_m
     out["ranking_matches"] = [r["arm"] for r in rank_m] == [r["arm"] for r in result["ranking"]]
