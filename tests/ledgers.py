@@ -86,7 +86,7 @@ def write(path: Path, head: dict[str, Any], records: list[dict[str, Any]]) -> Pa
 
 
 def warned(summary: dict[str, Any], kind: str, arm: str | None = None, case: str | None = None) -> list[dict[str, Any]]:
-    """The summary's warning items of *kind* (a :class:`~leverbench.analysis.base.warning_kinds.WarningKind`), for *arm*
+    """The summary's warning items of *kind* (a :class:`~leverbench.schema.warning_kinds.WarningKind`), for *arm*
     and *case* when given: tests check which warnings fired by kind, not by wording."""
     return [w for w in summary["warning_items"] if w["kind"] == kind and arm in (None, w["arm"])
             and case in (None, w["case"])]

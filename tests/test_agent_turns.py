@@ -7,7 +7,6 @@ from pathlib import Path
 
 from ledgers import warned
 
-from leverbench.analysis.base.warning_kinds import WarningKind as W
 from leverbench.analysis.summary import summarize
 from leverbench.config import load
 from leverbench.engines.simulator import SimConfig, SimulatorThread, chat_prompt_tokens
@@ -15,6 +14,7 @@ from leverbench.ledger.reader import read_ledger
 from leverbench.report.html import render_html
 from leverbench.report.markdown import render_markdown
 from leverbench.runner.run import Runner
+from leverbench.schema.warning_kinds import WarningKind as W
 
 FAST = dict(prefill_tps=100_000.0, decode_tps=1000.0)
 TOOLS = [{"type": "function", "function": {"name": "search_docs", "description": "search",

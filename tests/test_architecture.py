@@ -263,6 +263,34 @@ def test_the_low_part_rules_catch_a_trespass(tmp_path):
         "leverbench.levers → leverbench.config"]
 
 
+#: The renderers (``report/``) and the only parts they may import: the typed summary and its vocabulary (``schema``:
+#: the rows, warning kinds, reason codes; ``readable``: figures in words; ``knob_values``: what a knob's value
+#: means), the levers' words, the settings and the ledger's typed records (the replay plots calls).  Never the
+#: analysis (a renderer formats what the summary holds and computes no figure of its own), nor anything that runs.
+RENDERER_PARTS: dict[str, set[str]] = {
+    "leverbench.report": {"leverbench.schema", "leverbench.readable", "leverbench.knob_values", "leverbench.levers",
+                          "leverbench.json_types", "leverbench.errors", "leverbench.config", "leverbench.ledger"},
+}
+
+
+def test_the_renderers_import_no_analysis():
+    graph = import_graph(SRC)
+    assert set(RENDERER_PARTS) <= set(part_graph(graph))
+    found = low_part_trespasses(graph, RENDERER_PARTS)
+    assert not found, "renderers importing what they may not (the analysis, or a part that runs): " + " | ".join(found)
+
+
+def test_the_renderer_rule_catches_an_analysis_import(tmp_path):
+    # (one that only a type checker reads counts too)
+    src = _package(tmp_path, {
+        "__init__.py": "", "schema.py": "", "analysis/__init__.py": "", "analysis/words.py": "x = 1\n",
+        "report/__init__.py": "", "report/a.py": ("from typing import TYPE_CHECKING\nfrom ..schema import *\n"
+                                                  "if TYPE_CHECKING:\n    from ..analysis.words import x\n"),
+    })
+    assert low_part_trespasses(import_graph(src), {"leverbench.report": {"leverbench.schema"}}) == [
+        "leverbench.report → leverbench.analysis"]
+
+
 def test_analysis_says_its_rules_in_words():
     """The package's docstring names every sub-package with what it may import, and each sub-package has a
     docstring saying what it holds."""

@@ -13,12 +13,12 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from leverbench.analysis.base.warning_kinds import WarningKind as W
 from leverbench.cli import cli
 from leverbench.config import load
 from leverbench.errors import ConfigError, LedgerError
 from leverbench.ledger.reader import read_ledger
 from leverbench.ledger.records import LEDGER_SCHEMA
+from leverbench.schema.warning_kinds import WarningKind as W
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 

@@ -11,13 +11,13 @@ from typing import Any, Callable
 import pytest
 from click.testing import CliRunner
 
-from leverbench.analysis.base.warning_kinds import WarningKind as W
 from leverbench.cli import cli
 from leverbench.errors import LedgerError
 from leverbench.ledger import reader
 from leverbench.ledger.reader import read_ledger
 from leverbench.ledger.records import MAX_COUNT
 from leverbench.ledger.writer import LedgerWriter
+from leverbench.schema.warning_kinds import WarningKind as W
 
 GOLDEN = Path(__file__).parent / "golden"
 BASE = GOLDEN / "demo1.ledger.jsonl"  # calls, turns, probes, sentinels, metrics, warm-ups of 3 arms

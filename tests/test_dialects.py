@@ -23,7 +23,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from test_simulator import FAST, chat, get_json, in_threads, request, stream_chat, user
 
 from leverbench.analysis.base.metrics import arm_metrics
-from leverbench.analysis.base.warning_kinds import WarningKind as W
 from leverbench.cli import cli
 from leverbench.cli import sim as cli_sim
 from leverbench.engines import simulator
@@ -34,6 +33,7 @@ from leverbench.ledger.records import CallError, CallRecord, ErrorClass
 from leverbench.runner.discover import api_base, api_root, chat_url, endpoint_info, models_url, scrape_metrics
 from leverbench.runner.fixed_length import LENGTH_BY_FIELDS, LENGTH_BY_PROMPT, LONG_ANSWER, ask_at_length
 from leverbench.runner.send import length_check
+from leverbench.schema.warning_kinds import WarningKind as W
 
 DATA = Path(__file__).parent / "data" / "engines"
 

@@ -11,9 +11,9 @@ import pytest
 from ledgers import call, header, ledger, turn, warned
 from scipy import stats
 
-from leverbench.analysis.base.warning_kinds import WarningKind as W
 from leverbench.analysis.experiment.drift import settled, trend
 from leverbench.analysis.summary import summarize
+from leverbench.schema.warning_kinds import WarningKind as W
 
 ARMS = {"base": {"hardware": "old"}, "cached": {"hardware": "new"}}  # a lever with no engagement to check
 

@@ -135,7 +135,7 @@ def test_undetermined_drift_is_cited_interleaved_and_refused_blocked():
 
 
 def test_a_verdict_interval_too_wide_keeps_the_side_it_bounds():
-    from leverbench.analysis.base.readable import ratio_words  # noqa: PLC0415
+    from leverbench.readable import ratio_words  # noqa: PLC0415
 
     inf = float("inf")
     assert ratio_words(1.73, 2.03) == "[1.73–2.03]"
@@ -146,7 +146,7 @@ def test_a_verdict_interval_too_wide_keeps_the_side_it_bounds():
 
 
 def test_a_side_close_to_one_is_written_with_the_digits_that_tell_it():
-    from leverbench.analysis.base.readable import ratio_words  # noqa: PLC0415
+    from leverbench.readable import ratio_words  # noqa: PLC0415
 
     assert ratio_words(1.003, float("inf")) == "[above 1.003x: its repeats bound it below only]"
     assert ratio_words(0.01, 0.9996) == "[below 0.9996x: its repeats bound it above only]"

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 from ledgers import call, header, ledger, turn, warned
 
-from leverbench.analysis.base.warning_kinds import WarningKind as W
 from leverbench.analysis.summary import summarize
+from leverbench.schema.warning_kinds import WarningKind as W
 
 ARMS = {"off": {"prefix_cache": False}, "on": {"prefix_cache": True}, "spec": {"drafter": "ngram"}}
 FAILED = {"class": "http_status", "message": "500"}

@@ -9,9 +9,9 @@ import pytest
 from ledgers import call, header, ledger, probes_for, timed, turn, warned
 
 from leverbench.analysis.base.knobs import UNKNOWN, fact_knobs, is_on
-from leverbench.analysis.base.warning_kinds import WarningKind as W
 from leverbench.analysis.summary import summarize
 from leverbench.runner.discover import knobs as discovered_knobs
+from leverbench.schema.warning_kinds import WarningKind as W
 
 ARMS = {"base": {"hardware": "old"}, "fast": {"hardware": "new"}}
 PREFILL, DECODE = 1000.0, 50.0

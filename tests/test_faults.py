@@ -9,13 +9,13 @@ import pytest
 from ledgers import warned
 from test_run_sim import experiment
 
-from leverbench.analysis.base.warning_kinds import WarningKind as W
 from leverbench.analysis.summary import summarize
 from leverbench.config import load
 from leverbench.engines.simulator import SimConfig, SimulatorThread
 from leverbench.ledger.reader import read_ledger
 from leverbench.runner.client import Timeouts, stream_chat
 from leverbench.runner.run import Runner
+from leverbench.schema.warning_kinds import WarningKind as W
 
 BODY = {"model": "sim", "messages": [{"role": "user", "content": "one two three"}], "max_tokens": 8}
 FAST = dict(prefill_tps=100_000.0, decode_tps=500.0, output_tokens=8)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from ledgers import call, header, ledger, turn, warned
 
-from leverbench.analysis.base.warning_kinds import WarningKind as W
 from leverbench.analysis.summary import summarize
+from leverbench.schema.warning_kinds import WarningKind as W
 
 ARMS = {"base": {"prefix_cache": False, "drafter": "none"}, "fast": {"prefix_cache": False, "drafter": "ngram"}}
 

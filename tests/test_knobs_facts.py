@@ -6,9 +6,9 @@ from __future__ import annotations
 from ledgers import header, ledger, turn, warned
 
 from leverbench.analysis.base.knobs import UNKNOWN, all_arm_knobs, arm_knobs, comparisons, contradiction, fact_knobs
-from leverbench.analysis.base.warning_kinds import WarningKind as W
 from leverbench.analysis.summary import summarize
 from leverbench.runner.discover import knobs as discovered_knobs
+from leverbench.schema.warning_kinds import WarningKind as W
 
 
 def _arm(discovered=None, conditions=None):

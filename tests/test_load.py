@@ -19,7 +19,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from leverbench.analysis.base.stats import percentile
-from leverbench.analysis.base.warning_kinds import WarningKind as W
 from leverbench.analysis.load.stages import (
     columns,
     distribution,
@@ -38,6 +37,7 @@ from leverbench.ledger.reader import read_ledger
 from leverbench.report.load_tables import load_table, load_tables
 from leverbench.runner.prompts import PromptBuilder
 from leverbench.runner.run import Runner
+from leverbench.schema.warning_kinds import WarningKind as W
 from leverbench.workload.load import arrival_offsets, expand, gaps
 
 TRACES = Path(__file__).parent / "data" / "traces"  # slices of public traces: see its README.md

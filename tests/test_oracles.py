@@ -11,9 +11,9 @@ import pytest
 from ledgers import call, header, ledger, turn, warned
 
 from leverbench.analysis.base.stats import median, percentile
-from leverbench.analysis.base.warning_kinds import WarningKind as W
 from leverbench.analysis.load.stages import load_summary
 from leverbench.analysis.summary import summarize
+from leverbench.schema.warning_kinds import WarningKind as W
 
 # ------------------------------------------------------------------ the article's two arms, four turns
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 from ledgers import call, header, ledger, turn, warned
 
-from leverbench.analysis.base.warning_kinds import WarningKind as W
 from leverbench.analysis.rates.probes import measure
 from leverbench.analysis.summary import summarize
+from leverbench.schema.warning_kinds import WarningKind as W
 
 
 def _probe(n: int, ttft: float, per_token: float, streamed: bool = True) -> dict:

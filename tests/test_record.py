@@ -16,13 +16,13 @@ import limits
 import pytest
 from click.testing import CliRunner
 
-from leverbench.analysis.base.warning_kinds import WarningKind
 from leverbench.analysis.summary import summarize
 from leverbench.cli import cli
 from leverbench.config import load
 from leverbench.engines.simulator import SimConfig, SimulatorThread
 from leverbench.ledger.reader import read_ledger
 from leverbench.runner.run import Runner
+from leverbench.schema.warning_kinds import WarningKind
 from leverbench.workload.recorded.live import shown_call
 
 TESTS = Path(__file__).parent

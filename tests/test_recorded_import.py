@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from leverbench.analysis.base.warning_kinds import WarningKind
 from leverbench.analysis.summary import summarize
 from leverbench.cli import cli
 from leverbench.config import load
@@ -18,6 +17,7 @@ from leverbench.errors import ConfigError
 from leverbench.ledger.reader import read_ledger
 from leverbench.report.recorded_tables import replay_line
 from leverbench.runner.run import Runner
+from leverbench.schema.warning_kinds import WarningKind
 from leverbench.workload.recorded.expand import with_recorded
 from leverbench.workload.recorded.grouping import TurnGrouper
 from leverbench.workload.recorded.registry import detect_format, load_requests

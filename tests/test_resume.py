@@ -16,10 +16,10 @@ import pytest
 from ledgers import warned
 from test_run_sim import experiment
 
-from leverbench.analysis.base.warning_kinds import WarningKind as W
 from leverbench.analysis.summary import summarize
 from leverbench.engines.simulator import SimConfig, SimulatorThread
 from leverbench.ledger.reader import Ledger, read_ledger
+from leverbench.schema.warning_kinds import WarningKind as W
 
 pytestmark = pytest.mark.slow  # ~70 s of crashed and resumed runs on a busy 2-core machine: .ci/run runs it
 SLOW = dict(prefill_tps=50_000.0, decode_tps=150.0, output_tokens=200)

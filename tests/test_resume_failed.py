@@ -9,12 +9,12 @@ from ledgers import warned
 from test_run_sim import DECODE_TPS, PREFILL_TPS, experiment, sim
 
 from leverbench.analysis.base.dataset import dataset
-from leverbench.analysis.base.warning_kinds import WarningKind as W
 from leverbench.analysis.summary import summarize
 from leverbench.config import load
 from leverbench.engines.simulator import SimConfig, SimulatorThread
 from leverbench.ledger.reader import read_ledger
 from leverbench.runner.run import Runner
+from leverbench.schema.warning_kinds import WarningKind as W
 
 UNIT_KINDS = ("turn", "probe", "sentinel")
 

@@ -9,10 +9,10 @@ import pytest
 from ledgers import call, header, ledger, turn, warned
 
 from leverbench.analysis.base.dataset import dataset
-from leverbench.analysis.base.warning_kinds import WarningKind as W
 from leverbench.analysis.experiment.revisits import REVISIT_SHARE, first_visit_ratio, revisit_shares
 from leverbench.analysis.summary import summarize
 from leverbench.report.first_screen import first_screen
+from leverbench.schema.warning_kinds import WarningKind as W
 
 ARMS = {"current": {"prefix_cache": False}, "cache": {"prefix_cache": True}}
 CASES = ["a", "b"]

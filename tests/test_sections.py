@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from leverbench.analysis.base.dataset import dataset
-from leverbench.analysis.base.warning_kinds import RunWarning, WarningKind
 from leverbench.analysis.sections import PRODUCTS, SECTION_ORDER
 from leverbench.analysis.sections.base import Inputs, Product, build_all, order
 from leverbench.analysis.summary import summarize
 from leverbench.ledger.reader import read_ledger
 from leverbench.schema.summary import Summary
+from leverbench.schema.warning_kinds import RunWarning, WarningKind
 
 GOLDEN = Path(__file__).parent / "golden"
 LEDGERS = sorted(GOLDEN.glob("*.ledger.jsonl"))

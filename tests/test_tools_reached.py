@@ -16,8 +16,6 @@ from pathlib import Path
 import limits
 from click.testing import CliRunner
 
-from leverbench.analysis.base.reason_codes import TOOLS
-from leverbench.analysis.base.warning_kinds import WarningKind
 from leverbench.analysis.summary import summarize
 from leverbench.cli import cli
 from leverbench.config import load
@@ -27,6 +25,8 @@ from leverbench.ledger.reader import read_ledger
 from leverbench.report.first_screen import first_screen
 from leverbench.report.markdown import render_markdown
 from leverbench.runner.run import Runner
+from leverbench.schema.reason_codes import TOOLS
+from leverbench.schema.warning_kinds import WarningKind
 
 TESTS = Path(__file__).parent
 FAST = dict(prefill_tps=1e6, decode_tps=5000.0, output_tokens=8)

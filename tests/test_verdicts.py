@@ -7,8 +7,8 @@ import pytest
 from ledgers import call, header, ledger, probes_for, timed, turn, warned
 
 from leverbench.analysis.base.knobs import arm_knobs, comparisons, suggestion
-from leverbench.analysis.base.warning_kinds import WarningKind as W
 from leverbench.analysis.summary import summarize
+from leverbench.schema.warning_kinds import WarningKind as W
 
 THREE = {"base": {"prefix_cache": False, "drafter": "none"},
          "control": {"prefix_cache": True, "drafter": "none"},

@@ -7,11 +7,11 @@ import pytest
 from click.testing import CliRunner
 from ledgers import warned
 
-from leverbench.analysis.base.warning_kinds import WarningKind as W
 from leverbench.analysis.summary import summarize
 from leverbench.cli import cli
 from leverbench.engines.simulator import SimConfig, SimulatorThread, synthetic_text
 from leverbench.ledger.reader import read_ledger
+from leverbench.schema.warning_kinds import WarningKind as W
 
 PREFILL_TPS = 4000.0
 DECODE_TPS = 400.0

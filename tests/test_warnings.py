@@ -8,12 +8,12 @@ from pathlib import Path
 
 from rich.console import Console
 
-from leverbench.analysis.base.warning_kinds import RunWarning, WarningKind, warning_groups
 from leverbench.analysis.summary import summarize
 from leverbench.ledger.reader import read_ledger
 from leverbench.report.html import render_html
 from leverbench.report.markdown import render_markdown
 from leverbench.report.terminal import render_terminal
+from leverbench.schema.warning_kinds import RunWarning, WarningKind, warning_groups
 
 GOLDEN = Path(__file__).parent / "golden"
 ANALYSIS = Path(__file__).parents[1] / "src" / "leverbench" / "analysis"

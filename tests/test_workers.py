@@ -20,7 +20,6 @@ from test_load import experiment
 from test_sender import TRACE, FakeSender, run_virtual, stage
 
 import leverbench.runner.prompts as prompts
-from leverbench.analysis.base.warning_kinds import WarningKind as W
 from leverbench.analysis.load.stages import load_summary, load_warnings
 from leverbench.config import load
 from leverbench.errors import BadInput, ConfigError, LedgerError
@@ -29,6 +28,7 @@ from leverbench.runner.load import StageRun
 from leverbench.runner.run import Runner
 from leverbench.runner.shares import apportion, split
 from leverbench.runner.workers import clock_offset
+from leverbench.schema.warning_kinds import WarningKind as W
 
 START = 1000.0 + 5.0  # the shared start on the virtual clock (its epoch is test_sender.EPOCH = 1000)
 

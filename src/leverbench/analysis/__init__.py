@@ -4,7 +4,8 @@ Data flows one way: the ledger's records → these functions → the summary the
 sub-packages, and what each may import from the others (``tests/test_architecture.py`` holds these rules):
 
 - :mod:`.base` — what every part reads: the records that count (``dataset``), the knobs, the guard's rule and
-  its reason codes, the warnings' kinds, the server's metrics, small statistics, the analysis' bounds.
+  (its reason codes and the warnings' kinds are the summary's vocabulary, in :mod:`leverbench.schema`), the
+  server's metrics, small statistics, the analysis' bounds.
   Imports no other part of ``analysis``.
 - :mod:`.sequential` — the statistics of a verdict decided in as few repeats as the data allow, and the
   simulation study behind it.  May import ``base``.

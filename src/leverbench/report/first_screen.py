@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..analysis.base import reason_codes as guard
-from ..analysis.base.warning_kinds import warning_groups
+from ..schema import reason_codes as guard
+from ..schema.warning_kinds import warning_groups
 from .load_levers import pair_sentence
 from .recorded_tables import replay_line
 from .table import pct

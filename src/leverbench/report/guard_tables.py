@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..analysis.base.readable import SPAN, change_words
+from ..readable import SPAN, change_words
 from .table import Table, pct
 
 if TYPE_CHECKING:

@@ -33,9 +33,9 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup
 from typing_extensions import TypedDict
 
-from ..analysis.base.warning_kinds import warning_groups
 from ..config.settings import RunSettings
 from ..ledger.reader import Ledger
+from ..schema.warning_kinds import warning_groups
 from .first_screen import first_screen
 from .jsonio import finite, number
 from .load_levers import pair_sentence

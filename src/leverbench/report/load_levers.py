@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from ..analysis.base.readable import ratio_words
 from ..levers import registry
+from ..readable import ratio_words
 from .table import Table
 
 if TYPE_CHECKING:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..analysis.base.warning_kinds import warning_groups
+from ..schema.warning_kinds import warning_groups
 from .first_screen import first_screen
 from .table import Table
 from .tables import all_tables

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Mapping
 
-from ..analysis.rates.rate_model import tokens_per_second_at
 from ..levers import registry
+from ..schema.rate_rows import tokens_per_second_at
 from .table import Table, pct, s
 
 if TYPE_CHECKING:

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Mapping
 
-from ..analysis.base.knobs import is_on
-from ..analysis.base.readable import ratio_words
+from ..knob_values import is_on
 from ..levers import Lever, registry
+from ..readable import ratio_words
 from .conditions import conditions_table, repeats_table, tools_table
 from .guard_tables import drift_table, equal_work_table, multiplier_table
 from .hardware_tables import hardware_tables
@@ -104,9 +104,9 @@ def _verdict_ratio(v: VerdictRow) -> str:
 
 
 def ratio_interval(v: VerdictRow) -> str:
-    """A verdict row's ratio and its interval: '1.87x [1.73–2.03]'; an interval not :func:`.readable.bounded` (an
-    unbounded end, or ends over tenfold apart) in words (:func:`.readable.ratio_words`): '3.00x [above 1.60x: its
-    repeats bound it below only]', '1.27x [no interval: its repeats do not bound it]'."""
+    """A verdict row's ratio and its interval: '1.87x [1.73–2.03]'; an interval not bounded (an unbounded end, or
+    ends over tenfold apart: :func:`leverbench.readable.bounded`) in words (:func:`leverbench.readable.ratio_words`):
+    '3.00x [above 1.60x: its repeats bound it below only]', '1.27x [no interval: its repeats do not bound it]'."""
     if v.get("ratio") is None:
         return "—"
     return f"{v['ratio']:.2f}x {ratio_words(v.get('low'), v.get('high'))}"

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table as RichTable
 from rich.text import Text
 
-from ..analysis.base.warning_kinds import warning_groups
+from ..schema.warning_kinds import warning_groups
 from .first_screen import first_screen
 from .table import Table
 from .tables import all_tables

@@ -11,15 +11,15 @@ runs no script).
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Mapping
 
 from markupsafe import Markup
 from rich.console import Console
 from rich.table import Table as RichTable
 from rich.text import Text
 
-from ..analysis.traffic.analyze import PHASES, summarize_skips
 from ..levers import registry
+from ..schema.traffic_rows import PHASES
 from .jsonio import finite
 from .load_levers import operating_lines
 from .markdown import _md_table
@@ -233,3 +233,8 @@ def render_html(result: TrafficResult) -> str:
 
 
 RENDER = {"md": render_markdown, "json": render_json, "html": render_html}
+
+
+def summarize_skips(skipped: Mapping[str, int]) -> str:
+    """The lines a trace's reading skipped, by reason, most first: '12 no timestamp, 3 bad JSON'; 'none'."""
+    return ", ".join(f"{n} {r}" for r, n in sorted(skipped.items(), key=lambda kv: -kv[1])) or "none"

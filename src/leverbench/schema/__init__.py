@@ -1,11 +1,11 @@
 """The summary's schema: the typed rows analysis builds, the reports read and ``summary.json`` serialises.
 
-The rows are :class:`typing.TypedDict` classes (so analysis builds them as plain dicts and every report reads
-them as it always has), validated by pydantic (:mod:`.check`: strict types, no unknown keys, the bounds a reader
-computes with).  ``leverbench schema summary`` prints the JSON Schema pydantic derives from them; a copy is in
-``docs/summary.schema.json``.  This part imports nothing else of leverbench but the leaf modules
-(:mod:`leverbench.bounds`) and, lazily, pydantic: analysis and report both read it.
-"""
+The rows are :class:`typing.TypedDict` classes (so analysis builds them as plain dicts and every report reads them as
+it always has), validated by pydantic (:mod:`.check`: strict types, no unknown keys, the bounds a reader computes
+with), and their vocabulary: the closed list of warnings (:mod:`.warning_kinds`) and the guard's reason codes
+(:mod:`.reason_codes`). ``leverbench schema summary`` prints the JSON Schema pydantic derives from them; a copy is in
+``docs/summary.schema.json``. This part imports nothing else of leverbench but the leaf modules
+(:mod:`leverbench.bounds`) and, lazily, pydantic: analysis and report both read it."""
 
 from collections.abc import Callable
 from typing import TypeVar

@@ -279,7 +279,7 @@ class Tolerances(TypedDict):
 
 @strict_row
 class WarningItem(TypedDict):
-    """``warning_items[]``: one warning, its kind (:class:`...analysis.base.warning_kinds.WarningKind`), the arm
+    """``warning_items[]``: one warning, its kind (:class:`.warning_kinds.WarningKind`), the arm
     and case it concerns (None: the run, or no one cell) and its text."""
 
     kind: str

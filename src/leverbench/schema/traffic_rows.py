@@ -6,12 +6,19 @@ Types for the code that builds and formats it; not validated on reading (nothing
 
 from __future__ import annotations
 
-from typing_extensions import NotRequired, TypedDict
+from typing import Literal
+
+from typing_extensions import NotRequired, TypeAlias, TypedDict
 
 from .load_lever_rows import OperatingPoint, UnderLoad
 from .whatif_rows import CachePass
 
 # ---------------------------------------------------------------- the sums the analysis starts from
+
+
+#: A phase of a call's time in the traffic analysis (a row's ``<phase>_s`` and ``<phase>_share``).
+TrafficPhase: TypeAlias = Literal["prefill", "decode", "queue"]
+PHASES: tuple[TrafficPhase, ...] = ("prefill", "decode", "queue")
 
 
 class PhaseSums(TypedDict):

@@ -28,8 +28,8 @@ import numpy as np
 from ...config.settings import RunSettings
 from ...ledger.reader import Columns, Ledger
 from ...ledger.records import CALL_FLAGS, CALL_NUMBERS, CALL_TIMINGS, TURN_FLAGS, TURN_NUMBERS
+from ...schema.warning_kinds import RunWarning, WarningKind
 from .knobs import all_arm_knobs, arm_knobs
-from .warning_kinds import RunWarning, WarningKind
 
 if TYPE_CHECKING:
     from ...json_types import JSONValue

@@ -28,19 +28,19 @@ from typing import TYPE_CHECKING, Mapping, Sequence, Union
 from typing_extensions import TypedDict
 
 # (the guard's codes: there, a report reads them cheaply; re-exported for who judges with them)
-from .reason_codes import CELLS as CELLS
-from .reason_codes import CONTRADICTION as CONTRADICTION
-from .reason_codes import DRIFT as DRIFT
-from .reason_codes import FAILED as FAILED
-from .reason_codes import NO_TURNS as NO_TURNS
-from .reason_codes import NOT_ENGAGED as NOT_ENGAGED
-from .reason_codes import REFERENCE_USED as REFERENCE_USED
-from .reason_codes import REPEATS as REPEATS
-from .reason_codes import RETRIED as RETRIED
-from .reason_codes import REVISITS as REVISITS
-from .reason_codes import TOOLS as TOOLS
-from .reason_codes import VOLUME as VOLUME
-from .reason_codes import VOLUME_UNKNOWN as VOLUME_UNKNOWN
+from ...schema.reason_codes import CELLS as CELLS
+from ...schema.reason_codes import CONTRADICTION as CONTRADICTION
+from ...schema.reason_codes import DRIFT as DRIFT
+from ...schema.reason_codes import FAILED as FAILED
+from ...schema.reason_codes import NO_TURNS as NO_TURNS
+from ...schema.reason_codes import NOT_ENGAGED as NOT_ENGAGED
+from ...schema.reason_codes import REFERENCE_USED as REFERENCE_USED
+from ...schema.reason_codes import REPEATS as REPEATS
+from ...schema.reason_codes import RETRIED as RETRIED
+from ...schema.reason_codes import REVISITS as REVISITS
+from ...schema.reason_codes import TOOLS as TOOLS
+from ...schema.reason_codes import VOLUME as VOLUME
+from ...schema.reason_codes import VOLUME_UNKNOWN as VOLUME_UNKNOWN
 from .stats import spread
 
 if TYPE_CHECKING:

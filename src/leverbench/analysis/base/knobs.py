@@ -59,24 +59,14 @@ from dataclasses import dataclass
 from typing import Mapping, Optional
 
 from ...json_types import JSONValue
+from ...knob_values import UNKNOWN as UNKNOWN
+from ...knob_values import is_on as is_on
 from ...levers import registry
 
 NOT_KNOBS = ("gpu_hour_usd",)
-UNKNOWN = "(unknown)"  # a knob discovered on another arm and not found on this one
-_OFF_WORDS = ("none", "off", "no", "", "false")
 _ROLE_ORDER = {"baseline": 0, "control": 1, "treatment": 2}
 #: An arm's knobs: knob → its value (what an engine reported, a request sent or a user declared: JSON).
 Knobs = dict[str, JSONValue]
-
-
-def is_on(value: object) -> bool:
-    """Whether a knob's value means "on": anything but absent/None/False/0/""/none/off/no/false, and not
-    :data:`UNKNOWN` (an unknown knob is not claimed to be on)."""
-    if value == UNKNOWN:
-        return False
-    if isinstance(value, str):
-        return value.strip().lower() not in _OFF_WORDS
-    return not (value is None or value is False or (isinstance(value, (int, float)) and value == 0))
 
 
 def canonical(value: JSONValue) -> JSONValue:

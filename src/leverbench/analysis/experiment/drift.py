@@ -72,11 +72,11 @@ import numpy as np
 from scipy import stats
 
 from ...ledger.rows import CallRow, TimingsRow
+from ...readable import SPAN, bounded, change_words  # noqa: F401 (re-exported: the drift's words)
 from ...schema.check_rows import CommonDrift, DriftRow, Order, PairDriftRow, TrendRow, WarmupRow
+from ...schema.warning_kinds import RunWarning, WarningKind
 from ..base.dataset import Dataset
 from ..base.knobs import Comparison
-from ..base.readable import SPAN, bounded, change_words  # noqa: F401 (re-exported: the drift's words)
-from ..base.warning_kinds import RunWarning, WarningKind
 
 CONFIDENCE = 0.95
 MIN_POINTS = 3  # a trend with an interval needs a residual degree of freedom

@@ -36,8 +36,8 @@ from ...schema.recorded_rows import (
     RecordedCaseRow,
     RecordedSection,
 )
+from ...schema.warning_kinds import RunWarning, WarningKind
 from ..base.dataset import Dataset
-from ..base.warning_kinds import RunWarning, WarningKind
 
 TOLERANCE = 0.01  # a prompt within 1 % of the recording's length is the recorded prompt
 ALIKE = 0.02  # differing calls whose ratios lie within this of each other differ alike (a tokenizer's)

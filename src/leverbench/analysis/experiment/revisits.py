@@ -63,12 +63,12 @@ from typing import Iterable, Literal, Mapping
 import numpy as np
 
 from ...ledger.rows import CacheResetRow
+from ...schema.reason_codes import REVISITS
 from ...schema.repeat_rows import Method, RepeatArmRow, RepeatPairRow, RepeatsSection
+from ...schema.warning_kinds import RunWarning, WarningKind
 from ..base.dataset import Dataset
 from ..base.guard import Reason
 from ..base.knobs import Comparison
-from ..base.reason_codes import REVISITS
-from ..base.warning_kinds import RunWarning, WarningKind
 
 #: A share of the later repeats' prompt tokens, cached by the arm's own earlier repeats, from which it is said.
 REVISIT_SHARE = 0.10

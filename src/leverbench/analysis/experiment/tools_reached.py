@@ -21,11 +21,11 @@ import numpy as np
 
 from ...ledger.reader import Columns
 from ...ledger.rows import CallRow
+from ...schema.reason_codes import TOOLS
 from ...schema.tools_rows import ToolsRow
+from ...schema.warning_kinds import RunWarning, WarningKind
 from ..base.guard import Reason
 from ..base.knobs import Comparison
-from ..base.reason_codes import TOOLS
-from ..base.warning_kinds import RunWarning, WarningKind
 
 
 def tools_rows(calls: Columns, load_calls: Iterable[CallRow] = ()) -> list[ToolsRow]:

@@ -59,7 +59,7 @@ import numpy as np
 from scipy.stats import bootstrap
 
 from ...levers import registry
-from ..base.reason_codes import FAILED, VOLUME, VOLUME_UNKNOWN
+from ...schema.reason_codes import FAILED, VOLUME, VOLUME_UNKNOWN
 from ..load.levels import LevelCalls, level_load, on_schedule
 from .capacity import at_percentile
 from .crossover import crossover, pays, sides

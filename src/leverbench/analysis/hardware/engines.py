@@ -20,8 +20,8 @@ from typing import Iterable, Mapping, Optional, Sequence, Union
 from ...ledger.rows import EnginesRow, EngineStopRow, EngineWarmedRow, RunHeaderRow
 from ...ledger.rows import EngineStartRow as StartRecord
 from ...schema.hardware_rows import EngineArmRow, EnginesSection, EngineStartRow, Mode
+from ...schema.warning_kinds import RunWarning, WarningKind
 from ..base.stats import median
-from ..base.warning_kinds import RunWarning, WarningKind
 
 TIMEOUT_USED_WARN = 0.8
 MODES: tuple[Mode, ...] = ("together", "one at a time")

@@ -15,8 +15,8 @@ import numpy as np
 
 from ...ledger.rows import CallRow, GpuSamplesRow, RunHeaderRow
 from ...schema.hardware_rows import GpuArmRow, GpuFactsRow, GpuSection
+from ...schema.warning_kinds import RunWarning, WarningKind
 from ..base.dataset import Dataset
-from ..base.warning_kinds import RunWarning, WarningKind
 from .telemetry import CallSpan, TurnSpan, call_spans, energy_rows, series, telemetry_rows
 
 NOT_RECORDED = "not recorded (the run predates GPU facts)"

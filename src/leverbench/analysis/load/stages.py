@@ -111,8 +111,8 @@ from typing import TYPE_CHECKING, Iterable, Mapping, Sequence, TypeGuard, cast
 import numpy as np
 import numpy.typing as npt
 
+from ...schema.warning_kinds import RunWarning, WarningKind
 from ..base.metrics import arm_metrics
-from ..base.warning_kinds import RunWarning, WarningKind
 
 if TYPE_CHECKING:
     from ...ledger.reader import Ledger

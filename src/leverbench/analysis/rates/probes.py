@@ -57,9 +57,9 @@ from typing import TYPE_CHECKING, Sequence, TypeVar, cast
 
 import numpy as np
 
+from ...schema.warning_kinds import RunWarning, WarningKind
 from ..base.dataset import Dataset
 from ..base.stats import median
-from ..base.warning_kinds import RunWarning, WarningKind
 from .rate_fit import decode_points, fit_decode, has_drafter, is_natural
 from .rate_model import prefill_seconds, tokens_per_second_at
 

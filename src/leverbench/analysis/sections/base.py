@@ -18,8 +18,8 @@ from typing import Any, Callable, Generic, Sequence, TypeVar, cast
 
 from ...ledger.reader import Ledger
 from ...ledger.rows import RunHeaderRow
+from ...schema.warning_kinds import RunWarning
 from ..base.dataset import Dataset
-from ..base.warning_kinds import RunWarning
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)

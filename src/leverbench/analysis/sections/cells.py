@@ -9,8 +9,8 @@ import numpy as np
 
 from ...schema.check_rows import Citability, CommonDrift, CostRow, DriftRow, EqualWorkRow
 from ...schema.experiment_rows import CellRow, MultiplierRow
+from ...schema.warning_kinds import RunWarning, WarningKind
 from ..base.guard import measurement_guard
-from ..base.warning_kinds import RunWarning, WarningKind
 from ..experiment.cells import cells, multipliers, totals
 from ..experiment.cost import costs
 from ..experiment.drift import drifted_arms

@@ -15,10 +15,10 @@ from ...schema.check_rows import DriftCommon, DriftRow
 from ...schema.lever_rows import EngagedRow
 from ...schema.repeat_rows import RepeatsSection
 from ...schema.tools_rows import ToolsRow
+from ...schema.warning_kinds import RunWarning, WarningKind
 from ..base import guard
 from ..base.guard import CONTRADICTION, NOT_ENGAGED, REFERENCE_USED, Reason
 from ..base.knobs import UNKNOWN, Comparison, comparisons
-from ..base.warning_kinds import RunWarning, WarningKind
 from ..experiment.drift import PairDrift, adjusted_turn_s, common, drift, pair_drifts
 from ..experiment.revisits import repeats
 from ..experiment.tools_reached import tools_reached, tools_rows

@@ -8,8 +8,8 @@ from typing import Iterator, cast
 from ...json_types import JSONObject
 from ...schema.lever_rows import EngagedRow
 from ...schema.rate_rows import ServerMetricsRow
+from ...schema.warning_kinds import RunWarning, WarningKind
 from ..base.metrics import MetricsRecord, own_metrics, server_metrics
-from ..base.warning_kinds import RunWarning, WarningKind
 from ..experiment.engaged import engaged
 from .base import Inputs, Product
 from .comparisons import KNOBS

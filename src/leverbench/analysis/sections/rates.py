@@ -4,7 +4,7 @@ rate fit each arm gets, and the time shares per cell."""
 from __future__ import annotations
 
 from ...schema.rate_rows import ProbeRow, ServerRow
-from ..base.warning_kinds import RunWarning, WarningKind
+from ...schema.warning_kinds import RunWarning, WarningKind
 from ..rates.phases import cell_shares
 from ..rates.probes import probes
 from ..rates.rate_fit import rate_models

@@ -10,7 +10,7 @@ from ...redact import redact_tree
 from ...schema.experiment_rows import ArmRow, RunRow, Tolerances
 from ...schema.hardware_rows import EnginesSection, GpuSection
 from ...schema.recorded_rows import RecordedSection
-from ..base.warning_kinds import RunWarning, WarningKind
+from ...schema.warning_kinds import RunWarning, WarningKind
 from ..experiment.fidelity import fidelity
 from ..experiment.levers import levers
 from ..experiment.reasoning import reasoning_split

@@ -101,7 +101,7 @@ if TYPE_CHECKING:
 
 __all__ = ["BUCKETS", "PHASES", "Rates", "analyze_traffic", "bucket_of", "choose_rates", "conditions",
            "fit_rates", "hand_rates", "has_latencies", "rates_for", "rates_from_summary", "recommend",
-           "summarize_skips", "with_drafter"]
+           "with_drafter"]
 
 RANGE_MIN_CALL_SHARE = 0.05
 
@@ -400,8 +400,4 @@ def _extrapolation(rows: Sequence[PhaseSums], rates: Mapping[str, Rates], n: int
 def has_latencies(calls: Sequence[TrafficCall] | TrafficLoad | pl.LazyFrame | pl.DataFrame) -> bool:
     """Whether any call records its latency (so rates can be fitted from the traffic)."""
     return bool(collect(as_frame(calls).select(pl.col("latency").is_not_null().any()))[0].item())
-
-
-def summarize_skips(skipped: Mapping[str, int]) -> str:
-    return ", ".join(f"{n} {r}" for r, n in sorted(skipped.items(), key=lambda kv: -kv[1])) or "none"
 

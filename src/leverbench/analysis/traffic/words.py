@@ -8,19 +8,16 @@ the dominant phase that only an experiment can measure are named with how to tur
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal, Sequence
-
-from typing_extensions import TypeAlias
+from typing import TYPE_CHECKING, Sequence
 
 from ...levers import registry
+from ...schema.traffic_rows import PHASES as PHASES
+from ...schema.traffic_rows import TrafficPhase as TrafficPhase
 from .rates import RateBook
 
 if TYPE_CHECKING:
     from ...schema.traffic_rows import LeverRow, PhaseRow, TrafficResult
 
-#: A phase of a call's time in the traffic analysis (a row's ``<phase>_s`` and ``<phase>_share``).
-TrafficPhase: TypeAlias = Literal["prefill", "decode", "queue"]
-PHASES: tuple[TrafficPhase, ...] = ("prefill", "decode", "queue")
 
 
 def pct(x: float | None) -> str:

@@ -16,7 +16,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ...schema.summary import Summary
+    from .summary import Summary
 
 
 class WarningKind(StrEnum):
