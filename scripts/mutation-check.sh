@@ -14,7 +14,7 @@
 #   c1  retried attempt counted as clean  analysis/base/guard.py judge: retried calls no longer refuse the multiplier
 #   c2  retried attempt counted as ok     analysis/base/dataset.py call_table: a retried (failed) attempt is ok
 #   c3  retried attempt counted in load   analysis/load/stages.py stage_row: retried attempts count as requests
-#   d   failed call dropped               runner/run.py _call: only calls without an error are appended
+#   d   failed call dropped               runner/send.py ArmSender.send: only calls without an error are appended
 #   e   HTML autoescape off               report/html.py: jinja2 Environment(autoescape=False)
 #
 # Usage: scripts/mutation-check.sh [NAME...]      (default: all; PYTHON=... picks the interpreter,
@@ -48,14 +48,16 @@ MUTATIONS = {
     "a": ("src/leverbench/analysis/base/guard.py", '"citable": not reasons,', '"citable": True,'),
     "b1": ("src/leverbench/analysis/base/stats.py", "    lo = math.floor(rank)\n",
            "    lo = min(math.floor(rank) + 1, len(s) - 1)\n"),
-    "b2": ("src/leverbench/analysis/load/stages.py", "ps = np.percentile(a, PCTS)", 'ps = np.percentile(a, PCTS, method="higher")'),
-    "c1": ("src/leverbench/analysis/base/guard.py", "        if cell.get(\"retried_calls\"):", "        if False:"),
-    "c2": ("src/leverbench/analysis/base/dataset.py", 'ok=~cols.failed, retried=cols.flags["retried"]',
-           'ok=~cols.failed | cols.flags["retried"], retried=cols.flags["retried"]'),
+    "b2": ("src/leverbench/analysis/load/stages.py", "for v in np.percentile(a, PCTS))",
+           'for v in np.percentile(a, PCTS, method="higher"))'),
+    "c1": ("src/leverbench/analysis/base/guard.py", '        if retried := cell.get("retried_calls"):',
+           "        if retried := None:"),
+    "c2": ("src/leverbench/analysis/base/dataset.py", "ok=~cols.failed, has_timings=cols.has_timings,",
+           'ok=~cols.failed | cols.flags["retried"], has_timings=cols.has_timings,'),
     "c3": ("src/leverbench/analysis/load/stages.py", '    final = [r for r in rs if not r.get("retried")]', "    final = list(rs)"),
-    "d": ("src/leverbench/runner/run.py",
-          "                await self._append(out)  # returns at once: the next call is not held up by the fsync",
-          "                if out[\"error\"] is None:\n                    await self._append(out)"),
+    "d": ("src/leverbench/runner/send.py",
+          "                self.recorder.append(rec)  # returns at once: the next call is not held up by the fsync",
+          "                if rec.error is None:\n                    self.recorder.append(rec)"),
     "e": ("src/leverbench/report/html.py", "autoescape=True", "autoescape=False"),
 }
 name, root = sys.argv[1], Path(sys.argv[2])

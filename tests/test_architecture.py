@@ -273,11 +273,52 @@ RENDERER_PARTS: dict[str, set[str]] = {
 }
 
 
+#: What the renderers may not reach even through the parts they import (a chain of imports at any depth): the
+#: analysis and every part that runs something.  (``config`` validates an arm's engine table with the engines'
+#: settings, which are data: llama.cpp's flag tables, the simulator's settings and a command template's checks, the
+#: modules of ``engines`` a renderer may reach.)
+RENDERERS_NEVER_REACH = ("leverbench.analysis", "leverbench.runner", "leverbench.pipeline", "leverbench.cli",
+                         "leverbench.proxy", "leverbench.workload", "leverbench.engines")
+RENDERERS_MAY_REACH = {"leverbench.engines.llama_flags", "leverbench.engines.sim_config",
+                       "leverbench.engines.command_template"}
+
+
+def reached(graph: dict[str, set[str]], part: str) -> dict[str, list[str]]:
+    """Every module the modules of *part* import at any depth, with one chain of imports that reaches it."""
+    chains = {m: [m] for m in graph if m == part or m.startswith(part + ".")}
+    todo = list(chains)
+    while todo:
+        m = todo.pop()
+        for t in sorted(graph.get(m, ())):
+            if t not in chains:
+                chains[t] = [*chains[m], t]
+                todo.append(t)
+    return chains
+
+
+def renderer_reaches(graph: dict[str, set[str]], never: tuple[str, ...] = RENDERERS_NEVER_REACH,
+                     may: set[str] = RENDERERS_MAY_REACH) -> list[str]:
+    """The modules of *never* that ``leverbench.report`` reaches (but *may*), each with its chain of imports."""
+    return [" → ".join(chain) for m, chain in sorted(reached(graph, "leverbench.report").items())
+            if m.startswith(tuple(p + "." for p in never) + never) and m not in may]
+
+
 def test_the_renderers_import_no_analysis():
     graph = import_graph(SRC)
     assert set(RENDERER_PARTS) <= set(part_graph(graph))
     found = low_part_trespasses(graph, RENDERER_PARTS)
     assert not found, "renderers importing what they may not (the analysis, or a part that runs): " + " | ".join(found)
+    found = renderer_reaches(graph)
+    assert not found, "renderers reaching the analysis or a part that runs through other parts: " + " | ".join(found)
+
+
+def test_the_renderer_rule_follows_imports_through_other_parts(tmp_path):
+    src = _package(tmp_path, {
+        "__init__.py": "", "config.py": "from .analysis.words import x\n", "analysis/__init__.py": "",
+        "analysis/words.py": "x = 1\n", "report/__init__.py": "", "report/a.py": "from ..config import x\n",
+    })
+    assert renderer_reaches(import_graph(src)) == [
+        "leverbench.report.a → leverbench.config → leverbench.analysis.words"]
 
 
 def test_the_renderer_rule_catches_an_analysis_import(tmp_path):
@@ -366,12 +407,12 @@ def loose_signatures(src: Path, part: str) -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("part", ["report", "pipeline", "analysis/sections"])
+@pytest.mark.parametrize("part", ["report", "pipeline", "analysis"])
 def test_the_renderers_take_the_typed_summary(part):
     """Every function of ``report/`` takes the typed summary (``schema.summary.Summary``) or the typed rows it
     shows, never the summary (or a row, or a view of one) as ``dict[str, Any]``: a key a renderer misreads is a
     type error, not a blank cell.  Likewise the library functions behind the commands (``pipeline/``) and the
-    summary's sections (``analysis/sections/``)."""
+    analysis (``analysis/``, its sections included)."""
     found = loose_signatures(SRC, part)
     assert not found, (f"functions of {part}/ that take or return dict[str, Any] / Mapping[str, Any] (type them with "
                        "the summary's rows, leverbench.schema, or a TypedDict of their own): " + "; ".join(found))

@@ -33,14 +33,16 @@ from leverbench.runner import telemetry
 from leverbench.runner.run import Runner
 
 FAST = ["--decode-tps", "2000", "--prefill-tps", "50000"]
+#: What a kind's engine table must hold besides its kind (kind "command": the command that starts it).
+TABLES: dict[str, dict[str, str]] = {"command": {"command": "leverbench sim --port {port}"}}
 
 
 def test_every_registered_kind_is_an_engine(tmp_path):
     """Each kind the registry holds builds, from an arm's engine table, an object with every member of the
     interface; an object that lacks one is not an Engine (the check can fail)."""
-    assert set(kinds()) >= {"embedded", "vllm", "sim"}
+    assert set(kinds()) >= {"embedded", "vllm", "sim", "command"}
     for name in kinds():
-        eng = make_engine("a", EngineSpec(kind=name), tmp_path / f"{name}.log")
+        eng = make_engine("a", EngineSpec(kind=name, **TABLES.get(name, {})), tmp_path / f"{name}.log")
         assert isinstance(eng, Engine), name
         assert isinstance(eng.ready(), Readiness) and eng.ready().spawned_at is None and eng.ready().timeout_s > 0
         assert eng.model_id and not eng.alive() and eng.death_note() is None
@@ -57,7 +59,7 @@ def test_an_unknown_kind_lists_the_known_ones(tmp_path):
     with pytest.raises(BadInput) as err:
         make_engine("a", spec, tmp_path / "a.log")
     text = str(err.value)
-    assert "unknown engine kind 'tgi'" in text and all(f"{k} (" in text for k in ("embedded", "sim", "vllm"))
+    assert "unknown engine kind 'tgi'" in text and all(f"{k} (" in text for k in ("embedded", "sim", "vllm", "command"))
 
 
 def test_the_arms_timeout_reaches_the_engine_only_where_it_set_one(tmp_path):

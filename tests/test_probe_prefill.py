@@ -45,3 +45,19 @@ def test_a_short_prompt_does_not_go_negative():
     assert p["decode_tps"] == pytest.approx(28 / (0.93 - 0.09), rel=1e-9)  # (32 − 4) / (f2 − f1) = 1 / 0.03
     assert p["prefill_s"] == pytest.approx(0.01, rel=1e-6)
     assert not warned(s, W.PROBE_NEGATIVE_PREFILL)
+
+
+def test_a_probe_without_its_forced_length_is_left_out():
+    """A probe record whose ``probe_tokens`` is null (the ledger's schema allows it) measures no length: it is left
+    out, and the probe of the same case at 4 and 32 tokens is the one above, unchanged (a review found the typed
+    rewrite raising on it, an internal error)."""
+    recs = turn("base", "r", 0, 1.0, 20)
+    for n in (4, 32):
+        for i in range(3):
+            recs.append(call("base", "r", i, kind="probe", probe_tokens=n, out=n, prompt=20, ttft=0.01,
+                             latency=0.01 + (n - 1) * 0.03))
+    recs.append(call("base", "r", 3, kind="probe", probe_tokens=None, out=7, prompt=20, ttft=0.01, latency=0.5))
+    s = summarize(ledger(header({"base": {}}, ["r"]), recs))
+    (p,) = [x for x in s["probes"] if x["arm"] == "base"]
+    assert (p["n1"], p["n2"], p["repeats"]) == (4, 32, 3)
+    assert p["decode_tps"] == pytest.approx(28 / (0.93 - 0.09), rel=1e-9)

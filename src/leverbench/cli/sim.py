@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 import click
 
-from ..engines.sim_config import CACHE_RESET_MODES, SimConfig
+from ..engines.sim_config import CACHE_RESET_MODES, DRAFT_MODELS, SimConfig
 from ..engines.simulator.dialects import DIALECTS
 from ..errors import BadInput
 from ..runner.signals import STOP_SIGNALS, interrupt_on, release_signals
@@ -26,7 +26,8 @@ _HELP = {
                                "takes 1 / decode-tps + this × L.",
     "decode_batch_slowdown": "Batch-dependent decode: each decode step takes (1 + this × (k − 1)) times as long, k "
                              "the requests decoding at once (itself included); set per arm, e.g. a drafter's "
-                             "verification that is cheap alone and dear in a batch.",
+                             "verification that is cheap alone and dear in a batch. With draft-model expected, k "
+                             "counts each decoding request's 1 + draft-k tokens instead of 1.",
     "overhead_s": "Fixed seconds per request after it gets a slot, before prefill.",
     "slots": "Requests served at once; the rest wait first come, first served.",
     "prefix_cache": "Reuse prompt prefixes seen before (whole blocks only).",
@@ -38,10 +39,19 @@ _HELP = {
     "output_tokens": "Tokens generated when the request does not force a length.",
     "output_jitter": "Length varies by up to this fraction, deterministically per prompt.",
     "draft_k": "Speculative decoding: draft tokens per step (0: no drafter).",
-    "draft_acceptance": "Fraction of the draft tokens accepted each step.",
+    "draft_acceptance": "Fraction of the draft tokens accepted each step (draft-model expected: the probability "
+                        "that each draft is accepted, given the ones before it were).",
     "draft_memory": "The drafter's memory across requests (llama.cpp ngram-mod): a prompt whose longest prefix "
                     "the drafter served before covers at least half of it gets draft-acceptance + this (at most "
                     "1). Survives the cache-reset endpoints; POST /sim/reset clears it.",
+    "draft_cost": "What drafting costs: each of the draft-k tokens drafted a step costs this fraction of a plain "
+                  "decode step, so a step takes 1 + this × draft-k times as long (0: drafting is free).",
+    "draft_model": "How a drafter emits tokens. round: every step emits 1 + round(draft-k × draft-acceptance) "
+                   "tokens, and decode-batch-slowdown counts requests. expected: each draft is accepted with "
+                   "probability draft-acceptance in turn, so a step emits E = (1 − p^(k+1)) / (1 − p) tokens "
+                   "(accumulated per request: n tokens take ceil(n / E) steps), and decode-batch-slowdown counts "
+                   "each decoding request's 1 + draft-k tokens: a step takes 1 + s × (requests × (1 + k) − 1) "
+                   "times as long.",
     "reasoning_tokens": "The first N generated tokens are sent as reasoning_content.",
     "tool_call_rounds": "With tools, answer with a tool call until the conversation holds this many tool messages.",
     "template_tools": "The chat template renders tool schemas. Off: as llama.cpp with a template that lacks them, "
@@ -82,7 +92,7 @@ def _config_options(command: Callable[..., Any]) -> Callable[..., Any]:
             decls = [f"--{flag}/--no-{flag}"]
         else:
             decls = [f"--{flag}"]
-        choices = {"dialect": DIALECTS, "cache_reset": CACHE_RESET_MODES}.get(f.name)
+        choices = {"dialect": DIALECTS, "cache_reset": CACHE_RESET_MODES, "draft_model": DRAFT_MODELS}.get(f.name)
         kind = click.Choice(choices) if choices else type(f.default)
         command = click.option(
             *decls, f.name, default=f.default, type=kind, show_default=True, help=_HELP[f.name]

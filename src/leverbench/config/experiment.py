@@ -15,29 +15,25 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, InstanceOf, ValidationError, field_validator, model_validator
 
-from ..engines.llama_flags import FlagError
-from ..engines.llama_flags import check as check_llama_flags
 from ..errors import ConfigError
 from ..json_types import JSONObject
 from ..recording import RecordedTurn
 from ..redact import redact_url
 from .adaptive import AdaptiveSpec, check_adaptive
 from .cache import CacheBetweenTurns, CacheReset, cache_problem, check_restart
+from .engine_spec import EngineSpec as EngineSpec  # (an arm's engine table: its own module)
 from .files import read_json, read_text, regular_file, resolve_binary
 from .limits import (
     MAX_CONCURRENCY,
     MAX_DEPTHS,
     MAX_GPU_HOUR_USD,
     MAX_GPUS,
-    MAX_GPUS_PER_ENGINE,
     MAX_SELECT,
     MAX_TOKENS,
     CallSeconds,
     CallSecondsOrZero,
-    CtxSize,
     Flag,
     Fraction,
-    GpuIndex,
     GpuSampleHz,
     PositiveTolerance,
     Repeats,
@@ -45,14 +41,13 @@ from .limits import (
     Seed,
     Steps,
     Temperature,
-    Threads,
     Tokens,
     TokensOrZero,
     Tolerance,
     Turns,
     check_number,
 )
-from .names import Arg, FilePath, Label, RunName, Url, json_problem
+from .names import FilePath, Label, RunName, Url, json_problem
 from .problems import first_error
 from .recorded import recorded_case_problem
 from .stages import LoadStage, check_plans, check_stages, check_trace_paths
@@ -128,50 +123,6 @@ class ExperimentSection(_Strict):
         return self
 
 
-class EngineSpec(_Strict):
-    """An engine the tool starts and stops for the arm.  ``kind`` (:mod:`leverbench.engines.registry`'s kinds, which
-    a test holds to this list): ``embedded`` = llama.cpp's llama-server (the name predates a second engine and is
-    kept), ``vllm`` = vLLM's OpenAI server, ``sim`` = the simulator.  ``args`` go to the server after the tool's
-    own flags (the simulator's: ``leverbench sim``'s options); ``ctx_size`` is llama.cpp's ``--ctx-size`` and vLLM's
-    ``--max-model-len``; ``threads`` is llama.cpp's (vLLM's CPU build binds its own: ``VLLM_CPU_OMP_THREADS_BIND``)."""
-
-    kind: Literal["embedded", "vllm", "sim"] = "embedded"
-    args: list[Arg] = Field(default_factory=list)
-    threads: Threads | None = None
-    ctx_size: CtxSize = 8192
-    startup_timeout_s: CallSeconds = 300.0
-    # llama.cpp only: a llama-server binary to run instead of the prebuilt engine (a name on PATH, or a path
-    # relative to the experiment file; the loaded experiment holds it resolved)
-    binary: FilePath | None = Field(None, min_length=1)
-    # the GPUs the engine may use (NVML's indices, as nvidia-smi numbers them): its CUDA_VISIBLE_DEVICES, with
-    # CUDA_DEVICE_ORDER=PCI_BUS_ID; left out: every GPU the tool sees
-    devices: list[GpuIndex] | None = Field(None, min_length=1, max_length=MAX_GPUS_PER_ENGINE)
-
-    @model_validator(mode="after")
-    def _threads_for_llamacpp(self) -> "EngineSpec":
-        if self.kind == "sim":  # its args are leverbench sim's options; llama.cpp's settings are not its
-            from ..engines.sim_config import check_spec  # noqa: PLC0415
-            check_spec(self.args, sorted({"threads", "binary", "ctx_size"} & self.model_fields_set))
-            return self
-        if self.kind == "vllm" and self.threads is not None:
-            raise ValueError("threads is llama.cpp's setting; vLLM's CPU build binds its own threads "
-                             "(set VLLM_CPU_OMP_THREADS_BIND in the environment instead)")
-        if self.kind == "vllm" and self.binary is not None:
-            raise ValueError("binary names a llama-server for kind = \"embedded\"; vLLM is started from the "
-                             "installed package (scripts/install.sh --vllm)")
-        owned = ("--port", "--host", "-m", "--model") if self.kind == "embedded" else ("--port", "--host")
-        for flag in owned:
-            if flag in self.args:
-                raise ValueError(f"args may not set {flag}: the tool starts the engine with its own (a free loopback "
-                                 "port" + (", the bundled model)" if self.kind == "embedded" else ")"))
-        if self.kind == "embedded" and self.binary is None:
-            try:  # the prebuilt engine maps flags onto its parameters: one it does not know is an error now
-                check_llama_flags(self.args)
-            except FlagError as exc:
-                raise ValueError(str(exc)) from None
-        return self
-
-
 class Arm(_Strict):
     name: Label = Field(min_length=1)
     role: Literal["baseline", "control", "treatment"] = "treatment"
@@ -191,7 +142,8 @@ class Arm(_Strict):
     def _endpoint_xor_engine(self) -> "Arm":
         if self.engine is None and not self.base_url:
             raise ValueError("give either base_url (+ model) for an existing endpoint or engine = { kind = "
-                             "\"embedded\" } (llama.cpp), { kind = \"vllm\" } or { kind = \"sim\" } (the simulator)")
+                             "\"embedded\" } (llama.cpp), { kind = \"vllm\" }, { kind = \"sim\" } (the simulator) "
+                             "or { kind = \"command\" } (any engine, from a command template)")
         if self.engine is not None and self.base_url:
             raise ValueError("give either base_url or engine, not both")
         if self.base_url and not self.model:
@@ -399,9 +351,18 @@ def _check_names(file: str, spec: Experiment) -> None:
 
 def load(path: str | Path) -> LoadedExperiment:
     """Read, validate and resolve an experiment file.  Raises ConfigError only."""
-    path = Path(path)
+    return load_data(_read_toml(Path(path)), Path(path))
+
+
+def read_toml(path: str | Path) -> dict[str, object]:
+    """The experiment file's TOML document, as read (:func:`load_data` validates it).  Raises ConfigError only."""
+    return _read_toml(Path(path))
+
+
+def load_data(data: dict[str, object], path: Path) -> LoadedExperiment:
+    """:func:`load` of the TOML document *data* read from *path* (paths in it are relative to that file's folder;
+    errors name that file).  Raises ConfigError only."""
     file = str(path)
-    data = _read_toml(path)
     try:
         spec = Experiment.model_validate(data)
     except ValidationError as err:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Mapping, Optional, Protocol, Sequence, runtime
 from typing_extensions import TypedDict
 
 from ..json_types import JSONValue
+from .command_template import CommandValue
 
 if TYPE_CHECKING:
     import aiohttp
@@ -60,6 +61,9 @@ class EngineFacts(TypedDict, total=False):
     torch: dict[str, str]  # the torch build vLLM runs on: its version and CUDA (engines.vllm.torch_build)
     tensor_parallel: int  # vLLM's --tensor-parallel-size (1 when not given)
     reset_setup: list[str]  # what the tool added so that a cache reset works (llama.cpp flags, vLLM's environment)
+    command: str  # kind "command": its template (engines.command) ...
+    values: dict[str, CommandValue]  # ... each placeholder's value ...
+    value_flags: dict[str, list[str]]  # ... and the flags whose value each fills
 
 
 @dataclass(frozen=True)
@@ -158,3 +162,17 @@ class EngineSettings(Protocol):
     def devices(self) -> Optional[Sequence[int]]: ...
     @property
     def model_fields_set(self) -> set[str]: ...
+    # kind "command" (:mod:`.command`): the template, its placeholders' values, the health path, the reset request,
+    # the environment added and the model its calls ask for
+    @property
+    def command(self) -> Optional[str]: ...
+    @property
+    def values(self) -> Mapping[str, CommandValue]: ...
+    @property
+    def health(self) -> str: ...
+    @property
+    def reset(self) -> Optional[str]: ...
+    @property
+    def env(self) -> Mapping[str, str]: ...
+    @property
+    def model(self) -> Optional[str]: ...

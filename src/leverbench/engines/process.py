@@ -135,7 +135,8 @@ def _prctl() -> Callable[..., int] | None:
     try:
         import ctypes  # noqa: PLC0415
 
-        return ctypes.CDLL(None, use_errno=True).prctl  # type: ignore[no-any-return]
+        prctl: Callable[..., int] = ctypes.CDLL(None, use_errno=True).prctl
+        return prctl
     except (OSError, AttributeError):
         return None
 
@@ -210,6 +211,7 @@ class EngineProcess:
     label = "engine"
     model_id = ""
     reset_dialect: str | None = None  # whose cache-reset endpoint its server serves (engines.reset); None: none
+    health_path = "/health"  # what answers 200 once it is up
     stop_timeout_s = 10.0
     orphan_grace_s = 5.0
 
@@ -287,7 +289,7 @@ class EngineProcess:
         return Release(group, tuple(group_members(group)))
 
     def start(self) -> str:
-        """Start on a free loopback port and wait until ``/health`` answers 200; returns the base URL.
+        """Start on a free loopback port and wait until ``health_path`` answers 200; returns the base URL.
         A process that exits while starting, or is not healthy within ``startup_timeout_s``, is stopped with its
         process group (:meth:`stop`) and raises :class:`EngineError` with the log's last lines."""
         self.proc, self._stopped = None, False  # (an earlier start's process is not this one's)
@@ -321,7 +323,7 @@ class EngineProcess:
                     f"last lines of {self.log_path}:\n{log_tail(self.log_path)}"
                 )
             try:
-                with urllib.request.urlopen(self.base_url + "/health", timeout=2) as resp:  # noqa: S310
+                with urllib.request.urlopen(self.base_url + self.health_path, timeout=2) as resp:  # noqa: S310
                     if resp.status == 200:
                         self.ready_s = time.monotonic() - t0
                         return self.base_url

@@ -8,9 +8,10 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from .simulator.dialects import DIALECTS
-
+#: The dialects the simulator speaks (:mod:`.simulator.dialects`: how each one answers).
+DIALECTS = ("llama.cpp", "vllm", "sglang", "openai")
 CACHE_RESET_MODES = ("on", "off", "fake")  # SimConfig.cache_reset (see simulator/server.py, "Cache resets")
+DRAFT_MODELS = ("round", "expected")  # SimConfig.draft_model (see simulator/drafter.py)
 
 
 @dataclass
@@ -22,6 +23,7 @@ class SimConfig:
     prefill_quadratic: float = 0.0  # s per token²: n uncached tokens after k cached take + this × n·(k + n/2)
     decode_slowdown_per_ctx: float = 0.0  # s per context token: a decode step at context L takes + this × L
     decode_batch_slowdown: float = 0.0  # a decode step takes (1 + this × (k − 1)) × as long, k requests decoding
+    # (draft_model "expected": k counts each decoding request's 1 + draft_k tokens)
     overhead_s: float = 0.0  # fixed per-request overhead after admission, before prefill
     slots: int = 1  # requests served at once; the rest queue FIFO
     prefix_cache: bool = True  # reuse previously seen prompt prefixes
@@ -30,8 +32,11 @@ class SimConfig:
     output_tokens: int = 64  # generated tokens when the request does not force a length
     output_jitter: float = 0.0  # fraction: length = output_tokens * (1 + u * jitter), u in [-1, 1]
     draft_k: int = 0  # speculative decoding: draft tokens per step (0 = no drafter)
-    draft_acceptance: float = 0.0  # fraction of the draft tokens accepted each step
+    draft_acceptance: float = 0.0  # fraction of the draft tokens accepted each step (expected: each in turn)
     draft_memory: float = 0.0  # added to draft_acceptance for a prompt the drafter has mostly seen (ngram-mod)
+    draft_cost: float = 0.0  # each drafted token costs this much of a plain decode step: a step costs 1 + this × k
+    draft_model: str = "round"  # "round": 1 + round(k·p) tokens a step; "expected": (1 − p^(k+1)) / (1 − p) a step
+    # in expectation, the batch term counting each request's 1 + k tokens (simulator/drafter.py)
     reasoning_tokens: int = 0  # the first N generated tokens are reasoning_content
     tool_call_rounds: int = 0  # with tools, call a tool until the conversation has this many tool messages
     template_tools: bool = True  # the chat template renders tool schemas; false: dropped from the prompt, unsaid
@@ -61,8 +66,8 @@ class SimConfig:
         problems += [f"{name} must be >= 1" for name in ("slots", "cache_block") if getattr(self, name) < 1]
         problems += [f"{name} must be >= 0" for name in _NON_NEGATIVE_FIELDS if getattr(self, name) < 0]
         problems += [f"{name} must be in [0, 1]" for name in _FRACTION_FIELDS if not 0 <= getattr(self, name) <= 1]
-        if not math.isfinite(self.drift_per_s):
-            problems.append("drift_per_s must be a finite number")
+        problems += [f"{name} must be a finite number" for name in ("drift_per_s", "draft_cost")
+                     if not math.isfinite(getattr(self, name))]
         if not self.cold_factor > 0:
             problems.append("cold_factor must be > 0")
         if self.dialect not in DIALECTS:
@@ -71,6 +76,8 @@ class SimConfig:
             problems.append('metrics must be "default", "on" or "off"')
         if self.cache_reset not in CACHE_RESET_MODES:
             problems.append('cache_reset must be "on", "off" or "fake"')
+        if self.draft_model not in DRAFT_MODELS:
+            problems.append('draft_model must be "round" or "expected"')
         if self.base_path and (not self.base_path.startswith("/") or self.base_path.endswith("/")):
             problems.append('base_path must be empty or start with "/" and not end with "/" (e.g. "/v1")')
         if problems:
@@ -80,7 +87,7 @@ class SimConfig:
 _NON_NEGATIVE_FIELDS = (
     "overhead_s", "fault_stall_s", "output_tokens", "draft_k", "reasoning_tokens", "tool_call_rounds",
     "prefill_quadratic", "decode_slowdown_per_ctx", "decode_batch_slowdown", "drift_t0", "speed_jitter",
-    "cold_requests",
+    "cold_requests", "draft_cost",
 )  # fmt: skip
 _FRACTION_FIELDS = (
     "output_jitter", "draft_acceptance", "draft_memory", "fault_http_500", "fault_http_429", "fault_cut_stream",

@@ -31,12 +31,14 @@ its two workloads against each other (:mod:`.check`) and prints this rule as a n
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Optional, TypedDict, Union
+from typing import Literal, Optional, TypedDict, Union
 
 DRAM_BUSY = 0.5
 SM_BUSY = 0.5
+#: A reading's field besides its time: a key of the ledger's ``gpu`` record (``ledger.rows.GpuSamplesRow``).
+ReadingField = Literal["sm", "dram", "mem_used_mib", "power_w", "sm_clock_mhz", "energy_j"]
 #: The reading's fields besides its time, in the order the ledger's ``gpu`` record holds them.
-FIELDS = ("sm", "dram", "mem_used_mib", "power_w", "sm_clock_mhz", "energy_j")
+FIELDS: tuple[ReadingField, ...] = ("sm", "dram", "mem_used_mib", "power_w", "sm_clock_mhz", "energy_j")
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +72,9 @@ def classify(r: Reading, dram_busy: float = DRAM_BUSY, sm_busy: float = SM_BUSY)
 
 #: A fact's value: one value when every device of the set agrees, else each device's (a list).
 FactValue = Union[str, int, float, None, list]
+#: The facts read of each device (or of the system: ``driver``, ``cuda``), each a key of :class:`GpuFacts`.
+FactName = Literal["name", "memory_mib", "power_limit_w", "sm_clock_max_mhz", "mem_clock_max_mhz", "mig", "driver",
+                   "cuda"]
 
 
 class GpuFacts(TypedDict, total=False):
@@ -97,14 +102,15 @@ def combined(source: str, devices: list[dict], system: Optional[dict] = None) ->
     """The facts of a set of devices (each a dict of one device's facts, ``index`` included) and the system's
     (``driver``, ``cuda``): each fact one value when the devices agree, else a list of theirs."""
     out: GpuFacts = {"source": source, "count": len(devices)}
-    keys = ("name", "memory_mib", "power_limit_w", "sm_clock_max_mhz", "mem_clock_max_mhz", "mig", "driver", "cuda")
+    keys: tuple[FactName, ...] = ("name", "memory_mib", "power_limit_w", "sm_clock_max_mhz", "mem_clock_max_mhz", "mig",
+                                  "driver", "cuda")
     for key in keys:
         values = [d.get(key, (system or {}).get(key)) for d in devices]
         if not devices and system and key in system:
             values = [system[key]]
         if not values or all(v is None for v in values):
             continue
-        out[key] = values[0] if all(v == values[0] for v in values) else values  # type: ignore[literal-required]
+        out[key] = values[0] if all(v == values[0] for v in values) else values
     out["devices"] = [d.get("device", d.get("index")) for d in devices]
     return out
 

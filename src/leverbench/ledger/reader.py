@@ -95,8 +95,13 @@ from .records import (
     TurnRecord,
 )
 from .rows import (
+    CacheResetRow,
     CallRow,
     ClockRow,
+    EngineStartRow,
+    EngineStopRow,
+    EngineWarmedRow,
+    GpuSamplesRow,
     HeaderRow,
     LedgerRow,
     MetricsRow,
@@ -254,6 +259,16 @@ class Ledger(Generic[H]):
     def of_kind(self, *kinds: Literal["clock"]) -> Iterator[ClockRow]: ...
     @overload
     def of_kind(self, *kinds: Literal["resume"]) -> Iterator[ResumeRow]: ...
+    @overload
+    def of_kind(self, *kinds: Literal["cache_reset"]) -> Iterator[CacheResetRow]: ...
+    @overload
+    def of_kind(self, *kinds: Literal["engine_start"]) -> Iterator[EngineStartRow]: ...
+    @overload
+    def of_kind(self, *kinds: Literal["engine_stop"]) -> Iterator[EngineStopRow]: ...
+    @overload
+    def of_kind(self, *kinds: Literal["engine_warmed"]) -> Iterator[EngineWarmedRow]: ...
+    @overload
+    def of_kind(self, *kinds: Literal["gpu"]) -> Iterator[GpuSamplesRow]: ...
     @overload
     def of_kind(self, *kinds: str) -> Iterator[LedgerRow]: ...
 

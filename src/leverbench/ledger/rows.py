@@ -438,6 +438,7 @@ class RunHeaderRow(TypedDict, total=False):
 
 #: Any record after the header, as read.
 LedgerRow: TypeAlias = Union[CallRow, TurnRow, MetricsRow, StageEndRow, ClockRow, ShardHeaderRow, ResumeRow,
-                             RunHeaderRow, EngineStartRow, EngineStopRow, EngineWarmedRow, GpuSamplesRow]
+                             RunHeaderRow, EngineStartRow, EngineStopRow, EngineWarmedRow, GpuSamplesRow,
+                             CacheResetRow]
 #: The header a ledger (or a shard) opens with.
 HeaderRow: TypeAlias = Union[RunHeaderRow, ShardHeaderRow]

@@ -22,9 +22,10 @@ from typing import Any
 import orjson
 
 from ..json_types import JSONObject, JSONValue
+from ..ledger.rows import TimingsRow
 from ..recording import ExchangeRow, ResponseRow, ToolCallJSON
 from ..redact import HIDDEN, redact_text
-from ..runner.sse import StreamState
+from ..runner.sse import StreamState, Usage
 
 
 @dataclass
@@ -145,7 +146,7 @@ def masked_response(response: ResponseRow, patterns: list[re.Pattern[str]]) -> t
     if not patterns:
         return response, 0
     m = _Masker(patterns)
-    out: ResponseRow = {**response, "content": m.text(response["content"]),  # type: ignore[typeddict-item]
+    out: ResponseRow = {**response, "content": m.text(response["content"]),
                         "reasoning": m.text(response["reasoning"]),
                         "tool_calls": [m.tool_call(tc) for tc in response["tool_calls"]]}
     return out, m.n
@@ -180,7 +181,8 @@ class Undecoded(ValueError):
 def _zstd() -> Callable[[bytes], bytes] | None:
     for name in ("compression.zstd", "backports.zstd"):  # Python 3.14's, and its backport
         try:
-            return importlib.import_module(name).decompress  # type: ignore[no-any-return]
+            decompress: Callable[[bytes], bytes] = importlib.import_module(name).decompress
+            return decompress
         except ImportError:
             continue
     try:
@@ -193,7 +195,8 @@ def _zstd() -> Callable[[bytes], bytes] | None:
 def _brotli() -> Callable[[bytes], bytes] | None:
     for name in ("brotli", "brotlicffi"):
         try:
-            return importlib.import_module(name).decompress  # type: ignore[no-any-return]
+            decompress: Callable[[bytes], bytes] = importlib.import_module(name).decompress
+            return decompress
         except ImportError:
             continue
     return None
@@ -248,6 +251,11 @@ def _sse(raw: RawExchange, state: StreamState) -> None:
         raise ValueError("the stream ended without a finish reason or [DONE]")
 
 
+def _object(row: Usage | TimingsRow) -> JSONObject:
+    """A part of the answer as checked (:mod:`..runner.sse`: a TypedDict, its values JSON) as a JSON object."""
+    return dict(row)  # type: ignore[arg-type]  # mypy takes no TypedDict for a dict[str, JSONValue]
+
+
 def parsed_response(raw: RawExchange, whole: bool = False) -> tuple[ResponseRow, float | None]:
     """The response as a row, and its first token's time; ValueError when it does not parse (*whole*: or when it
     is not a stream that reached its ``[DONE]``)."""
@@ -267,8 +275,8 @@ def parsed_response(raw: RawExchange, whole: bool = False) -> tuple[ResponseRow,
                                   or ""} for _, tc in sorted(state.tool_calls.items())]
     row: ResponseRow = {"content": "".join(state.content), "reasoning": "".join(state.reasoning),
                         "tool_calls": calls, "finish_reason": state.finish_reason,
-                        "usage": dict(state.usage) if state.usage else None,  # type: ignore[arg-type]
-                        "timings": dict(state.timings) if state.timings else None}  # type: ignore[arg-type]
+                        "usage": _object(state.usage) if state.usage else None,
+                        "timings": _object(state.timings) if state.timings else None}
     return row, state.first_token_s
 
 

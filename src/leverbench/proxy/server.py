@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 from aiohttp import web
-from multidict import CIMultiDict
+from multidict import CIMultiDict, MultiMapping
 
 from .exchange import RawExchange
 from .writer import RecordingWriter
@@ -54,9 +54,10 @@ def is_chat(method: str, path: str) -> bool:
     return method == "POST" and path.rstrip("/").endswith("/chat/completions")
 
 
-def _forwarded(headers: "CIMultiDict[str] | aiohttp.typedefs.LooseHeaders", drop: frozenset[str]) -> CIMultiDict[str]:
+def _forwarded(headers: MultiMapping[str], drop: frozenset[str]) -> CIMultiDict[str]:
+    """*headers* less those named in *drop* (lower case), each of a repeated header kept."""
     out: CIMultiDict[str] = CIMultiDict()
-    for k, v in headers.items():  # type: ignore[union-attr]
+    for k, v in headers.items():
         if k.lower() not in drop:
             out.add(k, v)
     return out

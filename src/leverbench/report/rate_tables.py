@@ -8,7 +8,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Mapping
 
 from ..levers import registry
-from ..schema.rate_rows import tokens_per_second_at
 from .table import Table, pct, s
 
 if TYPE_CHECKING:
@@ -95,8 +94,9 @@ def rate_model_table(summary: Summary) -> Table | None:
             ctx = d["range_context"]
             dec = (f"{s(1 / d['d0_s_per_token'] if d['d0_s_per_token'] > 0 else None)} tok/s at 0"
                    + (f", d1 {d['d1_s_per_token_per_ctx']:.3g} s/token/ctx" if d.get("context_fitted") else ""))
-            over = (f"{s(tokens_per_second_at(m, ctx[0]))} → {s(tokens_per_second_at(m, ctx[1]))} tok/s over contexts "
-                    f"{_span(ctx)}" if ctx else "contexts not recorded")
+            ends = d.get("tps_over_context")
+            over = (f"{s(ends[0])} → {s(ends[1])} tok/s over contexts {_span(ctx)}" if ctx and ends
+                    else f"contexts {_span(ctx)}" if ctx else "contexts not recorded")
             dfit = (f"{over}; R² {s(d['r2'], 3)}, "
                     f"{d['points']} points" + (f" ({d['outliers']} outliers)" if d.get("outliers") else "")
                     + f"; {d['source']}" + (f"; acceptance {pct(d['acceptance'])}" if d.get("acceptance") is not None

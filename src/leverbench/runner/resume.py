@@ -75,8 +75,10 @@ def completed(out: Path, resume: bool, exp: LoadedExperiment) -> Resumed:
             raise BadInput(f"{out}: this run was started by a leverbench that did not bring each turn to a cache "
                            'state (its turns met what earlier turns left): add cache_between_turns = "keep" to the '
                            "file's [experiment] to resume it as it ran, or start a new run")
+        experiment = snapshot["experiment"]
+        assert isinstance(experiment, dict)  # (the snapshot's [experiment] table: an object, as the model dumps it)
         for key in ("cache_between_turns", "cache_reset"):
-            snapshot["experiment"].pop(key, None)  # type: ignore[union-attr]
+            experiment.pop(key, None)
     if led.header.get("config") != snapshot:
         old = settings.repeats
         new = exp.spec.experiment.repeats
@@ -90,8 +92,10 @@ def completed(out: Path, resume: bool, exp: LoadedExperiment) -> Resumed:
     units = [(Unit.of_record(rec).key(), rec.get("error") is None) for rec in led.records
              if rec.get("kind") in ("turn", "probe", "sentinel")]
     done = {k for k, ok in units if ok}
-    # a stage one of whose workers died is run again whole (its stage_end says which, and what was lost)
-    stages = {(rec.get("stage"), rec.get("arm")) for rec in led.of_kind("stage_end") if not rec.get("lost_workers")}
+    # a stage one of whose workers died is run again whole (its stage_end says which, and what was lost); a
+    # stage_end without its stage names none to leave out
+    stages = {(stage, rec.get("arm")) for rec in led.of_kind("stage_end")
+              if not rec.get("lost_workers") and (stage := rec.get("stage")) is not None}
     blocks = [b for rec in led.of_kind("engine_start", "engine_stop") if isinstance(b := rec.get("block"), int)]
-    return Resumed(done, {k for k, _ in units} - done, False, exp, led.header.get("run_id"), stages,  # type: ignore[arg-type]
+    return Resumed(done, {k for k, _ in units} - done, False, exp, led.header.get("run_id"), stages,
                    led.header.get("engines"), True, max(blocks, default=-1) + 1)

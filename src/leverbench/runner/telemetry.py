@@ -72,7 +72,7 @@ class Telemetry:
     hz: float = DEFAULT_HZ
     nvml: Optional[Nvml] = None
     why: Optional[str] = None  # why NVML is not there
-    host: GpuFacts = field(default_factory=dict)  # type: ignore[assignment]
+    host: GpuFacts = field(default_factory=GpuFacts)
     pages: dict[str, tuple[dict[str, str], list[str], dict[str, str]]] = field(default_factory=dict)
     sources: list[Source] = field(default_factory=list)
 
@@ -84,7 +84,7 @@ class Telemetry:
             out.host = nvml.facts()
         else:
             n = driver_gpu_count()
-            out.host = {"unknown": why or "no NVML", **({"count": n} if n else {})}  # type: ignore[typeddict-item]
+            out.host = {"unknown": why or "no NVML", **({"count": n} if n else {})}
         return out
 
     def host_gpus(self) -> int:
@@ -93,7 +93,7 @@ class Telemetry:
     def engine_facts(self, devices: Devices) -> GpuFacts:
         """The facts of the GPUs an engine would use (module docstring)."""
         if devices is None:
-            return dict(NO_GPU)  # type: ignore[return-value]
+            return NO_GPU.copy()
         if self.nvml is None:
             return {"unknown": self.why or "no NVML", "devices": list(devices)}
         idx = _indices(devices, self.nvml.count())
@@ -148,7 +148,7 @@ class Telemetry:
                                       "t": [round(r.t, 4) for r in readings]}
                 for name in FIELDS:
                     col = [getattr(r, name) for r in readings]
-                    row[name] = [None if v is None else round(v, 4) for v in col]  # type: ignore[literal-required]
+                    row[name] = [None if v is None else round(v, 4) for v in col]
                 out.append(row)
         return out
 

@@ -24,7 +24,7 @@ import asyncio
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Required, TypedDict
 
 import aiohttp
 
@@ -35,6 +35,15 @@ from .tokens import TIMEOUT, Endpoint
 if TYPE_CHECKING:
     from ..json_types import JSONObject
     from ..workload.chat import ChatMessage
+
+
+class TemplateBody(TypedDict, total=False):
+    """What a template is asked to render: the call's messages, its tool schemas (left out: counted without
+    them), and for vLLM's and SGLang's ``/tokenize`` the model."""
+
+    model: str
+    messages: Required[list[ChatMessage]]
+    tools: list[JSONObject]
 
 
 @dataclass(frozen=True)
@@ -59,7 +68,7 @@ def tools_key(tools: list[JSONObject]) -> str:
 
 
 async def _json(session: aiohttp.ClientSession, method: str, url: str, ep: Endpoint,
-                payload: JSONObject | None = None) -> Any:
+                payload: TemplateBody | JSONObject | None = None) -> Any:
     """The JSON answer, or None (a status other than 200, no JSON, no answer)."""
     try:
         async with session.request(method, url, json=payload, headers=ep.headers, timeout=TIMEOUT) as resp:
@@ -72,9 +81,9 @@ async def _template_tokens(session: aiohttp.ClientSession, ep: Endpoint, message
                            tools: list[JSONObject] | None) -> int | None:
     """The prompt's tokens as the engine's chat template renders it (with *tools*, or without when None)."""
     root = api_root(ep.base_url)
-    body: JSONObject = {"messages": messages}  # type: ignore[dict-item]
+    body: TemplateBody = {"messages": messages}
     if tools:
-        body["tools"] = tools  # type: ignore[assignment]
+        body["tools"] = tools
     rendered = await _json(session, "POST", root + "/apply-template", ep, body)  # llama.cpp
     if isinstance(rendered, dict) and isinstance(rendered.get("prompt"), str):
         counted = await _json(session, "POST", root + "/tokenize", ep, {"content": rendered["prompt"]})

@@ -298,6 +298,9 @@ class DecodeFit(TypedDict):
     r2: float | None
     range_context: Span | None
     acceptance: Share | None
+    #: the decode rate at the two ends of ``range_context``, 1 / (d0 + d1·L) (None where that time is not positive):
+    #: what the fit says over the contexts it saw (:func:`...analysis.rates.rate_model.decode_tps_at`)
+    tps_over_context: NotRequired[list[Annotated[float, Gt(0.0)] | None]]
 
 
 @strict_row
@@ -322,16 +325,6 @@ class RateModelFits(TypedDict):
     prefill: PrefillFit | None
     decode: DecodeFit | None
     batch: BatchSlowdown | None
-
-
-def tokens_per_second_at(model: RateModelFits, context: float) -> float | None:
-    """The decode rate at a context of L tokens: 1 / (d0 + d1·L); None when that time is not positive (the rate
-    model's formula, :mod:`...analysis.rates.rate_model`; here, with the row it reads, so that a report evaluates
-    a summary's model without the analysis).  The model must have a decode fit."""
-    d = model["decode"]
-    assert d is not None, "a rate model without a decode fit"  # every caller checks that it has one
-    t = d["d0_s_per_token"] + d.get("d1_s_per_token_per_ctx", 0.0) * float(context)
-    return 1.0 / t if t > 0 else None
 
 
 @strict_row

@@ -144,8 +144,10 @@ class Dataset:
     config: RunConfigRow                  # the experiment, as the header holds it (its arms and cases: analysis
     #                                       reads its settings from ``settings`` alone)
     settings: RunSettings                 # the run's settings, typed, defaults where the header has none
-    arm_names: list[Any]                  # ``arms``, then any other arm the records name
-    case_names: list[Any]                 # the configured cases and variants, then any other case the records name
+    arm_names: list[str]                  # ``arms``, then any other arm the records name (every call and turn
+    #                                       record has one, a text: its schema requires it)
+    case_names: list[str]                 # the configured cases and variants, then any other case the records name
+    #                                       (every call and turn record has one, a text, as it has its arm)
     probe: CallTable                      # the probes as columns
     warnings: list[RunWarning] = field(default_factory=list)
     warmups: list[CallRow] = field(default_factory=list)  # the warm-up calls ("warmup"), in order
@@ -182,13 +184,13 @@ class Dataset:
             return arm_knobs(cast("Mapping[str, JSONValue]", self._arm(arm)), request)
         return dict(knobs[arm]), dict(contradictions[arm])
 
-    def arm_index(self, arm: Any) -> int:
+    def arm_index(self, arm: str) -> int:
         return self.arm_names.index(arm)
 
-    def case_index(self, case: Any) -> int:
+    def case_index(self, case: str) -> int:
         return self.case_names.index(case)
 
-    def cell(self, arm: Any, case: Any) -> int:
+    def cell(self, arm: str, case: str) -> int:
         """The code of one (arm, case) cell (see :meth:`cell_code`)."""
         return self.arm_index(arm) * len(self.case_names) + self.case_index(case)
 
@@ -256,7 +258,7 @@ def _turn_groups_by_sorting(cell: np.ndarray, turn: np.ndarray, rows: np.ndarray
     return g, uniq[order] // nt, uniq[order] % nt
 
 
-def _relabel(cols: Columns, key: str, into: list[Any]) -> np.ndarray:
+def _relabel(cols: Columns, key: str, into: list[str]) -> np.ndarray:
     """The label *key* of each row as an index into *into*, appending the names it does not hold."""
     codes, names = cols.labels[key]
     index = {n: i for i, n in enumerate(into)}
@@ -269,7 +271,7 @@ def _relabel(cols: Columns, key: str, into: list[Any]) -> np.ndarray:
     return np.array(remap, dtype=np.int64)[codes] if names else np.zeros(len(codes), np.int64)
 
 
-def call_table(cols: Columns, arm_names: list[Any], case_names: list[Any], turn: np.ndarray) -> CallTable:
+def call_table(cols: Columns, arm_names: list[str], case_names: list[str], turn: np.ndarray) -> CallTable:
     """A :class:`CallTable` from the reader's columns (*turn*: each row's turn index, −1 for none);
     arm and case names met for the first time are appended to *arm_names* / *case_names*."""
     num = cols.numbers
@@ -345,7 +347,7 @@ def _calls_of_superseded_turns(calls: Columns, turns: Columns, kept: np.ndarray)
     return int(hit[ccodes].sum()) if len(cnames) else 0
 
 
-def turn_table(t: Columns, kept: np.ndarray, arm_names: list[Any], case_names: list[Any]) -> TurnTable:
+def turn_table(t: Columns, kept: np.ndarray, arm_names: list[str], case_names: list[str]) -> TurnTable:
     """The counted turns (rows *kept* of the reader's columns) as a :class:`TurnTable`."""
     return TurnTable(arm=_relabel(t, "arm", arm_names)[kept], case=_relabel(t, "case", case_names)[kept],
                      ok=~t.failed[kept], **{k: t.flags[k][kept] for k in TURN_FLAGS},

@@ -35,7 +35,9 @@ between those same arms, or it is one of :data:`NOT_FACTS` (the simulator's own
 settings, the discovery's own bookkeeping).  The llama.cpp flags in
 ``engine_args`` are compared flag by flag: a flag a lever names (a drafter's
 flags are the ``drafter`` knob's, ``--kv-cache-dtype`` its lever's, …) maps to
-its knob, any other flag that differs is a knob ``flag:NAME``.
+its knob, any other flag that differs is a knob ``flag:NAME``.  An engine started by a command template
+(``engines/command.py``) has a knob ``value:NAME`` per placeholder, which stands for the flags it fills (where
+a lever owns one, as a fact its lever's knob covers).
 
 Two arms that differ in exactly one knob are a **controlled comparison**: that
 pair measures that knob's lever (the article's drafter = treatment vs
@@ -208,10 +210,32 @@ def _flags(args: JSONValue) -> dict[str, JSONValue]:
     return out
 
 
+#: The facts of an engine started by a command template (``engines/command.py``): each placeholder's value, and the
+#: flags whose value each fills.  A placeholder is the knob ``value:NAME``, which stands for the flags it fills
+#: (they are not compared apart); where a lever owns one of them, that lever's knob covers it (:func:`_facts`).
+COMMAND_FACTS = ("values", "value_flags")
+
+
+def _placeholders(discovered: Mapping[str, JSONValue]) -> dict[str, tuple[str, str]]:
+    """The knobs of a command template's placeholders: ``value:NAME`` → (the knob that covers it: the lever's of
+    the first flag it fills that a lever owns, else itself; its value as JSON)."""
+    values, fills = _object(discovered.get("values")), _object(discovered.get("value_flags"))
+    out: dict[str, tuple[str, str]] = {}
+    for name, v in values.items():
+        flags = fills.get(name)
+        levers = [k for k in map(_flag_knob, [str(f) for f in flags] if isinstance(flags, list) else [])
+                  if not k.startswith(("fact:", "flag:"))]
+        out[f"value:{name}"] = (levers[0] if levers else f"value:{name}", json.dumps(v, sort_keys=True))
+    return out
+
+
 def _facts(discovered: Mapping[str, JSONValue]) -> dict[str, tuple[str, str]]:
     """An arm's discovered facts: flattened path → (the knob that covers it, or ``fact:PATH``; its value as JSON)."""
     out: dict[str, tuple[str, str]] = {}
-    for path, v in _flatten({k: v for k, v in (discovered or {}).items() if k != "engine_args"}).items():
+    fills = _object((discovered or {}).get("value_flags"))
+    filled = {str(f) for flags in fills.values() if isinstance(flags, list) for f in flags}
+    for path, v in _flatten({k: v for k, v in (discovered or {}).items()
+                             if k != "engine_args" and k not in COMMAND_FACTS}).items():
         if any(path == n or path.startswith(n + ".") for n in NOT_FACTS):
             continue
         lever = registry.by_fact(path)
@@ -220,10 +244,10 @@ def _facts(discovered: Mapping[str, JSONValue]) -> dict[str, tuple[str, str]]:
             v = [_base_name(x) for x in v] if isinstance(v, list) else _base_name(v)
         out[path] = (knob or f"fact:{path}", json.dumps(v, sort_keys=True, default=str))
     for flag, v in _flags((discovered or {}).get("engine_args")).items():
-        if flag in NOT_FLAGS:
+        if flag in NOT_FLAGS or flag in filled:  # (one a placeholder fills: its knob's, value:NAME)
             continue
         out[f"engine_args {flag}"] = (_flag_knob(flag), json.dumps(v))
-    return out
+    return {**out, **_placeholders(discovered or {})}
 
 
 def fact_knobs(discovered: Mapping[str, Mapping[str, JSONValue]], knobs: Mapping[str, Mapping[str, JSONValue]]
@@ -246,10 +270,11 @@ def fact_knobs(discovered: Mapping[str, Mapping[str, JSONValue]], knobs: Mapping
                 if fx is None or fy is None or fx[1] == fy[1]:
                     continue  # a fact one arm lacks is not a difference found (its knob may be unknown there)
                 knob = fx[0]
-                if not knob.startswith(("fact:", "flag:")) and \
+                if not knob.startswith(("fact:", "flag:", "value:")) and \
                         canonical(knobs[x].get(knob)) != canonical(knobs[y].get(knob)):
                     continue  # the knob it makes differs too: covered
-                name = knob if knob.startswith(("fact:", "flag:")) else f"fact:{path}"
+                name = knob if knob.startswith(("fact:", "flag:", "value:")) else \
+                    path if path.startswith("value:") else f"fact:{path}"
                 for a in arms:
                     if path in facts[a]:
                         out[a][name] = json.loads(facts[a][path][1])

@@ -83,6 +83,20 @@ def start_rows(starts: Iterable[StartRecord], stops: Iterable[EngineStopRow],
     return out
 
 
+def engine_seconds(starts: Sequence[Start], stops: Iterable[EngineStopRow]) -> float:
+    """The engine-seconds of a run: over every engine start, from the start's beginning to the end of its stop
+    (the stop's ``t`` + ``stop_s``; a start never stopped, e.g. a run cut off, counts to its start's end, its
+    ``ready_s``, or nothing): what the engines cost, starts and warm-ups included (a tune's budget,
+    :mod:`leverbench.tune`)."""
+    total = 0.0
+    for s, e in zip(starts, paired(starts, stops)):
+        if (t := _num(s.get("t"))) is None:
+            continue
+        end = ((_num(e.get("t")) or t) + (_num(e.get("stop_s")) or 0.0)) if e else t + (_num(s.get("ready_s")) or 0.0)
+        total += max(end - t, 0.0)
+    return total
+
+
 def overlaps(starts: Sequence[Start], stops: Iterable[EngineStopRow]) -> int:
     """How many pairs of engine lifetimes of different arms overlapped in time (module docstring)."""
     spans = [(s.get("arm"), t, (_num(e.get("t")) or 0.0) + (_num(e.get("stop_s")) or 0.0) if e else math.inf)

@@ -53,7 +53,7 @@ tolerance (``[probes] tolerance``, default 5 %).
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import TYPE_CHECKING, Sequence, TypeVar, cast
+from typing import TYPE_CHECKING, NotRequired, Sequence, TypedDict, TypeVar
 
 import numpy as np
 
@@ -176,53 +176,119 @@ def same_calls_server_tps(rows1: Sequence[CallRow], rows2: Sequence[CallRow]) ->
     return two_point(p1, m1 / 1000.0, p2, m2 / 1000.0)
 
 
-def check(entry: ProbeRow, reg: DecompositionRow | None, stream: DecodeFit | None,
-          model: RateModelRow | None, tol: float) -> None:
-    """Add the three views at the probe's context, their ``agreement`` and ``agrees`` (module docstring);
+class ProbeEntry(TypedDict):
+    """A probe's row as :func:`probes` measured it, before :func:`check`: :class:`ProbeRow`'s first keys, in order."""
+
+    arm: str
+    case: str
+    depth: int | None
+    n1: int
+    n2: int
+    repeats: int
+    prefill_s: float | None
+    decode_tps: float | None
+    input_tokens: float | None
+    cached_tokens: float | None
+    context_tokens: float | None
+    natural: bool
+    forced_on_drafter: bool
+    # the measurement, where both lengths have calls that count (:func:`measure`)
+    t1_s: NotRequired[float]
+    t2_s: NotRequired[float]
+    c1: NotRequired[float]
+    c2: NotRequired[float]
+    method: NotRequired[str]
+    refused: NotRequired[str]
+    same_calls_server_tps: NotRequired[float | None]
+    acceptance: NotRequired[float | None]
+
+
+class ServerExtrapolated(TypedDict, total=False):
+    """Whether the server's view lies outside the contexts its fit saw (where there is one: :func:`check`)."""
+
+    server_extrapolated: bool
+
+
+class ModelPrefill(TypedDict, total=False):
+    """The rate model's prefill time of the probe's prompt (where the arm's model has a prefill fit: :func:`check`)."""
+
+    model_prefill_s: float
+
+
+class ProbeCheck(TypedDict):
+    """:func:`check`'s keys of a probe's row, in :class:`ProbeRow`'s order."""
+
+    regression_decode_tps: float | None
+    regression_context: float | None
+    regression_extrapolated: bool | None
+    regression_source: str | None
+    server_decode_tps: float | None
+    server_extrapolated: NotRequired[bool]
+    views: list[str]
+    agreement: float | None
+    agrees: bool | None
+    model_prefill_s: NotRequired[float]
+
+
+class CheckNote(TypedDict, total=False):
+    """Why a probe's check reads as it does, where that needs words (:func:`probes`)."""
+
+    check_note: str
+
+
+def check(entry: ProbeEntry, reg: DecompositionRow | None, stream: DecodeFit | None,
+          model: RateModelRow | None, tol: float) -> ProbeCheck:
+    """The three views at the probe's context, their ``agreement`` and ``agrees`` (module docstring);
     *stream* is the decode block fitted on the client's stream clock, *reg* the cell regression (used only
     without a stream)."""
     ctx = entry.get("context_tokens")
     dec = model.get("decode") if model else None
     d1 = dec["d1_s_per_token_per_ctx"] if dec else 0.0
-    entry["regression_decode_tps"] = entry["regression_context"] = entry["regression_extrapolated"] = None
-    entry["regression_source"] = None
+    regression_tps: float | None = None
+    regression_context: float | None = None
+    regression_extrapolated: bool | None = None
+    regression_source: str | None = None
     if stream and ctx is not None:
-        entry["regression_source"] = "per-call fit, client stream"
-        entry["regression_decode_tps"] = tokens_per_second_at({"prefill": None, "decode": stream, "batch": None}, ctx)
+        regression_source = "per-call fit, client stream"
+        regression_tps = tokens_per_second_at({"prefill": None, "decode": stream, "batch": None}, ctx)
         rng = stream["range_context"]
         assert rng is not None  # (a decode fit's range: rate_fit.fit_decode always sets it)
         lo, hi = rng
-        entry["regression_extrapolated"] = not lo <= ctx <= hi
+        regression_extrapolated = not lo <= ctx <= hi
     elif reg and (reg_tps := reg.get("decode_tps")):
-        entry["regression_source"] = "cell regression, latency ~ output"
+        regression_source = "cell regression, latency ~ output"
         reg_ctx = reg.get("decode_context")
-        entry["regression_decode_tps"], entry["regression_context"] = reg_tps, reg_ctx
+        regression_tps, regression_context = reg_tps, reg_ctx
         if ctx is not None and reg_ctx is not None:
             t = 1.0 / reg_tps + d1 * (ctx - reg_ctx)
-            entry["regression_decode_tps"] = 1.0 / t if t > 0 else None
-    entry["server_decode_tps"] = None
-    if entry.get("natural") and entry.get("same_calls_server_tps"):
+            regression_tps = 1.0 / t if t > 0 else None
+    server_tps: float | None = None
+    server: ServerExtrapolated = {}
+    if entry.get("natural") and (same := entry.get("same_calls_server_tps")):
         # a drafter's speed depends on the text it drafts: only the same calls' server timings are a view of
         # the same thing; the regression and the model (other texts, another acceptance) are shown, not checked
-        entry["server_decode_tps"] = entry["same_calls_server_tps"]
-        entry["server_extrapolated"] = False
-        views = {"probe": entry["decode_tps"], "server": entry["server_decode_tps"]}
+        server_tps = same
+        server = {"server_extrapolated": False}
+        views = {"probe": entry["decode_tps"], "server": server_tps}
     else:
         if model and dec and dec.get("source") == "server timings" and ctx is not None:  # (dec is model's)
-            entry["server_decode_tps"] = tokens_per_second_at(model, ctx)
+            server_tps = tokens_per_second_at(model, ctx)
             rng = dec["range_context"]
             assert rng is not None  # (the arm's fitted model: rate_fit.fit_decode always sets the range)
             lo, hi = rng
-            entry["server_extrapolated"] = not lo <= ctx <= hi
+            server = {"server_extrapolated": not lo <= ctx <= hi}
         views = {"probe": None if entry.get("forced_on_drafter") else entry["decode_tps"],
-                 "regression": entry["regression_decode_tps"], "server": entry["server_decode_tps"]}
+                 "regression": regression_tps, "server": server_tps}
     present = {k: v for k, v in views.items() if v}
-    entry["views"] = sorted(present)
-    entry["agreement"] = spread(list(present.values()))
-    entry["agrees"] = None if entry["agreement"] is None else entry["agreement"] <= tol
+    agreement = spread(list(present.values()))
+    prefill: ModelPrefill = {}
     if model and model.get("prefill") and (inp := entry.get("input_tokens")):
         k = entry.get("cached_tokens") or 0
-        entry["model_prefill_s"] = prefill_seconds(model, inp - k, k)
+        prefill = {"model_prefill_s": prefill_seconds(model, inp - k, k)}
+    return {"regression_decode_tps": regression_tps, "regression_context": regression_context,
+            "regression_extrapolated": regression_extrapolated, "regression_source": regression_source,
+            "server_decode_tps": server_tps, **server, "views": sorted(present), "agreement": agreement,
+            "agrees": None if agreement is None else agreement <= tol, **prefill}
 
 
 def probes(ds: Dataset, decomposition: Sequence[DecompositionRow], models: Sequence[RateModelRow] | None = None
@@ -231,10 +297,11 @@ def probes(ds: Dataset, decomposition: Sequence[DecompositionRow], models: Seque
     warnings: list[RunWarning] = []
     by: dict[tuple[str, str, int | None], dict[int, list[CallRow]]] = defaultdict(lambda: defaultdict(list))
     for p in ds.probes:  # (a probe's forced length: the runner writes it on every probe, runner.fixed_calls)
-        by[(p["arm"], p["case"], p.get("probe_depth"))][_known(p["probe_tokens"])].append(p)
+        if (tokens := p["probe_tokens"]) is not None:  # (the schema allows null: such a probe measures no length)
+            by[(p["arm"], p["case"], p.get("probe_depth"))][tokens].append(p)
     reg = {(d["arm"], d["case"]): d for d in decomposition}
     model_of = {m["arm"]: m for m in models or []}
-    out: list[ProbeRow] = []
+    measured: list[tuple[ProbeEntry, ProbeCheck, CheckNote]] = []
     keys = sorted(by, key=lambda k: (ds.arms.index(k[0]) if k[0] in ds.arms else 99, k[1], k[2] or 0))
     for arm, case, depth in keys:
         lengths = by[(arm, case, depth)]
@@ -244,13 +311,12 @@ def probes(ds: Dataset, decomposition: Sequence[DecompositionRow], models: Seque
         natural = all(is_natural(r) for n in (n1, n2) for r in lengths[n])
         rows = {n: _length_rows(lengths[n], arm, case, n, natural, warnings) for n in (n1, n2)}
         drafter = arm in ds.arm_names and has_drafter(ds, arm)
-        # (not yet the whole row: check() below adds the check's keys, and the loop after this one
-        # prefill_speedup_vs_baseline, each in its place in the row's order)
-        entry = cast("ProbeRow", {"arm": arm, "case": case, "depth": depth, "n1": n1, "n2": n2,
-                                  "repeats": min(len(rows[n1]), len(rows[n2])), "prefill_s": None,
-                                  "decode_tps": None, "input_tokens": None, "cached_tokens": None,
-                                  "context_tokens": None, "natural": natural,
-                                  "forced_on_drafter": drafter and not natural})
+        # (the row's first keys: check() below makes the check's, and the loop after this one
+        # prefill_speedup_vs_baseline, all put together in the row's order there)
+        entry: ProbeEntry = {"arm": arm, "case": case, "depth": depth, "n1": n1, "n2": n2,
+                             "repeats": min(len(rows[n1]), len(rows[n2])), "prefill_s": None, "decode_tps": None,
+                             "input_tokens": None, "cached_tokens": None, "context_tokens": None, "natural": natural,
+                             "forced_on_drafter": drafter and not natural}
         if rows[n1] and rows[n2]:
             entry = {**entry, **measure(rows[n1], rows[n2])}  # (ProbeMeasure's keys added, or updated)
             if entry["decode_tps"] is None and natural:
@@ -273,27 +339,27 @@ def probes(ds: Dataset, decomposition: Sequence[DecompositionRow], models: Seque
                            dtype=bool)
             pts = decode_points(ds, arm, stream=True, left_out=own)
             stream = fit_decode(*pts[:3], pts[4]) if pts[4] else None
-        check(entry, reg.get((arm, case)), stream, model_of.get(arm), tol)
+        checked = check(entry, reg.get((arm, case)), stream, model_of.get(arm), tol)
         r = reg.get((arm, case))
-        if (r and r.get("mixed_prefill") and entry["agrees"] is False and r.get("method") == "latency ~ output"
-                and (entry["regression_source"] or "").startswith("cell")
+        note: CheckNote = {}
+        if (r and r.get("mixed_prefill") and checked["agrees"] is False and r.get("method") == "latency ~ output"
+                and (checked["regression_source"] or "").startswith("cell")
                 and (unc := r.get("uncached_input_range"))):  # (a mixed prefill has its range)
-            entry["check_note"] = ("the regression mixes calls with and without a cached prefix "
-                                   f"(uncached input {unc[0]}–{unc[1]} tokens)")
+            note = {"check_note": ("the regression mixes calls with and without a cached prefix "
+                                   f"(uncached input {unc[0]}–{unc[1]} tokens)")}
         if natural and entry.get("same_calls_server_tps") and entry.get("decode_tps"):
-            entry["check_note"] = ("natural answers: a drafter's speed depends on the text, so the probe is checked "
+            note = {"check_note": ("natural answers: a drafter's speed depends on the text, so the probe is checked "
                                    "against the server's timings of the same calls; the regression and the rate "
-                                   "model (other texts) are shown, not checked")
+                                   "model (other texts) are shown, not checked")}
         if entry["forced_on_drafter"]:
-            entry["check_note"] = ("forced past end-of-sequence on a drafter arm: its decode rate is not a natural "
-                                   "one and is left out of the check")
-        out.append(entry)
-    base = {(p["case"], p["depth"]): p for p in out if p["arm"] == ds.baseline}
-    for e in out:
+            note = {"check_note": ("forced past end-of-sequence on a drafter arm: its decode rate is not a natural "
+                                   "one and is left out of the check")}
+        measured.append((entry, checked, note))
+    base = {(p["case"], p["depth"]): p for p, _, _ in measured if p["arm"] == ds.baseline}
+    out: list[ProbeRow] = []
+    for e, checked, note in measured:
         b = base.get((e["case"], e["depth"]))
         b_s, e_s = (b.get("prefill_s") if b else None), e.get("prefill_s")
-        if b_s and e_s and e_s > 0 and b_s > 0:
-            e["prefill_speedup_vs_baseline"] = b_s / e_s
-        else:
-            e["prefill_speedup_vs_baseline"] = None
+        speedup = b_s / e_s if b_s and e_s and e_s > 0 and b_s > 0 else None
+        out.append({**e, **checked, **note, "prefill_speedup_vs_baseline": speedup})
     return out, warnings

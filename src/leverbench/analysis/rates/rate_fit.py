@@ -54,7 +54,7 @@ from scipy.optimize import nnls
 from ...schema.rate_rows import RateModelRow
 from ..base.dataset import Dataset, zero_nan
 from ..base.knobs import answers_naturally, caches_prompts
-from .rate_model import single_stream_tpot
+from .rate_model import decode_tps_at, single_stream_tpot
 
 if TYPE_CHECKING:
     from ...ledger.rows import CallRow
@@ -168,10 +168,13 @@ def fit_decode(m: Floats, context: Floats, s: Floats, source: str | None = None)
     X = np.column_stack([np.ones(len(x)), x] if sloped else [np.ones(len(x))])
     fit = robust_fit(X, y, m)
     kept = fit.kept
-    return {"d0_s_per_token": float(fit.coef[0]), "d1_s_per_token_per_ctx": float(fit.coef[1]) if sloped else 0.0,
-            "context_fitted": sloped, "source": source, "points": int(kept.sum()), "outliers": int((~kept).sum()),
-            "r2": fit.r2 if sloped else None,
-            "range_context": [_span(L[kept])[0], _span(L[kept] + m[kept] - 1.0)[1]], "acceptance": None}
+    out: DecodeFit = {"d0_s_per_token": float(fit.coef[0]),
+                      "d1_s_per_token_per_ctx": float(fit.coef[1]) if sloped else 0.0,
+                      "context_fitted": sloped, "source": source, "points": int(kept.sum()),
+                      "outliers": int((~kept).sum()), "r2": fit.r2 if sloped else None,
+                      "range_context": [_span(L[kept])[0], _span(L[kept] + m[kept] - 1.0)[1]], "acceptance": None}
+    out["tps_over_context"] = [decode_tps_at(out, end) for end in out["range_context"] or ()]
+    return out
 
 
 # ---------------------------------------------------------------------------------------------- the ledger's points

@@ -36,8 +36,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ...schema.rate_rows import tokens_per_second_at as tokens_per_second_at  # (the formula read with its row)
-
 if TYPE_CHECKING:
     from ...schema.rate_rows import DecodeFit, PrefillFit, RateModelFits, RateModelRow, RateRow
     from ...schema.summary import Summary
@@ -99,6 +97,18 @@ def single_stream_tpot(model: RateModelFits, prompt: float, answer: float) -> fl
     (see the module docstring)."""
     d = _decode(model)
     return d["d0_s_per_token"] + d.get("d1_s_per_token_per_ctx", 0.0) * (float(prompt) + float(answer) / 2.0)
+
+
+def decode_tps_at(d: DecodeFit, context: float) -> float | None:
+    """A decode fit's rate at a context of L tokens: 1 / (d0 + d1·L); None when that time is not positive."""
+    t = d["d0_s_per_token"] + d.get("d1_s_per_token_per_ctx", 0.0) * float(context)
+    return 1.0 / t if t > 0 else None
+
+
+def tokens_per_second_at(model: RateModelFits, context: float) -> float | None:
+    """The model's decode rate at a context of L tokens: 1 / (d0 + d1·L) (:func:`decode_tps_at`); None when that
+    time is not positive."""
+    return decode_tps_at(_decode(model), context)
 
 
 def models_by_arm(summary: Summary) -> dict[str, RateModelRow]:

@@ -4,12 +4,11 @@ and every reason a comparison is refused."""
 
 from __future__ import annotations
 
-from typing import Iterator, Sequence, cast
+from typing import Sequence
 
 import numpy as np
 
 from ...json_types import JSONValue
-from ...ledger.rows import CacheResetRow
 from ...levers import used_in
 from ...schema.check_rows import DriftCommon, DriftRow
 from ...schema.lever_rows import EngagedRow
@@ -59,9 +58,7 @@ COMPARISONS = Product("comparisons", (KNOBS,), _comparisons)
 
 
 def _repeats(i: Inputs) -> tuple[RepeatsSection, Reasons]:
-    # (records of that kind: Ledger.of_kind's overloads do not name it yet)
-    cache_resets = cast("Iterator[CacheResetRow]", i.ledger.of_kind("cache_reset"))
-    rows, reasons, w = repeats(i.ds, i[COMPARISONS], cache_resets)
+    rows, reasons, w = repeats(i.ds, i[COMPARISONS], i.ledger.of_kind("cache_reset"))
     i.warn(*w)
     return rows, reasons
 

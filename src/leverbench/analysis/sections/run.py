@@ -3,9 +3,8 @@ engines it started and the GPUs it read, the replay's fidelity to a recording, a
 
 from __future__ import annotations
 
-from typing import Any, Iterator, cast
+from typing import Any
 
-from ...ledger.rows import EngineStartRow, EngineStopRow, EngineWarmedRow, GpuSamplesRow
 from ...redact import redact_tree
 from ...schema.experiment_rows import ArmRow, RunRow, Tolerances
 from ...schema.hardware_rows import EnginesSection, GpuSection
@@ -44,10 +43,8 @@ FAILED = Product("failed", (), _failed)
 
 def _engines(i: Inputs) -> EnginesSection:
     led = i.ledger
-    # (records of those kinds: Ledger.of_kind's overloads do not name them yet)
-    rows, w = engines_section(i.ds.header, cast("Iterator[EngineStartRow]", led.of_kind("engine_start")),
-                              cast("Iterator[EngineStopRow]", led.of_kind("engine_stop")),
-                              cast("Iterator[EngineWarmedRow]", led.of_kind("engine_warmed")))
+    rows, w = engines_section(i.ds.header, led.of_kind("engine_start"), led.of_kind("engine_stop"),
+                              led.of_kind("engine_warmed"))
     i.warn(*w)
     return rows
 
@@ -56,7 +53,7 @@ ENGINES = Product("engines", (), _engines, key="engines")
 
 
 def _gpu(i: Inputs) -> GpuSection:
-    rows, w = gpu_section(i.ds, cast("Iterator[GpuSamplesRow]", i.ledger.of_kind("gpu")), i.ledger.of_kind("load"))
+    rows, w = gpu_section(i.ds, i.ledger.of_kind("gpu"), i.ledger.of_kind("load"))
     i.warn(*w)
     return rows
 

@@ -24,7 +24,9 @@ Timing model (real ``asyncio.sleep``)
     ``round``; at most what remains; more where the drafter's memory helps,
     below) as one SSE chunk; without a drafter, one token.  So the first
     token arrives one step after prefill, and decoding ``n`` tokens takes
-    ``ceil(n / tokens_per_step) / decode_tps`` seconds.
+    ``ceil(n / tokens_per_step) / decode_tps`` seconds.  That is the default
+    drafter model, ``draft_model = "round"``; ``"expected"`` and
+    ``draft_cost`` change what a step emits and costs (below, "Drafter").
     Context-dependent mode (both 0 by default): prefill of n uncached tokens
     after k cached ones takes n / prefill_tps + ``prefill_quadratic`` ·
     n·(k + n/2), and a decode step at a context of L tokens (the prompt plus
@@ -35,7 +37,8 @@ Timing model (real ``asyncio.sleep``)
     Batch-dependent decode (0 by default): each decode step takes (1 + ``decode_batch_slowdown`` · (k − 1))
     times as long, k the requests in their decode phase when the step starts (itself included; the
     request's mean k is its truth's ``decode_batch``), so an arm can be set faster alone and slower in a
-    batch (a drafter whose verification a batch makes dear).
+    batch (a drafter whose verification a batch makes dear); with ``draft_model = "expected"`` the term
+    counts tokens, k·(1 + draft_k) in place of k (below, "Drafter").
     Speed (all 1 by default): every service time of a request (overhead, prefill, each decode step) is
     multiplied by its ``speed_factor``, drawn when it is admitted: 1 + ``drift_per_s`` · (t − ``drift_t0``)
     (a machine that slows, or speeds up, over wall time t; simulators given the same ``drift_t0`` drift
@@ -62,6 +65,24 @@ Prefix cache
     /reset_prefix_cache``, SGLang ``GET|POST /flush_cache``; a strict API has
     none.  Statuses and bodies as each engine's source has them: see
     :mod:`.server`, "cache resets".
+
+Drafter
+    ``draft_k`` K drafts a step at acceptance p (``draft_acceptance``), each
+    step costing ``1 + draft_cost · K`` plain steps (every duration above
+    times it; 1 by default).  ``draft_model = "round"`` (the default): a step
+    emits 1 + round(K·p) tokens, the batch term counts requests.
+    ``"expected"``: each draft is accepted with probability p in turn, so a
+    step emits E = (1 − p^(K+1)) / (1 − p) tokens in expectation, realised
+    deterministically by accumulating E per request (after i steps,
+    ``min(n, floor(i·E))`` tokens; n tokens take ceil(n / E) steps), and the
+    batch term counts each decoding request's 1 + K tokens: a step takes
+    (1 + ``decode_batch_slowdown`` · (k·(1 + K) − 1)) times as long.  The
+    exact decode time, and a closed loop's mean turn time, are
+    :func:`.drafter.true_decode_seconds` and :func:`.drafter.true_turn_seconds`
+    (the formulas: :mod:`.drafter`); the truth's ``decode_steps`` counts the
+    steps, and its ``decode_paced_s`` is the decode time the model set
+    (``decode_s`` less the loop's lateness).  The spec-decode counters count, each step, one draft, K draft
+    tokens and the step's tokens − 1 accepted (positions 0 .. tokens − 2).
 
 Drafter memory
     With ``draft_memory`` > 0, the drafter remembers, across requests, the
@@ -100,6 +121,7 @@ Modules
     :mod:`.config` (:class:`SimConfig`), :mod:`.tokens` (the tokenizer),
     :mod:`.state` (prefix cache, FIFO slots, the shared state),
     :mod:`.answer` (parsing a request, planning its answer),
+    :mod:`.drafter` (tokens and cost per decode step, the exact decode time),
     :mod:`.exchange` (one request from admission to its last byte, and its
     ground truth), :mod:`.server` (the routes, the app, running it).  This
     package's names below are the simulator's API.
@@ -127,22 +149,29 @@ _API = {
     'TRUTH_LIMIT': 'state',
     'Trace': 'exchange',
     'answer_length': 'answer',
+    'batch_factor': 'drafter',
     'build_app': 'server',
     'chat_prompt_tokens': 'tokens',
     'chunk_delta': 'answer',
     'count_tokens': 'tokens',
+    'decode_step_sizes': 'drafter',
+    'expected_tokens_per_step': 'drafter',
     'full_message': 'answer',
     'jittered_length': 'answer',
     'llama_clocks_ms': 'exchange',
     'message_text': 'tokens',
     'parse_chat_request': 'answer',
     'plan_answer': 'answer',
+    'round_tokens_per_step': 'drafter',
     'serve': 'server',
-    'step_sizes': 'answer',
+    'step_cost': 'drafter',
+    'step_sizes': 'drafter',
     'synthetic_text': 'tokens',
     'token_ids': 'tokens',
     'tokenize': 'tokens',
     'tokens_per_step': 'config',
+    'true_decode_seconds': 'drafter',
+    'true_turn_seconds': 'drafter',
 }
 
 
@@ -157,7 +186,8 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "CACHE_CAPACITY_BLOCKS", "FAULT_NAMES", "STATE", "TOKEN_ID_SPACE", "TOOL_CALL_TOKENS", "TRUTH_LIMIT", "Answer",
     "ChatRequest", "FifoSlots", "PrefixCache", "SimConfig", "SimState", "SimulatorThread", "Trace", "answer_length",
-    "build_app", "chat_prompt_tokens", "chunk_delta", "count_tokens", "full_message", "jittered_length",
-    "llama_clocks_ms", "message_text", "parse_chat_request", "plan_answer", "serve", "step_sizes", "synthetic_text",
-    "token_ids", "tokenize", "tokens_per_step",
+    "batch_factor", "build_app", "chat_prompt_tokens", "chunk_delta", "count_tokens", "decode_step_sizes",
+    "expected_tokens_per_step", "full_message", "jittered_length", "llama_clocks_ms", "message_text",
+    "parse_chat_request", "plan_answer", "round_tokens_per_step", "serve", "step_cost", "step_sizes",
+    "synthetic_text", "token_ids", "tokenize", "tokens_per_step", "true_decode_seconds", "true_turn_seconds",
 ]

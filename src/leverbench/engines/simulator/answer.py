@@ -143,12 +143,6 @@ def _split_even(text: str, parts: int) -> list[str]:
     return [text[bounds[i] : bounds[i + 1]] for i in range(parts)]
 
 
-def step_sizes(n_tokens: int, per_step: int) -> list[int]:
-    """Tokens per decode step: full steps, then the remainder."""
-    full, rest = divmod(n_tokens, per_step)
-    return [per_step] * full + ([rest] if rest else [])
-
-
 def chunk_delta(pieces: list[tuple[str, str]], answer: Answer, first: bool) -> JSONObject:
     """The ``delta`` of the SSE chunk carrying ``pieces`` (one decode step): the server's JSON."""
     delta: JSONObject = {"role": "assistant"} if first else {}

@@ -87,8 +87,8 @@ from http import HTTPStatus
 from typing import Any
 
 from ...json_types import JSONObject
+from ..sim_config import DIALECTS as DIALECTS  # (the names, with the settings they are checked in)
 
-DIALECTS = ("llama.cpp", "vllm", "sglang", "openai")
 CONTEXT_LENGTH = 32768  # the context the simulator claims (it enforces none)
 SGLANG_DP_SIZE = 2  # data-parallel ranks the sglang dialect reports and labels its scheduler metrics with
 HISTOGRAM_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)

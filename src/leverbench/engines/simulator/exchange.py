@@ -15,8 +15,9 @@ from typing import Any
 from aiohttp import web
 
 from . import dialects
-from .answer import ChatRequest, chunk_delta, full_message, plan_answer, step_sizes
-from .config import FAULT_NAMES, tokens_per_step
+from .answer import ChatRequest, chunk_delta, full_message, plan_answer
+from .config import FAULT_NAMES
+from .drafter import batch_factor, decode_step_sizes, step_cost
 from .state import SimState
 
 _SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
@@ -39,6 +40,10 @@ class Trace:
     decode_s: float = 0.0
     first_step_s: float = 0.0  # decode time until the first token (llama.cpp's timings count from it)
     decode_batch: float = 0.0  # mean over its decode steps of the requests decoding at once (itself included)
+    decode_steps: int = 0  # decode steps taken (each one SSE chunk; with a drafter, each drafted draft_k tokens)
+    # the decode time the timing model set: the sum of its steps' durations (drafter.true_decode_seconds at its
+    # decode_batch), which decode_s exceeds by the loop's lateness (waking after a step's end, never before it)
+    decode_paced_s: float = 0.0
     prompt_tokens: int = 0
     cached_tokens: int = 0
     completion_tokens: int = 0
@@ -158,16 +163,16 @@ class Exchange:
 
     async def _decode(self) -> bool:
         """Pace the answer's steps; False when the stream was cut before the end."""
-        n = self.answer.n_tokens
-        acceptance = None
-        if self.cfg.draft_k:
+        n, cfg = self.answer.n_tokens, self.cfg
+        acceptance = cfg.draft_acceptance
+        if cfg.draft_k:
             acceptance = self.trace.draft_acceptance = self.state.drafter_acceptance(self.req.prompt)
-        sizes = step_sizes(n, tokens_per_step(self.cfg, acceptance))
+        sizes = decode_step_sizes(n, cfg.draft_k, acceptance, cfg.draft_model)  # the drafter's model: .drafter
         malformed_after = max(1, len(sizes) // 2) if "malformed" in self.faults else None
         cut = "cut_stream" in self.faults
-        start, step_s, emitted, due = self.loop.time(), 1.0 / self.cfg.decode_tps, 0, 0.0
+        start, step_s, emitted, due = self.loop.time(), 1.0 / cfg.decode_tps, 0, 0.0
         context = len(self.req.prompt)
-        state, beside = self.state, self.cfg.decode_batch_slowdown
+        state, beside, cost = self.state, cfg.decode_batch_slowdown, step_cost(cfg.draft_k, cfg.draft_cost)
         state.decoding += 1
         batch_sum = 0
         try:
@@ -177,8 +182,10 @@ class Exchange:
                 k = state.decoding  # the requests decoding now, this one included: the step's batch
                 batch_sum += k
                 self.trace.decode_batch = batch_sum / index
-                due += (step_s + self.cfg.decode_slowdown_per_ctx * (context + emitted)) * self.factor * \
-                    (1.0 + beside * (k - 1))
+                step = (step_s + cfg.decode_slowdown_per_ctx * (context + emitted)) * self.factor * \
+                    batch_factor(k, cfg.draft_k, beside, cfg.draft_model) * cost  # cost: 1.0 without draft_cost
+                due += step
+                self.trace.decode_paced_s += step
                 await _sleep_until(start + due)
                 pieces = self.answer.pieces[emitted : emitted + size]
                 emitted += size
@@ -196,6 +203,7 @@ class Exchange:
     def _count_step(self, size: int, emitted: int, start: float) -> None:
         trace = self.trace
         trace.completion_tokens = emitted
+        trace.decode_steps += 1
         trace.reasoning_tokens = min(emitted, self.answer.reasoning_tokens)  # reasoning comes first
         trace.decode_s = self.loop.time() - start
         if emitted == size:

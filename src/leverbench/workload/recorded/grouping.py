@@ -22,21 +22,25 @@ import json
 import unicodedata
 from collections import deque
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Sequence
 
 from ...json_types import JSONValue
+
+if TYPE_CHECKING:
+    from ..chat import ChatMessage
 
 SESSION_ID_CHARS = 64  # a session header's value, as a turn's name, is cut to this (and a hash of it added)
 SESSION_HASH_CHARS = 8
 
 
-def message_key(message: JSONValue) -> bytes:
+def message_key(message: JSONValue | ChatMessage) -> bytes:
     """A message as compared: its canonical JSON (keys sorted), so that key order does not part two requests (a
     lone surrogate, which JSON can carry, kept as it is)."""
     return json.dumps(message, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode("utf-8",
                                                                                                  "surrogatepass")
 
 
-def prefix_hashes(messages: list[JSONValue]) -> list[str]:
+def prefix_hashes(messages: Sequence[JSONValue | ChatMessage]) -> list[str]:
     """The chain hash of each prefix of *messages*: element k is the hash of messages[:k + 1]."""
     out, h = [], b""
     for m in messages:

@@ -143,7 +143,7 @@ def _response(attrs: dict[str, Any]) -> JSONObject:
 
 def request_of(attrs: dict[str, Any]) -> JSONObject:
     """The chat request a span stands for: its model, messages, tools and sampling parameters."""
-    request: JSONObject = {"model": attrs.get("gen_ai.request.model"), "messages": _messages(attrs)}  # type: ignore[dict-item]
+    request: JSONObject = {"model": attrs.get("gen_ai.request.model"), "messages": list(_messages(attrs))}
     tools = _json_attr(attrs, "gen_ai.tool.definitions")
     if isinstance(tools, list) and tools:
         request["tools"] = tools

@@ -396,7 +396,8 @@ def _read(path: Path, fmt: str, plan: Plan, batches: Iterator[pl.DataFrame]) -> 
         for r, n, line in bad.iter_rows():
             skipped[r] += n
             first[r] = min(first.get(r, line), line)
-        ok = df.filter(pl.col("reason").is_null()).select(**plan.columns).cast(schema)  # type: ignore[arg-type]
+        ok = df.filter(pl.col("reason").is_null()).select(**plan.columns)
+        ok = ok.cast(schema)  # type: ignore[arg-type]  # polars' stubs want a Mapping keyed str | Selector | dtype
         if plan.soft:
             for note, n in ok.select(**{k: v.sum() for k, v in plan.soft.items()}).row(0, named=True).items():
                 soft[note] += n or 0

@@ -1,0 +1,152 @@
+"""A command template (an engine of kind ``command``: :mod:`.command`), as data: its placeholders, its arguments once
+its values are in, the flags each value fills, and the checks an arm's table is held to where the experiment is
+loaded (``config.engine_spec``).  It imports nothing of leverbench: the experiment file's schema reads it.
+
+``{name}`` is a placeholder (letters, digits, ``_``), ``{port}`` the one the tool fills (a free loopback port);
+``{{`` and ``}}`` are literal braces.  The values go in first, and the text is then split as a POSIX shell splits
+it (:func:`shlex.split`; no shell runs it).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from typing import Mapping, Union
+
+from typing_extensions import TypeAlias
+
+#: A placeholder's value, as TOML gives it (written into the command as text: a boolean as ``true`` / ``false``).
+CommandValue: TypeAlias = Union[str, int, float, bool]
+
+PORT = "port"  # the placeholder the tool fills (a free loopback port)
+METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_MARK = "\x00"  # (around a placeholder's name where the flags it fills are looked for: no argument holds one)
+
+
+def _pieces(template: str) -> list[tuple[str, bool]]:
+    """The template as (text, is a placeholder's name) pieces; ValueError for a brace that is not ``{{``, ``}}`` or
+    one of a ``{name}``."""
+    out: list[tuple[str, bool]] = []
+    text, i = "", 0
+    while i < len(template):
+        c = template[i]
+        if c in "{}" and template[i + 1:i + 2] == c:
+            text, i = text + c, i + 2
+            continue
+        if c == "}":
+            raise ValueError(f"an unbalanced '}}' at character {i + 1} (a literal brace is written }}}})")
+        if c == "{":
+            end = template.find("}", i)
+            name = template[i + 1:end] if end > 0 else ""
+            if end < 0 or not _NAME.fullmatch(name):
+                at = template[i:end + 1] if 0 < end - i <= 40 else template[i:i + 20] + \
+                    ("..." if len(template) > i + 20 else "")
+                raise ValueError(f"an unbalanced '{{' at character {i + 1} ({at!r}): a placeholder is {{name}} "
+                                 "(letters, digits, _), a literal brace is written {{")
+            out += [(text, False), (name, True)]
+            text, i = "", end + 1
+            continue
+        text, i = text + c, i + 1
+    return out + [(text, False)]
+
+
+def placeholders(template: str) -> list[str]:
+    """The placeholders' names in *template*, each once, in order; ValueError as :func:`_pieces` raises it."""
+    return list(dict.fromkeys(t for t, name in _pieces(template) if name))
+
+
+def as_text(value: CommandValue) -> str:
+    """A value as the command holds it: a boolean as ``true`` / ``false`` (JSON's, TOML's), anything else as
+    Python writes it."""
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
+
+
+def substitute(template: str, values: Mapping[str, str]) -> str:
+    """*template* with each ``{name}`` replaced by ``values[name]`` and ``{{`` / ``}}`` by a brace."""
+    return "".join(values[t] if name else t for t, name in _pieces(template))
+
+
+def argv(template: str, values: Mapping[str, str]) -> list[str]:
+    """The arguments *template* makes with *values* (placeholder → text): substituted, then split as a POSIX shell
+    splits (:func:`shlex.split`); ValueError where the text does not split (a quote left open)."""
+    try:
+        return shlex.split(substitute(template, values))
+    except ValueError as exc:  # shlex: "No closing quotation", "No escaped character"
+        raise ValueError(f"does not split into arguments as a shell would: {str(exc).lower()}") from None
+
+
+def _is_flag(arg: str) -> bool:
+    return arg.startswith("-") and not arg.lstrip("-").replace(".", "").isdigit()
+
+
+def value_flags(template: str, values: Mapping[str, str]) -> dict[str, list[str]]:
+    """The flags whose value each placeholder of *values* (placeholder → text; ``{port}`` left out) fills:
+    ``--max-num-seqs {seqs}``, ``--x={seqs}``, ``--speculative-config '{{"k": {k}}}'``; none for one that stands
+    alone or writes a flag itself.  A flag's value is the argument after it, as the analysis reads
+    ``engine_args``."""
+    marked = {k: f"{_MARK}{k}{_MARK}{v}" for k, v in values.items()}
+    out: dict[str, list[str]] = {k: [] for k in values}
+    args = argv(template, {**marked, PORT: "0"})
+    for i, arg in enumerate(args):
+        plain, prev = re.sub(f"{_MARK}[^{_MARK}]*{_MARK}", "", arg), args[i - 1] if i else ""
+        head, eq, _ = arg.partition("=")
+        flag: str | None = None
+        if eq and _MARK not in head and _is_flag(head):
+            flag = head
+        elif not (arg.startswith(_MARK) and _is_flag(plain)) and _is_flag(prev) and "=" not in prev \
+                and _MARK not in prev:
+            flag = prev
+        for name in re.findall(f"{_MARK}([^{_MARK}]*){_MARK}", arg):
+            if flag is not None and flag not in out[name]:
+                out[name].append(flag)
+    return out
+
+
+def parse_reset(reset: str) -> tuple[str, str]:
+    """``"POST /reset_prefix_cache"`` → (method, path); ValueError saying what a reset is otherwise."""
+    method, _, path = reset.strip().partition(" ")
+    path = path.strip()
+    if method not in METHODS or not path.startswith("/") or any(c.isspace() for c in path):
+        raise ValueError(f"{reset!r} is no request: write its method ({', '.join(METHODS)}) and path, e.g. "
+                         "\"POST /reset_prefix_cache\" (vLLM), \"POST /slots/{id}?action=erase\" (llama.cpp: every "
+                         "slot), \"POST /flush_cache\" (SGLang)")
+    return method, path
+
+
+def check_command(command: str) -> None:
+    """An arm's ``command`` as a template (its braces, its ``{port}``, something to run); ValueError saying what is
+    wrong.  Its values are :func:`check_values`'."""
+    if not command.strip():
+        raise ValueError("is empty: give the command that starts the engine, with {port} where it takes its port "
+                         "(e.g. \"llama-server -m model.gguf --port {port}\")")
+    names = placeholders(command)
+    if PORT not in names:
+        raise ValueError("has no {port}: the tool starts the engine on a free loopback port and waits for it there; "
+                         "put {port} where the engine takes its port (--port {port})")
+    argv(command, dict.fromkeys(names, "0"))  # (a quote it leaves open; one its values leave open: check_values)
+
+
+def check_values(command: str, values: Mapping[str, CommandValue]) -> None:
+    """The arm's ``values`` for its *command* (a template :func:`check_command` took): one for each placeholder but
+    ``{port}``, none for another, and the command split into arguments with them; ValueError naming the key."""
+    names = placeholders(command)
+    if PORT in values:
+        raise ValueError(f"{PORT}: {{port}} is the tool's: it fills it with a free loopback port")
+    missing = [n for n in names if n != PORT and n not in values]
+    if missing:
+        raise ValueError(f"{missing[0]}: {{{missing[0]}}} in command has no value (every placeholder but {{port}} "
+                         f"needs one: values = {{ {missing[0]} = ... }})")
+    bad = next((k for k, v in values.items() if isinstance(v, str) and "\x00" in v), None)
+    if bad is not None:
+        raise ValueError(f"{bad}: a value may not hold a NUL (U+0000): no process's argument can")
+    unused = [k for k in values if k not in names]
+    if unused:
+        raise ValueError(f"{unused[0]}: no placeholder of command is {{{unused[0]}}} (its placeholders: "
+                         f"{', '.join('{' + n + '}' for n in names)}): drop the value, or use it in the command")
+    try:
+        args = argv(command, {**{k: as_text(v) for k, v in values.items()}, PORT: "0"})
+    except ValueError as exc:
+        raise ValueError(f"with these values, command {exc}") from None
+    if not args:
+        raise ValueError("command makes no arguments once its values are in: give the program that starts the engine")
