@@ -185,8 +185,9 @@ def test_its_health_path_environment_and_model(tmp_path):
     finally:
         eng.stop()
     assert _engine(tmp_path).model_id == TAG
+    never_healthy_s = 2.0  # a short start timeout on purpose: the engine answers 404 on its health path for ever
     never = CommandEngine("a", tmp_path / "b.log", SIM, {"python": sys.executable, "k": 2, "model": TAG},
-                          health="/never", startup_timeout_s=2.0)
+                          health="/never", startup_timeout_s=never_healthy_s)
     with pytest.raises(EngineError, match="command engine not healthy after 2 s"):
         never.start()
     pid = never.ready().pid
@@ -285,3 +286,12 @@ def test_the_registry_builds_it_from_the_arms_table(tmp_path):
     eng = make_engine("a", EngineSpec(**BASE, reset="POST /reset_prefix_cache", model="m"), tmp_path / "a.log")
     assert isinstance(eng, CommandEngine) and (eng.reset, eng.model_id) == ("POST /reset_prefix_cache", "m")
     assert eng.facts()["engine_args"] == ["server", "--port", "{port}", "--k", "2"]  # (not started: no port yet)
+
+
+def test_python_is_this_installation_s_unless_the_values_give_one():
+    """``{python}`` needs no value: the Python that runs leverbench fills it (so that ``{python} -m leverbench sim``
+    runs this installation's simulator); a value given for it wins."""
+    template = "{python} -m leverbench sim --port {port} --draft-k {k}"
+    check_values(template, {"k": 2})
+    assert argv(template, {"k": "2", "port": "0"})[0] == sys.executable
+    assert argv(template, {"k": "2", "port": "0", "python": "/opt/py"})[0] == "/opt/py"

@@ -32,10 +32,11 @@ from .run import run_command
 from .schema import schema_command
 from .serve import serve_command
 from .sim import sim_command
+from .tune import tune_command
 from .whatif import whatif_command
 
 COMMANDS = (run_command, report_command, project_command, serve_command, sim_command, analyze_command, replay_command,
-            whatif_command, schema_command, record_command)
+            whatif_command, schema_command, record_command, tune_command)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

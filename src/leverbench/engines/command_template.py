@@ -2,15 +2,17 @@
 its values are in, the flags each value fills, and the checks an arm's table is held to where the experiment is
 loaded (``config.engine_spec``).  It imports nothing of leverbench: the experiment file's schema reads it.
 
-``{name}`` is a placeholder (letters, digits, ``_``), ``{port}`` the one the tool fills (a free loopback port);
-``{{`` and ``}}`` are literal braces.  The values go in first, and the text is then split as a POSIX shell splits
-it (:func:`shlex.split`; no shell runs it).
+``{name}`` is a placeholder (letters, digits, ``_``), ``{port}`` the one the tool fills (a free loopback port),
+``{python}`` the Python that runs leverbench unless the arm's values give one (so that ``{python} -m leverbench sim
+...`` runs the simulator of this installation); ``{{`` and ``}}`` are literal braces.  The values go in first,
+and the text is then split as a POSIX shell splits it (:func:`shlex.split`; no shell runs it).
 """
 
 from __future__ import annotations
 
 import re
 import shlex
+import sys
 from typing import Mapping, Union
 
 from typing_extensions import TypeAlias
@@ -19,6 +21,7 @@ from typing_extensions import TypeAlias
 CommandValue: TypeAlias = Union[str, int, float, bool]
 
 PORT = "port"  # the placeholder the tool fills (a free loopback port)
+PYTHON = "python"  # the tool's Python, unless the values give one
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _MARK = "\x00"  # (around a placeholder's name where the flags it fills are looked for: no argument holds one)
@@ -63,8 +66,10 @@ def as_text(value: CommandValue) -> str:
 
 
 def substitute(template: str, values: Mapping[str, str]) -> str:
-    """*template* with each ``{name}`` replaced by ``values[name]`` and ``{{`` / ``}}`` by a brace."""
-    return "".join(values[t] if name else t for t, name in _pieces(template))
+    """*template* with each ``{name}`` replaced by ``values[name]`` (``{python}``, where *values* has none: the
+    Python that runs leverbench, quoted as a shell would need it) and ``{{`` / ``}}`` by a brace."""
+    return "".join((values[t] if t in values or t != PYTHON else shlex.quote(sys.executable)) if name else t
+                   for t, name in _pieces(template))
 
 
 def argv(template: str, values: Mapping[str, str]) -> list[str]:
@@ -133,7 +138,7 @@ def check_values(command: str, values: Mapping[str, CommandValue]) -> None:
     names = placeholders(command)
     if PORT in values:
         raise ValueError(f"{PORT}: {{port}} is the tool's: it fills it with a free loopback port")
-    missing = [n for n in names if n != PORT and n not in values]
+    missing = [n for n in names if n not in (PORT, PYTHON) and n not in values]
     if missing:
         raise ValueError(f"{missing[0]}: {{{missing[0]}}} in command has no value (every placeholder but {{port}} "
                          f"needs one: values = {{ {missing[0]} = ... }})")

@@ -41,6 +41,7 @@ Slowdown: TypeAlias = Annotated[float, Gt(0.0), Le(float(MAX_SLOTS))]  # per-tok
 Concurrency: TypeAlias = Annotated[float, Ge(1.0), Le(float(MAX_SLOTS))]
 Tokens: TypeAlias = Annotated[float, Ge(0.0), Le(1e12)]  # a token count or a range's end
 Slots: TypeAlias = Annotated[int, Ge(1), Le(MAX_SLOTS)]
+DecodeRate: TypeAlias = Annotated[float, Gt(0.0), Predicate(math.isfinite)]  # tokens/s a fit evaluates to
 TpotSeconds: TypeAlias = Annotated[float, Gt(0.0), Le(MAX_CALL_S)]
 Span: TypeAlias = Annotated[list[Tokens], Len(2, 2)]  # [lowest, highest] tokens a fit saw
 
@@ -300,7 +301,7 @@ class DecodeFit(TypedDict):
     acceptance: Share | None
     #: the decode rate at the two ends of ``range_context``, 1 / (d0 + d1·L) (None where that time is not positive):
     #: what the fit says over the contexts it saw (:func:`...analysis.rates.rate_model.decode_tps_at`)
-    tps_over_context: NotRequired[list[Annotated[float, Gt(0.0)] | None]]
+    tps_over_context: NotRequired[list[DecodeRate | None]]
 
 
 @strict_row

@@ -1,0 +1,63 @@
+"""``leverbench tune``: the configuration to run, searched on the experiment's own turns (issue 40)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from .common import Command, console, err_console
+
+
+@click.command(name="tune", cls=Command)
+@click.argument("tune_file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="The tune's directory: tune.jsonl (its ledger of races), races/NNN/ (each race's run: ledger, "
+              "summary, reports) and tune.json (the answer).")
+@click.option("--resume", is_flag=True, help="Continue the tune in --out: finished races are read back from their "
+              "ledgers (not run again), the race a kill cut short is resumed where its run stopped, and the search "
+              "goes on from there. Safe to pass always: with no tune in --out it starts one.")
+def tune_command(tune_file: Path, out_dir: Path, resume: bool) -> None:
+    """Search TUNE_FILE's space for the configuration to run: an experiment file whose one
+    arm is a command template (engine = { kind = "command", command = "... {port} ...
+    {KNOB} ..." }) and whose [tune] table names the knobs and their values, the baseline,
+    the exclusions, the least effect and the budget (docs/tune.md).
+
+    From the baseline, one knob is changed at a time and the candidate raced against the
+    incumbent: a two-arm run of the experiment, paired and interleaved, with adaptive
+    repeats until its sequential verdict is decided (better, no better, worse) or its most
+    repeats; every guard applies, and a refused race never makes a candidate win. A
+    candidate decided better becomes the incumbent; sweeps go on until no single change
+    pays; then the winner is raced against each one-knob neighbour and the baseline.
+
+    Prints the configuration to run with its launch command, its verdict against the
+    baseline, each race, and the engine-seconds spent beside the full grid's estimate.
+    Ctrl-C stops at once: --resume continues."""
+    from ..config.tune import load_tune  # noqa: PLC0415 (pydantic)
+    from ..report.tune import race_line, render_tune  # noqa: PLC0415
+    from ..runner.run import Interrupted  # noqa: PLC0415 (aiohttp)
+    from ..tune.run import race_row, run_tune  # noqa: PLC0415
+
+    tune = load_tune(tune_file)
+    if not resume and (out_dir / "tune.jsonl").exists():
+        raise click.UsageError(f"{out_dir} already holds a tune: pass --resume to continue it, or another --out")
+
+    def said(n: int, result: object, what: str) -> None:
+        if result is None:
+            err_console.print(f"race {n}: {what}", highlight=False, soft_wrap=True)
+        else:
+            from ..tune.space import RaceResult  # noqa: PLC0415
+
+            assert isinstance(result, RaceResult)
+            err_console.print(f"race {n}: {race_line(race_row(result))}", highlight=False, soft_wrap=True)
+
+    try:
+        summary = run_tune(tune, out_dir, progress=said)
+    except Interrupted:
+        err_console.print(f"\ninterrupted; every race's calls are in {out_dir}/races/*/ledger.jsonl and the engines "
+                          f"were stopped. Resume with:\n  leverbench tune {tune_file} --out {out_dir} --resume",
+                          highlight=False)
+        sys.exit(130)
+    console.print(render_tune(summary), highlight=False, soft_wrap=True)
+    err_console.print(f"wrote {out_dir}/tune.json", highlight=False)

@@ -1,0 +1,177 @@
+"""A tune file (``leverbench tune``, issue 40): an experiment file with one arm, the **template**, whose engine is a
+command template (``kind = "command"``), and a ``[tune]`` table saying which of its placeholders to search over.
+
+    [[arms]]
+    name = "sim"
+    engine = { kind = "command", command = "leverbench sim --port {port} --draft-k {k} --slots {slots}" }
+
+    [tune]
+    knobs = { k = [0, 2, 4, 8], slots = [1, 2] }   # placeholders of the template, and the values each may take
+    baseline = { k = 0, slots = 1 }                 # the configuration run today (default: the template's own
+                                                    # values, else each knob's first)
+    exclude = [{ k = 8, slots = 2 }]                # partial configurations left out of the search
+    concurrency = [1]                               # the operating points: requests in flight
+    min_effect = 1.05                               # the least speed-up that counts as "better"
+    confidence = 0.95
+    max_repeats = 12                                # a race stops undecided here
+    budget_engine_s = 1800                          # stop starting races past this many engine-seconds
+
+Every race is a run of this experiment with two arms made from the template (:func:`race_experiment`): the
+incumbent (the baseline role) and the candidate (the treatment), each placeholder of a knob filled with the
+configuration's value.  The file's other tables (``[experiment]``, ``[[cases]]``, ``[probes]``) apply to every race.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from ..engines.command_template import placeholders
+from ..errors import ConfigError
+from .adaptive import AdaptiveSpec
+from .experiment import Arm, LoadedExperiment, load_data, read_toml
+from .limits import Repeats
+from .names import Label
+from .problems import first_error
+
+#: A knob's value in the file: what the template's placeholder is filled with.
+TomlValue = Union[bool, int, float, str]
+#: The operating points a tune races at today: one request in flight (the paired, interleaved turns); a point
+#: under load needs the load stage's race, which is not built yet.
+POINTS = (1,)
+
+
+class TuneSpec(BaseModel):
+    """The ``[tune]`` table (module docstring)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    knobs: dict[Label, list[TomlValue]] = Field(min_length=1)
+    baseline: dict[Label, TomlValue] = Field(default_factory=dict)
+    exclude: list[dict[Label, TomlValue]] = Field(default_factory=list)
+    concurrency: list[int] = Field(default_factory=lambda: [1], min_length=1)
+    min_effect: float = 1.05
+    confidence: float = 0.95
+    max_repeats: Repeats = 12
+    budget_engine_s: float | None = Field(None, gt=0.0)
+
+    def adaptive(self) -> AdaptiveSpec:
+        """Each race's adaptive repeats: the tune's least effect, confidence and most repeats."""
+        return AdaptiveSpec(min_effect=self.min_effect, confidence=self.confidence, max_repeats=self.max_repeats)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TuneSpec:
+        try:
+            self.adaptive()
+        except ValidationError as err:  # (the same bounds as [experiment] adaptive's, said the same way)
+            e = err.errors()[0]
+            raise ValueError(f"{e['loc'][0]}: {e['msg'].removeprefix('Value error, ')}") from None
+        for name, values in self.knobs.items():
+            if not values:
+                raise ValueError(f"knob {name!r} has no values")
+            if len(set(map(repr, values))) != len(values):
+                raise ValueError(f"knob {name!r} lists a value twice")
+        for name, value in self.baseline.items():
+            if name not in self.knobs:
+                raise ValueError(f"baseline names {name!r}, which is not a knob (knobs: {', '.join(self.knobs)})")
+            if value not in self.knobs[name]:
+                raise ValueError(f"baseline {name} = {value!r} is not one of its values {self.knobs[name]}")
+        for i, ex in enumerate(self.exclude):
+            if not ex:
+                raise ValueError(f"exclude[{i}] is empty (it would exclude every configuration)")
+            for name, value in ex.items():
+                if name not in self.knobs:
+                    raise ValueError(f"exclude[{i}] names {name!r}, which is not a knob")
+                if value not in self.knobs[name]:
+                    raise ValueError(f"exclude[{i}]: {name} = {value!r} is not one of its values")
+        for c in self.concurrency:
+            if c not in POINTS:
+                raise ValueError(f"concurrency {c}: a tune races at 1 request in flight only, for now (a race under "
+                                 "load is not built yet); use concurrency = [1]")
+        return self
+
+
+class LoadedTune(BaseModel):
+    """A tune file read and checked: the experiment as the baseline's run (its one arm the template, its knobs'
+    placeholders filled with the baseline's values), the ``[tune]`` table, and the baseline in full."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+    path: Path
+    experiment: LoadedExperiment
+    spec: TuneSpec
+    baseline: dict[str, TomlValue]
+
+    @property
+    def template(self) -> Arm:
+        return self.experiment.spec.arms[0]
+
+
+def load_tune(path: str | Path) -> LoadedTune:
+    """Read and check a tune file (module docstring).  Raises ConfigError only: the file, the key, what is wrong."""
+    path = Path(path)
+    file = str(path)
+    data = read_toml(path)
+    raw = data.pop("tune", None)
+    if not isinstance(raw, dict):
+        raise ConfigError(file, "tune", "a tune file needs a [tune] table (knobs = { NAME = [VALUES] }, ...); "
+                          "see docs/tune.md" if raw is None else "must be a table")
+    try:
+        spec = TuneSpec.model_validate(raw)
+    except ValidationError as err:
+        problem = first_error(file, err, TuneSpec)
+        raise ConfigError(file, f"tune.{problem.key}" if problem.key else "tune", problem.message) from None
+    arms = data.get("arms")
+    if not isinstance(arms, list) or len(arms) != 1 or not isinstance(arms[0], dict):
+        raise ConfigError(file, "arms", "a tune file has exactly one [[arms]], the template each configuration is "
+                          "made from")
+    engine = arms[0].get("engine")
+    if not isinstance(engine, dict) or engine.get("kind") != "command" or not isinstance(engine.get("command"), str):
+        raise ConfigError(file, "arms[0].engine", "the template's engine must be a command template: engine = { kind "
+                          "= \"command\", command = \"... --port {port} ... {KNOB} ...\" }")
+    found = placeholders(engine["command"])
+    for name in spec.knobs:
+        if name not in found:
+            raise ConfigError(file, f"tune.knobs.{name}", f"is no placeholder of arms[0].engine.command (its "
+                              f"placeholders: {', '.join(sorted(found)) or 'none'})")
+    raw_values = engine.get("values")
+    given: dict[str, object] = raw_values if isinstance(raw_values, dict) else {}
+    baseline: dict[str, TomlValue] = {}
+    for name, values in spec.knobs.items():
+        value = spec.baseline.get(name, given.get(name, values[0]))
+        if not isinstance(value, (bool, int, float, str)) or value not in values:
+            raise ConfigError(file, f"arms[0].engine.values.{name}", f"{value!r} is not one of tune.knobs.{name}'s "
+                              f"values {values}: the baseline must be in the space")
+        baseline[name] = value
+    arms[0] = {**arms[0], "role": "baseline", "engine": {**engine, "values": {**given, **baseline}}}
+    section = data.get("experiment")
+    if isinstance(section, dict) and "name" in section and isinstance(arms[0].get("name"), str):
+        data["experiment"] = {**section, "baseline": arms[0]["name"]}
+    experiment = load_data(data, path)
+    if any(ex.items() <= baseline.items() for ex in spec.exclude):
+        raise ConfigError(file, "tune.exclude", "excludes the baseline itself")
+    return LoadedTune(path=path, experiment=experiment, spec=spec, baseline=baseline)
+
+
+def race_experiment(tune: LoadedTune, incumbent: dict[str, TomlValue], candidate: dict[str, TomlValue],
+                    incumbent_name: str, candidate_name: str, repeats: int | None = None) -> LoadedExperiment:
+    """The experiment of one race: the template as two arms, the incumbent (role baseline) and the candidate
+    (treatment), each with its configuration's values; adaptive repeats at the tune's least effect, confidence and
+    most repeats."""
+    template = tune.template
+    engine = template.engine
+    assert engine is not None  # (load_tune checked: a command template)
+
+    def arm(name: str, role: str, values: dict[str, TomlValue]) -> Arm:
+        spec = engine.model_copy(update={"values": {**engine.values, **values}})
+        return template.model_copy(update={"name": name, "role": role, "engine": spec})
+
+    base = tune.experiment.spec
+    section = base.experiment.model_copy(update={
+        "baseline": incumbent_name,
+        "repeats": repeats if repeats is not None else base.experiment.repeats,
+        "adaptive": tune.spec.adaptive()})
+    spec = base.model_copy(update={"experiment": section, "arms": [arm(incumbent_name, "baseline", incumbent),
+                                                                   arm(candidate_name, "treatment", candidate)]})
+    return tune.experiment.model_copy(update={"spec": spec})

@@ -1,0 +1,64 @@
+"""What ``leverbench tune`` writes (``OUT/tune.json``, :mod:`leverbench.tune.run`) and its first screen shows
+(:mod:`leverbench.report.tune`).  Types for the code that builds and formats it; not validated on reading (nothing
+reads it back: a tune is recomputed from its races' ledgers)."""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from typing_extensions import TypedDict
+
+#: The format of ``tune.json``.
+TUNE_SUMMARY_SCHEMA = "leverbench.tune-summary/1"
+
+
+class RaceRow(TypedDict):
+    """One race of ``tune.json``: the two configurations, the point, the outcome, the ratio incumbent time /
+    candidate time (> 1: the candidate is faster) with its interval, the engine-seconds and repeats it took, why
+    it was refused or undecided, its run directory."""
+
+    incumbent: dict[str, object]
+    candidate: dict[str, object]
+    point: int
+    outcome: str
+    ratio: Optional[float]
+    low: Optional[float]
+    high: Optional[float]
+    engine_s: float
+    repeats: int
+    reason: Optional[str]
+    run_dir: Optional[str]
+
+
+class PointRow(TypedDict):
+    """The answer at one operating point (requests in flight)."""
+
+    point: int
+    best: dict[str, object]
+    best_words: str
+    command: str
+    is_baseline: bool
+    against_baseline: Optional[RaceRow]
+    stopped: Literal["converged", "budget"]
+    engine_s: float
+    grid_engine_s: Optional[float]
+    grid_configurations: int
+    races: int
+    path: list[RaceRow]
+    final: list[RaceRow]
+    not_excluded: list[str]
+
+
+class TuneSummary(TypedDict):
+    """``tune.json``."""
+
+    schema: str
+    file: str
+    knobs: dict[str, list[object]]
+    baseline: dict[str, object]
+    exclude: list[dict[str, object]]
+    min_effect: float
+    confidence: float
+    budget_engine_s: Optional[float]
+    engine_s: float
+    points: list[PointRow]

@@ -1,0 +1,71 @@
+"""A tune from start to answer: the search at each operating point (:func:`.search.search`, each race run by
+:class:`.races.RunRacer`), then ``OUT/tune.json`` (:class:`TuneSummary`): the configuration to run at each point
+with its launch command, its verdict against the baseline, every race in the order run, the engine-seconds spent
+against the full grid's estimate, and what the search did not test.
+
+The budget is shared: the engine-seconds the points before spent count against the next point's."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Callable, Optional
+
+from ..config.tune import LoadedTune
+from ..engines.command_template import as_text, substitute
+from ..schema.tune_rows import TUNE_SUMMARY_SCHEMA, PointRow, RaceRow, TuneSummary
+from .races import RaceProgress, RunRacer, space_of
+from .search import grid_engine_s, search
+from .space import Config, RaceResult, SearchResult, words
+
+
+def race_row(r: RaceResult) -> RaceRow:
+    d = asdict(r)
+    return {"incumbent": dict(r.incumbent), "candidate": dict(r.candidate), "point": r.point, "outcome": r.outcome,
+            "ratio": r.ratio, "low": r.low, "high": r.high, "engine_s": r.engine_s, "repeats": r.repeats,
+            "reason": d["reason"], "run_dir": r.run_dir}
+
+
+def launch_command(tune: LoadedTune, config: Config) -> str:
+    """The template's command with *config*'s values (and the template's other values), ``{port}`` left for the
+    operator to fill."""
+    engine = tune.template.engine
+    assert engine is not None and engine.command is not None  # (load_tune checked: a command template)
+    values = {k: as_text(v) for k, v in {**engine.values, **dict(config)}.items()}
+    return substitute(engine.command, {**values, "port": "{port}"})
+
+
+def point_row(tune: LoadedTune, result: SearchResult) -> PointRow:
+    space = space_of(tune)
+    against = result.against_baseline(space.baseline)
+    return {"point": result.point, "best": dict(result.best), "best_words": words(result.best),
+            "command": launch_command(tune, result.best), "is_baseline": result.best == space.baseline,
+            "against_baseline": race_row(against) if against else None, "stopped": result.stopped,
+            "engine_s": result.engine_s, "grid_engine_s": grid_engine_s(space, result.path),
+            "grid_configurations": len(space.grid()), "races": len(result.path),
+            "path": [race_row(r) for r in result.path], "final": [race_row(r) for r in result.final],
+            "not_excluded": list(result.not_excluded)}
+
+
+def run_tune(tune: LoadedTune, out: Path, *, progress: Optional[RaceProgress] = None,
+             run_progress: Optional[Callable[..., None]] = None) -> TuneSummary:
+    """Search at each operating point (a resumed tune reads back the races it finished), then write and return
+    ``OUT/tune.json``."""
+    racer = RunRacer(tune, out, progress=progress, run_progress=run_progress)
+    space = space_of(tune)
+    budget = tune.spec.budget_engine_s
+    points: list[PointRow] = []
+    spent = 0.0
+    for point in tune.spec.concurrency:
+        left = None if budget is None else max(budget - spent, 0.0)
+        result = search(space, point, racer, left)
+        spent += result.engine_s
+        points.append(point_row(tune, result))
+    summary: TuneSummary = {
+        "schema": TUNE_SUMMARY_SCHEMA, "file": str(tune.path),
+        "knobs": {k: list(v) for k, v in tune.spec.knobs.items()}, "baseline": dict(tune.baseline),
+        "exclude": [dict(e) for e in tune.spec.exclude], "min_effect": tune.spec.min_effect,
+        "confidence": tune.spec.confidence, "budget_engine_s": budget, "engine_s": spent, "points": points}
+    (out / "tune.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    return summary

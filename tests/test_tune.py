@@ -1,0 +1,139 @@
+"""``leverbench tune`` end to end on the simulator started through a command template (issue 40): the search
+finds the configuration the simulator's own formula says is faster, every race is a run with its ledger, a tune
+cut short resumes from its races' ledgers without running a finished race again, and a tune file that is wrong
+says where in one line."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from limits import SERVER_READY_S
+
+from leverbench.cli import cli
+from leverbench.config.tune import load_tune
+from leverbench.engines.simulator.drafter import expected_tokens_per_step, step_cost
+from leverbench.errors import ConfigError
+from leverbench.ledger.reader import read_ledger
+from leverbench.tune.run import run_tune
+
+SIM = ("{python} -m leverbench sim --port {port} --model tune-test --decode-tps 400 --prefill-tps 100000 "
+       "--draft-model expected --draft-acceptance 0.75 --draft-cost 0.15 --draft-k {k}")
+P, C, TOKENS = 0.75, 0.15, 40
+
+
+def tune_file(tmp: Path, *, knobs: str = "k = [0, 4]", more: str = "", command: str = SIM,
+              values: str | None = None) -> Path:
+    p = tmp / "tune.toml"
+    vals = values if values is not None else f'{{ python = "{sys.executable}" }}'
+    p.write_text(f'''
+[experiment]
+name = "tune-test"
+repeats = 2
+sentinel_tokens = 0
+
+[[arms]]
+name = "sim"
+engine = {{ kind = "command", command = "{command}", values = {vals}, startup_timeout_s = {SERVER_READY_S} }}
+
+[tune]
+knobs = {{ {knobs} }}
+min_effect = 1.10
+max_repeats = 6
+{more}
+
+[[cases]]
+name = "quote"
+prompt = "{' '.join(f'w{i}' for i in range(40))} quote it"
+max_tokens = {TOKENS}
+temperature = 0.0
+
+[[cases]]
+name = "sum"
+prompt = "{' '.join(f'v{i}' for i in range(60))} sum it"
+max_tokens = {TOKENS}
+temperature = 0.0
+''')
+    return p
+
+
+def decode_steps_cost(k: int) -> float:
+    """The simulator's own decode cost of an answer at draft length *k* (its drafter's formula, in plain steps):
+    ceil(n / E(k)) steps of (1 + c·k) each."""
+    import math  # noqa: PLC0415
+
+    return math.ceil(TOKENS / expected_tokens_per_step(k, P)) * step_cost(k, C)
+
+
+def test_a_tune_finds_the_faster_draft_length_and_every_race_is_a_run(tmp_path):
+    assert decode_steps_cost(4) < decode_steps_cost(0) / 1.10  # the truth: k = 4 pays by more than the least effect
+    tune = load_tune(tune_file(tmp_path))
+    out = tmp_path / "out"
+    summary = run_tune(tune, out)
+    (point,) = summary["points"]
+    assert point["best"] == {"k": 4}
+    assert point["path"][0]["outcome"] == "better"
+    vs = point["against_baseline"]
+    assert vs is not None and vs["outcome"] == "better" and vs["ratio"] > 1.10
+    assert point["command"].endswith("--draft-k 4") and "{port}" in point["command"]
+    for race in point["path"]:  # each race a run of its own, its calls in its ledger
+        led = read_ledger(Path(race["run_dir"]))
+        assert {a for a in led.header["arms"]} == {"k=0", "k=4"}
+        assert race["engine_s"] > 0
+    assert json.loads((out / "tune.json").read_text())["points"][0]["best"] == {"k": 4}
+    lines = (out / "tune.jsonl").read_text().splitlines()
+    assert json.loads(lines[0])["kind"] == "tune" and len(lines) == 1 + point["races"] == 1 + len(point["path"])
+
+
+def test_a_resumed_tune_reads_its_finished_races_back(tmp_path):
+    tune = load_tune(tune_file(tmp_path, knobs="k = [0, 2, 4]"))
+    out = tmp_path / "out"
+    first = run_tune(tune, out)
+    ledger = out / "races" / "001" / "ledger.jsonl"
+    before = ledger.read_bytes()
+    log = out / "tune.jsonl"
+    lines = log.read_text().splitlines()
+    log.write_text("\n".join(lines[:-1]) + "\n" + lines[-1][:10])  # the last race's line cut by a kill
+    again = run_tune(tune, out)
+    assert ledger.read_bytes() == before  # race 1 was read back, not run again
+    assert again["points"][0]["best"] == first["points"][0]["best"]
+    assert [r["outcome"] for r in again["points"][0]["path"]] == [r["outcome"] for r in first["points"][0]["path"]]
+
+
+def test_the_command_refuses_a_second_tune_in_the_same_directory_without_resume(tmp_path):
+    f = tune_file(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "tune.jsonl").write_text('{"kind": "tune", "schema": "leverbench.tune/1"}\n')
+    res = CliRunner().invoke(cli, ["tune", str(f), "--out", str(out)])
+    assert res.exit_code == 2 and "--resume" in res.output
+
+
+@pytest.mark.parametrize(("kw", "key", "words"), [
+    ({"knobs": "n = [1, 2]"}, "tune.knobs.n", "is no placeholder"),
+    ({"knobs": "k = [0, 4]", "more": "baseline = { k = 2 }"}, "tune", "not one of its values"),
+    ({"knobs": "k = [0, 4]", "more": "exclude = [{ k = 0 }]"}, "tune.exclude", "excludes the baseline"),
+    ({"knobs": "k = [0, 4]", "more": "concurrency = [1, 2]"}, "tune", "1 request in flight only"),
+    ({"knobs": "k = [0, 4]", "more": "confidence = 1.5"}, "tune", "confidence"),
+    ({"knobs": "k = [0, 4]", "more": "budget = 10"}, "tune.budget", "unknown key"),
+])
+def test_a_wrong_tune_file_says_where(tmp_path, kw, key, words):
+    with pytest.raises(ConfigError) as got:
+        load_tune(tune_file(tmp_path, **kw))
+    assert got.value.key.startswith(key) and words in got.value.message
+
+
+def test_a_tune_file_without_a_tune_table_or_a_template_says_so(tmp_path):
+    p = tune_file(tmp_path)
+    text = p.read_text()
+    p.write_text(text.replace("[tune]", "[other]").replace("knobs = {", "x = {"))
+    with pytest.raises(ConfigError) as got:
+        load_tune(p)
+    assert got.value.key == "tune" and "[tune]" in got.value.message
+    p.write_text(text.replace('kind = "command", command = "' + SIM + '", ', 'kind = "sim", '))
+    with pytest.raises(ConfigError) as got:
+        load_tune(p)
+    assert got.value.key == "arms[0].engine" and "command template" in got.value.message
