@@ -128,8 +128,12 @@ def test_an_arm_may_not_take_the_flags_the_tool_starts_its_engine_with(tmp_path:
 
 
 def test_every_example_arm_runs_on_the_prebuilt_engine() -> None:
+    from leverbench.config.tune import load_tune  # noqa: PLC0415
+
     for f in sorted((ROOT / "examples").glob("*.toml")):
-        for arm in load(f).spec.arms:  # load() checks each embedded arm's flags
+        # (a tune file, [tune], is an experiment of one command-template arm: load_tune checks it)
+        exp = load_tune(f).experiment if "\n[tune]" in f.read_text() else load(f)
+        for arm in exp.spec.arms:  # load() checks each embedded arm's flags
             assert arm.engine is None or arm.engine.kind != "embedded" or arm.engine.binary is None
 
 
