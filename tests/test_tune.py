@@ -26,7 +26,7 @@ P, C, TOKENS = 0.75, 0.15, 40
 
 
 def tune_file(tmp: Path, *, knobs: str = "k = [0, 4]", more: str = "", command: str = SIM,
-              values: str | None = None) -> Path:
+              values: str | None = None, max_repeats: int = 6) -> Path:
     p = tmp / "tune.toml"
     vals = values if values is not None else f'{{ python = "{sys.executable}" }}'
     p.write_text(f'''
@@ -42,7 +42,7 @@ engine = {{ kind = "command", command = "{command}", values = {vals}, startup_ti
 [tune]
 knobs = {{ {knobs} }}
 min_effect = 1.10
-max_repeats = 6
+max_repeats = {max_repeats}
 {more}
 
 [[cases]]
@@ -137,3 +137,125 @@ def test_a_tune_file_without_a_tune_table_or_a_template_says_so(tmp_path):
     with pytest.raises(ConfigError) as got:
         load_tune(p)
     assert got.value.key == "arms[0].engine" and "command template" in got.value.message
+
+
+# ------------------------------------------------------------------ review: what a verdict makes of a race
+
+
+def _verdict(verdict: str, ratio: float | None, refused: str | None = None) -> dict:
+    return {"arm": "b", "vs": "a", "verdict": verdict, "ratio": ratio, "low": None, "high": None,
+            "refused": refused, "reason": None, "repeats": {"a": 4, "b": 4}}
+
+
+@pytest.mark.parametrize(("row", "outcome"), [
+    (_verdict("pays", 1.3), "better"),
+    (_verdict("equivalent", 1.01), "same"),
+    (_verdict("does not pay", 0.8), "worse"),
+    (_verdict("does not pay", 1.03), "same"),  # faster, but by less than the least effect
+    (_verdict("undecided", 1.2), "undecided"),
+    (_verdict("open", 1.2), "undecided"),
+    (_verdict("pays", 1.9, refused="the arms' answers differ in length"), "refused"),  # never a win
+    (None, "refused"),
+])
+def test_a_race_s_outcome_is_its_verdict_and_a_refused_one_never_wins(row, outcome):
+    from leverbench.tune.races import outcome_of  # noqa: PLC0415
+
+    assert outcome_of(row)[0] == outcome
+
+
+def test_the_answer_keeps_the_baseline_when_the_winner_is_not_confirmed_against_it():
+    from leverbench.report.tune import point_lines  # noqa: PLC0415
+
+    race = {"incumbent": {"k": 0}, "candidate": {"k": 4}, "point": 1, "outcome": "undecided", "ratio": 1.2,
+            "low": 0.9, "high": 1.6, "engine_s": 10.0, "repeats": 6, "reason": "no verdict", "run_dir": None}
+    point = {"point": 1, "recommended": {"k": 0}, "recommended_words": "k=0", "command": "sim --draft-k 0",
+             "best": {"k": 4}, "best_words": "k=4", "is_baseline": False, "confirmed": False,
+             "against_baseline": race, "stopped": "converged", "engine_s": 10.0, "grid_engine_s": 10.0,
+             "grid_configurations": 2, "races": 1, "path": [race], "final": [race], "not_excluded": []}
+    text = "\n".join(point_lines(point, 0.95))
+    assert "run k=0" in text and "the baseline stays" in text and "k=4" in text and "undecided" in text
+
+
+# ------------------------------------------------------------------ review: resume, a changed file, a failed start
+
+
+def test_a_tune_resumes_twice_after_cut_lines_and_never_reruns_a_finished_race(tmp_path):
+    tune = load_tune(tune_file(tmp_path, knobs="k = [0, 2, 4]"))
+    out = tmp_path / "out"
+    first = run_tune(tune, out)
+    log = out / "tune.jsonl"
+    ledgers = {p: p.read_bytes() for p in sorted((out / "races").glob("*/ledger.jsonl"))}
+    lines = log.read_text().splitlines()
+    log.write_text("\n".join(lines[:-1]) + "\n")  # the last race's line lost entirely: its run had finished
+    run_tune(tune, out)
+    lines = log.read_text().splitlines()
+    log.write_text("\n".join(lines[:-1]) + "\n" + lines[-1][:12])  # then cut mid-write
+    again = run_tune(tune, out)
+    run_tune(tune, out)  # and once more: the cut line was dropped, not written onto
+    assert {p: p.read_bytes() for p in sorted((out / "races").glob("*/ledger.jsonl"))} == ledgers
+    assert again["points"][0]["best"] == first["points"][0]["best"]
+    assert all(json.loads(x) for x in log.read_text().splitlines())
+
+
+def test_a_resume_refuses_a_changed_tune_file_but_takes_a_new_budget(tmp_path):
+    from leverbench.errors import BadInput  # noqa: PLC0415
+
+    out = tmp_path / "out"
+    run_tune(load_tune(tune_file(tmp_path)), out)
+    with pytest.raises(BadInput, match="changed since"):
+        run_tune(load_tune(tune_file(tmp_path, more="confidence = 0.9")), out)
+    run_tune(load_tune(tune_file(tmp_path, more="budget_engine_s = 5000")), out)
+
+
+def test_a_configuration_whose_engine_does_not_start_is_a_refused_race(tmp_path):
+    tune = load_tune(tune_file(tmp_path, knobs="k = [0]"))  # (a second knob below: slots 0 does not start)
+    f = tune_file(tmp_path, knobs="k = [0], slots = [1, 0]", command=SIM + " --slots {slots}")
+    summary = run_tune(load_tune(f), tmp_path / "out")
+    (point,) = summary["points"]
+    assert point["recommended"] == {"k": 0, "slots": 1}
+    (race,) = point["path"]
+    assert race["outcome"] == "refused" and "did not start" in race["reason"]
+    assert tune.baseline == {"k": 0}
+
+
+@pytest.mark.parametrize(("kw", "key", "words"), [
+    ({"knobs": 'k = [0, 1, "1"]'}, "tune", "same value"),
+    ({"knobs": "k = [1, true]"}, "tune", "same value"),
+    ({"knobs": "k = [0, \"4'\"]"}, "tune.knobs", "k=4'"),
+])
+def test_a_value_the_command_cannot_take_is_refused_when_the_file_is_read(tmp_path, kw, key, words):
+    with pytest.raises(ConfigError) as got:
+        load_tune(tune_file(tmp_path, **kw))
+    assert got.value.key.startswith(key) and words in got.value.message
+
+
+def test_the_baseline_is_the_knob_s_own_value_and_adaptive_is_the_tune_s(tmp_path):
+    assert load_tune(tune_file(tmp_path, more="baseline = { k = 0.0 }")).baseline == {"k": 0}
+    p = tune_file(tmp_path, max_repeats=2)
+    p.write_text(p.read_text().replace("repeats = 2\n", "repeats = 3\n", 1))
+    with pytest.raises(ConfigError) as got:
+        load_tune(p)
+    assert got.value.key == "experiment.repeats" and "more than tune.max_repeats" in got.value.message
+    p = tune_file(tmp_path)
+    p.write_text(p.read_text().replace("sentinel_tokens = 0", "sentinel_tokens = 0\nadaptive = true"))
+    with pytest.raises(ConfigError) as got:
+        load_tune(p)
+    assert got.value.key == "experiment.adaptive"
+
+
+def test_a_stop_signal_held_while_engines_stop_stops_the_tune_before_its_next_race():
+    import os  # noqa: PLC0415
+    import signal  # noqa: PLC0415
+
+    from leverbench.runner.run import Interrupted  # noqa: PLC0415
+    from leverbench.runner.signals import hold_signals, release_signals  # noqa: PLC0415
+    from leverbench.tune.races import _stop_if_asked  # noqa: PLC0415
+
+    held = hold_signals()
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)  # (held: remembered, nothing else)
+    finally:
+        release_signals(held)
+    with pytest.raises(Interrupted):
+        _stop_if_asked()
+    _stop_if_asked()  # taken: the next race is not stopped by the same signal

@@ -33,7 +33,8 @@ def tune_command(tune_file: Path, out_dir: Path, resume: bool) -> None:
 
     Prints the configuration to run with its launch command, its verdict against the
     baseline, each race, and the engine-seconds spent beside the full grid's estimate.
-    Ctrl-C stops at once: --resume continues."""
+    Ctrl-C (or SIGTERM, SIGHUP) stops the tune: a race under way stops as `leverbench run`
+    does, its engines stopped; --resume continues."""
     from ..config.tune import load_tune  # noqa: PLC0415 (pydantic)
     from ..report.tune import race_line, render_tune  # noqa: PLC0415
     from ..runner.run import Interrupted  # noqa: PLC0415 (aiohttp)
@@ -52,12 +53,17 @@ def tune_command(tune_file: Path, out_dir: Path, resume: bool) -> None:
             assert isinstance(result, RaceResult)
             err_console.print(f"race {n}: {race_line(race_row(result))}", highlight=False, soft_wrap=True)
 
+    from ..runner.signals import interrupt_on, release_signals  # noqa: PLC0415
+
+    held = interrupt_on()  # SIGTERM and SIGHUP between races stop the tune as Ctrl-C does
     try:
         summary = run_tune(tune, out_dir, progress=said)
-    except Interrupted:
+    except (Interrupted, KeyboardInterrupt):
         err_console.print(f"\ninterrupted; every race's calls are in {out_dir}/races/*/ledger.jsonl and the engines "
                           f"were stopped. Resume with:\n  leverbench tune {tune_file} --out {out_dir} --resume",
                           highlight=False)
         sys.exit(130)
+    finally:
+        release_signals(held)
     console.print(render_tune(summary), highlight=False, soft_wrap=True)
     err_console.print(f"wrote {out_dir}/tune.json", highlight=False)

@@ -23,12 +23,13 @@ configuration's value.  The file's other tables (``[experiment]``, ``[[cases]]``
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from ..engines.command_template import placeholders
+from ..engines.command_template import as_text, check_values, placeholders
 from ..errors import ConfigError
 from .adaptive import AdaptiveSpec
 from .experiment import Arm, LoadedExperiment, load_data, read_toml
@@ -41,6 +42,8 @@ TomlValue = Union[bool, int, float, str]
 #: The operating points a tune races at today: one request in flight (the paired, interleaved turns); a point
 #: under load needs the load stage's race, which is not built yet.
 POINTS = (1,)
+#: The most configurations a space may hold (a grid this large is no tune: split it).
+MAX_CONFIGURATIONS = 10_000
 
 
 class TuneSpec(BaseModel):
@@ -71,8 +74,11 @@ class TuneSpec(BaseModel):
         for name, values in self.knobs.items():
             if not values:
                 raise ValueError(f"knob {name!r} has no values")
-            if len(set(map(repr, values))) != len(values):
-                raise ValueError(f"knob {name!r} lists a value twice")
+            for i, v in enumerate(values):
+                for w in values[:i]:  # (1 and true, 0 and 0.0, 1 and "1": one value, or one text in the command)
+                    if v == w or as_text(v) == as_text(w):
+                        raise ValueError(f"knob {name!r} lists {w!r} and {v!r}, which are the same value in the "
+                                         "command: list each value once")
         for name, value in self.baseline.items():
             if name not in self.knobs:
                 raise ValueError(f"baseline names {name!r}, which is not a knob (knobs: {', '.join(self.knobs)})")
@@ -86,6 +92,12 @@ class TuneSpec(BaseModel):
                     raise ValueError(f"exclude[{i}] names {name!r}, which is not a knob")
                 if value not in self.knobs[name]:
                     raise ValueError(f"exclude[{i}]: {name} = {value!r} is not one of its values")
+        size = 1
+        for values in self.knobs.values():
+            size *= len(values)
+        if size > MAX_CONFIGURATIONS:
+            raise ValueError(f"the knobs make {size:,} configurations, more than {MAX_CONFIGURATIONS:,}: search fewer "
+                             "values (or tune in steps)")
         for c in self.concurrency:
             if c not in POINTS:
                 raise ValueError(f"concurrency {c}: a tune races at 1 request in flight only, for now (a race under "
@@ -143,15 +155,37 @@ def load_tune(path: str | Path) -> LoadedTune:
         if not isinstance(value, (bool, int, float, str)) or value not in values:
             raise ConfigError(file, f"arms[0].engine.values.{name}", f"{value!r} is not one of tune.knobs.{name}'s "
                               f"values {values}: the baseline must be in the space")
-        baseline[name] = value
-    arms[0] = {**arms[0], "role": "baseline", "engine": {**engine, "values": {**given, **baseline}}}
+        baseline[name] = values[values.index(value)]  # (as the knob lists it: 0, not 0.0)
     section = data.get("experiment")
+    if isinstance(section, dict) and "adaptive" in section:
+        raise ConfigError(file, "experiment.adaptive", "a tune sets each race's adaptive repeats from [tune] "
+                          "(min_effect, confidence, max_repeats): leave it out")
+    if isinstance(section, dict) and isinstance(section.get("repeats"), int) and section["repeats"] > spec.max_repeats:
+        raise ConfigError(file, "experiment.repeats", f"{section['repeats']} is more than tune.max_repeats "
+                          f"({spec.max_repeats}): a race's first rounds cannot exceed its most repeats")
+    arms[0] = {**arms[0], "role": "baseline", "engine": {**engine, "values": {**given, **baseline}}}
     if isinstance(section, dict) and "name" in section and isinstance(arms[0].get("name"), str):
         data["experiment"] = {**section, "baseline": arms[0]["name"]}
     experiment = load_data(data, path)
+    checked = experiment.spec.arms[0].engine
+    assert checked is not None and checked.command is not None  # (a command template: checked above, and loaded)
+    for config in _grid(spec):  # every configuration's command splits into arguments (a quote a value opens...)
+        if not any(ex.items() <= config.items() for ex in spec.exclude):
+            try:
+                check_values(checked.command, {**checked.values, **config})
+            except ValueError as exc:
+                raise ConfigError(file, "tune.knobs", f"with {' '.join(f'{k}={v}' for k, v in config.items())}, "
+                                  f"{exc}") from None
     if any(ex.items() <= baseline.items() for ex in spec.exclude):
         raise ConfigError(file, "tune.exclude", "excludes the baseline itself")
     return LoadedTune(path=path, experiment=experiment, spec=spec, baseline=baseline)
+
+
+def _grid(spec: TuneSpec) -> list[dict[str, TomlValue]]:
+    """Every configuration of the space, exclusions included (at most :data:`MAX_CONFIGURATIONS`)."""
+    names = list(spec.knobs)
+    return [dict(zip(names, combo)) for combo in itertools.islice(itertools.product(*spec.knobs.values()),
+                                                                  MAX_CONFIGURATIONS)]
 
 
 def race_experiment(tune: LoadedTune, incumbent: dict[str, TomlValue], candidate: dict[str, TomlValue],

@@ -32,14 +32,22 @@ def race_line(r: RaceRow) -> str:
 
 def point_lines(p: PointRow, confidence: float) -> list[str]:
     """The answer at one operating point."""
-    lines = [f"At {p['point']} request{'s' * (p['point'] != 1)} in flight: run {p['best_words']}"]
+    raced = len(p["path"])
+    lines = [f"At {p['point']} request{'s' * (p['point'] != 1)} in flight: run {p['recommended_words']}"]
     vs = p["against_baseline"]
-    if p["is_baseline"]:
+    if p["is_baseline"] and p["stopped"] == "budget":
+        lines.append(f"  the baseline stays: the budget ran out after {raced} race{'s' * (raced != 1)}, and none of "
+                     "those decided a change better (not every one-knob change was raced)")
+    elif p["is_baseline"]:
         lines.append("  the baseline stays: no single change from it was decided better")
+    elif not p["confirmed"]:
+        lines.append(f"  the baseline stays: the search ended at {p['best_words']}, but its race against the baseline "
+                     f"did not decide it better ({OUTCOME_WORDS[vs['outcome']] if vs else 'not raced'}"
+                     + (f", {_interval(vs)}" if vs and _interval(vs) else "") + ")")
     elif vs is not None:
         lines.append(f"  against the baseline: {OUTCOME_WORDS[vs['outcome']]}, {_interval(vs) or 'no ratio'} "
                      f"({confidence:.0%} confidence, ratio = baseline time / its time)")
-    if p["stopped"] == "budget":
+    if p["stopped"] == "budget" and not p["is_baseline"]:
         lines.append("  the budget ran out before the search converged: this is the best found so far, not checked "
                      "against all its neighbours")
     lines.append(f"  launch: {p['command']}")

@@ -47,12 +47,29 @@ def cancel_on(loop: asyncio.AbstractEventLoop, cancel: Callable[[], Any],
             loop.add_signal_handler(s, cancel)
 
 
+#: The stop signals that arrived while held (:func:`hold_signals`), for a caller that goes on to more work after
+#: the engines are stopped (a tune's next race) to honour: :func:`take_held`.
+_held: list[int] = []
+
+
+def _remember(signum: int, frame: Any) -> None:
+    _held.append(signum)
+
+
 def hold_signals() -> dict[int, Any]:
-    """Ignore Ctrl-C, SIGTERM and SIGHUP (on the main thread), returning the handlers to put back: engines
-    being stopped are not left half-stopped by a second signal."""
+    """Hold Ctrl-C, SIGTERM and SIGHUP (on the main thread): each is remembered (:func:`take_held`) and has no other
+    effect, so engines being stopped are not left half-stopped by it; returns the handlers to put back."""
     if threading.current_thread() is not threading.main_thread():
         return {}
-    return {s: signal.signal(s, signal.SIG_IGN) for s in STOP_SIGNALS}
+    return {s: signal.signal(s, _remember) for s in STOP_SIGNALS}
+
+
+def take_held() -> bool:
+    """Whether a stop signal arrived while signals were held since the last call (and forget it): a command that
+    starts more work after a stop (``leverbench tune``'s next race) stops instead, as the signal asked."""
+    arrived = bool(_held)
+    _held.clear()
+    return arrived
 
 
 def release_signals(held: dict[int, Any]) -> None:

@@ -34,10 +34,13 @@ class PointRow(TypedDict):
     """The answer at one operating point (requests in flight)."""
 
     point: int
-    best: dict[str, object]
+    recommended: dict[str, object]  # the best, where its race against the baseline said better; else the baseline
+    recommended_words: str
+    command: str  # the recommended configuration's launch command ({port} left to fill)
+    best: dict[str, object]  # where the search ended
     best_words: str
-    command: str
-    is_baseline: bool
+    is_baseline: bool  # the search ended at the baseline
+    confirmed: bool  # the best is the baseline, or its race against the baseline said better
     against_baseline: Optional[RaceRow]
     stopped: Literal["converged", "budget"]
     engine_s: float

@@ -9,7 +9,14 @@ line per race as it finishes (its number, the two configurations, the point).  A
 resumed by running the search again (:func:`leverbench.tune.search.search` is a deterministic function of the races'
 outcomes): a race with its line is read back from its run's ledger (re-summarised: nothing is trusted that the
 ledger does not hold), a race without one is resumed where its run stopped (``leverbench run --resume``'s rules),
-and the first race not started is where new work begins.
+and the first race not started is where new work begins.  A race whose run finished but whose line a kill cut
+(its ``summary.json`` is there) is read back, not run again; a last line cut mid-write is dropped before the next
+is written.  The header keeps a fingerprint of everything that decides a race (the experiment, the knobs, the
+baseline, the exclusions, the points, the least effect, the confidence, the most repeats; not the budget, which
+may be raised to go on): a tune file changed since is refused.
+
+A race whose engine fails to start (a configuration the engine refuses: too many slots for its memory, a flag its
+build lacks) is a ``refused`` race with the error as its reason: the search goes on without it.
 
 The verdict's mapping (:data:`OUTCOMES`): ``pays`` → better; ``equivalent`` → same; ``does not pay`` → worse when
 the ratio is below 1, else same (faster, but by less than the least effect); ``undecided``/``open`` → undecided; a
@@ -18,14 +25,16 @@ verdict the guard refused (its ``refused`` reason) → refused.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+from contextlib import suppress
 from pathlib import Path
 from typing import Callable, Optional
 
 from ..analysis.hardware.engines import engine_seconds
 from ..config.tune import LoadedTune, TomlValue, race_experiment
-from ..errors import BadInput
+from ..errors import BadInput, EngineError
 from ..ledger.reader import Ledger
 from ..ledger.rows import RunHeaderRow
 from ..pipeline.run_files import report_dir
@@ -75,6 +84,13 @@ def result_of(summary: Summary, ledger: Ledger[RunHeaderRow], incumbent: Config,
                       row["low"] if row else None, row["high"] if row else None, spent, repeats, reason, str(run_dir))
 
 
+def fingerprint(tune: LoadedTune) -> str:
+    """A hash of everything that decides a race (module docstring): a resumed tune must have the same."""
+    spec = tune.spec.model_dump(mode="json", exclude={"budget_engine_s"})
+    what = {"experiment": tune.experiment.snapshot(), "tune": spec, "baseline": tune.baseline}
+    return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
 class RunRacer:
     """Runs each race the search asks for as a leverbench run under *out* (module docstring); a race finished
     before (its ``race`` line in ``tune.jsonl``) is read back from its ledger instead."""
@@ -86,29 +102,38 @@ class RunRacer:
         self.log = self.out / "tune.jsonl"
         self.done = self._read_log()
 
-    def _read_log(self) -> dict[int, tuple[Config, Config, int]]:
-        if not self.log.exists():
+    def _read_log(self) -> dict[int, dict[str, object]]:
+        if not self.log.exists() or not self.log.read_bytes().strip():
             self.out.mkdir(parents=True, exist_ok=True)
+            self.log.write_bytes(b"")
             self._append({"kind": "tune", "schema": TUNE_LEDGER_SCHEMA, "file": str(self.tune.path),
+                          "fingerprint": fingerprint(self.tune),
                           "knobs": {k: list(v) for k, v in self.tune.spec.knobs.items()},
                           "baseline": dict(self.tune.baseline), "exclude": [dict(e) for e in self.tune.spec.exclude],
                           "concurrency": self.tune.spec.concurrency, "min_effect": self.tune.spec.min_effect,
                           "confidence": self.tune.spec.confidence, "max_repeats": self.tune.spec.max_repeats,
                           "budget_engine_s": self.tune.spec.budget_engine_s})
             return {}
-        done: dict[int, tuple[Config, Config, int]] = {}
-        for n, line in enumerate(self.log.read_text(encoding="utf-8").splitlines(), 1):
+        raw = self.log.read_bytes()
+        if not raw.endswith(b"\n"):  # a last line a kill cut mid-write: dropped (its race is read back or resumed)
+            raw = raw[:raw.rfind(b"\n") + 1]
+            self.log.write_bytes(raw)
+        done: dict[int, dict[str, object]] = {}
+        for n, line in enumerate(raw.decode("utf-8").splitlines(), 1):
             try:
                 rec = json.loads(line)
             except json.JSONDecodeError:
-                if n == len(self.log.read_text(encoding="utf-8").splitlines()):
-                    continue  # a last line cut by a kill: its race is resumed from its run
                 raise BadInput(f"{self.log}: line {n} is not JSON; the tune's ledger is damaged") from None
-            if n == 1 and (not isinstance(rec, dict) or rec.get("schema") != TUNE_LEDGER_SCHEMA):
-                raise BadInput(f"{self.log}: line 1 is not a {TUNE_LEDGER_SCHEMA} header; is {self.out} a tune's "
-                               "directory?")
-            if isinstance(rec, dict) and rec.get("kind") == "race":
-                done[int(rec["race"])] = (_config(rec["incumbent"]), _config(rec["candidate"]), int(rec["point"]))
+            if n == 1:
+                if not isinstance(rec, dict) or rec.get("schema") != TUNE_LEDGER_SCHEMA:
+                    raise BadInput(f"{self.log}: line 1 is not a {TUNE_LEDGER_SCHEMA} header; is {self.out} a "
+                                   "tune's directory?")
+                if rec.get("fingerprint") != fingerprint(self.tune):
+                    raise BadInput(f"{self.out}: the tune file changed since this tune began (its experiment, knobs, "
+                                   "baseline, exclusions, points, least effect, confidence or most repeats; only "
+                                   "budget_engine_s may change): start a new tune (another --out)")
+            elif isinstance(rec, dict) and rec.get("kind") == "race":
+                done[int(rec["race"])] = rec
         return done
 
     def _append(self, rec: dict[str, object]) -> None:
@@ -118,34 +143,61 @@ class RunRacer:
             os.fsync(fh.fileno())
 
     def __call__(self, incumbent: Config, candidate: Config, point: int) -> RaceResult:
+        _stop_if_asked()
         self.count += 1
         n = self.count
         run_dir = self.out / "races" / f"{n:03d}"
-        finished = self.done.get(n)
-        if finished is not None and finished != (incumbent, candidate, point):
-            raise BadInput(f"{self.out}: race {n} ran {words(finished[0])} against {words(finished[1])}, but the "
-                           f"search now asks for {words(incumbent)} against {words(candidate)}: the tune file changed "
-                           "since; start a new tune (another --out)")
-        if finished is None:
-            self._run(n, run_dir, incumbent, candidate)
-        summary, ledger = report_dir(run_dir)
-        result = result_of(summary, ledger, incumbent, candidate, point, run_dir)
-        if finished is None:
+        line = self.done.get(n)
+        if line is not None and (_config(line["incumbent"]), _config(line["candidate"]), line["point"]) != (
+                incumbent, candidate, point):
+            raise BadInput(f"{self.out}: race {n} ran {words(_config(line['candidate']))} against "
+                           f"{words(_config(line['incumbent']))}, but the search now asks for {words(candidate)} "
+                           f"against {words(incumbent)}: start a new tune (another --out)")
+        failed = line.get("failed") if line is not None else None
+        if line is None and not (run_dir / "summary.json").exists():
+            failed = self._run(n, run_dir, incumbent, candidate)
+        if isinstance(failed, str):  # its engine did not start: refused, with the engine's words
+            spent = 0.0
+            if (run_dir / "ledger.jsonl").exists():
+                with suppress(BadInput):
+                    _, ledger = report_dir(run_dir, write=False)
+                    spent = engine_seconds(list(ledger.of_kind("engine_start")), ledger.of_kind("engine_stop"))
+            result = RaceResult(incumbent, candidate, point, "refused", None, None, None, spent, 0,
+                                f"an engine did not start: {failed}", str(run_dir))
+        else:
+            summary, ledger = report_dir(run_dir)
+            result = result_of(summary, ledger, incumbent, candidate, point, run_dir)
+        if line is None:
             self._append({"kind": "race", "race": n, "incumbent": dict(incumbent), "candidate": dict(candidate),
                           "point": point, "outcome": result.outcome, "ratio": result.ratio,
-                          "engine_s": result.engine_s})
+                          "engine_s": result.engine_s, **({"failed": failed} if isinstance(failed, str) else {})})
         if self.progress:
             self.progress(n, result, "done")
+        _stop_if_asked()
         return result
 
-    def _run(self, n: int, run_dir: Path, incumbent: Config, candidate: Config) -> None:
+    def _run(self, n: int, run_dir: Path, incumbent: Config, candidate: Config) -> str | None:
+        """Run race *n* (resumed where a kill cut its run); the engine's error where one did not start."""
         from ..runner.run import Runner  # noqa: PLC0415 (aiohttp: only when a race runs)
 
         if self.progress:
             self.progress(n, None, f"{words(candidate)} against {words(incumbent)}")
         exp = race_experiment(self.tune, _values(incumbent), _values(candidate), words(incumbent), words(candidate))
         resume = (run_dir / "ledger.jsonl").exists()
-        Runner(exp, run_dir, resume=resume, progress=self.run_progress).run()
+        try:
+            Runner(exp, run_dir, resume=resume, progress=self.run_progress).run()
+        except EngineError as exc:
+            return str(exc).splitlines()[0][:500] if str(exc) else type(exc).__name__
+        return None
+
+
+def _stop_if_asked() -> None:
+    """A stop signal that arrived while a race's engines were being stopped (held then): stop now, as asked."""
+    from ..runner.run import Interrupted  # noqa: PLC0415
+    from ..runner.signals import take_held  # noqa: PLC0415
+
+    if take_held():
+        raise Interrupted("a stop signal arrived while engines were stopped")
 
 
 def _config(values: object) -> Config:

@@ -39,8 +39,12 @@ def launch_command(tune: LoadedTune, config: Config) -> str:
 def point_row(tune: LoadedTune, result: SearchResult) -> PointRow:
     space = space_of(tune)
     against = result.against_baseline(space.baseline)
-    return {"point": result.point, "best": dict(result.best), "best_words": words(result.best),
-            "command": launch_command(tune, result.best), "is_baseline": result.best == space.baseline,
+    at_baseline = result.best == space.baseline
+    confirmed = at_baseline or (against is not None and against.outcome == "better")
+    recommended = result.best if confirmed else space.baseline
+    return {"point": result.point, "recommended": dict(recommended), "recommended_words": words(recommended),
+            "command": launch_command(tune, recommended), "best": dict(result.best), "best_words": words(result.best),
+            "is_baseline": at_baseline, "confirmed": confirmed,
             "against_baseline": race_row(against) if against else None, "stopped": result.stopped,
             "engine_s": result.engine_s, "grid_engine_s": grid_engine_s(space, result.path),
             "grid_configurations": len(space.grid()), "races": len(result.path),

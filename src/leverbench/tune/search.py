@@ -4,21 +4,27 @@ racer its finished races back in the same order and re-derives the same path).
 
 **The algorithm.**  The incumbent starts at the space's baseline.  A *sweep* takes the knobs in the space's order;
 for each knob it tries the knob's other values in the file's order, allowed ones only (an excluded configuration
-is never raced), each one as a candidate (the incumbent with that knob changed) raced against the incumbent.  As
-soon as a race says ``better`` the candidate becomes the incumbent and the sweep goes on with the next knob from
-it; ``same``, ``worse``, ``undecided`` and ``refused`` keep the incumbent (a refused race never makes its candidate
+is never raced), each one as a candidate (the incumbent with that knob changed) raced against the incumbent.  A
+configuration that was once the incumbent, the baseline among them, is no candidate: it can never be adopted again
+(below), so its race could not change the answer and a sweep does not spend engine-seconds on it.  As soon as a
+race says ``better`` the candidate becomes the incumbent and the sweep goes on with the next knob from it;
+``same``, ``worse``, ``undecided`` and ``refused`` keep the incumbent (a refused race never makes its candidate
 win, whatever its ratio).  Sweeps repeat from the new incumbent until a whole sweep adopts nothing: then no single
-change of the winner paid.  The **final check** is the winner's race against each allowed one-knob neighbour
-(the winner the incumbent) and the baseline's race (the incumbent) against the winner when they differ.  The
-sweep that adopted nothing raced the unchanged winner against every neighbour and none won (a "better" there would
-have been adopted), so the neighbour races are that sweep's, reused, and no neighbour can win the final check:
-it runs anew only the baseline race, when the path never raced the baseline against the winner.
+change of the winner to a configuration never the incumbent paid.  The **final check** is the winner's race
+against each allowed one-knob neighbour (the winner the incumbent) and the baseline's race (the incumbent)
+against the winner when they differ.  The sweep that adopted nothing raced the unchanged winner against every
+neighbour that was never the incumbent and none won (a "better" there would have been adopted): those races are
+that sweep's, reused.  A neighbour that was once the incumbent was skipped by the sweeps: its race with the
+winner is reused where the path has one (the race that adopted the winner from it, say) and run in the final
+check where not, as is the baseline race when the path never raced the baseline against the winner.  None of
+these can change the winner; a past incumbent found "better" than the winner there is a cycle only errors make
+(below), left in ``final`` for the reader to see.
 
 **Rules that keep it finite and honest.**  A pair of configurations is raced at most once per point (either way
 round); a later question about the same pair reuses that race.  The baseline is the incumbent of every race
-it is in, also when the sweep asks whether it should replace the incumbent (it never may, below): so the
-winner's race with the baseline reads "baseline against winner" whenever it ran, in a sweep or in the final
-check (:meth:`.space.SearchResult.against_baseline`).  A race reused the other way round never adopts:
+it is in, also when the final check asks about it as the winner's neighbour: so the winner's race with the
+baseline reads "baseline against winner" whenever it ran, in a sweep or in the final check
+(:meth:`.space.SearchResult.against_baseline`).  A race reused the other way round never adopts (:func:`wins`):
 its ``better`` is the other configuration's win, and its ``worse`` (the other configuration not decided faster by
 the least effect) does not say that this one is.  A configuration that was once the incumbent is never
 adopted again (verdicts that would cycle, A beats B beats C beats A, can only come from errors; the search keeps
@@ -28,10 +34,10 @@ incumbent then; the race that crossed it is counted whole).
 
 **What it guarantees.**  Each step is one controlled comparison at the racer's confidence: an adoption is a
 "better" verdict of a race the guard did not refuse.  The answer is a local optimum of one-knob changes as the
-races saw them; a joint change of two knobs from the winner is tested only where the path happened to measure
-one, and every pair of knobs for which it did not is named in ``not_excluded`` (an interaction between them,
-a knob that pays only with another, is not excluded).  The errors of many races add up; the final race against
-the baseline is the one verdict the answer is reported with.
+races saw them (barring a cycle, which ``final`` shows); a joint change of two knobs from the winner is tested
+only where the path happened to measure one, and every pair of knobs for which it did not is named in
+``not_excluded`` (an interaction between them, a knob that pays only with another, is not excluded).  The errors
+of many races add up; the final race against the baseline is the one verdict the answer is reported with.
 """
 
 from __future__ import annotations
@@ -119,14 +125,16 @@ def search(space: Space, point: int, race: Racer, budget_engine_s: Optional[floa
             adopted = False
             for knob in space.knobs:  # one sweep
                 for candidate in candidates(space, incumbent, knob):
-                    r = races.between(incumbent, candidate)
-                    if wins(r, incumbent) and candidate not in been:
+                    if candidate in been:
+                        continue  # it could never be adopted: its race could not change the answer
+                    if wins(races.between(incumbent, candidate), incumbent):
                         incumbent, adopted = candidate, True
                         been.add(candidate)
                         break
             if not adopted:
                 break
-        # the sweep that adopted nothing raced the incumbent against every neighbour: all reused here
+        # the last sweep raced the incumbent against every neighbour never an incumbent (reused here); the races
+        # with past incumbents are reused where the path has one, run now where not
         final = [races.between(incumbent, n) for n in space.neighbours(incumbent)]
         if incumbent != space.baseline and space.baseline not in space.neighbours(incumbent):
             final.append(races.between(space.baseline, incumbent))  # (a neighbour baseline's race is in already)
