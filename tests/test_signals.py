@@ -130,9 +130,14 @@ def _healthy(port: int) -> bool:
 
 
 def _assert_gone(pid: int, port: int) -> None:
-    """Nothing of the engine *pid* (the leader of its process group) is left, and its port is free."""
+    """Nothing of the engine *pid* (the leader of its process group) is left, and its port is free (within
+    ``limits.STOP_S``: a process seen gone may still be closing its sockets as its last threads end; a port held
+    past that is a leak)."""
     assert not _live(pid), f"engine {pid} still runs"
     assert not _group_members(pid), f"its process group still holds {_group_members(pid)}"
+    deadline = time.monotonic() + limits.STOP_S
+    while not _port_free(port) and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert _port_free(port), f"port {port} is still taken"
 
 
