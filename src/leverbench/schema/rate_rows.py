@@ -105,9 +105,9 @@ class ProbeMeasure(TypedDict):
     refused: NotRequired[str]
 
 
-@strict_row
-class ProbeRow(TypedDict):
-    """``probes[]``: one fixed-length probe, measured and checked (:mod:`...analysis.rates.probes`)."""
+class ProbeMeasured(TypedDict):
+    """A probe as measured, before its check (:func:`...analysis.rates.probes.probes`): :class:`ProbeRow`'s first
+    keys, in order."""
 
     arm: str
     case: str
@@ -131,7 +131,12 @@ class ProbeRow(TypedDict):
     refused: NotRequired[str]
     same_calls_server_tps: NotRequired[float | None]
     acceptance: NotRequired[float | None]
-    # the check
+
+
+class ProbeCheck(TypedDict):
+    """A probe's check (:func:`...analysis.rates.probes.check`): :class:`ProbeRow`'s keys after the measurement's,
+    in order."""
+
     regression_decode_tps: float | None
     regression_context: float | None
     regression_extrapolated: bool | None
@@ -142,6 +147,12 @@ class ProbeRow(TypedDict):
     agreement: float | None
     agrees: bool | None
     model_prefill_s: NotRequired[float]
+
+
+@strict_row
+class ProbeRow(ProbeMeasured, ProbeCheck):
+    """``probes[]``: one fixed-length probe, measured and checked (:mod:`...analysis.rates.probes`)."""
+
     check_note: NotRequired[str]
     prefill_speedup_vs_baseline: float | None
 

@@ -53,7 +53,7 @@ tolerance (``[probes] tolerance``, default 5 %).
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import TYPE_CHECKING, NotRequired, Sequence, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Sequence, TypedDict, TypeVar
 
 import numpy as np
 
@@ -65,7 +65,15 @@ from .rate_model import prefill_seconds, tokens_per_second_at
 
 if TYPE_CHECKING:
     from ...ledger.rows import CallRow, Sample, TimingsRow
-    from ...schema.rate_rows import DecodeFit, DecompositionRow, ProbeMeasure, ProbeRow, RateModelRow
+    from ...schema.rate_rows import (
+        DecodeFit,
+        DecompositionRow,
+        ProbeCheck,
+        ProbeMeasure,
+        ProbeMeasured,
+        ProbeRow,
+        RateModelRow,
+    )
 
 T = TypeVar("T")
 
@@ -176,33 +184,6 @@ def same_calls_server_tps(rows1: Sequence[CallRow], rows2: Sequence[CallRow]) ->
     return two_point(p1, m1 / 1000.0, p2, m2 / 1000.0)
 
 
-class ProbeEntry(TypedDict):
-    """A probe's row as :func:`probes` measured it, before :func:`check`: :class:`ProbeRow`'s first keys, in order."""
-
-    arm: str
-    case: str
-    depth: int | None
-    n1: int
-    n2: int
-    repeats: int
-    prefill_s: float | None
-    decode_tps: float | None
-    input_tokens: float | None
-    cached_tokens: float | None
-    context_tokens: float | None
-    natural: bool
-    forced_on_drafter: bool
-    # the measurement, where both lengths have calls that count (:func:`measure`)
-    t1_s: NotRequired[float]
-    t2_s: NotRequired[float]
-    c1: NotRequired[float]
-    c2: NotRequired[float]
-    method: NotRequired[str]
-    refused: NotRequired[str]
-    same_calls_server_tps: NotRequired[float | None]
-    acceptance: NotRequired[float | None]
-
-
 class ServerExtrapolated(TypedDict, total=False):
     """Whether the server's view lies outside the contexts its fit saw (where there is one: :func:`check`)."""
 
@@ -215,28 +196,13 @@ class ModelPrefill(TypedDict, total=False):
     model_prefill_s: float
 
 
-class ProbeCheck(TypedDict):
-    """:func:`check`'s keys of a probe's row, in :class:`ProbeRow`'s order."""
-
-    regression_decode_tps: float | None
-    regression_context: float | None
-    regression_extrapolated: bool | None
-    regression_source: str | None
-    server_decode_tps: float | None
-    server_extrapolated: NotRequired[bool]
-    views: list[str]
-    agreement: float | None
-    agrees: bool | None
-    model_prefill_s: NotRequired[float]
-
-
 class CheckNote(TypedDict, total=False):
     """Why a probe's check reads as it does, where that needs words (:func:`probes`)."""
 
     check_note: str
 
 
-def check(entry: ProbeEntry, reg: DecompositionRow | None, stream: DecodeFit | None,
+def check(entry: ProbeMeasured, reg: DecompositionRow | None, stream: DecodeFit | None,
           model: RateModelRow | None, tol: float) -> ProbeCheck:
     """The three views at the probe's context, their ``agreement`` and ``agrees`` (module docstring);
     *stream* is the decode block fitted on the client's stream clock, *reg* the cell regression (used only
@@ -301,7 +267,7 @@ def probes(ds: Dataset, decomposition: Sequence[DecompositionRow], models: Seque
             by[(p["arm"], p["case"], p.get("probe_depth"))][tokens].append(p)
     reg = {(d["arm"], d["case"]): d for d in decomposition}
     model_of = {m["arm"]: m for m in models or []}
-    measured: list[tuple[ProbeEntry, ProbeCheck, CheckNote]] = []
+    measured: list[tuple[ProbeMeasured, ProbeCheck, CheckNote]] = []
     keys = sorted(by, key=lambda k: (ds.arms.index(k[0]) if k[0] in ds.arms else 99, k[1], k[2] or 0))
     for arm, case, depth in keys:
         lengths = by[(arm, case, depth)]
@@ -313,7 +279,7 @@ def probes(ds: Dataset, decomposition: Sequence[DecompositionRow], models: Seque
         drafter = arm in ds.arm_names and has_drafter(ds, arm)
         # (the row's first keys: check() below makes the check's, and the loop after this one
         # prefill_speedup_vs_baseline, all put together in the row's order there)
-        entry: ProbeEntry = {"arm": arm, "case": case, "depth": depth, "n1": n1, "n2": n2,
+        entry: ProbeMeasured = {"arm": arm, "case": case, "depth": depth, "n1": n1, "n2": n2,
                              "repeats": min(len(rows[n1]), len(rows[n2])), "prefill_s": None, "decode_tps": None,
                              "input_tokens": None, "cached_tokens": None, "context_tokens": None, "natural": natural,
                              "forced_on_drafter": drafter and not natural}
