@@ -6,14 +6,11 @@ says where in one line."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import sys
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from engine_marks import HAVE_ENGINE
 from limits import SERVER_READY_S
 
 from leverbench.cli import cli
@@ -262,36 +259,3 @@ def test_a_stop_signal_held_while_engines_stop_stops_the_tune_before_its_next_ra
     with pytest.raises(Interrupted):
         _stop_if_asked()
     _stop_if_asked()  # taken: the next race is not stopped by the same signal
-
-
-# ------------------------------------------------------------------ the real llama.cpp server
-
-
-@pytest.mark.slow
-@pytest.mark.engine
-@pytest.mark.skipif(not HAVE_ENGINE and not os.environ.get("LEVERBENCH_REQUIRE_ENGINE"),
-                    reason="embedded engine not installed (scripts/install.sh)")
-def test_a_tune_of_the_real_llama_cpp_server_through_its_template(tmp_path):
-    """examples/tune.toml's template (the bundled llama.cpp server on its bundled model), its drafter alone, on one
-    of its turns: one race, a ledger whose calls the real server answered (its own timings), and an answer that
-    is the baseline or a drafter decided better against it — never a refused or undecided one."""
-    examples = Path(__file__).resolve().parents[1] / "examples"
-    text = (examples / "tune.toml").read_text()
-    text = text.replace('knobs = { spec = ["none", "ngram-simple"], k = [3, 7], slots = [1, 2] }',
-                        'knobs = { spec = ["none", "ngram-simple"] }')
-    text = text.replace('baseline = { spec = "none", k = 3, slots = 1 }\nexclude = [{ spec = "none", k = 7 }]',
-                        'baseline = { spec = "none" }')
-    text = text.replace("max_repeats = 6", "max_repeats = 4").replace(
-        '{ slots_dir = "/tmp/leverbench-tune-slots" }', f'{{ slots_dir = "{tmp_path / "slots"}", k = 3, slots = 1 }}')
-    text = text[:text.index('[[cases]]\nname = "log diagnosis"')]
-    assert 'knobs = { spec = ["none", "ngram-simple"] }' in text and "k = 3," in text  # (the example's shape held)
-    shutil.copytree(examples / "docs", tmp_path / "docs")  # (its cases' documents, relative to the file)
-    f = tmp_path / "tune.toml"
-    f.write_text(text)
-    summary = run_tune(load_tune(f), tmp_path / "out")
-    (point,) = summary["points"]
-    (race,) = point["path"]
-    led = read_ledger(Path(race["run_dir"]))
-    calls = [r for r in led.records if r.get("kind") == "call" and r.get("error") is None]
-    assert calls and all(isinstance(r.get("timings"), dict) for r in calls)  # llama.cpp's own timings
-    assert point["recommended"] == ({"spec": "ngram-simple"} if race["outcome"] == "better" else {"spec": "none"})

@@ -4,6 +4,8 @@ unknown (a knob discovered on another arm and not found on this one).  Apart fro
 
 from __future__ import annotations
 
+from typing import Iterable
+
 #: A knob discovered on another arm and not found on this one.
 UNKNOWN = "(unknown)"
 #: The words that mean "off" (after trimming, any case); null, false and 0 do too.
@@ -18,3 +20,9 @@ def is_on(value: object) -> bool:
     if isinstance(value, str):
         return value.strip().lower() not in OFF_WORDS
     return not (value is None or value is False or (isinstance(value, (int, float)) and value == 0))
+
+
+def config_words(values: Iterable[tuple[str, object]]) -> str:
+    """Knobs' values in words, ``k=4 slots=2`` (a boolean as on / off): a tune's configuration, as its races name
+    their arms and its answer says it."""
+    return " ".join(f"{k}={('on' if v else 'off') if isinstance(v, bool) else v}" for k, v in values)

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from .common import Command, console, err_console
+
+if TYPE_CHECKING:
+    from ..tune.space import RaceResult
 
 
 @click.command(name="tune", cls=Command)
@@ -44,14 +48,9 @@ def tune_command(tune_file: Path, out_dir: Path, resume: bool) -> None:
     if not resume and (out_dir / "tune.jsonl").exists():
         raise click.UsageError(f"{out_dir} already holds a tune: pass --resume to continue it, or another --out")
 
-    def said(n: int, result: object, what: str) -> None:
-        if result is None:
-            err_console.print(f"race {n}: {what}", highlight=False, soft_wrap=True)
-        else:
-            from ..tune.space import RaceResult  # noqa: PLC0415
-
-            assert isinstance(result, RaceResult)
-            err_console.print(f"race {n}: {race_line(race_row(result))}", highlight=False, soft_wrap=True)
+    def said(n: int, result: RaceResult | None, what: str) -> None:
+        line = what if result is None else race_line(race_row(result))
+        err_console.print(f"race {n}: {line}", highlight=False, soft_wrap=True)
 
     from ..runner.signals import interrupt_on, release_signals  # noqa: PLC0415
 

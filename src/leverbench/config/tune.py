@@ -24,6 +24,7 @@ configuration's value.  The file's other tables (``[experiment]``, ``[[cases]]``
 from __future__ import annotations
 
 import itertools
+import math
 from pathlib import Path
 from typing import Union
 
@@ -92,9 +93,7 @@ class TuneSpec(BaseModel):
                     raise ValueError(f"exclude[{i}] names {name!r}, which is not a knob")
                 if value not in self.knobs[name]:
                     raise ValueError(f"exclude[{i}]: {name} = {value!r} is not one of its values")
-        size = 1
-        for values in self.knobs.values():
-            size *= len(values)
+        size = math.prod(len(values) for values in self.knobs.values())
         if size > MAX_CONFIGURATIONS:
             raise ValueError(f"the knobs make {size:,} configurations, more than {MAX_CONFIGURATIONS:,}: search fewer "
                              "values (or tune in steps)")
@@ -182,10 +181,9 @@ def load_tune(path: str | Path) -> LoadedTune:
 
 
 def _grid(spec: TuneSpec) -> list[dict[str, TomlValue]]:
-    """Every configuration of the space, exclusions included (at most :data:`MAX_CONFIGURATIONS`)."""
+    """Every configuration of the space, exclusions included (at most :data:`MAX_CONFIGURATIONS`: checked)."""
     names = list(spec.knobs)
-    return [dict(zip(names, combo)) for combo in itertools.islice(itertools.product(*spec.knobs.values()),
-                                                                  MAX_CONFIGURATIONS)]
+    return [dict(zip(names, combo)) for combo in itertools.product(*spec.knobs.values())]
 
 
 def race_experiment(tune: LoadedTune, incumbent: dict[str, TomlValue], candidate: dict[str, TomlValue],

@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Mapping, Optional
 
 from ..json_types import JSONValue
-from .lever import ArmEvidence, KnobValue, Lever, Use, engine_args, flag_value
+from .lever import ArmEvidence, KnobValue, Lever, Use, cache_config, engine_args, flag_value
 
 #: The engines' spelling of "the model's own dtype", the default: no knob.
 _DEFAULTS = ("auto", "f16")
@@ -28,12 +28,9 @@ _DEFAULTS = ("auto", "f16")
 def _stated(discovered: Mapping[str, JSONValue]) -> tuple[Optional[str], str]:
     """(the cache dtype the engine reports, which report) from a discovered record (or discovery's raw answers:
     there vLLM's labels are under ``metrics``)."""
-    cache = discovered.get("cache_config")
-    metrics = discovered.get("metrics")
-    if not isinstance(cache, dict) and isinstance(metrics, dict):
-        labels = metrics.get("vllm:cache_config_info")
-        cache = labels[0] if isinstance(labels, list) and labels and isinstance(labels[0], dict) else None
-    if isinstance(cache, dict) and isinstance(cache.get("cache_dtype"), str):
+    stated = discovered.get("cache_config")
+    cache = stated if isinstance(stated, dict) else cache_config(discovered)
+    if isinstance(cache.get("cache_dtype"), str):
         return str(cache["cache_dtype"]), "vLLM cache_config_info"
     info = discovered.get("server_info")
     if isinstance(info, dict) and isinstance(info.get("kv_cache_dtype"), str):

@@ -4,6 +4,7 @@ cost beside the full grid's estimate, the path of races, and what it did not tes
 
 from __future__ import annotations
 
+from ..knob_values import config_words
 from ..schema.tune_rows import PointRow, RaceRow, TuneSummary
 
 OUTCOME_WORDS = {"better": "better", "worse": "worse", "same": "no better", "undecided": "undecided",
@@ -11,7 +12,7 @@ OUTCOME_WORDS = {"better": "better", "worse": "worse", "same": "no better", "und
 
 
 def _config(values: dict[str, object]) -> str:
-    return " ".join(f"{k}={('on' if v else 'off') if isinstance(v, bool) else v}" for k, v in values.items())
+    return config_words(values.items())
 
 
 def _interval(r: RaceRow) -> str:

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from ..analysis.hardware.engines import engine_seconds
-from ..config.tune import LoadedTune, TomlValue, race_experiment
+from ..config.tune import LoadedTune, race_experiment
 from ..errors import BadInput, EngineError
 from ..ledger.reader import Ledger
 from ..ledger.rows import RunHeaderRow
@@ -72,13 +72,18 @@ def outcome_of(row: VerdictRow | None) -> tuple[Outcome, Optional[str]]:
     return "undecided", row["reason"] or f"no verdict after {max(row['repeats'].values(), default=0):g} repeats"
 
 
+def race_engine_s(ledger: Ledger[RunHeaderRow]) -> float:
+    """The engine-seconds of a race's run (:func:`leverbench.analysis.hardware.engines.engine_seconds`)."""
+    return engine_seconds(list(ledger.of_kind("engine_start")), ledger.of_kind("engine_stop"))
+
+
 def result_of(summary: Summary, ledger: Ledger[RunHeaderRow], incumbent: Config, candidate: Config, point: int,
               run_dir: Path) -> RaceResult:
     """A finished race's result, from its run's summary and ledger."""
     inc, cand = words(incumbent), words(candidate)
     row = next((v for v in summary["verdicts"] if v["arm"] == cand and v["vs"] == inc), None)
     outcome, reason = outcome_of(row)
-    spent = engine_seconds(list(ledger.of_kind("engine_start")), ledger.of_kind("engine_stop"))
+    spent = race_engine_s(ledger)
     repeats = int(max(row["repeats"].values(), default=0)) if row else 0
     return RaceResult(incumbent, candidate, point, outcome, row["ratio"] if row else None,
                       row["low"] if row else None, row["high"] if row else None, spent, repeats, reason, str(run_dir))
@@ -103,7 +108,8 @@ class RunRacer:
         self.done = self._read_log()
 
     def _read_log(self) -> dict[int, dict[str, object]]:
-        if not self.log.exists() or not self.log.read_bytes().strip():
+        raw = self.log.read_bytes() if self.log.exists() else b""
+        if not raw.strip():
             self.out.mkdir(parents=True, exist_ok=True)
             self.log.write_bytes(b"")
             self._append({"kind": "tune", "schema": TUNE_LEDGER_SCHEMA, "file": str(self.tune.path),
@@ -114,7 +120,6 @@ class RunRacer:
                           "confidence": self.tune.spec.confidence, "max_repeats": self.tune.spec.max_repeats,
                           "budget_engine_s": self.tune.spec.budget_engine_s})
             return {}
-        raw = self.log.read_bytes()
         if not raw.endswith(b"\n"):  # a last line a kill cut mid-write: dropped (its race is read back or resumed)
             raw = raw[:raw.rfind(b"\n") + 1]
             self.log.write_bytes(raw)
@@ -161,7 +166,7 @@ class RunRacer:
             if (run_dir / "ledger.jsonl").exists():
                 with suppress(BadInput):
                     _, ledger = report_dir(run_dir, write=False)
-                    spent = engine_seconds(list(ledger.of_kind("engine_start")), ledger.of_kind("engine_stop"))
+                    spent = race_engine_s(ledger)
             result = RaceResult(incumbent, candidate, point, "refused", None, None, None, spent, 0,
                                 f"an engine did not start: {failed}", str(run_dir))
         else:
@@ -182,7 +187,7 @@ class RunRacer:
 
         if self.progress:
             self.progress(n, None, f"{words(candidate)} against {words(incumbent)}")
-        exp = race_experiment(self.tune, _values(incumbent), _values(candidate), words(incumbent), words(candidate))
+        exp = race_experiment(self.tune, dict(incumbent), dict(candidate), words(incumbent), words(candidate))
         resume = (run_dir / "ledger.jsonl").exists()
         try:
             Runner(exp, run_dir, resume=resume, progress=self.run_progress).run()
@@ -204,7 +209,3 @@ def _config(values: object) -> Config:
     if not isinstance(values, dict):
         raise BadInput(f"a race's configuration must be a JSON object, got {values!r}")
     return tuple((str(k), v) for k, v in values.items())
-
-
-def _values(config: Config) -> dict[str, TomlValue]:
-    return dict(config)

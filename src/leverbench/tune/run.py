@@ -8,7 +8,6 @@ The budget is shared: the engine-seconds the points before spent count against t
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -17,14 +16,13 @@ from ..engines.command_template import as_text, substitute
 from ..schema.tune_rows import TUNE_SUMMARY_SCHEMA, PointRow, RaceRow, TuneSummary
 from .races import RaceProgress, RunRacer, space_of
 from .search import grid_engine_s, search
-from .space import Config, RaceResult, SearchResult, words
+from .space import Config, RaceResult, SearchResult, Space, words
 
 
 def race_row(r: RaceResult) -> RaceRow:
-    d = asdict(r)
     return {"incumbent": dict(r.incumbent), "candidate": dict(r.candidate), "point": r.point, "outcome": r.outcome,
             "ratio": r.ratio, "low": r.low, "high": r.high, "engine_s": r.engine_s, "repeats": r.repeats,
-            "reason": d["reason"], "run_dir": r.run_dir}
+            "reason": r.reason, "run_dir": r.run_dir}
 
 
 def launch_command(tune: LoadedTune, config: Config) -> str:
@@ -36,8 +34,7 @@ def launch_command(tune: LoadedTune, config: Config) -> str:
     return substitute(engine.command, {**values, "port": "{port}"})
 
 
-def point_row(tune: LoadedTune, result: SearchResult) -> PointRow:
-    space = space_of(tune)
+def point_row(tune: LoadedTune, space: Space, result: SearchResult) -> PointRow:
     against = result.against_baseline(space.baseline)
     at_baseline = result.best == space.baseline
     confirmed = at_baseline or (against is not None and against.outcome == "better")
@@ -65,7 +62,7 @@ def run_tune(tune: LoadedTune, out: Path, *, progress: Optional[RaceProgress] = 
         left = None if budget is None else max(budget - spent, 0.0)
         result = search(space, point, racer, left)
         spent += result.engine_s
-        points.append(point_row(tune, result))
+        points.append(point_row(tune, space, result))
     summary: TuneSummary = {
         "schema": TUNE_SUMMARY_SCHEMA, "file": str(tune.path),
         "knobs": {k: list(v) for k, v in tune.spec.knobs.items()}, "baseline": dict(tune.baseline),

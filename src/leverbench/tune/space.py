@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Literal, Mapping, Optional, Protocol, Sequence, Union
+from typing import Literal, Mapping, Optional, Protocol, Union
 
 from typing_extensions import TypeAlias
+
+from ..knob_values import config_words
 
 #: A knob's value: what a placeholder of the engine's command template is filled with.
 KnobValue: TypeAlias = Union[str, int, float, bool]
@@ -27,12 +29,8 @@ Outcome: TypeAlias = Literal["better", "worse", "same", "undecided", "refused"]
 
 
 def words(config: Config) -> str:
-    """A configuration in words: ``k=4 slots=2``."""
-    return " ".join(f"{k}={_value_words(v)}" for k, v in config)
-
-
-def _value_words(v: KnobValue) -> str:
-    return ("on" if v else "off") if isinstance(v, bool) else str(v)
+    """A configuration in words: ``k=4 slots=2`` (:func:`leverbench.knob_values.config_words`)."""
+    return config_words(config)
 
 
 @dataclass(frozen=True)
@@ -116,8 +114,3 @@ class SearchResult:
     def against_baseline(self, baseline: Config) -> Optional[RaceResult]:
         """The final race of the winner against the baseline (None when the baseline won)."""
         return next((r for r in self.final if r.incumbent == baseline and r.candidate == self.best), None)
-
-
-def races_between(path: Sequence[RaceResult], a: Config, b: Config, point: int) -> list[RaceResult]:
-    """The races of *path* between *a* and *b* (either way round) at *point*."""
-    return [r for r in path if r.point == point and {r.incumbent, r.candidate} == {a, b}]

@@ -415,3 +415,11 @@ def sums(codes: np.ndarray, values: np.ndarray | Iterable[float] | None, n: int)
 def zero_nan(x: np.ndarray) -> np.ndarray:
     """``x or 0`` for a column: NaN (absent or null) counts as 0."""
     return np.where(np.isnan(x), 0.0, x)
+
+
+def cached_tokens(r: CallRow) -> float | None:
+    """A call's cached prompt tokens: usage ``cached_tokens``, else llama.cpp ``timings.cache_n``; None: neither."""
+    if (usage := r.get("cached_tokens")) is not None:
+        return usage
+    n = (r.get("timings") or {}).get("cache_n")
+    return float(n) if isinstance(n, str) else n  # (a server's number the ledger stored as text: "NaN", ...)

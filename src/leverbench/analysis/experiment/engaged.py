@@ -35,9 +35,9 @@ from ...levers import ArmEvidence, CallSums, Lever, Measured, registry
 from ...schema.lever_rows import EngagedRow, LeverUse
 from ...schema.rate_rows import ServerMetricsRow
 from ...schema.warning_kinds import RunWarning, WarningKind
-from ..base.dataset import Dataset, sums, zero_nan
+from ..base.dataset import Dataset, cached_tokens, sums, zero_nan
 from ..base.knobs import is_on
-from ..load.stages import cached_tokens, measured_calls
+from ..load.stages import measured_calls
 
 #: The ledger's names of a call's cached prompt tokens (usage; llama.cpp's ``timings``) and drafted and accepted
 #: tokens (``timings``).

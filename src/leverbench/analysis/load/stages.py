@@ -112,6 +112,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ...schema.warning_kinds import RunWarning, WarningKind
+from ..base.dataset import cached_tokens
 from ..base.metrics import arm_metrics
 
 if TYPE_CHECKING:
@@ -332,14 +333,6 @@ def measured_calls(records: Iterable[Mapping[str, object]]) -> list[CallRow]:
     """The load calls that count (:func:`load_records`: each (arm, stage)'s latest execution), without warm-up
     calls and retried attempts; failed calls kept."""
     return [r for rs in load_records(records).values() for r in rs if not r.get("retried") and not r.get("warmup")]
-
-
-def cached_tokens(r: CallRow) -> float | None:
-    """A call's cached prompt tokens: usage ``cached_tokens``, else llama.cpp ``timings.cache_n``; None: neither."""
-    if (usage := r.get("cached_tokens")) is not None:
-        return usage
-    n = (r.get("timings") or {}).get("cache_n")
-    return float(n) if isinstance(n, str) else n  # (a server's number the ledger stored as text: "NaN", ...)
 
 
 def stage_metrics(metrics: list[MetricsRow], arm: str, stage: str, t_first: float,

@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING, Sequence, TypedDict, TypeVar
 import numpy as np
 
 from ...schema.warning_kinds import RunWarning, WarningKind
-from ..base.dataset import Dataset
+from ..base.dataset import Dataset, cached_tokens
 from ..base.stats import median
 from .rate_fit import decode_points, fit_decode, has_drafter, is_natural
 from .rate_model import prefill_seconds, tokens_per_second_at
@@ -115,14 +115,6 @@ def _timings(r: CallRow) -> TimingsRow:
     return r.get("timings") or {}
 
 
-def _cached_tokens(r: CallRow) -> float | None:
-    """A call's cached prompt tokens: usage ``cached_tokens``, else llama.cpp ``timings.cache_n``; None: neither."""
-    if (usage := r.get("cached_tokens")) is not None:
-        return usage
-    n = _timings(r).get("cache_n")
-    return _sample(n) if n is not None else None
-
-
 def _length_rows(recs: list[CallRow], arm: str, case: str, n: int, natural: bool,
                  warnings: list[RunWarning]) -> list[CallRow]:
     """The probe calls of one length that count (successful, with a count), warning about the others."""
@@ -151,7 +143,7 @@ def measure(rows1: Sequence[CallRow], rows2: Sequence[CallRow]) -> ProbeMeasure:
     t2 = median([_known(r["latency_s"]) for r in rows2])
     both = [*rows1, *rows2]
     prompts = [p for r in both if (p := r.get("prompt_tokens")) is not None]
-    cached = [c for c in (_cached_tokens(r) for r in both) if c is not None]
+    cached = [c for c in (cached_tokens(r) for r in both) if c is not None]
     input_tokens = median(prompts) if prompts else None
     out: ProbeMeasure = {"t1_s": t1, "t2_s": t2, "c1": c1, "c2": c2, "prefill_s": None, "decode_tps": None,
                          "input_tokens": input_tokens, "cached_tokens": median(cached) if cached else None,

@@ -1,0 +1,42 @@
+"""``leverbench tune`` on the real llama.cpp server (issue 40): examples/tune.toml's command template, the
+llama.cpp server leverbench bundles on its bundled model, raced once.  Slow: a minute of real engine starts and
+turns (``.ci/run`` runs it)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from engine_marks import SLOW_ENGINE_MARKS
+
+from leverbench.config.tune import load_tune
+from leverbench.ledger.reader import read_ledger
+from leverbench.tune.run import run_tune
+
+pytestmark = SLOW_ENGINE_MARKS
+
+
+def test_a_tune_of_the_real_llama_cpp_server_through_its_template(tmp_path):
+    """examples/tune.toml's template (the bundled llama.cpp server on its bundled model), its drafter alone, on one
+    of its turns: one race, a ledger whose calls the real server answered (its own timings), and an answer that
+    is the baseline or a drafter decided better against it — never a refused or undecided one."""
+    examples = Path(__file__).resolve().parents[1] / "examples"
+    text = (examples / "tune.toml").read_text()
+    text = text.replace('knobs = { spec = ["none", "ngram-simple"], k = [3, 7], slots = [1, 2] }',
+                        'knobs = { spec = ["none", "ngram-simple"] }')
+    text = text.replace('baseline = { spec = "none", k = 3, slots = 1 }\nexclude = [{ spec = "none", k = 7 }]',
+                        'baseline = { spec = "none" }')
+    text = text.replace("max_repeats = 6", "max_repeats = 4").replace(
+        '{ slots_dir = "/tmp/leverbench-tune-slots" }', f'{{ slots_dir = "{tmp_path / "slots"}", k = 3, slots = 1 }}')
+    text = text[:text.index('[[cases]]\nname = "log diagnosis"')]
+    assert 'knobs = { spec = ["none", "ngram-simple"] }' in text and "k = 3," in text  # (the example's shape held)
+    shutil.copytree(examples / "docs", tmp_path / "docs")  # (its cases' documents, relative to the file)
+    f = tmp_path / "tune.toml"
+    f.write_text(text)
+    summary = run_tune(load_tune(f), tmp_path / "out")
+    (point,) = summary["points"]
+    (race,) = point["path"]
+    led = read_ledger(Path(race["run_dir"]))
+    calls = [r for r in led.records if r.get("kind") == "call" and r.get("error") is None]
+    assert calls and all(isinstance(r.get("timings"), dict) for r in calls)  # llama.cpp's own timings
+    assert point["recommended"] == ({"spec": "ngram-simple"} if race["outcome"] == "better" else {"spec": "none"})
