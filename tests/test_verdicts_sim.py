@@ -144,12 +144,25 @@ def test_a_load_stages_cached_share_on_vllm_defaults_comes_from_its_counters(tmp
     assert row["cached_share"] == pytest.approx(want, abs=1e-9) and row["cached_share"] == pytest.approx(0.5, abs=0.05)
 
 
-def test_counting_tokens_for_a_server_without_usage_stays_out_of_the_turn(tmp_path):
+TOKENIZER_DELAY_S = 0.02  # each /tokenize answer waits this long, so the harness's round trips are plainly visible
+
+
+def test_counting_tokens_for_a_server_without_usage_stays_out_of_the_turn(tmp_path, monkeypatch):
+    import asyncio
+
     from one_arm import one_arm_experiment
 
     from leverbench.config import load
+    from leverbench.engines.simulator import server
     from leverbench.runner.run import Runner
 
+    async def slow_tokenize(request):
+        await asyncio.sleep(TOKENIZER_DELAY_S)
+        return await server.handle_tokenize(request)
+
+    for dialect, routes in server._ENGINE_ROUTES.items():
+        monkeypatch.setitem(server._ENGINE_ROUTES, dialect,
+                            [(m, path, slow_tokenize if path == "/tokenize" else h) for m, path, h in routes])
     with SimulatorThread(SimConfig(prefill_tps=200_000.0, decode_tps=400.0, output_tokens=8, fault_no_usage=1.0)) as s:
         exp = one_arm_experiment(tmp_path, s.base_url + "/v1",
                                  tail='[[cases.steps]]\nprompt = "more"\nmax_tokens = 8\n')
@@ -161,4 +174,5 @@ def test_counting_tokens_for_a_server_without_usage_stays_out_of_the_turn(tmp_pa
     wall = sum((c["connect_s"] or 0) + c["latency_s"] for c in calls)
     # the turn is its calls' time (plus microseconds between them), not their tokenizer round trips too
     assert turn["turn_s"] == pytest.approx(wall, abs=0.005)
-    assert turn["turn_s"] < wall + sum(c["harness_s"] for c in calls) - 0.001
+    assert all(c["harness_s"] >= TOKENIZER_DELAY_S for c in calls)
+    assert turn["turn_s"] < wall + sum(c["harness_s"] for c in calls) - TOKENIZER_DELAY_S
