@@ -14,14 +14,15 @@ from leverbench.ledger.reader import read_ledger
 from leverbench.ledger.records import LEDGER_SCHEMA, LEDGER_SCHEMA_NAME
 
 
-def test_versions_2_to_5_only_add_so_version_1_reads_as_it_is(tmp_path):
+def test_versions_2_to_6_only_add_so_version_1_reads_as_it_is(tmp_path):
     """Version 2 added the engine and GPU records (issue 27), version 3 the engine_warmed record (an engine's
     start written before its warm-up), version 4 a call's send_s (its times count from when its request went
     out; without it, from when its connection was ready), version 5 the cache_reset records and a turn's cache
-    (issue 38), and none changed any: a version 1 ledger is read as it is, its header keeping its own schema,
+    (issue 38), version 6 the companion calls and a turn's in_flight (issue 40), and none changed any: a version 1
+    ledger is read as it is, its header keeping its own schema,
     without a pass over its lines."""
-    assert upgrade.UPGRADES == {2: upgrade.additive, 3: upgrade.additive, 4: upgrade.additive, 5: upgrade.additive}
-    assert upgrade.CURRENT == 5
+    assert upgrade.UPGRADES == dict.fromkeys(range(2, 7), upgrade.additive)
+    assert upgrade.CURRENT == 6
     assert upgrade.oldest_readable() == 1
     head = {**header({"a": {}}, ["c"]), "schema": f"{LEDGER_SCHEMA_NAME}/1"}
     run = write(tmp_path / "r", head, turn("a", "c", 0, 1.0, 10))
@@ -111,7 +112,7 @@ def test_today_a_version_0_ledger_is_refused_not_read_as_version_1(tmp_path):
     head = {**header({"a": {}}, ["c"]), "schema": f"{LEDGER_SCHEMA_NAME}/0"}
     with pytest.raises(LedgerError, match="older than any this leverbench can upgrade"):
         read_ledger(write(tmp_path / "r", head, []))
-    assert LEDGER_SCHEMA.endswith("/5")
+    assert LEDGER_SCHEMA.endswith("/6")
 
 
 def test_an_upgrade_is_registered_once(monkeypatch):

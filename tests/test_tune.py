@@ -116,7 +116,8 @@ def test_the_command_refuses_a_second_tune_in_the_same_directory_without_resume(
     ({"knobs": "n = [1, 2]"}, "tune.knobs.n", "is no placeholder"),
     ({"knobs": "k = [0, 4]", "more": "baseline = { k = 2 }"}, "tune", "not one of its values"),
     ({"knobs": "k = [0, 4]", "more": "exclude = [{ k = 0 }]"}, "tune.exclude", "excludes the baseline"),
-    ({"knobs": "k = [0, 4]", "more": "concurrency = [1, 2]"}, "tune", "1 request in flight only"),
+    ({"knobs": "k = [0, 4]", "more": "concurrency = [1, 4, 1]"}, "tune", "names a point twice"),
+    ({"knobs": "k = [0, 4]", "more": "concurrency = [0]"}, "tune.concurrency[0]", "from 1 to"),
     ({"knobs": "k = [0, 4]", "more": "confidence = 1.5"}, "tune", "confidence"),
     ({"knobs": "k = [0, 4]", "more": "budget = 10"}, "tune.budget", "unknown key"),
 ])
@@ -150,7 +151,8 @@ def _verdict(verdict: str, ratio: float | None, refused: str | None = None) -> d
 @pytest.mark.parametrize(("row", "outcome"), [
     (_verdict("pays", 1.3), "better"),
     (_verdict("equivalent", 1.01), "same"),
-    (_verdict("does not pay", 0.8), "worse"),
+    (_verdict("does not pay", 0.8), "worse"),  # (no interval: the ratio says)
+    ({**_verdict("does not pay", 0.98), "low": 0.9, "high": 1.04}, "same"),  # not shown slower
     (_verdict("does not pay", 1.03), "same"),  # faster, but by less than the least effect
     (_verdict("undecided", 1.2), "undecided"),
     (_verdict("open", 1.2), "undecided"),
@@ -161,6 +163,39 @@ def test_a_race_s_outcome_is_its_verdict_and_a_refused_one_never_wins(row, outco
     from leverbench.tune.races import outcome_of  # noqa: PLC0415
 
     assert outcome_of(row)[0] == outcome
+
+
+def _back(verdict: str, ratio: float, low: float, high: float, refused: str | None = None) -> dict:
+    """The incumbent k=4 against the candidate k=0 (a lever's verdict runs toward the lever on: k=4 drafts)."""
+    return {"arm": "k=4", "vs": "k=0", "verdict": verdict, "ratio": ratio, "low": low, "high": high,
+            "refused": refused, "reason": None, "repeats": {"k=4": 4, "k=0": 4}, "min_effect": 1.05}
+
+
+@pytest.mark.parametrize(("row", "outcome"), [
+    (_back("pays", 1.4, 1.3, 1.5), "worse"),  # the lever the candidate turns off pays: the candidate is worse
+    (_back("equivalent", 1.0, 0.97, 1.03), "same"),
+    (_back("does not pay", 0.7, 0.65, 0.75), "better"),  # the candidate's interval [1.33, 1.54] lies above 1.05
+    (_back("does not pay", 0.98, 0.9, 1.02), "same"),  # [0.98, 1.11]: not decided better
+    (_back("does not pay", 1.02, 0.99, 1.04), "same"),  # [0.96, 1.01]: not shown slower
+    (_back("does not pay", 1.03, 1.01, 1.04), "worse"),  # [0.96, 0.99]: slower, by less than the least effect
+    (_back("undecided", 0.9, 0.7, 1.2), "undecided"),
+    (_back("does not pay", 0.5, 0.4, 0.6, refused="failed calls"), "refused"),  # never a win
+])
+def test_a_race_whose_verdict_runs_the_other_way_is_read_from_the_candidate_s_side(tmp_path, row, outcome):
+    from leverbench.tune.races import result_of  # noqa: PLC0415
+
+    summary = {"verdicts": [row]}
+    got = result_of(summary, _NoLedger(), (("k", 4),), (("k", 0),), 1, tmp_path)  # type: ignore[arg-type]
+    assert got.outcome == outcome
+    assert got.ratio == pytest.approx(1 / row["ratio"])
+    assert (got.low, got.high) == pytest.approx((1 / row["high"], 1 / row["low"]))
+
+
+class _NoLedger:
+    """A race's ledger without engines (no engine-seconds)."""
+
+    def of_kind(self, *kinds):
+        return iter(())
 
 
 def test_the_answer_keeps_the_baseline_when_the_winner_is_not_confirmed_against_it():

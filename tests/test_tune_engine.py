@@ -22,12 +22,13 @@ def test_a_tune_of_the_real_llama_cpp_server_through_its_template(tmp_path):
     is the baseline or a drafter decided better against it — never a refused or undecided one."""
     examples = Path(__file__).resolve().parents[1] / "examples"
     text = (examples / "tune.toml").read_text()
-    text = text.replace('knobs = { spec = ["none", "ngram-simple"], k = [3, 7], slots = [1, 2] }',
-                        'knobs = { spec = ["none", "ngram-simple"] }')
-    text = text.replace('baseline = { spec = "none", k = 3, slots = 1 }\nexclude = [{ spec = "none", k = 7 }]',
-                        'baseline = { spec = "none" }')
+    text = text.replace('knobs = { spec = ["none", "ngram-simple"], k = [3, 7], slots = [1, 2], cache = '
+                        '["--cache-prompt", "--no-cache-prompt"] }', 'knobs = { spec = ["none", "ngram-simple"] }')
+    text = text.replace('baseline = { spec = "none", k = 3, slots = 1, cache = "--cache-prompt" }\nconcurrency = [1, 2]'
+                        '\nexclude = [{ spec = "none", k = 7 }]', 'baseline = { spec = "none" }')
     text = text.replace("max_repeats = 6", "max_repeats = 4").replace(
-        '{ slots_dir = "/tmp/leverbench-tune-slots" }', f'{{ slots_dir = "{tmp_path / "slots"}", k = 3, slots = 1 }}')
+        '{ slots_dir = "/tmp/leverbench-tune-slots" }',
+        f'{{ slots_dir = "{tmp_path / "slots"}", k = 3, slots = 1, cache = "--cache-prompt" }}')
     text = text[:text.index('[[cases]]\nname = "log diagnosis"')]
     assert 'knobs = { spec = ["none", "ngram-simple"] }' in text and "k = 3," in text  # (the example's shape held)
     shutil.copytree(examples / "docs", tmp_path / "docs")  # (its cases' documents, relative to the file)

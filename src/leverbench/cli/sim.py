@@ -29,7 +29,7 @@ _HELP = {
                              "verification that is cheap alone and dear in a batch. With draft-model expected, k "
                              "counts each decoding request's 1 + draft-k tokens instead of 1.",
     "overhead_s": "Fixed seconds per request after it gets a slot, before prefill.",
-    "slots": "Requests served at once; the rest wait first come, first served.",
+    "slots": "Requests served at once; the rest wait first come, first served (--parallel: llama.cpp's name).",
     "prefix_cache": "Reuse prompt prefixes seen before (whole blocks only).",
     "cache_block": "Prefix-cache granularity in tokens.",
     "cache_reset": "The dialect's cache-reset endpoint (llama.cpp POST /slots/ID?action=erase, vLLM POST "
@@ -84,6 +84,11 @@ _HELP = {
 }
 
 
+#: Other names of an option: llama.cpp's, where the simulator's setting is the server's (so that a command template's
+#: placeholder fills the flag a lever owns: ``--parallel {slots}`` is the batching lever's, as on llama.cpp).
+ALIASES = {"slots": ("--parallel",)}
+
+
 def _config_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """Add one click option per SimConfig field, typed and defaulted from the dataclass."""
     for f in reversed(dataclasses.fields(SimConfig)):
@@ -91,7 +96,7 @@ def _config_options(command: Callable[..., Any]) -> Callable[..., Any]:
         if isinstance(f.default, bool):
             decls = [f"--{flag}/--no-{flag}"]
         else:
-            decls = [f"--{flag}"]
+            decls = [f"--{flag}", *ALIASES.get(f.name, ())]
         choices = {"dialect": DIALECTS, "cache_reset": CACHE_RESET_MODES, "draft_model": DRAFT_MODELS}.get(f.name)
         kind = click.Choice(choices) if choices else type(f.default)
         command = click.option(

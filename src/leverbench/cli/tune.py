@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 @click.argument("tune_file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="The tune's directory: tune.jsonl (its ledger of races), races/NNN/ (each race's run: ledger, "
-              "summary, reports) and tune.json (the answer).")
+              "summary, reports), tune.json (the answer) and tune.html (the answer, a plot of the search per operating "
+              "point and every race, linked to its report).")
 @click.option("--resume", is_flag=True, help="Continue the tune in --out: finished races are read back from their "
               "ledgers (not run again), the race a kill cut short is resumed where its run stopped, and the search "
               "goes on from there. Safe to pass always: with no tune in --out it starts one.")
@@ -65,4 +66,7 @@ def tune_command(tune_file: Path, out_dir: Path, resume: bool) -> None:
     finally:
         release_signals(held)
     console.print(render_tune(summary), highlight=False, soft_wrap=True)
-    err_console.print(f"wrote {out_dir}/tune.json", highlight=False)
+    from ..report.tune_html import render_tune_html  # noqa: PLC0415 (jinja2)
+
+    (out_dir / "tune.html").write_text(render_tune_html(summary, out_dir), encoding="utf-8")
+    err_console.print(f"wrote {out_dir}/tune.json and {out_dir}/tune.html", highlight=False)

@@ -35,6 +35,7 @@ from .limits import (
     Flag,
     Fraction,
     GpuSampleHz,
+    InFlight,
     PositiveTolerance,
     Repeats,
     Retries,
@@ -103,6 +104,9 @@ class ExperimentSection(_Strict):
     gpu_sample_hz: GpuSampleHz | None = None
     cache_between_turns: CacheBetweenTurns = "cold"  # the state every turn meets (config.cache)
     cache_reset: CacheReset = "auto"  # how each arm is brought to it
+    in_flight: InFlight = Field(1, description="requests in flight on the arm while each turn runs: the turn and "
+                                               "in_flight - 1 companions, copies of its case's first call "
+                                               "(runner.companions); 1: each turn alone")
 
     @field_validator("adaptive", mode="before")
     @classmethod

@@ -10,7 +10,8 @@ command template (``kind = "command"``), and a ``[tune]`` table saying which of 
     baseline = { k = 0, slots = 1 }                 # the configuration run today (default: the template's own
                                                     # values, else each knob's first)
     exclude = [{ k = 8, slots = 2 }]                # partial configurations left out of the search
-    concurrency = [1]                               # the operating points: requests in flight
+    concurrency = [1, 4]                            # the operating points: requests in flight on the engine while
+                                                    # each turn runs (its race's [experiment] in_flight)
     min_effect = 1.05                               # the least speed-up that counts as "better"
     confidence = 0.95
     max_repeats = 12                                # a race stops undecided here
@@ -34,15 +35,12 @@ from ..engines.command_template import as_text, check_values, placeholders
 from ..errors import ConfigError
 from .adaptive import AdaptiveSpec
 from .experiment import Arm, LoadedExperiment, load_data, read_toml
-from .limits import Repeats
+from .limits import InFlight, Repeats
 from .names import Label
 from .problems import first_error
 
 #: A knob's value in the file: what the template's placeholder is filled with.
 TomlValue = Union[bool, int, float, str]
-#: The operating points a tune races at today: one request in flight (the paired, interleaved turns); a point
-#: under load needs the load stage's race, which is not built yet.
-POINTS = (1,)
 #: The most configurations a space may hold (a grid this large is no tune: split it).
 MAX_CONFIGURATIONS = 10_000
 
@@ -55,7 +53,7 @@ class TuneSpec(BaseModel):
     knobs: dict[Label, list[TomlValue]] = Field(min_length=1)
     baseline: dict[Label, TomlValue] = Field(default_factory=dict)
     exclude: list[dict[Label, TomlValue]] = Field(default_factory=list)
-    concurrency: list[int] = Field(default_factory=lambda: [1], min_length=1)
+    concurrency: list[InFlight] = Field(default_factory=lambda: [1], min_length=1)
     min_effect: float = 1.05
     confidence: float = 0.95
     max_repeats: Repeats = 12
@@ -97,10 +95,8 @@ class TuneSpec(BaseModel):
         if size > MAX_CONFIGURATIONS:
             raise ValueError(f"the knobs make {size:,} configurations, more than {MAX_CONFIGURATIONS:,}: search fewer "
                              "values (or tune in steps)")
-        for c in self.concurrency:
-            if c not in POINTS:
-                raise ValueError(f"concurrency {c}: a tune races at 1 request in flight only, for now (a race under "
-                                 "load is not built yet); use concurrency = [1]")
+        if len(set(self.concurrency)) < len(self.concurrency):
+            raise ValueError(f"concurrency {self.concurrency} names a point twice")
         return self
 
 
@@ -159,6 +155,9 @@ def load_tune(path: str | Path) -> LoadedTune:
     if isinstance(section, dict) and "adaptive" in section:
         raise ConfigError(file, "experiment.adaptive", "a tune sets each race's adaptive repeats from [tune] "
                           "(min_effect, confidence, max_repeats): leave it out")
+    if isinstance(section, dict) and "in_flight" in section:
+        raise ConfigError(file, "experiment.in_flight", "a tune sets each race's requests in flight from "
+                          "tune.concurrency (its operating points): leave it out")
     if isinstance(section, dict) and isinstance(section.get("repeats"), int) and section["repeats"] > spec.max_repeats:
         raise ConfigError(file, "experiment.repeats", f"{section['repeats']} is more than tune.max_repeats "
                           f"({spec.max_repeats}): a race's first rounds cannot exceed its most repeats")
@@ -187,8 +186,10 @@ def _grid(spec: TuneSpec) -> list[dict[str, TomlValue]]:
 
 
 def race_experiment(tune: LoadedTune, incumbent: dict[str, TomlValue], candidate: dict[str, TomlValue],
-                    incumbent_name: str, candidate_name: str, repeats: int | None = None) -> LoadedExperiment:
-    """The experiment of one race: the template as two arms, the incumbent (role baseline) and the candidate
+                    incumbent_name: str, candidate_name: str, repeats: int | None = None,
+                    point: int = 1) -> LoadedExperiment:
+    """The experiment of one race at the operating point *point* (its turns timed at that many requests in flight:
+    ``[experiment] in_flight``): the template as two arms, the incumbent (role baseline) and the candidate
     (treatment), each with its configuration's values; adaptive repeats at the tune's least effect, confidence and
     most repeats."""
     template = tune.template
@@ -203,7 +204,7 @@ def race_experiment(tune: LoadedTune, incumbent: dict[str, TomlValue], candidate
     section = base.experiment.model_copy(update={
         "baseline": incumbent_name,
         "repeats": repeats if repeats is not None else base.experiment.repeats,
-        "adaptive": tune.spec.adaptive()})
+        "adaptive": tune.spec.adaptive(), "in_flight": point})
     spec = base.model_copy(update={"experiment": section, "arms": [arm(incumbent_name, "baseline", incumbent),
                                                                    arm(candidate_name, "treatment", candidate)]})
     return tune.experiment.model_copy(update={"spec": spec})

@@ -114,7 +114,7 @@ from .rows import (
 from .schema import check_header, check_record, column_bounds, header_arms
 
 H = TypeVar("H", RunHeaderRow, ShardHeaderRow)  # a ledger's header: a run's, or a worker's shard's
-CallKind = Literal["call", "probe", "sentinel", "load", "warmup"]  # the kinds of a call record (rows.CallRow)
+CallKind = Literal["call", "probe", "sentinel", "load", "companion", "warmup"]  # the kinds of a call record (rows.CallRow)
 
 COLUMNAR_MIN_BYTES = 16 << 20  # from this file size on, polars reads the call and turn records as columns
 CHUNK_BYTES = 64 << 20  # what polars reads at a time of a file it does not read whole

@@ -107,11 +107,11 @@ from ..bounds import MAX_COUNT
 from ..json_types import JSONObject, JSONValue  # noqa: F401 (JSONObject's forward reference, for get_type_hints)
 from .rows import CallExtras, CallRow, TimingsRow, ToolCallRow, TurnCacheRow, TurnRow
 
-LEDGER_SCHEMA = "leverbench.ledger/5"
+LEDGER_SCHEMA = "leverbench.ledger/6"
 LEDGER_SCHEMA_NAME, LEDGER_SCHEMA_VERSION = LEDGER_SCHEMA.rsplit("/", 1)
 SUMMARY_SCHEMA = "leverbench.summary/1"
 
-CALL_KINDS = ("call", "probe", "sentinel", "load")
+CALL_KINDS = ("call", "probe", "sentinel", "load", "companion")
 
 # The bounds of a record's numbers, one definition each (the reader validates every record by its fields'
 # types, :mod:`.schema`): durations and epoch times are finite and non-negative; counts (tokens, characters,
@@ -305,6 +305,11 @@ class TurnRecord:
     error: CallError | None = _f()  # the first failed call's class, "N of M calls failed"
     # v5: how the arm's caches were brought to the declared state before the turn (runner.cache_state)
     cache: TurnCacheRow | None = _f(omit_none=True)
+    # v6, with [experiment] in_flight > 1 (runner.companions): the requests in flight on the arm while the turn ran
+    # (the turn and its companions), how many companion calls were sent, and how many of them failed
+    in_flight: Count | None = _f(omit_none=True)
+    companion_calls: Count | None = _f(omit_none=True)
+    companion_failed: Count | None = _f(omit_none=True, column=NUMBER)
 
     def to_dict(self) -> TurnRow:
         """The ledger's JSON object: every field, in this order."""

@@ -265,6 +265,9 @@ class TurnRow(TypedDict, total=False):
     reasoning_tokens: int | None
     error: ErrorRow | None
     cache: TurnCacheRow  # ledger v5: how the arm's caches were brought to the declared state before the turn
+    in_flight: int  # ledger v6, with in_flight > 1: requests in flight on the arm while the turn ran
+    companion_calls: int
+    companion_failed: int
 
 
 class MetricsRow(TypedDict, total=False):
@@ -389,6 +392,7 @@ class ConfigExperimentRow(TypedDict, total=False):
     adaptive: JSONObject | None
     cache_between_turns: str | None  # left out: a run before ledger v5, which declared no state
     cache_reset: str | None
+    in_flight: int | None  # left out: a run before ledger v6 (each turn alone)
 
 
 class ConfigProbesRow(TypedDict, total=False):

@@ -417,6 +417,7 @@ class Experiment(_Open):
     adaptive: dict[str, Unchecked] | None = None  # the loader's model checked it
     cache_between_turns: CacheState | None = None  # left out: a run before ledger v5 (its state undeclared)
     cache_reset: str | None = None
+    in_flight: Annotated[int, Field(ge=1, le=MAX_CONCURRENCY)] | None = None  # left out: before v6 (turns alone)
 
 
 class Probes(_Open):

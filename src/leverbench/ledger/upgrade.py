@@ -25,7 +25,9 @@ before its warm-up, which follows in a record of its own) adds to version 2 only
 ``send_s``: its times count from when its request went out, not from when its connection was ready; a
 version-3 call, without it, counts as sent when ready) adds to version 3 only; version 5 (``cache_reset``
 records and a turn's ``cache``: the state each turn met, declared and made) adds to version 4 only (a version-4
-run declared no state: analysis reads it as one whose repeats may revisit).
+run declared no state: analysis reads it as one whose repeats may revisit); version 6 (``companion`` call records
+and a turn's ``in_flight``, ``companion_calls``, ``companion_failed``: turns timed beside other requests, the
+experiment's ``in_flight``) adds to version 5 only (a version-5 run timed each turn alone).
 """
 
 from __future__ import annotations
@@ -130,3 +132,4 @@ upgrade_to(2)(additive)
 upgrade_to(3)(additive)
 upgrade_to(4)(additive)
 upgrade_to(5)(additive)
+upgrade_to(6)(additive)

@@ -313,6 +313,8 @@ def _head(summary: Summary) -> str:
     head = (f"leverbench: {run.get('name', '?')}: {len(arms)} arm{'s' if len(arms) != 1 else ''} × {len(cases)} "
             f"case{'s' if len(cases) != 1 else ''} × {_repeats(summary)}, {run.get('calls', 0)} calls"
             f"{f', {failed} FAILED' if failed else ''}")
+    if (in_flight := run.get("concurrency") or 1) > 1:
+        head += f", each turn timed at {in_flight} requests in flight"
     v = next(iter(summary.get("verdicts") or []), None)
     if v and isinstance(v.get("confidence"), (int, float)) and isinstance(v.get("min_effect"), (int, float)):
         head += f"; verdicts at {pct(v['confidence'])}, pays above {v['min_effect']:.2f}x"

@@ -15,7 +15,7 @@ import errno
 import functools
 import time
 import weakref
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 import aiohttp
 from aiohttp.client_proto import ResponseHandler
@@ -108,6 +108,15 @@ async def _on_headers_sent(session: Any, ctx: Any, params: Any) -> None:
         t.sent_at = time.perf_counter()
 
 
+def _calling(fn: Callable[[], None]) -> Callable[[Any, Any, Any], Awaitable[None]]:
+    """A chunk-sent trace hook that calls *fn* once per request (at its first body chunk written)."""
+    async def hook(session: Any, ctx: Any, params: Any) -> None:
+        if not getattr(ctx, "leverbench_sent", False):
+            ctx.leverbench_sent = True
+            fn()
+    return hook
+
+
 async def _on_reuse(session: Any, ctx: Any, params: Any) -> None:
     if (t := _timing(ctx)) is not None:
         t.reused = True
@@ -130,7 +139,8 @@ class StampedHandler(ResponseHandler):
         super().data_received(data)
 
 
-def client_session(*, keep_alive: bool = True, **connector_kw: Any) -> aiohttp.ClientSession:
+def client_session(*, keep_alive: bool = True, on_sent: Callable[[], None] | None = None,
+                   **connector_kw: Any) -> aiohttp.ClientSession:
     """The HTTP session leverbench calls an endpoint with: its connect time measured apart.
 
     ``keep_alive`` (the runner's default, for turns and load stages alike): connections are reused,
@@ -138,13 +148,16 @@ def client_session(*, keep_alive: bool = True, **connector_kw: Any) -> aiohttp.C
     (uvicorn, llama.cpp: after ~5 s) never hands us a stale connection; one a server closed right
     after its response, unannounced, is met by :func:`_post`.  ``keep_alive=False``: a new
     connection per call.  Either way the trace hooks fill the :class:`ConnectTiming` that
-    :func:`stream_chat` passes with each request.  Create it inside a running event loop.
+    :func:`stream_chat` passes with each request; *on_sent* is called once per request, as its body has gone out.
+    Create it inside a running event loop.
     """
     trace = aiohttp.TraceConfig()
     trace.on_connection_create_start.append(_on_create_start)
     trace.on_connection_create_end.append(_on_create_end)
     trace.on_connection_reuseconn.append(_on_reuse)
     trace.on_request_headers_sent.append(_on_headers_sent)
+    if on_sent is not None:
+        trace.on_request_chunk_sent.append(_calling(on_sent))
     kw: dict[str, bool | float] = {"force_close": True} if not keep_alive else {"keepalive_timeout": IDLE_CLOSE_S}
     conn = aiohttp.TCPConnector(limit=0, **kw, **connector_kw)
     factory = getattr(conn, "_factory", None)  # (an aiohttp making its protocols otherwise: lines stamped when read)

@@ -27,6 +27,7 @@ from ..ledger.records import CallRecord
 from ..ledger.rows import MetricsRow, RunHeaderRow
 from .cache_state import TurnStates, with_cache
 from .client import client_session
+from .companions import Companions
 from .discover import api_root, scrape_metrics
 from .endpoint import ArmEndpoint
 from .engine_blocks import EngineSet, discover_endpoint
@@ -217,16 +218,19 @@ class Executor:
 
     async def _turn(self, session: aiohttp.ClientSession, unit: Unit, cache: Optional[CacheBefore]) -> None:
         """One agent turn (:func:`.turn.run_turn`; a recorded one: :func:`.recorded_turn.run_recorded_turn`), its arm
-        first brought to the declared cache state (:meth:`.cache_state.TurnStates.prepare`); its record appended."""
+        first brought to the declared cache state (:meth:`.cache_state.TurnStates.prepare`), timed beside its
+        companions (``in_flight`` > 1: :mod:`.companions`); its record appended."""
         p = self.p
         case = next(c for c in p.exp.spec.cases if c.name == unit.case)
         first = cache is None or cache.first_of_recording is not False
         row, salt = await p.cache.prepare(session, unit.arm, case, unit.repeat, p.senders.sender, self._restart,
                                           self._records.append, first=first)
         sender = p.senders.sender(unit.arm)  # the arm's pool: a new one where its engine was restarted
-        rec = await (run_recorded_turn(sender, p.exp, unit, case) if unit.case in p.exp.recorded
-                     else run_turn(sender, p.exp, unit, salt=salt))
-        self._records.append(with_cache(rec, row))
+        async with Companions(lambda own: p.senders.sender(unit.arm, own), p.exp, unit, case,
+                              p.exp.spec.experiment.in_flight) as companions:
+            rec = await (run_recorded_turn(sender, p.exp, unit, case) if unit.case in p.exp.recorded
+                         else run_turn(sender, p.exp, unit, salt=salt))
+        self._records.append(with_cache(companions.stamp(rec), row))
 
     async def _restart(self, arm: str, repeat: int) -> None:
         """*arm*'s engine stopped and started again, each recorded, its counters scraped on either side (a window

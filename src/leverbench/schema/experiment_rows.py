@@ -71,7 +71,7 @@ class RunRow(TypedDict):
     host: HostFigures | None
     order: Order | None
     repeats: Count | None
-    concurrency: Annotated[int, Ge(1)]
+    concurrency: Annotated[int, Ge(1)]  # requests in flight on an arm while each turn ran ([experiment] in_flight)
     calls: Count
     failed_calls: Count
     resumed: Count

@@ -18,9 +18,17 @@ may be raised to go on): a tune file changed since is refused.
 A race whose engine fails to start (a configuration the engine refuses: too many slots for its memory, a flag its
 build lacks) is a ``refused`` race with the error as its reason: the search goes on without it.
 
-The verdict's mapping (:data:`OUTCOMES`): ``pays`` → better; ``equivalent`` → same; ``does not pay`` → worse when
-the ratio is below 1, else same (faster, but by less than the least effect); ``undecided``/``open`` → undecided; a
-verdict the guard refused (its ``refused`` reason) → refused.
+The verdict's mapping (:func:`outcome_of`): ``pays`` → better; ``equivalent`` → same; ``does not pay`` → worse when
+its whole interval lies below 1 (the ratio, where it has none), else same (no faster by the least effect, and not
+shown slower); ``undecided``/``open`` → undecided; a verdict the guard refused (its ``refused`` reason) → refused.
+
+A run orients a lever's verdict toward the lever on (the arm with the drafter against the one without), whichever
+arm is its baseline: a candidate that turns a lever off has its race's verdict the other way round, the incumbent
+against it (:func:`outcome_reversed`).  Its ratio and interval are inverted (the candidate's are 1 / the
+incumbent's: the same confidence sequence), and the outcome read from them: the incumbent ``pays`` → worse;
+``equivalent`` → same; ``does not pay`` → better only where the inverted interval already lies above the least
+effect (the run stopped on the incumbent's question, so the candidate's may be left short of decided), else worse
+when the inverted interval lies below 1, else same; ``undecided``/``open`` → undecided.
 """
 
 from __future__ import annotations
@@ -68,8 +76,32 @@ def outcome_of(row: VerdictRow | None) -> tuple[Outcome, Optional[str]]:
     if verdict == "equivalent":
         return "same", None
     if verdict == "does not pay":
-        return ("worse" if (row["ratio"] or 1.0) < 1.0 else "same"), None
+        high = row["high"]
+        slower = high < 1.0 if high is not None else (row["ratio"] or 1.0) < 1.0
+        return ("worse" if slower else "same"), None
     return "undecided", row["reason"] or f"no verdict after {max(row['repeats'].values(), default=0):g} repeats"
+
+
+def outcome_reversed(row: VerdictRow, min_effect: float) -> tuple[Outcome, Optional[str]]:
+    """A race's outcome from the incumbent's verdict row against the candidate (module docstring)."""
+    if row["refused"] is not None:
+        return "refused", row["refused"]
+    verdict, high = row["verdict"], row["high"]
+    if verdict == "pays":
+        return "worse", None
+    if verdict == "equivalent":
+        return "same", None
+    if verdict == "does not pay":
+        if high is not None and high > 0 and 1.0 / high > min_effect:
+            return "better", None
+        low = row["low"]
+        slower = low > 1.0 if low is not None else (row["ratio"] or 1.0) > 1.0
+        return ("worse" if slower else "same"), None
+    return "undecided", row["reason"] or f"no verdict after {max(row['repeats'].values(), default=0):g} repeats"
+
+
+def _inverse(x: float | None) -> float | None:
+    return 1.0 / x if x else None
 
 
 def race_engine_s(ledger: Ledger[RunHeaderRow]) -> float:
@@ -82,8 +114,14 @@ def result_of(summary: Summary, ledger: Ledger[RunHeaderRow], incumbent: Config,
     """A finished race's result, from its run's summary and ledger."""
     inc, cand = words(incumbent), words(candidate)
     row = next((v for v in summary["verdicts"] if v["arm"] == cand and v["vs"] == inc), None)
-    outcome, reason = outcome_of(row)
+    back = next((v for v in summary["verdicts"] if v["arm"] == inc and v["vs"] == cand), None)
     spent = race_engine_s(ledger)
+    if row is None and back is not None:  # the lever's verdict runs toward the lever on: the incumbent's
+        outcome, reason = outcome_reversed(back, back["min_effect"])
+        repeats = int(max(back["repeats"].values(), default=0))
+        return RaceResult(incumbent, candidate, point, outcome, _inverse(back["ratio"]), _inverse(back["high"]),
+                          _inverse(back["low"]), spent, repeats, reason, str(run_dir))
+    outcome, reason = outcome_of(row)
     repeats = int(max(row["repeats"].values(), default=0)) if row else 0
     return RaceResult(incumbent, candidate, point, outcome, row["ratio"] if row else None,
                       row["low"] if row else None, row["high"] if row else None, spent, repeats, reason, str(run_dir))
@@ -160,7 +198,7 @@ class RunRacer:
                            f"against {words(incumbent)}: start a new tune (another --out)")
         failed = line.get("failed") if line is not None else None
         if line is None and not (run_dir / "summary.json").exists():
-            failed = self._run(n, run_dir, incumbent, candidate)
+            failed = self._run(n, run_dir, incumbent, candidate, point)
         if isinstance(failed, str):  # its engine did not start: refused, with the engine's words
             spent = 0.0
             if (run_dir / "ledger.jsonl").exists():
@@ -181,13 +219,14 @@ class RunRacer:
         _stop_if_asked()
         return result
 
-    def _run(self, n: int, run_dir: Path, incumbent: Config, candidate: Config) -> str | None:
+    def _run(self, n: int, run_dir: Path, incumbent: Config, candidate: Config, point: int) -> str | None:
         """Run race *n* (resumed where a kill cut its run); the engine's error where one did not start."""
         from ..runner.run import Runner  # noqa: PLC0415 (aiohttp: only when a race runs)
 
         if self.progress:
             self.progress(n, None, f"{words(candidate)} against {words(incumbent)}")
-        exp = race_experiment(self.tune, dict(incumbent), dict(candidate), words(incumbent), words(candidate))
+        exp = race_experiment(self.tune, dict(incumbent), dict(candidate), words(incumbent), words(candidate),
+                              point=point)
         resume = (run_dir / "ledger.jsonl").exists()
         try:
             Runner(exp, run_dir, resume=resume, progress=self.run_progress).run()

@@ -119,6 +119,7 @@ class TurnTable:
     output_tokens: np.ndarray
     prompt_tokens: np.ndarray
     reasoning_tokens: np.ndarray
+    companion_failed: np.ndarray  # NaN: a turn without companions (ledger v6: runner.companions)
 
     def __len__(self) -> int:
         return len(self.arm)

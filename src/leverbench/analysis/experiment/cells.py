@@ -32,7 +32,9 @@ def cells(ds: Dataset, case_names: list[str] | None = None, turn_s: np.ndarray |
     by_turn = groups(ds.cell_code(T.arm, T.case), n)
     ccode = ds.cell_code(C.arm, C.case)
     calls = sums(ccode, None, n)
-    failed = sums(ccode, ~C.ok & ~C.retried, n)
+    # a failed companion is a failed call of its turn's cell: the turn was not timed at the load it claims
+    failed = sums(ccode, ~C.ok & ~C.retried, n) + sums(ds.cell_code(T.arm, T.case),
+                                                        zero_nan(T.companion_failed), n)
     retried = sums(ccode, C.retried, n)
     empty = sums(ccode, C.empty_answer, n)
     out = []

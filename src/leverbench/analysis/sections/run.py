@@ -74,7 +74,7 @@ def _run(i: Inputs) -> RunRow:
     ds, st, h = i.ds, i.ds.settings, i.ledger.header
     return {"run_id": h.get("run_id"), "name": st.name, "started_at": h.get("started_at"),
             "tool_version": h.get("tool_version"), "host": h.get("host"), "order": st.if_declared("order"),
-            "repeats": st.if_declared("repeats"), "concurrency": 1,
+            "repeats": st.if_declared("repeats"), "concurrency": st.in_flight,
             "calls": len(ds.call) + len(ds.probes) + len(ds.sentinels),
             "failed_calls": i[FAILED][0], "resumed": sum(1 for _ in i.ledger.of_kind("resume"))}
 
