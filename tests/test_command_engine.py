@@ -306,3 +306,23 @@ def test_the_bundled_model_is_the_embedded_engine_s_unless_the_values_give_one()
     check_values(template, {})
     assert argv(template, {"port": "0"})[4] == str(model_path())
     assert argv(template, {"port": "0", "bundled_model": "/m.gguf"})[4] == "/m.gguf"
+
+
+@pytest.mark.parametrize(("values", "reported", "knob"), [
+    (("--enable-prefix-caching", "--no-enable-prefix-caching"), (True, False), "prefix_cache"),
+    (("--enable-prefix-caching", "--no-enable-prefix-caching"), (None, None), "value:cache"),
+])
+def test_a_placeholder_whose_value_is_a_levers_flag_is_that_levers_knob(values, reported, knob):
+    """``{cache}`` filled with ``--enable-prefix-caching`` or ``--no-enable-prefix-caching``: the value is the flag,
+    so where the engines report the prefix cache the comparison is that lever's, one knob, not two."""
+    template = "vllm serve m --port {port} {cache}"
+
+    def arm(value: str, on: bool | None) -> dict:
+        return {"role": "treatment", "conditions": {}, "model": "m", "discovered": {
+            "engine": "command", "command": template, "values": {"cache": value}, "value_flags": {"cache": []},
+            "engine_args": argv(template, {"cache": value, "port": "1"}),
+            "knobs": {"engine": "vllm", **({"prefix_cache": on} if on is not None else {})}}}
+
+    arms = {"a": arm(values[0], reported[0]), "b": arm(values[1], reported[1])}
+    knobs, _ = all_arm_knobs(arms, {}, ["a", "b"])
+    assert differing(knobs["a"], knobs["b"]) == [knob]

