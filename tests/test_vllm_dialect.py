@@ -227,6 +227,8 @@ def test_engine_kind_picks_the_engine(tmp_path):
     (['--speculative-config={"method":"eagle","model":"x"}'], "eagle"),
     (["--speculative_config", '{"model": "org/draft"}'], "org/draft"),
     (["--speculative-config", "not json"], True),
+    (["--speculative-config", "None"], None),  # vLLM's "no drafter" (a template's way to turn it off)
+    (["--speculative-config=null"], None),
 ])
 def test_speculative_method(args, method):
     assert speculative_method(args) == method
