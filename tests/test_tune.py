@@ -175,7 +175,8 @@ def _back(verdict: str, ratio: float, low: float, high: float, refused: str | No
     (_back("pays", 1.4, 1.3, 1.5), "worse"),  # the lever the candidate turns off pays: the candidate is worse
     (_back("equivalent", 1.0, 0.97, 1.03), "same"),
     (_back("does not pay", 0.7, 0.65, 0.75), "better"),  # the candidate's interval [1.33, 1.54] lies above 1.05
-    (_back("does not pay", 0.98, 0.9, 1.02), "same"),  # [0.98, 1.11]: not decided better
+    (_back("does not pay", 0.98, 0.9, 1.02), "undecided"),  # [0.98, 1.11]: the least effect still inside
+    (_back("does not pay", 1.0, 0.97, 1.0), "same"),  # [1.00, 1.03]: no better by the least effect
     (_back("does not pay", 1.02, 0.99, 1.04), "same"),  # [0.96, 1.01]: not shown slower
     (_back("does not pay", 1.03, 1.01, 1.04), "worse"),  # [0.96, 0.99]: slower, by less than the least effect
     (_back("undecided", 0.9, 0.7, 1.2), "undecided"),

@@ -314,7 +314,9 @@ def _head(summary: Summary) -> str:
             f"case{'s' if len(cases) != 1 else ''} × {_repeats(summary)}, {run.get('calls', 0)} calls"
             f"{f', {failed} FAILED' if failed else ''}")
     if (in_flight := run.get("concurrency") or 1) > 1:
-        head += f", each turn timed at {in_flight} requests in flight"
+        beside, lost = run.get("companion_calls") or 0, run.get("companion_failed") or 0
+        head += (f", each turn timed at {in_flight} requests in flight ({beside} companion calls"
+                 f"{f', {lost} FAILED' if lost else ''})")
     v = next(iter(summary.get("verdicts") or []), None)
     if v and isinstance(v.get("confidence"), (int, float)) and isinstance(v.get("min_effect"), (int, float)):
         head += f"; verdicts at {pct(v['confidence'])}, pays above {v['min_effect']:.2f}x"

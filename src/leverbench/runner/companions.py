@@ -3,9 +3,8 @@
 At ``in_flight`` = N > 1 each measured turn has N − 1 **companions**: clients of a closed loop on the turn's arm,
 on a connection pool of their own, each sending a copy of the turn's case's first call (its messages, its
 ``max_tokens``, its tools) and, as soon as one ends, the next, until the turn has ended.  Each copy's prompt
-begins with a few seeded words of its own (:class:`~.prompts.SharedPrefix` at ``prefix_sharing`` 0), so that no
-companion finds another's prompt, or the turn's, in a prefix cache: they are other users' requests of the same
-shape, not repeats of the turn.
+begins with a few seeded words of its own (:class:`OwnPrompts`), so that no companion finds another's prompt, or
+the turn's, in a prefix cache: they are other users' requests of the same shape, not repeats of the turn.
 
 **When the turn starts**: :data:`SETTLE_S` after every companion's first request has gone out (its body written),
 so that the turn meets the server's queue behind them, as one client of a steady closed loop of N does: with S
@@ -38,15 +37,37 @@ from ..config import LoadedExperiment
 from ..config.experiment import Case
 from ..ledger.records import CallRecord, ErrorClass, TurnRecord
 from ..workload.cases import first_messages
-from ..workload.chat import ChatBody
+from ..workload.chat import ChatBody, ChatMessage
 from .client import client_session
-from .prompts import SharedPrefix
+from .prompts import UNIQUE_WORDS, SharedPrefix, words
 from .schedule import Unit
 from .send import Sender
 
 SETTLE_S = 0.05  # s from the companions' first requests written until the turn starts: the server has read them
 #: How a companion's sender is made: on the companions' own connection pool.
 SenderOn = Callable[[aiohttp.ClientSession], Sender]
+
+
+class OwnPrompts:
+    """Each companion request's messages: the case's first messages with seeded words of its own at the start
+    (:class:`~.prompts.SharedPrefix` at ``prefix_sharing`` 0), or, where no message has text content (a recorded
+    turn's content-part lists), as a text part before the first list's parts."""
+
+    def __init__(self, messages: list[ChatMessage], salt: str):
+        self.messages, self.salt = messages, salt
+        self.shared = SharedPrefix(messages, 0.0, salt)
+
+    def for_request(self, i: int) -> list[ChatMessage]:
+        if self.shared.at is not None:
+            return self.shared.for_request(i)
+        unique = " ".join(words(UNIQUE_WORDS, f"{self.salt}:{i}"))
+        for j, m in enumerate(self.messages):
+            parts = m.get("content")
+            if isinstance(parts, list):
+                out = list(self.messages)
+                out[j] = {**m, "content": [{"type": "text", "text": unique}, *parts]}
+                return out
+        return self.messages  # (no content to make its own: only a message without content; none sends that)
 
 
 class Companions:
@@ -76,23 +97,27 @@ class Companions:
         messages = first_messages(self.exp, self.case)
         body = sender.body(messages, self.case.max_tokens, self.case.temperature,
                            tools=self.exp.tools.get(self.case.name))
-        prompts = SharedPrefix(messages, 0.0, f"companion:{uuid.uuid4().hex}")
+        prompts = OwnPrompts(messages, f"companion:{uuid.uuid4().hex}")
         for i in range(n):
             self._tasks.append(asyncio.create_task(self._client(sender, body, prompts, i, n)))
-        # the turn goes once every first request is out, or a companion ended (its call failed before it was sent)
-        started = asyncio.create_task(self._all_sent.wait())
-        await asyncio.wait([started, *self._tasks], return_when=asyncio.FIRST_COMPLETED)
-        started.cancel()
-        await asyncio.sleep(SETTLE_S)
+        try:  # the turn goes once every first request is out, or a companion ended (its call failed before it went)
+            started = asyncio.create_task(self._all_sent.wait())
+            await asyncio.wait([started, *self._tasks], return_when=asyncio.FIRST_COMPLETED)
+            started.cancel()
+            await asyncio.sleep(SETTLE_S)
+        except BaseException as exc:  # (Ctrl-C while they start: their calls cut and recorded, the pool closed)
+            await self.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
         return self
 
-    async def _client(self, sender: Sender, body: ChatBody, prompts: SharedPrefix, i: int, n: int) -> None:
+    async def _client(self, sender: Sender, body: ChatBody, prompts: OwnPrompts, i: int, n: int) -> None:
         k = i
         while not self._ended:
             head = CallRecord(kind="companion", arm=self.unit.arm, case=self.unit.case, repeat=self.unit.repeat,
                               step=k, extra={"companion": i})
             copy: ChatBody = {**body, "messages": prompts.for_request(k)}
-            sent = await sender.send(copy, head, think_tags=self.case.think_tags, defer_counting=True)
+            # (counted at once where the server sends no usage: a deferred count would outlive the pool it counts on)
+            sent = await sender.send(copy, head, think_tags=self.case.think_tags)
             self.calls += 1
             err = sent.record.error
             if err is not None and err.cls != ErrorClass.NO_USAGE:

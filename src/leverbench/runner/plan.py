@@ -145,6 +145,7 @@ class Layout:
     cache_state: str
     cache_reset: str
     recordings: tuple[tuple[str, str], ...] = ()
+    in_flight: int = 1  # requests in flight on an arm while each turn runs (runner.companions)
 
     def warm_up(self, arm: str) -> WarmUp:
         n = self.sentinel_tokens
@@ -274,7 +275,7 @@ def layout(exp: LoadedExperiment, mode: str) -> Layout:
     spec, x = exp.spec, exp.spec.experiment
     return Layout(tuple(a.name for a in spec.arms), frozenset(a.name for a in spec.arms if a.engine is not None),
                   mode, x.order, x.sentinel_tokens, x.cache_between_turns, x.cache_reset,
-                  tuple((c.name, c.recorded_from) for c in spec.cases if c.recorded_from is not None))
+                  tuple((c.name, c.recorded_from) for c in spec.cases if c.recorded_from is not None), x.in_flight)
 
 
 def load_stages(exp: LoadedExperiment, arms: list[str], stages_done: Collection[tuple[str, str]] = (), *,
@@ -394,5 +395,8 @@ def describe(plan: Plan) -> list[str]:
     if plan.cache_states is not None:
         out.append(f"cache states: each arm's way to {lay.cache_state} ({lay.cache_reset})"
                    + (", its reset checked" if plan.cache_states.check else ", checked in each engine's first block"))
+    if lay.in_flight > 1:
+        out.append(f"each turn beside {lay.in_flight - 1} companion(s): copies of its case's first call kept in "
+                   "flight on its arm until it ends, then awaited")
     out += [line for s in plan.steps for line in step_words(s)]
     return out

@@ -79,6 +79,13 @@ def completed(out: Path, resume: bool, exp: LoadedExperiment) -> Resumed:
         assert isinstance(experiment, dict)  # (the snapshot's [experiment] table: an object, as the model dumps it)
         for key in ("cache_between_turns", "cache_reset"):
             experiment.pop(key, None)
+    if "in_flight" not in settings.model_fields_set:  # a run from before ledger v6: each turn alone
+        if exp.spec.experiment.in_flight != 1:
+            raise BadInput(f"{out}: this run was started by a leverbench that timed each turn alone: remove in_flight "
+                           "from the file's [experiment] to resume it as it ran, or start a new run")
+        experiment = snapshot["experiment"]
+        assert isinstance(experiment, dict)  # (as above)
+        experiment.pop("in_flight", None)
     if led.header.get("config") != snapshot:
         old = settings.repeats
         new = exp.spec.experiment.repeats

@@ -74,6 +74,8 @@ class RunRow(TypedDict):
     concurrency: Annotated[int, Ge(1)]  # requests in flight on an arm while each turn ran ([experiment] in_flight)
     calls: Count
     failed_calls: Count
+    companion_calls: NotRequired[Count]  # the calls sent beside the turns (in_flight > 1), not in calls (since v6)
+    companion_failed: NotRequired[Count]
     resumed: Count
 
 
@@ -182,6 +184,7 @@ class CellRow(TypedDict):
     attempted: Count
     failed_turns: Count
     failed_calls: Count
+    companion_failed: NotRequired[Count]  # its turns' companions' failed calls (in_flight > 1): refused (since v6)
     retried_calls: Count
     calls: Count
     median_s: NonNegative | None

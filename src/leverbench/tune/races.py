@@ -26,9 +26,10 @@ A run orients a lever's verdict toward the lever on (the arm with the drafter ag
 arm is its baseline: a candidate that turns a lever off has its race's verdict the other way round, the incumbent
 against it (:func:`outcome_reversed`).  Its ratio and interval are inverted (the candidate's are 1 / the
 incumbent's: the same confidence sequence), and the outcome read from them: the incumbent ``pays`` → worse;
-``equivalent`` → same; ``does not pay`` → better only where the inverted interval already lies above the least
-effect (the run stopped on the incumbent's question, so the candidate's may be left short of decided), else worse
-when the inverted interval lies below 1, else same; ``undecided``/``open`` → undecided.
+``equivalent`` → same; ``does not pay`` → better where the inverted interval lies above the least effect, worse
+where it lies below 1, same (no better) where it lies below the least effect, and undecided where it still holds
+the least effect (the run stopped on the incumbent's question, which left the candidate's open);
+``undecided``/``open`` → undecided.
 """
 
 from __future__ import annotations
@@ -92,11 +93,18 @@ def outcome_reversed(row: VerdictRow, min_effect: float) -> tuple[Outcome, Optio
     if verdict == "equivalent":
         return "same", None
     if verdict == "does not pay":
-        if high is not None and high > 0 and 1.0 / high > min_effect:
-            return "better", None
         low = row["low"]
-        slower = low > 1.0 if low is not None else (row["ratio"] or 1.0) > 1.0
-        return ("worse" if slower else "same"), None
+        if high is None or low is None or high <= 0 or low <= 0:  # (no interval: the ratio says what it can)
+            return ("worse" if (row["ratio"] or 1.0) > 1.0 else "same"), None
+        up, down = 1.0 / low, 1.0 / high  # the candidate's interval
+        if down > min_effect:
+            return "better", None
+        if up < 1.0:
+            return "worse", None
+        if up <= min_effect:
+            return "same", None
+        return "undecided", ("the run stopped on the incumbent's question; the candidate's interval "
+                             f"[{down:.2f}–{up:.2f}] still holds the least effect {min_effect:.2f}")
     return "undecided", row["reason"] or f"no verdict after {max(row['repeats'].values(), default=0):g} repeats"
 
 

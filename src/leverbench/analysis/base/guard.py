@@ -102,6 +102,10 @@ def judge(ref: Side, arm: Side, tol: float, knobs: list[str],
         if failed := cell.get("failed_calls"):
             reasons.append((FAILED, f"{who} has {failed} failed call(s)"))
             blocks_total = True
+        if failed := cell.get("companion_failed"):
+            reasons.append((FAILED, f"{who} has {failed} failed companion call(s): its turns were not timed at the "
+                            "load they claim"))
+            blocks_total = True
         if retried := cell.get("retried_calls"):
             reasons.append((RETRIED, f"{who} has {retried} retried attempt(s): retries inside the "
                             "measured time"))
@@ -158,6 +162,8 @@ def measurement_guard(cells: Sequence[CellRow], drifted: Mapping[str, str] | Non
             reasons.append(f"{c['case']}: {c['n']} successful repeat(s), fewer than {MIN_REPEATS}")
         if c.get("failed_calls"):
             reasons.append(f"{c['case']}: {c['failed_calls']} failed call(s)")
+        if c.get("companion_failed"):
+            reasons.append(f"{c['case']}: {c['companion_failed']} failed companion call(s)")
         if c.get("retried_calls"):
             reasons.append(f"{c['case']}: {c['retried_calls']} retried attempt(s)")
     arm = cells[0]["arm"] if cells else None

@@ -32,9 +32,9 @@ def cells(ds: Dataset, case_names: list[str] | None = None, turn_s: np.ndarray |
     by_turn = groups(ds.cell_code(T.arm, T.case), n)
     ccode = ds.cell_code(C.arm, C.case)
     calls = sums(ccode, None, n)
-    # a failed companion is a failed call of its turn's cell: the turn was not timed at the load it claims
-    failed = sums(ccode, ~C.ok & ~C.retried, n) + sums(ds.cell_code(T.arm, T.case),
-                                                        zero_nan(T.companion_failed), n)
+    failed = sums(ccode, ~C.ok & ~C.retried, n)
+    # a failed companion (runner.companions): its turn was not timed at the load it claims
+    companions_failed = sums(ds.cell_code(T.arm, T.case), zero_nan(T.companion_failed), n)
     retried = sums(ccode, C.retried, n)
     empty = sums(ccode, C.empty_answer, n)
     out = []
@@ -52,6 +52,7 @@ def cells(ds: Dataset, case_names: list[str] | None = None, turn_s: np.ndarray |
                 "arm": arm, "case": case, "n": len(ok), "attempted": len(turns),
                 "failed_turns": len(turns) - len(ok),
                 "failed_calls": int(failed[k]),
+                "companion_failed": int(companions_failed[k]),
                 "retried_calls": int(retried[k]),
                 "calls": int(calls[k]),
                 "median_s": median(times) if has else None,

@@ -52,10 +52,11 @@ MEASURED = Product("measured_multipliers", (CELLS, TOTALS, COMPARISONS, REASONS)
 
 def _cell_warnings(i: Inputs) -> None:
     for c in i[CELLS]:
-        if c["failed_calls"] or c["failed_turns"]:
+        if c["failed_calls"] or c["failed_turns"] or c["companion_failed"]:
+            beside = f", {c['companion_failed']} failed companion call(s)" if c["companion_failed"] else ""
             i.warn(RunWarning(WarningKind.FAILED_CALLS, f"{c['arm']}/{c['case']}: {c['failed_turns']} failed turn(s), "
-                              f"{c['failed_calls']} failed call(s); its multipliers are not citable", c["arm"],
-                              c["case"]))
+                              f"{c['failed_calls']} failed call(s){beside}; its multipliers are not citable",
+                              c["arm"], c["case"]))
     for m in i[MEASURED]:
         if not m["controlled"] and m["scope"] == "total":
             i.warn(RunWarning(WarningKind.UNCONTROLLED, f"uncontrolled comparison: {m['arm']} vs {m['vs']} differ in "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...ledger.rows import CallRow
 from ...redact import redact_tree
 from ...schema.experiment_rows import ArmRow, RunRow, Tolerances
 from ...schema.hardware_rows import EnginesSection, GpuSection
@@ -70,13 +71,23 @@ def _recorded(i: Inputs) -> RecordedSection | None:
 RECORDED = Product("recorded", (), _recorded, key="recorded", optional=True)
 
 
+def _failed_companion(c: CallRow) -> bool:
+    """A companion call that failed and was not retried (one the server answered without usage did not fail: it
+    held its place in the load; :mod:`leverbench.runner.companions` counts alike)."""
+    err = c.get("error")
+    return err is not None and not c.get("retried") and err.get("class") != "no_usage"
+
+
 def _run(i: Inputs) -> RunRow:
     ds, st, h = i.ds, i.ds.settings, i.ledger.header
+    companions = list(i.ledger.of_kind("companion"))
     return {"run_id": h.get("run_id"), "name": st.name, "started_at": h.get("started_at"),
             "tool_version": h.get("tool_version"), "host": h.get("host"), "order": st.if_declared("order"),
             "repeats": st.if_declared("repeats"), "concurrency": st.in_flight,
             "calls": len(ds.call) + len(ds.probes) + len(ds.sentinels),
-            "failed_calls": i[FAILED][0], "resumed": sum(1 for _ in i.ledger.of_kind("resume"))}
+            "failed_calls": i[FAILED][0], "companion_calls": len(companions),
+            "companion_failed": sum(map(_failed_companion, companions)),
+            "resumed": sum(1 for _ in i.ledger.of_kind("resume"))}
 
 
 RUN = Product("run", (FAILED,), _run, key="run")
