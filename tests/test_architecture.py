@@ -47,6 +47,7 @@ ANALYSIS_PARTS: dict[str, set[str]] = {
     "whatif": {"base", "rates", "load"},
     "hardware": {"base"},
     "sections": {"base", "sequential", "rates", "load", "experiment", "hardware"},
+    "compare": {"base", "experiment"},
 }
 ANALYSIS_TOP = {"leverbench.analysis", "leverbench.analysis.summary"}
 

@@ -23,8 +23,8 @@ ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
 
 
 def test_every_command_goes_through_the_one_error_handler():
-    assert sorted(cli.commands) == ["analyze", "project", "record", "replay", "report", "run", "schema", "serve", "sim",
-                                    "tune", "whatif"]
+    assert sorted(cli.commands) == ["analyze", "compare", "project", "record", "replay", "report", "run", "schema",
+                                    "serve", "sim", "tune", "whatif"]
     assert all(isinstance(c, Command) for c in cli.commands.values())
     for c in cli.commands.values():
         assert type(c).__module__ == "leverbench.cli.common"

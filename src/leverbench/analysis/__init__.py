@@ -22,6 +22,9 @@ sub-packages, and what each may import from the others (``tests/test_architectur
   GPUs: their facts, what they did in prefill and decode, the energy of a turn.  May import ``base``.
 - :mod:`.sections` — the summary's sections, declared: each names what it needs and builds its typed row and
   its warnings.  May import ``base``, ``sequential``, ``rates``, ``load``, ``experiment``, ``hardware``.
+- :mod:`.compare` — runs compared with a baseline run (``leverbench compare``): cases matched by what they sent,
+  arms by knobs, what changed, the machine's speed between the runs, ratios for unpaired repeats.  May import
+  ``base``, ``experiment``.
 - :mod:`.summary` (a module) — runs the sections in order into the summary the reports show; may import every
   part.
 """

@@ -2,6 +2,7 @@
 
     run      run.py      an experiment → RUN_DIR/ledger.jsonl and its reports
     report   report.py   the reports, recomputed from a ledger alone
+    compare  compare.py  runs compared with a baseline run, with the guard across runs (exit 1: slower)
     project  project.py  one turn's time and cost per arm, from a run's rates
     analyze  analyze.py  where recorded traffic's time goes, and which lever to try
     whatif   whatif.py   a trace served on each calibrated arm, simulated (and verified)
@@ -24,6 +25,7 @@ import click
 
 from .. import __version__
 from .analyze import analyze_command
+from .compare import compare_command
 from .project import project_command
 from .record import record_command
 from .replay import replay_command
@@ -36,7 +38,7 @@ from .tune import tune_command
 from .whatif import whatif_command
 
 COMMANDS = (run_command, report_command, project_command, serve_command, sim_command, analyze_command, replay_command,
-            whatif_command, schema_command, record_command, tune_command)
+            whatif_command, schema_command, record_command, tune_command, compare_command)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

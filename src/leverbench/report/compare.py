@@ -1,0 +1,117 @@
+"""``leverbench compare``'s output for the terminal and as Markdown: what changed first, then the machine's speed,
+the cases not compared, each arm's geometric mean and each cell's ratio, and the lines that say what got slower.
+
+Built from :func:`leverbench.analysis.compare.compare_runs`'s result; nothing here computes a figure.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .table import Table
+
+if TYPE_CHECKING:
+    from ..json_types import JSONValue
+    from ..schema.compare_rows import ArmRow, CellRow, ChangedRow, CompareResult, RunComparison
+
+
+def _shown(v: JSONValue) -> str:
+    if v is None:
+        return "(none)"
+    text = v if isinstance(v, str) else str(v)
+    return text if len(text) <= 60 else text[:57] + "…"
+
+
+def change_line(row: ChangedRow) -> str:
+    """One changed condition: ``arm cache: engine_version b4500 → b4600``."""
+    where = f"arm {row['arm']}: " if row["scope"] == "arm" else "host: " if row["scope"] == "host" else ""
+    return f"{where}{row['what']} {_shown(row['baseline'])} → {_shown(row['later'])}"
+
+
+def ratio_text(ratio: float | None, low: float | None, high: float | None) -> str:
+    """``1.081x [1.052, 1.111]`` (later / baseline), ``1.081x`` without an interval, ``—`` without a ratio."""
+    if ratio is None:
+        return "—"
+    return f"{ratio:.3f}x" + (f" [{low:.3f}, {high:.3f}]" if low is not None and high is not None else "")
+
+
+def _verdict(r: CellRow | ArmRow) -> str:
+    return "same within the threshold" if r["verdict"] == "same" else r["verdict"]
+
+
+def lines(c: RunComparison, baseline: str) -> list[str]:
+    """The words before the tables: the runs, what changed, the machine's speed, the cases not compared."""
+    out = [f"{c['later']['path']} against {baseline} (later / baseline: above 1x the later run is slower)"]
+    changed = c["changed"]
+    out.append("What changed: " + ("nothing the ledgers record (conditions, knobs, host, tool, schema)"
+                                   if not changed else f"{len(changed)} condition(s)"))
+    out += [f"  - {change_line(r)}" for r in changed]
+    out.append(f"Machine speed: {c['machine']['text']}")
+    missing = [m for m in c["arms"] if m["later"] is None]
+    out += [f"  arm {m['arm']}: no arm of the later run matches it (by knobs or name; --match BASE=LATER)"
+            for m in missing]
+    renamed = [m for m in c["arms"] if m["later"] is not None and m["later"] != m["arm"]]
+    out += [f"  arm {m['arm']} is compared with {m['later']} (matched by {m['how']})" for m in renamed]
+    for k in c["cases"]:
+        if not k["compared"]:
+            out.append(f"  case {k['case']}: {k['reason']}")
+        elif k["later"] != k["case"]:
+            out.append(f"  case {k['case']} is compared with {k['later']} (the same {k['how']})")
+    return out
+
+
+def arm_table(c: RunComparison) -> Table:
+    rows = [[r["arm"] if r["arm"] == r["later_arm"] else f"{r['arm']} → {r['later_arm']}",
+             f"{r['cases']}" + (f" (+{r['refused_cases']} refused)" if r["refused_cases"] else ""),
+             ratio_text(r["ratio"], r["low"], r["high"]), _verdict(r) + (" (corrected)" if r["corrected"] else "")]
+            for r in c["arm_ratios"]]
+    return Table("compare_arms", "Per arm: geometric mean over the compared cases",
+                 ["arm", "cases", "later / baseline [interval]", "verdict"], rows)
+
+
+def cell_table(c: RunComparison) -> Table:
+    rows = []
+    for r in c["cells"]:
+        t = "—" if r["baseline_s"] is None or r["later_s"] is None else f"{r['baseline_s']:.3f} → {r['later_s']:.3f}"
+        rows.append([r["arm"], r["case"], f"{r['n_baseline']} / {r['n_later']}", t,
+                     ratio_text(r["ratio"], r["low"], r["high"]),
+                     _verdict(r) + (f": {r['reason']}" if r["reason"] else "")])
+    return Table("compare_cells", "Per arm and case", ["arm", "case", "repeats", "turn s (geometric mean)",
+                                                      "later / baseline [interval]", "verdict"], rows)
+
+
+def closing(result: CompareResult) -> list[str]:
+    """The last lines: how the intervals were taken, and what is slower (or that nothing is)."""
+    out = [f"Intervals at {result['confidence']:.1%} each (together 95 %); threshold {result['threshold']:g}x: "
+           "slower = above it with the whole interval above 1x."]
+    slower = [line for c in result["comparisons"] for line in c["slower"]]
+    out += [f"SLOWER: {line}" for line in slower] or ["Nothing is slower than the threshold."]
+    return out
+
+
+def _md_table(t: Table) -> str:
+    esc = [[cell.replace("|", "\\|") for cell in row] for row in [t.headers, *t.rows]]
+    head, *body = esc
+    return "\n".join([f"**{t.title}**", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head),
+                      *("| " + " | ".join(r) + " |" for r in body)])
+
+
+def render_markdown(result: CompareResult) -> str:
+    """The comparison as Markdown."""
+    base = result["baseline"]
+    parts = [f"# leverbench compare: {base['path']} (experiment {base['experiment']})", ""]
+    for c in result["comparisons"]:
+        words = lines(c, base["path"])
+        parts += [f"## {words[0]}", "", *(f"{w}" if w.startswith("  ") else f"{w}  " for w in words[1:]), "",
+                  _md_table(arm_table(c)), "", _md_table(cell_table(c)), ""]
+    parts += [f"{line}  " for line in closing(result)]
+    return "\n".join(parts) + "\n"
+
+
+def render_text(result: CompareResult) -> tuple[list[str], list[tuple[list[str], list[Table]]], list[str]]:
+    """The parts the terminal prints: a heading, per comparison its lines and tables, the closing lines."""
+    base = result["baseline"]
+    head = [f"leverbench compare: baseline {base['path']} (experiment {base['experiment']}, "
+            f"{len(base['arms'])} arm(s), {len(base['cases'])} case(s))"]
+    return head, [(lines(c, base["path"]), [arm_table(c), cell_table(c)]) for c in result["comparisons"]], \
+        closing(result)

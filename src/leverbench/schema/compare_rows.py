@@ -1,0 +1,177 @@
+"""What ``leverbench compare`` prints as JSON (schema ``leverbench.compare/1``): runs compared with a baseline run.
+
+The rows :mod:`leverbench.analysis.compare` builds and :mod:`leverbench.report.compare` formats; ``leverbench schema
+compare`` prints the JSON Schema pydantic derives from them (:func:`compare_json_schema`).  Ratios are the later run's
+turn time over the baseline's: above 1 the later run is slower.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+from typing_extensions import TypedDict
+
+from . import strict_row
+
+if TYPE_CHECKING:
+    from ..json_types import JSONValue as AnyJSON
+else:  # pydantic checks (and the JSON Schema says) any JSON value: a JSON-shaped value's own schema would be long
+    AnyJSON = object
+
+COMPARE_SCHEMA = "leverbench.compare/1"
+
+#: A matched cell's or arm's verdict against the threshold t (:mod:`leverbench.analysis.compare.stats`).
+Verdict = Literal["faster", "slower", "same", "undecided", "refused"]
+
+
+@strict_row
+class RunInfo(TypedDict):
+    """One run as the comparison names it."""
+
+    path: str
+    experiment: str
+    run_id: str | None
+    started_at: str | None
+    tool_version: str | None
+    schema: str
+    arms: list[str]
+    cases: list[str]
+    warnings: list[str]  # what reading its ledger noted (a cut last line, lines salvaged past)
+
+
+@strict_row
+class ChangedRow(TypedDict):
+    """A condition that differs between the baseline run and the later one: of the run (``scope`` "run": the tool's
+    version, the ledger's schema, the experiment's settings), of the host (``scope`` "host") or of an arm (``scope``
+    "arm": a knob of it, declared or discovered; ``arm`` the baseline's name of it)."""
+
+    scope: Literal["run", "host", "arm"]
+    arm: str | None
+    what: str
+    baseline: AnyJSON
+    later: AnyJSON
+
+
+@strict_row
+class ArmMatch(TypedDict):
+    """A baseline arm and the later run's arm it is compared with (``later`` None: none matched), and how."""
+
+    arm: str
+    later: str | None
+    how: Literal["--match", "knobs", "name"] | None
+    changed: list[str]  # the knobs that differ between the two
+
+
+@strict_row
+class CaseMatch(TypedDict):
+    """A baseline case and the later run's case it is compared with, matched by what was sent; ``later`` None and
+    ``reason`` where it is not compared (its prompts differ, or it is in one run only)."""
+
+    case: str
+    later: str | None
+    how: Literal["prompt hash", "case definition"] | None
+    compared: bool
+    reason: str | None
+
+
+@strict_row
+class SpeedChange(TypedDict):
+    """A speed ratio later / baseline of the drift sentinels (1 + change), with its interval; None: not measured."""
+
+    change: float | None
+    low: float | None
+    high: float | None
+    sentinels_baseline: int
+    sentinels_later: int
+
+
+@strict_row
+class MachineRow(TypedDict):
+    """The machine's speed between the runs, from the drift sentinels of the arms that changed in no condition
+    (``reference``): measured, whether it changed beyond the drift tolerance (``detected``), whether the later run's
+    turns were put on the baseline's speed (``corrected``), and why, in words."""
+
+    reference: list[str]
+    decode: SpeedChange | None
+    prefill: SpeedChange | None
+    detected: bool
+    corrected: bool
+    tolerance: float
+    text: str
+
+
+@strict_row
+class CellRow(TypedDict):
+    """One matched (arm, case): the ratio later / baseline of the geometric means of the turn times, its interval
+    (Welch on log turn times), the verdict; ``refused`` with ``reason`` where the guard refuses it."""
+
+    arm: str
+    later_arm: str
+    case: str
+    later_case: str
+    n_baseline: int
+    n_later: int
+    baseline_s: float | None
+    later_s: float | None
+    ratio: float | None
+    low: float | None
+    high: float | None
+    verdict: Verdict
+    refused: bool
+    reason: str | None
+    failed_baseline: int
+    failed_later: int
+    output_baseline: float | None  # median output tokens per turn
+    output_later: float | None
+    corrected: bool  # the later turns were put on the baseline's machine speed
+
+
+@strict_row
+class ArmRow(TypedDict):
+    """One matched arm: the geometric mean over its compared cases of the cells' ratios, with its interval."""
+
+    arm: str
+    later_arm: str
+    cases: int
+    refused_cases: int
+    ratio: float | None
+    low: float | None
+    high: float | None
+    verdict: Verdict
+    corrected: bool
+
+
+@strict_row
+class RunComparison(TypedDict):
+    """One later run against the baseline: what changed (before any number), the matches, the machine's speed, the
+    cells and the arms, and the lines that say what got slower."""
+
+    later: RunInfo
+    changed: list[ChangedRow]
+    arms: list[ArmMatch]
+    cases: list[CaseMatch]
+    machine: MachineRow
+    cells: list[CellRow]
+    arm_ratios: list[ArmRow]
+    slower: list[str]
+
+
+@strict_row
+class CompareResult(TypedDict):
+    """``leverbench compare --format json``."""
+
+    schema: str
+    baseline: RunInfo
+    threshold: float
+    confidence: float  # of each interval (Bonferroni over the rows a verdict is drawn for: together 95 %)
+    comparisons: list[RunComparison]
+    slower: bool
+
+
+def compare_json_schema() -> str:
+    """The JSON Schema of ``leverbench compare --format json``, as ``leverbench schema compare`` prints it."""
+    import json  # noqa: PLC0415
+
+    from pydantic import TypeAdapter  # noqa: PLC0415  (pydantic only when asked)
+
+    return json.dumps(TypeAdapter(CompareResult).json_schema(), indent=2, sort_keys=True) + "\n"
