@@ -116,17 +116,21 @@ def test_a_decode_8_percent_slower_is_reported_slower_near_the_truth_with_exit_c
 
 def test_c_a_machine_20_percent_slower_between_the_runs_is_corrected_by_the_sentinels(baseline, tmp_path):
     later = _run(tmp_path, "slow-machine", prefill_tps=SIM["prefill_tps"] * 0.8, decode_tps=SIM["decode_tps"] * 0.8)
-    code, out, result = _compare(baseline[0], later[0])
+    code, out, result = _compare(baseline[0], later[0], args=("--correct-machine",))
     (c,) = result["comparisons"]
-    assert c["changed"] == [] and c["machine"]["corrected"], c["machine"]
-    assert "corrected for the machine's speed" in out
+    assert c["changed"] == [] and c["machine"]["corrected"] and c["machine"]["gated"], c["machine"]
+    assert "Corrected for the machine (sentinels: decode -" in out and "the exit code follows it" in out
     # the truth: the simulator's own turn times, each run on its own machine speed as the sentinels' records give it
     machine = _sentinel_tps(*later) / _sentinel_tps(*baseline)
     raw = _truth_ratio(baseline, later)
     assert raw > 1.2  # uncorrected, the later run is 25 % slower
     (arm,) = c["arm_ratios"]
-    assert arm["ratio"] == pytest.approx(raw * machine, rel=0.03)
-    assert arm["verdict"] == "same" and code == 0, out
+    assert arm["corrected_ratio"] == pytest.approx(raw * machine, rel=0.03)
+    assert arm["corrected_verdict"] == "same" and code == 0, out
+    # without --correct-machine the measured verdicts gate: slower, exit code 1, and the line names the correction
+    code, out, result = _compare(baseline[0], later[0])
+    assert code == 1 and result["comparisons"][0]["arm_ratios"][0]["verdict"] == "slower"
+    assert "the arm is the same (measured: slower); pass --correct-machine to gate on that" in out
 
 
 def test_d_a_case_whose_prompt_was_edited_is_not_compared_and_a_renamed_one_is(baseline, tmp_path):
@@ -150,6 +154,7 @@ def test_bad_input_is_one_line_with_exit_code_2(baseline, tmp_path):
     broken = tmp_path / "broken"
     broken.mkdir()
     lines = (baseline[0] / "ledger.jsonl").read_text().splitlines()
+    lines[0] = json.dumps({**json.loads(lines[0]), "run_id": "a copy"})  # (the same run twice is bad input)
     (broken / "ledger.jsonl").write_text("\n".join([*lines[:5], "{not json", *lines[5:]]) + "\n")
     res = CliRunner().invoke(cli, ["compare", str(baseline[0]), str(broken)])
     assert res.exit_code == 2 and str(broken) in res.output
@@ -195,7 +200,7 @@ def _synthetic(rng: random.Random, cases: dict[str, str], repeats: int, prompt_t
 
 
 def _synthetic_view(rng: random.Random, label: str, cases: dict[str, str], repeats: int = B_REPEATS):
-    head = header({"a": {}}, list(cases), repeats=repeats)
+    head = {**header({"a": {}}, list(cases), repeats=repeats), "run_id": label}
     return run_view(label, ledger(head, _synthetic(rng, cases, repeats, {c: 8 + 4 * i for i, c in enumerate(cases)})))
 
 
@@ -207,7 +212,7 @@ def test_b_no_change_under_10_percent_jitter_is_the_same_in_at_least_95_of_100_t
         result = compare_runs(_synthetic_view(rng, "base", cases), [_synthetic_view(rng, "later", cases)])
         (arm,) = result["comparisons"][0]["arm_ratios"]
         same += arm["verdict"] == "same"
-        exit0 += not result["slower"]
+        exit0 += not result["exit_code"]
     assert same >= 95 and exit0 >= 95, (same, exit0)
 
 

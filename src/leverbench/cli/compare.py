@@ -1,5 +1,6 @@
 """``leverbench compare``: runs compared with a baseline run, with the guard across runs and an exit code CI can gate
-on (0: nothing slower than the threshold, 1: something is, 2: bad input)."""
+on (0: nothing slower than the threshold, 1: something is, or with ``--strict`` a row undecided beyond it or refused;
+2: bad input)."""
 
 from __future__ import annotations
 
@@ -35,15 +36,21 @@ def _pairs(match: tuple[str, ...]) -> list[tuple[str, str]]:
                    "matched by their knobs, then by name.")
 @click.option("--format", "fmt", type=click.Choice(["table", "md", "json"]), default="table", show_default=True,
               help="table: the terminal's view; md: Markdown; json: the comparison (leverbench schema compare).")
+@click.option("--correct-machine", is_flag=True,
+              help="Gate the exit code on the verdicts corrected for the machine's speed (from the drift sentinels) "
+                   "instead of the measured ones; both are shown either way.")
+@click.option("--strict", is_flag=True,
+              help="Exit 1 also when a row is undecided beyond the threshold (toward slower) or refused by the guard.")
 @click.option("--salvage", is_flag=True, help=SALVAGE_HELP)
 def compare_command(runs: tuple[Path, ...], baseline: Path | None, threshold: float, match: tuple[str, ...],
-                    fmt: str, salvage: bool) -> None:
+                    fmt: str, correct_machine: bool, strict: bool, salvage: bool) -> None:
     """Compare RUN directories with a baseline run: what changed between them (before any number), the machine's
     speed from the drift sentinels, and per arm and case the ratio of the later run's turn times to the
     baseline's with an interval for unpaired repeats and a verdict (faster, slower, same, undecided).
 
     Cases are matched by what they sent, arms by knobs or name. Exit code 0 when nothing is slower than the
-    threshold, 1 when something is (the lines that say what come last), 2 for bad input."""
+    threshold, 1 when something is (the lines that say what come last; with --strict also a row undecided beyond
+    the threshold or refused), 2 for bad input."""
     from ..analysis.compare import compare_runs, run_view  # noqa: PLC0415 (numpy, scipy)
     from ..ledger.reader import read_ledger  # noqa: PLC0415
     from ..report.compare import render_markdown, render_text  # noqa: PLC0415
@@ -59,7 +66,8 @@ def compare_command(runs: tuple[Path, ...], baseline: Path | None, threshold: fl
             views.append(run_view(path, read_ledger(path, salvage=salvage)))
         except BadInput as exc:
             raise of_run(path, exc) from None
-    result = compare_runs(views[0], views[1:], threshold=threshold, pairs=pairs)
+    result = compare_runs(views[0], views[1:], threshold=threshold, pairs=pairs, correct_machine=correct_machine,
+                          strict=strict)
     if fmt == "json":
         from ..report.jsonio import finite  # noqa: PLC0415
 
@@ -80,5 +88,5 @@ def compare_command(runs: tuple[Path, ...], baseline: Path | None, threshold: fl
         console.print()
         for line in closing:
             console.print(line, highlight=False, markup=False)
-    if result["slower"]:
-        raise click.exceptions.Exit(1)
+    if result["exit_code"]:
+        raise click.exceptions.Exit(result["exit_code"])

@@ -39,7 +39,34 @@ def _verdict(r: CellRow | ArmRow) -> str:
     return "same within the threshold" if r["verdict"] == "same" else r["verdict"]
 
 
-def lines(c: RunComparison, baseline: str) -> list[str]:
+def _corrected(r: CellRow | ArmRow) -> str:
+    v = r["corrected_verdict"]
+    return ratio_text(r["corrected_ratio"], r["corrected_low"], r["corrected_high"]) + \
+        f" {'same within the threshold' if v == 'same' else v or '—'}"
+
+
+def _is(v: str | None) -> str:
+    return "the same" if v == "same" else v or "unknown"
+
+
+def gate_line(c: RunComparison, correct_machine: bool) -> str | None:
+    """Where the later turns were corrected for the machine: what the correction says of each arm, and which verdicts
+    the exit code follows (``--correct-machine``); None where nothing was corrected."""
+    m = c["machine"]
+    if not m["corrected"]:
+        return None
+    phases = "; ".join(f"{ph} {x['change']:+.1%}" for ph, x in (("decode", m["decode"]), ("prefill", m["prefill"]))
+                       if x is not None and x["change"] is not None)
+    arms = c["arm_ratios"]
+    said = ", ".join(("the arm" if len(arms) == 1 else f"arm {r['arm']}") + f" is {_is(r['corrected_verdict'])}"
+                     + ("" if r["corrected_verdict"] == r["verdict"] else f" (measured: {_is(r['verdict'])})")
+                     for r in arms)
+    if correct_machine:
+        return f"Corrected for the machine (sentinels: {phases}): {said}; the exit code follows it (--correct-machine)"
+    return f"Corrected for the machine (sentinels: {phases}), {said}; pass --correct-machine to gate on that"
+
+
+def lines(c: RunComparison, baseline: str, correct_machine: bool = False) -> list[str]:
     """The words before the tables: the runs, what changed, the machine's speed, the cases not compared."""
     out = [f"{c['later']['path']} against {baseline} (later / baseline: above 1x the later run is slower)"]
     changed = c["changed"]
@@ -47,6 +74,9 @@ def lines(c: RunComparison, baseline: str) -> list[str]:
                                    if not changed else f"{len(changed)} condition(s)"))
     out += [f"  - {change_line(r)}" for r in changed]
     out.append(f"Machine speed: {c['machine']['text']}")
+    out += [f"  {note}" for note in c["machine"]["notes"]]
+    gate = gate_line(c, correct_machine)
+    out += [gate] if gate else []
     missing = [m for m in c["arms"] if m["later"] is None]
     out += [f"  arm {m['arm']}: no arm of the later run matches it (by knobs or name; --match BASE=LATER)"
             for m in missing]
@@ -61,31 +91,51 @@ def lines(c: RunComparison, baseline: str) -> list[str]:
 
 
 def arm_table(c: RunComparison) -> Table:
+    corrected = c["machine"]["corrected"]
     rows = [[r["arm"] if r["arm"] == r["later_arm"] else f"{r['arm']} → {r['later_arm']}",
              f"{r['cases']}" + (f" (+{r['refused_cases']} refused)" if r["refused_cases"] else ""),
-             ratio_text(r["ratio"], r["low"], r["high"]), _verdict(r) + (" (corrected)" if r["corrected"] else "")]
+             ratio_text(r["ratio"], r["low"], r["high"]), _verdict(r) + (f" ({r['note']})" if r["note"] else ""),
+             *([_corrected(r)] if corrected else [])]
             for r in c["arm_ratios"]]
     return Table("compare_arms", "Per arm: geometric mean over the compared cases",
-                 ["arm", "cases", "later / baseline [interval]", "verdict"], rows)
+                 ["arm", "cases", "later / baseline [interval]", "verdict",
+                  *(["corrected for the machine"] if corrected else [])], rows)
 
 
 def cell_table(c: RunComparison) -> Table:
     rows = []
+    corrected = c["machine"]["corrected"]
     for r in c["cells"]:
         t = "—" if r["baseline_s"] is None or r["later_s"] is None else f"{r['baseline_s']:.3f} → {r['later_s']:.3f}"
         rows.append([r["arm"], r["case"], f"{r['n_baseline']} / {r['n_later']}", t,
                      ratio_text(r["ratio"], r["low"], r["high"]),
-                     _verdict(r) + (f": {r['reason']}" if r["reason"] else "")])
+                     _verdict(r) + (f": {r['reason']}" if r["reason"] else "")
+                     + (f" ({r['note']})" if r["note"] else ""),
+                     *([_corrected(r)] if corrected else [])])
     return Table("compare_cells", "Per arm and case", ["arm", "case", "repeats", "turn s (geometric mean)",
-                                                      "later / baseline [interval]", "verdict"], rows)
+                                                      "later / baseline [interval]", "verdict",
+                                                      *(["corrected for the machine"] if corrected else [])], rows)
 
 
 def closing(result: CompareResult) -> list[str]:
-    """The last lines: how the intervals were taken, and what is slower (or that nothing is)."""
+    """The last lines: how the intervals were taken, what is slower (or that nothing is shown slower), and how many
+    rows are undecided beyond the threshold or refused (each listed with ``--strict``, which fails on them)."""
     out = [f"Intervals at {result['confidence']:.1%} each (together 95 %); threshold {result['threshold']:g}x: "
-           "slower = above it with the whole interval above 1x."]
+           "slower = above it with the whole interval above 1x; verdicts "
+           + ("corrected for the machine (--correct-machine)." if result["correct_machine"] else "as measured.")]
     slower = [line for c in result["comparisons"] for line in c["slower"]]
-    out += [f"SLOWER: {line}" for line in slower] or ["Nothing is slower than the threshold."]
+    undecided = [line for c in result["comparisons"] for line in c["undecided"]]
+    refused = [line for c in result["comparisons"] for line in c["refused"]]
+    out += [f"SLOWER: {line}" for line in slower]
+    if result["strict"]:
+        out += [f"UNDECIDED: {line}" for line in undecided] + [f"REFUSED: {line}" for line in refused]
+    counts = ", ".join(x for x in (f"{len(undecided)} row(s) undecided beyond the threshold" if undecided else "",
+                                   f"{len(refused)} refused" if refused else "") if x)
+    head = f"{len(slower)} row(s) slower" if slower else "Nothing shown slower than the threshold"
+    if counts:
+        out.append(f"{head}; {counts}: see above" + ("" if result["strict"] else " (--strict fails on them)") + ".")
+    elif not slower:
+        out.append(f"{head}.")
     return out
 
 
@@ -101,7 +151,7 @@ def render_markdown(result: CompareResult) -> str:
     base = result["baseline"]
     parts = [f"# leverbench compare: {base['path']} (experiment {base['experiment']})", ""]
     for c in result["comparisons"]:
-        words = lines(c, base["path"])
+        words = lines(c, base["path"], result["correct_machine"])
         parts += [f"## {words[0]}", "", *(f"{w}" if w.startswith("  ") else f"{w}  " for w in words[1:]), "",
                   _md_table(arm_table(c)), "", _md_table(cell_table(c)), ""]
     parts += [f"{line}  " for line in closing(result)]
@@ -113,5 +163,6 @@ def render_text(result: CompareResult) -> tuple[list[str], list[tuple[list[str],
     base = result["baseline"]
     head = [f"leverbench compare: baseline {base['path']} (experiment {base['experiment']}, "
             f"{len(base['arms'])} arm(s), {len(base['cases'])} case(s))"]
-    return head, [(lines(c, base["path"]), [arm_table(c), cell_table(c)]) for c in result["comparisons"]], \
+    return head, [(lines(c, base["path"], result["correct_machine"]), [arm_table(c), cell_table(c)])
+                  for c in result["comparisons"]], \
         closing(result)

@@ -88,22 +88,28 @@ class SpeedChange(TypedDict):
 @strict_row
 class MachineRow(TypedDict):
     """The machine's speed between the runs, from the drift sentinels of the arms that changed in no condition
-    (``reference``): measured, whether it changed beyond the drift tolerance (``detected``), whether the later run's
-    turns were put on the baseline's speed (``corrected``), and why, in words."""
+    (``reference``): measured, whether it changed (``detected``), whether the later run's turns were also put on the
+    baseline's speed (``corrected``: the rows' ``corrected_*`` figures), whether the exit code follows those
+    (``gated``: ``--correct-machine``), and why, in words (``text``, then ``notes``: prefill not measured, an arm
+    corrected by its own sentinels alone)."""
 
     reference: list[str]
     decode: SpeedChange | None
-    prefill: SpeedChange | None
+    prefill: SpeedChange | None  # None where the sentinel's prompt is too short to time prefill (said in notes)
     detected: bool
     corrected: bool
+    gated: bool
     tolerance: float
     text: str
+    notes: list[str]
 
 
 @strict_row
 class CellRow(TypedDict):
-    """One matched (arm, case): the ratio later / baseline of the geometric means of the turn times, its interval
-    (Welch on log turn times), the verdict; ``refused`` with ``reason`` where the guard refuses it."""
+    """One matched (arm, case): the ratio later / baseline of the geometric means of the turn times as measured, its
+    interval (Welch on log turn times), the verdict; ``refused`` with ``reason`` where the guard refuses it; the same
+    figures with the later turns put on the baseline's machine speed (``corrected_*``, None where not corrected);
+    ``note``: why there is no interval, or what could not be checked."""
 
     arm: str
     later_arm: str
@@ -123,12 +129,19 @@ class CellRow(TypedDict):
     failed_later: int
     output_baseline: float | None  # median output tokens per turn
     output_later: float | None
-    corrected: bool  # the later turns were put on the baseline's machine speed
+    corrected: bool  # the later turns were also put on the baseline's machine speed
+    corrected_ratio: float | None
+    corrected_low: float | None
+    corrected_high: float | None
+    corrected_verdict: Verdict | None
+    note: str | None
 
 
 @strict_row
 class ArmRow(TypedDict):
-    """One matched arm: the geometric mean over its compared cases of the cells' ratios, with its interval."""
+    """One matched arm: the geometric mean over its compared cases of the cells' ratios, with its interval (from the
+    spread between the cases where a case has none; ``note`` says so, or why there is none), measured and
+    (``corrected_*``) with the later turns on the baseline's machine speed."""
 
     arm: str
     later_arm: str
@@ -139,12 +152,18 @@ class ArmRow(TypedDict):
     high: float | None
     verdict: Verdict
     corrected: bool
+    corrected_ratio: float | None
+    corrected_low: float | None
+    corrected_high: float | None
+    corrected_verdict: Verdict | None
+    note: str | None
 
 
 @strict_row
 class RunComparison(TypedDict):
     """One later run against the baseline: what changed (before any number), the matches, the machine's speed, the
-    cells and the arms, and the lines that say what got slower."""
+    cells and the arms, and the lines that say what got slower, what is undecided beyond the threshold toward
+    slower, and what is refused (each by the verdicts the exit code follows)."""
 
     later: RunInfo
     changed: list[ChangedRow]
@@ -154,6 +173,8 @@ class RunComparison(TypedDict):
     cells: list[CellRow]
     arm_ratios: list[ArmRow]
     slower: list[str]
+    undecided: list[str]
+    refused: list[str]
 
 
 @strict_row
@@ -164,8 +185,11 @@ class CompareResult(TypedDict):
     baseline: RunInfo
     threshold: float
     confidence: float  # of each interval (Bonferroni over the rows a verdict is drawn for: together 95 %)
+    correct_machine: bool  # the exit code follows the verdicts corrected for the machine's speed
+    strict: bool  # the exit code is 1 also for a row undecided beyond the threshold or refused
     comparisons: list[RunComparison]
     slower: bool
+    exit_code: int  # 0 or 1, as the command exits
 
 
 def compare_json_schema() -> str:

@@ -2,11 +2,18 @@
 baseline's speed where that is what changed.
 
 A sentinel (:mod:`..experiment.drift`) is the same short call every time — the same prompt behind a fresh tag and the
-same forced length — so its decode speed (tokens after the first over the time after the first) and prefill speed
-(1 / time to first token, llama.cpp's own timings where sent) measure the arm's endpoint, not the case.  Across runs,
-the sentinels of an arm measure the machine only where nothing else about the arm changed: an engine upgrade, another
-model file, another flag, another GPU changes the sentinel's speed too, and correcting by it would take out the very
-change being compared.  So:
+same forced length — so its decode speed (tokens after the first over the time after the first) measures the arm's
+endpoint, not the case.  Its time to the first token (llama.cpp's ``prompt_ms`` where sent) is the prefill of a short
+prompt *and the step that samples the first token* (and any wait for the engine's next step): on a 72-token prompt
+mostly decode — on the simulator a decode 8 % slower moved it by 17 %.  So the sentinels measure **prefill** only
+where their time to the first token is at least :data:`PREFILL_STEPS` decode steps (the sentinel's own 1 / decode
+speed; the median over the reference sentinels of both runs), so that the decode in it is at most about a quarter of
+it; the prefill time is then the time to the first token less one decode step.  Otherwise only decode is corrected,
+and the row says so.
+
+Across runs, the sentinels of an arm measure the machine only where nothing else about the arm changed: an engine
+upgrade, another model file, another flag, another GPU changes the sentinel's speed too, and correcting by it would
+take out the very change being compared.  So:
 
 - the **reference** arms are the matched arms whose knobs are all the same in both runs, on a host whose facts are the
   same, whose sentinels are the same call (forced length, prompt length), and which did not drift within either run;
@@ -15,15 +22,21 @@ change being compared.  So:
   phases together at 99 %: a correction not needed moves every ratio of the run by the sentinels' own scatter, so
   it must be rare where nothing changed — with 10 % noise per request and 9 sentinels a run, a spurious one moves
   the ratios by about 15 %);
-- the machine's speed **changed** when either phase's interval excludes 1; then every later turn is put on the
-  baseline's speed: each of its calls' prefill time (time to first token) times the prefill ratio f_p, its decode
-  time (the rest of the call) times the decode ratio f_d — turn_s + Σ ttft·(f_p − 1) + (latency − ttft)·(f_d − 1),
-  as a run's own common drift is taken out (:func:`..experiment.drift.adjusted_turn_s`) — and the correction's own
-  uncertainty (each phase's standard error weighted by the phase's share of the later cell's time) is added to the
-  cells' intervals;
-- no correction where nothing shows a change, where no arm is a reference (every arm changed, or the host did: then
-  the sentinels measure the change compared, and it is said), or where a run has no sentinels (said: the machine's
-  speed between the runs is unknown and inside the ratios).
+- the reference arms must **agree**: where two of them have intervals of a phase's log ratio (each at 99.5 %) that do
+  not overlap, the change is not one machine's speed, and nothing is corrected (said);
+- the machine's speed **changed** when either phase's interval excludes 1; then the later run's turns are also put on
+  the baseline's speed: each of its calls' prefill time (time to first token) times the prefill ratio f_p, its
+  decode time (the rest of the call) times the decode ratio f_d — turn_s + Σ ttft·(f_p − 1) + (latency − ttft)·(f_d
+  − 1), as a run's own common drift is taken out (:func:`..experiment.drift.adjusted_turn_s`) — and the correction's
+  own uncertainty (each phase's standard error weighted by the phase's share of the later cell's time) is added to
+  the corrected intervals.  The corrected figures are shown beside the measured ones; the exit code follows the
+  measured ones unless ``--correct-machine`` (:mod:`.compare`): nothing the ledgers record tells a slower machine from
+  a slower engine that reports the same version, so correcting is the user's call.  An arm that is the only
+  reference arm is corrected by its own sentinels alone, which take out any change of its own endpoint (said);
+- no correction where nothing shows a change, where no arm is a reference (each arm's reason is said: a knob changed,
+  it drifted within a run, it ran another sentinel; or the host changed: then the sentinels measure the change
+  compared), or where a run has no sentinels (said: the machine's speed between the runs is unknown and inside the
+  ratios).
 
 An arm that drifted within either run (its own trend detected, :func:`..experiment.drift.drift`) has no one speed in
 that run: its cells are refused (:mod:`.compare`).
@@ -32,16 +45,17 @@ that run: its cells are refused (:mod:`.compare`).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from ...schema.compare_rows import ArmMatch, ChangedRow, MachineRow, SpeedChange
-from .runs import RunView
+from .runs import RunView, Sentinel
 from .stats import LogDiff, geomean, welch
 
 CONFIDENCE = 1.0 - 0.01 / 2  # each of the two phases (module docstring)
+PREFILL_STEPS = 8.0  # the sentinels' time to first token must be this many decode steps to time prefill
 
 
 @dataclass(frozen=True)
@@ -56,22 +70,79 @@ class Machine:
     df: float | None = None
 
 
-def _phase(base: RunView, later: RunView, pairs: Sequence[tuple[str, str]], decode: bool
-           ) -> tuple[SpeedChange | None, LogDiff | None]:
-    diffs, nb, nl = [], 0, 0
+def _decode(s: Sentinel) -> float | None:
+    return s.decode
+
+
+def _prefill(s: Sentinel) -> float | None:
+    """The sentinel's prefill speed: 1 / (time to first token − one decode step), or None."""
+    if not s.first_s or not s.decode:
+        return None
+    pre = s.first_s - 1.0 / s.decode
+    return 1.0 / pre if pre > 0 else None
+
+
+def _arm_diffs(base: RunView, later: RunView, pairs: Sequence[tuple[str, str]], speed: Callable[[Sentinel],
+               float | None]) -> list[tuple[str, LogDiff, int, int]]:
+    out = []
     for b, lt in pairs:
-        xb = [s.decode if decode else s.prefill for s in base.sentinels.get(b, [])]
-        xl = [s.decode if decode else s.prefill for s in later.sentinels.get(lt, [])]
-        d = welch([x for x in xb if x], [x for x in xl if x])
+        xb = [v for v in map(speed, base.sentinels.get(b, [])) if v]
+        xl = [v for v in map(speed, later.sentinels.get(lt, [])) if v]
+        d = welch(xb, xl)
         if d is not None:
-            diffs.append(d)
-            nb, nl = nb + len([x for x in xb if x]), nl + len([x for x in xl if x])
-    g = geomean(diffs)
+            out.append((b, d, len(xb), len(xl)))
+    return out
+
+
+def _phase(diffs: Sequence[tuple[str, LogDiff, int, int]]) -> tuple[SpeedChange | None, LogDiff | None]:
+    g = geomean([d for _, d, _, _ in diffs])
     if g is None:
         return None, None
     iv = g.interval(CONFIDENCE)
     return {"change": math.expm1(g.d), "low": iv[0] - 1.0 if iv else None, "high": iv[1] - 1.0 if iv else None,
-            "sentinels_baseline": nb, "sentinels_later": nl}, g
+            "sentinels_baseline": sum(x[2] for x in diffs), "sentinels_later": sum(x[3] for x in diffs)}, g
+
+
+def _disagree(diffs: Sequence[tuple[str, LogDiff, int, int]]) -> str | None:
+    """The reference arms whose intervals of the log ratio do not overlap, in words; None where they agree."""
+    known = [(a, d.d, iv) for a, d, _, _ in diffs if (iv := d.interval(CONFIDENCE)) is not None]
+    for i, (a, da, (lo_a, hi_a)) in enumerate(known):
+        for b, db, (lo_b, hi_b) in known[i + 1:]:
+            if hi_a < lo_b or hi_b < lo_a:
+                return (f"{a} {math.expm1(da):+.1%} [{lo_a - 1:+.1%}, {hi_a - 1:+.1%}] against "
+                        f"{b} {math.expm1(db):+.1%} [{lo_b - 1:+.1%}, {hi_b - 1:+.1%}]")
+    return None
+
+
+def _prefill_steps(base: RunView, later: RunView, refs: Sequence[tuple[str, str]]) -> tuple[float | None, str]:
+    """The reference sentinels' median time to first token in decode steps (both runs), and it in words."""
+    steps, first, prompt = [], [], []
+    for run, arms in ((base, [b for b, _ in refs]), (later, [lt for _, lt in refs])):
+        for s in (s for a in arms for s in run.sentinels.get(a, [])):
+            if s.first_s and s.decode:
+                steps.append(s.first_s * s.decode)
+                first.append(s.first_s)
+            if s.prompt_tokens:
+                prompt.append(s.prompt_tokens)
+    if not steps:
+        return None, "no sentinel with both a time to first token and a decode speed"
+    n = float(np.median(steps))
+    tokens = f"on its {int(np.median(prompt))}-token prompt" if prompt else ""
+    return n, (f"the sentinel's time to first token, {float(np.median(first)) * 1000:.1f} ms {tokens}, is "
+               f"{n:.1f} decode steps, under {PREFILL_STEPS:g}: mostly decode")
+
+
+def _not_reference(base: RunView, later: RunView, b: str, lt: str, changed: Sequence[ChangedRow]) -> str | None:
+    """Why the matched arm (*b*, *lt*) is no reference arm, in words; None where it is one."""
+    knobs = [c["what"] for c in changed if c["scope"] == "arm" and c["arm"] == b]
+    if knobs:
+        return f"{b} changed ({', '.join(knobs[:3])})"
+    for who, run, a in (("baseline", base, b), ("later run", later, lt)):
+        if a in run.drifted:
+            return f"{b} drifted within the {who}"
+    if not _same_call(base, later, b, lt):
+        return f"{b} ran another sentinel call (forced length or prompt) or none"
+    return None
 
 
 def _same_call(base: RunView, later: RunView, b: str, lt: str) -> bool:
@@ -85,13 +156,13 @@ def machine_speed(base: RunView, later: RunView, arms: Sequence[ArmMatch], chang
     tol = base.drift_tolerance
     host = [c["what"] for c in changed if c["scope"] == "host"]
     matched = [(m["arm"], m["later"]) for m in arms if m["later"] is not None]
-    refs = [(b, lt) for b, lt in matched if not any(c["scope"] == "arm" and c["arm"] == b for c in changed)
-            and b not in base.drifted and lt not in later.drifted and _same_call(base, later, b, lt)]
+    why_not = {b: _not_reference(base, later, b, lt, changed) for b, lt in matched}
+    refs = [(b, lt) for b, lt in matched if why_not[b] is None]
 
     def row(text: str, detected: bool = False, corrected: bool = False, dec: SpeedChange | None = None,
-            pre: SpeedChange | None = None, reference: Sequence[str] = ()) -> MachineRow:
+            pre: SpeedChange | None = None, reference: Sequence[str] = (), notes: Sequence[str] = ()) -> MachineRow:
         return {"reference": list(reference), "decode": dec, "prefill": pre, "detected": detected,
-                "corrected": corrected, "tolerance": tol, "text": text}
+                "corrected": corrected, "gated": False, "tolerance": tol, "text": text, "notes": list(notes)}
 
     if not any(base.sentinels.get(b) for b, _ in matched) or not any(later.sentinels.get(lt) for _, lt in matched):
         who = "either run" if not any(base.sentinels.values()) and not any(later.sentinels.values()) else \
@@ -102,24 +173,38 @@ def machine_speed(base: RunView, later: RunView, arms: Sequence[ArmMatch], chang
         return Machine(row("not corrected: the host changed (" + ", ".join(host[:4]) + "), so the sentinels "
                            "measure the change compared, not the machine's state"))
     if not refs:
-        return Machine(row("not corrected: every matched arm changed in a knob (or drifted, or ran another "
-                           "sentinel), so no arm's sentinels measure the machine apart from the change compared"))
-    dec, gd = _phase(base, later, refs, True)
-    pre, gp = _phase(base, later, refs, False)
+        return Machine(row("not corrected: no matched arm's sentinels measure the machine apart from the change "
+                           "compared (" + "; ".join(str(w) for w in why_not.values()) + ")"))
     names = [b for b, _ in refs]
-    shown = [(phase, c) for phase, c in (("decode", dec), ("prefill", pre)) if c is not None and c["low"] is not None
-             and c["high"] is not None and (c["low"] > 0 or c["high"] < 0)]
+    steps, steps_words = _prefill_steps(base, later, refs)
+    use_prefill = steps is not None and steps >= PREFILL_STEPS
+    dd = _arm_diffs(base, later, refs, _decode)
+    pd = _arm_diffs(base, later, refs, _prefill) if use_prefill else []
+    dec, gd = _phase(dd)
+    pre, gp = _phase(pd)
+    notes = [] if use_prefill else [f"prefill not measured by the sentinels ({steps_words}): decode only is "
+                                    "corrected"]
+    shown = [c for c in (dec, pre) if c is not None and c["low"] is not None and c["high"] is not None
+             and (c["low"] > 0 or c["high"] < 0)]
     words = "; ".join(f"{phase} {_words(c)}" for phase, c in (("decode", dec), ("prefill", pre)) if c is not None)
     if not shown or gd is None:
         return Machine(row(f"sentinels of {', '.join(names)}: {words or 'no speed to read'}: no change of the "
-                           "machine's speed shown, not corrected", dec=dec, pre=pre, reference=names))
-    text = (f"corrected for the machine's speed: the sentinels of {', '.join(names)} (unchanged in every knob) ran "
-            f"{words} in the later run; its turns are put on the baseline's speed")
+                           "machine's speed shown, not corrected", dec=dec, pre=pre, reference=names, notes=notes))
+    split = [f"{phase}: {w}" for phase, x in (("decode", dd), ("prefill", pd)) if (w := _disagree(x))]
+    if split:
+        return Machine(row(f"not corrected: the reference arms disagree on the machine's speed ({'; '.join(split)}: "
+                           "intervals that do not overlap), so the change is not the machine's alone", True,
+                           dec=dec, pre=pre, reference=names, notes=notes))
+    if len(refs) == 1:
+        notes.append(f"arm {names[0]} is the only reference arm: it is corrected by its own sentinels alone, which "
+                     "would take out a change of its own endpoint the ledgers do not record")
+    text = (f"changed: the sentinels of {', '.join(names)} (unchanged in every knob) ran {words} in the later run; "
+            "the later turns put on the baseline's speed are shown beside the measured ones")
     se_d = gd.se or 0.0
     se_p = (gp.se or 0.0) if gp is not None else 0.0
     dfs = [g.df for g in (gd, gp) if g is not None and g.df]
-    return Machine(row(text, True, True, dec, pre, names), math.exp(gd.d), math.exp(gp.d) if gp is not None else 1.0,
-                   se_d, se_p, min(dfs) if dfs else None)
+    return Machine(row(text, True, True, dec, pre, names, notes), math.exp(gd.d),
+                   math.exp(gp.d) if gp is not None else 1.0, se_d, se_p, min(dfs) if dfs else None)
 
 
 def _words(c: SpeedChange) -> str:

@@ -2,21 +2,24 @@
 
 **Cases** are matched by what they sent (:func:`.runs.case_prints`), not by name: a case renamed but sending the same
 first request is compared, and a case of the same name whose prompts were edited is not ("its prompts differ").
+Two cases are the same by their prompt hashes where both runs have them, else by their definitions.  A variant case
+(``[[cases]] variants``) is listed as not compared.
 
 **Arms** are matched, in order: by ``--match BASE=LATER``; then a baseline arm whose knobs (declared and discovered,
 :mod:`..base.knobs`, judged across the arms of both runs) equal those of exactly one unmatched later arm; then by
 name.  An arm matched by name may differ in knobs: that is what the comparison measures, and the knobs are listed.
 
-**What changed** (:func:`changes`): the tool's version, the ledger's schema and every experiment setting that differs
-(scope "run"), every fact of the host (scope "host": CPU, cores, OS, Python, GPUs), and per matched arm every knob
-that differs (scope "arm": engine and version, model file, flags, request fields, declared conditions, discovered
-facts).  The simulator's own settings are no fact (:data:`..base.knobs.NOT_FACTS`).
+**What changed** (:func:`changes`): the experiment's name, the tool's version, the ledger's schema and every
+experiment setting that differs (scope "run"), every fact of the host (scope "host": CPU, cores, OS, Python,
+GPUs), and per matched arm every knob that differs (scope "arm": engine and version, model file, flags, request
+fields, declared conditions, discovered facts).  The simulator's own settings are no fact
+(:data:`..base.knobs.NOT_FACTS`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import cast
+from typing import Literal, cast
 
 from ...errors import BadInput
 from ...json_types import JSONValue
@@ -80,33 +83,60 @@ def match_arms(base: RunView, later: RunView, pairs: Sequence[tuple[str, str]]) 
     return [out.get(b) or {"arm": b, "later": None, "how": None, "changed": []} for b in base.ds.arms]
 
 
+_How = Literal["prompt hash", "case definition"]
+
+
+def _same(base: RunView, later: RunView, case: str, lcase: str) -> tuple[bool, _How]:
+    """Whether *case* and *lcase* sent the same, by their prompt hashes where both runs have them, else by their
+    definitions (a run that salts against one that resets its cache: :mod:`.runs`)."""
+    (hb, db), (hl, dl) = base.prints[case], later.prints[lcase]
+    if hb is not None and hl is not None:
+        return hb == hl, "prompt hash"
+    return db == dl, "case definition"
+
+
 def match_cases(base: RunView, later: RunView) -> list[CaseMatch]:
-    """Each baseline case and the later case that sent the same (module docstring), or why none."""
-    by_print: dict[str, list[str]] = {}
-    for case, (_, p) in later.prints.items():
-        by_print.setdefault(p, []).append(case)
+    """Each baseline case and the later case that sent the same (module docstring), or why none; then each variant
+    case of the baseline (``[[cases]] variants``), not compared, with the reason."""
     taken: set[str] = set()
     out: list[CaseMatch] = []
     for case in base.ds.cases:
-        how, p = base.prints[case]
-        hits = [c for c in by_print.get(p, []) if c not in taken and c in later.ds.cases]
+        hits = [(lc, how) for lc in later.ds.cases if lc not in taken for same, how in [_same(base, later, case, lc)]
+                if same]
         if hits:
-            hit = case if case in hits else hits[0]
+            hit, how = next((h for h in hits if h[0] == case), hits[0])
             taken.add(hit)
-            same = how == later.prints[hit][0] == "prompt hash"
-            out.append({"case": case, "later": hit, "how": "prompt hash" if same else "case definition",
-                        "compared": True, "reason": None})
-        elif case in later.prints:
-            lhow, lp = later.prints[case]
-            what = ("its first request differs (SHA-256 of the messages sent: "
-                    f"{p[:12]}… against {lp[:12]}…)" if how == lhow == "prompt hash" else
-                    "its definition differs (prompt, system, documents, steps or sampling)")
+            out.append({"case": case, "later": hit, "how": how, "compared": True, "reason": None})
+        elif case in later.ds.cases:
+            _, how = _same(base, later, case, case)
+            hb, hl = base.prints[case][0], later.prints[case][0]
+            what = (f"its first request differs (SHA-256 of the messages sent: {(hb or '')[:12]}… against "
+                    f"{(hl or '')[:12]}…)" if how == "prompt hash" else
+                    "its definition differs (prompt, system, documents, steps or sampling)"
+                    + (" (one run salts its turns: matched by definition)" if (hb is None) != (hl is None) else ""))
             out.append({"case": case, "later": None, "how": None, "compared": False,
                         "reason": f"not compared: its prompts differ: {what}"})
         else:
             out.append({"case": case, "later": None, "how": None, "compared": False,
                         "reason": "not compared: no case of the later run sent what it sent"})
+    for variant, of in base.ds.variants.items():
+        out.append({"case": variant, "later": None, "how": None, "compared": False,
+                    "reason": f"not compared: a variant of case {of} (variants are not compared across runs yet)"})
     return out
+
+
+def check_pairs(base: RunView, laters: Sequence[RunView], pairs: Sequence[tuple[str, str]]) -> None:
+    """``--match`` as given: :class:`~leverbench.errors.BadInput` where a baseline arm or a later arm is named twice,
+    or a later arm is an arm of no later run (a baseline arm that is none of its arms: :func:`match_arms`)."""
+    for i, what in ((0, "baseline arm"), (1, "later arm")):
+        names = [p[i] for p in pairs]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise BadInput(f"--match: the {what} {twice[0]!r} is named twice; pair each arm once")
+    arms = {a for r in laters for a in r.ds.arms}
+    for b, lt in pairs:
+        if lt not in arms:
+            raise BadInput(f"--match {b}={lt}: no later run has an arm {lt!r} (their arms: {', '.join(sorted(arms))})")
 
 
 def changes(base: RunView, later: RunView, arms: Sequence[ArmMatch]) -> list[ChangedRow]:
@@ -114,6 +144,7 @@ def changes(base: RunView, later: RunView, arms: Sequence[ArmMatch]) -> list[Cha
     hb, hl = base.ds.header, later.ds.header
     out: list[ChangedRow] = []
     run_facts: list[tuple[str, JSONValue, JSONValue]] = [
+        ("experiment name", base.info["experiment"], later.info["experiment"]),
         ("tool version", hb.get("tool_version"), hl.get("tool_version")), ("ledger schema", hb["schema"], hl["schema"])]
     for key, a, b in run_facts:
         if a != b:

@@ -8,7 +8,8 @@ later calls of a turn carry the model's answers and differ wherever an answer di
 run that salts its turns (``cache_between_turns`` met by a salt: a tag unique to the run, case and repeat put before
 the first message, :mod:`leverbench.runner.cache_state`) sends a different first request every turn; there the case
 is identified by its definition in the ledger's header (its prompt, system prompt, documents by name, steps, tools,
-sampling), which cannot see a document edited in place (said where it is used).
+sampling), which cannot see a document edited in place (said where it is used).  Every case has its definition's
+print, so a case of a run that resets its cache is matched with one of a run that salts by their definitions.
 """
 
 from __future__ import annotations
@@ -46,13 +47,15 @@ class Cell:
 
 @dataclass(frozen=True)
 class Sentinel:
-    """A successful drift sentinel of an arm: its decode and prefill speed, and what identifies its call (the
-    forced length and the prompt's characters: the prompt itself carries a fresh tag every time)."""
+    """A successful drift sentinel of an arm: its decode speed, its time to the first token (llama.cpp's
+    ``prompt_ms`` where sent: the prefill and the step that samples the first token), its prompt's tokens, and what
+    identifies its call (the forced length and the prompt's characters: the prompt itself carries a fresh tag)."""
 
     decode: float | None
-    prefill: float | None
+    first_s: float | None
     tokens: int | None
     chars: int | None
+    prompt_tokens: int | None = None
 
 
 @dataclass
@@ -63,7 +66,7 @@ class RunView:
     ds: Dataset
     info: RunInfo
     cells: dict[tuple[str, str], Cell]
-    prints: dict[str, tuple[str, str]]  # case → (how it is identified: "prompt hash" / "case definition", the print)
+    prints: dict[str, tuple[str | None, str]]  # case → (its prompt hashes' print or None, its definition's print)
     sentinels: dict[str, list[Sentinel]]
     drifted: dict[str, str]  # arm → its own drift within the run, in words
 
@@ -112,22 +115,20 @@ def _digest(value: JSONValue) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def case_prints(ledger: Ledger[RunHeaderRow], ds: Dataset) -> dict[str, tuple[str, str]]:
-    """Per case, how it is identified and its print (module docstring): the sorted first-call hashes, or the
-    digest of its definition where a turn of it was salted or no first call carries a hash."""
+def case_prints(ledger: Ledger[RunHeaderRow], ds: Dataset) -> dict[str, tuple[str | None, str]]:
+    """Per case its two prints (module docstring): the digest of its sorted first-call hashes (None where a turn of it
+    was salted or no first call carries a hash), and the digest of its definition."""
     salted = {t.get("case") for t in ledger.of_kind("turn") if "salt" in str(t.get("cache", {}).get("method"))}
     sent: dict[str, set[str]] = {}
     for c in ledger.of_kind("call"):
         if int(c.get("step") or 0) == 0 and c.get("input_sha256") and c.get("case") is not None:
             sent.setdefault(str(c["case"]), set()).add(str(c["input_sha256"]))
-    out: dict[str, tuple[str, str]] = {}
+    out: dict[str, tuple[str | None, str]] = {}
     for case in ds.config.get("cases", []):
         name = case["name"]
-        if name in sent and name not in salted:
-            out[name] = ("prompt hash", _digest(list[JSONValue](sorted(sent[name]))))
-        else:
-            definition = {k: v for k, v in dict(case).items() if k not in _NOT_SENT}
-            out[name] = ("case definition", _digest(definition))  # type: ignore[arg-type]  # (the header's JSON)
+        hashed = _digest(list[JSONValue](sorted(sent[name]))) if name in sent and name not in salted else None
+        definition = {k: v for k, v in dict(case).items() if k not in _NOT_SENT}
+        out[name] = (hashed, _digest(definition))  # type: ignore[arg-type]  # (the header's JSON)
     return out
 
 
@@ -136,10 +137,11 @@ def _sentinels(ds: Dataset) -> dict[str, list[Sentinel]]:
     for s in ds.sentinels:
         if s.get("error") is not None:
             continue
-        tokens = s.get("probe_tokens")
-        out.setdefault(s["arm"], []).append(Sentinel(sentinel_rate(s), sentinel_prefill_speed(s),
+        tokens, prompt = s.get("probe_tokens"), s.get("prompt_tokens")
+        speed = sentinel_prefill_speed(s)
+        out.setdefault(s["arm"], []).append(Sentinel(sentinel_rate(s), 1.0 / speed if speed else None,
                                                      tokens if isinstance(tokens, int) else None,
-                                                     s.get("input_chars")))
+                                                     s.get("input_chars"), prompt if isinstance(prompt, int) else None))
     return out
 
 

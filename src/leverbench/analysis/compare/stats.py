@@ -19,7 +19,10 @@ median) is the estimate the interval is of; with lognormal noise it is also the 
 
 **Over cases** (an arm's figure, as pyperf's geometric mean over benchmarks): each case its own fixed effect, the
 arm's ratio = exp(mean over its K compared cases of d_k), se² = Σ se_k² / K², ν by Welch–Satterthwaite over the cases'
-terms (Scheffé's answer to unequal variances, as the sequential verdicts use within a run).
+terms (Scheffé's answer to unequal variances, as the sequential verdicts use within a run).  Where a case has no
+interval of its own (one repeat on a side, or no scatter), the arm's interval comes from the spread between its
+cases instead: se = sd(d_k) / √K on K − 1 degrees of freedom (the cases' own noise and their real differences
+together: wider, never narrower than it should be); with one such case there is none, and the row says why.
 
 **Confidence.**  Each interval is taken at γ = 1 − 5 % / m, m the rows a verdict is drawn for (every compared cell
 and every arm of every later run: Bonferroni), so that noise alone makes any row "slower" in at most 2.5 % of
@@ -113,14 +116,25 @@ def _combine(d: float, terms: Sequence[tuple[float, float]]) -> LogDiff:
 
 def geomean(diffs: Sequence[LogDiff]) -> LogDiff | None:
     """The mean of the cases' log differences with its standard error and Welch–Satterthwaite degrees of freedom
-    (module docstring); without an interval where a case has none."""
+    (module docstring); where a case has no interval of its own, from the spread between the cases (:func:`spread`)."""
     if not diffs:
         return None
     k = len(diffs)
     d = sum(x.d for x in diffs) / k
     if any(x.se is None or x.df is None for x in diffs):
-        return LogDiff(d, None, None)
+        return spread(diffs)
     return _combine(d, [((x.se or 0.0) ** 2 / k ** 2, x.df or 0.0) for x in diffs])
+
+
+def spread(diffs: Sequence[LogDiff]) -> LogDiff:
+    """The mean of the K cases' log differences with the standard error of the spread between them, sd(d_k) / √K on
+    K − 1 degrees of freedom (module docstring: where a case has no interval of its own); none with one case."""
+    k = len(diffs)
+    d = sum(x.d for x in diffs) / k
+    if k < 2:
+        return LogDiff(d, None, None)
+    var = sum((x.d - d) ** 2 for x in diffs) / (k - 1)
+    return LogDiff(d, math.sqrt(var / k), float(k - 1))
 
 
 def verdict(ratio: float, interval: tuple[float, float] | None, threshold: float) -> Verdict:
