@@ -240,3 +240,19 @@ def test_engine_session():
     for way in ("own session", "process group"):
         assert lines_like(out, rf"^  {way} +busy median +{NUMBER} \[{NUMBER}\] +quiet +{NUMBER}$"), way
     assert lines_like(out, rf"ratio \(process group / own session\), busy: {NUMBER}x")
+
+
+def test_tune_grid(tmp_path):
+    """``tune_grid.py`` writes a tune file's full grid as one experiment: examples/tune-sim.toml's 5 draft lengths ×
+    3 slot counts, 15 arms, each its configuration's values, the baseline the tune's, at the point asked for."""
+    from leverbench.config import load  # noqa: PLC0415
+
+    out = tmp_path / "grid.toml"
+    assert "wrote" in bench("tune_grid.py", "examples/tune-sim.toml", "--point", "4", "--repeats", "3", "--out",
+                            str(out))
+    exp = load(out)
+    arms = {a.name: a for a in exp.spec.arms}
+    assert len(arms) == 5 * 3 and exp.spec.experiment.in_flight == 4 and exp.spec.experiment.repeats == 3
+    assert exp.spec.experiment.baseline == "k=0 slots=1" and arms["k=0 slots=1"].role == "baseline"
+    engine = arms["k=4 slots=2"].engine
+    assert engine is not None and (engine.values["k"], engine.values["slots"]) == (4, 2)

@@ -149,7 +149,7 @@ def _md_table(t: Table) -> str:
 def render_markdown(result: CompareResult) -> str:
     """The comparison as Markdown."""
     base = result["baseline"]
-    parts = [f"# leverbench compare: {base['path']} (experiment {base['experiment']})", ""]
+    parts = [f"# leverbench compare: {base['path']} (experiment {base['experiment_name']})", ""]
     for c in result["comparisons"]:
         words = lines(c, base["path"], result["correct_machine"])
         parts += [f"## {words[0]}", "", *(f"{w}" if w.startswith("  ") else f"{w}  " for w in words[1:]), "",
@@ -161,7 +161,7 @@ def render_markdown(result: CompareResult) -> str:
 def render_text(result: CompareResult) -> tuple[list[str], list[tuple[list[str], list[Table]]], list[str]]:
     """The parts the terminal prints: a heading, per comparison its lines and tables, the closing lines."""
     base = result["baseline"]
-    head = [f"leverbench compare: baseline {base['path']} (experiment {base['experiment']}, "
+    head = [f"leverbench compare: baseline {base['path']} (experiment {base['experiment_name']}, "
             f"{len(base['arms'])} arm(s), {len(base['cases'])} case(s))"]
     return head, [(lines(c, base["path"], result["correct_machine"]), [arm_table(c), cell_table(c)])
                   for c in result["comparisons"]], \

@@ -29,7 +29,7 @@ class RunInfo(TypedDict):
     """One run as the comparison names it."""
 
     path: str
-    experiment: str
+    experiment_name: str
     run_id: str | None
     started_at: str | None
     tool_version: str | None

@@ -220,7 +220,8 @@ def compare_runs(base: RunView, laters: Sequence[RunView], *, threshold: float =
         case_pairs = [(c["case"], c["later"]) for c in cases if c["later"] is not None]
         if not case_pairs:
             raise BadInput(f"{later.path}: no case of it sent what a case of {base.path} sent (experiments "
-                           f"{base.info['experiment']!r} and {later.info['experiment']!r}): nothing to compare")
+                           f"{base.info['experiment_name']!r} and {later.info['experiment_name']!r}): nothing to "
+                           "compare")
         if not arm_pairs:
             raise BadInput(f"{later.path}: no arm of it matches an arm of {base.path} by knobs or name "
                            f"(its arms: {', '.join(later.ds.arms)}); pair them with --match BASE=LATER")

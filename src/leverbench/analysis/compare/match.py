@@ -144,13 +144,13 @@ def changes(base: RunView, later: RunView, arms: Sequence[ArmMatch]) -> list[Cha
     hb, hl = base.ds.header, later.ds.header
     out: list[ChangedRow] = []
     run_facts: list[tuple[str, JSONValue, JSONValue]] = [
-        ("experiment name", base.info["experiment"], later.info["experiment"]),
+        ("experiment name", base.info["experiment_name"], later.info["experiment_name"]),
         ("tool version", hb.get("tool_version"), hl.get("tool_version")), ("ledger schema", hb["schema"], hl["schema"])]
     for key, a, b in run_facts:
         if a != b:
             out.append({"scope": "run", "arm": None, "what": key, "baseline": a, "later": b})
-    eb = {k: v for k, v in dict(base.ds.config["experiment"]).items() if k != "name"}
-    el = {k: v for k, v in dict(later.ds.config["experiment"]).items() if k != "name"}
+    eb = {k: v for k, v in base.ds.settings.declared().items() if k != "name"}
+    el = {k: v for k, v in later.ds.settings.declared().items() if k != "name"}
     for k, x, y in _diff(cast("Mapping[str, JSONValue]", eb), cast("Mapping[str, JSONValue]", el)):
         out.append({"scope": "run", "arm": None, "what": f"experiment.{k}", "baseline": x, "later": y})
     host_b = {k: v for k, v in _flat(cast("JSONValue", hb.get("host") or {})).items() if k not in _NOT_HOST}

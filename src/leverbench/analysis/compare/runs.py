@@ -83,7 +83,7 @@ def run_view(path: str | Path, ledger: Ledger[RunHeaderRow]) -> RunView:
     """*ledger* (read from *path*) as a :class:`RunView`."""
     ds = dataset(ledger)
     h = ledger.header
-    info: RunInfo = {"path": str(path), "experiment": ds.config["experiment"]["name"], "run_id": h.get("run_id"),
+    info: RunInfo = {"path": str(path), "experiment_name": ds.settings.name, "run_id": h.get("run_id"),
                      "started_at": h.get("started_at"), "tool_version": h.get("tool_version"),
                      "schema": h["schema"], "arms": list(ds.arms), "cases": list(ds.cases),
                      "warnings": list(ledger.warnings)}
