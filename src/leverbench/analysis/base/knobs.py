@@ -190,11 +190,12 @@ def _base_name(v: JSONValue) -> JSONValue:
     return v
 
 
-def _flatten(d: JSONValue, path: str = "") -> dict[str, JSONValue]:
+def flatten(d: JSONValue, path: str = "") -> dict[str, JSONValue]:
+    """*d*'s leaves by dotted path (``{"a": {"b": 1}}`` → ``{"a.b": 1}``)."""
     if isinstance(d, dict):
         out: dict[str, JSONValue] = {}
         for k, v in d.items():
-            out.update(_flatten(v, f"{path}{k}."))
+            out.update(flatten(v, f"{path}{k}."))
         return out
     return {path[:-1]: d}
 
@@ -243,7 +244,7 @@ def _facts(discovered: Mapping[str, JSONValue]) -> dict[str, tuple[str, str]]:
     fills = _object((discovered or {}).get("value_flags"))
     filled = {str(f) for flags in fills.values() if isinstance(flags, list) for f in flags}
     filled |= {f for v in _object((discovered or {}).get("values")).values() for f in _own_flags(v)}
-    for path, v in _flatten({k: v for k, v in (discovered or {}).items()
+    for path, v in flatten({k: v for k, v in (discovered or {}).items()
                              if k != "engine_args" and k not in COMMAND_FACTS}).items():
         if any(path == n or path.startswith(n + ".") for n in NOT_FACTS):
             continue
@@ -321,7 +322,7 @@ def _reported_off(knob: str, discovered: Mapping[str, JSONValue]) -> bool:
     lever = registry.lever(knob)
     if lever is None or lever.name != knob or not lever.reported_by:
         return False
-    paths = set(_flatten({k: v for k, v in discovered.items() if k != "engine_args"}))
+    paths = set(flatten({k: v for k, v in discovered.items() if k != "engine_args"}))
     if isinstance(discovered.get("engine_args"), list):
         paths.add("engine_args")
     return any(p in paths for p in lever.reported_by)

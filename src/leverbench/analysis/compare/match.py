@@ -24,20 +24,11 @@ from typing import Literal, cast
 from ...errors import BadInput
 from ...json_types import JSONValue
 from ...schema.compare_rows import ArmMatch, CaseMatch, ChangedRow
-from ..base.knobs import all_arm_knobs, canonical, differing
+from ..base.knobs import all_arm_knobs, canonical, differing, flatten
 from .runs import RunView
 
 #: Host facts that say where a fact came from, or why it is unknown: not the machine.
 _NOT_HOST = ("gpu.unknown", "gpu.source")
-
-
-def _flat(d: JSONValue, path: str = "") -> dict[str, JSONValue]:
-    if isinstance(d, dict):
-        out: dict[str, JSONValue] = {}
-        for k, v in d.items():
-            out.update(_flat(v, f"{path}{k}."))
-        return out
-    return {path[:-1]: d}
 
 
 def _diff(a: Mapping[str, JSONValue], b: Mapping[str, JSONValue]) -> list[tuple[str, JSONValue, JSONValue]]:
@@ -153,8 +144,8 @@ def changes(base: RunView, later: RunView, arms: Sequence[ArmMatch]) -> list[Cha
     el = {k: v for k, v in later.ds.settings.declared().items() if k != "name"}
     for k, x, y in _diff(cast("Mapping[str, JSONValue]", eb), cast("Mapping[str, JSONValue]", el)):
         out.append({"scope": "run", "arm": None, "what": f"experiment.{k}", "baseline": x, "later": y})
-    host_b = {k: v for k, v in _flat(cast("JSONValue", hb.get("host") or {})).items() if k not in _NOT_HOST}
-    host_l = {k: v for k, v in _flat(cast("JSONValue", hl.get("host") or {})).items() if k not in _NOT_HOST}
+    host_b = {k: v for k, v in flatten(cast("JSONValue", hb.get("host") or {})).items() if k not in _NOT_HOST}
+    host_l = {k: v for k, v in flatten(cast("JSONValue", hl.get("host") or {})).items() if k not in _NOT_HOST}
     for k, x, y in _diff(host_b, host_l):
         out.append({"scope": "host", "arm": None, "what": k, "baseline": x, "later": y})
     kb, kl = arm_knobs(base, later)
