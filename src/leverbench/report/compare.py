@@ -12,7 +12,7 @@ from .table import Table
 
 if TYPE_CHECKING:
     from ..json_types import JSONValue
-    from ..schema.compare_rows import ArmRow, CellRow, ChangedRow, CompareResult, RunComparison
+    from ..schema.compare_rows import ChangedRow, CompareResult, Figures, RunComparison
 
 
 def _shown(v: JSONValue) -> str:
@@ -35,11 +35,11 @@ def ratio_text(ratio: float | None, low: float | None, high: float | None) -> st
     return f"{ratio:.3f}x" + (f" [{low:.3f}, {high:.3f}]" if low is not None and high is not None else "")
 
 
-def _verdict(r: CellRow | ArmRow) -> str:
+def _verdict(r: Figures) -> str:
     return "same within the threshold" if r["verdict"] == "same" else r["verdict"]
 
 
-def _corrected(r: CellRow | ArmRow) -> str:
+def _corrected(r: Figures) -> str:
     v = r["corrected_verdict"]
     return ratio_text(r["corrected_ratio"], r["corrected_low"], r["corrected_high"]) + \
         f" {'same within the threshold' if v == 'same' else v or '—'}"

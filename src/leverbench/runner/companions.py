@@ -18,9 +18,9 @@ that every call is in the ledger and the next unit starts on an idle server.
 
 **In the ledger** (schema v6): each companion call is a call record of kind ``companion`` with the turn's arm,
 case and repeat, its ``step`` the copy's index and ``extra.companion`` its client; the turn record gets
-``in_flight`` (N), ``companion_calls`` and ``companion_failed``.  Analysis counts a failed companion as a failed
-call of the turn's cell (:func:`leverbench.analysis.experiment.cells.cells`): the guard refuses that cell's
-comparisons, since its turns were not timed at the load they claim.
+``in_flight`` (N), ``companion_calls`` and ``companion_failed``.  Analysis sums a cell's failed companions
+(``cells[].companion_failed``, :func:`leverbench.analysis.experiment.cells.cells`) and the guard refuses that
+cell's comparisons, since its turns were not timed at the load they claim.
 """
 
 from __future__ import annotations

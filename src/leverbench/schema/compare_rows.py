@@ -104,8 +104,24 @@ class MachineRow(TypedDict):
     notes: list[str]
 
 
+class Figures(TypedDict):
+    """What a cell and an arm both say: the ratio later / baseline, its interval and verdict as measured, the same
+    with the later turns put on the baseline's machine speed (``corrected``: whether they were), and ``note``."""
+
+    ratio: float | None
+    low: float | None
+    high: float | None
+    verdict: Verdict
+    corrected: bool
+    corrected_ratio: float | None
+    corrected_low: float | None
+    corrected_high: float | None
+    corrected_verdict: Verdict | None
+    note: str | None
+
+
 @strict_row
-class CellRow(TypedDict):
+class CellRow(Figures):
     """One matched (arm, case): the ratio later / baseline of the geometric means of the turn times as measured, its
     interval (Welch on log turn times), the verdict; ``refused`` with ``reason`` where the guard refuses it; the same
     figures with the later turns put on the baseline's machine speed (``corrected_*``, None where not corrected);
@@ -119,26 +135,16 @@ class CellRow(TypedDict):
     n_later: int
     baseline_s: float | None
     later_s: float | None
-    ratio: float | None
-    low: float | None
-    high: float | None
-    verdict: Verdict
     refused: bool
     reason: str | None
     failed_baseline: int
     failed_later: int
     output_baseline: float | None  # median output tokens per turn
     output_later: float | None
-    corrected: bool  # the later turns were also put on the baseline's machine speed
-    corrected_ratio: float | None
-    corrected_low: float | None
-    corrected_high: float | None
-    corrected_verdict: Verdict | None
-    note: str | None
 
 
 @strict_row
-class ArmRow(TypedDict):
+class ArmRow(Figures):
     """One matched arm: the geometric mean over its compared cases of the cells' ratios, with its interval (from the
     spread between the cases where a case has none; ``note`` says so, or why there is none), measured and
     (``corrected_*``) with the later turns on the baseline's machine speed."""
@@ -147,16 +153,6 @@ class ArmRow(TypedDict):
     later_arm: str
     cases: int
     refused_cases: int
-    ratio: float | None
-    low: float | None
-    high: float | None
-    verdict: Verdict
-    corrected: bool
-    corrected_ratio: float | None
-    corrected_low: float | None
-    corrected_high: float | None
-    corrected_verdict: Verdict | None
-    note: str | None
 
 
 @strict_row

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...errors import BadInput
-from ...schema.compare_rows import COMPARE_SCHEMA, ArmRow, CellRow, CompareResult, RunComparison, Verdict
+from ...schema.compare_rows import COMPARE_SCHEMA, ArmRow, CellRow, CompareResult, Figures, RunComparison, Verdict
 from .machine import Machine, corrected_turns, machine_speed, shares
 from .match import changes, check_pairs, match_arms, match_cases
 from .runs import RunView
@@ -165,7 +165,7 @@ def _arm_row(arm: str, larm: str, pending: Sequence[_Pending], later: RunView, m
     return row
 
 
-def gated(row: CellRow | ArmRow, correct_machine: bool) -> tuple[Verdict, float | None, float | None, float | None]:
+def gated(row: Figures, correct_machine: bool) -> tuple[Verdict, float | None, float | None, float | None]:
     """The verdict and figures the exit code follows: corrected for the machine with ``--correct-machine`` (where the
     row was corrected), as measured otherwise."""
     if correct_machine and row["corrected"] and row["corrected_verdict"] is not None:
@@ -185,7 +185,7 @@ def _verdict_lines(path: str, cells: Sequence[CellRow], arms: Sequence[ArmRow], 
     slower: list[str] = []
     undecided: list[str] = []
     refused: list[str] = []
-    rows: list[tuple[str, CellRow | ArmRow, str | None]] = [(f"arm {c['arm']}, case {c['case']}", c, c["reason"])
+    rows: list[tuple[str, Figures, str | None]] = [(f"arm {c['arm']}, case {c['case']}", c, c["reason"])
                                                             for c in cells]
     rows += [(f"arm {r['arm']}, geometric mean over {r['cases']} case(s)", r, None) for r in arms]
     for what, r, reason in rows:
