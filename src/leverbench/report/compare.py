@@ -102,6 +102,29 @@ def arm_table(c: RunComparison) -> Table:
                   *(["corrected for the machine"] if corrected else [])], rows)
 
 
+def lever_table(c: RunComparison) -> Table | None:
+    """Each lever both runs measured: its multiplier in each run and their ratio (None: no lever)."""
+    rows = [[r["lever"], f"{r['arm']} vs {r['vs']}" + ("" if (r["arm"], r["vs"]) == (r["later_arm"], r["later_vs"])
+                                                      else f" → {r['later_arm']} vs {r['later_vs']}"),
+             f"{r['cases']}" + (f" (+{r['refused_cases']} refused)" if r["refused_cases"] else ""),
+             ratio_text(r["multiplier_baseline"], r["multiplier_baseline_low"], r["multiplier_baseline_high"]),
+             ratio_text(r["multiplier_later"], r["multiplier_later_low"], r["multiplier_later_high"]),
+             ratio_text(r["ratio"], r["low"], r["high"]),
+             ("same within the threshold" if r["verdict"] == "same" else r["verdict"])
+             + (f": {r['reason']}" if r["reason"] else "") + (f" ({r['note']})" if r["note"] else "")]
+            for r in c.get("levers", [])]
+    if not rows:
+        return None
+    return Table("compare_levers", "Levers: each run's multiplier (reference time / arm time) and their ratio",
+                 ["lever", "arm vs reference", "cases", "baseline run", "later run", "later / baseline [interval]",
+                  "verdict"], rows)
+
+
+def _tables(c: RunComparison) -> list[Table]:
+    levers = lever_table(c)
+    return [arm_table(c), *([levers] if levers else []), cell_table(c)]
+
+
 def cell_table(c: RunComparison) -> Table:
     rows = []
     corrected = c["machine"]["corrected"]
@@ -152,8 +175,9 @@ def render_markdown(result: CompareResult) -> str:
     parts = [f"# leverbench compare: {base['path']} (experiment {base['experiment_name']})", ""]
     for c in result["comparisons"]:
         words = lines(c, base["path"], result["correct_machine"])
-        parts += [f"## {words[0]}", "", *(f"{w}" if w.startswith("  ") else f"{w}  " for w in words[1:]), "",
-                  _md_table(arm_table(c)), "", _md_table(cell_table(c)), ""]
+        parts += [f"## {words[0]}", "", *(f"{w}" if w.startswith("  ") else f"{w}  " for w in words[1:]), ""]
+        for t in _tables(c):
+            parts += [_md_table(t), ""]
     parts += [f"{line}  " for line in closing(result)]
     return "\n".join(parts) + "\n"
 
@@ -163,6 +187,6 @@ def render_text(result: CompareResult) -> tuple[list[str], list[tuple[list[str],
     base = result["baseline"]
     head = [f"leverbench compare: baseline {base['path']} (experiment {base['experiment_name']}, "
             f"{len(base['arms'])} arm(s), {len(base['cases'])} case(s))"]
-    return head, [(lines(c, base["path"], result["correct_machine"]), [arm_table(c), cell_table(c)])
+    return head, [(lines(c, base["path"], result["correct_machine"]), _tables(c))
                   for c in result["comparisons"]], \
         closing(result)

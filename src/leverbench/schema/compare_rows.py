@@ -22,6 +22,8 @@ COMPARE_SCHEMA = "leverbench.compare/1"
 
 #: A matched cell's or arm's verdict against the threshold t (:mod:`leverbench.analysis.compare.stats`).
 Verdict = Literal["faster", "slower", "same", "undecided", "refused"]
+#: A lever's verdict across runs: its multiplier in the later run against the baseline's.
+LeverVerdict = Literal["pays more", "pays less", "same", "undecided", "refused"]
 
 
 @strict_row
@@ -141,6 +143,7 @@ class CellRow(Figures):
     failed_later: int
     output_baseline: float | None  # median output tokens per turn
     output_later: float | None
+    equal_work: bool  # the later turns were put on the baseline's work (``note`` says by how much)
 
 
 @strict_row
@@ -156,6 +159,38 @@ class ArmRow(Figures):
 
 
 @strict_row
+class LeverRow(TypedDict):
+    """A lever measured in both runs by the same controlled comparison (its arm against its reference, each matched
+    across the runs): its multiplier in each run (reference time / arm time: the geometric mean over the compared
+    cases of the paired ratios of the run's own turns) with that run's interval, the ratio of the later multiplier to
+    the baseline's with its interval (Welch over the two runs' paired log ratios, per case, then the geometric mean
+    over the cases) and the verdict against the threshold ("pays more": above it with the whole interval above 1x;
+    "pays less": below its inverse with the whole interval below 1x); ``refused`` with ``reason`` where the guard
+    refuses every case of it (``refused_cases``: those it refused)."""
+
+    lever: str
+    arm: str
+    vs: str
+    later_arm: str
+    later_vs: str
+    cases: int
+    refused_cases: int
+    multiplier_baseline: float | None
+    multiplier_baseline_low: float | None
+    multiplier_baseline_high: float | None
+    multiplier_later: float | None
+    multiplier_later_low: float | None
+    multiplier_later_high: float | None
+    ratio: float | None
+    low: float | None
+    high: float | None
+    verdict: LeverVerdict
+    refused: bool
+    reason: str | None
+    note: str | None
+
+
+@strict_row
 class RunComparison(TypedDict):
     """One later run against the baseline: what changed (before any number), the matches, the machine's speed, the
     cells and the arms, and the lines that say what got slower, what is undecided beyond the threshold toward
@@ -168,6 +203,7 @@ class RunComparison(TypedDict):
     machine: MachineRow
     cells: list[CellRow]
     arm_ratios: list[ArmRow]
+    levers: list[LeverRow]  # never gated: a lever paying less is no slowdown of its own
     slower: list[str]
     undecided: list[str]
     refused: list[str]

@@ -7,13 +7,15 @@ The guard across runs refuses a cell (its ratio still shown where it has one, wi
 - the two runs' output volumes differ beyond the experiment's cell tolerance (``volume_tolerance_cell``, default
   20 %: the median generated tokens per turn, spread = |later − baseline| / the smaller; none against some is
   beyond it; where a run has no token counts the cell says the volume is unknown): the runs did different
-  work.  (The equal-work correction of a run's own arms, :mod:`..experiment.equal_work`, is not applied across runs
-  yet: such a cell is refused.)
+  work — unless the later turns can be put on the baseline's work by the later run's own decode speed
+  (:mod:`.work`: a correction of at most a quarter of the cell's time), then the cell is compared at equal work
+  (``equal_work``, its note saying by how much);
 - its arm drifted within either run (:mod:`.machine`): one speed per run cannot describe it;
 - either run has no successful turn of it.
 
 A case the runs sent differently is not compared at all (:mod:`.match`).  The statistics are :mod:`.stats`'s; the
-machine's speed between the runs, :mod:`.machine`'s.  Every row has its figures as measured and, where the machine's
+machine's speed between the runs, :mod:`.machine`'s; each lever's multiplier in both runs, :mod:`.levers`'s (never
+gated).  Every row has its figures as measured and, where the machine's
 speed changed and could be corrected, with the later turns on the baseline's speed (``corrected_*``); the exit code
 follows the measured verdicts, or the corrected ones with ``--correct-machine``: 1 where a row is slower, and with
 ``--strict`` also where a row is undecided beyond the threshold toward slower or refused.
@@ -30,10 +32,12 @@ import numpy as np
 
 from ...errors import BadInput
 from ...schema.compare_rows import COMPARE_SCHEMA, ArmRow, CellRow, CompareResult, Figures, RunComparison, Verdict
+from .levers import lever_pending, lever_row
 from .machine import Machine, corrected_turns, machine_speed, shares
 from .match import changes, check_pairs, match_arms, match_cases
 from .runs import RunView
 from .stats import LogDiff, family_confidence, geomean, verdict, welch, with_extra
+from .work import work_correction
 
 DEFAULT_THRESHOLD = 1.05
 
@@ -103,6 +107,15 @@ def _cells(base: RunView, later: RunView, machine: Machine, times: np.ndarray, a
             ol = statistics.median(cl.output) if cl and cl.output else None
             fb, fl = (cb.failed if cb else 0), (cl.failed if cl else 0)
             volume, note = _volume(ob, ol, base.tolerance_cell)
+            work = None
+            if volume and cl and ob is not None and ol is not None:
+                work, why = work_correction(later, cl.rows, ob)
+                if work is None:
+                    volume += f" ({why})"
+                else:
+                    xl = [t + s for t, s in zip(xl, work.seconds)]
+                    xc = [t + s * machine.f_decode for t, s in zip(xc, work.seconds)]
+                    volume, note = None, work.words(ob, ol)
             reasons = _refusals(base, later, arm, larm, len(xb), len(xl), fb, fl, volume)
             extra = 0.0
             if corrected and cl:
@@ -114,7 +127,7 @@ def _cells(base: RunView, later: RunView, machine: Machine, times: np.ndarray, a
                             "refused": bool(reasons), "reason": "; ".join(reasons) or None, "failed_baseline": fb,
                             "failed_later": fl, "output_baseline": ob, "output_later": ol, "corrected": corrected,
                             "corrected_ratio": None, "corrected_low": None, "corrected_high": None,
-                            "corrected_verdict": None, "note": note}
+                            "corrected_verdict": None, "note": note, "equal_work": work is not None}
             out.append(_Pending(row, welch(xb, xl), welch(xb, xc) if corrected else None, extra))
     return out
 
@@ -230,17 +243,20 @@ def compare_runs(base: RunView, laters: Sequence[RunView], *, threshold: float =
         machine.row["gated"] = correct_machine and machine.row["corrected"]
         times = corrected_turns(later, machine)
         pending = _cells(base, later, machine, times, arm_pairs, case_pairs)
-        staged.append((later, arms, cases, changed, machine, arm_pairs, pending))
-    rows = sum(len([p for p in s[6] if not p.row["refused"]]) + len(s[5]) for s in staged)
+        lever_rows = lever_pending(base, later, arm_pairs, case_pairs, [p.row for p in pending])
+        staged.append((later, arms, cases, changed, machine, arm_pairs, pending, lever_rows))
+    rows = sum(len([p for p in s[6] if not p.row["refused"]]) + len(s[5]) + len([x for x in s[7] if x[1]])
+               for s in staged)
     confidence = family_confidence(rows)
     comparisons: list[RunComparison] = []
-    for later, arms, cases, changed, machine, arm_pairs, pending in staged:
+    for later, arms, cases, changed, machine, arm_pairs, pending, lever_rows in staged:
         cells = [_finish(p, machine, confidence, threshold) for p in pending]
         arm_rows = [_arm_row(a, la, [p for p in pending if p.row["arm"] == a], later, machine, confidence, threshold)
                     for a, la in arm_pairs]
         slower, undecided, refused = _verdict_lines(later.path, cells, arm_rows, threshold, correct_machine)
         comparisons.append({"later": later.info, "changed": changed, "arms": arms, "cases": cases,
-                            "machine": machine.row, "cells": cells, "arm_ratios": arm_rows, "slower": slower,
+                            "machine": machine.row, "cells": cells, "arm_ratios": arm_rows,
+                            "levers": [lever_row(*x, confidence, threshold) for x in lever_rows], "slower": slower,
                             "undecided": undecided, "refused": refused})
     any_slower = any(c["slower"] for c in comparisons)
     fail = any_slower or (strict and any(c["undecided"] or c["refused"] for c in comparisons))

@@ -1,0 +1,136 @@
+"""``leverbench compare`` per lever (issue 41): the prefix cache's multiplier in each run and their ratio, against
+the simulator's own records of the turns (``tests/sim_truth.py``), never its configured rates.  The later run's
+prefill is four times as slow: the cache, which spares the second step's prefill, pays more."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from sim_truth import records_of
+
+from leverbench.cli import cli
+from leverbench.config import load
+from leverbench.engines.simulator import SimConfig, SimulatorThread
+from leverbench.ledger.reader import read_ledger
+from leverbench.runner.run import Runner
+
+REPEATS = 4
+SIM = dict(prefill_tps=8000.0, decode_tps=800.0, output_tokens=64)
+DOC = " ".join(f"line {i}: the server accepted the request and wrote its timings to the log." for i in range(60))
+CASES = ("read", "plan")
+
+
+def _experiment(tmp: Path, url: str) -> Path:
+    p = tmp / "exp.toml"
+    cases = "".join(f'''
+[[cases]]
+name = "{n}"
+system = "{DOC}"
+prompt = "{n}: summarise the log"
+max_tokens = 64
+temperature = 0.0
+[[cases.steps]]
+prompt = "and now the next step of {n}"
+max_tokens = 64
+''' for n in CASES)
+    p.write_text(f'''
+[experiment]
+name = "levers"
+repeats = {REPEATS}
+baseline = "plain"
+[[arms]]
+name = "plain"
+role = "baseline"
+base_url = "{url}/v1"
+model = "sim"
+request = {{ cache_prompt = false }}
+conditions = {{ prefix_cache = false }}
+[[arms]]
+name = "cache"
+base_url = "{url}/v1"
+model = "sim"
+conditions = {{ prefix_cache = true }}
+{cases}''')
+    return p
+
+
+def _run(tmp: Path, name: str, **sim) -> tuple[Path, list]:
+    (tmp / name).mkdir()
+    with SimulatorThread(SimConfig(**{**SIM, **sim})) as s:
+        Runner(load(_experiment(tmp / name, s.base_url)), tmp / name / "run").run()
+        truth = s.truth()
+    return tmp / name / "run", truth
+
+
+def _gm(x: list[float]) -> float:
+    return math.exp(statistics.fmean(map(math.log, x)))
+
+
+def _truth_multiplier(run: Path, truth: list) -> float:
+    """The simulator's own turn times (Σ over a turn's calls of arrival to end), plain over cache: the geometric
+    mean over the cases of the cells' geometric means' ratio."""
+    calls = [r for r in read_ledger(run).records if r["kind"] == "call" and r.get("turn_id") is not None]
+    turns: dict[tuple[str, str, str], float] = {}
+    for c, t in zip(calls, records_of(calls, truth)):
+        key = (c["arm"], c["case"], c["turn_id"])
+        turns[key] = turns.get(key, 0.0) + t["end"] - t["arrival"]
+    cell = {(a, c): _gm([v for (a2, c2, _), v in turns.items() if (a2, c2) == (a, c)]) for a in ("plain", "cache")
+            for c in CASES}
+    return _gm([cell[("plain", c)] / cell[("cache", c)] for c in CASES])
+
+
+def test_the_cache_pays_more_when_prefill_is_slower_near_the_truth(tmp_path):
+    base = _run(tmp_path, "base")
+    later = _run(tmp_path, "later", prefill_tps=SIM["prefill_tps"] / 4, engine_version="sim-2")
+    res = CliRunner().invoke(cli, ["compare", str(base[0]), str(later[0]), "--format", "json"])
+    assert res.exit_code in (0, 1), res.output
+    (c,) = json.loads(res.stdout)["comparisons"]
+    (lever,) = c["levers"]
+    assert (lever["arm"], lever["vs"], lever["later_arm"], lever["later_vs"]) == ("cache", "plain", "cache", "plain")
+    tb, tl = _truth_multiplier(*base), _truth_multiplier(*later)
+    assert tb > 1.1 and tl > tb * 1.1, (tb, tl)  # the setting does what the test needs
+    assert lever["multiplier_baseline"] == pytest.approx(tb, rel=0.03)
+    assert lever["multiplier_later"] == pytest.approx(tl, rel=0.03)
+    assert lever["ratio"] == pytest.approx(tl / tb, rel=0.03)
+    assert lever["verdict"] == "pays more" and lever["low"] > 1.0, lever
+    assert lever["multiplier_baseline_low"] < lever["multiplier_baseline"] < lever["multiplier_baseline_high"]
+    text = CliRunner().invoke(cli, ["compare", str(base[0]), str(later[0])])
+    assert text.exit_code == res.exit_code
+    assert "pays more" in text.output and "Levers" in text.output, text.output
+
+
+def _lever_arms(head: dict, recs: list, *, fail: bool = False) -> None:
+    """Two arms that differ in the drafter alone (d: the lever on); case y's answers twice as long on d (the arms did
+    different work within the run); with *fail*, d's first turn of case x failed."""
+    head["arms"]["a"]["conditions"] = {"drafter": "none"}
+    head["arms"]["d"]["conditions"] = {"drafter": "ngram"}
+    for r in recs:
+        if r["kind"] == "turn" and (r["arm"], r["case"]) == ("d", "y"):
+            r["output_tokens"] *= 2
+    if fail:
+        first = next(r for r in recs if r["kind"] == "turn" and (r["arm"], r["case"]) == ("d", "x"))
+        first["error"] = {"class": "http_5xx", "message": "failed"}
+        first["failed_calls"] = 1
+
+
+def test_a_lever_case_is_refused_where_an_arm_failed_or_the_arms_did_different_work_within_a_run():
+    from test_compare_guard import DECODE, _compare, _run
+
+    arms = {"a": (DECODE, DECODE), "d": (DECODE * 1.5, DECODE * 1.5)}
+    base = _run("b", arms, edit=_lever_arms)
+    later = _run("l", arms, seed=1, edit=lambda h, r: _lever_arms(h, r, fail=True))
+    (c,) = _compare(base, later)["comparisons"]
+    (lever,) = c["levers"]
+    assert lever["lever"] == "drafter" and (lever["arm"], lever["vs"]) == ("d", "a")
+    assert (lever["cases"], lever["refused_cases"]) == (1, 2) and not lever["refused"]
+    assert "x: d: failed calls: 1 in the later run" in lever["reason"]
+    assert "y: d and a did different work within base on y" in lever["reason"]
+    # the one compared case: the lever pays 1.5x in both runs (its decode), the same across them
+    assert lever["multiplier_baseline"] == pytest.approx(1.5, rel=0.03)
+    assert lever["ratio"] == pytest.approx(1.0, abs=0.03) and lever["verdict"] == "same"
+    assert all(not line.startswith("lever") for line in c["slower"])  # never gated
