@@ -109,9 +109,17 @@ def _bad_run(tmp_path: Path, case: str) -> tuple[Path, int]:
     return _write(tmp_path, recs), i + 1
 
 
+def _good_baseline(run: Path) -> Path:
+    """The golden ledger, another run of it (its own run_id), beside *run*: a baseline to compare *run* with."""
+    recs = _records()
+    recs[0]["run_id"] = "the-baseline"
+    return _write(run.parent / "baseline", recs)
+
+
 COMMANDS = {
     "report": lambda run: ["report", str(run), "--format", "json", "--no-write"],
     "whatif": lambda run: ["whatif", str(MOONCAKE), "--rates", str(run), "--json"],
+    "compare": lambda run: ["compare", str(_good_baseline(run)), str(run), "--format", "json"],
 }
 
 
@@ -182,6 +190,16 @@ def test_one_bad_record_in_the_middle_stops_the_report_until_salvage(tmp_path, m
     table = CliRunner().invoke(cli, ["report", str(run), "--no-write", "--salvage"])
     assert table.exit_code == 0 and f"{W.LEDGER_REPAIR.value} (1)" in table.output, table.output
     assert read_ledger(run, salvage=True).skipped == 1
+
+
+def test_compare_salvage_reads_past_the_bad_record(tmp_path):
+    run, line, _ = _middle(tmp_path)
+    err = _one_error_line(CliRunner().invoke(cli, COMMANDS["compare"](run)))
+    assert f"{run / 'ledger.jsonl'}: line {line}: field latency_s" in err and "--salvage" in err
+    res = CliRunner().invoke(cli, [*COMMANDS["compare"](run), "--salvage"])
+    assert res.exit_code in (0, 1), res.output
+    (c,) = json.loads(res.stdout)["comparisons"]
+    assert any("skipped (--salvage)" in w for w in c["later"]["warnings"]), c["later"]["warnings"]
 
 
 def test_whatif_salvage_reads_past_the_bad_record(tmp_path):
