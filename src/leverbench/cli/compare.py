@@ -34,8 +34,10 @@ def _pairs(match: tuple[str, ...]) -> list[tuple[str, str]]:
 @click.option("--match", "match", multiple=True, metavar="BASE=LATER",
               help="Compare the baseline's arm BASE with the later run's arm LATER (repeatable); other arms are "
                    "matched by their knobs, then by name.")
-@click.option("--format", "fmt", type=click.Choice(["table", "md", "json"]), default="table", show_default=True,
-              help="table: the terminal's view; md: Markdown; json: the comparison (leverbench schema compare).")
+@click.option("--format", "fmt", type=click.Choice(["table", "md", "json", "html"]), default="table",
+              show_default=True,
+              help="table: the terminal's view; md: Markdown; json: the comparison (leverbench schema compare); "
+                   "html: one self-contained page with the history plots per arm and lever (redirect it to a file).")
 @click.option("--correct-machine", is_flag=True,
               help="Gate the exit code on the verdicts corrected for the machine's speed (from the drift sentinels) "
                    "instead of the measured ones; both are shown either way.")
@@ -74,6 +76,10 @@ def compare_command(runs: tuple[Path, ...], baseline: Path | None, threshold: fl
         click.echo(json.dumps(finite(result), indent=1, ensure_ascii=False))
     elif fmt == "md":
         click.echo(render_markdown(result), nl=False)
+    elif fmt == "html":
+        from ..report.compare_html import render_html  # noqa: PLC0415 (jinja2)
+
+        click.echo(render_html(result), nl=False)
     else:
         from ..report.terminal import render_tables  # noqa: PLC0415
 
