@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from ..schema.compare_rows import ChangedRow, CompareResult, Figures, RunComparison
 
 
-def _shown(v: JSONValue) -> str:
+def shown(v: JSONValue) -> str:
     if v is None:
         return "(none)"
     text = v if isinstance(v, str) else str(v)
@@ -25,7 +25,7 @@ def _shown(v: JSONValue) -> str:
 def change_line(row: ChangedRow) -> str:
     """One changed condition: ``arm cache: engine_version b4500 → b4600``."""
     where = f"arm {row['arm']}: " if row["scope"] == "arm" else "host: " if row["scope"] == "host" else ""
-    return f"{where}{row['what']} {_shown(row['baseline'])} → {_shown(row['later'])}"
+    return f"{where}{row['what']} {shown(row['baseline'])} → {shown(row['later'])}"
 
 
 def ratio_text(ratio: float | None, low: float | None, high: float | None) -> str:

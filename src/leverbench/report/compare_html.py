@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from markupsafe import Markup
 
-from .compare import _shown, arm_table, cell_table, closing, gate_line, lever_table, lines, ratio_text
+from .compare import arm_table, cell_table, closing, gate_line, lever_table, lines, ratio_text, shown
 from .svg import M, _axes, _clip, _nice_ticks
 from .table import Table
 
@@ -70,7 +70,7 @@ def conditions(c: RunComparison, arms: Sequence[str]) -> list[str]:
     """What changed between the baseline and *c* for *arms* (the run, the host, those arms): ``what: base → later``."""
     rows: list[ChangedRow] = [r for r in c["changed"] if r["scope"] != "arm" or r["arm"] in arms]
     return [("host: " if r["scope"] == "host" else f"arm {r['arm']}: " if r["scope"] == "arm" else "")
-            + f"{r['what']}: {_shown(r['baseline'])} → {_shown(r['later'])}" for r in rows]
+            + f"{r['what']}: {shown(r['baseline'])} → {shown(r['later'])}" for r in rows]
 
 
 def _tip(run: RunInfo, figures: list[str], changed: list[str] | None) -> str:
