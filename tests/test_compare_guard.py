@@ -238,3 +238,26 @@ def test_the_command_gates_as_the_flags_say(tmp_path: Path):
     assert code("--threshold", "inf") == 2 and code("--match", "a=nope") == 2
     res = CliRunner().invoke(cli, ["compare", str(base), str(base)])
     assert res.exit_code == 2
+
+
+@pytest.mark.parametrize("declared", [True, False], ids=["drafter-declared", "drafter-discovered"])
+def test_a_served_flag_a_levers_knob_covers_is_named_under_what_changed(declared: bool):
+    """A served flag that differs is named with both values, once: as its own knob (``fact:engine_args FLAG``) where
+    nothing else of the arm differs, and as an engine flag where the knob that covers it (the drafter, declared as
+    the demo declares it, "ngram-mod K=7" → "K=3") differs too and would otherwise hide it."""
+    def args(k: str):
+        def edit(head: dict[str, Any], recs: list[dict[str, Any]]) -> None:
+            head["arms"]["a"]["discovered"] = {"engine": "llama.cpp", "engine_args": [
+                "--spec-type", "ngram-mod", "--spec-draft-n-max", k, "--seed", "1"]}
+            if declared:
+                head["arms"]["a"]["conditions"] = {"drafter": f"ngram-mod K={k}"}
+        return edit
+
+    base, later = _run("b", edit=args("7")), _run("l", seed=1, edit=args("3"))
+    (c,) = _compare(base, later)["comparisons"]
+    named = [(r["what"], r["baseline"], r["later"]) for r in c["changed"] if "--spec-draft-n-max" in r["what"]]
+    assert named == [("engine flag --spec-draft-n-max" if declared else "fact:engine_args --spec-draft-n-max",
+                      "7", "3")], c["changed"]
+    assert len(c["changed"]) == 1 + declared
+    assert "arm a: " + named[0][0] + " 7 → 3" in _text(_compare(base, later))
+    assert _compare(base, _run("s", seed=2, edit=args("7")))["comparisons"][0]["changed"] == []

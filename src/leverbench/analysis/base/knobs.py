@@ -200,7 +200,7 @@ def flatten(d: JSONValue, path: str = "") -> dict[str, JSONValue]:
     return {path[:-1]: d}
 
 
-def _flags(args: JSONValue) -> dict[str, JSONValue]:
+def engine_flags(args: JSONValue) -> dict[str, JSONValue]:
     """llama.cpp command-line arguments as {flag: value} (True for a flag without one)."""
     out: dict[str, JSONValue] = {}
     argv = [str(a) for a in args] if isinstance(args, list) else []
@@ -253,7 +253,7 @@ def _facts(discovered: Mapping[str, JSONValue]) -> dict[str, tuple[str, str]]:
         if path in _FILE_FACTS:
             v = [_base_name(x) for x in v] if isinstance(v, list) else _base_name(v)
         out[path] = (knob or f"fact:{path}", json.dumps(v, sort_keys=True, default=str))
-    for flag, v in _flags((discovered or {}).get("engine_args")).items():
+    for flag, v in engine_flags((discovered or {}).get("engine_args")).items():
         if flag in NOT_FLAGS or flag in filled:  # (one a placeholder fills: its knob's, value:NAME)
             continue
         out[f"engine_args {flag}"] = (_flag_knob(flag), json.dumps(v))

@@ -24,7 +24,7 @@ from typing import Literal, cast
 from ...errors import BadInput
 from ...json_types import JSONValue
 from ...schema.compare_rows import ArmMatch, CaseMatch, ChangedRow
-from ..base.knobs import all_arm_knobs, canonical, differing, flatten
+from ..base.knobs import all_arm_knobs, canonical, differing, engine_flags, flatten
 from .runs import RunView
 
 #: Host facts that say where a fact came from, or why it is unknown: not the machine.
@@ -151,8 +151,23 @@ def changes(base: RunView, later: RunView, arms: Sequence[ArmMatch]) -> list[Cha
     kb, kl = arm_knobs(base, later)
     for m in arms:
         if m["later"] is not None:
-            for k in differing(kb[m["arm"]], kl[m["later"]]):
+            knobs = differing(kb[m["arm"]], kl[m["later"]])
+            for k in knobs:
                 out.append({"scope": "arm", "arm": m["arm"], "what": k, "baseline": kb[m["arm"]].get(k),
                             "later": kl[m["later"]].get(k)})
+            # every served flag that differs, also one a lever's knob covers without showing it (the drafter's
+            # --spec-draft-n-max under the drafter's kind): its own row, unless it is a knob of its own already
+            fb, fl = (engine_flags(_discovered(run, a).get("engine_args")) for run, a in ((base, m["arm"]),
+                                                                                          (later, m["later"])))
+            for flag, x, y in _diff(fb, fl):
+                if f"flag:{flag}" not in knobs and f"fact:engine_args {flag}" not in knobs:
+                    out.append({"scope": "arm", "arm": m["arm"], "what": f"engine flag {flag}", "baseline": x,
+                                "later": y})
     return out
+
+
+def _discovered(run: RunView, arm: str) -> Mapping[str, JSONValue]:
+    entry = cast("Mapping[str, Mapping[str, JSONValue]]", run.ds.header.get("arms") or {}).get(arm, {})
+    found = entry.get("discovered")
+    return found if isinstance(found, dict) else {}
 
