@@ -40,3 +40,35 @@ def test_a_tune_of_the_real_llama_cpp_server_through_its_template(tmp_path):
     calls = [r for r in led.records if r.get("kind") == "call" and r.get("error") is None]
     assert calls and all(isinstance(r.get("timings"), dict) for r in calls)  # llama.cpp's own timings
     assert point["recommended"] == ({"spec": "ngram-simple"} if race["outcome"] == "better" else {"spec": "none"})
+
+
+def test_a_tune_of_the_embedded_llama_cpp_server_with_knobs_named_by_lever(tmp_path):
+    """examples/tune-levers.toml (the embedded engine, its knobs named by lever), its drafter alone: one race whose
+    arms the embedded llama.cpp server ran with the flags the drafter lever sets (its ledger's discovered
+    arguments), and a launch line that is the experiment file's engine line for the answer."""
+    examples = Path(__file__).resolve().parents[1] / "examples"
+    text = (examples / "tune-levers.toml").read_text()
+    old = ('knobs = { drafter = ["none", "ngram-simple"], draft_tokens = [3, 7], slots = [1, 2], prefix_cache = '
+           '[true, false] }\nbaseline = { drafter = "none", draft_tokens = 3, slots = 1, prefix_cache = true }\n'
+           'concurrency = [1, 2]\nexclude = [{ drafter = "none", draft_tokens = 7 }]')
+    assert old in text  # (the example's shape held)
+    text = text.replace(old, 'knobs = { drafter = ["none", "ngram-simple"], draft_tokens = [3] }').replace(
+        "max_repeats = 6", "max_repeats = 4")
+    shutil.copytree(examples / "docs", tmp_path / "docs")
+    f = tmp_path / "tune.toml"
+    f.write_text(text)
+    summary = run_tune(load_tune(f), tmp_path / "out")
+    (point,) = summary["points"]
+    (race,) = point["path"]
+    led = read_ledger(Path(race["run_dir"]))
+    args = {name: arm["discovered"]["engine_args"] for name, arm in led.header["arms"].items()}
+    assert args == {"drafter=none draft_tokens=3": [],
+                    "drafter=ngram-simple draft_tokens=3": ["--spec-type", "ngram-simple", "--spec-draft-n-max", "3"]}
+    calls = [r for r in led.records if r.get("kind") == "call" and r.get("error") is None]
+    assert calls and all(isinstance(r.get("timings"), dict) for r in calls)  # llama.cpp's own timings
+    drafted = [r for r in calls if r["arm"].startswith("drafter=ngram-simple")]
+    assert drafted and any((r["timings"].get("draft_n") or 0) > 0 for r in drafted)  # the drafter drafted
+    better = race["outcome"] == "better"
+    assert point["recommended"] == {"drafter": "ngram-simple" if better else "none", "draft_tokens": 3}
+    served = '"--spec-type", "ngram-simple", "--spec-draft-n-max", "3"' if better else ""
+    assert point["command"] == f'engine = {{ kind = "embedded", args = [{served}] }}'

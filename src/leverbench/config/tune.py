@@ -25,6 +25,7 @@ configuration's value.  The file's other tables (``[experiment]``, ``[[cases]]``
 from __future__ import annotations
 
 import itertools
+import json
 import math
 from pathlib import Path
 from typing import Union
@@ -33,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from ..engines.command_template import as_text, check_values, placeholders
 from ..errors import ConfigError
+from ..levers.registry import SERVED_BY_KIND, moots, serve_args
 from .adaptive import AdaptiveSpec
 from .experiment import Arm, LoadedExperiment, load_data, read_toml
 from .limits import InFlight, Repeats
@@ -133,16 +135,20 @@ def load_tune(path: str | Path) -> LoadedTune:
     if not isinstance(arms, list) or len(arms) != 1 or not isinstance(arms[0], dict):
         raise ConfigError(file, "arms", "a tune file has exactly one [[arms]], the template each configuration is "
                           "made from")
-    engine = arms[0].get("engine")
-    if not isinstance(engine, dict) or engine.get("kind") != "command" or not isinstance(engine.get("command"), str):
-        raise ConfigError(file, "arms[0].engine", "the template's engine must be a command template: engine = { kind "
-                          "= \"command\", command = \"... --port {port} ... {KNOB} ...\" }")
-    found = placeholders(engine["command"])
-    for name in spec.knobs:
-        if name not in found:
-            raise ConfigError(file, f"tune.knobs.{name}", f"is no placeholder of arms[0].engine.command (its "
-                              f"placeholders: {', '.join(sorted(found)) or 'none'})")
-    raw_values = engine.get("values")
+    engine = arms[0].get("engine", {"kind": "embedded"})
+    kind = engine.get("kind", "embedded") if isinstance(engine, dict) else None
+    if not isinstance(engine, dict) or not (kind == "command" and isinstance(engine.get("command"), str)
+                                            or kind in SERVED_BY_KIND):
+        raise ConfigError(file, "arms[0].engine", "the template's engine must be a command template (engine = { kind "
+                          "= \"command\", command = \"... --port {port} ... {KNOB} ...\" }), or the embedded "
+                          "llama.cpp or vLLM engine (kind \"embedded\" or \"vllm\") with knobs that name levers")
+    if kind == "command":
+        found = placeholders(engine["command"])
+        for name in spec.knobs:
+            if name not in found:
+                raise ConfigError(file, f"tune.knobs.{name}", f"is no placeholder of arms[0].engine.command (its "
+                                  f"placeholders: {', '.join(sorted(found)) or 'none'})")
+    raw_values = engine.get("values") if kind == "command" else None
     given: dict[str, object] = raw_values if isinstance(raw_values, dict) else {}
     baseline: dict[str, TomlValue] = {}
     for name, values in spec.knobs.items():
@@ -161,22 +167,57 @@ def load_tune(path: str | Path) -> LoadedTune:
     if isinstance(section, dict) and isinstance(section.get("repeats"), int) and section["repeats"] > spec.max_repeats:
         raise ConfigError(file, "experiment.repeats", f"{section['repeats']} is more than tune.max_repeats "
                           f"({spec.max_repeats}): a race's first rounds cannot exceed its most repeats")
-    arms[0] = {**arms[0], "role": "baseline", "engine": {**engine, "values": {**given, **baseline}}}
+    arms[0] = {**arms[0], "role": "baseline",
+               "engine": {**engine, "values": {**given, **baseline}} if kind == "command" else engine}
     if isinstance(section, dict) and "name" in section and isinstance(arms[0].get("name"), str):
         data["experiment"] = {**section, "baseline": arms[0]["name"]}
     experiment = load_data(data, path)
     checked = experiment.spec.arms[0].engine
-    assert checked is not None and checked.command is not None  # (a command template: checked above, and loaded)
-    for config in _grid(spec):  # every configuration's command splits into arguments (a quote a value opens...)
-        if not any(ex.items() <= config.items() for ex in spec.exclude):
+    assert checked is not None  # (loaded: an engine the tool starts)
+    if checked.command is not None:
+        for config in _allowed(spec):  # every configuration's command splits into arguments (a quote a value opens)
             try:
                 check_values(checked.command, {**checked.values, **config})
             except ValueError as exc:
-                raise ConfigError(file, "tune.knobs", f"with {' '.join(f'{k}={v}' for k, v in config.items())}, "
-                                  f"{exc}") from None
+                raise ConfigError(file, "tune.knobs", f"with {_words(config)}, {exc}") from None
+    else:
+        _check_served(file, spec, SERVED_BY_KIND[checked.kind])
     if any(ex.items() <= baseline.items() for ex in spec.exclude):
         raise ConfigError(file, "tune.exclude", "excludes the baseline itself")
     return LoadedTune(path=path, experiment=experiment, spec=spec, baseline=baseline)
+
+
+def _words(config: dict[str, TomlValue]) -> str:
+    return " ".join(f"{k}={v}" for k, v in config.items())
+
+
+def _allowed(spec: TuneSpec) -> list[dict[str, TomlValue]]:
+    return [c for c in _grid(spec) if not any(ex.items() <= c.items() for ex in spec.exclude)]
+
+
+def _check_served(file: str, spec: TuneSpec, engine: str) -> None:
+    """Every allowed configuration of knobs that name levers serves on *engine* (:func:`serve_args`), and no two
+    serve the same arguments (a knob that another makes moot: the drafter's ``draft_tokens`` with no drafter)."""
+    seen: dict[tuple[str, ...], dict[str, TomlValue]] = {}
+    for config in _allowed(spec):
+        try:
+            args = tuple(serve_args(engine, dict(config)))
+        except ValueError as exc:
+            raise ConfigError(file, "tune.knobs", f"{exc}") from None
+        other = seen.setdefault(args, config)
+        if other is not config:
+            part = {k: v for k, v in config.items() if other[k] != v}  # the moot knobs, and what makes them moot
+            part = {**{k: v for k, v in config.items() if k not in part and moots(k, part)}, **part}
+            raise ConfigError(file, "tune.exclude", f"{_words(other)} and {_words(config)} start the same engine "
+                              f"({' '.join(args) or 'no argument of their own'}): exclude one, e.g. exclude = [{{ "
+                              + ", ".join(f"{k} = {json.dumps(v)}" for k, v in part.items()) + " }]")
+
+
+def served_args(tune: LoadedTune, config: dict[str, TomlValue]) -> list[str]:
+    """The template's own arguments, then those that serve *config* (an embedded or vLLM template)."""
+    engine = tune.template.engine
+    assert engine is not None and engine.kind in SERVED_BY_KIND
+    return [*engine.args, *serve_args(SERVED_BY_KIND[engine.kind], dict(config))]
 
 
 def _grid(spec: TuneSpec) -> list[dict[str, TomlValue]]:
@@ -197,7 +238,8 @@ def race_experiment(tune: LoadedTune, incumbent: dict[str, TomlValue], candidate
     assert engine is not None  # (load_tune checked: a command template)
 
     def arm(name: str, role: str, values: dict[str, TomlValue]) -> Arm:
-        spec = engine.model_copy(update={"values": {**engine.values, **values}})
+        spec = engine.model_copy(update={"values": {**engine.values, **values}} if engine.command is not None
+                                 else {"args": served_args(tune, values)})
         return template.model_copy(update={"name": name, "role": role, "engine": spec})
 
     base = tune.experiment.spec

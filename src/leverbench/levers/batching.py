@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Mapping, Optional
 
 from ..json_types import JSONValue
-from .lever import KnobValue, Lever, as_int, engine_args, first_of, flag_value, part
+from .lever import KnobValue, Lever, as_int, count_value, engine_args, first_of, flag_value, part
 
 #: The flag that sets the slots on each engine the tool may start.
 _SLOT_FLAGS = {"vllm": ("--max-num-seqs",), "sglang": ("--max-running-requests",), "llama.cpp": ("-np", "--parallel")}
@@ -57,6 +57,8 @@ LEVERS = (
         facts=("props.total_slots", "server_info.max_running_requests", "parallel"),
         server_info_keys=("max_running_requests",),
         discover=_slots,
+        serve={"llama.cpp": lambda v, _: ["--parallel", str(count_value(v, "slots"))],
+               "vllm": lambda v, _: ["--max-num-seqs", str(count_value(v, "slots"))]},
         rank=30,
     ),
     Lever(
@@ -68,6 +70,8 @@ LEVERS = (
         advice="vLLM: --max-num-batched-tokens N; SGLang: --max-prefill-tokens N; llama.cpp: -b N",
         aliases=("max_num_batched_tokens", "max_prefill_tokens", "batch_size"),
         flags=("--max-num-batched-tokens", "--max-prefill-tokens", "-b", "--batch-size"),
+        serve={"llama.cpp": lambda v, _: ["--batch-size", str(count_value(v, "batch_tokens"))],
+               "vllm": lambda v, _: ["--max-num-batched-tokens", str(count_value(v, "batch_tokens"))]},
         rank=31,
     ),
 )

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Mapping, Optional
 
 from ..json_types import JSONValue
-from .lever import KnobValue, Lever, engine_args, flag_value
+from .lever import KnobValue, Lever, engine_args, flag_value, switch_value
 
 
 def _discover(raw: Mapping[str, JSONValue], engine: Optional[str]) -> KnobValue:
@@ -40,5 +40,7 @@ LEVER = Lever(
     server_info_keys=("chunked_prefill_size",),
     facts=("server_info.chunked_prefill_size",),
     discover=_discover,
+    serve={"vllm": lambda v, _: ["--enable-chunked-prefill" if switch_value(v, "chunked_prefill")
+                                 else "--no-enable-chunked-prefill"]},
     rank=50,
 )

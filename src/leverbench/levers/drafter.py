@@ -33,7 +33,9 @@ from .lever import (
     MetricTable,
     TrafficFacts,
     TrafficSaving,
+    count_value,
     engine_args,
+    name_value,
     part,
 )
 
@@ -127,6 +129,37 @@ def _parameter(t: TrafficFacts) -> Optional[str]:
     return (f"speedup {min(sp):.2f}x" + (f"–{max(sp):.2f}x" if max(sp) != min(sp) else "")) if sp else None
 
 
+#: The knob that gives the drafter's most draft tokens a step, a parameter of its value (:func:`_serve_llamacpp`).
+DRAFT_TOKENS = "draft_tokens"
+
+
+def _kind(value: KnobValue) -> str | None:
+    """The draft kind a tune's drafter value names (None: no drafter: false or "none")."""
+    if value is False or value == "none":
+        return None
+    return name_value(value, 'drafter (a draft kind such as "ngram-simple", or "none")')
+
+
+def _serve_llamacpp(value: KnobValue, config: Mapping[str, KnobValue]) -> list[str]:
+    """llama.cpp: ``--spec-type KIND`` and, where the configuration has ``draft_tokens``, ``--spec-draft-n-max N``."""
+    kind = _kind(value)
+    if kind is None:
+        return []
+    n = config.get(DRAFT_TOKENS)
+    return ["--spec-type", kind] + (["--spec-draft-n-max", str(count_value(n, DRAFT_TOKENS))] if n is not None else [])
+
+
+def _serve_vllm(value: KnobValue, config: Mapping[str, KnobValue]) -> list[str]:
+    """vLLM: ``--speculative-config {"method": KIND, "num_speculative_tokens": N}`` (vLLM needs N)."""
+    kind = _kind(value)
+    if kind is None:
+        return []
+    if config.get(DRAFT_TOKENS) is None:
+        raise ValueError(f"vLLM's drafter needs its draft tokens a step: add the knob {DRAFT_TOKENS} = [N, ...]")
+    n = count_value(config[DRAFT_TOKENS], DRAFT_TOKENS)
+    return ["--speculative-config", json.dumps({"method": kind, "num_speculative_tokens": n})]
+
+
 LEVER = Lever(
     name="drafter",
     summary="speculative decoding: a draft proposes tokens the model verifies in one step",
@@ -139,6 +172,8 @@ LEVER = Lever(
     flag_prefixes=("--spec", "--draft", "-md", "--speculative", "--model-draft", "-hfd", "--hf-repo-draft",
                    "-ngl-draft", "--gpu-layers-draft", "-cd", "--ctx-size-draft", "-devd", "--device-draft"),
     facts=("server_info.speculative_algorithm", "server_info.speculative_num_draft_tokens"),
+    serve={"llama.cpp": _serve_llamacpp, "vllm": _serve_vllm},
+    parameters=(DRAFT_TOKENS,),
     metrics=MetricTable(
         shares=(("drafter_acceptance", "vllm:spec_decode_num_accepted_tokens", "vllm:spec_decode_num_draft_tokens"),
                 ("llamacpp_drafter_acceptance", "llamacpp:spec_decode_num_accepted_tokens_total",

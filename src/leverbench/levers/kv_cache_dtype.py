@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Mapping, Optional
 
 from ..json_types import JSONValue
-from .lever import ArmEvidence, KnobValue, Lever, Use, cache_config, engine_args, flag_value
+from .lever import ArmEvidence, KnobValue, Lever, Use, cache_config, engine_args, flag_value, name_value
 
 #: The engines' spelling of "the model's own dtype", the default: no knob.
 _DEFAULTS = ("auto", "f16")
@@ -78,6 +78,9 @@ LEVER = Lever(
     unknown_hint="vLLM: /metrics cache_config_info; SGLang: /get_server_info",
     discover=_discover,
     server_info_keys=("kv_cache_dtype",),
+    serve={"llama.cpp": lambda v, _: ["--cache-type-k", name_value(v, "kv_cache_dtype"), "--cache-type-v",
+                                      name_value(v, "kv_cache_dtype")],
+           "vllm": lambda v, _: ["--kv-cache-dtype", name_value(v, "kv_cache_dtype")]},
     # an engine that reports its cache dtype, or that the tool started with known arguments, and has none but
     # its default: the knob is off there, not unknown
     reported_by=("cache_config.cache_dtype", "server_info.kv_cache_dtype", "engine_args"),

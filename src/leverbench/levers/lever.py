@@ -24,6 +24,10 @@ Phase: TypeAlias = Literal["prefill", "decode", "queueing", "both"]
 Projection: TypeAlias = Literal["prefill", "decode", "both"]
 #: A knob's value: what an engine reported or a user declared, as JSON.
 KnobValue: TypeAlias = JSONValue
+#: The arguments that serve a knob's value on an engine the tool starts, for a tune whose knobs name levers
+#: (:func:`.registry.serve_args`): *value* the knob's value, *config* the whole configuration (where a lever's
+#: parameters are: the drafter's ``draft_tokens``).  ValueError, in words, for a value the engine cannot take.
+ServeArgs: TypeAlias = Callable[[KnobValue, Mapping[str, KnobValue]], list[str]]
 
 
 def engine_args(raw: Mapping[str, JSONValue]) -> list[str] | None:
@@ -280,6 +284,9 @@ class Lever:
       row); ``advice``: how to turn it on, per engine; ``stated``: how the report's line of the conditions a
       figure holds for states it ("switch": on or off, "prefix cache on"; "named": its value, none when off,
       "drafter ngram"; "": not there); unknown ("?") where the arm's knobs do not have it;
+    - ``serve``: per engine the tool starts ("llama.cpp", "vllm"), the arguments that serve a value of the knob
+      (:data:`ServeArgs`), for a tune whose knobs name levers; ``parameters``: other knob names that only qualify
+      this lever's value (the drafter's ``draft_tokens``), read from the configuration by its ``serve``;
     - ``rank``: where it stands among the levers (the registry's order; the built-in ones first).
     """
 
@@ -307,8 +314,32 @@ class Lever:
     discover: Optional[Discover] = None
     server_info_keys: tuple[str, ...] = ()
     reported_by: tuple[str, ...] = ()
+    serve: Mapping[str, ServeArgs] = field(default_factory=dict)
+    parameters: tuple[str, ...] = ()
     rank: int = 100
 
     def names(self) -> tuple[str, ...]:
         """The knob's name and its aliases."""
         return (self.name, *self.aliases)
+
+
+def count_value(value: KnobValue, what: str) -> int:
+    """A knob's value that counts (slots, tokens): a whole number of at least 1; ValueError in words otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{what} must be a whole number of at least 1, not {value!r}")
+    return value
+
+
+def switch_value(value: KnobValue, what: str) -> bool:
+    """A knob's value that is on or off: true or false; ValueError in words otherwise."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{what} is on or off: true or false, not {value!r}")
+    return value
+
+
+def name_value(value: KnobValue, what: str) -> str:
+    """A knob's value that names something (a dtype, a draft kind): a word without blanks; ValueError otherwise."""
+    if not isinstance(value, str) or not value or any(c.isspace() for c in value):
+        raise ValueError(f"{what} must be a name (a word without blanks), not {value!r}")
+    return value
+

@@ -31,6 +31,7 @@ from .lever import (
     TrafficSaving,
     cache_config,
     part,
+    switch_value,
 )
 
 #: vLLM's counters of prompt tokens served from the cache and looked up in it.
@@ -114,5 +115,8 @@ LEVER = Lever(
                           unknown="this traffic records no prefix sharing or cached tokens; give --cached-share"),
     discover=_discover,
     server_info_keys=("disable_radix_cache", "enable_cache_report", "enable_metrics", "page_size"),
+    serve={"llama.cpp": lambda v, _: ["--cache-prompt" if switch_value(v, "prefix_cache") else "--no-cache-prompt"],
+           "vllm": lambda v, _: ["--enable-prefix-caching" if switch_value(v, "prefix_cache")
+                                 else "--no-enable-prefix-caching"]},
     rank=10,
 )

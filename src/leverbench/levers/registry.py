@@ -18,7 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
-from .lever import Lever, Projection
+from .lever import KnobValue, Lever, Projection
 
 _NOT_LEVER_MODULES = ("lever", "registry")
 
@@ -43,7 +43,7 @@ def check(found: Sequence[Lever]) -> None:
     """ValueError naming the lever when *found* (the package's levers) does not hold together: a knob name two
     levers claim, a measured lever without its ``used_field``, a traffic saving on a phase ``analyze`` does not
     model, a figure shown that its table does not declare, a server figure two levers declare."""
-    names = [n for x in found for n in x.names()]
+    names = [n for x in found for n in (*x.names(), *x.parameters)]
     if len(names) != len(set(names)):
         twice = sorted({n for n in names if names.count(n) > 1})
         raise ValueError(f"two levers claim the knob name(s) {', '.join(twice)}")
@@ -68,6 +68,47 @@ def check(found: Sequence[Lever]) -> None:
 @lru_cache(maxsize=1)
 def _by_name() -> dict[str, Lever]:
     return {n: x for x in levers() for n in x.names()}
+
+
+#: The engines a tune's lever knobs may be served on, by the experiment file's engine kind.
+SERVED_BY_KIND = {"embedded": "llama.cpp", "vllm": "vllm"}
+
+
+def serve_args(engine: str, config: Mapping[str, KnobValue]) -> list[str]:
+    """The arguments that serve *config* (knob → value, in order) on *engine* ("llama.cpp" or "vllm"): each knob a
+    lever's name or alias (:attr:`.lever.Lever.serve`) or a parameter of a lever the configuration also names (the
+    drafter's ``draft_tokens``).  ValueError in words where a knob names no lever, its lever cannot be served on
+    *engine*, a parameter's lever is not in the configuration, or a value cannot be taken."""
+    out: list[str] = []
+    named = {x.name for k in config if (x := lever(k)) is not None}
+    owners = {p: x for x in levers() for p in x.parameters}
+    for knob, value in config.items():
+        x = lever(knob)
+        if x is None:
+            owner = owners.get(knob.strip().lower())
+            if owner is None:
+                servable = sorted(n for y in levers() if engine in y.serve for n in (y.name, *y.parameters))
+                raise ValueError(f"{knob!r} names no lever {engine} can be started with (knobs: "
+                                 f"{', '.join(servable)}, or their aliases)")
+            if owner.name not in named:
+                raise ValueError(f"{knob!r} qualifies the {owner.name} knob, which the configuration does not have: "
+                                 f"add {owner.name} = [...] (\"none\" for none)")
+            continue
+        serve = x.serve.get(engine)
+        if serve is None:
+            raise ValueError(f"{knob!r} ({x.words}) cannot be set on {engine} by the tool"
+                             + (f" (it can on {', '.join(sorted(x.serve))})" if x.serve else ""))
+        try:
+            out += serve(value, config)
+        except ValueError as exc:
+            raise ValueError(f"{knob} = {value!r}: {exc}") from None
+    return out
+
+
+def moots(knob: str, others: Mapping[str, KnobValue]) -> bool:
+    """Whether *knob* names a lever one of whose parameters is among *others* (the drafter, for ``draft_tokens``)."""
+    x = lever(knob)
+    return x is not None and any(p in x.parameters for p in others)
 
 
 def lever(knob: str) -> Optional[Lever]:

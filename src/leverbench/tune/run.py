@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Callable, Optional
 
-from ..config.tune import LoadedTune
+from ..config.tune import LoadedTune, served_args
 from ..engines.command_template import as_text, substitute
 from ..schema.tune_rows import TUNE_SUMMARY_SCHEMA, PointRow, RaceRow, TuneSummary
 from .races import RaceProgress, RunRacer, space_of
@@ -27,9 +27,12 @@ def race_row(r: RaceResult) -> RaceRow:
 
 def launch_command(tune: LoadedTune, config: Config) -> str:
     """The template's command with *config*'s values (and the template's other values), ``{port}`` left for the
-    operator to fill."""
+    operator to fill; for the embedded llama.cpp or vLLM engine, the experiment file's engine line that starts it so
+    (the template's own arguments, then those that serve the configuration's levers)."""
     engine = tune.template.engine
-    assert engine is not None and engine.command is not None  # (load_tune checked: a command template)
+    assert engine is not None  # (load_tune checked: a command template, or an engine the tool starts)
+    if engine.command is None:
+        return f"engine = {{ kind = {json.dumps(engine.kind)}, args = {json.dumps(served_args(tune, dict(config)))} }}"
     values = {k: as_text(v) for k, v in {**engine.values, **dict(config)}.items()}
     return substitute(engine.command, {**values, "port": "{port}"})
 
