@@ -43,7 +43,7 @@ def _cell(arm: str, case: str, figures: dict[str, Any], reason: str | None = Non
     return {**figures, "arm": arm, "later_arm": arm, "case": case, "later_case": case, "n_baseline": 3, "n_later": 3,
             "baseline_s": 1.0, "later_s": figures["ratio"], "refused": reason is not None, "reason": reason,
             "failed_baseline": 0, "failed_later": 1 if reason else 0, "output_baseline": 64.0, "output_later": 64.0,
-            "equal_work": False}
+            "equal_work": False, "later_equal_work_s": None}
 
 
 def _comparison(path: str, started: str, k: float, *, corrected: bool) -> dict[str, Any]:
@@ -86,7 +86,7 @@ def _comparison(path: str, started: str, k: float, *, corrected: bool) -> dict[s
 
 def _result() -> dict[str, Any]:
     """The comparisons given out of order: 'late' (started last) before 'early'."""
-    return {"schema": "leverbench.compare/1", "baseline": _run("runs/base", "2026-01-01T00:00:00+00:00"),
+    return {"schema": "leverbench.compare/2", "baseline": _run("runs/base", "2026-01-01T00:00:00+00:00"),
             "threshold": 1.05, "confidence": 0.99, "correct_machine": False, "strict": False,
             "comparisons": [_comparison("runs/late", "2026-01-03T00:00:00+00:00", 1.2, corrected=False),
                             _comparison("runs/early", "2026-01-02T00:00:00+00:00", 1.01, corrected=True)],
@@ -196,3 +196,27 @@ def test_through_the_cli_the_page_parses_and_exits_as_the_table_does(two_runs):
     assert any(t.startswith(later) for t in p.plots[0]["titles"])
     as_json = json.loads(CliRunner().invoke(cli, ["compare", base, later, "--format", "json"]).stdout)
     assert as_json["exit_code"] == res.exit_code
+
+
+def test_the_baselines_lever_point_comes_from_a_comparison_that_measured_it_and_extreme_ratios_stay_on_the_axis():
+    """The first comparison's lever refused with no multiplier: the baseline's point is the second's (1.8x here);
+    a ratio of 1e12 is drawn at the axis' edge, whose ticks stay few and readable; starts with other UTC offsets
+    are ordered by the instant, not the text."""
+    result = _result()
+    first = result["comparisons"][0]["levers"][0]
+    first.update(multiplier_baseline=None, multiplier_baseline_low=None, multiplier_baseline_high=None,
+                 refused=True, verdict="refused", reason="not compared: arm current has no match in the later run")
+    result["comparisons"][1]["levers"][0].update(multiplier_baseline=1.8, multiplier_baseline_low=1.7,
+                                                 multiplier_baseline_high=1.9)
+    result["comparisons"][0]["arm_ratios"][0].update(ratio=1e12, low=1e-9, high=1e30)
+    result["comparisons"][0]["later"]["started_at"] = "2026-01-02T05:00:00+09:00"  # 20:00 UTC the day before
+    p = _parse(render_html(result))  # type: ignore[arg-type]
+    (lever,) = [x for x in p.plots if x["label"].startswith("prefix_cache")]
+    assert any("the baseline's multiplier: 1.800x [1.700, 1.900]" in t for t in lever["titles"]), lever["titles"]
+    (arm,) = [x for x in p.plots if x["label"].startswith("arm current")]
+    ticks = [t for t in arm["titles"] if t.startswith("runs/")]
+    assert [t.split("\n")[0] for t in ticks] == ["runs/base", "runs/late", "runs/early"]  # 'late' started first now
+    page = render_html(result)  # type: ignore[arg-type]
+    svg = page.split('aria-label="arm current')[1].split("</svg>")[0]
+    ticks = re.findall(r'class="tick" text-anchor="end">([^<]*)<', svg)
+    assert 3 <= len(ticks) <= 20 and all(len(t) <= 6 for t in ticks), ticks

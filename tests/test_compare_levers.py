@@ -134,3 +134,49 @@ def test_a_lever_case_is_refused_where_an_arm_failed_or_the_arms_did_different_w
     assert lever["multiplier_baseline"] == pytest.approx(1.5, rel=0.03)
     assert lever["ratio"] == pytest.approx(1.0, abs=0.03) and lever["verdict"] == "same"
     assert all(not line.startswith("lever") for line in c["slower"])  # never gated
+
+
+def test_a_lever_case_whose_arms_were_put_on_equal_work_is_refused_not_compared_at_other_work():
+    """The later run's answers 22 % longer on both arms: each cell is compared at equal work, but a multiplier is
+    not put on equal work, so the lever's cases are refused, saying so (its figures still shown)."""
+    from test_compare_guard import DECODE, _compare, _run
+
+    def longer(head: dict, recs: list) -> None:
+        _lever_arms(head, recs)
+        for r in recs:
+            if r["kind"] == "turn":
+                r["output_tokens"] = int(r["output_tokens"] * 1.22)
+
+    arms = {"a": (DECODE, DECODE), "d": (DECODE * 1.5, DECODE * 1.5)}
+    (c,) = _compare(_run("b", arms, edit=_lever_arms), _run("l", arms, seed=1, edit=longer))["comparisons"]
+    assert all(cell["equal_work"] for cell in c["cells"] if cell["case"] != "y"), c["cells"]
+    (lever,) = c["levers"]
+    assert lever["refused"] and lever["verdict"] == "refused" and lever["cases"] == 0
+    assert "its work changed between the runs" in lever["reason"]
+    assert lever["ratio"] is not None  # shown, as a refused cell's ratio is
+
+
+def test_a_lever_the_later_run_measures_from_the_other_arm_is_compared_the_right_way_round():
+    """Two batch sizes, neither "off": each run takes its baseline arm as the reference; the later run's baseline is
+    the other arm, so its ratios are taken the other way round (and said); an arm not matched is said too."""
+    from test_compare_guard import DECODE, _compare, _run
+
+    def batch(baseline: str):
+        def edit(head: dict, recs: list) -> None:
+            head["arms"]["a"]["conditions"] = {"batch": 256}
+            head["arms"]["d"]["conditions"] = {"batch": 2048}
+            for name, arm in head["arms"].items():
+                arm["role"] = "baseline" if name == baseline else "treatment"
+            head["config"]["experiment"]["baseline"] = baseline
+        return edit
+
+    arms = {"a": (DECODE, DECODE), "d": (DECODE * 1.25, DECODE * 1.25)}
+    base = _run("b", arms, edit=batch("a"))
+    (same,) = _compare(base, _run("l", arms, seed=1, edit=batch("a")))["comparisons"][0]["levers"]
+    (flipped,) = _compare(base, _run("f", arms, seed=2, edit=batch("d")))["comparisons"][0]["levers"]
+    for row in (same, flipped):
+        assert (row["arm"], row["vs"]) == ("d", "a") and row["multiplier_baseline"] == pytest.approx(1.25, rel=0.03)
+        assert row["multiplier_later"] == pytest.approx(1.25, rel=0.03) and row["verdict"] == "same", row
+    assert flipped["note"].startswith("the later run measures it with d as the reference")
+    (gone,) = _compare(base, _run("g", {"a": arms["a"]}, seed=3))["comparisons"][0]["levers"]
+    assert gone["refused"] and gone["reason"] == "not compared: arm d has no match in the later run"

@@ -48,7 +48,9 @@ def compare_command(runs: tuple[Path, ...], baseline: Path | None, threshold: fl
                     fmt: str, correct_machine: bool, strict: bool, salvage: bool) -> None:
     """Compare RUN directories with a baseline run: what changed between them (before any number), the machine's
     speed from the drift sentinels, and per arm and case the ratio of the later run's turn times to the
-    baseline's with an interval for unpaired repeats and a verdict (faster, slower, same, undecided).
+    baseline's with an interval for unpaired repeats and a verdict (faster, slower, same, undecided); a cell whose
+    answers changed length is put on the baseline's work where the correction is small, else refused. Per lever, its
+    multiplier in each run and their ratio (pays more, pays less, same; never gated).
 
     Cases are matched by what they sent, arms by knobs or name. Exit code 0 when nothing is slower than the
     threshold, 1 when something is (the lines that say what come last; with --strict also a row undecided beyond

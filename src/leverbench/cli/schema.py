@@ -17,7 +17,7 @@ from .common import Command
                    "printing it: one line per problem, exit code 2 when it departs.")
 def schema_command(which: str, check: Path | None) -> None:
     """Print the JSON Schema of WHICH (summary: summary.json, leverbench.summary/1; compare: the output of
-    leverbench compare --format json, leverbench.compare/1).
+    leverbench compare --format json, leverbench.compare/2).
 
     The schema is derived from the typed rows the analysis builds and the
     reports read (leverbench.schema); a copy is in docs/summary.schema.json.

@@ -130,6 +130,8 @@ def cell_table(c: RunComparison) -> Table:
     corrected = c["machine"]["corrected"]
     for r in c["cells"]:
         t = "—" if r["baseline_s"] is None or r["later_s"] is None else f"{r['baseline_s']:.3f} → {r['later_s']:.3f}"
+        if r["later_equal_work_s"] is not None:
+            t += f" ({r['later_equal_work_s']:.3f} at equal work)"
         rows.append([r["arm"], r["case"], f"{r['n_baseline']} / {r['n_later']}", t,
                      ratio_text(r["ratio"], r["low"], r["high"]),
                      _verdict(r) + (f": {r['reason']}" if r["reason"] else "")

@@ -1,4 +1,4 @@
-"""What ``leverbench compare`` prints as JSON (schema ``leverbench.compare/1``): runs compared with a baseline run.
+"""What ``leverbench compare`` prints as JSON (schema ``leverbench.compare/2``): runs compared with a baseline run.
 
 The rows :mod:`leverbench.analysis.compare` builds and :mod:`leverbench.report.compare` formats; ``leverbench schema
 compare`` prints the JSON Schema pydantic derives from them (:func:`compare_json_schema`).  Ratios are the later run's
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 else:  # pydantic checks (and the JSON Schema says) any JSON value: a JSON-shaped value's own schema would be long
     AnyJSON = object
 
-COMPARE_SCHEMA = "leverbench.compare/1"
+COMPARE_SCHEMA = "leverbench.compare/2"
 
 #: A matched cell's or arm's verdict against the threshold t (:mod:`leverbench.analysis.compare.stats`).
 Verdict = Literal["faster", "slower", "same", "undecided", "refused"]
@@ -124,8 +124,9 @@ class Figures(TypedDict):
 
 @strict_row
 class CellRow(Figures):
-    """One matched (arm, case): the ratio later / baseline of the geometric means of the turn times as measured, its
-    interval (Welch on log turn times), the verdict; ``refused`` with ``reason`` where the guard refuses it; the same
+    """One matched (arm, case): the ratio later / baseline of the geometric means of the turn times as measured (or,
+    where ``equal_work``, with the later turns put on the baseline's work: ``later_equal_work_s``), its interval
+    (Welch on log turn times), the verdict; ``refused`` with ``reason`` where the guard refuses it; the same
     figures with the later turns put on the baseline's machine speed (``corrected_*``, None where not corrected);
     ``note``: why there is no interval, or what could not be checked."""
 
@@ -144,6 +145,7 @@ class CellRow(Figures):
     output_baseline: float | None  # median output tokens per turn
     output_later: float | None
     equal_work: bool  # the later turns were put on the baseline's work (``note`` says by how much)
+    later_equal_work_s: float | None  # their geometric mean so (what ``ratio`` is of), where ``equal_work``
 
 
 @strict_row
@@ -171,8 +173,8 @@ class LeverRow(TypedDict):
     lever: str
     arm: str
     vs: str
-    later_arm: str
-    later_vs: str
+    later_arm: str | None  # None: the arm has no match in the later run
+    later_vs: str | None
     cases: int
     refused_cases: int
     multiplier_baseline: float | None

@@ -107,11 +107,12 @@ def _cells(base: RunView, later: RunView, machine: Machine, times: np.ndarray, a
             ol = statistics.median(cl.output) if cl and cl.output else None
             fb, fl = (cb.failed if cb else 0), (cl.failed if cl else 0)
             volume, note = _volume(ob, ol, base.tolerance_cell)
+            measured = xl
             work = None
             if volume and cl and ob is not None and ol is not None:
                 work, why = work_correction(later, cl.rows, ob)
                 if work is None:
-                    volume += f" ({why})"
+                    volume += f" (the equal-work correction: {why})"
                 else:
                     xl = [t + s for t, s in zip(xl, work.seconds)]
                     xc = [t + s * machine.f_decode for t, s in zip(xc, work.seconds)]
@@ -122,12 +123,13 @@ def _cells(base: RunView, later: RunView, machine: Machine, times: np.ndarray, a
                 sp, sd = shares(later, cl.rows)
                 extra = math.hypot(sp * machine.se_prefill, sd * machine.se_decode)
             row: CellRow = {"arm": arm, "later_arm": larm, "case": case, "later_case": lcase, "n_baseline": len(xb),
-                            "n_later": len(xl), "baseline_s": _gm(xb), "later_s": _gm(xl), "ratio": None,
+                            "n_later": len(xl), "baseline_s": _gm(xb), "later_s": _gm(measured), "ratio": None,
                             "low": None, "high": None, "verdict": "refused" if reasons else "undecided",
                             "refused": bool(reasons), "reason": "; ".join(reasons) or None, "failed_baseline": fb,
                             "failed_later": fl, "output_baseline": ob, "output_later": ol, "corrected": corrected,
                             "corrected_ratio": None, "corrected_low": None, "corrected_high": None,
-                            "corrected_verdict": None, "note": note, "equal_work": work is not None}
+                            "corrected_verdict": None, "note": note, "equal_work": work is not None,
+                            "later_equal_work_s": _gm(xl) if work is not None else None}
             out.append(_Pending(row, welch(xb, xl), welch(xb, xc) if corrected else None, extra))
     return out
 
@@ -164,9 +166,13 @@ def _arm_row(arm: str, larm: str, pending: Sequence[_Pending], later: RunView, m
     g = geomean([p.diff for p in ok if p.diff is not None])
     if g is None:
         return row
+    at_work = sum(p.row["equal_work"] for p in ok)
+    if at_work:
+        row["note"] = f"{at_work} of its {len(ok)} case(s) compared at equal work (their notes say by how much)"
     if any(p.diff is not None and p.diff.se is None for p in ok):
-        row["note"] = ("interval from the spread between the cases (a case has none of its own)" if len(ok) > 1 else
-                       "no interval: its one case has none (one repeat a side, or no scatter)")
+        said = ("interval from the spread between the cases (a case has none of its own)" if len(ok) > 1 else
+                "no interval: its one case has none (one repeat a side, or no scatter)")
+        row["note"] = f"{row['note']}; {said}" if row["note"] else said
     row["ratio"], row["low"], row["high"], row["verdict"] = _figures(g, confidence, threshold)
     gc = geomean([p.corr for p in ok if p.corr is not None]) if corrected else None
     if gc is not None:
@@ -198,8 +204,9 @@ def _verdict_lines(path: str, cells: Sequence[CellRow], arms: Sequence[ArmRow], 
     slower: list[str] = []
     undecided: list[str] = []
     refused: list[str] = []
-    rows: list[tuple[str, Figures, str | None]] = [(f"arm {c['arm']}, case {c['case']}", c, c["reason"])
-                                                            for c in cells]
+    rows: list[tuple[str, Figures, str | None]] = [
+        (f"arm {c['arm']}, case {c['case']}" + (" (at equal work)" if c["equal_work"] else ""), c, c["reason"])
+        for c in cells]
     rows += [(f"arm {r['arm']}, geometric mean over {r['cases']} case(s)", r, None) for r in arms]
     for what, r, reason in rows:
         v, ratio, low, high = gated(r, correct_machine)
@@ -245,8 +252,8 @@ def compare_runs(base: RunView, laters: Sequence[RunView], *, threshold: float =
         pending = _cells(base, later, machine, times, arm_pairs, case_pairs)
         lever_rows = lever_pending(base, later, arm_pairs, case_pairs, [p.row for p in pending])
         staged.append((later, arms, cases, changed, machine, arm_pairs, pending, lever_rows))
-    rows = sum(len([p for p in s[6] if not p.row["refused"]]) + len(s[5]) + len([x for x in s[7] if x[1]])
-               for s in staged)
+    # the rows the exit code may follow (the levers, never gated, take their intervals at the same confidence)
+    rows = sum(len([p for p in s[6] if not p.row["refused"]]) + len(s[5]) for s in staged)
     confidence = family_confidence(rows)
     comparisons: list[RunComparison] = []
     for later, arms, cases, changed, machine, arm_pairs, pending, lever_rows in staged:

@@ -22,9 +22,13 @@ above t, its interval wholly above 1x), "pays less" (below 1/t, wholly below), "
 what got slower).
 
 **The guard**: a case of the lever is refused where the cross-run cell of either of its arms is refused (a failed
-call, the work changed between the runs, an arm drifted within a run, no turn), or where its two arms did different
-work within either run (their median generated tokens per turn differ beyond the experiment's cell tolerance, as
-the run's own guard refuses the multiplier).  A lever all of whose cases are refused is refused, with the reasons.
+call, the work changed between the runs, an arm drifted within a run, no turn) or was put on the baseline's work
+(:mod:`.work`: its turns are, a multiplier is not), or where its two arms did different work within either run
+(their median generated tokens per turn differ beyond the experiment's cell tolerance, as the run's own guard
+refuses the multiplier).  A lever all of whose cases are refused is refused, with the reasons, its figures those of
+every case with pairs (shown, as a refused cell's ratio is).  A lever the later run measures with the other arm as
+its reference is read the other way round (its log ratios negated, said in the note); one whose arm has no match, or
+whose arms the later run does not compare in that knob alone, is a row that says it was not compared.
 """
 
 from __future__ import annotations
@@ -75,46 +79,72 @@ def _volume_within(run: RunView, comp: Comparison, case: str) -> str | None:
 Pending = tuple[LeverRow, list[LogDiff], list[LogDiff], list[LogDiff]]
 
 
+def _row(comp: Comparison, later_arm: str | None, later_vs: str | None, cases: int, refused: int,
+         reasons: Sequence[str]) -> LeverRow:
+    assert comp.lever is not None
+    return {"lever": comp.lever, "arm": comp.arm, "vs": comp.vs, "later_arm": later_arm, "later_vs": later_vs,
+            "cases": cases, "refused_cases": refused, "multiplier_baseline": None, "multiplier_baseline_low": None,
+            "multiplier_baseline_high": None, "multiplier_later": None, "multiplier_later_low": None,
+            "multiplier_later_high": None, "ratio": None, "low": None, "high": None,
+            "verdict": "refused" if not cases else "undecided", "refused": not cases,
+            "reason": " | ".join(reasons) or None, "note": None}
+
+
 def lever_pending(base: RunView, later: RunView, arm_pairs: Sequence[tuple[str, str]],
                   case_pairs: Sequence[tuple[str, str]], cells: Sequence[CellRow]) -> list[Pending]:
-    """Each lever both runs measure between matched arms: its row less the figures, and per compared case its log
-    difference later − baseline and each run's own mean log ratio (module docstring).  *cells*: the cross-run cells
-    (their refusals refuse the lever's case)."""
+    """Each lever the baseline measures: its row less the figures, and per compared case its log difference later −
+    baseline and each run's own mean log ratio (module docstring); refused, saying why, where the later run does not
+    measure it between the matched arms.  *cells*: the cross-run cells (their refusals, and a correction to equal
+    work, refuse the lever's case).  Where every case is refused, the figures are those of every case with pairs
+    (shown, as a refused cell's ratio is)."""
     to_later = dict(arm_pairs)
     refused = {(c["arm"], c["case"]): c["reason"] for c in cells if c["refused"]}
-    later_comps = {(c.arm, c.vs, c.lever): c for c in all_comparisons(later.ds) if c.controlled and c.lever}
+    refused.update({(c["arm"], c["case"]): "its work changed between the runs (its turns were put on the baseline's "
+                    "work; a multiplier is not)" for c in cells if c["equal_work"]})
+    later_comps = {(frozenset((c.arm, c.vs)), c.lever): c for c in all_comparisons(later.ds)
+                   if c.controlled and c.lever}
     out: list[Pending] = []
     for comp in all_comparisons(base.ds):
-        if not (comp.controlled and comp.lever and comp.arm in to_later and comp.vs in to_later):
+        if not (comp.controlled and comp.lever):
             continue
-        lcomp = later_comps.get((to_later[comp.arm], to_later[comp.vs], comp.lever))
+        missing = [a for a in (comp.arm, comp.vs) if a not in to_later]
+        if missing:
+            out.append((_row(comp, None, None, 0, len(case_pairs), [
+                f"not compared: arm {missing[0]} has no match in the later run"]), [], [], []))
+            continue
+        la, lv = to_later[comp.arm], to_later[comp.vs]
+        lcomp = later_comps.get((frozenset((la, lv)), comp.lever))
         if lcomp is None:
+            out.append((_row(comp, la, lv, 0, len(case_pairs), [
+                f"not compared: the later run's {la} and {lv} are no controlled pair in {comp.lever} (another knob "
+                "differs between them, or this one does not)"]), [], [], []))
             continue
+        flip = lcomp.arm != la  # the later run takes the other arm as the reference: its log ratios the other way
         rb = _log_ratios(base, comp, [c for c, _ in case_pairs])
-        rl = _log_ratios(later, lcomp, [lc for _, lc in case_pairs])
-        diffs, own_b, own_l, reasons = [], [], [], []
+        rl = {k: [-v if flip else v for v in x] for k, x in _log_ratios(later, lcomp, [lc for _, lc in case_pairs]
+                                                                        ).items()}
+        ok: list[tuple[LogDiff, LogDiff, LogDiff]] = []
+        shown: list[tuple[LogDiff, LogDiff, LogDiff]] = []
+        reasons = []
         for case, lcase in case_pairs:
             why = [f"{a}: {refused[(a, case)]}" for a in (comp.arm, comp.vs) if (a, case) in refused]
             why += [w for w in (_volume_within(base, comp, case), _volume_within(later, lcomp, lcase)) if w]
-            d = welch([math.exp(v) for v in rb.get(case, [])], [math.exp(v) for v in rl.get(case, [])])
-            ob, ol = _one_run(rb.get(case, [])), _one_run(rl.get(case, []))
+            d = welch([math.exp(v) for v in rb.get(case, [])], [math.exp(v) for v in rl.get(lcase, [])])
+            ob, ol = _one_run(rb.get(case, [])), _one_run(rl.get(lcase, []))
             if d is None or ob is None or ol is None:
                 why.append("no paired repeat of the lever's arms in "
                            + ("the baseline" if ob is None else "the later run"))
+            else:
+                shown.append((d, ob, ol))
             if why:
                 reasons.append(f"{case}: " + "; ".join(why))
-                continue
-            assert d is not None and ob is not None and ol is not None
-            diffs.append(d)
-            own_b.append(ob)
-            own_l.append(ol)
-        row: LeverRow = {"lever": comp.lever, "arm": comp.arm, "vs": comp.vs, "later_arm": lcomp.arm,
-                         "later_vs": lcomp.vs, "cases": len(diffs), "refused_cases": len(reasons),
-                         "multiplier_baseline": None, "multiplier_baseline_low": None, "multiplier_baseline_high": None,
-                         "multiplier_later": None, "multiplier_later_low": None, "multiplier_later_high": None,
-                         "ratio": None, "low": None, "high": None, "verdict": "refused" if not diffs else "undecided",
-                         "refused": not diffs, "reason": " | ".join(reasons) or None, "note": None}
-        out.append((row, diffs, own_b, own_l))
+            elif d is not None and ob is not None and ol is not None:
+                ok.append((d, ob, ol))
+        row = _row(comp, la, lv, len(ok), len(reasons), reasons)
+        if flip:
+            row["note"] = f"the later run measures it with {lcomp.vs} as the reference: its ratios taken the other way"
+        used = ok or shown
+        out.append((row, [x[0] for x in used], [x[1] for x in used], [x[2] for x in used]))
     return out
 
 
@@ -138,9 +168,11 @@ def lever_row(row: LeverRow, diffs: Sequence[LogDiff], own_b: Sequence[LogDiff],
     row["ratio"], row["low"], row["high"] = _ends(g, confidence)
     assert row["ratio"] is not None
     iv = (row["low"], row["high"]) if row["low"] is not None and row["high"] is not None else None
-    row["verdict"] = _WORDS[verdict(row["ratio"], iv, threshold)]
+    if not row["refused"]:
+        row["verdict"] = _WORDS[verdict(row["ratio"], iv, threshold)]
     if any(d.se is None for d in diffs):
-        row["note"] = ("interval from the spread between the cases (a case has none of its own)" if len(diffs) > 1
-                       else "no interval: its one case has none (one paired repeat in a run, or no scatter)")
+        said = ("interval from the spread between the cases (a case has none of its own)" if len(diffs) > 1
+                else "no interval: its one case has none (one paired repeat in a run, or no scatter)")
+        row["note"] = f"{row['note']}; {said}" if row["note"] else said
     return row
 

@@ -26,7 +26,8 @@ together: wider, never narrower than it should be); with one such case there is 
 
 **Confidence.**  Each interval is taken at γ = 1 − 5 % / m, m the rows a verdict is drawn for (every compared cell
 and every arm of every later run: Bonferroni), so that noise alone makes any row "slower" in at most 2.5 % of
-comparisons, whatever the number of cells — the promise a CI gate needs.
+comparisons, whatever the number of cells — the promise a CI gate needs.  The levers' rows (:mod:`.levers`) never
+move the exit code and are not counted; their intervals are taken at the same γ.
 
 **The verdict** against the threshold t (``--threshold``, default 1.05):
 

@@ -67,7 +67,8 @@ def work_correction(later: RunView, rows: Sequence[int], ob: float) -> tuple[Wor
     outputs = [float(v) for v in later.ds.turn.output_tokens[idx]]
     turn_s = [float(v) for v in later.ds.turn.turn_s[idx]]
     if not ob > 0 or not all(o > 0 for o in outputs):
-        return None, "no correction: a run generated no tokens, or a turn has no token count"
+        return None, ("no correction: a turn of the later run has no token count or generated none"
+                      if ob > 0 else "no correction: the baseline generated no tokens")
     s_d = decode_seconds_per_token(later, rows)
     if s_d is None:
         return None, "no correction: the later run's decode speed in the cell is not measured"
