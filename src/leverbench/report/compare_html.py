@@ -11,8 +11,8 @@ lever, arm, vs), its multiplier in each run with that run's interval (the baseli
 measured it), coloured by the verdict on the ratio of the multipliers.  Log vertical axes.  Each point's ``<title>``
 (its hover) names the run, its start, its figures and the conditions changed for that arm or lever.
 
-Escaping and the Content-Security-Policy (no fetch) are the run report's (:mod:`.html`, :mod:`.svg`); the plot is drawn by
-:mod:`.svg_history`.
+Escaping and the Content-Security-Policy (no fetch) are the run report's (:mod:`.html`, :mod:`.svg`); the plot is
+drawn by :mod:`.svg_history`.
 """
 
 from __future__ import annotations
