@@ -26,8 +26,10 @@ if TYPE_CHECKING:
 def tune_command(tune_file: Path, out_dir: Path, resume: bool) -> None:
     """Search TUNE_FILE's space for the configuration to run: an experiment file whose one
     arm is a command template (engine = { kind = "command", command = "... {port} ...
-    {KNOB} ..." }) and whose [tune] table names the knobs and their values, the baseline,
-    the exclusions, the least effect and the budget (docs/tune.md).
+    {KNOB} ..." }), or the embedded llama.cpp or vLLM engine with knobs that name levers
+    (drafter, draft_tokens, slots, prefix_cache, ...: the tool writes their flags), and
+    whose [tune] table names the knobs and their values, the baseline, the exclusions,
+    the least effect and the budget (docs/tune.md).
 
     From the baseline, one knob is changed at a time and the candidate raced against the
     incumbent: a two-arm run of the experiment, paired and interleaved, with adaptive
