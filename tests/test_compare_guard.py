@@ -248,7 +248,7 @@ def test_a_served_flag_a_levers_knob_covers_is_named_under_what_changed(declared
     def args(k: str):
         def edit(head: dict[str, Any], recs: list[dict[str, Any]]) -> None:
             head["arms"]["a"]["discovered"] = {"engine": "llama.cpp", "engine_args": [
-                "--spec-type", "ngram-mod", "--spec-draft-n-max", k, "--seed", "1"]}
+                "--spec-type", "ngram-mod", f"--spec-draft-n-max={k}", "--seed", "1"]}
             if declared:
                 head["arms"]["a"]["conditions"] = {"drafter": f"ngram-mod K={k}"}
         return edit

@@ -75,11 +75,11 @@ def _comparison(path: str, started: str, k: float, *, corrected: bool) -> dict[s
                     "notes": ["prefill not measured: the sentinel's prompt is short"]},
         "cells": cells, "arm_ratios": arm_rows,
         "levers": [{"lever": "prefix_cache", "arm": EVIL, "vs": "current", "later_arm": EVIL, "later_vs": "current",
-                    "cases": 2, "refused_cases": 1, "multiplier_baseline": 2.0, "multiplier_baseline_low": 1.8,
-                    "multiplier_baseline_high": 2.2, "multiplier_later": 2.0 / k, "multiplier_later_low": 1.7 / k,
-                    "multiplier_later_high": 2.3 / k, "ratio": 1 / k, "low": 0.9 / k, "high": 1.1 / k,
-                    "verdict": "pays less" if k > 1.05 else "same", "refused": False, "reason": None,
-                    "note": None}],
+                    "compared": True, "cases": 2, "refused_cases": 1, "multiplier_baseline": 2.0,
+                    "multiplier_baseline_low": 1.8, "multiplier_baseline_high": 2.2, "multiplier_later": 2.0 / k,
+                    "multiplier_later_low": 1.7 / k, "multiplier_later_high": 2.3 / k, "ratio": 1 / k,
+                    "low": 0.9 / k, "high": 1.1 / k, "verdict": "pays less" if k > 1.05 else "same",
+                    "refused": False, "reason": None, "note": None}],
         "slower": [f"{path}: arm current 1.200x"] if k > 1.05 else [], "undecided": [],
         "refused": [f"{path}: {EVIL} plan: a call failed in the later run (1)"]}
 
@@ -199,13 +199,13 @@ def test_through_the_cli_the_page_parses_and_exits_as_the_table_does(two_runs):
 
 
 def test_the_baselines_lever_point_comes_from_a_comparison_that_measured_it_and_extreme_ratios_stay_on_the_axis():
-    """The first comparison's lever refused with no multiplier: the baseline's point is the second's (1.8x here);
+    """The first comparison's lever refused (its figures shown): the baseline's point is the second's (1.8x here);
     a ratio of 1e12 is drawn at the axis' edge, whose ticks stay few and readable; starts with other UTC offsets
     are ordered by the instant, not the text."""
     result = _result()
     first = result["comparisons"][0]["levers"][0]
-    first.update(multiplier_baseline=None, multiplier_baseline_low=None, multiplier_baseline_high=None,
-                 refused=True, verdict="refused", reason="not compared: arm current has no match in the later run")
+    first.update(multiplier_baseline=2.5, multiplier_baseline_low=2.4, multiplier_baseline_high=2.6,
+                 refused=True, verdict="refused", reason="read: current: failed calls: 1 in the later run")
     result["comparisons"][1]["levers"][0].update(multiplier_baseline=1.8, multiplier_baseline_low=1.7,
                                                  multiplier_baseline_high=1.9)
     result["comparisons"][0]["arm_ratios"][0].update(ratio=1e12, low=1e-9, high=1e30)

@@ -142,7 +142,7 @@ def test_a_lever_case_whose_arms_were_put_on_equal_work_is_refused_not_compared_
     from test_compare_guard import DECODE, _compare, _run
 
     def longer(head: dict, recs: list) -> None:
-        _lever_arms(head, recs)
+        _lever_arms(head, recs, fail=True)
         for r in recs:
             if r["kind"] == "turn":
                 r["output_tokens"] = int(r["output_tokens"] * 1.22)
@@ -153,6 +153,8 @@ def test_a_lever_case_whose_arms_were_put_on_equal_work_is_refused_not_compared_
     (lever,) = c["levers"]
     assert lever["refused"] and lever["verdict"] == "refused" and lever["cases"] == 0
     assert "its work changed between the runs" in lever["reason"]
+    x = next(part for part in lever["reason"].split(" | ") if part.startswith("x: "))
+    assert "d: failed calls: 1 in the later run" in x and "d: its work changed" in x  # both reasons kept
     assert lever["ratio"] is not None  # shown, as a refused cell's ratio is
 
 
@@ -178,5 +180,13 @@ def test_a_lever_the_later_run_measures_from_the_other_arm_is_compared_the_right
         assert (row["arm"], row["vs"]) == ("d", "a") and row["multiplier_baseline"] == pytest.approx(1.25, rel=0.03)
         assert row["multiplier_later"] == pytest.approx(1.25, rel=0.03) and row["verdict"] == "same", row
     assert flipped["note"].startswith("the later run measures it with d as the reference")
-    (gone,) = _compare(base, _run("g", {"a": arms["a"]}, seed=3))["comparisons"][0]["levers"]
-    assert gone["refused"] and gone["reason"] == "not compared: arm d has no match in the later run"
+    result = _compare(base, _run("g", {"a": arms["a"]}, seed=3))
+    (gone,) = result["comparisons"][0]["levers"]
+    assert gone["refused"] and not gone["compared"] and gone["refused_cases"] == 0
+    assert gone["reason"] == "not compared: arm d has no match in the later run"
+    from leverbench.report.compare import lever_table
+    from leverbench.report.compare_html import render_html
+
+    (row,) = lever_table(result["comparisons"][0]).rows
+    assert row[1:3] == ["d vs a", "not compared"], row
+    assert 'aria-label="batch: d vs a' not in render_html(result)  # no empty plot for a lever never compared

@@ -71,4 +71,4 @@ def test_a_tune_of_the_embedded_llama_cpp_server_with_knobs_named_by_lever(tmp_p
     better = race["outcome"] == "better"
     assert point["recommended"] == {"drafter": "ngram-simple" if better else "none", "draft_tokens": 3}
     served = '"--spec-type", "ngram-simple", "--spec-draft-n-max", "3"' if better else ""
-    assert point["command"] == f'engine = {{ kind = "embedded", args = [{served}] }}'
+    assert point["command"] == f'engine = {{ kind = "embedded", args = [{served}], ctx_size = 4096 }}'

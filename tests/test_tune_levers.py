@@ -5,6 +5,7 @@ names (llama.cpp's table ``engines/llama_flags.py``, vLLM's spelling); every wro
 from __future__ import annotations
 
 import json
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -57,7 +58,8 @@ def test_the_example_races_each_configuration_with_the_flags_its_levers_set():
     for args in got.values():
         check_llama_flags(args)  # every flag is one the bundled llama-server takes, with a value it takes
     line = launch_command(tune, tuple({**tune.baseline, "slots": 2}.items()))
-    assert line == 'engine = { kind = "embedded", args = ["--parallel", "2", "--cache-prompt"] }'
+    assert line == 'engine = { kind = "embedded", args = ["--parallel", "2", "--cache-prompt"], ctx_size = 4096 }'
+    assert tomllib.loads(line)["engine"]["ctx_size"] == 4096  # (the template's own settings kept: what was raced)
 
 
 def test_the_template_s_own_arguments_come_first_and_vllm_gets_its_spelling(tmp_path):
@@ -95,6 +97,12 @@ def test_llama_cpp_kv_cache_dtype_sets_both_caches_and_aliases_name_the_lever(tm
      "true or false"),
     ('drafter = ["none", "ngram"]', "", "vllm", "tune.knobs", "vLLM's drafter needs its draft tokens a step: add the "
      "knob draft_tokens"),
+    ('drafter = ["none", "bogus-kind"]', "", "embedded", "tune.knobs",
+     "with drafter=bogus-kind, llama-server flag --spec-type takes"),
+    ('kv_cache_dtype = ["f16", "q9_9"]', "", "embedded", "tune.knobs",
+     "with kv_cache_dtype=q9_9, llama-server flag --cache-type-k"),
+    ('slots = [1, 2], parallel = [2, 4]', "", "embedded", "tune.knobs", "'slots' and 'parallel' both name slots: keep"),
+    ('seed = [1], slots = [1, 2]', "", "embedded", "tune.knobs", "'seed' names no lever"),
     ('drafter = ["none", "ngram-simple"], draft_tokens = [3, 7]', "", "embedded", "tune.exclude",
      'drafter=none draft_tokens=3 and drafter=none draft_tokens=7 start the same engine (no argument of their own): '
      'exclude one, e.g. exclude = [{ drafter = "none", draft_tokens = 7 }]'),
@@ -103,6 +111,25 @@ def test_a_knob_the_engine_cannot_serve_is_refused_where_it_is_written(tmp_path,
     with pytest.raises(ConfigError) as err:
         load_tune(tune_file(tmp_path, knobs, kind=kind, more=more))
     assert f"{tmp_path / 'tune.toml'}: {key}: " in str(err.value) and words in str(err.value), str(err.value)
+
+
+def test_a_flag_the_template_sets_and_a_knob_sets_is_refused(tmp_path):
+    p = tune_file(tmp_path, 'kv_cache_dtype = ["f16", "q8_0"]')
+    p.write_text(p.read_text().replace('args = ["--seed", "1"]', 'args = ["--cache-type-k", "q4_0"]'))
+    with pytest.raises(ConfigError, match=r"arms\[0\]\.engine\.args: sets --cache-type-k, which a knob of \[tune\] "
+                       "sets for each configuration"):
+        load_tune(p)
+
+
+def test_a_parameter_in_another_case_is_the_same_knob_and_the_suggestion_never_excludes_the_baseline(tmp_path):
+    tune = load_tune(tune_file(tmp_path, 'drafter = ["none", "ngram-simple"], Draft_Tokens = [3, 7]',
+                               more='exclude = [{ drafter = "none", Draft_Tokens = 7 }]'))
+    got = arms(tune, tune.baseline, {"drafter": "ngram-simple", "Draft_Tokens": 7})
+    assert got["cand"] == ["--seed", "1", "--spec-type", "ngram-simple", "--spec-draft-n-max", "7"]
+    with pytest.raises(ConfigError) as err:
+        load_tune(tune_file(tmp_path, 'drafter = ["none", "ngram-simple"], draft_tokens = [3, 7]',
+                            more='baseline = { drafter = "none", draft_tokens = 7 }'))
+    assert 'exclude = [{ drafter = "none", draft_tokens = 3 }]' in str(err.value), str(err.value)
 
 
 def test_the_exclusion_the_error_proposes_is_taken(tmp_path):

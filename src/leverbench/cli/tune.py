@@ -38,7 +38,8 @@ def tune_command(tune_file: Path, out_dir: Path, resume: bool) -> None:
     candidate decided better becomes the incumbent; sweeps go on until no single change
     pays; then the winner is raced against each one-knob neighbour and the baseline.
 
-    Prints the configuration to run with its launch command, its verdict against the
+    Prints the configuration to run with its launch command (for the embedded and vLLM
+    engines, the experiment file's engine line that starts it), its verdict against the
     baseline, each race, and the engine-seconds spent beside the full grid's estimate.
     Ctrl-C (or SIGTERM, SIGHUP) stops the tune: a race under way stops as `leverbench run`
     does, its engines stopped; --resume continues."""

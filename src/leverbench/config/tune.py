@@ -33,6 +33,8 @@ from typing import Union
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..engines.command_template import as_text, check_values, placeholders
+from ..engines.llama_flags import FlagError
+from ..engines.llama_flags import check as check_llama_flags
 from ..errors import ConfigError
 from ..levers.registry import SERVED_BY_KIND, moots, serve_args
 from .adaptive import AdaptiveSpec
@@ -181,7 +183,7 @@ def load_tune(path: str | Path) -> LoadedTune:
             except ValueError as exc:
                 raise ConfigError(file, "tune.knobs", f"with {_words(config)}, {exc}") from None
     else:
-        _check_served(file, spec, SERVED_BY_KIND[checked.kind])
+        _check_served(file, spec, SERVED_BY_KIND[checked.kind], list(checked.args), baseline)
     if any(ex.items() <= baseline.items() for ex in spec.exclude):
         raise ConfigError(file, "tune.exclude", "excludes the baseline itself")
     return LoadedTune(path=path, experiment=experiment, spec=spec, baseline=baseline)
@@ -195,22 +197,42 @@ def _allowed(spec: TuneSpec) -> list[dict[str, TomlValue]]:
     return [c for c in _grid(spec) if not any(ex.items() <= c.items() for ex in spec.exclude)]
 
 
-def _check_served(file: str, spec: TuneSpec, engine: str) -> None:
-    """Every allowed configuration of knobs that name levers serves on *engine* (:func:`serve_args`), and no two
-    serve the same arguments (a knob that another makes moot: the drafter's ``draft_tokens`` with no drafter)."""
+def toml_key(k: str) -> str:
+    """*k* as a TOML key: bare where it may be, else quoted."""
+    return k if k and all(c.isalnum() or c in "_-" for c in k) and k.isascii() else json.dumps(k, ensure_ascii=False)
+
+
+def _check_served(file: str, spec: TuneSpec, engine: str, template_args: list[str],
+                  baseline: dict[str, TomlValue]) -> None:
+    """Every allowed configuration of knobs that name levers serves on *engine* (:func:`serve_args`; on llama.cpp,
+    arguments the bundled server takes), no flag a knob sets is one the template's own arguments set too, and no two
+    configurations serve the same arguments (a knob that another makes moot: ``draft_tokens`` with no drafter)."""
     seen: dict[tuple[str, ...], dict[str, TomlValue]] = {}
+    own = {a.partition("=")[0] for a in template_args if a.startswith("-")}
     for config in _allowed(spec):
         try:
             args = tuple(serve_args(engine, dict(config)))
         except ValueError as exc:
             raise ConfigError(file, "tune.knobs", f"{exc}") from None
+        twice = sorted(own & {a.partition("=")[0] for a in args if a.startswith("-")})
+        if twice:
+            raise ConfigError(file, "arms[0].engine.args", f"sets {twice[0]}, which a knob of [tune] sets for each "
+                              "configuration: leave it to the knob (remove it from args)")
+        if engine == "llama.cpp":
+            try:
+                check_llama_flags([*template_args, *args])
+            except FlagError as exc:
+                raise ConfigError(file, "tune.knobs", f"with {_words(config)}, {exc}") from None
         other = seen.setdefault(args, config)
         if other is not config:
-            part = {k: v for k, v in config.items() if other[k] != v}  # the moot knobs, and what makes them moot
-            part = {**{k: v for k, v in config.items() if k not in part and moots(k, part)}, **part}
+            drop = other if config == baseline else config  # (never suggest excluding the baseline)
+            keep = config if drop is other else other
+            part = {k: v for k, v in drop.items() if keep[k] != v}  # the moot knobs, and what makes them moot
+            part = {**{k: v for k, v in drop.items() if k not in part and moots(k, part)}, **part}
             raise ConfigError(file, "tune.exclude", f"{_words(other)} and {_words(config)} start the same engine "
                               f"({' '.join(args) or 'no argument of their own'}): exclude one, e.g. exclude = [{{ "
-                              + ", ".join(f"{k} = {json.dumps(v)}" for k, v in part.items()) + " }]")
+                              + ", ".join(f"{toml_key(k)} = {json.dumps(v, ensure_ascii=False)}"
+                                          for k, v in part.items()) + " }]")
 
 
 def served_args(tune: LoadedTune, config: dict[str, TomlValue]) -> list[str]:

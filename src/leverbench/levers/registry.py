@@ -74,22 +74,39 @@ def _by_name() -> dict[str, Lever]:
 SERVED_BY_KIND = {"embedded": "llama.cpp", "vllm": "vllm"}
 
 
+def served_name(knob: str) -> Optional[str]:
+    """The name a tune's knob is served under: its lever's name (for a name or alias), or the parameter it is (the
+    drafter's ``draft_tokens``), case and surrounding blanks aside; None: neither."""
+    x = lever(knob)
+    if x is not None:
+        return x.name
+    name = knob.strip().lower()
+    return name if any(name in y.parameters for y in levers()) else None
+
+
 def serve_args(engine: str, config: Mapping[str, KnobValue]) -> list[str]:
     """The arguments that serve *config* (knob → value, in order) on *engine* ("llama.cpp" or "vllm"): each knob a
     lever's name or alias (:attr:`.lever.Lever.serve`) or a parameter of a lever the configuration also names (the
-    drafter's ``draft_tokens``).  ValueError in words where a knob names no lever, its lever cannot be served on
-    *engine*, a parameter's lever is not in the configuration, or a value cannot be taken."""
-    out: list[str] = []
-    named = {x.name for k in config if (x := lever(k)) is not None}
+    drafter's ``draft_tokens``), each read under its :func:`served_name`.  ValueError in words where a knob names no
+    lever, two knobs name one lever (or one parameter), its lever cannot be served on *engine*, a parameter's lever
+    is not in the configuration, or a value cannot be taken."""
+    named: dict[str, str] = {}
+    for knob in config:
+        name = served_name(knob)
+        if name is None:
+            servable = sorted(n for y in levers() if engine in y.serve for n in (y.name, *y.parameters))
+            raise ValueError(f"{knob!r} names no lever {engine} can be started with (knobs: "
+                             f"{', '.join(servable)}, or their aliases)")
+        if name in named:
+            raise ValueError(f"{named[name]!r} and {knob!r} both name {name}: keep one")
+        named[name] = knob
+    canonical = {served_name(k) or k: v for k, v in config.items()}
     owners = {p: x for x in levers() for p in x.parameters}
+    out: list[str] = []
     for knob, value in config.items():
         x = lever(knob)
         if x is None:
-            owner = owners.get(knob.strip().lower())
-            if owner is None:
-                servable = sorted(n for y in levers() if engine in y.serve for n in (y.name, *y.parameters))
-                raise ValueError(f"{knob!r} names no lever {engine} can be started with (knobs: "
-                                 f"{', '.join(servable)}, or their aliases)")
+            owner = owners[served_name(knob) or knob]
             if owner.name not in named:
                 raise ValueError(f"{knob!r} qualifies the {owner.name} knob, which the configuration does not have: "
                                  f"add {owner.name} = [...] (\"none\" for none)")
@@ -99,16 +116,17 @@ def serve_args(engine: str, config: Mapping[str, KnobValue]) -> list[str]:
             raise ValueError(f"{knob!r} ({x.words}) cannot be set on {engine} by the tool"
                              + (f" (it can on {', '.join(sorted(x.serve))})" if x.serve else ""))
         try:
-            out += serve(value, config)
+            out += serve(value, canonical)
         except ValueError as exc:
             raise ValueError(f"{knob} = {value!r}: {exc}") from None
     return out
 
 
 def moots(knob: str, others: Mapping[str, KnobValue]) -> bool:
-    """Whether *knob* names a lever one of whose parameters is among *others* (the drafter, for ``draft_tokens``)."""
+    """Whether *knob* names a lever one of whose parameters is among *others* (the drafter, for ``draft_tokens``),
+    each read under its :func:`served_name`."""
     x = lever(knob)
-    return x is not None and any(p in x.parameters for p in others)
+    return x is not None and any(served_name(p) in x.parameters for p in others)
 
 
 def lever(knob: str) -> Optional[Lever]:

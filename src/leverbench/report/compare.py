@@ -105,8 +105,10 @@ def arm_table(c: RunComparison) -> Table:
 def lever_table(c: RunComparison) -> Table | None:
     """Each lever both runs measured: its multiplier in each run and their ratio (None: no lever)."""
     rows = [[r["lever"], f"{r['arm']} vs {r['vs']}" + ("" if (r["arm"], r["vs"]) == (r["later_arm"], r["later_vs"])
+                                                      or not r["compared"]
                                                       else f" → {r['later_arm']} vs {r['later_vs']}"),
-             f"{r['cases']}" + (f" (+{r['refused_cases']} refused)" if r["refused_cases"] else ""),
+             (f"{r['cases']}" + (f" (+{r['refused_cases']} refused)" if r["refused_cases"] else "")
+              if r["compared"] else "not compared"),
              ratio_text(r["multiplier_baseline"], r["multiplier_baseline_low"], r["multiplier_baseline_high"]),
              ratio_text(r["multiplier_later"], r["multiplier_later_low"], r["multiplier_later_high"]),
              ratio_text(r["ratio"], r["low"], r["high"]),

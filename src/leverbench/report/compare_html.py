@@ -113,7 +113,7 @@ LeverKey = tuple[str, str, str]
 def lever_keys(result: CompareResult) -> list[LeverKey]:
     """Every lever measured in some comparison, as (lever, arm, vs) of the baseline's names, in first-seen order."""
     return list(dict.fromkeys((row["lever"], row["arm"], row["vs"]) for c in result["comparisons"]
-                              for row in c.get("levers", [])))
+                              for row in c.get("levers", []) if row["compared"]))
 
 
 def _lever(c: RunComparison, key: LeverKey) -> LeverRow | None:
@@ -124,8 +124,9 @@ def lever_marks(result: CompareResult, key: LeverKey) -> list[list[Mark]]:
     """Per run (in :func:`ordered`'s order), the lever's multiplier: the baseline's (from the first comparison that
     measured it) and each later run's, with its run's interval."""
     lever, arm, vs = key
-    first = next((row for c in result["comparisons"] if (row := _lever(c, key)) is not None
-                  and row["multiplier_baseline"] is not None), None)
+    measured = [row for c in result["comparisons"] if (row := _lever(c, key)) is not None
+                and row["multiplier_baseline"] is not None]
+    first = next((row for row in measured if not row["refused"]), measured[0] if measured else None)
 
     def one(run: RunInfo, c: RunComparison | None) -> list[Mark]:
         if c is None:
@@ -135,7 +136,7 @@ def lever_marks(result: CompareResult, key: LeverKey) -> list[list[Mark]]:
             return [Mark(*b, "baseline", _tip(run, [f"{lever}: {arm} vs {vs}, the baseline's multiplier: "
                                                     + ratio_text(*b)], None))]
         r = _lever(c, key)
-        if r is None:
+        if r is None or not r["compared"]:
             return []
         pair = f"{arm} vs {vs}" + ("" if (r["later_arm"], r["later_vs"]) == (arm, vs)
                                    else f" (later: {r['later_arm']} vs {r['later_vs']})")

@@ -175,6 +175,7 @@ class LeverRow(TypedDict):
     vs: str
     later_arm: str | None  # None: the arm has no match in the later run
     later_vs: str | None
+    compared: bool  # False: the later run does not measure it between the matched arms (``reason`` says why)
     cases: int
     refused_cases: int
     multiplier_baseline: float | None

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Callable, Optional
 
-from ..config.tune import LoadedTune, served_args
+from ..config.tune import LoadedTune, served_args, toml_key
 from ..engines.command_template import as_text, substitute
 from ..schema.tune_rows import TUNE_SUMMARY_SCHEMA, PointRow, RaceRow, TuneSummary
 from .races import RaceProgress, RunRacer, space_of
@@ -32,9 +32,21 @@ def launch_command(tune: LoadedTune, config: Config) -> str:
     engine = tune.template.engine
     assert engine is not None  # (load_tune checked: a command template, or an engine the tool starts)
     if engine.command is None:
-        return f"engine = {{ kind = {json.dumps(engine.kind)}, args = {json.dumps(served_args(tune, dict(config)))} }}"
+        fields = {**engine.model_dump(mode="json", exclude_unset=True), "kind": engine.kind,
+                  "args": served_args(tune, dict(config))}
+        return f"engine = {_inline_toml(fields)}"
     values = {k: as_text(v) for k, v in {**engine.values, **dict(config)}.items()}
     return substitute(engine.command, {**values, "port": "{port}"})
+
+
+def _inline_toml(v: object) -> str:
+    """*v* (the engine table's JSON-shaped fields) as a TOML inline value: JSON's strings, numbers and booleans are
+    TOML's (non-ASCII written as it is: JSON's surrogate escapes are no TOML), its arrays too; tables inline."""
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{toml_key(str(k))} = {_inline_toml(x)}" for k, x in v.items()) + " }"
+    if isinstance(v, list):
+        return "[" + ", ".join(_inline_toml(x) for x in v) + "]"
+    return json.dumps(v, ensure_ascii=False)
 
 
 def point_row(tune: LoadedTune, space: Space, result: SearchResult) -> PointRow:

@@ -201,11 +201,15 @@ def flatten(d: JSONValue, path: str = "") -> dict[str, JSONValue]:
 
 
 def engine_flags(args: JSONValue) -> dict[str, JSONValue]:
-    """llama.cpp command-line arguments as {flag: value} (True for a flag without one)."""
+    """Command-line arguments as {flag: value} (True for a flag without one; ``--flag=value`` as ``--flag value``;
+    a flag given twice: its last value, as the engines take it)."""
     out: dict[str, JSONValue] = {}
     argv = [str(a) for a in args] if isinstance(args, list) else []
     for i, a in enumerate(argv):
-        if a.startswith("-") and not a.lstrip("-").replace(".", "").isdigit():
+        if a.startswith("-") and "=" in a:
+            flag, _, value = a.partition("=")
+            out[flag] = value
+        elif a.startswith("-") and not a.lstrip("-").replace(".", "").isdigit():
             nxt = argv[i + 1] if i + 1 < len(argv) else None
             out[a] = nxt if nxt is not None and not (nxt.startswith("-") and not nxt.lstrip("-").replace(
                 ".", "").isdigit()) else True

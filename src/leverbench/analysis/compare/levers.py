@@ -80,12 +80,12 @@ Pending = tuple[LeverRow, list[LogDiff], list[LogDiff], list[LogDiff]]
 
 
 def _row(comp: Comparison, later_arm: str | None, later_vs: str | None, cases: int, refused: int,
-         reasons: Sequence[str]) -> LeverRow:
+         reasons: Sequence[str], compared: bool = True) -> LeverRow:
     assert comp.lever is not None
     return {"lever": comp.lever, "arm": comp.arm, "vs": comp.vs, "later_arm": later_arm, "later_vs": later_vs,
-            "cases": cases, "refused_cases": refused, "multiplier_baseline": None, "multiplier_baseline_low": None,
-            "multiplier_baseline_high": None, "multiplier_later": None, "multiplier_later_low": None,
-            "multiplier_later_high": None, "ratio": None, "low": None, "high": None,
+            "compared": compared, "cases": cases, "refused_cases": refused, "multiplier_baseline": None,
+            "multiplier_baseline_low": None, "multiplier_baseline_high": None, "multiplier_later": None,
+            "multiplier_later_low": None, "multiplier_later_high": None, "ratio": None, "low": None, "high": None,
             "verdict": "refused" if not cases else "undecided", "refused": not cases,
             "reason": " | ".join(reasons) or None, "note": None}
 
@@ -98,9 +98,13 @@ def lever_pending(base: RunView, later: RunView, arm_pairs: Sequence[tuple[str, 
     work, refuse the lever's case).  Where every case is refused, the figures are those of every case with pairs
     (shown, as a refused cell's ratio is)."""
     to_later = dict(arm_pairs)
-    refused = {(c["arm"], c["case"]): c["reason"] for c in cells if c["refused"]}
-    refused.update({(c["arm"], c["case"]): "its work changed between the runs (its turns were put on the baseline's "
-                    "work; a multiplier is not)" for c in cells if c["equal_work"]})
+    refused: dict[tuple[str, str], list[str]] = {}
+    for c in cells:
+        why = ([c["reason"] or "refused"] if c["refused"] else []) + (
+            ["its work changed between the runs (its turns were put on the baseline's work; a multiplier is not)"]
+            if c["equal_work"] else [])
+        if why:
+            refused[(c["arm"], c["case"])] = why
     later_comps = {(frozenset((c.arm, c.vs)), c.lever): c for c in all_comparisons(later.ds)
                    if c.controlled and c.lever}
     out: list[Pending] = []
@@ -109,15 +113,15 @@ def lever_pending(base: RunView, later: RunView, arm_pairs: Sequence[tuple[str, 
             continue
         missing = [a for a in (comp.arm, comp.vs) if a not in to_later]
         if missing:
-            out.append((_row(comp, None, None, 0, len(case_pairs), [
-                f"not compared: arm {missing[0]} has no match in the later run"]), [], [], []))
+            out.append((_row(comp, None, None, 0, 0, [
+                f"not compared: arm {missing[0]} has no match in the later run"], compared=False), [], [], []))
             continue
         la, lv = to_later[comp.arm], to_later[comp.vs]
         lcomp = later_comps.get((frozenset((la, lv)), comp.lever))
         if lcomp is None:
-            out.append((_row(comp, la, lv, 0, len(case_pairs), [
+            out.append((_row(comp, la, lv, 0, 0, [
                 f"not compared: the later run's {la} and {lv} are no controlled pair in {comp.lever} (another knob "
-                "differs between them, or this one does not)"]), [], [], []))
+                "differs between them, or this one does not)"], compared=False), [], [], []))
             continue
         flip = lcomp.arm != la  # the later run takes the other arm as the reference: its log ratios the other way
         rb = _log_ratios(base, comp, [c for c, _ in case_pairs])
@@ -127,7 +131,7 @@ def lever_pending(base: RunView, later: RunView, arm_pairs: Sequence[tuple[str, 
         shown: list[tuple[LogDiff, LogDiff, LogDiff]] = []
         reasons = []
         for case, lcase in case_pairs:
-            why = [f"{a}: {refused[(a, case)]}" for a in (comp.arm, comp.vs) if (a, case) in refused]
+            why = [f"{a}: {w}" for a in (comp.arm, comp.vs) for w in refused.get((a, case), [])]
             why += [w for w in (_volume_within(base, comp, case), _volume_within(later, lcomp, lcase)) if w]
             d = welch([math.exp(v) for v in rb.get(case, [])], [math.exp(v) for v in rl.get(lcase, [])])
             ob, ol = _one_run(rb.get(case, [])), _one_run(rl.get(lcase, []))
