@@ -326,3 +326,21 @@ def test_a_placeholder_whose_value_is_a_levers_flag_is_that_levers_knob(values, 
     arms = {"a": arm(values[0], reported[0]), "b": arm(values[1], reported[1])}
     knobs, _ = all_arm_knobs(arms, {}, ["a", "b"])
     assert differing(knobs["a"], knobs["b"]) == [knob]
+
+
+def test_engine_dir_is_a_directory_of_each_engines_own_made_when_it_starts_and_no_knob(tmp_path):
+    """``{engine_dir}`` needs no value: each arm's engine gets its own directory beside its log (made by its start),
+    the flag it fills is no fact that tells the arms apart, and a value given for it is used instead."""
+    template = "server --port {port} --slot-save-path {engine_dir} --k {k}"
+    check_values(template, {"k": 1})  # (no value needed)
+    engines = {a: CommandEngine(a, tmp_path / f"engine-{a}.log", template, {"k": k}) for a, k in (("a", 1), ("b", 2))}
+    assert engines["a"].arguments()[4] == str(tmp_path / "engine-a.files")
+    assert engines["b"].arguments()[4] == str(tmp_path / "engine-b.files")
+    arms = {a: {"role": "treatment", "conditions": {}, "discovered": dict(e.facts())} for a, e in engines.items()}
+    knobs, _ = all_arm_knobs(arms, {}, ["a", "b"])
+    assert differing(knobs["a"], knobs["b"]) == ["value:k"]
+    given = CommandEngine("c", tmp_path / "engine-c.log", template, {"k": 1, "engine_dir": "/srv/slots"})
+    assert given.arguments()[4] == "/srv/slots"
+    with pytest.raises(EngineError):  # (no program "server": the start fails after the directory is made)
+        engines["a"].start()
+    assert (tmp_path / "engine-a.files").is_dir() and not (tmp_path / "engine-b.files").exists()

@@ -27,8 +27,8 @@ def test_a_tune_of_the_real_llama_cpp_server_through_its_template(tmp_path):
     text = text.replace('baseline = { spec = "none", k = 3, slots = 1, cache = "--cache-prompt" }\nconcurrency = [1, 2]'
                         '\nexclude = [{ spec = "none", k = 7 }]', 'baseline = { spec = "none" }')
     text = text.replace("max_repeats = 6", "max_repeats = 4").replace(
-        '{ slots_dir = "/tmp/leverbench-tune-slots" }',
-        f'{{ slots_dir = "{tmp_path / "slots"}", k = 3, slots = 1, cache = "--cache-prompt" }}')
+        'startup_timeout_s = 120.0 }',
+        'startup_timeout_s = 120.0, values = { k = 3, slots = 1, cache = "--cache-prompt" } }')
     assert 'knobs = { spec = ["none", "ngram-simple"] }' in text and "k = 3," in text  # (the example's shape held)
     shutil.copytree(examples / "docs", tmp_path / "docs")  # (its cases' documents, relative to the file)
     f = tmp_path / "tune.toml"

@@ -27,12 +27,14 @@ give none, is converted before the engine starts, as the embedded vLLM engine co
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
 from ..errors import EngineError
 from .command_template import (
+    ENGINE_DIR,
     PORT,
     VLLM_MODEL,
     CommandValue,
@@ -64,14 +66,20 @@ class CommandEngine(EngineProcess):
         super().__init__(name, [], log_path, startup_timeout_s=startup_timeout_s, devices=devices)
         self.template, self.values = template, dict(values)
         self.texts = {k: as_text(v) for k, v in self.values.items()}
+        self.engine_dir = log_path.with_name(log_path.stem + ".files")  # ({engine_dir}, unless the values give one)
         self.health_path, self.reset = health, reset
         self.env = dict(env or {})
         named = self.texts.get("model")
         self.model_id = model or named or DEFAULT_MODEL
 
+    def _filled(self) -> dict[str, str]:
+        """The values' texts, and ``{engine_dir}`` where the template has it and the values do not."""
+        own = {ENGINE_DIR: shlex.quote(str(self.engine_dir))} if ENGINE_DIR in placeholders(self.template) else {}
+        return {**own, **self.texts}
+
     def arguments(self) -> list[str]:
         """The arguments it runs with (its port: the tool's, once it has one; ``{port}`` before)."""
-        return argv(self.template, {**self.texts, PORT: "{port}" if self.port is None else str(self.port)})
+        return argv(self.template, {**self._filled(), PORT: "{port}" if self.port is None else str(self.port)})
 
     def command(self) -> list[str]:
         args = self.arguments()
@@ -85,7 +93,10 @@ class CommandEngine(EngineProcess):
 
     def start(self) -> str:
         """Start it as :class:`EngineProcess` does; a ``{vllm_model}`` the values leave to the tool is converted
-        first where it is not yet (``engines/vllm.py``: once, ~40 s, before the process and its start timeout)."""
+        first where it is not yet (``engines/vllm.py``: once, ~40 s, before the process and its start timeout); an
+        ``{engine_dir}`` the values leave to the tool is made."""
+        if ENGINE_DIR in placeholders(self.template) and ENGINE_DIR not in self.texts:
+            self.engine_dir.mkdir(parents=True, exist_ok=True)
         if VLLM_MODEL in placeholders(self.template) and VLLM_MODEL not in self.texts:
             from .vllm import ensure_hf_model  # noqa: PLC0415 (only a template of vLLM's model needs it)
 
@@ -123,7 +134,7 @@ class CommandEngine(EngineProcess):
         """What it is (``command``), the arguments it ran, the template, each placeholder's value and the flags
         each fills (module docstring), the model its calls ask for."""
         return {"engine": "command", "engine_args": self.arguments(), "command": self.template,
-                "values": dict(self.values), "value_flags": value_flags(self.template, self.texts),
+                "values": dict(self.values), "value_flags": value_flags(self.template, self._filled()),
                 "model_id": self.model_id}
 
 

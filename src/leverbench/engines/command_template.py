@@ -8,8 +8,9 @@ GGUF, the embedded engine's) and ``{vllm_model}`` that model's bf16 checkpoint f
 vLLM engine serves, :func:`vllm_model_dir`; converted when the engine starts, if it is not yet) unless the arm's values
 give them (so that ``{python} -m leverbench sim ...`` runs the simulator of this installation,
 ``{python} -m leverbench.engines.llama_launcher -m {bundled_model} ...`` its llama.cpp server and
-``{python} -m vllm.entrypoints.openai.api_server --model {vllm_model} ...`` its vLLM); ``{{`` and ``}}`` are literal
-braces.  The values go in first,
+``{python} -m vllm.entrypoints.openai.api_server --model {vllm_model} ...`` its vLLM); ``{engine_dir}`` a directory of
+the engine's own in the run directory (llama.cpp's ``--slot-save-path {engine_dir}``), made when it starts, unless
+the values give one; ``{{`` and ``}}`` are literal braces.  The values go in first,
 and the text is then split as a POSIX shell splits it (:func:`shlex.split`; no shell runs it).
 """
 
@@ -35,6 +36,9 @@ PYTHON = "python"  # the tool's Python, unless the values give one
 BUNDLED_MODEL = "bundled_model"  # the model file bundled with the tool, unless the values give one
 VLLM_MODEL = "vllm_model"  # the bundled model's checkpoint for vLLM, unless the values give one
 TOOL_FILLED = (PYTHON, BUNDLED_MODEL, VLLM_MODEL)  # the placeholders the tool fills where the values give none
+#: A directory of the engine's own, beside its log in the run directory (its saved slots, its scratch files), made
+#: when it starts; filled by the engine's start, as ``{port}`` is, unless the values give one.
+ENGINE_DIR = "engine_dir"
 METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _MARK = "\x00"  # (around a placeholder's name where the flags it fills are looked for: no argument holds one)
@@ -199,7 +203,7 @@ def check_values(command: str, values: Mapping[str, CommandValue]) -> None:
     names = placeholders(command)
     if PORT in values:
         raise ValueError(f"{PORT}: {{port}} is the tool's: it fills it with a free loopback port")
-    missing = [n for n in names if n != PORT and n not in TOOL_FILLED and n not in values]
+    missing = [n for n in names if n not in (PORT, ENGINE_DIR) and n not in TOOL_FILLED and n not in values]
     if missing:
         raise ValueError(f"{missing[0]}: {{{missing[0]}}} in command has no value (every placeholder but {{port}} "
                          f"needs one: values = {{ {missing[0]} = ... }})")
@@ -211,7 +215,7 @@ def check_values(command: str, values: Mapping[str, CommandValue]) -> None:
         raise ValueError(f"{unused[0]}: no placeholder of command is {{{unused[0]}}} (its placeholders: "
                          f"{', '.join('{' + n + '}' for n in names)}): drop the value, or use it in the command")
     try:
-        args = argv(command, {**{k: as_text(v) for k, v in values.items()}, PORT: "0"})
+        args = argv(command, {ENGINE_DIR: "dir", **{k: as_text(v) for k, v in values.items()}, PORT: "0"})
     except ValueError as exc:
         raise ValueError(f"with these values, command {exc}") from None
     if not args:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from ..config.tune import LoadedTune, served_args, toml_key
-from ..engines.command_template import as_text, substitute
+from ..engines.command_template import ENGINE_DIR, as_text, substitute
 from ..schema.tune_rows import TUNE_SUMMARY_SCHEMA, PointRow, RaceRow, TuneSummary
 from .races import RaceProgress, RunRacer, space_of
 from .search import grid_engine_s, search
@@ -36,7 +36,7 @@ def launch_command(tune: LoadedTune, config: Config) -> str:
                   "args": served_args(tune, dict(config))}
         return f"engine = {_inline_toml(fields)}"
     values = {k: as_text(v) for k, v in {**engine.values, **dict(config)}.items()}
-    return substitute(engine.command, {**values, "port": "{port}"})
+    return substitute(engine.command, {ENGINE_DIR: "{engine_dir}", **values, "port": "{port}"})
 
 
 def _inline_toml(v: object) -> str:
