@@ -59,7 +59,7 @@ def summary(out: Path) -> TuneSummary:
                ["k and slots: no configuration changing both from k=0 slots=1 was raced"])
     return {"schema": TUNE_SUMMARY_SCHEMA, "file": "tune.toml", "knobs": {"k": [0, 1, 2], "slots": [1, 2]},
             "baseline": k(0), "exclude": [], "min_effect": 1.05, "confidence": 0.95, "budget_engine_s": None,
-            "engine_s": 113.0, "points": [p1, p4]}
+            "engine_s": 113.0, "points": [p1, p4], "objective": "turn_time", "gpus": None}
 
 
 class Tags(HTMLParser):

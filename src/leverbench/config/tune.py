@@ -16,6 +16,9 @@ command template (``kind = "command"``), and a ``[tune]`` table saying which of 
     confidence = 0.95
     max_repeats = 12                                # a race stops undecided here
     budget_engine_s = 1800                          # stop starting races past this many engine-seconds
+    objective = "turn_time"                         # or "gpu_hours": a turn's time × its configuration's GPUs
+    gpus = "tp"                                     # the GPUs of each configuration (a knob of counts, or
+                                                    # { KNOB = [N, ...] } per value); default: the template's
 
 Every race is a run of this experiment with two arms made from the template (:func:`race_experiment`): the
 incumbent (the baseline role) and the candidate (the treatment), each placeholder of a knob filled with the
@@ -28,7 +31,7 @@ import itertools
 import json
 import math
 from pathlib import Path
-from typing import Union
+from typing import Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -62,6 +65,22 @@ class TuneSpec(BaseModel):
     confidence: float = 0.95
     max_repeats: Repeats = 12
     budget_engine_s: float | None = Field(None, gt=0.0)
+    # what "better" means: the turn's time, or the GPU-hours a turn costs (its time × the configuration's GPUs)
+    objective: Literal["turn_time", "gpu_hours"] = "turn_time"
+    # the GPUs of each configuration: the knob whose values are the GPU count ("tp"), or one knob's GPU count per
+    # value ({ tp = [1, 2, 4] }); left out: each configuration's template conditions' gpus (default 1)
+    gpus: Union[Label, dict[Label, list[int]], None] = None
+
+    def gpus_of(self, config: dict[str, TomlValue]) -> int | None:
+        """The GPUs configuration *config* runs on (None: as the template declares, the same for every one)."""
+        if self.gpus is None:
+            return None
+        if isinstance(self.gpus, str):
+            v = config[self.gpus]
+            assert isinstance(v, int)  # (checked: a count)
+            return v
+        ((knob, counts),) = self.gpus.items()
+        return counts[self.knobs[knob].index(config[knob])]
 
     def adaptive(self) -> AdaptiveSpec:
         """Each race's adaptive repeats: the tune's least effect, confidence and most repeats."""
@@ -101,7 +120,26 @@ class TuneSpec(BaseModel):
                              "values (or tune in steps)")
         if len(set(self.concurrency)) < len(self.concurrency):
             raise ValueError(f"concurrency {self.concurrency} names a point twice")
+        self._check_gpus()
         return self
+
+    def _check_gpus(self) -> None:
+        if isinstance(self.gpus, str):
+            if self.gpus not in self.knobs:
+                raise ValueError(f"gpus names {self.gpus!r}, which is not a knob (knobs: {', '.join(self.knobs)})")
+            bad = [v for v in self.knobs[self.gpus] if isinstance(v, bool) or not isinstance(v, int) or v < 1]
+            if bad:
+                raise ValueError(f"gpus = {self.gpus!r}: its values are the GPU counts, whole numbers of at least 1, "
+                                 f"not {bad[0]!r} (give them per value: gpus = {{ {self.gpus} = [1, 2, ...] }})")
+        elif isinstance(self.gpus, dict):
+            if len(self.gpus) != 1:
+                raise ValueError("gpus gives the GPU counts of one knob's values: gpus = { KNOB = [N, ...] }")
+            ((knob, counts),) = self.gpus.items()
+            if knob not in self.knobs:
+                raise ValueError(f"gpus names {knob!r}, which is not a knob (knobs: {', '.join(self.knobs)})")
+            if len(counts) != len(self.knobs[knob]) or any(isinstance(n, bool) or n < 1 for n in counts):
+                raise ValueError(f"gpus.{knob}: one GPU count (a whole number of at least 1) per value of the knob "
+                                 f"({len(self.knobs[knob])}: {self.knobs[knob]}), not {counts}")
 
 
 class LoadedTune(BaseModel):
@@ -262,7 +300,9 @@ def race_experiment(tune: LoadedTune, incumbent: dict[str, TomlValue], candidate
     def arm(name: str, role: str, values: dict[str, TomlValue]) -> Arm:
         spec = engine.model_copy(update={"values": {**engine.values, **values}} if engine.command is not None
                                  else {"args": served_args(tune, values)})
-        return template.model_copy(update={"name": name, "role": role, "engine": spec})
+        gpus = tune.spec.gpus_of(values)
+        conditions = template.conditions if gpus is None else {**template.conditions, "gpus": gpus}
+        return template.model_copy(update={"name": name, "role": role, "engine": spec, "conditions": conditions})
 
     base = tune.experiment.spec
     section = base.experiment.model_copy(update={

@@ -31,7 +31,12 @@ def race_line(r: RaceRow) -> str:
             + (f", {ratio}" if ratio else "") + f", {r['repeats']} repeats, {r['engine_s']:,.0f} engine-s{why}")
 
 
-def point_lines(p: PointRow, confidence: float) -> list[str]:
+#: What a race's ratio is of, by the tune's objective.
+RATIO_WORDS = {"turn_time": "ratio = baseline time / its time",
+               "gpu_hours": "ratio = baseline GPU-hours a turn / its GPU-hours a turn"}
+
+
+def point_lines(p: PointRow, confidence: float, objective: str = "turn_time") -> list[str]:
     """The answer at one operating point."""
     raced = len(p["path"])
     lines = [f"At {p['point']} request{'s' * (p['point'] != 1)} in flight: run {p['recommended_words']}"]
@@ -47,7 +52,7 @@ def point_lines(p: PointRow, confidence: float) -> list[str]:
                      + (f", {_interval(vs)}" if vs and _interval(vs) else "") + ")")
     elif vs is not None:
         lines.append(f"  against the baseline: {OUTCOME_WORDS[vs['outcome']]}, {_interval(vs) or 'no ratio'} "
-                     f"({confidence:.0%} confidence, ratio = baseline time / its time)")
+                     f"({confidence:.0%} confidence, {RATIO_WORDS[objective]})")
     if p["stopped"] == "budget" and not p["is_baseline"]:
         lines.append("  the budget ran out before the search converged: this is the best found so far, not checked "
                      "against all its neighbours")
@@ -69,6 +74,7 @@ def render_tune(summary: TuneSummary) -> str:
     budget = summary["budget_engine_s"]
     head = [f"tune {summary['file']}: {knobs}; baseline {_config(summary['baseline'])}; "
             f"least effect {summary['min_effect']:g}x at {summary['confidence']:.0%} confidence"
-            + (f"; budget {budget:,.0f} engine-s" if budget is not None else "")]
-    body = [line for p in summary["points"] for line in point_lines(p, summary["confidence"])]
+            + (f"; budget {budget:,.0f} engine-s" if budget is not None else "")
+            + ("; objective: GPU-hours a turn (its time × its GPUs)" if summary["objective"] == "gpu_hours" else "")]
+    body = [line for p in summary["points"] for line in point_lines(p, summary["confidence"], summary["objective"])]
     return "\n".join(head + body + [f"engine-s spent in all: {summary['engine_s']:,.0f}"])

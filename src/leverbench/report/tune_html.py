@@ -300,7 +300,7 @@ def _races(p: PointRow, baseline: dict[str, object], out: Optional[Path]) -> lis
 
 
 def _point(p: PointRow, summary: TuneSummary, out: Optional[Path]) -> PointView:
-    lines = point_lines(p, summary["confidence"])
+    lines = point_lines(p, summary["confidence"], summary["objective"])
     launch = next((x.split("launch: ", 1)[1] for x in lines if x.startswith("  launch: ")), p["command"])
     body = [x.strip() for x in lines[1:] if not (_PATH_LINE.match(x) or x.startswith(("  final check:", "  launch: ")))]
     where = f"at {p['point']} request{'s' * (p['point'] != 1)} in flight"

@@ -65,3 +65,5 @@ class TuneSummary(TypedDict):
     budget_engine_s: Optional[float]
     engine_s: float
     points: list[PointRow]
+    objective: Literal["turn_time", "gpu_hours"]  # what "better" meant: the ratios are of it (baseline's / its)
+    gpus: Optional[dict[str, Optional[int]]]  # each configuration's GPUs (its words), where [tune] gpus gives them

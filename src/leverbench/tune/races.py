@@ -30,6 +30,13 @@ incumbent's: the same confidence sequence), and the outcome read from them: the 
 where it lies below 1, same (no better) where it lies below the least effect, and undecided where it still holds
 the least effect (the run stopped on the incumbent's question, which left the candidate's open);
 ``undecided``/``open`` → undecided.
+
+**The GPU-hours objective** (``[tune] objective = "gpu_hours"``, :func:`in_gpu_hours`): a turn costs its time × the
+configuration's GPUs (``[tune] gpus``), so the ratio of the costs is the ratio of the times × the incumbent's GPUs /
+the candidate's: a constant factor on the confidence sequence the race's run decided, whose bounds hold at any look
+(anytime-valid), so the same interval, scaled, decides the cost — better where it lies above the least effect, worse
+below 1, no better below the least effect, undecided otherwise (the run stopped on the time's question, which may
+leave the cost's open).  With the same GPUs on both sides it is the turn time's outcome.
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ import hashlib
 import json
 import os
 from contextlib import suppress
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -117,9 +125,33 @@ def race_engine_s(ledger: Ledger[RunHeaderRow]) -> float:
     return engine_seconds(list(ledger.of_kind("engine_start")), ledger.of_kind("engine_stop"))
 
 
+def in_gpu_hours(r: RaceResult, scale: float, min_effect: float) -> RaceResult:
+    """*r* read for the objective GPU-hours a turn (module docstring): its ratio and interval times *scale* (the
+    incumbent's GPUs / the candidate's), its outcome from them — better where the interval lies above the least
+    effect, worse where it lies below 1, no better where it lies below the least effect, else undecided; a refused
+    race stays refused."""
+    if scale == 1.0 or r.outcome == "refused" or r.ratio is None:
+        return r
+    ratio, low, high = r.ratio * scale, (r.low or 0.0) * scale, (r.high * scale if r.high is not None else None)
+    reason = None
+    if r.low is not None and low > min_effect:
+        outcome: Outcome = "better"
+    elif high is not None and high < 1.0:
+        outcome = "worse"
+    elif high is not None and high <= min_effect:
+        outcome = "same"
+    else:
+        outcome = "undecided"
+        reason = (f"in GPU-hours a turn its interval [{low:.2f}–{high:.2f}] still holds the least effect "
+                  f"{min_effect:.2f}" if high is not None else "no interval")
+    return replace(r, outcome=outcome, ratio=ratio, low=low if r.low is not None else None, high=high,
+                   reason=reason if outcome == "undecided" else None)
+
+
 def result_of(summary: Summary, ledger: Ledger[RunHeaderRow], incumbent: Config, candidate: Config, point: int,
               run_dir: Path) -> RaceResult:
-    """A finished race's result, from its run's summary and ledger."""
+    """A finished race's result, from its run's summary and ledger (in turn time: :func:`in_gpu_hours` reads it for
+    the GPU-hours objective)."""
     inc, cand = words(incumbent), words(candidate)
     row = next((v for v in summary["verdicts"] if v["arm"] == cand and v["vs"] == inc), None)
     back = next((v for v in summary["verdicts"] if v["arm"] == inc and v["vs"] == cand), None)
@@ -152,6 +184,14 @@ class RunRacer:
         self.count = 0
         self.log = self.out / "tune.jsonl"
         self.done = self._read_log()
+
+    def scale(self, incumbent: Config, candidate: Config) -> float:
+        """The incumbent's GPUs over the candidate's where the objective is GPU-hours a turn (1: turn time, or the
+        same GPUs)."""
+        spec = self.tune.spec
+        if spec.objective != "gpu_hours":
+            return 1.0
+        return float(spec.gpus_of(dict(incumbent)) or 1) / float(spec.gpus_of(dict(candidate)) or 1)
 
     def _read_log(self) -> dict[int, dict[str, object]]:
         raw = self.log.read_bytes() if self.log.exists() else b""
@@ -218,6 +258,7 @@ class RunRacer:
         else:
             summary, ledger = report_dir(run_dir)
             result = result_of(summary, ledger, incumbent, candidate, point, run_dir)
+            result = in_gpu_hours(result, self.scale(incumbent, candidate), self.tune.spec.min_effect)
         if line is None:
             self._append({"kind": "race", "race": n, "incumbent": dict(incumbent), "candidate": dict(candidate),
                           "point": point, "outcome": result.outcome, "ratio": result.ratio,

@@ -82,6 +82,8 @@ def run_tune(tune: LoadedTune, out: Path, *, progress: Optional[RaceProgress] = 
         "schema": TUNE_SUMMARY_SCHEMA, "file": str(tune.path),
         "knobs": {k: list(v) for k, v in tune.spec.knobs.items()}, "baseline": dict(tune.baseline),
         "exclude": [dict(e) for e in tune.spec.exclude], "min_effect": tune.spec.min_effect,
-        "confidence": tune.spec.confidence, "budget_engine_s": budget, "engine_s": spent, "points": points}
+        "confidence": tune.spec.confidence, "budget_engine_s": budget, "engine_s": spent, "points": points,
+        "objective": tune.spec.objective, "gpus": {words(c): tune.spec.gpus_of(dict(c)) for c in space.grid()}
+        if tune.spec.gpus is not None else None}
     (out / "tune.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     return summary
