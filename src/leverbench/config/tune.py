@@ -17,7 +17,7 @@ command template (``kind = "command"``), and a ``[tune]`` table saying which of 
     max_repeats = 12                                # a race stops undecided here
     budget_engine_s = 1800                          # stop starting races past this many engine-seconds
     objective = "turn_time"                         # or "gpu_hours": a turn's time × its configuration's GPUs
-    gpus = "tp"                                     # the GPUs of each configuration (a knob of counts, or
+    # gpus = "tp"                                   # the GPUs of each configuration (a knob of counts, or
                                                     # { KNOB = [N, ...] } per value); default: the template's
 
 Every race is a run of this experiment with two arms made from the template (:func:`race_experiment`): the
