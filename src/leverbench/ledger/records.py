@@ -146,6 +146,13 @@ class ErrorClass(StrEnum):
     #                              count, and --resume runs it again (runner.cache_state)
 
 
+def completed(error_class: str) -> bool:
+    """Whether a call whose record has an error of *error_class* still completed (its answer came whole: the server
+    sent no usage and /tokenize could not count it): as a companion it held its place in the load, so it is no
+    failed companion (:mod:`leverbench.runner.companions` counts so, and the analysis of a run)."""
+    return error_class == ErrorClass.NO_USAGE
+
+
 @dataclass(frozen=True, slots=True)
 class CallError:
     """A failed call's (or turn's) ``error``: written as ``{"class": cls, "message": message}``."""

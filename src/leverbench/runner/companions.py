@@ -35,7 +35,7 @@ import aiohttp
 
 from ..config import LoadedExperiment
 from ..config.experiment import Case
-from ..ledger.records import CallRecord, ErrorClass, TurnRecord
+from ..ledger.records import CallRecord, TurnRecord, completed
 from ..workload.cases import first_messages
 from ..workload.chat import ChatBody, ChatMessage
 from .client import client_session
@@ -120,7 +120,7 @@ class Companions:
             sent = await sender.send(copy, head, think_tags=self.case.think_tags)
             self.calls += 1
             err = sent.record.error
-            if err is not None and err.cls != ErrorClass.NO_USAGE:
+            if err is not None and not completed(err.cls):
                 self.failed += 1
                 return
             k += n

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...ledger.records import completed
 from ...ledger.rows import CallRow
 from ...redact import redact_tree
 from ...schema.experiment_rows import ArmRow, RunRow, Tolerances
@@ -72,10 +73,10 @@ RECORDED = Product("recorded", (), _recorded, key="recorded", optional=True)
 
 
 def _failed_companion(c: CallRow) -> bool:
-    """A companion call that failed and was not retried (one the server answered without usage did not fail: it
-    held its place in the load; :mod:`leverbench.runner.companions` counts alike)."""
+    """A companion call that failed and was not retried (one that completed did not fail: it held its place in the
+    load, :func:`leverbench.ledger.records.completed`)."""
     err = c.get("error")
-    return err is not None and not c.get("retried") and err.get("class") != "no_usage"
+    return err is not None and not c.get("retried") and not completed(str(err.get("class")))
 
 
 def _run(i: Inputs) -> RunRow:
