@@ -10,10 +10,25 @@ from pathlib import Path
 from engine_marks import SLOW_ENGINE_MARKS
 
 from leverbench.config.tune import load_tune
-from leverbench.ledger.reader import read_ledger
+from leverbench.ledger.reader import Ledger, read_ledger
 from leverbench.tune.run import run_tune
 
 pytestmark = SLOW_ENGINE_MARKS
+
+
+def _one_race(tmp_path: Path, text: str) -> tuple[dict, dict, Ledger, list[dict]]:
+    """Tune *text* (an example's, its documents beside it) to its one race: the point, the race, its ledger and its
+    successful calls, each with llama.cpp's own timings."""
+    shutil.copytree(Path(__file__).resolve().parents[1] / "examples" / "docs", tmp_path / "docs")
+    f = tmp_path / "tune.toml"
+    f.write_text(text)
+    summary = run_tune(load_tune(f), tmp_path / "out")
+    (point,) = summary["points"]
+    (race,) = point["path"]
+    led = read_ledger(Path(race["run_dir"]))
+    calls = [r for r in led.records if r.get("kind") == "call" and r.get("error") is None]
+    assert calls and all(isinstance(r.get("timings"), dict) for r in calls)  # llama.cpp's own timings
+    return dict(point), dict(race), led, calls
 
 
 def test_a_tune_of_the_real_llama_cpp_server_through_its_template(tmp_path):
@@ -30,15 +45,7 @@ def test_a_tune_of_the_real_llama_cpp_server_through_its_template(tmp_path):
         'startup_timeout_s = 120.0 }',
         'startup_timeout_s = 120.0, values = { k = 3, slots = 1, cache = "--cache-prompt" } }')
     assert 'knobs = { spec = ["none", "ngram-simple"] }' in text and "k = 3," in text  # (the example's shape held)
-    shutil.copytree(examples / "docs", tmp_path / "docs")  # (its cases' documents, relative to the file)
-    f = tmp_path / "tune.toml"
-    f.write_text(text)
-    summary = run_tune(load_tune(f), tmp_path / "out")
-    (point,) = summary["points"]
-    (race,) = point["path"]
-    led = read_ledger(Path(race["run_dir"]))
-    calls = [r for r in led.records if r.get("kind") == "call" and r.get("error") is None]
-    assert calls and all(isinstance(r.get("timings"), dict) for r in calls)  # llama.cpp's own timings
+    point, race, led, calls = _one_race(tmp_path, text)
     assert point["recommended"] == ({"spec": "ngram-simple"} if race["outcome"] == "better" else {"spec": "none"})
 
 
@@ -54,18 +61,10 @@ def test_a_tune_of_the_embedded_llama_cpp_server_with_knobs_named_by_lever(tmp_p
     assert old in text  # (the example's shape held)
     text = text.replace(old, 'knobs = { drafter = ["none", "ngram-simple"], draft_tokens = [3] }').replace(
         "max_repeats = 6", "max_repeats = 4")
-    shutil.copytree(examples / "docs", tmp_path / "docs")
-    f = tmp_path / "tune.toml"
-    f.write_text(text)
-    summary = run_tune(load_tune(f), tmp_path / "out")
-    (point,) = summary["points"]
-    (race,) = point["path"]
-    led = read_ledger(Path(race["run_dir"]))
+    point, race, led, calls = _one_race(tmp_path, text)
     args = {name: arm["discovered"]["engine_args"] for name, arm in led.header["arms"].items()}
     assert args == {"drafter=none draft_tokens=3": [],
                     "drafter=ngram-simple draft_tokens=3": ["--spec-type", "ngram-simple", "--spec-draft-n-max", "3"]}
-    calls = [r for r in led.records if r.get("kind") == "call" and r.get("error") is None]
-    assert calls and all(isinstance(r.get("timings"), dict) for r in calls)  # llama.cpp's own timings
     drafted = [r for r in calls if r["arm"].startswith("drafter=ngram-simple")]
     assert drafted and any((r["timings"].get("draft_n") or 0) > 0 for r in drafted)  # the drafter drafted
     better = race["outcome"] == "better"
