@@ -250,8 +250,10 @@ def _plots(result: CompareResult) -> list[dict[str, object]]:
                                        band=(base / t, base * t) if base else None,
                                        ref=(base, "the baseline's") if base else None),
                     "caption": f"Lever {lever} ({arm} against {vs}): its multiplier in each run (reference time / "
-                               f"arm time) with that run's interval; the colour is the verdict on the ratio of the "
-                               f"later multiplier to the baseline's; shaded: within the threshold of the baseline's."})
+                               f"arm time, from the run's paired turns) with its {result['confidence']:.1%} interval "
+                               "(the comparison's confidence, not the run's own report's); the colour is the verdict "
+                               "on the ratio of the later multiplier to the baseline's; shaded: within the threshold "
+                               "of the baseline's."})
     return out
 
 
