@@ -352,7 +352,7 @@ is an ordinary run whose report is linked below. This file is self-contained: it
 <p>launch: <code>{{ p.launch }}</code></p>
 </div>
 <figure>{{ p.svg }}<figcaption>Each column is one race, in the order run. A stem goes from the race's incumbent to a
-circle for the candidate, at incumbent × the race's ratio (incumbent time / candidate time); the pale whisker is the
+circle for the candidate, at incumbent × the race's ratio ({{ ratio_of }}); the pale whisker is the
 race's own {{ confidence }} interval. A configuration's height is its speed against the baseline by
 <strong>chaining</strong>: the baseline at 1, each candidate at its incumbent's height × the race's ratio (first
 placement kept). Chaining multiplies point estimates, so the errors of the races along a chain add up and no
@@ -402,4 +402,6 @@ def render_tune_html(summary: TuneSummary, out: Optional[Path] = None) -> str:
     return _env.from_string(_PAGE).render(
         csp=CSP, style=Markup(_STYLE + _STYLE_MORE), title=f"leverbench tune: {summary['file']}",
         facts=_facts(summary), points=[_point(p, summary, out) for p in summary["points"]], headers=HEADERS,
-        confidence=f"{summary['confidence']:.0%}")
+        confidence=f"{summary['confidence']:.0%}",
+        ratio_of="incumbent GPU-hours a turn / candidate's" if summary["objective"] == "gpu_hours"
+        else "incumbent time / candidate time")
