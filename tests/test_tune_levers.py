@@ -149,3 +149,22 @@ def test_every_lever_that_serves_an_engine_names_flags_that_engine_takes():
     flags = [a for a in vllm if a.startswith("--")]
     assert flags == ["--speculative-config", "--max-num-seqs", "--max-num-batched-tokens", "--kv-cache-dtype",
                      "--no-enable-prefix-caching", "--enable-chunked-prefill"]
+
+
+def test_dry_run_prints_every_allowed_configuration_with_its_engine_and_writes_nothing(tmp_path):
+    from click.testing import CliRunner
+
+    from leverbench.cli import cli
+
+    res = CliRunner().invoke(cli, ["tune", str(EXAMPLES / "tune-levers.toml"), "--dry-run"])
+    assert res.exit_code == 0, res.output
+    lines = res.stdout.splitlines()
+    assert lines[0].endswith("12 allowed configuration(s) of drafter ['none', 'ngram-simple'] × draft_tokens [3, 7] "
+                             "× slots [1, 2] × prefix_cache [True, False]")
+    engines = [x.strip() for x in lines if x.strip().startswith("engine = ")]
+    assert len(engines) == 12 and len(set(engines)) == 12
+    assert engines[0] == 'engine = { kind = "embedded", args = ["--parallel", "1", "--cache-prompt"], ctx_size = 4096 }'
+    assert all(tomllib.loads(e)["engine"]["kind"] == "embedded" for e in engines)
+    assert "  excluded: drafter=none draft_tokens=7" in lines
+    missing = CliRunner().invoke(cli, ["tune", str(EXAMPLES / "tune-levers.toml")])
+    assert missing.exit_code == 2 and "--out DIR is needed" in missing.output

@@ -16,14 +16,18 @@ if TYPE_CHECKING:
 
 @click.command(name="tune", cls=Command)
 @click.argument("tune_file", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="The tune's directory: tune.jsonl (its ledger of races), races/NNN/ (each race's run: ledger, "
-              "summary, reports), tune.json (the answer) and tune.html (the answer, a plot of the search per operating "
-              "point and every race, linked to its report).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="(Required, but with --dry-run.) The tune's directory: tune.jsonl (its ledger of races), "
+              "races/NNN/ (each race's run: ledger, summary, reports), tune.json (the answer) and tune.html (the "
+              "answer, a plot of the search per operating point and every race, linked to its report).")
 @click.option("--resume", is_flag=True, help="Continue the tune in --out: finished races are read back from their "
               "ledgers (not run again), the race a kill cut short is resumed where its run stopped, and the search "
               "goes on from there. Safe to pass always: with no tune in --out it starts one.")
-def tune_command(tune_file: Path, out_dir: Path, resume: bool) -> None:
+@click.option("--dry-run", is_flag=True, help="Print the search and stop: the knobs and their values, the baseline, "
+              "the exclusions, the operating points, the objective, and every allowed configuration with the engine "
+              "it would start (its command, or the engine line for knobs named by lever). Nothing is started or "
+              "written.")
+def tune_command(tune_file: Path, out_dir: Path | None, resume: bool, dry_run: bool) -> None:
     """Search TUNE_FILE's space for the configuration to run: an experiment file whose one
     arm is a command template (engine = { kind = "command", command = "... {port} ...
     {KNOB} ..." }), or the embedded llama.cpp or vLLM engine with knobs that name levers
@@ -49,6 +53,13 @@ def tune_command(tune_file: Path, out_dir: Path, resume: bool) -> None:
     from ..tune.run import race_row, run_tune  # noqa: PLC0415
 
     tune = load_tune(tune_file)
+    if dry_run:
+        from ..tune.run import plan  # noqa: PLC0415
+
+        console.print("\n".join(plan(tune)), highlight=False, soft_wrap=True, markup=False)
+        return
+    if out_dir is None:
+        raise click.UsageError("--out DIR is needed: the tune's directory (or --dry-run, which writes nothing)")
     if not resume and (out_dir / "tune.jsonl").exists():
         raise click.UsageError(f"{out_dir} already holds a tune: pass --resume to continue it, or another --out")
 

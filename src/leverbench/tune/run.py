@@ -64,6 +64,27 @@ def point_row(tune: LoadedTune, space: Space, result: SearchResult) -> PointRow:
             "not_excluded": list(result.not_excluded)}
 
 
+def plan(tune: LoadedTune) -> list[str]:
+    """What ``leverbench tune --dry-run`` prints: the space, the baseline, the exclusions, the points, the objective
+    and its GPUs, the budget, and every allowed configuration with the engine it would start (its launch line)."""
+    space, spec = space_of(tune), tune.spec
+    grid = space.grid()
+    out = [f"tune {tune.path}: {len(grid)} allowed configuration(s) of "
+           + " × ".join(f"{k} {list(v)}" for k, v in spec.knobs.items()),
+           f"  baseline: {words(space.baseline)}",
+           *(f"  excluded: {words(tuple(ex.items()))}" for ex in spec.exclude),
+           f"  operating points: {', '.join(str(n) for n in spec.concurrency)} request(s) in flight",
+           f"  objective: {'GPU-hours a turn' if spec.objective == 'gpu_hours' else 'turn time'}; least effect "
+           f"{spec.min_effect:g}x at {spec.confidence:.0%} confidence; at most {spec.max_repeats} repeats a race"
+           + (f"; budget {spec.budget_engine_s:,.0f} engine-s" if spec.budget_engine_s is not None else ""),
+           "  configurations (the baseline first), each with the engine it starts:"]
+    for c in sorted(grid, key=lambda c: c != space.baseline):
+        gpus = spec.gpus_of(dict(c))
+        out.append(f"    {words(c)}" + (f" ({gpus} GPU{'s' * (gpus != 1)})" if gpus is not None else ""))
+        out.append(f"      {launch_command(tune, c)}")
+    return out
+
+
 def run_tune(tune: LoadedTune, out: Path, *, progress: Optional[RaceProgress] = None,
              run_progress: Optional[Callable[..., None]] = None) -> TuneSummary:
     """Search at each operating point (a resumed tune reads back the races it finished), then write and return
