@@ -261,3 +261,17 @@ def test_a_served_flag_a_levers_knob_covers_is_named_under_what_changed(declared
     assert len(c["changed"]) == 1 + declared
     assert "arm a: " + named[0][0] + " 7 → 3" in _text(_compare(base, later))
     assert _compare(base, _run("s", seed=2, edit=args("7")))["comparisons"][0]["changed"] == []
+
+
+def test_the_port_and_a_directory_of_the_run_are_no_change():
+    """A command engine's port and its ``{engine_dir}`` (a directory of each run) differ between any two runs: they
+    are not listed under what changed; a flag a placeholder fills is compared as its knob, not again as a flag."""
+    def args(port: str, run: str):
+        def edit(head: dict[str, Any], recs: list[dict[str, Any]]) -> None:
+            head["arms"]["a"]["discovered"] = {
+                "engine": "command", "values": {"k": 3}, "value_flags": {"k": ["--k"], "engine_dir": ["--save"]},
+                "engine_args": ["srv", "--port", port, "--save", f"{run}/engine-a.files", "--k", "3"]}
+        return edit
+
+    base, later = _run("b", edit=args("8001", "runs/one")), _run("l", seed=1, edit=args("8002", "runs/two"))
+    assert _compare(base, later)["comparisons"][0]["changed"] == []

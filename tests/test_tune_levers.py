@@ -159,8 +159,8 @@ def test_dry_run_prints_every_allowed_configuration_with_its_engine_and_writes_n
     res = CliRunner().invoke(cli, ["tune", str(EXAMPLES / "tune-levers.toml"), "--dry-run"])
     assert res.exit_code == 0, res.output
     lines = res.stdout.splitlines()
-    assert lines[0].endswith("12 allowed configuration(s) of drafter ['none', 'ngram-simple'] × draft_tokens [3, 7] "
-                             "× slots [1, 2] × prefix_cache [True, False]")
+    assert lines[0].endswith("12 allowed configuration(s) of drafter [none, ngram-simple] × draft_tokens [3, 7] "
+                             "× slots [1, 2] × prefix_cache [on, off]")
     engines = [x.strip() for x in lines if x.strip().startswith("engine = ")]
     assert len(engines) == 12 and len(set(engines)) == 12
     assert engines[0] == 'engine = { kind = "embedded", args = ["--parallel", "1", "--cache-prompt"], ctx_size = 4096 }'

@@ -35,8 +35,10 @@ def test_twice_the_gpus_for_a_1_5x_faster_turn_is_worse_in_gpu_hours(tmp_path):
     assert row["verdict"] == "pays" and row["ratio"] > 1.3  # in time it is better (the run's own verdict) ...
     assert race["ratio"] == pytest.approx(row["ratio"] / 2)  # ... and in GPU-hours half that
     assert (race["low"], race["high"]) == (pytest.approx(row["low"] / 2), pytest.approx(row["high"] / 2))
-    arms = read_ledger(run).header["arms"]
-    assert {a: arms[a]["conditions"].get("gpus") for a in arms} == {"dtps=200": 1, "dtps=300": 2}
+    arms = read_ledger(run).header["arms"]  # (the GPUs are the tune's, not declared: the race stays controlled)
+    assert all("gpus" not in arms[a]["conditions"] for a in arms)
+    (v,) = [v for v in json.loads((run / "summary.json").read_text())["verdicts"] if v["arm"] == "dtps=300"]
+    assert v["knobs"] == ["value:dtps"] and v["lever"] is not None
     assert summary["objective"] == "gpu_hours" and summary["gpus"] == {"dtps=200": 1, "dtps=300": 2}
     text = render_tune(summary)
     assert "objective: GPU-hours a turn" in text and "worse, 0." in text
@@ -63,11 +65,17 @@ def test_the_gpu_hours_outcome_is_read_off_the_scaled_interval(time, scale, outc
     ('gpus = "nope"', "gpus names 'nope', which is not a knob"),
     ('gpus = { dtps = [1] }', "one GPU count (a whole number of at least 1) per value of the knob (2"),
     ('objective = "p99"', "objective"),
+    ('objective = "gpu_hours"', 'objective "gpu_hours" needs each configuration\'s GPUs'),
 ])
 def test_a_wrong_gpus_or_objective_says_where(tmp_path, more, words):
     with pytest.raises(ConfigError) as err:
         load_tune(tune_file(tmp_path, knobs="dtps = [200, 300]", command=SIM, more=more))
     assert "tune." in str(err.value) and words in str(err.value), str(err.value)
+
+
+def test_an_unbalanced_brace_in_the_template_is_one_config_error(tmp_path):
+    with pytest.raises(ConfigError, match=r"arms\[0\]\.engine\.command: .*unbalanced"):
+        load_tune(tune_file(tmp_path, knobs="dtps = [200, 300]", command=SIM + " --x {dtps"))
 
 
 def test_a_knob_named_as_the_gpus_must_hold_counts():

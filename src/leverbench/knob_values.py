@@ -22,7 +22,12 @@ def is_on(value: object) -> bool:
     return not (value is None or value is False or (isinstance(value, (int, float)) and value == 0))
 
 
+def value_words(v: object) -> str:
+    """A knob's value in words: a boolean as on / off, anything else as it is written."""
+    return ("on" if v else "off") if isinstance(v, bool) else str(v)
+
+
 def config_words(values: Iterable[tuple[str, object]]) -> str:
     """Knobs' values in words, ``k=4 slots=2`` (a boolean as on / off): a tune's configuration, as its races name
     their arms and its answer says it."""
-    return " ".join(f"{k}={('on' if v else 'off') if isinstance(v, bool) else v}" for k, v in values)
+    return " ".join(f"{k}={value_words(v)}" for k, v in values)

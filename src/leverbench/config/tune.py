@@ -35,7 +35,7 @@ from typing import Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from ..engines.command_template import as_text, check_values, placeholders
+from ..engines.command_template import as_text, check_command, check_values, placeholders
 from ..engines.llama_flags import FlagError
 from ..engines.llama_flags import check as check_llama_flags
 from ..errors import ConfigError
@@ -121,6 +121,10 @@ class TuneSpec(BaseModel):
         if len(set(self.concurrency)) < len(self.concurrency):
             raise ValueError(f"concurrency {self.concurrency} names a point twice")
         self._check_gpus()
+        if self.objective == "gpu_hours" and self.gpus is None:
+            raise ValueError('objective "gpu_hours" needs each configuration\'s GPUs: gpus = "KNOB" (a knob of GPU '
+                             'counts) or gpus = { KNOB = [N, ...] } (without them every configuration has the same '
+                             'GPUs, and the objective is the turn time: leave it out)')
         return self
 
     def _check_gpus(self) -> None:
@@ -183,6 +187,10 @@ def load_tune(path: str | Path) -> LoadedTune:
                           "= \"command\", command = \"... --port {port} ... {KNOB} ...\" }), or the embedded "
                           "llama.cpp or vLLM engine (kind \"embedded\" or \"vllm\") with knobs that name levers")
     if kind == "command":
+        try:
+            check_command(engine["command"])
+        except ValueError as exc:
+            raise ConfigError(file, "arms[0].engine.command", str(exc)) from None
         found = placeholders(engine["command"])
         for name in spec.knobs:
             if name not in found:
@@ -300,9 +308,7 @@ def race_experiment(tune: LoadedTune, incumbent: dict[str, TomlValue], candidate
     def arm(name: str, role: str, values: dict[str, TomlValue]) -> Arm:
         spec = engine.model_copy(update={"values": {**engine.values, **values}} if engine.command is not None
                                  else {"args": served_args(tune, values)})
-        gpus = tune.spec.gpus_of(values)
-        conditions = template.conditions if gpus is None else {**template.conditions, "gpus": gpus}
-        return template.model_copy(update={"name": name, "role": role, "engine": spec, "conditions": conditions})
+        return template.model_copy(update={"name": name, "role": role, "engine": spec})
 
     base = tune.experiment.spec
     section = base.experiment.model_copy(update={

@@ -155,7 +155,7 @@ def _legend(x0: float, y: float) -> list[Markup]:
     return out
 
 
-def svg_search(p: PointRow, baseline: dict[str, object]) -> Markup:
+def svg_search(p: PointRow, baseline: dict[str, object], axis: str = "speed against the baseline (×)") -> Markup:
     """One point's search: per race (in path order) a stem from its incumbent's chained place to incumbent ×
     ratio, with the race's interval as a whisker (module docstring)."""
     path = p["path"]
@@ -231,8 +231,8 @@ def svg_search(p: PointRow, baseline: dict[str, object]) -> Markup:
     parts.append(M('<text x="{:.1f}" y="{}" class="axl" text-anchor="middle">race, in the order run (its candidate'
                    '\'s change below; shaded: the final check)</text>'
                    '<text x="14" y="{:.1f}" class="axl" text-anchor="middle" transform="rotate(-90 14 {:.1f})">'
-                   'speed against the baseline (×)</text></svg>').format(
-        l + pw / 2, H - 4, t + ph / 2, t + ph / 2))
+                   '{}</text></svg>').format(
+        l + pw / 2, H - 4, t + ph / 2, t + ph / 2, axis))
     return Markup("").join(parts)
 
 
@@ -305,7 +305,9 @@ def _point(p: PointRow, summary: TuneSummary, out: Optional[Path]) -> PointView:
     body = [x.strip() for x in lines[1:] if not (_PATH_LINE.match(x) or x.startswith(("  final check:", "  launch: ")))]
     where = f"at {p['point']} request{'s' * (p['point'] != 1)} in flight"
     return {"anchor": f"point-{p['point']}", "title": lines[0], "where": where, "lines": body, "launch": launch,
-            "svg": svg_search(p, summary["baseline"]), "races": _races(p, summary["baseline"], out)}
+            "svg": svg_search(p, summary["baseline"], "GPU-hours a turn, baseline's / its (×)"
+                              if summary["objective"] == "gpu_hours" else "speed against the baseline (×)"),
+            "races": _races(p, summary["baseline"], out)}
 
 
 _STYLE_MORE = """
@@ -353,7 +355,7 @@ is an ordinary run whose report is linked below. This file is self-contained: it
 </div>
 <figure>{{ p.svg }}<figcaption>Each column is one race, in the order run. A stem goes from the race's incumbent to a
 circle for the candidate, at incumbent × the race's ratio ({{ ratio_of }}); the pale whisker is the
-race's own {{ confidence }} interval. A configuration's height is its speed against the baseline by
+race's own {{ confidence }} interval. A configuration's height is its {{ height_of }} against the baseline by
 <strong>chaining</strong>: the baseline at 1, each candidate at its incumbent's height × the race's ratio (first
 placement kept). Chaining multiplies point estimates, so the errors of the races along a chain add up and no
 interval is claimed for a chained height; the race of the baseline against the winner, drawn from 1, is the direct
@@ -404,4 +406,5 @@ def render_tune_html(summary: TuneSummary, out: Optional[Path] = None) -> str:
         facts=_facts(summary), points=[_point(p, summary, out) for p in summary["points"]], headers=HEADERS,
         confidence=f"{summary['confidence']:.0%}",
         ratio_of="incumbent GPU-hours a turn / candidate's" if summary["objective"] == "gpu_hours"
-        else "incumbent time / candidate time")
+        else "incumbent time / candidate time",
+        height_of="saving in GPU-hours a turn" if summary["objective"] == "gpu_hours" else "speed")

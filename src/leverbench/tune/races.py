@@ -170,6 +170,9 @@ def result_of(summary: Summary, ledger: Ledger[RunHeaderRow], incumbent: Config,
 def fingerprint(tune: LoadedTune) -> str:
     """A hash of everything that decides a race (module docstring): a resumed tune must have the same."""
     spec = tune.spec.model_dump(mode="json", exclude={"budget_engine_s"})
+    for key, default in (("objective", "turn_time"), ("gpus", None)):  # (added later: a tune begun before resumes)
+        if spec.get(key) == default:
+            spec.pop(key)
     what = {"experiment": tune.experiment.snapshot(), "tune": spec, "baseline": tune.baseline}
     return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16]
 

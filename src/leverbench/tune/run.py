@@ -13,6 +13,7 @@ from typing import Callable, Optional
 
 from ..config.tune import LoadedTune, served_args, toml_key
 from ..engines.command_template import ENGINE_DIR, as_text, substitute
+from ..knob_values import value_words
 from ..schema.tune_rows import TUNE_SUMMARY_SCHEMA, PointRow, RaceRow, TuneSummary
 from .races import RaceProgress, RunRacer, space_of
 from .search import grid_engine_s, search
@@ -70,7 +71,7 @@ def plan(tune: LoadedTune) -> list[str]:
     space, spec = space_of(tune), tune.spec
     grid = space.grid()
     out = [f"tune {tune.path}: {len(grid)} allowed configuration(s) of "
-           + " × ".join(f"{k} {list(v)}" for k, v in spec.knobs.items()),
+           + " × ".join(f"{k} [{', '.join(value_words(v) for v in vs)}]" for k, vs in spec.knobs.items()),
            f"  baseline: {words(space.baseline)}",
            *(f"  excluded: {words(tuple(ex.items()))}" for ex in spec.exclude),
            f"  operating points: {', '.join(str(n) for n in spec.concurrency)} request(s) in flight",

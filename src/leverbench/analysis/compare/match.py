@@ -24,7 +24,7 @@ from typing import Literal, cast
 from ...errors import BadInput
 from ...json_types import JSONValue
 from ...schema.compare_rows import ArmMatch, CaseMatch, ChangedRow
-from ..base.knobs import all_arm_knobs, canonical, differing, engine_flags, flatten
+from ..base.knobs import NOT_FLAGS, all_arm_knobs, canonical, differing, engine_flags, flatten
 from .runs import RunView
 
 #: Host facts that say where a fact came from, or why it is unknown: not the machine.
@@ -157,13 +157,22 @@ def changes(base: RunView, later: RunView, arms: Sequence[ArmMatch]) -> list[Cha
                             "later": kl[m["later"]].get(k)})
             # every served flag that differs, also one a lever's knob covers without showing it (the drafter's
             # --spec-draft-n-max under the drafter's kind): its own row, unless it is a knob of its own already
-            fb, fl = (engine_flags(_discovered(run, a).get("engine_args")) for run, a in ((base, m["arm"]),
-                                                                                          (later, m["later"])))
+            fb, fl = (_served_flags(_discovered(run, a)) for run, a in ((base, m["arm"]), (later, m["later"])))
             for flag, x, y in _diff(fb, fl):
                 if f"flag:{flag}" not in knobs and f"fact:engine_args {flag}" not in knobs:
                     out.append({"scope": "arm", "arm": m["arm"], "what": f"engine flag {flag}", "baseline": x,
                                 "later": y})
     return out
+
+
+def _served_flags(discovered: Mapping[str, JSONValue]) -> dict[str, JSONValue]:
+    """The engine's flags as :func:`engine_flags` reads them, less those that are no condition (the port, the log,
+    the metrics switch: :data:`NOT_FLAGS`) and those a command template's placeholder fills (compared as its knob,
+    ``value:NAME``; the tool's own, ``{engine_dir}``, names a directory of the run)."""
+    fills = discovered.get("value_flags")
+    filled = {str(f) for v in fills.values() if isinstance(v, list) for f in v} if isinstance(fills, dict) else set()
+    return {k: v for k, v in engine_flags(discovered.get("engine_args")).items()
+            if k not in NOT_FLAGS and k not in filled}
 
 
 def _discovered(run: RunView, arm: str) -> Mapping[str, JSONValue]:
