@@ -148,8 +148,9 @@ class ErrorClass(StrEnum):
 
 def completed(error_class: str) -> bool:
     """Whether a call whose record has an error of *error_class* still completed (its answer came whole: the server
-    sent no usage and /tokenize could not count it): as a companion it held its place in the load, so it is no
-    failed companion (:mod:`leverbench.runner.companions` counts so, and the analysis of a run)."""
+    sent no usage and /tokenize could not count it): a turn's next call may build on its answer (the runner's turns,
+    recorded turns and load rounds go on), and as a companion it held its place in the load, so it is no failed
+    companion (:mod:`leverbench.runner.companions` counts so, and the analysis of a run)."""
     return error_class == ErrorClass.NO_USAGE
 
 

@@ -57,7 +57,7 @@ from typing import Callable, Iterator
 
 from ..config import LoadedExperiment
 from ..errors import ConfigError
-from ..ledger.records import CallRecord, ErrorClass
+from ..ledger.records import CallRecord, ErrorClass, completed
 from ..ledger.rows import CallExtras, TokenCheckRow
 from ..workload.chat import ChatBody, ChatMessage
 from ..workload.load import PlannedStage, check_stages, check_trace_paths, expand
@@ -407,7 +407,7 @@ class StageRun:
             if turn_id:
                 extra["session"] = turn_id
             sent = await self._send(body, case, r.index, rnd, extra, scheduled, turn_id)
-            if sent.record.error is not None and sent.record.error.cls != ErrorClass.NO_USAGE:
+            if sent.record.error is not None and not completed(sent.record.error.cls):
                 return  # later rounds build on this answer
             if rnd + 1 < len(reqs):
                 nxt = self._user_message(builder, reqs[rnd + 1], rnd + 1)

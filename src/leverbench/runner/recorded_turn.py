@@ -24,7 +24,7 @@ import uuid
 from typing import Callable
 
 from ..config import Case, LoadedExperiment
-from ..ledger.records import CallError, CallRecord, ErrorClass, TurnRecord
+from ..ledger.records import CallError, CallRecord, TurnRecord, completed
 from ..ledger.rows import CallExtras
 from ..recording import RecordedCall, RecordedTurn
 from ..workload.cases import recorded_messages
@@ -129,7 +129,7 @@ class _Turn:
 
 
 def _failed(rec: CallRecord) -> bool:
-    return rec.error is not None and rec.error.cls != ErrorClass.NO_USAGE
+    return rec.error is not None and not completed(rec.error.cls)
 
 
 def _same(messages: list[ChatMessage], call: RecordedCall) -> bool:

@@ -14,7 +14,7 @@ import uuid
 from typing import Any
 
 from ..config import Case, LoadedExperiment
-from ..ledger.records import CallError, CallRecord, ErrorClass, TurnRecord
+from ..ledger.records import CallError, CallRecord, TurnRecord, completed
 from ..ledger.rows import ToolCallRow
 from ..workload.cases import first_messages, next_messages, step_prompts
 from ..workload.chat import ChatMessage
@@ -53,7 +53,7 @@ async def run_turn(sender: Sender, exp: LoadedExperiment, unit: Unit, *, salt: s
             sent = await sender.send(body, head, think_tags=case.think_tags)
             calls.append(sent)
             rec = sent.record
-            if rec.error is not None and rec.error.cls != ErrorClass.NO_USAGE:
+            if rec.error is not None and not completed(rec.error.cls):
                 failed_out = True  # later calls depend on this answer
                 break
             if not (tools and rec.tool_calls):
