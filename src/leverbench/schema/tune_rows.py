@@ -9,7 +9,7 @@ from typing import Literal, Optional
 from typing_extensions import TypedDict
 
 #: The format of ``tune.json``.
-TUNE_SUMMARY_SCHEMA = "leverbench.tune-summary/1"
+TUNE_SUMMARY_SCHEMA = "leverbench.tune-summary/2"  # /2: objective, gpus
 
 
 class RaceRow(TypedDict):
