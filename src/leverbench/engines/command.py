@@ -144,7 +144,7 @@ def _make(launch: Launch) -> CommandEngine:
         raise EngineError(f"arm {launch.arm!r}: an engine of kind \"command\" needs its table's command")
     return CommandEngine(launch.arm, launch.log_path, spec.command, spec.values, health=spec.health,
                          reset=spec.reset, env=spec.env, model=spec.model,
-                         devices=None if spec.devices is None else list(spec.devices),
+                         devices=launch.devices,
                          startup_timeout_s=launch.startup_timeout_s)
 
 

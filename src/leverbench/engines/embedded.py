@@ -169,7 +169,7 @@ def _make(launch: Launch) -> EmbeddedEngine:
     spec = launch.spec
     return EmbeddedEngine(launch.arm, list(spec.args), launch.log_path, threads=spec.threads, ctx_size=spec.ctx_size,
                           startup_timeout_s=launch.startup_timeout_s, binary=spec.binary,
-                          devices=None if spec.devices is None else list(spec.devices), resettable=launch.resettable)
+                          devices=launch.devices, resettable=launch.resettable)
 
 
 ENGINE = EngineKind("embedded", "llama.cpp's llama-server: the prebuilt xllamacpp, or a binary of your own", _make)

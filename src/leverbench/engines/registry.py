@@ -33,6 +33,11 @@ class Launch:
     startup_timeout_s: Optional[float]
     resettable: bool = False
 
+    @property
+    def devices(self) -> Optional[list[int]]:
+        """The GPUs the engine may use (its table's ``devices``; None: every GPU the tool sees)."""
+        return None if self.spec.devices is None else list(self.spec.devices)
+
 
 @dataclass(frozen=True)
 class EngineKind:

@@ -55,7 +55,7 @@ class SimEngine(EngineProcess):
 
 def _make(launch: Launch) -> SimEngine:
     spec = launch.spec
-    return SimEngine(launch.arm, launch.log_path, list(spec.args), None if spec.devices is None else list(spec.devices),
+    return SimEngine(launch.arm, launch.log_path, list(spec.args), launch.devices,
                      startup_timeout_s=launch.startup_timeout_s)
 
 

@@ -384,7 +384,7 @@ def _make(launch: Launch) -> VllmEngine:
     spec = launch.spec
     return VllmEngine(launch.arm, list(spec.args), launch.log_path, ctx_size=spec.ctx_size,
                       startup_timeout_s=launch.startup_timeout_s,
-                      devices=None if spec.devices is None else list(spec.devices), resettable=launch.resettable)
+                      devices=launch.devices, resettable=launch.resettable)
 
 
 ENGINE = EngineKind("vllm", "vLLM's OpenAI server (scripts/install.sh --vllm)", _make)
