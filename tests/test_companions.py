@@ -136,3 +136,48 @@ def test_a_companion_s_prompt_is_its_own_also_in_content_parts():
     assert a != b and a != msgs and a[0]["content"][1:] == msgs[0]["content"] and a[1] == msgs[1]
     plain = OwnPrompts([{"role": "user", "content": "hi there"}], "s")
     assert plain.for_request(0) != plain.for_request(1)
+
+
+def test_a_companion_that_fails_after_its_turn_ended_does_not_count_against_the_turn(tmp_path):
+    """A companion call cut while the tool waits for it after the turn (the turn met its load) is in the ledger's
+    calls but not the turn's ``companion_failed``; one that fails while the turn runs is."""
+    import asyncio
+    import dataclasses
+    from types import SimpleNamespace
+
+    from leverbench.config.experiment import Case
+    from leverbench.ledger.records import CallError, ErrorClass, TurnRecord
+    from leverbench.runner.companions import Companions
+    from leverbench.runner.schedule import Unit
+
+    exp = load(one_arm_experiment(tmp_path, "http://127.0.0.1:9/v1", experiment="in_flight = 2"))
+    case: Case = exp.spec.cases[0]
+
+    class Cut:  # a sender whose every call ends cut: at once, or only once the turn is over
+        def __init__(self, after_turn: bool):
+            self.after_turn, self.companions, self.sent = after_turn, None, []
+            self.release = asyncio.Event()
+
+        def body(self, messages, max_tokens, temperature, tools=None):
+            return {"messages": messages, "max_tokens": max_tokens}
+
+        async def send(self, body, head, think_tags=None):
+            self.companions._on_sent()
+            if self.after_turn:
+                await self.release.wait()
+            rec = dataclasses.replace(head, error=CallError(ErrorClass.STREAM_CUT, "cut"))
+            self.sent.append(rec)
+            return SimpleNamespace(record=rec)
+
+    async def turn(after_turn: bool) -> tuple[int, int]:
+        cut = Cut(after_turn)
+        c = Companions(lambda session: cut, exp, Unit("turn", "sim", "c", 0), case, 2)
+        cut.companions = c
+        async with c:
+            await asyncio.sleep(0.05)  # the turn
+            asyncio.get_running_loop().call_later(0.05, cut.release.set)  # cut 50 ms after the turn ended
+        stamped = c.stamp(TurnRecord(arm="sim", case="c", repeat=0, turn_id="t"))
+        return stamped.companion_failed or 0, len(cut.sent)
+
+    assert asyncio.run(turn(after_turn=True)) == (0, 1)
+    assert asyncio.run(turn(after_turn=False)) == (1, 1)
