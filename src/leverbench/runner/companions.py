@@ -11,18 +11,16 @@ so that the turn meets the server's queue behind them, as one client of a steady
 slots and requests of one size, such a client waits for N / S service times a request, and so does the turn (the
 simulator's ``true_turn_seconds(..., concurrency=N)``).  (The settling time is outside the turn's time; on a path
 slower than it, the turn may overtake a companion's request: the server's own queue counters would show it.)
-A companion whose call fails stops (its failure recorded): the turn goes on, but was not timed at N in flight.  A
-call that fails only after the turn ended (its stream cut while the tool waits for it) was in flight for the whole
-turn: it is in the ledger with its error, and not counted against the turn.
+A companion whose call fails stops (its failure recorded): the turn goes on, but was not timed at N in flight.
 
 **When it ends**: no companion sends a new call once the turn has ended; those in flight are waited for, so
 that every call is in the ledger and the next unit starts on an idle server.
 
 **In the ledger** (schema v6): each companion call is a call record of kind ``companion`` with the turn's arm,
 case and repeat, its ``step`` the copy's index and ``extra.companion`` its client; the turn record gets
-``in_flight`` (N), ``companion_calls`` and ``companion_failed`` (those that failed while the turn ran).  Analysis
-sums a cell's failed companions (``cells[].companion_failed``, :func:`leverbench.analysis.experiment.cells.cells`)
-and the guard refuses that cell's comparisons, since its turns were not timed at the load they claim.
+``in_flight`` (N), ``companion_calls`` and ``companion_failed``.  Analysis sums a cell's failed companions
+(``cells[].companion_failed``, :func:`leverbench.analysis.experiment.cells.cells`) and the guard refuses that
+cell's comparisons, since its turns were not timed at the load they claim.
 """
 
 from __future__ import annotations
@@ -123,9 +121,7 @@ class Companions:
             self.calls += 1
             err = sent.record.error
             if err is not None and not completed(err.cls):
-                # counted where it failed while the turn ran: one that ends in an error after the turn ended was in
-                # flight for the whole turn (as far as any client can tell), so the turn met its load
-                self.failed += not self._ended
+                self.failed += 1
                 return
             k += n
 
