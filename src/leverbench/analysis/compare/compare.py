@@ -32,6 +32,7 @@ import numpy as np
 
 from ...errors import BadInput
 from ...schema.compare_rows import COMPARE_SCHEMA, ArmRow, CellRow, CompareResult, Figures, RunComparison, Verdict
+from ..base.stats import spread
 from .levers import lever_pending, lever_row
 from .machine import Machine, corrected_turns, machine_speed, shares
 from .match import changes, check_pairs, match_arms, match_cases
@@ -63,8 +64,7 @@ def _volume(ob: float | None, ol: float | None, tol: float) -> tuple[str | None,
     if ob is None or ol is None:
         who = "either run" if ob is None and ol is None else "the baseline" if ob is None else "the later run"
         return None, f"output volume unknown in {who} (no token counts): equal work not checked"
-    lo, hi = min(ob, ol), max(ob, ol)
-    if hi == 0 or (lo > 0 and (hi - lo) / lo <= tol):
+    if spread(ob, ol) <= tol:
         return None, None
     change = f"{ol / ob - 1:+.0%}" if ob > 0 else "from none"
     return (f"output volume differs: {ob:g} → {ol:g} tokens a turn ({change}), beyond the tolerance {tol:.0%}: the "

@@ -39,7 +39,8 @@ from collections.abc import Sequence
 
 from ...schema.compare_rows import CellRow, LeverRow, LeverVerdict, Verdict
 from ..base.knobs import Comparison
-from ..experiment.verdicts import all_comparisons, pairs, repeats_run, turn_log
+from ..base.stats import spread
+from ..experiment.verdicts import TurnLog, all_comparisons, pairs, repeats_run, turn_log
 from .runs import RunView
 from .stats import LogDiff, geomean, verdict, welch
 
@@ -47,8 +48,7 @@ _WORDS: dict[Verdict, LeverVerdict] = {"slower": "pays more", "faster": "pays le
                                        "undecided": "undecided", "refused": "refused"}
 
 
-def _log_ratios(run: RunView, comp: Comparison, cases: Sequence[str]) -> dict[str, list[float]]:
-    log = turn_log(run.ds)
+def _log_ratios(log: TurnLog, comp: Comparison, cases: Sequence[str]) -> dict[str, list[float]]:
     return pairs(log, comp, list(cases), repeats_run(log, list(cases)))
 
 
@@ -69,8 +69,7 @@ def _volume_within(run: RunView, comp: Comparison, case: str) -> str | None:
     if not ca or not cv or not ca.output or not cv.output:
         return None
     oa, ov = statistics.median(ca.output), statistics.median(cv.output)
-    lo, hi = min(oa, ov), max(oa, ov)
-    if hi == 0 or (lo > 0 and (hi - lo) / lo <= run.tolerance_cell):
+    if spread(oa, ov) <= run.tolerance_cell:
         return None
     return (f"{comp.arm} and {comp.vs} did different work within {run.path} on {case} ({oa:g} against {ov:g} tokens "
             f"a turn)")
@@ -107,6 +106,7 @@ def lever_pending(base: RunView, later: RunView, arm_pairs: Sequence[tuple[str, 
             refused[(c["arm"], c["case"])] = why
     later_comps = {(frozenset((c.arm, c.vs)), c.lever): c for c in all_comparisons(later.ds)
                    if c.controlled and c.lever}
+    log_b, log_l = turn_log(base.ds), turn_log(later.ds)  # (each run's turns by cell: read once for every lever)
     out: list[Pending] = []
     for comp in all_comparisons(base.ds):
         if not (comp.controlled and comp.lever):
@@ -124,8 +124,8 @@ def lever_pending(base: RunView, later: RunView, arm_pairs: Sequence[tuple[str, 
                 "differs between them, or this one does not)"], compared=False), [], [], []))
             continue
         flip = lcomp.arm != la  # the later run takes the other arm as the reference: its log ratios the other way
-        rb = _log_ratios(base, comp, [c for c, _ in case_pairs])
-        rl = {k: [-v if flip else v for v in x] for k, x in _log_ratios(later, lcomp, [lc for _, lc in case_pairs]
+        rb = _log_ratios(log_b, comp, [c for c, _ in case_pairs])
+        rl = {k: [-v if flip else v for v in x] for k, x in _log_ratios(log_l, lcomp, [lc for _, lc in case_pairs]
                                                                         ).items()}
         ok: list[tuple[LogDiff, LogDiff, LogDiff]] = []
         shown: list[tuple[LogDiff, LogDiff, LogDiff]] = []
