@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .markdown import md_table
 from .table import Table
 
 if TYPE_CHECKING:
     from ..json_types import JSONValue
-    from ..schema.compare_rows import ChangedRow, CompareResult, Figures, RunComparison
+    from ..schema.compare_rows import ArmRow, ChangedRow, CompareResult, Figures, LeverRow, RunComparison
 
 
 def shown(v: JSONValue) -> str:
@@ -35,14 +36,23 @@ def ratio_text(ratio: float | None, low: float | None, high: float | None) -> st
     return f"{ratio:.3f}x" + (f" [{low:.3f}, {high:.3f}]" if low is not None and high is not None else "")
 
 
+def verdict_words(v: str | None) -> str:
+    """A verdict as the output says it: "same" as "same within the threshold", none as "—"."""
+    return "same within the threshold" if v == "same" else v or "—"
+
+
+def cases_text(r: ArmRow | LeverRow) -> str:
+    """An arm's or lever's compared cases, with those refused: ``3 (+1 refused)``."""
+    return f"{r['cases']}" + (f" (+{r['refused_cases']} refused)" if r["refused_cases"] else "")
+
+
 def _verdict(r: Figures) -> str:
-    return "same within the threshold" if r["verdict"] == "same" else r["verdict"]
+    return verdict_words(r["verdict"])
 
 
 def _corrected(r: Figures) -> str:
-    v = r["corrected_verdict"]
     return ratio_text(r["corrected_ratio"], r["corrected_low"], r["corrected_high"]) + \
-        f" {'same within the threshold' if v == 'same' else v or '—'}"
+        f" {verdict_words(r['corrected_verdict'])}"
 
 
 def _is(v: str | None) -> str:
@@ -93,8 +103,8 @@ def lines(c: RunComparison, baseline: str, correct_machine: bool = False) -> lis
 def arm_table(c: RunComparison) -> Table:
     corrected = c["machine"]["corrected"]
     rows = [[r["arm"] if r["arm"] == r["later_arm"] else f"{r['arm']} → {r['later_arm']}",
-             f"{r['cases']}" + (f" (+{r['refused_cases']} refused)" if r["refused_cases"] else ""),
-             ratio_text(r["ratio"], r["low"], r["high"]), _verdict(r) + (f" ({r['note']})" if r["note"] else ""),
+             cases_text(r), ratio_text(r["ratio"], r["low"], r["high"]),
+             _verdict(r) + (f" ({r['note']})" if r["note"] else ""),
              *([_corrected(r)] if corrected else [])]
             for r in c["arm_ratios"]]
     return Table("compare_arms", "Per arm: geometric mean over the compared cases",
@@ -107,13 +117,12 @@ def lever_table(c: RunComparison) -> Table | None:
     rows = [[r["lever"], f"{r['arm']} vs {r['vs']}" + ("" if (r["arm"], r["vs"]) == (r["later_arm"], r["later_vs"])
                                                       or not r["compared"]
                                                       else f" → {r['later_arm']} vs {r['later_vs']}"),
-             (f"{r['cases']}" + (f" (+{r['refused_cases']} refused)" if r["refused_cases"] else "")
-              if r["compared"] else "not compared"),
+             cases_text(r) if r["compared"] else "not compared",
              ratio_text(r["multiplier_baseline"], r["multiplier_baseline_low"], r["multiplier_baseline_high"]),
              ratio_text(r["multiplier_later"], r["multiplier_later_low"], r["multiplier_later_high"]),
              ratio_text(r["ratio"], r["low"], r["high"]),
-             ("same within the threshold" if r["verdict"] == "same" else r["verdict"])
-             + (f": {r['reason']}" if r["reason"] else "") + (f" ({r['note']})" if r["note"] else "")]
+             verdict_words(r["verdict"]) + (f": {r['reason']}" if r["reason"] else "")
+             + (f" ({r['note']})" if r["note"] else "")]
             for r in c.get("levers", [])]
     if not rows:
         return None
@@ -166,13 +175,6 @@ def closing(result: CompareResult) -> list[str]:
     return out
 
 
-def _md_table(t: Table) -> str:
-    esc = [[cell.replace("|", "\\|") for cell in row] for row in [t.headers, *t.rows]]
-    head, *body = esc
-    return "\n".join([f"**{t.title}**", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head),
-                      *("| " + " | ".join(r) + " |" for r in body)])
-
-
 def render_markdown(result: CompareResult) -> str:
     """The comparison as Markdown."""
     base = result["baseline"]
@@ -181,7 +183,7 @@ def render_markdown(result: CompareResult) -> str:
         words = lines(c, base["path"], result["correct_machine"])
         parts += [f"## {words[0]}", "", *(f"{w}" if w.startswith("  ") else f"{w}  " for w in words[1:]), ""]
         for t in _tables(c):
-            parts += [_md_table(t), ""]
+            parts += [md_table(t), ""]
     parts += [f"{line}  " for line in closing(result)]
     return "\n".join(parts) + "\n"
 

@@ -27,12 +27,23 @@ from typing import TYPE_CHECKING
 
 from markupsafe import Markup
 
-from .compare import arm_table, cell_table, closing, gate_line, lever_table, lines, ratio_text, shown
+from .compare import (
+    arm_table,
+    cases_text,
+    cell_table,
+    closing,
+    gate_line,
+    lever_table,
+    lines,
+    ratio_text,
+    shown,
+    verdict_words,
+)
 from .svg_history import Mark, svg_history
 from .table import Table
 
 if TYPE_CHECKING:
-    from ..schema.compare_rows import ArmRow, ChangedRow, CompareResult, LeverRow, RunComparison, RunInfo
+    from ..schema.compare_rows import ChangedRow, CompareResult, LeverRow, RunComparison, RunInfo
     from .html import TableView
 
 __all__ = ["render_html"]
@@ -75,14 +86,6 @@ def _tip(run: RunInfo, figures: list[str], changed: list[str] | None) -> str:
                              else ["changed: nothing the ledgers record"]))
 
 
-def _verdict(v: str | None) -> str:
-    return "same within the threshold" if v == "same" else v or "—"
-
-
-def _cases(r: ArmRow | LeverRow) -> str:
-    return f"{r['cases']}" + (f" (+{r['refused_cases']} refused)" if r["refused_cases"] else "")
-
-
 def arm_marks(result: CompareResult, arm: str) -> list[list[Mark]]:
     """Per run (in :func:`ordered`'s order), the arm's points: the baseline at 1x, each later run's ratio (and the
     corrected one, hollow, where it was corrected)."""
@@ -94,11 +97,12 @@ def arm_marks(result: CompareResult, arm: str) -> list[list[Mark]]:
         if r is None:
             return []
         name = arm if r["later_arm"] == arm else f"{arm} → {r['later_arm']}"
-        said = [f"arm {name}: {ratio_text(r['ratio'], r['low'], r['high'])} {_verdict(r['verdict'])}"
-                + (f" ({r['note']})" if r["note"] else ""), f"cases: {_cases(r)}"]
+        said = [f"arm {name}: {ratio_text(r['ratio'], r['low'], r['high'])} {verdict_words(r['verdict'])}"
+                + (f" ({r['note']})" if r["note"] else ""), f"cases: {cases_text(r)}"]
         fixed = r["corrected"] and r["corrected_ratio"] is not None
         fix = (r["corrected_ratio"], r["corrected_low"], r["corrected_high"])
-        said += [f"corrected for the machine: {ratio_text(*fix)} {_verdict(r['corrected_verdict'])}"] if fixed else []
+        said += ([f"corrected for the machine: {ratio_text(*fix)} {verdict_words(r['corrected_verdict'])}"]
+                 if fixed else [])
         tip = _tip(run, said, conditions(c, [arm]))
         return [Mark(r["ratio"], r["low"], r["high"], r["verdict"], tip)] + \
             ([Mark(*fix, r["corrected_verdict"] or "undecided", "corrected for the machine\n" + tip, hollow=True)]
@@ -142,9 +146,9 @@ def lever_marks(result: CompareResult, key: LeverKey) -> list[list[Mark]]:
                                    else f" (later: {r['later_arm']} vs {r['later_vs']})")
         m = (r["multiplier_later"], r["multiplier_later_low"], r["multiplier_later_high"])
         said = [f"{lever}: {pair}, multiplier {ratio_text(*m)}",
-                f"against the baseline's: {ratio_text(r['ratio'], r['low'], r['high'])} {_verdict(r['verdict'])}"
+                f"against the baseline's: {ratio_text(r['ratio'], r['low'], r['high'])} {verdict_words(r['verdict'])}"
                 + (f": {r['reason']}" if r["reason"] else "") + (f" ({r['note']})" if r["note"] else ""),
-                f"cases: {_cases(r)}"]
+                f"cases: {cases_text(r)}"]
         return [Mark(*m, r["verdict"], _tip(run, said, conditions(c, [arm, vs])))]
 
     return [one(run, c) for run, c in ordered(result)]

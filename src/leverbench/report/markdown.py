@@ -51,7 +51,9 @@ _INTRO = {
 }
 
 
-def _md_table(t: Table) -> str:
+def md_table(t: Table) -> str:
+    """A table as Markdown: its title in bold, its cells' pipes escaped and line breaks made spaces, its notes
+    below."""
     def esc(x: str) -> str:
         return x.replace("|", "\\|").replace("\n", " ")
 
@@ -77,7 +79,7 @@ def render_markdown(summary: Summary) -> str:
     for t in all_tables(summary):
         if t.key in _INTRO:
             out += [_INTRO[t.key], ""]
-        out += [_md_table(t), ""]
+        out += [md_table(t), ""]
     groups = warning_groups(summary)
     out += ["## Warnings", ""]
     for kind, heading, texts in groups:

@@ -22,7 +22,7 @@ from ..levers import registry
 from ..schema.traffic_rows import PHASES
 from .jsonio import finite
 from .load_levers import operating_lines
-from .markdown import _md_table
+from .markdown import md_table
 from .svg import svg_hbars, svg_stacked_bars
 from .table import Table
 from .traffic_recording import recording_lines, turns_table
@@ -199,7 +199,7 @@ def render_markdown(result: TrafficResult) -> str:
     out = ["# leverbench analyze: where the time of this traffic goes", "", lines[0], ""]
     out += [f"- {n.strip()}" for n in lines[1:]] + [""]
     for t in traffic_tables(result):
-        out += [_md_table(t), ""]
+        out += [md_table(t), ""]
     out += [cost_line(result), "", "## Recommendation", "", result["recommendation"], ""]
     out += [f"- {line}" for line in load_lines(result)] + ([""] if load_lines(result) else [])
     return "\n".join(out)
