@@ -90,7 +90,7 @@ def serve_args(engine: str, config: Mapping[str, KnobValue]) -> list[str]:
     drafter's ``draft_tokens``), each read under its :func:`served_name`.  ValueError in words where a knob names no
     lever, two knobs name one lever (or one parameter), its lever cannot be served on *engine*, a parameter's lever
     is not in the configuration, or a value cannot be taken."""
-    named: dict[str, str] = {}
+    named: dict[str, str] = {}  # served name → the knob as the configuration spells it
     for knob in config:
         name = served_name(knob)
         if name is None:
@@ -100,13 +100,14 @@ def serve_args(engine: str, config: Mapping[str, KnobValue]) -> list[str]:
         if name in named:
             raise ValueError(f"{named[name]!r} and {knob!r} both name {name}: keep one")
         named[name] = knob
-    canonical = {served_name(k) or k: v for k, v in config.items()}
+    canonical = {name: config[knob] for name, knob in named.items()}
     owners = {p: x for x in levers() for p in x.parameters}
     out: list[str] = []
-    for knob, value in config.items():
+    for name, knob in named.items():
+        value = config[knob]
         x = lever(knob)
         if x is None:
-            owner = owners[served_name(knob) or knob]
+            owner = owners[name]
             if owner.name not in named:
                 raise ValueError(f"{knob!r} qualifies the {owner.name} knob, which the configuration does not have: "
                                  f"add {owner.name} = [...] (\"none\" for none)")

@@ -132,9 +132,10 @@ def in_gpu_hours(r: RaceResult, scale: float, min_effect: float) -> RaceResult:
     race stays refused."""
     if scale == 1.0 or r.outcome == "refused" or r.ratio is None:
         return r
-    ratio, low, high = r.ratio * scale, (r.low or 0.0) * scale, (r.high * scale if r.high is not None else None)
+    ratio = r.ratio * scale
+    low, high = (x * scale if x is not None else None for x in (r.low, r.high))
     reason = None
-    if r.low is not None and low > min_effect:
+    if low is not None and low > min_effect:
         outcome: Outcome = "better"
     elif high is not None and high < 1.0:
         outcome = "worse"
@@ -144,8 +145,7 @@ def in_gpu_hours(r: RaceResult, scale: float, min_effect: float) -> RaceResult:
         outcome = "undecided"
         reason = (f"in GPU-hours a turn its interval [{low:.2f}–{high:.2f}] still holds the least effect "
                   f"{min_effect:.2f}" if high is not None else "no interval")
-    return replace(r, outcome=outcome, ratio=ratio, low=low if r.low is not None else None, high=high,
-                   reason=reason if outcome == "undecided" else None)
+    return replace(r, outcome=outcome, ratio=ratio, low=low, high=high, reason=reason)
 
 
 def result_of(summary: Summary, ledger: Ledger[RunHeaderRow], incumbent: Config, candidate: Config, point: int,
